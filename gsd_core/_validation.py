@@ -91,3 +91,15 @@ def check_labels(labels: Tensor, vocab_size: int) -> Tensor:
     if labels.numel() and labels.min() < 0:
         raise ValueError("partition labels must be non-negative cluster ids")
     return labels.long()
+
+
+def check_acceptance_scale(scale: float) -> float:
+    """The acceptance scale s of min(1, s * p(C)/q(C)): a finite real number > 0."""
+    if isinstance(scale, Tensor) and scale.numel() == 1:
+        scale = scale.item()
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"acceptance_scale must be a real number > 0, got {type(scale).__name__}")
+    scale = float(scale)
+    if not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"acceptance_scale must be finite and > 0, got {scale!r}")
+    return scale

@@ -1,65 +1,76 @@
 """Exact, enumerated quantities of one verification step: the acceptance rate and the output
-distribution (draw x ~ q, accept with min(1, p(C(x))/q(C(x))), else resample)."""
+distribution (draw x ~ q, accept with min(1, s * p(C(x))/q(C(x))), else resample)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ._validation import check_pair
-from .grouping import ClusterRule, FixedPartition, RankBinnedClusters, _group_sum, as_cluster_rule
+from ._validation import check_acceptance_scale, check_pair
+from .grouping import ClusterRule, FixedPartition, RankBinnedClusters, _group_sum, as_cluster_rule, rule_members
 from .verification import RESIDUAL_MODES, _partition_labels, _ratio, _residual
 
 
-def token_accept_probabilities(p: Tensor, q: Tensor, rule: ClusterRule | None) -> Tensor:
-    """a(x) = min(1, p(C(x)) / q(C(x))) for every token x at once: [..., V] -> [..., V].
+def token_accept_probabilities(
+    p: Tensor, q: Tensor, rule: ClusterRule | None, *, acceptance_scale: float = 1.0
+) -> Tensor:
+    """a(x) = min(1, s * p(C(x)) / q(C(x))) for every token x at once: [..., V] -> [..., V].
 
-    Partitions go through cluster masses (O(V log V)); other rules enumerate C(x) for all x
-    (O(V^2) memory: meant for analysis at small V)."""
+    s = acceptance_scale (1: the exact rule). Partitions go through cluster masses
+    (O(V log V)); other rules enumerate C(x) for all x (O(V^2) memory: meant for analysis at
+    small V). p, q must already share one shape and dtype (as ``acceptance_rate`` makes them).
+    """
+    scale = check_acceptance_scale(acceptance_scale)
     if rule is None:
-        return _ratio(p, q)
+        return _ratio(p, q, scale)
     if isinstance(rule, (FixedPartition, RankBinnedClusters)):
         labels = rule.partition_labels(p).expand(p.shape)
-        ratio = _ratio(_group_sum(p, labels), _group_sum(q, labels))
+        ratio = _ratio(_group_sum(p, labels), _group_sum(q, labels), scale)
         return ratio.gather(-1, labels)
     vocab = p.shape[-1]
     p_all = p.unsqueeze(-2).expand(*p.shape[:-1], vocab, vocab)
     q_all = q.unsqueeze(-2).expand(*q.shape[:-1], vocab, vocab)
     tokens = torch.arange(vocab, device=p.device).expand(p.shape)
-    index, keep = rule.members(p_all, tokens)
+    index, keep = rule_members(rule, p_all, tokens, q_all)
     keep = keep.to(p.dtype)
-    return _ratio((p_all.gather(-1, index) * keep).sum(-1), (q_all.gather(-1, index) * keep).sum(-1))
+    p_mass = (p_all.gather(-1, index) * keep).sum(-1)
+    q_mass = (q_all.gather(-1, index) * keep).sum(-1)
+    return _ratio(p_mass, q_mass, scale)
 
 
-def acceptance_rate(p: Tensor, q: Tensor, clusters: object = None) -> Tensor:
+def _prepare(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
+    p, q = check_pair(p, q)
+    shape = torch.broadcast_shapes(p.shape, q.shape)
+    return p.expand(shape), q.expand(shape)
+
+
+def acceptance_rate(p: Tensor, q: Tensor, clusters: object = None, *, acceptance_scale: float = 1.0) -> Tensor:
     """Exact probability that one verification step accepts: sum_x q(x) * a(x).
 
     clusters: None (standard SD: equals sum_x min(p, q) = 1 - TV(p, q)), partition labels
     [V] (equals 1 - TV(p', q'), Theorem 1), or a rule (``DynamicClusters``, ``RankBinnedClusters``).
-    p, q: [..., V]. Returns [...].
+    a(x) = min(1, s * p(C(x))/q(C(x))), s = acceptance_scale. p, q: [..., V]. Returns [...].
     """
-    p, q = check_pair(p, q)
-    shape = torch.broadcast_shapes(p.shape, q.shape)
-    p, q = p.expand(shape), q.expand(shape)
-    rule = as_cluster_rule(clusters, shape[-1])
-    return (q * token_accept_probabilities(p, q, rule)).sum(-1)
+    p, q = _prepare(p, q)
+    rule = as_cluster_rule(clusters, p.shape[-1])
+    return (q * token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale)).sum(-1)
 
 
-def output_distribution(p: Tensor, q: Tensor, clusters: object = None, residual: str = "token") -> Tensor:
+def output_distribution(
+    p: Tensor, q: Tensor, clusters: object = None, residual: str = "token", *, acceptance_scale: float = 1.0
+) -> Tensor:
     """Exact law of the token one verification step emits: out = q * a + (1 - beta) * r.
 
-    a(x) = min(1, p(C(x))/q(C(x))), beta = sum_x q(x) a(x), r the residual
-    (``residual_distribution``: "token" or, for partitions, "cluster"). Standard SD gives
-    out = p exactly (proofs/02); GSD's distortion is TV(out, p) (proofs/06).
+    a(x) = min(1, s * p(C(x))/q(C(x))) (s = acceptance_scale), beta = sum_x q(x) a(x), r the
+    residual (``residual_distribution``: "token" or, for partitions, "cluster"). Standard SD
+    (s = 1) gives out = p exactly (proofs/02); GSD's distortion is TV(out, p) (proofs/06).
     p, q: [..., V]. Returns [..., V].
     """
     if residual not in RESIDUAL_MODES:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUAL_MODES}")
-    p, q = check_pair(p, q)
-    shape = torch.broadcast_shapes(p.shape, q.shape)
-    p, q = p.expand(shape), q.expand(shape)
-    rule = as_cluster_rule(clusters, shape[-1])
-    accept = token_accept_probabilities(p, q, rule)
+    p, q = _prepare(p, q)
+    rule = as_cluster_rule(clusters, p.shape[-1])
+    accept = token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale)
     beta = (q * accept).sum(-1, keepdim=True)
     labels = _partition_labels(rule, p) if residual == "cluster" else None
     return q * accept + (1 - beta) * _residual(p, q, labels)

@@ -9,13 +9,15 @@ sort) and exact under ties.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from functools import lru_cache
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from ._validation import check_labels, check_probabilities, check_tokens
+from ._validation import check_labels, check_pair, check_probabilities, check_tokens
 
 
 def group_probs(p: Tensor, labels: Tensor) -> Tensor:
@@ -54,34 +56,6 @@ def probability_ranks(p: Tensor) -> Tensor:
     return ranks
 
 
-def _nearest_in_set(
-    values: Tensor, in_set: Tensor, count: Tensor, max_count: int, *, closer_is_smaller: bool
-) -> Tensor:
-    """Mask of the ``count`` members of ``in_set`` nearest to the pivot in the ranking.
-
-    Above the pivot, nearer means a smaller p and, among equal p, a larger id; below it, a
-    larger p and, among equal p, a smaller id. ``count``: [...] per-row numbers <= max_count.
-    """
-    vocab = values.shape[-1]
-    k = min(max_count, vocab)
-    if k == 0:
-        return torch.zeros_like(in_set)
-    fill = torch.inf if closer_is_smaller else -torch.inf
-    candidates = torch.topk(values.masked_fill(~in_set, fill), k, dim=-1, largest=not closer_is_smaller).values
-    n = torch.minimum(count, in_set.sum(-1))
-    threshold = candidates.gather(-1, (n - 1).clamp(min=0).unsqueeze(-1))
-    strictly = in_set & ((values < threshold) if closer_is_smaller else (values > threshold))
-    tied = in_set & (values == threshold)
-    need = (n - strictly.sum(-1)).unsqueeze(-1)
-    if bool((tied.sum(-1, keepdim=True) <= need).all()):
-        chosen_ties = tied  # the common case: no tie straddles the boundary
-    else:
-        # Ties at the boundary: above the pivot the larger ids are nearer, below it the smaller.
-        order = tied.flip(-1).cumsum(-1).flip(-1) if closer_is_smaller else tied.cumsum(-1)
-        chosen_ties = tied & (order <= need)
-    return (strictly | chosen_ties) & (n > 0).unsqueeze(-1)
-
-
 def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tensor | int) -> Tensor:
     """Tokens whose rank lies in [rank(x) - n_before, rank(x) + n_after], clipped at both ends.
 
@@ -91,111 +65,260 @@ def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tenso
     return _members_to_mask(index, valid, p.shape)
 
 
-def _rank_window_mask_exact(p: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor) -> Tensor:
-    """Reference O(V) selection of the rank window as a mask, exact under any ties."""
-    px = p.gather(-1, token.unsqueeze(-1))
-    ids = torch.arange(p.shape[-1], device=p.device)
-    tie = p == px
-    before = (p > px) | (tie & (ids < token.unsqueeze(-1)))
-    after = (p < px) | (tie & (ids > token.unsqueeze(-1)))
-    max_before = int(n_before.max().item()) if n_before.numel() else 0
-    max_after = int(n_after.max().item()) if n_after.numel() else 0
-    mask = _nearest_in_set(p, before, n_before, max_before, closer_is_smaller=True)
-    mask |= _nearest_in_set(p, after, n_after, max_after, closer_is_smaller=False)
-    return mask.scatter(-1, token.unsqueeze(-1), True)
+def _nth_in_mask(counts: Tensor, nth: Tensor) -> Tensor:
+    """Index of the nth True entry (1-based) of each row, given ``counts`` = mask.cumsum(-1).
+
+    counts: [N, V] int32 (non-decreasing); nth: [N, K] >= 1. The nth True entry is the first
+    position where the running count reaches nth, found by binary search: O(K log V)."""
+    found = torch.searchsorted(counts, nth.to(counts.dtype).contiguous())
+    return found.clamp(max=counts.shape[-1] - 1)
 
 
-def _nearest_strict(p: Tensor, px: Tensor, count: Tensor, k: int, above: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Fast path: the ``count`` tokens strictly above (or below) p(x) nearest to it, by one top-k.
+def _tied_members(
+    tie: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Tokens sharing p(x) sit right next to x in the ranking, ordered by id: those with a
+    smaller id just before it (nearest = largest such id), those with a larger id just after.
 
-    Returns indices [..., k], validity [..., k] and a per-row flag that is True where a tie
-    straddles the selection boundary (those rows need the exact path)."""
+    tie: [N, V] bool (p == p(x)). Returns indices and validity [N, k_before] (before, nearest
+    first) and [N, k_after] (after, nearest first)."""
+    counts = tie.cumsum(-1, dtype=torch.int32)
+    own = counts.gather(-1, token.unsqueeze(-1)).long()  # 1-based position of x among its ties
+    total = counts[:, -1:].long()
+    step_b = torch.arange(1, k_before + 1, device=tie.device)
+    step_a = torch.arange(1, k_after + 1, device=tie.device)
+    nth_b, nth_a = own - step_b, own + step_a
+    ok_b = (nth_b >= 1) & (step_b <= n_before.unsqueeze(-1))
+    ok_a = (nth_a <= total) & (step_a <= n_after.unsqueeze(-1))
+    idx_b = _nth_in_mask(counts, nth_b.clamp(min=1))
+    idx_a = _nth_in_mask(counts, torch.minimum(nth_a, total))
+    return idx_b, ok_b, idx_a, ok_a
+
+
+def _strict_members(p: Tensor, px: Tensor, count: Tensor, k: int, above: bool) -> tuple[Tensor, Tensor]:
+    """The ``count`` tokens nearest to x in the ranking among those with p strictly above
+    (or below) p(x), nearest first: one top-k, exact under ties.
+
+    Above x, nearer means a smaller p and, among equal p, a larger id; below x, a larger p and,
+    among equal p, a smaller id. top-k picks an arbitrary subset of a tied value, so a row
+    whose selection ends inside a run of equal values gets that run's slots re-chosen by id.
+    p: [N, V]; px: [N, 1]; count: [N] <= k. Returns indices, validity [N, k]."""
     vocab = p.shape[-1]
     k_plus = min(k + 1, vocab)
-    if above:
-        candidates = torch.where(p > px, p, torch.inf)
-    else:
-        candidates = torch.where(p < px, p, -torch.inf)
+    fill = torch.inf if above else -torch.inf
+    candidates = torch.where(p > px, p, fill) if above else torch.where(p < px, p, fill)
     values, index = torch.topk(candidates, k_plus, dim=-1, largest=not above, sorted=True)
-    finite = torch.isfinite(values)
+    del candidates
     position = torch.arange(k_plus, device=p.device)
-    valid = finite & (position < count.unsqueeze(-1))
-    # A tie straddles the boundary if the last chosen value equals the first value left out.
-    last = values.gather(-1, (count - 1).clamp(min=0, max=k_plus - 1).unsqueeze(-1)).squeeze(-1)
-    first_out = values.gather(-1, count.clamp(max=k_plus - 1).unsqueeze(-1)).squeeze(-1)
-    straddles = (count > 0) & (count < k_plus) & torch.isfinite(first_out) & (last == first_out)
-    return index[..., :k], valid[..., :k], straddles
+    chosen = position < count.unsqueeze(-1)
+    valid = torch.isfinite(values) & chosen
+    # Boundary value t of the selection, and whether more tokens share t than were chosen.
+    last = values.gather(-1, (count - 1).clamp(min=0, max=k_plus - 1).unsqueeze(-1))
+    first_out = values.gather(-1, count.clamp(max=k_plus - 1).unsqueeze(-1))
+    straddles = (count > 0) & (count < k_plus) & torch.isfinite(first_out.squeeze(-1)) & (last == first_out).squeeze(-1)
+    if bool(straddles.any()):
+        rows = straddles.nonzero(as_tuple=True)[0]
+        t = last[rows]
+        at_t = p[rows] == t
+        counts = at_t.to(torch.int32).cumsum(-1, dtype=torch.int32)
+        total = counts[:, -1:].long()
+        in_run = (values[rows] == t) & chosen[rows]
+        start = (chosen[rows] & ~in_run).sum(-1, keepdim=True)  # slots before the run of t
+        need = in_run.sum(-1, keepdim=True)
+        step = position - start  # i-th slot of the run
+        # Above x the run is entered from its largest id; below x from its smallest.
+        nth = (total - step) if above else (1 + step)
+        ids = _nth_in_mask(counts, nth.clamp(min=1, max=vocab))
+        fixed = torch.where((step >= 0) & (step < need), ids, index[rows])
+        index = index.clone()
+        index[rows] = fixed
+    return index[..., :k], valid[..., :k]
 
 
-def _tied_window(p: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Rank window for rows where other tokens share p(x) (e.g. p(x) = 0 after top-k).
+def _window_side(
+    p: Tensor, px: Tensor, count: Tensor, k: int, tied_index: Tensor | None, tied_ok: Tensor | None, above: bool
+) -> tuple[Tensor, Tensor]:
+    """One side of the rank window, nearest first: tied tokens, then strict ones. [N, k] each."""
+    n = p.shape[0]
+    slot = torch.arange(k, device=p.device)
+    used = tied_ok.sum(-1) if tied_ok is not None else torch.zeros(n, dtype=torch.long, device=p.device)
+    rest = (count - used).clamp(min=0)
+    strict_index = torch.zeros(n, k, dtype=torch.long, device=p.device)
+    strict_ok = torch.zeros(n, k, dtype=torch.bool, device=p.device)
+    need = rest > 0
+    if bool(need.any()):
+        if bool(need.all()):
+            strict_index, strict_ok = _strict_members(p, px, rest, k, above)
+        else:
+            rows = need.nonzero(as_tuple=True)[0]
+            strict_index[rows], strict_ok[rows] = _strict_members(p[rows], px[rows], rest[rows], k, above)
+    if tied_ok is None:
+        return strict_index, strict_ok
+    # Slot j holds the j-th tied token while those last, then the (j - used)-th strict one.
+    from_strict = (slot - used.unsqueeze(-1)).clamp(min=0)
+    is_tied = slot < used.unsqueeze(-1)
+    index = torch.where(is_tied, tied_index, strict_index.gather(-1, from_strict))
+    ok = torch.where(is_tied, tied_ok, strict_ok.gather(-1, from_strict))
+    return index, ok
 
-    Tokens tied with x sit right next to it in the ranking, ordered by id: those with smaller
-    ids just before it, larger ids just after. Take the nearest tied ones first (one top-k over
-    ids), then fill up from the strict sets. Returns members, validity and a per-row flag for
-    ties straddling an edge of the strict part (exact path)."""
+
+# Ties of p(x) are first looked for among the ids within this distance of x (cheap gathers);
+# only rows where that neighbourhood does not settle the window scan the whole row.
+_LOCAL_REACH = 64
+
+
+def _local_tied_side(
+    p: Tensor, px: Tensor, token: Tensor, count: Tensor, k: int, reach: int, after: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Tied tokens nearest to x on one side, searched among ids x -+ 1..reach only.
+
+    Returns indices, validity [N, k] (nearest first) and a per-row flag ``complete``: True
+    where the neighbourhood already holds ``count`` ties or reaches the end of the vocabulary,
+    so no tie farther away can be among the nearest."""
     vocab = p.shape[-1]
-    px = p.gather(-1, token.unsqueeze(-1))
-    ids = torch.arange(vocab, device=p.device)
-    tie = p == px
-    before_ids = torch.where(tie & (ids < token.unsqueeze(-1)), ids, -1)
-    after_ids = torch.where(tie & (ids > token.unsqueeze(-1)), ids, vocab)
-    parts, valids, bad = [token.unsqueeze(-1)], [torch.ones_like(token, dtype=torch.bool).unsqueeze(-1)], None
-    for side_ids, count, largest in ((before_ids, n_before, True), (after_ids, n_after, False)):
-        k = min(int(count.max().item()), vocab)
-        if k == 0:
-            continue
-        values, index = torch.topk(side_ids, k, dim=-1, largest=largest, sorted=True)
-        ok = ((values >= 0) & (values < vocab)) & (torch.arange(k, device=p.device) < count.unsqueeze(-1))
-        rest = count - ok.sum(-1)
-        s_index, s_ok, s_bad = _nearest_strict(p, px, rest, k, above=largest)
-        parts += [index, s_index]
-        valids += [ok, s_ok]
-        bad = s_bad if bad is None else bad | s_bad
-    if bad is None:
-        bad = torch.zeros_like(token, dtype=torch.bool)
-    index, valid = torch.cat(parts, -1), torch.cat(valids, -1)
-    return torch.where(valid, index, token.unsqueeze(-1)), valid, bad
+    offsets = torch.arange(1, reach + 1, device=p.device)
+    ids = token.unsqueeze(-1) + offsets if after else token.unsqueeze(-1) - offsets
+    inside = (ids < vocab) if after else (ids >= 0)
+    tie = (p.gather(-1, ids.clamp(0, vocab - 1)) == px) & inside
+    counts = tie.to(torch.int32).cumsum(-1, dtype=torch.int32)
+    found = counts[:, -1].long()
+    edge = (token + reach >= vocab - 1) if after else (token - reach <= 0)
+    complete = (found >= count) | edge
+    step = torch.arange(1, k + 1, device=p.device)
+    ok = (step <= found.unsqueeze(-1)) & (step <= count.unsqueeze(-1))
+    index = ids.gather(-1, _nth_in_mask(counts, step.expand(ids.shape[0], k)))
+    return index, ok, complete
+
+
+def _window_generic(
+    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Both sides of the rank window, nearest first, for rows p [N, V] whose columns are in id
+    order: ties of p(x) by one cumulative count over the row, the rest by ``_window_side``.
+    Returns column indices and validity, [N, k_before] and [N, k_after]."""
+    tb, ok_tb, ta, ok_ta = _tied_members(p == px, token, n_before, n_after, k_before, k_after)
+    idx_b, ok_b = _window_side(p, px, n_before, k_before, tb, ok_tb, above=True)
+    idx_a, ok_a = _window_side(p, px, n_after, k_after, ta, ok_ta, above=False)
+    return idx_b, ok_b, idx_a, ok_a
+
+
+def _smallest_zero_ids(p: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """The ``count`` smallest ids y with p(y) = 0 in each row of p [N, V], and their validity.
+    Looked for among the first ids first; rows without enough zeros there scan the whole row."""
+    vocab = p.shape[-1]
+    reach = min(vocab, max(_LOCAL_REACH, 2 * count))
+    zero = p[:, :reach] == 0
+    counts = zero.cumsum(-1, dtype=torch.int32)
+    if reach < vocab and bool((counts[:, -1] < count).any()):
+        counts = (p == 0).cumsum(-1, dtype=torch.int32)
+    step = torch.arange(1, count + 1, device=p.device)
+    return _nth_in_mask(counts, step.expand(p.shape[0], count)), step <= counts[:, -1:].long()
+
+
+def _window_sparse(
+    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """``_window_generic`` for rows with p(x) > 0 whose support is small (p after top-k): the
+    positive entries are packed, in id order, into [N, K] and the window is found there; tokens
+    with p = 0 rank last, by id, so slots that run past the positives below x are filled with
+    the smallest ids where p = 0. Returns None when a row is not sparse enough to pay off."""
+    vocab = p.shape[-1]
+    rows, cols = (p > 0).nonzero(as_tuple=True)  # row-major: each row's positives in id order
+    support = torch.bincount(rows, minlength=p.shape[0])
+    width = int(support.max().item()) + k_after + 1  # room for k_after + 1 pads on every row
+    if width > vocab // 8:
+        return None
+    slot = torch.arange(rows.numel(), device=p.device) - (support.cumsum(0) - support)[rows]
+    # Slot j holds the (j+1)-th positive entry in id order; pads (slots >= support) get id V
+    # and p = -1: below every real token, tied among themselves, taken in slot order.
+    ids = torch.full((p.shape[0], width), vocab, dtype=torch.long, device=p.device)
+    ids[rows, slot] = cols
+    values = torch.full((p.shape[0], width), -1.0, dtype=p.dtype, device=p.device)
+    values[rows, slot] = p[rows, cols]
+    own = torch.searchsorted(ids, token.unsqueeze(-1)).squeeze(-1)  # slot of x (p(x) > 0)
+    idx_b, ok_b, idx_a, ok_a = _window_generic(values, px, own, n_before, n_after, k_before, k_after)
+    is_pad = idx_a >= support.unsqueeze(-1)
+    idx_b = ids.gather(-1, idx_b)
+    idx_a = ids.gather(-1, idx_a.clamp(max=width - 1))
+    if bool((is_pad & ok_a).any()):
+        zero_ids, zero_ok = _smallest_zero_ids(p, k_after + 1)
+        nth = (is_pad.long().cumsum(-1) - 1).clamp(min=0)  # pads are taken in slot order
+        idx_a = torch.where(is_pad, zero_ids.gather(-1, nth), idx_a)
+        ok_a = ok_a & (~is_pad | zero_ok.gather(-1, nth))
+    idx_b = torch.where(ok_b, idx_b, token.unsqueeze(-1))
+    idx_a = torch.where(ok_a, idx_a, token.unsqueeze(-1))
+    return idx_b, ok_b, idx_a, ok_a
+
+
+def _window_rows(
+    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The rank window for rows the neighbourhood search did not settle: packed when p(x) > 0
+    and p is sparse, else over the full rows."""
+    positive = px.squeeze(-1) > 0
+    if bool(positive.any()):
+        rows = positive.nonzero(as_tuple=True)[0]
+        every = rows.numel() == p.shape[0]
+        sub = (p, px, token, n_before, n_after) if every else (p[rows], px[rows], token[rows], n_before[rows], n_after[rows])
+        packed = _window_sparse(*sub, k_before, k_after)
+        if packed is not None:
+            if every:
+                return packed
+            out = list(_window_generic(p[~positive], px[~positive], token[~positive], n_before[~positive],
+                                       n_after[~positive], k_before, k_after)) if bool((~positive).any()) else None
+            result = [torch.empty(p.shape[0], k, dtype=dt, device=p.device)
+                      for k, dt in ((k_before, torch.long), (k_before, torch.bool), (k_after, torch.long), (k_after, torch.bool))]
+            for full, part in zip(result, packed):
+                full[rows] = part
+            if out is not None:
+                for full, part in zip(result, out):
+                    full[~positive] = part
+            return tuple(result)
+    return _window_generic(p, px, token, n_before, n_after, k_before, k_after)
 
 
 def rank_window_members(
     p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tensor | int
 ) -> tuple[Tensor, Tensor]:
     """The rank window of ``rank_window`` as member indices [..., M] and validity [..., M],
-    M = max(n_before) + 1 + max(n_after). The token itself is always a valid member.
+    M = min(max(n_before), V - 1) + 1 + min(max(n_after), V - 1). The token itself is always a
+    valid member; invalid slots point at the token.
 
-    Fast path: two top-k selections on strict comparisons, O(V). Rows where p(x) is tied with
-    another token, or a tie straddles a window edge, are recomputed by the exact mask path.
+    Exact under any ties, without sorting. Tokens tied with p(x) sit next to x in the ranking,
+    ordered by id, so they are looked for among nearby ids first: the common case after top-k,
+    p(x) = 0, costs a few gathers. Other rows use one cumulative count for the ties and one
+    top-k per side for the rest (on the packed positive entries when p is sparse), with a tie
+    at the selection boundary re-chosen by id.
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
-    # Work on rows [N, V]; reshape back at the end.
     token = token.expand(batch).reshape(-1)
-    n_before = torch.as_tensor(n_before, device=p.device).expand(batch).reshape(-1)
-    n_after = torch.as_tensor(n_after, device=p.device).expand(batch).reshape(-1)
+    n_before = torch.as_tensor(n_before, device=p.device).long().expand(batch).reshape(-1)
+    n_after = torch.as_tensor(n_after, device=p.device).long().expand(batch).reshape(-1)
     p = p.reshape(-1, vocab)
-    max_before = int(n_before.max().item()) if n_before.numel() else 0
-    max_after = int(n_after.max().item()) if n_after.numel() else 0
+    k_before = min(int(n_before.max().item()), vocab - 1) if n_before.numel() else 0
+    k_after = min(int(n_after.max().item()), vocab - 1) if n_after.numel() else 0
     px = p.gather(-1, token.unsqueeze(-1))
-    tied = (p == px).sum(-1) > 1  # p(x) shared with another token: ties ordered by id
-    idx_b, ok_b, bad_b = _nearest_strict(p, px, n_before, max_before, above=True)
-    idx_a, ok_a, bad_a = _nearest_strict(p, px, n_after, max_after, above=False)
-    index = torch.cat([idx_b, token.unsqueeze(-1), idx_a], -1)
-    valid = torch.cat([ok_b, torch.ones_like(token, dtype=torch.bool).unsqueeze(-1), ok_a], -1)
-    if bool(tied.any()):
-        rows = tied.nonzero(as_tuple=True)
-        tie_index, tie_valid, tie_bad = _tied_window(p[rows], token[rows], n_before[rows], n_after[rows])
-        index, valid = index.clone(), valid.clone()
-        index[rows], valid[rows] = _mask_members(_members_to_mask(tie_index, tie_valid, p[rows].shape), index.shape[-1])
-        bad_b, bad_a = bad_b.clone(), bad_a.clone()
-        bad_b[rows], bad_a[rows] = tie_bad, tie_bad
-    needs_exact = bad_b | bad_a
-    if bool(needs_exact.any()):
-        rows = needs_exact.nonzero(as_tuple=True)
-        mask = _rank_window_mask_exact(p[rows], token[rows], n_before[rows], n_after[rows])
-        exact_index, exact_valid = _mask_members(mask, index.shape[-1])
-        index, valid = index.clone(), valid.clone()
-        index[rows], valid[rows] = exact_index, exact_valid
-    # Invalid slots point at the token itself, so no slot names an unrelated token.
+    idx_b = ok_b = idx_a = ok_a = None
+    if k_before + k_after > 0:
+        reach = min(vocab - 1, max(_LOCAL_REACH, k_before, k_after))
+        idx_b, ok_b, done_b = _local_tied_side(p, px, token, n_before, k_before, reach, after=False)
+        idx_a, ok_a, done_a = _local_tied_side(p, px, token, n_after, k_after, reach, after=True)
+        # Settled: all nearest ties found and no strict neighbours needed on either side.
+        settled = done_b & done_a & (ok_b.sum(-1) >= n_before) & (ok_a.sum(-1) >= n_after)
+        if not bool(settled.all()):
+            rows = (~settled).nonzero(as_tuple=True)[0]
+            every = rows.numel() == p.shape[0]
+            sub = (p, px, token, n_before, n_after) if every else (p[rows], px[rows], token[rows], n_before[rows], n_after[rows])
+            window = _window_rows(*sub, k_before, k_after)
+            if every:
+                idx_b, ok_b, idx_a, ok_a = window
+            else:
+                idx_b[rows], ok_b[rows], idx_a[rows], ok_a[rows] = window
+    parts = [token.unsqueeze(-1)] if idx_b is None else [idx_b, token.unsqueeze(-1), idx_a]
+    valid_parts = [torch.ones_like(token, dtype=torch.bool).unsqueeze(-1)]
+    if idx_b is not None:
+        valid_parts = [ok_b, valid_parts[0], ok_a]
+    index, valid = torch.cat(parts, -1), torch.cat(valid_parts, -1)
     index = torch.where(valid, index, token.unsqueeze(-1))
     return index.reshape(*batch, -1), valid.reshape(*batch, -1)
 
@@ -218,18 +341,41 @@ def _mask_members(mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     return index, valid
 
 
+RANK_BY = ("p", "q")
+
+
 @runtime_checkable
 class ClusterRule(Protocol):
-    """A rule that assigns each drafted token x a cluster C(x) given the target p.
+    """A rule that assigns each drafted token x a cluster C(x) given the target p (and, for
+    rules that need it, the draft q).
 
     ``is_partition`` is True when the clusters {C(x)} partition the vocabulary for every p
-    (then Theorem 1 applies and the cluster-exact residual is defined)."""
+    (then Theorem 1 applies and the cluster-exact residual is defined); such rules also have
+    ``partition_labels(p) -> [..., V]``. Rules written against the older two-argument
+    ``members(p, token)`` keep working: q is passed only to rules whose ``members`` accepts it.
+    """
 
     is_partition: bool
 
-    def members(self, p: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:
-        """Cluster of ``token`` given p [..., V], token [...]: indices [..., M] and validity [..., M]."""
+    def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Cluster of ``token`` given p [..., V] (q [..., V]), token [...]: indices [..., M] and validity [..., M]."""
         ...
+
+
+@lru_cache(maxsize=None)
+def _members_takes_q(rule_type: type) -> bool:
+    try:
+        params = inspect.signature(rule_type.members).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(x.name == "q" or x.kind is inspect.Parameter.VAR_KEYWORD for x in params)
+
+
+def rule_members(rule: ClusterRule, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``rule.members(p, token, q=q)``, or ``rule.members(p, token)`` for rules without a q argument."""
+    if _members_takes_q(type(rule)):
+        return rule.members(p, token, q=q)
+    return rule.members(p, token)
 
 
 @dataclass(frozen=True)
@@ -237,7 +383,7 @@ class FixedPartition:
     """A partition of the vocabulary given as integer labels [V] (or [..., V]) that does not depend on p."""
 
     labels: Tensor
-    is_partition: bool = True
+    is_partition: ClassVar[bool] = True
 
     def partition_labels(self, p: Tensor) -> Tensor:
         return check_labels(self.labels, p.shape[-1]).to(p.device)
@@ -246,7 +392,7 @@ class FixedPartition:
         labels = self.partition_labels(p).expand(p.shape)
         return labels == labels.gather(-1, token.unsqueeze(-1))
 
-    def members(self, p: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:
+    def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         mask = self.cluster_mask(p, token)
         return _mask_members(mask, int(mask.sum(-1).max().item()))
 
@@ -256,29 +402,47 @@ class DynamicClusters:
     """The paper's dynamic clusters (Algorithm 3, VERIFY_GSD), as in ``dynamic_cluster``.
 
     Token-dependent and overlapping: *not* a partition, so Theorem 1 does not hold in general
-    (proofs/04_dynamic_counterexample.md) and only the token-level residual applies."""
+    (proofs/04_dynamic_counterexample.md) and only the token-level residual applies.
+
+    rank_by: "p" (the paper, Table 2 row C/D) ranks the vocabulary by the target; "q" (Table 2
+    row B, the ablation) ranks it by the draft distribution instead, same tie rule (smaller id
+    first). The filters are unchanged: the gap filter always compares *target* probabilities
+    |p(y) - p(x)|, as in the released code. With rank_by="q" the rule needs q, which ``verify``,
+    ``acceptance_rate`` and ``output_distribution`` pass (``members(p, token, q)``).
+    """
 
     group_size: int
     max_embedding_distance: float | None = None
     max_prob_gap: float | None = None
     embeddings: Tensor | None = None
-    is_partition: bool = False
+    rank_by: str = "p"
+    is_partition: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group_size, int) or self.group_size < 0:
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 0:
             raise ValueError(f"group_size must be an int >= 0, got {self.group_size!r}")
+        if self.rank_by not in RANK_BY:
+            raise ValueError(f"rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
         if self.max_embedding_distance is not None and self.embeddings is None:
             raise ValueError("max_embedding_distance needs embeddings (a [V, D] tensor)")
-        if self.embeddings is not None and (self.embeddings.ndim != 2 or not self.embeddings.is_floating_point()):
-            raise ValueError(f"embeddings must be a float tensor [V, D], got {tuple(self.embeddings.shape)}")
+        if self.embeddings is not None and (
+            not isinstance(self.embeddings, Tensor) or self.embeddings.ndim != 2 or not self.embeddings.is_floating_point()
+        ):
+            raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(self.embeddings, 'shape', None)}")
         for name in ("max_embedding_distance", "max_prob_gap"):
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
 
-    def members(self, p: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:
+    def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if self.rank_by == "q":
+            if q is None:
+                raise ValueError("DynamicClusters(rank_by='q') ranks by the draft q: pass q to members()")
+            ranking = q.expand(p.shape) if q.shape != p.shape else q
+        else:
+            ranking = p
         half = self.group_size // 2
-        index, keep = rank_window_members(p, token, half, half)
+        index, keep = rank_window_members(ranking, token, half, half)
         if self.max_prob_gap is not None:
             px = p.gather(-1, token.unsqueeze(-1))
             keep = keep & ((p.gather(-1, index) - px).abs() <= self.max_prob_gap)
@@ -302,16 +466,16 @@ class RankBinnedClusters:
     """
 
     group_size: int
-    is_partition: bool = True
+    is_partition: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group_size, int) or self.group_size < 1:
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
             raise ValueError(f"RankBinnedClusters needs group_size >= 1, got {self.group_size!r}")
 
     def partition_labels(self, p: Tensor) -> Tensor:
         return probability_ranks(p) // self.group_size
 
-    def members(self, p: Tensor, token: Tensor) -> tuple[Tensor, Tensor]:
+    def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         offset = probability_rank(p, token) % self.group_size
         return rank_window_members(p, token, offset, self.group_size - 1 - offset)
 
@@ -330,9 +494,9 @@ def as_cluster_rule(clusters: object, vocab_size: int) -> ClusterRule | None:
     )
 
 
-def cluster_mask(rule: ClusterRule, p: Tensor, token: Tensor) -> Tensor:
-    """Bool mask [..., V] of C(token) under ``rule``; p: [..., V], token: [...]."""
-    index, keep = rule.members(p, token.expand(p.shape[:-1]))
+def cluster_mask(rule: ClusterRule, p: Tensor, token: Tensor, q: Tensor | None = None) -> Tensor:
+    """Bool mask [..., V] of C(token) under ``rule``; p (and q, for rules ranking by q): [..., V], token: [...]."""
+    index, keep = rule_members(rule, p, token.expand(p.shape[:-1]), q)
     return _members_to_mask(index, keep, p.shape)
 
 
@@ -344,6 +508,8 @@ def dynamic_cluster(
     embeddings: Tensor | None = None,
     max_embedding_distance: float | None = None,
     max_prob_gap: float | None = None,
+    rank_by: str = "p",
+    q: Tensor | None = None,
 ) -> Tensor:
     """The paper's dynamic cluster of ``token`` (Algorithm 3) as a bool mask [..., V].
 
@@ -359,9 +525,15 @@ def dynamic_cluster(
     when a window id is above 10000. Here the window is symmetric, bounds are inclusive and
     the filters always apply.
 
-    p: [..., V]; token: int or int tensor broadcastable to p.shape[:-1].
+    rank_by="q" ranks by the draft ``q`` instead (the Table 2 ablation); the filters still use p.
+    p (q): [..., V]; token: int or int tensor broadcastable to p.shape[:-1].
     """
-    p = check_probabilities(p, "p")
+    if q is None:
+        p = check_probabilities(p, "p")
+    else:
+        p, q = check_pair(p, q)
+        shape = torch.broadcast_shapes(p.shape, q.shape)
+        p, q = p.expand(shape), q.expand(shape)
     token = check_tokens(token, p.shape[-1]).to(p.device)
-    rule = DynamicClusters(group_size, max_embedding_distance, max_prob_gap, embeddings)
-    return cluster_mask(rule, p, token)
+    rule = DynamicClusters(group_size, max_embedding_distance, max_prob_gap, embeddings, rank_by)
+    return cluster_mask(rule, p, token, q)

@@ -3,6 +3,14 @@ window verified left to right (Leviathan et al. 2023, Alg. 1; GSD Algorithm 3).
 
 Notation: p is the target (the model's distribution now), q the draft distribution the
 drafted token was sampled from.
+
+Acceptance scale: every acceptance test uses min(1, s * p(C)/q(C)) with s =
+``acceptance_scale``. s = 1 is the exact rule. s > 1 is our definition of the naive lossy
+relaxation the GSD paper compares against as "Amplify (k)" (the paper's formula was not found;
+min(1, k p/q) is inferred). s > 1
+accepts more often and keeps the residual unchanged (norm((p - q)+)), so the output is no
+longer p even for singletons; ``output_distribution`` gives its exact law. s < 1 is accepted
+as well (it rejects more and is lossy too). s must be finite and > 0.
 """
 
 from __future__ import annotations
@@ -12,36 +20,40 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import check_pair, check_probabilities, check_tokens, working_dtype
-from .grouping import ClusterRule, _group_sum, as_cluster_rule
+from ._validation import check_acceptance_scale, check_pair, check_probabilities, check_tokens, working_dtype
+from .grouping import ClusterRule, _group_sum, as_cluster_rule, rule_members
 
 RESIDUAL_MODES = ("token", "cluster")
 
 
-def _ratio(p_mass: Tensor, q_mass: Tensor) -> Tensor:
-    """min(1, p/q), and 0 where q = 0 (the token could not have been drafted)."""
+def _ratio(p_mass: Tensor, q_mass: Tensor, scale: float = 1.0) -> Tensor:
+    """min(1, s * p/q), and 0 where q = 0 (the token could not have been drafted)."""
     safe = torch.where(q_mass > 0, q_mass, torch.ones_like(q_mass))
-    return torch.where(q_mass > 0, (p_mass / safe).clamp(max=1.0), torch.zeros_like(p_mass))
+    ratio = p_mass / safe if scale == 1.0 else (scale * p_mass) / safe
+    return torch.where(q_mass > 0, ratio.clamp(max=1.0), torch.zeros_like(p_mass))
 
 
-def accept_probability(p: Tensor, q: Tensor, token: Tensor | int, cluster: Tensor | None = None) -> Tensor:
-    """Probability of accepting the drafted ``token``: min(1, p(C) / q(C)).
+def accept_probability(
+    p: Tensor, q: Tensor, token: Tensor | int, cluster: Tensor | None = None, *, acceptance_scale: float = 1.0
+) -> Tensor:
+    """Probability of accepting the drafted ``token``: min(1, s * p(C) / q(C)), s = acceptance_scale.
 
     C is the bool mask ``cluster`` [..., V] (it must contain the token), or {token} when None
-    (standard speculative sampling, min(1, p(x)/q(x))). q(C) = 0 gives 0. p, q: [..., V];
-    token: [...]. Returns [...].
+    (standard speculative sampling, min(1, p(x)/q(x))). q(C) = 0 gives 0. s = 1 is the exact
+    rule; s > 1 is the lossy "Amplify" relaxation. p, q: [..., V]; token: [...]. Returns [...].
     """
+    scale = check_acceptance_scale(acceptance_scale)
     p, q = check_pair(p, q)
     shape = torch.broadcast_shapes(p.shape, q.shape)
     token = check_tokens(token, shape[-1]).to(p.device).expand(shape[:-1]).unsqueeze(-1)
     if cluster is None:
-        return _ratio(p.expand(shape).gather(-1, token), q.expand(shape).gather(-1, token)).squeeze(-1)
+        return _ratio(p.expand(shape).gather(-1, token), q.expand(shape).gather(-1, token), scale).squeeze(-1)
     if not isinstance(cluster, Tensor) or cluster.dtype != torch.bool or cluster.shape[-1] != shape[-1]:
         raise ValueError(f"cluster must be a bool mask [..., V={shape[-1]}]")
     cluster = cluster.expand(shape)
     if not bool(cluster.gather(-1, token).all()):
         raise ValueError("cluster must contain the drafted token")
-    return _ratio((p * cluster).sum(-1), (q * cluster).sum(-1))
+    return _ratio((p * cluster).sum(-1), (q * cluster).sum(-1), scale)
 
 
 def _partition_labels(rule: ClusterRule | None, p: Tensor) -> Tensor | None:
@@ -90,16 +102,19 @@ def residual_distribution(p: Tensor, q: Tensor, labels: Tensor | ClusterRule | N
 
 
 def sample_categorical(dist: Tensor, uniform: Tensor) -> Tensor:
-    """Inverse-CDF draw: the token y with cdf(y-1) <= u * total < cdf(y). dist: [..., V], uniform: [...] in [0, 1).
+    """Inverse-CDF draw: the first token y with cdf(y) > u * total. dist: [..., V] (unnormalised
+    weights >= 0 with a positive total), uniform: [...] in [0, 1).
 
-    Never returns a zero-probability token (rounding at the top end falls back to the last
-    token with positive mass)."""
+    Never returns a zero-probability token: where rounding puts u * total at or above the
+    final cdf value, the draw falls back to the first token at which the cdf reaches its total
+    (that token has positive weight, as does every first crossing of the cdf)."""
     cdf = dist.cumsum(-1)
-    target = (uniform.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
-    index = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True).squeeze(-1)
-    vocab = dist.shape[-1]
-    last_positive = vocab - 1 - (dist.flip(-1) > 0).to(torch.uint8).argmax(-1)
-    return torch.minimum(index, last_positive)
+    total = cdf[..., -1:]
+    target = uniform.to(cdf.dtype).unsqueeze(-1) * total
+    cdf = cdf.contiguous()
+    index = torch.searchsorted(cdf, target.contiguous(), right=True).squeeze(-1)
+    last = torch.searchsorted(cdf, total.contiguous()).squeeze(-1)
+    return torch.minimum(index, last)
 
 
 @dataclass(frozen=True)
@@ -123,9 +138,30 @@ def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | Non
     if rule is None:
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
-    index, keep = rule.members(p, token)
+    index, keep = rule_members(rule, p, token, q)
     keep = keep.to(p.dtype)
     return (p.gather(-1, index) * keep).sum(-1), (q.gather(-1, index) * keep).sum(-1)
+
+
+def _accept_probs_two_rounds(
+    p: Tensor, q: Tensor, draft_tokens: Tensor, rule: ClusterRule | None, scale: float, first_uniform: Tensor
+) -> Tensor:
+    """accept_probs [..., L] for position 0 of every window, and for positions 1..L-1 only of
+    windows whose position 0 is accepted (NaN elsewhere). p, q: [..., L, V]; draft_tokens [..., L]."""
+    batch, window, vocab = p.shape[:-2], p.shape[-2], p.shape[-1]
+    first = _ratio(*_cluster_masses(p[..., 0, :], q[..., 0, :], draft_tokens[..., 0], rule), scale)
+    out = torch.full((*batch, window), torch.nan, dtype=p.dtype, device=p.device)
+    out[..., 0] = first
+    go = (first_uniform < first).reshape(-1)
+    if bool(go.any()):
+        rows = go.nonzero(as_tuple=True)[0]
+        p_rest = p.reshape(-1, window, vocab)[rows, 1:]
+        q_rest = q.reshape(-1, window, vocab)[rows, 1:]
+        rest = _ratio(*_cluster_masses(p_rest, q_rest, draft_tokens.reshape(-1, window)[rows, 1:], rule), scale)
+        flat = out.reshape(-1, window)
+        flat[rows, 1:] = rest
+        out = flat.reshape(*batch, window)
+    return out
 
 
 def verify(
@@ -138,10 +174,13 @@ def verify(
     *,
     uniforms: Tensor | None = None,
     validate: bool = True,
+    acceptance_scale: float = 1.0,
+    stop_early: bool = False,
 ) -> VerifyResult:
     """Verify one window of L drafted tokens left to right (GSD Algorithm 3; SD when clusters=None).
 
-    Position i accepts with probability min(1, p_i(C_i) / q_i(C_i)) (u_i < that, u_i ~ U[0, 1));
+    Position i accepts with probability min(1, s * p_i(C_i) / q_i(C_i)) (u_i < that, u_i ~ U[0, 1);
+    s = ``acceptance_scale``, 1 for the exact rule, > 1 for the lossy "Amplify" relaxation);
     the first rejection is resampled from the residual of its row and ends the window. If all
     L are accepted and p has an (L+1)-th row, a bonus token is drawn from it.
 
@@ -150,9 +189,15 @@ def verify(
     residual: "token" (the paper's norm((p - q)+)) or "cluster" (cluster-exact; partitions only).
     Randomness: ``uniforms`` [..., L + 1] if given (acceptance tests, then the inverse-CDF
     draw), else drawn from ``generator``. Vectorised over the window and the batch.
+    stop_early: evaluate position 0 first and positions 1..L-1 only for the windows that
+    accepted it (two vectorised rounds instead of one): same decisions and tokens, much less
+    work when most windows reject their first draft (e.g. random draft initialisation), but
+    accept_probs is NaN after each window's first rejection. validate=False skips the input
+    checks (two passes over p and q) for callers that guarantee valid inputs.
     """
     if residual not in RESIDUAL_MODES:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUAL_MODES}")
+    scale = check_acceptance_scale(acceptance_scale)
     if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
         raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
     window = q.shape[-2]
@@ -192,9 +237,11 @@ def verify(
         raise ValueError(f"uniforms must have shape {(*batch, window + 1)}, got {tuple(uniforms.shape)}")
 
     p_rows = p[..., :window, :]
-    p_mass, q_mass = _cluster_masses(p_rows, q, draft_tokens, rule)
-    accept_probs = _ratio(p_mass, q_mass)
-    accepted = uniforms[..., :window] < accept_probs
+    if stop_early and window > 1:
+        accept_probs = _accept_probs_two_rounds(p_rows, q, draft_tokens, rule, scale, uniforms[..., 0])
+    else:
+        accept_probs = _ratio(*_cluster_masses(p_rows, q, draft_tokens, rule), scale)
+    accepted = uniforms[..., :window] < accept_probs  # NaN (not evaluated) compares False
     num_accepted = accepted.to(torch.int64).cumprod(-1).sum(-1)
 
     # The row where the window stops: the first rejection (or, if all accepted, the bonus row).

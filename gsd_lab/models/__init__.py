@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .adapter import CausalLMAdapter
+
 MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
 
 

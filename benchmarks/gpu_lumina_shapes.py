@@ -1,0 +1,249 @@
+"""GPU shape check for Lumina-mGPT 7B: forward latency of a 1- and a 16-token window at a ~2300-token
+context (a batched CFG pair) and the verification time of a 16-token window, on random weights.
+
+Builds a full-size Chameleon 7B (vocab 65536, hidden 4096, 32 layers, FFN 11008, 32 heads) with
+random bfloat16 weights directly on the GPU, through the same loading path as real checkpoints
+(q/k-norms generated in the Lumina [1, head_dim] layout and expanded by ``expand_qk_norm``, strict
+``build_lumina_model``), wraps it in ``LuminaMGPTAdapter`` (768 x 768 layout, CFG 3.0, top-k 2000),
+prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median of ``--repeats``):
+
+- ``forward_ms[T]``: one adapter forward of T = 1 and T = window new tokens (model + logits
+  processing), the cache cropped back after each; ``model_ms[T]``: the model part alone;
+- ``verify_ms``: ``gsd_core.verify`` of one window, SJD (clusters None) and GSD (dynamic clusters,
+  G = 14, d = 0.5 on the input embeddings, delta = 0.15), on the adapter's real [window+1, 65536]
+  distributions.
+
+Prints one JSON line. Needs nothing downloaded; about 16 GB of GPU memory; well under 8 minutes
+on an H200. ``--tiny`` runs the same measurements on a tiny model on the CPU (used by the tests).
+
+    python benchmarks/gpu_lumina_shapes.py            # on a GPU machine
+    python benchmarks/gpu_lumina_shapes.py --tiny     # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from gsd_core import DynamicClusters, verify
+from gsd_lab.models.lumina_mgpt import (
+    IMAGE_ENCODER_PREFIX,
+    LuminaImageLayout,
+    LuminaMGPTAdapter,
+    build_lumina_model,
+    estimated_parameters,
+    expand_qk_norm,
+)
+
+
+def chameleon_vocabulary_map(vocab_size: int, num_codes: int) -> dict[str, int]:
+    """Chameleon's token names at their real ids: <s> <pad> </s> <unk>, IMGIMG codes at 4 ..
+    4 + num_codes - 1 (code = id - 4 here), <eoss>, <racm3:break>, then <reservedNNNNN> = NNNNN + 4."""
+    names = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    digits = "ABCDEFGHIJ"
+    for code in range(num_codes):
+        names["IMGIMG" + "".join(digits[int(d)] for d in str(code)) + "Z"] = 4 + code
+    names["<eoss>"] = 4 + num_codes
+    names["<racm3:break>"] = 5 + num_codes
+    for token in range(6 + num_codes, vocab_size):
+        names[f"<reserved{token - 4:05d}>"] = token
+    return names
+
+
+def model_config(tiny: bool):
+    from transformers import ChameleonConfig
+
+    if tiny:
+        dims = {
+            "vocab_size": 8900,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 512,
+        }
+        num_codes = 64
+    else:
+        dims = {
+            "vocab_size": 65536,
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "max_position_embeddings": 4096,
+        }
+        num_codes = 8192
+    vocabulary_map = chameleon_vocabulary_map(dims["vocab_size"], num_codes)
+    return ChameleonConfig(
+        **dims,
+        rope_theta=10000.0,
+        model_parallel_size=1,
+        tie_word_embeddings=False,
+        vocabulary_map=vocabulary_map,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+    )
+
+
+def random_state(
+    config, *, device: torch.device, dtype: torch.dtype, seed: int
+) -> dict[str, torch.Tensor]:
+    """Random weights (std 0.02; norms 1) for every text-model key, q/k-norms in Lumina's
+    [model_parallel_size, head_dim] layout expanded by the loader's ``expand_qk_norm``."""
+    from transformers import ChameleonForConditionalGeneration
+
+    with torch.device("meta"):
+        shapes = {
+            k: v.shape
+            for k, v in ChameleonForConditionalGeneration(config).state_dict().items()
+            if not k.startswith(IMAGE_ENCODER_PREFIX)
+        }
+    generator = torch.Generator(device=device).manual_seed(seed)
+    head_dim = config.hidden_size // config.num_attention_heads
+    state = {}
+    for name, shape in shapes.items():
+        if ".q_norm." in name or ".k_norm." in name:
+            base = torch.ones if name.endswith("weight") else torch.zeros
+            state[name] = expand_qk_norm(
+                name, base(config.model_parallel_size, head_dim, device=device, dtype=dtype), config
+            )
+        elif name.endswith(("norm.weight", "layernorm.weight")):
+            state[name] = torch.ones(shape, device=device, dtype=dtype)
+        else:
+            state[name] = (0.02 * torch.randn(shape, device=device, generator=generator)).to(dtype)
+    return state
+
+
+def _timed(fn, device: torch.device) -> tuple[float, object]:
+    """(seconds, result) of ``fn()``, CUDA-synchronised before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def run(tiny: bool, context: int, window: int, repeats: int, seed: int) -> dict:
+    total_start = time.perf_counter()
+    device = torch.device("cpu" if tiny else "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --tiny on the CPU")
+    dtype = torch.float32 if tiny else torch.bfloat16
+    config = model_config(tiny)
+    build_start = time.perf_counter()
+    state = random_state(config, device=device, dtype=dtype, seed=seed)
+    model = build_lumina_model(config, state, device=device)
+    del state
+    resolution = 128 if tiny else 768
+    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
+    adapter = LuminaMGPTAdapter(model, layout, top_k=2000, temperature=1.0, cfg_scale=3.0)
+    build_seconds = _timed(lambda: None, device)[0] + time.perf_counter() - build_start
+
+    generator = torch.Generator(device=device).manual_seed(seed)
+    # Stand-in text ids (the weights are random, so which ids does not matter): the reserved range.
+    text = torch.randint(
+        layout.image_start + 1, config.vocab_size, (32,), generator=generator, device=device
+    )
+    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    generated_count = context - prompt.numel()
+    if generated_count < 1 or generated_count + window > layout.num_image_tokens + 1:
+        raise SystemExit(
+            f"--context must leave room for the window inside one image ({layout.num_image_tokens} tokens)"
+        )
+    tokens = adapter.random_tokens(torch.arange(generated_count + window, device=device), generator)
+    adapter.start(prompt)
+    prefill_input = torch.cat([prompt, tokens[:generated_count]])
+    prefill_seconds, _ = _timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
+    kept = adapter.seq_len
+
+    forward_ms, model_ms, probs = {}, {}, None
+    for size in (1, window):
+        wall, inner = [], []
+        for attempt in range(repeats + 1):  # the first is a warm-up
+            before = adapter.model_seconds
+            window_input = tokens[generated_count : generated_count + size]
+            seconds, probs = _timed(functools.partial(adapter.forward, window_input), device)
+            adapter.crop(kept)
+            if attempt:
+                wall.append(seconds)
+                inner.append(adapter.model_seconds - before)
+        forward_ms[size] = 1e3 * statistics.median(wall)
+        model_ms[size] = 1e3 * statistics.median(inner)
+
+    # Verification of one window on the adapter's real distributions: p [L, V]; q from another row set.
+    p = probs
+    q = torch.roll(p, shifts=1, dims=0)
+    drafts = torch.multinomial(q.float(), 1, generator=generator).squeeze(-1)
+    gsd_rule = DynamicClusters(
+        14, max_embedding_distance=0.5, max_prob_gap=0.15, embeddings=adapter.embeddings
+    )
+    verify_ms = {}
+    for name, clusters in (("sjd", None), ("gsd", gsd_rule)):
+        times = []
+        for attempt in range(repeats + 1):
+            call = functools.partial(verify, p, q, drafts, clusters=clusters, generator=generator)
+            seconds, _ = _timed(call, device)
+            if attempt:
+                times.append(seconds)
+        verify_ms[name] = 1e3 * statistics.median(times)
+
+    result = {
+        "benchmark": "gpu_lumina_shapes",
+        "mode": "tiny-cpu" if tiny else "7b-gpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).replace("torch.", ""),
+        "parameters": estimated_parameters(config),
+        "vocab_size": config.vocab_size,
+        "context_tokens": kept,
+        "cfg_batch": 2,
+        "window": window,
+        "repeats": repeats,
+        "build_seconds": round(build_seconds, 3),
+        "prefill_seconds": round(prefill_seconds, 4),
+        "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
+        "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
+        "window_cost_ratio": round(forward_ms[window] / forward_ms[1], 3),
+        "verify_ms": {k: round(v, 3) for k, v in verify_ms.items()},
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if device.type == "cuda"
+        else None,
+        "total_seconds": None,
+    }
+    result["total_seconds"] = round(time.perf_counter() - total_start, 2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny model on the CPU (smoke test)")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="tokens in the cache before the window (default 2300; tiny 48)",
+    )
+    parser.add_argument("--window", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.window < 1 or args.repeats < 1:
+        parser.error("--window and --repeats must be >= 1")
+    context = args.context if args.context is not None else (48 if args.tiny else 2300)
+    result = run(args.tiny, context, args.window, args.repeats, args.seed)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

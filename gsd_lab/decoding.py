@@ -1,0 +1,266 @@
+"""Autoregressive (AR), Speculative Jacobi (SJD, arXiv 2410.01699) and Grouped Speculative
+(GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
+
+One loop serves all three. State: the committed tokens x_0..x_{n-1} (the cache holds the
+prompt and every committed token except the last) and a window of L drafts d_0..d_{L-1} for
+generated positions n..n+L-1, each with the distribution q_i it was drawn from.
+
+Each iteration is one forward pass over [x_{n-1}, d_0, ..., d_{L-1}] (the first iteration
+feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L + 1 output rows
+p_0..p_L are the target distributions of positions n..n+L given the drafts before them.
+``gsd_core.verify(p, q, d, clusters, residual)`` accepts a prefix d_0..d_{a-1} (position i
+accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for SJD, the GSD cluster otherwise)
+and emits one more token: drawn from the residual of row a at a rejection, or from the bonus
+row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
+cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
+j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
+bonus row p_L drafts position n+L); fresh drafts refill the window: uniform over the allowed
+tokens with one-hot q (``init="random"``), or the committed/drafted token one image row up
+(``init="repeat_row"``; one-hot q, random while no row is above).
+
+With clusters=None (SJD) each committed token is an exact draw from the AR distribution
+(standard speculative sampling; a draft's q is exactly the distribution it was drawn from,
+and drafts are independent of the current iteration's uniforms). GSD's dynamic clusters are
+lossy by design (see gsd_core). ``method="ar"`` is the same loop with L = 0: one token per
+forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
+bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
+
+All randomness comes from ``generator`` (on the adapter's device). Batch size 1 only, as the
+papers measure latency at batch 1.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gsd_core import sample_categorical, verify
+
+from .models.adapter import CausalLMAdapter
+
+METHODS = ("ar", "sjd", "gsd")
+INITS = ("random", "repeat_row")
+
+
+@dataclass
+class DecodeResult:
+    """Outcome of one ``generate`` call.
+
+    tokens: [num_tokens] generated ids (CPU, int64). nfe: forward passes (a CFG pair is one;
+    the prefill is one). accepted / drafted: per forward pass, drafts accepted and drafts
+    verified (both 0 for AR steps). acceptance_rate = sum(accepted) / sum(drafted): the share
+    of verified drafts accepted (None when nothing was drafted, e.g. AR). Every forward commits
+    accepted + 1 tokens, so num_tokens = sum(accepted) + nfe. wall_seconds: whole call;
+    model_seconds: inside the model's forward
+    (``CausalLMAdapter.compute_logits``); everything else (logits processing, verification,
+    bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
+    emitted from (its target distribution), when ``record_top1``.
+    """
+
+    tokens: Tensor
+    nfe: int
+    accepted: list[int]
+    drafted: list[int]
+    acceptance_rate: float | None
+    wall_seconds: float
+    model_seconds: float
+    method: str
+    window: int
+    top1: Tensor | None = None
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.wall_seconds - self.model_seconds
+
+    @property
+    def overhead_share(self) -> float:
+        """Share of wall time spent outside the model's forward pass."""
+        return self.overhead_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens.numel() / self.nfe
+
+
+def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
+    return torch.nn.functional.one_hot(tokens, vocab).to(torch.float64)
+
+
+def _check_args(
+    adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale
+) -> None:
+    if not isinstance(adapter, CausalLMAdapter):
+        raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+        raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    if method == "sjd" and clusters is not None:
+        raise ValueError(
+            "method 'sjd' verifies token by token; pass clusters only with method 'gsd'"
+        )
+    if method == "gsd" and clusters is None:
+        raise ValueError(
+            "method 'gsd' needs clusters (e.g. gsd_core.DynamicClusters(group_size=...))"
+        )
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; expected one of {INITS}")
+    if init == "repeat_row" and adapter.row_length is None:
+        raise ValueError("init='repeat_row' needs an adapter that knows its row_length")
+    if generator is not None and torch.device(generator.device).type != adapter.device.type:
+        raise ValueError(
+            f"generator is on {generator.device} but the adapter's model is on {adapter.device}"
+        )
+    if not acceptance_scale > 0:
+        raise ValueError(f"acceptance_scale must be > 0, got {acceptance_scale!r}")
+
+
+def _repeat_row_drafts(
+    history: Tensor,
+    start: int,
+    count: int,
+    row_length: int,
+    adapter: CausalLMAdapter,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Drafts for generated positions start..start+count-1: the token ``row_length`` positions
+    earlier (``history`` holds positions 0..start-1, committed then drafted), random where no
+    row is above; forced tokens where forced."""
+    positions = torch.arange(start, start + count, device=adapter.device)
+    tokens = adapter.random_tokens(positions, generator)
+    seq = torch.cat([history, tokens])
+    # Each pass fills at most one row's worth of positions whose source is already final.
+    for offset in range(0, count, row_length):
+        chunk = positions[offset: offset + row_length]
+        source = chunk - row_length
+        has_source = source >= 0
+        seq[chunk] = torch.where(has_source, seq[source.clamp(min=0)], seq[chunk])
+    drafts = seq[start:]
+    forced = adapter.forced_tokens(positions)
+    if forced is not None:
+        drafts = torch.where(forced >= 0, forced, drafts)
+    return drafts
+
+
+def generate(
+    adapter: CausalLMAdapter,
+    prompt_ids: Tensor,
+    *,
+    num_tokens: int,
+    method: str,
+    window: int = 16,
+    clusters: object = None,
+    residual: str = "token",
+    init: str = "random",
+    generator: torch.Generator | None = None,
+    acceptance_scale: float = 1.0,
+    record_top1: bool = False,
+    progress: bool = False,
+    uncond_prompt_ids: Tensor | None = None,
+) -> DecodeResult:
+    """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
+
+    adapter: a ``CausalLMAdapter`` (its processing defines the target distribution).
+    prompt_ids: [P] prompt; uncond_prompt_ids: the unconditional prompt when the adapter uses
+    CFG. method: "ar", "sjd" or "gsd" (gsd needs ``clusters``: a gsd_core rule or partition
+    labels [V]; ``residual`` "token" or "cluster" as in gsd_core.verify). window: drafts L per
+    forward (ignored by AR). acceptance_scale k > 1: the lossy "Amplify" relaxation
+    min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). Batch size 1.
+    """
+    _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
+    if generator is None:
+        generator = torch.Generator(device=adapter.device)
+        generator.seed()
+    device, vocab = adapter.device, adapter.vocab_size
+    max_window = 0 if method == "ar" else window
+
+    wall_start = time.perf_counter()
+    model_seconds_before = adapter.model_seconds
+    forwards_before = adapter.num_forwards
+    adapter.start(prompt_ids, uncond_prompt_ids)
+    prompt = adapter.prompt
+    prompt_len = prompt.numel()
+
+    out = torch.empty(num_tokens + max_window + 1, dtype=torch.long, device=device)
+    top1 = None
+    if record_top1:
+        top1 = torch.empty(num_tokens + max_window + 1, dtype=torch.float64, device=device)
+    drafts = torch.empty(0, dtype=torch.long, device=device)
+    q = torch.empty(0, vocab, dtype=torch.float64, device=device)
+    accepted_log: list[int] = []
+    drafted_log: list[int] = []
+    done = 0
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_tokens, unit="tok", desc=method)
+
+    while done < num_tokens:
+        L = min(max_window, num_tokens - done - 1)
+        drafts, q = drafts[:L], q[:L]
+        missing = L - drafts.numel()
+        if missing > 0:
+            start = done + drafts.numel()
+            if init == "repeat_row":
+                fresh = _repeat_row_drafts(torch.cat([out[:done], drafts]), start, missing,
+                                           adapter.row_length, adapter, generator)
+            else:
+                positions = torch.arange(start, start + missing, device=device)
+                fresh = adapter.random_tokens(positions, generator)
+            drafts = torch.cat([drafts, fresh])
+            q = torch.cat([q, _one_hot(fresh, vocab)])
+
+        head = prompt if done == 0 else out[done - 1: done]
+        p = adapter.forward(torch.cat([head, drafts]), num_rows=L + 1)
+
+        if L == 0:
+            uniform = torch.rand((), generator=generator, dtype=torch.float64, device=device)
+            out[done] = sample_categorical(p[0], uniform)
+            accepted = 0
+        else:
+            # The adapter guarantees valid rows (validate=False); stop_early evaluates position 0
+            # first and the rest only if it was accepted: same decisions, less work.
+            result = verify(p, q, drafts, clusters, residual, generator, validate=False,
+                            acceptance_scale=acceptance_scale, stop_early=True)
+            accepted = int(result.num_accepted)
+            out[done: done + accepted + 1] = result.tokens[: accepted + 1]
+        if record_top1:
+            top1[done: done + accepted + 1] = p[: accepted + 1].amax(-1)
+        accepted_log.append(accepted)
+        drafted_log.append(L)
+        done += accepted + 1
+        # The cache keeps the prompt and all committed tokens but the last.
+        adapter.crop(prompt_len + done - 1)
+        if accepted < L:
+            # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
+            q = p[accepted + 1:]
+            uniforms = torch.rand(
+                q.shape[0], generator=generator, dtype=torch.float64, device=device
+            )
+            drafts = sample_categorical(q, uniforms)
+        else:
+            drafts, q = drafts[:0], q[:0]
+        if bar is not None:
+            bar.update(min(accepted + 1, bar.total - bar.n))
+
+    if bar is not None:
+        bar.close()
+    drafted_total = sum(drafted_log)
+    return DecodeResult(
+        tokens=out[:num_tokens].cpu(),
+        nfe=adapter.num_forwards - forwards_before,
+        accepted=accepted_log,
+        drafted=drafted_log,
+        acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
+        wall_seconds=time.perf_counter() - wall_start,
+        model_seconds=adapter.model_seconds - model_seconds_before,
+        method=method,
+        window=max_window,
+        top1=top1[:num_tokens].cpu() if record_top1 else None,
+    )

@@ -1,0 +1,194 @@
+"""What the experiments need from a model, in one place: the decoding adapter, how a prompt
+becomes token ids, how many tokens an image has, how tokens become pixels, and the quality
+proxies. ``load_image_model`` builds it for every model name of the command line.
+
+Models:
+- ``standin`` (default): the embedded class-conditional stand-in (``gsd_lab.models.standin``);
+  a prompt is a class index or class name; quality: condition-consistency score (x100) and a
+  Frechet distance on classifier features against held-out real crops (proxies).
+- ``lumina-mgpt-7b-{512,768,1024}``: real Lumina-mGPT weights from ``weights``; a prompt is text;
+  quality: CLIP score when a CLIP model is available.
+- ``tiny-random``: a randomly initialised tiny Llama over 8x8 codes with a fixed colour per code,
+  for tests and development only (its numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..models.adapter import CausalLMAdapter
+
+TINY_RANDOM = "tiny-random"
+
+
+@dataclass
+class ImageModel:
+    """A model ready for the experiments.
+
+    encode(prompt) -> (prompt_ids [P], uncond_prompt_ids [P'] or None); decode(tokens [N]) ->
+    uint8 image [H, W, 3]; ``condition_scores(images, prompts)`` -> [B] (higher is better) and
+    ``frechet_distance(images)`` -> float (lower is better) are None where unavailable; so is
+    ``decode`` (e.g. Lumina-mGPT without its VQGAN)."""
+
+    name: str
+    adapter: CausalLMAdapter
+    num_tokens: int
+    encode: Callable[[str], tuple[Tensor, Tensor | None]]
+    decode: Callable[[Tensor], np.ndarray] | None
+    default_prompts: list[str]
+    condition_scores: Callable[[list[np.ndarray], list[str]], np.ndarray] | None = None
+    frechet_distance: Callable[[list[np.ndarray]], float] | None = None
+    quality_names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def embeddings(self) -> Tensor:
+        """Input-embedding rows of the adapter's model [V, D] (GSD's distance filter)."""
+        return self.adapter.embeddings
+
+    @property
+    def image_vocabulary(self) -> Tensor:
+        """Token ids that may be sampled as image tokens [A]."""
+        return self.adapter.allowed_tokens
+
+
+def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_classes: int = 4,
+                      cfg_scale: float | None = 2.0, top_k: int | None = None) -> ImageModel:
+    """A tiny randomly initialised class-conditional model (tests and development only).
+
+    Vocabulary: class tokens 0..C-1, null class C, image codes C+1..C+K. An image is side x side
+    codes; decode paints each code's fixed random colour on a 4x4 block."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)  # transformers initialises weights from the global generator
+    vocab = num_classes + 1 + num_codes
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=side * side + 8)
+    model = LlamaForCausalLM(config).eval()
+    codes = torch.arange(num_classes + 1, vocab)
+    adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side)
+    palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(torch.uint8)
+
+    def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
+        label = int(prompt)
+        if not 0 <= label < num_classes:
+            raise ValueError(f"tiny-random has classes 0..{num_classes - 1}, got {prompt!r}")
+        return torch.tensor([label]), (torch.tensor([num_classes]) if cfg_scale is not None else None)
+
+    def decode(tokens: Tensor) -> np.ndarray:
+        grid = palette[tokens.reshape(side, side).cpu()]
+        return grid.repeat_interleave(4, 0).repeat_interleave(4, 1).numpy()
+
+    return ImageModel(TINY_RANDOM, adapter, side * side, encode, decode,
+                      [str(c) for c in range(num_classes)])
+
+
+def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
+                     clip: str | None = None, device: str | None = None, cfg_scale: float | None = None,
+                     top_k: int | None = None, seed: int = 0) -> ImageModel:
+    """Build the ``ImageModel`` for a command-line model name (see the module docstring).
+
+    cfg_scale / top_k override the model's defaults when given; ``clip``: a local CLIP folder
+    for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu."""
+    if name == TINY_RANDOM:
+        kwargs: dict[str, Any] = {}
+        if cfg_scale is not None:
+            kwargs["cfg_scale"] = cfg_scale
+        if top_k is not None:
+            kwargs["top_k"] = top_k
+        return tiny_random_model(seed, **kwargs)
+    from ..models import MODEL_NAMES, load_model
+
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; expected one of {MODEL_NAMES + (TINY_RANDOM,)}")
+    overrides = {k: v for k, v in (("cfg_scale", cfg_scale), ("top_k", top_k)) if v is not None}
+    if name == "standin":
+        adapter = load_model(name, device=device or "cpu", **overrides)
+        return standin_image_model(adapter)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, **overrides)
+    return _lumina_model(name, adapter, clip)
+
+
+# A few Parti-style prompts for runs without --prompts (the paper uses all 1,600 PartiPrompts).
+LUMINA_DEFAULT_PROMPTS = [
+    "a portrait of a dog wearing a red scarf",
+    "a cheeseburger with lettuce and tomato on a wooden table",
+    "a lighthouse on a rocky coast at sunset",
+    "an astronaut riding a horse in a field of flowers",
+]
+
+
+def _lumina_model(name: str, adapter: Any, clip_dir: str | None) -> ImageModel:
+    def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
+        uncond = adapter.unconditional_prompt_ids() if adapter.uses_cfg else None
+        return adapter.prompt_ids(prompt), uncond
+
+    def decode(tokens: Tensor) -> np.ndarray:
+        return adapter.decode_images(tokens)[0].cpu().numpy()
+
+    return ImageModel(name, adapter, adapter.num_image_tokens, encode,
+                      decode if adapter.vqgan is not None else None, list(LUMINA_DEFAULT_PROMPTS),
+                      condition_scores=_clip_scorer(clip_dir, adapter.device) if clip_dir else None,
+                      quality_names={"condition_score": "CLIP score (higher better)"})
+
+
+def _clip_scorer(clip_dir: str, device: Any) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
+    """Per-image CLIP scores against the prompts, from a local CLIP folder (gsd_lab.clip_score)."""
+    from ..clip_score import clip_scores, load_clip
+
+    clip_model, processor = load_clip(clip_dir, device=device)
+
+    def scores(images: list[np.ndarray], prompts: list[str]) -> np.ndarray:
+        return clip_scores(images, prompts, clip_model, processor).numpy()
+
+    return scores
+
+
+def standin_image_model(adapter: Any, *, with_metrics: bool = True) -> ImageModel:
+    """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
+    the stand-in's condition-consistency score (x100) and Frechet distance (``gsd_lab.metrics``)."""
+
+    def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
+        label = int(prompt) if str(prompt).isdigit() else prompt
+        uncond = adapter.uncond_prompt_ids() if adapter.uses_cfg else None
+        return adapter.prompt_ids(label), uncond
+
+    def decode(tokens: Tensor) -> np.ndarray:
+        return adapter.decode_images(tokens)[0].cpu().numpy()
+
+    scores = frechet = None
+    if with_metrics:
+        scores, frechet = _standin_metrics(adapter)
+    return ImageModel("standin", adapter, adapter.num_image_tokens, encode, decode, list(adapter.class_names),
+                      condition_scores=scores, frechet_distance=frechet,
+                      quality_names={"condition_score": "condition score x100 (higher better)",
+                                     "frechet_distance": "Frechet distance, classifier features (lower better)"})
+
+
+def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
+    """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
+    reference is the classifier's features of the fixed held-out real crops."""
+    from ..metrics import classifier_features, condition_consistency, frechet_distance_features
+    from ..standin.classifier import heldout_set
+    from ..standin.loading import WEIGHTS_DIR, load_classifier
+
+    classifier = load_classifier(weights_dir or WEIGHTS_DIR)
+    reference_images, _ = heldout_set()
+    reference = classifier_features(classifier, reference_images)
+
+    def scores(images: list[np.ndarray], prompts: list[str]) -> np.ndarray:
+        labels = [adapter.class_index(int(p) if str(p).isdigit() else p) for p in prompts]
+        return np.array([condition_consistency(classifier, torch.from_numpy(np.ascontiguousarray(image))[None],
+                                               torch.tensor([label])) for image, label in zip(images, labels)])
+
+    def frechet(images: list[np.ndarray]) -> float:
+        batch = torch.from_numpy(np.ascontiguousarray(np.stack(images)))
+        return frechet_distance_features(classifier_features(classifier, batch), reference)
+
+    return scores, frechet

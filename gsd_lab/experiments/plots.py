@@ -1,0 +1,177 @@
+"""Matplotlib figures for the analyses; each function returns a Figure (the caller saves or
+shows it). Shared by the notebooks and ``python -m gsd_lab figures``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .toy import Theorem1Check
+from .top1 import Top1Stats
+
+
+def _figure(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (4.2, 3.2)) -> tuple[Figure, Any]:
+    # A bare Figure (no pyplot state): nothing leaks into notebooks as a repr or a second draw.
+    fig = Figure(figsize=(size[0] * ncols, size[1] * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) -> Figure:
+    """The two Fig. 6 pairs: p and q per token (sorted by p, then by q), with their TV."""
+    fig, axes = _figure(2)
+    for ax, (name, (p, q)) in zip(axes[0], pairs.items()):
+        p, q = np.asarray(p), np.asarray(q)
+        order = np.lexsort((-q, -p))
+        ax.plot(p[order], label="target p", lw=1.5)
+        ax.plot(q[order], label="draft q", lw=1.0, alpha=0.8)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"token (sorted), V = {p.size}")
+        ax.set_ylabel("probability")
+        ax.set_title(f"{name}: TV = {tvs[name]:.3f}, acceptance = {1 - tvs[name]:.3f}")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def tv_against_viable(viable_counts: list[int], top1_masses: list[float], grid: np.ndarray, noise: float) -> Figure:
+    """Mean TV(p, q) of noisy pairs against the number of viable tokens, one line per top-1 mass."""
+    fig, axes = _figure(1)
+    ax = axes[0, 0]
+    for mass, row in zip(top1_masses, np.asarray(grid)):
+        ax.plot(viable_counts, row, marker="o", label=f"top-1 mass {mass:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("viable tokens shared by p and q")
+    ax.set_ylabel("TV(p, q) = 1 - acceptance")
+    ax.set_title(f"per-token noise {noise:g} (log-normal)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def grouping_and_theorem1(group_sizes: list[int], tv_by_group: np.ndarray, check: Theorem1Check) -> Figure:
+    """Left: TV(p', q') after rank-binned grouping against G (mean and spread over pairs).
+    Right: Theorem 1 drawn: TV after grouping against TV before, random pairs and partitions."""
+    fig, axes = _figure(2)
+    tv = np.asarray(tv_by_group)
+    ax = axes[0, 0]
+    ax.plot(group_sizes, tv.mean(axis=1), marker="o", color="C0")
+    ax.fill_between(group_sizes, np.quantile(tv, 0.1, axis=1), np.quantile(tv, 0.9, axis=1), alpha=0.25)
+    ax.set_xscale("log")
+    ax.set_xlabel("group size G (bins of the p-ranking)")
+    ax.set_ylabel("TV(p', q') = 1 - acceptance")
+    ax.set_title("grouping shrinks TV")
+    ax = axes[0, 1]
+    before, after = check.tv_tokens.numpy(), check.tv_clusters.numpy()
+    ax.scatter(before, after, s=4, alpha=0.4)
+    ax.plot([0, 1], [0, 1], color="k", lw=0.8, label="TV(p', q') = TV(p, q)")
+    ax.set_xlabel("TV(p, q): tokens")
+    ax.set_ylabel("TV(p', q'): clusters")
+    ax.set_title(f"Theorem 1: max excess {check.max_violation:.1e}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def top1_histograms(stats: Top1Stats, max_images: int = 8) -> Figure:
+    """Pooled histogram of the top-1 probability (log bins), and per image."""
+    per_image = stats.per_image[:max_images]
+    ncols = 1 + len(per_image)
+    cols = min(ncols, 5)
+    rows = -(-ncols // cols)
+    fig, axes = _figure(cols, rows, size=(3.0, 2.4))
+    bins = np.logspace(np.log10(max(stats.pooled.min(), 1e-4)), 0, 30)
+    flat_axes = axes.reshape(-1)
+    ax = flat_axes[0]
+    ax.hist(stats.pooled, bins=bins, color="C0")
+    ax.axvline(stats.threshold, color="C3", lw=1)
+    ax.set_xscale("log")
+    ax.set_title(f"pooled: {stats.pooled_share_below:.0%} < {stats.threshold:g}", fontsize=9)
+    ax.set_xlabel("top-1 probability")
+    shares = stats.share_below
+    for i, values in enumerate(per_image):
+        ax = flat_axes[i + 1]
+        ax.hist(values, bins=bins, color="C1")
+        ax.axvline(stats.threshold, color="C3", lw=1)
+        ax.set_xscale("log")
+        ax.set_title(f"image {i}: {shares[i]:.0%} < {stats.threshold:g}", fontsize=9)
+    for ax in flat_axes[ncols:]:
+        ax.set_axis_off()
+    return fig
+
+
+def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: dict[str, str] | None = None) -> Figure:
+    """One row of images per key (e.g. original / top-k / uniform, or AR / SJD / GSD)."""
+    names = list(rows)
+    ncols = min(max_columns, max(len(v) for v in rows.values()))
+    fig, axes = _figure(ncols, len(names), size=(1.3, 1.45))
+    for r, name in enumerate(names):
+        for c in range(ncols):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c < len(rows[name]):
+                ax.imshow(rows[name][c], interpolation="nearest")
+            if c == 0:
+                ax.set_ylabel((titles or {}).get(name, name), fontsize=8)
+    return fig
+
+
+def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]]) -> Figure:
+    """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k)."""
+    fig, axes = _figure(len(metrics))
+    markers = {"AR": "s", "SJD": "D"}
+    for ax, (key, label) in zip(axes[0], metrics):
+        for name, rows in points.items():
+            rows = [r for r in rows if r.get(key) is not None]
+            if not rows:
+                continue
+            x = [r["nfe"] for r in rows]
+            y = [r[key] for r in rows]
+            if len(rows) == 1:
+                ax.scatter(x, y, marker=markers.get(name, "o"), s=40, label=name, zorder=3)
+            else:
+                ax.plot(x, y, marker="o", label=name)
+                for r, xi, yi in zip(rows, x, y):
+                    ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
+        ax.set_xlabel("NFE (forward passes per image)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
+    """Horizontal bars per table row, one panel per metric."""
+    fig, axes = _figure(len(metrics), size=(3.6, 0.35 * len(rows) + 1.2))
+    labels = [r["method"] for r in rows]
+    for i, (ax, (key, label)) in enumerate(zip(axes[0], metrics)):
+        values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
+        ax.barh(range(len(rows)), values, color=[f"C{j % 10}" for j in range(len(rows))])
+        ax.set_yticks(range(len(rows)), labels if i == 0 else [""] * len(rows), fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
+    return fig
+
+
+def distortion(group_sizes: list[int], curves: dict[str, np.ndarray], ylabel: str) -> Figure:
+    """Exact per-step quantities (distortion TV(out, p) or acceptance) against G."""
+    fig, axes = _figure(1)
+    ax = axes[0, 0]
+    for name, values in curves.items():
+        ax.plot(group_sizes, np.asarray(values), marker="o", label=name)
+    ax.set_xlabel("group size G")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def show(fig: Figure, dpi: int = 100) -> None:
+    """Display ``fig`` in a notebook as a PNG only (no text repr such as ``<Figure size ...>``,
+    which changes between matplotlib versions and would break output checks)."""
+    import io
+
+    from IPython.display import display
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    display({"image/png": buffer.getvalue()}, raw=True)

@@ -1,0 +1,220 @@
+"""Toy distributions for the TV argument (paper Fig. 6), Theorem 1 and the tutorial: everything
+here is exact (enumerated with gsd_core) or Monte Carlo over explicit small vocabularies, float64.
+
+Notation: p target, q draft, TV(p, q) = 1/2 sum |p - q|; standard speculative sampling accepts
+with probability 1 - TV(p, q); a partition into clusters accepts with 1 - TV(p', q') (Theorem 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gsd_core import (
+    DynamicClusters,
+    FixedPartition,
+    RankBinnedClusters,
+    acceptance_rate,
+    group_probs,
+    output_distribution,
+    tv_distance,
+    verify,
+)
+
+DTYPE = torch.float64
+
+
+def flat_and_peaked_pairs(vocab_size: int = 1000) -> dict[str, tuple[Tensor, Tensor]]:
+    """The two Fig. 6 style pairs over ``vocab_size`` tokens (even, >= 4).
+
+    "flat": p uniform; q puts 1.5/V on the first half of the tokens and 0.5/V on the second
+    half. Every token is viable for both, each per-token gap is tiny (0.5/V), yet
+    TV = 1/2 * V * 0.5/V = 0.25.
+    "peaked": p(0) = 0.9 and q(0) = 0.85, the rest spread uniformly: TV = 0.05.
+    """
+    if vocab_size < 4 or vocab_size % 2:
+        raise ValueError(f"vocab_size must be even and >= 4, got {vocab_size}")
+    v = vocab_size
+    p_flat = torch.full((v,), 1.0 / v, dtype=DTYPE)
+    q_flat = torch.cat([torch.full((v // 2,), 1.5 / v, dtype=DTYPE), torch.full((v // 2,), 0.5 / v, dtype=DTYPE)])
+    p_peak = torch.full((v,), 0.1 / (v - 1), dtype=DTYPE)
+    p_peak[0] = 0.9
+    q_peak = torch.full((v,), 0.15 / (v - 1), dtype=DTYPE)
+    q_peak[0] = 0.85
+    return {"flat": (p_flat, q_flat), "peaked": (p_peak, q_peak)}
+
+
+def noisy_pairs(
+    num_viable: int,
+    top1_mass: float,
+    *,
+    vocab_size: int,
+    noise: float,
+    num_pairs: int,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor]:
+    """Pairs (p, q) that agree on which tokens are viable but differ token by token.
+
+    A shared base b puts ``top1_mass`` on token 0 and spreads the rest evenly over tokens
+    1..num_viable-1 (0 elsewhere; num_viable = 1 puts all mass on token 0). p and q multiply b by
+    independent log-normal factors exp(noise * eps), eps ~ N(0, 1), and renormalise.
+    Returns p, q: [num_pairs, vocab_size] float64.
+    """
+    if not 1 <= num_viable <= vocab_size:
+        raise ValueError(f"num_viable must lie in [1, vocab_size={vocab_size}], got {num_viable}")
+    if not 0 < top1_mass <= 1:
+        raise ValueError(f"top1_mass must lie in (0, 1], got {top1_mass}")
+    base = torch.zeros(vocab_size, dtype=DTYPE)
+    if num_viable == 1:
+        base[0] = 1.0
+    else:
+        base[0] = top1_mass
+        base[1:num_viable] = (1 - top1_mass) / (num_viable - 1)
+    eps = torch.randn(2, num_pairs, vocab_size, generator=generator, dtype=DTYPE)
+    pq = base * torch.exp(noise * eps)
+    pq = pq / pq.sum(-1, keepdim=True)
+    return pq[0], pq[1]
+
+
+def tv_grid(
+    viable_counts: list[int],
+    top1_masses: list[float],
+    *,
+    vocab_size: int = 4096,
+    noise: float = 0.5,
+    num_pairs: int = 64,
+    seed: int = 0,
+) -> Tensor:
+    """Mean TV(p, q) of ``noisy_pairs`` over a grid: [len(top1_masses), len(viable_counts)].
+
+    With the per-token noise fixed, TV grows with the number of viable tokens (small gaps add
+    up) and shrinks as the top-1 mass grows (the shared peak cancels)."""
+    generator = torch.Generator().manual_seed(seed)
+    out = torch.empty(len(top1_masses), len(viable_counts), dtype=DTYPE)
+    for i, mass in enumerate(top1_masses):
+        for j, count in enumerate(viable_counts):
+            p, q = noisy_pairs(count, mass, vocab_size=vocab_size, noise=noise, num_pairs=num_pairs,
+                               generator=generator)
+            out[i, j] = tv_distance(p, q).mean()
+    return out
+
+
+def rank_binned_tv(p: Tensor, q: Tensor, group_sizes: list[int]) -> Tensor:
+    """TV(p', q') after grouping the p-ranking into bins of G tokens, per G: [len(group_sizes), ...].
+
+    G = 1 is the ungrouped TV(p, q). By Theorem 1 every value is <= the G = 1 value."""
+    rows = []
+    for size in group_sizes:
+        labels = RankBinnedClusters(size).partition_labels(p)
+        rows.append(tv_distance(group_probs(p, labels), group_probs(q, labels)))
+    return torch.stack(rows)
+
+
+@dataclass(frozen=True)
+class Theorem1Check:
+    """TV before (tv_tokens) and after (tv_clusters) grouping, per random (pair, partition): [N]."""
+
+    tv_tokens: Tensor
+    tv_clusters: Tensor
+
+    @property
+    def max_violation(self) -> float:
+        """max(TV(p', q') - TV(p, q)): <= 0 (up to rounding) if Theorem 1 holds."""
+        return float((self.tv_clusters - self.tv_tokens).max())
+
+
+def theorem1_random_partitions(
+    *, vocab_size: int, num_clusters: int | None = None, num_trials: int, seed: int = 0, alpha: float = 0.3
+) -> Theorem1Check:
+    """Random Dirichlet(alpha) pairs and uniformly random partitions into ``num_clusters`` labels
+    (None: a different number of labels per trial, uniform in 2..vocab_size).
+
+    Acceptance with clusters (exact, gsd_core.acceptance_rate) is 1 - TV(p', q') >= 1 - TV(p, q)."""
+    p, q = dirichlet_pairs(vocab_size, num_trials, alpha=alpha, seed=seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    if num_clusters is None:
+        counts = torch.randint(2, vocab_size + 1, (num_trials, 1), generator=generator)
+    else:
+        counts = torch.full((num_trials, 1), num_clusters)
+    labels = (torch.rand(num_trials, vocab_size, generator=generator, dtype=DTYPE) * counts).long()
+    tv_c = 1 - acceptance_rate(p, q, FixedPartition(labels))
+    return Theorem1Check(tv_distance(p, q), tv_c)
+
+
+def dirichlet_pairs(vocab_size: int, num_pairs: int, *, alpha: float, seed: int) -> tuple[Tensor, Tensor]:
+    """Independent Dirichlet(alpha) pairs (p, q): [num_pairs, vocab_size] float64, seeded."""
+    generator = torch.Generator().manual_seed(seed)
+    conc = torch.full((2, num_pairs, vocab_size), alpha, dtype=DTYPE)
+    gamma = torch._standard_gamma(conc, generator=generator)
+    pq = gamma / gamma.sum(-1, keepdim=True)
+    return pq[0], pq[1]
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A pair where the dynamic clusters accept *less* often than plain SD."""
+
+    p: Tensor
+    q: Tensor
+    group_size: int
+    acceptance_sd: float
+    acceptance_dynamic: float
+
+
+def dynamic_counterexample(
+    *, vocab_size: int = 6, group_size: int = 2, num_trials: int = 20000, seed: int = 0, alpha: float = 0.3
+) -> Counterexample:
+    """Search random pairs for the largest drop of acceptance under ``DynamicClusters``.
+
+    Dynamic clusters overlap (C(x) depends on the drafted x), so Theorem 1's partition argument
+    does not apply: a token x with p(x) >= q(x) (always accepted by SD) can share its cluster with
+    a y that q over-weights, and then min(1, p(C)/q(C)) < 1. Exact acceptance by enumeration."""
+    p, q = dirichlet_pairs(vocab_size, num_trials, alpha=alpha, seed=seed)
+    sd = acceptance_rate(p, q)
+    dyn = acceptance_rate(p, q, DynamicClusters(group_size))
+    worst = int((sd - dyn).argmax())
+    return Counterexample(p[worst], q[worst], group_size, float(sd[worst]), float(dyn[worst]))
+
+
+def empirical_speculative_samples(
+    p: Tensor, q: Tensor, *, num_samples: int, seed: int, clusters: object = None, residual: str = "token"
+) -> tuple[Tensor, float]:
+    """Run one-position speculative sampling ``num_samples`` times (vectorised): draft x ~ q,
+    verify against p with gsd_core.verify. Returns the empirical law of the emitted token [V]
+    and the empirical acceptance rate."""
+    generator = torch.Generator().manual_seed(seed)
+    drafts = torch.multinomial(q.expand(num_samples, -1), 1, replacement=True, generator=generator)
+    result = verify(p.expand(num_samples, 1, -1), q.expand(num_samples, 1, -1), drafts,
+                    clusters=clusters, residual=residual, generator=generator)
+    counts = torch.bincount(result.tokens[:, 0], minlength=p.shape[-1]).to(DTYPE)
+    return counts / num_samples, float(result.num_accepted.to(DTYPE).mean())
+
+
+def distortion_by_group_size(
+    p: Tensor, q: Tensor, group_sizes: list[int]
+) -> dict[str, Tensor]:
+    """Exact TV(output, p) of one verification step, averaged over the rows of p, q [N, V], per G.
+
+    Rules: the paper's dynamic clusters (token residual), rank-binned clusters with the token
+    residual and with the cluster-exact residual. G = 0/1 is plain SD (TV 0 up to rounding)."""
+    out: dict[str, list[float]] = {"dynamic": [], "rank_binned_token": [], "rank_binned_cluster": []}
+    for size in group_sizes:
+        dynamic = DynamicClusters(size)
+        binned = RankBinnedClusters(max(size, 1))
+        out["dynamic"].append(float(tv_distance(output_distribution(p, q, dynamic), p).mean()))
+        out["rank_binned_token"].append(float(tv_distance(output_distribution(p, q, binned), p).mean()))
+        out["rank_binned_cluster"].append(
+            float(tv_distance(output_distribution(p, q, binned, residual="cluster"), p).mean()))
+    return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}
+
+
+def acceptance_by_group_size(p: Tensor, q: Tensor, group_sizes: list[int]) -> dict[str, Tensor]:
+    """Exact mean acceptance per G for the dynamic and rank-binned rules (rows of p, q [N, V])."""
+    out: dict[str, list[float]] = {"sd": [], "dynamic": [], "rank_binned": []}
+    for size in group_sizes:
+        out["sd"].append(float(acceptance_rate(p, q).mean()))
+        out["dynamic"].append(float(acceptance_rate(p, q, DynamicClusters(size)).mean()))
+        out["rank_binned"].append(float(acceptance_rate(p, q, RankBinnedClusters(max(size, 1))).mean()))
+    return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}

@@ -1,0 +1,71 @@
+"""Saving figures and tables with provenance: every figure is written as PNG and SVG with a
+JSON sidecar (git commit, package versions, model, seeds, config, and the plotted numbers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .provenance import atomic_write_json, atomic_write_text, provenance
+
+
+def save_figure(
+    fig: Any,
+    out_dir: str | Path,
+    name: str,
+    *,
+    model: str,
+    seeds: Any,
+    config: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Write ``out_dir/name.png``, ``name.svg`` and ``name.json`` (the sidecar) and close ``fig``.
+
+    The sidecar holds ``provenance(model, seeds, config)`` plus ``data``: the numbers drawn, so
+    that a figure can be checked or re-plotted without re-running the experiment."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"png": out_dir / f"{name}.png", "svg": out_dir / f"{name}.svg", "json": out_dir / f"{name}.json"}
+    # Fixed metadata keeps the SVG free of a timestamp, so regenerating gives a stable diff.
+    fig.savefig(paths["png"], dpi=150, bbox_inches="tight")
+    fig.savefig(paths["svg"], bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    record = provenance(model=model, seeds=seeds, config=config)
+    record["figure"] = {"name": name, "files": [paths["png"].name, paths["svg"].name]}
+    record["data"] = data or {}
+    atomic_write_json(paths["json"], record)
+    return paths
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g") -> str:
+    """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``."""
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return format(value, floatfmt)
+        return "" if value is None else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_results_markdown(path: str | Path, title: str, sections: list[tuple[str, str]],
+                           *, record: dict[str, Any]) -> Path:
+    """Write ``figures/results.md``: a title, provenance lines, then (heading, body) sections."""
+    git = record.get("git", {})
+    versions = record.get("versions", {})
+    header = [
+        f"# {title}",
+        "",
+        f"Model: `{record.get('model')}`; seeds: `{record.get('seeds')}`; "
+        f"git commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; "
+        f"generated {record.get('created_utc')}.",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + ".",
+        "",
+    ]
+    body = []
+    for heading, text in sections:
+        body += [f"## {heading}", "", text.rstrip(), ""]
+    return atomic_write_text(path, "\n".join(header + body))

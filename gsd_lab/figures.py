@@ -1,0 +1,224 @@
+"""``python -m gsd_lab figures``: regenerate every figure and the results tables into one folder.
+
+Each figure is saved as PNG + SVG + JSON sidecar (``figure_io.save_figure``); the tables go to
+``results.md`` (and ``results.json``). The analyses are the functions the notebooks call
+(``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-in on 2 CPU cores,
+``FigureSizes.quick()`` for tests, ``FigureSizes.paper()`` for Lumina-mGPT on a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gsd_core import tv_distance
+
+from .experiments import plots, tables, toy
+from .experiments.image_model import ImageModel, load_image_model
+from .experiments.replacement import replacement_study
+from .experiments.runs import FilterSettings, MethodSpec, RunCache
+from .experiments.top1 import top1_stats
+from .figure_io import markdown_table, save_figure, write_results_markdown
+from .provenance import atomic_write_json, provenance
+
+
+@dataclass(frozen=True)
+class FigureSizes:
+    """How much to run. seeds x prompts images per decoding configuration."""
+
+    seeds: tuple[int, ...] = (0, 1)
+    max_prompts: int | None = None
+    table1_groups: tuple[int, ...] = (3, 10, 25, 50)
+    table1_amplify: tuple[float, ...] = (2.0, 3.0)
+    table2_group: int = 50
+    pareto_groups: tuple[int, ...] = (3, 10, 25, 50, 100)
+    pareto_amplify: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)
+    window: int = 16
+    replacement_fraction: float = 0.5
+    replacement_top_k: int = 100
+    toy_pairs: int = 64
+
+    @classmethod
+    def default(cls) -> "FigureSizes":
+        return cls()
+
+    @classmethod
+    def quick(cls) -> "FigureSizes":
+        return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
+                   pareto_groups=(3, 25), pareto_amplify=(2.0,), toy_pairs=8)
+
+    @classmethod
+    def paper(cls) -> "FigureSizes":
+        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts)."""
+        return cls(seeds=(0,))
+
+
+def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]]]:
+    t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify)
+    t2 = tables.table2_specs(sizes.table2_group)
+    pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify)
+    if sizes.window != 16:
+        t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
+        pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
+    return t1, t2, pareto
+
+
+def _rows_for_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items()} for row in rows]
+
+
+def run_figures(
+    out_dir: str | Path = "figures",
+    *,
+    model: ImageModel | None = None,
+    model_name: str = "standin",
+    weights: str | None = None,
+    vqgan: str | None = None,
+    clip: str | None = None,
+    prompts: list[str] | None = None,
+    sizes: FigureSizes | None = None,
+    device: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
+
+    Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        model = load_image_model(model_name, weights=weights, vqgan=vqgan, clip=clip, device=device)
+    sizes = sizes or FigureSizes.default()
+    prompts = list(prompts or model.default_prompts)
+    if sizes.max_prompts is not None:
+        prompts = prompts[: sizes.max_prompts]
+    t1_specs, t2_specs, pareto_curves = _specs(sizes)
+    unique = {s.key for s in t1_specs + t2_specs + [s for v in pareto_curves.values() for s in v]}
+    images_per_method = len(prompts) * len(sizes.seeds)
+    bar = tqdm(total=len(unique) * images_per_method + images_per_method, unit="img", desc="figures",
+               disable=not progress)
+    filters = FilterSettings.for_model(model.name)
+    cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
+    distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
+    distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
+                     f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
+    seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
+    base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
+                   "model": model.name,
+                   "num_tokens": model.num_tokens}
+    saved: list[str] = []
+
+    def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
+        save_figure(fig, out_dir, name, model=model.name, seeds=seeds, config={**base_config, **config}, data=data)
+        saved.append(name)
+
+    # --- toy TV examples and Theorem 1 (model-free, exact) ---
+    pairs = toy.flat_and_peaked_pairs(1000)
+    tvs = {name: float(tv_distance(p, q)) for name, (p, q) in pairs.items()}
+    save(plots.tv_flat_vs_peaked(pairs, tvs), "fig6_tv_flat_vs_peaked", {"vocab_size": 1000}, {"tv": tvs})
+    viable, masses, noise = [1, 2, 4, 16, 64, 256, 1024, 4096], [0.05, 0.5, 0.9], 0.5
+    grid = toy.tv_grid(viable, masses, vocab_size=4096, noise=noise, num_pairs=sizes.toy_pairs, seed=0).numpy()
+    save(plots.tv_against_viable(viable, masses, grid, noise), "fig6_tv_vs_viable_tokens",
+         {"noise": noise, "vocab_size": 4096, "num_pairs": sizes.toy_pairs},
+         {"viable_counts": viable, "top1_masses": masses, "mean_tv": grid.tolist()})
+    p_noisy, q_noisy = toy.noisy_pairs(1024, 0.05, vocab_size=4096, noise=noise, num_pairs=sizes.toy_pairs,
+                                       generator=torch.Generator().manual_seed(1))
+    groups = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    tv_by_group = toy.rank_binned_tv(p_noisy, q_noisy, groups).numpy()
+    check = toy.theorem1_random_partitions(vocab_size=32, num_trials=2000, seed=0)
+    save(plots.grouping_and_theorem1(groups, tv_by_group, check), "theorem1_grouping_shrinks_tv",
+         {"viable": 1024, "top1_mass": 0.05, "noise": noise, "theorem1": {"vocab_size": 32, "num_clusters": "uniform in 2..32",
+                                                                          "num_trials": 2000}},
+         {"group_sizes": groups, "mean_tv": tv_by_group.mean(axis=1).tolist(),
+          "theorem1_max_violation": check.max_violation})
+    p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
+    g_d = [0, 2, 4, 8, 16, 32]
+    dist = toy.distortion_by_group_size(p_d, q_d, g_d)
+    acc = toy.acceptance_by_group_size(p_d, q_d, g_d)
+    save(plots.distortion(g_d, {k: v.numpy() for k, v in dist.items()}, "mean TV(output, p) per step"),
+         "gsd_distortion_vs_group_size", {"vocab_size": 32, "pairs": 256, "alpha": 0.3},
+         {"group_sizes": g_d, "distortion": {k: v.tolist() for k, v in dist.items()},
+          "acceptance": {k: v.tolist() for k, v in acc.items()}})
+
+    # --- decoding experiments ---
+    table1 = tables.speed_quality_table(cache, t1_specs)
+    table2 = cache.table(t2_specs, tables.AR)
+    pareto = tables.pareto_points(cache, pareto_curves)
+    ar_records = cache.records(tables.AR)
+    stats = top1_stats(ar_records)
+    replacement = replacement_study(model, ar_records, fraction=sizes.replacement_fraction,
+                                    top_k=sizes.replacement_top_k, seed=0) if model.decode else None
+    bar.update(images_per_method)
+    bar.close()
+
+    save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
+         {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist()})
+    quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),
+                       ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
+    metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
+    save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + metrics),
+         "table1_speed_quality", {"specs": [asdict(s) for s in t1_specs]}, {"rows": _rows_for_json(table1)})
+    save(plots.bars(table2, [("nfe", "NFE per image")] + metrics), "table2_clustering_ablation",
+         {"specs": [asdict(s) for s in t2_specs]}, {"rows": _rows_for_json(table2)})
+    if metrics:
+        save(plots.pareto(pareto, metrics), "fig10_nfe_vs_quality",
+             {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
+             {k: _rows_for_json(v) for k, v in pareto.items()})
+    if model.decode is not None:
+        shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
+        shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
+        samples = {spec.label: [r.image for r in cache.records(spec)][:8] for spec in shown}
+        save(plots.image_grid(samples), "samples_by_method", {"methods": list(samples)}, {"prompts": prompts})
+    if replacement is not None:
+        save(plots.image_grid({k: v[:8] for k, v in replacement.images.items()}), "fig4_top100_replacement",
+             replacement.config, {"quality": replacement.quality, "mean_log_prob": replacement.mean_log_prob,
+                                  "changed_share": replacement.changed_share})
+
+    seconds = time.perf_counter() - started
+    record = provenance(model=model.name, seeds=seeds, config=base_config)
+    columns = ["method", "images", "nfe", "speedup_nfe", "wall_seconds", "speedup_wall", "acceptance_rate"]
+    columns += [m[0] for m in metrics]
+    sections = [
+        ("Table 1 analogue: speed and quality",
+         "Same prompts and generator seeds for every method. NFE = forward passes per image (a CFG pair "
+         "counts once); speed-ups are ratios of means against AR. Amplify (k) is our definition of the naive "
+         "lossy relaxation: SJD accepting with min(1, k p/q). Quality proxies: "
+         + (", ".join(f"`{m[0]}` = {m[1]}" for m in metrics) or "none for this model") + ".\n\n"
+         + markdown_table(table1, columns)),
+        ("Table 2 analogue: clustering ablation",
+         f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
+         f"|p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding distance <= "
+         f"{distance_threshold:.4g} ({distance_rule}).\n\n"
+         + markdown_table(table2, columns)),
+        ("Fig. 10 analogue: NFE against quality",
+         "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, columns) for name, rows in pareto.items())),
+        ("Top-1 probability of the target distribution (AR tokens)",
+         markdown_table([stats.summary()], list(stats.summary()))),
+    ]
+    if replacement is not None:
+        rep_rows = [{"variant": k, **replacement.quality[k], "mean_log_prob": replacement.mean_log_prob[k],
+                     "changed_share": replacement.changed_share[k]} for k in replacement.images]
+        sections.append(("Fig. 4 analogue: top-100 replacement",
+                         f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform draw "
+                         f"from the top-{sizes.replacement_top_k} of the teacher-forced target distribution, "
+                         "against uniformly random replacement.\n\n"
+                         + markdown_table(rep_rows, list(rep_rows[0]))))
+    toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in tvs.items()]
+    sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1",
+                     markdown_table(toy_rows, ["pair", "tv", "acceptance"])
+                     + f"\n\nTheorem 1 on 2000 random pairs and partitions: max(TV(p', q') - TV(p, q)) = "
+                       f"{check.max_violation:.3g} (must be <= 0)."))
+    sections.append(("Run", f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
+                            f"{len(unique)} configurations; device `{model.adapter.device}`."))
+    results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
+    all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "top1": stats.summary(),
+                  "replacement": None if replacement is None else {"quality": replacement.quality,
+                                                                    "mean_log_prob": replacement.mean_log_prob}}
+    atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
+    return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}

@@ -1,0 +1,395 @@
+"""``CausalLMAdapter``: next-token distributions from a Hugging Face causal LM, with a KV cache
+that can be rolled back, classifier-free guidance, and the logits processing that turns
+logits into the distribution tokens are sampled from.
+
+Contract (``gsd_lab.decoding.generate`` relies on it; the stand-in and Lumina-mGPT adapters
+subclass it). Batch size 1; V = ``vocab_size`` (the model's output vocabulary).
+
+Sequence. ``start(prompt_ids, uncond_prompt_ids=None)`` resets the cache (a fresh
+``DynamicCache``) and remembers the prompt (P = ``prompt_len`` tokens, ``prompt``). The
+*logical sequence* is the prompt followed by generated tokens; ``seq_len`` counts its tokens
+held in the cache. The token at logical position P + g is *generated position* g (g = 0 is
+the first new token).
+
+``forward(input_ids [T], num_rows=None) -> probs [R, V]`` (float64, R = num_rows or T):
+appends ``input_ids`` at logical positions seq_len .. seq_len + T - 1 (the first call after
+``start`` must begin with the whole prompt, so the prefill and the first window share one
+forward pass) and returns, for the last R input positions j, the distribution of the token
+at position j + 1 after all processing. That distribution is *exactly* the one tokens are
+sampled from: the decoder samples from it and verifies against it (a mismatch makes SJD
+silently lossy; cf. Hugging Face #32867, #47932). Each call is one forward pass of the model
+(``num_forwards`` counts them; a CFG pair is one batched pass), its model part timed in
+``model_seconds`` (CUDA-synchronised on GPU).
+
+``crop(length)``: keep the first ``length`` logical positions (P <= length <= seq_len) in the
+cache, dropping the rest (``DynamicCache.crop`` with a negative count), so rejected drafts
+are rolled back without recomputing the prefix.
+
+Classifier-free guidance (``cfg_scale`` not None). The conditional and unconditional
+sequences run as one forward pass of batch 2. They share every generated token and differ
+only in their prompts: ``uncond_prompt_ids`` (required) may have another length; the shorter
+prompt is left-padded and the padding masked out of attention, with position ids counting
+only real tokens (so both rows see the generated tokens at the same relative offsets; the
+cache then holds seq_len plus the conditional row's padding). The stand-in passes
+[null class token]; Lumina-mGPT's reference zeroes the attention mask over the text prompt
+except its last token, which is the same computation as ``uncond_prompt_ids =
+prompt_ids[-1:]`` (RoPE sees only relative positions).
+
+Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_logits`` and
+``forced_tokens`` take the rows' generated positions [R] and may be overridden (call
+``super()`` to keep the default steps):
+  1. logits -> float64; with CFG l = u + s (c - u) (``combine_guidance``);
+  2. ``process_logits``: -inf outside ``allowed_tokens``; top-k (the k largest allowed logits
+     kept, ties with the k-th kept, as Hugging Face's TopKLogitsWarper); divide by
+     ``temperature``;
+  3. softmax (float64);
+  4. rows whose generated position has a forced token (``forced_tokens`` [R] -> ids, -1 where
+     free; e.g. Lumina's end-of-row token, which need not be an allowed token) become one-hot.
+
+``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
+the forced token where one is forced (random Jacobi initialisation, with one-hot q).
+
+``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``vocab_size`` V;
+``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
+(a ``generate`` generator must live there).
+
+Subclasses that compute logits differently (Lumina-mGPT: from the backbone's hidden states)
+override ``compute_logits(input_ids [B, W], attention_mask [B, cache + W] or None,
+position_ids [B, W], num_rows) -> logits [B, num_rows, V]``, which must extend ``self.cache``
+by W positions (checked: a model that ignores the cache raises ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class CausalLMAdapter:
+    """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see the module docstring.
+
+    model: the causal LM, in eval mode on its device. allowed_tokens: ids [A] that may be
+    sampled (an image vocabulary), None for all. temperature > 0; top_k >= 1 or None;
+    cfg_scale: guidance scale s (None: no CFG; s = 1 gives the conditional logits but still
+    runs both rows). row_length: tokens per image row, for ``init="repeat_row"``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        allowed_tokens: Tensor | list[int] | None = None,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        cfg_scale: float | None = None,
+        row_length: int | None = None,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(
+                f"model must be a torch.nn.Module causal LM, got {type(model).__name__}"
+            )
+        params = inspect.signature(model.forward).parameters
+        if "cache" in params:
+            self._cache_kwarg = "cache"
+        elif "past_key_values" in params:
+            self._cache_kwarg = "past_key_values"
+        else:
+            raise ValueError(
+                f"{type(model).__name__}.forward takes no KV cache (no 'cache' or "
+                "'past_key_values' argument); decoding needs a causal LM with a KV cache"
+            )
+        self._has_logits_to_keep = "logits_to_keep" in params
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.vocab_size = self._infer_vocab_size(model)
+        V = self.vocab_size
+
+        if allowed_tokens is None:
+            self.allowed_tokens = torch.arange(V, device=self.device)
+            self._disallowed = None
+        else:
+            allowed = torch.as_tensor(allowed_tokens)
+            if allowed.numel() == 0:
+                raise ValueError("allowed_tokens is empty")
+            if allowed.is_floating_point() or allowed.dtype == torch.bool or allowed.ndim != 1:
+                raise ValueError("allowed_tokens must be a 1-D sequence of integer token ids")
+            if allowed.min() < 0 or allowed.max() >= V:
+                raise ValueError(
+                    f"allowed_tokens has ids out of range [0, {V}): min {allowed.min().item()}, "
+                    f"max {allowed.max().item()}"
+                )
+            allowed = torch.unique(allowed.long()).to(self.device)  # sorted, no duplicates
+            self.allowed_tokens = allowed
+            disallowed = torch.ones(V, dtype=torch.bool, device=self.device)
+            disallowed[allowed] = False
+            self._disallowed = disallowed if bool(disallowed.any()) else None
+
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+        if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
+            raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
+        self.temperature = float(temperature)
+        self.top_k = top_k
+        self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
+        self.row_length = row_length
+
+        self.cache: Any = None
+        self.num_forwards = 0
+        self.model_seconds = 0.0
+        self._prompt: Tensor | None = None
+        self._seq_len = 0
+
+    # ---- properties -------------------------------------------------------------------
+
+    @staticmethod
+    def _infer_vocab_size(model: Any) -> int:
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            return int(head.weight.shape[0])
+        size = getattr(getattr(model, "config", None), "vocab_size", None)
+        if size is None:
+            raise ValueError(
+                "cannot tell the model's vocabulary size "
+                "(no output embeddings, no config.vocab_size)"
+            )
+        return int(size)
+
+    @property
+    def embeddings(self) -> Tensor:
+        """Input-embedding rows [V_in, D] (detached), for GSD's embedding-distance filter."""
+        return self.model.get_input_embeddings().weight.detach()
+
+    @property
+    def seq_len(self) -> int:
+        """Logical positions (prompt + generated tokens) held in the cache."""
+        return self._seq_len
+
+    @property
+    def prompt(self) -> Tensor:
+        """The current prompt [P] (int64, on ``device``)."""
+        if self._prompt is None:
+            raise ValueError("call start(prompt_ids) first")
+        return self._prompt
+
+    @property
+    def prompt_len(self) -> int:
+        if self._prompt is None:
+            raise ValueError("call start(prompt_ids) first")
+        return int(self._prompt.shape[0])
+
+    @property
+    def uses_cfg(self) -> bool:
+        return self.cfg_scale is not None
+
+    # ---- sequence management ----------------------------------------------------------
+
+    def _check_prompt(self, ids: Any, name: str) -> Tensor:
+        ids = torch.as_tensor(ids)
+        if ids.numel() == 0:
+            raise ValueError(f"{name} is empty: the model needs at least one prompt token")
+        if ids.is_floating_point() or ids.dtype == torch.bool or ids.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of integer token ids (batch size 1)")
+        if ids.min() < 0 or ids.max() >= self.model_vocab_size:
+            raise ValueError(f"{name} has ids out of range [0, {self.model_vocab_size})")
+        return ids.long().to(self.device)
+
+    @property
+    def model_vocab_size(self) -> int:
+        """Number of input ids the model accepts (its input-embedding rows)."""
+        return int(self.model.get_input_embeddings().weight.shape[0])
+
+    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
+        """Reset the cache and set the prompt (and, with CFG, the unconditional prompt)."""
+        prompt = self._check_prompt(prompt_ids, "prompt_ids")
+        if self.uses_cfg:
+            if uncond_prompt_ids is None:
+                raise ValueError(
+                    "cfg_scale is set: start() needs uncond_prompt_ids for the unconditional row"
+                )
+            uncond = self._check_prompt(uncond_prompt_ids, "uncond_prompt_ids")
+            width = max(prompt.numel(), uncond.numel())
+            rows, mask = [], []
+            for ids in (prompt, uncond):
+                pad = width - ids.numel()
+                # Padding reuses the row's first id (any valid id: it is masked out of attention).
+                rows.append(torch.cat([ids[:1].expand(pad), ids]))
+                zeros = torch.zeros(pad, dtype=torch.long)
+                mask.append(torch.cat([zeros, torch.ones(ids.numel(), dtype=torch.long)]))
+            self._batch_prompt = torch.stack(rows)
+            self._prompt_mask = torch.stack(mask).to(self.device)
+            self._padded = bool((self._prompt_mask == 0).any())
+            self._offset = width - prompt.numel()  # left padding of the conditional row
+        else:
+            if uncond_prompt_ids is not None:
+                raise ValueError(
+                    "uncond_prompt_ids given but cfg_scale is None (no classifier-free guidance)"
+                )
+            self._batch_prompt = prompt.unsqueeze(0)
+            self._prompt_mask = torch.ones_like(self._batch_prompt)
+            self._padded = False
+            self._offset = 0
+        self._prompt = prompt
+        self._seq_len = 0
+        # Attention mask of the cached positions (kept for padded CFG prompts only).
+        self._mask = self._prompt_mask[:, :0]
+        self.cache = self._new_cache()
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _cache_length(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` logical positions in the cache (both CFG rows).
+
+        P <= length <= seq_len."""
+        if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
+            raise ValueError(
+                f"crop length must be an int in [prompt_len={self.prompt_len}, "
+                f"seq_len={self._seq_len}], got {length!r}"
+            )
+        removed = self._seq_len - length
+        if removed == 0:
+            return
+        self.cache.crop(-removed)
+        self._seq_len = length
+        if self._padded:
+            self._mask = self._mask[:, : self._mask.shape[1] - removed]
+
+    # ---- forward ----------------------------------------------------------------------
+
+    def forward(self, input_ids: Tensor, num_rows: int | None = None) -> Tensor:
+        """Append ``input_ids`` [T] and return the processed next-token distributions [R, V]
+        (float64) of its last R = ``num_rows`` (default T) positions. See the module docstring."""
+        if self._prompt is None:
+            raise ValueError("call start(prompt_ids) before forward()")
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        if input_ids.ndim != 1 or input_ids.numel() == 0:
+            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        T = input_ids.numel()
+        num_rows = T if num_rows is None else num_rows
+        if not 1 <= num_rows <= T:
+            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
+        batch_size = self._batch_prompt.shape[0]
+        if self._seq_len == 0:
+            P = self.prompt_len
+            if T < P or not torch.equal(input_ids[:P], self._prompt):
+                raise ValueError("the first forward() after start() must begin with the prompt")
+            tail = input_ids[P:].unsqueeze(0).expand(batch_size, -1)
+            batch_ids = torch.cat([self._batch_prompt, tail], 1)
+        else:
+            batch_ids = input_ids.unsqueeze(0).expand(batch_size, -1)
+        cache_before = self._cache_length()
+        width = batch_ids.shape[1]
+        if self._padded:
+            # Position ids count the real tokens of each row; padding is masked out.
+            new_mask = torch.ones_like(batch_ids) if self._seq_len else torch.cat(
+                [self._prompt_mask, torch.ones_like(tail)], 1)
+            mask = torch.cat([self._mask, new_mask], 1)
+            positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
+        else:
+            mask = None
+            positions = torch.arange(cache_before, cache_before + width, device=self.device)
+            positions = positions.unsqueeze(0).expand(batch_size, -1)
+        sync = self.device.type == "cuda"
+        if sync:
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            logits = self.compute_logits(batch_ids, mask, positions, num_rows)
+        if sync:
+            torch.cuda.synchronize(self.device)
+        self.model_seconds += time.perf_counter() - start
+        self.num_forwards += 1
+        if self._cache_length() != cache_before + width:
+            raise ValueError(
+                f"{type(self.model).__name__} did not extend the KV cache (expected "
+                f"{cache_before + width} positions, found {self._cache_length()}); "
+                "decoding needs a model that uses the cache it is given"
+            )
+        if self._padded:
+            self._mask = mask
+        first_row = self._seq_len + T - num_rows
+        self._seq_len += T
+        # Row j predicts logical position first_row + j + 1 = generated position (that - P).
+        offset = first_row + 1 - self.prompt_len
+        generated = torch.arange(offset, offset + num_rows, device=self.device)
+        return self._process(logits, generated)
+
+    def compute_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int
+    ) -> Tensor:
+        """Run the model on ``input_ids`` [B, T] with ``self.cache``; return logits [B, num_rows, V]
+        of the last ``num_rows`` positions. attention_mask: [B, cache + T] or None (no padding)."""
+        kwargs = {self._cache_kwarg: self.cache, "use_cache": True}
+        if self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = num_rows
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs
+        )
+        return out.logits[:, -num_rows:, :]
+
+    # ---- processing -------------------------------------------------------------------
+
+    def _process(self, logits: Tensor, generated_positions: Tensor) -> Tensor:
+        logits = logits.to(torch.float64)
+        if self.uses_cfg:
+            logits = self.combine_guidance(logits[0], logits[1], generated_positions)
+        else:
+            logits = logits[0]
+        logits = self.process_logits(logits, generated_positions)
+        probs = torch.softmax(logits, dim=-1)
+        forced = self.forced_tokens(generated_positions)
+        if forced is not None:
+            is_forced = forced >= 0
+            if bool(is_forced.any()):
+                one_hot = torch.nn.functional.one_hot(forced.clamp(min=0), self.vocab_size)
+                one_hot = one_hot.to(probs.dtype)
+                probs = torch.where(is_forced.unsqueeze(-1), one_hot, probs)
+        return probs
+
+    def combine_guidance(self, cond: Tensor, uncond: Tensor, generated_positions: Tensor) -> Tensor:
+        """Classifier-free guidance on logits [T, V]: u + s (c - u)."""
+        return uncond + self.cfg_scale * (cond - uncond)
+
+    def process_logits(self, logits: Tensor, generated_positions: Tensor) -> Tensor:
+        """Allowed-token mask, top-k, temperature on float64 logits [T, V] (returns logits)."""
+        if self._disallowed is not None:
+            logits = logits.masked_fill(self._disallowed, -torch.inf)
+        if self.top_k is not None:
+            k = min(self.top_k, int(self.allowed_tokens.numel()))
+            # The k-th largest allowed logit; selecting over the allowed columns only is the same
+            # (the others are -inf) and much cheaper for a small image vocabulary in a large one.
+            candidates = logits if self._disallowed is None else logits[..., self.allowed_tokens]
+            kth = torch.topk(candidates, k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, -torch.inf)
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        return logits
+
+    def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:
+        """Token forced at each generated position [T] (-1 where free), or None: nothing forced."""
+        return None
+
+    def random_tokens(
+        self, generated_positions: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced."""
+        count = generated_positions.numel()
+        index = torch.randint(
+            self.allowed_tokens.numel(), (count,), generator=generator, device=self.device
+        )
+        tokens = self.allowed_tokens[index]
+        forced = self.forced_tokens(generated_positions)
+        if forced is not None:
+            tokens = torch.where(forced >= 0, forced, tokens)
+        return tokens

@@ -1,0 +1,593 @@
+"""Lumina-mGPT (Alpha-VLLM; Chameleon architecture) on stock ``transformers``, as a decoding adapter.
+
+Loading (``load_lumina_mgpt``): the released checkpoints are ``ChameleonForConditionalGeneration``
+weights except for the q/k-norms, stored per model-parallel rank as [model_parallel_size, head_dim]
+where transformers expects [num_heads, head_dim] (k: num_key_value_heads). We read the safetensors
+shards ourselves, expand w -> w.repeat_interleave(num_heads / model_parallel_size, 0) (exactly the
+fork's forward, which repeats each rank's row over its heads), and load strictly: any missing,
+unexpected or mis-shaped key raises, except the image *encoder* ``model.vqmodel.*``, which the
+releases drop and text-to-image generation never uses (it is not even allocated here).
+
+Logits: stock ``ChameleonForConditionalGeneration.forward`` sets every image-token logit to the
+dtype minimum, so logits are computed as ``lm_head(model.model(...).last_hidden_state)``.
+
+Image layout (Lumina-mGPT ``FlexARItemProcessor``; ids of the 7B release in brackets, read here
+from ``config.vocabulary_map`` by token name):
+
+    prompt:  <s> "Generate an image of {W}x{H} according to the following prompt:\\n{caption}"
+             <reserved08706>[8710] <racm3:break>[8197] <reserved{8800+g}>[h] <reserved{8800+g}>[w]
+    image:   (w codes IMGIMG..Z [4..8195], <reserved08799>[8803]) x h, then <eoss>[8196]
+
+with g = side / 32 grid cells and h = w = 2 g latent rows/columns (the VQGAN downsamples x16):
+768 x 768 gives 48 x 48 codes + 48 row ends = 2352 generated tokens. The image start and size
+tokens, which the model would emit itself, are part of the prompt, so the image size is fixed.
+
+Sampling (GSD's reference settings): classifier-free guidance l = u + s (c - u) with s = 3.0, the
+unconditional row seeing only ``<reserved08706>`` and the image so far (the reference masks the
+rest of the text prompt); only image codes allowed; top-k 2000; temperature 1.0; the row-end token
+forced at the end of every row. All of it happens in the adapter, so verification sees exactly the
+distribution tokens are sampled from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .adapter import CausalLMAdapter
+
+logger = logging.getLogger(__name__)
+
+HF_REPO_TEMPLATE = "Alpha-VLLM/Lumina-mGPT-7B-{resolution}"
+PROMPT_TEMPLATE = (
+    "Generate an image of {width}x{height} according to the following prompt:\n{prompt}"
+)
+PIXELS_PER_GRID = (
+    32  # Lumina-mGPT's size tokens count 32-pixel cells; the VQGAN maps 16 px to one code
+)
+PIXELS_PER_CODE = 16
+IMAGE_ENCODER_PREFIX = "model.vqmodel."
+CPU_PARAMETER_LIMIT = 1_000_000_000  # above this, loading on CPU needs force_cpu=True
+
+# Token names (Chameleon vocabulary), so tiny test vocabularies with the same names work unchanged.
+BOS_NAME = "<s>"
+END_OF_TURN_NAME = "<reserved08706>"
+IMAGE_START_NAME = "<racm3:break>"
+IMAGE_END_NAME = "<eoss>"
+ROW_END_NAME = "<reserved08799>"
+
+
+def grid_token_name(cells: int) -> str:
+    """Name of the size token for ``cells`` grid cells: <reserved{8800 + cells:05d}> (id 8804 + cells)."""
+    return f"<reserved{8800 + cells:05d}>"
+
+
+# ---- locating the weights ---------------------------------------------------------------------
+
+
+def _hf_cache_roots() -> list[Path]:
+    roots = []
+    if os.environ.get("HF_HUB_CACHE"):
+        roots.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        roots.append(Path(os.environ["HF_HOME"]) / "hub")
+    roots.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return roots
+
+
+def _snapshot_in(repo_cache: Path) -> Path | None:
+    """The snapshot folder of a Hugging Face cache entry (``refs/main`` if present, else the newest)."""
+    snapshots = repo_cache / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo_cache / "refs" / "main"
+    if ref.is_file() and (snapshots / ref.read_text().strip() / "config.json").is_file():
+        return snapshots / ref.read_text().strip()
+    found = sorted(
+        (s for s in snapshots.iterdir() if (s / "config.json").is_file()),
+        key=lambda s: s.stat().st_mtime,
+    )
+    return found[-1] if found else None
+
+
+def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Path:
+    """The folder holding ``config.json`` and the safetensors shards.
+
+    ``weights`` may be that folder, a Hugging Face cache entry (``models--Alpha-VLLM--Lumina-mGPT-7B-768``)
+    or a cache root holding one; None searches the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub,
+    ~/.cache/huggingface/hub). Raises FileNotFoundError saying where to put the weights.
+    """
+    repo = HF_REPO_TEMPLATE.format(resolution=resolution)
+    cache_name = "models--" + repo.replace("/", "--")
+    if weights is not None:  # only where the user pointed, never elsewhere
+        root = Path(weights).expanduser()
+        if (root / "config.json").is_file():
+            return root
+        entries, where = [root / cache_name, root], str(root)
+    else:
+        entries = [r / cache_name for r in _hf_cache_roots()]
+        where = "the Hugging Face cache (" + ", ".join(str(r) for r in _hf_cache_roots()) + ")"
+    for entry in entries:
+        snapshot = _snapshot_in(entry)
+        if snapshot is not None:
+            return snapshot
+    raise FileNotFoundError(
+        f"no Lumina-mGPT weights found in {where}. Download {repo} (config.json, tokenizer files, "
+        f"*.safetensors) on a machine with internet, e.g. `huggingface-cli download {repo} --local-dir DIR`, "
+        "and pass --weights DIR (or leave the files in the Hugging Face cache)."
+    )
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        files = sorted({folder / name for name in weight_map.values()})
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index} lists shards that are not there: {missing}")
+        return files
+    if (folder / "model.safetensors").is_file():
+        return [folder / "model.safetensors"]
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(
+            f"no *.safetensors weights in {folder} (only safetensors checkpoints are supported)"
+        )
+    return files
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def read_lumina_config(folder: Path) -> Any:
+    """``ChameleonConfig`` from ``config.json`` (model_type chameleon; extra Lumina keys kept)."""
+    from transformers import ChameleonConfig
+
+    raw = json.loads((folder / "config.json").read_text())
+    if raw.get("model_type") != "chameleon":
+        raise ValueError(
+            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; Lumina-mGPT is 'chameleon'"
+        )
+    if not raw.get("vocabulary_map"):
+        raise ValueError(
+            f"{folder / 'config.json'} has no vocabulary_map (needed for the image token ids)"
+        )
+    config = ChameleonConfig.from_pretrained(str(folder))
+    if getattr(config, "mask_image_logits", False):
+        logger.info(
+            "config.mask_image_logits is true; ignored: logits are computed from the backbone"
+        )
+    return config
+
+
+def estimated_parameters(config: Any) -> int:
+    """Parameter count of the text model from the config (embeddings, layers, head)."""
+    d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
+    kv = d * config.num_key_value_heads // config.num_attention_heads
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * ffn
+    return 2 * config.vocab_size * d + layers * per_layer
+
+
+def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
+    """[model_parallel_size, head_dim] q/k-norm weight or bias -> [heads, head_dim] by
+    repeat_interleave(heads / model_parallel_size) (heads = num_key_value_heads for k).
+    Tensors already of shape [heads, head_dim] pass unchanged; other shapes raise."""
+    heads = config.num_attention_heads if ".q_norm." in name else config.num_key_value_heads
+    ranks = int(getattr(config, "model_parallel_size", 1) or 1)
+    if tensor.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D q/k-norm tensor, got shape {tuple(tensor.shape)}")
+    if tensor.shape[0] == heads:
+        return tensor
+    if tensor.shape[0] != ranks or heads % ranks:
+        raise ValueError(
+            f"{name}: shape {tuple(tensor.shape)} is neither [heads={heads}, head_dim] nor "
+            f"[model_parallel_size={ranks}, head_dim] with heads divisible by it"
+        )
+    return tensor.repeat_interleave(heads // ranks, dim=0)
+
+
+def read_lumina_state_dict(
+    folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
+    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read)."""
+    from safetensors import safe_open
+
+    state: dict[str, Tensor] = {}
+    skipped = 0
+    for file in _safetensors_files(folder):
+        with safe_open(str(file), framework="pt", device=str(device)) as handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open handles are not iterable)
+                if name.startswith(IMAGE_ENCODER_PREFIX):
+                    skipped += 1
+                    continue
+                tensor = handle.get_tensor(name)
+                if ".self_attn.q_norm." in name or ".self_attn.k_norm." in name:
+                    tensor = expand_qk_norm(name, tensor, config)
+                state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
+    if skipped:
+        logger.info(
+            "skipped %d model.vqmodel.* tensors (image encoder; not needed to generate images)",
+            skipped,
+        )
+    return state
+
+
+def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
+    """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
+    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+    from transformers import ChameleonForConditionalGeneration
+    from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
+
+    with torch.device("meta"):
+        model = ChameleonForConditionalGeneration(config)
+    model.model.vqmodel = (
+        None  # the image encoder: absent from Lumina releases, unused for generation
+    )
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong_shape = [
+        f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if missing or unexpected or wrong_shape:
+        raise ValueError(
+            "the checkpoint does not match the Chameleon architecture of its config.json: "
+            f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
+            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}"
+        )
+    model.load_state_dict(state, strict=True, assign=True)
+    logger.info(
+        "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does not use it"
+    )
+    model.model.rotary_emb = ChameleonRotaryEmbedding(config).to(
+        device
+    )  # non-persistent buffers, never saved
+    on_meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if on_meta:
+        raise ValueError(f"tensors left uninitialised after loading: {on_meta[:6]}")
+    return model.eval()
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ---- image layout --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LuminaImageLayout:
+    """Token ids and geometry of one square image (see the module docstring)."""
+
+    resolution: int
+    latent_side: int  # codes per row = rows = resolution / 16
+    bos: int
+    end_of_turn: int
+    image_start: int
+    image_end: int
+    row_end: int
+    size_token: int
+
+    @property
+    def row_length(self) -> int:
+        """Tokens per latent row including its row-end token."""
+        return self.latent_side + 1
+
+    @property
+    def num_image_tokens(self) -> int:
+        """Codes plus row ends: latent_side * (latent_side + 1) (2352 at 768 x 768)."""
+        return self.latent_side * self.row_length
+
+    @property
+    def header(self) -> list[int]:
+        """Tokens after the text: end of turn, image start, height and width size tokens."""
+        return [self.end_of_turn, self.image_start, self.size_token, self.size_token]
+
+    @classmethod
+    def from_vocabulary(
+        cls, vocabulary_map: dict[str, int], resolution: int, bos: int | None = None
+    ) -> LuminaImageLayout:
+        if (
+            not isinstance(resolution, int)
+            or resolution < PIXELS_PER_GRID
+            or resolution % PIXELS_PER_GRID
+        ):
+            raise ValueError(
+                f"resolution must be a positive multiple of {PIXELS_PER_GRID} pixels, got {resolution!r}"
+            )
+        grid = resolution // PIXELS_PER_GRID
+        names = {
+            "bos": BOS_NAME,
+            "end_of_turn": END_OF_TURN_NAME,
+            "image_start": IMAGE_START_NAME,
+            "image_end": IMAGE_END_NAME,
+            "row_end": ROW_END_NAME,
+            "size_token": grid_token_name(grid),
+        }
+        absent = [
+            name
+            for key, name in names.items()
+            if name not in vocabulary_map and not (key == "bos" and bos is not None)
+        ]
+        if absent:
+            raise ValueError(
+                f"the vocabulary_map lacks the tokens {absent} (needed for {resolution}x{resolution} images)"
+            )
+        ids = {key: vocabulary_map[name] for key, name in names.items() if name in vocabulary_map}
+        if bos is not None:
+            ids["bos"] = bos
+        return cls(resolution=resolution, latent_side=resolution // PIXELS_PER_CODE, **ids)
+
+
+def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[Tensor, Tensor]:
+    """Image-code ids (sorted) and a lookup table id -> VQ index (-1 for non-image ids), by name.
+
+    Chameleon names VQ code n ``IMGIMG`` + the decimal digits of n written as letters A..J + one
+    final letter; the VQ index is read from the name, never from an offset (as transformers'
+    ``ChameleonImageVocabularyMapping.bpe2img``).
+    """
+    digits = {chr(ord("A") + i): str(i) for i in range(10)}
+    table = torch.full((vocab_size,), -1, dtype=torch.long)
+    for name, token in vocabulary_map.items():
+        if name.startswith("IMGIMG"):
+            code = "".join(digits.get(c, c) for c in name[len("IMGIMG") : -1])
+            if not code.isdigit() or token >= vocab_size:
+                raise ValueError(f"bad image token {name!r} -> {token} in the vocabulary_map")
+            table[token] = int(code)
+    ids = torch.nonzero(table >= 0).flatten()
+    if ids.numel() == 0:
+        raise ValueError("the vocabulary_map has no image tokens (names starting with IMGIMG)")
+    codes = table[ids]
+    if torch.unique(codes).numel() != codes.numel():
+        raise ValueError("the vocabulary_map maps two tokens to the same VQ code")
+    return ids, table
+
+
+# ---- the adapter -----------------------------------------------------------------------------------
+
+
+class LuminaMGPTAdapter(CausalLMAdapter):
+    """``CausalLMAdapter`` for Lumina-mGPT text-to-image: logits from the backbone and ``lm_head``
+    (no image-logit masking), image codes only, the row-end token forced at every row end, the
+    image-end token after the last row, CFG / top-k / temperature as the GSD reference.
+
+    Generated position g (0-based, counted from the first code) is a row end iff
+    (g + 1) % (latent_side + 1) == 0; g = num_image_tokens is the image end, later ones end of turn.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        layout: LuminaImageLayout,
+        *,
+        tokenizer: Any = None,
+        vqgan: Any = None,
+        top_k: int | None = 2000,
+        temperature: float = 1.0,
+        cfg_scale: float | None = 3.0,
+        tokenizer_error: str | None = None,
+    ) -> None:
+        vocabulary_map = model.config.vocabulary_map
+        image_ids, self.vq_index_of_token = image_token_table(
+            vocabulary_map, model.config.vocab_size
+        )
+        super().__init__(
+            model,
+            image_ids,
+            temperature=temperature,
+            top_k=top_k,
+            cfg_scale=cfg_scale,
+            row_length=layout.row_length,
+        )
+        self.layout = layout
+        self.tokenizer = tokenizer
+        self.vqgan = vqgan
+        self._tokenizer_error = tokenizer_error
+        self.vq_index_of_token = self.vq_index_of_token.to(self.device)
+        codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
+        if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
+            raise ValueError(
+                f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the VQGAN "
+                f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
+            )
+        self._embeddings: Tensor | None = None
+
+    @property
+    def num_image_tokens(self) -> int:
+        """Tokens to generate for one image: codes plus row ends (2352 at 768 x 768)."""
+        return self.layout.num_image_tokens
+
+    @property
+    def embeddings(self) -> Tensor:
+        """Input-embedding rows [V, D] in float32 (GSD's distance filter: squared L2 <= d, d = 0.5)."""
+        if self._embeddings is None:
+            self._embeddings = self.model.get_input_embeddings().weight.detach().float()
+        return self._embeddings
+
+    # ---- prompts ----
+
+    def prompt_text(self, prompt: str) -> str:
+        return PROMPT_TEMPLATE.format(
+            width=self.layout.resolution, height=self.layout.resolution, prompt=prompt
+        )
+
+    def prompt_ids(self, prompt: str) -> Tensor:
+        """<s> + tokens of the templated prompt + [end of turn, image start, h, w] (1-D int64)."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("prompt must be a non-empty string")
+        if self.tokenizer is None:
+            raise ValueError(
+                "no tokenizer loaded ("
+                + (self._tokenizer_error or "none given")
+                + "); pass token ids with "
+                "text_ids_to_prompt(ids) or put the tokenizer files next to config.json"
+            )
+        text = self.tokenizer.encode(self.prompt_text(prompt), add_special_tokens=False)
+        return self.text_ids_to_prompt(text)
+
+    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
+        """<s> + ``text_ids`` + [end of turn, image start, h, w], for already tokenised prompts."""
+        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+        return torch.tensor([self.layout.bos, *text, *self.layout.header], dtype=torch.long)
+
+    def unconditional_prompt_ids(self) -> Tensor:
+        """The unconditional row's prompt: [end of turn, image start, h, w] (no text)."""
+        return torch.tensor(self.layout.header, dtype=torch.long)
+
+    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
+        """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
+        ``unconditional_prompt_ids()``."""
+        if self.uses_cfg and uncond_prompt_ids is None:
+            uncond_prompt_ids = self.unconditional_prompt_ids()
+        super().start(prompt_ids, uncond_prompt_ids)
+
+    # ---- logits ----
+
+    def compute_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int
+    ) -> Tensor:
+        """lm_head(backbone hidden states) of the last ``num_rows`` positions: [B, num_rows, V]
+        (bypasses the stock forward, which masks every image-token logit)."""
+        out = self.model.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=self.cache,
+            use_cache=True,
+        )
+        return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
+
+    def forced_tokens(self, generated_positions: Tensor) -> Tensor:
+        """Row end where (g + 1) % row_length == 0 inside the image, image end at g = num_image_tokens,
+        end of turn after it; -1 (free) elsewhere."""
+        g = generated_positions
+        layout = self.layout
+        forced = torch.full_like(g, -1)
+        forced = torch.where(
+            (g < self.num_image_tokens) & ((g + 1) % layout.row_length == 0), layout.row_end, forced
+        )
+        forced = torch.where(g == self.num_image_tokens, layout.image_end, forced)
+        return torch.where(g > self.num_image_tokens, layout.end_of_turn, forced)
+
+    # ---- pixels ----
+
+    def image_codes(self, tokens: Any) -> Tensor:
+        """Generated tokens [N] or [B, N] (N = num_image_tokens, optionally + the image end) ->
+        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not an image token."""
+        tokens = torch.as_tensor(tokens).to(self.device).long()
+        if tokens.ndim == 1:
+            tokens = tokens.unsqueeze(0)
+        n = self.num_image_tokens
+        if tokens.ndim != 2 or tokens.shape[1] not in (n, n + 1):
+            raise ValueError(
+                f"expected {n} image tokens per image (codes + row ends), got shape {tuple(tokens.shape)}"
+            )
+        side, row = self.layout.latent_side, self.layout.row_length
+        grid = tokens[:, :n].reshape(-1, side, row)
+        if not bool((grid[:, :, -1] == self.layout.row_end).all()):
+            raise ValueError(f"row-end token {self.layout.row_end} missing at the end of some row")
+        if tokens.shape[1] == n + 1 and not bool((tokens[:, n] == self.layout.image_end).all()):
+            raise ValueError(f"token {n} must be the image end {self.layout.image_end}")
+        codes = grid[:, :, :-1]
+        if codes.numel() and (
+            int(codes.min()) < 0 or int(codes.max()) >= self.vq_index_of_token.numel()
+        ):
+            raise ValueError("image tokens out of the vocabulary range")
+        indices = self.vq_index_of_token[codes]
+        if bool((indices < 0).any()):
+            raise ValueError("some image positions hold tokens that are not image codes")
+        return indices
+
+    def decode_images(self, tokens: Any) -> Tensor:
+        """Generated tokens [N] or [B, N] -> uint8 images [B, H, W, 3] through the VQGAN decoder."""
+        if self.vqgan is None:
+            raise ValueError(
+                "no VQGAN loaded: pass vqgan_dir (the folder with vqgan.yaml and vqgan.ckpt)"
+            )
+        return self.vqgan.decode_to_uint8(self.image_codes(tokens))
+
+
+def load_lumina_mgpt(
+    weights: str | Path | None,
+    *,
+    vqgan_dir: str | Path | None = None,
+    resolution: int = 768,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    force_cpu: bool = False,
+    top_k: int | None = 2000,
+    temperature: float = 1.0,
+    cfg_scale: float | None = 3.0,
+    vqgan_dtype: torch.dtype = torch.float32,
+) -> LuminaMGPTAdapter:
+    """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a ``LuminaMGPTAdapter``.
+
+    device: default "cuda" if available else "cpu"; dtype: default bfloat16 on GPU, float32 on CPU.
+    On CPU, models above 1e9 parameters are refused unless ``force_cpu=True`` (a 7B model needs
+    28 GB in float32 and minutes per token). ``vqgan_dir``: folder with ``vqgan.yaml`` +
+    ``vqgan.ckpt`` (optional; needed by ``decode_images``).
+    """
+    folder = resolve_weights_dir(weights, resolution)
+    config = read_lumina_config(folder)
+    device = torch.device(device if device is not None else _default_device())
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    size = estimated_parameters(config)
+    if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
+        raise ValueError(
+            f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take minutes "
+            "per token and tens of GB of memory. Use a GPU (device='cuda'), or pass force_cpu=True to insist."
+        )
+    state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)
+    model = build_lumina_model(config, state, device=device)
+    del state
+    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
+    needed = layout.num_image_tokens + 64
+    if needed > config.max_position_embeddings:
+        logger.warning(
+            "an image needs about %d positions; config.max_position_embeddings is %d",
+            needed,
+            config.max_position_embeddings,
+        )
+    tokenizer, tokenizer_error = None, None
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as error:  # no tokenizer files: prompts can still be given as ids
+        tokenizer_error = f"AutoTokenizer failed on {folder}: {error}"
+        logger.warning(tokenizer_error)
+    if (
+        tokenizer is not None
+        and tokenizer.bos_token_id is not None
+        and tokenizer.bos_token_id != layout.bos
+    ):
+        raise ValueError(
+            f"tokenizer BOS {tokenizer.bos_token_id} differs from the vocabulary_map's <s> {layout.bos}"
+        )
+    vqgan = None
+    if vqgan_dir is not None:
+        from .chameleon_vqgan import load_chameleon_vqgan
+
+        vqgan = load_chameleon_vqgan(vqgan_dir, device=device, dtype=vqgan_dtype)
+    return LuminaMGPTAdapter(
+        model,
+        layout,
+        tokenizer=tokenizer,
+        vqgan=vqgan,
+        top_k=top_k,
+        temperature=temperature,
+        cfg_scale=cfg_scale,
+        tokenizer_error=tokenizer_error,
+    )

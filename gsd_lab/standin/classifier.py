@@ -1,0 +1,99 @@
+"""Small CNN that predicts the source class of a 64x64 crop.
+
+Used by gsd_lab.metrics: its softmax gives the condition-consistency score and its penultimate
+features (global-average-pooled, ``FEATURE_DIM``) feed the Frechet distance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from . import data
+from .weights_io import save_module, write_json
+
+FEATURE_DIM = 64
+
+
+class CropClassifier(nn.Module):
+    """images [B, 3, 64, 64] in [-1, 1] -> logits [B, num_classes]; ``features`` -> [B, FEATURE_DIM]."""
+
+    def __init__(self, num_classes: int, width: int = 32, feature_dim: int = FEATURE_DIM):
+        super().__init__()
+        w = width
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1),
+                                 nn.GroupNorm(8, cout), nn.SiLU())
+
+        self.body = nn.Sequential(
+            nn.Conv2d(3, w, 3, padding=1), nn.SiLU(),
+            block(w, w), block(w, 2 * w), block(2 * w, 2 * w), block(2 * w, feature_dim),
+        )
+        self.head = nn.Linear(feature_dim, num_classes)
+        self.num_classes = num_classes
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dim() != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be [B, 3, H, W], got {tuple(images.shape)}")
+        return self.body(images).mean(dim=(2, 3))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images))
+
+
+def heldout_set(per_class: int = 40, seed: int = 4321) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed held-out evaluation crops (64x64, no flips) and labels."""
+    return data.class_crops("heldout", per_class, data.CROP_SIZE, seed, flip=False)
+
+
+@torch.no_grad()
+def accuracy(classifier: CropClassifier, images: torch.Tensor, labels: torch.Tensor) -> float:
+    classifier.eval()
+    logits = torch.cat([classifier(chunk) for chunk in images.split(100)])
+    return float((logits.argmax(-1) == labels).float().mean())
+
+
+def train_classifier(out: Path, *, steps: int = 400, batch: int = 64, lr: float = 2e-3,
+                     seed: int = 0, width: int = 32, log=print) -> tuple[CropClassifier, dict]:
+    """Cross-entropy on random (flipped) 64x64 training-region crops with light colour jitter."""
+    out = Path(out)
+    torch.manual_seed(seed + 100)
+    sources = data.load_sources()
+    classifier = CropClassifier(len(sources), width=width)
+    generator = torch.Generator().manual_seed(seed + 101)
+    opt = torch.optim.AdamW(classifier.parameters(), lr=lr, weight_decay=1e-4)
+    per_class = -(-batch // len(sources))
+    start = time.time()
+    for step in range(steps):
+        frac = step / max(1, steps - 1)
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * frac))
+        images = torch.cat([data.random_crops(s.train, per_class, data.CROP_SIZE, generator)
+                            for s in sources])
+        labels = torch.arange(len(sources)).repeat_interleave(per_class)
+        # brightness jitter so that the classifier does not key on exact global intensity only
+        images = (images + 0.1 * (torch.rand(images.shape[0], 1, 1, 1, generator=generator) - 0.5)).clamp(-1, 1)
+        classifier.train()
+        loss = F.cross_entropy(classifier(images), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log({"stage": "classifier", "step": step, "loss": round(loss.item(), 5),
+                 "elapsed_s": round(time.time() - start, 1)})
+    images, labels = heldout_set()
+    metrics = {"heldout_accuracy": accuracy(classifier, images, labels),
+               "heldout_images": int(labels.numel()), "steps": steps, "batch": batch,
+               "seed": seed, "wall_seconds": round(time.time() - start, 1)}
+    log({"stage": "classifier", "eval": metrics})
+    save_module(classifier, out / "classifier.safetensors")
+    write_json(out / "classifier_config.json",
+               {"num_classes": len(sources), "width": width, "feature_dim": FEATURE_DIM,
+                "class_names": list(data.CLASS_NAMES), "metrics": metrics})
+    return classifier, metrics

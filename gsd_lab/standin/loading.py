@@ -1,0 +1,55 @@
+"""Build the stand-in's modules from a weights directory (safetensors + JSON configs only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .classifier import CropClassifier
+from .tokenizer import FSQTokenizer, TokenizerConfig
+from .weights_io import WeightFileError, load_into, read_json
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+def load_tokenizer(directory: Path = WEIGHTS_DIR) -> FSQTokenizer:
+    directory = Path(directory)
+    config_path = directory / "tokenizer_config.json"
+    try:
+        config = TokenizerConfig.from_dict(read_json(config_path))
+    except (KeyError, TypeError) as err:
+        raise WeightFileError(f"stand-in config file {config_path} lacks a field: {err}") from err
+    return load_into(FSQTokenizer(config), directory / "tokenizer.safetensors").eval()
+
+
+def load_classifier(directory: Path = WEIGHTS_DIR) -> CropClassifier:
+    directory = Path(directory)
+    config_path = directory / "classifier_config.json"
+    cfg = read_json(config_path)
+    try:
+        model = CropClassifier(cfg["num_classes"], width=cfg["width"], feature_dim=cfg["feature_dim"])
+    except (KeyError, TypeError) as err:
+        raise WeightFileError(f"stand-in config file {config_path} lacks a field: {err}") from err
+    return load_into(model, directory / "classifier.safetensors").eval()
+
+
+def load_ar_model(directory: Path = WEIGHTS_DIR):
+    """(LlamaForCausalLM in eval mode, TokenLayout, the ar_config.json dict)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .ar import TokenLayout
+
+    directory = Path(directory)
+    config_path = directory / "ar_config.json"
+    cfg = read_json(config_path)
+    try:
+        llama = LlamaConfig.from_dict(cfg["llama"])
+        lay = cfg["layout"]
+        layout = TokenLayout(lay["codebook_size"], lay["num_classes"], lay["grid"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
+    if layout.vocab_size != llama.vocab_size:
+        raise WeightFileError(f"stand-in config file {config_path}: layout vocabulary "
+                              f"{layout.vocab_size} != model vocabulary {llama.vocab_size}")
+    model = LlamaForCausalLM(llama)
+    load_into(model, directory / "ar_model.safetensors")
+    return model.eval(), layout, cfg

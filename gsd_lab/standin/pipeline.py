@@ -1,0 +1,46 @@
+"""Stages of ``python -m gsd_lab.standin train``; each reads the previous stages' files from --out.
+
+tokenizer -> tokenizer.safetensors, tokenizer_config.json
+classifier -> classifier.safetensors, classifier_config.json
+ar -> ar_model.safetensors, ar_config.json (needs the tokenizer)
+export -> manifest.json, reference_outputs.json (fixed-seed generation tokens and a logits
+          checksum of the stored weights, for the tests) and samples.png
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .tokenizer import TokenizerConfig
+
+TINY_TOKENIZER = TokenizerConfig(levels=(4, 4, 4, 4, 4), channels=(8, 8, 8))
+TINY_AR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64}
+
+
+def run_stages(args, log) -> None:
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    known = {"tokenizer", "classifier", "ar", "export"}
+    if not set(stages) <= known:
+        raise ValueError(f"unknown stages {sorted(set(stages) - known)}; known: {sorted(known)}")
+    out = Path(args.out)
+    if "tokenizer" in stages:
+        from .train_tokenizer import train_tokenizer
+
+        config = TINY_TOKENIZER if args.tiny else TokenizerConfig()
+        train_tokenizer(out, steps=args.tokenizer_steps, seed=args.seed, config=config, log=log)
+    if "classifier" in stages:
+        from .classifier import train_classifier
+
+        train_classifier(out, steps=args.classifier_steps, seed=args.seed,
+                         width=8 if args.tiny else 32, log=log)
+    if "ar" in stages:
+        from .ar import train_ar
+        from .loading import load_tokenizer
+
+        sizes = TINY_AR if args.tiny else {}
+        train_ar(out, load_tokenizer(out), steps=args.steps, batch=args.batch, seed=args.seed,
+                 log=log, **sizes)
+    if "export" in stages:
+        from .export import export
+
+        export(out, seed=args.seed, log=log, num_samples=2 if args.tiny else 16)

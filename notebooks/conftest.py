@@ -1,0 +1,20 @@
+"""pytest configuration for ``pytest --nbval-lax notebooks/``.
+
+The notebooks run in the current environment's kernel (``--nbval-current-env`` is switched on
+here unless a kernel is named), with the non-interactive matplotlib backend; the builder script
+is not a test module."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # inherited by the kernel: no GUI, no figure windows
+
+collect_ignore = ["build_notebooks.py"]
+
+
+def pytest_configure(config):
+    option = config.option
+    if getattr(option, "nbval_lax", False) or getattr(option, "nbval", False):
+        if not getattr(option, "nbval_kernel_name", None):
+            option.nbval_current_env = True

@@ -1,0 +1,142 @@
+"""Exact output laws: SD is lossless, the cluster-exact residual keeps cluster masses, and the
+token-level GSD law matches an independent rational enumeration (proofs/02, 03, 06)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import torch
+from core_strategies import pairs_with_partition, prob_pairs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gsd_core import (
+    DynamicClusters,
+    RankBinnedClusters,
+    acceptance_rate,
+    group_probs,
+    output_distribution,
+    residual_distribution,
+    tv_distance,
+)
+
+TOL = 1e-12
+
+
+@given(prob_pairs())
+def test_standard_sd_output_is_exactly_p(pq):
+    p, q = pq
+    out = output_distribution(p, q)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out, p, atol=TOL, rtol=0)
+
+
+@given(prob_pairs())
+def test_cluster_residual_with_singletons_is_standard_sd(pq):
+    p, q = pq
+    out = output_distribution(p, q, torch.arange(p.shape[-1]), residual="cluster")
+    assert torch.allclose(out, p, atol=TOL, rtol=0)
+
+
+@given(pairs_with_partition())
+def test_cluster_exact_residual_preserves_cluster_masses(pqc):
+    p, q, labels = pqc
+    out = output_distribution(p, q, labels, residual="cluster")
+    assert torch.allclose(out.sum(), torch.tensor(1.0, dtype=torch.float64), atol=TOL)
+    assert torch.allclose(group_probs(out, labels), group_probs(p, labels), atol=TOL, rtol=0)
+    # Inside a cluster the emitted token follows q on acceptance, so the law is generally not p.
+
+
+@given(prob_pairs(max_vocab=9), st.integers(1, 9))
+def test_rank_binned_cluster_residual_preserves_bin_masses(pq, group_size):
+    p, q = pq
+    rule = RankBinnedClusters(group_size)
+    out = output_distribution(p, q, rule, residual="cluster")
+    labels = rule.partition_labels(p)
+    assert torch.allclose(group_probs(out, labels), group_probs(p, labels), atol=TOL, rtol=0)
+
+
+def _token_gsd_law_rational(p: list[Fraction], q: list[Fraction], clusters: list[list[int]], scale: Fraction):
+    """out(y) = q(y) a(y) + (1 - beta) r(y), a(x) = min(1, s p(C(x)) / q(C(x))), r = norm((p - q)+) (p if 0)."""
+    size = len(p)
+    accept = []
+    for x in range(size):
+        qc = sum(q[y] for y in clusters[x])
+        accept.append(min(Fraction(1), scale * sum(p[y] for y in clusters[x]) / qc) if qc > 0 else Fraction(0))
+    beta = sum(q[x] * accept[x] for x in range(size))
+    excess = [max(Fraction(0), p[y] - q[y]) for y in range(size)]
+    mass = sum(excess)
+    residual = [e / mass for e in excess] if mass > 0 else list(p)
+    return [q[y] * accept[y] + (1 - beta) * residual[y] for y in range(size)], beta
+
+
+def _rank_window_clusters(p: list[Fraction], half: int) -> list[list[int]]:
+    order = sorted(range(len(p)), key=lambda y: (-p[y], y))
+    rank = {y: r for r, y in enumerate(order)}
+    return [order[max(0, rank[x] - half) : rank[x] + half + 1] for x in range(len(p))]
+
+
+@given(st.integers(1, 7).flatmap(lambda v: st.tuples(
+    st.lists(st.integers(0, 9), min_size=v, max_size=v).filter(any),
+    st.lists(st.integers(0, 9), min_size=v, max_size=v).filter(any),
+)), st.integers(0, 6), st.sampled_from([Fraction(1), Fraction(3, 2), Fraction(4)]))
+def test_token_level_gsd_law_matches_rational_enumeration(weights, group_size, scale):
+    pw, qw = weights
+    p_exact = [Fraction(w, sum(pw)) for w in pw]
+    q_exact = [Fraction(w, sum(qw)) for w in qw]
+    clusters = _rank_window_clusters(p_exact, group_size // 2)
+    law, beta = _token_gsd_law_rational(p_exact, q_exact, clusters, scale)
+    p = torch.tensor([float(x) for x in p_exact], dtype=torch.float64)
+    q = torch.tensor([float(x) for x in q_exact], dtype=torch.float64)
+    rule = DynamicClusters(group_size)
+    out = output_distribution(p, q, rule, acceptance_scale=float(scale))
+    assert torch.allclose(out, torch.tensor([float(x) for x in law], dtype=torch.float64), atol=TOL, rtol=0)
+    assert abs(acceptance_rate(p, q, rule, acceptance_scale=float(scale)).item() - float(beta)) < TOL
+
+
+@given(prob_pairs(), st.floats(1.0, 8.0))
+def test_amplify_accepts_at_least_as_often_and_stays_a_distribution(pq, scale):
+    p, q = pq
+    assert acceptance_rate(p, q, acceptance_scale=scale).item() >= acceptance_rate(p, q).item() - TOL
+    out = output_distribution(p, q, acceptance_scale=scale)
+    assert bool((out >= 0).all()) and abs(out.sum().item() - 1.0) < TOL
+
+
+def test_amplify_is_lossy_with_exact_numbers():
+    # p = (1/2, 1/2), q = (3/4, 1/4), s = 2: a = (1, 1), every draft accepted, output = q.
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    q = torch.tensor([0.75, 0.25], dtype=torch.float64)
+    assert acceptance_rate(p, q, acceptance_scale=2.0).item() == 1.0
+    assert torch.equal(output_distribution(p, q, acceptance_scale=2.0), q)
+    assert tv_distance(output_distribution(p, q, acceptance_scale=2.0), p).item() == 0.25
+    assert torch.equal(output_distribution(p, q, acceptance_scale=1.0), p)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf"), "2", True])
+def test_acceptance_scale_must_be_finite_and_positive(scale):
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    with pytest.raises(ValueError, match="acceptance_scale"):
+        acceptance_rate(p, p, acceptance_scale=scale)
+    with pytest.raises(ValueError, match="acceptance_scale"):
+        output_distribution(p, p, acceptance_scale=scale)
+
+
+@given(prob_pairs())
+def test_residual_is_a_distribution_and_falls_back_to_p(pq):
+    p, q = pq
+    r = residual_distribution(p, q)
+    assert not bool(torch.isnan(r).any())
+    assert abs(r.sum().item() - 1.0) < TOL
+    if torch.equal(p, q):
+        assert torch.equal(r, p)
+    else:
+        assert bool((r[p <= q] == 0).all())  # mass only where p exceeds q
+
+
+def test_dynamic_rule_rejects_cluster_residual():
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    with pytest.raises(ValueError, match="partition"):
+        output_distribution(p, p, DynamicClusters(2), residual="cluster")
+    with pytest.raises(ValueError, match="residual mode"):
+        output_distribution(p, p, None, residual="cluster-exact")

@@ -1,0 +1,213 @@
+"""CausalLMAdapter: KV-cache rollback, CFG / top-k / temperature / allowed-token processing
+checked against a direct computation, random drafts, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from gsd_lab.models import CausalLMAdapter  # noqa: E402
+
+VOCAB = 12
+
+
+def tiny_llama(vocab: int = VOCAB, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         initializer_range=0.5)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    return tiny_llama()
+
+
+def direct_logits(model, ids: list[int]) -> torch.Tensor:
+    """Logits [len(ids), V] of one uncached forward pass over the whole sequence, float64."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].double()
+
+
+def test_forward_matches_uncached_model(model):
+    adapter = CausalLMAdapter(model)
+    prompt = [0, 5, 7]
+    adapter.start(torch.tensor(prompt))
+    probs = adapter.forward(torch.tensor(prompt + [3, 4]))
+    assert probs.shape == (5, VOCAB) and probs.dtype == torch.float64
+    expected = torch.softmax(direct_logits(model, prompt + [3, 4]), -1)
+    torch.testing.assert_close(probs, expected, atol=1e-6, rtol=0)
+    assert adapter.seq_len == 5 and adapter.num_forwards == 1
+
+
+def test_rollback_gives_the_same_logits_as_recomputing(model):
+    adapter = CausalLMAdapter(model)
+    prompt = [1, 2]
+    adapter.start(torch.tensor(prompt))
+    adapter.forward(torch.tensor(prompt + [3, 4, 5, 6, 7, 8]))
+    adapter.crop(4)  # keep the prompt and tokens 3, 4
+    assert adapter.seq_len == 4 and adapter.cache.get_seq_length() == 4
+    rolled = adapter.forward(torch.tensor([9, 10, 11]))
+    adapter.crop(5)  # roll back again, into the middle of the new tokens
+    rolled_again = adapter.forward(torch.tensor([2]))
+    expected = torch.softmax(direct_logits(model, prompt + [3, 4, 9, 10, 11]), -1)
+    torch.testing.assert_close(rolled, expected[-3:], atol=1e-6, rtol=0)
+    expected_again = torch.softmax(direct_logits(model, prompt + [3, 4, 9, 2]), -1)
+    torch.testing.assert_close(rolled_again, expected_again[-1:], atol=1e-6, rtol=0)
+    # Without the rollback the same tokens would see another context: the crop really acted.
+    unrolled = torch.softmax(direct_logits(model, prompt + [3, 4, 5, 6, 7, 8, 9, 10, 11]), -1)
+    assert not torch.allclose(rolled, unrolled[-3:], atol=1e-3)
+
+
+def test_num_rows_returns_the_last_rows(model):
+    adapter = CausalLMAdapter(model)
+    adapter.start(torch.tensor([0, 1, 2]))
+    probs = adapter.forward(torch.tensor([0, 1, 2, 3, 4]), num_rows=3)
+    expected = torch.softmax(direct_logits(model, [0, 1, 2, 3, 4]), -1)[-3:]
+    torch.testing.assert_close(probs, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("uncond", [[11], [4, 5, 6, 8, 9]], ids=["shorter", "longer"])
+def test_cfg_topk_temperature_match_a_direct_computation(model, uncond):
+    """The verified distribution is the sampled one: CFG, allowed mask, top-k, temperature and
+    softmax recomputed here from two separate uncached forward passes."""
+    allowed = [2, 3, 4, 5, 6, 7, 8]
+    scale, top_k, temperature = 2.5, 4, 0.7
+    adapter = CausalLMAdapter(model, allowed, cfg_scale=scale, top_k=top_k, temperature=temperature)
+    prompt, generated = [0, 1, 10], [3, 5, 7, 2]
+    adapter.start(torch.tensor(prompt), torch.tensor(uncond))
+    first = adapter.forward(torch.tensor(prompt + generated[:2]), num_rows=3)
+    adapter.crop(len(prompt) + 1)  # roll back token 5 in both rows
+    second = adapter.forward(torch.tensor(generated[1:]))
+    probs = torch.cat([first[:2], second])  # rows predicting generated positions 0..4
+
+    cond = direct_logits(model, prompt + generated)[len(prompt) - 1:]
+    unc = direct_logits(model, uncond + generated)[len(uncond) - 1:]
+    logits = unc + scale * (cond - unc)
+    mask = torch.ones(VOCAB, dtype=torch.bool)
+    mask[allowed] = False
+    logits = logits.masked_fill(mask, -torch.inf)
+    kth = logits.topk(top_k, -1).values[:, -1:]
+    expected = torch.softmax(logits.masked_fill(logits < kth, -torch.inf) / temperature, -1)
+    torch.testing.assert_close(probs, expected, atol=1e-5, rtol=0)
+    assert ((probs > 0).sum(-1) == top_k).all()
+    assert probs[:, mask].sum() == 0
+    # Guidance changes the result (the unconditional row is really used).
+    plain = torch.softmax(cond.masked_fill(mask, -torch.inf), -1)
+    assert not torch.allclose(probs, plain, atol=1e-3)
+
+
+def test_cfg_scale_one_equals_the_conditional_model(model):
+    adapter = CausalLMAdapter(model, cfg_scale=1.0)
+    adapter.start(torch.tensor([0, 1]), torch.tensor([7]))
+    probs = adapter.forward(torch.tensor([0, 1, 5, 6]))
+    torch.testing.assert_close(probs, torch.softmax(direct_logits(model, [0, 1, 5, 6]), -1), atol=1e-6, rtol=0)
+
+
+class RowEndAdapter(CausalLMAdapter):
+    """Forces token 11 at the end of every row of 3 (generated positions 2, 5, ...)."""
+
+    def forced_tokens(self, generated_positions):
+        return torch.where(generated_positions % 3 == 2, 11, -1)
+
+
+def test_forced_tokens_are_one_hot_and_drafted(model):
+    adapter = RowEndAdapter(model, allowed_tokens=[2, 3, 4], row_length=3)
+    adapter.start(torch.tensor([0]))
+    probs = adapter.forward(torch.tensor([0, 2, 3, 11, 4]))
+    assert probs[2, 11] == 1 and probs[2].sum() == 1
+    assert probs[[0, 1, 3, 4]][:, 11].sum() == 0
+    tokens = adapter.random_tokens(torch.arange(12), torch.Generator().manual_seed(0))
+    assert (tokens[2::3] == 11).all()
+    free = torch.cat([tokens[0::3], tokens[1::3]])
+    assert set(free.tolist()) <= {2, 3, 4}
+
+
+def test_random_tokens_are_uniform_over_allowed(model):
+    adapter = CausalLMAdapter(model, allowed_tokens=[9, 2, 5])
+    tokens = adapter.random_tokens(torch.arange(3000), torch.Generator().manual_seed(1))
+    counts = torch.bincount(tokens, minlength=VOCAB)
+    assert set(torch.nonzero(counts).flatten().tolist()) == {2, 5, 9}
+    assert (counts[[2, 5, 9]] - 1000).abs().max() < 100  # 4+ standard deviations
+    again = adapter.random_tokens(torch.arange(3000), torch.Generator().manual_seed(1))
+    assert torch.equal(tokens, again)
+
+
+def test_properties(model):
+    adapter = CausalLMAdapter(model, row_length=4)
+    assert adapter.vocab_size == VOCAB
+    assert adapter.embeddings.shape == (VOCAB, 16)
+    assert adapter.row_length == 4
+
+
+class NoCacheModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, input_ids):
+        return self.linear(input_ids)
+
+
+class IgnoresCacheModel(torch.nn.Module):
+    """Accepts a cache argument but never fills it."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=None):
+        return self.inner(input_ids=input_ids, use_cache=False)
+
+
+def test_bad_input(model):
+    with pytest.raises(ValueError, match="KV cache"):
+        CausalLMAdapter(NoCacheModel())
+    with pytest.raises(ValueError, match="torch.nn.Module"):
+        CausalLMAdapter(object())
+    ignoring = CausalLMAdapter(IgnoresCacheModel(model))
+    ignoring.start(torch.tensor([0]))
+    with pytest.raises(ValueError, match="KV cache"):
+        ignoring.forward(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="out of range"):
+        CausalLMAdapter(model, allowed_tokens=[0, VOCAB])
+    with pytest.raises(ValueError, match="out of range"):
+        CausalLMAdapter(model, allowed_tokens=[-1, 2])
+    with pytest.raises(ValueError, match="empty"):
+        CausalLMAdapter(model, allowed_tokens=[])
+    with pytest.raises(ValueError, match="integer"):
+        CausalLMAdapter(model, allowed_tokens=[0.5, 1.0])
+    with pytest.raises(ValueError, match="temperature"):
+        CausalLMAdapter(model, temperature=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        CausalLMAdapter(model, top_k=0)
+    adapter = CausalLMAdapter(model)
+    with pytest.raises(ValueError, match="start"):
+        adapter.forward(torch.tensor([0]))
+    with pytest.raises(ValueError, match="empty"):
+        adapter.start(torch.tensor([], dtype=torch.long))
+    with pytest.raises(ValueError, match="out of range"):
+        adapter.start(torch.tensor([VOCAB]))
+    with pytest.raises(ValueError, match="cfg_scale is None"):
+        adapter.start(torch.tensor([0]), torch.tensor([1]))
+    adapter.start(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="begin with the prompt"):
+        adapter.forward(torch.tensor([1, 1, 2]))
+    adapter.forward(torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="crop length"):
+        adapter.crop(1)  # into the prompt
+    with pytest.raises(ValueError, match="crop length"):
+        adapter.crop(4)  # beyond the sequence
+    with pytest.raises(ValueError, match="uncond_prompt_ids"):
+        CausalLMAdapter(model, cfg_scale=3.0).start(torch.tensor([0]))

@@ -1,0 +1,107 @@
+"""``python -m gsd_lab``: generate (--json keys, image output, errors) and figures --quick
+(PNG + SVG + JSON sidecars with provenance, results.md), on the tiny random model and, where
+its weights are present, the stand-in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gsd_lab.cli import main
+
+JSON_KEYS = {"nfe", "acceptance_rate", "wall_seconds", "tokens", "model", "method", "num_tokens"}
+
+
+def _standin_available() -> bool:
+    from gsd_lab.standin.loading import WEIGHTS_DIR
+
+    return (WEIGHTS_DIR / "ar_model.safetensors").is_file() and (WEIGHTS_DIR / "classifier.safetensors").is_file()
+
+
+def run_json(capsys, *args: str) -> dict:
+    assert main(["generate", *args, "--json", "--threads", "1"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("method_args", [["--method", "ar"], ["--method", "sjd"],
+                                         ["--method", "gsd", "--group-size", "10"],
+                                         ["--method", "gsd", "--clusters", "rank-binned", "--residual", "cluster"]])
+def test_generate_json_tiny(capsys, method_args):
+    report = run_json(capsys, "--model", "tiny-random", "--class", "1", "--seed", "3", *method_args)
+    assert JSON_KEYS <= set(report)
+    assert len(report["tokens"]) == report["num_tokens"] == 64
+    if report["method"] == "ar":
+        assert report["nfe"] == 64 and report["acceptance_rate"] is None
+    else:
+        assert 1 <= report["nfe"] < 64 and 0 <= report["acceptance_rate"] <= 1
+    again = run_json(capsys, "--model", "tiny-random", "--class", "1", "--seed", "3", *method_args)
+    assert again["tokens"] == report["tokens"]  # seeded
+
+
+def test_generate_text_and_image(capsys, tmp_path):
+    out = tmp_path / "img.png"
+    assert main(["generate", "--model", "tiny-random", "--method", "sjd", "--class", "0", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "nfe" in text and "acceptance rate" in text and "wall" in text
+    from PIL import Image
+
+    assert Image.open(out).size == (32, 32)
+
+
+def test_generate_errors(capsys):
+    with pytest.raises(SystemExit, match="--weights"):
+        main(["generate", "--model", "lumina-mgpt-7b-768", "--prompt", "a cat"])
+    with pytest.raises(SystemExit, match="rank-binned"):
+        main(["generate", "--model", "tiny-random", "--method", "sjd", "--residual", "cluster"])
+    assert main(["generate", "--model", "tiny-random", "--class", "9"]) == 2
+    assert "classes" in capsys.readouterr().err
+
+
+def test_figures_quick_writes_sidecars(tmp_path):
+    """On the stand-in when its weights are present (quality proxies included), else tiny-random."""
+    model = "standin" if _standin_available() else "tiny-random"
+    out = tmp_path / "figs"
+    cmd = [sys.executable, "-m", "gsd_lab", "figures", "--model", model, "--quick", "--out", str(out),
+           "--no-progress", "--threads", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sidecars = sorted(out.glob("*.json"))
+    names = {p.stem for p in sidecars} - {"results"}
+    assert {"table1_speed_quality", "top1_probability_histograms", "fig6_tv_flat_vs_peaked"} <= names
+    for name in names:
+        assert (out / f"{name}.png").stat().st_size > 0 and (out / f"{name}.svg").stat().st_size > 0
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record["git"]["commit"] and record["versions"]["torch"] == torch.__version__
+        assert record["seeds"]["generation_seeds"] == [0] and record["model"] == model
+        assert "sizes" in record["config"]
+    results = (out / "results.md").read_text()
+    assert "Table 1 analogue" in results and "| AR |" in results
+    if model == "standin":
+        assert "fig10_nfe_vs_quality" in names and "condition_score" in results
+
+
+@pytest.mark.skipif(not _standin_available(), reason="stand-in weights not in gsd_lab/standin/weights yet")
+def test_generate_json_standin(capsys):
+    report = run_json(capsys, "--method", "gsd", "--group-size", "25", "--class", "0", "--seed", "0")
+    assert JSON_KEYS <= set(report) and report["model"] == "standin"
+    assert report["num_tokens"] == 256 and 1 <= report["nfe"] < 256
+    assert all(0 <= t < 1024 for t in report["tokens"])
+
+
+def test_generate_lumina_layout_on_a_tiny_checkpoint(capsys, tmp_path):
+    """The Lumina-mGPT path of the CLI (prompt template, row ends, VQGAN) on a tiny random
+    checkpoint in the release layout, at the 512 layout (32 x 33 = 1056 tokens)."""
+    from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
+
+    weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
+    vqgan = write_tiny_vqgan(tmp_path / "v", n_embed=64)
+    out = tmp_path / "lumina.png"
+    report = run_json(capsys, "--model", "lumina-mgpt-7b-512", "--weights", str(weights), "--vqgan", str(vqgan),
+                      "--prompt", "a red cube", "--method", "gsd", "--group-size", "10", "--device", "cpu",
+                      "--out", str(out))
+    assert report["num_tokens"] == 32 * 33 and report["nfe"] < report["num_tokens"]
+    assert out.is_file()

@@ -1,0 +1,235 @@
+"""gsd_lab.decoding: nfe accounting, determinism, gsd(group_size 0) == sjd, the verified
+distributions are the sampled ones, repeat-row drafts, top-1 recording, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import gsd_lab.decoding as decoding  # noqa: E402
+from gsd_core import DynamicClusters, RankBinnedClusters  # noqa: E402
+from gsd_lab.decoding import _repeat_row_drafts, generate  # noqa: E402
+from gsd_lab.models import CausalLMAdapter  # noqa: E402
+
+VOCAB = 16
+ALLOWED = list(range(2, 14))
+PROMPT = torch.tensor([0, 15])
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         initializer_range=0.5)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Many tiny forward passes: extra intra-op threads only add contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    return tiny_llama()
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_ar_one_token_per_forward_and_deterministic(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    first = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(3))
+    again = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(3))
+    other = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(4))
+    assert first.nfe == 20 and first.tokens.shape == (20,)
+    assert first.acceptance_rate is None and first.accepted == [0] * 20
+    assert torch.equal(first.tokens, again.tokens)
+    assert not torch.equal(first.tokens, other.tokens)
+    assert set(first.tokens.tolist()) <= set(ALLOWED)
+    assert first.wall_seconds >= first.model_seconds > 0
+
+
+@pytest.mark.parametrize("window", [1, 3, 16, 100])
+def test_sjd_accounting(model, window):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    result = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(window))
+    assert result.nfe <= 40 and result.nfe == len(result.accepted)
+    assert sum(result.accepted) + result.nfe == 40  # every forward commits accepted + 1 tokens
+    assert all(d <= window for d in result.drafted)
+    assert result.acceptance_rate == pytest.approx(sum(result.accepted) / sum(result.drafted))
+    assert set(result.tokens.tolist()) <= set(ALLOWED)
+    again = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(window))
+    assert torch.equal(result.tokens, again.tokens) and result.accepted == again.accepted
+
+
+class ContextFreeAdapter(CausalLMAdapter):
+    """Runs the model (so the cache is real) but predicts the same peaked distribution at
+    every position: the extreme of a predictable model, where Jacobi drafts always match."""
+
+    def compute_logits(self, input_ids, attention_mask, position_ids, num_rows):
+        logits = super().compute_logits(input_ids, attention_mask, position_ids, num_rows)
+        fixed = torch.full((VOCAB,), -2.0)
+        fixed[7] = 4.0
+        return fixed.expand_as(logits)
+
+
+def test_jacobi_drafts_are_accepted_when_the_target_does_not_change(model):
+    adapter = ContextFreeAdapter(model, ALLOWED, row_length=1)
+    result = generate(adapter, PROMPT, num_tokens=60, method="sjd", window=8, generator=gen(0))
+    # A re-draft's q is exactly this pass's p, so p/q = 1: every re-draft is accepted and only
+    # fresh random drafts (accepted with probability p(x)) can stop a window.
+    acc, drafted = result.accepted, result.drafted
+    for k in range(1, result.nfe):
+        redrafts = min(drafted[k], drafted[k - 1] - acc[k - 1])
+        assert acc[k] >= redrafts
+    assert result.nfe <= 20
+    # Drafting the token one row up (the previous token) hits the mode p(7) = 0.95 mostly.
+    repeat = generate(adapter, PROMPT, num_tokens=60, method="sjd", window=8, init="repeat_row", generator=gen(0))
+    assert repeat.nfe <= 12 and repeat.acceptance_rate > 0.7
+    ar = generate(adapter, PROMPT, num_tokens=60, method="ar", generator=gen(0))
+    assert ar.nfe == 60
+
+
+@pytest.mark.parametrize("init", ["random", "repeat_row"])
+def test_gsd_group_size_zero_equals_sjd(model, init):
+    adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=2.0, top_k=6, temperature=0.9, row_length=5)
+    kwargs = dict(num_tokens=30, window=6, init=init, uncond_prompt_ids=torch.tensor([14]))
+    sjd = generate(adapter, PROMPT, method="sjd", generator=gen(7), **kwargs)
+    gsd = generate(adapter, PROMPT, method="gsd", clusters=DynamicClusters(0), generator=gen(7), **kwargs)
+    assert torch.equal(sjd.tokens, gsd.tokens)
+    assert sjd.nfe == gsd.nfe and sjd.accepted == gsd.accepted
+
+
+def test_gsd_accepts_at_least_as_often_in_expectation(model):
+    """Grouping raises the acceptance probability of every draft (Theorem 1 and its dynamic
+    analogue: C(x) contains x), so over many positions GSD accepts more than SJD."""
+    adapter = CausalLMAdapter(model, ALLOWED)
+    sjd_rates, gsd_rates = [], []
+    for seed in range(3):
+        sjd_rates.append(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(seed)).acceptance_rate)
+        gsd = generate(adapter, PROMPT, num_tokens=40, method="gsd", window=8, clusters=RankBinnedClusters(6),
+                       residual="cluster", generator=gen(seed))
+        gsd_rates.append(gsd.acceptance_rate)
+    assert sum(gsd_rates) > sum(sjd_rates)
+
+
+def test_acceptance_scale_relaxes_acceptance(model):
+    """The lossy "Amplify" rule min(1, k p/q): with a huge k every draft of positive target
+    probability is accepted, so windows stop only at drafts outside the top-k."""
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
+    exact = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(1))
+    relaxed = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(1),
+                       acceptance_scale=1e9)
+    assert relaxed.acceptance_rate > exact.acceptance_rate and relaxed.nfe < exact.nfe
+
+
+def test_verification_sees_exactly_the_sampled_distributions(model, monkeypatch):
+    """p handed to verify is the adapter's processed output; every q row is either one-hot on
+    its draft (fresh random draft) or exactly the row of the previous pass it was sampled from."""
+    adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=3.0, top_k=5, temperature=1.3)
+    forwards, calls = [], []
+    real_forward, real_verify = adapter.forward, decoding.verify
+
+    def spy_forward(input_ids, num_rows=None):
+        out = real_forward(input_ids, num_rows)
+        forwards.append(out)
+        return out
+
+    def spy_verify(p, q, drafts, *args, **kwargs):
+        result = real_verify(p, q, drafts, *args, **kwargs)
+        calls.append((p, q, drafts, int(result.num_accepted)))
+        return result
+
+    monkeypatch.setattr(adapter, "forward", spy_forward)
+    monkeypatch.setattr(decoding, "verify", spy_verify)
+    generate(adapter, PROMPT, num_tokens=40, method="sjd", window=6, generator=gen(2),
+             uncond_prompt_ids=torch.tensor([14, 14, 14, 14]))
+    assert len(calls) >= 2
+    redrafted = 0
+    for k, (p, q, drafts, accepted) in enumerate(calls):
+        assert p is forwards[k]
+        one_hot = torch.nn.functional.one_hot(drafts, VOCAB).double()
+        if k == 0:
+            assert torch.equal(q, one_hot)
+            continue
+        prev_p, _, _, prev_accepted = calls[k - 1]
+        carried = prev_p[prev_accepted + 1:][: q.shape[0]]  # rows a+1..L of the previous pass
+        n = carried.shape[0]
+        assert torch.equal(q[:n], carried)
+        assert (carried.gather(-1, drafts[:n, None]) > 0).all()  # drafts were drawn from those rows
+        assert torch.equal(q[n:], one_hot[n:])
+        redrafted += n
+    assert redrafted > 0
+
+
+def test_top1_is_the_target_top1_of_each_emitted_token(model):
+    """The row that emits token i is the target conditional given the committed prefix, so its
+    top-1 equals the top-1 of an uncached forward over the final sequence."""
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=7)
+    for method in ("ar", "sjd"):
+        result = generate(adapter, PROMPT, num_tokens=25, method=method, window=5, record_top1=True, generator=gen(5))
+        adapter.start(PROMPT)
+        rows = adapter.forward(torch.cat([PROMPT, result.tokens[:-1]]), num_rows=25)
+        torch.testing.assert_close(result.top1, rows.amax(-1), atol=1e-6, rtol=0)
+        assert generate(adapter, PROMPT, num_tokens=5, method=method, generator=gen(5)).top1 is None
+
+
+def test_repeat_row_drafts_copy_the_token_one_row_up(model):
+    adapter = CausalLMAdapter(model, ALLOWED, row_length=3)
+    history = torch.tensor([2, 3, 4, 5, 6, 7])
+    drafts = _repeat_row_drafts(history, 6, 7, 3, adapter, gen(0))
+    assert drafts.tolist() == [5, 6, 7, 5, 6, 7, 5]
+    early = _repeat_row_drafts(torch.tensor([9]), 1, 5, 3, adapter, gen(0))
+    assert set(early[:2].tolist()) <= set(ALLOWED)  # positions 1, 2: no row above, random
+    assert early[2] == 9 and early[3] == early[0] and early[4] == early[1]
+
+
+def test_window_never_exceeds_the_tokens_still_needed(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    result = generate(adapter, PROMPT, num_tokens=5, method="sjd", window=16, generator=gen(0))
+    assert result.drafted[0] == 4
+    assert result.tokens.shape == (5,)
+    single = generate(adapter, PROMPT, num_tokens=1, method="sjd", window=16, generator=gen(0))
+    assert single.nfe == 1 and single.drafted == [0] and single.acceptance_rate is None
+
+
+def test_progress_bar_runs(model, capsys):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    result = generate(adapter, PROMPT, num_tokens=10, method="sjd", window=4, progress=True, generator=gen(0))
+    assert result.tokens.shape == (10,)
+    assert "10/10" in capsys.readouterr().err
+
+
+def test_bad_input(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    with pytest.raises(ValueError, match="num_tokens"):
+        generate(adapter, PROMPT, num_tokens=0, method="ar")
+    with pytest.raises(ValueError, match="window"):
+        generate(adapter, PROMPT, num_tokens=4, method="sjd", window=0)
+    with pytest.raises(ValueError, match="empty"):
+        generate(adapter, torch.tensor([], dtype=torch.long), num_tokens=4, method="sjd")
+    with pytest.raises(ValueError, match="method"):
+        generate(adapter, PROMPT, num_tokens=4, method="beam")
+    with pytest.raises(ValueError, match="clusters"):
+        generate(adapter, PROMPT, num_tokens=4, method="gsd")
+    with pytest.raises(ValueError, match="clusters"):
+        generate(adapter, PROMPT, num_tokens=4, method="sjd", clusters=DynamicClusters(3))
+    with pytest.raises(ValueError, match="row_length"):
+        generate(adapter, PROMPT, num_tokens=4, method="sjd", init="repeat_row")
+    with pytest.raises(ValueError, match="init"):
+        generate(adapter, PROMPT, num_tokens=4, method="sjd", init="zeros")
+    with pytest.raises(ValueError, match="acceptance_scale"):
+        generate(adapter, PROMPT, num_tokens=4, method="sjd", acceptance_scale=0.0)
+    with pytest.raises(ValueError, match="CausalLMAdapter"):
+        generate(model, PROMPT, num_tokens=4, method="ar")
+    with pytest.raises(ValueError, match="residual"):
+        generate(adapter, PROMPT, num_tokens=8, method="gsd", clusters=DynamicClusters(3), residual="bogus")

@@ -1,0 +1,167 @@
+"""gsd_lab.experiments, gsd_lab.clustering, prompts and provenance: the analyses behind the
+notebooks and figures, on exact toy inputs and on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
+from gsd_lab.clustering import embedding_partition, kmeans
+from gsd_lab.experiments import toy
+from gsd_lab.experiments.image_model import tiny_random_model
+from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
+from gsd_lab.experiments.runs import FilterSettings, MethodSpec, RunCache, build_clusters, run_method
+from gsd_lab.experiments.top1 import top1_stats
+from gsd_lab.prompts import read_prompts
+from gsd_lab.provenance import atomic_write_json, provenance
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return tiny_random_model(0)
+
+
+# ---- clustering -----------------------------------------------------------------------------
+
+def test_kmeans_recovers_separated_blobs_and_is_seeded():
+    g = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    points = torch.cat([c + 0.1 * torch.randn(20, 2, generator=g) for c in centres])
+    labels = kmeans(points, 3, generator=torch.Generator().manual_seed(1))
+    truth = torch.arange(3).repeat_interleave(20)
+    # Same blocks up to renaming: each true blob maps to exactly one label and vice versa.
+    pairs = {(int(a), int(b)) for a, b in zip(truth, labels)}
+    assert len(pairs) == 3
+    again = kmeans(points, 3, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(labels, again)
+
+
+def test_embedding_partition_labels_cover_vocab_with_singletons_outside_tokens():
+    emb = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    tokens = torch.arange(5, 35)
+    partition = embedding_partition(emb, 6, seed=0, tokens=tokens, vocab_size=42)
+    labels = partition.labels
+    assert isinstance(partition, FixedPartition) and labels.shape == (42,)
+    inside = labels[tokens]
+    assert inside.unique().numel() == 5  # ceil(30 / 6) clusters, all used
+    outside = torch.cat([labels[:5], labels[35:]])
+    assert outside.unique().numel() == outside.numel() and not set(outside.tolist()) & set(inside.tolist())
+    # Theorem 1 holds for it (a partition): grouped acceptance >= token acceptance.
+    p, q = toy.dirichlet_pairs(42, 50, alpha=0.5, seed=3)
+    assert bool((acceptance_rate(p, q, partition) >= acceptance_rate(p, q) - 1e-12).all())
+
+
+def test_embedding_partition_rejects_bad_input():
+    with pytest.raises(ValueError, match="group_size"):
+        embedding_partition(torch.randn(5, 2), 0)
+    with pytest.raises(ValueError, match="tokens"):
+        embedding_partition(torch.randn(5, 2), 2, tokens=torch.tensor([7]))
+    with pytest.raises(ValueError, match="num_clusters"):
+        kmeans(torch.randn(3, 2), 4, generator=torch.Generator())
+
+
+# ---- toy analyses ----------------------------------------------------------------------------
+
+def test_flat_and_peaked_tv_values():
+    pairs = toy.flat_and_peaked_pairs(1000)
+    assert float(tv_distance(*pairs["flat"])) == pytest.approx(0.25, abs=1e-12)
+    assert float(tv_distance(*pairs["peaked"])) == pytest.approx(0.05, abs=1e-12)
+
+
+def test_grouping_never_raises_tv_and_counterexample_lowers_acceptance():
+    p, q = toy.noisy_pairs(64, 0.1, vocab_size=128, noise=0.5, num_pairs=16, generator=torch.Generator().manual_seed(0))
+    tv = toy.rank_binned_tv(p, q, [1, 2, 8, 128])
+    assert torch.allclose(tv[0], tv_distance(p, q))
+    assert bool((tv[1:] <= tv[0] + 1e-12).all())
+    assert float(tv[-1].abs().max()) < 1e-12  # one cluster: TV 0
+    assert toy.theorem1_random_partitions(vocab_size=10, num_clusters=3, num_trials=500).max_violation <= 1e-12
+    ce = toy.dynamic_counterexample(num_trials=5000)
+    assert ce.acceptance_dynamic < ce.acceptance_sd - 1e-3
+
+
+def test_distortion_zero_for_sd_and_positive_for_groups():
+    p, q = toy.dirichlet_pairs(8, 20, alpha=0.5, seed=0)
+    d = toy.distortion_by_group_size(p, q, [0, 4])
+    for values in d.values():
+        assert float(values[0]) < 1e-12 and float(values[1]) > 1e-3
+    freq, rate = toy.empirical_speculative_samples(p[0], q[0], num_samples=40000, seed=1)
+    assert float((freq - p[0]).abs().max()) < 0.02
+    assert rate == pytest.approx(1 - float(tv_distance(p[0], q[0])), abs=0.02)
+    assert torch.allclose(output_distribution(p, q), p, atol=1e-12)
+
+
+# ---- decoding runs on a tiny random model ------------------------------------------------------
+
+def test_runs_tables_and_top1(tiny):
+    cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
+    ar, sjd, gsd = MethodSpec("AR", "ar"), MethodSpec("SJD", "sjd"), MethodSpec("GSD", "gsd", "dynamic", 10)
+    rows = cache.table([ar, sjd, gsd], ar)
+    assert rows[0]["nfe"] == tiny.num_tokens and rows[0]["speedup_nfe"] == 1.0
+    assert all(r["nfe"] <= tiny.num_tokens for r in rows) and rows[1]["acceptance_rate"] is not None
+    # Same (spec, prompt, seed) -> same tokens; the cache serves the second request.
+    again = run_method(tiny, sjd, ["0"], [0])
+    assert torch.equal(again[0].tokens, cache.records(sjd)[0].tokens)
+    stats = top1_stats(cache.records(ar))
+    assert stats.per_image.shape == (2, tiny.num_tokens)
+    assert 0 <= stats.pooled_share_below <= 1 and bool(((stats.per_image > 0) & (stats.per_image <= 1)).all())
+
+
+def test_build_clusters_kinds(tiny):
+    filters = FilterSettings()
+    distance = filters.resolve(tiny.embeddings, tiny.image_vocabulary)
+    emb = tiny.embeddings[tiny.image_vocabulary].double()
+    all_pairs = torch.cdist(emb, emb).square()
+    below = all_pairs[torch.triu(torch.ones_like(all_pairs, dtype=torch.bool), 1)] <= distance
+    assert float(below.double().mean()) == pytest.approx(filters.distance_quantile, abs=0.01)
+    for kind in ("dynamic", "dynamic-nofilter", "dynamic-q", "rank-binned", "static"):
+        rule = build_clusters(MethodSpec("x", "gsd", kind, 8), tiny, filters)
+        assert rule is not None
+    static = build_clusters(MethodSpec("x", "gsd", "static", 8), tiny, filters)
+    assert static.labels.shape == (tiny.adapter.vocab_size,)
+    with pytest.raises(ValueError):
+        MethodSpec("x", "gsd")  # gsd without clusters
+
+
+def test_replacement_replaces_half_with_top_k_candidates(tiny):
+    records = run_method(tiny, MethodSpec("AR", "ar"), ["2"], [0])
+    tokens = records[0].tokens
+    p = target_distributions(tiny, "2", tokens).cpu()
+    assert p.shape == (tiny.num_tokens, tiny.adapter.vocab_size)
+    new, mask = replace_tokens(tokens, p, tiny, mode="top-k", fraction=0.5, top_k=5,
+                               generator=torch.Generator().manual_seed(0))
+    assert int(mask.sum()) == tiny.num_tokens // 2 and torch.equal(new[~mask], tokens[~mask])
+    top5 = torch.topk(p, 5, dim=-1).indices
+    assert bool((top5[mask] == new[mask].unsqueeze(-1)).any(-1).all())
+    study = replacement_study(tiny, records, top_k=5)
+    assert set(study.images) == {"original", "top-k", "uniform"} and study.changed_share["original"] == 0.0
+    assert study.mean_log_prob["top-k"] > study.mean_log_prob["uniform"]
+
+
+# ---- prompts and provenance ------------------------------------------------------------------
+
+def test_read_prompts_plain_and_parti_tsv(tmp_path):
+    plain = tmp_path / "p.txt"
+    plain.write_text("# comment\na red cube\n\nthe moon\n")
+    assert read_prompts(plain) == ["a red cube", "the moon"]
+    tsv = tmp_path / "parti.tsv"
+    tsv.write_text("Prompt\tCategory\tChallenge\tNote\nbond\tAbstract\tBasic\t\n"
+                   "a \"quoted\" prompt\tPeople\tBasic\tn\n")
+    assert read_prompts(tsv) == ["bond", 'a "quoted" prompt']
+    with pytest.raises(FileNotFoundError):
+        read_prompts(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n# only a comment\n")
+    with pytest.raises(ValueError, match="no prompts"):
+        read_prompts(tmp_path / "empty.txt")
+
+
+def test_provenance_record_and_atomic_json(tmp_path):
+    record = provenance(model="m", seeds=[1, 2], config={"a": 1})
+    assert record["versions"]["torch"] == torch.__version__ and record["seeds"] == [1, 2]
+    assert "commit" in record["git"]
+    path = atomic_write_json(tmp_path / "x" / "r.json", record)
+    assert json.loads(path.read_text())["config"] == {"a": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary left behind

@@ -1,0 +1,55 @@
+"""benchmarks/gpu_lumina_shapes.py in its CPU ``--tiny`` mode: same code path as the 7B GPU run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_lumina_shapes.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_lumina_shapes", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_mode_prints_one_json_line(capsys):
+    module = _load()
+    result = module.main(["--tiny", "--repeats", "1", "--window", "4"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 1 and json.loads(lines[0]) == result
+    assert (
+        result["mode"] == "tiny-cpu" and result["context_tokens"] == 48 and result["cfg_batch"] == 2
+    )
+    assert set(result["forward_ms"]) == {"1", "4"} and set(result["verify_ms"]) == {"sjd", "gsd"}
+    assert all(
+        v > 0
+        for v in [
+            *result["forward_ms"].values(),
+            *result["model_ms"].values(),
+            *result["verify_ms"].values(),
+        ]
+    )
+    assert all(result["model_ms"][k] <= result["forward_ms"][k] for k in ("1", "4"))
+
+
+def test_full_size_vocabulary_has_the_real_ids():
+    """The 7B run's synthetic vocabulary puts every token the adapter uses at its real id."""
+    module = _load()
+    vocab = module.chameleon_vocabulary_map(65536, 8192)
+    assert len(vocab) == 65536 and sorted(vocab.values()) == list(range(65536))
+    assert (
+        vocab["<racm3:break>"] == 8197
+        and vocab["<eoss>"] == 8196
+        and vocab["<reserved08706>"] == 8710
+    )
+    assert vocab["<reserved08799>"] == 8803 and vocab["<reserved08824>"] == 8828
+    assert vocab["IMGIMGAZ"] == 4 and vocab["IMGIMGIBJBZ"] == 8195
+    config = module.model_config(tiny=False)
+    # lumina-mgpt.md section 2: 7,013,158,912 parameters with [1, 128] q/k-norms; the estimate
+    # leaves out the norms (q/k weight + bias per layer, two RMSNorms per layer, the final one).
+    norms = 32 * 2 * 2 * 128 + 32 * 2 * 4096 + 4096
+    assert module.estimated_parameters(config) == 7_013_158_912 - norms

@@ -17,6 +17,7 @@ from .grouping import (
     probability_rank,
     probability_ranks,
     rank_window,
+    rule_members,
 )
 from .verification import (
     VerifyResult,
@@ -42,6 +43,7 @@ __all__ = [
     "probability_ranks",
     "rank_window",
     "residual_distribution",
+    "rule_members",
     "sample_categorical",
     "token_accept_probabilities",
     "tv_distance",

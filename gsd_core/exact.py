@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from ._validation import check_acceptance_scale, check_pair
-from .grouping import ClusterRule, FixedPartition, RankBinnedClusters, _group_sum, as_cluster_rule, rule_members
+from .grouping import ClusterRule, _group_sum, as_cluster_rule, rule_members
 from .verification import RESIDUAL_MODES, _partition_labels, _ratio, _residual
 
 
@@ -23,7 +23,7 @@ def token_accept_probabilities(
     scale = check_acceptance_scale(acceptance_scale)
     if rule is None:
         return _ratio(p, q, scale)
-    if isinstance(rule, (FixedPartition, RankBinnedClusters)):
+    if rule.is_partition and hasattr(rule, "partition_labels"):
         labels = rule.partition_labels(p).expand(p.shape)
         ratio = _ratio(_group_sum(p, labels), _group_sum(q, labels), scale)
         return ratio.gather(-1, labels)

@@ -129,9 +129,7 @@ def _strict_members(p: Tensor, px: Tensor, count: Tensor, k: int, above: bool) -
         # Above x the run is entered from its largest id; below x from its smallest.
         nth = (total - step) if above else (1 + step)
         ids = _nth_in_mask(counts, nth.clamp(min=1, max=vocab))
-        fixed = torch.where((step >= 0) & (step < need), ids, index[rows])
-        index = index.clone()
-        index[rows] = fixed
+        index[rows] = torch.where((step >= 0) & (step < need), ids, index[rows])
     return index[..., :k], valid[..., :k]
 
 
@@ -215,31 +213,44 @@ def _smallest_zero_ids(p: Tensor, count: int) -> tuple[Tensor, Tensor]:
     return _nth_in_mask(counts, step.expand(p.shape[0], count)), step <= counts[:, -1:].long()
 
 
+_BLOCK = 64  # ids per block when packing the support of a sparse p
+
+
 def _window_sparse(
     p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
-    """``_window_generic`` for rows with p(x) > 0 whose support is small (p after top-k): the
-    positive entries are packed, in id order, into [N, K] and the window is found there; tokens
-    with p = 0 rank last, by id, so slots that run past the positives below x are filled with
-    the smallest ids where p = 0. Returns None when a row is not sparse enough to pay off."""
-    vocab = p.shape[-1]
-    rows, cols = (p > 0).nonzero(as_tuple=True)  # row-major: each row's positives in id order
-    support = torch.bincount(rows, minlength=p.shape[0])
-    width = int(support.max().item()) + k_after + 1  # room for k_after + 1 pads on every row
-    if width > vocab // 8:
+    """``_window_generic`` for rows with p(x) > 0 whose support is small (p after top-k).
+
+    The blocks of ``_BLOCK`` consecutive ids that hold a positive entry (found by one max per
+    block) are packed, in id order, into [N, W] and the window is found there. Entries with
+    p = 0 become pads with value -1: below every real token and tied among themselves. Tokens
+    with p = 0 rank last, by id, so pad slots chosen below x are replaced by the smallest ids
+    where p = 0, in order. Returns None when the packed rows would not be much narrower."""
+    n, vocab = p.shape
+    head = vocab - vocab % _BLOCK
+    block_has = p[:, :head].reshape(n, head // _BLOCK, _BLOCK).amax(-1) > 0
+    rows, blocks = block_has.nonzero(as_tuple=True)
+    per_row = torch.bincount(rows, minlength=n)
+    width_blocks = int(per_row.max().item()) if rows.numel() else 0
+    width = width_blocks * _BLOCK + (vocab - head) + k_after + 1  # + tail ids + room for pads
+    if width > vocab // 4:
         return None
-    slot = torch.arange(rows.numel(), device=p.device) - (support.cumsum(0) - support)[rows]
-    # Slot j holds the (j+1)-th positive entry in id order; pads (slots >= support) get id V
-    # and p = -1: below every real token, tied among themselves, taken in slot order.
-    ids = torch.full((p.shape[0], width), vocab, dtype=torch.long, device=p.device)
-    ids[rows, slot] = cols
-    values = torch.full((p.shape[0], width), -1.0, dtype=p.dtype, device=p.device)
-    values[rows, slot] = p[rows, cols]
-    own = torch.searchsorted(ids, token.unsqueeze(-1)).squeeze(-1)  # slot of x (p(x) > 0)
+    slot = torch.arange(rows.numel(), device=p.device) - (per_row.cumsum(0) - per_row)[rows]
+    first_ids = torch.full((n, width_blocks), vocab, dtype=torch.long, device=p.device)
+    first_ids[rows, slot] = blocks * _BLOCK
+    offsets = torch.arange(_BLOCK, device=p.device)
+    block_ids = torch.where(first_ids.unsqueeze(-1) < vocab, first_ids.unsqueeze(-1) + offsets, vocab)
+    tail = torch.arange(head, vocab, device=p.device).expand(n, vocab - head)
+    pads = torch.full((n, k_after + 1), vocab, dtype=torch.long, device=p.device)
+    # Real ids appear in increasing order (blocks, then the tail); id V marks an empty slot.
+    ids = torch.cat([block_ids.reshape(n, -1), tail, pads], -1)
+    values = p.gather(-1, ids.clamp(max=vocab - 1))
+    values = torch.where((ids < vocab) & (values > 0), values, -1.0)
+    own = (ids == token.unsqueeze(-1)).to(torch.uint8).argmax(-1)  # slot of x (p(x) > 0)
     idx_b, ok_b, idx_a, ok_a = _window_generic(values, px, own, n_before, n_after, k_before, k_after)
-    is_pad = idx_a >= support.unsqueeze(-1)
+    is_pad = values.gather(-1, idx_a) < 0
     idx_b = ids.gather(-1, idx_b)
-    idx_a = ids.gather(-1, idx_a.clamp(max=width - 1))
+    idx_a = ids.gather(-1, idx_a)
     if bool((is_pad & ok_a).any()):
         zero_ids, zero_ok = _smallest_zero_ids(p, k_after + 1)
         nth = (is_pad.long().cumsum(-1) - 1).clamp(min=0)  # pads are taken in slot order
@@ -251,30 +262,31 @@ def _window_sparse(
 
 
 def _window_rows(
-    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
+    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int, rows: Tensor
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The rank window for rows the neighbourhood search did not settle: packed when p(x) > 0
-    and p is sparse, else over the full rows."""
-    positive = px.squeeze(-1) > 0
+    """The rank window of the given ``rows`` (those the neighbourhood search did not settle):
+    on the packed support where p(x) > 0 and p is sparse, else over the full rows.
+    p: [N, V] etc. for all rows; returns [len(rows), k_before] x 2 and [len(rows), k_after] x 2."""
+    args = (p, px, token, n_before, n_after)
+
+    def pick(index: Tensor) -> tuple[Tensor, ...]:
+        return args if index.numel() == p.shape[0] else tuple(a[index] for a in args)
+
+    positive = px[rows, 0] > 0
+    packed = None
     if bool(positive.any()):
-        rows = positive.nonzero(as_tuple=True)[0]
-        every = rows.numel() == p.shape[0]
-        sub = (p, px, token, n_before, n_after) if every else (p[rows], px[rows], token[rows], n_before[rows], n_after[rows])
-        packed = _window_sparse(*sub, k_before, k_after)
-        if packed is not None:
-            if every:
-                return packed
-            out = list(_window_generic(p[~positive], px[~positive], token[~positive], n_before[~positive],
-                                       n_after[~positive], k_before, k_after)) if bool((~positive).any()) else None
-            result = [torch.empty(p.shape[0], k, dtype=dt, device=p.device)
-                      for k, dt in ((k_before, torch.long), (k_before, torch.bool), (k_after, torch.long), (k_after, torch.bool))]
-            for full, part in zip(result, packed):
-                full[rows] = part
-            if out is not None:
-                for full, part in zip(result, out):
-                    full[~positive] = part
-            return tuple(result)
-    return _window_generic(p, px, token, n_before, n_after, k_before, k_after)
+        packed = _window_sparse(*pick(rows[positive]), k_before, k_after)
+    if packed is None:
+        return _window_generic(*pick(rows), k_before, k_after)
+    if bool(positive.all()):
+        return packed
+    rest = _window_generic(*pick(rows[~positive]), k_before, k_after)
+    out = []
+    for part_packed, part_rest in zip(packed, rest):
+        full = part_packed.new_empty((rows.numel(), part_packed.shape[-1]))
+        full[positive], full[~positive] = part_packed, part_rest
+        out.append(full)
+    return tuple(out)
 
 
 def rank_window_members(
@@ -307,10 +319,8 @@ def rank_window_members(
         settled = done_b & done_a & (ok_b.sum(-1) >= n_before) & (ok_a.sum(-1) >= n_after)
         if not bool(settled.all()):
             rows = (~settled).nonzero(as_tuple=True)[0]
-            every = rows.numel() == p.shape[0]
-            sub = (p, px, token, n_before, n_after) if every else (p[rows], px[rows], token[rows], n_before[rows], n_after[rows])
-            window = _window_rows(*sub, k_before, k_after)
-            if every:
+            window = _window_rows(p, px, token, n_before, n_after, k_before, k_after, rows)
+            if rows.numel() == p.shape[0]:
                 idx_b, ok_b, idx_a, ok_a = window
             else:
                 idx_b[rows], ok_b[rows], idx_a[rows], ok_a[rows] = window

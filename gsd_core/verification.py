@@ -148,19 +148,20 @@ def _accept_probs_two_rounds(
 ) -> Tensor:
     """accept_probs [..., L] for position 0 of every window, and for positions 1..L-1 only of
     windows whose position 0 is accepted (NaN elsewhere). p, q: [..., L, V]; draft_tokens [..., L]."""
-    batch, window, vocab = p.shape[:-2], p.shape[-2], p.shape[-1]
+    batch, window = p.shape[:-2], p.shape[-2]
     first = _ratio(*_cluster_masses(p[..., 0, :], q[..., 0, :], draft_tokens[..., 0], rule), scale)
     out = torch.full((*batch, window), torch.nan, dtype=p.dtype, device=p.device)
     out[..., 0] = first
-    go = (first_uniform < first).reshape(-1)
-    if bool(go.any()):
-        rows = go.nonzero(as_tuple=True)[0]
-        p_rest = p.reshape(-1, window, vocab)[rows, 1:]
-        q_rest = q.reshape(-1, window, vocab)[rows, 1:]
-        rest = _ratio(*_cluster_masses(p_rest, q_rest, draft_tokens.reshape(-1, window)[rows, 1:], rule), scale)
-        flat = out.reshape(-1, window)
-        flat[rows, 1:] = rest
-        out = flat.reshape(*batch, window)
+    go = first_uniform < first
+    if not bool(go.any()):
+        return out
+    if len(batch) == 0:
+        out[1:] = _ratio(*_cluster_masses(p[1:], q[1:], draft_tokens[1:], rule), scale)
+        return out
+    # Copy only the windows that continue (p may be a strided view of a larger tensor).
+    index = go.nonzero(as_tuple=True)
+    p_rest, q_rest, d_rest = p[index][:, 1:], q[index][:, 1:], draft_tokens[index][:, 1:]
+    out[(*index, slice(1, None))] = _ratio(*_cluster_masses(p_rest, q_rest, d_rest, rule), scale)
     return out
 
 

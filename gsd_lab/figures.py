@@ -30,7 +30,7 @@ from .provenance import atomic_write_json, provenance
 class FigureSizes:
     """How much to run. seeds x prompts images per decoding configuration."""
 
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: tuple[int, ...] = (0, 1, 2)
     max_prompts: int | None = None
     table1_groups: tuple[int, ...] = (3, 10, 25, 50)
     table1_amplify: tuple[float, ...] = (2.0, 3.0)
@@ -110,8 +110,9 @@ def run_figures(
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
     seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
     base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
-                   "model": model.name,
-                   "num_tokens": model.num_tokens}
+                   "model": model.name, "weights": model.weights_info, "num_tokens": model.num_tokens,
+                   "cfg_scale": model.adapter.cfg_scale, "top_k": model.adapter.top_k,
+                   "temperature": model.adapter.temperature}
     saved: list[str] = []
 
     def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
@@ -183,7 +184,7 @@ def run_figures(
     seconds = time.perf_counter() - started
     record = provenance(model=model.name, seeds=seeds, config=base_config)
     columns = ["method", "images", "nfe", "speedup_nfe", "wall_seconds", "speedup_wall", "acceptance_rate"]
-    columns += [m[0] for m in metrics]
+    columns += [c for m in metrics for c in ((m[0], "condition_score_sem") if m[0] == "condition_score" else (m[0],))]
     sections = [
         ("Table 1 analogue: speed and quality",
          "Same prompts and generator seeds for every method. NFE = forward passes per image (a CFG pair "

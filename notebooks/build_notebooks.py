@@ -53,8 +53,9 @@ from gsd_lab.provenance import git_commit
 
 torch.set_num_threads(threads)
 model = load_image_model(model_name, weights=weights, vqgan=vqgan, clip=clip, device=device)
-print(f"model: {model.name}; {model.num_tokens} tokens per image; device {model.adapter.device}; "
-      f"git commit {git_commit()['commit']}")'''
+print(f"model: {model.name}; {model.num_tokens} tokens per image; cfg {model.adapter.cfg_scale}, "
+      f"top-k {model.adapter.top_k}; device {model.adapter.device}; git commit {git_commit()['commit']}")
+print("weights:", model.weights_info)'''
 
 
 def md(text: str) -> nbformat.NotebookNode:
@@ -242,7 +243,7 @@ records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds)
 study = replacement_study(model, records, fraction=fraction, top_k=top_k, seed=replacement_seed)'''),
         code(CHECK + '''for variant in study.images:
     q = study.quality[variant]
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in q.items())
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in q.items() if v is not None)
     print(f"{variant:9s} changed {study.changed_share[variant]:.4f}  "
           f"mean log p {study.mean_log_prob[variant]:.4f}  {metrics}")'''),
         md("""
@@ -291,14 +292,15 @@ from gsd_lab.figure_io import markdown_table
 prompts = model.default_prompts[:max_prompts]
 cache = RunCache(model, prompts, seeds, FilterSettings.for_model(model.name))
 columns = ["method", "images", "nfe", "speedup_nfe", "wall_seconds", "speedup_wall", "acceptance_rate",
-           "condition_score", "frechet_distance"]
+           "condition_score", "condition_score_sem", "frechet_distance"]
 
 
 def check_print(rows):
     """Deterministic columns only (NFE, acceptance, quality), rounded."""
     for r in rows:
         acc = "  n/a " if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.4f}"
-        quality = "  ".join(f"{k} {r[k]:.4f}" for k in ("condition_score", "frechet_distance") if k in r)
+        quality = "  ".join(f"{k} {r[k]:.4f}" for k in ("condition_score", "condition_score_sem", "frechet_distance")
+                            if r.get(k) is not None)
         print(f"{r['method']:48s} nfe {r['nfe']:7.2f}  x{r['speedup_nfe']:.3f}  acc {acc}  {quality}")'''),
         md("## Table 1 analogue: AR, SJD, GSD over G, Amplify"),
         code('''table1 = tables.speed_quality_table(cache, tables.table1_specs(table1_groups, table1_amplify))

@@ -15,6 +15,7 @@ Models:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -33,7 +34,8 @@ class ImageModel:
     encode(prompt) -> (prompt_ids [P], uncond_prompt_ids [P'] or None); decode(tokens [N]) ->
     uint8 image [H, W, 3]; ``condition_scores(images, prompts)`` -> [B] (higher is better) and
     ``frechet_distance(images)`` -> float (lower is better) are None where unavailable; so is
-    ``decode`` (e.g. Lumina-mGPT without its VQGAN)."""
+    ``decode`` (e.g. Lumina-mGPT without its VQGAN). ``weights_info``: where the weights came
+    from and their SHA-256 (for provenance records)."""
 
     name: str
     adapter: CausalLMAdapter
@@ -44,6 +46,7 @@ class ImageModel:
     condition_scores: Callable[[list[np.ndarray], list[str]], np.ndarray] | None = None
     frechet_distance: Callable[[list[np.ndarray]], float] | None = None
     quality_names: dict[str, str] = field(default_factory=dict)
+    weights_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def embeddings(self) -> Tensor:
@@ -107,12 +110,30 @@ def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan
         raise ValueError(f"unknown model {name!r}; expected one of {MODEL_NAMES + (TINY_RANDOM,)}")
     overrides = {k: v for k, v in (("cfg_scale", cfg_scale), ("top_k", top_k)) if v is not None}
     if name == "standin":
-        adapter = load_model(name, device=device or "cpu", **overrides)
-        return standin_image_model(adapter)
+        from ..models.standin import load_standin
+
+        # --weights for the stand-in: another weights folder (e.g. a fresh training run).
+        adapter = load_standin(device or "cpu", weights_dir=weights, **overrides)
+        model = standin_image_model(adapter, weights_dir=weights)
+        from ..standin.loading import WEIGHTS_DIR
+
+        model.weights_info = weights_info(Path(weights) if weights else WEIGHTS_DIR, "ar_model.safetensors")
+        return model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, **overrides)
-    return _lumina_model(name, adapter, clip)
+    model = _lumina_model(name, adapter, clip)
+    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip}
+    return model
+
+
+def weights_info(folder: Path, filename: str) -> dict[str, Any]:
+    """The folder and the SHA-256 of one weights file in it (identifies the weights used)."""
+    import hashlib
+
+    path = folder / filename
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return {"weights_dir": str(folder), f"{filename}_sha256": digest}
 
 
 # A few Parti-style prompts for runs without --prompts (the paper uses all 1,600 PartiPrompts).
@@ -150,7 +171,7 @@ def _clip_scorer(clip_dir: str, device: Any) -> Callable[[list[np.ndarray], list
     return scores
 
 
-def standin_image_model(adapter: Any, *, with_metrics: bool = True) -> ImageModel:
+def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None) -> ImageModel:
     """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
     the stand-in's condition-consistency score (x100) and Frechet distance (``gsd_lab.metrics``)."""
 
@@ -164,7 +185,7 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True) -> ImageMode
 
     scores = frechet = None
     if with_metrics:
-        scores, frechet = _standin_metrics(adapter)
+        scores, frechet = _standin_metrics(adapter, weights_dir)
     return ImageModel("standin", adapter, adapter.num_image_tokens, encode, decode, list(adapter.class_names),
                       condition_scores=scores, frechet_distance=frechet,
                       quality_names={"condition_score": "condition score x100 (higher better)",

@@ -69,7 +69,7 @@ class FilterSettings:
 
     max_prob_gap: float = 0.15
     max_embedding_distance: float | None = None
-    distance_quantile: float = 0.5
+    distance_quantile: float = 0.9
 
     @classmethod
     def for_model(cls, name: str) -> "FilterSettings":
@@ -173,12 +173,16 @@ def run_method(
 
 
 def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> dict[str, float]:
-    """The model's quality proxies over a set of images (empty when the model has none)."""
+    """The model's quality proxies over a set of images (empty when the model has none):
+    condition_score (mean over images) with its standard error, frechet_distance (set level)."""
     out: dict[str, float] = {}
     if not images or any(image is None for image in images):
         return out
     if model.condition_scores is not None:
-        out["condition_score"] = float(np.mean(model.condition_scores(images, prompts)))
+        scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
+        out["condition_score"] = float(scores.mean())
+        # Standard error of the mean over images: differences below ~2 of these are noise.
+        out["condition_score_sem"] = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None
     if model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images))
     return out

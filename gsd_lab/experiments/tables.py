@@ -13,7 +13,11 @@ SJD = MethodSpec("SJD", "sjd")
 
 
 def gsd(group_size: int, clusters: str = "dynamic", residual: str = "token", label: str | None = None) -> MethodSpec:
-    return MethodSpec(label or f"GSD (G={group_size})", "gsd", clusters, group_size, residual)
+    """GSD at G; the default label names the paper's rule "GSD (G=..)", other rules by kind."""
+    if label is None:
+        kind = "" if clusters == "dynamic" else f" {clusters}" + ("" if residual == "token" else f" {residual}")
+        label = f"GSD{kind} (G={group_size})"
+    return MethodSpec(label, "gsd", clusters, group_size, residual)
 
 
 def amplify(k: float) -> MethodSpec:

@@ -62,6 +62,7 @@ by W positions (checked: a model that ignores the cache raises ``ValueError``).
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from typing import Any
 
@@ -134,6 +135,9 @@ class CausalLMAdapter:
             raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
         if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
             raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
+        finite = isinstance(cfg_scale, (int, float)) and math.isfinite(cfg_scale)
+        if cfg_scale is not None and not finite:
+            raise ValueError(f"cfg_scale must be a finite number or None, got {cfg_scale!r}")
         self.temperature = float(temperature)
         self.top_k = top_k
         self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
@@ -224,7 +228,6 @@ class CausalLMAdapter:
             self._batch_prompt = torch.stack(rows)
             self._prompt_mask = torch.stack(mask).to(self.device)
             self._padded = bool((self._prompt_mask == 0).any())
-            self._offset = width - prompt.numel()  # left padding of the conditional row
         else:
             if uncond_prompt_ids is not None:
                 raise ValueError(
@@ -233,7 +236,6 @@ class CausalLMAdapter:
             self._batch_prompt = prompt.unsqueeze(0)
             self._prompt_mask = torch.ones_like(self._batch_prompt)
             self._padded = False
-            self._offset = 0
         self._prompt = prompt
         self._seq_len = 0
         # Attention mask of the cached positions (kept for padded CFG prompts only).

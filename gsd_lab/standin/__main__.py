@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--stages", default="tokenizer,classifier,ar,export",
                     help="comma list of tokenizer,classifier,ar,export (later stages read earlier outputs)")
     tr.add_argument("--tokenizer-steps", type=int, default=500)
-    tr.add_argument("--classifier-steps", type=int, default=400)
+    tr.add_argument("--classifier-steps", type=int, default=200)
     tr.add_argument("--steps", type=int, default=700, help="AR training steps")
     tr.add_argument("--batch", type=int, default=24, help="AR batch size")
     tr.add_argument("--seed", type=int, default=0)

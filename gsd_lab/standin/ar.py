@@ -137,7 +137,7 @@ def image_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
 
 
-def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 1500, batch: int = 32,
+def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int = 24,
              lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
              hidden: int = 256, layers: int = 4, heads: int = 4, intermediate: int = 704,
              bf16: bool = True, log=print):

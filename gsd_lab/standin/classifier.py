@@ -59,7 +59,7 @@ def accuracy(classifier: CropClassifier, images: torch.Tensor, labels: torch.Ten
     return float((logits.argmax(-1) == labels).float().mean())
 
 
-def train_classifier(out: Path, *, steps: int = 400, batch: int = 64, lr: float = 2e-3,
+def train_classifier(out: Path, *, steps: int = 200, batch: int = 64, lr: float = 2e-3,
                      seed: int = 0, width: int = 32, log=print) -> tuple[CropClassifier, dict]:
     """Cross-entropy on random (flipped) 64x64 training-region crops with light colour jitter."""
     out = Path(out)

@@ -44,7 +44,7 @@ def evaluate_tokenizer(tokenizer: FSQTokenizer, per_class: int = 20, seed: int =
             "heldout_code_perplexity": perplexity, "heldout_images": int(images.shape[0])}
 
 
-def train_tokenizer(out: Path, *, steps: int = 700, batch: int = 32, crop: int = 32,
+def train_tokenizer(out: Path, *, steps: int = 500, batch: int = 32, crop: int = 32,
                     lr: float = 2e-3, seed: int = 0, config: TokenizerConfig = TokenizerConfig(),
                     log=print) -> tuple[FSQTokenizer, dict]:
     out = Path(out)

@@ -122,6 +122,10 @@ def test_rank_window_matches_sorted_reference_on_sparse_rows():
             where = torch.randperm(vocab, generator=gen)[:support]
             if trial % 3 == 0:  # support at one end: zeros far from x, or all zeros before it
                 where = torch.arange(vocab - support, vocab) if trial % 2 else torch.arange(support)
+            elif trial % 3 == 1:  # support scattered inside a region (image tokens after top-k)
+                region = min(vocab, 3 * support)
+                start = int(torch.randint(0, vocab - region + 1, (1,), generator=gen))
+                where = start + torch.randperm(region, generator=gen)[:support]
             w[i, where] = torch.randint(1, 4, (support,), generator=gen).double()
         p = w / w.sum(-1, keepdim=True)
         in_support = torch.multinomial(p, 1, generator=gen).squeeze(-1)
@@ -140,11 +144,14 @@ def test_rank_window_boundary_tie_is_resolved_by_id():
 def test_rank_window_lumina_sized_rows_with_zero_probability_drafts():
     gen = torch.Generator().manual_seed(13)
     vocab = 65536
-    logits = torch.randn(4, vocab, generator=gen, dtype=torch.float64)
+    logits = torch.full((4, vocab), -torch.inf, dtype=torch.float64)
+    logits[:, 4:8196] = torch.randn(4, 8192, generator=gen, dtype=torch.float64)  # image tokens
     kth = torch.topk(logits, 2000, dim=-1).values[:, -1:]
     p = torch.softmax(logits.masked_fill(logits < kth, -torch.inf), -1)
-    tokens = torch.tensor([5, 65535, int(p[2].argmax()), int(p[3].argmin())])
+    smallest_positive = torch.where(p[3] > 0, p[3], torch.inf).argmin()
+    tokens = torch.tensor([5, 65535, int(p[2].argmax()), int(smallest_positive)])
     _check_windows(p, tokens, torch.full((4,), 7), torch.full((4,), 7))
+    _check_windows(p, torch.multinomial(p, 1, generator=gen).squeeze(-1), torch.full((4,), 7), torch.full((4,), 7))
 
 
 # --- ranking by the draft (Table 2, row B) ---------------------------------------------------

@@ -140,3 +140,16 @@ def test_dynamic_rule_rejects_cluster_residual():
         output_distribution(p, p, DynamicClusters(2), residual="cluster")
     with pytest.raises(ValueError, match="residual mode"):
         output_distribution(p, p, None, residual="cluster-exact")
+
+
+@given(pairs_with_partition())
+def test_cluster_exact_distortion_formula(pqc):
+    """proofs/03: out(y) - p(y) = min(p'(C), q'(C)) * (q(y|C) - p(y|C)) for y in C, so
+    TV(out, p) = sum_C min(p'(C), q'(C)) * TV(q(.|C), p(.|C))."""
+    p, q, labels = pqc
+    out = output_distribution(p, q, labels, residual="cluster")
+    pc, qc = group_probs(p, labels), group_probs(q, labels)
+    p_in = torch.where(pc[labels] > 0, p / pc[labels].clamp(min=1e-300), 0.0)
+    q_in = torch.where(qc[labels] > 0, q / qc[labels].clamp(min=1e-300), 0.0)
+    weight = torch.minimum(pc, qc)[labels]
+    assert torch.allclose(out - p, weight * (q_in - p_in), atol=TOL, rtol=0)

@@ -229,3 +229,19 @@ def test_batch_broadcasting_of_a_shared_target():
     batched = verify(shared.expand_as(p), q, drafts, uniforms=u)
     broadcast = verify(shared, q, drafts, uniforms=u)
     assert torch.equal(batched.tokens, broadcast.tokens)
+
+
+def test_accept_probability_helpers_take_the_acceptance_scale():
+    from gsd_core import accept_probability, token_accept_probabilities
+
+    p = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    q = torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64)
+    assert accept_probability(p, q, 0).item() == 0.5
+    assert accept_probability(p, q, 0, acceptance_scale=1.5).item() == 0.75
+    assert accept_probability(p, q, 0, acceptance_scale=3.0).item() == 1.0
+    cluster = torch.tensor([True, True, False])  # p(C) = 0.7, q(C) = 0.8
+    assert accept_probability(p, q, 0, cluster, acceptance_scale=0.5).item() == pytest.approx(0.4375, abs=1e-15)
+    assert torch.equal(token_accept_probabilities(p, q, None, acceptance_scale=2.0),
+                       torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="acceptance_scale"):
+        verify(p.expand(1, 3), q.expand(1, 3), torch.tensor([0]), acceptance_scale=0.0)

@@ -192,6 +192,8 @@ def test_bad_input(model):
         CausalLMAdapter(model, temperature=0.0)
     with pytest.raises(ValueError, match="top_k"):
         CausalLMAdapter(model, top_k=0)
+    with pytest.raises(ValueError, match="cfg_scale"):
+        CausalLMAdapter(model, cfg_scale=float("nan"))
     adapter = CausalLMAdapter(model)
     with pytest.raises(ValueError, match="start"):
         adapter.forward(torch.tensor([0]))

@@ -66,7 +66,9 @@ def make_case(scenario: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[
     return p, q, drafts, uniforms
 
 
-def released_style_verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniforms: torch.Tensor, group_size: int):
+def released_style_verify(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, uniforms: torch.Tensor, group_size: int
+) -> tuple[int, list[int]]:
     """Per-position loop as in the released code, computing our DynamicClusters(group_size)
     clusters (ranking by p descending, ties by smaller id, +-group_size//2 ranks, clipped).
     Returns (num_accepted, emitted tokens list)."""

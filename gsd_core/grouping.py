@@ -115,10 +115,11 @@ def _strict_members(p: Tensor, px: Tensor, count: Tensor, k: int, above: bool) -
     # Boundary value t of the selection, and whether more tokens share t than were chosen.
     last = values.gather(-1, (count - 1).clamp(min=0, max=k_plus - 1).unsqueeze(-1))
     first_out = values.gather(-1, count.clamp(max=k_plus - 1).unsqueeze(-1))
-    straddles = (count > 0) & (count < k_plus) & torch.isfinite(first_out.squeeze(-1)) & (last == first_out).squeeze(-1)
+    first_out, last = first_out.squeeze(-1), last.squeeze(-1)
+    straddles = (count > 0) & (count < k_plus) & torch.isfinite(first_out) & (last == first_out)
     if bool(straddles.any()):
         rows = straddles.nonzero(as_tuple=True)[0]
-        t = last[rows]
+        t = last[rows].unsqueeze(-1)
         at_t = p[rows] == t
         counts = at_t.to(torch.int32).cumsum(-1, dtype=torch.int32)
         total = counts[:, -1:].long()
@@ -149,7 +150,9 @@ def _window_side(
             strict_index, strict_ok = _strict_members(p, px, rest, k, above)
         else:
             rows = need.nonzero(as_tuple=True)[0]
-            strict_index[rows], strict_ok[rows] = _strict_members(p[rows], px[rows], rest[rows], k, above)
+            strict_index[rows], strict_ok[rows] = _strict_members(
+                p.index_select(0, rows), px[rows], rest[rows], k, above
+            )
     if tied_ok is None:
         return strict_index, strict_ok
     # Slot j holds the j-th tied token while those last, then the (j - used)-th strict one.
@@ -238,11 +241,11 @@ def _window_sparse(
     slot = torch.arange(rows.numel(), device=p.device) - (per_row.cumsum(0) - per_row)[rows]
     first_ids = torch.full((n, width_blocks), vocab, dtype=torch.long, device=p.device)
     first_ids[rows, slot] = blocks * _BLOCK
-    offsets = torch.arange(_BLOCK, device=p.device)
-    block_ids = torch.where(first_ids.unsqueeze(-1) < vocab, first_ids.unsqueeze(-1) + offsets, vocab)
+    # Empty block slots get ids >= V: like the pads below, they are no token.
+    block_ids = first_ids.unsqueeze(-1) + torch.arange(_BLOCK, device=p.device)
     tail = torch.arange(head, vocab, device=p.device).expand(n, vocab - head)
     pads = torch.full((n, k_after + 1), vocab, dtype=torch.long, device=p.device)
-    # Real ids appear in increasing order (blocks, then the tail); id V marks an empty slot.
+    # Real ids appear in increasing order (blocks, then the tail); ids >= V mark empty slots.
     ids = torch.cat([block_ids.reshape(n, -1), tail, pads], -1)
     values = p.gather(-1, ids.clamp(max=vocab - 1))
     values = torch.where((ids < vocab) & (values > 0), values, -1.0)
@@ -270,7 +273,7 @@ def _window_rows(
     args = (p, px, token, n_before, n_after)
 
     def pick(index: Tensor) -> tuple[Tensor, ...]:
-        return args if index.numel() == p.shape[0] else tuple(a[index] for a in args)
+        return args if index.numel() == p.shape[0] else tuple(a.index_select(0, index) for a in args)
 
     positive = px[rows, 0] > 0
     packed = None
@@ -435,10 +438,9 @@ class DynamicClusters:
             raise ValueError(f"rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
         if self.max_embedding_distance is not None and self.embeddings is None:
             raise ValueError("max_embedding_distance needs embeddings (a [V, D] tensor)")
-        if self.embeddings is not None and (
-            not isinstance(self.embeddings, Tensor) or self.embeddings.ndim != 2 or not self.embeddings.is_floating_point()
-        ):
-            raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(self.embeddings, 'shape', None)}")
+        emb = self.embeddings
+        if emb is not None and (not isinstance(emb, Tensor) or emb.ndim != 2 or not emb.is_floating_point()):
+            raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(emb, 'shape', emb)!r}")
         for name in ("max_embedding_distance", "max_prob_gap"):
             value = getattr(self, name)
             if value is not None and not value >= 0:

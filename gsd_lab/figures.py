@@ -18,9 +18,9 @@ import torch
 from gsd_core import tv_distance
 
 from .experiments import plots, tables, toy
-from .experiments.image_model import ImageModel, load_image_model
+from .experiments.image_model import ImageModel, guidance_scale, load_image_model
 from .experiments.replacement import replacement_study
-from .experiments.runs import FilterSettings, MethodSpec, RunCache
+from .experiments.runs import FilterSettings, MethodSpec, RunCache, run_method
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
 from .provenance import atomic_write_json, provenance
@@ -101,7 +101,8 @@ def run_figures(
     t1_specs, t2_specs, pareto_curves = _specs(sizes)
     unique = {s.key for s in t1_specs + t2_specs + [s for v in pareto_curves.values() for s in v]}
     images_per_method = len(prompts) * len(sizes.seeds)
-    bar = tqdm(total=len(unique) * images_per_method + images_per_method, unit="img", desc="figures",
+    extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
+    bar = tqdm(total=len(unique) * images_per_method + extra, unit="img", desc="figures",
                disable=not progress)
     filters = FilterSettings.for_model(model.name)
     cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
@@ -153,13 +154,19 @@ def run_figures(
     pareto = tables.pareto_points(cache, pareto_curves)
     ar_records = cache.records(tables.AR)
     stats = top1_stats(ar_records)
+    stats_no_cfg = None
+    if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
+        with guidance_scale(model, None):
+            stats_no_cfg = top1_stats(run_method(model, tables.AR, prompts, list(sizes.seeds), record_top1=True,
+                                                 progress=bar))
     replacement = replacement_study(model, ar_records, fraction=sizes.replacement_fraction,
                                     top_k=sizes.replacement_top_k, seed=0) if model.decode else None
-    bar.update(images_per_method)
+    bar.update(bar.total - bar.n)
     bar.close()
 
     save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
-         {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist()})
+         {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
+          "summary_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary()})
     quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
@@ -200,7 +207,11 @@ def run_figures(
         ("Fig. 10 analogue: NFE against quality",
          "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, columns) for name, rows in pareto.items())),
         ("Top-1 probability of the target distribution (AR tokens)",
-         markdown_table([stats.summary()], list(stats.summary()))),
+         "Share of generated tokens whose target distribution has top-1 probability below the threshold "
+         "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
+         + markdown_table([{"guidance": model.adapter.cfg_scale, **stats.summary()}]
+                          + ([{"guidance": None, **stats_no_cfg.summary()}] if stats_no_cfg else []),
+                          ["guidance"] + list(stats.summary()))),
     ]
     if replacement is not None:
         rep_rows = [{"variant": k, **replacement.quality[k], "mean_log_prob": replacement.mean_log_prob[k],
@@ -219,6 +230,7 @@ def run_figures(
                             f"{len(unique)} configurations; device `{model.adapter.device}`."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "top1": stats.summary(),
+                  "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})

@@ -202,9 +202,23 @@ for record, share in zip(records, stats.share_below):
     print(f"  {record.prompt:22s} {share:.4f}")'''),
         code('''plots.show(plots.top1_histograms(stats, max_images=9))'''),
         md("""
-The stand-in's share is measured here, not assumed: it depends on the codebook size, the
-data and the model's capacity. Compare with the paper's 50-95% on Lumina-mGPT (8,192 codes).
+The share is measured here, not assumed: it depends on the codebook size, the data, the
+model's capacity and the guidance scale. Compare with the paper's 50-95% on Lumina-mGPT (8,192
+codes, open-ended text prompts). The stand-in is trained on crops of ten photographs, one per
+class, so it is far more certain of its next token than a text-to-image model: a small share
+here means its target distributions are peaked, and the acceptance of single drafted tokens
+(notebook 04) is limited by something else: random initial drafts, which a peaked p rejects.
+
+Classifier-free guidance sharpens distributions (l = u + s (c - u), s > 1). The same prompts
+and seeds without guidance (the conditional model alone):
 """),
+        code('''from gsd_lab.experiments.image_model import guidance_scale
+
+with guidance_scale(model, None):
+    records_no_cfg = run_method(model, MethodSpec("AR", "ar"), prompts, seeds, record_top1=True)
+stats_no_cfg = top1_stats(records_no_cfg, threshold)'''),
+        code(CHECK + '''for name, s in (("with guidance (model default)", stats), ("without guidance", stats_no_cfg)):
+    print(f"{name:30s} share top-1 < {threshold}: {s.pooled_share_below:.4f}  median top-1 {s.summary()['median_top1']:.4f}")'''),
         code('''plots.show(plots.image_grid({"AR samples": [r.image for r in records]}, max_columns=10))'''),
     ]
 

@@ -14,9 +14,10 @@ Models:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -57,6 +58,23 @@ class ImageModel:
     def image_vocabulary(self) -> Tensor:
         """Token ids that may be sampled as image tokens [A]."""
         return self.adapter.allowed_tokens
+
+
+@contextmanager
+def guidance_scale(model: ImageModel, scale: float | None) -> Iterator[ImageModel]:
+    """Run ``model`` with another classifier-free guidance scale inside the block (restored after).
+
+    scale 1.0 gives the conditional distribution (u + 1 (c - u) = c, both rows still computed);
+    None switches guidance off (the prompt alone). Only for models that use CFG."""
+    adapter = model.adapter
+    if not adapter.uses_cfg:
+        raise ValueError(f"{model.name} does not use classifier-free guidance")
+    previous = adapter.cfg_scale
+    adapter.cfg_scale = None if scale is None else float(scale)
+    try:
+        yield model
+    finally:
+        adapter.cfg_scale = previous
 
 
 def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_classes: int = 4,

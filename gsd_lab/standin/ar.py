@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from . import data
+from .augment import AugmentConfig, augment_region
 from .tokenizer import FSQTokenizer
 from .weights_io import save_module, write_json
 
@@ -77,27 +78,39 @@ def build_model(config):
 
 
 class TokenMapDataset:
-    """Token maps of every class's training region at 16 pixel shifts x 2 flips.
+    """Token maps of every class's region: 16 pixel shifts x 2 flips of the unchanged region, or
+    (``augment``, training split only) ``augment.variants_per_class`` augmented variants per class
+    (gsd_lab.standin.augment: rescaling, flips, optional 90-degree rotations, colour jitter).
 
     A sample is a ``grid`` x ``grid`` window of one map: the tokens of a 64x64 crop at any
-    pixel offset (encoded with the surrounding training-region context).
+    pixel offset (encoded with the surrounding region as context).
     """
 
-    def __init__(self, tokenizer: FSQTokenizer, grid: int = 16, shifts: int = 4, split: str = "train"):
+    def __init__(self, tokenizer: FSQTokenizer, grid: int = 16, shifts: int = 4, split: str = "train",
+                 augment: AugmentConfig | None = None, seed: int = 0):
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+        if augment is not None and split != "train":
+            raise ValueError("augmentation applies to the training split only")
         self.grid = grid
         self.maps: list[list[torch.Tensor]] = []
         sources = data.load_sources()
+        generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for source in sources:
                 variants = []
+                region = source.train if split == "train" else source.heldout
+                if augment is not None:
+                    for _ in range(augment.variants_per_class):
+                        x = augment_region(region, augment, generator)
+                        variants.append(tokenizer.encode(x[None])[0].to(torch.int16))
+                    self.maps.append(variants)
+                    continue
                 for flip in (False, True):
-                    region = source.train if split == "train" else source.heldout
-                    region = region.flip(-1) if flip else region
+                    flipped = region.flip(-1) if flip else region
                     for dy in range(shifts):
                         for dx in range(shifts):
-                            x = region[:, dy:, dx:]
+                            x = flipped[:, dy:, dx:]
                             h, w = (x.shape[1] // 4) * 4, (x.shape[2] // 4) * 4
                             variants.append(tokenizer.encode(x[None, :, :h, :w])[0].to(torch.int16))
                 self.maps.append(variants)
@@ -140,10 +153,13 @@ def image_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
 def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int = 24,
              lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
              hidden: int = 256, layers: int = 4, heads: int = 4, intermediate: int = 704,
-             bf16: bool = True, log=print):
+             bf16: bool = True, augment: AugmentConfig | None = None, eval_every: int = 250,
+             select_best_heldout: bool = False, log=print):
+    """Train and save the AR model. With ``select_best_heldout`` the saved weights are those
+    of the evaluation (every ``eval_every`` steps and the last step) with the lowest held-out loss."""
     out = Path(out)
     start = time.time()
-    dataset = TokenMapDataset(tokenizer)
+    dataset = TokenMapDataset(tokenizer, augment=augment, seed=seed + 203)
     layout = TokenLayout(tokenizer.codebook_size, dataset.num_classes)
     config = llama_config(layout, hidden, layers, heads, intermediate)
     torch.manual_seed(seed + 200)
@@ -162,6 +178,7 @@ def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int
     log({"stage": "ar", "params": sum(p.numel() for p in model.parameters()),
          "data_windows_maps": sum(len(v) for v in dataset.maps),
          "prep_s": round(time.time() - start, 1)})
+    best = {"heldout_loss": math.inf, "step": None, "state": None}
     for step in range(steps):
         if step < warmup:
             cur = lr * (step + 1) / warmup
@@ -177,22 +194,32 @@ def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or step == steps - 1:
+        if step % 50 == 0 or step % eval_every == 0 or step == steps - 1:
             record = {"stage": "ar", "step": step, "loss": round(loss.item(), 4), "lr": round(cur, 6),
                       "elapsed_s": round(time.time() - start, 1)}
-            if step % 250 == 0 or step == steps - 1:
+            if step % eval_every == 0 or step == steps - 1:
                 model.eval()
                 with torch.no_grad():
                     record["train_windows_loss"] = round(image_token_loss(model, val_ids).item(), 4)
-                    record["heldout_loss"] = round(image_token_loss(model, heldout_ids).item(), 4)
+                    heldout_loss = image_token_loss(model, heldout_ids).item()
+                    record["heldout_loss"] = round(heldout_loss, 4)
+                if select_best_heldout and heldout_loss < best["heldout_loss"]:
+                    best = {"heldout_loss": heldout_loss, "step": step,
+                            "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
             log(record)
     wall = round(time.time() - start, 1)
     model.eval()
+    if select_best_heldout and best["state"] is not None:
+        model.load_state_dict(best["state"])
     save_module(model, out / "ar_model.safetensors")
     write_json(out / "ar_config.json", {"llama": config.to_dict(), "layout": layout.to_dict(),
                                          "class_names": list(data.CLASS_NAMES),
                                          "training": {"steps": steps, "batch": batch, "lr": lr,
                                                       "seed": seed, "class_dropout": class_dropout,
-                                                      "bf16_autocast": bf16, "wall_seconds": wall}})
+                                                      "bf16_autocast": bf16, "wall_seconds": wall,
+                                                      "augment": augment.to_dict() if augment else None,
+                                                      "eval_every": eval_every,
+                                                      "select_best_heldout": select_best_heldout,
+                                                      "saved_step": best["step"] if select_best_heldout else steps - 1}})
     log({"stage": "ar", "done": True, "wall_seconds": wall})
     return model, layout

@@ -100,7 +100,9 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 16, log=print) -> dic
                             "steps": tok_cfg["metrics"]["steps"], "seed": seed},
         classifier_training={"crop": data.CROP_SIZE, "steps": cls_cfg["metrics"]["steps"], "seed": seed},
         ar_training={"windows": "16x16 token windows of the training-region token maps at 16 "
-                     "pixel shifts x 2 flips", **ar_cfg["training"]},
+                     "pixel shifts x 2 flips" if not ar_cfg["training"].get("augment") else
+                     "16x16 token windows of token maps of augmented training regions "
+                     "(gsd_lab.standin.augment, settings under 'augment')", **ar_cfg["training"]},
         heldout_eval_sets={"tokenizer": "20 crops/class, seed 1234", "classifier": "40 crops/class, seed 4321"},
         seeds={"global": seed},
     ))

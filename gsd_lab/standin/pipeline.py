@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .augment import AugmentConfig
 from .tokenizer import TokenizerConfig
 
 TINY_TOKENIZER = TokenizerConfig(levels=(4, 4, 4, 4, 4), channels=(8, 8, 8))
@@ -38,8 +39,14 @@ def run_stages(args, log) -> None:
         from .loading import load_tokenizer
 
         sizes = TINY_AR if args.tiny else {}
+        augment = None
+        if args.augment_variants > 0:
+            augment = AugmentConfig(variants_per_class=args.augment_variants,
+                                    scale_min=args.augment_scale[0], scale_max=args.augment_scale[1],
+                                    rot90_prob=args.augment_rot90_prob)
         train_ar(out, load_tokenizer(out), steps=args.steps, batch=args.batch, seed=args.seed,
-                 log=log, **sizes)
+                 augment=augment, eval_every=args.eval_every,
+                 select_best_heldout=args.select_best_heldout, log=log, **sizes)
     if "export" in stages:
         from .export import export
 

@@ -171,7 +171,8 @@ def test_inputs_are_never_modified_in_place():
     labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 3])
     emb = torch.randn(9, 3, generator=gen)
     originals = [x.clone() for x in (p, q, drafts, u, labels, emb)]
-    for rule in (None, labels, DynamicClusters(4, 0.5, 0.3, emb), DynamicClusters(4, rank_by="q"), RankBinnedClusters(2)):
+    rules = (None, labels, DynamicClusters(4, 0.5, 0.3, emb), DynamicClusters(4, rank_by="q"), RankBinnedClusters(2))
+    for rule in rules:
         verify(p, q, drafts, rule, uniforms=u)
         verify(p, q, drafts, rule, uniforms=u, stop_early=True)
         acceptance_rate(p[:, :4], q, rule)

@@ -8,7 +8,14 @@ import zlib
 import pytest
 import torch
 
-from gsd_core import DynamicClusters, RankBinnedClusters, sample_categorical, verify
+from gsd_core import (
+    DynamicClusters,
+    RankBinnedClusters,
+    accept_probability,
+    sample_categorical,
+    token_accept_probabilities,
+    verify,
+)
 
 VOCAB, WINDOW, BATCH = 8, 5, 60
 
@@ -43,7 +50,8 @@ def _residual(rule, p_row, q_row, mode):
         mass = sum(ex.values())
         if mass <= 2.2e-16:
             return p_row.tolist()
-        return [ex[labels[y]] / mass * p_row[y].item() / pc[labels[y]] if pc[labels[y]] > 0 else 0.0 for y in range(size)]
+        return [ex[labels[y]] / mass * p_row[y].item() / pc[labels[y]] if pc[labels[y]] > 0 else 0.0
+                for y in range(size)]
     mass = sum(excess)
     return [e / mass for e in excess] if mass > 2.2e-16 else p_row.tolist()
 
@@ -232,12 +240,10 @@ def test_batch_broadcasting_of_a_shared_target():
 
 
 def test_accept_probability_helpers_take_the_acceptance_scale():
-    from gsd_core import accept_probability, token_accept_probabilities
-
     p = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
     q = torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64)
     assert accept_probability(p, q, 0).item() == 0.5
-    assert accept_probability(p, q, 0, acceptance_scale=1.5).item() == 0.75
+    assert accept_probability(p, q, 0, acceptance_scale=1.5).item() == pytest.approx(0.75, abs=1e-15)
     assert accept_probability(p, q, 0, acceptance_scale=3.0).item() == 1.0
     cluster = torch.tensor([True, True, False])  # p(C) = 0.7, q(C) = 0.8
     assert accept_probability(p, q, 0, cluster, acceptance_scale=0.5).item() == pytest.approx(0.4375, abs=1e-15)

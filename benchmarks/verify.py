@@ -9,8 +9,9 @@ vocabulary, slices the draft's rank window, and tests u < min(1, p(C)/q(C)); at 
 rejection it resamples from norm((p - q)+) and stops. Both get the same uniforms; the script
 checks that they take the same decisions and emit the same tokens, then prints the times
 (median over repeats) and the ratios, for ``verify`` as it is called by default (all L
-acceptance probabilities, inputs validated) and with ``stop_early=True`` (position 0 first,
-the rest only if it was accepted: the reference loop also stops at the first rejection), also
+acceptance probabilities, inputs validated) and with ``stop_early=True`` (positions in rounds
+0, 1-2, 3-6, ..., each only if all before it were accepted: the reference loop also stops at
+the first rejection), also
 without input validation (``validate=False``, for callers that guarantee valid inputs). The
 loop's cost grows with the number of positions it visits (one sort of the window per
 position), ``verify``'s does not, so the speed-up of a window grows with its accepted count.

@@ -3,8 +3,10 @@
 
 The probability ranking used everywhere orders the vocabulary by p descending, ties broken by
 the smaller token id first: token y precedes token z iff (-p(y), y) < (-p(z), z). The rank of
-a token is the number of tokens that precede it. All selections below are O(V) per row (no
-sort) and exact under ties.
+a token is the number of tokens that precede it. Rank windows are selected in O(V) per row
+without sorting, or, for few rows of a small vocabulary (``_use_sort``), where its few ops
+are cheaper, read off one stable sort per row; both are exact under ties and give the same
+members.
 """
 
 from __future__ import annotations
@@ -292,6 +294,68 @@ def _window_rows(
     return tuple(out)
 
 
+# Small selections take the sort-based path: one stable sort per row and a handful of ops,
+# cheaper than the many small ops of the O(V) selection up to about this many rows x tokens
+# (measured on CPU: one row up to V = 8192, sixteen rows at V = 1100).
+_SORT_MAX_VOCAB = 8192
+_SORT_MAX_ELEMENTS = 16384
+
+
+def _use_sort(rows: int, vocab: int) -> bool:
+    return vocab <= _SORT_MAX_VOCAB and rows * vocab <= _SORT_MAX_ELEMENTS
+
+
+def _descending_order(p: Tensor) -> Tensor:
+    """Token ids in ranking order, [N, V] -> [N, V]: a stable descending sort keeps equal
+    values in id order, which is exactly the tie rule (smaller id first)."""
+    return torch.sort(p, dim=-1, descending=True, stable=True).indices
+
+
+def _rank_in_order(order: Tensor, token: Tensor) -> Tensor:
+    """Position of ``token`` [N] in each row of ``order`` [N, V]: its rank, int64 [N]."""
+    return (order == token.unsqueeze(-1)).to(torch.uint8).argmax(-1)
+
+
+def _sorted_window_members(
+    order: Tensor,
+    rank: Tensor,
+    token: Tensor,
+    n_before: Tensor | None,
+    n_after: Tensor | None,
+    k_before: int,
+    k_after: int,
+) -> tuple[Tensor, Tensor]:
+    """The rank window read off the sorted order: slots at ranks rank - 1 .. rank - k_before
+    (nearest first), the token, then rank + 1 .. rank + k_after; a slot is valid when its
+    rank lies in [0, V) and its offset within n_before / n_after (None: within k, all rows).
+    order: [N, V]; rank, token, n_before, n_after: [N]. Returns [N, M] x 2, invalid slots
+    pointing at the token."""
+    offsets = _window_offsets(k_before, k_after, order.device)
+    position = rank.unsqueeze(-1) + offsets
+    valid = (position >= 0) & (position < order.shape[-1])
+    if n_before is not None:
+        limit = torch.where(offsets < 0, n_before.unsqueeze(-1), n_after.unsqueeze(-1))
+        valid &= offsets.abs() <= limit
+    index = order.gather(-1, position.clamp(0, order.shape[-1] - 1))
+    return torch.where(valid, index, token.unsqueeze(-1)), valid
+
+
+@lru_cache(maxsize=64)
+def _window_offsets(k_before: int, k_after: int, device: torch.device) -> Tensor:
+    """Rank offsets of the window's slots: -1 .. -k_before, 0, 1 .. k_after. [M] int64."""
+    before = [-i for i in range(1, k_before + 1)]
+    return torch.tensor(before + [0] + list(range(1, k_after + 1)), dtype=torch.long, device=device)
+
+
+def _window_extent(n: Tensor | int, batch: torch.Size, vocab: int, device: torch.device) -> tuple[int, Tensor]:
+    """Slots k = min(max(n), V - 1) one side of the window needs, and n as int64 [prod(batch)]."""
+    count = batch.numel()
+    if isinstance(n, int):  # a plain int needs no device sync to find its maximum
+        return (min(n, vocab - 1) if count else 0), torch.full((count,), n, dtype=torch.long, device=device)
+    n = torch.as_tensor(n, device=device).long().expand(batch).reshape(-1)
+    return (min(int(n.max().item()), vocab - 1) if count else 0), n
+
+
 def rank_window_members(
     p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tensor | int
 ) -> tuple[Tensor, Tensor]:
@@ -307,11 +371,22 @@ def rank_window_members(
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
     token = token.expand(batch).reshape(-1)
-    n_before = torch.as_tensor(n_before, device=p.device).long().expand(batch).reshape(-1)
-    n_after = torch.as_tensor(n_after, device=p.device).long().expand(batch).reshape(-1)
     p = p.reshape(-1, vocab)
-    k_before = min(int(n_before.max().item()), vocab - 1) if n_before.numel() else 0
-    k_after = min(int(n_after.max().item()), vocab - 1) if n_after.numel() else 0
+    same_extent = isinstance(n_before, int) and isinstance(n_after, int) and min(n_before, n_after) >= 0
+    if same_extent and _use_sort(p.shape[0], vocab):
+        # Same extent on every row (DynamicClusters): only the ends of the ranking clip it.
+        order = _descending_order(p)
+        k_before, k_after = min(n_before, vocab - 1), min(n_after, vocab - 1)
+        index, valid = _sorted_window_members(order, _rank_in_order(order, token), token, None, None, k_before, k_after)
+        return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+    k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
+    k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
+    if _use_sort(p.shape[0], vocab):
+        order = _descending_order(p)
+        index, valid = _sorted_window_members(
+            order, _rank_in_order(order, token), token, n_before, n_after, k_before, k_after
+        )
+        return index.reshape(*batch, -1), valid.reshape(*batch, -1)
     px = p.gather(-1, token.unsqueeze(-1))
     idx_b = ok_b = idx_a = ok_a = None
     if k_before + k_after > 0:
@@ -488,8 +563,18 @@ class RankBinnedClusters:
         return probability_ranks(p) // self.group_size
 
     def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        offset = probability_rank(p, token) % self.group_size
-        return rank_window_members(p, token, offset, self.group_size - 1 - offset)
+        size = self.group_size
+        batch, vocab = p.shape[:-1], p.shape[-1]
+        if _use_sort(batch.numel(), vocab):  # one sort gives the rank and the window
+            order = _descending_order(p.reshape(-1, vocab))
+            token = token.expand(batch).reshape(-1)
+            rank = _rank_in_order(order, token)
+            offset = rank % size
+            k = min(size - 1, vocab - 1)
+            index, valid = _sorted_window_members(order, rank, token, offset, size - 1 - offset, k, k)
+            return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+        offset = probability_rank(p, token) % size
+        return rank_window_members(p, token, offset, size - 1 - offset)
 
 
 def as_cluster_rule(clusters: object, vocab_size: int) -> ClusterRule | None:
@@ -498,6 +583,8 @@ def as_cluster_rule(clusters: object, vocab_size: int) -> ClusterRule | None:
         return None
     if isinstance(clusters, Tensor):
         return FixedPartition(check_labels(clusters, vocab_size))
+    if isinstance(clusters, (DynamicClusters, RankBinnedClusters, FixedPartition)):
+        return clusters  # skips the slower structural check of the Protocol below
     if isinstance(clusters, ClusterRule):
         return clusters
     raise ValueError(

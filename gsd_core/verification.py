@@ -28,9 +28,9 @@ RESIDUAL_MODES = ("token", "cluster")
 
 def _ratio(p_mass: Tensor, q_mass: Tensor, scale: float = 1.0) -> Tensor:
     """min(1, s * p/q), and 0 where q = 0 (the token could not have been drafted)."""
-    safe = torch.where(q_mass > 0, q_mass, torch.ones_like(q_mass))
-    ratio = p_mass / safe if scale == 1.0 else (scale * p_mass) / safe
-    return torch.where(q_mass > 0, ratio.clamp(max=1.0), torch.zeros_like(p_mass))
+    # Where q = 0 the quotient is inf or NaN, and discarded by the where.
+    ratio = p_mass / q_mass if scale == 1.0 else (scale * p_mass) / q_mass
+    return torch.where(q_mass > 0, ratio.clamp(max=1.0), 0.0)
 
 
 def accept_probability(
@@ -143,26 +143,79 @@ def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | Non
     return (p.gather(-1, index) * keep).sum(-1), (q.gather(-1, index) * keep).sum(-1)
 
 
-def _accept_probs_two_rounds(
-    p: Tensor, q: Tensor, draft_tokens: Tensor, rule: ClusterRule | None, scale: float, first_uniform: Tensor
+def _accept_probs_in_rounds(
+    p: Tensor, q: Tensor, draft_tokens: Tensor, rule: ClusterRule | None, scale: float, uniforms: Tensor
 ) -> Tensor:
-    """accept_probs [..., L] for position 0 of every window, and for positions 1..L-1 only of
-    windows whose position 0 is accepted (NaN elsewhere). p, q: [..., L, V]; draft_tokens [..., L]."""
+    """accept_probs [..., L] evaluated in rounds of doubling length (positions 0, 1-2, 3-6,
+    7-14, ...): a round covers only the windows that accepted every position before it, and
+    the rest stay NaN. Same values where evaluated; the clusters computed are at most about
+    twice those the windows need, in log2(L) + 1 rounds at most.
+    p, q: [..., L, V]; draft_tokens [..., L]; uniforms [..., >= L]."""
     batch, window = p.shape[:-2], p.shape[-2]
-    first = _ratio(*_cluster_masses(p[..., 0, :], q[..., 0, :], draft_tokens[..., 0], rule), scale)
+    if rule is None:  # singletons cost two gathers: evaluate every position at once
+        return _ratio(*_cluster_masses(p, q, draft_tokens, rule), scale)
     out = torch.full((*batch, window), torch.nan, dtype=p.dtype, device=p.device)
-    out[..., 0] = first
-    go = first_uniform < first
-    if not bool(go.any()):
-        return out
-    if len(batch) == 0:
-        out[1:] = _ratio(*_cluster_masses(p[1:], q[1:], draft_tokens[1:], rule), scale)
-        return out
-    # Copy only the windows that continue (p may be a strided view of a larger tensor).
-    index = go.nonzero(as_tuple=True)
-    p_rest, q_rest, d_rest = p[index][:, 1:], q[index][:, 1:], draft_tokens[index][:, 1:]
-    out[(*index, slice(1, None))] = _ratio(*_cluster_masses(p_rest, q_rest, d_rest, rule), scale)
+    start, size = 0, 1
+    go = None  # windows (as a batch index) still accepting; None: all of them
+    while start < window:
+        stop = min(window, start + size)
+        if len(batch) == 0:
+            probs = _ratio(*_cluster_masses(p[start:stop], q[start:stop], draft_tokens[start:stop], rule), scale)
+            out[start:stop] = probs
+            if stop == window or not bool((uniforms[start:stop] < probs).all()):
+                break
+        else:
+            # Copy only the windows that continue (p may be a strided view of a larger tensor).
+            index = (slice(None),) * len(batch) if go is None else go
+            rows = (*index, slice(start, stop))
+            probs = _ratio(*_cluster_masses(p[rows], q[rows], draft_tokens[rows], rule), scale)
+            out[rows] = probs
+            if stop == window:
+                break
+            accepted_all = (uniforms[..., :stop] < out[..., :stop]).all(-1)  # NaN compares False
+            if not bool(accepted_all.any()):
+                break
+            go = accepted_all.nonzero(as_tuple=True)
+        start, size = stop, 2 * size
     return out
+
+
+def _verify_one_window(
+    p: Tensor,
+    q: Tensor,
+    draft_tokens: Tensor,
+    rule: ClusterRule | None,
+    cluster_residual: bool,
+    uniforms: Tensor,
+    scale: float,
+    stop_early: bool,
+) -> VerifyResult:
+    """``verify`` for a single window (no batch dimensions), as the decoding loop calls it:
+    the same computation, with the stopping row picked by a Python index instead of gathers
+    and the emitted tokens written in place. p: [L or L+1, V]; q: [L, V]; draft_tokens: [L];
+    uniforms: [L + 1]."""
+    window = q.shape[0]
+    if stop_early and window > 1:
+        accept_probs = _accept_probs_in_rounds(p[:window], q, draft_tokens, rule, scale, uniforms)
+    else:
+        accept_probs = _ratio(*_cluster_masses(p[:window], q, draft_tokens, rule), scale)
+    num_accepted = (uniforms[:window] < accept_probs).to(torch.int64).cumprod(-1).sum(-1)
+    accepted = int(num_accepted)
+    if stop_early and accepted + 1 < window:
+        accept_probs[accepted + 1 :] = torch.nan  # report only positions up to the first rejection
+    tokens = torch.full((window + 1,), -1, dtype=torch.int64, device=p.device)
+    tokens[:accepted] = draft_tokens[:accepted]
+    has_bonus = p.shape[0] == window + 1
+    emits_extra = accepted < window or has_bonus
+    if emits_extra:
+        if accepted == window:  # all accepted: the bonus row
+            dist = p[window]
+        else:
+            p_stop, q_stop = p[accepted], q[accepted]
+            labels = rule.partition_labels(p_stop) if cluster_residual and rule is not None else None
+            dist = _residual(p_stop, q_stop, labels)
+        tokens[accepted] = sample_categorical(dist, uniforms[window])
+    return VerifyResult(num_accepted, tokens, num_accepted + int(emits_extra), accept_probs)
 
 
 def verify(
@@ -190,9 +243,9 @@ def verify(
     residual: "token" (the paper's norm((p - q)+)) or "cluster" (cluster-exact; partitions only).
     Randomness: ``uniforms`` [..., L + 1] if given (acceptance tests, then the inverse-CDF
     draw), else drawn from ``generator``. Vectorised over the window and the batch.
-    stop_early: evaluate position 0 first and positions 1..L-1 only for the windows that
-    accepted it (two vectorised rounds instead of one): same decisions and tokens, much less
-    work when most windows reject their first draft (e.g. random draft initialisation), but
+    stop_early: evaluate the positions in vectorised rounds of doubling length (0, 1-2, 3-6,
+    ...), each only for the windows that accepted every earlier position: same decisions and
+    tokens, much less work when windows stop early (e.g. random draft initialisation), but
     accept_probs is NaN after each window's first rejection. validate=False skips the input
     checks (two passes over p and q) for callers that guarantee valid inputs.
     """
@@ -214,7 +267,8 @@ def verify(
     dtype = working_dtype(p, q)
     p, q = p.to(dtype), q.to(dtype)
     try:
-        batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+        single = p.ndim == 2 and q.ndim == 2 and draft_tokens.ndim == 1
+        batch = torch.Size() if single else torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
     except RuntimeError:
         raise ValueError(
             f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, drafts {tuple(draft_tokens.shape)}"
@@ -237,13 +291,18 @@ def verify(
     elif uniforms.shape != (*batch, window + 1):
         raise ValueError(f"uniforms must have shape {(*batch, window + 1)}, got {tuple(uniforms.shape)}")
 
+    if len(batch) == 0:
+        return _verify_one_window(p, q, draft_tokens, rule, residual == "cluster", uniforms, scale, stop_early)
     p_rows = p[..., :window, :]
     if stop_early and window > 1:
-        accept_probs = _accept_probs_two_rounds(p_rows, q, draft_tokens, rule, scale, uniforms[..., 0])
+        accept_probs = _accept_probs_in_rounds(p_rows, q, draft_tokens, rule, scale, uniforms)
     else:
         accept_probs = _ratio(*_cluster_masses(p_rows, q, draft_tokens, rule), scale)
     accepted = uniforms[..., :window] < accept_probs  # NaN (not evaluated) compares False
     num_accepted = accepted.to(torch.int64).cumprod(-1).sum(-1)
+    if stop_early and window > 1:  # report only positions up to the first rejection
+        positions = torch.arange(window, device=p.device)
+        accept_probs = torch.where(positions <= num_accepted.unsqueeze(-1), accept_probs, torch.nan)
 
     # The row where the window stops: the first rejection (or, if all accepted, the bonus row).
     stop = num_accepted.clamp(max=window - 1).unsqueeze(-1).unsqueeze(-1).expand(*batch, 1, vocab)

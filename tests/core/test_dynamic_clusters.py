@@ -15,6 +15,7 @@ import gsd_core.grouping as grouping
 from gsd_core import (
     DynamicClusters,
     FixedPartition,
+    RankBinnedClusters,
     acceptance_rate,
     cluster_mask,
     dynamic_cluster,
@@ -87,6 +88,12 @@ def test_group_size_zero_verify_takes_sd_decisions():
 # --- exactness of the rank window (the sort-free selection) under heavy ties -------------
 
 
+def _force_sort_path(monkeypatch, sort: bool) -> None:
+    """Make every rank window take the sort path (True) or the sort-free O(V) path (False)."""
+    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 10**9 if sort else 0)
+    monkeypatch.setattr(grouping, "_SORT_MAX_ELEMENTS", 10**12 if sort else 0)
+
+
 def _check_windows(p: torch.Tensor, tokens: torch.Tensor, n_before: torch.Tensor, n_after: torch.Tensor) -> None:
     index, valid = grouping.rank_window_members(p, tokens, n_before, n_after)
     for i in range(p.shape[0]):
@@ -96,9 +103,12 @@ def _check_windows(p: torch.Tensor, tokens: torch.Tensor, n_before: torch.Tensor
         assert set(chosen) == expected, (p[i].tolist(), int(tokens[i]), int(n_before[i]), int(n_after[i]))
 
 
-@pytest.mark.parametrize("local_reach", [64, 1])
-def test_rank_window_matches_sorted_reference_with_many_ties(monkeypatch, local_reach):
-    monkeypatch.setattr(grouping, "_LOCAL_REACH", local_reach)  # 1: every row takes the full-row path
+@pytest.mark.parametrize("path", ["local", "full-row", "sort"])
+def test_rank_window_matches_sorted_reference_with_many_ties(monkeypatch, path):
+    # local / full-row: the sort-free O(V) selection (_LOCAL_REACH 1: every row scans the full
+    # row); sort: the small-vocabulary path, one stable sort per row.
+    _force_sort_path(monkeypatch, path == "sort")
+    monkeypatch.setattr(grouping, "_LOCAL_REACH", 1 if path == "full-row" else 64)
     gen = torch.Generator().manual_seed(11)
     for _ in range(150):
         vocab = int(torch.randint(1, 40, (1,), generator=gen))
@@ -110,9 +120,12 @@ def test_rank_window_matches_sorted_reference_with_many_ties(monkeypatch, local_
                        torch.randint(0, 9, (6,), generator=gen), torch.randint(0, 9, (6,), generator=gen))
 
 
-def test_rank_window_matches_sorted_reference_on_sparse_rows():
-    """Large V with small support (p after top-k): exercises the packed path, ties among the
-    positive entries, and windows that run into the zeros (smallest ids first)."""
+@pytest.mark.parametrize("sort", [False, True])
+def test_rank_window_matches_sorted_reference_on_sparse_rows(monkeypatch, sort):
+    """Large V with small support (p after top-k): exercises the packed path (or the sort
+    path), ties among the positive entries, and windows that run into the zeros (smallest ids
+    first)."""
+    _force_sort_path(monkeypatch, sort)
     gen = torch.Generator().manual_seed(12)
     for trial in range(60):
         vocab = int(torch.randint(200, 2500, (1,), generator=gen))
@@ -132,6 +145,75 @@ def test_rank_window_matches_sorted_reference_on_sparse_rows():
         anywhere = torch.randint(0, vocab, (6,), generator=gen)
         tokens = torch.where(torch.rand(6, generator=gen) < 0.6, in_support, anywhere)
         _check_windows(p, tokens, torch.randint(0, 9, (6,), generator=gen), torch.randint(0, 9, (6,), generator=gen))
+
+
+def _members_set(index: torch.Tensor, valid: torch.Tensor) -> set[int]:
+    chosen = index[valid].tolist()
+    assert len(chosen) == len(set(chosen)), "a member is listed twice"
+    return set(chosen)
+
+
+def _tied_rows(gen: torch.Generator, rows: int, vocab: int) -> torch.Tensor:
+    """Integer-weight distributions with few distinct values: many ties and exact zeros."""
+    levels = int(torch.randint(1, 5, (1,), generator=gen))
+    w = torch.randint(0, levels, (rows, vocab), generator=gen).double()
+    w[w.sum(-1) == 0, 0] = 1
+    return w / w.sum(-1, keepdim=True)
+
+
+def test_sort_path_and_sort_free_path_give_the_same_clusters_under_heavy_ties(monkeypatch):
+    """Both selections of the rank window agree with each other and with a brute-force sorted
+    reference, for DynamicClusters ranking by p and by q, with both filters, and for
+    RankBinnedClusters (whose members must also match its partition labels)."""
+    gen = torch.Generator().manual_seed(21)
+    for trial in range(80):
+        vocab = int(torch.randint(1, 30, (1,), generator=gen))
+        p, q = _tied_rows(gen, 5, vocab), _tied_rows(gen, 5, vocab)
+        tokens = torch.randint(0, vocab, (5,), generator=gen)
+        emb = torch.randint(-2, 3, (vocab, 2), generator=gen).float()
+        group = int(torch.randint(0, 9, (1,), generator=gen))
+        rules = [
+            DynamicClusters(group),
+            DynamicClusters(group, rank_by="q"),
+            DynamicClusters(group, max_embedding_distance=2.0, max_prob_gap=0.1, embeddings=emb),
+            DynamicClusters(group, max_prob_gap=0.05, rank_by="q"),
+            RankBinnedClusters(max(group, 1)),
+        ]
+        for rule in rules:
+            results = {}
+            for sort in (False, True):
+                _force_sort_path(monkeypatch, sort)
+                results[sort] = rule.members(p, tokens, q=q)
+            for i in range(5):
+                sets = [_members_set(idx[i], ok[i]) for idx, ok in results.values()]
+                assert sets[0] == sets[1], (trial, rule, i)
+                x = int(tokens[i])
+                if isinstance(rule, RankBinnedClusters):
+                    labels = rule.partition_labels(p[i])
+                    expected = set((labels == labels[x]).nonzero().flatten().tolist())
+                else:
+                    half = group // 2
+                    window = sorted_window(q[i] if rule.rank_by == "q" else p[i], x, half, half)
+                    expected = {y for y in window
+                                if (rule.max_prob_gap is None or abs(p[i, y] - p[i, x]) <= rule.max_prob_gap)
+                                and (rule.embeddings is None
+                                     or (emb[y] - emb[x]).square().sum() <= rule.max_embedding_distance)}
+                assert sets[1] == expected and x in expected, (trial, rule, i)
+
+
+def test_sort_path_is_taken_only_for_small_vocabularies(monkeypatch):
+    calls = []
+    real = grouping._descending_order
+    monkeypatch.setattr(grouping, "_descending_order", lambda p: calls.append(p.shape[-1]) or real(p))
+    p = torch.full((2, 8), 1 / 8, dtype=torch.float64)
+    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
+    assert calls == [8]
+    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 4)  # V too large
+    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
+    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 8)
+    monkeypatch.setattr(grouping, "_SORT_MAX_ELEMENTS", 15)  # 2 rows x 8 tokens too many
+    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
+    assert calls == [8]
 
 
 def test_rank_window_boundary_tie_is_resolved_by_id():

@@ -8,6 +8,7 @@ import zlib
 import pytest
 import torch
 
+import gsd_core.grouping as grouping
 from gsd_core import (
     DynamicClusters,
     RankBinnedClusters,
@@ -113,7 +114,11 @@ RULES = [
 @pytest.mark.parametrize("name,rule,residual", RULES, ids=[r[0] for r in RULES])
 @pytest.mark.parametrize("bonus", [True, False])
 @pytest.mark.parametrize("scale", [1.0, 2.5])
-def test_verify_matches_the_reference_loop(name, rule, residual, bonus, scale):
+@pytest.mark.parametrize("sort", [False, True], ids=["sort-free", "sort"])
+def test_verify_matches_the_reference_loop(monkeypatch, name, rule, residual, bonus, scale, sort):
+    # Both selections of the rank window (grouping._use_sort), whatever the default picks here.
+    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 10**9 if sort else 0)
+    monkeypatch.setattr(grouping, "_SORT_MAX_ELEMENTS", 10**12 if sort else 0)
     p, q, drafts, u = _case(seed=zlib.crc32(f"{name}-{bonus}-{scale}".encode()) % 1000, bonus=bonus)
     for stop_early in (False, True):
         result = verify(p, q, drafts, rule, residual, uniforms=u, acceptance_scale=scale, stop_early=stop_early)
@@ -251,3 +256,21 @@ def test_accept_probability_helpers_take_the_acceptance_scale():
                        torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64))
     with pytest.raises(ValueError, match="acceptance_scale"):
         verify(p.expand(1, 3), q.expand(1, 3), torch.tensor([0]), acceptance_scale=0.0)
+
+
+@pytest.mark.parametrize("name,rule,residual", RULES, ids=[r[0] for r in RULES])
+@pytest.mark.parametrize("bonus", [True, False])
+def test_single_window_path_matches_the_batched_path(name, rule, residual, bonus):
+    """A window without batch dimensions (the decoding loop's call) takes its own, leaner path:
+    it must give exactly what the batched path gives for the same window."""
+    p, q, drafts, u = _case(seed=zlib.crc32(f"single-{name}-{bonus}".encode()) % 1000, bonus=bonus)
+    for stop_early in (False, True):
+        batched = verify(p, q, drafts, rule, residual, uniforms=u, stop_early=stop_early)
+        for b in range(BATCH):
+            single = verify(p[b], q[b], drafts[b], rule, residual, uniforms=u[b], stop_early=stop_early,
+                            validate=False)
+            assert single.num_accepted.shape == () and single.num_emitted.shape == ()
+            assert int(single.num_accepted) == int(batched.num_accepted[b])
+            assert int(single.num_emitted) == int(batched.num_emitted[b])
+            assert torch.equal(single.tokens, batched.tokens[b])
+            assert torch.allclose(single.accept_probs, batched.accept_probs[b], rtol=0, atol=0, equal_nan=True)

@@ -197,7 +197,7 @@ def run_figures(
          "Same prompts and generator seeds for every method. NFE = forward passes per image (a CFG pair "
          "counts once); speed-ups are ratios of means against AR. Amplify (k) is our definition of the naive "
          "lossy relaxation: SJD accepting with min(1, k p/q). Quality proxies: "
-         + (", ".join(f"`{m[0]}` = {m[1]}" for m in metrics) or "none for this model") + ".\n\n"
+         + (", ".join(f"`{m[0]}` = {' '.join(m[1].split())}" for m in metrics) or "none for this model") + ".\n\n"
          + markdown_table(table1, columns)),
         ("Table 2 analogue: clustering ablation",
          f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
@@ -210,7 +210,7 @@ def run_figures(
          "Share of generated tokens whose target distribution has top-1 probability below the threshold "
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
          + markdown_table([{"guidance": model.adapter.cfg_scale, **stats.summary()}]
-                          + ([{"guidance": None, **stats_no_cfg.summary()}] if stats_no_cfg else []),
+                          + ([{"guidance": "none", **stats_no_cfg.summary()}] if stats_no_cfg else []),
                           ["guidance"] + list(stats.summary()))),
     ]
     if replacement is not None:

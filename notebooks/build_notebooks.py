@@ -282,8 +282,11 @@ All methods decode the same prompts with the same generator seeds.
   definition* (the paper's was not found): SJD accepting with min(1, k p(x)/q(x)).
 * **NFE** = forward passes per image (a CFG pair counts once): the hardware-independent cost.
   Wall time on a shared CPU is noisy and not comparable with the paper's GPU latencies.
-* Quality proxies as in notebook 03 (condition score x100, higher better; Frechet distance,
-  lower better); on Lumina-mGPT: CLIP score.
+* Quality proxies as in notebook 03 (condition score x100, higher better, with its standard
+  error over images `condition_score_sem`; Frechet distance, lower better, biased upward at
+  small sample sizes, so compare it only between rows with the same number of images); on
+  Lumina-mGPT: CLIP score. With 10 images per method, differences within about two standard
+  errors are noise; `python -m gsd_lab figures` uses 30 per method.
 
 `python -m gsd_lab figures` runs the same functions at larger sizes (figures/results.md).
 """),
@@ -347,6 +350,20 @@ if metrics:
         code(CHECK + '''for name, rows in pareto.items():
     print(name)
     check_print(rows)'''),
+        md("""
+## Reading the stored outputs (stand-in)
+
+* Speed: SJD needs far fewer forward passes than AR; every GSD rule needs fewer than SJD, and
+  NFE falls as G grows (up to noise), as Theorem 1 promises for partitions (the dynamic rule is not a
+  partition, but behaves alike here). The rank-binned partition accepts the most.
+* The embedding-distance filter of the paper's rule (D) costs much of the speed-up of the
+  unfiltered window (C) on the stand-in, unlike the paper's Table 2 where (C) and (D) are
+  nearly equal: the stand-in's input embeddings are short-trained and nearly equidistant, so a
+  distance threshold removes neighbours in the p-ranking almost at random.
+* Wall time on a shared CPU favours AR more than NFE does: a 17-token forward pass is not
+  nearly free on a CPU, unlike on a GPU. Quote NFE for speed.
+* Quality: read the standard errors before reading differences between rows.
+"""),
         code('''plots.show(plots.image_grid({s.label: [r.image for r in cache.records(s)][:10]
                              for s in tables.table1_specs(table1_groups, table1_amplify)[:4]}, max_columns=10))'''),
     ]

@@ -174,7 +174,7 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None) -> ImageModel:
     return ImageModel(name, adapter, adapter.num_image_tokens, encode,
                       decode if adapter.vqgan is not None else None, list(LUMINA_DEFAULT_PROMPTS),
                       condition_scores=_clip_scorer(clip_dir, adapter.device) if clip_dir else None,
-                      quality_names={"condition_score": "CLIP score (higher better)"})
+                      quality_names={"condition_score": "CLIP score\n(higher better)"})
 
 
 def _clip_scorer(clip_dir: str, device: Any) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
@@ -206,8 +206,8 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir:
         scores, frechet = _standin_metrics(adapter, weights_dir)
     return ImageModel("standin", adapter, adapter.num_image_tokens, encode, decode, list(adapter.class_names),
                       condition_scores=scores, frechet_distance=frechet,
-                      quality_names={"condition_score": "condition score x100 (higher better)",
-                                     "frechet_distance": "Frechet distance, classifier features (lower better)"})
+                      quality_names={"condition_score": "condition score x100\n(higher better)",
+                                     "frechet_distance": "Frechet distance, classifier\nfeatures (lower better)"})
 
 
 def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:

@@ -117,7 +117,8 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
 
 
 def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]]) -> Figure:
-    """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k)."""
+    """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
+    error bars: +- one standard error over images where the row has ``{metric}_sem``."""
     fig, axes = _figure(len(metrics))
     markers = {"AR": "s", "SJD": "D"}
     for ax, (key, label) in zip(axes[0], metrics):
@@ -127,10 +128,12 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                 continue
             x = [r["nfe"] for r in rows]
             y = [r[key] for r in rows]
+            # Error bars: the standard error over images, where the metric has one.
+            err = [r.get(f"{key}_sem") or 0.0 for r in rows] if any(r.get(f"{key}_sem") for r in rows) else None
             if len(rows) == 1:
-                ax.scatter(x, y, marker=markers.get(name, "o"), s=40, label=name, zorder=3)
+                ax.errorbar(x, y, yerr=err, fmt=markers.get(name, "o"), ms=7, capsize=3, label=name, zorder=3)
             else:
-                ax.plot(x, y, marker="o", label=name)
+                ax.errorbar(x, y, yerr=err, fmt="-o", capsize=3, label=name)
                 for r, xi, yi in zip(rows, x, y):
                     ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))

@@ -8,5 +8,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The constraints file pins the CPU build of torch: an unpinned torch pulls a multi-GB CUDA build.
 .venv/bin/python -m pip install -q -c constraints/cpu.txt -e ".[test]"
+# Test oracle for the Chameleon VQGAN decoder (tests/lab/test_vqgan_decoder.py). Its metadata asks
+# for pytorch-lightning and torchvision, which the modules we compare against never import.
+.venv/bin/python -m pip install -q --no-deps taming-transformers-rom1504==0.0.6
 export PATH="$PWD/.venv/bin:$PATH"
 export MPLBACKEND=Agg

@@ -34,13 +34,7 @@ SAMPLES = 800
 SIGNIFICANCE = 1e-3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Thousands of tiny forward passes: extra intra-op threads only add contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

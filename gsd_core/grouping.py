@@ -372,21 +372,21 @@ def rank_window_members(
     batch, vocab = p.shape[:-1], p.shape[-1]
     token = token.expand(batch).reshape(-1)
     p = p.reshape(-1, vocab)
-    same_extent = isinstance(n_before, int) and isinstance(n_after, int) and min(n_before, n_after) >= 0
-    if same_extent and _use_sort(p.shape[0], vocab):
-        # Same extent on every row (DynamicClusters): only the ends of the ranking clip it.
-        order = _descending_order(p)
-        k_before, k_after = min(n_before, vocab - 1), min(n_after, vocab - 1)
-        index, valid = _sorted_window_members(order, _rank_in_order(order, token), token, None, None, k_before, k_after)
-        return index.reshape(*batch, -1), valid.reshape(*batch, -1)
-    k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
-    k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
     if _use_sort(p.shape[0], vocab):
+        same_extent = isinstance(n_before, int) and isinstance(n_after, int) and min(n_before, n_after) >= 0
+        if same_extent:  # every row alike (DynamicClusters): only the ends of the ranking clip it
+            k_before, k_after = min(n_before, vocab - 1), min(n_after, vocab - 1)
+            n_before = n_after = None
+        else:
+            k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
+            k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
         order = _descending_order(p)
         index, valid = _sorted_window_members(
             order, _rank_in_order(order, token), token, n_before, n_after, k_before, k_after
         )
         return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+    k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
+    k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
     px = p.gather(-1, token.unsqueeze(-1))
     idx_b = ok_b = idx_a = ok_a = None
     if k_before + k_after > 0:
@@ -402,12 +402,12 @@ def rank_window_members(
                 idx_b, ok_b, idx_a, ok_a = window
             else:
                 idx_b[rows], ok_b[rows], idx_a[rows], ok_a[rows] = window
-    parts = [token.unsqueeze(-1)] if idx_b is None else [idx_b, token.unsqueeze(-1), idx_a]
-    valid_parts = [torch.ones_like(token, dtype=torch.bool).unsqueeze(-1)]
-    if idx_b is not None:
-        valid_parts = [ok_b, valid_parts[0], ok_a]
-    index, valid = torch.cat(parts, -1), torch.cat(valid_parts, -1)
-    index = torch.where(valid, index, token.unsqueeze(-1))
+    own, own_ok = token.unsqueeze(-1), torch.ones_like(token, dtype=torch.bool).unsqueeze(-1)
+    if idx_b is None:  # an empty window on both sides: the token alone
+        index, valid = own, own_ok
+    else:
+        index, valid = torch.cat([idx_b, own, idx_a], -1), torch.cat([ok_b, own_ok, ok_a], -1)
+    index = torch.where(valid, index, own)
     return index.reshape(*batch, -1), valid.reshape(*batch, -1)
 
 

@@ -279,10 +279,7 @@ def verify(
     q = q.expand(*batch, window, vocab)
     draft_tokens = draft_tokens.to(p.device).long().expand(*batch, window)
     rule = as_cluster_rule(clusters, vocab)
-    if residual == "cluster" and rule is None:
-        rule_for_residual = None  # singletons: the cluster-exact residual is the token residual
-    else:
-        rule_for_residual = rule
+    # With singletons (rule None) the cluster-exact residual is the token residual.
     if residual == "cluster" and rule is not None and not rule.is_partition:
         _partition_labels(rule, p)  # raises the explanatory error
 
@@ -308,8 +305,8 @@ def verify(
     stop = num_accepted.clamp(max=window - 1).unsqueeze(-1).unsqueeze(-1).expand(*batch, 1, vocab)
     p_stop, q_stop = p.gather(-2, stop).squeeze(-2), q.gather(-2, stop).squeeze(-2)
     labels = None
-    if residual == "cluster" and rule_for_residual is not None:
-        labels = rule_for_residual.partition_labels(p_stop)
+    if residual == "cluster" and rule is not None:
+        labels = rule.partition_labels(p_stop)
     dist = _residual(p_stop, q_stop, labels)
     all_accepted = num_accepted == window
     if has_bonus:

@@ -183,9 +183,7 @@ class CausalLMAdapter:
 
     @property
     def prompt_len(self) -> int:
-        if self._prompt is None:
-            raise ValueError("call start(prompt_ids) first")
-        return int(self._prompt.shape[0])
+        return int(self.prompt.shape[0])
 
     @property
     def uses_cfg(self) -> bool:

@@ -72,17 +72,21 @@ def shard_indices(num_prompts: int, rank: int, world_size: int) -> list[int]:
     return list(range(rank, num_prompts, world_size))
 
 
-def is_finished(out_dir: str | Path, index: int) -> bool:
-    """A prompt is finished when its result file exists and parses as JSON (atomic writes mean
-    a present file is complete; the parse guards against files copied in by hand)."""
+def load_result(out_dir: str | Path, index: int) -> dict[str, Any] | None:
+    """The result of prompt ``index``, or None while it is not finished. A prompt is finished
+    when its result file exists and parses as JSON (atomic writes mean a present file is
+    complete; the parse guards against files copied in by hand)."""
     path = result_path(out_dir, index)
     if not path.is_file():
-        return False
+        return None
     try:
-        json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return False
-    return True
+        return None
+
+
+def is_finished(out_dir: str | Path, index: int) -> bool:
+    return load_result(out_dir, index) is not None
 
 
 def run_shard(
@@ -115,10 +119,11 @@ def merge_results(out_dir: str | Path, num_prompts: int, *, config: dict[str, An
     over finished prompts (e.g. nfe, acceptance_rate, wall_seconds, a quality score)."""
     rows, missing = [], []
     for index in range(num_prompts):
-        if is_finished(out_dir, index):
-            rows.append(json.loads(result_path(out_dir, index).read_text(encoding="utf-8")))
-        else:
+        result = load_result(out_dir, index)
+        if result is None:
             missing.append(index)
+        else:
+            rows.append(result)
     numeric = sorted({k for row in rows for k, v in row.items()
                       if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"index", "rank", "seed"})
     means = {k: sum(row[k] for row in rows if k in row) / max(1, sum(k in row for row in rows)) for k in numeric}

@@ -61,14 +61,9 @@ def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict
     t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify)
     t2 = tables.table2_specs(sizes.table2_group)
     pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify)
-    if sizes.window != 16:
-        t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
-        pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
+    t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
+    pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
     return t1, t2, pareto
-
-
-def _rows_for_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items()} for row in rows]
 
 
 def run_figures(
@@ -171,13 +166,13 @@ def run_figures(
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
     save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + metrics),
-         "table1_speed_quality", {"specs": [asdict(s) for s in t1_specs]}, {"rows": _rows_for_json(table1)})
+         "table1_speed_quality", {"specs": [asdict(s) for s in t1_specs]}, {"rows": table1})
     save(plots.bars(table2, [("nfe", "NFE per image")] + metrics), "table2_clustering_ablation",
-         {"specs": [asdict(s) for s in t2_specs]}, {"rows": _rows_for_json(table2)})
+         {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
     if metrics:
         save(plots.pareto(pareto, metrics), "fig10_nfe_vs_quality",
              {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
-             {k: _rows_for_json(v) for k, v in pareto.items()})
+             pareto)
     if model.decode is not None:
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []

@@ -85,11 +85,14 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
     codes; decode paints each code's fixed random colour on a 4x4 block."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)  # transformers initialises weights from the global generator
     vocab = num_classes + 1 + num_codes
     config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=side * side + 8)
-    model = LlamaForCausalLM(config).eval()
+    # transformers initialises weights from the global generator: seed it inside a forked RNG
+    # state so that the caller's global state is left as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).eval()
     codes = torch.arange(num_classes + 1, vocab)
     adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side)
     palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(torch.uint8)

@@ -10,7 +10,7 @@ and its speed-up, acceptance rate, quality proxies.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -188,8 +188,10 @@ def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> 
     return out
 
 
-def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list[GenerationRecord] | None = None) -> dict[str, Any]:
-    """A table row: means over records, speed-ups against ``baseline`` (the AR records)."""
+def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list[GenerationRecord] | None = None,
+              *, quality_row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A table row: means over records, speed-ups against ``baseline`` (the AR records).
+    ``quality_row``: the records' ``quality`` if already computed (else computed here)."""
     if not records:
         raise ValueError("no records to summarize")
     nfe = float(np.mean([r.nfe for r in records]))
@@ -205,7 +207,9 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
     if baseline:
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
-    row.update(quality(model, [r.image for r in records], [r.prompt for r in records]))
+    if quality_row is None:
+        quality_row = quality(model, [r.image for r in records], [r.prompt for r in records])
+    row.update(quality_row)
     return row
 
 
@@ -217,10 +221,7 @@ class RunCache:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
         self.progress, self.record_top1 = progress, record_top1
         self._records: dict[tuple, list[GenerationRecord]] = {}
-
-    @property
-    def images_per_method(self) -> int:
-        return len(self.prompts) * len(self.seeds)
+        self._quality: dict[tuple, dict[str, Any]] = {}  # scored once per configuration
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         if spec.key not in self._records:
@@ -231,8 +232,11 @@ class RunCache:
 
     def table(self, specs: list[MethodSpec], baseline: MethodSpec) -> list[dict[str, Any]]:
         base = self.records(baseline)
-        return [summarize(self.model, self.records(spec), base) for spec in specs]
+        rows = []
+        for spec in specs:
+            records = self.records(spec)
+            if spec.key not in self._quality:
+                self._quality[spec.key] = quality(self.model, [r.image for r in records], [r.prompt for r in records])
+            rows.append(summarize(self.model, records, base, quality_row=self._quality[spec.key]))
+        return rows
 
-
-def spec_dict(spec: MethodSpec) -> dict[str, Any]:
-    return asdict(spec)

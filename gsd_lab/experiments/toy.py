@@ -213,8 +213,9 @@ def distortion_by_group_size(
 def acceptance_by_group_size(p: Tensor, q: Tensor, group_sizes: list[int]) -> dict[str, Tensor]:
     """Exact mean acceptance per G for the dynamic and rank-binned rules (rows of p, q [N, V])."""
     out: dict[str, list[float]] = {"sd": [], "dynamic": [], "rank_binned": []}
+    sd = float(acceptance_rate(p, q).mean())  # does not depend on G
     for size in group_sizes:
-        out["sd"].append(float(acceptance_rate(p, q).mean()))
+        out["sd"].append(sd)
         out["dynamic"].append(float(acceptance_rate(p, q, DynamicClusters(size)).mean()))
         out["rank_binned"].append(float(acceptance_rate(p, q, RankBinnedClusters(max(size, 1))).mean()))
     return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}

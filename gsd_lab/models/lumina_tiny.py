@@ -156,10 +156,11 @@ def write_tiny_lumina_checkpoint(
     config = ChameleonConfig(
         **{k: v for k, v in config_dict.items() if k not in ("architectures", "model_type")}
     )
-    torch.manual_seed(
-        seed
-    )  # transformers' initialisers use the global RNG; a fixed seed keeps files reproducible
-    model = ChameleonForConditionalGeneration(config).eval()
+    # transformers' initialisers use the global RNG: a fixed seed keeps files reproducible, and
+    # the forked RNG state leaves the caller's global state as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ChameleonForConditionalGeneration(config).eval()
     generator = torch.Generator().manual_seed(seed)
     state = {}
     for name, tensor in model.state_dict().items():
@@ -219,8 +220,9 @@ def write_tiny_vqgan(
         num_res_blocks=num_res_blocks,
         resolution=16 * 2 ** (len(ch_mult) - 1),
     )
-    torch.manual_seed(seed)
-    decoder = ChameleonVQGANDecoder(config)
+    with torch.random.fork_rng(devices=[]):  # module initialisers use the global RNG
+        torch.manual_seed(seed)
+        decoder = ChameleonVQGANDecoder(config)
     generator = torch.Generator().manual_seed(seed)
     state = {k: v.clone() for k, v in decoder.state_dict().items()}
     state["quantize.embedding.weight"] = torch.randn(n_embed, embed_dim, generator=generator)

@@ -128,13 +128,6 @@ class TokenMapDataset:
             out[i] = m[top: top + self.grid, left: left + self.grid].reshape(-1).long()
         return out, classes
 
-    def token_histogram(self, codebook_size: int) -> torch.Tensor:
-        counts = torch.zeros(codebook_size, dtype=torch.int64)
-        for variants in self.maps:
-            for m in variants:
-                counts += torch.bincount(m.flatten().long(), minlength=codebook_size)
-        return counts
-
 
 def make_batch(tokens: torch.Tensor, classes: torch.Tensor, layout: TokenLayout,
                class_dropout: float, generator: torch.Generator) -> torch.Tensor:

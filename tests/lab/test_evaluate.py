@@ -1,5 +1,6 @@
 """gsd_lab.evaluate: prompts sharded over 2 gloo processes, atomic per-prompt results, merge,
-and re-runs that skip finished prompts (also after a crash), plus the torchrun CLI end to end."""
+and re-runs that skip finished prompts (also after a crash), plus the torchrun CLI end to end.
+Run identity (refusing mixed runs): tests/lab/test_evaluate_identity.py."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from gsd_lab.evaluate import (DistributedContext, evaluate, init_distributed, is_finished, merge_results,
-                              result_path, shard_indices)
+from gsd_lab.evaluate import (DistributedContext, RunMismatch, evaluate, init_distributed, is_finished,
+                              merge_results, result_path, shard_indices)
 
 PROMPTS = [f"prompt {i}" for i in range(7)]
+IDENTITY = {"model": "test", "decoding": {"method": "sjd", "window": 4}, "seed": 0}
 
 
 def _free_port() -> int:
@@ -39,7 +41,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str, crash_at: int | None
         return {"nfe": 10 + index, "acceptance_rate": 0.5}
 
     try:
-        evaluate(PROMPTS, out_dir, work, context, progress=False)
+        evaluate(PROMPTS, out_dir, work, context, identity=IDENTITY, progress=False)
     finally:
         import torch.distributed as dist
 
@@ -85,14 +87,26 @@ def test_two_gloo_processes_crash_resume_and_merge(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["index"] for r in rows] == list(range(7))
     assert all(r["rank"] == r["index"] % 2 for r in rows)
+    # Every row, from either run, records the run it belongs to and its prompt text.
+    assert {r["run_id"] for r in rows} == {summary["run_id"]} and all(r["run"] == IDENTITY for r in rows)
+    assert [r["prompt"] for r in rows] == PROMPTS
     assert not list(tmp_path.glob("results/.*.tmp"))
 
 
 def test_merge_reports_missing_prompts(tmp_path):
     context = DistributedContext(0, 1, 0, "cpu")
-    evaluate(PROMPTS[:2], tmp_path, lambda i, p: {"nfe": 1}, context, progress=False)
-    summary = merge_results(tmp_path, 3)
-    assert not summary["complete"] and summary["missing"] == [2]
+
+    def work(index: int, prompt: str) -> dict:
+        if index == 2:
+            raise RuntimeError("simulated crash")
+        return {"nfe": 1}
+
+    with pytest.raises(RuntimeError):
+        evaluate(PROMPTS[:3], tmp_path, work, context, progress=False)
+    summary = merge_results(tmp_path, PROMPTS[:3])
+    assert not summary["complete"] and summary["missing"] == [2] and summary["finished"] == 2
+    with pytest.raises(RunMismatch, match="prompt list"):
+        merge_results(tmp_path, PROMPTS[:4])
 
 
 def test_cli_evaluate_with_torchrun_two_processes(tmp_path):
@@ -109,3 +123,11 @@ def test_cli_evaluate_with_torchrun_two_processes(tmp_path):
     row = json.loads(result_path(out, 2).read_text())
     assert row["seed"] == 2 and len(row["tokens"]) == 64 and Path(row["image"]).is_file()
     assert 1 <= row["nfe"] <= 64
+    assert row["prompt"] == "2" and row["run"]["decoding"]["method"] == "sjd" and row["run"]["seed"] == 0
+    assert row["run"]["model"] == "tiny-random" and row["run"]["weights"]["parameters_sha256"]
+    # The same configuration on one process resumes the run: nothing left to do, still complete.
+    again = subprocess.run([sys.executable, "-m", "gsd_lab", *cmd[cmd.index("evaluate"):]], capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["complete"]
+    assert json.loads(result_path(out, 2).read_text())["rank"] == 1  # not recomputed

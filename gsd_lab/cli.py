@@ -3,51 +3,72 @@
 generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
           one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
 figures   every figure and results table into a folder (PNG + SVG + JSON sidecars, results.md).
-evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary.
+evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
+          into the same --out resumes the same run only: another model, weights, decoding
+          configuration, seed or prompt list is refused (exit 2) naming what differs.
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
+
+Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
+apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
+cannot be written ends with argparse's usage message, the flag named, and exit status 2, never
+a traceback. Errors found once the model is loaded (an unknown class, a bad checkpoint) exit 2
+the same way, before anything is generated. ``--method gsd`` needs ``--group-size >= 2``: group
+sizes 0 and 1 make every cluster a single token, which is SJD (use ``--method sjd``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NoReturn
 
-from .models import MODEL_NAMES
-
-MODEL_CHOICES = MODEL_NAMES + ("tiny-random",)
+# gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
+# flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
+# two in sync.
+MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024", "tiny-random")
+DEFAULT_GROUP_SIZE = 25
+DEFAULT_CLUSTERS = "dynamic"
+MIN_GSD_GROUP_SIZE = 2
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default="standin", choices=MODEL_CHOICES,
                        help="model to decode with (default: the embedded stand-in)")
-    group.add_argument("--weights", help="Lumina-mGPT checkpoint folder (or Hugging Face cache)")
-    group.add_argument("--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt")
+    group.add_argument("--weights", help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
+                                         "for the stand-in: another weights folder")
+    group.add_argument("--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt (Lumina-mGPT)")
     group.add_argument("--clip", help="local CLIP model folder for CLIP scores (Lumina-mGPT)")
     group.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available for Lumina-mGPT)")
     group.add_argument("--cfg", type=float, default=None, help="classifier-free guidance scale (model default)")
-    group.add_argument("--top-k", type=int, default=None, help="top-k of the sampling distribution (model default)")
+    group.add_argument("--top-k", type=int, default=None, help="top-k of the sampling distribution, >= 1 "
+                                                               "(model default)")
     group.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default 1 for the CPU models: batch-1 decoding of a small "
+                       help="torch CPU threads, >= 1 (default 1 for the CPU models: batch-1 decoding of a small "
                             "model is fastest and reproducible on one thread)")
 
 
 def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
     group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
-    group.add_argument("--group-size", type=int, default=25, help="GSD group size G")
-    group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default="dynamic",
-                       help="GSD clusters: the paper's dynamic rule (with filters) or our rank-binned partition")
+    group.add_argument("--group-size", type=int, default=None,
+                       help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
+                            "only: G = 0 or 1 would be SJD)")
+    group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default=None,
+                       help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
+                            "partition (--method gsd only)")
     group.add_argument("--residual", choices=("token", "cluster"), default="token",
-                       help="resampling after a rejection (cluster: cluster-exact, rank-binned only)")
-    group.add_argument("--window", type=int, default=16, help="Jacobi window L")
+                       help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)")
+    group.add_argument("--window", type=int, default=16, help="Jacobi window L >= 1")
     group.add_argument("--amplify", type=float, default=1.0,
-                       help="lossy relaxation: accept with min(1, k p/q) (k = 1: exact)")
+                       help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,10 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
-    gen.add_argument("--class", dest="class_", default=None, help="stand-in class (index or name)")
+    gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
+                     help="stand-in / tiny-random class (index or name)")
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--out", type=Path, default=None, help="save the image here (PNG)")
+    gen.add_argument("--seed", type=int, default=0, help="generator seed, >= 0")
+    gen.add_argument("--out", type=Path, default=None,
+                     help="save the image to this file (.png or another image extension; missing folders are made)")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     fig = sub.add_parser("figures", help="regenerate every figure and results.md")
@@ -72,62 +95,269 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--paper", action="store_true", help="one image per prompt (Lumina-mGPT on a GPU)")
     fig.add_argument("--no-progress", action="store_true")
 
-    ev = sub.add_parser("evaluate", help="sharded, resumable evaluation over a prompt file (use torchrun)")
+    ev = sub.add_parser("evaluate", help="sharded, resumable evaluation over a prompt file (use torchrun)",
+                        description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
+                                    "seed + i; one result file per prompt; rank 0 merges summary.json.")
     _add_model_args(ev)
     _add_method_args(ev)
     ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
-    ev.add_argument("--out", type=Path, required=True, help="results folder (re-runs skip finished prompts)")
-    ev.add_argument("--seed", type=int, default=0, help="base seed: prompt i uses seed + i")
+    ev.add_argument("--out", type=Path, required=True,
+                    help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
+                         "file resumes (finished prompts are skipped, any number of processes); anything else "
+                         "is refused, naming what differs: use a new folder for a new configuration")
+    ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+    for command, command_parser in sub.choices.items():
+        command_parser.set_defaults(command_parser=command_parser)
     return parser
+
+
+Fail = Callable[[str], NoReturn]
+
+
+def _is_lumina(args: argparse.Namespace) -> bool:
+    return args.model.startswith("lumina")
+
+
+def _device_problem(device: str) -> str | None:
+    """Why ``--device`` cannot be used here (None when it can)."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"--device {device!r} is not a device: use cpu, cuda or cuda:N"
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"--device {device}: CUDA is not available on this machine (torch.cuda.is_available() is False); " \
+                   "use --device cpu"
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            return f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+    elif parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            return f"--device {device}: MPS is not available on this machine"
+    elif parsed.type != "cpu":
+        return f"--device {device}: only cpu, cuda[:N] and mps are supported"
+    return None
+
+
+def _writable_folder_problem(folder: Path) -> str | None:
+    """Why files cannot be created in ``folder`` (made if missing) (None when they can): the
+    nearest existing ancestor must be a folder in which a file can be created (tried for real:
+    permission bits say nothing for root or on read-only mounts)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # exists() is False below a file too (ENOTDIR)
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".gsd-write-check-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        return f"cannot write in {existing} ({error.strerror or error})"
+    return None
+
+
+def _check_output_file(path: Path, fail: Fail) -> None:
+    """--out of generate: an image file whose folder can be written."""
+    from PIL import Image
+
+    if path.is_dir():
+        fail(f"--out {path} is a folder; give an image file name such as {path / 'image.png'}")
+    image_format = Image.registered_extensions().get(path.suffix.lower())
+    if image_format is None or image_format not in Image.SAVE:
+        fail(f"--out {path}: unknown image extension {path.suffix!r}; use .png")
+    if path.exists() and not os.access(path, os.W_OK):
+        fail(f"--out {path}: the file exists and is not writable")
+    if problem := _writable_folder_problem(path.parent):
+        fail(f"--out {path}: {problem}")
+
+
+def _check_output_folder(path: Path, fail: Fail) -> None:
+    """--out of figures / evaluate: a folder (made if missing) that can be written."""
+    if path.exists() and not path.is_dir():
+        fail(f"--out {path} is a file; this command writes a folder")
+    if problem := _writable_folder_problem(path):
+        fail(f"--out {path}: {problem}")
+
+
+def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
+    if args.threads is not None and args.threads < 1:
+        fail(f"--threads must be >= 1, got {args.threads}")
+    if args.top_k is not None and args.top_k < 1:
+        fail(f"--top-k must be >= 1 (leave it out for the model's default), got {args.top_k}")
+    if args.cfg is not None and not math.isfinite(args.cfg):
+        fail(f"--cfg must be a finite number, got {args.cfg}")
+    if args.device is not None and (problem := _device_problem(args.device)):
+        fail(problem)
+    if _is_lumina(args):
+        if not args.weights:
+            fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+        from .models.lumina_mgpt import resolve_weights_dir
+
+        try:
+            resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1]))
+        except FileNotFoundError as error:
+            fail(f"--weights {args.weights}: {error}")
+        if args.vqgan is not None:
+            from .models.chameleon_vqgan import find_vqgan_files
+
+            try:
+                find_vqgan_files(args.vqgan)
+            except FileNotFoundError as error:
+                fail(f"--vqgan {args.vqgan}: {error}")
+        if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
+            fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
+                 "openai/clip-vit-base-patch16)")
+        return
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+        if value is not None:
+            fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
+    if args.weights is not None:
+        if args.model != "standin":
+            fail(f"--weights does not apply to --model {args.model}")
+        if not Path(args.weights).expanduser().is_dir():
+            fail(f"--weights {args.weights} is not a folder (the stand-in's weights folder)")
+
+
+def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
+    if args.window < 1:
+        fail(f"--window must be >= 1, got {args.window}")
+    if not (math.isfinite(args.amplify) and args.amplify > 0):
+        fail(f"--amplify must be a finite number > 0, got {args.amplify}")
+    if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
+        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (group sizes 0 and 1 make "
+             "every cluster a single token: that is SJD, use --method sjd)")
+    if args.method != "gsd":
+        for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
+            if value is not None:
+                fail(f"{flag} applies to --method gsd only (got --method {args.method})")
+        if args.residual != "token":
+            fail("--residual cluster applies to --method gsd --clusters rank-binned only")
+        if args.method == "ar" and args.amplify != 1.0:
+            fail("--amplify applies to --method sjd or gsd (AR has no acceptance test)")
+        return
+    args.group_size = DEFAULT_GROUP_SIZE if args.group_size is None else args.group_size
+    args.clusters = args.clusters or DEFAULT_CLUSTERS
+    if args.residual == "cluster" and args.clusters != "rank-binned":
+        fail(f"--residual cluster needs --clusters rank-binned (--clusters {args.clusters} is not a partition)")
+
+
+def check_args(args: argparse.Namespace, fail: Fail) -> None:
+    """Check every flag of ``args`` before any model loads; ``fail(message)`` (argparse's
+    ``parser.error``: usage, message, exit 2) on the first problem. Fills in the GSD defaults
+    (--group-size 25, --clusters dynamic) for --method gsd. Reads --prompts into
+    ``args.prompt_list`` (figures, evaluate)."""
+    _check_model_args(args, fail)
+    if args.command in ("generate", "evaluate"):
+        _check_method_args(args, fail)
+        if args.seed < 0:
+            fail(f"--seed must be >= 0, got {args.seed}")
+    if args.command == "generate":
+        if _is_lumina(args):
+            if args.class_ is not None:
+                fail(f"--class is for the stand-in and tiny-random; --model {args.model} takes --prompt \"...\"")
+            if not (args.prompt or "").strip():
+                fail(f"--model {args.model} needs --prompt \"...\" (a non-empty text prompt)")
+            if args.out is not None and args.vqgan is None:
+                fail(f"--out needs pixels: --model {args.model} decodes tokens to pixels with --vqgan DIR")
+        elif args.prompt is not None:
+            fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
+        if args.out is not None:
+            _check_output_file(args.out, fail)
+    if args.command == "figures" and args.quick and args.paper:
+        fail("--quick and --paper exclude each other")
+    if args.command in ("figures", "evaluate"):
+        from .prompts import read_prompts
+
+        args.prompt_list = None
+        if args.prompts is not None:
+            try:
+                args.prompt_list = read_prompts(args.prompts)
+            except (OSError, ValueError) as error:
+                fail(f"--prompts {args.prompts}: {error}")
+        _check_output_folder(args.out, fail)
 
 
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
-    if args.model.startswith("lumina") and not args.weights:
-        raise SystemExit(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
                             cfg_scale=args.cfg, top_k=args.top_k)
 
 
 def _spec(args: argparse.Namespace):
+    """The ``MethodSpec`` of checked arguments (``check_args`` ran)."""
     from .experiments.runs import MethodSpec
 
     if args.method == "gsd":
         label = f"GSD ({args.clusters}, G={args.group_size})"
         return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window)
-    if args.residual != "token":
-        raise SystemExit("--residual cluster applies to --method gsd --clusters rank-binned only")
     return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window)
 
 
-def _prompt_for(args: argparse.Namespace, model: Any) -> str:
-    if args.model.startswith("lumina"):
-        if not args.prompt:
-            raise SystemExit("Lumina-mGPT needs --prompt \"...\"")
-        return args.prompt
-    if args.prompt is not None:
-        raise SystemExit(f"--prompt is for Lumina-mGPT; the {args.model} model takes --class")
-    return args.class_ if args.class_ is not None else model.default_prompts[0]
+def _spec_fields(spec: Any) -> dict[str, Any]:
+    """The fields of a MethodSpec that decide the computation (its label is only a name)."""
+    return {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
+            "residual": spec.residual, "acceptance_scale": spec.acceptance_scale, "window": spec.window}
+
+
+def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """The part of the run identity known before the model loads (checked early, so that a
+    mismatching re-run fails before minutes of loading)."""
+    decoding = _spec_fields(_spec(args))
+    if args.cfg is not None:
+        decoding["cfg_scale"] = float(args.cfg)
+    if args.top_k is not None:
+        decoding["top_k"] = args.top_k
+    return {"model": args.model, "decoding": decoding, "seed": args.seed}
+
+
+def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, Any]:
+    """What an evaluation's results depend on besides the prompts: the model name, a
+    fingerprint of its weights (``gsd_lab.evaluate.weights_fingerprint``), the full decoding
+    spec (method, clusters, G, residual, acceptance scale, window; the adapter's CFG scale,
+    top-k and temperature as resolved; GSD's filter settings) and the base seed."""
+    from dataclasses import asdict
+
+    from .evaluate import weights_fingerprint
+    from .experiments.runs import FilterSettings
+
+    adapter = model.adapter
+    decoding = {**_spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
+                "temperature": getattr(adapter, "temperature", None)}
+    if spec.clusters == "dynamic":
+        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
+    return {"model": model.name, "weights": weights_fingerprint(model.weights_info, adapter.model),
+            "decoding": decoding, "seed": args.seed}
+
+
+def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
+    """Encode ``prompt`` once (after loading, before generating) so a bad class or prompt
+    fails with the flag named instead of after minutes of decoding."""
+    try:
+        model.encode(prompt)
+    except (ValueError, KeyError, IndexError) as error:
+        fail(f"{flag} {prompt!r}: {error}")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .experiments.runs import FilterSettings, build_clusters, generate_one
 
-    model = _load(args)
+    fail = args.command_parser.error
     spec = _spec(args)
-    prompt = _prompt_for(args, model)
+    model = _load(args)
+    prompt = args.prompt if _is_lumina(args) else (args.class_ if args.class_ is not None
+                                                   else model.default_prompts[0])
+    _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
+    if args.out is not None and model.decode is None:
+        fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
     result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json)
     if args.out is not None:
-        if image is None:
-            raise SystemExit(f"{args.model} cannot decode to pixels here (Lumina-mGPT needs --vqgan DIR)")
-        from PIL import Image
-
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(image).save(args.out)
+        _save_image_atomic(image, args.out)
     report = {
         "model": model.name, "method": spec.method, "prompt": prompt, "seed": args.seed,
         "group_size": spec.group_size if spec.method == "gsd" else None,
@@ -149,29 +379,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     from .figures import FigureSizes, run_figures
-    from .prompts import read_prompts
 
     sizes = FigureSizes.quick() if args.quick else FigureSizes.paper() if args.paper else FigureSizes.default()
-    prompts = read_prompts(args.prompts) if args.prompts else None
     model = _load(args)
-    result = run_figures(args.out, model=model, prompts=prompts, sizes=sizes, progress=not args.no_progress)
+    for index, prompt in enumerate(args.prompt_list or []):
+        _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)
+    result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes, progress=not args.no_progress)
     print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from .evaluate import evaluate, init_distributed
+    from .evaluate import check_run, evaluate, init_distributed
     from .experiments.runs import FilterSettings, build_clusters, generate_one
-    from .prompts import read_prompts
+    from .provenance import git_commit, package_versions
 
-    prompts = read_prompts(args.prompts)
+    fail = args.command_parser.error
+    prompts = args.prompt_list
+    spec = _spec(args)
+    try:  # before loading: another configuration or prompt list in --out fails now
+        check_run(args.out, _partial_identity(args), prompts, partial=True)
+    except ValueError as error:
+        fail(str(error))
     # The stand-in runs on the CPU unless told otherwise; Lumina-mGPT takes cuda:LOCAL_RANK.
-    context = init_distributed(args.device or (None if args.model.startswith("lumina") else "cpu"))
+    context = init_distributed(args.device or (None if _is_lumina(args) else "cpu"))
     args.device = context.device
     model = _load(args)
-    spec = _spec(args)
+    for index, prompt in enumerate(prompts):
+        _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", fail)
     clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
     image_dir = args.out / "images"
 
@@ -179,7 +414,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
-                               "model_seconds": result.model_seconds, "tokens": result.tokens.tolist()}
+                               "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
+                               "device": str(context.device)}
         if image is not None:
             if model.condition_scores is not None:
                 row["condition_score"] = float(model.condition_scores([image], [prompt])[0])
@@ -187,38 +423,52 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 row["image"] = _save_image_atomic(image, image_dir / f"{index:06d}.png")
         return row
 
-    config = {"model": model.name, "spec": asdict(spec), "seed": args.seed, "world_size": context.world_size}
-    summary = evaluate(prompts, args.out, work, context, config=config, progress=not args.no_progress)
+    identity = run_identity(args, model, spec)
+    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device)}
+    metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
+                "prompts_file": str(args.prompts)}
+    summary = evaluate(prompts, args.out, work, context, identity=identity, config=config, metadata=metadata,
+                       progress=not args.no_progress)
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))
     return 0
 
 
 def _save_image_atomic(image: Any, path: Path) -> str:
-    import os
-
+    """Write ``image`` (uint8 [H, W, 3]) to ``path`` in the format of its extension, through a
+    temporary file and os.replace (a crash never leaves half an image)."""
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    image_format = Image.registered_extensions().get(path.suffix.lower(), "PNG")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    Image.fromarray(image).save(tmp, format="PNG")
-    os.replace(tmp, path)
+    try:
+        Image.fromarray(image).save(tmp, format=image_format)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return str(path)
 
 
+COMMANDS = {"generate": cmd_generate, "figures": cmd_figures, "evaluate": cmd_evaluate}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse, check every flag (``check_args``), then run the command. Usage errors and bad
+    input found later (ValueError, FileNotFoundError, ``RunMismatch``) exit 2 through argparse's
+    ``error`` (usage line, message, no traceback)."""
     args = build_parser().parse_args(argv)
+    fail = args.command_parser.error
+    check_args(args, fail)
     threads = args.threads or (1 if args.model in ("standin", "tiny-random") else None)
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    commands = {"generate": cmd_generate, "figures": cmd_figures, "evaluate": cmd_evaluate}
     try:
-        return commands[args.command](args)
+        return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        fail(str(error))
 
 
 if __name__ == "__main__":

@@ -13,11 +13,16 @@ def read_prompts(path: str | Path) -> list[str]:
     A first line containing a tab and a ``Prompt`` column (case-insensitive) marks a TSV: the
     column is read and other columns ignored. Otherwise each non-empty line is one prompt (lines
     starting with ``#`` are comments). Raises FileNotFoundError for a missing file and
-    ValueError for a file with no prompts."""
+    ValueError for a folder, a file that is not UTF-8 text, or a file with no prompts."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a prompt file")
     if not path.is_file():
         raise FileNotFoundError(f"prompt file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
     lines = text.splitlines()
     first = lines[0] if lines else ""
     header = [h.strip().lower() for h in first.split("\t")]

@@ -136,6 +136,10 @@ def test_figures_and_evaluate_checks(capsys, no_model_load, tmp_path):
     assert "this command writes a folder" in _usage_error(capsys, ["figures", "--out", str(a_file)])
     assert "--quick and --paper" in _usage_error(capsys, ["figures", "--quick", "--paper", "--out", str(tmp_path)])
     assert "prompt file not found" in _usage_error(capsys, ["figures", "--prompts", str(tmp_path / "no.txt")])
+    assert "is a folder, not a prompt file" in _usage_error(capsys, ["figures", "--prompts", str(tmp_path)])
+    binary = tmp_path / "prompts.bin"
+    binary.write_bytes(b"\xff\xfe\x00cat")
+    assert "is not UTF-8 text" in _usage_error(capsys, ["figures", "--prompts", str(binary)])
     evaluate = ["evaluate", "--model", "tiny-random", "--prompts", str(prompts)]
     assert "this command writes a folder" in _usage_error(capsys, [*evaluate, "--out", str(a_file)])
     assert "is a file, not a folder" in _usage_error(capsys, [*evaluate, "--out", str(a_file / "run")])

@@ -130,4 +130,4 @@ def test_cli_evaluate_with_torchrun_two_processes(tmp_path):
                            text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["complete"]
-    assert json.loads(result_path(out, 2).read_text())["rank"] == 1  # not recomputed
+    assert json.loads(result_path(out, 1).read_text())["rank"] == 1  # written by rank 1, not recomputed

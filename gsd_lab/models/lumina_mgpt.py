@@ -38,7 +38,7 @@ from. The unconditional row's prompt comes in two named variants (``UNCONDITIONA
 Neither is "the" Lumina-mGPT reference: the first is the GSD fork's choice, the second the model
 authors' own inference code. Loading (strict): a key stored in two shards, a key the index puts in
 another shard than the one holding it, and q/k-norm tensors in a layout the config does not name
-all raise ``ValueError`` (see ``expand_qk_norm``).
+all raise ``ValueError`` (see ``expand_qk_norm``, ``stores_expanded_qk_norms``).
 """
 
 from __future__ import annotations
@@ -211,11 +211,22 @@ def read_lumina_config(folder: Path) -> Any:
     return config
 
 
-def _stored_qk_norm_rows(config: Any) -> int:
-    """Rows of each stored q/k-norm tensor: ``model_parallel_size`` when the config names one
-    (Lumina's per-rank layout), else transformers' own [heads, head_dim] layout (q heads)."""
-    ranks = getattr(config, "model_parallel_size", None)
-    return config.num_attention_heads if ranks is None else int(ranks)
+# Stock transformers classes: checkpoints saved from them (or by transformers' Chameleon
+# converter) hold q/k-norms already expanded to [heads, head_dim].
+TRANSFORMERS_ARCHITECTURES = ("ChameleonForConditionalGeneration", "ChameleonModel")
+
+
+def stores_expanded_qk_norms(config: Any) -> bool:
+    """True when config.json's ``architectures`` names a stock transformers Chameleon class: its
+    q/k-norms are stored as [heads, head_dim]. Otherwise (Lumina-mGPT's
+    ``ChameleonXLLMXForConditionalGeneration``, or no architectures) they are stored per
+    model-parallel rank, [model_parallel_size, head_dim]. ``model_parallel_size`` itself cannot
+    tell: transformers' ChameleonConfig defaults it to 1 and its converter saves it."""
+    return bool(set(getattr(config, "architectures", None) or ()) & set(TRANSFORMERS_ARCHITECTURES))
+
+
+def _model_parallel_size(config: Any) -> int:
+    return int(getattr(config, "model_parallel_size", None) or 1)
 
 
 def estimated_parameters(config: Any, *, expanded_qk_norms: bool = False) -> int:
@@ -224,17 +235,17 @@ def estimated_parameters(config: Any, *, expanded_qk_norms: bool = False) -> int
     Per layer: attention 2 d^2 + 2 d d_kv (q, o; k, v), MLP 3 d f, two RMSNorm weights 2 d, and the
     q/k-norm weights and biases 2 (r_q + r_k) h_d; plus embeddings and untied head 2 V d and the
     final norm d. The q/k-norm rows r are as stored (``expanded_qk_norms=False``: r_q = r_k =
-    model_parallel_size, Lumina's layout, or the head counts without one) or as loaded
-    (``True``: r_q = heads, r_k = kv heads). Lumina-mGPT 7B: 7,013,158,912 stored, 7,013,666,816
-    loaded (models.vqmodel.* not counted)."""
+    model_parallel_size for Lumina's layout, the head counts for a transformers checkpoint, see
+    ``stores_expanded_qk_norms``) or as loaded (``True``: r_q = heads, r_k = kv heads).
+    Lumina-mGPT 7B: 7,013,158,912 stored, 7,013,666,816 loaded (model.vqmodel.* not counted)."""
     d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = d // heads
     kv = kv_heads * head_dim
-    if expanded_qk_norms or getattr(config, "model_parallel_size", None) is None:
+    if expanded_qk_norms or stores_expanded_qk_norms(config):
         qk_rows = heads + kv_heads
     else:
-        qk_rows = 2 * _stored_qk_norm_rows(config)
+        qk_rows = 2 * _model_parallel_size(config)
     per_layer = 2 * d * d + 2 * d * kv + 3 * d * ffn + 2 * d + 2 * qk_rows * head_dim
     return 2 * config.vocab_size * d + layers * per_layer + d
 
@@ -242,35 +253,37 @@ def estimated_parameters(config: Any, *, expanded_qk_norms: bool = False) -> int
 def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
     """A stored q/k-norm weight or bias -> transformers' [heads, head_dim] (heads = kv heads for k).
 
-    With ``model_parallel_size`` = r in the config (Lumina's layout) the tensor must be
-    [r, head_dim] and becomes t.repeat_interleave(heads / r, 0), as the Lumina fork's forward
-    does; without it (transformers' converter) it must already be [heads, head_dim]. Any other
-    shape raises ``ValueError``: a [heads, head_dim] tensor under a config naming r != heads
-    ranks means config and weights disagree."""
+    Lumina's layout (the default): the tensor must be [r, head_dim], r = config
+    ``model_parallel_size``, and becomes t.repeat_interleave(heads / r, 0), as the Lumina fork's
+    forward does. Only when config.json's ``architectures`` names a stock transformers class
+    (``stores_expanded_qk_norms``) must it already be [heads, head_dim]. Any other shape raises
+    ``ValueError``: no guessing the layout from the shape."""
     heads = config.num_attention_heads if ".q_norm." in name else config.num_key_value_heads
     head_dim = config.hidden_size // config.num_attention_heads
-    ranks = getattr(config, "model_parallel_size", None)
-    if ranks is None:
+    if stores_expanded_qk_norms(config):
         if tuple(tensor.shape) != (heads, head_dim):
             raise ValueError(
-                f"{name}: shape {tuple(tensor.shape)}; config.json has no model_parallel_size, so "
-                f"transformers' layout [heads={heads}, head_dim={head_dim}] is expected (Lumina's "
-                "per-rank layout needs model_parallel_size in config.json)"
+                f"{name}: shape {tuple(tensor.shape)}; config.json's architectures "
+                f"{config.architectures} is stock transformers, whose layout [heads={heads}, "
+                f"head_dim={head_dim}] is expected (Lumina's per-rank q/k-norms need Lumina's "
+                "architectures, ChameleonXLLMXForConditionalGeneration)"
             )
         return tensor
-    ranks = int(ranks)
-    if ranks < 1 or heads % ranks:
+    ranks = _model_parallel_size(config)
+    if heads % ranks:
         raise ValueError(
             f"config model_parallel_size={ranks} does not divide the {heads} heads of {name}"
         )
     if tuple(tensor.shape) != (ranks, head_dim):
+        looks_expanded = ranks != heads and tuple(tensor.shape) == (heads, head_dim)
         raise ValueError(
             f"{name}: shape {tuple(tensor.shape)}; config.json says model_parallel_size={ranks}, so "
             f"Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
             + (
-                " (this looks like transformers' expanded [heads, head_dim] layout: drop "
-                "model_parallel_size from config.json if the weights are stored that way)"
-                if tuple(tensor.shape) == (heads, head_dim)
+                " (this looks like transformers' expanded [heads, head_dim] layout: set "
+                "config.json's architectures to [\"ChameleonForConditionalGeneration\"] if the "
+                "weights are stored that way)"
+                if looks_expanded
                 else ""
             )
         )

@@ -22,11 +22,23 @@ with g = side / 32 grid cells and h = w = 2 g latent rows/columns (the VQGAN dow
 768 x 768 gives 48 x 48 codes + 48 row ends = 2352 generated tokens. The image start and size
 tokens, which the model would emit itself, are part of the prompt, so the image size is fixed.
 
-Sampling (GSD's reference settings): classifier-free guidance l = u + s (c - u) with s = 3.0, the
-unconditional row seeing only ``<reserved08706>`` and the image so far (the reference masks the
-rest of the text prompt); only image codes allowed; top-k 2000; temperature 1.0; the row-end token
-forced at the end of every row. All of it happens in the adapter, so verification sees exactly the
-distribution tokens are sampled from.
+Sampling (GSD's reference settings): classifier-free guidance l = u + s (c - u) with s = 3.0; only
+image codes allowed; top-k 2000; temperature 1.0; the row-end token forced at the end of every row.
+All of it happens in the adapter, so verification sees exactly the distribution tokens are sampled
+from. The unconditional row's prompt comes in two named variants (``UNCONDITIONAL_PROMPTS``):
+
+    "gsd-release" (default)  <reserved08706> <racm3:break> h w   the GSD release (junhyukso/GSD, whose
+                             Jacobi sampler comes from SJD) zeroes the attention mask over the text
+                             prompt except its last token, <reserved08706>: use it to reproduce the
+                             GSD paper's numbers;
+    "alpha-vllm"             <racm3:break> h w                   Alpha-VLLM's Lumina-mGPT
+                             ``inference_solver.py`` runs the unconditional sequence from the last
+                             image start (its CFG logits processor slices ``input_ids[:, BOI:]``).
+
+Neither is "the" Lumina-mGPT reference: the first is the GSD fork's choice, the second the model
+authors' own inference code. Loading (strict): a key stored in two shards, a key the index puts in
+another shard than the one holding it, and q/k-norm tensors in a layout the config does not name
+all raise ``ValueError`` (see ``expand_qk_norm``, ``stores_expanded_qk_norms``).
 """
 
 from __future__ import annotations
@@ -62,6 +74,12 @@ END_OF_TURN_NAME = "<reserved08706>"
 IMAGE_START_NAME = "<racm3:break>"
 IMAGE_END_NAME = "<eoss>"
 ROW_END_NAME = "<reserved08799>"
+
+
+# The unconditional (CFG) row's prompt, by name: tokens before the first generated code.
+GSD_RELEASE_UNCONDITIONAL = "gsd-release"
+ALPHA_VLLM_UNCONDITIONAL = "alpha-vllm"
+UNCONDITIONAL_PROMPTS = (GSD_RELEASE_UNCONDITIONAL, ALPHA_VLLM_UNCONDITIONAL)
 
 
 def grid_token_name(cells: int) -> str:
@@ -125,14 +143,39 @@ def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Pa
     )
 
 
-def _safetensors_files(folder: Path) -> list[Path]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook: a JSON object with a repeated key is an error (not "last one wins")."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one JSON object")
+        seen[key] = value
+    return seen
+
+
+def _safetensors_index(folder: Path) -> dict[str, str] | None:
+    """The index's ``weight_map`` (tensor name -> shard file name), or None without an index."""
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
+    if not index.is_file():
+        return None
+    try:
+        weight_map = json.loads(index.read_text(), object_pairs_hook=_no_duplicate_keys).get("weight_map")
+    except ValueError as error:
+        raise ValueError(f"{index}: {error}") from error
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index} has no weight_map")
+    return weight_map
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    weight_map = _safetensors_index(folder)
+    if weight_map is not None:
         files = sorted({folder / name for name in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise FileNotFoundError(f"{index} lists shards that are not there: {missing}")
+            raise FileNotFoundError(
+                f"{folder / 'model.safetensors.index.json'} lists shards that are not there: {missing}"
+            )
         return files
     if (folder / "model.safetensors").is_file():
         return [folder / "model.safetensors"]
@@ -168,28 +211,81 @@ def read_lumina_config(folder: Path) -> Any:
     return config
 
 
-def estimated_parameters(config: Any) -> int:
-    """Parameter count of the text model from the config (embeddings, layers, head)."""
+# Stock transformers classes: checkpoints saved from them (or by transformers' Chameleon
+# converter) hold q/k-norms already expanded to [heads, head_dim].
+TRANSFORMERS_ARCHITECTURES = ("ChameleonForConditionalGeneration", "ChameleonModel")
+
+
+def stores_expanded_qk_norms(config: Any) -> bool:
+    """True when config.json's ``architectures`` names a stock transformers Chameleon class: its
+    q/k-norms are stored as [heads, head_dim]. Otherwise (Lumina-mGPT's
+    ``ChameleonXLLMXForConditionalGeneration``, or no architectures) they are stored per
+    model-parallel rank, [model_parallel_size, head_dim]. ``model_parallel_size`` itself cannot
+    tell: transformers' ChameleonConfig defaults it to 1 and its converter saves it."""
+    return bool(set(getattr(config, "architectures", None) or ()) & set(TRANSFORMERS_ARCHITECTURES))
+
+
+def _model_parallel_size(config: Any) -> int:
+    return int(getattr(config, "model_parallel_size", None) or 1)
+
+
+def estimated_parameters(config: Any, *, expanded_qk_norms: bool = False) -> int:
+    """Parameter count of the text model from the config, norms included.
+
+    Per layer: attention 2 d^2 + 2 d d_kv (q, o; k, v), MLP 3 d f, two RMSNorm weights 2 d, and the
+    q/k-norm weights and biases 2 (r_q + r_k) h_d; plus embeddings and untied head 2 V d and the
+    final norm d. The q/k-norm rows r are as stored (``expanded_qk_norms=False``: r_q = r_k =
+    model_parallel_size for Lumina's layout, the head counts for a transformers checkpoint, see
+    ``stores_expanded_qk_norms``) or as loaded (``True``: r_q = heads, r_k = kv heads).
+    Lumina-mGPT 7B: 7,013,158,912 stored, 7,013,666,816 loaded (model.vqmodel.* not counted)."""
     d, layers, ffn = config.hidden_size, config.num_hidden_layers, config.intermediate_size
-    kv = d * config.num_key_value_heads // config.num_attention_heads
-    per_layer = 2 * d * d + 2 * d * kv + 3 * d * ffn
-    return 2 * config.vocab_size * d + layers * per_layer
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = d // heads
+    kv = kv_heads * head_dim
+    if expanded_qk_norms or stores_expanded_qk_norms(config):
+        qk_rows = heads + kv_heads
+    else:
+        qk_rows = 2 * _model_parallel_size(config)
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * ffn + 2 * d + 2 * qk_rows * head_dim
+    return 2 * config.vocab_size * d + layers * per_layer + d
 
 
 def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
-    """[model_parallel_size, head_dim] q/k-norm weight or bias -> [heads, head_dim] by
-    repeat_interleave(heads / model_parallel_size) (heads = num_key_value_heads for k).
-    Tensors already of shape [heads, head_dim] pass unchanged; other shapes raise."""
+    """A stored q/k-norm weight or bias -> transformers' [heads, head_dim] (heads = kv heads for k).
+
+    Lumina's layout (the default): the tensor must be [r, head_dim], r = config
+    ``model_parallel_size``, and becomes t.repeat_interleave(heads / r, 0), as the Lumina fork's
+    forward does. Only when config.json's ``architectures`` names a stock transformers class
+    (``stores_expanded_qk_norms``) must it already be [heads, head_dim]. Any other shape raises
+    ``ValueError``: no guessing the layout from the shape."""
     heads = config.num_attention_heads if ".q_norm." in name else config.num_key_value_heads
-    ranks = int(getattr(config, "model_parallel_size", 1) or 1)
-    if tensor.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D q/k-norm tensor, got shape {tuple(tensor.shape)}")
-    if tensor.shape[0] == heads:
+    head_dim = config.hidden_size // config.num_attention_heads
+    if stores_expanded_qk_norms(config):
+        if tuple(tensor.shape) != (heads, head_dim):
+            raise ValueError(
+                f"{name}: shape {tuple(tensor.shape)}; config.json's architectures "
+                f"{config.architectures} is stock transformers, whose layout [heads={heads}, "
+                f"head_dim={head_dim}] is expected (Lumina's per-rank q/k-norms need Lumina's "
+                "architectures, ChameleonXLLMXForConditionalGeneration)"
+            )
         return tensor
-    if tensor.shape[0] != ranks or heads % ranks:
+    ranks = _model_parallel_size(config)
+    if heads % ranks:
         raise ValueError(
-            f"{name}: shape {tuple(tensor.shape)} is neither [heads={heads}, head_dim] nor "
-            f"[model_parallel_size={ranks}, head_dim] with heads divisible by it"
+            f"config model_parallel_size={ranks} does not divide the {heads} heads of {name}"
+        )
+    if tuple(tensor.shape) != (ranks, head_dim):
+        looks_expanded = ranks != heads and tuple(tensor.shape) == (heads, head_dim)
+        raise ValueError(
+            f"{name}: shape {tuple(tensor.shape)}; config.json says model_parallel_size={ranks}, so "
+            f"Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
+            + (
+                " (this looks like transformers' expanded [heads, head_dim] layout: set "
+                "config.json's architectures to [\"ChameleonForConditionalGeneration\"] if the "
+                "weights are stored that way)"
+                if looks_expanded
+                else ""
+            )
         )
     return tensor.repeat_interleave(heads // ranks, dim=0)
 
@@ -198,14 +294,29 @@ def read_lumina_state_dict(
     folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
 ) -> dict[str, Tensor]:
     """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
-    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read)."""
+    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read).
+
+    Raises ``ValueError`` when a tensor name is stored in two shards (no "last one wins"), or when
+    the index puts a tensor in another shard than the one holding it or lists one no shard holds."""
     from safetensors import safe_open
 
+    weight_map = _safetensors_index(folder)
     state: dict[str, Tensor] = {}
+    stored_in: dict[str, str] = {}
     skipped = 0
     for file in _safetensors_files(folder):
         with safe_open(str(file), framework="pt", device=str(device)) as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not iterable)
+                if name in stored_in:
+                    raise ValueError(
+                        f"tensor {name} is stored in two shards, {stored_in[name]} and {file.name}"
+                    )
+                stored_in[name] = file.name
+                if weight_map is not None and weight_map.get(name) != file.name:
+                    raise ValueError(
+                        f"tensor {name} is stored in {file.name} but the index says "
+                        f"{weight_map.get(name, 'nothing about it')}"
+                    )
                 if name.startswith(IMAGE_ENCODER_PREFIX):
                     skipped += 1
                     continue
@@ -213,6 +324,12 @@ def read_lumina_state_dict(
                 if ".self_attn.q_norm." in name or ".self_attn.k_norm." in name:
                     tensor = expand_qk_norm(name, tensor, config)
                 state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
+    if weight_map is not None:
+        absent = sorted(set(weight_map) - set(stored_in))
+        if absent:
+            raise ValueError(
+                f"the index lists {len(absent)} tensors no shard holds: {absent[:6]}"
+            )
     if skipped:
         logger.info(
             "skipped %d model.vqmodel.* tensors (image encoder; not needed to generate images)",
@@ -361,6 +478,7 @@ class LuminaMGPTAdapter(CausalLMAdapter):
     """``CausalLMAdapter`` for Lumina-mGPT text-to-image: logits from the backbone and ``lm_head``
     (no image-logit masking), image codes only, the row-end token forced at every row end, the
     image-end token after the last row, CFG / top-k / temperature as the GSD reference.
+    ``unconditional_prompt``: "gsd-release" (default) or "alpha-vllm" (module docstring).
 
     Generated position g (0-based, counted from the first code) is a row end iff
     (g + 1) % (latent_side + 1) == 0; g = num_image_tokens is the image end, later ones end of turn.
@@ -377,7 +495,13 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         temperature: float = 1.0,
         cfg_scale: float | None = 3.0,
         tokenizer_error: str | None = None,
+        unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
     ) -> None:
+        if unconditional_prompt not in UNCONDITIONAL_PROMPTS:
+            raise ValueError(
+                f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got {unconditional_prompt!r}"
+            )
+        self.unconditional_prompt = unconditional_prompt
         vocabulary_map = model.config.vocabulary_map
         image_ids, self.vq_index_of_token = image_token_table(
             vocabulary_map, model.config.vocab_size
@@ -442,8 +566,13 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         return torch.tensor([self.layout.bos, *text, *self.layout.header], dtype=torch.long)
 
     def unconditional_prompt_ids(self) -> Tensor:
-        """The unconditional row's prompt: [end of turn, image start, h, w] (no text)."""
-        return torch.tensor(self.layout.header, dtype=torch.long)
+        """The unconditional row's prompt (no text): [end of turn, image start, h, w] for
+        "gsd-release" (the GSD release keeps <reserved08706>), [image start, h, w] for
+        "alpha-vllm" (Lumina-mGPT's inference_solver starts the row at the image start)."""
+        header = self.layout.header
+        if self.unconditional_prompt == ALPHA_VLLM_UNCONDITIONAL:
+            header = header[1:]
+        return torch.tensor(header, dtype=torch.long)
 
     def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
         """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
@@ -530,14 +659,20 @@ def load_lumina_mgpt(
     temperature: float = 1.0,
     cfg_scale: float | None = 3.0,
     vqgan_dtype: torch.dtype = torch.float32,
+    unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
 ) -> LuminaMGPTAdapter:
     """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a ``LuminaMGPTAdapter``.
 
     device: default "cuda" if available else "cpu"; dtype: default bfloat16 on GPU, float32 on CPU.
     On CPU, models above 1e9 parameters are refused unless ``force_cpu=True`` (a 7B model needs
     28 GB in float32 and minutes per token). ``vqgan_dir``: folder with ``vqgan.yaml`` +
-    ``vqgan.ckpt`` (optional; needed by ``decode_images``).
+    ``vqgan.ckpt`` (optional; needed by ``decode_images``). ``unconditional_prompt``: the CFG
+    row's prompt, "gsd-release" (default, reproduces the GSD paper) or "alpha-vllm".
     """
+    if unconditional_prompt not in UNCONDITIONAL_PROMPTS:  # before any file is read
+        raise ValueError(
+            f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got {unconditional_prompt!r}"
+        )
     folder = resolve_weights_dir(weights, resolution)
     config = read_lumina_config(folder)
     device = torch.device(device if device is not None else _default_device())
@@ -590,4 +725,5 @@ def load_lumina_mgpt(
         temperature=temperature,
         cfg_scale=cfg_scale,
         tokenizer_error=tokenizer_error,
+        unconditional_prompt=unconditional_prompt,
     )

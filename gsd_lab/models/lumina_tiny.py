@@ -7,12 +7,16 @@ Chameleon's: ``<s>``, ``<reservedNNNNN>``, ``<racm3:break>``, ``<eoss>``, ``IMGI
 safetensors shards with an index, q/k-norm weights stored per model-parallel rank
 ([model_parallel_size, head_dim]), no ``model.vqmodel.*`` keys, and a tokenizer. A tiny VQGAN
 folder holds ``vqgan.yaml`` and a Lightning-style ``vqgan.ckpt`` (``{"state_dict": ...}``,
-encoder and loss keys included, as in the real file).
+encoder and loss keys included, as in the real file). A tiny CLIP folder holds what
+``CLIPModel.save_pretrained`` + ``CLIPProcessor.save_pretrained`` write (config, safetensors,
+tokenizer and preprocessor files), built locally: nothing is downloaded.
+``write_tiny_release_set`` writes all three side by side.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -105,6 +109,7 @@ def write_tiny_lumina_checkpoint(
     num_shards: int = 2,
     seed: int = 0,
     init_std: float = 0.5,
+    embedding_spread: float | None = None,
 ) -> Path:
     """Write a random tiny Lumina-mGPT-layout checkpoint to ``folder`` and return it.
 
@@ -112,6 +117,12 @@ def write_tiny_lumina_checkpoint(
     and biases randomised per *model-parallel rank* and saved as [model_parallel_size, head_dim]
     (the Lumina layout); ``model.vqmodel.*`` is not saved. ``init_std`` sets the std of the
     embedding / lm_head rows so the tiny model has peaked, non-uniform distributions.
+    ``embedding_spread`` s (optional): every input-embedding row is one shared random vector plus
+    s N(0, 1) instead. Such a model barely depends on which tokens it reads, so its next-token
+    distributions hardly change with the context: Jacobi drafts are accepted often (about 170
+    forward passes instead of about 900 for a 512 x 512 image: fast end-to-end tests), and the
+    squared distances between embeddings, about 2 hidden_size s^2, straddle the release's GSD
+    filter value 0.5 when s = 0.1 and hidden_size = 32.
     """
     from safetensors.torch import save_file
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
@@ -170,6 +181,9 @@ def write_tiny_lumina_checkpoint(
             # One (weight, bias) row per model-parallel rank, as Lumina-mGPT stores it.
             base = 1.0 if name.endswith("weight") else 0.0
             tensor = base + 0.3 * torch.randn(model_parallel_size, head_dim, generator=generator)
+        elif name == "model.embed_tokens.weight" and embedding_spread is not None:
+            shared = torch.randn(1, tensor.shape[1], generator=generator)
+            tensor = shared + embedding_spread * torch.randn(tensor.shape, generator=generator)
         elif name in ("model.embed_tokens.weight", "lm_head.weight"):
             tensor = init_std * torch.randn(tensor.shape, generator=generator)
         state[name] = tensor.contiguous().clone()
@@ -258,3 +272,70 @@ def write_tiny_vqgan(
     }
     (folder / "vqgan.yaml").write_text(yaml.safe_dump(yaml_data))
     return folder
+
+
+def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) -> Path:
+    """Write a random tiny CLIP (``CLIPModel`` + ``CLIPProcessor``, ``save_pretrained`` layout) to
+    ``folder``: a character-level BPE vocabulary (a..z, word-final forms, unknown characters map
+    to <|endoftext|>), 77 text positions as the real CLIP, 2 layers of width 32, projection 16."""
+    from transformers import (
+        CLIPConfig,
+        CLIPImageProcessorPil,
+        CLIPModel,
+        CLIPProcessor,
+        CLIPTokenizer,
+    )
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab.update({c: i + 2 for i, c in enumerate(letters)})
+    vocab.update({c + "</w>": i + 2 + len(letters) for i, c in enumerate(letters)})
+    processor = CLIPProcessor(
+        image_processor=CLIPImageProcessorPil(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        ),
+        tokenizer=CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77),
+    )
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2}
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=0,
+                         eos_token_id=1, pad_token_id=1, **small),
+        vision_config=dict(image_size=image_size, patch_size=8, **small),
+        projection_dim=16,
+    )
+    with torch.random.fork_rng(devices=[]):  # transformers' initialisers use the global RNG
+        torch.manual_seed(seed)
+        model = CLIPModel(config).eval()
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@dataclass(frozen=True)
+class TinyReleaseSet:
+    """Folders of a tiny checkpoint set in the release layouts (``write_tiny_release_set``)."""
+
+    weights: Path  # Lumina-mGPT: config.json, 2 safetensors shards + index, tokenizer
+    vqgan: Path  # vqgan.yaml + vqgan.ckpt (taming layout)
+    clip: Path  # CLIPModel + CLIPProcessor save_pretrained
+
+
+def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet:
+    """Write a tiny Lumina-mGPT checkpoint (per-rank q/k-norms: 4 heads, 2 kv heads, 2 ranks;
+    2 shards; 64 image codes; ``embedding_spread`` 0.1, so decoding is fast and GSD's distance
+    filter keeps some pairs), a matching tiny VQGAN (64 codes, x2 upsampling: a 512 x 512 model
+    decodes to 64 x 64 pixels) and a tiny CLIP under ``root`` (about 2 MB, seconds on a CPU).
+    The Lumina vocabulary has the size tokens of every resolution up to 1024, so any
+    ``lumina-mgpt-7b-*`` name loads it."""
+    root = Path(root)
+    weights = write_tiny_lumina_checkpoint(
+        root / "lumina-mgpt", num_codes=64, hidden_size=32, num_layers=2, num_heads=4,
+        num_kv_heads=2, model_parallel_size=2, intermediate_size=64, num_shards=2, seed=seed,
+        embedding_spread=0.1,
+    )
+    vqgan = write_tiny_vqgan(root / "chameleon-vqgan", n_embed=64, seed=seed)
+    clip = write_tiny_clip(root / "clip", seed=seed)
+    return TinyReleaseSet(weights=weights, vqgan=vqgan, clip=clip)

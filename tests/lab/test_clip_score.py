@@ -12,47 +12,21 @@ TEXTS = ["a red cat", "blue sky", "a dog on the grass", "cat", "sky with a red d
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    from transformers import (
-        CLIPConfig,
-        CLIPImageProcessorPil,
-        CLIPModel,
-        CLIPProcessor,
-        CLIPTokenizer,
-    )
+    """A tiny random CLIP written with save_pretrained (gsd_lab.models.lumina_tiny), no download."""
+    from gsd_lab.models.lumina_tiny import write_tiny_clip
 
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    chars = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    vocab.update({c: i + 2 for i, c in enumerate(chars)})
-    vocab.update({c + "</w>": i + 2 + len(chars) for i, c in enumerate(chars)})
-    processor = CLIPProcessor(
-        image_processor=CLIPImageProcessorPil(
-            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-        ),
-        tokenizer=CLIPTokenizer(vocab=vocab, merges=[]),
-    )
-    small = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-    }
-    config = CLIPConfig(
-        text_config=dict(
-            vocab_size=len(vocab),
-            max_position_embeddings=32,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
-            **small,
-        ),
-        vision_config=dict(image_size=32, patch_size=8, **small),
-        projection_dim=16,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("clip")
-    CLIPModel(config).save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return write_tiny_clip(tmp_path_factory.mktemp("clip"))
+
+
+def test_tiny_clip_folder_has_the_save_pretrained_files(clip_dir):
+    names = {p.name for p in clip_dir.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= names
+    assert {"tokenizer.json", "vocab.json"} & names  # transformers 5 / 4 tokenizer files
+    assert {"processor_config.json", "preprocessor_config.json"} & names
+    model, processor = load_clip(clip_dir)
+    long_prompt = "an astronaut riding a horse in a field of flowers, 1024 px, photorealistic"
+    scores = clip_scores(_images(1), [long_prompt], model, processor)  # 77 positions, truncated
+    assert scores.shape == (1,) and bool(torch.isfinite(scores).all())
 
 
 def _images(n: int, seed: int = 0) -> torch.Tensor:

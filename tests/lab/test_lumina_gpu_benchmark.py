@@ -49,7 +49,10 @@ def test_full_size_vocabulary_has_the_real_ids():
     assert vocab["<reserved08799>"] == 8803 and vocab["<reserved08824>"] == 8828
     assert vocab["IMGIMGAZ"] == 4 and vocab["IMGIMGIBJBZ"] == 8195
     config = module.model_config(tiny=False)
-    # lumina-mgpt.md section 2: 7,013,158,912 parameters with [1, 128] q/k-norms; the estimate
-    # leaves out the norms (q/k weight + bias per layer, two RMSNorms per layer, the final one).
-    norms = 32 * 2 * 2 * 128 + 32 * 2 * 4096 + 4096
-    assert module.estimated_parameters(config) == 7_013_158_912 - norms
+    # reference lumina-mgpt.md section 2: 7,013,158,912 parameters as stored ([1, 128] q/k-norms,
+    # norms included), 507,904 more once the q/k-norms are expanded to [32, 128].
+    assert module.estimated_parameters(config) == 7_013_158_912
+    assert module.estimated_parameters(config, expanded_qk_norms=True) == 7_013_666_816
+    norms = 32 * 2 * 2 * 128 + 32 * 2 * 4096 + 4096  # q/k weight + bias, two RMSNorms, final norm
+    without_norms = 2 * 65536 * 4096 + 32 * (4 * 4096**2 + 3 * 4096 * 11008)
+    assert without_norms + norms == 7_013_158_912

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Reproduce the paper's analyses on Lumina-mGPT with real weights, in one command:
+#
+#   scripts/gpu_reproduce.sh WEIGHTS VQGAN CLIP PROMPTS
+#
+# WEIGHTS  Lumina-mGPT checkpoint folder (config.json, tokenizer, *.safetensors + index) or a
+#          Hugging Face cache entry holding one
+# VQGAN    folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt
+# CLIP     local CLIP folder (CLIPModel + CLIPProcessor save_pretrained)
+# PROMPTS  prompt file: PartiPrompts' TSV (header Prompt, Category, Challenge, Note) or one per line
+#
+# Runs every notebook in notebooks/ with its `parameters` cell pointed at these files (nbclient;
+# the assignments are injected in a cell right after the parameters cell, as papermill does), then
+# `python -m gsd_lab figures --paper` on PROMPTS. Everything goes to a new folder (never reused):
+#   OUT/notebooks/*.ipynb   executed notebooks (outputs, figures)
+#   OUT/figures/            figures (PNG, SVG, JSON sidecars), results.md, results.json
+#   OUT/prompts.tsv         the prompts figures ran on; OUT/*.log; OUT/run.json (what ran, status)
+#
+# Environment (all optional):
+#   GSD_MODEL        lumina-mgpt-7b-768 (default), -512 or -1024
+#   GSD_DEVICE       cuda (default), cuda:1, cpu, ...
+#   GSD_OUT          output folder (default runs/gpu-reproduce-<UTC timestamp>; must not exist)
+#   GSD_SIZES        paper (default): the notebooks' own sizes (the paper's configurations) and
+#                    figures --paper on every prompt; tiny: small sizes for a CPU smoke test on
+#                    the tiny checkpoints of gsd_lab.models.lumina_tiny (the tests use it)
+#   GSD_MAX_PROMPTS  first N prompts only (default: all in paper sizes, 1 in tiny sizes)
+#   GSD_STEPS        "notebooks figures" (default), or one of them
+#   GSD_DRY_RUN=1    print the plan (parameters, commands) and stop before running anything
+#   PYTHON           interpreter with gsd installed (".[lab,notebooks]"); default: python
+#
+# Time on one GPU (estimate, not measured): figures --paper decodes 16 configurations per prompt,
+# each image ~2.4k tokens; the paper's 1,600 Parti prompts are days of GPU time: start with
+# GSD_MAX_PROMPTS=50.
+set -euo pipefail
+
+usage() {
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+[ "$#" -eq 4 ] || usage
+WEIGHTS=$1 VQGAN=$2 CLIP=$3 PROMPTS=$4
+for pair in "WEIGHTS:$WEIGHTS" "VQGAN:$VQGAN" "CLIP:$CLIP"; do
+    [ -d "${pair#*:}" ] || { echo "error: ${pair%%:*} is not a folder: ${pair#*:}" >&2; exit 2; }
+done
+[ -f "$PROMPTS" ] || { echo "error: PROMPTS is not a file: $PROMPTS" >&2; exit 2; }
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python}
+MODEL=${GSD_MODEL:-lumina-mgpt-7b-768}
+DEVICE=${GSD_DEVICE:-cuda}
+SIZES=${GSD_SIZES:-paper}
+STEPS=${GSD_STEPS:-notebooks figures}
+OUT=${GSD_OUT:-runs/gpu-reproduce-$(date -u +%Y%m%dT%H%M%SZ)}
+case "$SIZES" in
+    paper) MAX_PROMPTS=${GSD_MAX_PROMPTS:-} ;;
+    tiny) MAX_PROMPTS=${GSD_MAX_PROMPTS:-1} ;;
+    *) echo "error: GSD_SIZES must be paper or tiny, got '$SIZES'" >&2; exit 2 ;;
+esac
+case "$MODEL" in
+    lumina-mgpt-7b-512 | lumina-mgpt-7b-768 | lumina-mgpt-7b-1024) ;;
+    *) echo "error: GSD_MODEL must be lumina-mgpt-7b-{512,768,1024}, got '$MODEL'" >&2; exit 2 ;;
+esac
+for step in $STEPS; do
+    case "$step" in
+        notebooks | figures) ;;
+        *) echo "error: GSD_STEPS may hold 'notebooks' and 'figures', got '$step'" >&2; exit 2 ;;
+    esac
+done
+if [ -n "$MAX_PROMPTS" ] && ! [[ "$MAX_PROMPTS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: GSD_MAX_PROMPTS must be a positive integer, got '$MAX_PROMPTS'" >&2
+    exit 2
+fi
+abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+WEIGHTS=$(abspath "$WEIGHTS") VQGAN=$(abspath "$VQGAN") CLIP=$(abspath "$CLIP")
+PROMPTS=$(abspath "$PROMPTS")
+
+DRY_RUN=${GSD_DRY_RUN:-0}
+if [ "$DRY_RUN" = 1 ]; then
+    echo "dry run: nothing is executed"
+    echo "output folder: $OUT"
+    echo "model: $MODEL on $DEVICE; sizes: $SIZES; prompts: $PROMPTS (first ${MAX_PROMPTS:-all})"
+else
+    if [ -e "$OUT" ]; then
+        echo "error: $OUT exists; every run writes to a new folder (set GSD_OUT)" >&2
+        exit 2
+    fi
+    mkdir -p "$OUT/notebooks"
+    OUT=$(cd "$OUT" && pwd)
+fi
+FIGURES_CMD=("$PYTHON" -m gsd_lab figures --model "$MODEL" --weights "$WEIGHTS" --vqgan "$VQGAN"
+             --clip "$CLIP" --device "$DEVICE" --prompts "$OUT/prompts.tsv" --paper
+             --out "$OUT/figures" --no-progress)
+if [ "$SIZES" = tiny ]; then FIGURES_CMD+=(--threads 1); fi
+export MPLBACKEND=Agg PYTHONUNBUFFERED=1
+export GSD_R_REPO="$REPO" GSD_R_OUT="$OUT" GSD_R_MODEL="$MODEL" GSD_R_DEVICE="$DEVICE"
+export GSD_R_SIZES="$SIZES" GSD_R_WEIGHTS="$WEIGHTS" GSD_R_VQGAN="$VQGAN" GSD_R_CLIP="$CLIP"
+export GSD_R_PROMPTS="$PROMPTS" GSD_R_MAX_PROMPTS="$MAX_PROMPTS" GSD_R_DRY_RUN="$DRY_RUN"
+
+# 1. The prompt subset, and the plan (run.json). --------------------------------------------
+"$PYTHON" - <<'PY'
+import json, os, subprocess, sys, time
+from gsd_lab.prompts import read_prompts
+
+env = {k[6:].lower(): v for k, v in os.environ.items() if k.startswith("GSD_R_")}
+prompts = read_prompts(env["prompts"])
+if env["max_prompts"]:
+    prompts = prompts[: int(env["max_prompts"])]
+print(f"{len(prompts)} prompts from {env['prompts']}")
+if env["dry_run"] == "1":
+    sys.exit(0)
+out = env["out"]
+with open(os.path.join(out, "prompts.tsv"), "w", encoding="utf-8") as f:
+    f.write("Prompt\tCategory\tChallenge\tNote\n" + "".join(f"{p}\t\t\t\n" for p in prompts))
+commit = subprocess.run(["git", "-C", env["repo"], "rev-parse", "HEAD"], capture_output=True, text=True)
+record = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv,
+          "git_commit": commit.stdout.strip() or None, "python": sys.executable,
+          **{k: env[k] for k in ("model", "device", "sizes", "weights", "vqgan", "clip", "prompts")},
+          "num_prompts": len(prompts), "steps": {}}
+with open(os.path.join(out, "run.json"), "w") as f:
+    json.dump(record, f, indent=1)
+PY
+
+status=0
+log_to() {  # log_to FILE: copy stdin to FILE and stdout (stdout only in a dry run)
+    if [ "$DRY_RUN" = 1 ]; then cat; else tee -a "$1"; fi
+}
+record_step() {  # record_step NAME STATUS SECONDS
+    [ "$DRY_RUN" = 1 ] && return 0
+    "$PYTHON" -c 'import json, sys
+path, name, code, seconds = sys.argv[1:]
+record = json.load(open(path))
+record["steps"][name] = {"exit_status": int(code), "seconds": int(seconds)}
+json.dump(record, open(path, "w"), indent=1)' "$OUT/run.json" "$1" "$2" "$3"
+}
+
+# 2. Notebooks. ------------------------------------------------------------------------------
+if [[ " $STEPS " == *" notebooks "* ]]; then
+    start=$SECONDS
+    set +e
+    "$PYTHON" - 2>&1 <<'PY' | log_to "$OUT/notebooks.log"
+import os, sys, time
+from pathlib import Path
+
+env = {k[6:].lower(): v for k, v in os.environ.items() if k.startswith("GSD_R_")}
+MODEL = {"model_name": env["model"], "weights": env["weights"], "vqgan": env["vqgan"],
+         "clip": env["clip"], "device": env["device"]}
+# Paper sizes: the notebooks' own parameters (the paper's configurations). Tiny: a CPU smoke test.
+TINY = {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
+        "table1_groups": (3,), "table1_amplify": (2.0,), "table2_group": 3, "pareto_groups": (3,),
+        "pareto_amplify": (2.0,), "num_samples": 20_000, "distortion_pairs": 20}
+overrides = {**MODEL, **(TINY if env["sizes"] == "tiny" else {})}
+
+
+def parameter_names(cell_source):
+    import ast
+    return {t.id for node in ast.parse(cell_source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+import nbformat
+from nbformat.v4 import new_code_cell
+
+failed = []
+notebooks = sorted(Path(env["repo"], "notebooks").glob("*.ipynb"))
+if not notebooks:
+    sys.exit(f"no notebooks in {env['repo']}/notebooks")
+for path in notebooks:
+    nb = nbformat.read(path, as_version=4)
+    index = next((i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), None)
+    if index is None:
+        sys.exit(f"{path.name} has no cell tagged 'parameters'")
+    names = parameter_names(nb.cells[index].source)
+    injected = {k: v for k, v in overrides.items() if k in names}
+    source = "# Parameters injected by scripts/gpu_reproduce.sh\n" + "".join(
+        f"{k} = {v!r}\n" for k, v in injected.items())
+    print(f"{path.name}: {injected}", flush=True)
+    if env["dry_run"] == "1":
+        continue
+    nb.cells.insert(index + 1, new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    started = time.perf_counter()
+    try:
+        NotebookClient(nb, timeout=None, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    except CellExecutionError as error:
+        failed.append(path.name)
+        print(f"{path.name} FAILED: {str(error)[-2000:]}", flush=True)
+    nbformat.write(nb, Path(env["out"], "notebooks", path.name))
+    print(f"{path.name}: {time.perf_counter() - started:.0f} s", flush=True)
+if failed:
+    sys.exit(f"notebooks failed: {failed}")
+PY
+    code=${PIPESTATUS[0]}
+    set -e
+    record_step notebooks "$code" $((SECONDS - start))
+    [ "$code" = 0 ] || status=1
+fi
+
+# 3. figures --paper. ------------------------------------------------------------------------
+if [[ " $STEPS " == *" figures "* ]]; then
+    echo "figures: ${FIGURES_CMD[*]}"
+    if [ "$DRY_RUN" != 1 ]; then
+        start=$SECONDS
+        set +e
+        (cd "$REPO" && "${FIGURES_CMD[@]}") 2>&1 | log_to "$OUT/figures.log"
+        code=${PIPESTATUS[0]}
+        set -e
+        record_step figures "$code" $((SECONDS - start))
+        [ "$code" = 0 ] || status=1
+    fi
+fi
+
+[ "$DRY_RUN" = 1 ] || echo "outputs in $OUT (run.json: what ran and how it ended)"
+exit $status

@@ -1,12 +1,15 @@
-"""The embedded stand-in model: a small class-conditional LlamaForCausalLM over FSQ image tokens,
-trained here on crops of images shipped in scikit-image / scikit-learn (gsd_lab.standin).
+"""The embedded stand-in model: a small class-conditional LlamaForCausalLM over patch-VQ image
+tokens (8192 codes, one per 8x8 pixels), trained here on crops of images shipped in
+scikit-image / scikit-learn (gsd_lab.standin).
 
 ``load_standin()`` returns a ``StandinAdapter``: a ``CausalLMAdapter`` whose allowed tokens are
 the image codes 0..K-1, with classifier-free guidance against the null-class prompt, and the
-tokenizer's decoder to turn 256 generated codes into a 64x64 RGB image.
+tokenizer's decoder to turn 256 generated codes into a 128x128 RGB image.
 
-Defaults: cfg_scale 3.0 (the paper's Lumina-mGPT setting), top_k None (all 1024 codes; the
-paper's top-2000 of 8192 keeps most of the vocabulary too), temperature 1.0.
+Defaults are Lumina-mGPT's reference sampling: cfg_scale 3.0, top_k 2000 (of 8192 image
+codes), temperature 1.0. On CPU the model runs in float64 (``compute_dtype``): last-bit
+differences between CPU kernels (AVX2 vs AVX-512, thread counts) then stay far below the
+resolution of any sampling decision, so the same seed gives the same tokens on any x86 CPU.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from torch import Tensor
 from ..standin.ar import TokenLayout
 from ..standin.data import to_uint8
 from ..standin.loading import WEIGHTS_DIR, load_ar_model, load_tokenizer
-from ..standin.tokenizer import FSQTokenizer
+from ..standin.tokenizer import PatchVQTokenizer
 from .adapter import CausalLMAdapter
 
 DEFAULT_CFG_SCALE = 3.0
-DEFAULT_TOP_K: int | None = None
+DEFAULT_TOP_K: int | None = 2000
 DEFAULT_TEMPERATURE = 1.0
 
 
@@ -32,7 +35,7 @@ class StandinAdapter(CausalLMAdapter):
     unconditional prompt: ``uncond_prompt_ids()`` = [null class token]; generate
     ``num_image_tokens`` (= 16 x 16) tokens in raster order, then ``decode_images``."""
 
-    def __init__(self, model, layout: TokenLayout, tokenizer: FSQTokenizer, class_names: list[str],
+    def __init__(self, model, layout: TokenLayout, tokenizer: PatchVQTokenizer, class_names: list[str],
                  *, cfg_scale: float | None = DEFAULT_CFG_SCALE, top_k: int | None = DEFAULT_TOP_K,
                  temperature: float = DEFAULT_TEMPERATURE) -> None:
         if len(class_names) != layout.num_classes:
@@ -59,8 +62,8 @@ class StandinAdapter(CausalLMAdapter):
 
     @property
     def code_vectors(self) -> Tensor:
-        """The tokenizer's FSQ code vectors, [K, len(levels)] (row i = code i)."""
-        return self.tokenizer.quantizer.all_vectors()
+        """The tokenizer's code patches, [K, 3 * 8 * 8] pixel values (row i = code i)."""
+        return self.tokenizer.codebook
 
     def class_index(self, name_or_index: int | str) -> int:
         if isinstance(name_or_index, str):
@@ -77,7 +80,7 @@ class StandinAdapter(CausalLMAdapter):
         return torch.tensor([self.layout.null_class_id], device=self.device)
 
     def decode_images(self, tokens: Tensor, as_uint8: bool = True) -> Tensor:
-        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 64, 64, 3] (or float [N, 3, 64, 64]
+        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 128, 128, 3] (or float [N, 3, 128, 128]
         in [-1, 1] when ``as_uint8`` is False)."""
         tokens = torch.as_tensor(tokens, device=self.device).long()
         if tokens.dim() == 1:
@@ -93,8 +96,12 @@ class StandinAdapter(CausalLMAdapter):
 
 def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path | None = None,
                  cfg_scale: float | None = DEFAULT_CFG_SCALE, top_k: int | None = DEFAULT_TOP_K,
-                 temperature: float = DEFAULT_TEMPERATURE) -> StandinAdapter:
+                 temperature: float = DEFAULT_TEMPERATURE,
+                 compute_dtype: torch.dtype | None = None) -> StandinAdapter:
     """Load the shipped stand-in (safetensors only) and return its ready adapter.
+
+    ``compute_dtype``: the model's parameter dtype; default float64 on CPU (reproducible across
+    CPUs, see the module docstring) and float32 elsewhere.
 
     Missing files raise FileNotFoundError, corrupted ones ``WeightFileError`` (a ValueError),
     both naming the file.
@@ -106,6 +113,8 @@ def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path 
         raise ValueError(f"tokenizer codebook {tokenizer.codebook_size} != AR layout "
                          f"{layout.codebook_size} in {directory}")
     names = cfg.get("class_names") or [f"class_{i}" for i in range(layout.num_classes)]
-    model = model.to(device)
+    if compute_dtype is None:
+        compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
+    model = model.to(device=device, dtype=compute_dtype)
     return StandinAdapter(model, layout, tokenizer, names, cfg_scale=cfg_scale, top_k=top_k,
                           temperature=temperature)

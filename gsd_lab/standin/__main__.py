@@ -18,21 +18,14 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--out", type=Path, required=True)
     tr.add_argument("--stages", default="tokenizer,classifier,ar,export",
                     help="comma list of tokenizer,classifier,ar,export (later stages read earlier outputs)")
-    tr.add_argument("--tokenizer-steps", type=int, default=500)
-    tr.add_argument("--classifier-steps", type=int, default=200)
-    tr.add_argument("--steps", type=int, default=700, help="AR training steps")
-    tr.add_argument("--batch", type=int, default=24, help="AR batch size")
+    tr.add_argument("--tokenizer-iterations", type=int, default=12, help="k-means iterations")
+    tr.add_argument("--tokenizer-patches", type=int, default=150_000, help="k-means training patches")
+    tr.add_argument("--classifier-steps", type=int, default=300)
+    tr.add_argument("--steps", type=int, default=1500, help="AR training steps")
+    tr.add_argument("--batch", type=int, default=32, help="AR batch size")
     tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core machine)")
-    tr.add_argument("--augment-variants", type=int, default=0,
-                    help="AR data: augmented variants per class (0: the unchanged region at 16 shifts x 2 flips)")
-    tr.add_argument("--augment-scale", type=float, nargs=2, default=(0.5, 1.5), metavar=("MIN", "MAX"),
-                    help="AR augmentation: uniform rescaling range of the training region")
-    tr.add_argument("--augment-rot90-prob", type=float, default=0.0,
-                    help="AR augmentation: probability of a 90/180/270-degree rotation")
+    tr.add_argument("--threads", type=int, default=2, help="torch threads")
     tr.add_argument("--eval-every", type=int, default=250, help="AR held-out evaluation interval (steps)")
-    tr.add_argument("--select-best-heldout", action="store_true",
-                    help="save the AR checkpoint with the lowest held-out loss among the evaluations")
     tr.add_argument("--tiny", action="store_true", help="tiny model sizes (for tests)")
     args = parser.parse_args(argv)
 

@@ -21,8 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from . import data
-from .augment import AugmentConfig, augment_region
-from .tokenizer import FSQTokenizer
+from .tokenizer import PatchVQTokenizer
 from .weights_io import save_module, write_json
 
 
@@ -78,54 +77,64 @@ def build_model(config):
 
 
 class TokenMapDataset:
-    """Token maps of every class's region: 16 pixel shifts x 2 flips of the unchanged region, or
-    (``augment``, training split only) ``augment.variants_per_class`` augmented variants per class
-    (gsd_lab.standin.augment: rescaling, flips, optional 90-degree rotations, colour jitter).
+    """Token maps of every class's views: ``data.SCALES`` x (mirrored or not) x pixel shifts
+    ``shifts`` x ``shifts`` (so windows start at sub-token offsets too), each encoded whole.
 
-    A sample is a ``grid`` x ``grid`` window of one map: the tokens of a 64x64 crop at any
-    pixel offset (encoded with the surrounding region as context).
+    A sample is a ``grid`` x ``grid`` window of one map that lies wholly in ``split``: for
+    "train", no token touches a held-out pixel; for "heldout", every token lies inside a
+    held-out corner (``gsd_lab.standin.data``).
     """
 
-    def __init__(self, tokenizer: FSQTokenizer, grid: int = 16, shifts: int = 4, split: str = "train",
-                 augment: AugmentConfig | None = None, seed: int = 0):
+    def __init__(self, tokenizer: PatchVQTokenizer, grid: int = 16, split: str = "train",
+                 shifts: tuple[int, ...] = (0, 4)):
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-        if augment is not None and split != "train":
-            raise ValueError("augmentation applies to the training split only")
         self.grid = grid
-        self.maps: list[list[torch.Tensor]] = []
-        sources = data.load_sources()
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for source in sources:
-                variants = []
-                region = source.train if split == "train" else source.heldout
-                if augment is not None:
-                    for _ in range(augment.variants_per_class):
-                        x = augment_region(region, augment, generator)
-                        variants.append(tokenizer.encode(x[None])[0].to(torch.int16))
-                    self.maps.append(variants)
-                    continue
+        p = tokenizer.patch
+        self.maps: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        for source in data.load_sources("classes"):
+            entries = []
+            for scale in data.SCALES:
                 for flip in (False, True):
-                    flipped = region.flip(-1) if flip else region
-                    for dy in range(shifts):
-                        for dx in range(shifts):
-                            x = flipped[:, dy:, dx:]
-                            h, w = (x.shape[1] // 4) * 4, (x.shape[2] // 4) * 4
-                            variants.append(tokenizer.encode(x[None, :, :h, :w])[0].to(torch.int16))
-                self.maps.append(variants)
+                    view = data.make_view(source, scale, flip)
+                    for dy in shifts:
+                        for dx in shifts:
+                            h = (view.pixels.shape[1] - dy) // p * p
+                            w = (view.pixels.shape[2] - dx) // p * p
+                            if h < grid * p or w < grid * p:
+                                continue
+                            flags = view.touches if split == "train" else view.inside
+                            flags = flags[dy: dy + h, dx: dx + w].float()[None, None]
+                            if split == "train":
+                                bad = F.max_pool2d(flags, p)[0, 0] > 0
+                                ok = data.window_counts(bad, grid) == 0
+                            else:
+                                good = -F.max_pool2d(-flags, p)[0, 0] > 0
+                                ok = data.window_counts(good, grid) == grid * grid
+                            corners = ok.nonzero()
+                            if corners.shape[0] == 0:
+                                continue
+                            codes = tokenizer.encode(view.pixels[None, :, dy: dy + h, dx: dx + w])[0]
+                            entries.append((codes.to(torch.int16), corners))
+            if not entries:
+                raise ValueError(f"{source.name}: no {grid}x{grid} {split} window")
+            self.maps.append(entries)
         self.num_classes = len(self.maps)
 
+    @property
+    def num_windows(self) -> int:
+        return sum(int(c.shape[0]) for entries in self.maps for _, c in entries)
+
     def sample(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens [batch, grid*grid] int64, class indices [batch]); classes uniform."""
+        """(tokens [batch, grid*grid] int64, class indices [batch]); classes uniform, then a map
+        uniform among the class's maps, then a window uniform among the map's windows."""
         classes = torch.randint(0, self.num_classes, (batch,), generator=generator)
         out = torch.empty(batch, self.grid * self.grid, dtype=torch.int64)
         for i, c in enumerate(classes.tolist()):
-            variants = self.maps[c]
-            m = variants[int(torch.randint(0, len(variants), (1,), generator=generator))]
-            top = int(torch.randint(0, m.shape[0] - self.grid + 1, (1,), generator=generator))
-            left = int(torch.randint(0, m.shape[1] - self.grid + 1, (1,), generator=generator))
-            out[i] = m[top: top + self.grid, left: left + self.grid].reshape(-1).long()
+            entries = self.maps[c]
+            codes, corners = entries[int(torch.randint(0, len(entries), (1,), generator=generator))]
+            top, left = corners[int(torch.randint(0, corners.shape[0], (1,), generator=generator))].tolist()
+            out[i] = codes[top: top + self.grid, left: left + self.grid].reshape(-1).long()
         return out, classes
 
 
@@ -143,40 +152,67 @@ def image_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
 
 
-def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int = 24,
+@torch.no_grad()
+def teacher_forced_statistics(model, ids: torch.Tensor, layout: TokenLayout) -> dict:
+    """On real windows ids [B, 1 + N]: NLL of the image tokens under the conditional model
+    restricted to image codes (nats), and the top-1 probability of every position's
+    distribution: its median and the share below 0.05."""
+    logits = model(input_ids=ids[:, :-1]).logits[..., : layout.codebook_size].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    nll = -logp.gather(-1, ids[:, 1:, None]).mean()
+    top1 = logp.max(-1).values.exp()
+    return {"nll": float(nll), "top1_median": float(top1.median()),
+            "share_top1_below_5pct": float((top1 < 0.05).double().mean())}
+
+
+def unigram_entropy(dataset: TokenMapDataset, generator: torch.Generator, windows: int = 2000) -> float:
+    """Entropy (nats) of the code frequencies in ``windows`` sampled training windows."""
+    tokens, _ = dataset.sample(windows, generator)
+    counts = torch.bincount(tokens.flatten()).double()
+    probs = counts[counts > 0] / counts.sum()
+    return float(-(probs * probs.log()).sum())
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    """Linear warm-up to ``peak``, then cosine decay to peak / 20."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 700, batch: int = 24,
              lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
              hidden: int = 256, layers: int = 4, heads: int = 4, intermediate: int = 704,
-             bf16: bool = True, augment: AugmentConfig | None = None, eval_every: int = 250,
-             select_best_heldout: bool = False, log=print):
-    """Train and save the AR model. With ``select_best_heldout`` the saved weights are those
-    of the evaluation (every ``eval_every`` steps and the last step) with the lowest held-out loss."""
+             bf16: bool = True, eval_every: int = 250, log=print):
+    """Train and save the AR model; every ``eval_every`` steps log the loss on fixed training
+    and held-out windows and the held-out teacher-forced flatness (to tell ambiguity in the
+    data from ignorance of an undertrained model)."""
     out = Path(out)
     start = time.time()
-    dataset = TokenMapDataset(tokenizer, augment=augment, seed=seed + 203)
+    dataset = TokenMapDataset(tokenizer)
+    heldout = TokenMapDataset(tokenizer, split="heldout")
     layout = TokenLayout(tokenizer.codebook_size, dataset.num_classes)
     config = llama_config(layout, hidden, layers, heads, intermediate)
-    torch.manual_seed(seed + 200)
-    model = build_model(config)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 200)  # parameter init only
+        model = build_model(config)
     generator = torch.Generator().manual_seed(seed + 201)
-    # fixed validation batches: training-region windows and held-out-region windows
     val_gen = torch.Generator().manual_seed(seed + 202)
     val_ids = make_batch(*dataset.sample(64, val_gen), layout, 0.0, val_gen)
-    heldout = TokenMapDataset(tokenizer, split="heldout")
     heldout_ids = make_batch(*heldout.sample(64, val_gen), layout, 0.0, val_gen)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    entropy = unigram_entropy(dataset, val_gen)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     warmup = min(100, steps // 10 + 1)
     log({"stage": "ar", "params": sum(p.numel() for p in model.parameters()),
-         "data_windows_maps": sum(len(v) for v in dataset.maps),
-         "prep_s": round(time.time() - start, 1)})
-    best = {"heldout_loss": math.inf, "step": None, "state": None}
+         "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
+         "code_unigram_entropy": round(entropy, 4), "prep_s": round(time.time() - start, 1)})
+    history = []
     for step in range(steps):
-        if step < warmup:
-            cur = lr * (step + 1) / warmup
-        else:
-            cur = lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+        cur = lr_at(step, steps, lr, warmup)
         for group in opt.param_groups:
             group["lr"] = cur
         ids = make_batch(*dataset.sample(batch, generator), layout, class_dropout, generator)
@@ -187,32 +223,24 @@ def train_ar(out: Path, tokenizer: FSQTokenizer, *, steps: int = 700, batch: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or step % eval_every == 0 or step == steps - 1:
+        if step % 25 == 0 or step % eval_every == 0 or step == steps - 1:
             record = {"stage": "ar", "step": step, "loss": round(loss.item(), 4), "lr": round(cur, 6),
                       "elapsed_s": round(time.time() - start, 1)}
             if step % eval_every == 0 or step == steps - 1:
                 model.eval()
-                with torch.no_grad():
-                    record["train_windows_loss"] = round(image_token_loss(model, val_ids).item(), 4)
-                    heldout_loss = image_token_loss(model, heldout_ids).item()
-                    record["heldout_loss"] = round(heldout_loss, 4)
-                if select_best_heldout and heldout_loss < best["heldout_loss"]:
-                    best = {"heldout_loss": heldout_loss, "step": step,
-                            "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+                record["train_windows"] = teacher_forced_statistics(model, val_ids, layout)
+                record["heldout_windows"] = teacher_forced_statistics(model, heldout_ids, layout)
+                history.append(record)
             log(record)
     wall = round(time.time() - start, 1)
     model.eval()
-    if select_best_heldout and best["state"] is not None:
-        model.load_state_dict(best["state"])
     save_module(model, out / "ar_model.safetensors")
-    write_json(out / "ar_config.json", {"llama": config.to_dict(), "layout": layout.to_dict(),
-                                         "class_names": list(data.CLASS_NAMES),
-                                         "training": {"steps": steps, "batch": batch, "lr": lr,
-                                                      "seed": seed, "class_dropout": class_dropout,
-                                                      "bf16_autocast": bf16, "wall_seconds": wall,
-                                                      "augment": augment.to_dict() if augment else None,
-                                                      "eval_every": eval_every,
-                                                      "select_best_heldout": select_best_heldout,
-                                                      "saved_step": best["step"] if select_best_heldout else steps - 1}})
+    write_json(out / "ar_config.json", {
+        "llama": config.to_dict(), "layout": layout.to_dict(), "class_names": list(data.CLASS_NAMES),
+        "training": {"steps": steps, "batch": batch, "lr": lr, "seed": seed,
+                     "class_dropout": class_dropout, "bf16_autocast": bf16, "wall_seconds": wall,
+                     "threads": torch.get_num_threads(), "eval_every": eval_every,
+                     "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
+                     "code_unigram_entropy": entropy, "final_eval": history[-1] if history else None}})
     log({"stage": "ar", "done": True, "wall_seconds": wall})
     return model, layout

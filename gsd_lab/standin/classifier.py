@@ -1,4 +1,4 @@
-"""Small CNN that predicts the source class of a 64x64 crop.
+"""Small CNN that predicts the source class of a 128x128 crop.
 
 Used by gsd_lab.metrics: its softmax gives the condition-consistency score and its penultimate
 features (global-average-pooled, ``FEATURE_DIM``) feed the Frechet distance.
@@ -21,7 +21,7 @@ FEATURE_DIM = 64
 
 
 class CropClassifier(nn.Module):
-    """images [B, 3, 64, 64] in [-1, 1] -> logits [B, num_classes]; ``features`` -> [B, FEATURE_DIM]."""
+    """images [B, 3, 128, 128] in [-1, 1] -> logits [B, num_classes]; ``features`` -> [B, FEATURE_DIM]."""
 
     def __init__(self, num_classes: int, width: int = 32, feature_dim: int = FEATURE_DIM):
         super().__init__()
@@ -48,8 +48,8 @@ class CropClassifier(nn.Module):
 
 
 def heldout_set(per_class: int = 40, seed: int = 4321) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed held-out evaluation crops (64x64, no flips) and labels."""
-    return data.class_crops("heldout", per_class, data.CROP_SIZE, seed, flip=False)
+    """The fixed held-out evaluation crops (128x128 from the held-out corners, no flips) and labels."""
+    return data.class_crops("heldout", per_class, seed, flip=False)
 
 
 @torch.no_grad()
@@ -59,26 +59,37 @@ def accuracy(classifier: CropClassifier, images: torch.Tensor, labels: torch.Ten
     return float((logits.argmax(-1) == labels).float().mean())
 
 
-def train_classifier(out: Path, *, steps: int = 200, batch: int = 64, lr: float = 2e-3,
-                     seed: int = 0, width: int = 32, log=print) -> tuple[CropClassifier, dict]:
-    """Cross-entropy on random (flipped) 64x64 training-region crops with light colour jitter."""
+def train_classifier(out: Path, tokenizer, *, steps: int = 300, batch: int = 40, lr: float = 2e-3,
+                     seed: int = 0, width: int = 32, pool: int = 120,
+                     log=print) -> tuple[CropClassifier, dict]:
+    """Cross-entropy on training-region crops (random scale and mirror, light brightness jitter).
+
+    A pool of ``pool`` crops per class is drawn once; half of every batch is the pool's
+    tokenizer reconstructions, so that the classifier judges decoded samples by content, not by
+    the tokenizer's tile seams."""
     out = Path(out)
-    torch.manual_seed(seed + 100)
-    sources = data.load_sources()
-    classifier = CropClassifier(len(sources), width=width)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 100)  # parameter init only
+        classifier = CropClassifier(len(data.CLASS_NAMES), width=width)
     generator = torch.Generator().manual_seed(seed + 101)
-    opt = torch.optim.AdamW(classifier.parameters(), lr=lr, weight_decay=1e-4)
-    per_class = -(-batch // len(sources))
     start = time.time()
+    real, labels_all = data.class_crops("train", pool, seed + 102)
+    recon = torch.cat([tokenizer.decode(tokenizer.encode(c)) for c in real.split(100)]).float()
+    pool_images = torch.cat([real, recon])
+    pool_labels = torch.cat([labels_all, labels_all])
+    opt = torch.optim.AdamW(classifier.parameters(), lr=lr, weight_decay=1e-4)
+    log({"stage": "classifier", "pool_images": int(pool_images.shape[0]),
+         "prep_s": round(time.time() - start, 1)})
     for step in range(steps):
         frac = step / max(1, steps - 1)
         for group in opt.param_groups:
             group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * frac))
-        images = torch.cat([data.random_crops(s.train, per_class, data.CROP_SIZE, generator)
-                            for s in sources])
-        labels = torch.arange(len(sources)).repeat_interleave(per_class)
+        pick = torch.randint(0, pool_images.shape[0], (batch,), generator=generator)
+        images, labels = pool_images[pick], pool_labels[pick]
+        mirror = torch.rand(batch, generator=generator) < 0.5
+        images = torch.where(mirror[:, None, None, None], images.flip(-1), images)
         # brightness jitter so that the classifier does not key on exact global intensity only
-        images = (images + 0.1 * (torch.rand(images.shape[0], 1, 1, 1, generator=generator) - 0.5)).clamp(-1, 1)
+        images = (images + 0.1 * (torch.rand(batch, 1, 1, 1, generator=generator) - 0.5)).clamp(-1, 1)
         classifier.train()
         loss = F.cross_entropy(classifier(images), labels)
         opt.zero_grad(set_to_none=True)
@@ -88,12 +99,14 @@ def train_classifier(out: Path, *, steps: int = 200, batch: int = 64, lr: float 
             log({"stage": "classifier", "step": step, "loss": round(loss.item(), 5),
                  "elapsed_s": round(time.time() - start, 1)})
     images, labels = heldout_set()
+    recon_heldout = torch.cat([tokenizer.decode(tokenizer.encode(c)) for c in images.split(100)]).float()
     metrics = {"heldout_accuracy": accuracy(classifier, images, labels),
+               "heldout_reconstructed_accuracy": accuracy(classifier, recon_heldout, labels),
                "heldout_images": int(labels.numel()), "steps": steps, "batch": batch,
                "seed": seed, "wall_seconds": round(time.time() - start, 1)}
     log({"stage": "classifier", "eval": metrics})
     save_module(classifier, out / "classifier.safetensors")
     write_json(out / "classifier_config.json",
-               {"num_classes": len(sources), "width": width, "feature_dim": FEATURE_DIM,
+               {"num_classes": len(data.CLASS_NAMES), "width": width, "feature_dim": FEATURE_DIM,
                 "class_names": list(data.CLASS_NAMES), "metrics": metrics})
     return classifier, metrics

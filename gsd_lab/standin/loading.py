@@ -5,20 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from .classifier import CropClassifier
-from .tokenizer import FSQTokenizer, TokenizerConfig
+from .tokenizer import PatchVQTokenizer, TokenizerConfig
 from .weights_io import WeightFileError, load_into, read_json
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
-def load_tokenizer(directory: Path = WEIGHTS_DIR) -> FSQTokenizer:
+def load_tokenizer(directory: Path = WEIGHTS_DIR) -> PatchVQTokenizer:
     directory = Path(directory)
     config_path = directory / "tokenizer_config.json"
     try:
         config = TokenizerConfig.from_dict(read_json(config_path))
-    except (KeyError, TypeError) as err:
-        raise WeightFileError(f"stand-in config file {config_path} lacks a field: {err}") from err
-    return load_into(FSQTokenizer(config), directory / "tokenizer.safetensors").eval()
+    except (KeyError, TypeError, ValueError) as err:
+        raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
+    return load_into(PatchVQTokenizer(config), directory / "tokenizer.safetensors").eval()
 
 
 def load_classifier(directory: Path = WEIGHTS_DIR) -> CropClassifier:
@@ -32,8 +32,9 @@ def load_classifier(directory: Path = WEIGHTS_DIR) -> CropClassifier:
     return load_into(model, directory / "classifier.safetensors").eval()
 
 
-def load_ar_model(directory: Path = WEIGHTS_DIR):
-    """(LlamaForCausalLM in eval mode, TokenLayout, the ar_config.json dict)."""
+def load_ar_model(directory: Path = WEIGHTS_DIR, dtype=None):
+    """(LlamaForCausalLM in eval mode, TokenLayout, the ar_config.json dict); parameters cast
+    to ``dtype`` when given (float64 for CPU-reproducible outputs)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from .ar import TokenLayout
@@ -52,4 +53,6 @@ def load_ar_model(directory: Path = WEIGHTS_DIR):
                               f"{layout.vocab_size} != model vocabulary {llama.vocab_size}")
     model = LlamaForCausalLM(llama)
     load_into(model, directory / "ar_model.safetensors")
+    if dtype is not None:
+        model = model.to(dtype)
     return model.eval(), layout, cfg

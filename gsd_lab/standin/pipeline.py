@@ -1,20 +1,19 @@
 """Stages of ``python -m gsd_lab.standin train``; each reads the previous stages' files from --out.
 
-tokenizer -> tokenizer.safetensors, tokenizer_config.json
-classifier -> classifier.safetensors, classifier_config.json
+tokenizer -> tokenizer.safetensors, tokenizer_config.json (k-means patch VQ)
+classifier -> classifier.safetensors, classifier_config.json (needs the tokenizer)
 ar -> ar_model.safetensors, ar_config.json (needs the tokenizer)
 export -> manifest.json, reference_outputs.json (fixed-seed generation tokens and a logits
-          checksum of the stored weights, for the tests) and samples.png
+          checksum of the stored weights, for the tests), generation_stats.json, samples.png
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .augment import AugmentConfig
 from .tokenizer import TokenizerConfig
 
-TINY_TOKENIZER = TokenizerConfig(levels=(4, 4, 4, 4, 4), channels=(8, 8, 8))
+TINY_TOKENIZER = TokenizerConfig(patch=8, codebook_size=64)
 TINY_AR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64}
 
 
@@ -28,25 +27,21 @@ def run_stages(args, log) -> None:
         from .train_tokenizer import train_tokenizer
 
         config = TINY_TOKENIZER if args.tiny else TokenizerConfig()
-        train_tokenizer(out, steps=args.tokenizer_steps, seed=args.seed, config=config, log=log)
+        train_tokenizer(out, iterations=args.tokenizer_iterations, max_patches=args.tokenizer_patches,
+                        seed=args.seed, config=config, log=log)
     if "classifier" in stages:
         from .classifier import train_classifier
+        from .loading import load_tokenizer
 
-        train_classifier(out, steps=args.classifier_steps, seed=args.seed,
+        train_classifier(out, load_tokenizer(out), steps=args.classifier_steps, seed=args.seed,
                          width=8 if args.tiny else 32, log=log)
     if "ar" in stages:
         from .ar import train_ar
         from .loading import load_tokenizer
 
         sizes = TINY_AR if args.tiny else {}
-        augment = None
-        if args.augment_variants > 0:
-            augment = AugmentConfig(variants_per_class=args.augment_variants,
-                                    scale_min=args.augment_scale[0], scale_max=args.augment_scale[1],
-                                    rot90_prob=args.augment_rot90_prob)
         train_ar(out, load_tokenizer(out), steps=args.steps, batch=args.batch, seed=args.seed,
-                 augment=augment, eval_every=args.eval_every,
-                 select_best_heldout=args.select_best_heldout, log=log, **sizes)
+                 eval_every=args.eval_every, log=log, **sizes)
     if "export" in stages:
         from .export import export
 

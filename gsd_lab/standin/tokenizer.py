@@ -1,17 +1,21 @@
-"""Convolutional image tokenizer with finite scalar quantisation (FSQ, Mentzer et al. 2023).
+"""Patch vector-quantisation tokenizer: one code per P x P pixel patch, K codes learned by k-means.
 
-encode: image [B, 3, H, W] in [-1, 1] -> latent z [B, D, H/4, W/4] -> per channel d,
-    z_d -> round(bound_d(z_d)) in {-floor(L_d/2), ..., ceil(L_d/2) - 1} (straight-through in
-    training) -> code index = sum_d (q_d + floor(L_d/2)) * prod_{e<d} L_e, in [0, prod_d L_d).
-decode: codes [B, h, w] -> code vectors [B, D, h, w] (q_d / floor(L_d/2) in [-1, 1]) -> conv
-    decoder -> image. The decoder is convolutional, so a code renders differently next to
-    different neighbours (contextual decoding, as in VQGAN tokenizers).
-FSQ has no learned codebook, so no code can collapse or die; usage is measured, not forced.
+encode: image [B, 3, H, W] in [-1, 1] -> patches x_i in R^(3 P P) (raster order) ->
+    code(x) = argmin_k ||x - c_k||^2 (float64) -> codes [B, H/P, W/P].
+decode: codes -> the code's patch c_k, tiled -> image [B, 3, H, W].
+
+The codebook {c_k} is trained by Lloyd's k-means with dead-code restarts
+(``gsd_lab.standin.train_tokenizer``), i.e. the fixed point of an EMA-updated VQ codebook with
+an identity encoder and decoder. We choose this over a convolutional VQ/FSQ because the latent
+space *is* pixel space: two codes whose vectors are close decode to patches that are close by
+exactly that distance. That is the property GSD's clusters rely on (interchangeable tokens), and
+with K = 8192 codes for 8 x 8 patches the codebook has many such near-duplicates. The price is
+visible seams between tiles (the decoder has no context).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,154 +24,86 @@ from torch.nn import functional as F
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    levels: tuple[int, ...] = (4, 4, 4, 4, 4)
-    channels: tuple[int, int, int] = (32, 64, 128)  # at full, 1/2 and 1/4 resolution
-
-    @property
-    def codebook_size(self) -> int:
-        size = 1
-        for level in self.levels:
-            size *= level
-        return size
+    patch: int = 8
+    codebook_size: int = 8192
 
     @property
     def downsample(self) -> int:
-        return 4
+        return self.patch
+
+    @property
+    def code_dim(self) -> int:
+        return 3 * self.patch * self.patch
 
     def to_dict(self) -> dict:
-        return {"levels": list(self.levels), "channels": list(self.channels),
-                "codebook_size": self.codebook_size, "downsample": self.downsample}
+        return {"kind": "patch_vq", "patch": self.patch, "codebook_size": self.codebook_size,
+                "downsample": self.downsample, "code_dim": self.code_dim}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TokenizerConfig":
-        return cls(levels=tuple(d["levels"]), channels=tuple(d["channels"]))
+        if d.get("kind") != "patch_vq":
+            raise ValueError(f"tokenizer config kind must be 'patch_vq', got {d.get('kind')!r}")
+        return cls(patch=int(d["patch"]), codebook_size=int(d["codebook_size"]))
 
 
-class FiniteScalarQuantizer(nn.Module):
-    """FSQ with per-channel levels L_d; bound(z) = tanh(z + shift) * h - offset, h = (L-1)/2 * (1-eps)."""
-
-    def __init__(self, levels: tuple[int, ...]):
-        super().__init__()
-        lv = torch.tensor(levels, dtype=torch.float32)
-        self.register_buffer("levels", lv, persistent=False)
-        basis = torch.cumprod(torch.tensor((1,) + tuple(levels[:-1])), 0)
-        self.register_buffer("basis", basis, persistent=False)
-        self.register_buffer("half_width", torch.floor(lv / 2), persistent=False)
-
-    def bound(self, z: torch.Tensor) -> torch.Tensor:
-        """z [B, D, ...] -> values in (-floor(L/2) - 0.5, ceil(L/2) - 0.5)."""
-        shape = (1, -1) + (1,) * (z.dim() - 2)
-        lv = self.levels.view(shape)
-        half_l = (lv - 1) * (1 - 1e-3) / 2
-        offset = torch.where(lv % 2 == 0, 0.5, 0.0)
-        shift = torch.atanh(offset / half_l)
-        return torch.tanh(z + shift) * half_l - offset
-
-    def quantize(self, z: torch.Tensor) -> torch.Tensor:
-        """Rounded, normalised code vectors [B, D, ...] in [-1, 1] with straight-through gradient."""
-        bounded = self.bound(z)
-        rounded = bounded + (torch.round(bounded) - bounded).detach()
-        shape = (1, -1) + (1,) * (z.dim() - 2)
-        return rounded / self.half_width.view(shape)
-
-    def vectors_to_codes(self, vectors: torch.Tensor) -> torch.Tensor:
-        """Normalised code vectors [B, D, ...] -> code indices [B, ...] (int64)."""
-        shape = (1, -1) + (1,) * (vectors.dim() - 2)
-        digits = torch.round(vectors * self.half_width.view(shape)) + self.half_width.view(shape)
-        return (digits.long() * self.basis.view(shape)).sum(1)
-
-    def codes_to_vectors(self, codes: torch.Tensor) -> torch.Tensor:
-        """Code indices [B, ...] -> normalised code vectors [B, D, ...]."""
-        if codes.min() < 0 or codes.max() >= int(torch.prod(self.levels)):
-            raise ValueError(f"codes must lie in [0, {int(torch.prod(self.levels))})")
-        digits = (codes.unsqueeze(1) // self.basis.view((1, -1) + (1,) * (codes.dim() - 1))) % \
-            self.levels.long().view((1, -1) + (1,) * (codes.dim() - 1))
-        shape = (1, -1) + (1,) * (codes.dim() - 1)
-        return (digits.float() - self.half_width.view(shape)) / self.half_width.view(shape)
-
-    def all_vectors(self) -> torch.Tensor:
-        """Every code's normalised vector, [prod L, D] (row i = code i)."""
-        codes = torch.arange(int(torch.prod(self.levels)))
-        return self.codes_to_vectors(codes.view(1, -1)).squeeze(0).T.contiguous()
+def image_to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """[B, 3, H, W] -> [B, (H/P) (W/P), 3 P P] (raster order of patches)."""
+    return F.unfold(images, patch, stride=patch).transpose(1, 2)
 
 
-class ResBlock(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.GroupNorm(8, channels), nn.SiLU(), nn.Conv2d(channels, channels, 3, padding=1),
-            nn.GroupNorm(8, channels), nn.SiLU(), nn.Conv2d(channels, channels, 3, padding=1),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.body(x)
+def patches_to_image(patches: torch.Tensor, h: int, w: int, patch: int) -> torch.Tensor:
+    """[B, h w, 3 P P] -> [B, 3, h P, w P]."""
+    return F.fold(patches.transpose(1, 2), (h * patch, w * patch), patch, stride=patch)
 
 
-class Encoder(nn.Module):
-    def __init__(self, c: tuple[int, int, int], dim: int):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, c[0], 3, padding=1), nn.SiLU(),
-            nn.Conv2d(c[0], c[1], 4, stride=2, padding=1), ResBlock(c[1]),
-            nn.Conv2d(c[1], c[2], 4, stride=2, padding=1), ResBlock(c[2]), ResBlock(c[2]),
-            nn.GroupNorm(8, c[2]), nn.SiLU(), nn.Conv2d(c[2], dim, 1),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+def nearest_code(x: torch.Tensor, codebook: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+    """argmin_k ||x_n - c_k||^2 for x [N, D] and codebook [K, D] (float64), -> [N] int64.
+    Ties go to the smallest k (``argmin``)."""
+    x, codebook = x.double(), codebook.double()
+    norms = (codebook * codebook).sum(1)
+    out = [torch.argmin(norms - 2.0 * part @ codebook.T, dim=1) for part in x.split(chunk)]
+    return torch.cat(out) if out else torch.empty(0, dtype=torch.int64)
 
 
-class Decoder(nn.Module):
-    def __init__(self, c: tuple[int, int, int], dim: int):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(dim, c[2], 3, padding=1), ResBlock(c[2]), ResBlock(c[2]),
-            nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c[2], c[1], 3, padding=1),
-            ResBlock(c[1]),
-            nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c[1], c[0], 3, padding=1),
-            nn.GroupNorm(8, c[0]), nn.SiLU(), nn.Conv2d(c[0], c[0], 3, padding=1),
-            nn.GroupNorm(8, c[0]), nn.SiLU(), nn.Conv2d(c[0], 3, 3, padding=1),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class FSQTokenizer(nn.Module):
-    """Image <-> code grid. Images: float [B, 3, H, W] in [-1, 1], H and W multiples of 4."""
+class PatchVQTokenizer(nn.Module):
+    """Image <-> code grid. Images: float [B, 3, H, W] in [-1, 1], H and W multiples of P."""
 
     def __init__(self, config: TokenizerConfig = TokenizerConfig()):
         super().__init__()
         self.config = config
-        dim = len(config.levels)
-        self.encoder = Encoder(config.channels, dim)
-        self.decoder = Decoder(config.channels, dim)
-        self.quantizer = FiniteScalarQuantizer(config.levels)
+        self.register_buffer("codebook", torch.zeros(config.codebook_size, config.code_dim))
 
     @property
     def codebook_size(self) -> int:
         return self.config.codebook_size
 
+    @property
+    def patch(self) -> int:
+        return self.config.patch
+
     def _check_images(self, images: torch.Tensor) -> None:
+        p = self.patch
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be [B, 3, H, W], got {tuple(images.shape)}")
-        if images.shape[2] % 4 or images.shape[3] % 4:
-            raise ValueError(f"image height and width must be multiples of 4, got {tuple(images.shape)}")
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Reconstruction through the quantiser (straight-through), for training."""
-        self._check_images(images)
-        return self.decoder(self.quantizer.quantize(self.encoder(images)))
+        if images.shape[2] % p or images.shape[3] % p:
+            raise ValueError(f"image height and width must be multiples of {p}, got {tuple(images.shape)}")
 
     @torch.no_grad()
     def encode(self, images: torch.Tensor) -> torch.Tensor:
-        """images [B, 3, H, W] -> codes [B, H/4, W/4] (int64)."""
+        """images [B, 3, H, W] -> codes [B, H/P, W/P] (int64): the nearest code of each patch."""
         self._check_images(images)
-        return self.quantizer.vectors_to_codes(self.quantizer.quantize(self.encoder(images)))
+        b, _, h, w = images.shape
+        patches = image_to_patches(images.double(), self.patch)
+        codes = nearest_code(patches.reshape(-1, self.config.code_dim), self.codebook)
+        return codes.view(b, h // self.patch, w // self.patch)
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [B, h, w] -> images [B, 3, 4h, 4w] in [-1, 1]."""
+        """codes [B, h, w] -> images [B, 3, P h, P w] in [-1, 1] (each code's patch, tiled)."""
         if codes.dim() != 3:
             raise ValueError(f"codes must be [B, h, w], got {tuple(codes.shape)}")
-        return self.decoder(self.quantizer.codes_to_vectors(codes)).clamp(-1, 1)
+        if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
+            raise ValueError(f"codes must lie in [0, {self.codebook_size})")
+        b, h, w = codes.shape
+        patches = self.codebook[codes.reshape(b, h * w)]
+        return patches_to_image(patches, h, w, self.patch).clamp(-1, 1)

@@ -17,10 +17,9 @@ from gsd_lab.standin.sampling import logits_checksum, process_logits, sample_tok
 from gsd_lab.standin.train_tokenizer import evaluate_tokenizer
 from gsd_lab.standin.weights_io import WeightFileError
 
-# Floors stated for the shipped weights (measured at export: see weights/*_config.json).
-TOKENIZER_PSNR_FLOOR_DB = 22.0
-ROUND_TRIP_AGREEMENT_FLOOR = 0.5
-CLASSIFIER_ACCURACY_FLOOR = 0.75  # measured 0.79: held-out strips of chelsea and camera show other content than their training strips
+# Floors the stand-in must meet (issue 9; measured values are in weights/*_config.json).
+TOKENIZER_PSNR_FLOOR_DB = 24.0
+CLASSIFIER_ACCURACY_FLOOR = 0.85
 WEIGHT_FILES = ("ar_model.safetensors", "tokenizer.safetensors", "classifier.safetensors")
 
 
@@ -35,8 +34,8 @@ def reference():
 
 
 def test_weights_are_small_safetensors():
-    total = sum(p.stat().st_size for p in WEIGHTS_DIR.iterdir() if p.is_file())
-    assert total <= 25 * 2**20
+    total = sum(p.stat().st_size for p in WEIGHTS_DIR.glob("*.safetensors"))
+    assert total <= 40 * 2**20
     for name in WEIGHT_FILES:
         assert (WEIGHTS_DIR / name).read_bytes()[8:9] == b"{"  # safetensors header, not a pickle
 
@@ -45,7 +44,8 @@ def test_fixed_seed_generation_and_logits_reproduce(adapter, reference):
     model, layout = adapter.model, adapter.layout
     generator = torch.Generator().manual_seed(reference["seed"])
     tokens, _ = sample_tokens(model, layout, torch.tensor([reference["class_index"]]),
-                              cfg_scale=reference["cfg_scale"], generator=generator)
+                              cfg_scale=reference["cfg_scale"], top_k=reference["top_k"],
+                              generator=generator)
     assert tokens[0].tolist() == reference["tokens"]
     checksum = logits_checksum(model, layout, reference["class_index"], tokens[0, :-1])
     for key in ("sum", "abs_sum"):
@@ -67,21 +67,22 @@ def test_adapter_distribution_equals_reference_sampler(adapter, reference):
     with torch.no_grad():
         cond = adapter.model(input_ids=ids).logits[0]
         uncond = adapter.model(input_ids=torch.cat([adapter.uncond_prompt_ids(), tokens])[None]).logits[0]
-    expected = process_logits(cond, uncond, layout, adapter.cfg_scale, None, 1.0)
-    assert torch.allclose(probs[:, : layout.codebook_size], expected, atol=1e-5)
+    expected = process_logits(cond, uncond, layout, adapter.cfg_scale, adapter.top_k, 1.0)
+    assert probs.dtype == torch.float64 and adapter.model.dtype == torch.float64
+    assert torch.allclose(probs[:, : layout.codebook_size], expected, atol=1e-12)
     assert float(probs[:, layout.codebook_size:].abs().max()) == 0.0
 
 
 def test_adapter_interface(adapter):
     assert adapter.num_classes == len(data.CLASS_NAMES) == len(adapter.class_names)
     assert adapter.num_image_tokens == 256 and adapter.row_length == 16
-    assert adapter.layout.codebook_size >= 1024
+    assert adapter.layout.codebook_size == 8192 and adapter.top_k == 2000
     assert adapter.image_token_embeddings.shape[0] == adapter.layout.codebook_size
     assert torch.equal(adapter.allowed_tokens, torch.arange(adapter.layout.codebook_size))
-    assert adapter.prompt_ids("chelsea").tolist() == [adapter.layout.codebook_size + 1]
+    assert adapter.prompt_ids("coffee").tolist() == [adapter.layout.codebook_size + 1]
     assert adapter.uncond_prompt_ids().tolist() == [adapter.layout.null_class_id]
     images = adapter.decode_images(torch.zeros(2, 256, dtype=torch.long))
-    assert images.shape == (2, 64, 64, 3) and images.dtype == torch.uint8
+    assert images.shape == (2, 128, 128, 3) and images.dtype == torch.uint8
     with pytest.raises(ValueError):
         adapter.prompt_ids(adapter.num_classes)
     with pytest.raises(ValueError):
@@ -91,25 +92,28 @@ def test_adapter_interface(adapter):
 
 
 def test_tokenizer_round_trip_and_heldout_error():
+    """Decoding a code gives its patch, encoding that patch gives the code back (the patch is
+    its own nearest code); held-out PSNR meets the floor and matches the recorded value."""
     tokenizer = load_tokenizer()
-    images, _ = data.class_crops("heldout", 8, data.CROP_SIZE, seed=99, flip=False)
+    images, _ = data.class_crops("heldout", 4, seed=99, flip=False)
     codes = tokenizer.encode(images)
-    assert codes.shape == (80, 16, 16)
-    again = tokenizer.encode(tokenizer.decode(codes))
-    agreement = float((again == codes).double().mean())
-    assert agreement >= ROUND_TRIP_AGREEMENT_FLOOR
+    assert codes.shape == (40, 16, 16)
+    assert torch.equal(tokenizer.encode(tokenizer.decode(codes)), codes)
     metrics = evaluate_tokenizer(tokenizer)
     assert metrics["heldout_psnr_db"] >= TOKENIZER_PSNR_FLOOR_DB
     recorded = json.loads((WEIGHTS_DIR / "tokenizer_config.json").read_text())["metrics"]
     assert metrics["heldout_psnr_db"] == pytest.approx(recorded["heldout_psnr_db"], abs=0.05)
 
 
-def test_fsq_codes_and_vectors_are_a_bijection():
-    q = load_tokenizer().quantizer
-    vectors = q.all_vectors()
-    assert vectors.shape[0] == 1024 and torch.unique(vectors, dim=0).shape[0] == 1024
-    codes = torch.arange(1024).view(1, 32, 32)
-    assert torch.equal(q.vectors_to_codes(q.codes_to_vectors(codes)), codes)
+def test_codebook_has_close_neighbours():
+    """GSD's premise: most codes have a near-duplicate whose patch is close (PSNR > 24 dB)."""
+    recorded = json.loads((WEIGHTS_DIR / "tokenizer_config.json").read_text())["metrics"]
+    assert recorded["nearest_code_patch_psnr_db_median"] > 24.0
+    codebook = load_tokenizer().codebook.double()
+    dist = torch.cdist(codebook[:512], codebook)
+    dist[torch.arange(512), torch.arange(512)] = float("inf")
+    psnr = 10 * torch.log10(4.0 / (dist.min(1).values ** 2 / codebook.shape[1]))
+    assert float(psnr.median()) > 24.0
 
 
 def test_classifier_heldout_accuracy():

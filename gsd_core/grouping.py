@@ -4,8 +4,9 @@
 The probability ranking used everywhere orders the vocabulary by p descending, ties broken by
 the smaller token id first: token y precedes token z iff (-p(y), y) < (-p(z), z). The rank of
 a token is the number of tokens that precede it. Rank windows are read off one stable sort
-of the positive entries (``_SupportRanking``; tokens with p = 0 are ranked by counting), a
-fixed number of ops for any number of rows, exact under ties.
+of the support (``_SupportRanking``: the top-K entries, K the largest support of a row;
+tokens with p = 0 are ranked by counting), a fixed number of ops for any number of rows,
+exact under ties.
 """
 
 from __future__ import annotations
@@ -69,55 +70,48 @@ def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tenso
 class _SupportRanking:
     """The probability ranking of each row of p [N, V], read off one sort of its support.
 
-    Tokens with p > 0 are listed by ``nonzero`` (row-major, so in id order within a row),
-    stably sorted by p descending and then stably by row: within a row that is the order
-    (-p, id), exact under ties. Tokens with p = 0 rank after every positive one, in id order,
-    so their ranks follow by counting: the m-th zero of a row (0-based) is the id
-    z = m + #{positive y < z}. Everything is flat over the positive entries of all rows
-    (no padding, so no row maximum to read back); the only host sync is ``nonzero``'s.
-    Cost: O(N V) for the comparison, O(S log S) for the sorts (S = number of positive
-    entries: 2000 per row after Lumina-mGPT's top-k)."""
+    The K = max_i S_i largest entries of every row (S_i = #{y : p_i(y) > 0}; one host sync
+    reads K) hold each row's whole support. They are put in id order (entries with p = 0
+    moved past the end as id V + K), then stably sorted by p descending: within the support
+    that is the ranking (-p, id), exact under ties. Tokens with p = 0 rank after every
+    positive one, in id order, so their ranks follow by counting: the m-th zero of a row
+    (0-based) is z = m + #{positive y < z}. Cost: O(N V) for the selection, O(N K log K)
+    for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
 
     def __init__(self, p: Tensor) -> None:
-        n, vocab = p.shape
-        rows, cols = (p > 0).nonzero(as_tuple=True)
-        self.vocab, self.nnz = vocab, rows.numel()
-        self.row_key = torch.arange(n, device=p.device) * vocab
-        if self.nnz == 0:  # no positive entry (invalid input only): a sentinel above every query
-            self.nnz = 1
-            self.count = self.start = torch.zeros(n, dtype=torch.long, device=p.device)
-            self.key = self.zero_key = torch.full((1,), n * vocab, device=p.device)
-            self.ranked_ids = self.rank_of_flat = torch.zeros(1, dtype=torch.long, device=p.device)
-            return
-        self.count = torch.bincount(rows, minlength=n)  # S_i, positive entries per row
-        self.start = self.count.cumsum(0) - self.count  # first flat index of each row
-        by_value = torch.sort(p[rows, cols], descending=True, stable=True).indices
-        ranked = by_value[torch.sort(rows[by_value], stable=True).indices]  # flat, by (row, -p, id)
-        self.ranked_ids = cols[ranked]
-        slot = torch.arange(self.nnz, device=p.device) - self.start[rows]  # index within its row
-        self.rank_of_flat = torch.argsort(ranked) - self.start[rows]
-        self.key = rows * vocab + cols  # increasing over the flat (row, id) order
-        # row * V + #zeros before the entry: non-decreasing over the flat order.
-        self.zero_key = self.key - slot
+        vocab = p.shape[-1]
+        self.count = (p > 0).sum(-1, keepdim=True)  # S_i [N, 1]
+        width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
+        top = torch.topk(p, width, dim=-1, sorted=False)
+        ids, by_id = torch.where(top.values > 0, top.indices, vocab + width).sort(-1)
+        self.ids = ids  # positive ids ascending, then V + K: [N, K]
+        order = top.values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
+        self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
+        self.position_rank = order.argsort(-1)  # rank of the id at each position of ``ids``
+        # #zeros before each positive id: non-decreasing over the support; the pads after it
+        # (V + K - k > V) exceed every zero count, so searches stay exact.
+        self.zeros_before = ids - _arange(width, p.device)
+        self.vocab, self.width = vocab, width
 
-    def rank(self, token: Tensor) -> Tensor:
-        """Rank of ``token`` [N] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N]."""
-        query = self.row_key + token
-        found = torch.searchsorted(self.key, query)  # positives of the row with id < x, offset by start
-        at = found.clamp(max=self.nnz - 1)
-        positive = self.key[at] == query
+    def rank(self, p: Tensor, token: Tensor) -> Tensor:
+        """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
+        below = torch.searchsorted(self.ids, token)  # positive ids < x (x's position if positive)
+        positive = p.gather(-1, token) > 0
+        ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))
         # A zero-probability x follows all S_i positive tokens and the zeros with smaller ids.
-        zeros_before = token - (found - self.start)
-        return torch.where(positive, self.rank_of_flat[at], self.count + zeros_before)
+        return torch.where(positive, ranked, self.count + token - below)
 
     def tokens_at(self, rank: Tensor) -> Tensor:
         """Token of each rank in [0, V): rank [N, M] -> ids [N, M]."""
-        count = self.count.unsqueeze(-1)
-        in_support = rank < count
-        ranked = self.ranked_ids[(self.start.unsqueeze(-1) + rank).clamp_(max=self.nnz - 1)]
-        nth_zero = rank - count
-        positives_before = torch.searchsorted(self.zero_key, self.row_key.unsqueeze(-1) + nth_zero, right=True)
-        return torch.where(in_support, ranked, nth_zero + positives_before - self.start.unsqueeze(-1))
+        nth_zero = rank - self.count
+        zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
+        support_id = self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1))
+        return torch.where(nth_zero < 0, support_id, zero_id)
+
+
+@lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device)
 
 
 def _window_members(
@@ -131,15 +125,15 @@ def _window_members(
 ) -> tuple[Tensor, Tensor]:
     """Members of the rank window [rank - n_before, rank + n_after] (clipped to [0, V)) as
     slots at rank offsets -k_before .. k_after: indices [N, M] and validity [N, M], M =
-    k_before + 1 + k_after; invalid slots point at the token. n_before / n_after: per-row
-    limits [N] (None: k_before / k_after for every row)."""
+    k_before + 1 + k_after; invalid slots hold some id in [0, V). token, rank: [N, 1];
+    n_before / n_after: per-row limits [N, 1] (None: k_before / k_after for every row)."""
     offsets = _window_offsets(k_before, k_after, token.device)
-    ranks = rank.unsqueeze(-1) + offsets
+    ranks = rank + offsets
     clipped = ranks.clamp(0, ranking.vocab - 1)
     valid = clipped == ranks
     if n_before is not None:
-        valid &= (offsets >= -n_before.unsqueeze(-1)) & (offsets <= n_after.unsqueeze(-1))
-    return torch.where(valid, ranking.tokens_at(clipped), token.unsqueeze(-1)), valid
+        valid &= (offsets >= -n_before) & (offsets <= n_after)
+    return ranking.tokens_at(clipped), valid
 
 
 @lru_cache(maxsize=64)
@@ -150,12 +144,12 @@ def _window_offsets(k_before: int, k_after: int, device: torch.device) -> Tensor
 
 def _window_extent(n: Tensor | int, batch: torch.Size, vocab: int, device: torch.device) -> tuple[int, Tensor | None]:
     """Slots k = min(max(n), V - 1) one side of the window needs, and the per-row limit
-    (None for a plain int: every row alike, no device sync)."""
+    [N, 1] (None for a plain int: every row alike, no device sync)."""
     if isinstance(n, int):
         if n < 0:
             raise ValueError(f"window extents must be >= 0, got {n}")
         return min(n, vocab - 1), None
-    n = torch.as_tensor(n, device=device).long().expand(batch).reshape(-1)
+    n = torch.as_tensor(n, device=device).long().expand(batch).reshape(-1, 1)
     if n.numel() == 0:
         return 0, n
     low, high = torch.stack([n.min(), n.max()]).tolist()
@@ -169,20 +163,23 @@ def rank_window_members(
 ) -> tuple[Tensor, Tensor]:
     """The rank window of ``rank_window`` as member indices [..., M] and validity [..., M],
     M = min(max(n_before), V - 1) + 1 + min(max(n_after), V - 1). The token itself is always a
-    valid member; invalid slots point at the token.
+    valid member; invalid slots hold some id in [0, V).
 
     Exact under any ties (the ranking (-p, id) of ``_SupportRanking``): one sort of the
-    positive entries, then ranks and the tokens at ranks by searches, a fixed number of ops.
+    support, then ranks and the tokens at ranks by searches, a fixed number of ops.
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
-    token = token.expand(batch).reshape(-1)
+    rows = p if p.ndim == 2 else p.reshape(-1, vocab)
+    token = token.reshape(-1, 1) if token.shape == batch else token.expand(batch).reshape(-1, 1)
     k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
     k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
     if (n_before is None) != (n_after is None):  # one side per row, the other an int: per row both
         n_before = torch.full_like(token, k_before) if n_before is None else n_before
         n_after = torch.full_like(token, k_after) if n_after is None else n_after
-    ranking = _SupportRanking(p.reshape(-1, vocab))
-    index, valid = _window_members(ranking, token, ranking.rank(token), k_before, k_after, n_before, n_after)
+    ranking = _SupportRanking(rows)
+    index, valid = _window_members(ranking, token, ranking.rank(rows, token), k_before, k_after, n_before, n_after)
+    if p.ndim == 2:
+        return index, valid
     return index.reshape(*batch, -1), valid.reshape(*batch, -1)
 
 
@@ -340,9 +337,10 @@ class RankBinnedClusters:
     def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         size = self.group_size
         batch, vocab = p.shape[:-1], p.shape[-1]
-        token = token.expand(batch).reshape(-1)
-        ranking = _SupportRanking(p.reshape(-1, vocab))
-        rank = ranking.rank(token)
+        rows = p.reshape(-1, vocab)
+        token = token.expand(batch).reshape(-1, 1)
+        ranking = _SupportRanking(rows)
+        rank = ranking.rank(rows, token)
         offset = rank % size  # the bin is ranks [rank - offset, rank - offset + size - 1]
         k = min(size - 1, vocab - 1)
         index, valid = _window_members(ranking, token, rank, k, k, offset, size - 1 - offset)

@@ -35,6 +35,37 @@ def host_values(summary: list[Tensor]) -> list[float]:
     return torch.stack(summary).tolist() if summary else []
 
 
+_FEW = 4096  # up to this many values travel to the host as they are, without reductions
+
+
+def host_ranges(parts: list[Tensor]) -> list[tuple[float, float] | None]:
+    """(min, max) of each tensor, NaN if it holds a NaN, None if it is empty; one host sync
+    for all. Few values of 1-D tensors are read back as they are (one concatenation, no
+    per-tensor reductions); otherwise each is reduced on its device first."""
+    nan = float("nan")
+    ranges: list[tuple[float, float] | None] = []
+    if all(t.ndim == 1 for t in parts) and sum(t.numel() for t in parts) <= _FEW:
+        values = torch.cat(parts).tolist() if parts else []
+        for t in parts:
+            chunk, values = values[: t.numel()], values[t.numel():]
+            if not chunk:
+                ranges.append(None)
+            elif any(v != v for v in chunk):
+                ranges.append((nan, nan))
+            else:
+                ranges.append((min(chunk), max(chunk)))
+        return ranges
+    filled = [t for t in parts if t.numel()]
+    values = torch.stack([m for t in filled for m in torch.aminmax(t)]).tolist() if filled else []
+    for t in parts:
+        if t.numel():
+            ranges.append((values[0], values[1]))
+            values = values[2:]
+        else:
+            ranges.append(None)
+    return ranges
+
+
 def check_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
     if x.device != device:
         raise ValueError(f"{name} is on {x.device} but {reference} is on {device}: put them on one device")
@@ -51,25 +82,22 @@ def check_probability_tensor(x: object, name: str) -> Tensor:
     return x
 
 
-def probability_summary(x: Tensor) -> list[Tensor]:
-    """[smallest row sum, largest row sum, smallest entry] as 0-dim tensors (NaN propagates);
-    empty for a tensor without rows."""
-    if x.numel() == 0:
-        return []
-    low, high = torch.aminmax(x.sum(-1))
-    return [low, high, x.amin()]
+def probability_parts(x: Tensor) -> list[Tensor]:
+    """Row sums and row minima of ``x``, for ``host_ranges`` and ``judge_probabilities``."""
+    return [x.sum(-1), x.amin(-1)]
 
 
-def judge_probabilities(x: Tensor, name: str, values: list[float]) -> None:
-    """Raise the ``ValueError`` that ``probability_summary`` values show, if any."""
-    if not values:
+def judge_probabilities(x: Tensor, name: str, ranges: list[tuple[float, float] | None]) -> None:
+    """Raise the ``ValueError`` that the ranges of ``probability_parts`` show, if any."""
+    sums, minima = ranges
+    if sums is None:  # no rows
         return
-    low, high, entry_min = values
+    values = (*sums, minima[0])
     if not all(v == v and abs(v) != float("inf") for v in values):
         raise ValueError(f"{name} contains NaN or inf")
-    if entry_min < 0:
+    if minima[0] < 0:
         raise ValueError(f"{name} has negative entries: not a probability distribution")
-    worst = max(abs(low - 1), abs(high - 1))
+    worst = max(abs(sums[0] - 1), abs(sums[1] - 1))
     tol = _SUM_TOLERANCE.get(x.dtype, 1e-4)
     if worst > tol:
         made_in = _made_in(x)
@@ -94,7 +122,7 @@ def check_probabilities(x: Tensor, name: str) -> Tensor:
     """Check that ``x`` holds probability vectors over its last dimension and return it
     upcast to float32 or float64 (a new tensor is made only when the dtype changes)."""
     x = check_probability_tensor(x, name)
-    judge_probabilities(x, name, host_values(probability_summary(x)))
+    judge_probabilities(x, name, host_ranges(probability_parts(x)))
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
@@ -111,10 +139,9 @@ def check_pair(p: Tensor, q: Tensor, validate: bool = True) -> tuple[Tensor, Ten
     except RuntimeError:
         raise ValueError(f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}") from None
     if validate:
-        summary_p, summary_q = probability_summary(p), probability_summary(q)
-        values = host_values(summary_p + summary_q)
-        judge_probabilities(p, "p", values[: len(summary_p)])
-        judge_probabilities(q, "q", values[len(summary_p):])
+        ranges = host_ranges(probability_parts(p) + probability_parts(q))
+        judge_probabilities(p, "p", ranges[:2])
+        judge_probabilities(q, "q", ranges[2:])
     dtype = working_dtype(p, q)
     return p.to(dtype), q.to(dtype)
 
@@ -128,15 +155,12 @@ def check_token_tensor(tokens: Tensor | int, device: torch.device, name: str = "
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
     check_device(tokens, device, name)
-    return tokens.long()
+    return tokens if tokens.dtype == torch.int64 else tokens.long()
 
 
-def token_summary(tokens: Tensor) -> list[Tensor]:
-    return list(torch.aminmax(tokens)) if tokens.numel() else []
-
-
-def judge_tokens(values: list[float], vocab_size: int, name: str = "token") -> None:
-    if values and (values[0] < 0 or values[1] >= vocab_size):
+def judge_tokens(values: tuple[float, float] | None, vocab_size: int, name: str = "token") -> None:
+    """Raise unless the (min, max) of token ids lies in [0, vocab_size)."""
+    if values is not None and (values[0] < 0 or values[1] >= vocab_size):
         raise ValueError(
             f"{name} has ids out of range [0, {vocab_size}): min {int(values[0])}, max {int(values[1])}"
         )
@@ -148,7 +172,7 @@ def check_tokens(tokens: Tensor | int, vocab_size: int, name: str = "token", dev
     if device is None:
         device = tokens.device if isinstance(tokens, Tensor) else torch.device("cpu")
     tokens = check_token_tensor(tokens, device, name)
-    judge_tokens(host_values(token_summary(tokens)), vocab_size, name)
+    judge_tokens(host_ranges([tokens.reshape(-1)])[0], vocab_size, name)
     return tokens
 
 
@@ -163,8 +187,9 @@ def check_uniform_tensor(uniforms: object, shape: tuple[int, ...], device: torch
     return uniforms
 
 
-def judge_uniforms(values: list[float]) -> None:
-    if values and not (values[0] >= 0 and values[1] < 1):  # NaN fails both comparisons
+def judge_uniforms(values: tuple[float, float] | None) -> None:
+    """Raise unless the (min, max) of uniforms lies in [0, 1)."""
+    if values is not None and not (values[0] >= 0 and values[1] < 1):  # NaN fails both comparisons
         raise ValueError(f"uniforms must lie in [0, 1) and not be NaN: min {values[0]}, max {values[1]}")
 
 

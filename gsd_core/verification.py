@@ -16,6 +16,7 @@ as well (it rejects more and is lossy too). s must be finite and > 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -28,15 +29,14 @@ from ._validation import (
     check_token_tensor,
     check_tokens,
     check_uniform_tensor,
-    host_values,
+    host_ranges,
     judge_probabilities,
     judge_tokens,
     judge_uniforms,
-    probability_summary,
-    token_summary,
+    probability_parts,
     working_dtype,
 )
-from .grouping import ClusterRule, _group_sum, as_cluster_rule, rule_members
+from .grouping import ClusterRule, _arange, _group_sum, as_cluster_rule, rule_members
 
 RESIDUAL_MODES = ("token", "cluster")
 
@@ -82,12 +82,15 @@ def _partition_labels(rule: ClusterRule | None, p: Tensor) -> Tensor | None:
     return rule.partition_labels(p)
 
 
-def _residual(p: Tensor, q: Tensor, labels: Tensor | None) -> Tensor:
-    """norm((p - q)+), or with labels the cluster-exact residual; p where the residual mass is ~0."""
+def _residual(p: Tensor, q: Tensor, labels: Tensor | None, normalise: bool = True) -> Tensor:
+    """norm((p - q)+), or with labels the cluster-exact residual; p where the residual mass is
+    ~0. normalise=False (token level only): the weights (p - q)+ themselves, for sampling."""
     tiny = torch.finfo(p.dtype).eps
     if labels is None:
         excess = (p - q).clamp(min=0)
         mass = excess.sum(-1, keepdim=True)
+        if not normalise:
+            return torch.where(mass > tiny, excess, p)
         out = excess / mass.clamp(min=tiny)
     else:
         labels = labels.expand(torch.broadcast_shapes(p.shape, q.shape))
@@ -119,14 +122,19 @@ def residual_distribution(p: Tensor, q: Tensor, labels: Tensor | ClusterRule | N
 def _draw(dist: Tensor, uniform: Tensor) -> Tensor:
     """Inverse-CDF draw without checks: the first y with cdf(y) > u * total, the target kept
     below the total so that rounding never passes the last positive weight; always in
-    [0, V), whatever the row holds (a NaN row gives some id in range, no sync)."""
+    [0, V), whatever the row holds (a NaN row gives some id in range, no sync).
+    dist: [..., V]; uniform: [..., 1] (the shape of the total). Returns int64 [..., 1]."""
     cdf = dist.cumsum(-1)
     total = cdf[..., -1:]
     if uniform.dtype != cdf.dtype:
         uniform = uniform.to(cdf.dtype)
-    target = torch.minimum(uniform.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
-    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    return index.clamp_(max=dist.shape[-1] - 1)
+    target = torch.minimum(uniform * total, torch.nextafter(total, _zero(cdf.dtype, cdf.device)))
+    return torch.searchsorted(cdf, target, right=True).clamp_(max=dist.shape[-1] - 1)
+
+
+@lru_cache(maxsize=16)
+def _zero(dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.zeros((), dtype=dtype, device=device)
 
 
 def sample_categorical(dist: Tensor, uniform: Tensor, *, validate: bool = True) -> Tensor:
@@ -144,16 +152,14 @@ def sample_categorical(dist: Tensor, uniform: Tensor, *, validate: bool = True) 
     if not isinstance(uniform, Tensor) or not uniform.is_floating_point():
         raise ValueError("uniform must be a floating-point tensor of U[0, 1) draws")
     check_device(uniform, dist.device, "uniform", "dist")
-    index = _draw(dist, uniform)
+    index = _draw(dist, uniform.unsqueeze(-1)).squeeze(-1)
     if validate and dist.numel():
-        total_low, total_high, entry_min, u_low, u_high = host_values(
-            [*torch.aminmax(dist.sum(-1)), dist.amin(), *torch.aminmax(uniform)]
-            if uniform.numel() else [*torch.aminmax(dist.sum(-1)), dist.amin(), dist.new_zeros(()), dist.new_zeros(())])
-        if not all(v == v and abs(v) != float("inf") for v in (total_low, total_high, entry_min)):
+        sums, minima, u_range = host_ranges([dist.sum(-1).reshape(-1), dist.amin(-1).reshape(-1), uniform.reshape(-1)])
+        if not all(v == v and abs(v) != float("inf") for v in (*sums, *minima)):
             raise ValueError("dist contains NaN or inf: cannot sample")
-        if entry_min < 0 or total_low <= 0:
+        if minima[0] < 0 or sums[0] <= 0:
             raise ValueError("dist must hold weights >= 0 with a positive total in every row")
-        judge_uniforms([u_low, u_high])
+        judge_uniforms(u_range)
     return index
 
 
@@ -258,16 +264,12 @@ def verify(
     batch, window, has_bonus = _check_verify_inputs(p, q, draft_tokens, uniforms, generator)
     vocab = p.shape[-1]
     if validate:
-        summary_p, summary_q = probability_summary(p), probability_summary(q)
-        summary_d = token_summary(draft_tokens)
-        summary_u = [] if uniforms is None or uniforms.numel() == 0 else list(torch.aminmax(uniforms))
-        values = host_values(summary_p + summary_q + summary_d + summary_u)
-        judge_probabilities(p, "p", values[: len(summary_p)])
-        values = values[len(summary_p):]
-        judge_probabilities(q, "q", values[: len(summary_q)])
-        values = values[len(summary_q):]
-        judge_tokens(values[: len(summary_d)], vocab, "draft_tokens")
-        judge_uniforms(values[len(summary_d):])
+        parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
+        ranges = host_ranges(parts + ([] if uniforms is None else [uniforms]))  # the one sync
+        judge_probabilities(p, "p", ranges[0:2])
+        judge_probabilities(q, "q", ranges[2:4])
+        judge_tokens(ranges[4], vocab, "draft_tokens")
+        judge_uniforms(ranges[5] if uniforms is not None else None)
     dtype = working_dtype(p, q)
     p = p if p.dtype == dtype else p.to(dtype)
     q = q if q.dtype == dtype else q.to(dtype)
@@ -289,38 +291,41 @@ def verify(
     if window == 0:
         return _verify_empty_window(p, uniforms, has_bonus)
     accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule), scale)
-    accepted = uniforms[..., :window] < accept_probs
-    num_accepted = accepted.cumprod(-1).sum(-1)  # the leading run of acceptances (int64)
+    # The leading run of acceptances, [..., 1] (int64).
+    at = (uniforms[..., :window] < accept_probs).cumprod(-1).sum(-1, keepdim=True)
     if stop_early:  # report only positions up to the first rejection
-        positions = torch.arange(window, device=p.device)
-        accept_probs = torch.where(positions <= num_accepted.unsqueeze(-1), accept_probs, torch.nan)
+        accept_probs = torch.where(_arange(window, p.device) <= at, accept_probs, torch.nan)
 
-    # The row where the window stops: the first rejection (or, if all accepted, the bonus row).
-    stop = num_accepted.clamp(max=window - 1)[..., None, None].expand(*batch, 1, vocab)
-    p_stop, q_stop = p.gather(-2, stop).squeeze(-2), q.gather(-2, stop).squeeze(-2)
-    labels = None
+    # The row where the window stops, [..., 1, V]: the first rejection, or the bonus row when
+    # all L are accepted (its draft row counts as q = 0, so the excess below is p_L itself).
+    last_draft = at.clamp(max=window - 1)
+    p_stop = _rows(p, at if has_bonus else last_draft)
+    q_stop = _rows(q, last_draft)
+    if has_bonus:
+        q_stop = q_stop * (at < window).unsqueeze(-1) if batch else q_stop * (at < window)
     if residual == "cluster" and rule is not None:
-        labels = rule.partition_labels(p_stop)
-    dist = _residual(p_stop, q_stop, labels)
-    all_accepted = num_accepted == window
-    if has_bonus:
-        dist = torch.where(all_accepted.unsqueeze(-1), p[..., window, :], dist)
-    new_token = _draw(dist, uniforms[..., window])
+        dist = _residual(p_stop, q_stop, rule.partition_labels(p_stop))
+    else:  # (p - q)+, sampled unnormalised; p where the excess mass is ~0
+        dist = _residual(p_stop, q_stop, None, normalise=False)
+    u_stop = uniforms[..., window:]
+    new_token = _draw(dist, u_stop.unsqueeze(-1) if batch else u_stop).view(*batch, 1)
 
-    # Emitted: drafts before the stop, the new token at it (unless all accepted without a
-    # bonus row), -1 after.
-    at = num_accepted.unsqueeze(-1)
-    positions = torch.arange(window + 1, device=p.device)
-    padded = torch.cat([draft_tokens, new_token.unsqueeze(-1)], -1)
-    if has_bonus:
-        num_emitted = num_accepted + 1
-        tokens = torch.where(positions < at, padded, torch.where(positions == at, new_token.unsqueeze(-1), -1))
-    else:
-        emits_extra = ~all_accepted
-        num_emitted = num_accepted + emits_extra
-        new_or_none = torch.where(emits_extra, new_token, -1).unsqueeze(-1)
-        tokens = torch.where(positions < at, padded, torch.where(positions == at, new_or_none, -1))
+    # Emitted: drafts before the stop, the new token at it (unless all L were accepted
+    # without a bonus row), -1 after.
+    if not has_bonus:
+        new_token = torch.where(at < window, new_token, -1)
+    tokens = torch.cat([draft_tokens, new_token], -1).scatter(-1, at, new_token)
+    tokens = torch.where(_arange(window + 1, p.device) <= at, tokens, -1)
+    num_accepted = at.view(batch)
+    num_emitted = num_accepted + 1 if has_bonus else num_accepted + (num_accepted < window)
     return VerifyResult(num_accepted, tokens, num_emitted, accept_probs)
+
+
+def _rows(x: Tensor, index: Tensor) -> Tensor:
+    """Row ``index`` [..., 1] of x [..., R, V] for every batch entry: [..., 1, V]."""
+    if x.ndim == 2:  # one window: indexing with a one-element index (no sync)
+        return x[index]
+    return x.take_along_dim(index.unsqueeze(-1), -2)
 
 
 def _verify_empty_window(p: Tensor, uniforms: Tensor, has_bonus: bool) -> VerifyResult:
@@ -330,5 +335,5 @@ def _verify_empty_window(p: Tensor, uniforms: Tensor, has_bonus: bool) -> Verify
     empty = torch.empty(*batch, 0, dtype=p.dtype, device=p.device)
     if not has_bonus:
         return VerifyResult(zeros, torch.full((*batch, 1), -1, device=p.device), zeros, empty)
-    token = _draw(p[..., 0, :], uniforms[..., 0])
-    return VerifyResult(zeros, token.unsqueeze(-1), zeros + 1, empty)
+    token = _draw(p[..., 0, :], uniforms[..., 0:1])
+    return VerifyResult(zeros, token, zeros + 1, empty)

@@ -80,14 +80,15 @@ class _SupportRanking:
 
     def __init__(self, p: Tensor) -> None:
         vocab = p.shape[-1]
-        self.count = (p > 0).sum(-1, keepdim=True)  # S_i [N, 1]
+        self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
         width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
         top = torch.topk(p, width, dim=-1, sorted=False)
         ids, by_id = torch.where(top.values > 0, top.indices, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
         order = top.values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
         self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
-        self.position_rank = order.argsort(-1)  # rank of the id at each position of ``ids``
+        # Rank of the id at each position of ``ids`` (the inverse permutation of ``order``).
+        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, p.device))
         # #zeros before each positive id: non-decreasing over the support; the pads after it
         # (V + K - k > V) exceed every zero count, so searches stay exact.
         self.zeros_before = ids - _arange(width, p.device)
@@ -112,6 +113,12 @@ class _SupportRanking:
 @lru_cache(maxsize=64)
 def _arange(n: int, device: torch.device) -> Tensor:
     return torch.arange(n, device=device)
+
+
+@lru_cache(maxsize=64)
+def _arange_rows(rows: int, n: int, device: torch.device) -> Tensor:
+    """0 .. n - 1 in each of ``rows`` rows (materialised: ``scatter_`` takes no broadcast source)."""
+    return torch.arange(n, device=device).repeat(rows, 1)
 
 
 def _window_members(

@@ -71,7 +71,7 @@ class _SupportRanking:
     """The probability ranking of each row of p [N, V], read off one sort of its support.
 
     The K = max_i S_i largest entries of every row (S_i = #{y : p_i(y) > 0}; one host sync
-    reads K) hold each row's whole support. They are put in id order (entries with p = 0
+    reads K) hold each row's whole support (when 2K > V the whole rows are sorted instead). They are put in id order (entries with p = 0
     moved past the end as id V + K), then stably sorted by p descending: within the support
     that is the ranking (-p, id), exact under ties. Tokens with p = 0 rank after every
     positive one, in id order, so their ranks follow by counting: the m-th zero of a row
@@ -82,6 +82,15 @@ class _SupportRanking:
         vocab = p.shape[-1]
         self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
         width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
+        self.vocab, self.width = vocab, width
+        # A support wider than half the vocabulary: one stable sort of the whole rows is cheaper
+        # than top-K and two sorts, and ranks the zeros too (ties at 0 stay in id order).
+        self.dense = 2 * width > vocab
+        if self.dense:
+            self.ranked_ids = torch.sort(p, dim=-1, descending=True, stable=True).indices
+            self.position_rank = torch.empty_like(self.ranked_ids).scatter_(
+                -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
+            return
         top = torch.topk(p, width, dim=-1, sorted=False)
         ids, by_id = torch.where(top.values > 0, top.indices, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
@@ -92,10 +101,11 @@ class _SupportRanking:
         # #zeros before each positive id: non-decreasing over the support; the pads after it
         # (V + K - k > V) exceed every zero count, so searches stay exact.
         self.zeros_before = ids - _arange(width, p.device)
-        self.vocab, self.width = vocab, width
 
     def rank(self, p: Tensor, token: Tensor) -> Tensor:
         """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
+        if self.dense:
+            return self.position_rank.gather(-1, token)
         below = torch.searchsorted(self.ids, token)  # positive ids < x (x's position if positive)
         positive = p.gather(-1, token) > 0
         ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))
@@ -104,6 +114,8 @@ class _SupportRanking:
 
     def tokens_at(self, rank: Tensor) -> Tensor:
         """Token of each rank in [0, V): rank [N, M] -> ids [N, M]."""
+        if self.dense:
+            return self.ranked_ids.gather(-1, rank)
         nth_zero = rank - self.count
         zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
         support_id = self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1))
@@ -309,9 +321,18 @@ class DynamicClusters:
             ranking = p
         half = self.group_size // 2
         index, keep = rank_window_members(ranking, token, half, half)
+        if self.max_prob_gap is not None or self.max_embedding_distance is not None:
+            keep = self._filter(p, token.expand(p.shape[:-1]).unsqueeze(-1), index.unsqueeze(-2),
+                                keep.unsqueeze(-2)).squeeze(-2)
+        # The token passes both filters (gap 0, distance 0), so it always stays in its cluster.
+        return index, keep
+
+    def _filter(self, p: Tensor, token: Tensor, index: Tensor, keep: Tensor) -> Tensor:
+        """Apply the gap and embedding filters: p [..., V], token [..., T], index / keep [..., T, M]."""
         if self.max_prob_gap is not None:
-            px = p.gather(-1, token.unsqueeze(-1))
-            keep = keep & ((p.gather(-1, index) - px).abs() <= self.max_prob_gap)
+            px = p.gather(-1, token).unsqueeze(-1)
+            py = p.gather(-1, index.flatten(-2)).view(index.shape)
+            keep = keep & ((py - px).abs() <= self.max_prob_gap)
         if self.max_embedding_distance is not None:
             emb = self.embeddings
             if emb.shape[0] < p.shape[-1]:
@@ -319,8 +340,32 @@ class DynamicClusters:
             emb = emb.to(device=p.device)
             diff = emb[index].to(torch.float64) - emb[token].to(torch.float64).unsqueeze(-2)
             keep = keep & (diff.square().sum(-1) <= self.max_embedding_distance)
-        # The token passes both filters (gap 0, distance 0), so it always stays in its cluster.
-        return index, keep
+        return keep
+
+    def all_token_masses(self, p: Tensor, q: Tensor, chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
+        """p(C(x)) and q(C(x)) for every token x at once: [N, V] x 2 for rows p, q [N, V].
+
+        One ranking (one sort of the support) per row, then the windows of all V tokens in
+        chunks of tokens, so memory is O(N V G) at most ``chunk_elements`` at a time, never
+        [V, V] (``acceptance_rate`` at V = 65536)."""
+        ranking_rows = q if self.rank_by == "q" else p
+        n, vocab = p.shape
+        half = min(self.group_size // 2, vocab - 1)
+        ranking = _SupportRanking(ranking_rows)
+        offsets = _window_offsets(half, half, p.device)
+        width = offsets.numel() * (self.embeddings.shape[-1] if self.max_embedding_distance is not None else 1)
+        step = max(1, chunk_elements // max(1, n * width))
+        p_mass, q_mass = torch.empty_like(p), torch.empty_like(q)
+        for start in range(0, vocab, step):  # chunks of tokens, not a loop over single tokens
+            token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1)
+            ranks = ranking.rank(ranking_rows, token).unsqueeze(-1) + offsets  # [N, T, M]
+            clipped = ranks.clamp(0, vocab - 1)
+            keep = clipped == ranks
+            index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
+            keep = self._filter(p, token, index, keep)
+            p_mass[:, start: start + step] = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+            q_mass[:, start: start + step] = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+        return p_mass, q_mass
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def rank_window_members(
     index, valid = _window_members(ranking, token, ranking.rank(rows, token), k_before, k_after, n_before, n_after)
     if p.ndim == 2:
         return index, valid
-    return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+    return index.reshape(*batch, index.shape[-1]), valid.reshape(*batch, valid.shape[-1])
 
 
 def _members_to_mask(index: Tensor, valid: Tensor, shape: torch.Size) -> Tensor:
@@ -396,7 +396,7 @@ class RankBinnedClusters:
         offset = rank % size  # the bin is ranks [rank - offset, rank - offset + size - 1]
         k = min(size - 1, vocab - 1)
         index, valid = _window_members(ranking, token, rank, k, k, offset, size - 1 - offset)
-        return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+        return index.reshape(*batch, index.shape[-1]), valid.reshape(*batch, valid.shape[-1])
 
 
 def as_cluster_rule(clusters: object, vocab_size: int) -> ClusterRule | None:

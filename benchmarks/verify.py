@@ -9,12 +9,16 @@ vocabulary, slices the draft's rank window, and tests u < min(1, p(C)/q(C)); at 
 rejection it resamples from norm((p - q)+) and stops. Both get the same uniforms; the script
 checks that they take the same decisions and emit the same tokens, then prints the times
 (median over repeats) and the ratios, for ``verify`` as it is called by default (all L
-acceptance probabilities, inputs validated) and with ``stop_early=True`` (positions in rounds
-0, 1-2, 3-6, ..., each only if all before it were accepted: the reference loop also stops at
-the first rejection), also
-without input validation (``validate=False``, for callers that guarantee valid inputs). The
-loop's cost grows with the number of positions it visits (one sort of the window per
-position), ``verify``'s does not, so the speed-up of a window grows with its accepted count.
+acceptance probabilities, inputs validated), with ``stop_early=True`` (the same single pass,
+accept_probs reported up to the first rejection) and without input validation
+(``validate=False``, for callers that guarantee valid inputs). The loop's cost grows with the
+number of positions it visits (one sort of the window per position), ``verify``'s does not,
+so the speed-up of a window grows with its accepted count.
+
+Before timing, it counts per window kind what a GPU pays per call: top-level aten ops (each a
+kernel launch or a view; torch.profiler) and host syncs (``aten::_local_scalar_dense`` from
+item/int/bool, ``nonzero``, and ``Tensor.tolist`` calls), for the default call and without
+validation. Issue 12's bounds: at most 80 ops and 3 syncs.
 
 Two draft scenarios: "random-init" (SJD's random initialisation: q one-hot on a uniformly
 drawn image token, so most drafts have p(x) = 0 after top-k) and "jacobi" (drafts sampled from
@@ -28,10 +32,12 @@ Run: python benchmarks/verify.py [--dtype float64|float32] [--windows N] [--repe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from gsd_core import DynamicClusters, sample_categorical, verify
 
@@ -94,6 +100,35 @@ def released_style_verify(
     return window, emitted
 
 
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_numpy")
+
+
+@contextlib.contextmanager
+def counted_tolist(counter: list[int]):
+    """Count ``Tensor.tolist`` calls (a device-to-host read the profiler does not name)."""
+    real = torch.Tensor.tolist
+
+    def tolist(self):
+        counter.append(1)
+        return real(self)
+
+    torch.Tensor.tolist = tolist
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = real
+
+
+def ops_and_syncs(fn) -> tuple[int, int]:
+    """Top-level aten ops of one call of ``fn`` and its host syncs."""
+    reads: list[int] = []
+    with profile(activities=[ProfilerActivity.CPU]) as prof, counted_tolist(reads):
+        fn()
+    events = prof.events()
+    top = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
+    return len(top), sum(e.name in SYNC_OPS for e in events) + len(reads)
+
+
 def interleaved_times(functions: dict[str, object], repeats: int, inner: int) -> dict[str, float]:
     """Median seconds per call of each function, timed in turns (each repetition calls every
     function, the fast ones ``inner`` times) so that load changes on a shared machine hit all
@@ -130,6 +165,17 @@ def main() -> None:
         "early": {"stop_early": True},
         "early-nv": {"stop_early": True, "validate": False},
     }
+    counts_gen = torch.Generator().manual_seed(args.seed + 1)
+    print("per window, one call: top-level aten ops / host syncs (bounds: 80 / 3)")
+    for scenario in ("random-init", "jacobi"):
+        p, q, drafts, uniforms = make_case(scenario, dtype, counts_gen)
+        row = []
+        for name, kwargs in (("default", {}), ("validate=False", {"validate": False})):
+            call = lambda kw=kwargs: verify(p, q, drafts, rule, uniforms=uniforms, **kw)  # noqa: E731
+            call()  # warm the cached index tensors, as in a decoding loop
+            ops, syncs = ops_and_syncs(call)
+            row.append(f"{name}: {ops} ops, {syncs} syncs")
+        print(f"  {scenario:<12} " + "; ".join(row))
     print("columns: ms per window (median of repeats); speed-up = loop time / verify time")
     print(f"{'scenario':<12} {'win':>3} {'acc':>3} {'p(x)=0':>6} " + " ".join(f"{v:>9}" for v in variants)
           + f" {'loop':>8} " + " ".join(f"{'x ' + v:>10}" for v in variants) + "  same")

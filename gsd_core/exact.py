@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from ._validation import check_acceptance_scale, check_pair
-from .grouping import ClusterRule, _group_sum, as_cluster_rule, rule_members
+from .grouping import ClusterRule, DynamicClusters, _group_sum, as_cluster_rule, rule_members
 from .verification import RESIDUAL_MODES, _partition_labels, _ratio, _residual
 
 
@@ -17,8 +17,8 @@ def token_accept_probabilities(
     """a(x) = min(1, s * p(C(x)) / q(C(x))) for every token x at once: [..., V] -> [..., V].
 
     s = acceptance_scale (1: the exact rule). Partitions go through cluster masses
-    (O(V log V)); other rules enumerate C(x) for all x (O(V^2) memory: meant for analysis at
-    small V). p, q must already share one shape and dtype (as ``acceptance_rate`` makes them).
+    (O(V log V)); ``DynamicClusters`` ranks each row once and windows all tokens in chunks
+    (O(V G) memory); other rules enumerate C(x) for all x (O(V^2) memory: small V only). p, q must already share one shape and dtype (as ``acceptance_rate`` makes them).
     """
     scale = check_acceptance_scale(acceptance_scale)
     if rule is None:
@@ -27,6 +27,10 @@ def token_accept_probabilities(
         labels = rule.partition_labels(p).expand(p.shape)
         ratio = _ratio(_group_sum(p, labels), _group_sum(q, labels), scale)
         return ratio.gather(-1, labels)
+    if isinstance(rule, DynamicClusters):  # O(V G) memory: one ranking per row, windows in chunks
+        p_rows, q_rows = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
+        p_mass, q_mass = rule.all_token_masses(p_rows, q_rows)
+        return _ratio(p_mass, q_mass, scale).view(p.shape)
     vocab = p.shape[-1]
     p_all = p.unsqueeze(-2).expand(*p.shape[:-1], vocab, vocab)
     q_all = q.unsqueeze(-2).expand(*q.shape[:-1], vocab, vocab)

@@ -3,10 +3,10 @@
 
 The probability ranking used everywhere orders the vocabulary by p descending, ties broken by
 the smaller token id first: token y precedes token z iff (-p(y), y) < (-p(z), z). The rank of
-a token is the number of tokens that precede it. Rank windows are selected in O(V) per row
-without sorting, or, for few rows of a small vocabulary (``_use_sort``), where its few ops
-are cheaper, read off one stable sort per row; both are exact under ties and give the same
-members.
+a token is the number of tokens that precede it. Rank windows are read off one stable sort
+of the support (``_SupportRanking``: the top-K entries, K the largest support of a row;
+tokens with p = 0 are ranked by counting), a fixed number of ops for any number of rows,
+exact under ties.
 """
 
 from __future__ import annotations
@@ -67,293 +67,114 @@ def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tenso
     return _members_to_mask(index, valid, p.shape)
 
 
-def _nth_in_mask(counts: Tensor, nth: Tensor) -> Tensor:
-    """Index of the nth True entry (1-based) of each row, given ``counts`` = mask.cumsum(-1).
+class _SupportRanking:
+    """The probability ranking of each row of p [N, V], read off one sort of its support.
 
-    counts: [N, V] int32 (non-decreasing); nth: [N, K] >= 1. The nth True entry is the first
-    position where the running count reaches nth, found by binary search: O(K log V)."""
-    found = torch.searchsorted(counts, nth.to(counts.dtype).contiguous())
-    return found.clamp(max=counts.shape[-1] - 1)
+    The K = max_i S_i largest entries of every row (S_i = #{y : p_i(y) > 0}; one host sync
+    reads K) hold each row's whole support (when 2K > V the whole rows are sorted instead). They are put in id order (entries with p = 0
+    moved past the end as id V + K), then stably sorted by p descending: within the support
+    that is the ranking (-p, id), exact under ties. Tokens with p = 0 rank after every
+    positive one, in id order, so their ranks follow by counting: the m-th zero of a row
+    (0-based) is z = m + #{positive y < z}. Cost: O(N V) for the selection, O(N K log K)
+    for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
 
+    def __init__(self, p: Tensor) -> None:
+        vocab = p.shape[-1]
+        self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
+        width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
+        self.vocab, self.width = vocab, width
+        # A support wider than half the vocabulary: one stable sort of the whole rows is cheaper
+        # than top-K and two sorts, and ranks the zeros too (ties at 0 stay in id order).
+        self.dense = 2 * width > vocab
+        if self.dense:
+            self.ranked_ids = torch.sort(p, dim=-1, descending=True, stable=True).indices
+            self.position_rank = torch.empty_like(self.ranked_ids).scatter_(
+                -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
+            return
+        top = torch.topk(p, width, dim=-1, sorted=False)
+        ids, by_id = torch.where(top.values > 0, top.indices, vocab + width).sort(-1)
+        self.ids = ids  # positive ids ascending, then V + K: [N, K]
+        order = top.values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
+        self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
+        # Rank of the id at each position of ``ids`` (the inverse permutation of ``order``).
+        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, p.device))
+        # #zeros before each positive id: non-decreasing over the support; the pads after it
+        # (V + K - k > V) exceed every zero count, so searches stay exact.
+        self.zeros_before = ids - _arange(width, p.device)
 
-def _tied_members(
-    tie: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Tokens sharing p(x) sit right next to x in the ranking, ordered by id: those with a
-    smaller id just before it (nearest = largest such id), those with a larger id just after.
+    def rank(self, p: Tensor, token: Tensor) -> Tensor:
+        """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
+        if self.dense:
+            return self.position_rank.gather(-1, token)
+        below = torch.searchsorted(self.ids, token)  # positive ids < x (x's position if positive)
+        positive = p.gather(-1, token) > 0
+        ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))
+        # A zero-probability x follows all S_i positive tokens and the zeros with smaller ids.
+        return torch.where(positive, ranked, self.count + token - below)
 
-    tie: [N, V] bool (p == p(x)). Returns indices and validity [N, k_before] (before, nearest
-    first) and [N, k_after] (after, nearest first)."""
-    counts = tie.cumsum(-1, dtype=torch.int32)
-    own = counts.gather(-1, token.unsqueeze(-1)).long()  # 1-based position of x among its ties
-    total = counts[:, -1:].long()
-    step_b = torch.arange(1, k_before + 1, device=tie.device)
-    step_a = torch.arange(1, k_after + 1, device=tie.device)
-    nth_b, nth_a = own - step_b, own + step_a
-    ok_b = (nth_b >= 1) & (step_b <= n_before.unsqueeze(-1))
-    ok_a = (nth_a <= total) & (step_a <= n_after.unsqueeze(-1))
-    idx_b = _nth_in_mask(counts, nth_b.clamp(min=1))
-    idx_a = _nth_in_mask(counts, torch.minimum(nth_a, total))
-    return idx_b, ok_b, idx_a, ok_a
-
-
-def _strict_members(p: Tensor, px: Tensor, count: Tensor, k: int, above: bool) -> tuple[Tensor, Tensor]:
-    """The ``count`` tokens nearest to x in the ranking among those with p strictly above
-    (or below) p(x), nearest first: one top-k, exact under ties.
-
-    Above x, nearer means a smaller p and, among equal p, a larger id; below x, a larger p and,
-    among equal p, a smaller id. top-k picks an arbitrary subset of a tied value, so a row
-    whose selection ends inside a run of equal values gets that run's slots re-chosen by id.
-    p: [N, V]; px: [N, 1]; count: [N] <= k. Returns indices, validity [N, k]."""
-    vocab = p.shape[-1]
-    k_plus = min(k + 1, vocab)
-    fill = torch.inf if above else -torch.inf
-    candidates = torch.where(p > px, p, fill) if above else torch.where(p < px, p, fill)
-    values, index = torch.topk(candidates, k_plus, dim=-1, largest=not above, sorted=True)
-    del candidates
-    position = torch.arange(k_plus, device=p.device)
-    chosen = position < count.unsqueeze(-1)
-    valid = torch.isfinite(values) & chosen
-    # Boundary value t of the selection, and whether more tokens share t than were chosen.
-    last = values.gather(-1, (count - 1).clamp(min=0, max=k_plus - 1).unsqueeze(-1))
-    first_out = values.gather(-1, count.clamp(max=k_plus - 1).unsqueeze(-1))
-    first_out, last = first_out.squeeze(-1), last.squeeze(-1)
-    straddles = (count > 0) & (count < k_plus) & torch.isfinite(first_out) & (last == first_out)
-    if bool(straddles.any()):
-        rows = straddles.nonzero(as_tuple=True)[0]
-        t = last[rows].unsqueeze(-1)
-        at_t = p[rows] == t
-        counts = at_t.to(torch.int32).cumsum(-1, dtype=torch.int32)
-        total = counts[:, -1:].long()
-        in_run = (values[rows] == t) & chosen[rows]
-        start = (chosen[rows] & ~in_run).sum(-1, keepdim=True)  # slots before the run of t
-        need = in_run.sum(-1, keepdim=True)
-        step = position - start  # i-th slot of the run
-        # Above x the run is entered from its largest id; below x from its smallest.
-        nth = (total - step) if above else (1 + step)
-        ids = _nth_in_mask(counts, nth.clamp(min=1, max=vocab))
-        index[rows] = torch.where((step >= 0) & (step < need), ids, index[rows])
-    return index[..., :k], valid[..., :k]
+    def tokens_at(self, rank: Tensor) -> Tensor:
+        """Token of each rank in [0, V): rank [N, M] -> ids [N, M]."""
+        if self.dense:
+            return self.ranked_ids.gather(-1, rank)
+        nth_zero = rank - self.count
+        zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
+        support_id = self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1))
+        return torch.where(nth_zero < 0, support_id, zero_id)
 
 
-def _window_side(
-    p: Tensor, px: Tensor, count: Tensor, k: int, tied_index: Tensor | None, tied_ok: Tensor | None, above: bool
-) -> tuple[Tensor, Tensor]:
-    """One side of the rank window, nearest first: tied tokens, then strict ones. [N, k] each."""
-    n = p.shape[0]
-    slot = torch.arange(k, device=p.device)
-    used = tied_ok.sum(-1) if tied_ok is not None else torch.zeros(n, dtype=torch.long, device=p.device)
-    rest = (count - used).clamp(min=0)
-    strict_index = torch.zeros(n, k, dtype=torch.long, device=p.device)
-    strict_ok = torch.zeros(n, k, dtype=torch.bool, device=p.device)
-    need = rest > 0
-    if bool(need.any()):
-        if bool(need.all()):
-            strict_index, strict_ok = _strict_members(p, px, rest, k, above)
-        else:
-            rows = need.nonzero(as_tuple=True)[0]
-            strict_index[rows], strict_ok[rows] = _strict_members(
-                p.index_select(0, rows), px[rows], rest[rows], k, above
-            )
-    if tied_ok is None:
-        return strict_index, strict_ok
-    # Slot j holds the j-th tied token while those last, then the (j - used)-th strict one.
-    from_strict = (slot - used.unsqueeze(-1)).clamp(min=0)
-    is_tied = slot < used.unsqueeze(-1)
-    index = torch.where(is_tied, tied_index, strict_index.gather(-1, from_strict))
-    ok = torch.where(is_tied, tied_ok, strict_ok.gather(-1, from_strict))
-    return index, ok
+@lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device)
 
 
-# Ties of p(x) are first looked for among the ids within this distance of x (cheap gathers);
-# only rows where that neighbourhood does not settle the window scan the whole row.
-_LOCAL_REACH = 64
+@lru_cache(maxsize=64)
+def _arange_rows(rows: int, n: int, device: torch.device) -> Tensor:
+    """0 .. n - 1 in each of ``rows`` rows (materialised: ``scatter_`` takes no broadcast source)."""
+    return torch.arange(n, device=device).repeat(rows, 1)
 
 
-def _local_tied_side(
-    p: Tensor, px: Tensor, token: Tensor, count: Tensor, k: int, reach: int, after: bool
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Tied tokens nearest to x on one side, searched among ids x -+ 1..reach only.
-
-    Returns indices, validity [N, k] (nearest first) and a per-row flag ``complete``: True
-    where the neighbourhood already holds ``count`` ties or reaches the end of the vocabulary,
-    so no tie farther away can be among the nearest."""
-    vocab = p.shape[-1]
-    offsets = torch.arange(1, reach + 1, device=p.device)
-    ids = token.unsqueeze(-1) + offsets if after else token.unsqueeze(-1) - offsets
-    inside = (ids < vocab) if after else (ids >= 0)
-    tie = (p.gather(-1, ids.clamp(0, vocab - 1)) == px) & inside
-    counts = tie.to(torch.int32).cumsum(-1, dtype=torch.int32)
-    found = counts[:, -1].long()
-    edge = (token + reach >= vocab - 1) if after else (token - reach <= 0)
-    complete = (found >= count) | edge
-    step = torch.arange(1, k + 1, device=p.device)
-    ok = (step <= found.unsqueeze(-1)) & (step <= count.unsqueeze(-1))
-    index = ids.gather(-1, _nth_in_mask(counts, step.expand(ids.shape[0], k)))
-    return index, ok, complete
-
-
-def _window_generic(
-    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Both sides of the rank window, nearest first, for rows p [N, V] whose columns are in id
-    order: ties of p(x) by one cumulative count over the row, the rest by ``_window_side``.
-    Returns column indices and validity, [N, k_before] and [N, k_after]."""
-    tb, ok_tb, ta, ok_ta = _tied_members(p == px, token, n_before, n_after, k_before, k_after)
-    idx_b, ok_b = _window_side(p, px, n_before, k_before, tb, ok_tb, above=True)
-    idx_a, ok_a = _window_side(p, px, n_after, k_after, ta, ok_ta, above=False)
-    return idx_b, ok_b, idx_a, ok_a
-
-
-def _smallest_zero_ids(p: Tensor, count: int) -> tuple[Tensor, Tensor]:
-    """The ``count`` smallest ids y with p(y) = 0 in each row of p [N, V], and their validity.
-    Looked for among the first ids first; rows without enough zeros there scan the whole row."""
-    vocab = p.shape[-1]
-    reach = min(vocab, max(_LOCAL_REACH, 2 * count))
-    zero = p[:, :reach] == 0
-    counts = zero.cumsum(-1, dtype=torch.int32)
-    if reach < vocab and bool((counts[:, -1] < count).any()):
-        counts = (p == 0).cumsum(-1, dtype=torch.int32)
-    step = torch.arange(1, count + 1, device=p.device)
-    return _nth_in_mask(counts, step.expand(p.shape[0], count)), step <= counts[:, -1:].long()
-
-
-_BLOCK = 64  # ids per block when packing the support of a sparse p
-
-
-def _window_sparse(
-    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
-    """``_window_generic`` for rows with p(x) > 0 whose support is small (p after top-k).
-
-    The blocks of ``_BLOCK`` consecutive ids that hold a positive entry (found by one max per
-    block) are packed, in id order, into [N, W] and the window is found there. Entries with
-    p = 0 become pads with value -1: below every real token and tied among themselves. Tokens
-    with p = 0 rank last, by id, so pad slots chosen below x are replaced by the smallest ids
-    where p = 0, in order. Returns None when the packed rows would not be much narrower."""
-    n, vocab = p.shape
-    head = vocab - vocab % _BLOCK
-    block_has = p[:, :head].reshape(n, head // _BLOCK, _BLOCK).amax(-1) > 0
-    rows, blocks = block_has.nonzero(as_tuple=True)
-    per_row = torch.bincount(rows, minlength=n)
-    width_blocks = int(per_row.max().item()) if rows.numel() else 0
-    width = width_blocks * _BLOCK + (vocab - head) + k_after + 1  # + tail ids + room for pads
-    if width > vocab // 4:
-        return None
-    slot = torch.arange(rows.numel(), device=p.device) - (per_row.cumsum(0) - per_row)[rows]
-    first_ids = torch.full((n, width_blocks), vocab, dtype=torch.long, device=p.device)
-    first_ids[rows, slot] = blocks * _BLOCK
-    # Empty block slots get ids >= V: like the pads below, they are no token.
-    block_ids = first_ids.unsqueeze(-1) + torch.arange(_BLOCK, device=p.device)
-    tail = torch.arange(head, vocab, device=p.device).expand(n, vocab - head)
-    pads = torch.full((n, k_after + 1), vocab, dtype=torch.long, device=p.device)
-    # Real ids appear in increasing order (blocks, then the tail); ids >= V mark empty slots.
-    ids = torch.cat([block_ids.reshape(n, -1), tail, pads], -1)
-    values = p.gather(-1, ids.clamp(max=vocab - 1))
-    values = torch.where((ids < vocab) & (values > 0), values, -1.0)
-    own = (ids == token.unsqueeze(-1)).to(torch.uint8).argmax(-1)  # slot of x (p(x) > 0)
-    idx_b, ok_b, idx_a, ok_a = _window_generic(values, px, own, n_before, n_after, k_before, k_after)
-    is_pad = values.gather(-1, idx_a) < 0
-    idx_b = ids.gather(-1, idx_b)
-    idx_a = ids.gather(-1, idx_a)
-    if bool((is_pad & ok_a).any()):
-        zero_ids, zero_ok = _smallest_zero_ids(p, k_after + 1)
-        nth = (is_pad.long().cumsum(-1) - 1).clamp(min=0)  # pads are taken in slot order
-        idx_a = torch.where(is_pad, zero_ids.gather(-1, nth), idx_a)
-        ok_a = ok_a & (~is_pad | zero_ok.gather(-1, nth))
-    idx_b = torch.where(ok_b, idx_b, token.unsqueeze(-1))
-    idx_a = torch.where(ok_a, idx_a, token.unsqueeze(-1))
-    return idx_b, ok_b, idx_a, ok_a
-
-
-def _window_rows(
-    p: Tensor, px: Tensor, token: Tensor, n_before: Tensor, n_after: Tensor, k_before: int, k_after: int, rows: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The rank window of the given ``rows`` (those the neighbourhood search did not settle):
-    on the packed support where p(x) > 0 and p is sparse, else over the full rows.
-    p: [N, V] etc. for all rows; returns [len(rows), k_before] x 2 and [len(rows), k_after] x 2."""
-    args = (p, px, token, n_before, n_after)
-
-    def pick(index: Tensor) -> tuple[Tensor, ...]:
-        return args if index.numel() == p.shape[0] else tuple(a.index_select(0, index) for a in args)
-
-    positive = px[rows, 0] > 0
-    packed = None
-    if bool(positive.any()):
-        packed = _window_sparse(*pick(rows[positive]), k_before, k_after)
-    if packed is None:
-        return _window_generic(*pick(rows), k_before, k_after)
-    if bool(positive.all()):
-        return packed
-    rest = _window_generic(*pick(rows[~positive]), k_before, k_after)
-    out = []
-    for part_packed, part_rest in zip(packed, rest):
-        full = part_packed.new_empty((rows.numel(), part_packed.shape[-1]))
-        full[positive], full[~positive] = part_packed, part_rest
-        out.append(full)
-    return tuple(out)
-
-
-# Small selections take the sort-based path: one stable sort per row and a handful of ops,
-# cheaper than the many small ops of the O(V) selection up to about this many rows x tokens
-# (measured on CPU: one row up to V = 8192, sixteen rows at V = 1100).
-_SORT_MAX_VOCAB = 8192
-_SORT_MAX_ELEMENTS = 16384
-
-
-def _use_sort(rows: int, vocab: int) -> bool:
-    return vocab <= _SORT_MAX_VOCAB and rows * vocab <= _SORT_MAX_ELEMENTS
-
-
-def _descending_order(p: Tensor) -> Tensor:
-    """Token ids in ranking order, [N, V] -> [N, V]: a stable descending sort keeps equal
-    values in id order, which is exactly the tie rule (smaller id first)."""
-    return torch.sort(p, dim=-1, descending=True, stable=True).indices
-
-
-def _rank_in_order(order: Tensor, token: Tensor) -> Tensor:
-    """Position of ``token`` [N] in each row of ``order`` [N, V]: its rank, int64 [N]."""
-    return (order == token.unsqueeze(-1)).to(torch.uint8).argmax(-1)
-
-
-def _sorted_window_members(
-    order: Tensor,
-    rank: Tensor,
+def _window_members(
+    ranking: _SupportRanking,
     token: Tensor,
-    n_before: Tensor | None,
-    n_after: Tensor | None,
+    rank: Tensor,
     k_before: int,
     k_after: int,
+    n_before: Tensor | None = None,
+    n_after: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The rank window read off the sorted order: slots at ranks rank - 1 .. rank - k_before
-    (nearest first), the token, then rank + 1 .. rank + k_after; a slot is valid when its
-    rank lies in [0, V) and its offset within n_before / n_after (None: within k, all rows).
-    order: [N, V]; rank, token, n_before, n_after: [N]. Returns [N, M] x 2, invalid slots
-    pointing at the token."""
-    offsets = _window_offsets(k_before, k_after, order.device)
-    position = rank.unsqueeze(-1) + offsets
-    valid = (position >= 0) & (position < order.shape[-1])
+    """Members of the rank window [rank - n_before, rank + n_after] (clipped to [0, V)) as
+    slots at rank offsets -k_before .. k_after: indices [N, M] and validity [N, M], M =
+    k_before + 1 + k_after; invalid slots hold some id in [0, V). token, rank: [N, 1];
+    n_before / n_after: per-row limits [N, 1] (None: k_before / k_after for every row)."""
+    offsets = _window_offsets(k_before, k_after, token.device)
+    ranks = rank + offsets
+    clipped = ranks.clamp(0, ranking.vocab - 1)
+    valid = clipped == ranks
     if n_before is not None:
-        limit = torch.where(offsets < 0, n_before.unsqueeze(-1), n_after.unsqueeze(-1))
-        valid &= offsets.abs() <= limit
-    index = order.gather(-1, position.clamp(0, order.shape[-1] - 1))
-    return torch.where(valid, index, token.unsqueeze(-1)), valid
+        valid &= (offsets >= -n_before) & (offsets <= n_after)
+    return ranking.tokens_at(clipped), valid
 
 
 @lru_cache(maxsize=64)
 def _window_offsets(k_before: int, k_after: int, device: torch.device) -> Tensor:
-    """Rank offsets of the window's slots: -1 .. -k_before, 0, 1 .. k_after. [M] int64."""
-    before = [-i for i in range(1, k_before + 1)]
-    return torch.tensor(before + [0] + list(range(1, k_after + 1)), dtype=torch.long, device=device)
+    """Rank offsets of the window's slots: -k_before .. k_after (0: the token). [M] int64."""
+    return torch.arange(-k_before, k_after + 1, device=device)
 
 
-def _window_extent(n: Tensor | int, batch: torch.Size, vocab: int, device: torch.device) -> tuple[int, Tensor]:
-    """Slots k = min(max(n), V - 1) one side of the window needs, and n as int64 [prod(batch)]."""
-    count = batch.numel()
-    if isinstance(n, int):  # a plain int needs no device sync to find its maximum
-        return (min(n, vocab - 1) if count else 0), torch.full((count,), n, dtype=torch.long, device=device)
-    n = torch.as_tensor(n, device=device).long().expand(batch).reshape(-1)
-    return (min(int(n.max().item()), vocab - 1) if count else 0), n
+def _window_extent(n: Tensor | int, batch: torch.Size, vocab: int, device: torch.device) -> tuple[int, Tensor | None]:
+    """Slots k = min(max(n), V - 1) one side of the window needs, and the per-row limit
+    [N, 1] (None for a plain int: every row alike, no device sync)."""
+    if isinstance(n, int):
+        if n < 0:
+            raise ValueError(f"window extents must be >= 0, got {n}")
+        return min(n, vocab - 1), None
+    n = torch.as_tensor(n, device=device).long().expand(batch).reshape(-1, 1)
+    if n.numel() == 0:
+        return 0, n
+    low, high = torch.stack([n.min(), n.max()]).tolist()
+    if low < 0:
+        raise ValueError(f"window extents must be >= 0, got {low}")
+    return min(high, vocab - 1), n
 
 
 def rank_window_members(
@@ -361,54 +182,24 @@ def rank_window_members(
 ) -> tuple[Tensor, Tensor]:
     """The rank window of ``rank_window`` as member indices [..., M] and validity [..., M],
     M = min(max(n_before), V - 1) + 1 + min(max(n_after), V - 1). The token itself is always a
-    valid member; invalid slots point at the token.
+    valid member; invalid slots hold some id in [0, V).
 
-    Exact under any ties, without sorting. Tokens tied with p(x) sit next to x in the ranking,
-    ordered by id, so they are looked for among nearby ids first: the common case after top-k,
-    p(x) = 0, costs a few gathers. Other rows use one cumulative count for the ties and one
-    top-k per side for the rest (on the packed positive entries when p is sparse), with a tie
-    at the selection boundary re-chosen by id.
+    Exact under any ties (the ranking (-p, id) of ``_SupportRanking``): one sort of the
+    support, then ranks and the tokens at ranks by searches, a fixed number of ops.
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
-    token = token.expand(batch).reshape(-1)
-    p = p.reshape(-1, vocab)
-    if _use_sort(p.shape[0], vocab):
-        same_extent = isinstance(n_before, int) and isinstance(n_after, int) and min(n_before, n_after) >= 0
-        if same_extent:  # every row alike (DynamicClusters): only the ends of the ranking clip it
-            k_before, k_after = min(n_before, vocab - 1), min(n_after, vocab - 1)
-            n_before = n_after = None
-        else:
-            k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
-            k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
-        order = _descending_order(p)
-        index, valid = _sorted_window_members(
-            order, _rank_in_order(order, token), token, n_before, n_after, k_before, k_after
-        )
-        return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+    rows = p if p.ndim == 2 else p.reshape(-1, vocab)
+    token = token.reshape(-1, 1) if token.shape == batch else token.expand(batch).reshape(-1, 1)
     k_before, n_before = _window_extent(n_before, batch, vocab, p.device)
     k_after, n_after = _window_extent(n_after, batch, vocab, p.device)
-    px = p.gather(-1, token.unsqueeze(-1))
-    idx_b = ok_b = idx_a = ok_a = None
-    if k_before + k_after > 0:
-        reach = min(vocab - 1, max(_LOCAL_REACH, k_before, k_after))
-        idx_b, ok_b, done_b = _local_tied_side(p, px, token, n_before, k_before, reach, after=False)
-        idx_a, ok_a, done_a = _local_tied_side(p, px, token, n_after, k_after, reach, after=True)
-        # Settled: all nearest ties found and no strict neighbours needed on either side.
-        settled = done_b & done_a & (ok_b.sum(-1) >= n_before) & (ok_a.sum(-1) >= n_after)
-        if not bool(settled.all()):
-            rows = (~settled).nonzero(as_tuple=True)[0]
-            window = _window_rows(p, px, token, n_before, n_after, k_before, k_after, rows)
-            if rows.numel() == p.shape[0]:
-                idx_b, ok_b, idx_a, ok_a = window
-            else:
-                idx_b[rows], ok_b[rows], idx_a[rows], ok_a[rows] = window
-    own, own_ok = token.unsqueeze(-1), torch.ones_like(token, dtype=torch.bool).unsqueeze(-1)
-    if idx_b is None:  # an empty window on both sides: the token alone
-        index, valid = own, own_ok
-    else:
-        index, valid = torch.cat([idx_b, own, idx_a], -1), torch.cat([ok_b, own_ok, ok_a], -1)
-    index = torch.where(valid, index, own)
-    return index.reshape(*batch, -1), valid.reshape(*batch, -1)
+    if (n_before is None) != (n_after is None):  # one side per row, the other an int: per row both
+        n_before = torch.full_like(token, k_before) if n_before is None else n_before
+        n_after = torch.full_like(token, k_after) if n_after is None else n_after
+    ranking = _SupportRanking(rows)
+    index, valid = _window_members(ranking, token, ranking.rank(rows, token), k_before, k_after, n_before, n_after)
+    if p.ndim == 2:
+        return index, valid
+    return index.reshape(*batch, index.shape[-1]), valid.reshape(*batch, valid.shape[-1])
 
 
 def _members_to_mask(index: Tensor, valid: Tensor, shape: torch.Size) -> Tensor:
@@ -530,9 +321,18 @@ class DynamicClusters:
             ranking = p
         half = self.group_size // 2
         index, keep = rank_window_members(ranking, token, half, half)
+        if self.max_prob_gap is not None or self.max_embedding_distance is not None:
+            keep = self._filter(p, token.expand(p.shape[:-1]).unsqueeze(-1), index.unsqueeze(-2),
+                                keep.unsqueeze(-2)).squeeze(-2)
+        # The token passes both filters (gap 0, distance 0), so it always stays in its cluster.
+        return index, keep
+
+    def _filter(self, p: Tensor, token: Tensor, index: Tensor, keep: Tensor) -> Tensor:
+        """Apply the gap and embedding filters: p [..., V], token [..., T], index / keep [..., T, M]."""
         if self.max_prob_gap is not None:
-            px = p.gather(-1, token.unsqueeze(-1))
-            keep = keep & ((p.gather(-1, index) - px).abs() <= self.max_prob_gap)
+            px = p.gather(-1, token).unsqueeze(-1)
+            py = p.gather(-1, index.flatten(-2)).view(index.shape)
+            keep = keep & ((py - px).abs() <= self.max_prob_gap)
         if self.max_embedding_distance is not None:
             emb = self.embeddings
             if emb.shape[0] < p.shape[-1]:
@@ -540,8 +340,32 @@ class DynamicClusters:
             emb = emb.to(device=p.device)
             diff = emb[index].to(torch.float64) - emb[token].to(torch.float64).unsqueeze(-2)
             keep = keep & (diff.square().sum(-1) <= self.max_embedding_distance)
-        # The token passes both filters (gap 0, distance 0), so it always stays in its cluster.
-        return index, keep
+        return keep
+
+    def all_token_masses(self, p: Tensor, q: Tensor, chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
+        """p(C(x)) and q(C(x)) for every token x at once: [N, V] x 2 for rows p, q [N, V].
+
+        One ranking (one sort of the support) per row, then the windows of all V tokens in
+        chunks of tokens, so memory is O(N V G) at most ``chunk_elements`` at a time, never
+        [V, V] (``acceptance_rate`` at V = 65536)."""
+        ranking_rows = q if self.rank_by == "q" else p
+        n, vocab = p.shape
+        half = min(self.group_size // 2, vocab - 1)
+        ranking = _SupportRanking(ranking_rows)
+        offsets = _window_offsets(half, half, p.device)
+        width = offsets.numel() * (self.embeddings.shape[-1] if self.max_embedding_distance is not None else 1)
+        step = max(1, chunk_elements // max(1, n * width))
+        p_mass, q_mass = torch.empty_like(p), torch.empty_like(q)
+        for start in range(0, vocab, step):  # chunks of tokens, not a loop over single tokens
+            token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1)
+            ranks = ranking.rank(ranking_rows, token).unsqueeze(-1) + offsets  # [N, T, M]
+            clipped = ranks.clamp(0, vocab - 1)
+            keep = clipped == ranks
+            index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
+            keep = self._filter(p, token, index, keep)
+            p_mass[:, start: start + step] = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+            q_mass[:, start: start + step] = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+        return p_mass, q_mass
 
 
 @dataclass(frozen=True)
@@ -565,16 +389,14 @@ class RankBinnedClusters:
     def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         size = self.group_size
         batch, vocab = p.shape[:-1], p.shape[-1]
-        if _use_sort(batch.numel(), vocab):  # one sort gives the rank and the window
-            order = _descending_order(p.reshape(-1, vocab))
-            token = token.expand(batch).reshape(-1)
-            rank = _rank_in_order(order, token)
-            offset = rank % size
-            k = min(size - 1, vocab - 1)
-            index, valid = _sorted_window_members(order, rank, token, offset, size - 1 - offset, k, k)
-            return index.reshape(*batch, -1), valid.reshape(*batch, -1)
-        offset = probability_rank(p, token) % size
-        return rank_window_members(p, token, offset, size - 1 - offset)
+        rows = p.reshape(-1, vocab)
+        token = token.expand(batch).reshape(-1, 1)
+        ranking = _SupportRanking(rows)
+        rank = ranking.rank(rows, token)
+        offset = rank % size  # the bin is ranks [rank - offset, rank - offset + size - 1]
+        k = min(size - 1, vocab - 1)
+        index, valid = _window_members(ranking, token, rank, k, k, offset, size - 1 - offset)
+        return index.reshape(*batch, index.shape[-1]), valid.reshape(*batch, valid.shape[-1])
 
 
 def as_cluster_rule(clusters: object, vocab_size: int) -> ClusterRule | None:

@@ -16,12 +16,27 @@ as well (it rejects more and is lossy too). s must be finite and > 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
 
-from ._validation import check_acceptance_scale, check_pair, check_probabilities, check_tokens, working_dtype
-from .grouping import ClusterRule, _group_sum, as_cluster_rule, rule_members
+from ._validation import (
+    check_acceptance_scale,
+    check_device,
+    check_pair,
+    check_probability_tensor,
+    check_token_tensor,
+    check_tokens,
+    check_uniform_tensor,
+    host_ranges,
+    judge_probabilities,
+    judge_tokens,
+    judge_uniforms,
+    probability_parts,
+    working_dtype,
+)
+from .grouping import ClusterRule, _arange, _group_sum, as_cluster_rule, rule_members
 
 RESIDUAL_MODES = ("token", "cluster")
 
@@ -45,7 +60,7 @@ def accept_probability(
     scale = check_acceptance_scale(acceptance_scale)
     p, q = check_pair(p, q)
     shape = torch.broadcast_shapes(p.shape, q.shape)
-    token = check_tokens(token, shape[-1]).to(p.device).expand(shape[:-1]).unsqueeze(-1)
+    token = check_tokens(token, shape[-1], device=p.device).expand(shape[:-1]).unsqueeze(-1)
     if cluster is None:
         return _ratio(p.expand(shape).gather(-1, token), q.expand(shape).gather(-1, token), scale).squeeze(-1)
     if not isinstance(cluster, Tensor) or cluster.dtype != torch.bool or cluster.shape[-1] != shape[-1]:
@@ -67,12 +82,15 @@ def _partition_labels(rule: ClusterRule | None, p: Tensor) -> Tensor | None:
     return rule.partition_labels(p)
 
 
-def _residual(p: Tensor, q: Tensor, labels: Tensor | None) -> Tensor:
-    """norm((p - q)+), or with labels the cluster-exact residual; p where the residual mass is ~0."""
+def _residual(p: Tensor, q: Tensor, labels: Tensor | None, normalise: bool = True) -> Tensor:
+    """norm((p - q)+), or with labels the cluster-exact residual; p where the residual mass is
+    ~0. normalise=False (token level only): the weights (p - q)+ themselves, for sampling."""
     tiny = torch.finfo(p.dtype).eps
     if labels is None:
         excess = (p - q).clamp(min=0)
         mass = excess.sum(-1, keepdim=True)
+        if not normalise:
+            return torch.where(mass > tiny, excess, p)
         out = excess / mass.clamp(min=tiny)
     else:
         labels = labels.expand(torch.broadcast_shapes(p.shape, q.shape))
@@ -101,20 +119,48 @@ def residual_distribution(p: Tensor, q: Tensor, labels: Tensor | ClusterRule | N
     return _residual(p, q, _partition_labels(rule, p))
 
 
-def sample_categorical(dist: Tensor, uniform: Tensor) -> Tensor:
+def _draw(dist: Tensor, uniform: Tensor) -> Tensor:
+    """Inverse-CDF draw without checks: the first y with cdf(y) > u * total, the target kept
+    below the total so that rounding never passes the last positive weight; always in
+    [0, V), whatever the row holds (a NaN row gives some id in range, no sync).
+    dist: [..., V]; uniform: [..., 1] (the shape of the total). Returns int64 [..., 1]."""
+    cdf = dist.cumsum(-1)
+    total = cdf[..., -1:]
+    if uniform.dtype != cdf.dtype:
+        uniform = uniform.to(cdf.dtype)
+    target = torch.minimum(uniform * total, torch.nextafter(total, _zero(cdf.dtype, cdf.device)))
+    return torch.searchsorted(cdf, target, right=True).clamp_(max=dist.shape[-1] - 1)
+
+
+@lru_cache(maxsize=16)
+def _zero(dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.zeros((), dtype=dtype, device=device)
+
+
+def sample_categorical(dist: Tensor, uniform: Tensor, *, validate: bool = True) -> Tensor:
     """Inverse-CDF draw: the first token y with cdf(y) > u * total. dist: [..., V] (unnormalised
-    weights >= 0 with a positive total), uniform: [...] in [0, 1).
+    weights >= 0 with a positive finite total), uniform: [...] in [0, 1). Returns int64 [...].
 
     Never returns a zero-probability token: where rounding puts u * total at or above the
     final cdf value, the draw falls back to the first token at which the cdf reaches its total
-    (that token has positive weight, as does every first crossing of the cdf)."""
-    cdf = dist.cumsum(-1)
-    total = cdf[..., -1:]
-    target = uniform.to(cdf.dtype).unsqueeze(-1) * total
-    cdf = cdf.contiguous()
-    index = torch.searchsorted(cdf, target.contiguous(), right=True).squeeze(-1)
-    last = torch.searchsorted(cdf, total.contiguous()).squeeze(-1)
-    return torch.minimum(index, last)
+    (that token has positive weight, as does every first crossing of the cdf). Never returns
+    an id outside [0, V): with ``validate`` (one host sync) a row with NaN, inf, a negative
+    weight or a zero total raises ``ValueError``; without it such a row gives some id in range.
+    """
+    if not isinstance(dist, Tensor) or not dist.is_floating_point() or dist.ndim < 1 or dist.shape[-1] < 1:
+        raise ValueError("dist must be a floating-point tensor [..., V] of weights, V >= 1")
+    if not isinstance(uniform, Tensor) or not uniform.is_floating_point():
+        raise ValueError("uniform must be a floating-point tensor of U[0, 1) draws")
+    check_device(uniform, dist.device, "uniform", "dist")
+    index = _draw(dist, uniform.unsqueeze(-1)).squeeze(-1)
+    if validate and dist.numel():
+        sums, minima, u_range = host_ranges([dist.sum(-1).reshape(-1), dist.amin(-1).reshape(-1), uniform.reshape(-1)])
+        if not all(v == v and abs(v) != float("inf") for v in (*sums, *minima)):
+            raise ValueError("dist contains NaN or inf: cannot sample")
+        if minima[0] < 0 or sums[0] <= 0:
+            raise ValueError("dist must hold weights >= 0 with a positive total in every row")
+        judge_uniforms(u_range)
+    return index
 
 
 @dataclass(frozen=True)
@@ -139,83 +185,38 @@ def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | Non
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
     index, keep = rule_members(rule, p, token, q)
-    keep = keep.to(p.dtype)
-    return (p.gather(-1, index) * keep).sum(-1), (q.gather(-1, index) * keep).sum(-1)
+    return (torch.where(keep, p.gather(-1, index), 0.0).sum(-1),
+            torch.where(keep, q.gather(-1, index), 0.0).sum(-1))
 
 
-def _accept_probs_in_rounds(
-    p: Tensor, q: Tensor, draft_tokens: Tensor, rule: ClusterRule | None, scale: float, uniforms: Tensor
-) -> Tensor:
-    """accept_probs [..., L] evaluated in rounds of doubling length (positions 0, 1-2, 3-6,
-    7-14, ...): a round covers only the windows that accepted every position before it, and
-    the rest stay NaN. Same values where evaluated; the clusters computed are at most about
-    twice those the windows need, in log2(L) + 1 rounds at most.
-    p, q: [..., L, V]; draft_tokens [..., L]; uniforms [..., >= L]."""
-    batch, window = p.shape[:-2], p.shape[-2]
-    if rule is None:  # singletons cost two gathers: evaluate every position at once
-        return _ratio(*_cluster_masses(p, q, draft_tokens, rule), scale)
-    out = torch.full((*batch, window), torch.nan, dtype=p.dtype, device=p.device)
-    start, size = 0, 1
-    go = None  # windows (as a batch index) still accepting; None: all of them
-    while start < window:
-        stop = min(window, start + size)
-        if len(batch) == 0:
-            probs = _ratio(*_cluster_masses(p[start:stop], q[start:stop], draft_tokens[start:stop], rule), scale)
-            out[start:stop] = probs
-            if stop == window or not bool((uniforms[start:stop] < probs).all()):
-                break
-        else:
-            # Copy only the windows that continue (p may be a strided view of a larger tensor).
-            index = (slice(None),) * len(batch) if go is None else go
-            rows = (*index, slice(start, stop))
-            probs = _ratio(*_cluster_masses(p[rows], q[rows], draft_tokens[rows], rule), scale)
-            out[rows] = probs
-            if stop == window:
-                break
-            accepted_all = (uniforms[..., :stop] < out[..., :stop]).all(-1)  # NaN compares False
-            if not bool(accepted_all.any()):
-                break
-            go = accepted_all.nonzero(as_tuple=True)
-        start, size = stop, 2 * size
-    return out
-
-
-def _verify_one_window(
-    p: Tensor,
-    q: Tensor,
-    draft_tokens: Tensor,
-    rule: ClusterRule | None,
-    cluster_residual: bool,
-    uniforms: Tensor,
-    scale: float,
-    stop_early: bool,
-) -> VerifyResult:
-    """``verify`` for a single window (no batch dimensions), as the decoding loop calls it:
-    the same computation, with the stopping row picked by a Python index instead of gathers
-    and the emitted tokens written in place. p: [L or L+1, V]; q: [L, V]; draft_tokens: [L];
-    uniforms: [L + 1]."""
-    window = q.shape[0]
-    if stop_early and window > 1:
-        accept_probs = _accept_probs_in_rounds(p[:window], q, draft_tokens, rule, scale, uniforms)
-    else:
-        accept_probs = _ratio(*_cluster_masses(p[:window], q, draft_tokens, rule), scale)
-    num_accepted = (uniforms[:window] < accept_probs).to(torch.int64).cumprod(-1).sum(-1)
-    accepted = int(num_accepted)
-    if stop_early and accepted + 1 < window:
-        accept_probs[accepted + 1 :] = torch.nan  # report only positions up to the first rejection
-    tokens = torch.full((window + 1,), -1, dtype=torch.int64, device=p.device)
-    tokens[:accepted] = draft_tokens[:accepted]
-    has_bonus = p.shape[0] == window + 1
-    emits_extra = accepted < window or has_bonus
-    if emits_extra:
-        if accepted == window:  # all accepted: the bonus row
-            dist = p[window]
-        else:
-            p_stop, q_stop = p[accepted], q[accepted]
-            labels = rule.partition_labels(p_stop) if cluster_residual and rule is not None else None
-            dist = _residual(p_stop, q_stop, labels)
-        tokens[accepted] = sample_categorical(dist, uniforms[window])
-    return VerifyResult(num_accepted, tokens, num_accepted + int(emits_extra), accept_probs)
+def _check_verify_inputs(
+    p: object, q: object, draft_tokens: object, uniforms: object, generator: torch.Generator | None
+) -> tuple[torch.Size, int, bool]:
+    """Shapes, dtypes and devices of ``verify``'s arguments (no values read). Returns the batch
+    shape, the window length L and whether p has a bonus row."""
+    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
+        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
+    check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    window = q.shape[-2]
+    if p.shape[-2] not in (window, window + 1):
+        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
+    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
+        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
+    check_device(q, p.device, "q")
+    check_token_tensor(draft_tokens, p.device, "draft_tokens")
+    try:
+        batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, drafts {tuple(draft_tokens.shape)}"
+        ) from None
+    if uniforms is not None:
+        check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
+    elif generator is not None and torch.device(generator.device).type != p.device.type:
+        raise ValueError(f"generator is on {generator.device} but p is on {p.device}")
+    return batch, window, p.shape[-2] == window + 1
 
 
 def verify(
@@ -238,85 +239,101 @@ def verify(
     the first rejection is resampled from the residual of its row and ends the window. If all
     L are accepted and p has an (L+1)-th row, a bonus token is drawn from it.
 
-    p: [..., L or L+1, V] targets; q: [..., L, V] drafts; draft_tokens: [..., L].
-    clusters: None, partition labels [V], or a rule (``DynamicClusters``, ``RankBinnedClusters``).
-    residual: "token" (the paper's norm((p - q)+)) or "cluster" (cluster-exact; partitions only).
-    Randomness: ``uniforms`` [..., L + 1] if given (acceptance tests, then the inverse-CDF
-    draw), else drawn from ``generator``. Vectorised over the window and the batch.
-    stop_early: evaluate the positions in vectorised rounds of doubling length (0, 1-2, 3-6,
-    ...), each only for the windows that accepted every earlier position: same decisions and
-    tokens, much less work when windows stop early (e.g. random draft initialisation), but
-    accept_probs is NaN after each window's first rejection. validate=False skips the input
-    checks (two passes over p and q) for callers that guarantee valid inputs.
+    p: [..., L or L+1, V] targets; q: [..., L, V] drafts; draft_tokens: [..., L], all on one
+    device. clusters: None, partition labels [V], or a rule (``DynamicClusters``,
+    ``RankBinnedClusters``). residual: "token" (the paper's norm((p - q)+)) or "cluster"
+    (cluster-exact; partitions only). Randomness: ``uniforms`` [..., L + 1] if given
+    (acceptance tests, then the inverse-CDF draw), else drawn from ``generator``.
+
+    One pass for the whole window and batch, a fixed number of ops: the clusters of all L
+    positions at once (rank windows from one sort of the support, exact under ties), then the
+    stopping row's residual and one draw. No host sync but ``validate``'s one (all arguments
+    reduced to a few scalars read back together) and the support's ``nonzero`` for rank-
+    window rules. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
+    dimensions may be empty.
+
+    stop_early: report accept_probs only up to each window's first rejection (NaN after it);
+    the decisions and tokens are the same and so is the work (one pass either way).
+    validate=False skips the value checks (probabilities, token ids, uniforms in [0, 1)) for
+    callers that guarantee valid inputs; invalid values then give meaningless results but
+    never an out-of-range token id (a NaN row still emits an id in [0, V)).
     """
     if residual not in RESIDUAL_MODES:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUAL_MODES}")
     scale = check_acceptance_scale(acceptance_scale)
-    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
-        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
-    window = q.shape[-2]
-    if p.shape[-2] not in (window, window + 1):
-        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
-        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
-    if p.shape[-1] != q.shape[-1]:
-        raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
-    if validate:
-        p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
-        draft_tokens = check_tokens(draft_tokens, p.shape[-1], "draft_tokens")
-    dtype = working_dtype(p, q)
-    p, q = p.to(dtype), q.to(dtype)
-    try:
-        single = p.ndim == 2 and q.ndim == 2 and draft_tokens.ndim == 1
-        batch = torch.Size() if single else torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
-    except RuntimeError:
-        raise ValueError(
-            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, drafts {tuple(draft_tokens.shape)}"
-        ) from None
+    batch, window, has_bonus = _check_verify_inputs(p, q, draft_tokens, uniforms, generator)
     vocab = p.shape[-1]
-    has_bonus = p.shape[-2] == window + 1
-    p = p.expand(*batch, *p.shape[-2:])
-    q = q.expand(*batch, window, vocab)
-    draft_tokens = draft_tokens.to(p.device).long().expand(*batch, window)
+    if validate:
+        parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
+        ranges = host_ranges(parts + ([] if uniforms is None else [uniforms]))  # the one sync
+        judge_probabilities(p, "p", ranges[0:2])
+        judge_probabilities(q, "q", ranges[2:4])
+        judge_tokens(ranges[4], vocab, "draft_tokens")
+        judge_uniforms(ranges[5] if uniforms is not None else None)
+    dtype = working_dtype(p, q)
+    p = p if p.dtype == dtype else p.to(dtype)
+    q = q if q.dtype == dtype else q.to(dtype)
+    if draft_tokens.dtype != torch.int64:
+        draft_tokens = draft_tokens.long()
+    if p.shape[:-2] != batch:
+        p = p.expand(*batch, *p.shape[-2:])
+    if q.shape[:-2] != batch:
+        q = q.expand(*batch, window, vocab)
+    if draft_tokens.shape[:-1] != batch:
+        draft_tokens = draft_tokens.expand(*batch, window)
     rule = as_cluster_rule(clusters, vocab)
     # With singletons (rule None) the cluster-exact residual is the token residual.
     if residual == "cluster" and rule is not None and not rule.is_partition:
         _partition_labels(rule, p)  # raises the explanatory error
-
     if uniforms is None:
         uniforms = torch.rand(*batch, window + 1, generator=generator, dtype=torch.float64, device=p.device)
-    elif uniforms.shape != (*batch, window + 1):
-        raise ValueError(f"uniforms must have shape {(*batch, window + 1)}, got {tuple(uniforms.shape)}")
 
-    if len(batch) == 0:
-        return _verify_one_window(p, q, draft_tokens, rule, residual == "cluster", uniforms, scale, stop_early)
-    p_rows = p[..., :window, :]
-    if stop_early and window > 1:
-        accept_probs = _accept_probs_in_rounds(p_rows, q, draft_tokens, rule, scale, uniforms)
-    else:
-        accept_probs = _ratio(*_cluster_masses(p_rows, q, draft_tokens, rule), scale)
-    accepted = uniforms[..., :window] < accept_probs  # NaN (not evaluated) compares False
-    num_accepted = accepted.to(torch.int64).cumprod(-1).sum(-1)
-    if stop_early and window > 1:  # report only positions up to the first rejection
-        positions = torch.arange(window, device=p.device)
-        accept_probs = torch.where(positions <= num_accepted.unsqueeze(-1), accept_probs, torch.nan)
+    if window == 0:
+        return _verify_empty_window(p, uniforms, has_bonus)
+    accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule), scale)
+    # The leading run of acceptances, [..., 1] (int64).
+    at = (uniforms[..., :window] < accept_probs).cumprod(-1).sum(-1, keepdim=True)
+    if stop_early:  # report only positions up to the first rejection
+        accept_probs = torch.where(_arange(window, p.device) <= at, accept_probs, torch.nan)
 
-    # The row where the window stops: the first rejection (or, if all accepted, the bonus row).
-    stop = num_accepted.clamp(max=window - 1).unsqueeze(-1).unsqueeze(-1).expand(*batch, 1, vocab)
-    p_stop, q_stop = p.gather(-2, stop).squeeze(-2), q.gather(-2, stop).squeeze(-2)
-    labels = None
-    if residual == "cluster" and rule is not None:
-        labels = rule.partition_labels(p_stop)
-    dist = _residual(p_stop, q_stop, labels)
-    all_accepted = num_accepted == window
+    # The row where the window stops, [..., 1, V]: the first rejection, or the bonus row when
+    # all L are accepted (its draft row counts as q = 0, so the excess below is p_L itself).
+    last_draft = at.clamp(max=window - 1)
+    p_stop = _rows(p, at if has_bonus else last_draft)
+    q_stop = _rows(q, last_draft)
     if has_bonus:
-        dist = torch.where(all_accepted.unsqueeze(-1), p[..., window, :], dist)
-    new_token = sample_categorical(dist, uniforms[..., window])
-    emits_extra = ~all_accepted | has_bonus
+        q_stop = q_stop * (at < window).unsqueeze(-1) if batch else q_stop * (at < window)
+    if residual == "cluster" and rule is not None:
+        dist = _residual(p_stop, q_stop, rule.partition_labels(p_stop))
+    else:  # (p - q)+, sampled unnormalised; p where the excess mass is ~0
+        dist = _residual(p_stop, q_stop, None, normalise=False)
+    u_stop = uniforms[..., window:]
+    new_token = _draw(dist, u_stop.unsqueeze(-1) if batch else u_stop).view(*batch, 1)
 
-    positions = torch.arange(window + 1, device=p.device)
-    padded_drafts = torch.cat([draft_tokens, draft_tokens.new_full((*batch, 1), -1)], -1)
-    tokens = torch.where(positions < num_accepted.unsqueeze(-1), padded_drafts, -1)
-    at_stop = (positions == num_accepted.unsqueeze(-1)) & emits_extra.unsqueeze(-1)
-    tokens = torch.where(at_stop, new_token.unsqueeze(-1), tokens)
-    return VerifyResult(num_accepted, tokens, num_accepted + emits_extra.to(torch.int64), accept_probs)
+    # Emitted: drafts before the stop, the new token at it (unless all L were accepted
+    # without a bonus row), -1 after.
+    if not has_bonus:
+        new_token = torch.where(at < window, new_token, -1)
+    tokens = torch.cat([draft_tokens, new_token], -1).scatter(-1, at, new_token)
+    tokens = torch.where(_arange(window + 1, p.device) <= at, tokens, -1)
+    num_accepted = at.view(batch)
+    num_emitted = num_accepted + 1 if has_bonus else num_accepted + (num_accepted < window)
+    return VerifyResult(num_accepted, tokens, num_emitted, accept_probs)
+
+
+def _rows(x: Tensor, index: Tensor) -> Tensor:
+    """Row ``index`` [..., 1] of x [..., R, V] for every batch entry: [..., 1, V]."""
+    if x.ndim == 2:  # one window: indexing with a one-element index (no sync)
+        return x[index]
+    return x.take_along_dim(index.unsqueeze(-1), -2)
+
+
+def _verify_empty_window(p: Tensor, uniforms: Tensor, has_bonus: bool) -> VerifyResult:
+    """L = 0: nothing to accept; the bonus row (if any) gives the one emitted token."""
+    batch = uniforms.shape[:-1]
+    zeros = torch.zeros(batch, dtype=torch.int64, device=p.device)
+    empty = torch.empty(*batch, 0, dtype=p.dtype, device=p.device)
+    if not has_bonus:
+        return VerifyResult(zeros, torch.full((*batch, 1), -1, device=p.device), zeros, empty)
+    token = _draw(p[..., 0, :], uniforms[..., 0:1])
+    return VerifyResult(zeros, token, zeros + 1, empty)

@@ -26,11 +26,15 @@ forward, sampled from p_0. The window is capped at the tokens still needed minus
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
 
 All randomness comes from ``generator`` (on the adapter's device). Batch size 1 only, as the
-papers measure latency at batch 1.
+papers measure latency at batch 1. Each forward pass is followed by exactly one read of the
+device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
+model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
+at the step it appears.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -221,16 +225,29 @@ def generate(
         head = prompt if done == 0 else out[done - 1: done]
         p = adapter.forward(torch.cat([head, drafts]), num_rows=L + 1)
 
+        # Nothing below reads the device back but this step's one status read: the accepted
+        # count (the cache is cropped to it) and the sum of p, whose finiteness tells whether
+        # the model produced NaN or inf at this step.
         if L == 0:
-            uniform = torch.rand((), generator=generator, dtype=torch.float64, device=device)
-            out[done] = sample_categorical(p[0], uniform)
-            accepted = 0
+            uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
+            out[done: done + 1] = sample_categorical(p[0], uniform, validate=False)
+            p_total = p.sum()
+            status = p_total.view(1)
         else:
-            # The adapter guarantees valid rows (validate=False); stop_early evaluates positions
-            # in rounds 0, 1-2, 3-6, ... while all are accepted: same decisions, less work.
+            # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
             result = verify(p, q, drafts, clusters, residual, generator, validate=False,
-                            acceptance_scale=acceptance_scale, stop_early=True)
-            accepted = int(result.num_accepted)
+                            acceptance_scale=acceptance_scale)
+            p_total = p.sum()
+            status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
+        values = status.tolist()
+        if not math.isfinite(values[0]):
+            raise FloatingPointError(
+                f"the model's next-token distributions are not finite (NaN or inf) at forward "
+                f"pass {len(accepted_log) + 1} of this call, generated positions {done}..{done + L}: "
+                "check the model's logits (dtype overflow, bad weights) before decoding"
+            )
+        accepted = 0 if L == 0 else int(values[1])
+        if L > 0:
             out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         if record_top1:
             top1[done: done + accepted + 1] = p[: accepted + 1].amax(-1)
@@ -245,7 +262,7 @@ def generate(
             uniforms = torch.rand(
                 q.shape[0], generator=generator, dtype=torch.float64, device=device
             )
-            drafts = sample_categorical(q, uniforms)
+            drafts = sample_categorical(q, uniforms, validate=False)
         else:
             drafts, q = drafts[:0], q[:0]
         if bar is not None:

@@ -85,13 +85,7 @@ def test_group_size_zero_verify_takes_sd_decisions():
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.accept_probs, b.accept_probs)
 
 
-# --- exactness of the rank window (the sort-free selection) under heavy ties -------------
-
-
-def _force_sort_path(monkeypatch, sort: bool) -> None:
-    """Make every rank window take the sort path (True) or the sort-free O(V) path (False)."""
-    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 10**9 if sort else 0)
-    monkeypatch.setattr(grouping, "_SORT_MAX_ELEMENTS", 10**12 if sort else 0)
+# --- exactness of the rank window (one sort of the support) under heavy ties ---------------
 
 
 def _check_windows(p: torch.Tensor, tokens: torch.Tensor, n_before: torch.Tensor, n_after: torch.Tensor) -> None:
@@ -103,12 +97,7 @@ def _check_windows(p: torch.Tensor, tokens: torch.Tensor, n_before: torch.Tensor
         assert set(chosen) == expected, (p[i].tolist(), int(tokens[i]), int(n_before[i]), int(n_after[i]))
 
 
-@pytest.mark.parametrize("path", ["local", "full-row", "sort"])
-def test_rank_window_matches_sorted_reference_with_many_ties(monkeypatch, path):
-    # local / full-row: the sort-free O(V) selection (_LOCAL_REACH 1: every row scans the full
-    # row); sort: the small-vocabulary path, one stable sort per row.
-    _force_sort_path(monkeypatch, path == "sort")
-    monkeypatch.setattr(grouping, "_LOCAL_REACH", 1 if path == "full-row" else 64)
+def test_rank_window_matches_sorted_reference_with_many_ties():
     gen = torch.Generator().manual_seed(11)
     for _ in range(150):
         vocab = int(torch.randint(1, 40, (1,), generator=gen))
@@ -120,12 +109,9 @@ def test_rank_window_matches_sorted_reference_with_many_ties(monkeypatch, path):
                        torch.randint(0, 9, (6,), generator=gen), torch.randint(0, 9, (6,), generator=gen))
 
 
-@pytest.mark.parametrize("sort", [False, True])
-def test_rank_window_matches_sorted_reference_on_sparse_rows(monkeypatch, sort):
-    """Large V with small support (p after top-k): exercises the packed path (or the sort
-    path), ties among the positive entries, and windows that run into the zeros (smallest ids
-    first)."""
-    _force_sort_path(monkeypatch, sort)
+def test_rank_window_matches_sorted_reference_on_sparse_rows():
+    """Large V with small support (p after top-k): ties among the positive entries, zero-
+    probability tokens (ranked by id after the support) and windows that run into the zeros."""
     gen = torch.Generator().manual_seed(12)
     for trial in range(60):
         vocab = int(torch.randint(200, 2500, (1,), generator=gen))
@@ -161,10 +147,10 @@ def _tied_rows(gen: torch.Generator, rows: int, vocab: int) -> torch.Tensor:
     return w / w.sum(-1, keepdim=True)
 
 
-def test_sort_path_and_sort_free_path_give_the_same_clusters_under_heavy_ties(monkeypatch):
-    """Both selections of the rank window agree with each other and with a brute-force sorted
-    reference, for DynamicClusters ranking by p and by q, with both filters, and for
-    RankBinnedClusters (whose members must also match its partition labels)."""
+def test_rule_members_match_a_brute_force_sort_under_heavy_ties():
+    """Members of DynamicClusters ranking by p and by q, with both filters, and of
+    RankBinnedClusters (which must also match its partition labels), against a brute-force
+    sorted reference, on rows with many ties and zeros."""
     gen = torch.Generator().manual_seed(21)
     for trial in range(80):
         vocab = int(torch.randint(1, 30, (1,), generator=gen))
@@ -180,13 +166,9 @@ def test_sort_path_and_sort_free_path_give_the_same_clusters_under_heavy_ties(mo
             RankBinnedClusters(max(group, 1)),
         ]
         for rule in rules:
-            results = {}
-            for sort in (False, True):
-                _force_sort_path(monkeypatch, sort)
-                results[sort] = rule.members(p, tokens, q=q)
+            index, keep = rule.members(p, tokens, q=q)
             for i in range(5):
-                sets = [_members_set(idx[i], ok[i]) for idx, ok in results.values()]
-                assert sets[0] == sets[1], (trial, rule, i)
+                got = _members_set(index[i], keep[i])
                 x = int(tokens[i])
                 if isinstance(rule, RankBinnedClusters):
                     labels = rule.partition_labels(p[i])
@@ -198,22 +180,7 @@ def test_sort_path_and_sort_free_path_give_the_same_clusters_under_heavy_ties(mo
                                 if (rule.max_prob_gap is None or abs(p[i, y] - p[i, x]) <= rule.max_prob_gap)
                                 and (rule.embeddings is None
                                      or (emb[y] - emb[x]).square().sum() <= rule.max_embedding_distance)}
-                assert sets[1] == expected and x in expected, (trial, rule, i)
-
-
-def test_sort_path_is_taken_only_for_small_vocabularies(monkeypatch):
-    calls = []
-    real = grouping._descending_order
-    monkeypatch.setattr(grouping, "_descending_order", lambda p: calls.append(p.shape[-1]) or real(p))
-    p = torch.full((2, 8), 1 / 8, dtype=torch.float64)
-    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
-    assert calls == [8]
-    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 4)  # V too large
-    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
-    monkeypatch.setattr(grouping, "_SORT_MAX_VOCAB", 8)
-    monkeypatch.setattr(grouping, "_SORT_MAX_ELEMENTS", 15)  # 2 rows x 8 tokens too many
-    grouping.rank_window_members(p, torch.tensor([0, 7]), 2, 2)
-    assert calls == [8]
+                assert got == expected and x in expected, (trial, rule, i)
 
 
 def test_rank_window_boundary_tie_is_resolved_by_id():

@@ -110,5 +110,5 @@ def test_control_always_accept_is_caught(name, seed):
 def test_control_resampling_from_p_instead_of_the_residual_is_caught(monkeypatch, name, seed):
     p, q = _pq(name)
     assert not torch.allclose(verification.residual_distribution(p, q), p)
-    monkeypatch.setattr(verification, "_residual", lambda p_, q_, labels: p_)
+    monkeypatch.setattr(verification, "_residual", lambda p_, q_, labels, normalise=True: p_)
     assert chi_square_pvalue(first_emitted(p, q, seed), p) < ALPHA

@@ -227,3 +227,29 @@ def test_bad_input(model):
         generate(model, PROMPT, num_tokens=4, method="ar")
     with pytest.raises(ValueError, match="residual"):
         generate(adapter, PROMPT, num_tokens=8, method="gsd", clusters=DynamicClusters(3), residual="bogus")
+
+
+class NaNAtForwardAdapter(CausalLMAdapter):
+    """The real model, but its logits turn NaN (or +inf) from forward pass ``bad_forward`` on,
+    in one row only: what a numerically broken forward (fp16 overflow, bad weights) produces."""
+
+    def __init__(self, *args, bad_forward: int, value: float = float("nan"), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bad_forward, self.value = bad_forward, value
+
+    def compute_logits(self, input_ids, attention_mask, position_ids, num_rows):
+        logits = super().compute_logits(input_ids, attention_mask, position_ids, num_rows)
+        if self.num_forwards + 1 >= self.bad_forward:  # num_forwards counts the passes before this one
+            logits = logits.clone()
+            logits[:, -1, 3] = self.value
+        return logits
+
+
+@pytest.mark.parametrize("method", ["ar", "sjd", "gsd"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, value):
+    adapter = NaNAtForwardAdapter(model, ALLOWED, bad_forward=3, value=value)
+    clusters = DynamicClusters(4) if method == "gsd" else None
+    with pytest.raises(FloatingPointError, match="forward pass 3 of this call"):
+        generate(adapter, PROMPT, num_tokens=30, method=method, window=4, clusters=clusters, generator=gen(0))
+    assert adapter.num_forwards == 3  # raised right after the bad forward, not later

@@ -1,0 +1,86 @@
+"""``verify`` on one window runs a bounded number of top-level aten ops and host syncs (issue 12:
+at most 80 ops and 3 syncs, validation included), for random and converged drafts alike, and
+``stop_early`` repeats no pass. Counts from torch.profiler are deterministic, unlike times."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from gsd_core import DynamicClusters, verify
+
+MAX_OPS, MAX_SYNCS = 80, 3
+VOCAB, WINDOW, TOP_K = 4096, 16, 200
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_numpy")
+
+
+@contextlib.contextmanager
+def counted_tolist(counter: list[int]):
+    """Count ``Tensor.tolist`` calls (a device-to-host read the profiler does not name)."""
+    real = torch.Tensor.tolist
+
+    def tolist(self):
+        counter.append(1)
+        return real(self)
+
+    torch.Tensor.tolist = tolist
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = real
+
+
+def ops_and_syncs(fn) -> tuple[int, int]:
+    """Top-level aten ops of one call of ``fn`` and its host syncs (item-type reads, nonzero, tolist)."""
+    reads: list[int] = []
+    with profile(activities=[ProfilerActivity.CPU]) as prof, counted_tolist(reads):
+        fn()
+    events = prof.events()
+    top = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
+    syncs = sum(e.name in SYNC_OPS for e in events) + len(reads)
+    return len(top), syncs
+
+
+def _window(kind: str, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    logits = 2.0 * torch.randn(WINDOW + 1, VOCAB, generator=gen, dtype=torch.float64)
+    kth = torch.topk(logits, TOP_K, dim=-1).values[:, -1:]
+    p = torch.softmax(logits.masked_fill(logits < kth, -torch.inf), -1)
+    if kind == "random":  # one-hot q on a uniform draw (SJD's random initialisation)
+        drafts = torch.randint(0, VOCAB, (WINDOW,), generator=gen)
+        q = torch.nn.functional.one_hot(drafts, VOCAB).double()
+    else:  # converged: q = p, every draft accepted
+        q = p[:WINDOW]
+        drafts = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+    return p, q, drafts, torch.rand(WINDOW + 1, generator=gen, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", ["random", "converged"])
+@pytest.mark.parametrize("rule", [None, DynamicClusters(14)], ids=["sjd", "gsd"])
+@pytest.mark.parametrize("options", [{}, {"validate": False}, {"stop_early": True, "validate": False}],
+                         ids=["default", "no-validate", "early-no-validate"])
+def test_one_window_has_bounded_ops_and_syncs(kind, rule, options):
+    p, q, drafts, u = _window(kind, seed=3)
+    call = lambda: verify(p, q, drafts, rule, uniforms=u, **options)  # noqa: E731
+    call()  # warm caches (cached aranges) as a decoding loop would
+    ops, syncs = ops_and_syncs(call)
+    assert ops <= MAX_OPS, ops
+    assert syncs <= MAX_SYNCS, syncs
+    if kind == "converged":
+        assert int(call().num_accepted) == WINDOW
+
+
+def test_stop_early_costs_no_more_than_the_full_evaluation():
+    p, q, drafts, u = _window("converged", seed=4)
+    rule = DynamicClusters(14)
+    full = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u))
+    early = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u, stop_early=True))
+    assert early[0] <= full[0] + 2 and early[1] == full[1]  # one pass: only the NaN masking added
+
+
+def test_the_counter_sees_syncs():
+    x = torch.ones(3)
+    assert ops_and_syncs(lambda: (x.sum().item(), x.tolist(), x.nonzero()))[1] == 3

@@ -36,8 +36,12 @@ def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) 
 
 
 def percent(share: float) -> str:
-    """A share as a percentage with two significant digits: 0.0008 -> "0.08%" (never "0%" for > 0)."""
-    return "0%" if share == 0 else f"{100 * share:.2g}%"
+    """A share as a percentage, 2-3 significant digits: 0.0008 -> "0.08%", 0.999 -> "99.9%" (never "0%" or
+    "100%" for a share strictly between 0 and 1)."""
+    if share == 0:
+        return "0%"
+    value = 100 * share
+    return f"{value:.3g}%" if value >= 10 else f"{value:.2g}%"
 
 
 def tv_against_viable(viable_counts: list[int], top1_masses: list[float], grid: np.ndarray, noise: float) -> Figure:

@@ -95,10 +95,11 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
     config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=side * side + 8)
     # transformers initialises weights from the global generator: seed it inside a forked RNG
-    # state so that the caller's global state is left as it was.
+    # state so that the caller's global state is left as it was; then redraw them reproducibly.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).eval()
+    _integer_init(model, seed)
     codes = torch.arange(num_classes + 1, vocab)
     adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side,
                               compute_dtype=compute_dtype)
@@ -117,6 +118,24 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
 
     return ImageModel(TINY_RANDOM, adapter, side * side, encode, decode,
                       [str(c) for c in range(num_classes)])
+
+
+def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+    """Redraw every weight as k * (std sqrt(3) / 4096), k uniform integer in [-4096, 4096] (norm
+    weights 1), from a seeded generator.
+
+    torch's normal_ / uniform_ fills are vectorised per CPU instruction set and differ in the
+    last bits between ``ATEN_CPU_CAPABILITY`` settings; integer draws and one multiplication
+    are the same everywhere, so the tiny model is the same model on every CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    step = std * 3 ** 0.5 / 4096
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                draws = torch.randint(-4096, 4097, tuple(param.shape), generator=generator)
+                param.copy_(draws.to(torch.float64) * step)
 
 
 def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,

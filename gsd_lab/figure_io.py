@@ -18,11 +18,13 @@ def save_figure(
     seeds: Any,
     config: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
+    git: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``out_dir/name.png``, ``name.svg`` and ``name.json`` (the sidecar) and close ``fig``.
 
     The sidecar holds ``provenance(model, seeds, config)`` plus ``data``: the numbers drawn, so
-    that a figure can be checked or re-plotted without re-running the experiment."""
+    that a figure can be checked or re-plotted without re-running the experiment. git: the
+    ``git_commit()`` record read before any output was written (None: read now)."""
     import matplotlib.pyplot as plt
 
     out_dir = Path(out_dir)
@@ -32,7 +34,7 @@ def save_figure(
     fig.savefig(paths["png"], dpi=150, bbox_inches="tight")
     fig.savefig(paths["svg"], bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    record = provenance(model=model, seeds=seeds, config=config)
+    record = provenance(model=model, seeds=seeds, config=config, git=git)
     record["figure"] = {"name": name, "files": [paths["png"].name, paths["svg"].name]}
     record["data"] = data or {}
     atomic_write_json(paths["json"], record)
@@ -60,7 +62,8 @@ def write_results_markdown(path: str | Path, title: str, sections: list[tuple[st
         f"# {title}",
         "",
         f"Model: `{record.get('model')}`; seeds: `{record.get('seeds')}`; "
-        f"git commit: `{git.get('commit')}`{' (dirty tree)' if git.get('dirty') else ''}; "
+        f"git commit: `{git.get('commit')}`; dirty: `{str(git.get('dirty')).lower()}`"
+        f"{' (uncommitted changes: not reproducible from the commit)' if git.get('dirty') else ''}; "
         f"generated {record.get('created_utc')}.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + ".",
         "",

@@ -10,6 +10,11 @@ Models:
   quality: CLIP score when a CLIP model is available.
 - ``tiny-random``: a randomly initialised tiny Llama over 8x8 codes with a fixed colour per code,
   for tests and development only (its numbers mean nothing).
+
+On CPU the forward runs in float64 (``CausalLMAdapter.set_compute_dtype``), so tokens, NFE and
+every table are the same on any x86 instruction set and thread count; ``float64_on_cpu=False``
+keeps the model's own dtype (float32: last-bit differences between CPU kernels flip sampling
+decisions, see ``gsd_lab.experiments.determinism``).
 """
 
 from __future__ import annotations
@@ -78,7 +83,8 @@ def guidance_scale(model: ImageModel, scale: float | None) -> Iterator[ImageMode
 
 
 def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_classes: int = 4,
-                      cfg_scale: float | None = 2.0, top_k: int | None = None) -> ImageModel:
+                      cfg_scale: float | None = 2.0, top_k: int | None = None,
+                      compute_dtype: torch.dtype | None = torch.float64) -> ImageModel:
     """A tiny randomly initialised class-conditional model (tests and development only).
 
     Vocabulary: class tokens 0..C-1, null class C, image codes C+1..C+K. An image is side x side
@@ -89,19 +95,22 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
     config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=side * side + 8)
     # transformers initialises weights from the global generator: seed it inside a forked RNG
-    # state so that the caller's global state is left as it was.
+    # state so that the caller's global state is left as it was; then redraw them reproducibly.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).eval()
+    _integer_init(model, seed)
     codes = torch.arange(num_classes + 1, vocab)
-    adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side)
+    adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side,
+                              compute_dtype=compute_dtype)
     palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(torch.uint8)
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt)
         if not 0 <= label < num_classes:
             raise ValueError(f"tiny-random has classes 0..{num_classes - 1}, got {prompt!r}")
-        return torch.tensor([label]), (torch.tensor([num_classes]) if cfg_scale is not None else None)
+        # The adapter's current scale decides (``guidance_scale`` may switch CFG off for a block).
+        return torch.tensor([label]), (torch.tensor([num_classes]) if adapter.uses_cfg else None)
 
     def decode(tokens: Tensor) -> np.ndarray:
         grid = palette[tokens.reshape(side, side).cpu()]
@@ -111,13 +120,45 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
                       [str(c) for c in range(num_classes)])
 
 
+def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+    """Redraw every weight as k * (std sqrt(3) / 4096), k uniform integer in [-4096, 4096] (norm
+    weights 1), from a seeded generator.
+
+    torch's normal_ / uniform_ fills are vectorised per CPU instruction set and differ in the
+    last bits between ``ATEN_CPU_CAPABILITY`` settings; integer draws and one multiplication
+    are the same everywhere, so the tiny model is the same model on every CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    step = std * 3 ** 0.5 / 4096
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                draws = torch.randint(-4096, 4097, tuple(param.shape), generator=generator)
+                param.copy_(draws.to(torch.float64) * step)
+
+
 def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
                      clip: str | None = None, device: str | None = None, cfg_scale: float | None = None,
-                     top_k: int | None = None, seed: int = 0) -> ImageModel:
+                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True) -> ImageModel:
     """Build the ``ImageModel`` for a command-line model name (see the module docstring).
 
     cfg_scale / top_k override the model's defaults when given; ``clip``: a local CLIP folder
-    for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu."""
+    for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu.
+    float64_on_cpu: run the forward of a model on CPU in float64 (module docstring)."""
+    model = _load_image_model(name, weights=weights, vqgan=vqgan, clip=clip, device=device, cfg_scale=cfg_scale,
+                              top_k=top_k, seed=seed)
+    adapter = model.adapter
+    if adapter.device.type == "cpu":
+        if float64_on_cpu and adapter.compute_dtype != torch.float64:
+            adapter.set_compute_dtype(torch.float64)
+        elif not float64_on_cpu and name == TINY_RANDOM:
+            adapter.set_compute_dtype(torch.float32)
+    return model
+
+
+def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip: str | None, device: str | None,
+                      cfg_scale: float | None, top_k: int | None, seed: int) -> ImageModel:
     if name == TINY_RANDOM:
         kwargs: dict[str, Any] = {}
         if cfg_scale is not None:

@@ -35,14 +35,25 @@ def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) 
     return fig
 
 
+def percent(share: float) -> str:
+    """A share as a percentage, 2-3 significant digits: 0.0008 -> "0.08%", 0.999 -> "99.9%" (never "0%" or
+    "100%" for a share strictly between 0 and 1)."""
+    if share == 0:
+        return "0%"
+    value = 100 * share
+    return f"{value:.3g}%" if value >= 10 else f"{value:.2g}%"
+
+
 def tv_against_viable(viable_counts: list[int], top1_masses: list[float], grid: np.ndarray, noise: float) -> Figure:
-    """Mean TV(p, q) of noisy pairs against the number of viable tokens, one line per top-1 mass."""
+    """Mean TV(p, q) of noisy pairs against the number n of viable tokens, one line per mass m of
+    the base on token 0 (the other n - 1 tokens get (1 - m)/(n - 1) each, which exceeds m when
+    m < 1/n: m is then not the top-1 mass, so the legend does not call it that)."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
     for mass, row in zip(top1_masses, np.asarray(grid)):
-        ax.plot(viable_counts, row, marker="o", label=f"top-1 mass {mass:g}")
+        ax.plot(viable_counts, row, marker="o", label=f"b(token 0) = {mass:g}, others (1 - {mass:g})/(n - 1)")
     ax.set_xscale("log")
-    ax.set_xlabel("viable tokens shared by p and q")
+    ax.set_xlabel("viable tokens n shared by p and q")
     ax.set_ylabel("TV(p, q) = 1 - acceptance")
     ax.set_title(f"per-token noise {noise:g} (log-normal)")
     ax.legend(fontsize=8)
@@ -85,7 +96,7 @@ def top1_histograms(stats: Top1Stats, max_images: int = 8) -> Figure:
     ax.hist(stats.pooled, bins=bins, color="C0")
     ax.axvline(stats.threshold, color="C3", lw=1)
     ax.set_xscale("log")
-    ax.set_title(f"pooled: {stats.pooled_share_below:.0%} < {stats.threshold:g}", fontsize=9)
+    ax.set_title(f"pooled: {percent(stats.pooled_share_below)} < {stats.threshold:g}", fontsize=9)
     ax.set_xlabel("top-1 probability")
     shares = stats.share_below
     for i, values in enumerate(per_image):
@@ -93,7 +104,7 @@ def top1_histograms(stats: Top1Stats, max_images: int = 8) -> Figure:
         ax.hist(values, bins=bins, color="C1")
         ax.axvline(stats.threshold, color="C3", lw=1)
         ax.set_xscale("log")
-        ax.set_title(f"image {i}: {shares[i]:.0%} < {stats.threshold:g}", fontsize=9)
+        ax.set_title(f"image {i}: {percent(shares[i])} < {stats.threshold:g}", fontsize=9)
     for ax in flat_axes[ncols:]:
         ax.set_axis_off()
     return fig
@@ -144,25 +155,34 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
 
 
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
-    """Horizontal bars per table row, one panel per metric."""
+    """Horizontal bars per table row, one panel per metric; error bars +- one standard error over
+    images where the row has ``{metric}_sem`` (set-level metrics such as the Frechet distance have
+    none: the panel says so)."""
     fig, axes = _figure(len(metrics), size=(3.6, 0.35 * len(rows) + 1.2))
     labels = [r["method"] for r in rows]
     for i, (ax, (key, label)) in enumerate(zip(axes[0], metrics)):
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
-        ax.barh(range(len(rows)), values, color=[f"C{j % 10}" for j in range(len(rows))])
+        errors = [r.get(f"{key}_sem") or 0.0 for r in rows]
+        has_errors = any(r.get(f"{key}_sem") for r in rows)
+        ax.barh(range(len(rows)), values, xerr=errors if has_errors else None, capsize=2,
+                color=[f"C{j % 10}" for j in range(len(rows))])
+        if not has_errors and key != "speedup_nfe" and key != "nfe":
+            label += "\n(one set-level value: no error bar)"
         ax.set_yticks(range(len(rows)), labels if i == 0 else [""] * len(rows), fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(label)
     return fig
 
 
-def distortion(group_sizes: list[int], curves: dict[str, np.ndarray], ylabel: str) -> Figure:
-    """Exact per-step quantities (distortion TV(out, p) or acceptance) against G."""
+def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: str) -> Figure:
+    """Exact per-step quantities (distortion TV(out, p) or acceptance) against the cluster size:
+    the number of tokens in a cluster (``toy.rules_for_cluster_size``: dynamic window of
+    2 floor(G/2) + 1 ranks, rank bins of that many tokens), so the rules are compared at equal size."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
     for name, values in curves.items():
-        ax.plot(group_sizes, np.asarray(values), marker="o", label=name)
-    ax.set_xlabel("group size G")
+        ax.plot(cluster_sizes, np.asarray(values), marker="o", label=name)
+    ax.set_xlabel("cluster size (tokens per cluster; 1 = plain SD)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return fig

@@ -5,7 +5,16 @@ lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k 
 definition is ours, the paper's was not found). ``run_method`` generates one image per
 (prompt, seed) with ``gsd_lab.decoding.generate`` and the same generator seed for every method;
 ``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
-and its speed-up, acceptance rate, quality proxies.
+and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
+quality proxies.
+
+Two acceptance measures (per image, then averaged over images):
+- ``acceptance_rate`` = accepted / drafted: drafts accepted over all draft positions of all
+  windows, counting the positions after a window's first rejection that were never tested
+  (``DecodeResult.acceptance_rate``). It is a throughput measure, not 1 - TV.
+- ``accepted_per_tested`` = accepted / tested, tested = accepted + the rejected position (one per
+  window that rejected): the empirical probability that a *tested* draft is accepted, the
+  quantity E[min(1, p(C)/q(C))] (= 1 - TV for singletons) that notebooks 01 and 05 compute.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from ..clustering import embedding_partition
 from ..decoding import DecodeResult, generate
 from .image_model import ImageModel
 
-CLUSTER_KINDS = ("dynamic", "dynamic-nofilter", "dynamic-q", "rank-binned", "static")
+CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
+                 "static")
 
 
 @dataclass(frozen=True)
@@ -98,11 +108,13 @@ def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings,
     if spec.clusters is None:
         return None
     size = spec.group_size
-    if spec.clusters == "dynamic":
+    if spec.clusters in ("dynamic", "dynamic-distance"):
         embeddings = model.embeddings
         distance = filters.resolve(embeddings, model.image_vocabulary.cpu(), seed=seed)
-        return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=filters.max_prob_gap,
-                               embeddings=embeddings)
+        gap = filters.max_prob_gap if spec.clusters == "dynamic" else None
+        return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings)
+    if spec.clusters == "dynamic-gap":
+        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
     if spec.clusters == "dynamic-nofilter":
         return DynamicClusters(size)
     if spec.clusters == "dynamic-q":
@@ -123,11 +135,18 @@ class GenerationRecord:
     seed: int
     nfe: int
     acceptance_rate: float | None
+    accepted_per_tested: float | None
     wall_seconds: float
     model_seconds: float
     tokens: Tensor
     image: np.ndarray | None
     top1: Tensor | None = None
+
+
+def accepted_per_tested(result: DecodeResult) -> float | None:
+    """accepted / tested over the windows of one generation (module docstring); None for AR."""
+    tested = sum(a + (1 if a < d else 0) for a, d in zip(result.accepted, result.drafted) if d > 0)
+    return sum(result.accepted) / tested if tested else None
 
 
 def generator_seed(seed: int, prompt_index: int) -> int:
@@ -165,7 +184,7 @@ def run_method(
             gseed = generator_seed(seed, index)
             result, image = generate_one(model, spec, prompt, gseed, clusters=clusters, record_top1=record_top1)
             records.append(GenerationRecord(spec.label, prompt, gseed, result.nfe, result.acceptance_rate,
-                                            result.wall_seconds, result.model_seconds, result.tokens, image,
+                                            accepted_per_tested(result), result.wall_seconds, result.model_seconds, result.tokens, image,
                                             result.top1))
             if progress is not None:
                 progress.update(1)
@@ -197,12 +216,15 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
     nfe = float(np.mean([r.nfe for r in records]))
     wall = float(np.mean([r.wall_seconds for r in records]))
     rates = [r.acceptance_rate for r in records if r.acceptance_rate is not None]
+    per_tested = [r.accepted_per_tested for r in records if r.accepted_per_tested is not None]
     row: dict[str, Any] = {
         "method": records[0].label,
         "images": len(records),
         "nfe": nfe,
         "wall_seconds": wall,
         "acceptance_rate": float(np.mean(rates)) if rates else None,
+        "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
+        "nfe_sem": float(np.std([r.nfe for r in records], ddof=1) / np.sqrt(len(records))) if len(records) > 1 else None,
     }
     if baseline:
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe

@@ -31,8 +31,9 @@ def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tupl
 
 
 def table2_specs(group_size: int = 50) -> list[MethodSpec]:
-    """The clustering ablation at one G: the paper's rows A-D plus our rank-binned partition
-    with the token-level and the cluster-exact residual."""
+    """The clustering ablation at one G: the paper's rows A-D, each of D's two filters alone
+    (D1: probability gap, D2: embedding distance), and our rank-binned partition with the
+    token-level and the cluster-exact residual."""
     g = group_size
     return [
         SJD,
@@ -40,6 +41,8 @@ def table2_specs(group_size: int = 50) -> list[MethodSpec]:
         gsd(g, "dynamic-q", label=f"(B) dynamic, sorted by draft q (G={g})"),
         gsd(g, "dynamic-nofilter", label=f"(C) dynamic, sorted by target p (G={g})"),
         gsd(g, "dynamic", label=f"(D) dynamic, p + filters (paper) (G={g})"),
+        gsd(g, "dynamic-gap", label=f"(D1) dynamic, p + |dp| filter only (G={g})"),
+        gsd(g, "dynamic-distance", label=f"(D2) dynamic, p + distance filter only (G={g})"),
         gsd(g, "rank-binned", "token", label=f"(E) rank-binned, token residual (G={g})"),
         gsd(g, "rank-binned", "cluster", label=f"(F) rank-binned, cluster-exact residual (G={g})"),
     ]

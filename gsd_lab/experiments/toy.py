@@ -192,17 +192,28 @@ def empirical_speculative_samples(
     return counts / num_samples, float(result.num_accepted.to(DTYPE).mean())
 
 
-def distortion_by_group_size(
-    p: Tensor, q: Tensor, group_sizes: list[int]
-) -> dict[str, Tensor]:
-    """Exact TV(output, p) of one verification step, averaged over the rows of p, q [N, V], per G.
+def rules_for_cluster_size(size: int) -> dict[str, object]:
+    """Cluster rules whose clusters hold ``size`` tokens (odd, >= 1; 1 is plain SD).
+
+    ``DynamicClusters(G)`` takes the window of ranks r(x) - floor(G/2) .. r(x) + floor(G/2), i.e.
+    2 floor(G/2) + 1 tokens (fewer at the ends of the ranking), so G = size - 1;
+    ``RankBinnedClusters(size)`` cuts the p-ranking into bins of ``size`` tokens. Comparing the two
+    at the same G would compare 3-token windows with 2-token bins."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % 2 == 0:
+        raise ValueError(f"cluster size must be an odd int >= 1 (dynamic windows are odd), got {size!r}")
+    return {"dynamic": DynamicClusters(size - 1), "rank_binned": RankBinnedClusters(size)}
+
+
+def distortion_by_cluster_size(p: Tensor, q: Tensor, cluster_sizes: list[int]) -> dict[str, Tensor]:
+    """Exact TV(output, p) of one verification step, averaged over the rows of p, q [N, V], per
+    cluster size (``rules_for_cluster_size``).
 
     Rules: the paper's dynamic clusters (token residual), rank-binned clusters with the token
-    residual and with the cluster-exact residual. G = 0/1 is plain SD (TV 0 up to rounding)."""
+    residual and with the cluster-exact residual. Size 1 is plain SD (TV 0 up to rounding)."""
     out: dict[str, list[float]] = {"dynamic": [], "rank_binned_token": [], "rank_binned_cluster": []}
-    for size in group_sizes:
-        dynamic = DynamicClusters(size)
-        binned = RankBinnedClusters(max(size, 1))
+    for size in cluster_sizes:
+        rules = rules_for_cluster_size(size)
+        dynamic, binned = rules["dynamic"], rules["rank_binned"]
         out["dynamic"].append(float(tv_distance(output_distribution(p, q, dynamic), p).mean()))
         out["rank_binned_token"].append(float(tv_distance(output_distribution(p, q, binned), p).mean()))
         out["rank_binned_cluster"].append(
@@ -210,12 +221,13 @@ def distortion_by_group_size(
     return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}
 
 
-def acceptance_by_group_size(p: Tensor, q: Tensor, group_sizes: list[int]) -> dict[str, Tensor]:
-    """Exact mean acceptance per G for the dynamic and rank-binned rules (rows of p, q [N, V])."""
+def acceptance_by_cluster_size(p: Tensor, q: Tensor, cluster_sizes: list[int]) -> dict[str, Tensor]:
+    """Exact mean acceptance per cluster size for SD, the dynamic and the rank-binned rules."""
     out: dict[str, list[float]] = {"sd": [], "dynamic": [], "rank_binned": []}
-    sd = float(acceptance_rate(p, q).mean())  # does not depend on G
-    for size in group_sizes:
+    sd = float(acceptance_rate(p, q).mean())  # does not depend on the size
+    for size in cluster_sizes:
+        rules = rules_for_cluster_size(size)
         out["sd"].append(sd)
-        out["dynamic"].append(float(acceptance_rate(p, q, DynamicClusters(size)).mean()))
-        out["rank_binned"].append(float(acceptance_rate(p, q, RankBinnedClusters(max(size, 1))).mean()))
+        out["dynamic"].append(float(acceptance_rate(p, q, rules["dynamic"]).mean()))
+        out["rank_binned"].append(float(acceptance_rate(p, q, rules["rank_binned"]).mean()))
     return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}

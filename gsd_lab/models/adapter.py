@@ -49,6 +49,12 @@ Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_lo
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).
 
+Compute dtype (``compute_dtype``, ``set_compute_dtype``): None runs the model as given;
+torch.float64 casts it in place and removes the float32 steps of Llama-family modules
+(``gsd_lab.models.float64``), so that on a CPU the tokens and NFE do not depend on the
+instruction set (``ATEN_CPU_CAPABILITY``) or the thread count. The CPU models of the
+experiments (the stand-in, tiny models) use it.
+
 ``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``vocab_size`` V;
 ``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
 (a ``generate`` generator must live there).
@@ -77,6 +83,8 @@ class CausalLMAdapter:
     sampled (an image vocabulary), None for all. temperature > 0; top_k >= 1 or None;
     cfg_scale: guidance scale s (None: no CFG; s = 1 gives the conditional logits but still
     runs both rows). row_length: tokens per image row, for ``init="repeat_row"``.
+    compute_dtype: None (the model's own dtype) or a floating dtype to cast the model to in
+    place (torch.float64: the whole forward in float64, see the module docstring).
     """
 
     def __init__(
@@ -88,6 +96,7 @@ class CausalLMAdapter:
         top_k: int | None = None,
         cfg_scale: float | None = None,
         row_length: int | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise ValueError(
@@ -105,6 +114,8 @@ class CausalLMAdapter:
             )
         self._has_logits_to_keep = "logits_to_keep" in params
         self.model = model
+        if compute_dtype is not None:
+            self.set_compute_dtype(compute_dtype)
         self.device = next(model.parameters()).device
         self.vocab_size = self._infer_vocab_size(model)
         V = self.vocab_size
@@ -148,6 +159,26 @@ class CausalLMAdapter:
         self.model_seconds = 0.0
         self._prompt: Tensor | None = None
         self._seq_len = 0
+
+    def set_compute_dtype(self, dtype: torch.dtype) -> None:
+        """Cast the model in place to the floating ``dtype`` (float64: ``cast_model_float64``).
+
+        Ends the current sequence (call ``start`` again)."""
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"compute_dtype must be a floating torch.dtype, got {dtype!r}")
+        if dtype == torch.float64:
+            from .float64 import cast_model_float64
+
+            cast_model_float64(self.model)
+        else:
+            self.model.to(dtype)
+        # A cache of the old dtype cannot be extended: the next forward needs start() again.
+        self.cache, self._prompt, self._seq_len = None, None, 0
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype of the model's parameters (the forward's dtype)."""
+        return next(self.model.parameters()).dtype
 
     # ---- properties -------------------------------------------------------------------
 

@@ -213,3 +213,45 @@ def test_bad_input(model):
         adapter.crop(4)  # beyond the sequence
     with pytest.raises(ValueError, match="uncond_prompt_ids"):
         CausalLMAdapter(model, cfg_scale=3.0).start(torch.tensor([0]))
+
+
+def test_float64_compute_removes_every_float32_step():
+    """compute_dtype=float64: parameters, cache and logits in float64; RMSNorm and the rotary
+    embedding computed in float64 (HF computes both in float32), so the logits match an
+    independent float64 recomputation far below float32 rounding."""
+    from gsd_lab.models.float64 import cast_model_float64
+
+    model32 = tiny_llama(seed=3)
+    reference = tiny_llama(seed=3).double()
+    adapter = CausalLMAdapter(model32, compute_dtype=torch.float64)
+    assert adapter.compute_dtype == torch.float64
+    ids = [0, 5, 7, 3, 4, 9, 1]
+    adapter.start(torch.tensor(ids[:3]))
+    probs = torch.cat([adapter.forward(torch.tensor(ids[:5])), adapter.forward(torch.tensor(ids[5:]))])
+    assert probs.dtype == torch.float64
+    with torch.no_grad():
+        exact = torch.softmax(cast_model_float64(reference)(input_ids=torch.tensor([ids])).logits[0], -1)
+    assert float((probs - exact).abs().max()) < 1e-13
+    norm = reference.model.norm
+    x = torch.randn(3, 16, dtype=torch.float64)
+    norm.requires_grad_(False)
+    expected = norm.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
+    assert float((norm(x) - expected).abs().max()) < 1e-15
+    rotary = reference.model.rotary_emb
+    positions = torch.arange(200)[None]
+    cos, sin = rotary(x, positions)
+    dim = reference.config.hidden_size // reference.config.num_attention_heads
+    inv_freq = 1.0 / (reference.config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    angles = positions[0, :, None].double() * inv_freq
+    assert cos.dtype == torch.float64
+    assert float((cos[0] - torch.cat([angles, angles], -1).cos()).abs().max()) < 1e-15
+
+
+def test_compute_dtype_errors_and_reset(model):
+    with pytest.raises(ValueError, match="compute_dtype"):
+        CausalLMAdapter(tiny_llama(seed=4), compute_dtype=torch.int64)
+    adapter = CausalLMAdapter(tiny_llama(seed=4))
+    adapter.start(torch.tensor([1, 2]))
+    adapter.set_compute_dtype(torch.float64)
+    with pytest.raises(ValueError, match="start"):
+        adapter.forward(torch.tensor([1, 2]))

@@ -85,7 +85,7 @@ def test_grouping_never_raises_tv_and_counterexample_lowers_acceptance():
 
 def test_distortion_zero_for_sd_and_positive_for_groups():
     p, q = toy.dirichlet_pairs(8, 20, alpha=0.5, seed=0)
-    d = toy.distortion_by_group_size(p, q, [0, 4])
+    d = toy.distortion_by_cluster_size(p, q, [1, 5])
     for values in d.values():
         assert float(values[0]) < 1e-12 and float(values[1]) > 1e-3
     freq, rate = toy.empirical_speculative_samples(p[0], q[0], num_samples=40000, seed=1)
@@ -110,6 +110,34 @@ def test_runs_tables_and_top1(tiny):
     assert 0 <= stats.pooled_share_below <= 1 and bool(((stats.per_image > 0) & (stats.per_image <= 1)).all())
 
 
+def test_two_acceptance_measures(tiny):
+    from gsd_lab.decoding import DecodeResult
+    from gsd_lab.experiments.runs import accepted_per_tested
+
+    # Windows of 4 drafts: accepted 1 (tested 2), all 4 (tested 4), 0 (tested 1); an AR step.
+    result = DecodeResult(torch.zeros(9, dtype=torch.long), 4, [1, 4, 0, 0], [4, 4, 4, 0], 5 / 12, 1.0, 1.0, "sjd", 4)
+    assert accepted_per_tested(result) == pytest.approx(5 / 7)
+    cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
+    rows = cache.table([MethodSpec("AR", "ar"), MethodSpec("SJD", "sjd")], MethodSpec("AR", "ar"))
+    assert rows[0]["accepted_per_tested"] is None and rows[0]["nfe_sem"] == 0.0
+    assert 0 <= rows[1]["acceptance_rate"] <= rows[1]["accepted_per_tested"] <= 1
+
+
+def test_rules_for_cluster_size_have_that_many_members():
+    from gsd_core import rule_members
+
+    p = torch.softmax(torch.randn(40, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
+    middle = torch.argsort(p, descending=True)[20]  # ranked in the middle: a full window
+    for size in (1, 3, 5, 9):
+        rules = toy.rules_for_cluster_size(size)
+        _, keep = rule_members(rules["dynamic"], p, middle.reshape(()), p)
+        assert int(keep.sum()) == size
+        labels = rules["rank_binned"].partition_labels(p)
+        assert int((labels == labels[middle]).sum()) == size
+    with pytest.raises(ValueError, match="odd"):
+        toy.rules_for_cluster_size(4)
+
+
 def test_build_clusters_kinds(tiny):
     filters = FilterSettings()
     distance = filters.resolve(tiny.embeddings, tiny.image_vocabulary)
@@ -117,7 +145,8 @@ def test_build_clusters_kinds(tiny):
     all_pairs = torch.cdist(emb, emb).square()
     below = all_pairs[torch.triu(torch.ones_like(all_pairs, dtype=torch.bool), 1)] <= distance
     assert float(below.double().mean()) == pytest.approx(filters.distance_quantile, abs=0.01)
-    for kind in ("dynamic", "dynamic-nofilter", "dynamic-q", "rank-binned", "static"):
+    for kind in ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
+                 "static"):
         rule = build_clusters(MethodSpec("x", "gsd", kind, 8), tiny, filters)
         assert rule is not None
     static = build_clusters(MethodSpec("x", "gsd", "static", 8), tiny, filters)
@@ -139,6 +168,17 @@ def test_replacement_replaces_half_with_top_k_candidates(tiny):
     study = replacement_study(tiny, records, top_k=5)
     assert set(study.images) == {"original", "top-k", "uniform"} and study.changed_share["original"] == 0.0
     assert study.mean_log_prob["top-k"] > study.mean_log_prob["uniform"]
+
+
+def test_tiny_model_runs_in_float64_and_switches_guidance_off(tiny):
+    from gsd_lab.experiments.image_model import guidance_scale, load_image_model
+
+    assert tiny.adapter.compute_dtype == torch.float64
+    assert load_image_model("tiny-random", float64_on_cpu=False).adapter.compute_dtype == torch.float32
+    with guidance_scale(tiny, None):  # the prompt encoding follows the adapter (notebook 02's comparison)
+        assert tiny.encode("1")[1] is None
+        run_method(tiny, MethodSpec("AR", "ar"), ["1"], [0])
+    assert tiny.encode("1")[1] is not None
 
 
 # ---- prompts and provenance ------------------------------------------------------------------

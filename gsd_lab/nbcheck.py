@@ -1,0 +1,155 @@
+"""What the notebooks' checked cells (``# NBVAL_CHECK_OUTPUT``) print, computed here so that the
+logic lives in the package and is tested without running a notebook.
+
+A checked cell prints only exact quantities (enumerated with gsd_core, rounded) or the verdict of
+a statistical invariant with its tolerance stated, never a sampled number: the random stream may
+change (another CPU, a harmless reordering of draws) without the notebook failing, while a wrong
+algorithm changes a verdict.
+
+- ``check_verify_law``: a Monte Carlo run of ``gsd_core.verify`` (one position, x ~ q) against
+  the exact law ``output_distribution`` and the exact ``acceptance_rate``: every token's
+  frequency and the acceptance frequency within ``z`` = 4 standard errors, SE = sqrt(f (1 - f) / n)
+  at the exact value f (a token of exact probability 0 must never be emitted).
+- ``nfe_invariants``: decoding tables: AR takes one forward per token, SJD fewer, every GSD
+  row fewer than SJD (means over the same prompts and seeds).
+- ``provenance_header``: the commit, dirty flag and package versions a notebook ran from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gsd_core import acceptance_rate, output_distribution
+
+from .experiments import toy
+from .provenance import provenance_line
+
+Z_TOLERANCE = 4.0
+
+
+def provenance_header() -> None:
+    """Print the notebook's provenance line (commit, dirty flag, versions); not a checked cell."""
+    print(provenance_line())
+
+
+def max_z_score(frequencies: Tensor, exact: Tensor, num_samples: int) -> float:
+    """max over entries of |f_hat - f| / sqrt(f (1 - f) / n); inf where f = 0 < f_hat (or f = 1 > f_hat).
+
+    frequencies, exact: [K] (empirical frequencies of n independent draws, exact probabilities)."""
+    f_hat, f = frequencies.to(torch.float64), exact.to(torch.float64)
+    se = torch.sqrt(f * (1 - f) / num_samples)
+    gap = (f_hat - f).abs()
+    degenerate = se <= 1e-15
+    z = torch.where(degenerate, torch.where(gap > 1e-12, torch.inf, 0.0), gap / se.clamp(min=1e-300))
+    return float(z.max())
+
+
+@dataclass(frozen=True)
+class VerifyLawCheck:
+    """Outcome of ``check_verify_law``: the largest z-scores of the law and the acceptance."""
+
+    rule: str
+    num_samples: int
+    law_max_z: float
+    acceptance_max_z: float
+    z: float = Z_TOLERANCE
+
+    @property
+    def law_ok(self) -> bool:
+        return self.law_max_z <= self.z
+
+    @property
+    def acceptance_ok(self) -> bool:
+        return self.acceptance_max_z <= self.z
+
+    @property
+    def passed(self) -> bool:
+        return self.law_ok and self.acceptance_ok
+
+    def lines(self) -> list[str]:
+        """The checked-cell text: verdicts and tolerances only (no sampled number)."""
+        return [f"{self.rule}: Monte Carlo of verify ({self.num_samples} draws) against output_distribution, "
+                f"every token within {self.z:g} standard errors: {self.law_ok}",
+                f"{self.rule}: Monte Carlo acceptance against acceptance_rate, within {self.z:g} standard "
+                f"errors: {self.acceptance_ok}"]
+
+
+def check_verify_law(p: Tensor, q: Tensor, *, clusters: object = None, residual: str = "token",
+                     num_samples: int = 200_000, seed: int = 0, rule: str | None = None,
+                     z: float = Z_TOLERANCE) -> VerifyLawCheck:
+    """Monte Carlo of one verification step (x ~ q, ``gsd_core.verify``) against its exact law.
+
+    p, q: [V] float64. The emitted token's frequencies are compared with
+    ``output_distribution(p, q, clusters, residual)`` and the acceptance frequency with
+    ``acceptance_rate(p, q, clusters)``, each within ``z`` standard errors (module docstring).
+    A fixed seed makes the run repeatable; the verdict does not depend on the stream."""
+    empirical, accepted = toy.empirical_speculative_samples(p, q, num_samples=num_samples, seed=seed,
+                                                            clusters=clusters, residual=residual)
+    exact = output_distribution(p, q, clusters, residual)
+    beta = acceptance_rate(p, q, clusters).reshape(1)
+    law_z = max_z_score(empirical, exact, num_samples)
+    acc_z = max_z_score(torch.tensor([accepted], dtype=torch.float64), beta, num_samples)
+    name = rule or ("SD" if clusters is None else type(clusters).__name__)
+    return VerifyLawCheck(name, num_samples, law_z, acc_z, z)
+
+
+def rounded(values: Tensor | list[float], digits: int = 4) -> list[float]:
+    """Exact values for printing: rounded, with -0.0 shown as 0.0."""
+    values = values.tolist() if isinstance(values, Tensor) else list(values)
+    return [round(float(v), digits) + 0.0 for v in values]
+
+
+# ---- decoding tables ---------------------------------------------------------------------------
+
+def _is_gsd(row: dict[str, Any]) -> bool:
+    return str(row["method"]).startswith("GSD") or str(row["method"]).startswith("(")
+
+
+def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
+    """Checked-cell lines for a decoding table (rows of ``runs.summarize``).
+
+    Exact: AR's NFE equals the number of tokens. Invariants of means over the same prompts and
+    seeds (no tolerance: strict inequalities): SJD below AR, every GSD row below SJD."""
+    by_method = {r["method"]: r for r in rows}
+    lines = []
+    if "AR" in by_method:
+        lines.append(f"AR: NFE = {num_tokens} tokens per image (one token per forward): "
+                     f"{by_method['AR']['nfe'] == num_tokens}")
+    sjd = by_method.get("SJD")
+    if sjd is not None:
+        if "AR" in by_method:
+            lines.append(f"SJD: mean NFE below AR's: {sjd['nfe'] < by_method['AR']['nfe']}")
+        gsd = [r for r in rows if _is_gsd(r) and r["method"] != "SJD"]
+        if gsd:
+            lines.append(f"GSD: mean NFE below SJD's for every one of the {len(gsd)} GSD rows: "
+                         f"{all(r['nfe'] < sjd['nfe'] for r in gsd)}")
+    return lines
+
+
+def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Checked-cell lines relating the two acceptance measures of each row (exact relations):
+    accepted per tested draft position >= accepted per drafted position, both in [0, 1]."""
+    ok = [r for r in rows if r.get("acceptance_rate") is not None]
+    consistent = all(0 <= r["acceptance_rate"] <= r["accepted_per_tested"] <= 1 for r in ok)
+    return [f"accepted per drafted position <= accepted per tested position <= 1 in all {len(ok)} "
+            f"speculative rows: {consistent}"]
+
+
+def format_rows(rows: list[dict[str, Any]], columns: list[str], digits: int = 3) -> str:
+    """A fixed-width text table of ``rows`` (for unchecked cells: sampled numbers)."""
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+        return str(value)
+
+    widths = {c: max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(cell(r.get(c)).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)

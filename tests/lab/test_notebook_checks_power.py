@@ -1,0 +1,124 @@
+"""Power of the notebooks' checked cells, without running a notebook.
+
+Notebook 05's checked cells print the verdicts of ``gsd_lab.nbcheck.check_verify_law`` (a Monte
+Carlo run of ``gsd_core.verify`` against the exact ``output_distribution`` / ``acceptance_rate``,
+tolerance 4 standard errors). Here the same calls, with the notebook's parameters, run against
+mutated versions of ``verify``:
+
+- resampling from p after a rejection (instead of the residual norm((p - q)+)),
+- testing p(x)/q(C) instead of p(C)/q(C),
+- ignoring its clusters (plain SD),
+must each turn at least one printed verdict to False (so nbval fails), and
+- uniforms U replaced by 1 - U (a harmless change of the random stream)
+must leave every verdict True (so nbval passes).
+
+The mutants patch ``gsd_core.verification`` internals that only ``verify`` uses (the exact
+enumeration in ``gsd_core.exact`` keeps its own references), or wrap ``verify`` where the check
+looks it up.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gsd_core.verification as verification
+from gsd_core import DynamicClusters, RankBinnedClusters
+from gsd_lab.experiments import toy
+from gsd_lab.nbcheck import check_verify_law, max_z_score
+
+# Notebook 05's parameters and rules (sections 1 and 6).
+VOCAB, NUM_SAMPLES, SEED = 6, 200_000, 0
+RULES = {"dynamic G=2 (3 tokens)": (DynamicClusters(2), "token"),
+         "rank bins of 3, token residual": (RankBinnedClusters(3), "token"),
+         "rank bins of 3, cluster residual": (RankBinnedClusters(3), "cluster")}
+
+
+def notebook_verdicts() -> dict[str, bool]:
+    """Every verdict notebook 05's checked cells print from ``check_verify_law``."""
+    p, q = toy.dirichlet_pairs(VOCAB, 1, alpha=1.0, seed=SEED)
+    p, q = p[0], q[0]
+    mc_seed = SEED + 1000  # as the notebook: not the stream that drew p and q
+    checks = [check_verify_law(p, q, num_samples=NUM_SAMPLES, seed=mc_seed, rule="SD")]
+    checks += [check_verify_law(p, q, clusters=rule, residual=residual, num_samples=NUM_SAMPLES,
+                                seed=mc_seed + i + 1, rule=name)
+               for i, (name, (rule, residual)) in enumerate(RULES.items())]
+    verdicts = {}
+    for c in checks:
+        verdicts[f"{c.rule} law"] = c.law_ok
+        verdicts[f"{c.rule} acceptance"] = c.acceptance_ok
+    return verdicts
+
+
+def _resample_from_p(p, q, labels):
+    return p.expand(torch.broadcast_shapes(p.shape, q.shape)).clone()
+
+
+def _token_over_cluster(original):
+    def masses(p, q, token, rule):
+        p_cluster, q_cluster = original(p, q, token, rule)
+        if rule is None:
+            return p_cluster, q_cluster
+        return p.gather(-1, token.unsqueeze(-1)).squeeze(-1), q_cluster
+    return masses
+
+
+def _one_minus_u(original):
+    def mutant(p, q, draft_tokens, clusters=None, residual="token", generator=None, **kwargs):
+        batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+        u = torch.rand(*batch, q.shape[-2] + 1, generator=generator, dtype=torch.float64)
+        return original(p, q, draft_tokens, clusters, residual, generator, uniforms=1 - u, **kwargs)
+    return mutant
+
+
+def apply_mutation(monkeypatch, name: str) -> None:
+    if name == "resample_from_p":
+        monkeypatch.setattr(verification, "_residual", _resample_from_p)
+    elif name == "p_token_over_q_cluster":
+        monkeypatch.setattr(verification, "_cluster_masses", _token_over_cluster(verification._cluster_masses))
+    elif name == "ignore_clusters":
+        monkeypatch.setattr(verification, "as_cluster_rule", lambda clusters, vocab: None)
+    elif name == "one_minus_u":
+        monkeypatch.setattr(toy, "verify", _one_minus_u(verification.verify))
+    else:
+        raise ValueError(name)
+
+
+def test_checks_pass_on_the_real_verify():
+    verdicts = notebook_verdicts()
+    assert all(verdicts.values()), verdicts
+
+
+@pytest.mark.parametrize("mutation, expect_fail", [
+    ("resample_from_p", "SD law"),
+    ("p_token_over_q_cluster", "dynamic G=2 (3 tokens) acceptance"),
+    ("ignore_clusters", "dynamic G=2 (3 tokens) law"),
+])
+def test_checks_fail_on_a_wrong_verify(monkeypatch, mutation, expect_fail):
+    apply_mutation(monkeypatch, mutation)
+    verdicts = notebook_verdicts()
+    failed = sorted(k for k, ok in verdicts.items() if not ok)
+    print(f"{mutation}: failing verdicts {failed}")
+    assert expect_fail in failed, verdicts
+
+
+def test_checks_pass_with_uniforms_one_minus_u(monkeypatch):
+    apply_mutation(monkeypatch, "one_minus_u")
+    p, q = toy.dirichlet_pairs(VOCAB, 1, alpha=1.0, seed=SEED)
+    # The mutation is live: the same seed now gives another stream, hence other frequencies.
+    mutated, _ = toy.empirical_speculative_samples(p[0], q[0], num_samples=1000, seed=SEED)
+    monkeypatch.undo()
+    original, _ = toy.empirical_speculative_samples(p[0], q[0], num_samples=1000, seed=SEED)
+    assert not torch.equal(mutated, original)
+    apply_mutation(monkeypatch, "one_minus_u")
+    verdicts = notebook_verdicts()
+    assert all(verdicts.values()), verdicts
+
+
+def test_max_z_score():
+    exact = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
+    assert max_z_score(exact, exact, 100) == 0.0
+    # 0.6 vs 0.5 with n = 100: SE 0.05, z = 2.
+    assert max_z_score(torch.tensor([0.6, 0.4, 0.0]), exact, 100) == pytest.approx(2.0)
+    # A token of exact probability 0 that was emitted fails whatever n.
+    assert max_z_score(torch.tensor([0.5, 0.49, 0.01]), exact, 100) == float("inf")

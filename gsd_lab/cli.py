@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
     fig.add_argument("--paper", action="store_true", help="one image per prompt (Lumina-mGPT on a GPU)")
     fig.add_argument("--no-progress", action="store_true")
+    fig.add_argument("--allow-dirty", action="store_true",
+                     help="write into the repository from a tree with uncommitted changes (development; "
+                          "the outputs then say dirty)")
 
     ev = sub.add_parser("evaluate", help="sharded, resumable evaluation over a prompt file (use torchrun)",
                         description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
@@ -384,7 +387,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
     model = _load(args)
     for index, prompt in enumerate(args.prompt_list or []):
         _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)
-    result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes, progress=not args.no_progress)
+    result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
+                         progress=not args.no_progress, allow_dirty=args.allow_dirty)
     print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
     return 0
 

@@ -31,9 +31,12 @@ only in their prompts: ``uncond_prompt_ids`` (required) may have another length;
 prompt is left-padded and the padding masked out of attention, with position ids counting
 only real tokens (so both rows see the generated tokens at the same relative offsets; the
 cache then holds seq_len plus the conditional row's padding). The stand-in passes
-[null class token]; Lumina-mGPT's reference zeroes the attention mask over the text prompt
-except its last token, which is the same computation as ``uncond_prompt_ids =
-prompt_ids[-1:]`` (RoPE sees only relative positions).
+[null class token]. For Lumina-mGPT, the GSD release (junhyukso/GSD, from SJD) zeroes the
+attention mask over the text prompt except its last token ``<reserved08706>``, the same
+computation as ``uncond_prompt_ids = prompt_ids[-1:]`` (RoPE sees only relative positions);
+Alpha-VLLM's ``inference_solver.py`` instead starts the unconditional row at the image start.
+``LuminaMGPTAdapter`` offers both (``unconditional_prompt="gsd-release"``, the default, or
+``"alpha-vllm"``).
 
 Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_logits`` and
 ``forced_tokens`` take the rows' generated positions [R] and may be overridden (call

@@ -115,6 +115,7 @@ def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path 
     names = cfg.get("class_names") or [f"class_{i}" for i in range(layout.num_classes)]
     if compute_dtype is None:
         compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
-    model = model.to(device=device, dtype=compute_dtype)
-    return StandinAdapter(model, layout, tokenizer, names, cfg_scale=cfg_scale, top_k=top_k,
-                          temperature=temperature)
+    adapter = StandinAdapter(model.to(device), layout, tokenizer, names, cfg_scale=cfg_scale,
+                             top_k=top_k, temperature=temperature)
+    adapter.set_compute_dtype(compute_dtype)
+    return adapter

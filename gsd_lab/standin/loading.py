@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from .classifier import CropClassifier
 from .tokenizer import PatchVQTokenizer, TokenizerConfig
 from .weights_io import WeightFileError, load_into, read_json
@@ -53,6 +55,10 @@ def load_ar_model(directory: Path = WEIGHTS_DIR, dtype=None):
                               f"{layout.vocab_size} != model vocabulary {llama.vocab_size}")
     model = LlamaForCausalLM(llama)
     load_into(model, directory / "ar_model.safetensors")
-    if dtype is not None:
+    if dtype == torch.float64:
+        from ..models.float64 import cast_model_float64
+
+        cast_model_float64(model)  # float64 norms and rotary too, not only the parameters
+    elif dtype is not None:
         model = model.to(dtype)
     return model.eval(), layout, cfg

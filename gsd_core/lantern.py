@@ -251,7 +251,8 @@ def lantern_output_distribution(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
     p, q = _prepare(p, q)
     accept = _ratio(_all_credited(p, rule), q)
     beta = (q * accept).sum(-1, keepdim=True)
-    return q * accept + (1 - beta) * _residual(p, q, None)
+    # 1 - beta >= 0 exactly; rounding can make it -1e-16 when every draft is accepted.
+    return q * accept + (1 - beta).clamp(min=0) * _residual(p, q, None)
 
 
 def verify_lantern(

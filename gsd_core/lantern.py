@@ -43,7 +43,9 @@ Choices where our reading of the paper (and its released code) needed one:
    the one-draft rule, and would make the output law depend on the rejected draft.
 
 Shapes: p, q [..., V]; neighbourhood tables [V, k] (built once from the embeddings).
-Vectorised: gathers over [..., T, k], never a loop over tokens or window positions.
+Vectorised: gathers over [..., T, k], never a loop over tokens or window positions. The exact
+law needs a(x) only where q(x) > 0, so it gathers O(K k) per row, K = the support of q (1 for
+Jacobi's one-hot drafts, the top-k for truncated rows, V at worst).
 """
 
 from __future__ import annotations
@@ -210,19 +212,37 @@ def lantern_credited_mass(p: Tensor, token: Tensor | int, rule: Lantern) -> Tens
     return _credited(p.expand(*batch, p.shape[-1]), token.unsqueeze(-1), index, valid, rule.delta).squeeze(-1)
 
 
-def _all_credited(p: Tensor, rule: Lantern, chunk_elements: int = _CHUNK_ELEMENTS) -> Tensor:
-    """p(x) + m(x) for every token x of every row: [..., V] -> [..., V], O(V k) memory per row,
-    at most ``chunk_elements`` gathered entries at a time (chunks of tokens)."""
-    vocab = p.shape[-1]
-    index, valid = rule.tables(vocab, p.device)
-    rows = p.reshape(-1, vocab)
-    n = rows.shape[0]
+def _credited_in_chunks(
+    rows: Tensor, token: Tensor, rule: Lantern, chunk_elements: int = _CHUNK_ELEMENTS
+) -> Tensor:
+    """p(x) + m(x) for tokens [N, T] against rows [N, V]: [N, T], O(T k) memory per row, at
+    most ``chunk_elements`` gathered entries at a time (chunks of tokens, not single tokens)."""
+    index, valid = rule.tables(rows.shape[-1], rows.device)
+    n, width = token.shape
     step = max(1, chunk_elements // max(1, n * index.shape[1]))
-    out = torch.empty_like(rows)
-    for start in range(0, vocab, step):  # chunks of tokens, not single tokens
-        token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1)
-        out[:, start: start + step] = _credited(rows, token, index, valid, rule.delta)
-    return out.view(p.shape)
+    out = torch.empty(n, width, dtype=rows.dtype, device=rows.device)
+    for start in range(0, width, step):
+        out[:, start: start + step] = _credited(rows, token[:, start: start + step], index, valid, rule.delta)
+    return out
+
+
+def _accept_all(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
+    """a(x) = min(1, (p(x) + m(x)) / q(x)) for every token, 0 where q(x) = 0: [..., V].
+
+    a is 0 off the support of q, so m(x) is computed on that support only: the K largest
+    entries of each row of q, K the largest support (one host sync reads it). Jacobi's
+    one-hot drafts and top-k-truncated rows cost O(K k) per row instead of O(V k)."""
+    vocab = p.shape[-1]
+    p_rows, q_rows = p.reshape(-1, vocab), q.reshape(-1, vocab)
+    if q_rows.shape[0] == 0:
+        return torch.zeros_like(q)
+    width = int((q_rows > 0).sum(-1).max())
+    if 2 * width > vocab:  # a wide support: every token, no selection
+        tokens = torch.arange(vocab, device=p.device).expand(p_rows.shape[0], -1)
+        return _ratio(_credited_in_chunks(p_rows, tokens, rule), q_rows).view(q.shape)
+    top = torch.topk(q_rows, max(1, width), dim=-1)  # distinct ids per row: the support (+ zeros)
+    accept = _ratio(_credited_in_chunks(p_rows, top.indices, rule), top.values)
+    return torch.zeros_like(q_rows).scatter_(-1, top.indices, accept).view(q.shape)
 
 
 def _prepare(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
@@ -234,13 +254,13 @@ def _prepare(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
 def lantern_token_accept_probabilities(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
     """a(x) = min(1, (p(x) + m(x)) / q(x)) for every token x (0 where q(x) = 0). [..., V]."""
     p, q = _prepare(p, q)
-    return _ratio(_all_credited(p, rule), q)
+    return _accept_all(p, q, rule)
 
 
 def lantern_acceptance_rate(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
     """Exact probability that one LANTERN step accepts: beta = sum_x q(x) a(x). [..., V] -> [...]."""
     p, q = _prepare(p, q)
-    return (q * _ratio(_all_credited(p, rule), q)).sum(-1)
+    return (q * _accept_all(p, q, rule)).sum(-1)
 
 
 def lantern_output_distribution(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
@@ -249,7 +269,7 @@ def lantern_output_distribution(p: Tensor, q: Tensor, rule: Lantern) -> Tensor:
     a(x) = min(1, (p(x) + m(x)) / q(x)), beta = sum_x q(x) a(x) (proofs/08). delta = 0 or
     k = 1 gives out = p exactly; otherwise TV(out, p) = beta - beta_SD. p, q: [..., V]."""
     p, q = _prepare(p, q)
-    accept = _ratio(_all_credited(p, rule), q)
+    accept = _accept_all(p, q, rule)
     beta = (q * accept).sum(-1, keepdim=True)
     # 1 - beta >= 0 exactly; rounding can make it -1e-16 when every draft is accepted.
     return q * accept + (1 - beta).clamp(min=0) * _residual(p, q, None)

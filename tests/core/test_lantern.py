@@ -284,3 +284,25 @@ def test_bad_inputs_raise_clear_errors():
         verify_lantern(p5, p5, torch.tensor([0, 7]), Lantern(hood, 0.1))
     with pytest.raises(ValueError, match="Lantern"):
         verify_lantern(p5, p5, torch.tensor([0, 1]), 0.1)
+
+
+def test_batched_rows_with_different_supports_of_q():
+    """Acceptance is computed on the support of q (the widest row's); rows with narrower
+    supports, one-hot rows and a full row agree with the definition token by token."""
+    g = torch.Generator().manual_seed(7)
+    vocab = 10
+    p = torch.softmax(torch.randn(4, vocab, generator=g, dtype=torch.float64), -1)
+    q = torch.zeros(4, vocab, dtype=torch.float64)
+    q[0, 3] = 1.0
+    q[1, [2, 8]] = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    q[2, [0, 1, 5, 9]] = 0.25
+    rule = Lantern(latent_neighbourhoods(torch.randn(vocab, 2, generator=g, dtype=torch.float64), 5), 0.3)
+    q[3] = torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64), -1)
+    for qs in (q[:3], q):  # narrow supports only (selection path), and with a full row (all tokens)
+        ps = p[: qs.shape[0]]
+        credited = lantern_credited_mass(ps.unsqueeze(-2), torch.arange(vocab), rule)  # [R, V]
+        want = torch.where(qs > 0, (credited / qs).clamp(max=1.0), 0.0)
+        assert torch.allclose(lantern_token_accept_probabilities(ps, qs, rule), want, atol=TOL, rtol=0)
+        for i in range(qs.shape[0]):
+            assert torch.allclose(lantern_output_distribution(ps, qs, rule)[i],
+                                  lantern_output_distribution(ps[i], qs[i], rule), atol=TOL, rtol=0)

@@ -19,6 +19,16 @@ from .grouping import (
     rank_window,
     rule_members,
 )
+from .lantern import (
+    Lantern,
+    LatentNeighbourhoods,
+    lantern_acceptance_rate,
+    lantern_credited_mass,
+    lantern_output_distribution,
+    lantern_token_accept_probabilities,
+    latent_neighbourhoods,
+    verify_lantern,
+)
 from .verification import (
     VerifyResult,
     accept_probability,
@@ -31,6 +41,8 @@ __all__ = [
     "ClusterRule",
     "DynamicClusters",
     "FixedPartition",
+    "Lantern",
+    "LatentNeighbourhoods",
     "RankBinnedClusters",
     "VerifyResult",
     "accept_probability",
@@ -38,6 +50,11 @@ __all__ = [
     "cluster_mask",
     "dynamic_cluster",
     "group_probs",
+    "lantern_acceptance_rate",
+    "lantern_credited_mass",
+    "lantern_output_distribution",
+    "lantern_token_accept_probabilities",
+    "latent_neighbourhoods",
     "output_distribution",
     "probability_rank",
     "probability_ranks",
@@ -48,4 +65,5 @@ __all__ = [
     "token_accept_probabilities",
     "tv_distance",
     "verify",
+    "verify_lantern",
 ]

@@ -1,0 +1,141 @@
+"""Exact distortion accounting: TV(one-step output law, p) for every verified position.
+
+For a verified position with target row p and draft row q, the token it emits has an exactly
+known law out(p, q) (gsd_core.output_distribution, proofs/06; gsd_core.lantern_output_distribution,
+proofs/08): draw x ~ q, accept with a(x), else resample from the residual. The distortion of
+that position is
+
+    D = TV(out, p) = 1/2 sum_y |out(y) - p(y)|,
+
+0 for standard speculative sampling (proofs/02) and for a bonus token (drawn from p itself), and
+noise-free: no sampling, no quality proxy. Rows are checked at their own precision (as
+everywhere in gsd_core), then taken to float64 and renormalised, so that the rounding of a
+float32 softmax (~1e-8 a row) is not counted as distortion. The methods are named by the arguments that
+``gsd_lab.decoding.generate`` and ``gsd_core.verify`` take:
+
+- SD / SJD: clusters=None;
+- GSD: clusters=DynamicClusters(G, max_embedding_distance, max_prob_gap, embeddings);
+- rank bins: clusters=RankBinnedClusters(G), residual "token" or "cluster";
+- Amplify k: acceptance_scale=k (with or without clusters);
+- LANTERN: lantern=gsd_core.Lantern(...) (then clusters=None, residual "token", scale 1).
+
+Memory: O(V G) per row (dynamic clusters are windowed in chunks of tokens, rank bins are
+O(V log V), LANTERN O(V k)); rows go through in chunks of at most ``max_elements`` // V rows,
+so a long list of positions never holds more than that many probabilities at once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gsd_core import Lantern, lantern_output_distribution, output_distribution
+from gsd_core._validation import check_pair  # the core's one-sync row checks, shared on purpose
+
+_MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
+
+
+def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
+    if not isinstance(p, Tensor) or not isinstance(q, Tensor):
+        raise ValueError("p and q must be tensors of rows [L, V]")
+    if p.ndim != 2 or q.ndim != 2 or p.shape != q.shape:
+        raise ValueError(
+            f"p and q must be rows of one shape [L, V] (one target and one draft row per position), "
+            f"got {tuple(p.shape)} and {tuple(q.shape)}"
+        )
+    p, q = check_pair(p, q)  # rows sum to 1 within their own precision's tolerance, >= 0, finite
+    # float64, renormalised: a float32 softmax is off by ~1e-8 per row, which would otherwise
+    # show up as distortion of every method, standard SD included.
+    p, q = p.to(torch.float64), q.to(torch.float64)
+    return p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+
+
+def _check_method(clusters: object, residual: str, acceptance_scale: float, lantern: Lantern | None) -> None:
+    if lantern is None:
+        return
+    if not isinstance(lantern, Lantern):
+        raise ValueError(f"lantern must be a gsd_core.Lantern or None, got {type(lantern).__name__}")
+    if clusters is not None or residual != "token" or acceptance_scale != 1.0:
+        raise ValueError(
+            "LANTERN is its own acceptance rule: pass lantern alone (clusters=None, residual='token', "
+            "acceptance_scale=1)"
+        )
+
+
+def one_step_output_laws(
+    p: Tensor,
+    q: Tensor,
+    clusters: object = None,
+    residual: str = "token",
+    *,
+    acceptance_scale: float = 1.0,
+    lantern: Lantern | None = None,
+) -> Tensor:
+    """The exact law out_i of the token verified position i emits, for rows p, q [L, V]:
+    ``gsd_core.output_distribution`` (or ``lantern_output_distribution``) row by row, in float64.
+    Returns [L, V]; O(L V) memory (use ``exact_distortion`` for the distortion alone)."""
+    p, q = _check_rows(p, q)
+    _check_method(clusters, residual, acceptance_scale, lantern)
+    if lantern is not None:
+        return lantern_output_distribution(p, q, lantern)
+    return output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
+
+
+def exact_distortion(
+    p: Tensor,
+    q: Tensor,
+    clusters: object = None,
+    residual: str = "token",
+    *,
+    acceptance_scale: float = 1.0,
+    lantern: Lantern | None = None,
+    max_elements: int = _MAX_ELEMENTS,
+) -> Tensor:
+    """TV(out_i, p_i) for every row i: p, q [L, V] -> float64 [L], batched (one call per chunk
+    of rows, at most ``max_elements`` // V rows at a time; one call for a decoding window).
+
+    The method is given as to ``gsd_core.verify`` (clusters, residual, acceptance_scale) or by
+    ``lantern``; see the module docstring. 0 (up to rounding, ~1e-16) for standard SD."""
+    p, q = _check_rows(p, q)
+    _check_method(clusters, residual, acceptance_scale, lantern)
+    if max_elements < 1:
+        raise ValueError(f"max_elements must be >= 1, got {max_elements!r}")
+    rows = max(1, max_elements // max(1, p.shape[-1]))
+    parts = []
+    for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
+        p_part, q_part = p[start: start + rows], q[start: start + rows]
+        out = one_step_output_laws(p_part, q_part, clusters, residual,
+                                   acceptance_scale=acceptance_scale, lantern=lantern)
+        parts.append(0.5 * (out - p_part).abs().sum(-1))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=p.device)
+
+
+def emitted_distortion(
+    p: Tensor,
+    q: Tensor,
+    num_accepted: int,
+    clusters: object = None,
+    residual: str = "token",
+    *,
+    acceptance_scale: float = 1.0,
+    lantern: Lantern | None = None,
+) -> Tensor:
+    """The distortion of each token one verified window emitted, in order: float64 [E].
+
+    p: [L or L + 1, V] (the window's target rows, with the bonus row if any); q: [L, V];
+    num_accepted: a (the accepted prefix, as ``verify`` returned it). Positions 0..min(a, L - 1)
+    were verified and get TV(out_i, p_i); when a = L and p has a bonus row the bonus token is an
+    exact draw from p_L and gets 0. E = the window's number of emitted tokens."""
+    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim != 2 or q.ndim != 2:
+        raise ValueError("p and q must be tensors of rows: p [L or L + 1, V], q [L, V]")
+    window = q.shape[0]
+    if p.shape[0] not in (window, window + 1):
+        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[0]}")
+    if isinstance(num_accepted, bool) or not isinstance(num_accepted, int) or not 0 <= num_accepted <= window:
+        raise ValueError(f"num_accepted must be an int in [0, {window}], got {num_accepted!r}")
+    verified = min(num_accepted + 1, window)
+    tv = exact_distortion(p[:verified], q[:verified], clusters, residual,
+                          acceptance_scale=acceptance_scale, lantern=lantern)
+    if num_accepted == window and p.shape[0] == window + 1:
+        tv = torch.cat([tv, tv.new_zeros(1)])
+    return tv

@@ -1,0 +1,150 @@
+"""gsd_lab.distortion: exact TV(one-step output law, p) per verified position, for every method."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import torch
+
+from gsd_core import (
+    DynamicClusters,
+    Lantern,
+    LatentNeighbourhoods,
+    RankBinnedClusters,
+    acceptance_rate,
+    lantern_acceptance_rate,
+    lantern_output_distribution,
+    latent_neighbourhoods,
+    output_distribution,
+)
+from gsd_lab.distortion import emitted_distortion, exact_distortion, one_step_output_laws
+
+VOCAB, ROWS = 12, 16
+
+
+def _rows(seed: int, vocab: int = VOCAB, rows: int = ROWS, one_hot_q: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(2 * torch.randn(rows, vocab, generator=g, dtype=torch.float64), -1)
+    if one_hot_q:  # Jacobi's first drafts: one-hot rows
+        q = torch.nn.functional.one_hot(torch.randint(vocab, (rows,), generator=g), vocab).double()
+    else:
+        q = torch.softmax(2 * torch.randn(rows, vocab, generator=g, dtype=torch.float64), -1)
+    return p, q, torch.randn(vocab, 3, generator=g, dtype=torch.float64)
+
+
+def _methods(embeddings: torch.Tensor) -> dict[str, dict]:
+    return {
+        "sd": {},
+        "gsd": {"clusters": DynamicClusters(4)},
+        "gsd_filters": {"clusters": DynamicClusters(6, 2.0, 0.15, embeddings)},
+        "rank_bins_token": {"clusters": RankBinnedClusters(3)},
+        "rank_bins_cluster": {"clusters": RankBinnedClusters(3), "residual": "cluster"},
+        "amplify": {"acceptance_scale": 2.0},
+        "gsd_amplify": {"clusters": DynamicClusters(4), "acceptance_scale": 1.5},
+        "lantern": {"lantern": Lantern(latent_neighbourhoods(embeddings, 4), 0.2)},
+    }
+
+
+@pytest.mark.parametrize("one_hot_q", [False, True])
+def test_standard_sd_has_zero_distortion(one_hot_q):
+    p, q, _ = _rows(0, one_hot_q=one_hot_q)
+    tv = exact_distortion(p, q)
+    assert tv.shape == (ROWS,) and tv.dtype == torch.float64
+    assert float(tv.abs().max()) <= 1e-12
+    # float32 rows (a model's softmax) are computed in float64 and stay lossless.
+    assert float(exact_distortion(p.float(), q.float()).abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("name", list(_methods(torch.zeros(VOCAB, 3))))
+@pytest.mark.parametrize("one_hot_q", [False, True])
+def test_matches_output_distribution_row_by_row(name, one_hot_q):
+    p, q, emb = _rows(1, one_hot_q=one_hot_q)
+    method = _methods(emb)[name]
+    got = exact_distortion(p, q, **method)
+    laws = one_step_output_laws(p, q, **method)
+    for i in range(ROWS):  # each row alone, through the core's exact law
+        if "lantern" in method:
+            out = lantern_output_distribution(p[i], q[i], method["lantern"])
+        else:
+            out = output_distribution(p[i], q[i], method.get("clusters"), method.get("residual", "token"),
+                                      acceptance_scale=method.get("acceptance_scale", 1.0))
+        assert torch.allclose(laws[i], out, atol=1e-14, rtol=0)
+        assert float(got[i]) == pytest.approx(0.5 * float((out - p[i]).abs().sum()), abs=1e-14)
+    if name != "sd":
+        assert float(got.max()) > 1e-3  # lossy methods do distort these rows
+
+
+def test_row_chunks_give_the_same_numbers():
+    p, q, emb = _rows(2, rows=23)
+    for method in _methods(emb).values():
+        whole = exact_distortion(p, q, **method)
+        chunked = exact_distortion(p, q, **method, max_elements=5 * VOCAB)  # chunks of 5 rows
+        assert torch.equal(whole, chunked)
+
+
+def test_dynamic_counterexample_of_proofs_04_distorts_by_the_exact_amount():
+    """p = (5,4,3,2,1)/15, q = (5,5,3,2,0)/15, G = 2: a = (9/10, 12/13, 9/10, 1, 1),
+    beta = 898/975, r = the point mass on token 4 (proofs/04). out = q a + (1 - beta) r."""
+    p_f = [Fraction(w, 15) for w in (5, 4, 3, 2, 1)]
+    q_f = [Fraction(w, 15) for w in (5, 5, 3, 2, 0)]
+    accept = [Fraction(9, 10), Fraction(12, 13), Fraction(9, 10), Fraction(1), Fraction(1)]
+    beta = sum(qx * a for qx, a in zip(q_f, accept))
+    assert beta == Fraction(898, 975)
+    out = [qx * a for qx, a in zip(q_f, accept)]
+    out[4] += 1 - beta
+    want = sum(abs(o - px) for o, px in zip(out, p_f)) / 2
+    assert want > 0
+    p = torch.tensor([float(x) for x in p_f], dtype=torch.float64).unsqueeze(0)
+    q = torch.tensor([float(x) for x in q_f], dtype=torch.float64).unsqueeze(0)
+    got = exact_distortion(p, q, DynamicClusters(2))
+    assert float(got[0]) == pytest.approx(float(want), abs=1e-14)
+    assert float(exact_distortion(p, q)[0]) <= 1e-15  # SD on the same row: none
+
+
+def test_lantern_distortion_is_its_acceptance_gain():
+    p, q, emb = _rows(3)
+    rule = Lantern(latent_neighbourhoods(emb, 5), 0.3)
+    gain = lantern_acceptance_rate(p, q, rule) - acceptance_rate(p, q)
+    assert torch.allclose(exact_distortion(p, q, lantern=rule), gain, atol=1e-14, rtol=0)
+
+
+def test_large_vocabulary_stays_within_v_times_g_memory():
+    """V = 2^15: an O(V^2) path would need 2^30 entries per row; these run in O(V G)."""
+    vocab = 1 << 15
+    p, q, _ = _rows(4, vocab=vocab, rows=2)
+    shifts = torch.arange(4)
+    hood = LatentNeighbourhoods((torch.arange(vocab).unsqueeze(-1) + shifts) % vocab,
+                                torch.ones(vocab, 4, dtype=torch.bool))
+    for method in ({"clusters": DynamicClusters(5)}, {"clusters": RankBinnedClusters(64), "residual": "cluster"},
+                   {"lantern": Lantern(hood, 0.01)}):
+        tv = exact_distortion(p, q, **method)
+        assert tv.shape == (2,) and bool(((tv >= 0) & (tv <= 1)).all())
+
+
+def test_emitted_distortion_covers_each_emitted_token():
+    p, q, emb = _rows(5, rows=6)  # a window of L = 5 drafts and a bonus row
+    window, method = 5, {"clusters": DynamicClusters(4)}
+    rows = exact_distortion(p[:window], q[:window], **method)
+    for accepted in range(window):
+        got = emitted_distortion(p, q[:window], accepted, **method)
+        assert torch.equal(got, rows[: accepted + 1])
+    everything = emitted_distortion(p, q[:window], window, **method)
+    assert torch.equal(everything, torch.cat([rows, rows.new_zeros(1)]))  # the bonus is exact
+    no_bonus = emitted_distortion(p[:window], q[:window], window, **method)
+    assert torch.equal(no_bonus, rows)
+
+
+def test_bad_arguments_raise_clear_errors():
+    p, q, emb = _rows(6)
+    rule = Lantern(latent_neighbourhoods(emb, 3), 0.1)
+    with pytest.raises(ValueError, match="LANTERN is its own"):
+        exact_distortion(p, q, DynamicClusters(3), lantern=rule)
+    with pytest.raises(ValueError, match="one shape"):
+        exact_distortion(p, q[:-1])
+    with pytest.raises(ValueError, match="partition"):
+        exact_distortion(p, q, DynamicClusters(3), "cluster")
+    with pytest.raises(ValueError, match="num_accepted"):
+        emitted_distortion(p[:4], q[:3], 4)
+    with pytest.raises(ValueError, match="rows must sum to 1"):
+        exact_distortion(p * 2, q)

@@ -32,14 +32,13 @@ Run: python benchmarks/verify.py [--dtype float64|float32] [--windows N] [--repe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from gsd_core import DynamicClusters, sample_categorical, verify
+from gsd_lab.profiling import ops_and_syncs
 
 VOCAB = 65536
 IMAGE_TOKENS = range(4, 8196)
@@ -100,33 +99,6 @@ def released_style_verify(
     return window, emitted
 
 
-SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_numpy")
-
-
-@contextlib.contextmanager
-def counted_tolist(counter: list[int]):
-    """Count ``Tensor.tolist`` calls (a device-to-host read the profiler does not name)."""
-    real = torch.Tensor.tolist
-
-    def tolist(self):
-        counter.append(1)
-        return real(self)
-
-    torch.Tensor.tolist = tolist
-    try:
-        yield
-    finally:
-        torch.Tensor.tolist = real
-
-
-def ops_and_syncs(fn) -> tuple[int, int]:
-    """Top-level aten ops of one call of ``fn`` and its host syncs."""
-    reads: list[int] = []
-    with profile(activities=[ProfilerActivity.CPU]) as prof, counted_tolist(reads):
-        fn()
-    events = prof.events()
-    top = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
-    return len(top), sum(e.name in SYNC_OPS for e in events) + len(reads)
 
 
 def interleaved_times(functions: dict[str, object], repeats: int, inner: int) -> dict[str, float]:

@@ -4,44 +4,14 @@ at most 80 ops and 3 syncs, validation included), for random and converged draft
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from gsd_core import DynamicClusters, verify
+from gsd_lab.profiling import ops_and_syncs
 
 MAX_OPS, MAX_SYNCS = 80, 3
 VOCAB, WINDOW, TOP_K = 4096, 16, 200
-SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_numpy")
-
-
-@contextlib.contextmanager
-def counted_tolist(counter: list[int]):
-    """Count ``Tensor.tolist`` calls (a device-to-host read the profiler does not name)."""
-    real = torch.Tensor.tolist
-
-    def tolist(self):
-        counter.append(1)
-        return real(self)
-
-    torch.Tensor.tolist = tolist
-    try:
-        yield
-    finally:
-        torch.Tensor.tolist = real
-
-
-def ops_and_syncs(fn) -> tuple[int, int]:
-    """Top-level aten ops of one call of ``fn`` and its host syncs (item-type reads, nonzero, tolist)."""
-    reads: list[int] = []
-    with profile(activities=[ProfilerActivity.CPU]) as prof, counted_tolist(reads):
-        fn()
-    events = prof.events()
-    top = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
-    syncs = sum(e.name in SYNC_OPS for e in events) + len(reads)
-    return len(top), syncs
 
 
 def _window(kind: str, seed: int):

@@ -328,9 +328,10 @@ print(f"top-k and uniform: changed share <= {fraction}: "
     q = study.quality
     drop_top = q["original"]["condition_score"] - q["top-k"]["condition_score"]
     drop_uni = q["original"]["condition_score"] - q["uniform"]["condition_score"]
+    sem = q["original"].get("condition_score_sem")
+    sem_text = f" (standard errors about {sem:.1f} points)" if sem is not None else " (one image: no standard error)"
     print(f"Measured here: condition score drops by {drop_top:.1f} points after top-{top_k} replacement and by "
-          f"{drop_uni:.1f} after uniform replacement (standard errors about "
-          f"{q['original']['condition_score_sem']:.1f} points).")'''),
+          f"{drop_uni:.1f} after uniform replacement{sem_text}.")'''),
         md("""
 Rows: unmodified AR images, 50% of tokens replaced by top-100 candidates, 50% replaced by
 uniformly random tokens.

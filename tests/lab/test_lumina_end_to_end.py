@@ -176,7 +176,7 @@ def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["num_prompts"] == 2
-    assert summary["config"]["world_size"] == 2 and summary["config"]["model"] == MODEL
+    assert summary["config"]["world_size"] == 2 and summary["identity"]["model"] == MODEL
     adapter = load_lumina_mgpt(files.weights, vqgan_dir=files.vqgan, resolution=512, device="cpu")
     clip_model, processor = load_clip(files.clip)
     rows = [json.loads(result_path(out, i).read_text()) for i in range(2)]

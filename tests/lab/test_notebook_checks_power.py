@@ -50,7 +50,7 @@ def notebook_verdicts() -> dict[str, bool]:
     return verdicts
 
 
-def _resample_from_p(p, q, labels):
+def _resample_from_p(p, q, labels, **options):  # same signature as verification._residual
     return p.expand(torch.broadcast_shapes(p.shape, q.shape)).clone()
 
 

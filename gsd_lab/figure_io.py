@@ -42,11 +42,12 @@ def save_figure(
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g") -> str:
-    """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``."""
+    """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``; a ``|``
+    inside a cell (a label such as "|dp| filter") is escaped as ``\|``."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return format(value, floatfmt)
-        return "" if value is None else str(value)
+        return "" if value is None else str(value).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]

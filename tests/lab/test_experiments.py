@@ -205,3 +205,12 @@ def test_provenance_record_and_atomic_json(tmp_path):
     path = atomic_write_json(tmp_path / "x" / "r.json", record)
     assert json.loads(path.read_text())["config"] == {"a": 1}
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary left behind
+
+
+def test_markdown_table_escapes_pipes_in_cells():
+    from gsd_lab.figure_io import markdown_table
+
+    table = markdown_table([{"method": "(D1) p + |dp| filter only", "nfe": 68.6}], ["method", "nfe"])
+    row = table.splitlines()[2]
+    assert row == "| (D1) p + \\|dp\\| filter only | 68.6 |"
+    assert len([c for c in row.replace("\\|", "").split("|") if c.strip()]) == 2  # two cells, not four

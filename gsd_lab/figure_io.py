@@ -43,7 +43,7 @@ def save_figure(
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g") -> str:
     """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``; a ``|``
-    inside a cell (a label such as "|dp| filter") is escaped as ``\|``."""
+    inside a cell (a label such as "|dp| filter") is escaped as ``\\|``."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return format(value, floatfmt)

@@ -66,14 +66,12 @@ from ._validation import (
     probability_parts,
     working_dtype,
 )
-from .grouping import _arange
 from .verification import (
     VerifyResult,
     _check_verify_inputs,
-    _draw,
+    _finish_window,
     _ratio,
     _residual,
-    _rows,
     _verify_empty_window,
 )
 
@@ -320,19 +318,4 @@ def verify_lantern(
     accept_probs = _ratio(credited, drafted_q)
     at = (uniforms[..., :window] < accept_probs).cumprod(-1).sum(-1, keepdim=True)  # [..., 1]
 
-    # The stopping row: the first rejection, or the bonus row (q counts as 0 there).
-    last_draft = at.clamp(max=window - 1)
-    p_stop = _rows(p, at if has_bonus else last_draft)
-    q_stop = _rows(q, last_draft)
-    if has_bonus:
-        q_stop = q_stop * (at < window).unsqueeze(-1) if batch else q_stop * (at < window)
-    dist = _residual(p_stop, q_stop, None, normalise=False)
-    u_stop = uniforms[..., window:]
-    new_token = _draw(dist, u_stop.unsqueeze(-1) if batch else u_stop).view(*batch, 1)
-    if not has_bonus:
-        new_token = torch.where(at < window, new_token, -1)
-    tokens = torch.cat([draft_tokens, new_token], -1).scatter(-1, at, new_token)
-    tokens = torch.where(_arange(window + 1, p.device) <= at, tokens, -1)
-    num_accepted = at.view(batch)
-    num_emitted = num_accepted + 1 if has_bonus else num_accepted + (num_accepted < window)
-    return VerifyResult(num_accepted, tokens, num_emitted, accept_probs)
+    return _finish_window(p, q, draft_tokens, uniforms, at, accept_probs, has_bonus)

@@ -296,6 +296,17 @@ def verify(
     if stop_early:  # report only positions up to the first rejection
         accept_probs = torch.where(_arange(window, p.device) <= at, accept_probs, torch.nan)
 
+    partition = rule if residual == "cluster" and rule is not None else None
+    return _finish_window(p, q, draft_tokens, uniforms, at, accept_probs, has_bonus, partition)
+
+
+def _finish_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor, at: Tensor,
+                   accept_probs: Tensor, has_bonus: bool, partition=None) -> VerifyResult:
+    """Everything after the accept decisions, shared by ``verify`` and ``verify_lantern``: the
+    stop row at = #accepted [..., 1], the token drawn there from the residual (cluster-exact
+    over ``partition``'s labels when given, else the token-level (p - q)+), the emitted tokens."""
+    batch = at.shape[:-1]
+    window = draft_tokens.shape[-1]
     # The row where the window stops, [..., 1, V]: the first rejection, or the bonus row when
     # all L are accepted (its draft row counts as q = 0, so the excess below is p_L itself).
     last_draft = at.clamp(max=window - 1)
@@ -303,8 +314,8 @@ def verify(
     q_stop = _rows(q, last_draft)
     if has_bonus:
         q_stop = q_stop * (at < window).unsqueeze(-1) if batch else q_stop * (at < window)
-    if residual == "cluster" and rule is not None:
-        dist = _residual(p_stop, q_stop, rule.partition_labels(p_stop))
+    if partition is not None:
+        dist = _residual(p_stop, q_stop, partition.partition_labels(p_stop))
     else:  # (p - q)+, sampled unnormalised; p where the excess mass is ~0
         dist = _residual(p_stop, q_stop, None, normalise=False)
     u_stop = uniforms[..., window:]

@@ -55,6 +55,11 @@ def fractions_from_weights(weights: Sequence[int]) -> list[Fraction]:
     return [Fraction(int(w), total) for w in weights]
 
 
+def fraction_text(values: Sequence[Fraction | int]) -> str:
+    """Exact values as text, e.g. "(2/5, 3/10, 0)"."""
+    return "(" + ", ".join(str(v) for v in values) + ")"
+
+
 def as_tensor(values: Sequence[Fraction | float]) -> Tensor:
     """Exact Fractions (or floats) -> a float64 tensor, for the package's functions."""
     return torch.tensor([float(v) for v in values], dtype=DTYPE)
@@ -317,9 +322,9 @@ def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed
     stats = tradeoff(p, q, group_size)
     order = torch.argsort(p, descending=True)
     fig, ax = plt.subplots(figsize=(9, 3))
-    x = torch.arange(vocab_size)
+    x = torch.arange(vocab_size, dtype=DTYPE)
     for shift, (name, dist) in zip((-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))):
-        ax.bar(x + shift, dist[order], width=0.27, label=name)
+        ax.bar((x + shift).numpy(), dist[order].numpy(), width=0.27, label=name)
     ax.set_xlabel("tokens in p-rank order")
     ax.set_ylabel("probability")
     ax.set_title(f"flatness {flatness:g}: acceptance SD {stats['acceptance SD']:.3f}, GSD "
@@ -350,14 +355,13 @@ def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: S
 # ---- tables (notebook 04) ---------------------------------------------------------------------------
 
 def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_COLUMNS) -> list[str]:
-    """The columns of ``rows`` in order of first appearance that hold a value in some row, minus
+    """The columns of ``rows`` (in the rows' key order) that hold a value in some row, minus
     ``exclude``: a table shows whatever the runs report (new columns appear without code changes)."""
-    seen: dict[str, None] = {}
-    for row in rows:
-        for key, value in row.items():
-            if key not in exclude and value is not None and not (isinstance(value, float) and math.isnan(value)):
-                seen.setdefault(key, None)
-    return list(seen)
+    def has_value(value: Any) -> bool:
+        return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+    order = list(dict.fromkeys(key for row in rows for key in row))  # the rows' key order, not the first value's
+    return [key for key in order if key not in exclude and any(has_value(row.get(key)) for row in rows)]
 
 
 def show_tables(rows: list[dict[str, Any]]) -> None:

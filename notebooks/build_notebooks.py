@@ -181,8 +181,7 @@ print(f"Theorem 1 on 2000 random pairs and partitions: max(TV' - TV) <= 1e-12: {
         md(r"""
 ## The lesson: rank bins stop helping, a random partition does not
 
-Above, TV(p', q') falls quickly for small G and then flattens: the printed means barely move
-between G = 64 and G = 256. Theorem 1 only says grouping never *hurts*; how much it *helps*
+Compare the printed means at small and at large G: how far does grouping the p-ranking go? Theorem 1 only says grouping never *hurts*; how much it *helps*
 depends on how much the per-token gaps $p(x) - q(x)$ cancel inside a cluster, since
 $\mathrm{TV}(p', q') = \tfrac12\sum_C \bigl|\sum_{x\in C} (p(x) - q(x))\bigr|$.
 
@@ -598,9 +597,7 @@ q5 = course.fractions_from_weights([4, 8, 4, 2, 2])
 parts = course.speculative_parts(p5, q5)
 plots.show(course.plot_speculative_parts(parts))'''),
         code(CHECK + '''# Exact: fractions, then gsd_core's float64 output law against them (tolerance 1e-15).
-def fmt(values):
-    return "(" + ", ".join(str(v) for v in values) + ")"
-
+fmt = course.fraction_text
 print("p                 ", fmt(parts.p))
 print("q                 ", fmt(parts.q))
 print("min(p, q)         ", fmt(parts.accepted), " sum =", sum(parts.accepted))
@@ -808,7 +805,8 @@ token law; the token residual does the opposite. That its token-level TV is neve
 an observation, not a theorem proved here: it is computed below on a small pair, on the random
 pairs above, and on 5000 random pairs and partitions. The small pair: $V = 4$,
 $p = (0, 3, 3, 4)/10$, $q = (7, 0, 3, 0)/10$, partition $\{0, 1\}, \{2, 3\}$; the token residual
-puts rejected mass on token 3 although cluster $\{2, 3\}$ already has its share.
+puts part of the rejected mass on token 1 although cluster $\{0, 1\}$ already gets its whole
+mass $p'(\{0, 1\}) = 3/10$ from accepted drafts of token 0.
 """),
         code('''p4 = course.as_tensor(course.fractions_from_weights([0, 3, 3, 4]))
 q4 = course.as_tensor(course.fractions_from_weights([7, 0, 3, 0]))

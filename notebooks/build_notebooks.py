@@ -234,13 +234,15 @@ top1 = dists.max(-1).values
 effective = effective_vocabulary(dists)  # exp(H(p)), gsd_lab.course'''),
         code(CHECK + '''# Exact: each teacher-forced row is a distribution.
 print(f"{dists.shape[0]} positions; every row sums to 1 within 1e-9: {bool(((dists.sum(-1) - 1).abs() < 1e-9).all())}")'''),
-        code('''from gsd_lab.experiments.plots import percent
+        code('''from gsd_lab.experiments import paper
+from gsd_lab.experiments.plots import percent
 
 share_flat = float((top1 < 0.05).double().mean())
 print(f"median top-1 mass {top1.median():.3f}; median effective viable tokens exp(H) {effective.median():.1f}; "
       f"share of positions with top-1 < 0.05: {percent(share_flat)}")
 regime = ("flat: most positions spread their mass, as in the paper" if share_flat >= 0.5 else
-          "peaked: most positions put more than 5% on one token, unlike the paper's 50-95% flat positions")
+          "peaked: most positions put more than 5% on one token, unlike the paper's "
+          f"{paper.TOP1_SHARE_RANGE[0].value:.0%}-{paper.TOP1_SHARE_RANGE[1].value:.0%} flat positions")
 print(f"This model's target distributions are {regime}.")'''),
     ]
 
@@ -292,8 +294,8 @@ print(f"pooled share = mean of the per-image shares (equal tokens per image): "
         code('''plots.show(plots.top1_histograms(stats, max_images=9))'''),
         md("""
 The share is measured here, not assumed: it depends on the codebook size, the data, the
-model's capacity and the guidance scale. Compare with the paper's 50-95% on Lumina-mGPT (8,192
-codes, open-ended text prompts); the cell below says which regime this model is in.
+model's capacity and the guidance scale. Compare with the paper's range on Lumina-mGPT (8,192
+codes, open-ended text prompts; the table below); the cell below says which regime this model is in.
 """),
         code('''share = stats.pooled_share_below
 print(f"This model: {percent(share)} of tokens have top-1 < {threshold}. "
@@ -345,8 +347,8 @@ images and with a control that replaces with uniformly random tokens.
 Quality on the stand-in: condition-consistency score (x100, the probability a classifier trained
 on real crops gives the conditioning class; higher is better) and a Frechet distance on that
 classifier's features against held-out real crops (lower is better). Both are proxies; only
-their movement between variants means something. On Lumina-mGPT: CLIP score (paper: 32.089
-after replacement vs 32.091).
+their movement between variants means something. On Lumina-mGPT: CLIP score (the paper's
+values are in the "paper against here" table below).
 """),
         md(MODEL_NOTE),
         params(MODEL_PARAMETERS + '''seeds = [0]
@@ -574,7 +576,7 @@ from IPython.display import Markdown, display
 from gsd_core import (DynamicClusters, FixedPartition, RankBinnedClusters, acceptance_rate, group_probs,
                       output_distribution, tv_distance)
 from gsd_lab import course
-from gsd_lab.experiments import plots, toy
+from gsd_lab.experiments import paper, plots, toy
 from gsd_lab.nbcheck import check_verify_law, rounded'''),
         md(r"""
 ## 1. Speculative sampling on a worked example
@@ -676,14 +678,17 @@ print("random guess x, GSD (G=2) accepts with p(C(x)):", rounded(random_gsd), "m
 print(f"window acceptances {[str(a) for a in window]}: P(K = k), k = 0..3:", [str(v) for v in prefix])
 print(f"E[K] = {course.expected_accepted_prefix(window)} = sum_k k P(K = k) = {sum(k * v for k, v in enumerate(prefix))}; "
       f"tokens per forward = {per_forward}")
-for a in (Fraction(2, 5), Fraction(4, 5), Fraction(19, 20)):
+image_sd = Fraction(paper.SD_ACCEPTANCE_IMAGE.value).limit_denominator(100)  # the paper's ~40% for image models
+num_tokens = int(paper.AR_NFE.value)  # Lumina-mGPT's tokens per image (its AR NFE)
+for a in (image_sd, Fraction(4, 5), Fraction(19, 20)):
     tpf = course.tokens_per_forward([a] * 16)
-    print(f"16 positions each accepted with {a}: tokens per forward {float(tpf):.3f}; NFE for 2392 tokens "
-          f"~ {2392 / float(tpf):.0f}")'''),
+    print(f"16 positions each accepted with {a}: tokens per forward {float(tpf):.3f}; NFE for {num_tokens} tokens "
+          f"~ {num_tokens / float(tpf):.0f}")'''),
         md(r"""
-The last lines show why acceptance matters so much: at about 40% per position (the paper's
-figure for image models, paper.md 1.2) a forward yields about 1.7 tokens; at 95%, more than 9.
-Raising acceptance is what grouping is for.
+The last lines start from the paper's acceptance of plain speculative sampling on image models
+(`gsd_lab.experiments.paper`, cited to the reference digest): tokens per forward grow much
+faster than the per-position acceptance, because $\mathbb E[K]$ is a sum of products. Raising
+acceptance is what grouping is for.
 
 ## 4. How one GSD cluster is built
 

@@ -42,6 +42,7 @@ GSD50_CLIP = PaperNumber(32.075, "paper.md 1.4, Table 1 (Parti): GSD (G=50) CLIP
 AMPLIFY3_CLIP = PaperNumber(31.774, "paper.md 1.4, Table 1 (Parti): Amplify (k=3) CLIP")
 TOP1_SHARE_RANGE = (PaperNumber(0.50, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (low end)"),
                     PaperNumber(0.95, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (high end)"))
+SD_ACCEPTANCE_IMAGE = PaperNumber(0.40, "paper.md 1.2: SD acceptance about 40% in image AR models (70% in LLMs)")
 TOP1_THRESHOLD = PaperNumber(0.05, "paper.md 1.2: the top-1 threshold")
 REPLACED_CLIP = PaperNumber(32.089, "paper.md 1.3, Fig. 4: CLIP after replacing 50% of tokens with top-100 candidates")
 TABLE2_NFE = {  # paper.md 1.5, Table 2 (Parti, G not stated in the digest)

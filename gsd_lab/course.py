@@ -336,7 +336,7 @@ def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed
 
 def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> bool:
     """Sliders over G and flatness when ipywidgets is installed (returns True); otherwise shows
-    the static figures at the two ends of the flatness range for the largest G (returns False).
+    the static figures at the two ends of the flatness range for the middle G (returns False).
     ipywidgets is optional: it is not a dependency of the project."""
     from .experiments.plots import show
 
@@ -344,7 +344,7 @@ def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: S
         import ipywidgets
     except ImportError:
         for f in (flatness[0], flatness[-1]):
-            show(tradeoff_figure(group_sizes[-1], f))
+            show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
         return False
     ipywidgets.interact(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
                         group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),

@@ -864,7 +864,7 @@ for result in cluster_checks:
 A fixed pair of logit vectors turned into $p$ and $q$ at temperature "flatness": large flatness
 spreads the mass (the image-model regime of notebook 01). With `ipywidgets` installed this cell
 shows sliders; without it (it is not a dependency) it draws the two ends of the flatness range
-at the largest $G$. The title states the exact acceptance (SD and GSD) and the distortion.
+at a middle $G$ (4). The title states the exact acceptance (SD and GSD) and the distortion.
 """),
         code('''sliders = course.tradeoff_explorer()
 print("sliders shown" if sliders else "ipywidgets not installed: static figures above")'''),

@@ -178,6 +178,39 @@ nested = bool((tv_by_group[1:] <= tv_by_group[:-1] + 1e-12).all())
 print(f"every pair: TV(p', q') non-increasing in G = {groups[0]}..{groups[-1]} (nested bins): {nested}")
 print(f"Theorem 1 on 2000 random pairs and partitions: max(TV' - TV) <= 1e-12: {check.max_violation <= 1e-12}")'''),
         code('''plots.show(plots.grouping_and_theorem1(groups, tv_by_group.numpy(), check))'''),
+        md(r"""
+## The lesson: rank bins stop helping, a random partition does not
+
+Compare the printed means at small and at large G: how far does grouping the p-ranking go? Theorem 1 only says grouping never *hurts*; how much it *helps*
+depends on how much the per-token gaps $p(x) - q(x)$ cancel inside a cluster, since
+$\mathrm{TV}(p', q') = \tfrac12\sum_C \bigl|\sum_{x\in C} (p(x) - q(x))\bigr|$.
+
+*Rank bins of p* group tokens by the value of p, and here p differs from the shared base only by
+its own noise: the top bins collect the tokens whose noise pushed p *above* q, the lower bins
+those where it pushed p below. Inside a bin the gaps share a sign and add up, so no amount of
+grouping cancels them. A *random partition* with clusters of the same size mixes independent
+signs: a cluster's gap sum grows like $\sqrt G$ while the sum of its |gaps| grows like $G$, so
+TV keeps falling. The cancellation ratio $\mathrm{TV}(p', q') / \mathrm{TV}(p, q)$ (1: nothing cancels)
+shows it. This is a fact about *this* pair family (independent noise on a shared base): on an
+image model p and q are correlated through the context, and ranking by p is what GSD does.
+"""),
+        code('''comparison = toy.rank_bins_against_random(p_noisy, q_noisy, groups, seed=seed + 2)
+rank_ratio, random_ratio = comparison.cancellation()
+print("G:                               ", groups)
+print("mean TV(p', q'), rank bins of p: ", [round(v, 3) for v in comparison.rank_binned.mean(-1).tolist()])
+print("mean TV(p', q'), random clusters:", [round(v, 3) for v in comparison.random.mean(-1).tolist()])
+print("cancellation TV'/TV, rank bins:  ", [round(v, 2) for v in rank_ratio.tolist()])
+print("cancellation TV'/TV, random:     ", [round(v, 2) for v in random_ratio.tolist()])
+last = len(groups) - 1
+print(f"Measured here (Monte Carlo over {num_pairs} pairs): at G = {groups[last]} rank bins leave mean TV "
+      f"{float(comparison.rank_binned[last].mean()):.3f} ({float(rank_ratio[last]):.0%} of the ungrouped TV), random "
+      f"clusters of the same size {float(comparison.random[last].mean()):.3f} ({float(random_ratio[last]):.0%}); "
+      f"random clusters are lower on {int((comparison.random[last] < comparison.rank_binned[last]).sum())} of "
+      f"{num_pairs} pairs.")'''),
+        code(CHECK + '''# Exact statements: both are partitions, so Theorem 1 holds for each (tolerance 1e-12).
+print("rank bins and random clusters: TV(p', q') <= TV(p, q) for every pair and G:",
+      bool((comparison.rank_binned <= comparison.tv_tokens + 1e-12).all() and
+           (comparison.random <= comparison.tv_tokens + 1e-12).all()))'''),
         md("""
 ## Where does a real image model sit?
 
@@ -188,23 +221,28 @@ plots above where TV is large and single-token verification rejects often. The c
 measurement states where this model sits.
 """),
         code(MODEL_SETUP),
-        code('''from gsd_lab.experiments.replacement import target_distributions
+        code('''from tqdm.auto import tqdm
+
+from gsd_lab.course import effective_vocabulary
+from gsd_lab.experiments.replacement import target_distributions
 from gsd_lab.experiments.runs import MethodSpec, run_method
 
-records = run_method(model, MethodSpec("AR", "ar"), model.default_prompts[:num_model_images], [seed])
+records = run_method(model, MethodSpec("AR", "ar"), model.default_prompts[:num_model_images], [seed],
+                     progress=tqdm(total=num_model_images, desc="AR images"))
 dists = torch.cat([target_distributions(model, r.prompt, r.tokens).cpu() for r in records])
 top1 = dists.max(-1).values
-entropy = -(dists * torch.log(dists.clamp(min=1e-300))).sum(-1)
-effective = torch.exp(entropy)'''),
+effective = effective_vocabulary(dists)  # exp(H(p)), gsd_lab.course'''),
         code(CHECK + '''# Exact: each teacher-forced row is a distribution.
 print(f"{dists.shape[0]} positions; every row sums to 1 within 1e-9: {bool(((dists.sum(-1) - 1).abs() < 1e-9).all())}")'''),
-        code('''from gsd_lab.experiments.plots import percent
+        code('''from gsd_lab.experiments import paper
+from gsd_lab.experiments.plots import percent
 
 share_flat = float((top1 < 0.05).double().mean())
 print(f"median top-1 mass {top1.median():.3f}; median effective viable tokens exp(H) {effective.median():.1f}; "
       f"share of positions with top-1 < 0.05: {percent(share_flat)}")
 regime = ("flat: most positions spread their mass, as in the paper" if share_flat >= 0.5 else
-          "peaked: most positions put more than 5% on one token, unlike the paper's 50-95% flat positions")
+          "peaked: most positions put more than 5% on one token, unlike the paper's "
+          f"{paper.TOP1_SHARE_RANGE[0].value:.0%}-{paper.TOP1_SHARE_RANGE[1].value:.0%} flat positions")
 print(f"This model's target distributions are {regime}.")'''),
     ]
 
@@ -227,14 +265,17 @@ max_prompts = None          # None: every class of the stand-in (or the default 
 threshold = 0.05
 '''),
         code(MODEL_SETUP),
-        code('''from gsd_lab.experiments import plots
+        code('''from tqdm.auto import tqdm
+
+from gsd_lab.experiments import plots
 from gsd_lab.experiments.plots import percent
 from gsd_lab.experiments.replacement import target_distributions
 from gsd_lab.experiments.runs import MethodSpec, run_method
 from gsd_lab.experiments.top1 import top1_stats
 
 prompts = model.default_prompts[:max_prompts]
-records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds, record_top1=True)
+records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds, record_top1=True,
+                     progress=tqdm(total=len(prompts) * len(seeds), desc="AR images"))
 stats = top1_stats(records, threshold)
 summary = stats.summary()
 print(f"{summary['images']} images x {summary['tokens_per_image']} tokens (sampled: not checked)")
@@ -253,14 +294,25 @@ print(f"pooled share = mean of the per-image shares (equal tokens per image): "
         code('''plots.show(plots.top1_histograms(stats, max_images=9))'''),
         md("""
 The share is measured here, not assumed: it depends on the codebook size, the data, the
-model's capacity and the guidance scale. Compare with the paper's 50-95% on Lumina-mGPT (8,192
-codes, open-ended text prompts); the cell below says which regime this model is in.
+model's capacity and the guidance scale. Compare with the paper's range on Lumina-mGPT (8,192
+codes, open-ended text prompts; the table below); the cell below says which regime this model is in.
 """),
         code('''share = stats.pooled_share_below
 print(f"This model: {percent(share)} of tokens have top-1 < {threshold}. "
       + ("Its target distributions are flat, as the paper describes for Lumina-mGPT." if share >= 0.5 else
          "Its target distributions are mostly peaked, so the acceptance of single drafted tokens "
          "(notebook 04) is limited by something else as well: random initial drafts, which a peaked p rejects."))'''),
+        md("""
+### Paper against here
+
+The paper's number lives in `gsd_lab.experiments.paper` (cited to the reference digest).
+"""),
+        code('''from IPython.display import Markdown, display
+
+from gsd_lab.experiments import paper
+from gsd_lab.figure_io import markdown_table
+
+display(Markdown(markdown_table(paper.top1_comparison(stats.pooled_share_below, threshold, model.name), paper.COLUMNS)))'''),
         md("""
 Classifier-free guidance sharpens distributions (l = u + s (c - u), s > 1). The same prompts
 and seeds without guidance (the conditional model alone), for models that use guidance:
@@ -295,8 +347,8 @@ images and with a control that replaces with uniformly random tokens.
 Quality on the stand-in: condition-consistency score (x100, the probability a classifier trained
 on real crops gives the conditioning class; higher is better) and a Frechet distance on that
 classifier's features against held-out real crops (lower is better). Both are proxies; only
-their movement between variants means something. On Lumina-mGPT: CLIP score (paper: 32.089
-after replacement vs 32.091).
+their movement between variants means something. On Lumina-mGPT: CLIP score (the paper's
+values are in the "paper against here" table below).
 """),
         md(MODEL_NOTE),
         params(MODEL_PARAMETERS + '''seeds = [0]
@@ -306,12 +358,15 @@ top_k = 100
 replacement_seed = 0
 '''),
         code(MODEL_SETUP),
-        code('''from gsd_lab.experiments import plots
+        code('''from tqdm.auto import tqdm
+
+from gsd_lab.experiments import plots
 from gsd_lab.experiments.replacement import replacement_study
 from gsd_lab.experiments.runs import MethodSpec, run_method
 
 prompts = model.default_prompts[:max_prompts]
-records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds)
+records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds,
+                     progress=tqdm(total=len(prompts) * len(seeds), desc="AR images"))
 study = replacement_study(model, records, fraction=fraction, top_k=top_k, seed=replacement_seed)
 print("Sampled (not checked); condition_score_sem is the standard error over images:")
 for variant in study.images:
@@ -332,6 +387,19 @@ print(f"top-k and uniform: changed share <= {fraction}: "
     sem_text = f" (standard errors about {sem:.1f} points)" if sem is not None else " (one image: no standard error)"
     print(f"Measured here: condition score drops by {drop_top:.1f} points after top-{top_k} replacement and by "
           f"{drop_uni:.1f} after uniform replacement{sem_text}.")'''),
+        md("""
+### Paper against here
+
+The paper's numbers live in `gsd_lab.experiments.paper` (cited to the reference digest). The
+paper reports a CLIP difference on Lumina-mGPT; ours is this model's quality proxy, so only the
+verdict (a change within noise or not) is comparable.
+"""),
+        code('''from IPython.display import Markdown, display
+
+from gsd_lab.experiments import paper
+from gsd_lab.figure_io import markdown_table
+
+display(Markdown(markdown_table(paper.replacement_comparison(study.quality), paper.COLUMNS)))'''),
         md("""
 Rows: unmodified AR images, 50% of tokens replaced by top-100 candidates, 50% replaced by
 uniformly random tokens.
@@ -383,23 +451,18 @@ pareto_amplify = (1.5, 2.0, 3.0, 4.0)
 '''),
         code(MODEL_SETUP),
         code('''from IPython.display import Markdown, display
+from tqdm.auto import tqdm
 
 from gsd_lab import nbcheck
 from gsd_lab.experiments import plots, tables
 from gsd_lab.experiments.runs import FilterSettings, RunCache
+from gsd_lab.course import show_tables  # every column the runs report, then CPU wall time apart
+from gsd_lab.experiments import paper
 from gsd_lab.figure_io import markdown_table
 
 prompts = model.default_prompts[:max_prompts]
-cache = RunCache(model, prompts, seeds, FilterSettings.for_model(model.name))
-columns = ["method", "images", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested", "acceptance_rate",
-           "condition_score", "condition_score_sem", "frechet_distance"]
-wall_columns = ["method", "wall_seconds", "speedup_wall"]
-
-
-def show_tables(rows):
-    """The sampled table, then wall time separately (noise)."""
-    display(Markdown(markdown_table(rows, [c for c in columns if any(r.get(c) is not None for r in rows)])))
-    display(Markdown("CPU wall time (noise, see above):\\n\\n" + markdown_table(rows, wall_columns)))'''),
+cache = RunCache(model, prompts, seeds, FilterSettings.for_model(model.name),
+                 progress=tqdm(desc="images decoded (all tables)", unit="image"))'''),
         md("## Table 1 analogue: AR, SJD, GSD over G, Amplify"),
         code('''table1 = tables.speed_quality_table(cache, tables.table1_specs(table1_groups, table1_amplify))
 show_tables(table1)'''),
@@ -450,6 +513,20 @@ for name, rows in pareto.items():
         code(CHECK + '''all_rows = [r for rows in pareto.values() for r in rows]
 for line in nbcheck.nfe_invariants(all_rows, model.num_tokens):
     print(line)'''),
+        md("""
+## Paper against here
+
+Each paper number (`gsd_lab.experiments.paper`, cited to the reference digest of the paper),
+ours from the tables above, and whether it reproduces: speed as NFE ratios against this run's AR
+(within 20%: "yes"; same side of 1: "direction only"), quality as differences against AR
+(within two standard errors: "noise"). Absolute values cannot match on another model.
+"""),
+        code('''comparison = paper.speed_quality_comparison(table1, table2)
+display(Markdown(markdown_table(comparison, paper.COLUMNS)))
+verdicts = [r["reproduces"] for r in comparison]
+print(f"Measured here: {verdicts.count('yes')} of {len(comparison)} comparisons reproduce, "
+      f"{verdicts.count('direction only')} in direction only, {verdicts.count('no')} do not, "
+      f"{verdicts.count('noise')} are within noise, {verdicts.count('not run')} not run.")'''),
         code('''if model.decode is not None:
     plots.show(plots.image_grid({s.label: [r.image for r in cache.records(s)][:10]
                                  for s in tables.table1_specs(table1_groups, table1_amplify)[:4]}, max_columns=10))'''),
@@ -458,21 +535,29 @@ for line in nbcheck.nfe_invariants(all_rows, model.num_tokens):
 
 def nb05() -> list:
     return [
-        md("""
-# 05 - Speculative decoding, from scratch, with gsd_core
+        md(r"""
+# 05 - Speculative decoding, from scratch: a course with `gsd_core`
 
-Teaching material on small vocabularies, everything exact or Monte Carlo with fixed seeds.
-Uses `gsd_core` only (no model).
+Teaching material on small vocabularies; everything is exact (fractions or float64
+enumeration) or a Monte Carlo run with a fixed seed. No model: `gsd_core` and
+`gsd_lab.course` only. Each section ends with a checked cell (`# NBVAL_CHECK_OUTPUT`): an exact
+value or a verdict with its tolerance, so the notebook fails when the code it teaches is wrong.
 
-1. Speculative sampling: draft, accept, resample; why the output is exactly p.
-2. The acceptance rate is 1 - TV(p, q).
-3. Grouped verification and Theorem 1, with its proof.
-4. Dynamic clusters are not a partition: a counterexample where they accept *less* than SD.
-5. GSD is lossy: the exact distortion of its output distribution against the cluster size.
-6. `verify` with clusters, by Monte Carlo, against its exact law.
+1. Speculative sampling on a worked example ($V = 5$): draft, accept, resample, and why the
+   output law is exactly $p$.
+2. The acceptance rate is $1 - \mathrm{TV}(p, q)$.
+3. Where $q$ comes from in Jacobi decoding, and how acceptance per position becomes tokens per
+   forward pass and NFE.
+4. How one GSD cluster is built on a concrete row.
+5. Grouped verification and Theorem 1, with its proof.
+6. Dynamic clusters are not a partition: the exact counterexample (898/975 against 14/15).
+7. GSD is lossy: distortion against cluster size, the two residuals, one cluster holding everything.
+8. `verify` by Monte Carlo against its exact law.
+9. An explorer (G, flatness) and exercises with checked solutions.
 
-Checked cells print exact values or the verdict of a Monte Carlo comparison with a stated
-tolerance (4 standard errors), never a sampled number.
+Notation: $p$ the target distribution, $q$ the draft's, over $V$ tokens;
+$\mathrm{TV}(p, q) = \tfrac12 \sum_x |p(x) - q(x)|$, $(t)_+ = \max(t, 0)$. Proofs:
+[`proofs/`](../proofs/README.md).
 """),
         params('''# Parameters (papermill style: this cell is tagged "parameters"). No model: gsd_core only.
 vocab_size = 6
@@ -483,25 +568,53 @@ distortion_pairs = 200
 '''),
         code(PROVENANCE + '''
 
+from fractions import Fraction
+
 import torch
+from IPython.display import Markdown, display
 
 from gsd_core import (DynamicClusters, FixedPartition, RankBinnedClusters, acceptance_rate, group_probs,
                       output_distribution, tv_distance)
-from gsd_lab.experiments import plots, toy
+from gsd_lab import course
+from gsd_lab.experiments import paper, plots, toy
 from gsd_lab.nbcheck import check_verify_law, rounded'''),
-        md("""
-## 1. Speculative sampling
+        md(r"""
+## 1. Speculative sampling on a worked example
 
-A cheap draft proposes x ~ q; the target p accepts it with probability a(x) = min(1, p(x)/q(x)).
-On rejection, sample from the residual r = (p - q)+ / sum (p - q)+.
+A cheap draft proposes $x \sim q$; the target accepts it with probability
+$$a(x) = \min\Bigl(1, \frac{p(x)}{q(x)}\Bigr).$$
+On rejection, a token is drawn from the residual $r = (p - q)_+ / \sum_y (p(y) - q(y))_+$.
 
-**Why the output is p.** P(emit y) = q(y) a(y) + P(reject) r(y). The first term is min(q(y), p(y)).
-P(reject) = 1 - sum_x min(p, q) = sum_x (p - q)+, so the second term is (p(y) - q(y))+.
-min(q, p) + (p - q)+ = p. One draw of x and one uniform per position suffice.
+**Why the output law is exactly $p$.** For every token $y$,
+$$\Pr[\text{emit } y] = \underbrace{q(y)\,a(y)}_{\text{drafted and accepted}} + \Pr[\text{reject}]\, r(y).$$
+The first term is $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$. The rejection probability is
+$1 - \sum_x \min(p(x), q(x)) = \sum_x (p(x) - q(x))_+$, which is exactly the normaliser of $r$, so
+the second term is $(p(y) - q(y))_+$. And $\min(p, q) + (p - q)_+ = p$.
+([proofs/02_sd_lossless.md](../proofs/02_sd_lossless.md).)
 
-The check below runs `gsd_core.verify` on many independent drafts x ~ q and compares the
-frequency of every emitted token with the exact law (here p), and the acceptance frequency with
-the exact acceptance rate: each must lie within 4 standard errors sqrt(f (1 - f) / n).
+Below, $V = 5$, $p = (8, 6, 3, 2, 1)/20$, $q = (4, 8, 4, 2, 2)/20$, every term in exact fractions.
+"""),
+        code('''p5 = course.fractions_from_weights([8, 6, 3, 2, 1])
+q5 = course.fractions_from_weights([4, 8, 4, 2, 2])
+parts = course.speculative_parts(p5, q5)
+plots.show(course.plot_speculative_parts(parts))'''),
+        code(CHECK + '''# Exact: fractions, then gsd_core's float64 output law against them (tolerance 1e-15).
+fmt = course.fraction_text
+print("p                 ", fmt(parts.p))
+print("q                 ", fmt(parts.q))
+print("min(p, q)         ", fmt(parts.accepted), " sum =", sum(parts.accepted))
+print("(p - q)+          ", fmt(parts.excess), " sum = P(reject) =", parts.reject_probability)
+print("residual r        ", fmt(parts.residual))
+print("min + P(reject) r ", fmt(parts.output), " equals p exactly:", parts.output == parts.p)
+exact5 = output_distribution(course.as_tensor(p5), course.as_tensor(q5))
+print("gsd_core.output_distribution equals p within 1e-15:",
+      bool((exact5 - course.as_tensor(p5)).abs().max() < 1e-15))'''),
+        md(r"""
+The same statement by simulation: `gsd_core.verify` on many independent drafts $x \sim q$
+(here a random pair on $V = 6$ tokens), every emitted token's frequency against the exact law
+and the acceptance frequency against the exact rate, each within 4 standard errors
+$\sqrt{f(1-f)/n}$. The printed verdicts fail if `verify` resamples from $p$ instead of the residual
+(`tests/lab/test_notebook_checks_power.py`).
 """),
         code('''p, q = toy.dirichlet_pairs(vocab_size, 1, alpha=1.0, seed=seed)
 p, q = p[0], q[0]
@@ -517,28 +630,109 @@ for line in sd_check.lines():
         code('''empirical, accepted = toy.empirical_speculative_samples(p, q, num_samples=num_samples, seed=mc_seed)
 print(f"Monte Carlo (sampled, not checked): max |empirical - p| = {(empirical - p).abs().max():.4f}, "
       f"acceptance {accepted:.4f}; largest z-scores {sd_check.law_max_z:.2f} (law), {sd_check.acceptance_max_z:.2f} (acceptance)")'''),
-        md("""
-## 2. Acceptance = 1 - TV(p, q)
+        md(r"""
+## 2. Acceptance $= 1 - \mathrm{TV}(p, q)$
 
-E_{x~q}[min(1, p(x)/q(x))] = sum_x min(p(x), q(x)) = 1 - TV(p, q).
+$$\beta = \mathbb E_{x\sim q}\Bigl[\min\Bigl(1, \tfrac{p(x)}{q(x)}\Bigr)\Bigr] = \sum_x \min(p(x), q(x))
+= 1 - \mathrm{TV}(p, q),$$
+since $\min(a, b) = \tfrac12(a + b - |a - b|)$ and $p$, $q$ each sum to 1. In the worked example,
+$\sum \min(p, q) = 16/20$: 4 drafts in 5 are accepted.
 """),
         code(CHECK + '''tv = float(tv_distance(p, q))
 print(f"1 - TV = {1 - tv:.4f}; exact acceptance = {float(acceptance_rate(p, q)):.4f}; "
-      f"equal within 1e-12: {abs(1 - tv - float(acceptance_rate(p, q))) < 1e-12}")'''),
-        md("""
-## 3. Grouped verification and Theorem 1
+      f"equal within 1e-12: {abs(1 - tv - float(acceptance_rate(p, q))) < 1e-12}")
+tv5 = sum(abs(a - b) for a, b in zip(p5, q5)) / 2
+print(f"worked example: 1 - TV = {1 - tv5} = sum min(p, q) = {sum(parts.accepted)}; gsd_core.acceptance_rate within 1e-15: "
+      f"{abs(float(acceptance_rate(course.as_tensor(p5), course.as_tensor(q5))) - float(1 - tv5)) < 1e-15}")'''),
+        md(r"""
+## 3. Where $q$ comes from in Jacobi decoding, and what acceptance buys
 
-GSD verifies a *cluster* C(x) of tokens instead of x alone: accept with min(1, p(C)/q(C)).
-For a **partition** of the vocabulary into clusters with masses p'(C), q'(C):
+There is **no draft model**. Speculative Jacobi decoding (SJD) appends a window of $L$ guessed
+tokens (16 in the paper) after the accepted prefix, and one forward pass of the target model
+gives, at every window position $j$, the target distribution $p^{(t)}_j$ given the prefix and the
+guesses before $j$. The guess $x_j$ at position $j$ was itself *sampled at the previous
+iteration* from $p^{(t-1)}_j$, so that is its draft distribution: $q_j = p^{(t-1)}_j$. A brand-new
+position has no previous iteration: its guess is a uniformly random token, stored as a one-hot
+$q = e_x$, so $q(x) = 1$ and
+$$a(x) = \min(1, p(x)) = p(x)\quad\text{(SD)},\qquad a(x) = p(C(x))\quad\text{(GSD: } q(C(x)) = 1).$$
+A random guess is accepted by SD with probability $1/V$ on average, by GSD with the mean cluster mass.
 
-**Theorem 1.** The acceptance rate is 1 - TV(p', q') >= 1 - TV(p, q).
+**From acceptance per position to tokens per forward.** The window is tested left to right and
+stops at the first rejection. If position $j$ is accepted with probability $a_j$, the accepted
+prefix $K$ has $\Pr[K \ge k] = a_1 \cdots a_k$, so
+$$\mathbb E[K] = \sum_{k=1}^{L} a_1 a_2 \cdots a_k,$$
+and every forward commits $1 + K$ tokens (the accepted prefix, plus the token drawn from the
+residual at the rejection or the next token after a full window). With $N$ tokens per image,
+$\mathrm{NFE} \approx N / (1 + \mathbb E[K])$ (AR: $\mathrm{NFE} = N$). The $a_j$ are not
+independent across iterations in practice; notebook 04 measures NFE directly.
+"""),
+        code('''p5_t = course.as_tensor(p5)
+random_sd = course.random_draft_acceptance(p5_t)
+random_gsd = course.random_draft_acceptance(p5_t, DynamicClusters(2))
+window = [Fraction(4, 5), Fraction(4, 5), Fraction(1, 2)]
+prefix = course.prefix_length_distribution(window)
+per_forward = course.tokens_per_forward(window)'''),
+        code(CHECK + '''# Exact (fractions; gsd_core float64 for the random-draft acceptances, rounded).
+print("random guess x, SD accepts with p(x):        ", rounded(random_sd), "mean", round(float(random_sd.mean()), 4))
+print("random guess x, GSD (G=2) accepts with p(C(x)):", rounded(random_gsd), "mean", round(float(random_gsd.mean()), 4))
+print(f"window acceptances {[str(a) for a in window]}: P(K = k), k = 0..3:", [str(v) for v in prefix])
+print(f"E[K] = {course.expected_accepted_prefix(window)} = sum_k k P(K = k) = {sum(k * v for k, v in enumerate(prefix))}; "
+      f"tokens per forward = {per_forward}")
+image_sd = Fraction(paper.SD_ACCEPTANCE_IMAGE.value).limit_denominator(100)  # the paper's ~40% for image models
+num_tokens = int(paper.AR_NFE.value)  # Lumina-mGPT's tokens per image (its AR NFE)
+for a in (image_sd, Fraction(4, 5), Fraction(19, 20)):
+    tpf = course.tokens_per_forward([a] * 16)
+    print(f"16 positions each accepted with {a}: tokens per forward {float(tpf):.3f}; NFE for {num_tokens} tokens "
+          f"~ {num_tokens / float(tpf):.0f}")'''),
+        md(r"""
+The last lines start from the paper's acceptance of plain speculative sampling on image models
+(`gsd_lab.experiments.paper`, cited to the reference digest): tokens per forward grow much
+faster than the per-position acceptance, because $\mathbb E[K]$ is a sum of products. Raising
+acceptance is what grouping is for.
 
-*Proof.* Acceptance = sum_x q(x) min(1, p'(C(x))/q'(C(x))) = sum_C q'(C) min(1, p'(C)/q'(C))
-= sum_C min(p'(C), q'(C)) = 1 - TV(p', q'). And
-TV(p', q') = 1/2 sum_C |sum_{x in C} (p(x) - q(x))| <= 1/2 sum_C sum_{x in C} |p(x) - q(x)| = TV(p, q)
-by the triangle inequality. QED.
+## 4. How one GSD cluster is built
 
-Checked exactly below on random pairs and partitions.
+The paper's Algorithm 3 (`gsd_core.DynamicClusters`, `dynamic_cluster`) for a drafted token $x$
+on one target row $p$:
+
+1. rank the vocabulary by $p$, descending (ties: smaller id first);
+2. find the rank $r(x)$;
+3. take the window of ranks $r(x) - \lfloor G/2\rfloor \ldots r(x) + \lfloor G/2\rfloor$:
+   $2\lfloor G/2\rfloor + 1$ tokens, clipped at the ends of the ranking;
+4. keep $y$ only if $|p(y) - p(x)| \le \delta$ (probability-gap filter);
+5. keep $y$ only if $\lVert e_y - e_x\rVert^2 \le d$ (embedding-distance filter; $e$ the input embeddings);
+6. accept $x$ with probability $\min(1, p(C)/q(C))$.
+
+A concrete row on $V = 10$ tokens with 2-dimensional embeddings, $G = 4$, $\delta = 0.05$, $d = 2$,
+drafted token $x = 3$ (`course.cluster_steps` builds each mask with package calls and checks
+the result against `gsd_core.dynamic_cluster`):
+"""),
+        code('''p_row = course.as_tensor(course.fractions_from_weights([12, 20, 3, 14, 16, 2, 9, 10, 6, 8]))
+embeddings = torch.tensor([[0, 0], [1, 0], [0, 1], [2, 2], [5, 5], [1, 1], [3, 2], [2, 1], [4, 4], [2, 3]],
+                          dtype=torch.float64)
+steps = course.cluster_steps(p_row, 3, 4, embeddings=embeddings, max_prob_gap=0.05, max_embedding_distance=2.0)'''),
+        code(CHECK + '''# Exact: ids and ranks; the composed mask equals gsd_core.dynamic_cluster (cluster_steps raises otherwise).
+for line in steps.lines(p_row):
+    print(line)'''),
+        md(r"""
+## 5. Grouped verification and Theorem 1
+
+GSD verifies a *cluster* $C(x)$ instead of $x$ alone: accept with
+$\min\bigl(1, p(C(x))/q(C(x))\bigr)$. For a **partition** $\mathcal C$ of the vocabulary with
+cluster masses $p'(C) = \sum_{x\in C} p(x)$, $q'(C) = \sum_{x\in C} q(x)$:
+
+**Theorem 1** (paper.md 1.7). $\beta_{\mathrm{GSD}} = 1 - \mathrm{TV}(p', q') \ \ge\ 1 - \mathrm{TV}(p, q) = \beta_{\mathrm{SD}}.$
+
+*Proof.* Group the drafts by cluster:
+$$\beta_{\mathrm{GSD}} = \sum_x q(x) \min\Bigl(1, \frac{p'(C(x))}{q'(C(x))}\Bigr)
+= \sum_{C\in\mathcal C} q'(C)\min\Bigl(1, \frac{p'(C)}{q'(C)}\Bigr) = \sum_C \min(p'(C), q'(C)) = 1 - \mathrm{TV}(p', q').$$
+By the triangle inequality, for every cluster $\bigl|\sum_{x\in C}(p(x) - q(x))\bigr| \le \sum_{x\in C}|p(x) - q(x)|$;
+summing over the clusters and halving gives $\mathrm{TV}(p', q') \le \mathrm{TV}(p, q)$. $\square$
+
+The first step needs every $x$ in $C$ to have the *same* cluster $C$, i.e. a partition.
+Full proofs: [01_theorem1_partitions.md](../proofs/01_theorem1_partitions.md); partitions chosen
+from $p$ such as rank bins keep the guarantee: [05_partitions_chosen_from_p.md](../proofs/05_partitions_chosen_from_p.md);
+a machine check: [07_z3_bounded_check.md](../proofs/07_z3_bounded_check.md).
 """),
         code('''labels = torch.arange(vocab_size) // 2  # pairs of tokens {0, 1}, {2, 3}, ...
 grouped = float(acceptance_rate(p, q, FixedPartition(labels)))
@@ -547,32 +741,36 @@ check = toy.theorem1_random_partitions(vocab_size=12, num_trials=5000, seed=seed
       f"1 - TV(p', q') = {1 - float(tv_distance(group_probs(p, labels), group_probs(q, labels))):.4f} "
       f">= 1 - TV(p, q) = {1 - tv:.4f}")
 print(f"5000 random pairs and partitions: max(TV(p', q') - TV(p, q)) <= 1e-12: {check.max_violation <= 1e-12}")'''),
-        md("""
-## 4. Dynamic clusters: no such guarantee
+        md(r"""
+## 6. Dynamic clusters: the exact counterexample
 
-The paper's clusters are *dynamic*: `DynamicClusters(G)` puts into C(x) the tokens ranked within
-floor(G/2) of the drafted x in the p-ranking, 2 floor(G/2) + 1 tokens (fewer at the ends of the
-ranking). Different drafts get overlapping clusters, so they do not form a partition and the
-proof above does not apply. A token x with p(x) >= q(x) (always accepted by plain SD) can share
-its window with a token that q over-weights, and then p(C)/q(C) < 1. Searching random pairs
-finds cases where the dynamic rule accepts less often than plain SD:
+The paper's clusters are *dynamic*: $C(x)$ is the window around the drafted $x$, so different
+drafts get overlapping clusters, not a partition, and the first step of the proof fails.
+[proofs/04_dynamic_counterexample.md](../proofs/04_dynamic_counterexample.md): $V = 5$, $G = 2$ (one
+rank on each side), no filters, $p = (5,4,3,2,1)/15$, $q = (5,5,3,2,0)/15$. The table, in exact
+fractions (clusters from `gsd_core.dynamic_cluster`):
 """),
-        code('''ce = toy.dynamic_counterexample(vocab_size=6, group_size=2, seed=seed)'''),
-        code(CHECK + '''print("p", rounded(ce.p))
-print("q", rounded(ce.q))
-print(f"G = {ce.group_size} (3-token windows): SD acceptance {ce.acceptance_sd:.4f} > dynamic-cluster acceptance "
-      f"{ce.acceptance_dynamic:.4f}")'''),
-        md("""
-## 5. GSD is lossy: the exact distortion against the cluster size
+        code('''table = course.counterexample_table()
+display(Markdown(table.markdown()))'''),
+        code(CHECK + '''# Exact fractions, and gsd_core's float64 acceptance_rate against them (tolerance 1e-12).
+print(f"SD:      alpha = sum min(p, q) = {table.alpha_sd}")
+print(f"dynamic: alpha = sum q(x) a(x) = {table.alpha_dynamic}")
+print(f"SD - dynamic = {table.alpha_sd - table.alpha_dynamic} > 0: {table.alpha_sd > table.alpha_dynamic}")
+print(f"gsd_core.acceptance_rate agrees within 1e-12: SD {abs(table.float_sd - float(table.alpha_sd)) < 1e-12}, "
+      f"dynamic {abs(table.float_dynamic - float(table.alpha_dynamic)) < 1e-12}")'''),
+        md(r"""
+Token 1 is over-drafted ($q(1) > p(1)$) and sits in the clusters of its neighbours 0 and 2,
+pulling *their* ratios below 1 although SD accepts both surely ($p(0) \ge q(0)$, $p(2) \ge q(2)$).
+
+## 7. GSD is lossy
 
 Accepting a cluster lets the drafted token stand in for any member, so inside an accepted
-cluster the token follows q, not p, and the token-level residual does not correct this. The exact
-law of one verification step (`gsd_core.output_distribution`) gives the distortion TV(out, p)
-directly. Rules, compared at the same number of tokens per cluster (odd, since dynamic windows
-are): the paper's dynamic window (G = size - 1, no filters), our rank-binned partition (bins of
-that many tokens) with the token residual, and with the cluster-exact residual (which preserves
-every cluster's mass: p'(C) is exact, only the within-cluster split is off). Size 1 is plain SD:
-distortion 0.
+cluster the token follows $q$, not $p$. The exact law of one verification step
+(`gsd_core.output_distribution`, [proofs/06_token_level_gsd_output.md](../proofs/06_token_level_gsd_output.md))
+gives the distortion $\mathrm{TV}(\mathrm{out}, p)$ directly. Rules compared at the same number of
+tokens per cluster (odd, since dynamic windows are): the paper's dynamic window ($G$ = size - 1,
+no filters), rank bins of that many tokens with the token residual, and with the cluster-exact
+residual ([proofs/03_cluster_exact_residual.md](../proofs/03_cluster_exact_residual.md)). Size 1 is SD: distortion 0.
 """),
         code('''pp, qq = toy.dirichlet_pairs(distortion_vocab, distortion_pairs, alpha=0.5, seed=seed + 1)
 cluster_sizes = [s for s in (1, 3, 5, 9, 15) if s <= distortion_vocab]
@@ -591,12 +789,62 @@ print(f"cluster-exact residual, bins of 3: every cluster keeps its mass, max |ou
       f"{float(mass_error) < 1e-12}")'''),
         code('''plots.show(plots.distortion(cluster_sizes, {k: v.numpy() for k, v in distortion.items()},
                            "mean TV(output, p) per step"))'''),
-        md("""
-## 6. `verify` with clusters, by Monte Carlo, against the exact law
+        md(r"""
+### Why the cluster-exact residual has the *larger* token-level TV
 
-The exact law above comes from `output_distribution`, which enumerates; `verify` is what the
-decoders run. Running `verify` on many drafts x ~ q must reproduce `output_distribution` and
-`acceptance_rate` for every rule, lossy or not: each token's frequency and the acceptance
+The two residuals share the accepted part $q(y)\,a(y)$ and the rejection probability
+$\mathrm{TV}(p', q')$; they differ in where the rejected mass goes.
+
+* **Token residual** $(p - q)_+/\mathrm{TV}(p, q)$: onto the tokens with $p(y) > q(y)$, exactly
+  the tokens the accepted part under-serves (where $a = 1$ the accepted part is $q$, short of $p$
+  by $(p - q)_+$). It repairs token deficits, but only a share
+  $\mathrm{TV}(p', q')/\mathrm{TV}(p, q) \le 1$ of them, and it moves mass across clusters, so the
+  cluster masses are off.
+* **Cluster-exact residual**: a cluster with $p'(C) > q'(C)$, then a token $\propto p$ inside
+  it. Every cluster gets its exact mass $p'(C)$, but inside it the accepted part keeps $q$'s
+  shape: $\mathrm{TV}(\mathrm{out}, p) = \sum_C \min(p'(C), q'(C))\,\mathrm{TV}\bigl(q(\cdot\mid C), p(\cdot\mid C)\bigr)$
+  (proofs/03), and nothing repairs the within-cluster deficit of a cluster with $p'(C) \le q'(C)$.
+
+So the cluster-exact residual gets the law of *which cluster* exactly right at the price of the
+token law; the token residual does the opposite. That its token-level TV is never the smaller is
+an observation, not a theorem proved here: it is computed below on a small pair, on the random
+pairs above, and on 5000 random pairs and partitions. The small pair: $V = 4$,
+$p = (0, 3, 3, 4)/10$, $q = (7, 0, 3, 0)/10$, partition $\{0, 1\}, \{2, 3\}$; the token residual
+puts part of the rejected mass on token 1 although cluster $\{0, 1\}$ already gets its whole
+mass $p'(\{0, 1\}) = 3/10$ from accepted drafts of token 0.
+"""),
+        code('''p4 = course.as_tensor(course.fractions_from_weights([0, 3, 3, 4]))
+q4 = course.as_tensor(course.fractions_from_weights([7, 0, 3, 0]))
+residuals = course.residual_comparison(p4, q4, torch.tensor([0, 0, 1, 1]))
+tv_token_pairs = distortion["rank_binned_token"]
+tv_cluster_pairs = distortion["rank_binned_cluster"]
+residual_check = course.residual_tv_gap_random(vocab_size=6, num_trials=5000, seed=seed)'''),
+        code(CHECK + '''# Exact (float64 enumeration), rounded.
+print(f"V = 4 pair, token residual:         TV(out, p) = {residuals.tv_token:.4f}, "
+      f"max |out'(C) - p'(C)| = {residuals.cluster_mass_error_token:.4f}")
+print(f"V = 4 pair, cluster-exact residual: TV(out, p) = {residuals.tv_cluster:.4f}, "
+      f"max |out'(C) - p'(C)| = {residuals.cluster_mass_error_cluster:.4f}")
+print("section 7's random pairs, every bin size > 1: mean TV cluster-exact > mean TV token:",
+      bool((tv_cluster_pairs[1:] > tv_token_pairs[1:]).all()))
+print(f"5000 random pairs and partitions: TV cluster-exact >= TV token - 1e-12 in every one: "
+      f"{residual_check <= 1e-12}")'''),
+        md(r"""
+### One cluster holding everything: acceptance 1, output $q$
+
+If a single cluster holds the whole vocabulary, $p(C) = q(C) = 1$, every draft is accepted,
+nothing is ever resampled, and the output law is $q$: maximal speed, and the distortion is
+$\mathrm{TV}(q, p)$, the whole gap. Grouping trades exactness for speed along this line.
+"""),
+        code(CHECK + '''everything_acceptance, everything_out = course.single_cluster(p5_t, course.as_tensor(q5))
+print(f"acceptance = 1 within 1e-12: {abs(everything_acceptance - 1) < 1e-12}")
+print(f"output law = q within 1e-12: {bool((everything_out - course.as_tensor(q5)).abs().max() < 1e-12)}")
+print(f"distortion TV(out, p) = TV(q, p) = {sum(abs(a - b) for a, b in zip(p5, q5)) / 2}")'''),
+        md(r"""
+## 8. `verify` with clusters, by Monte Carlo, against the exact law
+
+The exact laws above come from `output_distribution`, which enumerates; `verify` is what the
+decoders run. Running `verify` on many drafts $x \sim q$ must reproduce `output_distribution`
+and `acceptance_rate` for every rule, lossy or not: each token's frequency and the acceptance
 frequency within 4 standard errors.
 """),
         code('''rules = {"dynamic G=2 (3 tokens)": (DynamicClusters(2), "token"),
@@ -610,16 +858,69 @@ cluster_checks = [check_verify_law(p, q, clusters=rule, residual=residual, num_s
 for result in cluster_checks:
     for line in result.lines():
         print(line)'''),
+        md(r"""
+## 9. Explore: cluster size and flatness
+
+A fixed pair of logit vectors turned into $p$ and $q$ at temperature "flatness": large flatness
+spreads the mass (the image-model regime of notebook 01). With `ipywidgets` installed this cell
+shows sliders; without it (it is not a dependency) it draws the two ends of the flatness range
+at a middle $G$ (4). The title states the exact acceptance (SD and GSD) and the distortion.
+"""),
+        code('''sliders = course.tradeoff_explorer()
+print("sliders shown" if sliders else "ipywidgets not installed: static figures above")'''),
+        md(r"""
+## Exercises
+
+Work them on paper, then run the solution cells: each computes the answer exactly and checks it
+against `gsd_core`.
+
+**E1.** $p = (1/2, 1/4, 1/4)$, $q = (1/4, 1/4, 1/2)$. What is SD's acceptance rate, and the residual $r$?
+
+**E2.** Same pair, partition $\{0, 2\}, \{1\}$. What is GSD's acceptance rate, what is the
+output law, and what is its distortion $\mathrm{TV}(\mathrm{out}, p)$?
+
+**E3.** A Jacobi window of 3 drafts, each accepted with probability 1/2 (given the ones before).
+Expected accepted prefix and tokens per forward?
+
+**E4.** With the $p$ of E1 and a *random* initial guess (uniform over the 3 tokens, one-hot $q$),
+what is SD's mean acceptance? And with one cluster holding all three tokens?
+"""),
+        md(r"""
+**Solutions.** E1: $\sum\min(p, q) = 1/4 + 1/4 + 1/4 = 3/4$; $(p - q)_+ = (1/4, 0, 0)$, so $r = (1, 0, 0)$.
+E2: $p' = (3/4, 1/4)$, $q' = (3/4, 1/4)$, so every draft is accepted (acceptance 1) and nothing is
+resampled: the output is $q$, distortion $\mathrm{TV}(q, p) = 1/4$. Theorem 1 holds ($1 \ge 3/4$),
+and the example shows the price. E3: $1/2 + 1/4 + 1/8 = 7/8$, tokens per forward $15/8$.
+E4: $\frac13\sum_x p(x) = 1/3$; with one cluster, $p(C) = 1$: acceptance 1.
+"""),
+        code('''pe = [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)]
+qe = [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)]
+pe_t, qe_t = course.as_tensor(pe), course.as_tensor(qe)
+e1 = course.speculative_parts(pe, qe)
+e2_labels = torch.tensor([0, 1, 0])
+e2_acceptance = float(acceptance_rate(pe_t, qe_t, FixedPartition(e2_labels)))
+e2_out = output_distribution(pe_t, qe_t, FixedPartition(e2_labels))
+e3 = course.expected_accepted_prefix([Fraction(1, 2)] * 3)
+e4_sd = course.random_draft_acceptance(pe_t).mean()
+e4_one = course.random_draft_acceptance(pe_t, FixedPartition(torch.zeros(3, dtype=torch.long))).mean()'''),
+        code(CHECK + '''# Exact answers (fractions), each against gsd_core's float64 value within 1e-12.
+print(f"E1: acceptance {1 - e1.reject_probability}, residual {[str(v) for v in e1.residual]}; gsd_core agrees: "
+      f"{abs(float(acceptance_rate(pe_t, qe_t)) - 0.75) < 1e-12}")
+print(f"E2: acceptance = 1: {abs(e2_acceptance - 1) < 1e-12}; output = q: {bool((e2_out - qe_t).abs().max() < 1e-12)}; "
+      f"TV(out, p) = 1/4: {abs(float(tv_distance(e2_out, pe_t)) - 0.25) < 1e-12}")
+print(f"E3: E[K] = {e3}, tokens per forward = {1 + e3}")
+print(f"E4: SD mean acceptance = 1/3: {abs(float(e4_sd) - 1 / 3) < 1e-12}; one cluster = 1: {abs(float(e4_one) - 1) < 1e-12}")'''),
         md("""
 ## Closing note: do these checks catch bugs?
 
-`tests/lab/test_notebook_checks_power.py` runs the functions behind the checked cells of
-sections 1 and 6 (`gsd_lab.nbcheck.check_verify_law`, with this notebook's parameters) on
-mutated versions of `verify`, without running the notebook. A checked cell prints `False` (so
-nbval fails) when `verify` resamples from p after a rejection instead of the residual, when it
-tests p(x)/q(C) instead of p(C)/q(C), or when it ignores its clusters; every verdict stays
-`True` (nbval passes) when its uniforms U are replaced by 1 - U, a harmless change of the
-random stream.
+`tests/lab/test_notebook_checks_power.py` runs the functions behind the Monte Carlo checks of
+sections 1 and 8 (`gsd_lab.nbcheck.check_verify_law`, with this notebook's parameters) on mutated
+versions of `verify`, without running the notebook. A checked cell prints `False` (so nbval
+fails) when `verify` resamples from p after a rejection instead of the residual, when it tests
+p(x)/q(C) instead of p(C)/q(C), or when it ignores its clusters; every verdict stays `True` (nbval
+passes) when its uniforms U are replaced by 1 - U, a harmless change of the random stream. The
+exact checks (sections 1-7, exercises) compare `gsd_core`'s float64 enumeration with fractions
+computed independently in `gsd_lab.course`, and `tests/lab/test_course.py` checks those against
+hand-computed values.
 """),
     ]
 

@@ -122,3 +122,41 @@ def test_max_z_score():
     assert max_z_score(torch.tensor([0.6, 0.4, 0.0]), exact, 100) == pytest.approx(2.0)
     # A token of exact probability 0 that was emitted fails whatever n.
     assert max_z_score(torch.tensor([0.5, 0.49, 0.01]), exact, 100) == float("inf")
+
+
+# ---- the exact checks of notebook 05 (sections 1, 6, 7) -------------------------------------------
+
+def exact_verdicts() -> dict[str, bool]:
+    """The verdicts notebook 05's exact checked cells print: gsd_core's float64 enumeration against
+    the fractions of ``gsd_lab.course`` (worked example, proofs/04 counterexample, one cluster)."""
+    from gsd_core import output_distribution
+    from gsd_lab import course
+
+    p5 = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
+    q5 = course.as_tensor(course.fractions_from_weights([4, 8, 4, 2, 2]))
+    table = course.counterexample_table()
+    acceptance, out = course.single_cluster(p5, q5)
+    return {"worked example output = p": bool((output_distribution(p5, q5) - p5).abs().max() < 1e-15),
+            "counterexample dynamic acceptance": abs(table.float_dynamic - float(table.alpha_dynamic)) < 1e-12,
+            "counterexample SD acceptance": abs(table.float_sd - float(table.alpha_sd)) < 1e-12,
+            "one cluster outputs q": bool((out - q5).abs().max() < 1e-12) and abs(acceptance - 1) < 1e-12}
+
+
+def test_exact_checks_pass_on_the_real_core():
+    verdicts = exact_verdicts()
+    assert all(verdicts.values()), verdicts
+
+
+@pytest.mark.parametrize("mutation, expect_fail", [
+    ("exact_resample_from_p", "worked example output = p"),
+    ("exact_ignore_clusters", "counterexample dynamic acceptance"),
+])
+def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_fail):
+    import gsd_core.exact as exact
+
+    if mutation == "exact_resample_from_p":
+        monkeypatch.setattr(exact, "_residual", _resample_from_p)
+    else:
+        monkeypatch.setattr(exact, "as_cluster_rule", lambda clusters, vocab: None)
+    verdicts = exact_verdicts()
+    assert not verdicts[expect_fail], verdicts

@@ -1,0 +1,395 @@
+"""Helpers of the teaching notebooks (05 the course, 01 the TV lesson, 04 the tables): the small
+exact computations a cell shows step by step, kept here so that they are tested.
+
+Notation as in ``gsd_core``: p target, q draft over V tokens, a drafted x ~ q accepted with
+a(x) = min(1, p(C(x)) / q(C(x))) (C(x) = {x} for standard speculative sampling, SD), otherwise a
+token drawn from the residual r. Exact arithmetic uses ``fractions.Fraction``; tensors are float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import accumulate
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from gsd_core import (
+    DynamicClusters,
+    FixedPartition,
+    acceptance_rate,
+    dynamic_cluster,
+    group_probs,
+    output_distribution,
+    probability_ranks,
+    rank_window,
+    tv_distance,
+)
+
+DTYPE = torch.float64
+WALL_COLUMNS = ("wall_seconds", "speedup_wall")
+
+
+# ---- distributions -----------------------------------------------------------------------------
+
+def entropy(p: Tensor) -> Tensor:
+    """Shannon entropy H(p) = -sum_x p(x) log p(x) in nats (0 log 0 = 0). p: [..., V] -> [...]."""
+    p = p.to(DTYPE)
+    return -(p * torch.log(torch.where(p > 0, p, torch.ones_like(p)))).sum(-1)
+
+
+def effective_vocabulary(p: Tensor) -> Tensor:
+    """exp(H(p)): the number of equally likely tokens with the same entropy (1 for a one-hot,
+    V for the uniform law). p: [..., V] -> [...]."""
+    return torch.exp(entropy(p))
+
+
+def fractions_from_weights(weights: Sequence[int]) -> list[Fraction]:
+    """Integer weights -> the exact distribution w / sum(w) as Fractions (e.g. (5,4,3,2,1) -> p/15)."""
+    if not weights or any(int(w) != w or w < 0 for w in weights) or sum(weights) == 0:
+        raise ValueError(f"weights must be non-negative integers with a positive sum, got {weights!r}")
+    total = sum(weights)
+    return [Fraction(int(w), total) for w in weights]
+
+
+def fraction_text(values: Sequence[Fraction | int]) -> str:
+    """Exact values as text, e.g. "(2/5, 3/10, 0)"."""
+    return "(" + ", ".join(str(v) for v in values) + ")"
+
+
+def as_tensor(values: Sequence[Fraction | float]) -> Tensor:
+    """Exact Fractions (or floats) -> a float64 tensor, for the package's functions."""
+    return torch.tensor([float(v) for v in values], dtype=DTYPE)
+
+
+# ---- 1. speculative sampling, decomposed --------------------------------------------------------
+
+@dataclass(frozen=True)
+class SpeculativeParts:
+    """One step of standard speculative sampling, term by term (exact Fractions, lists of length V).
+
+    accepted(y) = q(y) min(1, p(y)/q(y)) = min(p(y), q(y)); the rejection probability is
+    1 - sum min(p, q) = sum (p - q)+ = TV(p, q); the residual r = (p - q)+ / TV(p, q); the output
+    accepted + P(reject) r = min(p, q) + (p - q)+ = p (proofs/02_sd_lossless.md)."""
+
+    p: list[Fraction]
+    q: list[Fraction]
+    accepted: list[Fraction]
+    excess: list[Fraction]
+    reject_probability: Fraction
+    residual: list[Fraction]
+    output: list[Fraction]
+
+
+def speculative_parts(p: Sequence[Fraction], q: Sequence[Fraction]) -> SpeculativeParts:
+    """The exact decomposition of ``SpeculativeParts`` for Fraction distributions p, q of equal length."""
+    p, q = list(p), list(q)
+    if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
+        raise ValueError("p and q must be exact distributions (Fractions summing to 1) of the same length")
+    accepted = [min(a, b) for a, b in zip(p, q)]
+    excess = [max(a - b, Fraction(0)) for a, b in zip(p, q)]
+    reject = 1 - sum(accepted)
+    residual = [e / reject if reject else Fraction(0) for e in excess]
+    output = [a + reject * r for a, r in zip(accepted, residual)]
+    return SpeculativeParts(p, q, accepted, excess, reject, residual, output)
+
+
+def plot_speculative_parts(parts: SpeculativeParts) -> Any:
+    """Bar charts of p, q, min(p, q) and (p - q)+ for a small vocabulary (matplotlib Figure)."""
+    import matplotlib.pyplot as plt
+
+    panels = {"target p": parts.p, "draft q": parts.q, "accepted: min(p, q)": parts.accepted,
+              "residual mass: (p - q)+": parts.excess}
+    fig, axes = plt.subplots(1, 4, figsize=(13, 2.8), sharey=True)
+    tokens = list(range(len(parts.p)))
+    for ax, (title, values) in zip(axes, panels.items()):
+        ax.bar(tokens, [float(v) for v in values], color="tab:blue" if "p" == title[-1] else "tab:gray")
+        ax.set_title(title)
+        ax.set_xticks(tokens)
+        ax.set_xlabel("token")
+    axes[0].set_ylabel("probability")
+    fig.tight_layout()
+    return fig
+
+
+# ---- 2. from acceptance per position to tokens per forward ------------------------------------
+
+def prefix_length_distribution(acceptances: Sequence[Fraction | float]) -> list[Fraction | float]:
+    """P(K = k), k = 0..L, for the accepted prefix K of a window of L drafts tested left to right,
+    position j accepted with probability a_j independently of the others (given the window):
+    P(K = k) = a_1 ... a_k (1 - a_{k+1}) for k < L, and a_1 ... a_L for k = L."""
+    products = [1, *accumulate(acceptances, lambda x, y: x * y)]
+    return [products[k] * (1 - acceptances[k]) for k in range(len(acceptances))] + [products[-1]]
+
+
+def expected_accepted_prefix(acceptances: Sequence[Fraction | float]) -> Fraction | float:
+    """E[K] = sum_{k=1}^{L} P(K >= k) = sum_k a_1 ... a_k (the window of ``prefix_length_distribution``)."""
+    return sum(accumulate(acceptances, lambda x, y: x * y))
+
+
+def tokens_per_forward(acceptances: Sequence[Fraction | float]) -> Fraction | float:
+    """Tokens committed per forward pass: the accepted prefix plus the one token the forward adds
+    itself (the residual draw at the first rejection, or the next token after a full window): 1 + E[K]."""
+    return 1 + expected_accepted_prefix(acceptances)
+
+
+def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
+    """Acceptance of each possible random initial draft x (Jacobi decoding's first guess).
+
+    A random draft is drawn uniformly and its "draft distribution" is the one-hot q = e_x, so
+    q(C) = 1 for any cluster holding x and a(x) = min(1, p(C(x))) = p(C(x)): plain SD accepts x with
+    p(x), GSD with the mass of x's cluster. p: [V]. Returns [V] (entry x: a(x), by gsd_core)."""
+    vocab = p.shape[-1]
+    one_hot = torch.eye(vocab, dtype=DTYPE)
+    return acceptance_rate(p.to(DTYPE).expand(vocab, vocab), one_hot, clusters)
+
+
+# ---- 3. one GSD cluster, step by step -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClusterSteps:
+    """The paper's dynamic cluster of a drafted ``token`` (Algorithm 3), one filter at a time.
+
+    All masks are bool [V]; ``members`` = window & gap & distance, equal to ``dynamic_cluster``."""
+
+    token: int
+    group_size: int
+    ranks: Tensor
+    window: Tensor
+    gap_ok: Tensor
+    distance_ok: Tensor
+    members: Tensor
+
+    @property
+    def half_width(self) -> int:
+        return self.group_size // 2
+
+    def lines(self, p: Tensor) -> list[str]:
+        """The steps as text (exact ranks and ids; probabilities rounded to 4 digits)."""
+        def ids(mask: Tensor) -> list[int]:
+            return sorted(torch.nonzero(mask).flatten().tolist(), key=lambda t: int(self.ranks[t]))
+
+        r = int(self.ranks[self.token])
+        return [
+            f"1. rank the tokens by p (descending, ties: smaller id first): order {ids(torch.ones_like(self.window))}",
+            f"2. the draft x = {self.token} has rank {r} (p(x) = {float(p[self.token]):.4f})",
+            f"3. window: ranks {r} - {self.half_width} .. {r} + {self.half_width} (G = {self.group_size}: at most "
+            f"2*floor(G/2)+1 = {2 * self.half_width + 1} tokens, clipped at the ends): {ids(self.window)}",
+            f"4. |p(y) - p(x)| filter keeps {ids(self.window & self.gap_ok)}",
+            f"5. embedding-distance filter keeps {ids(self.window & self.distance_ok)}",
+            f"6. cluster C(x) = window & both filters = {ids(self.members)}; p(C) = {float(p[self.members].sum()):.4f}",
+        ]
+
+
+def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor | None = None,
+                  max_prob_gap: float | None = None, max_embedding_distance: float | None = None) -> ClusterSteps:
+    """Build ``ClusterSteps`` for one row p [V] with gsd_core's ranking and window, then the filters
+    |p(y) - p(x)| <= max_prob_gap and ||e_y - e_x||^2 <= max_embedding_distance (None: no filter).
+    Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
+    if p.ndim != 1:
+        raise ValueError(f"p must be one row [V], got shape {tuple(p.shape)}")
+    x = torch.tensor(token)
+    half = group_size // 2
+    window = rank_window(p, x, half, half)
+    gap_ok = torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
+    if max_embedding_distance is None:
+        distance_ok = torch.ones_like(window)
+    else:
+        if embeddings is None:
+            raise ValueError("max_embedding_distance needs embeddings [V, D]")
+        e = embeddings.to(DTYPE)
+        distance_ok = (e - e[token]).square().sum(-1) <= max_embedding_distance
+    members = window & gap_ok & distance_ok
+    reference = dynamic_cluster(p, token, group_size, embeddings=embeddings,
+                                max_embedding_distance=max_embedding_distance, max_prob_gap=max_prob_gap)
+    if not torch.equal(members, reference):
+        raise ValueError("step-by-step cluster differs from gsd_core.dynamic_cluster")
+    return ClusterSteps(token, group_size, probability_ranks(p), window, gap_ok, distance_ok, members)
+
+
+# ---- 4. the dynamic-cluster counterexample (proofs/04) --------------------------------------------
+
+COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
+COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
+
+
+@dataclass(frozen=True)
+class CounterexampleTable:
+    """proofs/04_dynamic_counterexample.md computed exactly: one row per drafted token x with
+    q(x), C(x), p(C), q(C), a(x) = min(1, p(C)/q(C)) and q(x) a(x) (Fractions); the totals
+    alpha_dyn = sum_x q(x) a(x) and alpha_SD = sum_x min(p, q)."""
+
+    rows: list[dict[str, Any]]
+    alpha_sd: Fraction
+    alpha_dynamic: Fraction
+    float_sd: float
+    float_dynamic: float
+
+    denominator: int = 15
+
+    def markdown(self) -> str:
+        """The table of proofs/04 (masses over ``denominator`` where that is exact)."""
+        def over(value: Fraction) -> str:
+            scaled = value * self.denominator
+            return f"{scaled.numerator}/{self.denominator}" if scaled.denominator == 1 and value else str(value)
+
+        head = "| x | q(x) | C(x) | p(C) | q(C) | a(x) | q(x) a(x) |\n|---|---|---|---|---|---|---|"
+        body = [f"| {r['x']} | {over(r['q'])} | {set(r['cluster'])} | {over(r['p_cluster'])} | {over(r['q_cluster'])} "
+                f"| {r['accept']} | {r['q_accept']} |" for r in self.rows]
+        return "\n".join([head, *body])
+
+
+def counterexample_table(p_weights: Sequence[int] = COUNTEREXAMPLE_P, q_weights: Sequence[int] = COUNTEREXAMPLE_Q,
+                         group_size: int = 2) -> CounterexampleTable:
+    """The exact acceptance table of ``DynamicClusters(group_size)`` (clusters from
+    ``gsd_core.dynamic_cluster``, arithmetic in Fractions) next to gsd_core's float64 values."""
+    p, q = fractions_from_weights(p_weights), fractions_from_weights(q_weights)
+    pt, qt = as_tensor(p), as_tensor(q)
+    rows = []
+    for x in range(len(p)):
+        cluster = torch.nonzero(dynamic_cluster(pt, x, group_size)).flatten().tolist()
+        p_c, q_c = sum(p[y] for y in cluster), sum(q[y] for y in cluster)
+        accept = min(Fraction(1), p_c / q_c) if q_c else Fraction(1)
+        rows.append({"x": x, "q": q[x], "cluster": cluster, "p_cluster": p_c, "q_cluster": q_c, "accept": accept,
+                     "q_accept": q[x] * accept})
+    return CounterexampleTable(rows, sum(min(a, b) for a, b in zip(p, q)), sum(r["q_accept"] for r in rows),
+                               float(acceptance_rate(pt, qt)), float(acceptance_rate(pt, qt, DynamicClusters(group_size))),
+                               math.lcm(sum(p_weights), sum(q_weights)))
+
+
+# ---- 5. residuals and the one-cluster limit -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResidualComparison:
+    """Exact TV(output, p) of one GSD step on a partition with the token residual (the paper's)
+    and with the cluster-exact residual, and how far each is from p'(C) on cluster masses."""
+
+    tv_token: float
+    tv_cluster: float
+    cluster_mass_error_token: float
+    cluster_mass_error_cluster: float
+
+
+def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualComparison:
+    """``ResidualComparison`` for p, q [V] and a partition ``labels`` [V] (gsd_core.output_distribution)."""
+    rule = FixedPartition(labels)
+    out_token = output_distribution(p, q, rule, "token")
+    out_cluster = output_distribution(p, q, rule, "cluster")
+    p_c = group_probs(p, labels)
+    return ResidualComparison(float(tv_distance(out_token, p)), float(tv_distance(out_cluster, p)),
+                              float((group_probs(out_token, labels) - p_c).abs().max()),
+                              float((group_probs(out_cluster, labels) - p_c).abs().max()))
+
+
+def single_cluster(p: Tensor, q: Tensor) -> tuple[float, Tensor]:
+    """One cluster holding the whole vocabulary: p(C) = q(C) = 1, so a(x) = 1 for every draft,
+    nothing is ever rejected and the output law is q itself. Returns (acceptance, output law [V])."""
+    everything = FixedPartition(torch.zeros(p.shape[-1], dtype=torch.long))
+    return float(acceptance_rate(p, q, everything)), output_distribution(p, q, everything)
+
+
+# ---- widgets (optional) ---------------------------------------------------------------------------
+
+def tempered_pair(vocab_size: int, flatness: float, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """A fixed seeded pair of logit vectors (p's and q's share a base, plus independent noise)
+    turned into distributions at temperature ``flatness`` (> 0): large flatness, flat p and q."""
+    if not flatness > 0:
+        raise ValueError(f"flatness must be > 0, got {flatness!r}")
+    generator = torch.Generator().manual_seed(seed)
+    base = 3 * torch.randn(vocab_size, generator=generator, dtype=DTYPE)
+    noise = torch.randn(2, vocab_size, generator=generator, dtype=DTYPE)
+    p, q = torch.softmax((base + noise) / flatness, -1)
+    return p, q
+
+
+def tradeoff(p: Tensor, q: Tensor, group_size: int) -> dict[str, float]:
+    """Exact acceptance and TV(output, p) of SD and of ``DynamicClusters(group_size)`` on one pair."""
+    rule = DynamicClusters(group_size)
+    return {"acceptance SD": float(acceptance_rate(p, q)), "acceptance GSD": float(acceptance_rate(p, q, rule)),
+            "TV(output GSD, p)": float(tv_distance(output_distribution(p, q, rule), p))}
+
+
+def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed: int = 0) -> Any:
+    """Bars of p, q and GSD's exact output law on ``tempered_pair``; the title states the exact
+    acceptance (SD and GSD) and the distortion TV(output, p)."""
+    import matplotlib.pyplot as plt
+
+    p, q = tempered_pair(vocab_size, flatness, seed)
+    out = output_distribution(p, q, DynamicClusters(group_size))
+    stats = tradeoff(p, q, group_size)
+    order = torch.argsort(p, descending=True)
+    fig, ax = plt.subplots(figsize=(9, 3))
+    x = torch.arange(vocab_size, dtype=DTYPE)
+    for shift, (name, dist) in zip((-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))):
+        ax.bar((x + shift).numpy(), dist[order].numpy(), width=0.27, label=name)
+    ax.set_xlabel("tokens in p-rank order")
+    ax.set_ylabel("probability")
+    ax.set_title(f"flatness {flatness:g}: acceptance SD {stats['acceptance SD']:.3f}, GSD "
+                 f"{stats['acceptance GSD']:.3f}; TV(output, p) {stats['TV(output GSD, p)']:.3f}", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> bool:
+    """Sliders over G and flatness when ipywidgets is installed (returns True); otherwise shows
+    the static figures at the two ends of the flatness range for the middle G (returns False).
+    ipywidgets is optional: it is not a dependency of the project."""
+    from .experiments.plots import show
+
+    try:
+        import ipywidgets
+    except ImportError:
+        for f in (flatness[0], flatness[-1]):
+            show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
+        return False
+    ipywidgets.interact(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
+                        group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),
+                        flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
+    return True
+
+
+# ---- tables (notebook 04) ---------------------------------------------------------------------------
+
+def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_COLUMNS) -> list[str]:
+    """The columns of ``rows`` (in the rows' key order) that hold a value in some row, minus
+    ``exclude``: a table shows whatever the runs report (new columns appear without code changes)."""
+    def has_value(value: Any) -> bool:
+        return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+    order = list(dict.fromkeys(key for row in rows for key in row))  # the rows' key order, not the first value's
+    return [key for key in order if key not in exclude and any(has_value(row.get(key)) for row in rows)]
+
+
+def show_tables(rows: list[dict[str, Any]]) -> None:
+    """Display a sampled decoding table (every present column but wall time), then the CPU wall
+    time separately (noise on a shared CPU)."""
+    from IPython.display import Markdown, display
+
+    from .figure_io import markdown_table
+
+    display(Markdown(markdown_table(rows, present_columns(rows))))
+    wall = ["method", *[c for c in WALL_COLUMNS if any(r.get(c) is not None for r in rows)]]
+    if len(wall) > 1:
+        display(Markdown("CPU wall time (noise, see above):\n\n" + markdown_table(rows, wall)))
+
+
+def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha: float = 0.5) -> float:
+    """max over random Dirichlet(alpha) pairs and uniformly random partitions of
+    TV(out_token, p) - TV(out_cluster, p): <= 0 (up to rounding) when the cluster-exact residual is
+    never the less distorting one. Exact enumeration (gsd_core.output_distribution), float64."""
+    from .experiments.toy import dirichlet_pairs
+
+    p, q = dirichlet_pairs(vocab_size, num_trials, alpha=alpha, seed=seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    counts = torch.randint(1, vocab_size + 1, (num_trials, 1), generator=generator)
+    labels = (torch.rand(num_trials, vocab_size, generator=generator, dtype=DTYPE) * counts).long()
+    rule = FixedPartition(labels)
+
+    def distortion(residual: str) -> Tensor:  # TV without re-validation: rounding may leave -1e-17 entries
+        return 0.5 * (output_distribution(p, q, rule, residual) - p).abs().sum(-1)
+
+    return float((distortion("token") - distortion("cluster")).max())

@@ -1,0 +1,201 @@
+"""gsd_lab.course (notebook 05's and 01's helpers) and gsd_lab.experiments.paper (the paper-against-
+here tables of 02-04), against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction as F
+
+import pytest
+import torch
+
+from gsd_core import DynamicClusters, FixedPartition, dynamic_cluster
+from gsd_lab import course
+from gsd_lab.experiments import paper, toy
+
+
+def test_entropy_and_effective_vocabulary():
+    uniform = torch.full((2, 8), 1 / 8, dtype=torch.float64)
+    assert torch.allclose(course.effective_vocabulary(uniform), torch.tensor([8.0, 8.0], dtype=torch.float64))
+    one_hot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    assert float(course.entropy(one_hot)) == 0.0  # 0 log 0 = 0, no NaN
+    assert float(course.entropy(torch.tensor([0.5, 0.5], dtype=torch.float64))) == pytest.approx(math.log(2))
+
+
+def test_fractions_from_weights_rejects_bad_input():
+    assert course.fractions_from_weights([1, 3]) == [F(1, 4), F(3, 4)]
+    assert course.fraction_text(course.fractions_from_weights([2, 0, 2])) == "(1/2, 0, 1/2)"
+    for bad in ([], [0, 0], [1, -1], [0.5, 1]):
+        with pytest.raises(ValueError):
+            course.fractions_from_weights(bad)
+
+
+def test_speculative_parts_worked_example_by_hand():
+    p = course.fractions_from_weights([8, 6, 3, 2, 1])
+    q = course.fractions_from_weights([4, 8, 4, 2, 2])
+    parts = course.speculative_parts(p, q)
+    assert parts.accepted == [F(4, 20), F(6, 20), F(3, 20), F(2, 20), F(1, 20)]
+    assert parts.excess == [F(4, 20), 0, 0, 0, 0]
+    assert parts.reject_probability == F(1, 5)
+    assert parts.residual == [1, 0, 0, 0, 0]
+    assert parts.output == p
+    with pytest.raises(ValueError):
+        course.speculative_parts(p, q[:4])
+
+
+def test_prefix_length_and_tokens_per_forward_by_hand():
+    window = [F(4, 5), F(4, 5), F(1, 2)]
+    dist = course.prefix_length_distribution(window)
+    assert dist == [F(1, 5), F(4, 25), F(8, 25), F(8, 25)]
+    assert sum(dist) == 1
+    assert course.expected_accepted_prefix(window) == F(4, 5) + F(16, 25) + F(8, 25)
+    assert course.tokens_per_forward([F(1, 2)] * 3) == F(15, 8)
+    assert course.tokens_per_forward([0.0] * 16) == 1  # every forward still commits one token
+    assert course.tokens_per_forward([1.0] * 16) == 17
+
+
+def test_random_draft_acceptance_is_p_and_cluster_mass():
+    p = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
+    assert torch.allclose(course.random_draft_acceptance(p), p, atol=1e-15)
+    gsd = course.random_draft_acceptance(p, DynamicClusters(2))
+    # windows of one rank on each side: {0,1}, {0,1,2}, {1,2,3}, {2,3,4}, {3,4}
+    expected = torch.tensor([14, 17, 11, 6, 3], dtype=torch.float64) / 20
+    assert torch.allclose(gsd, expected, atol=1e-15)
+
+
+def test_cluster_steps_match_dynamic_cluster_and_hand_values():
+    p = course.as_tensor(course.fractions_from_weights([12, 20, 3, 14, 16, 2, 9, 10, 6, 8]))
+    emb = torch.tensor([[0, 0], [1, 0], [0, 1], [2, 2], [5, 5], [1, 1], [3, 2], [2, 1], [4, 4], [2, 3]],
+                       dtype=torch.float64)
+    steps = course.cluster_steps(p, 3, 4, embeddings=emb, max_prob_gap=0.05, max_embedding_distance=2.0)
+    # p-ranking 1, 4, 3, 0, 7, ...: x = 3 has rank 2; window ranks 0..4 = {1, 4, 3, 0, 7};
+    # gap <= 0.05 around p(3) = 0.14 drops token 1 (0.20); distance <= 2 from (2, 2) keeps 3, 7 (and 9, 6 outside).
+    assert int(steps.ranks[3]) == 2
+    assert set(torch.nonzero(steps.window).flatten().tolist()) == {0, 1, 3, 4, 7}
+    assert set(torch.nonzero(steps.members).flatten().tolist()) == {3, 7}
+    assert torch.equal(steps.members, dynamic_cluster(p, 3, 4, embeddings=emb, max_prob_gap=0.05,
+                                                      max_embedding_distance=2.0))
+    assert len(steps.lines(p)) == 6
+    with pytest.raises(ValueError, match="embeddings"):
+        course.cluster_steps(p, 3, 4, max_embedding_distance=2.0)
+
+
+def test_counterexample_table_is_proofs_04():
+    table = course.counterexample_table()
+    assert table.alpha_sd == F(14, 15)
+    assert table.alpha_dynamic == F(898, 975)
+    assert [r["accept"] for r in table.rows] == [F(9, 10), F(12, 13), F(9, 10), 1, 1]
+    assert [r["cluster"] for r in table.rows] == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4]]
+    assert table.float_dynamic == pytest.approx(898 / 975, abs=1e-12)
+    assert "| 1 | 5/15 | {0, 1, 2} | 12/15 | 13/15 | 12/13 | 4/13 |" in table.markdown()
+
+
+def test_residual_comparison_small_pair_by_hand():
+    p = course.as_tensor(course.fractions_from_weights([0, 3, 3, 4]))
+    q = course.as_tensor(course.fractions_from_weights([7, 0, 3, 0]))
+    result = course.residual_comparison(p, q, torch.tensor([0, 0, 1, 1]))
+    # p' = (3, 7)/10, q' = (7, 3)/10: rejection mass TV(p', q') = 4/10. The token residual splits it
+    # 3:4 onto tokens 1 and 3, so cluster {0, 1} gets its accepted 3/10 plus 12/70 too many.
+    assert result.cluster_mass_error_token == pytest.approx(12 / 70, abs=1e-12)
+    assert result.cluster_mass_error_cluster < 1e-12
+    assert result.tv_cluster > result.tv_token
+    assert course.residual_tv_gap_random(vocab_size=5, num_trials=500, seed=0) <= 1e-12
+
+
+def test_single_cluster_accepts_everything_and_outputs_q():
+    p = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
+    q = course.as_tensor(course.fractions_from_weights([4, 8, 4, 2, 2]))
+    acceptance, out = course.single_cluster(p, q)
+    assert acceptance == pytest.approx(1.0, abs=1e-12)
+    assert torch.allclose(out, q, atol=1e-12)
+
+
+def test_tradeoff_explorer_falls_back_without_ipywidgets(monkeypatch):
+    import builtins
+
+    import matplotlib
+    matplotlib.use("Agg")
+    real_import = builtins.__import__
+
+    def no_widgets(name, *args, **kwargs):
+        if name == "ipywidgets":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_widgets)
+    assert course.tradeoff_explorer(group_sizes=(0, 4), flatness=(0.5, 4.0)) is False
+    with pytest.raises(ValueError, match="flatness"):
+        course.tempered_pair(8, 0.0)
+    p, q = course.tempered_pair(8, 1.0)
+    stats = course.tradeoff(p, q, 0)
+    assert stats["acceptance GSD"] == pytest.approx(stats["acceptance SD"], abs=1e-12)  # G = 0 is SD
+    assert stats["TV(output GSD, p)"] < 1e-12
+
+
+def test_present_columns_are_generic():
+    rows = [{"method": "AR", "acceptance_rate": None, "nfe": 4.0, "distortion": None, "wall_seconds": 1.0},
+            {"method": "GSD", "acceptance_rate": 0.5, "nfe": 2.0, "distortion": 0.1, "new_metric": float("nan")}]
+    assert course.present_columns(rows) == ["method", "acceptance_rate", "nfe", "distortion"]
+
+
+def test_rank_bins_against_random_partitions():
+    p, q = toy.noisy_pairs(256, 0.05, vocab_size=1024, noise=0.5, num_pairs=16,
+                           generator=torch.Generator().manual_seed(1))
+    cmp = toy.rank_bins_against_random(p, q, [1, 64], seed=0)
+    assert torch.allclose(cmp.rank_binned[0], cmp.tv_tokens) and torch.allclose(cmp.random[0], cmp.tv_tokens)
+    assert (cmp.random <= cmp.tv_tokens + 1e-12).all() and (cmp.rank_binned <= cmp.tv_tokens + 1e-12).all()
+    rank_ratio, random_ratio = cmp.cancellation()
+    assert float(random_ratio[1]) < float(rank_ratio[1])  # the lesson of notebook 01, by a wide margin here
+
+
+# ---- paper ---------------------------------------------------------------------------------------
+
+def test_ratio_verdict():
+    assert paper.ratio_verdict(2.2, 2.31) == "yes"
+    assert paper.ratio_verdict(1.3, 2.31) == "direction only"
+    assert paper.ratio_verdict(0.9, 2.31) == "no"
+    assert paper.ratio_verdict(float("nan"), 2.31) == "not run"
+
+
+def test_top1_comparison():
+    assert paper.top1_comparison(0.7, 0.05, "m")[0]["reproduces"] == "yes"
+    row = paper.top1_comparison(0.17, 0.05, "standin")[0]
+    assert row["reproduces"] == "no" and "sharper" in row["why not / note"]
+    assert paper.top1_comparison(0.7, 0.1, "m")[0]["reproduces"] == "not run"
+
+
+def test_replacement_comparison():
+    quality = {"original": {"condition_score": 50.0, "condition_score_sem": 2.0},
+               "top-k": {"condition_score": 49.0, "condition_score_sem": 2.0},
+               "uniform": {"condition_score": 20.0, "condition_score_sem": 2.0}}
+    rows = paper.replacement_comparison(quality)
+    assert rows[0]["reproduces"] == "yes" and rows[1]["why not / note"] == "as expected"
+    quality["top-k"]["condition_score"] = 30.0
+    assert paper.replacement_comparison(quality)[0]["reproduces"] == "no"
+    assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["reproduces"] == "not run"
+
+
+def test_speed_quality_comparison_from_rows():
+    def row(method, nfe, score, sem=0.5):
+        return {"method": method, "nfe": nfe, "speedup_nfe": 256 / nfe, "condition_score": score,
+                "condition_score_sem": sem}
+
+    table1 = [row("AR", 256, 50.0), row("SJD", 110, 50.0), row("GSD (G=50)", 68, 49.5), row("Amplify (k=3)", 60, 40.0)]
+    table2 = [row("SJD", 110, 50.0), row("(A) static", 100, 50.0), row("(B) dynamic q", 75, 45.0),
+              row("(C) dynamic p", 68, 49.0), row("(D) paper", 68, 49.5)]
+    rows = {r["claim"]: r for r in paper.speed_quality_comparison(table1, table2)}
+    assert rows["SJD: NFE speed-up over AR"]["reproduces"] == "yes"  # 2.33x against 2.31x
+    assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "yes"  # 3.76x
+    assert rows["GSD (G=50) needs fewer forwards than SJD"]["reproduces"] == "yes"
+    assert rows["quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)"]["reproduces"] == "yes"
+    assert rows["Table 2: sorting by q (B) loses the most quality of (B)-(D)"]["reproduces"] == "yes"
+    assert rows["Table 2 (A): NFE / SJD's NFE"]["here"] == f"{100 / 110:.2f}"
+    # A missing row is reported, not invented.
+    rows = {r["claim"]: r for r in paper.speed_quality_comparison(table1[:2], [])}
+    assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "not run"
+    assert rows["Table 2 (D): NFE / SJD's NFE"]["reproduces"] == "not run"
+
+
+def test_paper_numbers_match_the_reference_ratios():
+    assert paper.AR_NFE.value / paper.GSD50_NFE.value == pytest.approx(3.755, abs=1e-3)  # paper.md 1.4: 3.76x
+    assert all("paper.md" in n.source for n in (paper.AR_NFE, paper.SJD_NFE, *paper.TABLE2_NFE.values()))

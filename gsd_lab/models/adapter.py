@@ -79,6 +79,22 @@ import torch
 from torch import Tensor
 
 
+def kth_largest(values: Tensor, k: int) -> Tensor:
+    """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
+
+    An order statistic is one exact value whatever the algorithm: on CPU numpy's selection
+    (``np.partition``, introselect on plain values, about 7x faster than ``torch.topk`` on
+    17 x 8192 float64 rows), elsewhere the smallest of an unsorted ``torch.topk`` (one kernel,
+    no host sync). NaN counts as the largest value in both."""
+    n = values.shape[-1]
+    if values.device.type == "cpu":
+        import numpy as np
+
+        selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
+        return torch.from_numpy(selected)
+    return torch.topk(values, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+
+
 class CausalLMAdapter:
     """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see the module docstring.
 
@@ -142,6 +158,11 @@ class CausalLMAdapter:
             disallowed = torch.ones(V, dtype=torch.bool, device=self.device)
             disallowed[allowed] = False
             self._disallowed = disallowed if bool(disallowed.any()) else None
+        # Allowed ids forming one contiguous run [lo, hi) (image codes usually do): processing
+        # then works on a column slice (a view) instead of gathering and masking the columns.
+        first, last = int(self.allowed_tokens[0]), int(self.allowed_tokens[-1])
+        contiguous = last - first + 1 == self.allowed_tokens.numel()
+        self._allowed_range = (first, last + 1) if contiguous else None
 
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
@@ -379,7 +400,8 @@ class CausalLMAdapter:
         if self.uses_cfg:
             logits = self.combine_guidance(logits[0], logits[1], generated_positions)
         else:
-            logits = logits[0]
+            # A copy only when the model's own float64 output would be modified in place below.
+            logits = logits[0].clone() if logits.dtype == torch.float64 else logits[0]
         logits = self.process_logits(logits, generated_positions)
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
@@ -397,18 +419,32 @@ class CausalLMAdapter:
         return (cond - uncond).mul_(self.cfg_scale).add_(uncond)
 
     def process_logits(self, logits: Tensor, generated_positions: Tensor) -> Tensor:
-        """Allowed-token mask, top-k, temperature on float64 logits [T, V] (returns logits)."""
-        if self._disallowed is not None:
-            logits = logits.masked_fill(self._disallowed, -torch.inf)
+        """Allowed-token mask, top-k, temperature on float64 logits [T, V] (returns logits).
+
+        Works in place on ``logits`` (``_process`` passes a tensor it owns) and returns it.
+        Top-k keeps x >= t, t the k-th largest allowed logit of the row (ties with it kept, as
+        Hugging Face's TopKLogitsWarper); a NaN logit is never masked (x < t is False), so it
+        reaches the distribution and the decoder's finiteness check."""
+        if self._allowed_range is not None:
+            lo, hi = self._allowed_range
+            candidates = logits[..., lo:hi]  # a view: masking it masks logits
+            logits[..., :lo] = -torch.inf
+            logits[..., hi:] = -torch.inf
+        else:
+            if self._disallowed is not None:
+                logits.masked_fill_(self._disallowed, -torch.inf)
+            # Selecting over the allowed columns only is the same (the others are -inf) and much
+            # cheaper for a small image vocabulary in a large one.
+            candidates = logits if self._disallowed is None else logits[..., self.allowed_tokens]
         if self.top_k is not None:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
-            # The k-th largest allowed logit; selecting over the allowed columns only is the same
-            # (the others are -inf) and much cheaper for a small image vocabulary in a large one.
-            candidates = logits if self._disallowed is None else logits[..., self.allowed_tokens]
-            kth = torch.topk(candidates, k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, -torch.inf)
+            kth = kth_largest(candidates, k)
+            if self._allowed_range is not None:
+                candidates.masked_fill_(candidates < kth, -torch.inf)
+            else:
+                logits.masked_fill_(logits < kth, -torch.inf)
         if self.temperature != 1.0:
-            logits = logits / self.temperature
+            logits.div_(self.temperature)
         return logits
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:

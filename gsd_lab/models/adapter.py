@@ -427,22 +427,16 @@ class CausalLMAdapter:
         reaches the distribution and the decoder's finiteness check."""
         if self._allowed_range is not None:
             lo, hi = self._allowed_range
-            candidates = logits[..., lo:hi]  # a view: masking it masks logits
             logits[..., :lo] = -torch.inf
             logits[..., hi:] = -torch.inf
-        else:
-            if self._disallowed is not None:
-                logits.masked_fill_(self._disallowed, -torch.inf)
-            # Selecting over the allowed columns only is the same (the others are -inf) and much
-            # cheaper for a small image vocabulary in a large one.
-            candidates = logits if self._disallowed is None else logits[..., self.allowed_tokens]
+        elif self._disallowed is not None:
+            logits.masked_fill_(self._disallowed, -torch.inf)
         if self.top_k is not None:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
-            kth = kth_largest(candidates, k)
-            if self._allowed_range is not None:
-                candidates.masked_fill_(candidates < kth, -torch.inf)
-            else:
-                logits.masked_fill_(logits < kth, -torch.inf)
+            # The k-th largest of the whole (contiguous) row is the k-th largest allowed logit:
+            # the other columns are -inf now, and k <= the number of allowed tokens.
+            kth = kth_largest(logits, k)
+            logits.masked_fill_(logits < kth, -torch.inf)
         if self.temperature != 1.0:
             logits.div_(self.temperature)
         return logits

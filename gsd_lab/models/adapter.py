@@ -425,17 +425,21 @@ class CausalLMAdapter:
         Top-k keeps x >= t, t the k-th largest allowed logit of the row (ties with it kept, as
         Hugging Face's TopKLogitsWarper); a NaN logit is never masked (x < t is False), so it
         reaches the distribution and the decoder's finiteness check."""
+        candidates = logits
         if self._allowed_range is not None:
             lo, hi = self._allowed_range
             logits[..., :lo] = -torch.inf
             logits[..., hi:] = -torch.inf
+            if 2 * (hi - lo) < logits.shape[-1]:  # a narrow run (Lumina: 8192 of 65536)
+                candidates = logits[..., lo:hi]
         elif self._disallowed is not None:
             logits.masked_fill_(self._disallowed, -torch.inf)
+            candidates = logits[..., self.allowed_tokens]
         if self.top_k is not None:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
-            # The k-th largest of the whole (contiguous) row is the k-th largest allowed logit:
-            # the other columns are -inf now, and k <= the number of allowed tokens.
-            kth = kth_largest(logits, k)
+            # The k-th largest allowed logit; over the whole row when the allowed run is most of
+            # it (the same value: the other columns are -inf now and k <= the allowed count).
+            kth = kth_largest(candidates, k)
             logits.masked_fill_(logits < kth, -torch.inf)
         if self.temperature != 1.0:
             logits.div_(self.temperature)

@@ -299,3 +299,12 @@ def test_processing_propagates_nan_logits():
     logits[0, 0, 20] = torch.nan
     probs = adapter._process(logits, torch.arange(2))
     assert torch.isnan(probs[0]).all() and torch.isfinite(probs[1]).all()
+
+
+def test_processing_of_a_narrow_allowed_run_is_bitwise_the_reference_formula():
+    """A contiguous image vocabulary that is a small part of the model's (Lumina-mGPT: 8192 of
+    65536) takes the column-slice path; the probabilities are still the reference ones."""
+    adapter = CausalLMAdapter(tiny_llama(vocab=1024), list(range(100, 300)), cfg_scale=3.0, top_k=50)
+    logits = torch.randn(2, 4, 1024, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    logits = (logits * 8).round() / 8
+    assert torch.equal(adapter._process(logits, torch.arange(4)), reference_processing(adapter, logits))

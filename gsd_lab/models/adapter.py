@@ -95,6 +95,24 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     return torch.topk(values, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
 
 
+def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
+    """In place: -inf where values < threshold (broadcast), everything else (NaN included) kept
+    bit for bit; returns ``values``. On CPU a branch-free numpy form, about 2.5x faster than
+    ``masked_fill_`` when a quarter of the entries is kept at random (top-k 2000 of 8192):
+    min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
+    (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
+    if values.device.type != "cpu":
+        return values.masked_fill_(values < threshold, -torch.inf)
+    import numpy as np
+
+    array = values.numpy()
+    bound = np.less(array, threshold.numpy()).astype(array.dtype)  # 1 where masked, else 0
+    with np.errstate(invalid="ignore"):
+        bound *= -np.inf  # -inf where masked; 0 * -inf = NaN where kept
+    np.fmin(array, bound, out=array)
+    return values
+
+
 class CausalLMAdapter:
     """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see the module docstring.
 
@@ -439,8 +457,7 @@ class CausalLMAdapter:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
             # The k-th largest allowed logit; over the whole row when the allowed run is most of
             # it (the same value: the other columns are -inf now and k <= the allowed count).
-            kth = kth_largest(candidates, k)
-            logits.masked_fill_(logits < kth, -torch.inf)
+            mask_below_(logits, kth_largest(candidates, k))
         if self.temperature != 1.0:
             logits.div_(self.temperature)
         return logits

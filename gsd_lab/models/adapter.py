@@ -48,6 +48,10 @@ Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_lo
   3. softmax (float64);
   4. rows whose generated position has a forced token (``forced_tokens`` [R] -> ids, -1 where
      free; e.g. Lumina's end-of-row token, which need not be an allowed token) become one-hot.
+Steps 1-2 work in place on one fresh float64 tensor; on CPU the top-k threshold and mask use
+numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``). Every form gives
+the same probabilities bit for bit (tested against the plain formula), so the same tokens for a
+seed; on the stand-in's 17 x 8203 window rows processing takes about 1.2 ms instead of 5-9 ms.
 
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).

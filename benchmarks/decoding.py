@@ -46,12 +46,14 @@ def random_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, object, l
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                         num_attention_heads=4, max_position_embeddings=args.tokens + 64, initializer_range=0.05)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=704,
+                         num_hidden_layers=4, num_attention_heads=4,
+                         max_position_embeddings=args.tokens + 64, initializer_range=0.05)
     model = LlamaForCausalLM(config).eval()
     adapter = CausalLMAdapter(model, allowed_tokens=torch.arange(IMAGE_TOKENS), top_k=args.top_k,
                               cfg_scale=3.0, row_length=16)
-    prompts = [(torch.tensor([IMAGE_TOKENS + 3 + i % 8]), torch.tensor([IMAGE_TOKENS])) for i in range(args.images)]
+    null_class = torch.tensor([IMAGE_TOKENS])
+    prompts = [(torch.tensor([IMAGE_TOKENS + 3 + i % 8]), null_class) for i in range(args.images)]
     return adapter, DynamicClusters(args.group_size), prompts
 
 
@@ -99,7 +101,8 @@ def forward_ms(adapter: CausalLMAdapter, prompt: torch.Tensor, uncond, context: 
     """Median model time (ms) of one forward of ``new`` tokens at ``context`` cached tokens."""
     adapter.start(prompt, uncond)
     codes = adapter.allowed_tokens
-    filler = codes[torch.randint(codes.numel(), (context - prompt.numel(),), generator=torch.Generator().manual_seed(0))]
+    generator = torch.Generator().manual_seed(0)
+    filler = codes[torch.randint(codes.numel(), (context - prompt.numel(),), generator=generator)]
     adapter.forward(torch.cat([prompt, filler]), num_rows=1)
     times = []
     for _ in range(repeats):
@@ -118,7 +121,8 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
     nfe = wall = model = accepted = drafted = 0
     with timed_parts(adapter) as parts:
         for seed, (prompt, uncond) in enumerate(prompts):
-            result = decoding.generate(adapter, prompt, num_tokens=tokens, generator=torch.Generator().manual_seed(seed),
+            generator = torch.Generator().manual_seed(seed)
+            result = decoding.generate(adapter, prompt, num_tokens=tokens, generator=generator,
                                        uncond_prompt_ids=uncond, **kwargs)
             nfe += result.nfe
             wall += result.wall_seconds
@@ -127,7 +131,8 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
             drafted += sum(result.drafted)
     n = len(prompts)
     overhead = wall - model
-    return dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n, overhead_share=overhead / wall,
+    return dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n,
+                overhead_share=overhead / wall,
                 acceptance_rate=accepted / drafted if drafted else None,
                 ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe,
                 process_ms_per_forward=1000 * parts["process"] / nfe,
@@ -138,56 +143,66 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=("standin", "random"), default="standin")
-    parser.add_argument("--images", type=int, default=2, help="generations per method (seed i, class i)")
+    parser.add_argument("--images", type=int, default=2,
+                        help="generations per method (seed i, class i)")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=10)
     parser.add_argument("--top-k", type=int, default=None, help="random model only")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the table")
     args = parser.parse_args()
-    for flag, value in (("--images", args.images), ("--tokens", args.tokens), ("--window", args.window),
-                        ("--group-size", args.group_size), ("--threads", args.threads)):
+    for flag, value in (("--images", args.images), ("--tokens", args.tokens),
+                        ("--window", args.window), ("--group-size", args.group_size),
+                        ("--threads", args.threads)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
     torch.set_num_threads(args.threads)
 
-    adapter, clusters, prompts = (standin_adapter if args.model == "standin" else random_adapter)(args)
+    build = standin_adapter if args.model == "standin" else random_adapter
+    adapter, clusters, prompts = build(args)
     methods = {
         "AR": dict(method="ar"),
         "SJD": dict(method="sjd", window=args.window),
         f"GSD(G={args.group_size})": dict(method="gsd", window=args.window, clusters=clusters),
     }
-    rows = {name: run_method(adapter, prompts, args.tokens, kwargs) for name, kwargs in methods.items()}
+    rows = {name: run_method(adapter, prompts, args.tokens, kwargs)
+            for name, kwargs in methods.items()}
     ar = rows["AR"]
     for r in rows.values():
         r["nfe_speedup"] = ar["nfe"] / r["nfe"]
         r["wall_speedup"] = ar["wall_seconds"] / r["wall_seconds"]
     context = args.tokens // 2
     prompt, uncond = prompts[0]
-    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n) for n in (1, args.window + 1)}
-    report = dict(config=dict(model=args.model, images=args.images, tokens=args.tokens, window=args.window,
-                              group_size=args.group_size, vocab=adapter.vocab_size, top_k=adapter.top_k,
-                              cfg=adapter.cfg_scale, dtype=str(adapter.compute_dtype).removeprefix("torch."),
-                              threads=torch.get_num_threads(),
-                              params=sum(p.numel() for p in adapter.model.parameters())),
-                  forward_latency_at_context=dict(context=context, **latency), methods=rows)
+    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n)
+               for n in (1, args.window + 1)}
+    config = dict(model=args.model, images=args.images, tokens=args.tokens, window=args.window,
+                  group_size=args.group_size, vocab=adapter.vocab_size, top_k=adapter.top_k,
+                  cfg=adapter.cfg_scale, dtype=str(adapter.compute_dtype).removeprefix("torch."),
+                  threads=torch.get_num_threads(),
+                  params=sum(p.numel() for p in adapter.model.parameters()))
+    report = dict(config=config, forward_latency_at_context=dict(context=context, **latency),
+                  methods=rows)
     if args.json:
         print(json.dumps(report))
         return
     cfg = report["config"]
-    print(f"{cfg['model']}: {cfg['params'] / 1e6:.2f}M params {cfg['dtype']}, vocab {cfg['vocab']}, top-k {cfg['top_k']}, "
-          f"cfg {cfg['cfg']}, {cfg['tokens']} tokens, window {cfg['window']}, {cfg['threads']} thread(s); "
+    print(f"{cfg['model']}: {cfg['params'] / 1e6:.2f}M params {cfg['dtype']}, vocab {cfg['vocab']}, "
+          f"top-k {cfg['top_k']}, cfg {cfg['cfg']}, {cfg['tokens']} tokens, window {cfg['window']}, "
+          f"{cfg['threads']} thread(s); "
           f"mean of {cfg['images']} image(s)")
     print(f"model forward at {context} cached tokens: {latency['model_ms_1']:.2f} ms for 1 token, "
           f"{latency[f'model_ms_{args.window + 1}']:.2f} ms for {args.window + 1}")
-    print(f"{'method':<10}{'nfe':>7}{'accept':>8}{'wall s':>8}{'model s':>8}{'ms/fwd':>8}{'ovh ms/fwd':>11}"
+    print(f"{'method':<10}{'nfe':>7}{'accept':>8}{'wall s':>8}{'model s':>8}{'ms/fwd':>8}"
+          f"{'ovh ms/fwd':>11}"
           f"{'process':>8}{'verify':>8}{'loop':>7}{'outside':>9}{'NFE x':>7}{'wall x':>7}")
     for name, r in rows.items():
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.3f}"
         print(f"{name:<10}{r['nfe']:>7.1f}{acc:>8}{r['wall_seconds']:>8.3f}{r['model_seconds']:>8.3f}"
-              f"{r['ms_per_forward']:>8.2f}{r['overhead_ms_per_forward']:>11.2f}{r['process_ms_per_forward']:>8.2f}"
-              f"{r['verify_ms_per_forward']:>8.2f}{r['loop_ms_per_forward']:>7.2f}{100 * r['overhead_share']:>8.1f}%"
+              f"{r['ms_per_forward']:>8.2f}{r['overhead_ms_per_forward']:>11.2f}"
+              f"{r['process_ms_per_forward']:>8.2f}{r['verify_ms_per_forward']:>8.2f}"
+              f"{r['loop_ms_per_forward']:>7.2f}{100 * r['overhead_share']:>8.1f}%"
               f"{r['nfe_speedup']:>7.2f}{r['wall_speedup']:>7.2f}")
 
 

@@ -305,22 +305,26 @@ def test_processing_propagates_nan_logits():
 def test_processing_of_a_narrow_allowed_run_is_bitwise_the_reference_formula():
     """A contiguous image vocabulary that is a small part of the model's (Lumina-mGPT: 8192 of
     65536) takes the column-slice path; the probabilities are still the reference ones."""
-    adapter = CausalLMAdapter(tiny_llama(vocab=1024), list(range(100, 300)), cfg_scale=3.0, top_k=50)
-    logits = torch.randn(2, 4, 1024, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    logits = (logits * 8).round() / 8
-    assert torch.equal(adapter._process(logits, torch.arange(4)), reference_processing(adapter, logits))
+    adapter = CausalLMAdapter(tiny_llama(vocab=1024), list(range(100, 300)), cfg_scale=3.0,
+                              top_k=50)
+    generator = torch.Generator().manual_seed(3)
+    logits = (torch.randn(2, 4, 1024, dtype=torch.float64, generator=generator) * 8).round() / 8
+    probs = adapter._process(logits, torch.arange(4))
+    assert torch.equal(probs, reference_processing(adapter, logits))
 
 
 def test_mask_below_and_kth_largest_are_the_plain_torch_forms_bit_for_bit():
     """The CPU fast forms against masked_fill_ / topk: ties with the threshold kept, NaN kept
     (and counted as the largest), -0.0 kept with its sign, +-inf handled."""
-    values = torch.randn(6, 300, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    values = (values * 4).round() / 4  # ties everywhere
-    values[0, 3], values[1, 5], values[2, 7], values[3, 11] = torch.nan, -0.0, torch.inf, -torch.inf
+    generator = torch.Generator().manual_seed(4)
+    values = (torch.randn(6, 300, dtype=torch.float64, generator=generator) * 4).round() / 4
+    values[0, 3], values[1, 5] = torch.nan, -0.0
+    values[2, 7], values[3, 11] = torch.inf, -torch.inf
     values[4] = torch.where(values[4] > 0, -0.0, values[4])
     for k in (1, 7, 75, 300):
         threshold = kth_largest(values, k)
-        assert torch.equal(threshold.nan_to_num(9.0), values.topk(k, -1).values[:, -1:].nan_to_num(9.0))
+        reference = values.topk(k, -1).values[:, -1:]
+        assert torch.equal(threshold.nan_to_num(9.0), reference.nan_to_num(9.0))
         expected = values.clone().masked_fill_(values < threshold, -torch.inf)
         masked = mask_below_(values.clone(), threshold)
         assert torch.equal(masked.view(torch.int64), expected.view(torch.int64))

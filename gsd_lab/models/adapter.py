@@ -48,6 +48,10 @@ Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_lo
   3. softmax (float64);
   4. rows whose generated position has a forced token (``forced_tokens`` [R] -> ids, -1 where
      free; e.g. Lumina's end-of-row token, which need not be an allowed token) become one-hot.
+Steps 1-2 work in place on one fresh float64 tensor; on CPU the top-k threshold and mask use
+numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``). Every form gives
+the same probabilities bit for bit (tested against the plain formula), so the same tokens for a
+seed; on the stand-in's 17 x 8203 window rows processing takes about 1.2 ms instead of 5-9 ms.
 
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).
@@ -77,6 +81,40 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+
+def kth_largest(values: Tensor, k: int) -> Tensor:
+    """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
+
+    An order statistic is one exact value whatever the algorithm: on CPU numpy's selection
+    (``np.partition``, introselect on plain values, about 7x faster than ``torch.topk`` on
+    17 x 8192 float64 rows), elsewhere the smallest of an unsorted ``torch.topk`` (one kernel,
+    no host sync). NaN counts as the largest value in both."""
+    n = values.shape[-1]
+    if values.device.type == "cpu":
+        import numpy as np
+
+        selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
+        return torch.from_numpy(selected)
+    return torch.topk(values, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+
+
+def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
+    """In place: -inf where values < threshold (broadcast), everything else (NaN included) kept
+    bit for bit; returns ``values``. On CPU a branch-free numpy form, about 2.5x faster than
+    ``masked_fill_`` when a quarter of the entries is kept at random (top-k 2000 of 8192):
+    min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
+    (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
+    if values.device.type != "cpu":
+        return values.masked_fill_(values < threshold, -torch.inf)
+    import numpy as np
+
+    array = values.numpy()
+    bound = np.less(array, threshold.numpy()).astype(array.dtype)  # 1 where masked, else 0
+    with np.errstate(invalid="ignore"):
+        bound *= -np.inf  # -inf where masked; 0 * -inf = NaN where kept
+    np.fmin(array, bound, out=array)
+    return values
 
 
 class CausalLMAdapter:
@@ -142,6 +180,11 @@ class CausalLMAdapter:
             disallowed = torch.ones(V, dtype=torch.bool, device=self.device)
             disallowed[allowed] = False
             self._disallowed = disallowed if bool(disallowed.any()) else None
+        # Allowed ids forming one contiguous run [lo, hi) (image codes usually do): processing
+        # then works on a column slice (a view) instead of gathering and masking the columns.
+        first, last = int(self.allowed_tokens[0]), int(self.allowed_tokens[-1])
+        contiguous = last - first + 1 == self.allowed_tokens.numel()
+        self._allowed_range = (first, last + 1) if contiguous else None
 
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
@@ -379,7 +422,8 @@ class CausalLMAdapter:
         if self.uses_cfg:
             logits = self.combine_guidance(logits[0], logits[1], generated_positions)
         else:
-            logits = logits[0]
+            # A copy only when the model's own float64 output would be modified in place below.
+            logits = logits[0].clone() if logits.dtype == torch.float64 else logits[0]
         logits = self.process_logits(logits, generated_positions)
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
@@ -397,18 +441,29 @@ class CausalLMAdapter:
         return (cond - uncond).mul_(self.cfg_scale).add_(uncond)
 
     def process_logits(self, logits: Tensor, generated_positions: Tensor) -> Tensor:
-        """Allowed-token mask, top-k, temperature on float64 logits [T, V] (returns logits)."""
-        if self._disallowed is not None:
-            logits = logits.masked_fill(self._disallowed, -torch.inf)
+        """Allowed-token mask, top-k, temperature on float64 logits [T, V] (returns logits).
+
+        Works in place on ``logits`` (``_process`` passes a tensor it owns) and returns it.
+        Top-k keeps x >= t, t the k-th largest allowed logit of the row (ties with it kept, as
+        Hugging Face's TopKLogitsWarper); a NaN logit is never masked (x < t is False), so it
+        reaches the distribution and the decoder's finiteness check."""
+        candidates = logits
+        if self._allowed_range is not None:
+            lo, hi = self._allowed_range
+            logits[..., :lo] = -torch.inf
+            logits[..., hi:] = -torch.inf
+            if 2 * (hi - lo) < logits.shape[-1]:  # a narrow run (Lumina: 8192 of 65536)
+                candidates = logits[..., lo:hi]
+        elif self._disallowed is not None:
+            logits.masked_fill_(self._disallowed, -torch.inf)
+            candidates = logits[..., self.allowed_tokens]
         if self.top_k is not None:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
-            # The k-th largest allowed logit; selecting over the allowed columns only is the same
-            # (the others are -inf) and much cheaper for a small image vocabulary in a large one.
-            candidates = logits if self._disallowed is None else logits[..., self.allowed_tokens]
-            kth = torch.topk(candidates, k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, -torch.inf)
+            # The k-th largest allowed logit; over the whole row when the allowed run is most of
+            # it (the same value: the other columns are -inf now and k <= the allowed count).
+            mask_below_(logits, kth_largest(candidates, k))
         if self.temperature != 1.0:
-            logits = logits / self.temperature
+            logits.div_(self.temperature)
         return logits
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:

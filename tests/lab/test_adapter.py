@@ -10,6 +10,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
+from gsd_lab.models.adapter import kth_largest, mask_below_  # noqa: E402
 
 VOCAB = 12
 
@@ -255,3 +256,75 @@ def test_compute_dtype_errors_and_reset(model):
     adapter.set_compute_dtype(torch.float64)
     with pytest.raises(ValueError, match="start"):
         adapter.forward(torch.tensor([1, 2]))
+
+
+def reference_processing(adapter: CausalLMAdapter, logits: torch.Tensor) -> torch.Tensor:
+    """The processing written out plainly ([2, T, V] CFG logits -> [T, V] probabilities): the
+    formula the adapter's faster path must reproduce bit for bit."""
+    logits = logits.to(torch.float64)
+    combined = (logits[0] - logits[1]).mul_(adapter.cfg_scale).add_(logits[1])
+    if adapter._disallowed is not None:
+        combined = combined.masked_fill(adapter._disallowed, -torch.inf)
+    kth = torch.topk(combined[:, adapter.allowed_tokens], adapter.top_k, dim=-1).values[:, -1:]
+    combined = combined.masked_fill(combined < kth, -torch.inf) / adapter.temperature
+    return torch.softmax(combined, -1)
+
+
+@pytest.mark.parametrize("allowed", [list(range(3, 503)), list(range(0, 1000, 2))],
+                         ids=["contiguous", "scattered"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_processing_is_bitwise_the_reference_formula(allowed, temperature):
+    """Same probabilities to the last bit (so the same tokens for a seed), ties at the k-th
+    largest logit included (all tied values kept), for a contiguous and a scattered image
+    vocabulary; the input logits are left untouched."""
+    adapter = CausalLMAdapter(tiny_llama(vocab=1024), allowed, cfg_scale=3.0, top_k=100,
+                              temperature=temperature)
+    assert (adapter._allowed_range is not None) == (allowed[1] - allowed[0] == 1)
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 5, 1024, dtype=torch.float64, generator=generator)
+    logits[:, :, allowed[10:20]] = logits[:, :, allowed[9:10]]  # ten-way ties high up
+    logits = (logits * 8).round() / 8  # many more ties, the k-th included
+    before = logits.clone()
+    probs = adapter._process(logits, torch.arange(5))
+    expected = reference_processing(adapter, logits)
+    assert torch.equal(logits, before)
+    assert torch.equal(probs, expected)
+    assert ((probs > 0).sum(-1) >= 100).all() and ((probs > 0).sum(-1) > 100).any()  # ties kept
+
+
+def test_processing_propagates_nan_logits():
+    """A NaN logit is never masked away by top-k: it reaches the distribution (the decoder's
+    finiteness check then raises)."""
+    adapter = CausalLMAdapter(tiny_llama(vocab=64), list(range(8, 40)), top_k=4)
+    logits = torch.randn(1, 2, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    logits[0, 0, 20] = torch.nan
+    probs = adapter._process(logits, torch.arange(2))
+    assert torch.isnan(probs[0]).all() and torch.isfinite(probs[1]).all()
+
+
+def test_processing_of_a_narrow_allowed_run_is_bitwise_the_reference_formula():
+    """A contiguous image vocabulary that is a small part of the model's (Lumina-mGPT: 8192 of
+    65536) takes the column-slice path; the probabilities are still the reference ones."""
+    adapter = CausalLMAdapter(tiny_llama(vocab=1024), list(range(100, 300)), cfg_scale=3.0,
+                              top_k=50)
+    generator = torch.Generator().manual_seed(3)
+    logits = (torch.randn(2, 4, 1024, dtype=torch.float64, generator=generator) * 8).round() / 8
+    probs = adapter._process(logits, torch.arange(4))
+    assert torch.equal(probs, reference_processing(adapter, logits))
+
+
+def test_mask_below_and_kth_largest_are_the_plain_torch_forms_bit_for_bit():
+    """The CPU fast forms against masked_fill_ / topk: ties with the threshold kept, NaN kept
+    (and counted as the largest), -0.0 kept with its sign, +-inf handled."""
+    generator = torch.Generator().manual_seed(4)
+    values = (torch.randn(6, 300, dtype=torch.float64, generator=generator) * 4).round() / 4
+    values[0, 3], values[1, 5] = torch.nan, -0.0
+    values[2, 7], values[3, 11] = torch.inf, -torch.inf
+    values[4] = torch.where(values[4] > 0, -0.0, values[4])
+    for k in (1, 7, 75, 300):
+        threshold = kth_largest(values, k)
+        reference = values.topk(k, -1).values[:, -1:]
+        assert torch.equal(threshold.nan_to_num(9.0), reference.nan_to_num(9.0))
+        expected = values.clone().masked_fill_(values < threshold, -torch.inf)
+        masked = mask_below_(values.clone(), threshold)
+        assert torch.equal(masked.view(torch.int64), expected.view(torch.int64))

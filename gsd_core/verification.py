@@ -36,7 +36,7 @@ from ._validation import (
     probability_parts,
     working_dtype,
 )
-from .grouping import ClusterRule, _arange, _group_sum, as_cluster_rule, rule_members
+from .grouping import ClusterRule, DynamicClusters, _arange, _group_sum, as_cluster_rule, rule_members
 
 RESIDUAL_MODES = ("token", "cluster")
 
@@ -179,12 +179,17 @@ class VerifyResult:
     accept_probs: Tensor
 
 
-def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | None) -> tuple[Tensor, Tensor]:
-    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]."""
+def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | None,
+                    support: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]; ``support`` [..., K]: ids
+    including every id with p > 0 per row, used by ``DynamicClusters`` ranking by p."""
     if rule is None:
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
-    index, keep = rule_members(rule, p, token, q)
+    if support is not None and isinstance(rule, DynamicClusters):
+        index, keep = rule._members(p, token, q, support)
+    else:
+        index, keep = rule_members(rule, p, token, q)
     return (torch.where(keep, p.gather(-1, index), 0.0).sum(-1),
             torch.where(keep, q.gather(-1, index), 0.0).sum(-1))
 
@@ -219,6 +224,46 @@ def _check_verify_inputs(
     return batch, window, p.shape[-2] == window + 1
 
 
+def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
+    """Shape, dtype and device of ``verify``'s ``support`` (values: ``_support_parts``): integer
+    ids [..., L, K], K >= 1, leading dims broadcastable to the batch. Returns it as int64."""
+    if not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window or support.shape[-1] < 1:
+        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] (one row per draft), "
+                         f"got {tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__}")
+    support = check_token_tensor(support, device, "support")
+    try:
+        torch.broadcast_shapes(support.shape[:-2], batch)
+    except RuntimeError:
+        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to {tuple(batch)}") from None
+    return support
+
+
+def _support_parts(p_rows: Tensor, support: Tensor, batch: torch.Size) -> list[Tensor]:
+    """What ``verify`` reads back to check ``support``: (min, max) of its ids, and per row the
+    number of ids y with hits(y) != p(y), hits = the support's values p(s) added back at s.
+    That count is 0 iff the support holds every id with p > 0 of its row, each once (a
+    repeated positive id adds p twice; a missing one leaves 0); ids with p = 0 may repeat.
+    p_rows: [..., L, V] in the caller's dtype; support: [..., L, K]. One O(N V) pass."""
+    vocab, rows_shape = p_rows.shape[-1], (*batch, *p_rows.shape[-2:])
+    rows = p_rows if p_rows.shape == rows_shape else p_rows.expand(rows_shape)
+    safe = support.clamp(0, vocab - 1)  # in range for the reads below, before the read-back
+    if safe.shape[:-1] != rows_shape[:-1]:
+        safe = safe.expand(*rows_shape[:-1], safe.shape[-1])
+    hits = torch.zeros_like(rows).scatter_add_(-1, safe, rows.gather(-1, safe))
+    mismatches = (hits != rows).sum(-1)
+    return [torch.stack(list(torch.aminmax(support))), mismatches if mismatches.ndim == 1 else mismatches.reshape(-1)]
+
+
+def _judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
+    """Raise the ``ValueError`` that ``_support_parts``' ranges show, if any."""
+    judge_tokens(ranges[0], vocab, "support")
+    if ranges[1] is not None and ranges[1][1] > 0:
+        raise ValueError(
+            "support must hold every token id with p > 0 in its row of p[..., :L, :], each once "
+            f"(ids with p = 0 may be added); a row misses or repeats {int(ranges[1][1])} of them"
+        )
+
+
 def verify(
     p: Tensor,
     q: Tensor,
@@ -231,6 +276,7 @@ def verify(
     validate: bool = True,
     acceptance_scale: float = 1.0,
     stop_early: bool = False,
+    support: Tensor | None = None,
 ) -> VerifyResult:
     """Verify one window of L drafted tokens left to right (GSD Algorithm 3; SD when clusters=None).
 
@@ -252,6 +298,13 @@ def verify(
     window rules. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
     dimensions may be empty.
 
+    support: optional ids [..., L, K] per draft row that include every id with p > 0 in p's
+    rows 0..L-1, each once (ids with p = 0 may be added), e.g. the top-k ids the target was
+    restricted to. ``DynamicClusters`` ranking by p then ranks these K entries instead of
+    finding the support in all V: no count, no host sync, no selection over V (other rules
+    ignore it). The result is the same as without it. Under ``validate`` it is checked (ids
+    in range; every positive id listed once) in the same fused pass and read-back.
+
     stop_early: report accept_probs only up to each window's first rejection (NaN after it);
     the decisions and tokens are the same and so is the work (one pass either way).
     validate=False skips the value checks (probabilities, token ids, uniforms in [0, 1)) for
@@ -263,13 +316,19 @@ def verify(
     scale = check_acceptance_scale(acceptance_scale)
     batch, window, has_bonus = _check_verify_inputs(p, q, draft_tokens, uniforms, generator)
     vocab = p.shape[-1]
+    if support is not None:
+        support = _check_support(support, batch, window, p.device)
     if validate:
         parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
+        if support is not None:
+            parts += _support_parts(p[..., :window, :], support, batch)
         ranges = host_ranges(parts + ([] if uniforms is None else [uniforms]))  # the one sync
         judge_probabilities(p, "p", ranges[0:2])
         judge_probabilities(q, "q", ranges[2:4])
         judge_tokens(ranges[4], vocab, "draft_tokens")
-        judge_uniforms(ranges[5] if uniforms is not None else None)
+        if support is not None:
+            _judge_support(ranges[5:7], vocab)
+        judge_uniforms(ranges[-1] if uniforms is not None else None)
     dtype = working_dtype(p, q)
     p = p if p.dtype == dtype else p.to(dtype)
     q = q if q.dtype == dtype else q.to(dtype)
@@ -290,7 +349,7 @@ def verify(
 
     if window == 0:
         return _verify_empty_window(p, uniforms, has_bonus)
-    accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule), scale)
+    accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule, support), scale)
     # The leading run of acceptances, [..., 1] (int64).
     at = (uniforms[..., :window] < accept_probs).cumprod(-1).sum(-1, keepdim=True)
     if stop_early:  # report only positions up to the first rejection

@@ -251,7 +251,8 @@ def _support_parts(p_rows: Tensor, support: Tensor, batch: torch.Size) -> list[T
         safe = safe.expand(*rows_shape[:-1], safe.shape[-1])
     hits = torch.zeros_like(rows).scatter_add_(-1, safe, rows.gather(-1, safe))
     mismatches = (hits != rows).sum(-1)
-    return [torch.stack(list(torch.aminmax(support))), mismatches if mismatches.ndim == 1 else mismatches.reshape(-1)]
+    id_range = torch.stack(list(torch.aminmax(support))) if support.numel() else support.new_empty(0)
+    return [id_range, mismatches if mismatches.ndim == 1 else mismatches.reshape(-1)]
 
 
 def _judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
@@ -294,8 +295,8 @@ def verify(
     One pass for the whole window and batch, a fixed number of ops: the clusters of all L
     positions at once (rank windows from one sort of the support, exact under ties), then the
     stopping row's residual and one draw. No host sync but ``validate``'s one (all arguments
-    reduced to a few scalars read back together) and the support's ``nonzero`` for rank-
-    window rules. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
+    reduced to a few scalars read back together) and, for rank-window rules without
+    ``support``, one reading the size of the largest support. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
     dimensions may be empty.
 
     support: optional ids [..., L, K] per draft row that include every id with p > 0 in p's

@@ -154,3 +154,13 @@ def test_support_shape_and_dtype_are_checked_without_validate(support, match):
     p, q, d, u, s = _sparse_window(gen, 40, 3, 5, None, batch=(2,))
     with pytest.raises(ValueError, match=match):
         verify(p, q, d, DynamicClusters(4), uniforms=u, support=support(s), validate=False)
+
+
+def test_support_with_an_empty_window_or_an_empty_batch():
+    gen = torch.Generator().manual_seed(14)
+    p, q, d, u, s = _sparse_window(gen, 32, 3, 4, None, batch=(2,))
+    rule = DynamicClusters(4)
+    _same(verify(p[:, :1], q[:, :0], d[:, :0], rule, uniforms=u[:, :1]),
+          verify(p[:, :1], q[:, :0], d[:, :0], rule, uniforms=u[:, :1], support=s[:, :0]))
+    _same(verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0]), verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0], support=s[:0]))
+    _same(verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0]), verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0], support=s[0]))

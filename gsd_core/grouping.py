@@ -67,6 +67,15 @@ def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tenso
     return _members_to_mask(index, valid, p.shape)
 
 
+@dataclass(frozen=True)
+class _SupportSize:
+    """The support sizes S_i = #{y : p_i(y) > 0} of rows p [N, V] as int32 [N], and their
+    maximum K already read on the host (``verify`` reads it with its validation)."""
+
+    count: Tensor
+    width: int
+
+
 class _SupportRanking:
     """The probability ranking of each row of p [N, V], read off one sort of its support.
 
@@ -81,9 +90,13 @@ class _SupportRanking:
     z = m + #{positive y < z}. Cost: O(N V) for the selection (none with ``support``),
     O(N K log K) for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
 
-    def __init__(self, p: Tensor, support: Tensor | None = None) -> None:
+    def __init__(self, p: Tensor, support: Tensor | _SupportSize | None = None) -> None:
         vocab = p.shape[-1]
         self.vocab = vocab
+        if isinstance(support, _SupportSize):  # sizes known: no count, no sync here
+            self.count = support.count.unsqueeze(-1)
+            self._rank_top(p, max(1, min(vocab, support.width)) if p.shape[0] else 1)
+            return
         if support is not None:
             # The caller's support [N, K] (every positive id once, maybe zeros too): K is known,
             # so no count sync and no selection over V; entries with p = 0 become pads below.
@@ -93,7 +106,11 @@ class _SupportRanking:
             self._rank_support(values, support, vocab, p.device)
             return
         self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
-        width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
+        self._rank_top(p, max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1)
+
+    def _rank_top(self, p: Tensor, width: int) -> None:
+        """Rank the support found among the K = ``width`` largest entries of each row."""
+        vocab = self.vocab
         self.width = width
         # A support wider than half the vocabulary: one stable sort of the whole rows is cheaper
         # than top-K and two sorts, and ranks the zeros too (ties at 0 stay in id order).
@@ -217,7 +234,7 @@ def rank_window_members(
     if (n_before is None) != (n_after is None):  # one side per row, the other an int: per row both
         n_before = torch.full_like(token, k_before) if n_before is None else n_before
         n_after = torch.full_like(token, k_after) if n_after is None else n_after
-    if support is not None:  # [N, K] like the rows
+    if isinstance(support, Tensor):  # [N, K] like the rows
         if support.shape[:-1] != batch:
             support = support.expand(*batch, support.shape[-1])
         if support.ndim != 2:

@@ -36,7 +36,15 @@ from ._validation import (
     probability_parts,
     working_dtype,
 )
-from .grouping import ClusterRule, DynamicClusters, _arange, _group_sum, as_cluster_rule, rule_members
+from .grouping import (
+    ClusterRule,
+    DynamicClusters,
+    _arange,
+    _group_sum,
+    _SupportSize,
+    as_cluster_rule,
+    rule_members,
+)
 
 RESIDUAL_MODES = ("token", "cluster")
 
@@ -180,13 +188,14 @@ class VerifyResult:
 
 
 def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | None,
-                    support: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]; ``support`` [..., K]: ids
-    including every id with p > 0 per row, used by ``DynamicClusters`` ranking by p."""
+                    support: Tensor | _SupportSize | None = None) -> tuple[Tensor, Tensor]:
+    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]; ``support``: ids [..., K]
+    including every id with p > 0 per row, or the rows' support sizes, used by
+    ``DynamicClusters`` ranking by p."""
     if rule is None:
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
-    if support is not None and isinstance(rule, DynamicClusters):
+    if support is not None and _ranks_by_p(rule):
         index, keep = rule._members(p, token, q, support)
     else:
         index, keep = rule_members(rule, p, token, q)
@@ -319,16 +328,25 @@ def verify(
     vocab = p.shape[-1]
     if support is not None:
         support = _check_support(support, batch, window, p.device)
+    rule = as_cluster_rule(clusters, vocab)
     if validate:
         parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
+        # The support sizes a p-ranked rank window needs travel with the validation read-back.
+        sizes = None if support is not None or not window or not _ranks_by_p(rule) else _support_sizes(p, window)
         if support is not None:
             parts += _support_parts(p[..., :window, :], support, batch)
+        elif sizes is not None:
+            parts.append(sizes if sizes.ndim == 1 else sizes.reshape(-1))
         ranges = host_ranges(parts + ([] if uniforms is None else [uniforms]))  # the one sync
         judge_probabilities(p, "p", ranges[0:2])
         judge_probabilities(q, "q", ranges[2:4])
         judge_tokens(ranges[4], vocab, "draft_tokens")
         if support is not None:
             _judge_support(ranges[5:7], vocab)
+        elif sizes is not None:
+            sizes = sizes if sizes.shape[:-1] == batch else sizes.expand(*batch, window)
+            support = _SupportSize(sizes if sizes.ndim == 1 else sizes.reshape(-1),
+                                   int(ranges[5][1]) if ranges[5] is not None else 0)
         judge_uniforms(ranges[-1] if uniforms is not None else None)
     dtype = working_dtype(p, q)
     p = p if p.dtype == dtype else p.to(dtype)
@@ -341,7 +359,6 @@ def verify(
         q = q.expand(*batch, window, vocab)
     if draft_tokens.shape[:-1] != batch:
         draft_tokens = draft_tokens.expand(*batch, window)
-    rule = as_cluster_rule(clusters, vocab)
     # With singletons (rule None) the cluster-exact residual is the token residual.
     if residual == "cluster" and rule is not None and not rule.is_partition:
         _partition_labels(rule, p)  # raises the explanatory error
@@ -358,6 +375,16 @@ def verify(
 
     partition = rule if residual == "cluster" and rule is not None else None
     return _finish_window(p, q, draft_tokens, uniforms, at, accept_probs, has_bonus, partition)
+
+
+def _ranks_by_p(rule: ClusterRule | None) -> bool:
+    """Whether ``rule`` ranks p's rows for its rank windows (``DynamicClusters`` by p)."""
+    return isinstance(rule, DynamicClusters) and rule.rank_by == "p"
+
+
+def _support_sizes(p: Tensor, window: int) -> Tensor:
+    """#{y : p(y) > 0} of rows 0..L-1 of p [..., L(+1), V]: int32 [..., L]."""
+    return (p[..., :window, :] > 0).sum(-1, dtype=torch.int32)
 
 
 def _finish_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor, at: Tensor,

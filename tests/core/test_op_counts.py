@@ -68,3 +68,10 @@ def test_a_given_support_needs_no_sync_and_fewer_ops(kind):
     assert given[1] == 0 and given[0] < plain[0] <= MAX_OPS, (given, plain)
     checked = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u, support=support))
     assert checked[1] == 1, checked
+
+
+@pytest.mark.parametrize("kind", ["random", "converged"])
+def test_the_default_gsd_call_syncs_once(kind):
+    """The support size the rank windows need is read with the validation: one read-back."""
+    p, q, drafts, u = _window(kind, seed=6)
+    assert ops_and_syncs(lambda: verify(p, q, drafts, DynamicClusters(14), uniforms=u))[1] == 1

@@ -164,3 +164,15 @@ def test_support_with_an_empty_window_or_an_empty_batch():
           verify(p[:, :1], q[:, :0], d[:, :0], rule, uniforms=u[:, :1], support=s[:, :0]))
     _same(verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0]), verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0], support=s[:0]))
     _same(verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0]), verify(p[:0], q[:0], d[:0], rule, uniforms=u[:0], support=s[0]))
+
+
+def test_validated_call_reads_the_support_sizes_with_the_validation_and_agrees():
+    """The default call reads K = max support size in its validation read-back (one sync);
+    validate=False counts it itself: same results, also with p broadcast over the batch."""
+    gen = torch.Generator().manual_seed(15)
+    rule = DynamicClusters(14)
+    for levels in (None, 2):
+        p, q, d, u, _ = _sparse_window(gen, 96, 6, 11, levels, batch=(4,), zero_drafts=True)
+        _same(verify(p, q, d, rule, uniforms=u), verify(p, q, d, rule, uniforms=u, validate=False))
+        shared = verify(p[0], q, d, rule, uniforms=u)
+        _same(shared, verify(p[0].expand_as(p), q, d, rule, uniforms=u, validate=False))

@@ -304,8 +304,10 @@ def verify(
     One pass for the whole window and batch, a fixed number of ops: the clusters of all L
     positions at once (rank windows from one sort of the support, exact under ties), then the
     stopping row's residual and one draw. No host sync but ``validate``'s one (all arguments
-    reduced to a few scalars read back together) and, for rank-window rules without
-    ``support``, one reading the size of the largest support. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
+    reduced to a few scalars read back together; for ``DynamicClusters`` ranking by p it also
+    reads the size of the largest support), and one reading that size where it is not known
+    yet (rank-window rules without ``validate`` or ``support``). With ``support`` and
+    ``validate=False``: no host sync at all. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
     dimensions may be empty.
 
     support: optional ids [..., L, K] per draft row that include every id with p > 0 in p's

@@ -248,30 +248,30 @@ def _check_support(support: object, batch: torch.Size, window: int, device: torc
 
 
 def _support_parts(p_rows: Tensor, support: Tensor, batch: torch.Size) -> list[Tensor]:
-    """What ``verify`` reads back to check ``support``: (min, max) of its ids, and per row the
-    number of ids y with hits(y) != p(y), hits = the support's values p(s) added back at s.
-    That count is 0 iff the support holds every id with p > 0 of its row, each once (a
-    repeated positive id adds p twice; a missing one leaves 0); ids with p = 0 may repeat.
-    p_rows: [..., L, V] in the caller's dtype; support: [..., L, K]. One O(N V) pass."""
+    """What ``verify`` reads back to check ``support``: (min, max) of its ids, and the row
+    maxima and minima of r = p - (the support's values p(s) taken back off at s). r = 0 iff
+    the support holds every id with p > 0 of its row, each once: a missing positive id leaves
+    r = p > 0, a repeated one r = -p < 0 (ids with p = 0 may repeat). Exact: p(s) - p(s) = 0.
+    p_rows: [..., L, V] in the caller's dtype; support: [..., L, K]. One O(N V) copy and two
+    reductions."""
     vocab, rows_shape = p_rows.shape[-1], (*batch, *p_rows.shape[-2:])
     rows = p_rows if p_rows.shape == rows_shape else p_rows.expand(rows_shape)
     safe = support.clamp(0, vocab - 1)  # in range for the reads below, before the read-back
     if safe.shape[:-1] != rows_shape[:-1]:
         safe = safe.expand(*rows_shape[:-1], safe.shape[-1])
-    hits = torch.zeros_like(rows).scatter_add_(-1, safe, rows.gather(-1, safe))
-    mismatches = (hits != rows).sum(-1)
+    left = rows.scatter_add(-1, safe, rows.gather(-1, safe).neg())
     id_range = torch.stack(list(torch.aminmax(support))) if support.numel() else support.new_empty(0)
-    return [id_range, mismatches if mismatches.ndim == 1 else mismatches.reshape(-1)]
+    return [id_range] + [x if x.ndim == 1 else x.reshape(-1) for x in (left.amax(-1), left.amin(-1))]
 
 
 def _judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
     """Raise the ``ValueError`` that ``_support_parts``' ranges show, if any."""
     judge_tokens(ranges[0], vocab, "support")
     if ranges[1] is not None and ranges[1][1] > 0:
-        raise ValueError(
-            "support must hold every token id with p > 0 in its row of p[..., :L, :], each once "
-            f"(ids with p = 0 may be added); a row misses or repeats {int(ranges[1][1])} of them"
-        )
+        raise ValueError("support must hold every token id with p > 0 in its row of p[..., :L, :] "
+                         "(ids with p = 0 may be added): a row misses one")
+    if ranges[2] is not None and ranges[2][0] < 0:
+        raise ValueError("support must hold each token id with p > 0 once: a row repeats one")
 
 
 def verify(
@@ -344,7 +344,7 @@ def verify(
         judge_probabilities(q, "q", ranges[2:4])
         judge_tokens(ranges[4], vocab, "draft_tokens")
         if support is not None:
-            _judge_support(ranges[5:7], vocab)
+            _judge_support(ranges[5:8], vocab)
         elif sizes is not None:
             sizes = sizes if sizes.shape[:-1] == batch else sizes.expand(*batch, window)
             support = _SupportSize(sizes if sizes.ndim == 1 else sizes.reshape(-1),

@@ -81,9 +81,10 @@ class _SupportRanking:
 
     The K = max_i S_i largest entries of every row (S_i = #{y : p_i(y) > 0}; one host sync
     reads K) hold each row's whole support (when 2K > V the whole rows are sorted instead).
-    Or the caller gives ``support`` [N, K]: distinct ids per row that include every id with
-    p > 0 (``verify`` checks this under ``validate``); then there is no count, no sync and no
-    selection over V. The K entries are put in id order (entries with p = 0 moved past the
+    Or the caller gives ``support`` [N, K]: ids per row that include every id with p > 0
+    once (ids with p = 0 may be added, and repeated; ``verify`` checks this under
+    ``validate``); then there is no count, no sync and no selection over V. Or ``verify``
+    gives the sizes S_i and K it read with its validation (``_SupportSize``): no sync here. The K entries are put in id order (entries with p = 0 moved past the
     end as id V + K), then stably sorted by p descending: within the support that is the
     ranking (-p, id), exact under ties. Tokens with p = 0 rank after every positive one, in
     id order, so their ranks follow by counting: the m-th zero of a row (0-based) is
@@ -124,9 +125,9 @@ class _SupportRanking:
         self._rank_support(top.values, top.indices, vocab, p.device)
 
     def _rank_support(self, values: Tensor, ids: Tensor, vocab: int, device: torch.device) -> None:
-        """Rank K entries per row, values [N, K] at distinct ids [N, K] holding every positive
-        entry of the row: ids with p > 0 ascending (the rest as pads V + K), then a stable sort
-        by p descending."""
+        """Rank K entries per row, values [N, K] at ids [N, K] holding every positive entry of
+        the row once: ids with p > 0 ascending (the rest as pads V + K), then a stable sort by
+        p descending."""
         width = self.width
         ids, by_id = torch.where(values > 0, ids, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
@@ -222,9 +223,9 @@ def rank_window_members(
 
     Exact under any ties (the ranking (-p, id) of ``_SupportRanking``): one sort of the
     support, then ranks and the tokens at ranks by searches, a fixed number of ops.
-    ``support`` [..., K] (optional, unchecked here): distinct ids per row including every id
-    with p > 0, e.g. the top-k ids p was restricted to; it saves the count, its host sync and
-    the selection over V.
+    ``support`` [..., K] (optional, unchecked here): ids per row including every id with
+    p > 0 once (ids with p = 0 may be added), e.g. the top-k ids p was restricted to; it saves
+    the count, its host sync and the selection over V.
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
     rows = p if p.ndim == 2 else p.reshape(-1, vocab)

@@ -307,8 +307,8 @@ def verify(
     reduced to a few scalars read back together; for ``DynamicClusters`` ranking by p it also
     reads the size of the largest support), and one reading that size where it is not known
     yet (rank-window rules without ``validate`` or ``support``). With ``support`` and
-    ``validate=False``: no host sync at all. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
-    dimensions may be empty.
+    ``validate=False``: no host sync at all. L = 0 is allowed: the bonus row's draw, or
+    nothing without one; batch dimensions may be empty.
 
     support: optional ids [..., L, K] per draft row that include every id with p > 0 in p's
     rows 0..L-1, each once (ids with p = 0 may be added), e.g. the top-k ids the target was

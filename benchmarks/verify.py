@@ -11,7 +11,9 @@ checks that they take the same decisions and emit the same tokens, then prints t
 (median over repeats) and the ratios, for ``verify`` as it is called by default (all L
 acceptance probabilities, inputs validated), with ``stop_early=True`` (the same single pass,
 accept_probs reported up to the first rejection) and without input validation
-(``validate=False``, for callers that guarantee valid inputs). The loop's cost grows with the
+(``validate=False``, for callers that guarantee valid inputs), and given the top-k ids of
+the draft rows (``support=``, checked; and with ``validate=False``, as the decoding loop would
+call it). The loop's cost grows with the
 number of positions it visits (one sort of the window per position), ``verify``'s does not,
 so the speed-up of a window grows with its accepted count.
 
@@ -54,7 +56,8 @@ def topk_softmax(logits: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tens
 
 
 def make_case(scenario: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """p [L+1, V], q [L, V], drafts [L], uniforms [L+1] for one window."""
+    """p [L+1, V], q [L, V], drafts [L], uniforms [L+1] and the top-k ids of the draft rows
+    [L, K] (what the adapter knows; ``verify``'s ``support``) for one window."""
     logits = torch.full((WINDOW + 1, VOCAB), -torch.inf, dtype=torch.float64)
     image = slice(IMAGE_TOKENS.start, IMAGE_TOKENS.stop)
     logits[:, image] = 2.0 * torch.randn(WINDOW + 1, len(IMAGE_TOKENS), generator=gen, dtype=torch.float64)
@@ -69,7 +72,8 @@ def make_case(scenario: str, dtype: torch.dtype, gen: torch.Generator) -> tuple[
         q = topk_softmax(previous, TOP_K, dtype)
         drafts = torch.multinomial(q.double(), 1, generator=gen).squeeze(-1)
     uniforms = torch.rand(WINDOW + 1, generator=gen, dtype=torch.float64)
-    return p, q, drafts, uniforms
+    support = torch.topk(logits[:WINDOW], TOP_K, dim=-1).indices
+    return p, q, drafts, uniforms, support
 
 
 def released_style_verify(
@@ -132,17 +136,21 @@ def main() -> None:
     rule = DynamicClusters(GROUP_SIZE)
     print(f"V={VOCAB} L={WINDOW} top-k={TOP_K} DynamicClusters({GROUP_SIZE}) {args.dtype}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    variants = {  # name: keyword arguments of verify
+    variants = {  # name: keyword arguments of verify (support: filled in per window)
         "verify": {},
         "early": {"stop_early": True},
         "early-nv": {"stop_early": True, "validate": False},
+        "support": {"support": None},
+        "support-nv": {"support": None, "validate": False},
     }
     counts_gen = torch.Generator().manual_seed(args.seed + 1)
-    print("per window, one call: top-level aten ops / host syncs (bounds: 80 / 3)")
+    print("per window, one call: top-level aten ops / host syncs (bounds for the default call: 80 / 3)")
     for scenario in ("random-init", "jacobi"):
-        p, q, drafts, uniforms = make_case(scenario, dtype, counts_gen)
+        p, q, drafts, uniforms, support = make_case(scenario, dtype, counts_gen)
         row = []
-        for name, kwargs in (("default", {}), ("validate=False", {"validate": False})):
+        for name, kwargs in (("default", {}), ("validate=False", {"validate": False}),
+                             ("support", {"support": support}),
+                             ("support, validate=False", {"support": support, "validate": False})):
             call = lambda kw=kwargs: verify(p, q, drafts, rule, uniforms=uniforms, **kw)  # noqa: E731
             call()  # warm the cached index tensors, as in a decoding loop
             ops, syncs = ops_and_syncs(call)
@@ -156,16 +164,18 @@ def main() -> None:
     loop_times: list[float] = []
     for scenario in ("random-init", "jacobi"):
         for w in range(args.windows):
-            p, q, drafts, uniforms = make_case(scenario, dtype, gen)
+            p, q, drafts, uniforms, support = make_case(scenario, dtype, gen)
+            calls = {name: {**kwargs, "support": support} if "support" in kwargs else kwargs
+                     for name, kwargs in variants.items()}
             ref_accepted, ref_tokens = released_style_verify(p, q, drafts, uniforms, GROUP_SIZE)
             same = True
-            for kwargs in variants.values():
+            for kwargs in calls.values():
                 result = verify(p, q, drafts, rule, uniforms=uniforms, **kwargs)
                 ours = result.tokens[: int(result.num_emitted)].tolist()
                 same &= int(result.num_accepted) == ref_accepted and ours == ref_tokens
             all_same &= same
             functions = {name: (lambda kw=kwargs: verify(p, q, drafts, rule, uniforms=uniforms, **kw))
-                         for name, kwargs in variants.items()}
+                         for name, kwargs in calls.items()}
             functions["loop"] = lambda: released_style_verify(p, q, drafts, uniforms, GROUP_SIZE)
             row = interleaved_times(functions, args.repeats, inner=4)
             for name in variants:

@@ -67,22 +67,52 @@ def rank_window(p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tenso
     return _members_to_mask(index, valid, p.shape)
 
 
+@dataclass(frozen=True)
+class _SupportSize:
+    """The support sizes S_i = #{y : p_i(y) > 0} of rows p [N, V] as int32 [N], and their
+    maximum K already read on the host (``verify`` reads it with its validation)."""
+
+    count: Tensor
+    width: int
+
+
 class _SupportRanking:
     """The probability ranking of each row of p [N, V], read off one sort of its support.
 
     The K = max_i S_i largest entries of every row (S_i = #{y : p_i(y) > 0}; one host sync
-    reads K) hold each row's whole support (when 2K > V the whole rows are sorted instead). They are put in id order (entries with p = 0
-    moved past the end as id V + K), then stably sorted by p descending: within the support
-    that is the ranking (-p, id), exact under ties. Tokens with p = 0 rank after every
-    positive one, in id order, so their ranks follow by counting: the m-th zero of a row
-    (0-based) is z = m + #{positive y < z}. Cost: O(N V) for the selection, O(N K log K)
-    for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
+    reads K) hold each row's whole support (when 2K > V the whole rows are sorted instead).
+    Or the caller gives ``support`` [N, K]: ids per row that include every id with p > 0
+    once (ids with p = 0 may be added, and repeated; ``verify`` checks this under
+    ``validate``); then there is no count, no sync and no selection over V. Or ``verify``
+    gives the sizes S_i and K it read with its validation (``_SupportSize``): no sync here. The K entries are put in id order (entries with p = 0 moved past the
+    end as id V + K), then stably sorted by p descending: within the support that is the
+    ranking (-p, id), exact under ties. Tokens with p = 0 rank after every positive one, in
+    id order, so their ranks follow by counting: the m-th zero of a row (0-based) is
+    z = m + #{positive y < z}. Cost: O(N V) for the selection (none with ``support``),
+    O(N K log K) for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
 
-    def __init__(self, p: Tensor) -> None:
+    def __init__(self, p: Tensor, support: Tensor | _SupportSize | None = None) -> None:
         vocab = p.shape[-1]
+        self.vocab = vocab
+        if isinstance(support, _SupportSize):  # sizes known: no count, no sync here
+            self.count = support.count.unsqueeze(-1)
+            self._rank_top(p, max(1, min(vocab, support.width)) if p.shape[0] else 1)
+            return
+        if support is not None:
+            # The caller's support [N, K] (every positive id once, maybe zeros too): K is known,
+            # so no count sync and no selection over V; entries with p = 0 become pads below.
+            values = p.gather(-1, support)
+            self.count = (values > 0).sum(-1, keepdim=True, dtype=torch.int32)
+            self.width, self.dense = support.shape[-1], False
+            self._rank_support(values, support, vocab, p.device)
+            return
         self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
-        width = max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1
-        self.vocab, self.width = vocab, width
+        self._rank_top(p, max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1)
+
+    def _rank_top(self, p: Tensor, width: int) -> None:
+        """Rank the support found among the K = ``width`` largest entries of each row."""
+        vocab = self.vocab
+        self.width = width
         # A support wider than half the vocabulary: one stable sort of the whole rows is cheaper
         # than top-K and two sorts, and ranks the zeros too (ties at 0 stay in id order).
         self.dense = 2 * width > vocab
@@ -92,15 +122,22 @@ class _SupportRanking:
                 -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
             return
         top = torch.topk(p, width, dim=-1, sorted=False)
-        ids, by_id = torch.where(top.values > 0, top.indices, vocab + width).sort(-1)
+        self._rank_support(top.values, top.indices, vocab, p.device)
+
+    def _rank_support(self, values: Tensor, ids: Tensor, vocab: int, device: torch.device) -> None:
+        """Rank K entries per row, values [N, K] at ids [N, K] holding every positive entry of
+        the row once: ids with p > 0 ascending (the rest as pads V + K), then a stable sort by
+        p descending."""
+        width = self.width
+        ids, by_id = torch.where(values > 0, ids, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
-        order = top.values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
+        order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
         self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
         # Rank of the id at each position of ``ids`` (the inverse permutation of ``order``).
-        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, p.device))
+        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, device))
         # #zeros before each positive id: non-decreasing over the support; the pads after it
         # (V + K - k > V) exceed every zero count, so searches stay exact.
-        self.zeros_before = ids - _arange(width, p.device)
+        self.zeros_before = ids - _arange(width, device)
 
     def rank(self, p: Tensor, token: Tensor) -> Tensor:
         """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
@@ -178,7 +215,7 @@ def _window_extent(n: Tensor | int, batch: torch.Size, vocab: int, device: torch
 
 
 def rank_window_members(
-    p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tensor | int
+    p: Tensor, token: Tensor, n_before: Tensor | int, n_after: Tensor | int, support: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """The rank window of ``rank_window`` as member indices [..., M] and validity [..., M],
     M = min(max(n_before), V - 1) + 1 + min(max(n_after), V - 1). The token itself is always a
@@ -186,6 +223,9 @@ def rank_window_members(
 
     Exact under any ties (the ranking (-p, id) of ``_SupportRanking``): one sort of the
     support, then ranks and the tokens at ranks by searches, a fixed number of ops.
+    ``support`` [..., K] (optional, unchecked here): ids per row including every id with
+    p > 0 once (ids with p = 0 may be added), e.g. the top-k ids p was restricted to; it saves
+    the count, its host sync and the selection over V.
     """
     batch, vocab = p.shape[:-1], p.shape[-1]
     rows = p if p.ndim == 2 else p.reshape(-1, vocab)
@@ -195,7 +235,12 @@ def rank_window_members(
     if (n_before is None) != (n_after is None):  # one side per row, the other an int: per row both
         n_before = torch.full_like(token, k_before) if n_before is None else n_before
         n_after = torch.full_like(token, k_after) if n_after is None else n_after
-    ranking = _SupportRanking(rows)
+    if isinstance(support, Tensor):  # [N, K] like the rows
+        if support.shape[:-1] != batch:
+            support = support.expand(*batch, support.shape[-1])
+        if support.ndim != 2:
+            support = support.reshape(-1, support.shape[-1])
+    ranking = _SupportRanking(rows, support)
     index, valid = _window_members(ranking, token, ranking.rank(rows, token), k_before, k_after, n_before, n_after)
     if p.ndim == 2:
         return index, valid
@@ -313,6 +358,13 @@ class DynamicClusters:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
 
     def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        return self._members(p, token, q)
+
+    def _members(
+        self, p: Tensor, token: Tensor, q: Tensor | None = None, support: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``members``; ``support`` [..., K]: ids including every id with p > 0 in each row of
+        p (``verify``'s argument), used when ranking by p."""
         if self.rank_by == "q":
             if q is None:
                 raise ValueError("DynamicClusters(rank_by='q') ranks by the draft q: pass q to members()")
@@ -320,7 +372,7 @@ class DynamicClusters:
         else:
             ranking = p
         half = self.group_size // 2
-        index, keep = rank_window_members(ranking, token, half, half)
+        index, keep = rank_window_members(ranking, token, half, half, support if self.rank_by == "p" else None)
         if self.max_prob_gap is not None or self.max_embedding_distance is not None:
             keep = self._filter(p, token.expand(p.shape[:-1]).unsqueeze(-1), index.unsqueeze(-2),
                                 keep.unsqueeze(-2)).squeeze(-2)

@@ -36,7 +36,15 @@ from ._validation import (
     probability_parts,
     working_dtype,
 )
-from .grouping import ClusterRule, _arange, _group_sum, as_cluster_rule, rule_members
+from .grouping import (
+    ClusterRule,
+    DynamicClusters,
+    _arange,
+    _group_sum,
+    _SupportSize,
+    as_cluster_rule,
+    rule_members,
+)
 
 RESIDUAL_MODES = ("token", "cluster")
 
@@ -179,12 +187,18 @@ class VerifyResult:
     accept_probs: Tensor
 
 
-def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | None) -> tuple[Tensor, Tensor]:
-    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]."""
+def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | None,
+                    support: Tensor | _SupportSize | None = None) -> tuple[Tensor, Tensor]:
+    """p(C(x)), q(C(x)) for tokens [...] against rows p, q [..., V]; ``support``: ids [..., K]
+    including every id with p > 0 per row, or the rows' support sizes, used by
+    ``DynamicClusters`` ranking by p."""
     if rule is None:
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
-    index, keep = rule_members(rule, p, token, q)
+    if support is not None and _ranks_by_p(rule):
+        index, keep = rule._members(p, token, q, support)
+    else:
+        index, keep = rule_members(rule, p, token, q)
     return (torch.where(keep, p.gather(-1, index), 0.0).sum(-1),
             torch.where(keep, q.gather(-1, index), 0.0).sum(-1))
 
@@ -219,6 +233,47 @@ def _check_verify_inputs(
     return batch, window, p.shape[-2] == window + 1
 
 
+def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
+    """Shape, dtype and device of ``verify``'s ``support`` (values: ``_support_parts``): integer
+    ids [..., L, K], K >= 1, leading dims broadcastable to the batch. Returns it as int64."""
+    if not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window or support.shape[-1] < 1:
+        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] (one row per draft), "
+                         f"got {tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__}")
+    support = check_token_tensor(support, device, "support")
+    try:
+        torch.broadcast_shapes(support.shape[:-2], batch)
+    except RuntimeError:
+        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to {tuple(batch)}") from None
+    return support
+
+
+def _support_parts(p_rows: Tensor, support: Tensor, batch: torch.Size) -> list[Tensor]:
+    """What ``verify`` reads back to check ``support``: (min, max) of its ids, and the row
+    maxima and minima of r = p - (the support's values p(s) taken back off at s). r = 0 iff
+    the support holds every id with p > 0 of its row, each once: a missing positive id leaves
+    r = p > 0, a repeated one r = -p < 0 (ids with p = 0 may repeat). Exact: p(s) - p(s) = 0.
+    p_rows: [..., L, V] in the caller's dtype; support: [..., L, K]. One O(N V) copy and two
+    reductions."""
+    vocab, rows_shape = p_rows.shape[-1], (*batch, *p_rows.shape[-2:])
+    rows = p_rows if p_rows.shape == rows_shape else p_rows.expand(rows_shape)
+    safe = support.clamp(0, vocab - 1)  # in range for the reads below, before the read-back
+    if safe.shape[:-1] != rows_shape[:-1]:
+        safe = safe.expand(*rows_shape[:-1], safe.shape[-1])
+    left = rows.scatter_add(-1, safe, rows.gather(-1, safe).neg())
+    id_range = torch.stack(list(torch.aminmax(support))) if support.numel() else support.new_empty(0)
+    return [id_range] + [x if x.ndim == 1 else x.reshape(-1) for x in (left.amax(-1), left.amin(-1))]
+
+
+def _judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
+    """Raise the ``ValueError`` that ``_support_parts``' ranges show, if any."""
+    judge_tokens(ranges[0], vocab, "support")
+    if ranges[1] is not None and ranges[1][1] > 0:
+        raise ValueError("support must hold every token id with p > 0 in its row of p[..., :L, :] "
+                         "(ids with p = 0 may be added): a row misses one")
+    if ranges[2] is not None and ranges[2][0] < 0:
+        raise ValueError("support must hold each token id with p > 0 once: a row repeats one")
+
+
 def verify(
     p: Tensor,
     q: Tensor,
@@ -231,6 +286,7 @@ def verify(
     validate: bool = True,
     acceptance_scale: float = 1.0,
     stop_early: bool = False,
+    support: Tensor | None = None,
 ) -> VerifyResult:
     """Verify one window of L drafted tokens left to right (GSD Algorithm 3; SD when clusters=None).
 
@@ -248,9 +304,18 @@ def verify(
     One pass for the whole window and batch, a fixed number of ops: the clusters of all L
     positions at once (rank windows from one sort of the support, exact under ties), then the
     stopping row's residual and one draw. No host sync but ``validate``'s one (all arguments
-    reduced to a few scalars read back together) and the support's ``nonzero`` for rank-
-    window rules. L = 0 is allowed: the bonus row's draw, or nothing without one; batch
-    dimensions may be empty.
+    reduced to a few scalars read back together; for ``DynamicClusters`` ranking by p it also
+    reads the size of the largest support), and one reading that size where it is not known
+    yet (rank-window rules without ``validate`` or ``support``). With ``support`` and
+    ``validate=False``: no host sync at all. L = 0 is allowed: the bonus row's draw, or
+    nothing without one; batch dimensions may be empty.
+
+    support: optional ids [..., L, K] per draft row that include every id with p > 0 in p's
+    rows 0..L-1, each once (ids with p = 0 may be added), e.g. the top-k ids the target was
+    restricted to. ``DynamicClusters`` ranking by p then ranks these K entries instead of
+    finding the support in all V: no count, no host sync, no selection over V (other rules
+    ignore it). The result is the same as without it. Under ``validate`` it is checked (ids
+    in range; every positive id listed once) in the same fused pass and read-back.
 
     stop_early: report accept_probs only up to each window's first rejection (NaN after it);
     the decisions and tokens are the same and so is the work (one pass either way).
@@ -263,13 +328,28 @@ def verify(
     scale = check_acceptance_scale(acceptance_scale)
     batch, window, has_bonus = _check_verify_inputs(p, q, draft_tokens, uniforms, generator)
     vocab = p.shape[-1]
+    if support is not None:
+        support = _check_support(support, batch, window, p.device)
+    rule = as_cluster_rule(clusters, vocab)
     if validate:
         parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
+        # The support sizes a p-ranked rank window needs travel with the validation read-back.
+        sizes = None if support is not None or not window or not _ranks_by_p(rule) else _support_sizes(p, window)
+        if support is not None:
+            parts += _support_parts(p[..., :window, :], support, batch)
+        elif sizes is not None:
+            parts.append(sizes if sizes.ndim == 1 else sizes.reshape(-1))
         ranges = host_ranges(parts + ([] if uniforms is None else [uniforms]))  # the one sync
         judge_probabilities(p, "p", ranges[0:2])
         judge_probabilities(q, "q", ranges[2:4])
         judge_tokens(ranges[4], vocab, "draft_tokens")
-        judge_uniforms(ranges[5] if uniforms is not None else None)
+        if support is not None:
+            _judge_support(ranges[5:8], vocab)
+        elif sizes is not None:
+            sizes = sizes if sizes.shape[:-1] == batch else sizes.expand(*batch, window)
+            support = _SupportSize(sizes if sizes.ndim == 1 else sizes.reshape(-1),
+                                   int(ranges[5][1]) if ranges[5] is not None else 0)
+        judge_uniforms(ranges[-1] if uniforms is not None else None)
     dtype = working_dtype(p, q)
     p = p if p.dtype == dtype else p.to(dtype)
     q = q if q.dtype == dtype else q.to(dtype)
@@ -281,7 +361,6 @@ def verify(
         q = q.expand(*batch, window, vocab)
     if draft_tokens.shape[:-1] != batch:
         draft_tokens = draft_tokens.expand(*batch, window)
-    rule = as_cluster_rule(clusters, vocab)
     # With singletons (rule None) the cluster-exact residual is the token residual.
     if residual == "cluster" and rule is not None and not rule.is_partition:
         _partition_labels(rule, p)  # raises the explanatory error
@@ -290,7 +369,7 @@ def verify(
 
     if window == 0:
         return _verify_empty_window(p, uniforms, has_bonus)
-    accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule), scale)
+    accept_probs = _ratio(*_cluster_masses(p[..., :window, :], q, draft_tokens, rule, support), scale)
     # The leading run of acceptances, [..., 1] (int64).
     at = (uniforms[..., :window] < accept_probs).cumprod(-1).sum(-1, keepdim=True)
     if stop_early:  # report only positions up to the first rejection
@@ -298,6 +377,16 @@ def verify(
 
     partition = rule if residual == "cluster" and rule is not None else None
     return _finish_window(p, q, draft_tokens, uniforms, at, accept_probs, has_bonus, partition)
+
+
+def _ranks_by_p(rule: ClusterRule | None) -> bool:
+    """Whether ``rule`` ranks p's rows for its rank windows (``DynamicClusters`` by p)."""
+    return isinstance(rule, DynamicClusters) and rule.rank_by == "p"
+
+
+def _support_sizes(p: Tensor, window: int) -> Tensor:
+    """#{y : p(y) > 0} of rows 0..L-1 of p [..., L(+1), V]: int32 [..., L]."""
+    return (p[..., :window, :] > 0).sum(-1, dtype=torch.int32)
 
 
 def _finish_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor, at: Tensor,

@@ -54,3 +54,24 @@ def test_stop_early_costs_no_more_than_the_full_evaluation():
 def test_the_counter_sees_syncs():
     x = torch.ones(3)
     assert ops_and_syncs(lambda: (x.sum().item(), x.tolist(), x.nonzero()))[1] == 3
+
+
+@pytest.mark.parametrize("kind", ["random", "converged"])
+def test_a_given_support_needs_no_sync_and_fewer_ops(kind):
+    """``support=`` (the top-k ids): without validation no host sync at all and fewer ops than
+    the default path; with it, one fused read-back (its checks add one O(N V) pass)."""
+    p, q, drafts, u = _window(kind, seed=5)
+    support = torch.topk(p[:WINDOW], TOP_K, dim=-1).indices
+    rule = DynamicClusters(14)
+    plain = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u, validate=False))
+    given = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u, validate=False, support=support))
+    assert given[1] == 0 and given[0] < plain[0] <= MAX_OPS, (given, plain)
+    checked = ops_and_syncs(lambda: verify(p, q, drafts, rule, uniforms=u, support=support))
+    assert checked[1] == 1, checked
+
+
+@pytest.mark.parametrize("kind", ["random", "converged"])
+def test_the_default_gsd_call_syncs_once(kind):
+    """The support size the rank windows need is read with the validation: one read-back."""
+    p, q, drafts, u = _window(kind, seed=6)
+    assert ops_and_syncs(lambda: verify(p, q, drafts, DynamicClusters(14), uniforms=u))[1] == 1

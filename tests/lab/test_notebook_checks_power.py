@@ -55,8 +55,8 @@ def _resample_from_p(p, q, labels, **options):  # same signature as verification
 
 
 def _token_over_cluster(original):
-    def masses(p, q, token, rule):
-        p_cluster, q_cluster = original(p, q, token, rule)
+    def masses(p, q, token, rule, *args):
+        p_cluster, q_cluster = original(p, q, token, rule, *args)
         if rule is None:
             return p_cluster, q_cluster
         return p.gather(-1, token.unsqueeze(-1)).squeeze(-1), q_cluster

@@ -11,6 +11,10 @@ Models (``--model``):
   image tokens), a class-token prompt, a CFG pair, optional top-k: acceptance is low, the point
   is the loop alone.
 
+GSD runs twice: as the loop does it (the adapter's top-k support handed to ``verify``, which
+then ranks those ids only) and with that support withheld (``verify`` finds it in all V); the
+two must emit the same tokens (printed) and differ only in verify's time.
+
 Target (issue 12): at most 10% of the wall time outside the model for each method. Overhead per
 forward is split into the adapter's processing (CFG mix, top-k, softmax: ``_process``),
 ``gsd_core.verify``, and the rest of the loop (drafting, sampling, cache crop, bookkeeping),
@@ -96,6 +100,21 @@ def timed_parts(adapter: CausalLMAdapter) -> Iterator[dict[str, float]]:
         del adapter._process  # back to the class's method
 
 
+@contextmanager
+def support_withheld() -> Iterator[None]:
+    """Inside: ``generate``'s verify calls get no ``support`` (verify finds it itself)."""
+    original_verify = decoding.verify
+
+    def verify_without_support(*args, support=None, **kwargs):
+        return original_verify(*args, **kwargs)
+
+    decoding.verify = verify_without_support
+    try:
+        yield
+    finally:
+        decoding.verify = original_verify
+
+
 def forward_ms(adapter: CausalLMAdapter, prompt: torch.Tensor, uncond, context: int, new: int,
                repeats: int = 20) -> float:
     """Median model time (ms) of one forward of ``new`` tokens at ``context`` cached tokens."""
@@ -113,8 +132,10 @@ def forward_ms(adapter: CausalLMAdapter, prompt: torch.Tensor, uncond, context: 
     return 1000 * sorted(times)[len(times) // 2]
 
 
-def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
-    """Totals over the prompts (seed i for prompt i) after a 16-token warm-up."""
+def run_method(adapter, prompts, tokens: int, kwargs: dict) -> tuple[list, dict]:
+    """Totals over the prompts (seed i for prompt i) after a 16-token warm-up, and the tokens
+    of each generation."""
+    outputs = []
     prompt, uncond = prompts[0]
     decoding.generate(adapter, prompt, num_tokens=16, generator=torch.Generator().manual_seed(99),
                       uncond_prompt_ids=uncond, **kwargs)
@@ -124,6 +145,7 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
             generator = torch.Generator().manual_seed(seed)
             result = decoding.generate(adapter, prompt, num_tokens=tokens, generator=generator,
                                        uncond_prompt_ids=uncond, **kwargs)
+            outputs.append(result.tokens)
             nfe += result.nfe
             wall += result.wall_seconds
             model += result.model_seconds
@@ -131,13 +153,15 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> dict:
             drafted += sum(result.drafted)
     n = len(prompts)
     overhead = wall - model
-    return dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n,
-                overhead_share=overhead / wall,
-                acceptance_rate=accepted / drafted if drafted else None,
-                ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe,
-                process_ms_per_forward=1000 * parts["process"] / nfe,
-                verify_ms_per_forward=1000 * parts["verify"] / nfe,
-                loop_ms_per_forward=1000 * (overhead - parts["process"] - parts["verify"]) / nfe)
+    outside = overhead - parts["process"] - parts["verify"]
+    totals = dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n,
+                  overhead_share=overhead / wall,
+                  acceptance_rate=accepted / drafted if drafted else None,
+                  ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe,
+                  process_ms_per_forward=1000 * parts["process"] / nfe,
+                  verify_ms_per_forward=1000 * parts["verify"] / nfe,
+                  loop_ms_per_forward=1000 * outside / nfe)
+    return outputs, totals
 
 
 def main() -> None:
@@ -162,13 +186,19 @@ def main() -> None:
 
     build = standin_adapter if args.model == "standin" else random_adapter
     adapter, clusters, prompts = build(args)
+    gsd = f"GSD(G={args.group_size})"
     methods = {
         "AR": dict(method="ar"),
         "SJD": dict(method="sjd", window=args.window),
-        f"GSD(G={args.group_size})": dict(method="gsd", window=args.window, clusters=clusters),
+        gsd: dict(method="gsd", window=args.window, clusters=clusters),
     }
-    rows = {name: run_method(adapter, prompts, args.tokens, kwargs)
-            for name, kwargs in methods.items()}
+    rows, outputs = {}, {}
+    for name, kwargs in methods.items():
+        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, kwargs)
+    with support_withheld():
+        outputs["GSD -supp"], rows["GSD -supp"] = run_method(adapter, prompts, args.tokens,
+                                                             methods[gsd])
+    same_tokens = all(torch.equal(a, b) for a, b in zip(outputs[gsd], outputs["GSD -supp"]))
     ar = rows["AR"]
     for r in rows.values():
         r["nfe_speedup"] = ar["nfe"] / r["nfe"]
@@ -183,7 +213,7 @@ def main() -> None:
                   threads=torch.get_num_threads(),
                   params=sum(p.numel() for p in adapter.model.parameters()))
     report = dict(config=config, forward_latency_at_context=dict(context=context, **latency),
-                  methods=rows)
+                  methods=rows, gsd_same_tokens_without_support=same_tokens)
     if args.json:
         print(json.dumps(report))
         return
@@ -204,6 +234,9 @@ def main() -> None:
               f"{r['process_ms_per_forward']:>8.2f}{r['verify_ms_per_forward']:>8.2f}"
               f"{r['loop_ms_per_forward']:>7.2f}{100 * r['overhead_share']:>8.1f}%"
               f"{r['nfe_speedup']:>7.2f}{r['wall_speedup']:>7.2f}")
+
+    print(f"GSD -supp: GSD with the adapter's support withheld from verify; same tokens as "
+          f"{gsd}: {same_tokens}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import sample_categorical, verify
+from gsd_core import DynamicClusters, sample_categorical, verify
 
 from .models.adapter import CausalLMAdapter
 
@@ -184,6 +184,9 @@ def generate(
         generator.seed()
     device, vocab = adapter.device, adapter.vocab_size
     max_window = 0 if method == "ar" else window
+    # Only DynamicClusters ranking by p uses verify's support= (other rules ignore it): the
+    # adapter's kept ids spare verify the count and the selection over all V.
+    wants_support = isinstance(clusters, DynamicClusters) and clusters.rank_by == "p"
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds
@@ -223,7 +226,11 @@ def generate(
             q = torch.cat([q, _one_hot(fresh, vocab)])
 
         head = prompt if done == 0 else out[done - 1: done]
-        p = adapter.forward(torch.cat([head, drafts]), num_rows=L + 1)
+        window_ids = torch.cat([head, drafts])
+        if wants_support and L > 0:
+            p, support = adapter.forward(window_ids, num_rows=L + 1, with_support=True)
+        else:
+            p, support = adapter.forward(window_ids, num_rows=L + 1), None
 
         # Nothing below reads the device back but this step's one status read: the accepted
         # count (the cache is cropped to it) and the sum of p, whose finiteness tells whether
@@ -236,7 +243,8 @@ def generate(
         else:
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
             result = verify(p, q, drafts, clusters, residual, generator, validate=False,
-                            acceptance_scale=acceptance_scale)
+                            acceptance_scale=acceptance_scale,
+                            support=None if support is None else support[:L])
             p_total = p.sum()
             status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
         values = status.tolist()

@@ -11,7 +11,8 @@ Sequence. ``start(prompt_ids, uncond_prompt_ids=None)`` resets the cache (a fres
 held in the cache. The token at logical position P + g is *generated position* g (g = 0 is
 the first new token).
 
-``forward(input_ids [T], num_rows=None) -> probs [R, V]`` (float64, R = num_rows or T):
+``forward(input_ids [T], num_rows=None, *, with_support=False) -> probs [R, V]`` (float64,
+R = num_rows or T; with ``with_support``, the pair (probs, support), see ``kept_ids``):
 appends ``input_ids`` at logical positions seq_len .. seq_len + T - 1 (the first call after
 ``start`` must begin with the whole prompt, so the prefill and the first window share one
 forward pass) and returns, for the last R input positions j, the distribution of the token
@@ -52,6 +53,14 @@ Steps 1-2 work in place on one fresh float64 tensor; on CPU the top-k threshold 
 numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``). Every form gives
 the same probabilities bit for bit (tested against the plain formula), so the same tokens for a
 seed; on the stand-in's 17 x 8203 window rows processing takes about 1.2 ms instead of 5-9 ms.
+
+Support (``forward(..., with_support=True)``, for ``gsd_core.verify(support=)``): ids [R, K]
+int64 per row, every id with p > 0 listed exactly once (ids with p = 0 may be added or
+repeated): the ids whose processed logit is not -inf (softmax gives exactly 0 at -inf), in
+increasing order, padded to the widest row with one of the row's -inf ids; forced rows list the
+forced id once, then (forced + 1) mod V. Under top-k, K is about k (ties with the k-th value
+widen a row). None on non-CPU devices (finding the widest row would need a host sync) and when
+a row keeps all V ids (nothing to restrict). About 0.2 ms on the stand-in's 17 x 8203 rows.
 
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).
@@ -115,6 +124,43 @@ def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
         bound *= -np.inf  # -inf where masked; 0 * -inf = NaN where kept
     np.fmin(array, bound, out=array)
     return values
+
+
+def kept_ids(logits: Tensor) -> Tensor | None:
+    """Per row of processed logits [R, V] (CPU), the ids whose logit is not -inf: int64 [R, K],
+    each row in increasing id order, padded to the widest row K with that row's first -inf id.
+
+    softmax(l)(y) = 0 exactly where l(y) = -inf, so every id with p > 0 appears once and the
+    padding has p = 0 (a NaN or +inf logit is kept: its row is NaN and the decoder raises).
+    None when a row keeps all V ids (no restriction: ``verify`` then finds the support itself).
+    One comparison, a count and a flat ``np.flatnonzero`` (2-D ``np.nonzero`` is ~7x slower)."""
+    import numpy as np
+
+    array = logits.numpy()
+    rows, vocab = array.shape
+    kept = array != -np.inf
+    counts = np.count_nonzero(kept, axis=1)
+    width = int(counts.max()) if rows else 0
+    if width == vocab:
+        return None
+    flat = np.flatnonzero(kept)  # row-major: row r's ids in increasing order, rows in turn
+    if int(counts.min()) == width:  # equal rows (no ties at the k-th value): a reshape
+        ids = flat.reshape(rows, width) - (np.arange(rows) * vocab)[:, None]
+    else:
+        row_of = np.repeat(np.arange(rows), counts)
+        slot = np.arange(flat.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        ids = np.repeat(np.argmin(kept, axis=1)[:, None], width, axis=1)  # first -inf id
+        ids[row_of, slot] = flat - row_of * vocab
+    return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+def forced_support(support: Tensor, forced: Tensor, vocab: int) -> Tensor:
+    """``support`` [R, K] with each forced row (forced [R] >= 0, p one-hot there) replaced by
+    [forced, (forced + 1) mod V, ...]: the one positive id once, then an id of p = 0."""
+    column = torch.arange(support.shape[-1], device=support.device)
+    forced = forced.to(support.device).unsqueeze(-1)
+    forced_rows = torch.where(column == 0, forced, (forced + 1) % vocab)
+    return torch.where(forced >= 0, forced_rows, support)
 
 
 class CausalLMAdapter:
@@ -344,9 +390,15 @@ class CausalLMAdapter:
 
     # ---- forward ----------------------------------------------------------------------
 
-    def forward(self, input_ids: Tensor, num_rows: int | None = None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, num_rows: int | None = None, *, with_support: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Append ``input_ids`` [T] and return the processed next-token distributions [R, V]
-        (float64) of its last R = ``num_rows`` (default T) positions. See the module docstring."""
+        (float64) of its last R = ``num_rows`` (default T) positions. See the module docstring.
+
+        with_support: return (probs, support) instead, support [R, K] int64 holding every id
+        with p > 0 of its row once (``kept_ids``, ``forced_support``), or None (non-CPU device,
+        or a row keeps all V ids)."""
         if self._prompt is None:
             raise ValueError("call start(prompt_ids) before forward()")
         input_ids = torch.as_tensor(input_ids, device=self.device)
@@ -400,7 +452,7 @@ class CausalLMAdapter:
         # Row j predicts logical position first_row + j + 1 = generated position (that - P).
         offset = first_row + 1 - self.prompt_len
         generated = torch.arange(offset, offset + num_rows, device=self.device)
-        return self._process(logits, generated)
+        return self._process(logits, generated, with_support=with_support)
 
     def compute_logits(
         self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int
@@ -417,7 +469,11 @@ class CausalLMAdapter:
 
     # ---- processing -------------------------------------------------------------------
 
-    def _process(self, logits: Tensor, generated_positions: Tensor) -> Tensor:
+    def _process(
+        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor | None]:
+        """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
+        ``with_support``, (probs, support [R, K] or None) as in ``forward``."""
         logits = logits.to(torch.float64)
         if self.uses_cfg:
             logits = self.combine_guidance(logits[0], logits[1], generated_positions)
@@ -425,6 +481,8 @@ class CausalLMAdapter:
             # A copy only when the model's own float64 output would be modified in place below.
             logits = logits[0].clone() if logits.dtype == torch.float64 else logits[0]
         logits = self.process_logits(logits, generated_positions)
+        # From the final logits (after any subclass's hooks): p > 0 only where they are not -inf.
+        support = kept_ids(logits) if with_support and logits.device.type == "cpu" else None
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
         if forced is not None:
@@ -433,7 +491,9 @@ class CausalLMAdapter:
                 one_hot = torch.nn.functional.one_hot(forced.clamp(min=0), self.vocab_size)
                 one_hot = one_hot.to(probs.dtype)
                 probs = torch.where(is_forced.unsqueeze(-1), one_hot, probs)
-        return probs
+                if support is not None:
+                    support = forced_support(support, forced, self.vocab_size)
+        return (probs, support) if with_support else probs
 
     def combine_guidance(self, cond: Tensor, uncond: Tensor, generated_positions: Tensor) -> Tensor:
         """Classifier-free guidance on logits [T, V]: u + s (c - u)."""

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
-from gsd_lab.models.adapter import kth_largest, mask_below_  # noqa: E402
+from gsd_lab.models.adapter import forced_support, kept_ids, kth_largest, mask_below_  # noqa: E402
 
 VOCAB = 12
 
@@ -328,3 +328,73 @@ def test_mask_below_and_kth_largest_are_the_plain_torch_forms_bit_for_bit():
         expected = values.clone().masked_fill_(values < threshold, -torch.inf)
         masked = mask_below_(values.clone(), threshold)
         assert torch.equal(masked.view(torch.int64), expected.view(torch.int64))
+
+
+def assert_support_invariant(probs: torch.Tensor, support: torch.Tensor) -> None:
+    """verify(support=)'s contract, checked against p directly: every id with p > 0 of a row
+    appears in its support row exactly once; every other entry is an in-range id with p = 0."""
+    assert support.dtype == torch.int64 and support.shape[0] == probs.shape[0]
+    assert support.min() >= 0 and support.max() < probs.shape[-1]
+    counts = torch.zeros(probs.shape, dtype=torch.int64).scatter_add_(
+        1, support, torch.ones_like(support))
+    positive = probs > 0
+    assert (counts[positive] == 1).all()  # each positive id once
+    assert (probs.gather(1, support)[counts.gather(1, support) > 1] == 0).all()  # repeats: p = 0
+    assert (probs.gather(1, support) >= 0).all()
+
+
+def test_kept_ids_are_the_finite_logits_of_each_row_padded_with_a_dropped_id():
+    logits = torch.tensor([[0.5, -torch.inf, 2.0, -torch.inf, 1.0],
+                           [-torch.inf, 3.0, -torch.inf, -torch.inf, -torch.inf],
+                           [1.0, 1.0, 1.0, -torch.inf, torch.nan]], dtype=torch.float64)
+    ids = kept_ids(logits)
+    assert ids.tolist() == [[0, 2, 4, 1], [1, 0, 0, 0], [0, 1, 2, 4]]
+    equal_rows = torch.tensor([[0.0, -torch.inf, 1.0], [-torch.inf, 2.0, 2.0]], dtype=torch.float64)
+    assert kept_ids(equal_rows).tolist() == [[0, 2], [1, 2]]  # the reshape path
+    assert kept_ids(torch.zeros(3, 5, dtype=torch.float64)) is None  # nothing dropped anywhere
+    forced = forced_support(ids, torch.tensor([-1, 4, -1]), vocab=5)
+    assert forced.tolist() == [[0, 2, 4, 1], [4, 0, 0, 0], [0, 1, 2, 4]]
+
+
+@pytest.mark.parametrize("allowed", [list(range(3, 503)), list(range(0, 1000, 2)), None],
+                         ids=["contiguous", "scattered", "all"])
+def test_support_holds_every_positive_id_once_under_ties_and_minus_inf(allowed):
+    """Random CFG logits with ties at the k-th value (rows wider than k) and -inf logits from the
+    model (a row with fewer finite allowed logits than k, one with only 3): the support covers
+    p exactly as verify(support=) needs, and p is bit for bit the plain forward's."""
+    adapter = CausalLMAdapter(tiny_llama(vocab=1024), allowed, cfg_scale=3.0, top_k=100,
+                              temperature=0.7)
+    generator = torch.Generator().manual_seed(5)
+    logits = (torch.randn(2, 6, 1024, dtype=torch.float64, generator=generator) * 8).round() / 8
+    # -inf in the conditional logits only (u + s (c - u) stays -inf; -inf in both would be NaN).
+    logits[0, 1, 40:] = -torch.inf  # under 100 finite allowed logits: the threshold is -inf
+    logits[0, 2, :] = -torch.inf
+    logits[0, 2, [4, 10, 300]] = 1.0  # three finite (allowed) logits
+    probs, support = adapter._process(logits, torch.arange(6), with_support=True)
+    assert torch.equal(probs, adapter._process(logits, torch.arange(6)))
+    assert torch.isfinite(probs).all()
+    assert_support_invariant(probs, support)
+    positives = (probs > 0).sum(-1)
+    assert support.shape[1] == positives.max() and (positives[[0, 3, 4, 5]] >= 100).all()
+    assert (positives > 100).any() and (positives < support.shape[1]).any()  # ties, padding
+    for j in range(6):  # the positive ids first, in increasing order
+        assert torch.equal(support[j, : positives[j]], torch.nonzero(probs[j] > 0).flatten())
+
+
+def test_forward_with_support_forced_rows_and_default_return(model):
+    """forward(with_support=True) returns the same p as forward() (its default return type is
+    unchanged); a forced row lists only its forced id (11, outside the allowed ids) as positive."""
+    adapter = RowEndAdapter(model, allowed_tokens=[2, 3, 4, 5, 6, 7], top_k=3, row_length=3)
+    ids = torch.tensor([0, 2, 3, 11, 4, 5, 11])
+    adapter.start(ids[:1])
+    plain = adapter.forward(ids)
+    assert isinstance(plain, torch.Tensor)
+    adapter.start(ids[:1])
+    probs, support = adapter.forward(ids, with_support=True)
+    assert torch.equal(probs, plain)
+    assert_support_invariant(probs, support)
+    assert support.shape == (7, 3)
+    assert support[2].tolist() == [11, 0, 0] and support[5].tolist() == [11, 0, 0]
+    no_top_k = CausalLMAdapter(model)  # every id kept: nothing to restrict
+    no_top_k.start(ids[:1])
+    assert no_top_k.forward(ids, with_support=True)[1] is None

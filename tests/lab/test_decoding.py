@@ -253,3 +253,71 @@ def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, v
     with pytest.raises(FloatingPointError, match="forward pass 3 of this call"):
         generate(adapter, PROMPT, num_tokens=30, method=method, window=4, clusters=clusters, generator=gen(0))
     assert adapter.num_forwards == 3  # raised right after the bad forward, not later
+
+
+class TiedForcedAdapter(CausalLMAdapter):
+    """The real model with its logits rounded to halves (ties at the k-th largest value are
+    common, so rows keep more than k ids) and token 15 (not an allowed id) forced at every
+    generated position 4 mod 5 (one-hot rows)."""
+
+    def compute_logits(self, input_ids, attention_mask, position_ids, num_rows):
+        logits = super().compute_logits(input_ids, attention_mask, position_ids, num_rows)
+        return (logits * 2).round() / 2
+
+    def forced_tokens(self, generated_positions):
+        return torch.where(generated_positions % 5 == 4, 15, -1)
+
+
+@pytest.mark.parametrize("init", ["random", "repeat_row"])
+def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatch, init):
+    """GSD (DynamicClusters ranked by p) passes the adapter's top-k support to verify: the same
+    tokens, NFE and accepted counts as verify finding the support itself, with tied k-th
+    values and forced rows; every support passed is valid (checked by verify's validation)."""
+    adapter = TiedForcedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=4, row_length=5)
+    kwargs = dict(num_tokens=60, method="gsd", window=6, clusters=DynamicClusters(3), init=init,
+                  uncond_prompt_ids=torch.tensor([14]))
+    real_verify = decoding.verify
+    seen = []
+
+    def checked_verify(p, q, drafts, *args, support=None, **kw):
+        assert support is not None and support.shape[0] == drafts.shape[0]
+        kw["validate"] = True  # raises unless support holds every p > 0 id of its row once
+        seen.append(((p[: drafts.shape[0]] > 0).sum(-1), support.shape[1]))
+        return real_verify(p, q, drafts, *args, support=support, **kw)
+
+    def plain_verify(p, q, drafts, *args, support=None, **kw):
+        return real_verify(p, q, drafts, *args, **kw)
+
+    monkeypatch.setattr(decoding, "verify", checked_verify)
+    with_support = generate(adapter, PROMPT, generator=gen(4), **kwargs)
+    monkeypatch.setattr(decoding, "verify", plain_verify)
+    without = generate(adapter, PROMPT, generator=gen(4), **kwargs)
+    assert torch.equal(with_support.tokens, without.tokens)
+    assert with_support.nfe == without.nfe and with_support.accepted == without.accepted
+    assert (with_support.tokens[4::5] == 15).all()
+    widths = torch.tensor([width for _, width in seen])
+    positives = torch.cat([count for count, _ in seen])
+    assert (widths > 4).any()  # tied k-th values widened some rows
+    assert (positives == 1).any() and (positives < widths.max()).any()  # forced rows, padding
+
+
+@pytest.mark.parametrize("clusters", [None, RankBinnedClusters(4), DynamicClusters(3, rank_by="q")],
+                         ids=["sjd", "rank-binned", "rank-by-q"])
+def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, monkeypatch, clusters):
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
+    real_forward = adapter.forward
+    asked = []
+
+    def spy_forward(input_ids, num_rows=None, **kw):
+        asked.append(kw.get("with_support", False))
+        return real_forward(input_ids, num_rows, **kw)
+
+    monkeypatch.setattr(adapter, "forward", spy_forward)
+    method = "sjd" if clusters is None else "gsd"
+    generate(adapter, PROMPT, num_tokens=20, method=method, window=4, clusters=clusters,
+             generator=gen(0))
+    assert asked and not any(asked)
+    asked.clear()
+    generate(adapter, PROMPT, num_tokens=20, method="gsd", window=4, clusters=DynamicClusters(3),
+             generator=gen(0))
+    assert any(asked)

@@ -26,6 +26,8 @@ so a long list of positions never holds more than that many probabilities at onc
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import Tensor
 
@@ -139,3 +141,35 @@ def emitted_distortion(
     if num_accepted == window and p.shape[0] == window + 1:
         tv = torch.cat([tv, tv.new_zeros(1)])
     return tv
+
+
+class DistortionLog:
+    """Per-token exact distortion of one decoding call (``gsd_lab.decoding.generate`` with
+    ``record_distortion=True``): D_t = TV(out_t, p_t) for every emitted token t, in float64.
+
+    ``add`` takes one forward pass's rows (p [L + 1, V], q [L, V], the accepted count a) and
+    writes the a + 1 committed tokens' distortions (``emitted_distortion``; an AR step, L = 0,
+    writes 0: a draw from p itself). It draws no random numbers, so decoding with and without
+    the log emits the same tokens. ``seconds`` is the wall time spent here (host syncs
+    included), kept apart from the method's decoding time: accounting is a measurement, not
+    part of the method (O(V G) per verified row for dynamic clusters, O(V log V) for rank bins)."""
+
+    def __init__(self, capacity: int, device: torch.device, clusters: object = None, residual: str = "token",
+                 *, acceptance_scale: float = 1.0, lantern: Lantern | None = None) -> None:
+        _check_method(clusters, residual, acceptance_scale, lantern)
+        self.values = torch.zeros(capacity, dtype=torch.float64, device=device)
+        self.method = {"clusters": clusters, "residual": residual, "acceptance_scale": acceptance_scale,
+                       "lantern": lantern}
+        self.seconds = 0.0
+
+    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> None:
+        """Write the distortions of tokens start .. start + num_accepted (one forward pass)."""
+        began = time.perf_counter()
+        if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
+            tv = emitted_distortion(p, q, num_accepted, **self.method)
+            self.values[start: start + tv.numel()] = tv
+        self.seconds += time.perf_counter() - began
+
+    def result(self, num_tokens: int) -> Tensor:
+        """[num_tokens] float64 on the CPU."""
+        return self.values[:num_tokens].cpu()

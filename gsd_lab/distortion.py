@@ -19,20 +19,26 @@ float32 softmax (~1e-8 a row) is not counted as distortion. The methods are name
 - Amplify k: acceptance_scale=k (with or without clusters);
 - LANTERN: lantern=gsd_core.Lantern(...) (then clusters=None, residual "token", scale 1).
 
-Memory: O(V G) per row (dynamic clusters are windowed in chunks of tokens, rank bins are
-O(V log V), LANTERN O(V k)); rows go through in chunks of at most ``max_elements`` // V rows,
+Cost: dynamic clusters O(K G) per row, K the support of q (``dynamic_output_laws``: one
+token for fresh one-hot drafts, the top-k for Jacobi re-drafts), after a one-off [V, V] bool
+table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go through in chunks of at most ``max_elements`` // V rows,
 so a long list of positions never holds more than that many probabilities at once.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
-from gsd_core import Lantern, lantern_output_distribution, output_distribution
-from gsd_core._validation import check_pair  # the core's one-sync row checks, shared on purpose
+from gsd_core import DynamicClusters, Lantern, lantern_output_distribution, output_distribution
+from gsd_core._validation import check_acceptance_scale, check_pair  # the core's checks, shared on purpose
+# The dynamic rule's own window machinery and ratio/residual, reused so that the support-only law
+# below runs gsd_core's ops (a public ``tokens=`` argument of all_token_masses would replace these).
+from gsd_core.grouping import _SupportRanking, _window_offsets
+from gsd_core.verification import _ratio, _residual
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -64,6 +70,80 @@ def _check_method(clusters: object, residual: str, acceptance_scale: float, lant
         )
 
 
+# --- The dynamic rule's law on the support of q (what makes accounting affordable at V = 8192) ---
+#
+# gsd_core.output_distribution computes a(x) = min(1, s p(C(x)) / q(C(x))) for all V tokens, and
+# the embedding filter gathers [V, M, D] embedding differences per row (about 1 s a row at
+# V = 8203, G = 50, D = 256: 435 s of accounting for one stand-in image). The law needs a(x)
+# only where q(x) > 0 (out = q a + (1 - beta) r): one token for Jacobi's fresh one-hot drafts,
+# the top-k for re-drafted rows. And the filter ||e_y - e_x||^2 <= d depends on the pair alone,
+# so it is read from a [V, V] bool table built once per (embeddings, d). The same ops as
+# gsd_core's (the rank windows of ``DynamicClusters.all_token_masses``, its probability-gap
+# filter, the same sums), so the result is gsd_core's law; tests/lab/test_distortion.py checks it.
+
+_ADJACENCY_CACHE: list[tuple[Tensor, float, Tensor]] = []  # (embeddings, d, table); at most 2
+
+
+def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, chunk_rows: int = 512) -> Tensor:
+    """bool [V, V]: ||e_y - e_x||^2 <= max_distance for the first V rows of ``embeddings``, the
+    decision of ``DynamicClusters``' filter (float64 differences, squared, summed over D).
+
+    Screened with the expansion |e_x|^2 + |e_y|^2 - 2 e_x.e_y (one matmul per chunk of rows:
+    O(V^2 D) flops, not O(V^2 D) memory traffic); pairs whose expanded distance lies within
+    1e-9 (|e_x|^2 + |e_y|^2 + 1) of the threshold, where the expansion's rounding could flip the
+    decision, are recomputed by gsd_core's own formula. Cached (two entries) by embeddings and d."""
+    emb = embeddings[:vocab].detach().to(torch.float64)
+    for cached, distance, table in _ADJACENCY_CACHE:
+        if distance == max_distance and table.shape[0] == vocab and cached.shape == emb.shape \
+                and cached.device == emb.device and (cached is embeddings or torch.equal(cached, emb)):
+            return table
+    norms = emb.square().sum(-1)
+    table = torch.empty(vocab, vocab, dtype=torch.bool, device=emb.device)
+    for start in range(0, vocab, chunk_rows):  # chunks of rows: O(chunk V) memory
+        rows = emb[start: start + chunk_rows]
+        scale = norms[start: start + chunk_rows, None] + norms[None, :]
+        expanded = scale - 2 * rows @ emb.T
+        table[start: start + chunk_rows] = expanded <= max_distance
+        near = ((expanded - max_distance).abs() <= 1e-9 * (scale + 1)).nonzero()
+        if near.numel():
+            x, y = near[:, 0] + start, near[:, 1]
+            exact = (emb[y] - emb[x]).square().sum(-1)  # gsd_core's formula: e_y - e_x
+            table[x, y] = exact <= max_distance
+    _ADJACENCY_CACHE.insert(0, (emb, max_distance, table))
+    del _ADJACENCY_CACHE[2:]
+    return table
+
+
+def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptance_scale: float = 1.0) -> Tensor:
+    """``gsd_core.output_distribution(p, q, rule)`` for ``DynamicClusters`` (token residual),
+    computing a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V].
+
+    Support K = max_i #{x : q_i(x) > 0} (one host sync); members [N, K, M], M = 2 floor(G/2) + 1;
+    O(N K M) after a one-off [V, V] filter table (``embedding_adjacency``)."""
+    n, vocab = p.shape
+    width = max(1, int((q > 0).sum(-1).max())) if n else 1
+    support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
+    ranking_rows = q if rule.rank_by == "q" else p
+    ranking = _SupportRanking(ranking_rows)
+    half = min(rule.group_size // 2, vocab - 1)
+    ranks = ranking.rank(ranking_rows, support).unsqueeze(-1) + _window_offsets(half, half, p.device)  # [N, K, M]
+    clipped = ranks.clamp(0, vocab - 1)
+    index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
+    keep = clipped == ranks
+    if rule.max_prob_gap is not None:
+        keep = replace(rule, max_embedding_distance=None, embeddings=None)._filter(p, support, index, keep)
+    if rule.max_embedding_distance is not None:
+        if rule.embeddings.shape[0] < vocab:
+            raise ValueError(f"embeddings has {rule.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
+        table = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
+        keep = keep & table[support.unsqueeze(-1), index]
+    p_mass = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+    q_mass = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+    accept = torch.zeros_like(q).scatter_(-1, support, _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale)))
+    beta = (q * accept).sum(-1, keepdim=True)
+    return q * accept + (1 - beta) * _residual(p, q, None)
+
+
 def one_step_output_laws(
     p: Tensor,
     q: Tensor,
@@ -80,6 +160,8 @@ def one_step_output_laws(
     _check_method(clusters, residual, acceptance_scale, lantern)
     if lantern is not None:
         return lantern_output_distribution(p, q, lantern)
+    if isinstance(clusters, DynamicClusters) and residual == "token":
+        return dynamic_output_laws(p, q, clusters, acceptance_scale=acceptance_scale)
     return output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
 
 

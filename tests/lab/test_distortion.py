@@ -190,3 +190,20 @@ def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
         table = embedding_adjacency(emb, threshold, 4)
         direct = (emb[None, :, :] - emb[:, None, :]).square().sum(-1) <= threshold
         assert torch.equal(table, direct)
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+@pytest.mark.parametrize("k, delta, max_distance", [(1, 0.3, None), (5, 0.0, None), (6, 0.15, None),
+                                                    (12, 0.4, None), (12, 1.0, None), (8, 0.3, 1.5)])
+def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_distance):
+    """proofs/08's identity, walked in blocks with early exits, equals TV(law, p) of the law."""
+    from gsd_lab.distortion import lantern_distortion
+
+    for seed, one_hot_q in ((4, False), (5, True)):
+        p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)
+        rule = Lantern(latent_neighbourhoods(emb, k, max_distance), delta)
+        law = lantern_output_distribution(p, q, rule)
+        expected = 0.5 * (law - p).abs().sum(-1)
+        got = lantern_distortion(p, q, rule, block=block)
+        assert got.shape == (10,) and torch.allclose(got, expected, rtol=0, atol=1e-14)
+        assert torch.allclose(exact_distortion(p, q, lantern=rule), expected, rtol=0, atol=1e-14)

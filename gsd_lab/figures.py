@@ -198,7 +198,9 @@ def run_figures(
     save(plots.distortion_vs_nfe(distortion_points), "distortion_vs_nfe",
          {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}}, distortion_points)
     if metrics:
-        save(plots.pareto(pareto, metrics), "fig10_nfe_vs_quality",
+        noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
+        references = {"real crops": real, "AR, other seeds": noise_row}
+        save(plots.pareto(pareto, metrics, references), "fig10_nfe_vs_quality",
              {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
              pareto)
     if model.decode is not None:

@@ -127,9 +127,12 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
     return fig
 
 
-def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]]) -> Figure:
+def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]],
+           references: dict[str, dict[str, Any]] | None = None) -> Figure:
     """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
-    error bars: +- one standard error over images where the row has ``{metric}_sem``."""
+    error bars: +- one standard error over images where the row has ``{metric}_sem``.
+    ``references``: named rows without an NFE (real images, AR on other seeds) drawn as
+    horizontal lines where they have the metric."""
     fig, axes = _figure(len(metrics))
     markers = {"AR": "s", "SJD": "D"}
     for ax, (key, label) in zip(axes[0], metrics):
@@ -148,6 +151,9 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                 for r, xi, yi in zip(rows, x, y):
                     ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))
+        for j, (name, row) in enumerate((references or {}).items()):
+            if row is not None and row.get(key) is not None:
+                ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
         ax.set_xlabel("NFE (forward passes per image)")
         ax.set_ylabel(label)
         ax.legend(fontsize=8)

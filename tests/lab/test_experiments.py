@@ -329,3 +329,14 @@ def test_distortion_and_interval_plots():
              "condition_score_diff_ar_high": 0.5}]
     fig = plots.bars(rows, [("condition_score_diff_ar", "difference")])
     assert len(fig.axes) == 1
+
+
+def test_pareto_draws_reference_lines():
+    from gsd_lab.experiments import plots
+
+    points = {"GSD": [{"method": "GSD (G=3)", "nfe": 40.0, "condition_score": 90.0},
+                      {"method": "GSD (G=10)", "nfe": 30.0, "condition_score": 85.0}]}
+    fig = plots.pareto(points, [("condition_score", "score")], {"real crops": {"condition_score": 92.0},
+                                                               "AR, other seeds": None})
+    lines = [line for line in fig.axes[0].get_lines() if list(line.get_ydata()) == [92.0, 92.0]]
+    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -119,12 +119,15 @@ def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, 
     return table
 
 
-def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptance_scale: float = 1.0) -> Tensor:
+def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptance_scale: float = 1.0,
+                        max_table: int | None = None, chunk_elements: int = 1 << 24) -> Tensor:
     """``gsd_core.output_distribution(p, q, rule)`` for ``DynamicClusters`` (token residual),
     computing a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V].
 
     Support K = max_i #{x : q_i(x) > 0} (one host sync); members [N, K, M], M = 2 floor(G/2) + 1;
-    O(N K M) after a one-off [V, V] filter table (``embedding_adjacency``)."""
+    O(N K M) after a one-off [V, V] filter table (``embedding_adjacency``) when V^2 <= ``max_table``
+    (default: 2^27 bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else the filter's embedding differences on
+    the support, at most ``chunk_elements`` at a time (O(N K M D) time)."""
     n, vocab = p.shape
     width = max(1, int((q > 0).sum(-1).max())) if n else 1
     support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
@@ -140,9 +143,17 @@ def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptan
     if rule.max_embedding_distance is not None:
         if rule.embeddings.shape[0] < vocab:
             raise ValueError(f"embeddings has {rule.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
-        table = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
-        # A flat take: advanced indexing table[x, y] was 4x slower (a quarter of all accounting time).
-        keep = keep & table.view(-1).take(support.unsqueeze(-1) * vocab + index)
+        if max_table is None:  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
+            max_table = (1 << 33) if p.device.type == "cuda" else (1 << 27)
+        if vocab * vocab <= max_table:
+            table = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
+            # A flat take: advanced indexing table[x, y] was 4x slower (a quarter of all accounting time).
+            keep = keep & table.view(-1).take(support.unsqueeze(-1) * vocab + index)
+        else:  # a large vocabulary (Lumina-mGPT: 65,536): gsd_core's filter on the support, in chunks
+            distance_only = replace(rule, max_prob_gap=None)
+            step = max(1, chunk_elements // max(1, n * index.shape[-1] * rule.embeddings.shape[-1]))
+            keep = torch.cat([distance_only._filter(p, support[:, i: i + step], index[:, i: i + step],
+                                                    keep[:, i: i + step]) for i in range(0, width, step)], 1)
     p_mass = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
     q_mass = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
     accept = torch.zeros_like(q).scatter_(-1, support, _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale)))

@@ -41,7 +41,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, sample_categorical, verify
+from gsd_core import DynamicClusters, Lantern, sample_categorical, verify, verify_lantern
+
+from .distortion import DistortionLog
 
 from .models.adapter import CausalLMAdapter
 
@@ -61,7 +63,10 @@ class DecodeResult:
     model_seconds: inside the model's forward
     (``CausalLMAdapter.compute_logits``); everything else (logits processing, verification,
     bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
-    emitted from (its target distribution), when ``record_top1``.
+    emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]
+    float64 exact TV(one-step output law, p) of each emitted token (0 for SJD, AR steps and bonus
+    tokens; ``gsd_lab.distortion``), when ``record_distortion``; accounting_seconds: the time
+    that took, excluded from wall_seconds (a measurement, not part of the method).
     """
 
     tokens: Tensor
@@ -74,6 +79,8 @@ class DecodeResult:
     method: str
     window: int
     top1: Tensor | None = None
+    distortion: Tensor | None = None
+    accounting_seconds: float = 0.0
 
     @property
     def overhead_seconds(self) -> float:
@@ -126,6 +133,24 @@ def _check_args(
         raise ValueError(f"acceptance_scale must be > 0, got {acceptance_scale!r}")
 
 
+def _check_lantern(adapter, method, residual, acceptance_scale, lantern) -> None:
+    if lantern is None:
+        return
+    if not isinstance(lantern, Lantern):
+        raise ValueError(f"lantern must be a gsd_core.Lantern or None, got {type(lantern).__name__}")
+    if method != "sjd" or residual != "token" or acceptance_scale != 1.0:
+        raise ValueError(
+            "lantern replaces SJD's acceptance test: use method 'sjd' with residual 'token' and "
+            f"acceptance_scale 1 (got method {method!r}, residual {residual!r}, "
+            f"acceptance_scale {acceptance_scale!r})"
+        )
+    if lantern.neighbourhoods.vocab_size != adapter.vocab_size:
+        raise ValueError(
+            f"lantern's neighbourhoods cover {lantern.neighbourhoods.vocab_size} tokens but the "
+            f"model's vocabulary has {adapter.vocab_size}"
+        )
+
+
 def _repeat_row_drafts(
     history: Tensor,
     start: int,
@@ -168,6 +193,8 @@ def generate(
     record_top1: bool = False,
     progress: bool = False,
     uncond_prompt_ids: Tensor | None = None,
+    record_distortion: bool = False,
+    lantern: Lantern | None = None,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
 
@@ -176,9 +203,14 @@ def generate(
     CFG. method: "ar", "sjd" or "gsd" (gsd needs ``clusters``: a gsd_core rule or partition
     labels [V]; ``residual`` "token" or "cluster" as in gsd_core.verify). window: drafts L per
     forward (ignored by AR). acceptance_scale k > 1: the lossy "Amplify" relaxation
-    min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). Batch size 1.
+    min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). lantern: LANTERN's relaxed acceptance
+    (``gsd_core.verify_lantern``) instead of SJD's test; method "sjd" only, residual "token",
+    acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
+    drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
+    Batch size 1.
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
+    _check_lantern(adapter, method, residual, acceptance_scale, lantern)
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
@@ -199,6 +231,10 @@ def generate(
     top1 = None
     if record_top1:
         top1 = torch.empty(num_tokens + max_window + 1, dtype=torch.float64, device=device)
+    log = None
+    if record_distortion:
+        log = DistortionLog(num_tokens + max_window + 1, device, clusters, residual,
+                            acceptance_scale=acceptance_scale, lantern=lantern)
     drafts = torch.empty(0, dtype=torch.long, device=device)
     q = torch.empty(0, vocab, dtype=torch.float64, device=device)
     accepted_log: list[int] = []
@@ -242,9 +278,12 @@ def generate(
             status = p_total.view(1)
         else:
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(p, q, drafts, clusters, residual, generator, validate=False,
-                            acceptance_scale=acceptance_scale,
-                            support=None if support is None else support[:L])
+            if lantern is not None:
+                result = verify_lantern(p, q, drafts, lantern, generator, validate=False)
+            else:
+                result = verify(p, q, drafts, clusters, residual, generator, validate=False,
+                                acceptance_scale=acceptance_scale,
+                                support=None if support is None else support[:L])
             p_total = p.sum()
             status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
         values = status.tolist()
@@ -259,6 +298,8 @@ def generate(
             out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         if record_top1:
             top1[done: done + accepted + 1] = p[: accepted + 1].amax(-1)
+        if log is not None:
+            log.add(done, p, q, accepted)
         accepted_log.append(accepted)
         drafted_log.append(L)
         done += accepted + 1
@@ -285,9 +326,11 @@ def generate(
         accepted=accepted_log,
         drafted=drafted_log,
         acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
-        wall_seconds=time.perf_counter() - wall_start,
+        wall_seconds=time.perf_counter() - wall_start - (log.seconds if log is not None else 0.0),
         model_seconds=adapter.model_seconds - model_seconds_before,
         method=method,
         window=max_window,
         top1=top1[:num_tokens].cpu() if record_top1 else None,
+        distortion=log.result(num_tokens) if log is not None else None,
+        accounting_seconds=log.seconds if log is not None else 0.0,
     )

@@ -19,18 +19,26 @@ float32 softmax (~1e-8 a row) is not counted as distortion. The methods are name
 - Amplify k: acceptance_scale=k (with or without clusters);
 - LANTERN: lantern=gsd_core.Lantern(...) (then clusters=None, residual "token", scale 1).
 
-Memory: O(V G) per row (dynamic clusters are windowed in chunks of tokens, rank bins are
-O(V log V), LANTERN O(V k)); rows go through in chunks of at most ``max_elements`` // V rows,
+Cost: dynamic clusters O(K G) per row, K the support of q (``dynamic_output_laws``: one
+token for fresh one-hot drafts, the top-k for Jacobi re-drafts), after a one-off [V, V] bool
+table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go through in chunks of at most ``max_elements`` // V rows,
 so a long list of positions never holds more than that many probabilities at once.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import torch
 from torch import Tensor
 
-from gsd_core import Lantern, lantern_output_distribution, output_distribution
-from gsd_core._validation import check_pair  # the core's one-sync row checks, shared on purpose
+from gsd_core import DynamicClusters, Lantern, lantern_output_distribution, output_distribution
+from gsd_core._validation import check_acceptance_scale, check_pair  # the core's checks, shared on purpose
+# The dynamic rule's own window machinery and ratio/residual, reused so that the support-only law
+# below runs gsd_core's ops (a public ``tokens=`` argument of all_token_masses would replace these).
+from gsd_core.grouping import _SupportRanking, _window_offsets
+from gsd_core.verification import _ratio, _residual
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -62,6 +70,135 @@ def _check_method(clusters: object, residual: str, acceptance_scale: float, lant
         )
 
 
+# --- The dynamic rule's law on the support of q (what makes accounting affordable at V = 8192) ---
+#
+# gsd_core.output_distribution computes a(x) = min(1, s p(C(x)) / q(C(x))) for all V tokens, and
+# the embedding filter gathers [V, M, D] embedding differences per row (about 1 s a row at
+# V = 8203, G = 50, D = 256: 435 s of accounting for one stand-in image). The law needs a(x)
+# only where q(x) > 0 (out = q a + (1 - beta) r): one token for Jacobi's fresh one-hot drafts,
+# the top-k for re-drafted rows. And the filter ||e_y - e_x||^2 <= d depends on the pair alone,
+# so it is read from a [V, V] bool table built once per (embeddings, d). The same ops as
+# gsd_core's (the rank windows of ``DynamicClusters.all_token_masses``, its probability-gap
+# filter, the same sums), so the result is gsd_core's law; tests/lab/test_distortion.py checks it.
+
+# (embeddings as passed, their float64 copy, d, table); at most 2 entries (~67 MB each at V = 8192)
+_ADJACENCY_CACHE: list[tuple[Tensor, Tensor, float, Tensor]] = []
+
+
+def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, chunk_rows: int = 512) -> Tensor:
+    """bool [V, V]: ||e_y - e_x||^2 <= max_distance for the first V rows of ``embeddings``, the
+    decision of ``DynamicClusters``' filter (float64 differences, squared, summed over D).
+
+    Screened with the expansion |e_x|^2 + |e_y|^2 - 2 e_x.e_y (one matmul per chunk of rows:
+    O(V^2 D) flops, not O(V^2 D) memory traffic); pairs whose expanded distance lies within
+    1e-9 (|e_x|^2 + |e_y|^2 + 1) of the threshold, where the expansion's rounding could flip the
+    decision, are recomputed by gsd_core's own formula. Cached (two entries) by embeddings and d."""
+    for source, cached, distance, table in _ADJACENCY_CACHE:
+        if source is embeddings and distance == max_distance and table.shape[0] == vocab:
+            return table  # the same tensor object: no comparison needed
+    emb = embeddings[:vocab].detach().to(torch.float64)
+    for index, (source, cached, distance, table) in enumerate(_ADJACENCY_CACHE):
+        if distance == max_distance and table.shape[0] == vocab and cached.shape == emb.shape \
+                and cached.device == emb.device and torch.equal(cached, emb):
+            _ADJACENCY_CACHE[index] = (embeddings, cached, distance, table)  # next time by identity
+            return table
+    norms = emb.square().sum(-1)
+    table = torch.empty(vocab, vocab, dtype=torch.bool, device=emb.device)
+    for start in range(0, vocab, chunk_rows):  # chunks of rows: O(chunk V) memory
+        rows = emb[start: start + chunk_rows]
+        scale = norms[start: start + chunk_rows, None] + norms[None, :]
+        expanded = scale - 2 * rows @ emb.T
+        table[start: start + chunk_rows] = expanded <= max_distance
+        near = ((expanded - max_distance).abs() <= 1e-9 * (scale + 1)).nonzero()
+        if near.numel():
+            x, y = near[:, 0] + start, near[:, 1]
+            exact = (emb[y] - emb[x]).square().sum(-1)  # gsd_core's formula: e_y - e_x
+            table[x, y] = exact <= max_distance
+    _ADJACENCY_CACHE.insert(0, (embeddings, emb, max_distance, table))
+    del _ADJACENCY_CACHE[2:]
+    return table
+
+
+def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptance_scale: float = 1.0,
+                        max_table: int | None = None, chunk_elements: int = 1 << 24) -> Tensor:
+    """``gsd_core.output_distribution(p, q, rule)`` for ``DynamicClusters`` (token residual),
+    computing a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V].
+
+    Support K = max_i #{x : q_i(x) > 0} (one host sync); members [N, K, M], M = 2 floor(G/2) + 1;
+    O(N K M) after a one-off [V, V] filter table (``embedding_adjacency``) when V^2 <= ``max_table``
+    (default: 2^27 bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else the filter's embedding differences on
+    the support, at most ``chunk_elements`` at a time (O(N K M D) time)."""
+    n, vocab = p.shape
+    width = max(1, int((q > 0).sum(-1).max())) if n else 1
+    support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
+    ranking_rows = q if rule.rank_by == "q" else p
+    ranking = _SupportRanking(ranking_rows)
+    half = min(rule.group_size // 2, vocab - 1)
+    ranks = ranking.rank(ranking_rows, support).unsqueeze(-1) + _window_offsets(half, half, p.device)  # [N, K, M]
+    clipped = ranks.clamp(0, vocab - 1)
+    index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
+    keep = clipped == ranks
+    if rule.max_prob_gap is not None:
+        keep = replace(rule, max_embedding_distance=None, embeddings=None)._filter(p, support, index, keep)
+    if rule.max_embedding_distance is not None:
+        if rule.embeddings.shape[0] < vocab:
+            raise ValueError(f"embeddings has {rule.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
+        if max_table is None:  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
+            max_table = (1 << 33) if p.device.type == "cuda" else (1 << 27)
+        if vocab * vocab <= max_table:
+            table = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
+            # A flat take: advanced indexing table[x, y] was 4x slower (a quarter of all accounting time).
+            keep = keep & table.view(-1).take(support.unsqueeze(-1) * vocab + index)
+        else:  # a large vocabulary (Lumina-mGPT: 65,536): gsd_core's filter on the support, in chunks
+            distance_only = replace(rule, max_prob_gap=None)
+            step = max(1, chunk_elements // max(1, n * index.shape[-1] * rule.embeddings.shape[-1]))
+            keep = torch.cat([distance_only._filter(p, support[:, i: i + step], index[:, i: i + step],
+                                                    keep[:, i: i + step]) for i in range(0, width, step)], 1)
+    p_mass = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+    q_mass = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+    accept = torch.zeros_like(q).scatter_(-1, support, _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale)))
+    beta = (q * accept).sum(-1, keepdim=True)
+    return q * accept + (1 - beta) * _residual(p, q, None)
+
+
+def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) -> Tensor:
+    """TV(LANTERN's one-step law, p) for rows p, q [N, V] float64 -> [N], by proofs/08's identity
+
+        TV(out, p) = sum_x min((q(x) - p(x))+, m(x)),
+
+    m(x) the neighbour mass LANTERN credits (``gsd_core.lantern``). Only tokens with q(x) > p(x)
+    count, and each term is settled as soon as the walk through B_k(x) has credited
+    m >= q(x) - p(x) or passed the budget delta; so the neighbourhoods (k = 1001 in the figures)
+    are walked in blocks of ``block`` neighbours, settled entries dropped after each block,
+    instead of gathering all k per token (20 s of accounting per stand-in image otherwise). The
+    running sums are continued with the same left-to-right additions as one cumsum over the
+    whole neighbourhood (the block's cumsum starts from the previous total), so the budget test
+    S_j <= delta sees gsd_core's S_j."""
+    index, valid = rule.tables(p.shape[-1], p.device)
+    gap = q - p
+    row, token = (gap > 0).nonzero(as_tuple=True)  # the entries that can carry distortion
+    need = gap[row, token]  # (q - p)+ > 0
+    credit = torch.zeros_like(need)  # m so far
+    total = torch.zeros_like(need)  # S_j so far
+    out = torch.zeros(p.shape[0], dtype=p.dtype, device=p.device)
+    entry = torch.arange(need.numel(), device=p.device)
+    settled_value = torch.zeros_like(need)
+    for start in range(1, index.shape[1], block):
+        if entry.numel() == 0:
+            break
+        members = index[token, start: start + block]  # [E, B]
+        masses = torch.where(valid[token, start: start + block], p[row.unsqueeze(-1), members], 0.0)
+        sums = torch.cat([total.unsqueeze(-1), masses], -1).cumsum(-1)[:, 1:]  # S_j, one sequential scan
+        credit = torch.maximum(credit, torch.where(sums <= rule.delta, sums, 0.0).amax(-1))
+        total = sums[:, -1]
+        open_ = (credit < need[entry]) & (total <= rule.delta)
+        settled_value[entry[~open_]] = credit[~open_]
+        entry, row, token, credit, total = entry[open_], row[open_], token[open_], credit[open_], total[open_]
+    settled_value[entry] = credit  # walks that reached the end of B_k(x) still open
+    all_rows = (gap > 0).nonzero(as_tuple=True)[0]
+    return out.index_add_(0, all_rows, torch.minimum(gap[gap > 0], settled_value))
+
+
 def one_step_output_laws(
     p: Tensor,
     q: Tensor,
@@ -78,6 +215,8 @@ def one_step_output_laws(
     _check_method(clusters, residual, acceptance_scale, lantern)
     if lantern is not None:
         return lantern_output_distribution(p, q, lantern)
+    if isinstance(clusters, DynamicClusters) and residual == "token":
+        return dynamic_output_laws(p, q, clusters, acceptance_scale=acceptance_scale)
     return output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
 
 
@@ -104,6 +243,9 @@ def exact_distortion(
     parts = []
     for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
         p_part, q_part = p[start: start + rows], q[start: start + rows]
+        if lantern is not None:
+            parts.append(lantern_distortion(p_part, q_part, lantern))
+            continue
         out = one_step_output_laws(p_part, q_part, clusters, residual,
                                    acceptance_scale=acceptance_scale, lantern=lantern)
         parts.append(0.5 * (out - p_part).abs().sum(-1))
@@ -139,3 +281,35 @@ def emitted_distortion(
     if num_accepted == window and p.shape[0] == window + 1:
         tv = torch.cat([tv, tv.new_zeros(1)])
     return tv
+
+
+class DistortionLog:
+    """Per-token exact distortion of one decoding call (``gsd_lab.decoding.generate`` with
+    ``record_distortion=True``): D_t = TV(out_t, p_t) for every emitted token t, in float64.
+
+    ``add`` takes one forward pass's rows (p [L + 1, V], q [L, V], the accepted count a) and
+    writes the a + 1 committed tokens' distortions (``emitted_distortion``; an AR step, L = 0,
+    writes 0: a draw from p itself). It draws no random numbers, so decoding with and without
+    the log emits the same tokens. ``seconds`` is the wall time spent here (host syncs
+    included), kept apart from the method's decoding time: accounting is a measurement, not
+    part of the method (O(V G) per verified row for dynamic clusters, O(V log V) for rank bins)."""
+
+    def __init__(self, capacity: int, device: torch.device, clusters: object = None, residual: str = "token",
+                 *, acceptance_scale: float = 1.0, lantern: Lantern | None = None) -> None:
+        _check_method(clusters, residual, acceptance_scale, lantern)
+        self.values = torch.zeros(capacity, dtype=torch.float64, device=device)
+        self.method = {"clusters": clusters, "residual": residual, "acceptance_scale": acceptance_scale,
+                       "lantern": lantern}
+        self.seconds = 0.0
+
+    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> None:
+        """Write the distortions of tokens start .. start + num_accepted (one forward pass)."""
+        began = time.perf_counter()
+        if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
+            tv = emitted_distortion(p, q, num_accepted, **self.method)
+            self.values[start: start + tv.numel()] = tv
+        self.seconds += time.perf_counter() - began
+
+    def result(self, num_tokens: int) -> Tensor:
+        """[num_tokens] float64 on the CPU."""
+        return self.values[:num_tokens].cpu()

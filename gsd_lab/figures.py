@@ -20,7 +20,7 @@ from gsd_core import tv_distance
 from .experiments import plots, tables, toy
 from .experiments.image_model import ImageModel, guidance_scale, load_image_model
 from .experiments.replacement import replacement_study
-from .experiments.runs import FilterSettings, MethodSpec, RunCache, run_method
+from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline, run_method
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
@@ -37,6 +37,10 @@ class FigureSizes:
     table2_group: int = 50
     pareto_groups: tuple[int, ...] = (3, 10, 25, 50, 100)
     pareto_amplify: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)
+    table1_lantern: tuple[float, ...] = (0.1, 0.4)
+    pareto_lantern: tuple[float, ...] = (0.1, 0.2, 0.4)
+    distortion_rank_groups: tuple[int, ...] = (10, 50)
+    seed_noise: bool = True  # AR on a second seed set: the AR-against-AR noise row
     window: int = 16
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
@@ -49,21 +53,28 @@ class FigureSizes:
     @classmethod
     def quick(cls) -> "FigureSizes":
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
-                   pareto_groups=(3, 25), pareto_amplify=(2.0,), toy_pairs=8)
+                   pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
+                   distortion_rank_groups=(25,), toy_pairs=8)
 
     @classmethod
     def paper(cls) -> "FigureSizes":
-        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts)."""
-        return cls(seeds=(0,))
+        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts). No LANTERN
+        (its neighbourhood table over the full 65,536-token vocabulary costs O(V^2 D)) and no second
+        AR seed set (another AR pass over every prompt)."""
+        return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False)
 
 
-def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]]]:
-    t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify)
+def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]],
+                                        dict[str, list[MethodSpec]]]:
+    t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify, sizes.table1_lantern, sizes.seed_noise)
     t2 = tables.table2_specs(sizes.table2_group)
-    pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify)
+    pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern)
+    distortion = tables.distortion_specs(sizes.pareto_groups, sizes.distortion_rank_groups, sizes.pareto_amplify,
+                                         sizes.pareto_lantern)
     t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
     pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
-    return t1, t2, pareto
+    distortion = {k: [replace(s, window=sizes.window) for s in v] for k, v in distortion.items()}
+    return t1, t2, pareto, distortion
 
 
 def run_figures(
@@ -99,8 +110,9 @@ def run_figures(
     prompts = list(prompts or model.default_prompts)
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
-    t1_specs, t2_specs, pareto_curves = _specs(sizes)
-    unique = {s.key for s in t1_specs + t2_specs + [s for v in pareto_curves.values() for s in v]}
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
+    unique = {s.key for s in t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves)
+                                                     for v in c.values() for s in v]}
     images_per_method = len(prompts) * len(sizes.seeds)
     extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
     bar = tqdm(total=len(unique) * images_per_method + extra, unit="img", desc="figures",
@@ -155,6 +167,8 @@ def run_figures(
     table1 = tables.speed_quality_table(cache, t1_specs)
     table2 = cache.table(t2_specs, tables.AR)
     pareto = tables.pareto_points(cache, pareto_curves)
+    distortion_points = tables.pareto_points(cache, distortion_curves)
+    real = real_image_baseline(model, images_per_method)
     ar_records = cache.records(tables.AR)
     stats = top1_stats(ar_records)
     stats_no_cfg = None
@@ -173,12 +187,20 @@ def run_figures(
     quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
-    save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + metrics),
-         "table1_speed_quality", {"specs": [asdict(s) for s in t1_specs]}, {"rows": table1})
-    save(plots.bars(table2, [("nfe", "NFE per image")] + metrics), "table2_clustering_ablation",
-         {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
+    distortion_panel = [("distortion", "exact distortion\nmean TV(output law, p)")]
+    diff_panel = ([("condition_score_diff_ar", "condition score - AR\n(95% paired bootstrap)")]
+                  if any(r.get("condition_score_diff_ar") is not None for r in table1) else [])
+    save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + distortion_panel
+                    + metrics + diff_panel),
+         "table1_speed_quality", {"specs": [asdict(s) for s in t1_specs]}, {"rows": table1, "real_images": real})
+    save(plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
+         "table2_clustering_ablation", {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
+    save(plots.distortion_vs_nfe(distortion_points), "distortion_vs_nfe",
+         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}}, distortion_points)
     if metrics:
-        save(plots.pareto(pareto, metrics), "fig10_nfe_vs_quality",
+        noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
+        references = {"real crops": real, "AR, other seeds": noise_row}
+        save(plots.pareto(pareto, metrics, references), "fig10_nfe_vs_quality",
              {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
              pareto)
     if model.decode is not None:
@@ -194,8 +216,17 @@ def run_figures(
     seconds = time.perf_counter() - started
     record = provenance(model=model.name, seeds=seeds, config=base_config, git=git)
     columns = ["method", "images", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested", "acceptance_rate",
-               "wall_seconds", "speedup_wall"]
+               "wall_seconds", "speedup_wall", "distortion", "distortion_sem"]
     columns += [c for m in metrics for c in ((m[0], "condition_score_sem") if m[0] == "condition_score" else (m[0],))]
+    if diff_panel:
+        columns += ["condition_score_diff_ar", "condition_score_diff_ar_low", "condition_score_diff_ar_high"]
+    accounting = cache.accounting_seconds()
+    real_text = ("" if real is None else
+                 "\n\nReal images (the proxies' reference points): `condition_score` of the fixed held-out real "
+                 "crops (never seen by the classifier), `frechet_distance` of "
+                 f"{real['frechet_images']} real training-split crops (the size of one method's set) to the held-out "
+                 "reference.\n\n" + markdown_table([real], ["method", "images", "condition_score",
+                                                          "condition_score_sem", "frechet_distance", "frechet_images"]))
     sections = [
         ("Table 1 analogue: speed and quality",
          "Same prompts and generator seeds for every method. NFE = forward passes per image (a CFG pair "
@@ -205,9 +236,16 @@ def run_figures(
          "positions, counting untested positions after a rejection (a throughput measure). CPU wall time "
          "(`wall_seconds`, `speedup_wall`) is noise-dominated on a shared CPU: quote NFE. "
          "Amplify (k) is our definition of the naive "
-         "lossy relaxation: SJD accepting with min(1, k p/q). Quality proxies: "
+         "lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k (delta): the peer rule (Jang et al. "
+         "2025; gsd_core.lantern), neighbourhoods of k tokens in the input embeddings, budget delta. "
+         "`distortion`: the exact distortion, per image the mean over its tokens of TV(one-step output law, p) "
+         "(gsd_lab.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
+         "error; noise-free given the tokens. `condition_score_diff_ar`: mean per-image difference to AR "
+         "(same prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
+         f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is sampling noise "
+         "alone: a method's difference inside that range cannot be told from noise. Quality proxies: "
          + (", ".join(f"`{m[0]}` = {' '.join(m[1].split())}" for m in metrics) or "none for this model") + ".\n\n"
-         + markdown_table(table1, columns)),
+         + markdown_table(table1, columns) + real_text),
         ("Table 2 analogue: clustering ablation",
          f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
          f"|p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding distance <= "
@@ -215,6 +253,15 @@ def run_figures(
          + markdown_table(table2, columns)),
         ("Fig. 10 analogue: NFE against quality",
          "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, columns) for name, rows in pareto.items())),
+        ("Exact distortion against NFE",
+         "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
+         "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
+         "cluster-exact residual. Accounting is a measurement outside decoding (its time is not in "
+         f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the "
+         "slowest image.\n\n"
+         + "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, ["method", "images", "nfe", "speedup_nfe",
+                                                                  "distortion", "distortion_sem"])
+                        for name, rows in distortion_points.items())),
         ("Top-1 probability of the target distribution (AR tokens)",
          "Share of generated tokens whose target distribution has top-1 probability below the threshold "
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
@@ -238,7 +285,8 @@ def run_figures(
     sections.append(("Run", f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
                             f"{len(unique)} configurations; device `{model.adapter.device}`."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
-    all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "top1": stats.summary(),
+    all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
+                  "real_images": real, "accounting_seconds": sum(accounting), "top1": stats.summary(),
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}

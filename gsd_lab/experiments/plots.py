@@ -127,9 +127,12 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
     return fig
 
 
-def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]]) -> Figure:
+def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]],
+           references: dict[str, dict[str, Any]] | None = None) -> Figure:
     """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
-    error bars: +- one standard error over images where the row has ``{metric}_sem``."""
+    error bars: +- one standard error over images where the row has ``{metric}_sem``.
+    ``references``: named rows without an NFE (real images, AR on other seeds) drawn as
+    horizontal lines where they have the metric."""
     fig, axes = _figure(len(metrics))
     markers = {"AR": "s", "SJD": "D"}
     for ax, (key, label) in zip(axes[0], metrics):
@@ -148,6 +151,9 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                 for r, xi, yi in zip(rows, x, y):
                     ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))
+        for j, (name, row) in enumerate((references or {}).items()):
+            if row is not None and row.get(key) is not None:
+                ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
         ax.set_xlabel("NFE (forward passes per image)")
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
@@ -155,17 +161,26 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
 
 
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
-    """Horizontal bars per table row, one panel per metric; error bars +- one standard error over
-    images where the row has ``{metric}_sem`` (set-level metrics such as the Frechet distance have
+    """Horizontal bars per table row, one panel per metric; error bars: the interval
+    [``{metric}_low``, ``{metric}_high``] where rows have one (a 95% bootstrap interval), else
+    +- one standard error over images where the row has ``{metric}_sem`` (set-level metrics such as the Frechet distance have
     none: the panel says so)."""
     fig, axes = _figure(len(metrics), size=(3.6, 0.35 * len(rows) + 1.2))
     labels = [r["method"] for r in rows]
     for i, (ax, (key, label)) in enumerate(zip(axes[0], metrics)):
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
-        errors = [r.get(f"{key}_sem") or 0.0 for r in rows]
-        has_errors = any(r.get(f"{key}_sem") for r in rows)
+        if any(r.get(f"{key}_low") is not None for r in rows):
+            # An interval [low, high] (e.g. a paired bootstrap against AR): asymmetric error bars.
+            errors = np.array([[v - r[f"{key}_low"], r[f"{key}_high"] - v] if r.get(f"{key}_low") is not None
+                               else [0.0, 0.0] for r, v in zip(rows, values)]).T
+            has_errors = True
+        else:
+            errors = [r.get(f"{key}_sem") or 0.0 for r in rows]
+            has_errors = any(r.get(f"{key}_sem") for r in rows)
         ax.barh(range(len(rows)), values, xerr=errors if has_errors else None, capsize=2,
                 color=[f"C{j % 10}" for j in range(len(rows))])
+        if key.endswith("_diff_ar"):
+            ax.axvline(0.0, color="k", lw=0.8)
         if not has_errors and key != "speedup_nfe" and key != "nfe":
             label += "\n(one set-level value: no error bar)"
         ax.set_yticks(range(len(rows)), labels if i == 0 else [""] * len(rows), fontsize=8)
@@ -186,6 +201,13 @@ def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: 
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return fig
+
+
+def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]]) -> Figure:
+    """The exact distortion (mean over images of the per-token TV(one-step output law, p)) against
+    NFE, one line per rule and its sweep (GSD over G, rank bins, Amplify over k, LANTERN over
+    delta); AR and SJD are lossless points at 0. Error bars: +- one standard error over images."""
+    return pareto(points, [("distortion", "exact distortion: mean TV(output law, p) per token")])
 
 
 def show(fig: Figure, dpi: int = 100) -> None:

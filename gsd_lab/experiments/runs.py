@@ -6,7 +6,18 @@ definition is ours, the paper's was not found). ``run_method`` generates one ima
 (prompt, seed) with ``gsd_lab.decoding.generate`` and the same generator seed for every method;
 ``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
 and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
-quality proxies.
+the exact distortion, quality proxies.
+
+Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
+p) (``gsd_lab.distortion``; 0 for AR and SJD), then the mean over images with its standard error
+(``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed. The time
+the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).
+
+Error bars against AR (``RunCache.table``): for a per-image proxy (the condition score) the
+difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with a 95% paired
+bootstrap interval over images (``{metric}_diff_ar_low`` / ``_high``; ``metrics.paired_bootstrap``).
+The AR-against-AR seed noise is the same difference for AR decoded with another seed set
+(``MethodSpec.seed_offset``), and ``real_image_baseline`` scores real held-out crops.
 
 Two acceptance measures (per image, then averaged over images):
 - ``acceptance_rate`` = accepted / drafted: drafts accepted over all draft positions of all
@@ -26,10 +37,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, RankBinnedClusters
+from gsd_core import DynamicClusters, Lantern, LatentNeighbourhoods, RankBinnedClusters, latent_neighbourhoods
 
 from ..clustering import embedding_partition
 from ..decoding import DecodeResult, generate
+from ..metrics import paired_bootstrap
 from .image_model import ImageModel
 
 CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
@@ -44,7 +56,11 @@ class MethodSpec:
     tokens by p, with the distance and probability-gap filters), "dynamic-nofilter" (rank window
     by p, no filters), "dynamic-q" (rank window by the draft q, no filters), "rank-binned" (our
     partition), "static" (k-means on input embeddings, a fixed partition). residual: "token" or
-    "cluster" (partitions only). acceptance_scale k: min(1, k p(C)/q(C)), k = 1 exact."""
+    "cluster" (partitions only). acceptance_scale k: min(1, k p(C)/q(C)), k = 1 exact.
+    lantern_k > 0 (method "sjd" only): LANTERN's relaxed acceptance with neighbourhoods of
+    lantern_k tokens (the token itself included, ``gsd_core.lantern``) in the model's input
+    embeddings and budget lantern_delta in [0, 1]. seed_offset: added to every generation seed
+    (the same method on another seed set: AR against AR is the seed noise)."""
 
     label: str
     method: str
@@ -53,10 +69,22 @@ class MethodSpec:
     residual: str = "token"
     acceptance_scale: float = 1.0
     window: int = 16
+    lantern_k: int = 0
+    lantern_delta: float = 0.0
+    seed_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in ("ar", "sjd", "gsd"):
             raise ValueError(f"unknown method {self.method!r}")
+        if isinstance(self.lantern_k, bool) or not isinstance(self.lantern_k, int) or self.lantern_k < 0:
+            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}")
+        if self.lantern_k and (self.method != "sjd" or self.acceptance_scale != 1.0 or self.residual != "token"):
+            raise ValueError("LANTERN (lantern_k > 0) replaces SJD's test: method 'sjd', acceptance_scale 1, "
+                             "residual 'token'")
+        if not 0 <= self.lantern_delta <= 1 or (self.lantern_delta and not self.lantern_k):
+            raise ValueError(f"lantern_delta must lie in [0, 1] and needs lantern_k > 0, got {self.lantern_delta!r}")
+        if isinstance(self.seed_offset, bool) or not isinstance(self.seed_offset, int):
+            raise ValueError(f"seed_offset must be an int, got {self.seed_offset!r}")
         if (self.method == "gsd") != (self.clusters is not None):
             raise ValueError("clusters must be given exactly for method 'gsd'")
         if self.clusters is not None and self.clusters not in CLUSTER_KINDS:
@@ -65,7 +93,8 @@ class MethodSpec:
     @property
     def key(self) -> tuple:
         """Identity of the computation (the label is only a name)."""
-        return (self.method, self.clusters, self.group_size, self.residual, self.acceptance_scale, self.window)
+        return (self.method, self.clusters, self.group_size, self.residual, self.acceptance_scale, self.window,
+                self.lantern_k, self.lantern_delta, self.seed_offset)
 
 
 @dataclass(frozen=True)
@@ -126,6 +155,22 @@ def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings,
     return type(partition)(partition.labels.to(model.adapter.device))
 
 
+def build_lantern(spec: MethodSpec, model: ImageModel,
+                  neighbourhoods: dict[int, LatentNeighbourhoods] | None = None) -> Lantern | None:
+    """The ``gsd_core.Lantern`` rule of ``spec`` (None without LANTERN): neighbourhoods of
+    ``spec.lantern_k`` tokens by Euclidean distance between the model's input-embedding rows
+    (the paper uses VQ codebook latents; the input embeddings are what every model here exposes,
+    and what GSD's distance filter uses). The table costs O(V^2 log V) (about 12 s at V = 8192):
+    pass a dict to reuse it across budgets delta (keyed by k)."""
+    if not spec.lantern_k:
+        return None
+    cache = {} if neighbourhoods is None else neighbourhoods
+    if spec.lantern_k not in cache:
+        embeddings = model.embeddings.detach().to(torch.float64)
+        cache[spec.lantern_k] = latent_neighbourhoods(embeddings, spec.lantern_k)
+    return Lantern(cache[spec.lantern_k], spec.lantern_delta)
+
+
 @dataclass
 class GenerationRecord:
     """One generated image: prompt, seed, decoding statistics, tokens and pixels."""
@@ -141,6 +186,8 @@ class GenerationRecord:
     tokens: Tensor
     image: np.ndarray | None
     top1: Tensor | None = None
+    distortion: float | None = None  # mean over the image's tokens of the exact TV(out, p)
+    accounting_seconds: float = 0.0
 
 
 def accepted_per_tested(result: DecodeResult) -> float | None:
@@ -155,7 +202,8 @@ def generator_seed(seed: int, prompt_index: int) -> int:
 
 
 def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *, clusters: object = None,
-                 record_top1: bool = False, progress: bool = False) -> tuple[DecodeResult, np.ndarray | None]:
+                 record_top1: bool = False, progress: bool = False, lantern: Lantern | None = None,
+                 record_distortion: bool = False) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels)."""
     prompt_ids, uncond_ids = model.encode(prompt)
@@ -163,7 +211,7 @@ def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *,
     result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=spec.method,
                       window=spec.window, clusters=clusters, residual=spec.residual, generator=generator,
                       acceptance_scale=spec.acceptance_scale, record_top1=record_top1, progress=progress,
-                      uncond_prompt_ids=uncond_ids)
+                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 
@@ -176,16 +224,23 @@ def run_method(
     clusters: object = None,
     record_top1: bool = False,
     progress: Any = None,
+    lantern: Lantern | None = None,
+    record_distortion: bool = False,
 ) -> list[GenerationRecord]:
-    """One image per (seed, prompt) with ``spec``; ``progress``: a tqdm bar to advance (or None)."""
+    """One image per (seed + spec.seed_offset, prompt) with ``spec``; ``progress``: a tqdm bar to
+    advance (or None); ``lantern``: the rule of a LANTERN spec (``build_lantern``)."""
+    if bool(spec.lantern_k) != (lantern is not None):
+        raise ValueError(f"{spec.label}: pass lantern exactly for a LANTERN spec (lantern_k > 0)")
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
-            gseed = generator_seed(seed, index)
-            result, image = generate_one(model, spec, prompt, gseed, clusters=clusters, record_top1=record_top1)
+            gseed = generator_seed(seed + spec.seed_offset, index)
+            result, image = generate_one(model, spec, prompt, gseed, clusters=clusters, record_top1=record_top1,
+                                         lantern=lantern, record_distortion=record_distortion)
+            distortion = float(result.distortion.mean()) if result.distortion is not None else None
             records.append(GenerationRecord(spec.label, prompt, gseed, result.nfe, result.acceptance_rate,
                                             accepted_per_tested(result), result.wall_seconds, result.model_seconds, result.tokens, image,
-                                            result.top1))
+                                            result.top1, distortion, result.accounting_seconds))
             if progress is not None:
                 progress.update(1)
     return records
@@ -194,9 +249,16 @@ def run_method(
 def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> dict[str, float]:
     """The model's quality proxies over a set of images (empty when the model has none):
     condition_score (mean over images) with its standard error, frechet_distance (set level)."""
+    return quality_and_scores(model, images, prompts)[0]
+
+
+def quality_and_scores(model: ImageModel, images: list[np.ndarray],
+                       prompts: list[str]) -> tuple[dict[str, float], np.ndarray | None]:
+    """``quality`` and the per-image condition scores [N] it averaged (None without them)."""
     out: dict[str, float] = {}
+    scores = None
     if not images or any(image is None for image in images):
-        return out
+        return out, scores
     if model.condition_scores is not None:
         scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
         out["condition_score"] = float(scores.mean())
@@ -204,7 +266,36 @@ def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> 
         out["condition_score_sem"] = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None
     if model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images))
-    return out
+    return out, scores
+
+
+def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) -> dict[str, Any] | None:
+    """The quality proxies of real images, for the stand-in (None for other models): the
+    condition score of the fixed held-out real crops (the classifier never saw them; mean and
+    standard error over crops), and the Frechet distance to the held-out reference of
+    ``num_images`` real *training-split* crops, one class after another as the prompts are (the
+    Frechet distance is biased by the set size: compare it with methods of that many images)."""
+    if model.name != "standin" or model.condition_scores is None or model.frechet_distance is None:
+        return None
+    from ..standin import data
+    from ..standin.classifier import heldout_set
+
+    names = list(model.adapter.class_names)
+
+    def as_uint8(crops: Tensor) -> list[np.ndarray]:
+        pixels = ((crops.to(torch.float64) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
+        return list(pixels.permute(0, 2, 3, 1).numpy())
+
+    crops, labels = heldout_set()
+    scores = np.asarray(model.condition_scores(as_uint8(crops), [names[i] for i in labels.tolist()]), np.float64)
+    per_class = max(1, -(-num_images // len(names)))
+    train, _ = data.class_crops("train", per_class, seed, flip=False)
+    train = train.view(len(names), per_class, *train.shape[1:]).transpose(0, 1).reshape(-1, *train.shape[1:])
+    return {"method": "real crops (held-out score; train-split Frechet)", "images": len(scores),
+            "condition_score": float(scores.mean()),
+            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))),
+            "frechet_distance": float(model.frechet_distance(as_uint8(train[:num_images]))),
+            "frechet_images": min(num_images, train.shape[0])}
 
 
 def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list[GenerationRecord] | None = None,
@@ -226,6 +317,11 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
         "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
         "nfe_sem": float(np.std([r.nfe for r in records], ddof=1) / np.sqrt(len(records))) if len(records) > 1 else None,
     }
+    distortions = [r.distortion for r in records if r.distortion is not None]
+    if distortions:
+        row["distortion"] = float(np.mean(distortions))
+        row["distortion_sem"] = (float(np.std(distortions, ddof=1) / np.sqrt(len(distortions)))
+                                 if len(distortions) > 1 else None)
     if baseline:
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
@@ -239,26 +335,54 @@ class RunCache:
     """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
-                 *, progress: Any = None, record_top1: bool = True) -> None:
+                 *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
+                 bootstrap_resamples: int = 2000) -> None:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
-        self.progress, self.record_top1 = progress, record_top1
+        self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
-        self._quality: dict[tuple, dict[str, Any]] = {}  # scored once per configuration
+        self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
+        self._neighbourhoods: dict[int, LatentNeighbourhoods] = {}  # LANTERN's tables, one per k
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         if spec.key not in self._records:
             clusters = build_clusters(spec, self.model, self.filters)
+            lantern = build_lantern(spec, self.model, self._neighbourhoods)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, clusters=clusters,
-                                                 record_top1=self.record_top1, progress=self.progress)
+                                                 record_top1=self.record_top1, progress=self.progress,
+                                                 lantern=lantern, record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
 
+    def accounting_seconds(self) -> list[float]:
+        """Time spent on exact distortion accounting, per decoded image (all configurations)."""
+        return [r.accounting_seconds for records in self._records.values() for r in records]
+
+    def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        if spec.key not in self._quality:
+            records = self.records(spec)
+            self._quality[spec.key] = quality_and_scores(self.model, [r.image for r in records],
+                                                         [r.prompt for r in records])
+        return self._quality[spec.key]
+
     def table(self, specs: list[MethodSpec], baseline: MethodSpec) -> list[dict[str, Any]]:
+        """One ``summarize`` row per spec, with speed-ups against ``baseline`` and, where the model
+        has per-image condition scores, ``condition_score_diff_ar`` (mean difference to the
+        baseline, image by image: same prompts and seed indices) and its 95% paired bootstrap
+        interval ``condition_score_diff_ar_low`` / ``_high`` (seeded: the same on every run)."""
         base = self.records(baseline)
+        _, base_scores = self._scored(baseline)
         rows = []
         for spec in specs:
             records = self.records(spec)
-            if spec.key not in self._quality:
-                self._quality[spec.key] = quality(self.model, [r.image for r in records], [r.prompt for r in records])
-            rows.append(summarize(self.model, records, base, quality_row=self._quality[spec.key]))
+            quality_row, scores = self._scored(spec)
+            row = summarize(self.model, records, base, quality_row=quality_row)
+            if scores is not None and base_scores is not None:
+                if [r.prompt for r in records] != [r.prompt for r in base]:
+                    raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
+                interval = paired_bootstrap(scores, base_scores, num_resamples=self.bootstrap_resamples,
+                                            generator=torch.Generator().manual_seed(0))
+                row.update({f"condition_score_diff_ar{k}": v for k, v in
+                            (("", interval.difference), ("_low", interval.low), ("_high", interval.high))})
+            rows.append(row)
         return rows
 

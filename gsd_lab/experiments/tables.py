@@ -1,6 +1,11 @@
 """The configurations of the paper's Table 1 (speed and quality), Table 2 (clustering
-ablation) and Fig. 10 (NFE against quality), and the functions that fill them from a
-``RunCache`` (configurations shared between tables are decoded once)."""
+ablation) and Fig. 10 (NFE against quality), the exact-distortion curves (distortion against
+NFE), and the functions that fill them from a ``RunCache`` (configurations shared between
+tables are decoded once).
+
+The peer rule LANTERN (``gsd_core.lantern``) runs with k = ``LANTERN_K`` = 1001: the paper's and
+its code's default of 1000 neighbours, plus the drafted token itself (our k counts it), and the
+budgets delta of ``LANTERN_DELTAS`` (the code's default 0.1 and its high-speed 0.4)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ from .runs import MethodSpec, RunCache
 
 AR = MethodSpec("AR", "ar")
 SJD = MethodSpec("SJD", "sjd")
+# AR on a second seed set (the same prompts): its difference to AR is pure sampling noise.
+AR_SEED_NOISE = MethodSpec("AR, second seed set (seed noise)", "ar", seed_offset=1000)
+LANTERN_K = 1001
+LANTERN_DELTAS = (0.1, 0.2, 0.4)
 
 
 def gsd(group_size: int, clusters: str = "dynamic", residual: str = "token", label: str | None = None) -> MethodSpec:
@@ -25,9 +34,18 @@ def amplify(k: float) -> MethodSpec:
     return MethodSpec(f"Amplify (k={k:g})", "sjd", acceptance_scale=float(k))
 
 
-def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tuple[float, ...] = (2.0, 3.0)) -> list[MethodSpec]:
-    """AR, SJD, GSD (dynamic clusters with filters) per G, Amplify per k."""
-    return [AR, SJD] + [gsd(g) for g in group_sizes] + [amplify(k) for k in amplify_k]
+def lantern(delta: float, k: int = LANTERN_K) -> MethodSpec:
+    """LANTERN's relaxed acceptance (SJD's drafts and residual) with budget delta, k tokens per
+    neighbourhood (module docstring)."""
+    return MethodSpec(f"LANTERN k={k} (delta={delta:g})", "sjd", lantern_k=k, lantern_delta=float(delta))
+
+
+def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tuple[float, ...] = (2.0, 3.0),
+                 lantern_deltas: tuple[float, ...] = (), seed_noise: bool = False) -> list[MethodSpec]:
+    """AR, the AR seed-noise row (``seed_noise``), SJD, GSD (dynamic clusters with filters) per G,
+    Amplify per k, LANTERN per delta (none by default; ``figures`` asks for them)."""
+    return ([AR] + ([AR_SEED_NOISE] if seed_noise else []) + [SJD] + [gsd(g) for g in group_sizes]
+            + [amplify(k) for k in amplify_k] + [lantern(d) for d in lantern_deltas])
 
 
 def table2_specs(group_size: int = 50) -> list[MethodSpec]:
@@ -49,10 +67,27 @@ def table2_specs(group_size: int = 50) -> list[MethodSpec]:
 
 
 def pareto_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
-                 amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)) -> dict[str, list[MethodSpec]]:
-    """Fig. 10's curves: GSD over G, Amplify over k, with AR and SJD as single points."""
+                 amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
+                 lantern_deltas: tuple[float, ...] = ()) -> dict[str, list[MethodSpec]]:
+    """Fig. 10's curves: GSD over G, Amplify over k, LANTERN over delta (a curve when deltas are
+    given), with AR and SJD as single points."""
     return {"GSD": [gsd(g) for g in group_sizes], "Amplify": [amplify(k) for k in amplify_k],
-            "AR": [AR], "SJD": [SJD]}
+            **({"LANTERN": [lantern(d) for d in lantern_deltas]} if lantern_deltas else {}), "AR": [AR], "SJD": [SJD]}
+
+
+def distortion_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
+                     rank_group_sizes: tuple[int, ...] = (10, 50),
+                     amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
+                     lantern_deltas: tuple[float, ...] = LANTERN_DELTAS) -> dict[str, list[MethodSpec]]:
+    """The exact-distortion curves (Fig. 10's idea with the noise-free distortion as the y axis):
+    GSD over G, rank bins with the token and the cluster-exact residual over G, Amplify over k,
+    LANTERN over delta; AR and SJD as points at distortion 0."""
+    curves = {"GSD": [gsd(g) for g in group_sizes],
+              "rank bins, token residual": [gsd(g, "rank-binned", "token") for g in rank_group_sizes],
+              "rank bins, cluster-exact residual": [gsd(g, "rank-binned", "cluster") for g in rank_group_sizes],
+              "Amplify": [amplify(k) for k in amplify_k], "LANTERN": [lantern(d) for d in lantern_deltas],
+              "AR": [AR], "SJD": [SJD]}
+    return {name: specs for name, specs in curves.items() if specs}
 
 
 def speed_quality_table(cache: RunCache, specs: list[MethodSpec]) -> list[dict[str, Any]]:

@@ -255,6 +255,109 @@ def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, v
     assert adapter.num_forwards == 3  # raised right after the bad forward, not later
 
 
+# --- exact distortion accounting (record_distortion) and LANTERN decoding ---
+
+def _lantern(k: int, delta: float, seed: int = 0):
+    from gsd_core import Lantern, latent_neighbourhoods
+
+    embeddings = torch.randn(VOCAB, 3, generator=gen(seed), dtype=torch.float64)
+    return Lantern(latent_neighbourhoods(embeddings, k), delta)
+
+
+@pytest.mark.parametrize("window", [1, 4, 16])
+def test_sjd_distortion_is_zero_at_every_position(model, window):
+    adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=2.0, top_k=6, temperature=0.9)
+    result = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(5),
+                      uncond_prompt_ids=torch.tensor([14]), record_distortion=True)
+    assert result.distortion.shape == (40,) and result.distortion.dtype == torch.float64
+    assert float(result.distortion.abs().max()) <= 1e-12
+    assert result.accounting_seconds > 0
+    ar = generate(adapter, PROMPT, num_tokens=10, method="ar", generator=gen(5),
+                  uncond_prompt_ids=torch.tensor([14]), record_distortion=True)
+    assert torch.equal(ar.distortion, torch.zeros(10, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kind", ["gsd", "rank_cluster", "amplify", "lantern"])
+def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, monkeypatch, kind):
+    """Spy on the verifier: for every window the recorded per-token distortion equals
+    exact_distortion of the same rows p, q (a + 1 verified rows; 0 for a bonus token)."""
+    from gsd_lab.distortion import exact_distortion
+
+    method = {"gsd": dict(method="gsd", clusters=DynamicClusters(4)),
+              "rank_cluster": dict(method="gsd", clusters=RankBinnedClusters(3), residual="cluster"),
+              "amplify": dict(method="sjd", acceptance_scale=3.0),
+              "lantern": dict(method="sjd", lantern=_lantern(5, 0.3))}[kind]
+    windows = []
+    name = "verify_lantern" if kind == "lantern" else "verify"
+    real = getattr(decoding, name)
+
+    def spy(p, q, drafts, *args, **kwargs):
+        result = real(p, q, drafts, *args, **kwargs)
+        windows.append((p.clone(), q.clone(), int(result.num_accepted)))
+        return result
+
+    monkeypatch.setattr(decoding, name, spy)
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
+    result = generate(adapter, PROMPT, num_tokens=40, window=6, generator=gen(2), record_distortion=True, **method)
+    rule = {k: v for k, v in method.items() if k != "method"}
+    expected = []
+    for p, q, a in windows:
+        verified = min(a + 1, q.shape[0])
+        expected.append(exact_distortion(p[:verified], q[:verified], **rule))
+        if a == q.shape[0]:
+            expected.append(torch.zeros(1, dtype=torch.float64))
+    # L = 0 steps at the very end draw from p: 0.
+    expected = torch.cat(expected)
+    expected = torch.cat([expected, torch.zeros(40 - expected.numel(), dtype=torch.float64)])
+    assert torch.allclose(result.distortion, expected, rtol=0, atol=1e-12)
+    assert float(result.distortion.max()) > 1e-3  # a lossy rule on a tiny model: some distortion
+
+
+@pytest.mark.parametrize("kind", ["gsd", "lantern"])
+def test_record_distortion_draws_no_randomness(model, kind):
+    adapter = CausalLMAdapter(model, ALLOWED, row_length=5)
+    method = (dict(method="gsd", clusters=DynamicClusters(5)) if kind == "gsd"
+              else dict(method="sjd", lantern=_lantern(4, 0.2)))
+    plain = generate(adapter, PROMPT, num_tokens=30, window=6, init="repeat_row", generator=gen(9), **method)
+    logged = generate(adapter, PROMPT, num_tokens=30, window=6, init="repeat_row", generator=gen(9),
+                      record_distortion=True, **method)
+    assert torch.equal(plain.tokens, logged.tokens) and plain.accepted == logged.accepted
+    assert plain.distortion is None and plain.accounting_seconds == 0.0
+    assert logged.wall_seconds >= logged.model_seconds
+
+
+def test_lantern_with_zero_budget_is_sjd_and_a_budget_accepts_more(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    sjd = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(4))
+    zero = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(4),
+                    lantern=_lantern(6, 0.0))
+    assert torch.equal(sjd.tokens, zero.tokens) and sjd.accepted == zero.accepted
+    sjd_total = lantern_total = 0
+    for seed in range(3):
+        sjd_total += sum(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8,
+                                  generator=gen(seed)).accepted)
+        lantern_total += sum(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(seed),
+                                      lantern=_lantern(VOCAB, 0.5)).accepted)
+    assert lantern_total > sjd_total
+
+
+def test_lantern_bad_arguments(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    rule = _lantern(3, 0.1)
+    kwargs = dict(num_tokens=5, generator=gen(0))
+    with pytest.raises(ValueError, match="method 'sjd'"):
+        generate(adapter, PROMPT, method="gsd", clusters=DynamicClusters(3), lantern=rule, **kwargs)
+    with pytest.raises(ValueError, match="method 'sjd'"):
+        generate(adapter, PROMPT, method="sjd", acceptance_scale=2.0, lantern=rule, **kwargs)
+    with pytest.raises(ValueError, match="gsd_core.Lantern"):
+        generate(adapter, PROMPT, method="sjd", lantern="lantern", **kwargs)
+    from gsd_core import Lantern, latent_neighbourhoods
+
+    small = Lantern(latent_neighbourhoods(torch.randn(VOCAB - 1, 2, dtype=torch.float64), 2), 0.1)
+    with pytest.raises(ValueError, match="vocabulary"):
+        generate(adapter, PROMPT, method="sjd", lantern=small, **kwargs)
+
+
 class TiedForcedAdapter(CausalLMAdapter):
     """The real model with its logits rounded to halves (ties at the k-th largest value are
     common, so rows keep more than k ids) and token 15 (not an allowed id) forced at every

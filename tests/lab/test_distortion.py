@@ -148,3 +148,65 @@ def test_bad_arguments_raise_clear_errors():
         emitted_distortion(p[:4], q[:3], 4)
     with pytest.raises(ValueError, match="rows must sum to 1"):
         exact_distortion(p * 2, q)
+
+
+@pytest.mark.parametrize("one_hot_q", [False, True])
+@pytest.mark.parametrize("rule_kind", ["plain", "gap", "distance", "both", "rank_q", "g0"])
+def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
+    """The support-only law with the tabled embedding filter equals gsd_core.output_distribution
+    exactly: integer embeddings put many pairs exactly on the threshold (the recomputed band),
+    top-k-truncated rows put ties at 0 and a support narrower than V."""
+    from gsd_lab.distortion import dynamic_output_laws, embedding_adjacency
+
+    vocab = 40
+    g = torch.Generator().manual_seed(11)
+    p, q, _ = _rows(3, vocab=vocab, rows=9, one_hot_q=one_hot_q)
+    p = torch.where(p >= p.topk(25, -1).values[:, -1:], p, 0.0)
+    p = p / p.sum(-1, keepdim=True)
+    if not one_hot_q:
+        q = torch.where(q >= q.topk(12, -1).values[:, -1:], q, 0.0)
+        q = q / q.sum(-1, keepdim=True)
+    emb = torch.randint(-2, 3, (vocab + 3, 4), generator=g).double()  # 3 rows past the vocabulary
+    rule = {"plain": DynamicClusters(8), "gap": DynamicClusters(8, max_prob_gap=0.05),
+            "distance": DynamicClusters(10, 4.0, None, emb), "both": DynamicClusters(10, 4.0, 0.08, emb),
+            "rank_q": DynamicClusters(6, 5.0, None, emb, rank_by="q"), "g0": DynamicClusters(0)}[rule_kind]
+    for scale in (1.0, 2.5):
+        slow = output_distribution(p, q, rule, acceptance_scale=scale)
+        fast = dynamic_output_laws(p, q, rule, acceptance_scale=scale)
+        assert torch.allclose(fast, slow, rtol=0, atol=1e-15)
+        # Without the table (a vocabulary too large for it), in chunks of a few tokens.
+        untabled = dynamic_output_laws(p, q, rule, acceptance_scale=scale, max_table=0, chunk_elements=500)
+        assert torch.allclose(untabled, slow, rtol=0, atol=1e-15)
+    table = embedding_adjacency(emb, 4.0, vocab)
+    direct = (emb[:vocab, None, :] - emb[None, :vocab, :]).square().sum(-1) <= 4.0
+    assert torch.equal(table, direct) and bool(table.diagonal().all())
+    assert embedding_adjacency(emb.clone(), 4.0, vocab) is table  # cached by value
+
+
+def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
+    from gsd_lab.distortion import embedding_adjacency
+
+    # Pairs at squared distance 0.1 + 0.2 (not exactly 0.3 in floating point): the expansion and
+    # the direct formula may round differently; the table must follow the direct formula.
+    emb = torch.tensor([[0.0, 0.0], [0.1 ** 0.5, 0.2 ** 0.5], [1e3, 1e3], [1e3 + 0.3 ** 0.5, 1e3]], dtype=torch.float64)
+    for threshold in (0.3, 0.30000000000000004, 0.29999999999999993):
+        table = embedding_adjacency(emb, threshold, 4)
+        direct = (emb[None, :, :] - emb[:, None, :]).square().sum(-1) <= threshold
+        assert torch.equal(table, direct)
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+@pytest.mark.parametrize("k, delta, max_distance", [(1, 0.3, None), (5, 0.0, None), (6, 0.15, None),
+                                                    (12, 0.4, None), (12, 1.0, None), (8, 0.3, 1.5)])
+def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_distance):
+    """proofs/08's identity, walked in blocks with early exits, equals TV(law, p) of the law."""
+    from gsd_lab.distortion import lantern_distortion
+
+    for seed, one_hot_q in ((4, False), (5, True)):
+        p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)
+        rule = Lantern(latent_neighbourhoods(emb, k, max_distance), delta)
+        law = lantern_output_distribution(p, q, rule)
+        expected = 0.5 * (law - p).abs().sum(-1)
+        got = lantern_distortion(p, q, rule, block=block)
+        assert got.shape == (10,) and torch.allclose(got, expected, rtol=0, atol=1e-14)
+        assert torch.allclose(exact_distortion(p, q, lantern=rule), expected, rtol=0, atol=1e-14)

@@ -214,3 +214,129 @@ def test_markdown_table_escapes_pipes_in_cells():
     row = table.splitlines()[2]
     assert row == "| (D1) p + \\|dp\\| filter only | 68.6 |"
     assert len([c for c in row.replace("\\|", "").split("|") if c.strip()]) == 2  # two cells, not four
+
+
+# ---- exact distortion, LANTERN, error bars ----------------------------------------------------
+
+def test_tables_record_exact_distortion_and_lantern(tiny):
+    from gsd_lab.experiments import tables
+
+    cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
+    specs = [tables.AR, tables.SJD, tables.gsd(25, "dynamic-nofilter"), tables.amplify(3.0),
+             tables.lantern(0.1, k=8), tables.lantern(0.4, k=8)]
+    rows = {r["method"]: r for r in cache.table(specs, tables.AR)}
+    assert rows["AR"]["distortion"] == 0.0 and rows["AR"]["distortion_sem"] == 0.0
+    assert 0 <= rows["SJD"]["distortion"] <= 1e-12
+    for label in ("GSD dynamic-nofilter (G=25)", "Amplify (k=3)", "LANTERN k=8 (delta=0.4)"):
+        assert 0 < rows[label]["distortion"] < 1 and rows[label]["distortion_sem"] is not None
+    # One neighbourhood table per k, shared by both budgets; LANTERN's records are SJD-shaped.
+    assert list(cache._neighbourhoods) == [8]
+    assert all(r.distortion is not None and r.accounting_seconds > 0 for r in cache.records(specs[4]))
+    assert sum(cache.accounting_seconds()) > 0
+
+
+def test_lantern_with_zero_budget_decodes_like_sjd(tiny):
+    from gsd_lab.experiments import tables
+
+    cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
+    sjd, zero = cache.records(tables.SJD), cache.records(tables.lantern(0.0, k=8))
+    assert all(torch.equal(a.tokens, b.tokens) and a.nfe == b.nfe for a, b in zip(sjd, zero))
+
+
+def test_method_spec_lantern_and_seed_offset_validation():
+    from gsd_lab.experiments import tables
+
+    with pytest.raises(ValueError, match="method 'sjd'"):
+        MethodSpec("x", "gsd", "dynamic", 3, lantern_k=5, lantern_delta=0.1)
+    with pytest.raises(ValueError, match="method 'sjd'"):
+        MethodSpec("x", "sjd", acceptance_scale=2.0, lantern_k=5)
+    with pytest.raises(ValueError, match="lantern_delta"):
+        MethodSpec("x", "sjd", lantern_k=5, lantern_delta=1.5)
+    with pytest.raises(ValueError, match="lantern_delta"):
+        MethodSpec("x", "sjd", lantern_delta=0.1)
+    with pytest.raises(ValueError, match="seed_offset"):
+        MethodSpec("x", "ar", seed_offset=1.5)
+    assert tables.lantern(0.1).lantern_k == tables.LANTERN_K == 1001
+    assert tables.AR_SEED_NOISE.key != tables.AR.key
+    # Defaults keep the notebooks' tables as they were; figures opt in.
+    assert [s.label for s in tables.table1_specs((3,), (2.0,))] == ["AR", "SJD", "GSD (G=3)", "Amplify (k=2)"]
+    assert "LANTERN" not in tables.pareto_specs()
+    labels = [s.label for s in tables.table1_specs((3,), (2.0,), (0.1,), seed_noise=True)]
+    assert labels[1] == tables.AR_SEED_NOISE.label and labels[-1] == "LANTERN k=1001 (delta=0.1)"
+    curves = tables.distortion_specs((3,), (10,), (2.0,), (0.1,))
+    assert set(curves) == {"GSD", "rank bins, token residual", "rank bins, cluster-exact residual", "Amplify",
+                           "LANTERN", "AR", "SJD"}
+    assert curves["rank bins, cluster-exact residual"][0].residual == "cluster"
+
+
+def test_paired_bootstrap_intervals():
+    import numpy as np
+
+    from gsd_lab.metrics import paired_bootstrap
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(40, generator=g, dtype=torch.float64).numpy() * 10
+    shifted = paired_bootstrap(base + 2.0, base, generator=torch.Generator().manual_seed(1))
+    assert shifted.difference == pytest.approx(2.0) and shifted.low == pytest.approx(2.0)
+    assert shifted.high == pytest.approx(2.0)  # a constant difference: no spread at all
+    noisy = base + 1.0 + torch.randn(40, generator=g, dtype=torch.float64).numpy()
+    interval = paired_bootstrap(noisy, base, generator=torch.Generator().manual_seed(1))
+    assert interval.low < interval.difference < interval.high and interval.low > 0
+    # About +- 2 standard errors of the mean difference (the paired one, not the sets' spread).
+    sem = np.std(noisy - base, ddof=1) / np.sqrt(40)
+    assert 3 * sem < interval.high - interval.low < 5 * sem
+    again = paired_bootstrap(noisy, base, generator=torch.Generator().manual_seed(1))
+    assert (again.low, again.high) == (interval.low, interval.high)
+    assert paired_bootstrap([1.0], [0.5]).low is None
+    for bad in (dict(a=[1.0, 2.0], b=[1.0]), dict(a=[], b=[]), dict(a=[1.0, float("nan")], b=[0.0, 0.0])):
+        with pytest.raises(ValueError):
+            paired_bootstrap(bad["a"], bad["b"])
+    with pytest.raises(ValueError, match="level"):
+        paired_bootstrap([1.0, 2.0], [0.0, 0.0], level=1.0)
+
+
+def test_table_rows_carry_paired_differences_to_ar_and_seed_noise(tiny):
+    import dataclasses
+
+    import numpy as np
+
+    from gsd_lab.experiments import tables
+
+    # A per-image proxy for the tiny model: the mean pixel value (its numbers mean nothing).
+    scored = dataclasses.replace(tiny, condition_scores=lambda images, prompts: np.array([i.mean() for i in images]))
+    cache = RunCache(scored, ["0", "1", "2", "3"], [0], FilterSettings(), bootstrap_resamples=500)
+    rows = {r["method"]: r for r in cache.table([tables.AR, tables.AR_SEED_NOISE, tables.SJD], tables.AR)}
+    ar, noise = rows["AR"], rows[tables.AR_SEED_NOISE.label]
+    assert ar["condition_score_diff_ar"] == 0.0 and ar["condition_score_diff_ar_low"] == 0.0
+    assert noise["condition_score_diff_ar"] == pytest.approx(noise["condition_score"] - ar["condition_score"])
+    assert noise["condition_score_diff_ar_low"] <= noise["condition_score_diff_ar"] <= noise["condition_score_diff_ar_high"]
+    assert noise["condition_score_diff_ar_low"] < noise["condition_score_diff_ar_high"]  # other seeds, other images
+    ar_tokens = [r.tokens for r in cache.records(tables.AR)]
+    assert not any(torch.equal(a, r.tokens) for a, r in zip(ar_tokens, cache.records(tables.AR_SEED_NOISE)))
+
+
+def test_distortion_and_interval_plots():
+    from gsd_lab.experiments import plots
+
+    points = {"GSD": [{"method": "GSD (G=3)", "nfe": 40.0, "distortion": 0.02, "distortion_sem": 0.005},
+                      {"method": "GSD (G=10)", "nfe": 30.0, "distortion": 0.05, "distortion_sem": 0.01}],
+              "AR": [{"method": "AR", "nfe": 64.0, "distortion": 0.0, "distortion_sem": 0.0}]}
+    fig = plots.distortion_vs_nfe(points)
+    assert fig.axes[0].get_ylabel().startswith("exact distortion")
+    rows = [{"method": "AR", "condition_score_diff_ar": 0.0, "condition_score_diff_ar_low": 0.0,
+             "condition_score_diff_ar_high": 0.0},
+            {"method": "GSD", "condition_score_diff_ar": -1.0, "condition_score_diff_ar_low": -3.0,
+             "condition_score_diff_ar_high": 0.5}]
+    fig = plots.bars(rows, [("condition_score_diff_ar", "difference")])
+    assert len(fig.axes) == 1
+
+
+def test_pareto_draws_reference_lines():
+    from gsd_lab.experiments import plots
+
+    points = {"GSD": [{"method": "GSD (G=3)", "nfe": 40.0, "condition_score": 90.0},
+                      {"method": "GSD (G=10)", "nfe": 30.0, "condition_score": 85.0}]}
+    fig = plots.pareto(points, [("condition_score", "score")], {"real crops": {"condition_score": 92.0},
+                                                               "AR, other seeds": None})
+    lines = [line for line in fig.axes[0].get_lines() if list(line.get_ydata()) == [92.0, 92.0]]
+    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

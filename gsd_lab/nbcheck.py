@@ -140,6 +140,20 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"speculative rows: {consistent}"]
 
 
+def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
+    """Checked-cell lines on the exact distortion column (mean per-token TV(one-step output law,
+    p), ``gsd_lab.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
+    proofs/02) have distortion 0 up to float64 rounding (<= 1e-12) whatever tokens were drawn,
+    and every distortion is a TV, in [0, 1]."""
+    have = [r for r in rows if r.get("distortion") is not None]
+    zero = [r for r in have if r["method"] in lossless]
+    lines = [f"lossless rows ({', '.join(r['method'] for r in zero)}): exact distortion <= 1e-12: "
+             f"{all(r['distortion'] <= 1e-12 for r in zero)}"] if zero else []
+    lines.append(f"every distortion in [0, 1] ({len(have)} rows): "
+                 f"{all(0 <= r['distortion'] <= 1 for r in have)}")
+    return lines
+
+
 def format_rows(rows: list[dict[str, Any]], columns: list[str], digits: int = 3) -> str:
     """A fixed-width text table of ``rows`` (for unchecked cells: sampled numbers)."""
     def cell(value: Any) -> str:

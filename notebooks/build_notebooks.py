@@ -433,6 +433,18 @@ All methods decode the same prompts with the same generator seeds.
   error over images `condition_score_sem`; Frechet distance, lower better, biased upward at
   small sample sizes, so compare it only between rows with the same number of images); on
   Lumina-mGPT: CLIP score. Differences within about two standard errors are noise.
+* **Exact distortion** (`distortion`, with `distortion_sem` over images): for every generated
+  token, TV(one-step output law, p) of the rule that emitted it, computed exactly from that
+  position's p, q and clusters (`gsd_lab.distortion`; 0 for AR, SJD and bonus tokens). It is
+  noise-free per position: what a lossy rule trades for speed, next to the noisy proxies.
+* **Error bars for quality**: `condition_score_diff_ar` is the condition score minus AR's on the
+  same prompts and seeds, with a 95% paired bootstrap interval over images
+  (`..._low`, `..._high`); the row "AR, second seed set" is AR against AR on other seeds (pure
+  sampling noise), and the real-crops row scores real held-out images (stand-in only).
+* **LANTERN** (Jang et al., ICLR 2025; `gsd_core.lantern`): SJD's drafts with a relaxed test
+  that credits the drafted token's k = 1001 nearest input-embedding neighbours within a total
+  variation budget delta. Run on the stand-in only here: its neighbourhood table over the whole
+  vocabulary is O(V^2) (V = 65536 on Lumina-mGPT).
 * CPU wall time is shown in a separate table, for what it is: noise-dominated on a shared CPU
   (repeated runs of the same configuration differ by tens of percent), not the paper's GPU latency.
 
@@ -448,6 +460,10 @@ table1_amplify = (2.0, 3.0)
 table2_group = 50
 pareto_groups = (3, 10, 25, 50, 100)
 pareto_amplify = (1.5, 2.0, 3.0, 4.0)
+table1_lantern = (0.1, 0.4)          # LANTERN budgets delta in Table 1 (stand-in only, see above)
+pareto_lantern = (0.1, 0.2, 0.4)     # and on the NFE curves
+distortion_rank_groups = (10, 50)    # rank bins on the distortion-against-NFE plot
+seed_noise = True                    # the AR-against-AR row
 '''),
         code(MODEL_SETUP),
         code('''from IPython.display import Markdown, display
@@ -455,18 +471,23 @@ from tqdm.auto import tqdm
 
 from gsd_lab import nbcheck
 from gsd_lab.experiments import plots, tables
-from gsd_lab.experiments.runs import FilterSettings, RunCache
+from gsd_lab.experiments.runs import FilterSettings, RunCache, real_image_baseline
 from gsd_lab.course import show_tables  # every column the runs report, then CPU wall time apart
 from gsd_lab.experiments import paper
 from gsd_lab.figure_io import markdown_table
 
 prompts = model.default_prompts[:max_prompts]
 cache = RunCache(model, prompts, seeds, FilterSettings.for_model(model.name),
-                 progress=tqdm(desc="images decoded (all tables)", unit="image"))'''),
-        md("## Table 1 analogue: AR, SJD, GSD over G, Amplify"),
-        code('''table1 = tables.speed_quality_table(cache, tables.table1_specs(table1_groups, table1_amplify))
-show_tables(table1)'''),
-        code(CHECK + '''for line in nbcheck.nfe_invariants(table1, model.num_tokens) + nbcheck.acceptance_lines(table1):
+                 progress=tqdm(desc="images decoded (all tables)", unit="image"))
+small_vocabulary = model.name == "standin"  # LANTERN's O(V^2) neighbourhood table is affordable
+table1_lantern, pareto_lantern = (table1_lantern, pareto_lantern) if small_vocabulary else ((), ())
+real = real_image_baseline(model, len(prompts) * len(seeds))  # None without a real-image set'''),
+        md("## Table 1 analogue: AR, SJD, GSD over G, Amplify, LANTERN"),
+        code('''table1 = tables.speed_quality_table(
+    cache, tables.table1_specs(table1_groups, table1_amplify, table1_lantern, seed_noise))
+show_tables(table1 + ([real] if real else []))'''),
+        code(CHECK + '''for line in (nbcheck.nfe_invariants(table1, model.num_tokens) + nbcheck.acceptance_lines(table1)
+             + nbcheck.distortion_lines(table1)):
     print(line)'''),
         code('''gsd_rows = [r for r in table1 if r["method"].startswith("GSD")]
 monotone = all(a["nfe"] >= b["nfe"] for a, b in zip(gsd_rows, gsd_rows[1:]))
@@ -486,7 +507,8 @@ mass equal to p'(C)).
 """),
         code('''table2 = cache.table(tables.table2_specs(table2_group), tables.AR)
 show_tables(table2)'''),
-        code(CHECK + '''for line in nbcheck.nfe_invariants(table2, model.num_tokens) + nbcheck.acceptance_lines(table2):
+        code(CHECK + '''for line in (nbcheck.nfe_invariants(table2, model.num_tokens) + nbcheck.acceptance_lines(table2)
+             + nbcheck.distortion_lines(table2)):
     print(line)'''),
         code('''row = {r["method"][:4]: r for r in table2}
 c, d, d1, d2 = (row[k]["nfe"] for k in ("(C) ", "(D) ", "(D1)", "(D2)"))
@@ -499,19 +521,39 @@ print(f"Measured here (G = {table2_group}): no filter {c:.1f} NFE, |dp| filter a
         md("""
 ## Fig. 10 analogue: NFE against quality
 
-GSD's curve over G against the Amplify relaxation's curve over k; AR and SJD as points.
+GSD's curve over G against the Amplify relaxation's curve over k (and LANTERN's over delta);
+AR and SJD as points; real crops and AR on other seeds as reference lines where available.
 A curve further up and to the left is the better trade-off. Error bars: one standard error.
 """),
-        code('''curves = tables.pareto_specs(pareto_groups, pareto_amplify)
+        code('''curves = tables.pareto_specs(pareto_groups, pareto_amplify, pareto_lantern)
 pareto = tables.pareto_points(cache, curves)
 metrics = [(k, name) for k, name in model.quality_names.items() if any(k in r for r in table1)]
+noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
 if metrics:
-    plots.show(plots.pareto(pareto, metrics))
+    plots.show(plots.pareto(pareto, metrics, {"real crops": real, "AR, other seeds": noise_row}))
 for name, rows in pareto.items():
     print(name)
     print(nbcheck.format_rows(rows, ["method", "nfe", "accepted_per_tested"] + [k for k, _ in metrics]))'''),
         code(CHECK + '''all_rows = [r for rows in pareto.values() for r in rows]
 for line in nbcheck.nfe_invariants(all_rows, model.num_tokens):
+    print(line)'''),
+        md("""
+## Exact distortion against NFE
+
+The quality proxies above are noisy: ten images cannot separate methods a few points apart.
+The exact distortion is not: per generated token it is the TV between the law the rule emitted
+that token from and the model's p, averaged over the image's tokens, then over images. GSD over
+G, rank bins with the token-level and the cluster-exact residual (our provable partition),
+Amplify over k and LANTERN over delta, against NFE; AR and SJD are lossless, at 0.
+"""),
+        code('''distortion_curves = tables.distortion_specs(pareto_groups, distortion_rank_groups, pareto_amplify,
+                                            pareto_lantern)
+distortion_points = tables.pareto_points(cache, distortion_curves)
+plots.show(plots.distortion_vs_nfe(distortion_points))
+for name, rows in distortion_points.items():
+    print(name)
+    print(nbcheck.format_rows(rows, ["method", "nfe", "distortion", "distortion_sem"], digits=4))'''),
+        code(CHECK + '''for line in nbcheck.distortion_lines([r for rows in distortion_points.values() for r in rows]):
     print(line)'''),
         md("""
 ## Paper against here

@@ -25,6 +25,7 @@ import torch
 import gsd_core.verification as verification
 from gsd_core import DynamicClusters, RankBinnedClusters
 from gsd_lab.experiments import toy
+from gsd_lab import nbcheck
 from gsd_lab.nbcheck import check_verify_law, max_z_score
 
 # Notebook 05's parameters and rules (sections 1 and 6).
@@ -160,3 +161,13 @@ def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_
         monkeypatch.setattr(exact, "as_cluster_rule", lambda clusters, vocab: None)
     verdicts = exact_verdicts()
     assert not verdicts[expect_fail], verdicts
+
+
+def test_distortion_lines_fail_on_a_lossy_sjd_row_and_pass_on_exact_zero():
+    rows = [{"method": "AR", "distortion": 0.0}, {"method": "SJD", "distortion": 3e-17},
+            {"method": "GSD (G=50)", "distortion": 0.12}]
+    assert all(line.endswith("True") for line in nbcheck.distortion_lines(rows))
+    lossy_sjd = [dict(r, distortion=1e-6) if r["method"] == "SJD" else r for r in rows]
+    assert nbcheck.distortion_lines(lossy_sjd)[0].endswith("False")
+    out_of_range = rows + [{"method": "Amplify (k=2)", "distortion": 1.5}]
+    assert nbcheck.distortion_lines(out_of_range)[-1].endswith("False")

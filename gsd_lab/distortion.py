@@ -21,8 +21,10 @@ float32 softmax (~1e-8 a row) is not counted as distortion. The methods are name
 
 Cost: dynamic clusters O(K G) per row, K the support of q (``dynamic_output_laws``: one
 token for fresh one-hot drafts, the top-k for Jacobi re-drafts), after a one-off [V, V] bool
-table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go through in chunks of at most ``max_elements`` // V rows,
-so a long list of positions never holds more than that many probabilities at once.
+table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go through in
+chunks of at most ``max_elements`` // V rows, so a long list of positions never holds more than
+that many probabilities at once; dynamic clusters' [N, K, M] member tables are built in chunks
+of rows of at most ``chunk_elements`` (2^24) entries each.
 """
 
 from __future__ import annotations
@@ -130,10 +132,15 @@ def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptan
     the support, at most ``chunk_elements`` at a time (O(N K M D) time)."""
     n, vocab = p.shape
     width = max(1, int((q > 0).sum(-1).max())) if n else 1
+    half = min(rule.group_size // 2, vocab - 1)
+    rows = max(1, chunk_elements // (width * (2 * half + 1)))
+    if n > rows:  # bounded memory: the [N, K, M] member tables of at most chunk_elements entries
+        return torch.cat([dynamic_output_laws(p[i: i + rows], q[i: i + rows], rule, acceptance_scale=acceptance_scale,
+                                              max_table=max_table, chunk_elements=chunk_elements)
+                          for i in range(0, n, rows)])
     support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = _SupportRanking(ranking_rows)
-    half = min(rule.group_size // 2, vocab - 1)
     ranks = ranking.rank(ranking_rows, support).unsqueeze(-1) + _window_offsets(half, half, p.device)  # [N, K, M]
     clipped = ranks.clamp(0, vocab - 1)
     index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
@@ -172,8 +179,10 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     are walked in blocks of ``block`` neighbours, settled entries dropped after each block,
     instead of gathering all k per token (20 s of accounting per stand-in image otherwise). The
     running sums are continued with the same left-to-right additions as one cumsum over the
-    whole neighbourhood (the block's cumsum starts from the previous total), so the budget test
-    S_j <= delta sees gsd_core's S_j."""
+    whole neighbourhood (the block's cumsum starts from the previous total), so on a CPU (a
+    sequential cumsum) the budget test S_j <= delta sees gsd_core's S_j bit for bit; on a GPU a
+    parallel scan may group the additions differently, so an S_j within an ulp of delta could be
+    decided differently from ``verify_lantern`` (not tested on a GPU here)."""
     index, valid = rule.tables(p.shape[-1], p.device)
     gap = q - p
     row, token = (gap > 0).nonzero(as_tuple=True)  # the entries that can carry distortion
@@ -292,7 +301,8 @@ class DistortionLog:
     writes 0: a draw from p itself). It draws no random numbers, so decoding with and without
     the log emits the same tokens. ``seconds`` is the wall time spent here (host syncs
     included), kept apart from the method's decoding time: accounting is a measurement, not
-    part of the method (O(V G) per verified row for dynamic clusters, O(V log V) for rank bins)."""
+    part of the method (O(K G) per verified row for dynamic clusters, K the support of q; O(V log V)
+    for rank bins; O(K k) for LANTERN: the module docstring)."""
 
     def __init__(self, capacity: int, device: torch.device, clusters: object = None, residual: str = "token",
                  *, acceptance_scale: float = 1.0, lantern: Lantern | None = None) -> None:

@@ -110,6 +110,8 @@ def run_figures(
     prompts = list(prompts or model.default_prompts)
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
+    if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
+        sizes = replace(sizes, table1_lantern=(), pareto_lantern=())
     t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
     unique = {s.key for s in t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves)
                                                      for v in c.values() for s in v]}

@@ -120,7 +120,9 @@ def paired_bootstrap(a: object, b: object, *, num_resamples: int = 2000, level: 
     share an image's prompt and seed): resample the N differences d_i = a_i - b_i with replacement
     ``num_resamples`` times (one [B, N] draw, vectorised), take the (1 - level)/2 and
     (1 + level)/2 quantiles of the resampled means. Pairing removes the prompt-to-prompt
-    variation that both share, so the interval is narrower than one from two independent sets."""
+    variation that both share, so the interval is narrower than one from two independent sets.
+    ``generator``: the resampling's randomness; None means a fresh ``torch.Generator`` seeded 0
+    (never the global RNG), so the same inputs always give the same interval."""
     a64 = torch.as_tensor(np.asarray(a, dtype=np.float64))
     b64 = torch.as_tensor(np.asarray(b, dtype=np.float64))
     if a64.ndim != 1 or a64.shape != b64.shape:
@@ -135,6 +137,8 @@ def paired_bootstrap(a: object, b: object, *, num_resamples: int = 2000, level: 
     n = diff.numel()
     if n < 2:
         return BootstrapInterval(float(diff.mean()), None, None, level, num_resamples)
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
     index = torch.randint(n, (num_resamples, n), generator=generator)
     means = diff[index].mean(-1)
     bounds = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))

@@ -345,6 +345,11 @@ class RunCache:
         self._neighbourhoods: dict[int, LatentNeighbourhoods] = {}  # LANTERN's tables, one per k
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        shifted = {s + spec.seed_offset for s in self.seeds}
+        if spec.seed_offset and shifted & set(self.seeds):
+            raise ValueError(
+                f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
+                "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
         if spec.key not in self._records:
             clusters = build_clusters(spec, self.model, self.filters)
             lantern = build_lantern(spec, self.model, self._neighbourhoods)

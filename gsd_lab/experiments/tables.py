@@ -19,6 +19,14 @@ SJD = MethodSpec("SJD", "sjd")
 AR_SEED_NOISE = MethodSpec("AR, second seed set (seed noise)", "ar", seed_offset=1000)
 LANTERN_K = 1001
 LANTERN_DELTAS = (0.1, 0.2, 0.4)
+LANTERN_MAX_CPU_VOCAB = 16384  # its neighbourhood table costs O(V^2 D): 8203^2 on the stand-in takes ~15 s
+
+
+def lantern_affordable(vocab_size: int, device: object) -> bool:
+    """Whether LANTERN's neighbourhood table (all V^2 embedding distances, ``gsd_core.lantern``)
+    is cheap enough to build: on a GPU always, on a CPU for V <= ``LANTERN_MAX_CPU_VOCAB`` (the
+    stand-in's 8203, not Lumina-mGPT's 65,536). ``figures`` and notebook 04 both ask this."""
+    return str(device).startswith("cuda") or vocab_size <= LANTERN_MAX_CPU_VOCAB
 
 
 def gsd(group_size: int, clusters: str = "dynamic", residual: str = "token", label: str | None = None) -> MethodSpec:

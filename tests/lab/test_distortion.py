@@ -177,6 +177,9 @@ def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
         # Without the table (a vocabulary too large for it), in chunks of a few tokens.
         untabled = dynamic_output_laws(p, q, rule, acceptance_scale=scale, max_table=0, chunk_elements=500)
         assert torch.allclose(untabled, slow, rtol=0, atol=1e-15)
+        # Member tables bounded to a few entries: one row at a time, the same law.
+        one_row_at_a_time = dynamic_output_laws(p, q, rule, acceptance_scale=scale, chunk_elements=1)
+        assert torch.allclose(one_row_at_a_time, slow, rtol=0, atol=1e-15)
     table = embedding_adjacency(emb, 4.0, vocab)
     direct = (emb[:vocab, None, :] - emb[None, :vocab, :]).square().sum(-1) <= 4.0
     assert torch.equal(table, direct) and bool(table.diagonal().all())

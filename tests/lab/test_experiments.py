@@ -340,3 +340,30 @@ def test_pareto_draws_reference_lines():
                                                                "AR, other seeds": None})
     lines = [line for line in fig.axes[0].get_lines() if list(line.get_ydata()) == [92.0, 92.0]]
     assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_paired_bootstrap_without_a_generator_is_deterministic():
+    from gsd_lab.metrics import paired_bootstrap
+
+    a, b = [1.0, 2.5, 0.3, 4.0, 2.2], [0.5, 2.0, 0.9, 3.1, 2.0]
+    first, second = paired_bootstrap(a, b), paired_bootstrap(a, b)
+    assert (first.low, first.high) == (second.low, second.high)
+
+
+def test_seed_noise_row_refuses_seeds_that_repeat_the_cache_s_own():
+    from dataclasses import replace
+
+    from gsd_lab.experiments import tables
+
+    model = tiny_random_model(0)
+    cache = RunCache(model, model.default_prompts[:1], [0, 1000], FilterSettings.for_model(model.name))
+    with pytest.raises(ValueError, match="seed_offset 1000 maps seeds \\[1000\\]"):
+        cache.records(tables.AR_SEED_NOISE)
+    assert len(cache.records(replace(tables.AR_SEED_NOISE, seed_offset=5000))) == 2
+
+
+def test_lantern_affordable_on_gpu_or_small_cpu_vocabularies():
+    from gsd_lab.experiments import tables
+
+    assert tables.lantern_affordable(8203, "cpu") and not tables.lantern_affordable(65536, "cpu")
+    assert tables.lantern_affordable(65536, "cuda:0")

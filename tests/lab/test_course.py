@@ -170,8 +170,13 @@ def test_replacement_comparison():
                "uniform": {"condition_score": 20.0, "condition_score_sem": 2.0}}
     rows = paper.replacement_comparison(quality)
     assert rows[0]["reproduces"] == "yes" and rows[1]["why not / note"] == "as expected"
-    quality["top-k"]["condition_score"] = 30.0
-    assert paper.replacement_comparison(quality)[0]["reproduces"] == "no"
+    quality["top-k"]["condition_score"] = 30.0  # a drop of 20, SE 2.8
+    drop = paper.replacement_comparison(quality)[0]
+    assert drop["reproduces"] == "no" and drop["why not / note"].startswith("a drop")
+    quality["top-k"]["condition_score"] = 70.0  # a rise of 20: a change, but not a drop
+    rise = paper.replacement_comparison(quality)[0]
+    assert rise["reproduces"] == "no" and rise["here"].startswith("+20.00")
+    assert rise["why not / note"].startswith("a rise") and "drop" not in rise["why not / note"]
     assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["reproduces"] == "not run"
 
 

@@ -804,13 +804,14 @@ compares them with `gsd_core.dynamic_cluster`):
 """),
         code('''table = course.counterexample_table()
 display(Markdown(table.markdown()))'''),
-        code(CHECK + '''# Exact fractions, and gsd_core's clusters and float64 acceptance_rate against them (tolerance 1e-12).
+        code(CHECK + '''# Exact fractions; gsd_core's clusters and float64 acceptance_rate against them.
 agrees = course.counterexample_checks(table)
 print(f"SD:      alpha = sum min(p, q) = {table.alpha_sd}")
 print(f"dynamic: alpha = sum q(x) a(x) = {table.alpha_dynamic}")
 print(f"SD - dynamic = {table.alpha_sd - table.alpha_dynamic} > 0: {table.alpha_sd > table.alpha_dynamic}")
 print(f"gsd_core.dynamic_cluster gives these clusters: {agrees['clusters']}")
-print(f"gsd_core.acceptance_rate agrees within 1e-12: SD {agrees['SD']}, dynamic {agrees['dynamic']}")'''),
+print(f"gsd_core.acceptance_rate agrees within 1e-12: SD {agrees['SD']}, "
+      f"dynamic {agrees['dynamic']}")'''),
         md(r"""
 Token 1 is over-drafted ($q(1) > p(1)$) and sits in the clusters of its neighbours 0 and 2,
 pulling *their* ratios below 1 although SD accepts both surely ($p(0) \ge q(0)$, $p(2) \ge q(2)$).
@@ -888,7 +889,7 @@ If a single cluster holds the whole vocabulary, $p(C) = q(C) = 1$, every draft i
 nothing is ever resampled, and the output law is $q$: maximal speed, and the distortion is
 $\mathrm{TV}(q, p)$, the whole gap. Grouping trades exactness for speed along this line.
 """),
-        code(CHECK + '''everything = course.single_cluster_checks(p5, q5)  # gsd_core float64 against the exact values
+        code(CHECK + '''everything = course.single_cluster_checks(p5, q5)  # gsd_core float64 vs exact
 print(f"acceptance = 1 within 1e-12: {everything['acceptance = 1']}")
 print(f"output law = q within 1e-12: {everything['output law = q']}")
 print(f"distortion TV(out, p) = TV(q, p) = {sum(abs(a - b) for a, b in zip(p5, q5)) / 2}")'''),

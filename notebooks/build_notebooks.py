@@ -804,7 +804,7 @@ compares them with `gsd_core.dynamic_cluster`):
 """),
         code('''table = course.counterexample_table()
 display(Markdown(table.markdown()))'''),
-        code(CHECK + '''# Exact fractions; gsd_core's clusters and float64 acceptance_rate against them.
+        code(CHECK + '''# Exact fractions; gsd_core's clusters and float64 acceptance rates vs them.
 agrees = course.counterexample_checks(table)
 print(f"SD:      alpha = sum min(p, q) = {table.alpha_sd}")
 print(f"dynamic: alpha = sum q(x) a(x) = {table.alpha_dynamic}")
@@ -889,7 +889,7 @@ If a single cluster holds the whole vocabulary, $p(C) = q(C) = 1$, every draft i
 nothing is ever resampled, and the output law is $q$: maximal speed, and the distortion is
 $\mathrm{TV}(q, p)$, the whole gap. Grouping trades exactness for speed along this line.
 """),
-        code(CHECK + '''everything = course.single_cluster_checks(p5, q5)  # gsd_core float64 vs exact
+        code(CHECK + '''everything = course.single_cluster_checks(p5, q5)  # float64 vs exact
 print(f"acceptance = 1 within 1e-12: {everything['acceptance = 1']}")
 print(f"output law = q within 1e-12: {everything['output law = q']}")
 print(f"distortion TV(out, p) = TV(q, p) = {sum(abs(a - b) for a, b in zip(p5, q5)) / 2}")'''),

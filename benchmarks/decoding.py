@@ -218,9 +218,9 @@ def main() -> None:
         print(json.dumps(report))
         return
     cfg = report["config"]
-    print(f"{cfg['model']}: {cfg['params'] / 1e6:.2f}M params {cfg['dtype']}, vocab {cfg['vocab']}, "
-          f"top-k {cfg['top_k']}, cfg {cfg['cfg']}, {cfg['tokens']} tokens, window {cfg['window']}, "
-          f"{cfg['threads']} thread(s); "
+    print(f"{cfg['model']}: {cfg['params'] / 1e6:.2f}M params {cfg['dtype']}, "
+          f"vocab {cfg['vocab']}, top-k {cfg['top_k']}, cfg {cfg['cfg']}, "
+          f"{cfg['tokens']} tokens, window {cfg['window']}, {cfg['threads']} thread(s); "
           f"mean of {cfg['images']} image(s)")
     print(f"model forward at {context} cached tokens: {latency['model_ms_1']:.2f} ms for 1 token, "
           f"{latency[f'model_ms_{args.window + 1}']:.2f} ms for {args.window + 1}")
@@ -229,7 +229,8 @@ def main() -> None:
           f"{'process':>8}{'verify':>8}{'loop':>7}{'outside':>9}{'NFE x':>7}{'wall x':>7}")
     for name, r in rows.items():
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.3f}"
-        print(f"{name:<10}{r['nfe']:>7.1f}{acc:>8}{r['wall_seconds']:>8.3f}{r['model_seconds']:>8.3f}"
+        print(f"{name:<10}{r['nfe']:>7.1f}{acc:>8}"
+              f"{r['wall_seconds']:>8.3f}{r['model_seconds']:>8.3f}"
               f"{r['ms_per_forward']:>8.2f}{r['overhead_ms_per_forward']:>11.2f}"
               f"{r['process_ms_per_forward']:>8.2f}{r['verify_ms_per_forward']:>8.2f}"
               f"{r['loop_ms_per_forward']:>7.2f}{100 * r['overhead_share']:>8.1f}%"

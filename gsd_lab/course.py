@@ -48,9 +48,12 @@ def effective_vocabulary(p: Tensor) -> Tensor:
 
 
 def fractions_from_weights(weights: Sequence[int]) -> list[Fraction]:
-    """Integer weights -> the exact distribution w / sum(w) as Fractions (e.g. (5,4,3,2,1) -> p/15)."""
+    """Integer weights -> the exact distribution w / sum(w) as Fractions
+    (e.g. (5,4,3,2,1) -> p/15)."""
     if not weights or any(int(w) != w or w < 0 for w in weights) or sum(weights) == 0:
-        raise ValueError(f"weights must be non-negative integers with a positive sum, got {weights!r}")
+        raise ValueError(
+            f"weights must be non-negative integers with a positive sum, got {weights!r}"
+        )
     total = sum(weights)
     return [Fraction(int(w), total) for w in weights]
 
@@ -66,6 +69,9 @@ def as_tensor(values: Sequence[Fraction | float]) -> Tensor:
 
 
 # ---- 1. speculative sampling, decomposed --------------------------------------------------------
+
+WORKED_P = (8, 6, 3, 2, 1)  # notebook 05's worked example: p = weights / 20
+WORKED_Q = (4, 8, 4, 2, 2)  # q = weights / 20
 
 @dataclass(frozen=True)
 class SpeculativeParts:
@@ -95,6 +101,14 @@ def speculative_parts(p: Sequence[Fraction], q: Sequence[Fraction]) -> Speculati
     residual = [e / reject if reject else Fraction(0) for e in excess]
     output = [a + reject * r for a, r in zip(accepted, residual)]
     return SpeculativeParts(p, q, accepted, excess, reject, residual, output)
+
+
+def output_law_is_p(p: Sequence[Fraction], q: Sequence[Fraction], tolerance: float = 1e-15) -> bool:
+    """Notebook 05's check of section 1: SD's exact output law, gsd_core's float64
+    ``output_distribution(p, q)``, equals the exact p (Fractions) within ``tolerance``:
+    max_y |out(y) - p(y)| < tolerance (the Fractions rounded once to float64)."""
+    p_t = as_tensor(p)
+    return bool((output_distribution(p_t, as_tensor(q)) - p_t).abs().max() < tolerance)
 
 
 def plot_speculative_parts(parts: SpeculativeParts) -> Any:
@@ -151,7 +165,8 @@ def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
 
 @dataclass(frozen=True)
 class ClusterSteps:
-    """The paper's dynamic cluster of a drafted ``token`` (Algorithm 3), one filter at a time.
+    """gsd_core's dynamic cluster of a drafted ``token`` (its form of the paper's Algorithm 3:
+    a 2 floor(G/2) + 1 rank window, inclusive filters), one filter at a time.
 
     All masks are bool [V]; ``members`` = window & gap & distance, equal to ``dynamic_cluster``."""
 
@@ -214,19 +229,26 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
 
 COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
 COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
+# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 2: one rank each side of x in the
+# p-ranking 0, 1, 2, 3, 4, clipped at its ends), so that the table does not depend on gsd_core.
+COUNTEREXAMPLE_CLUSTERS = ((0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4))
+COUNTEREXAMPLE_GROUP_SIZE = 2
 
 
 @dataclass(frozen=True)
 class CounterexampleTable:
     """proofs/04_dynamic_counterexample.md computed exactly: one row per drafted token x with
-    q(x), C(x), p(C), q(C), a(x) = min(1, p(C)/q(C)) and q(x) a(x) (Fractions); the totals
-    alpha_dyn = sum_x q(x) a(x) and alpha_SD = sum_x min(p, q)."""
+    q(x), C(x), p(C), q(C), a(x) = min(1, p(C)/q(C)) and q(x) a(x) (Fractions, from the
+    hand-written clusters); the totals alpha_dyn = sum_x q(x) a(x) and alpha_SD = sum_x
+    min(p, q); next to them gsd_core's float64 ``acceptance_rate`` (SD and
+    ``DynamicClusters(2)``) and gsd_core's clusters (``dynamic_cluster``), to be compared."""
 
     rows: list[dict[str, Any]]
     alpha_sd: Fraction
     alpha_dynamic: Fraction
     float_sd: float
     float_dynamic: float
+    core_clusters: list[list[int]]
 
     denominator: int = 15
 
@@ -234,30 +256,49 @@ class CounterexampleTable:
         """The table of proofs/04 (masses over ``denominator`` where that is exact)."""
         def over(value: Fraction) -> str:
             scaled = value * self.denominator
-            return f"{scaled.numerator}/{self.denominator}" if scaled.denominator == 1 and value else str(value)
+            if scaled.denominator == 1 and value:
+                return f"{scaled.numerator}/{self.denominator}"
+            return str(value)
 
-        head = "| x | q(x) | C(x) | p(C) | q(C) | a(x) | q(x) a(x) |\n|---|---|---|---|---|---|---|"
-        body = [f"| {r['x']} | {over(r['q'])} | {set(r['cluster'])} | {over(r['p_cluster'])} | {over(r['q_cluster'])} "
-                f"| {r['accept']} | {r['q_accept']} |" for r in self.rows]
+        head = ("| x | q(x) | C(x) | p(C) | q(C) | a(x) | q(x) a(x) |\n"
+                "|---|---|---|---|---|---|---|")
+        body = [f"| {r['x']} | {over(r['q'])} | {set(r['cluster'])} | {over(r['p_cluster'])} "
+                f"| {over(r['q_cluster'])} | {r['accept']} | {r['q_accept']} |" for r in self.rows]
         return "\n".join([head, *body])
 
 
-def counterexample_table(p_weights: Sequence[int] = COUNTEREXAMPLE_P, q_weights: Sequence[int] = COUNTEREXAMPLE_Q,
-                         group_size: int = 2) -> CounterexampleTable:
-    """The exact acceptance table of ``DynamicClusters(group_size)`` (clusters from
-    ``gsd_core.dynamic_cluster``, arithmetic in Fractions) next to gsd_core's float64 values."""
-    p, q = fractions_from_weights(p_weights), fractions_from_weights(q_weights)
-    pt, qt = as_tensor(p), as_tensor(q)
+def counterexample_table() -> CounterexampleTable:
+    """proofs/04's exact acceptance table from its hand-written clusters (Fractions), with
+    gsd_core's float64 acceptance rates and ``dynamic_cluster`` clusters alongside."""
+    p, q = fractions_from_weights(COUNTEREXAMPLE_P), fractions_from_weights(COUNTEREXAMPLE_Q)
     rows = []
-    for x in range(len(p)):
-        cluster = torch.nonzero(dynamic_cluster(pt, x, group_size)).flatten().tolist()
+    for x, cluster in enumerate(COUNTEREXAMPLE_CLUSTERS):
         p_c, q_c = sum(p[y] for y in cluster), sum(q[y] for y in cluster)
         accept = min(Fraction(1), p_c / q_c) if q_c else Fraction(1)
-        rows.append({"x": x, "q": q[x], "cluster": cluster, "p_cluster": p_c, "q_cluster": q_c, "accept": accept,
-                     "q_accept": q[x] * accept})
-    return CounterexampleTable(rows, sum(min(a, b) for a, b in zip(p, q)), sum(r["q_accept"] for r in rows),
-                               float(acceptance_rate(pt, qt)), float(acceptance_rate(pt, qt, DynamicClusters(group_size))),
-                               math.lcm(sum(p_weights), sum(q_weights)))
+        rows.append({"x": x, "q": q[x], "cluster": list(cluster), "p_cluster": p_c,
+                     "q_cluster": q_c, "accept": accept, "q_accept": q[x] * accept})
+    pt, qt = as_tensor(p), as_tensor(q)
+    rule = DynamicClusters(COUNTEREXAMPLE_GROUP_SIZE)
+    core_clusters = [
+        torch.nonzero(dynamic_cluster(pt, x, COUNTEREXAMPLE_GROUP_SIZE)).flatten().tolist()
+        for x in range(len(p))
+    ]
+    return CounterexampleTable(
+        rows, sum(min(a, b) for a, b in zip(p, q)), sum(r["q_accept"] for r in rows),
+        float(acceptance_rate(pt, qt)), float(acceptance_rate(pt, qt, rule)), core_clusters,
+        math.lcm(sum(COUNTEREXAMPLE_P), sum(COUNTEREXAMPLE_Q)),
+    )
+
+
+def counterexample_checks(table: CounterexampleTable, tolerance: float = 1e-12) -> dict[str, bool]:
+    """Notebook 05's checks of section 6: gsd_core against the exact table. "clusters":
+    ``dynamic_cluster`` gives proofs/04's clusters; "SD" / "dynamic": |float64
+    ``acceptance_rate`` - exact alpha| < ``tolerance``."""
+    return {
+        "clusters": table.core_clusters == [r["cluster"] for r in table.rows],
+        "SD": abs(table.float_sd - float(table.alpha_sd)) < tolerance,
+        "dynamic": abs(table.float_dynamic - float(table.alpha_dynamic)) < tolerance,
+    }
 
 
 # ---- 5. residuals and the one-cluster limit -------------------------------------------------------
@@ -289,6 +330,16 @@ def single_cluster(p: Tensor, q: Tensor) -> tuple[float, Tensor]:
     nothing is ever rejected and the output law is q itself. Returns (acceptance, output law [V])."""
     everything = FixedPartition(torch.zeros(p.shape[-1], dtype=torch.long))
     return float(acceptance_rate(p, q, everything)), output_distribution(p, q, everything)
+
+
+def single_cluster_checks(p: Sequence[Fraction], q: Sequence[Fraction],
+                          tolerance: float = 1e-12) -> dict[str, bool]:
+    """Notebook 05's checks of section 7 (one cluster holding everything), by gsd_core in
+    float64 against the exact values: "acceptance = 1": |alpha - 1| < tolerance; "output law =
+    q": max_y |out(y) - q(y)| < tolerance."""
+    acceptance, out = single_cluster(as_tensor(p), as_tensor(q))
+    return {"acceptance = 1": abs(acceptance - 1) < tolerance,
+            "output law = q": bool((out - as_tensor(q)).abs().max() < tolerance)}
 
 
 # ---- widgets (optional) ---------------------------------------------------------------------------

@@ -26,10 +26,14 @@ forward, sampled from p_0. The window is capped at the tokens still needed minus
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
 
 All randomness comes from ``generator`` (on the adapter's device). Batch size 1 only, as the
-papers measure latency at batch 1. Each forward pass is followed by exactly one read of the
+papers measure latency at batch 1. Each forward pass is followed by one status read of the
 device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
 model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
-at the step it appears.
+at the step it appears. The rule inside verify may add its own read per step (L > 0):
+GSD's ``DynamicClusters`` without the adapter's support of p (the adapter computes one on
+CPU only, for rank_by="p") syncs once to read the widest support it ranks (gsd_core's
+``_SupportRanking``; ``validate=False`` gives it no sizes to reuse); LANTERN reads the
+widest support of q; a ``FixedPartition`` reads its largest cluster. SJD adds none.
 """
 
 from __future__ import annotations
@@ -268,9 +272,10 @@ def generate(
         else:
             p, support = adapter.forward(window_ids, num_rows=L + 1), None
 
-        # Nothing below reads the device back but this step's one status read: the accepted
-        # count (the cache is cropped to it) and the sum of p, whose finiteness tells whether
-        # the model produced NaN or inf at this step.
+        # This step's status read: the accepted count (the cache is cropped to it) and the sum
+        # of p, whose finiteness tells whether the model produced NaN or inf at this step.
+        # verify's rule may sync once more (module docstring): DynamicClusters without
+        # ``support`` (off CPU, or rank_by="q"), LANTERN and FixedPartition do.
         if L == 0:
             uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
             out[done: done + 1] = sample_categorical(p[0], uniform, validate=False)

@@ -637,8 +637,8 @@ the second term is $(p(y) - q(y))_+$. And $\min(p, q) + (p - q)_+ = p$.
 
 Below, $V = 5$, $p = (8, 6, 3, 2, 1)/20$, $q = (4, 8, 4, 2, 2)/20$, every term in exact fractions.
 """),
-        code('''p5 = course.fractions_from_weights([8, 6, 3, 2, 1])
-q5 = course.fractions_from_weights([4, 8, 4, 2, 2])
+        code('''p5 = course.fractions_from_weights(course.WORKED_P)  # (8, 6, 3, 2, 1)
+q5 = course.fractions_from_weights(course.WORKED_Q)  # (4, 8, 4, 2, 2)
 parts = course.speculative_parts(p5, q5)
 plots.show(course.plot_speculative_parts(parts))'''),
         code(CHECK + '''# Exact: fractions, then gsd_core's float64 output law against them (tolerance 1e-15).
@@ -649,9 +649,7 @@ print("min(p, q)         ", fmt(parts.accepted), " sum =", sum(parts.accepted))
 print("(p - q)+          ", fmt(parts.excess), " sum = P(reject) =", parts.reject_probability)
 print("residual r        ", fmt(parts.residual))
 print("min + P(reject) r ", fmt(parts.output), " equals p exactly:", parts.output == parts.p)
-exact5 = output_distribution(course.as_tensor(p5), course.as_tensor(q5))
-print("gsd_core.output_distribution equals p within 1e-15:",
-      bool((exact5 - course.as_tensor(p5)).abs().max() < 1e-15))'''),
+print("gsd_core.output_distribution equals p within 1e-15:", course.output_law_is_p(p5, q5))'''),
         md(r"""
 The same statement by simulation: `gsd_core.verify` on many independent drafts $x \sim q$
 (here a random pair on $V = 6$ tokens), every emitted token's frequency against the exact law
@@ -722,11 +720,14 @@ print(f"window acceptances {[str(a) for a in window]}: P(K = k), k = 0..3:", [st
 print(f"E[K] = {course.expected_accepted_prefix(window)} = sum_k k P(K = k) = {sum(k * v for k, v in enumerate(prefix))}; "
       f"tokens per forward = {per_forward}")
 image_sd = Fraction(paper.SD_ACCEPTANCE_IMAGE.value).limit_denominator(100)  # the paper's ~40% for image models
-num_tokens = int(paper.AR_NFE.value)  # Lumina-mGPT's tokens per image (its AR NFE)
+# Lumina-mGPT's AR NFE (2392 forwards per image on Parti, paper.md 1.8), not its token count: an
+# image is about 2.35k tokens (48 rows of 48 + a row-end token = 2352). The NFEs below divide the
+# AR NFE by the tokens per forward: an approximation.
+ar_nfe = int(paper.AR_NFE.value)
 for a in (image_sd, Fraction(4, 5), Fraction(19, 20)):
     tpf = course.tokens_per_forward([a] * 16)
-    print(f"16 positions each accepted with {a}: tokens per forward {float(tpf):.3f}; NFE for {num_tokens} tokens "
-          f"~ {num_tokens / float(tpf):.0f}")'''),
+    print(f"16 positions each accepted with {a}: tokens per forward {float(tpf):.3f}; "
+          f"NFE ~ AR's {ar_nfe} / {float(tpf):.3f} = {ar_nfe / float(tpf):.0f}")'''),
         md(r"""
 The last lines start from the paper's acceptance of plain speculative sampling on image models
 (`gsd_lab.experiments.paper`, cited to the reference digest): tokens per forward grow much
@@ -735,8 +736,8 @@ acceptance is what grouping is for.
 
 ## 4. How one GSD cluster is built
 
-The paper's Algorithm 3 (`gsd_core.DynamicClusters`, `dynamic_cluster`) for a drafted token $x$
-on one target row $p$:
+`gsd_core`'s form of the paper's Algorithm 3 (`gsd_core.DynamicClusters`, `dynamic_cluster`)
+for a drafted token $x$ on one target row $p$:
 
 1. rank the vocabulary by $p$, descending (ties: smaller id first);
 2. find the rank $r(x)$;
@@ -745,6 +746,14 @@ on one target row $p$:
 4. keep $y$ only if $|p(y) - p(x)| \le \delta$ (probability-gap filter);
 5. keep $y$ only if $\lVert e_y - e_x\rVert^2 \le d$ (embedding-distance filter; $e$ the input embeddings);
 6. accept $x$ with probability $\min(1, p(C)/q(C))$.
+
+Steps 3-5 are `gsd_core`'s conventions, not the paper's words. The paper (paper.md 1.6) takes
+"the $G$ tokens adjacent to $x$" in the ranking, $x$ included, and keeps $y$ only if
+$|p(y) - p(x)| < \delta$ and the distance is $< d$, both strict; here the window is symmetric,
+$2\lfloor G/2\rfloor + 1$ ranks (odd), and both bounds are inclusive ($\le$). The released code
+differs from both: it slices 7 ranks on one side of $x$ and 6 on the other (14 tokens whatever
+$G$), filters strictly with $\delta = 0.15$ and a squared input-embedding distance $d = 0.5$, and
+falls back to plain SJD at the ends of the ranking (README, "How the reference code differs").
 
 A concrete row on $V = 10$ tokens with 2-dimensional embeddings, $G = 4$, $\delta = 0.05$, $d = 2$,
 drafted token $x = 3$ (`course.cluster_steps` builds each mask with package calls and checks
@@ -791,16 +800,19 @@ The paper's clusters are *dynamic*: $C(x)$ is the window around the drafted $x$,
 drafts get overlapping clusters, not a partition, and the first step of the proof fails.
 [proofs/04_dynamic_counterexample.md](../proofs/04_dynamic_counterexample.md): $V = 5$, $G = 2$ (one
 rank on each side), no filters, $p = (5,4,3,2,1)/15$, $q = (5,5,3,2,0)/15$. The table, in exact
-fractions (clusters from `gsd_core.dynamic_cluster`):
+fractions from proofs/04's clusters written out by hand in `gsd_lab.course` (the check below
+compares them with `gsd_core.dynamic_cluster`):
 """),
         code('''table = course.counterexample_table()
 display(Markdown(table.markdown()))'''),
-        code(CHECK + '''# Exact fractions, and gsd_core's float64 acceptance_rate against them (tolerance 1e-12).
+        code(CHECK + '''# Exact fractions; gsd_core's clusters and float64 acceptance rates vs them.
+agrees = course.counterexample_checks(table)
 print(f"SD:      alpha = sum min(p, q) = {table.alpha_sd}")
 print(f"dynamic: alpha = sum q(x) a(x) = {table.alpha_dynamic}")
 print(f"SD - dynamic = {table.alpha_sd - table.alpha_dynamic} > 0: {table.alpha_sd > table.alpha_dynamic}")
-print(f"gsd_core.acceptance_rate agrees within 1e-12: SD {abs(table.float_sd - float(table.alpha_sd)) < 1e-12}, "
-      f"dynamic {abs(table.float_dynamic - float(table.alpha_dynamic)) < 1e-12}")'''),
+print(f"gsd_core.dynamic_cluster gives these clusters: {agrees['clusters']}")
+print(f"gsd_core.acceptance_rate agrees within 1e-12: SD {agrees['SD']}, "
+      f"dynamic {agrees['dynamic']}")'''),
         md(r"""
 Token 1 is over-drafted ($q(1) > p(1)$) and sits in the clusters of its neighbours 0 and 2,
 pulling *their* ratios below 1 although SD accepts both surely ($p(0) \ge q(0)$, $p(2) \ge q(2)$).
@@ -878,9 +890,9 @@ If a single cluster holds the whole vocabulary, $p(C) = q(C) = 1$, every draft i
 nothing is ever resampled, and the output law is $q$: maximal speed, and the distortion is
 $\mathrm{TV}(q, p)$, the whole gap. Grouping trades exactness for speed along this line.
 """),
-        code(CHECK + '''everything_acceptance, everything_out = course.single_cluster(p5_t, course.as_tensor(q5))
-print(f"acceptance = 1 within 1e-12: {abs(everything_acceptance - 1) < 1e-12}")
-print(f"output law = q within 1e-12: {bool((everything_out - course.as_tensor(q5)).abs().max() < 1e-12)}")
+        code(CHECK + '''everything = course.single_cluster_checks(p5, q5)  # float64 vs exact
+print(f"acceptance = 1 within 1e-12: {everything['acceptance = 1']}")
+print(f"output law = q within 1e-12: {everything['output law = q']}")
 print(f"distortion TV(out, p) = TV(q, p) = {sum(abs(a - b) for a, b in zip(p5, q5)) / 2}")'''),
         md(r"""
 ## 8. `verify` with clusters, by Monte Carlo, against the exact law
@@ -962,8 +974,11 @@ fails) when `verify` resamples from p after a rejection instead of the residual,
 p(x)/q(C) instead of p(C)/q(C), or when it ignores its clusters; every verdict stays `True` (nbval
 passes) when its uniforms U are replaced by 1 - U, a harmless change of the random stream. The
 exact checks (sections 1-7, exercises) compare `gsd_core`'s float64 enumeration with fractions
-computed independently in `gsd_lab.course`, and `tests/lab/test_course.py` checks those against
-hand-computed values.
+computed without it (in `gsd_lab.course` or in the cell: section 6's clusters are written out by
+hand from proofs/04); `tests/lab/test_course.py` checks those against hand-computed values, and
+`tests/lab/test_notebook_checks_power.py` runs the verdict functions that sections 1, 6 and 7
+print (`course.output_law_is_p`, `counterexample_checks`, `single_cluster_checks`) on mutated
+versions of the enumeration and of `dynamic_cluster`: each mutation turns a verdict to `False`.
 """),
     ]
 

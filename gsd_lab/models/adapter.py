@@ -97,15 +97,22 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
 
     An order statistic is one exact value whatever the algorithm: on CPU numpy's selection
     (``np.partition``, introselect on plain values, about 7x faster than ``torch.topk`` on
-    17 x 8192 float64 rows), elsewhere the smallest of an unsorted ``torch.topk`` (one kernel,
-    no host sync). NaN counts as the largest value in both."""
+    17 x 8192 float64 rows), elsewhere ``kth_largest_topk`` (a sorted ``torch.topk``, no host
+    sync). NaN counts as the largest value in both."""
     n = values.shape[-1]
     if values.device.type == "cpu":
         import numpy as np
 
         selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
         return torch.from_numpy(selected)
-    return torch.topk(values, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    return kth_largest_topk(values, k)
+
+
+def kth_largest_topk(values: Tensor, k: int) -> Tensor:
+    """``kth_largest`` by ``torch.topk`` on any device: the last of the k largest, sorted, as
+    [..., 1]. Sorted, not the ``amin`` of an unsorted top-k: ``amin`` propagates NaN, so a row
+    with a NaN among its k largest would give NaN on GPU where numpy gives the k-th value."""
+    return torch.topk(values, k, dim=-1, sorted=True).values[..., -1:]
 
 
 def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
@@ -474,12 +481,13 @@ class CausalLMAdapter:
     ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
         ``with_support``, (probs, support [R, K] or None) as in ``forward``."""
+        owned = logits.dtype != torch.float64  # .to() below makes a fresh tensor
         logits = logits.to(torch.float64)
         if self.uses_cfg:
             logits = self.combine_guidance(logits[0], logits[1], generated_positions)
         else:
             # A copy only when the model's own float64 output would be modified in place below.
-            logits = logits[0].clone() if logits.dtype == torch.float64 else logits[0]
+            logits = logits[0] if owned else logits[0].clone()
         logits = self.process_logits(logits, generated_positions)
         # From the final logits (after any subclass's hooks): p > 0 only where they are not -inf.
         support = kept_ids(logits) if with_support and logits.device.type == "cpu" else None
@@ -516,7 +524,8 @@ class CausalLMAdapter:
                 candidates = logits[..., lo:hi]
         elif self._disallowed is not None:
             logits.masked_fill_(self._disallowed, -torch.inf)
-            candidates = logits[..., self.allowed_tokens]
+            if self.top_k is not None:  # the gather (a copy) only serves top-k
+                candidates = logits[..., self.allowed_tokens]
         if self.top_k is not None:
             k = min(self.top_k, int(self.allowed_tokens.numel()))
             # The k-th largest allowed logit; over the whole row when the allowed run is most of

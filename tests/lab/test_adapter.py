@@ -10,7 +10,13 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
-from gsd_lab.models.adapter import forced_support, kept_ids, kth_largest, mask_below_  # noqa: E402
+from gsd_lab.models.adapter import (  # noqa: E402
+    forced_support,
+    kept_ids,
+    kth_largest,
+    kth_largest_topk,
+    mask_below_,
+)
 
 VOCAB = 12
 
@@ -302,6 +308,40 @@ def test_processing_propagates_nan_logits():
     assert torch.isnan(probs[0]).all() and torch.isfinite(probs[1]).all()
 
 
+def test_kth_largest_topk_is_not_nan_when_a_nan_is_among_the_top_k():
+    """A NaN among a row's k largest counts as the largest: the k-th value is the (k-1)-th
+    largest number, as numpy's selection gives on CPU (an ``amin`` over the top k gives NaN)."""
+    values = torch.tensor([[1.0, torch.nan, 3.0, 2.0, 0.0]], dtype=torch.float64)
+    for k, expected in ((1, torch.nan), (2, 3.0), (3, 2.0), (5, 0.0)):
+        topk_form, cpu_form = kth_largest_topk(values, k), kth_largest(values, k)
+        assert topk_form.shape == (1, 1)
+        if k == 1:
+            assert torch.isnan(topk_form).all() and torch.isnan(cpu_form).all()
+        else:
+            assert topk_form.item() == expected == cpu_form.item()
+
+
+@pytest.mark.parametrize("top_k", [None, 8])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_processing_without_cfg_leaves_the_model_logits_untouched(top_k, dtype):
+    """Without CFG the model's own float64 logits must not be modified in place by top-k or
+    temperature (``_process`` copies them; float32 logits are converted, a fresh tensor); the
+    probabilities are the plain formula's, for a scattered vocabulary with and without top-k."""
+    allowed = list(range(0, 64, 2))
+    adapter = CausalLMAdapter(tiny_llama(vocab=64), allowed, top_k=top_k, temperature=0.7)
+    assert not adapter.uses_cfg and adapter._disallowed is not None
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(1, 3, 64, dtype=torch.float64, generator=generator).to(dtype)
+    before = logits.clone()
+    probs = adapter._process(logits, torch.arange(3))
+    assert torch.equal(logits, before)
+    expected = logits[0].to(torch.float64).masked_fill(adapter._disallowed, -torch.inf)
+    if top_k is not None:
+        kth = torch.topk(expected[:, allowed], top_k, dim=-1).values[:, -1:]
+        expected = expected.masked_fill(expected < kth, -torch.inf)
+    assert torch.equal(probs, torch.softmax(expected / 0.7, -1))
+
+
 def test_processing_of_a_narrow_allowed_run_is_bitwise_the_reference_formula():
     """A contiguous image vocabulary that is a small part of the model's (Lumina-mGPT: 8192 of
     65536) takes the column-slice path; the probabilities are still the reference ones."""
@@ -325,6 +365,8 @@ def test_mask_below_and_kth_largest_are_the_plain_torch_forms_bit_for_bit():
         threshold = kth_largest(values, k)
         reference = values.topk(k, -1).values[:, -1:]
         assert torch.equal(threshold.nan_to_num(9.0), reference.nan_to_num(9.0))
+        # The non-CPU form (run here on CPU) gives the same k-th value, NaN rows included.
+        assert torch.equal(kth_largest_topk(values, k).nan_to_num(9.0), threshold.nan_to_num(9.0))
         expected = values.clone().masked_fill_(values < threshold, -torch.inf)
         masked = mask_below_(values.clone(), threshold)
         assert torch.equal(masked.view(torch.int64), expected.view(torch.int64))

@@ -88,6 +88,34 @@ def test_counterexample_table_is_proofs_04():
     assert [r["cluster"] for r in table.rows] == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4]]
     assert table.float_dynamic == pytest.approx(898 / 975, abs=1e-12)
     assert "| 1 | 5/15 | {0, 1, 2} | 12/15 | 13/15 | 12/13 | 4/13 |" in table.markdown()
+    assert table.core_clusters == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4]]
+    assert course.counterexample_checks(table) == {"clusters": True, "SD": True, "dynamic": True}
+
+
+def test_counterexample_table_is_independent_of_gsd_core(monkeypatch):
+    """The exact table comes from proofs/04's hand-written clusters: a wrong gsd_core (clusters
+    and acceptance) leaves the fractions as they are and turns the checks False."""
+    monkeypatch.setattr(course, "dynamic_cluster", lambda p, x, g: torch.ones(5, dtype=torch.bool))
+    monkeypatch.setattr(course, "acceptance_rate", lambda p, q, rule=None: torch.tensor(0.5))
+    table = course.counterexample_table()
+    assert table.alpha_sd == F(14, 15) and table.alpha_dynamic == F(898, 975)
+    assert course.counterexample_checks(table) == {"clusters": False, "SD": False, "dynamic": False}
+
+
+def test_output_law_and_single_cluster_checks(monkeypatch):
+    p5 = course.fractions_from_weights(course.WORKED_P)
+    q5 = course.fractions_from_weights(course.WORKED_Q)
+    assert p5[0] == F(8, 20) and q5[1] == F(8, 20)
+    assert course.output_law_is_p(p5, q5)
+    assert course.single_cluster_checks(p5, q5) == {"acceptance = 1": True, "output law = q": True}
+    # An enumeration that returns the draft's law (GSD's one-cluster limit) fails the first
+    # check; one that returns p (grouping ignored: plain SD) fails the second.
+    monkeypatch.setattr(course, "output_distribution", lambda p, q, *rule: q.clone())
+    assert not course.output_law_is_p(p5, q5)
+    monkeypatch.setattr(course, "output_distribution", lambda p, q, *rule: p.clone())
+    monkeypatch.setattr(course, "acceptance_rate", lambda p, q, *rule: torch.tensor(0.8))
+    assert course.single_cluster_checks(p5, q5) == {"acceptance = 1": False,
+                                                    "output law = q": False}
 
 
 def test_residual_comparison_small_pair_by_hand():
@@ -170,8 +198,13 @@ def test_replacement_comparison():
                "uniform": {"condition_score": 20.0, "condition_score_sem": 2.0}}
     rows = paper.replacement_comparison(quality)
     assert rows[0]["reproduces"] == "yes" and rows[1]["why not / note"] == "as expected"
-    quality["top-k"]["condition_score"] = 30.0
-    assert paper.replacement_comparison(quality)[0]["reproduces"] == "no"
+    quality["top-k"]["condition_score"] = 30.0  # a drop of 20, SE 2.8
+    drop = paper.replacement_comparison(quality)[0]
+    assert drop["reproduces"] == "no" and drop["why not / note"].startswith("a drop")
+    quality["top-k"]["condition_score"] = 70.0  # a rise of 20: a change, but not a drop
+    rise = paper.replacement_comparison(quality)[0]
+    assert rise["reproduces"] == "no" and rise["here"].startswith("+20.00")
+    assert rise["why not / note"].startswith("a rise") and "drop" not in rise["why not / note"]
     assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["reproduces"] == "not run"
 
 

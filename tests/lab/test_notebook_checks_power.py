@@ -128,19 +128,20 @@ def test_max_z_score():
 # ---- the exact checks of notebook 05 (sections 1, 6, 7) -------------------------------------------
 
 def exact_verdicts() -> dict[str, bool]:
-    """The verdicts notebook 05's exact checked cells print: gsd_core's float64 enumeration against
-    the fractions of ``gsd_lab.course`` (worked example, proofs/04 counterexample, one cluster)."""
-    from gsd_core import output_distribution
+    """The verdicts notebook 05's exact checked cells print, from the same ``gsd_lab.course``
+    functions on the same inputs: gsd_core's float64 enumeration against exact fractions
+    (worked example, proofs/04 counterexample, one cluster)."""
     from gsd_lab import course
 
-    p5 = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
-    q5 = course.as_tensor(course.fractions_from_weights([4, 8, 4, 2, 2]))
-    table = course.counterexample_table()
-    acceptance, out = course.single_cluster(p5, q5)
-    return {"worked example output = p": bool((output_distribution(p5, q5) - p5).abs().max() < 1e-15),
-            "counterexample dynamic acceptance": abs(table.float_dynamic - float(table.alpha_dynamic)) < 1e-12,
-            "counterexample SD acceptance": abs(table.float_sd - float(table.alpha_sd)) < 1e-12,
-            "one cluster outputs q": bool((out - q5).abs().max() < 1e-12) and abs(acceptance - 1) < 1e-12}
+    p5 = course.fractions_from_weights(course.WORKED_P)
+    q5 = course.fractions_from_weights(course.WORKED_Q)
+    counterexample = course.counterexample_checks(course.counterexample_table())
+    one_cluster = course.single_cluster_checks(p5, q5)
+    return {"worked example output = p": course.output_law_is_p(p5, q5),
+            "counterexample clusters": counterexample["clusters"],
+            "counterexample dynamic acceptance": counterexample["dynamic"],
+            "counterexample SD acceptance": counterexample["SD"],
+            "one cluster outputs q": all(one_cluster.values())}
 
 
 def test_exact_checks_pass_on_the_real_core():
@@ -151,14 +152,21 @@ def test_exact_checks_pass_on_the_real_core():
 @pytest.mark.parametrize("mutation, expect_fail", [
     ("exact_resample_from_p", "worked example output = p"),
     ("exact_ignore_clusters", "counterexample dynamic acceptance"),
+    ("exact_ignore_clusters", "one cluster outputs q"),
+    ("window_one_rank_wider", "counterexample clusters"),
 ])
 def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_fail):
     import gsd_core.exact as exact
+    from gsd_lab import course
 
     if mutation == "exact_resample_from_p":
         monkeypatch.setattr(exact, "_residual", _resample_from_p)
-    else:
+    elif mutation == "exact_ignore_clusters":
         monkeypatch.setattr(exact, "as_cluster_rule", lambda clusters, vocab: None)
+    else:  # a dynamic_cluster whose window is one rank wider than 2 floor(G/2) + 1
+        wrong = course.dynamic_cluster
+        monkeypatch.setattr(course, "dynamic_cluster",
+                            lambda p, x, group_size: wrong(p, x, group_size + 2))
     verdicts = exact_verdicts()
     assert not verdicts[expect_fail], verdicts
 

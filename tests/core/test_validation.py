@@ -205,7 +205,8 @@ def test_16_bit_rows_give_the_same_window_with_and_without_validation(dtype, pos
     drafts = torch.cat([ids, torch.arange(vocab - 8, vocab)]).unsqueeze(-1)
     rule = DynamicClusters(3)
     checked = verify(p, q, drafts, rule, generator=torch.Generator().manual_seed(1))
-    unchecked = verify(p, q, drafts, rule, generator=torch.Generator().manual_seed(1), validate=False)
+    unchecked = verify(p, q, drafts, rule, generator=torch.Generator().manual_seed(1),
+                       validate=False)
     for name in ("num_accepted", "tokens", "num_emitted", "accept_probs"):
         assert torch.equal(getattr(checked, name), getattr(unchecked, name)), name
     assert bool((checked.accept_probs[:positives] > 0).all())  # each positive draft can be accepted

@@ -31,21 +31,37 @@ def working_dtype(*tensors: Tensor) -> torch.dtype:
 
 
 def host_values(summary: list[Tensor]) -> list[float]:
-    """Read 0-dim tensors back to the host with one sync (stacked, promoted to one dtype)."""
-    return torch.stack(summary).tolist() if summary else []
+    """Read 0-dim tensors back to the host with one sync (stacked, exactly: ``_exact_together``)."""
+    return torch.stack(_exact_together(summary)).tolist() if summary else []
 
 
 _FEW = 4096  # up to this many values travel to the host as they are, without reductions
 
 
+def _exact_together(parts: list[Tensor]) -> list[Tensor]:
+    """``parts`` made safe to cat/stack into one tensor without rounding any value.
+
+    cat/stack promote to the widest dtype present: with 16-bit floats and no float64, integer
+    ids and support sizes would round (bfloat16 holds integers exactly only up to 256,
+    float16 up to 2048, float32 up to 2^24). When a part is floating but none is float64,
+    the first part is cast to float64, so that the promotion is to float64: exact for every
+    float and for integers up to 2^53. All-integer parts promote to int64 (exact), and with
+    a float64 part present nothing is cast (no extra op)."""
+    floating = any(t.is_floating_point() for t in parts)
+    if not floating or any(t.dtype == torch.float64 for t in parts):
+        return parts
+    return [parts[0].double(), *parts[1:]]
+
+
 def host_ranges(parts: list[Tensor]) -> list[tuple[float, float] | None]:
     """(min, max) of each tensor, NaN if it holds a NaN, None if it is empty; one host sync
     for all. Few values of 1-D tensors are read back as they are (one concatenation, no
-    per-tensor reductions); otherwise each is reduced on its device first."""
+    per-tensor reductions); otherwise each is reduced on its device first. Values come back
+    exactly, whatever mix of dtypes (``_exact_together``)."""
     nan = float("nan")
     ranges: list[tuple[float, float] | None] = []
     if all(t.ndim == 1 for t in parts) and sum(t.numel() for t in parts) <= _FEW:
-        values = torch.cat(parts).tolist() if parts else []
+        values = torch.cat(_exact_together(parts)).tolist() if parts else []
         for t in parts:
             chunk, values = values[: t.numel()], values[t.numel():]
             if not chunk:
@@ -56,7 +72,8 @@ def host_ranges(parts: list[Tensor]) -> list[tuple[float, float] | None]:
                 ranges.append((min(chunk), max(chunk)))
         return ranges
     filled = [t for t in parts if t.numel()]
-    values = torch.stack([m for t in filled for m in torch.aminmax(t)]).tolist() if filled else []
+    extrema = [m for t in filled for m in torch.aminmax(t)]
+    values = torch.stack(_exact_together(extrema)).tolist() if filled else []
     for t in parts:
         if t.numel():
             ranges.append((values[0], values[1]))

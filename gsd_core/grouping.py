@@ -84,12 +84,14 @@ class _SupportRanking:
     Or the caller gives ``support`` [N, K]: ids per row that include every id with p > 0
     once (ids with p = 0 may be added, and repeated; ``verify`` checks this under
     ``validate``); then there is no count, no sync and no selection over V. Or ``verify``
-    gives the sizes S_i and K it read with its validation (``_SupportSize``): no sync here. The K entries are put in id order (entries with p = 0 moved past the
-    end as id V + K), then stably sorted by p descending: within the support that is the
-    ranking (-p, id), exact under ties. Tokens with p = 0 rank after every positive one, in
-    id order, so their ranks follow by counting: the m-th zero of a row (0-based) is
-    z = m + #{positive y < z}. Cost: O(N V) for the selection (none with ``support``),
-    O(N K log K) for the sorts (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
+    gives the sizes S_i and K it read with its validation (``_SupportSize``): no sync here.
+
+    The K entries are put in id order (entries with p = 0 moved past the end as id V + K),
+    then stably sorted by p descending: within the support that is the ranking (-p, id),
+    exact under ties. Tokens with p = 0 rank after every positive one, in id order, so their
+    ranks follow by counting: the m-th zero of a row (0-based) is z = m + #{positive y < z}.
+    Cost: O(N V) for the selection (none with ``support``), O(N K log K) for the sorts
+    (K = 2000 after Lumina-mGPT's top-k); a fixed number of ops."""
 
     def __init__(self, p: Tensor, support: Tensor | _SupportSize | None = None) -> None:
         vocab = p.shape[-1]

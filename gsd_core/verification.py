@@ -235,15 +235,21 @@ def _check_verify_inputs(
 
 def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
     """Shape, dtype and device of ``verify``'s ``support`` (values: ``_support_parts``): integer
-    ids [..., L, K], K >= 1, leading dims broadcastable to the batch. Returns it as int64."""
-    if not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window or support.shape[-1] < 1:
-        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] (one row per draft), "
-                         f"got {tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__}")
+    ids [..., L, K], K >= 1, leading dims that broadcast to the batch (and do not widen it).
+    Returns it as int64."""
+    if (not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window
+            or support.shape[-1] < 1):
+        got = tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__
+        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] "
+                         f"(one row per draft), got {got}")
     support = check_token_tensor(support, device, "support")
     try:
-        torch.broadcast_shapes(support.shape[:-2], batch)
+        fits = torch.broadcast_shapes(support.shape[:-2], batch) == batch
     except RuntimeError:
-        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to {tuple(batch)}") from None
+        fits = False
+    if not fits:
+        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to "
+                         f"the batch shape {tuple(batch)} of p, q and draft_tokens")
     return support
 
 
@@ -260,8 +266,10 @@ def _support_parts(p_rows: Tensor, support: Tensor, batch: torch.Size) -> list[T
     if safe.shape[:-1] != rows_shape[:-1]:
         safe = safe.expand(*rows_shape[:-1], safe.shape[-1])
     left = rows.scatter_add(-1, safe, rows.gather(-1, safe).neg())
-    id_range = torch.stack(list(torch.aminmax(support))) if support.numel() else support.new_empty(0)
-    return [id_range] + [x if x.ndim == 1 else x.reshape(-1) for x in (left.amax(-1), left.amin(-1))]
+    empty = not support.numel()
+    id_range = support.new_empty(0) if empty else torch.stack(list(torch.aminmax(support)))
+    row_extrema = (left.amax(-1), left.amin(-1))
+    return [id_range] + [x if x.ndim == 1 else x.reshape(-1) for x in row_extrema]
 
 
 def _judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
@@ -334,7 +342,8 @@ def verify(
     if validate:
         parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
         # The support sizes a p-ranked rank window needs travel with the validation read-back.
-        sizes = None if support is not None or not window or not _ranks_by_p(rule) else _support_sizes(p, window)
+        needs_sizes = support is None and window > 0 and _ranks_by_p(rule)
+        sizes = _support_sizes(p, window) if needs_sizes else None
         if support is not None:
             parts += _support_parts(p[..., :window, :], support, batch)
         elif sizes is not None:

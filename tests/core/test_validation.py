@@ -18,6 +18,7 @@ from gsd_core import (
     tv_distance,
     verify,
 )
+from gsd_core._validation import host_ranges, host_values
 
 P = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
 Q = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]], dtype=torch.float64)
@@ -158,6 +159,57 @@ def test_low_precision_inputs_are_computed_in_float32(dtype):
 
 def test_float64_wins_when_dtypes_are_mixed():
     assert acceptance_rate(P, Q.float()).dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_read_back_keeps_integers_exact_beside_narrow_floats(dtype):
+    """One read-back holds float parts (row sums in p's dtype) and integer parts (token ids,
+    support sizes): the ints must not be rounded to the float dtype (bfloat16 holds integers
+    exactly only up to 256, float16 up to 2048, float32 up to 2^24)."""
+    floats = torch.tensor([0.5, 1.0], dtype=dtype)
+    ids = torch.tensor([257, 2049, 2**24 + 1])
+    sizes = torch.tensor([2049, 257], dtype=torch.int32)
+    exact = [(0.5, 1.0), (257, 2**24 + 1), (257, 2049)]
+    assert host_ranges([floats, ids, sizes]) == exact  # the few-values path (one cat)
+    assert host_ranges([ids, floats, sizes]) == exact[1:2] + exact[:1] + exact[2:]
+    assert host_ranges([floats.view(1, 2), ids.view(3, 1), sizes]) == exact  # reduced first
+    assert host_values([floats[0], ids[0], sizes[0]]) == [0.5, 257, 2049]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_last_draft_id_passes_beside_16_bit_rows(dtype):
+    """Id V - 1 = 4095 is not V: read back beside 16-bit row sums it must not round up to 4096
+    (bfloat16 and float16 both would) and be refused; id V still is."""
+    vocab = 4096
+    p = torch.full((2, vocab), 1 / vocab, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    assert int(verify(p, p[:1], torch.tensor([vocab - 1]), generator=gen).num_accepted) == 1
+    with pytest.raises(ValueError, match="draft_tokens has ids out of range"):
+        verify(p, p[:1], torch.tensor([vocab]), generator=gen)
+
+
+@pytest.mark.parametrize("dtype,positives", [(torch.bfloat16, 257), (torch.float16, 2049)])
+def test_16_bit_rows_give_the_same_window_with_and_without_validation(dtype, positives):
+    """The default GSD call reads its largest support size and the draft ids in the read-back
+    of p's 16-bit row sums: more positive entries than the dtype counts exactly, and draft ids
+    past that, must still rank and verify exactly as without validation. Each positive id
+    and the last ids are drafted once (a batch of one-draft windows); V > 2 * positives, so
+    that the rank windows come from the top-K selection, whose K is the size read back."""
+    vocab = 2 * positives + 300
+    gen = torch.Generator().manual_seed(21)
+    p = torch.zeros(2, vocab, dtype=torch.float64)
+    ids = torch.randperm(vocab, generator=gen)[:positives]
+    p[:, ids] = torch.rand(2, positives, generator=gen, dtype=torch.float64) + 0.5
+    p = (p / p.sum(-1, keepdim=True)).to(dtype)
+    q = (p[:1] > 0).to(dtype) / positives  # uniform on p's support: p/q < 1 for many drafts
+    drafts = torch.cat([ids, torch.arange(vocab - 8, vocab)]).unsqueeze(-1)
+    rule = DynamicClusters(3)
+    checked = verify(p, q, drafts, rule, generator=torch.Generator().manual_seed(1))
+    unchecked = verify(p, q, drafts, rule, generator=torch.Generator().manual_seed(1),
+                       validate=False)
+    for name in ("num_accepted", "tokens", "num_emitted", "accept_probs"):
+        assert torch.equal(getattr(checked, name), getattr(unchecked, name)), name
+    assert bool((checked.accept_probs[:positives] > 0).all())  # each positive draft can be accepted
 
 
 def test_inputs_are_never_modified_in_place():

@@ -38,7 +38,7 @@ class FigureSizes:
     pareto_groups: tuple[int, ...] = (3, 10, 25, 50, 100)
     pareto_amplify: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)
     table1_lantern: tuple[float, ...] = (0.1, 0.4)
-    pareto_lantern: tuple[float, ...] = (0.1, 0.2, 0.4)
+    pareto_lantern: tuple[float, ...] = tables.LANTERN_DELTAS
     distortion_rank_groups: tuple[int, ...] = (10, 50)
     seed_noise: bool = True  # AR on a second seed set: the AR-against-AR noise row
     window: int = 16

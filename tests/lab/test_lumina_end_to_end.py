@@ -122,7 +122,8 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
     assert {"AR", "SJD", "GSD (G=3)", "Amplify (k=2)"} <= methods and len(methods) >= 9
     for method, nfe, score in rows:
         assert 0 <= float(score) <= 100, (method, score)  # CLIP scores of VQGAN-decoded images
-        assert float(nfe) == TOKENS if method == "AR" else 1 <= float(nfe) < TOKENS
+        # AR and AR on a second seed set (the seed-noise row) decode one token per forward.
+        assert float(nfe) == TOKENS if method.startswith("AR") else 1 <= float(nfe) < TOKENS
     text, _, _ = _outputs(nbformat.read(reproduce_run / "notebooks" / "03_top100_replacement.ipynb", 4))
     changed = re.search(r"^top-k\s+changed ([\d.]+) .*condition_score [\d.]+", text, re.M)
     assert changed and 0.3 < float(changed.group(1)) <= 0.5  # half the codes, a few redrawn alike

@@ -11,7 +11,14 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   processing), the cache cropped back after each; ``model_ms[T]``: the model part alone;
 - ``verify_ms``: ``gsd_core.verify`` of one window, SJD (clusters None) and GSD (dynamic clusters,
   G = 14, d = 0.5 on the input embeddings, delta = 0.15), on the adapter's real [window+1, 65536]
-  distributions.
+  distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
+  kernel launch or a view on the GPU; ``gsd_lab.profiling``), and the GSD call also given the
+  support of p (``support=``) and without validation (``validate=False``, as the loop calls it);
+- ``decoding``: ``gsd_lab.decoding.generate`` for AR, SJD and GSD (same rule) over
+  ``--decode-tokens`` tokens from a short prompt: nfe, wall and model seconds, the share of
+  wall time outside the model's forward, and the wall-clock against the NFE speed-up (random
+  weights: near-uniform distributions, so acceptance is not the paper's; the point is the cost
+  of everything around the forward on a GPU).
 
 Prints one JSON line. Needs nothing downloaded; about 16 GB of GPU memory; well under 8 minutes
 on an H200. ``--tiny`` runs the same measurements on a tiny model on the CPU (used by the tests).
@@ -32,6 +39,7 @@ import time
 import torch
 
 from gsd_core import DynamicClusters, verify
+from gsd_lab.decoding import generate
 from gsd_lab.models.lumina_mgpt import (
     IMAGE_ENCODER_PREFIX,
     LuminaImageLayout,
@@ -40,6 +48,7 @@ from gsd_lab.models.lumina_mgpt import (
     estimated_parameters,
     expand_qk_norm,
 )
+from gsd_lab.profiling import ops_and_syncs
 
 
 def chameleon_vocabulary_map(vocab_size: int, num_codes: int) -> dict[str, int]:
@@ -134,7 +143,42 @@ def _timed(fn, device: torch.device) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def run(tiny: bool, context: int, window: int, repeats: int, seed: int) -> dict:
+def decode_overhead(
+    adapter, layout, config, gsd_rule, window: int, num_tokens: int, seed: int, device
+) -> dict:
+    """AR, SJD and GSD through ``generate`` from one short prompt (a 16-token warm-up first):
+    nfe, wall and model seconds, overhead share (wall - model) / wall, speed-ups over AR."""
+    generator = torch.Generator(device=device).manual_seed(seed + 1)
+    text = torch.randint(
+        layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
+    )
+    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    methods = {
+        "ar": dict(method="ar"),
+        "sjd": dict(method="sjd", window=window),
+        "gsd": dict(method="gsd", window=window, clusters=gsd_rule),
+    }
+    rows = {}
+    for name, kwargs in methods.items():
+        generate(adapter, prompt, num_tokens=16, generator=generator, **kwargs)
+        result = generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **kwargs)
+        rows[name] = {
+            "nfe": result.nfe,
+            "acceptance_rate": result.acceptance_rate,
+            "wall_seconds": round(result.wall_seconds, 4),
+            "model_seconds": round(result.model_seconds, 4),
+            "overhead_share": round(1 - result.model_seconds / result.wall_seconds, 4),
+            "ms_per_forward": round(1e3 * result.wall_seconds / result.nfe, 3),
+        }
+    for row in rows.values():
+        row["nfe_speedup"] = round(rows["ar"]["nfe"] / row["nfe"], 3)
+        row["wall_speedup"] = round(rows["ar"]["wall_seconds"] / row["wall_seconds"], 3)
+    return {"tokens": num_tokens, "methods": rows}
+
+
+def run(
+    tiny: bool, context: int, window: int, repeats: int, seed: int, decode_tokens: int
+) -> dict:
     total_start = time.perf_counter()
     device = torch.device("cpu" if tiny else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -188,15 +232,32 @@ def run(tiny: bool, context: int, window: int, repeats: int, seed: int) -> dict:
     gsd_rule = DynamicClusters(
         14, max_embedding_distance=0.5, max_prob_gap=0.15, embeddings=adapter.embeddings
     )
-    verify_ms = {}
-    for name, clusters in (("sjd", None), ("gsd", gsd_rule)):
+    # The support of the draft rows (every id with p > 0, width = the widest row), as the
+    # adapter hands it to the loop on CPU; here computed once on the GPU.
+    rows = p[: drafts.numel()]
+    width = int((rows > 0).sum(-1).max())
+    support = torch.topk(rows, width, dim=-1).indices
+    variants = {
+        "sjd": dict(clusters=None),
+        "gsd": dict(clusters=gsd_rule),
+        "gsd_support": dict(clusters=gsd_rule, support=support),
+        "gsd_support_novalidate": dict(clusters=gsd_rule, support=support, validate=False),
+    }
+    verify_ms, verify_cost = {}, {}
+    for name, kwargs in variants.items():
+        call = functools.partial(verify, p, q, drafts, generator=generator, **kwargs)
         times = []
         for attempt in range(repeats + 1):
-            call = functools.partial(verify, p, q, drafts, clusters=clusters, generator=generator)
             seconds, _ = _timed(call, device)
             if attempt:
                 times.append(seconds)
         verify_ms[name] = 1e3 * statistics.median(times)
+        ops, syncs = ops_and_syncs(call)
+        verify_cost[name] = {"ops": ops, "syncs": syncs}
+    del probs, p, q
+
+    decoding = decode_overhead(adapter, layout, config, gsd_rule, window, decode_tokens, seed,
+                               device)
 
     result = {
         "benchmark": "gpu_lumina_shapes",
@@ -215,6 +276,8 @@ def run(tiny: bool, context: int, window: int, repeats: int, seed: int) -> dict:
         "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
         "window_cost_ratio": round(forward_ms[window] / forward_ms[1], 3),
         "verify_ms": {k: round(v, 3) for k, v in verify_ms.items()},
+        "verify_cost": verify_cost,
+        "decoding": decoding,
         "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         if device.type == "cuda"
         else None,
@@ -236,11 +299,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--decode-tokens",
+        type=int,
+        default=None,
+        help="tokens per generate call in the decoding part (default 128; tiny 12)",
+    )
     args = parser.parse_args(argv)
-    if args.window < 1 or args.repeats < 1:
-        parser.error("--window and --repeats must be >= 1")
+    decode_tokens = args.decode_tokens or (12 if args.tiny else 128)
+    if args.window < 1 or args.repeats < 1 or decode_tokens < 2:
+        parser.error("--window and --repeats must be >= 1, --decode-tokens >= 2")
     context = args.context if args.context is not None else (48 if args.tiny else 2300)
-    result = run(args.tiny, context, args.window, args.repeats, args.seed)
+    result = run(args.tiny, context, args.window, args.repeats, args.seed, decode_tokens)
     print(json.dumps(result), flush=True)
     return result
 

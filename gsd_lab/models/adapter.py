@@ -170,6 +170,20 @@ def forced_support(support: Tensor, forced: Tensor, vocab: int) -> Tensor:
     return torch.where(forced >= 0, forced_rows, support)
 
 
+def cache_kwarg(module: torch.nn.Module) -> str:
+    """The name under which ``module.forward`` takes its KV cache: "cache" (transformers >= 5.2x,
+    where "past_key_values" is a deprecated alias) or "past_key_values" (earlier releases, where
+    an unknown "cache" keyword would be silently dropped into ``**kwargs``)."""
+    params = inspect.signature(module.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    raise ValueError(
+        f"{type(module).__name__}.forward takes no KV cache (no 'cache' or 'past_key_values' "
+        "argument); decoding needs a causal LM with a KV cache"
+    )
+
+
 class CausalLMAdapter:
     """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see the module docstring.
 
@@ -196,16 +210,8 @@ class CausalLMAdapter:
             raise ValueError(
                 f"model must be a torch.nn.Module causal LM, got {type(model).__name__}"
             )
+        self._cache_kwarg = cache_kwarg(model)
         params = inspect.signature(model.forward).parameters
-        if "cache" in params:
-            self._cache_kwarg = "cache"
-        elif "past_key_values" in params:
-            self._cache_kwarg = "past_key_values"
-        else:
-            raise ValueError(
-                f"{type(model).__name__}.forward takes no KV cache (no 'cache' or "
-                "'past_key_values' argument); decoding needs a causal LM with a KV cache"
-            )
         self._has_logits_to_keep = "logits_to_keep" in params
         self.model = model
         if compute_dtype is not None:

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .adapter import CausalLMAdapter
+from .adapter import CausalLMAdapter, cache_kwarg
 
 logger = logging.getLogger(__name__)
 
@@ -526,6 +526,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
                 f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
             )
         self._embeddings: Tensor | None = None
+        # compute_logits calls the backbone directly: its own cache keyword, checked once here.
+        self._backbone_cache_kwarg = cache_kwarg(model.model)
 
     @property
     def num_image_tokens(self) -> int:
@@ -592,8 +594,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=self.cache,
             use_cache=True,
+            **{self._backbone_cache_kwarg: self.cache},
         )
         return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
 

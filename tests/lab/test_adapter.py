@@ -11,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.adapter import (  # noqa: E402
+    cache_kwarg,
     forced_support,
     kept_ids,
     kth_largest,
@@ -440,3 +441,27 @@ def test_forward_with_support_forced_rows_and_default_return(model):
     no_top_k = CausalLMAdapter(model)  # every id kept: nothing to restrict
     no_top_k.start(ids[:1])
     assert no_top_k.forward(ids, with_support=True)[1] is None
+
+
+class _CacheNamed(torch.nn.Module):
+    def forward(self, input_ids, cache=None, use_cache=False):  # transformers >= 5.2x
+        return input_ids
+
+
+class _PastKeyValuesNamed(torch.nn.Module):
+    def forward(self, input_ids, past_key_values=None, use_cache=False, **kwargs):  # 5.1x
+        return input_ids
+
+
+class _NoCache(torch.nn.Module):
+    def forward(self, input_ids, **kwargs):
+        return input_ids
+
+
+def test_cache_keyword_follows_the_model_signature():
+    """transformers 5.17 (the GPU image's) names the cache ``past_key_values`` and drops an unknown
+    ``cache=`` into **kwargs: the adapters must pass it under the name the model declares."""
+    assert cache_kwarg(_CacheNamed()) == "cache"
+    assert cache_kwarg(_PastKeyValuesNamed()) == "past_key_values"
+    with pytest.raises(ValueError, match="takes no KV cache"):
+        cache_kwarg(_NoCache())

@@ -24,7 +24,7 @@ def test_tiny_mode_prints_one_json_line(capsys):
     assert (
         result["mode"] == "tiny-cpu" and result["context_tokens"] == 48 and result["cfg_batch"] == 2
     )
-    assert set(result["forward_ms"]) == {"1", "4"} and set(result["verify_ms"]) == {"sjd", "gsd"}
+    assert set(result["forward_ms"]) == {"1", "4"} and set(result["forward_ms"]) == {"1", "4"}
     assert all(
         v > 0
         for v in [
@@ -34,6 +34,17 @@ def test_tiny_mode_prints_one_json_line(capsys):
         ]
     )
     assert all(result["model_ms"][k] <= result["forward_ms"][k] for k in ("1", "4"))
+    variants = {"sjd", "gsd", "gsd_support", "gsd_support_novalidate"}
+    assert set(result["verify_ms"]) == set(result["verify_cost"]) == variants
+    # Without validation and given the support, the GSD call reads nothing back.
+    assert result["verify_cost"]["gsd_support_novalidate"]["syncs"] == 0
+    assert all(cost["ops"] > 0 for cost in result["verify_cost"].values())
+    decoding = result["decoding"]
+    assert decoding["tokens"] == 12 and set(decoding["methods"]) == {"ar", "sjd", "gsd"}
+    for row in decoding["methods"].values():
+        assert 1 <= row["nfe"] <= 12 and 0 <= row["overhead_share"] < 1
+        assert row["model_seconds"] <= row["wall_seconds"]
+    assert decoding["methods"]["ar"]["nfe"] == 12  # AR: one token per forward
 
 
 def test_full_size_vocabulary_has_the_real_ids():

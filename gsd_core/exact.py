@@ -75,6 +75,21 @@ def output_distribution(
     p, q = _prepare(p, q)
     rule = as_cluster_rule(clusters, p.shape[-1])
     accept = token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale)
+    return output_law(p, q, accept, _partition_labels(rule, p) if residual == "cluster" else None)
+
+
+def mass_accept_probabilities(p_mass: Tensor, q_mass: Tensor, *, acceptance_scale: float = 1.0) -> Tensor:
+    """a = min(1, s * p(C) / q(C)) from cluster masses (any shape), 0 where q(C) = 0 (such a
+    token is never drafted). s = acceptance_scale."""
+    return _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale))
+
+
+def output_law(p: Tensor, q: Tensor, accept: Tensor, labels: Tensor | None = None) -> Tensor:
+    """The one-step output law given every token's acceptance probability a(x):
+
+        out = q * a + (1 - beta) * r,   beta = sum_x q(x) a(x),
+
+    r the token residual norm((p - q)+) (``labels`` None) or the cluster-exact residual over
+    partition ``labels``. p, q, accept: [..., V] of one shape (unchecked). Returns [..., V]."""
     beta = (q * accept).sum(-1, keepdim=True)
-    labels = _partition_labels(rule, p) if residual == "cluster" else None
     return q * accept + (1 - beta) * _residual(p, q, labels)

@@ -359,6 +359,14 @@ class DynamicClusters:
             if value is not None and not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
 
+    @property
+    def ranks_by_p(self) -> bool:
+        """Whether the rank windows rank p's rows (rank_by="p"). Only then does ``verify(support=)``
+        use its ids [..., L, K] (every id with p > 0 once): the K entries are ranked instead of
+        finding the support among all V (no count, no host sync, no selection over V); with
+        rank_by="q" the windows rank q, and ``verify`` ignores ``support``."""
+        return self.rank_by == "p"
+
     def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
         return self._members(p, token, q)
 
@@ -374,49 +382,72 @@ class DynamicClusters:
         else:
             ranking = p
         half = self.group_size // 2
-        index, keep = rank_window_members(ranking, token, half, half, support if self.rank_by == "p" else None)
+        index, keep = rank_window_members(ranking, token, half, half, support if self.ranks_by_p else None)
         if self.max_prob_gap is not None or self.max_embedding_distance is not None:
             keep = self._filter(p, token.expand(p.shape[:-1]).unsqueeze(-1), index.unsqueeze(-2),
                                 keep.unsqueeze(-2)).squeeze(-2)
         # The token passes both filters (gap 0, distance 0), so it always stays in its cluster.
         return index, keep
 
-    def _filter(self, p: Tensor, token: Tensor, index: Tensor, keep: Tensor) -> Tensor:
-        """Apply the gap and embedding filters: p [..., V], token [..., T], index / keep [..., T, M]."""
+    def _filter(self, p: Tensor, token: Tensor, index: Tensor, keep: Tensor, adjacency: Tensor | None = None) -> Tensor:
+        """Apply the gap and embedding filters: p [..., V], token [..., T], index / keep [..., T, M].
+
+        ``adjacency``: optional bool [V, V] table of the embedding filter, adjacency[x, y] =
+        ||e_y - e_x||^2 <= max_embedding_distance (built once by the caller): read instead of
+        gathering [..., T, M, D] embedding differences."""
         if self.max_prob_gap is not None:
             px = p.gather(-1, token).unsqueeze(-1)
             py = p.gather(-1, index.flatten(-2)).view(index.shape)
             keep = keep & ((py - px).abs() <= self.max_prob_gap)
         if self.max_embedding_distance is not None:
+            vocab = p.shape[-1]
+            if adjacency is not None:
+                if adjacency.shape != (vocab, vocab) or adjacency.dtype != torch.bool:
+                    raise ValueError(f"adjacency must be a bool table [V, V] = [{vocab}, {vocab}], "
+                                     f"got {adjacency.dtype} {tuple(adjacency.shape)}")
+                # A flat take: advanced indexing table[x, y] was 4x slower.
+                return keep & adjacency.view(-1).take(token.unsqueeze(-1) * vocab + index)
             emb = self.embeddings
-            if emb.shape[0] < p.shape[-1]:
-                raise ValueError(f"embeddings has {emb.shape[0]} rows but the vocabulary has {p.shape[-1]} tokens")
+            if emb.shape[0] < vocab:
+                raise ValueError(f"embeddings has {emb.shape[0]} rows but the vocabulary has {vocab} tokens")
             emb = emb.to(device=p.device)
             diff = emb[index].to(torch.float64) - emb[token].to(torch.float64).unsqueeze(-2)
             keep = keep & (diff.square().sum(-1) <= self.max_embedding_distance)
         return keep
 
-    def all_token_masses(self, p: Tensor, q: Tensor, chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
-        """p(C(x)) and q(C(x)) for every token x at once: [N, V] x 2 for rows p, q [N, V].
+    def all_token_masses(self, p: Tensor, q: Tensor, chunk_elements: int = 1 << 24, *,
+                         tokens: Tensor | None = None, adjacency: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """p(C(x)) and q(C(x)) for every token x at once: [N, V] x 2 for rows p, q [N, V]; or,
+        with ``tokens`` [N, K] (ids per row), for those tokens only: [N, K] x 2.
 
-        One ranking (one sort of the support) per row, then the windows of all V tokens in
-        chunks of tokens, so memory is O(N V G) at most ``chunk_elements`` at a time, never
-        [V, V] (``acceptance_rate`` at V = 65536)."""
+        One ranking (one sort of the support) per row, then the windows of the tokens in
+        chunks of tokens, so memory is O(N V G) (O(N K G)) at most ``chunk_elements`` at a
+        time, never [V, V] (``acceptance_rate`` at V = 65536). ``adjacency``: the embedding
+        filter as a precomputed bool table [V, V] (``_filter``): O(N K G) instead of
+        O(N K G D), and chunks of ``chunk_elements`` // (N M) tokens (M = 2 floor(G/2) + 1)."""
         ranking_rows = q if self.rank_by == "q" else p
         n, vocab = p.shape
+        if tokens is not None and (tokens.ndim != 2 or tokens.shape[0] != n):
+            raise ValueError(f"tokens must be ids [N={n}, K], got {tuple(tokens.shape)}")
         half = min(self.group_size // 2, vocab - 1)
         ranking = _SupportRanking(ranking_rows)
         offsets = _window_offsets(half, half, p.device)
-        width = offsets.numel() * (self.embeddings.shape[-1] if self.max_embedding_distance is not None else 1)
-        step = max(1, chunk_elements // max(1, n * width))
-        p_mass, q_mass = torch.empty_like(p), torch.empty_like(q)
-        for start in range(0, vocab, step):  # chunks of tokens, not a loop over single tokens
-            token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1)
+        embedding_width = self.embeddings.shape[-1] if self.max_embedding_distance is not None and adjacency is None else 1
+        step = max(1, chunk_elements // max(1, n * offsets.numel() * embedding_width))
+        count = vocab if tokens is None else tokens.shape[-1]
+        p_mass = p.new_empty(n, count)
+        q_mass = q.new_empty(n, count)
+        for start in range(0, count, step):  # chunks of tokens, not a loop over single tokens
+            if tokens is None:
+                # contiguous: torch.searchsorted copies (and warns about) a non-contiguous input
+                token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1).contiguous()
+            else:
+                token = tokens[:, start: start + step].contiguous()
             ranks = ranking.rank(ranking_rows, token).unsqueeze(-1) + offsets  # [N, T, M]
             clipped = ranks.clamp(0, vocab - 1)
             keep = clipped == ranks
             index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
-            keep = self._filter(p, token, index, keep)
+            keep = self._filter(p, token, index, keep, adjacency)
             p_mass[:, start: start + step] = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
             q_mass[:, start: start + step] = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
         return p_mass, q_mass

@@ -390,7 +390,7 @@ def verify(
 
 def _ranks_by_p(rule: ClusterRule | None) -> bool:
     """Whether ``rule`` ranks p's rows for its rank windows (``DynamicClusters`` by p)."""
-    return isinstance(rule, DynamicClusters) and rule.rank_by == "p"
+    return isinstance(rule, DynamicClusters) and rule.ranks_by_p
 
 
 def _support_sizes(p: Tensor, window: int) -> Tensor:

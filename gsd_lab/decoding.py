@@ -222,7 +222,7 @@ def generate(
     max_window = 0 if method == "ar" else window
     # Only DynamicClusters ranking by p uses verify's support= (other rules ignore it): the
     # adapter's kept ids spare verify the count and the selection over all V.
-    wants_support = isinstance(clusters, DynamicClusters) and clusters.rank_by == "p"
+    wants_support = isinstance(clusters, DynamicClusters) and clusters.ranks_by_p
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds

@@ -30,17 +30,13 @@ of rows of at most ``chunk_elements`` (2^24) entries each.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from gsd_core import DynamicClusters, Lantern, lantern_output_distribution, output_distribution
-from gsd_core._validation import check_acceptance_scale, check_pair  # the core's checks, shared on purpose
-# The dynamic rule's own window machinery and ratio/residual, reused so that the support-only law
-# below runs gsd_core's ops (a public ``tokens=`` argument of all_token_masses would replace these).
-from gsd_core.grouping import _SupportRanking, _window_offsets
-from gsd_core.verification import _ratio, _residual
+from gsd_core._validation import check_pair  # the core's checks, shared on purpose
+from gsd_core.exact import mass_accept_probabilities, output_law
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -79,9 +75,9 @@ def _check_method(clusters: object, residual: str, acceptance_scale: float, lant
 # V = 8203, G = 50, D = 256: 435 s of accounting for one stand-in image). The law needs a(x)
 # only where q(x) > 0 (out = q a + (1 - beta) r): one token for Jacobi's fresh one-hot drafts,
 # the top-k for re-drafted rows. And the filter ||e_y - e_x||^2 <= d depends on the pair alone,
-# so it is read from a [V, V] bool table built once per (embeddings, d). The same ops as
-# gsd_core's (the rank windows of ``DynamicClusters.all_token_masses``, its probability-gap
-# filter, the same sums), so the result is gsd_core's law; tests/lab/test_distortion.py checks it.
+# so it is read from a [V, V] bool table built once per (embeddings, d). gsd_core's own ops
+# (``DynamicClusters.all_token_masses`` at the support's tokens, with that table, and
+# ``output_law``), so the result is gsd_core's law; tests/lab/test_distortion.py checks it.
 
 # (embeddings as passed, their float64 copy, d, table); at most 2 entries (~67 MB each at V = 8192)
 _ADJACENCY_CACHE: list[tuple[Tensor, Tensor, float, Tensor]] = []
@@ -139,33 +135,17 @@ def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptan
                                               max_table=max_table, chunk_elements=chunk_elements)
                           for i in range(0, n, rows)])
     support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
-    ranking_rows = q if rule.rank_by == "q" else p
-    ranking = _SupportRanking(ranking_rows)
-    ranks = ranking.rank(ranking_rows, support).unsqueeze(-1) + _window_offsets(half, half, p.device)  # [N, K, M]
-    clipped = ranks.clamp(0, vocab - 1)
-    index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
-    keep = clipped == ranks
-    if rule.max_prob_gap is not None:
-        keep = replace(rule, max_embedding_distance=None, embeddings=None)._filter(p, support, index, keep)
+    adjacency = None
     if rule.max_embedding_distance is not None:
         if rule.embeddings.shape[0] < vocab:
             raise ValueError(f"embeddings has {rule.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
         if max_table is None:  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
             max_table = (1 << 33) if p.device.type == "cuda" else (1 << 27)
-        if vocab * vocab <= max_table:
-            table = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
-            # A flat take: advanced indexing table[x, y] was 4x slower (a quarter of all accounting time).
-            keep = keep & table.view(-1).take(support.unsqueeze(-1) * vocab + index)
-        else:  # a large vocabulary (Lumina-mGPT: 65,536): gsd_core's filter on the support, in chunks
-            distance_only = replace(rule, max_prob_gap=None)
-            step = max(1, chunk_elements // max(1, n * index.shape[-1] * rule.embeddings.shape[-1]))
-            keep = torch.cat([distance_only._filter(p, support[:, i: i + step], index[:, i: i + step],
-                                                    keep[:, i: i + step]) for i in range(0, width, step)], 1)
-    p_mass = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
-    q_mass = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
-    accept = torch.zeros_like(q).scatter_(-1, support, _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale)))
-    beta = (q * accept).sum(-1, keepdim=True)
-    return q * accept + (1 - beta) * _residual(p, q, None)
+        if vocab * vocab <= max_table:  # else (Lumina-mGPT: 65,536) gsd_core's filter, in chunks of tokens
+            adjacency = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
+    p_mass, q_mass = rule.all_token_masses(p, q, chunk_elements, tokens=support, adjacency=adjacency)
+    accept = mass_accept_probabilities(p_mass, q_mass, acceptance_scale=acceptance_scale)
+    return output_law(p, q, torch.zeros_like(q).scatter_(-1, support, accept))
 
 
 def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) -> Tensor:

@@ -300,3 +300,71 @@ def test_dynamic_counterexample_is_not_an_artifact_of_tie_breaking():
     perm = torch.tensor([3, 0, 4, 1, 2])
     q = torch.tensor(COUNTER_Q, dtype=torch.float64) / 15
     assert acceptance_rate(p[perm], q[perm], DynamicClusters(2)).item() == pytest.approx(898 / 975, abs=TOL)
+
+
+def _sparse_rows(seed: int, vocab: int, rows: int, keep: int) -> torch.Tensor:
+    """Softmax rows truncated to their top ``keep`` entries (ties at 0, support narrower than V)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.softmax(2 * torch.randn(rows, vocab, generator=g, dtype=torch.float64), -1)
+    x = torch.where(x >= x.topk(keep, -1).values[:, -1:], x, 0.0)
+    return x / x.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("rule_kind", ["plain", "gap", "distance", "both", "rank_q"])
+def test_all_token_masses_at_given_tokens_and_with_a_table_equal_the_plain_masses(rule_kind):
+    """``tokens=`` (masses at some ids per row) and ``adjacency=`` (the embedding filter read
+    from a bool [V, V] table) give the plain all-token masses bit for bit, in any chunking."""
+    vocab, rows = 40, 7
+    p, q = _sparse_rows(0, vocab, rows, 25), _sparse_rows(1, vocab, rows, 12)
+    emb = torch.randint(-2, 3, (vocab, 4), generator=torch.Generator().manual_seed(2)).double()
+    rule = {"plain": DynamicClusters(8), "gap": DynamicClusters(8, max_prob_gap=0.05),
+            "distance": DynamicClusters(10, 4.0, None, emb), "both": DynamicClusters(10, 4.0, 0.08, emb),
+            "rank_q": DynamicClusters(6, 5.0, 0.1, emb, rank_by="q")}[rule_kind]
+    p_all, q_all = rule.all_token_masses(p, q)
+    assert p_all.shape == q_all.shape == (rows, vocab)
+    distance = rule.max_embedding_distance  # table[x, y]: ||e_y - e_x||^2 <= d, as the filter computes it
+    table = None if distance is None else (emb[None, :, :] - emb[:, None, :]).square().sum(-1) <= distance
+    tokens = torch.stack([torch.randperm(vocab, generator=torch.Generator().manual_seed(i))[:9] for i in range(rows)])
+    for chunk in (1 << 24, 50):  # one chunk, and a few tokens at a time
+        for adjacency in (None, table):
+            p_at, q_at = rule.all_token_masses(p, q, chunk, tokens=tokens, adjacency=adjacency)
+            assert torch.equal(p_at, p_all.gather(-1, tokens)) and torch.equal(q_at, q_all.gather(-1, tokens))
+            p_every, q_every = rule.all_token_masses(p, q, chunk, adjacency=adjacency)
+            assert torch.equal(p_every, p_all) and torch.equal(q_every, q_all)
+    # The masses are those of the clusters ``members`` gives, token by token.
+    for x in range(0, vocab, 7):
+        mask = cluster_mask(rule, p, torch.full((rows,), x), q)
+        assert torch.allclose(p_all[:, x], (p * mask).sum(-1), rtol=0, atol=1e-15)
+
+
+def test_all_token_masses_rejects_bad_tokens_and_tables():
+    p, q = _sparse_rows(3, 10, 2, 6), _sparse_rows(4, 10, 2, 6)
+    rule = DynamicClusters(4, 1.0, None, torch.zeros(10, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="tokens must be ids"):
+        rule.all_token_masses(p, q, tokens=torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="adjacency must be a bool table"):
+        rule.all_token_masses(p, q, adjacency=torch.ones(9, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="adjacency must be a bool table"):
+        rule.all_token_masses(p, q, adjacency=torch.ones(10, 10))
+
+
+def test_all_token_masses_searches_contiguous_tokens(recwarn):
+    """torch.searchsorted warns (and copies) on a non-contiguous input; sparse rows take the
+    search path (a support narrower than half the vocabulary), by p and by q."""
+    p, q = _sparse_rows(5, 30, 3, 6), _sparse_rows(6, 30, 3, 4)
+    for rule in (DynamicClusters(4), DynamicClusters(4, rank_by="q")):
+        rule.all_token_masses(p, q)
+        rule.all_token_masses(p, q, tokens=torch.arange(30).flip(0)[::3].expand(3, -1))
+    assert not [w for w in recwarn if "searchsorted" in str(w.message)]
+
+
+def test_ranks_by_p_says_when_verify_uses_the_support():
+    assert DynamicClusters(4).ranks_by_p and not DynamicClusters(4, rank_by="q").ranks_by_p
+    # rank_by="q": verify ignores support=, even a wrong one (it would be rejected if used).
+    p, q = _sparse_rows(7, 12, 2, 5), _sparse_rows(8, 12, 2, 5)
+    draft = q.argmax(-1)
+    wrong = torch.zeros(2, 1, dtype=torch.long)
+    got = verify(p, q, draft, DynamicClusters(4, rank_by="q"), uniforms=torch.full((3,), 0.5),
+                 validate=False, support=wrong)
+    want = verify(p, q, draft, DynamicClusters(4, rank_by="q"), uniforms=torch.full((3,), 0.5), validate=False)
+    assert torch.equal(got.accept_probs, want.accept_probs) and torch.equal(got.tokens, want.tokens)

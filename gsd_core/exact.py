@@ -11,6 +11,32 @@ from .grouping import ClusterRule, DynamicClusters, _group_sum, as_cluster_rule,
 from .verification import RESIDUAL_MODES, _partition_labels, _ratio, _residual
 
 
+def fixed_order_sum(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    """sum over ``dim`` in one fixed order, the same on every CPU, thread count and device.
+
+    A pairwise tree: the n entries x_0 .. x_{n-1} are padded with zeros to n' = 2^ceil(log2 n),
+    then halves are added elementwise, x[:h] + x[h:] (h = n'/2, n'/4, .., 1). Each step is an
+    elementwise add of fixed slices, rounded the same whatever the kernel's vector width
+    (``ATEN_CPU_CAPABILITY``) or threads; torch.sum's blocking is the kernel's choice. Adding
+    the zero pad is exact. log2(n') ops, O(n) work; pairwise error O(eps log n). x: [..., n, ...]."""
+    if x.ndim == 0:
+        return x
+    dim = dim % x.ndim
+    x = x.movedim(dim, -1)
+    n = x.shape[-1]
+    if n == 0:
+        out = x.new_zeros(x.shape[:-1])
+    else:
+        half = (1 << (n - 1).bit_length()) // 2
+        if half and n > half:  # the first step adds x[h:] onto x[:n - h], i.e. with the zero pad
+            x = torch.cat([x[..., : n - half] + x[..., half:], x[..., n - half: half]], -1)
+        while x.shape[-1] > 1:
+            half = x.shape[-1] // 2
+            x = x[..., :half] + x[..., half:]
+        out = x.squeeze(-1)
+    return out.unsqueeze(dim) if keepdim else out
+
+
 def token_accept_probabilities(
     p: Tensor, q: Tensor, rule: ClusterRule | None, *, acceptance_scale: float = 1.0
 ) -> Tensor:
@@ -57,7 +83,7 @@ def acceptance_rate(p: Tensor, q: Tensor, clusters: object = None, *, acceptance
     """
     p, q = _prepare(p, q)
     rule = as_cluster_rule(clusters, p.shape[-1])
-    return (q * token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale)).sum(-1)
+    return fixed_order_sum(q * token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale))
 
 
 def output_distribution(
@@ -90,6 +116,7 @@ def output_law(p: Tensor, q: Tensor, accept: Tensor, labels: Tensor | None = Non
         out = q * a + (1 - beta) * r,   beta = sum_x q(x) a(x),
 
     r the token residual norm((p - q)+) (``labels`` None) or the cluster-exact residual over
-    partition ``labels``. p, q, accept: [..., V] of one shape (unchecked). Returns [..., V]."""
-    beta = (q * accept).sum(-1, keepdim=True)
+    partition ``labels``. p, q, accept: [..., V] of one shape (unchecked). Returns [..., V].
+    beta is summed in a fixed order (``fixed_order_sum``)."""
+    beta = fixed_order_sum(q * accept, keepdim=True)
     return q * accept + (1 - beta) * _residual(p, q, labels)

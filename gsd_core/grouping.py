@@ -424,7 +424,11 @@ class DynamicClusters:
         chunks of tokens, so memory is O(N V G) (O(N K G)) at most ``chunk_elements`` at a
         time, never [V, V] (``acceptance_rate`` at V = 65536). ``adjacency``: the embedding
         filter as a precomputed bool table [V, V] (``_filter``): O(N K G) instead of
-        O(N K G D), and chunks of ``chunk_elements`` // (N M) tokens (M = 2 floor(G/2) + 1)."""
+        O(N K G D), and chunks of ``chunk_elements`` // (N M) tokens (M = 2 floor(G/2) + 1).
+        The M window entries are summed in a fixed order (``gsd_core.exact.fixed_order_sum``):
+        the same bits on every CPU instruction set and thread count."""
+        from .exact import fixed_order_sum  # exact.py imports this module
+
         ranking_rows = q if self.rank_by == "q" else p
         n, vocab = p.shape
         if tokens is not None and (tokens.ndim != 2 or tokens.shape[0] != n):
@@ -448,8 +452,9 @@ class DynamicClusters:
             keep = clipped == ranks
             index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
             keep = self._filter(p, token, index, keep, adjacency)
-            p_mass[:, start: start + step] = torch.where(keep, p.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
-            q_mass[:, start: start + step] = torch.where(keep, q.gather(-1, index.flatten(-2)).view(index.shape), 0).sum(-1)
+            members = index.flatten(-2)
+            p_mass[:, start: start + step] = fixed_order_sum(torch.where(keep, p.gather(-1, members).view(index.shape), 0))
+            q_mass[:, start: start + step] = fixed_order_sum(torch.where(keep, q.gather(-1, members).view(index.shape), 0))
         return p_mass, q_mass
 
 

@@ -25,6 +25,12 @@ table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go thr
 chunks of at most ``max_elements`` // V rows, so a long list of positions never holds more than
 that many probabilities at once; dynamic clusters' [N, K, M] member tables are built in chunks
 of rows of at most ``chunk_elements`` (2^24) entries each.
+
+Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core the window
+masses of ``DynamicClusters.all_token_masses`` and beta of ``output_law``, are taken in one
+fixed pairwise order (``gsd_core.exact.fixed_order_sum``), so the same rows give the same bits
+on any CPU instruction set (``ATEN_CPU_CAPABILITY``) and thread count
+(tests/lab/test_reproducible_isa.py). The token residual's normalisation is gsd_core's.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from torch import Tensor
 
 from gsd_core import DynamicClusters, Lantern, lantern_output_distribution, output_distribution
 from gsd_core._validation import check_pair  # the core's checks, shared on purpose
-from gsd_core.exact import mass_accept_probabilities, output_law
+from gsd_core.exact import fixed_order_sum, mass_accept_probabilities, output_law
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -53,7 +59,7 @@ def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
     # float64, renormalised: a float32 softmax is off by ~1e-8 per row, which would otherwise
     # show up as distortion of every method, standard SD included.
     p, q = p.to(torch.float64), q.to(torch.float64)
-    return p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    return p / fixed_order_sum(p, keepdim=True), q / fixed_order_sum(q, keepdim=True)
 
 
 def _check_method(clusters: object, residual: str, acceptance_scale: float, lantern: Lantern | None) -> None:
@@ -165,11 +171,11 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     decided differently from ``verify_lantern`` (not tested on a GPU here)."""
     index, valid = rule.tables(p.shape[-1], p.device)
     gap = q - p
-    row, token = (gap > 0).nonzero(as_tuple=True)  # the entries that can carry distortion
+    carries = gap > 0  # the entries that can carry distortion
+    row, token = carries.nonzero(as_tuple=True)
     need = gap[row, token]  # (q - p)+ > 0
     credit = torch.zeros_like(need)  # m so far
     total = torch.zeros_like(need)  # S_j so far
-    out = torch.zeros(p.shape[0], dtype=p.dtype, device=p.device)
     entry = torch.arange(need.numel(), device=p.device)
     settled_value = torch.zeros_like(need)
     for start in range(1, index.shape[1], block):
@@ -184,8 +190,8 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
         settled_value[entry[~open_]] = credit[~open_]
         entry, row, token, credit, total = entry[open_], row[open_], token[open_], credit[open_], total[open_]
     settled_value[entry] = credit  # walks that reached the end of B_k(x) still open
-    all_rows = (gap > 0).nonzero(as_tuple=True)[0]
-    return out.index_add_(0, all_rows, torch.minimum(gap[gap > 0], settled_value))
+    terms = torch.zeros_like(gap).masked_scatter_(carries, torch.minimum(need, settled_value))
+    return fixed_order_sum(terms)
 
 
 def one_step_output_laws(
@@ -237,7 +243,7 @@ def exact_distortion(
             continue
         out = one_step_output_laws(p_part, q_part, clusters, residual,
                                    acceptance_scale=acceptance_scale, lantern=lantern)
-        parts.append(0.5 * (out - p_part).abs().sum(-1))
+        parts.append(0.5 * fixed_order_sum((out - p_part).abs()))
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=p.device)
 
 

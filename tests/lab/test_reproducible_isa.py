@@ -7,6 +7,14 @@ be identical. A finer check: the top-1 probability of every token's target distr
 agree to 1e-10 relative, so a float32 step left in the forward (rounding ~1e-7, which flips
 sampling decisions: in float32 about one generation in ten differed between these settings)
 fails even when no decision happens to flip in this small batch.
+
+Exact distortion (``gsd_lab.distortion``, ``record_distortion=True``) in the same settings, for
+GSD's dynamic clusters (with both filters: the [V, V] adjacency table), rank bins (token and
+cluster residual), Amplify and LANTERN: on the same rows (written once by the test, read by
+every subprocess) the values must be the same bits, as its sums are taken in a fixed order
+(``gsd_core.exact.fixed_order_sum``). In a decoding run the model's float64 forward itself
+differs in the last ulp between these settings (its top-1 probabilities do, within 1e-10), so
+there the tokens and NFE must be identical and the distortions agree to 1e-10 relative.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"default ISA, 1 thread": ("default", 1), "avx2, 1 thread": ("avx2", 1),
@@ -61,3 +70,96 @@ def test_generations_do_not_depend_on_isa_or_threads(tmp_path, model):
             assert run["tokens_sha256"] == ref["tokens_sha256"], where
             worst = max(abs(a - b) / abs(a) for a, b in zip(ref["top1"], run["top1"]))
             assert worst < TOP1_RELATIVE_TOLERANCE, f"{where}: top-1 differs by {worst:.2e} (relative)"
+
+
+# Run in each subprocess: exact distortion of fixed rows, and a short decoding with
+# record_distortion (tiny-random model, 48 tokens) per method, as hex floats.
+DISTORTION_BATCH = r"""
+import hashlib, json, sys
+from dataclasses import replace
+import torch
+from gsd_core import DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
+from gsd_lab.distortion import exact_distortion
+from gsd_lab.experiments.image_model import load_image_model
+from gsd_lab.experiments.runs import MethodSpec, generate_one
+
+rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(threads)
+rows = torch.load(rows_path)
+p, q, emb = rows["p"], rows["q"], rows["embeddings"]
+hood = latent_neighbourhoods(emb, 40)
+fixed = {"gsd": {"clusters": DynamicClusters(50, 40.0, 2e-3, emb)}, "gsd_plain": {"clusters": DynamicClusters(50)},
+         "rank_bins": {"clusters": RankBinnedClusters(50)},
+         "rank_bins_cluster": {"clusters": RankBinnedClusters(50), "residual": "cluster"},
+         "amplify": {"acceptance_scale": 2.0}, "gsd_amplify": {"clusters": DynamicClusters(50), "acceptance_scale": 1.5},
+         "lantern": {"lantern": Lantern(hood, 0.1)}}
+out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(), "rows": {},
+       "decoding": {}}
+for name, method in fixed.items():
+    for dtype in (torch.float64, torch.float32):
+        tv = exact_distortion(p.to(dtype), q.to(dtype), **method)
+        out["rows"][f"{name} {dtype}"] = [x.hex() for x in tv.tolist()]
+
+model = load_image_model("tiny-random")
+model = replace(model, num_tokens=48, decode=None)
+model_emb = model.embeddings.detach().to(torch.float64)
+decoding = {"gsd": (MethodSpec("gsd", "gsd", "dynamic", 50), {"clusters": DynamicClusters(50, 1e9, 0.05, model_emb)}),
+            "rank_bins": (MethodSpec("rank bins", "gsd", "rank-binned", 50), {"clusters": RankBinnedClusters(50)}),
+            "amplify": (MethodSpec("amplify", "sjd", acceptance_scale=2.0), {}),
+            "lantern": (MethodSpec("lantern", "sjd"), {"lantern": Lantern(latent_neighbourhoods(model_emb, 20), 0.1)})}
+for name, (spec, kwargs) in decoding.items():
+    result, _ = generate_one(model, spec, model.default_prompts[0], 7, record_distortion=True, **kwargs)
+    out["decoding"][name] = {"nfe": result.nfe, "distortion": result.distortion.tolist(),
+                             "tokens_sha256": hashlib.sha256(result.tokens.to(torch.int64).numpy().tobytes()).hexdigest()}
+with open(out_path, "w", encoding="utf-8") as handle:
+    json.dump(out, handle)
+"""
+DISTORTION_RELATIVE_TOLERANCE = 1e-10
+
+
+def _distortion_rows(path: Path) -> None:
+    """Rows p, q [12, 1024] float64: softmax rows (flat and peaked), p top-k truncated (ties at
+    0), q one-hot (Jacobi's fresh drafts) or top-k truncated; integer embeddings put many pairs
+    exactly on the distance threshold."""
+    g = torch.Generator().manual_seed(0)
+    vocab, n = 1024, 12
+    scale = torch.linspace(0.5, 4.0, n, dtype=torch.float64).unsqueeze(-1)
+    p = torch.softmax(scale * torch.randn(n, vocab, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(scale * torch.randn(n, vocab, generator=g, dtype=torch.float64), -1)
+    p[::2] = torch.where(p[::2] >= p[::2].topk(300, -1).values[:, -1:], p[::2], 0.0)
+    q[1::3] = torch.where(q[1::3] >= q[1::3].topk(100, -1).values[:, -1:], q[1::3], 0.0)
+    q[::3] = torch.nn.functional.one_hot(torch.randint(vocab, (len(range(0, n, 3)),), generator=g), vocab).double()
+    embeddings = torch.randint(-3, 4, (vocab, 6), generator=g).double()
+    torch.save({"p": p / p.sum(-1, keepdim=True), "q": q / q.sum(-1, keepdim=True), "embeddings": embeddings}, path)
+
+
+def run_distortion_batch(capability: str | None, threads: int, tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    out = tmp_path / f"distortion_{capability}_{threads}.json"
+    cmd = [sys.executable, "-c", DISTORTION_BATCH, str(tmp_path / "rows.pt"), str(threads), str(out)]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_exact_distortion_does_not_depend_on_isa_or_threads(tmp_path):
+    _distortion_rows(tmp_path / "rows.pt")
+    batches = {name: run_distortion_batch(cap, threads, tmp_path) for name, (cap, threads) in SETTINGS.items()}
+    reference_name, reference = next(iter(batches.items()))
+    assert reference["capability"] == "DEFAULT" and batches["avx2, 1 thread"]["capability"] == "AVX2"
+    assert len(reference["rows"]) == 14 and len(reference["decoding"]) == 4
+    assert max(float.fromhex(x) for x in reference["rows"]["gsd torch.float64"]) > 1e-3  # lossy: these rows distort
+    for name, batch in batches.items():
+        for key, values in reference["rows"].items():  # the same rows: the same bits
+            assert batch["rows"][key] == values, f"exact distortion, {key}: {reference_name} vs {name}"
+        for method, ref in reference["decoding"].items():
+            run = batch["decoding"][method]
+            where = f"record_distortion, {method}: {reference_name} vs {name}"
+            assert run["nfe"] == ref["nfe"] and run["tokens_sha256"] == ref["tokens_sha256"], where
+            assert len(run["distortion"]) == len(ref["distortion"]) == 48 and max(ref["distortion"]) > 0, where
+            worst = max(abs(a - b) / max(abs(a), 1e-300) for a, b in zip(ref["distortion"], run["distortion"]))
+            assert worst < DISTORTION_RELATIVE_TOLERANCE, f"{where}: differs by {worst:.2e} (relative)"

@@ -436,7 +436,8 @@ class DynamicClusters:
         half = min(self.group_size // 2, vocab - 1)
         ranking = _SupportRanking(ranking_rows)
         offsets = _window_offsets(half, half, p.device)
-        embedding_width = self.embeddings.shape[-1] if self.max_embedding_distance is not None and adjacency is None else 1
+        gathers_embeddings = self.max_embedding_distance is not None and adjacency is None
+        embedding_width = self.embeddings.shape[-1] if gathers_embeddings else 1
         step = max(1, chunk_elements // max(1, n * offsets.numel() * embedding_width))
         count = vocab if tokens is None else tokens.shape[-1]
         p_mass = p.new_empty(n, count)
@@ -453,8 +454,9 @@ class DynamicClusters:
             index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
             keep = self._filter(p, token, index, keep, adjacency)
             members = index.flatten(-2)
-            p_mass[:, start: start + step] = fixed_order_sum(torch.where(keep, p.gather(-1, members).view(index.shape), 0))
-            q_mass[:, start: start + step] = fixed_order_sum(torch.where(keep, q.gather(-1, members).view(index.shape), 0))
+            for rows, mass in ((p, p_mass), (q, q_mass)):
+                mass[:, start: start + step] = fixed_order_sum(
+                    torch.where(keep, rows.gather(-1, members).view(index.shape), 0))
         return p_mass, q_mass
 
 

@@ -128,10 +128,12 @@ def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptan
     """``gsd_core.output_distribution(p, q, rule)`` for ``DynamicClusters`` (token residual),
     computing a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V].
 
-    Support K = max_i #{x : q_i(x) > 0} (one host sync); members [N, K, M], M = 2 floor(G/2) + 1;
-    O(N K M) after a one-off [V, V] filter table (``embedding_adjacency``) when V^2 <= ``max_table``
-    (default: 2^27 bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else the filter's embedding differences on
-    the support, at most ``chunk_elements`` at a time (O(N K M D) time)."""
+    Support K = max_i #{x : q_i(x) > 0} (one host sync); the masses p(C(x)), q(C(x)) at those
+    K tokens (``DynamicClusters.all_token_masses(tokens=)``, members [N, K, M], M = 2 floor(G/2)
+    + 1), then ``gsd_core.exact.output_law``. O(N K M) after a one-off [V, V] filter table
+    (``embedding_adjacency``, passed as ``adjacency=``) when V^2 <= ``max_table`` (default: 2^27
+    bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else gsd_core's filter on
+    the embedding differences, at most ``chunk_elements`` at a time (O(N K M D) time)."""
     n, vocab = p.shape
     width = max(1, int((q > 0).sum(-1).max())) if n else 1
     half = min(rule.group_size // 2, vocab - 1)

@@ -154,7 +154,7 @@ def test_bad_arguments_raise_clear_errors():
 @pytest.mark.parametrize("rule_kind", ["plain", "gap", "distance", "both", "rank_q", "g0"])
 def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
     """The support-only law with the tabled embedding filter equals gsd_core.output_distribution
-    exactly: integer embeddings put many pairs exactly on the threshold (the recomputed band),
+    bit for bit: integer embeddings put many pairs exactly on the threshold (the recomputed band),
     top-k-truncated rows put ties at 0 and a support narrower than V."""
     from gsd_lab.distortion import dynamic_output_laws, embedding_adjacency
 
@@ -173,13 +173,13 @@ def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
     for scale in (1.0, 2.5):
         slow = output_distribution(p, q, rule, acceptance_scale=scale)
         fast = dynamic_output_laws(p, q, rule, acceptance_scale=scale)
-        assert torch.allclose(fast, slow, rtol=0, atol=1e-15)
+        assert torch.equal(fast, slow)  # the same ops as gsd_core's: bit for bit
         # Without the table (a vocabulary too large for it), in chunks of a few tokens.
         untabled = dynamic_output_laws(p, q, rule, acceptance_scale=scale, max_table=0, chunk_elements=500)
-        assert torch.allclose(untabled, slow, rtol=0, atol=1e-15)
+        assert torch.equal(untabled, slow)
         # Member tables bounded to a few entries: one row at a time, the same law.
         one_row_at_a_time = dynamic_output_laws(p, q, rule, acceptance_scale=scale, chunk_elements=1)
-        assert torch.allclose(one_row_at_a_time, slow, rtol=0, atol=1e-15)
+        assert torch.equal(one_row_at_a_time, slow)
     table = embedding_adjacency(emb, 4.0, vocab)
     direct = (emb[:vocab, None, :] - emb[None, :vocab, :]).square().sum(-1) <= 4.0
     assert torch.equal(table, direct) and bool(table.diagonal().all())
@@ -213,3 +213,28 @@ def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_di
         got = lantern_distortion(p, q, rule, block=block)
         assert got.shape == (10,) and torch.allclose(got, expected, rtol=0, atol=1e-14)
         assert torch.allclose(exact_distortion(p, q, lantern=rule), expected, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 51, 64, 65, 1000])
+def test_fixed_order_sum_is_the_pairwise_tree(n):
+    """The accounting's sums (gsd_core.exact.fixed_order_sum): a pairwise tree over the entries
+    padded with zeros to a power of two, in that order exactly, along any dim."""
+    from gsd_core.exact import fixed_order_sum
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.rand(3, n, 2, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-9, 1, (3, n, 2), generator=g)
+
+    def tree(values: list[float]) -> float:
+        width = 1 << max(0, len(values) - 1).bit_length()
+        values = values + [0.0] * (width - len(values))
+        while len(values) > 1:
+            half = len(values) // 2
+            values = [values[i] + values[i + half] for i in range(half)]
+        return values[0] if values else 0.0
+
+    got = fixed_order_sum(x, dim=1)
+    assert got.shape == (3, 2) and fixed_order_sum(x, dim=1, keepdim=True).shape == (3, 1, 2)
+    want = torch.tensor([[tree(x[r, :, c].tolist()) for c in range(2)] for r in range(3)], dtype=torch.float64)
+    assert torch.equal(got, want)
+    assert torch.equal(fixed_order_sum(x.transpose(0, 1).contiguous(), dim=0), got)
+    assert torch.allclose(got, x.sum(1), rtol=1e-14, atol=0)

@@ -38,12 +38,20 @@ pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "am
                                 reason="ATEN_CPU_CAPABILITY values are x86 instruction sets")
 
 
-def run_batch(capability: str | None, threads: int, tmp_path: Path, model: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+def subprocess_env(capability: str | None, threads: int) -> dict[str, str]:
+    """This environment with the ISA (None: the machine's best) and thread count set, and this
+    checkout first on the path."""
+    unset = ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     if capability is not None:
         env["ATEN_CPU_CAPABILITY"] = capability
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def run_batch(capability: str | None, threads: int, tmp_path: Path, model: str) -> dict:
+    env = subprocess_env(capability, threads)
     out = tmp_path / f"{capability}_{threads}.json"
     # 128 tokens of the stand-in (half an image) keep the 2-thread run short on a busy 2-core machine.
     cmd = [sys.executable, "-m", "gsd_lab.experiments.determinism", "--model", model, "--seeds", "0",
@@ -91,7 +99,8 @@ hood = latent_neighbourhoods(emb, 40)
 fixed = {"gsd": {"clusters": DynamicClusters(50, 40.0, 2e-3, emb)}, "gsd_plain": {"clusters": DynamicClusters(50)},
          "rank_bins": {"clusters": RankBinnedClusters(50)},
          "rank_bins_cluster": {"clusters": RankBinnedClusters(50), "residual": "cluster"},
-         "amplify": {"acceptance_scale": 2.0}, "gsd_amplify": {"clusters": DynamicClusters(50), "acceptance_scale": 1.5},
+         "amplify": {"acceptance_scale": 2.0},
+         "gsd_amplify": {"clusters": DynamicClusters(50), "acceptance_scale": 1.5},
          "lantern": {"lantern": Lantern(hood, 0.1)}}
 out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(), "rows": {},
        "decoding": {}}
@@ -109,8 +118,9 @@ decoding = {"gsd": (MethodSpec("gsd", "gsd", "dynamic", 50), {"clusters": Dynami
             "lantern": (MethodSpec("lantern", "sjd"), {"lantern": Lantern(latent_neighbourhoods(model_emb, 20), 0.1)})}
 for name, (spec, kwargs) in decoding.items():
     result, _ = generate_one(model, spec, model.default_prompts[0], 7, record_distortion=True, **kwargs)
+    tokens = result.tokens.to(torch.int64).numpy().tobytes()
     out["decoding"][name] = {"nfe": result.nfe, "distortion": result.distortion.tolist(),
-                             "tokens_sha256": hashlib.sha256(result.tokens.to(torch.int64).numpy().tobytes()).hexdigest()}
+                             "tokens_sha256": hashlib.sha256(tokens).hexdigest()}
 with open(out_path, "w", encoding="utf-8") as handle:
     json.dump(out, handle)
 """
@@ -134,14 +144,10 @@ def _distortion_rows(path: Path) -> None:
 
 
 def run_distortion_batch(capability: str | None, threads: int, tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    if capability is not None:
-        env["ATEN_CPU_CAPABILITY"] = capability
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     out = tmp_path / f"distortion_{capability}_{threads}.json"
     cmd = [sys.executable, "-c", DISTORTION_BATCH, str(tmp_path / "rows.pt"), str(threads), str(out)]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, env=subprocess_env(capability, threads), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -147,6 +147,8 @@ class _SupportRanking:
         """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
         if self.dense:
             return self.position_rank.gather(-1, token)
+        if not token.is_contiguous():  # searchsorted would copy it anyway, with a warning
+            token = token.contiguous()
         below = torch.searchsorted(self.ids, token)  # positive ids < x (x's position if positive)
         positive = p.gather(-1, token) > 0
         ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))

@@ -170,7 +170,7 @@ def test_nan_entries_in_a_sparse_support_never_become_out_of_range_ids():
     p = torch.zeros(4, vocab, dtype=torch.float64).scatter_(-1, top, 1.0 / width)
     p[1].scatter_(-1, top[1, :4], float("nan"))  # NaN at four of row 1's support ids
     q = torch.roll(p[:3], 1, 0).nan_to_num(0.1)
-    drafts = top[:3, 0]
+    drafts = top[:3, 4]  # row 1: a positive token, its rank window reaching rank 0
     for support in (None, top[:3]):
         for seed in range(20):
             result = verify(p, q, drafts, DynamicClusters(8), validate=False, support=support,

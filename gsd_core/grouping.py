@@ -131,9 +131,11 @@ class _SupportRanking:
         the row once: ids with p > 0 ascending (the rest as pads V + K), then a stable sort by
         p descending."""
         width = self.width
-        ids, by_id = torch.where(values > 0, ids, vocab + width).sort(-1)
+        positive = values > 0
+        ids, by_id = torch.where(positive, ids, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
-        order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
+        # Pads get key 0, so they sort after the support whatever they held (NaN, unvalidated).
+        order = _sort_positive_descending(torch.where(positive, values, 0).gather(-1, by_id))
         self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
         # Rank of the id at each position of ``ids`` (the inverse permutation of ``order``).
         self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, device))
@@ -145,6 +147,8 @@ class _SupportRanking:
         """Rank of ``token`` [N, 1] in each row: #{y : (-p(y), y) < (-p(x), x)}. int64 [N, 1]."""
         if self.dense:
             return self.position_rank.gather(-1, token)
+        if not token.is_contiguous():  # searchsorted would copy it anyway, with a warning
+            token = token.contiguous()
         below = torch.searchsorted(self.ids, token)  # positive ids < x (x's position if positive)
         positive = p.gather(-1, token) > 0
         ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))
@@ -159,6 +163,24 @@ class _SupportRanking:
         zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
         support_id = self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1))
         return torch.where(nth_zero < 0, support_id, zero_id)
+
+
+# Integer types of the same width: the bit patterns of floats >= +0 order as the floats do.
+_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32,
+                   torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+def _sort_positive_descending(values: Tensor) -> Tensor:
+    """Indices of a stable descending sort of ``values`` [..., K] over the last dimension, exact
+    for the entries > 0 (their order, ties in position order), which come first. For IEEE
+    floats x, y >= +0, x < y iff bits(x) < bits(y) as signed integers, and torch's CPU sort of
+    int64 is about 1.5x faster than of float64. Entries <= 0 follow in some order (-0.0 and
+    negatives have negative bit patterns); callers zero any NaN first (its bit pattern would
+    sort it before +inf)."""
+    as_int = _SAME_WIDTH_INT.get(values.dtype)
+    if as_int is None:
+        return values.sort(dim=-1, descending=True, stable=True).indices
+    return values.view(as_int).sort(dim=-1, descending=True, stable=True).indices
 
 
 @lru_cache(maxsize=64)

@@ -158,3 +158,22 @@ def test_nan_rows_never_become_token_v():
     assert 0 <= int(sample_categorical(p[1], torch.tensor(0.5, dtype=torch.float64), validate=False)) < 5
     with pytest.raises(ValueError, match="positive total"):
         sample_categorical(torch.zeros(5, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64))
+
+
+def test_nan_entries_in_a_sparse_support_never_become_out_of_range_ids():
+    """Unvalidated NaN entries inside the support (the sparse ranking path, given support= or
+    found by top-k) become pads that sort after the support: every member id stays in [0, V)."""
+    vocab, width = 200, 10
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, vocab, generator=gen, dtype=torch.float64)
+    top = torch.topk(logits, width, dim=-1).indices
+    p = torch.zeros(4, vocab, dtype=torch.float64).scatter_(-1, top, 1.0 / width)
+    p[1].scatter_(-1, top[1, :4], float("nan"))  # NaN at four of row 1's support ids
+    q = torch.roll(p[:3], 1, 0).nan_to_num(0.1)
+    drafts = top[:3, 4]  # row 1: a positive token, its rank window reaching rank 0
+    for support in (None, top[:3]):
+        for seed in range(20):
+            result = verify(p, q, drafts, DynamicClusters(8), validate=False, support=support,
+                            generator=torch.Generator().manual_seed(seed))
+            emitted = result.tokens[result.tokens >= 0]
+            assert bool((emitted < vocab).all())

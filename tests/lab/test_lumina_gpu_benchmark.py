@@ -34,13 +34,14 @@ def test_tiny_mode_prints_one_json_line(capsys):
         ]
     )
     assert all(result["model_ms"][k] <= result["forward_ms"][k] for k in ("1", "4"))
-    variants = {"sjd", "gsd", "gsd_support", "gsd_support_novalidate"}
+    variants = {"sjd", "gsd_unfiltered", "gsd", "gsd_support", "gsd_support_novalidate"}
     assert set(result["verify_ms"]) == set(result["verify_cost"]) == variants
     # Without validation and given the support, the GSD call reads nothing back.
     assert result["verify_cost"]["gsd_support_novalidate"]["syncs"] == 0
     assert all(cost["ops"] > 0 for cost in result["verify_cost"].values())
     decoding = result["decoding"]
-    assert decoding["tokens"] == 12 and set(decoding["methods"]) == {"ar", "sjd", "gsd"}
+    assert decoding["tokens"] == 12 and decoding["rounds"] == 1
+    assert set(decoding["methods"]) == {"ar", "sjd", "gsd"}
     for row in decoding["methods"].values():
         assert 1 <= row["nfe"] <= 12 and 0 <= row["overhead_share"] < 1
         assert row["model_seconds"] <= row["wall_seconds"]

@@ -16,9 +16,18 @@ then ranks those ids only) and with that support withheld (``verify`` finds it i
 two must emit the same tokens (printed) and differ only in verify's time.
 
 Target (issue 12): at most 10% of the wall time outside the model for each method. Overhead per
-forward is split into the adapter's processing (CFG mix, top-k, softmax: ``_process``),
-``gsd_core.verify``, and the rest of the loop (drafting, sampling, cache crop, bookkeeping),
-timed with ``time.perf_counter`` around those calls. Wall-clock speed-up = NFE speed-up x
+forward is split into the adapter's processing (``_process``: the CFG mix, the allowed-token
+mask / top-k / temperature, the support's ids for GSD, softmax and the rest, printed on their
+own line), ``gsd_core.verify``, the loop's draws (``sample_categorical``: AR's token and the
+Jacobi re-drafts) and the rest of the loop (input and position ids, random drafts, cache
+crop, status read, bookkeeping), timed with ``time.perf_counter`` around those calls. Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread): a 17-token
+forward is about 12-13 ms, so 10% allows about 1.4 ms per forward outside it, while the
+adapter's bit-exact float64 processing of the 17 x 8203 rows alone takes about 1.4 ms in the
+loop (CFG mix 0.3, top-k selection and mask 0.8, softmax 0.3; about 1.0 ms in isolation, the
+rest is cold caches after the forward), before verify (0.5 ms SJD) and the Jacobi re-drafts
+(0.2 ms). Each of those steps is a full pass over [17, 8203] float64; exp/softmax over the
+kept 2000 entries alone is not bit-identical to torch.softmax over the row (its sum runs in
+vector lanes by column position), so it cannot replace it. Wall-clock speed-up = NFE speed-up x
 (AR's ms per forward / the method's ms per forward): a forward over a 17-token window costs
 more than a 1-token one on a CPU (printed), and the overhead per forward is larger too.
 
@@ -38,6 +47,7 @@ from typing import Iterator
 import torch
 
 import gsd_lab.decoding as decoding
+import gsd_lab.models.adapter as adapter_module
 from gsd_core import DynamicClusters
 from gsd_lab.models import CausalLMAdapter
 
@@ -78,9 +88,13 @@ def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, object, 
 
 @contextmanager
 def timed_parts(adapter: CausalLMAdapter) -> Iterator[dict[str, float]]:
-    """Accumulate seconds spent in the adapter's processing and in ``verify`` while inside."""
+    """Accumulate seconds spent while inside: in the adapter's processing ("process") and its
+    parts (the CFG mix "cfg"; allowed-token mask, top-k and temperature "topk"; the support's
+    ids "support"), in ``verify`` and in the loop's draws (``sample_categorical``: AR's token,
+    the Jacobi re-drafts, "sample")."""
     seconds: dict[str, float] = defaultdict(float)
     original_verify, original_process = decoding.verify, adapter._process
+    original_sample, original_kept = decoding.sample_categorical, adapter_module.kept_ids
 
     def timer(function, name):
         def wrapped(*args, **kwargs):
@@ -92,12 +106,19 @@ def timed_parts(adapter: CausalLMAdapter) -> Iterator[dict[str, float]]:
         return wrapped
 
     decoding.verify = timer(original_verify, "verify")
+    decoding.sample_categorical = timer(original_sample, "sample")
+    adapter_module.kept_ids = timer(original_kept, "support")
     adapter._process = timer(original_process, "process")
+    adapter.combine_guidance = timer(adapter.combine_guidance, "cfg")
+    adapter.process_logits = timer(adapter.process_logits, "topk")
     try:
         yield seconds
     finally:
         decoding.verify = original_verify
-        del adapter._process  # back to the class's method
+        decoding.sample_categorical = original_sample
+        adapter_module.kept_ids = original_kept
+        for name in ("_process", "combine_guidance", "process_logits"):
+            delattr(adapter, name)  # back to the class's methods
 
 
 @contextmanager
@@ -153,14 +174,20 @@ def run_method(adapter, prompts, tokens: int, kwargs: dict) -> tuple[list, dict]
             drafted += sum(result.drafted)
     n = len(prompts)
     overhead = wall - model
-    outside = overhead - parts["process"] - parts["verify"]
+    outside = overhead - parts["process"] - parts["verify"] - parts["sample"]
+    softmax = parts["process"] - parts["cfg"] - parts["topk"] - parts["support"]
     totals = dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n,
                   overhead_share=overhead / wall,
                   acceptance_rate=accepted / drafted if drafted else None,
                   ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe,
                   process_ms_per_forward=1000 * parts["process"] / nfe,
                   verify_ms_per_forward=1000 * parts["verify"] / nfe,
-                  loop_ms_per_forward=1000 * outside / nfe)
+                  sample_ms_per_forward=1000 * parts["sample"] / nfe,
+                  loop_ms_per_forward=1000 * outside / nfe,
+                  cfg_ms_per_forward=1000 * parts["cfg"] / nfe,
+                  topk_ms_per_forward=1000 * parts["topk"] / nfe,
+                  support_ms_per_forward=1000 * parts["support"] / nfe,
+                  softmax_ms_per_forward=1000 * softmax / nfe)
     return outputs, totals
 
 
@@ -226,15 +253,21 @@ def main() -> None:
           f"{latency[f'model_ms_{args.window + 1}']:.2f} ms for {args.window + 1}")
     print(f"{'method':<10}{'nfe':>7}{'accept':>8}{'wall s':>8}{'model s':>8}{'ms/fwd':>8}"
           f"{'ovh ms/fwd':>11}"
-          f"{'process':>8}{'verify':>8}{'loop':>7}{'outside':>9}{'NFE x':>7}{'wall x':>7}")
+          f"{'process':>8}{'verify':>8}{'sample':>7}{'loop':>7}{'outside':>9}{'NFE x':>7}"
+          f"{'wall x':>7}")
     for name, r in rows.items():
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.3f}"
         print(f"{name:<10}{r['nfe']:>7.1f}{acc:>8}"
               f"{r['wall_seconds']:>8.3f}{r['model_seconds']:>8.3f}"
               f"{r['ms_per_forward']:>8.2f}{r['overhead_ms_per_forward']:>11.2f}"
               f"{r['process_ms_per_forward']:>8.2f}{r['verify_ms_per_forward']:>8.2f}"
+              f"{r['sample_ms_per_forward']:>7.2f}"
               f"{r['loop_ms_per_forward']:>7.2f}{100 * r['overhead_share']:>8.1f}%"
               f"{r['nfe_speedup']:>7.2f}{r['wall_speedup']:>7.2f}")
+    print("process, ms per forward: " + "; ".join(
+        f"{name} cfg {r['cfg_ms_per_forward']:.2f} top-k {r['topk_ms_per_forward']:.2f} "
+        f"support {r['support_ms_per_forward']:.2f} softmax+rest {r['softmax_ms_per_forward']:.2f}"
+        for name, r in rows.items()))
 
     print(f"GSD -supp: GSD with the adapter's support withheld from verify; same tokens as "
           f"{gsd}: {same_tokens}")

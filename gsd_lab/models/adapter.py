@@ -135,22 +135,26 @@ def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
 
 def kept_ids(logits: Tensor) -> Tensor | None:
     """Per row of processed logits [R, V] (CPU), the ids whose logit is not -inf: int64 [R, K],
-    each row in increasing id order, padded to the widest row K with that row's first -inf id.
+    each row in ASCENDING id order, then padded (pads last) to the widest row K with that
+    row's first -inf id.
 
     softmax(l)(y) = 0 exactly where l(y) = -inf, so every id with p > 0 appears once and the
     padding has p = 0 (a NaN or +inf logit is kept: its row is NaN and the decoder raises).
+    The ascending order is for ``verify``, which sorts the support by id first: torch's CPU sort
+    of an already-sorted [16, 2000] int64 row set is about 5x cheaper than of a shuffled one.
     None when a row keeps all V ids (no restriction: ``verify`` then finds the support itself).
-    One comparison, a count and a flat ``np.flatnonzero`` (2-D ``np.nonzero`` is ~7x slower)."""
+    One comparison and a flat ``np.flatnonzero`` (2-D ``np.nonzero`` is ~7x slower); the row
+    counts are read off the sorted flat indices by a search (no second pass over [R, V])."""
     import numpy as np
 
     array = logits.numpy()
     rows, vocab = array.shape
     kept = array != -np.inf
-    counts = np.count_nonzero(kept, axis=1)
+    flat = np.flatnonzero(kept)  # row-major: row r's ids in increasing order, rows in turn
+    counts = np.diff(np.searchsorted(flat, np.arange(rows + 1) * vocab))  # kept ids per row
     width = int(counts.max()) if rows else 0
     if width == vocab:
         return None
-    flat = np.flatnonzero(kept)  # row-major: row r's ids in increasing order, rows in turn
     if int(counts.min()) == width:  # equal rows (no ties at the k-th value): a reshape
         ids = flat.reshape(rows, width) - (np.arange(rows) * vocab)[:, None]
     else:

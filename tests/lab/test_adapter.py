@@ -465,3 +465,33 @@ def test_cache_keyword_follows_the_model_signature():
     assert cache_kwarg(_PastKeyValuesNamed()) == "past_key_values"
     with pytest.raises(ValueError, match="takes no KV cache"):
         cache_kwarg(_NoCache())
+
+
+def test_support_rows_list_their_positive_ids_ascending_then_the_pads():
+    """kept_ids / forward(with_support=True) hand verify rows already in the order it sorts them
+    into: the ids with p > 0 strictly ascending, every p = 0 entry (padding) after them; so
+    replacing the pads by V + K (as verify does) leaves each row sorted. Ties at the k-th value
+    (unequal row widths: the padded path), a row with fewer finite logits than k, and forced
+    one-hot rows are covered."""
+    vocab, k = 1024, 100
+
+    class ForcedEvery3(CausalLMAdapter):
+        def forced_tokens(self, generated_positions):
+            return torch.where(generated_positions % 3 == 2, 1023, -1)  # not an allowed id
+
+    adapter = ForcedEvery3(tiny_llama(vocab=vocab), list(range(0, 1000, 3)), cfg_scale=3.0,
+                           top_k=k)
+    generator = torch.Generator().manual_seed(7)
+    logits = (torch.randn(2, 9, vocab, dtype=torch.float64, generator=generator) * 8).round() / 8
+    logits[0, 4, 30:] = -torch.inf  # 10 finite allowed logits: the threshold is -inf
+    probs, support = adapter._process(logits, torch.arange(9), with_support=True)
+    assert_support_invariant(probs, support)
+    positive = probs.gather(1, support) > 0
+    counts = positive.sum(-1)
+    assert len(set(counts.tolist())) > 2  # ties, the short row and forced rows: unequal widths
+    for row, count in zip(support, counts):
+        ids = row[:count]
+        assert (ids[1:] > ids[:-1]).all()  # strictly ascending
+    assert torch.equal(positive, torch.arange(support.shape[1]) < counts.unsqueeze(1))  # pads last
+    ready = torch.where(positive, support, vocab + support.shape[1])
+    assert torch.equal(ready, ready.sort(-1).values)

@@ -12,7 +12,7 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   the model part alone;
 - ``verify_ms``: ``gsd_core.verify`` of one window, SJD (clusters None) and GSD (dynamic clusters,
   G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the case of issue 12's
-  op bound), on the adapter's real [window, 65536]
+  op bound), on the adapter's real [window + 1, 65536]
   distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
   kernel launch or a view on the GPU; ``gsd_lab.profiling``), and the GSD call also given the
   support of p (``support=``) and without validation (``validate=False``, as the loop calls it);
@@ -218,11 +218,13 @@ def run(
     )
     prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
     generated_count = context - prompt.numel()
-    if generated_count < 1 or generated_count + window > layout.num_image_tokens + 1:
+    if generated_count < 1 or generated_count + window + 1 > layout.num_image_tokens + 1:
         raise SystemExit(
             f"--context must leave room for the window inside one image ({layout.num_image_tokens} tokens)"
         )
-    tokens = adapter.random_tokens(torch.arange(generated_count + window, device=device), generator)
+    tokens = adapter.random_tokens(
+        torch.arange(generated_count + window + 1, device=device), generator
+    )
     adapter.start(prompt)
     prefill_input = torch.cat([prompt, tokens[:generated_count]])
     prefill_seconds, _ = _timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
@@ -244,9 +246,11 @@ def run(
     forward_ms = {size: 1e3 * statistics.median(times) for size, times in wall.items()}
     model_ms = {size: 1e3 * statistics.median(times) for size, times in inner.items()}
 
-    # Verification of one window on the adapter's real distributions: p [L, V]; q from another row set.
-    p = probs
-    q = torch.roll(p, shifts=1, dims=0)
+    # Verification of one window in the decoding loop's shape: p [L + 1, V] from a forward over
+    # L + 1 tokens (L drafts and the bonus row), q [L, V] from another row set.
+    p = adapter.forward(tokens[generated_count : generated_count + window + 1])
+    adapter.crop(kept)
+    q = torch.roll(p[:window], shifts=1, dims=0)
     drafts = torch.multinomial(q.float(), 1, generator=generator).squeeze(-1)
     gsd_rule = DynamicClusters(
         14, max_embedding_distance=0.5, max_prob_gap=0.15, embeddings=adapter.embeddings

@@ -50,10 +50,13 @@ RESIDUAL_MODES = ("token", "cluster")
 
 
 def _ratio(p_mass: Tensor, q_mass: Tensor, scale: float = 1.0) -> Tensor:
-    """min(1, s * p/q), and 0 where q = 0 (the token could not have been drafted)."""
-    # Where q = 0 the quotient is inf or NaN, and discarded by the where.
-    ratio = p_mass / q_mass if scale == 1.0 else (scale * p_mass) / q_mass
-    return torch.where(q_mass > 0, ratio.clamp(max=1.0), 0.0)
+    """min(1, s * p/q), and 0 where q = 0 (the token could not have been drafted).
+
+    Computed as min(s p, q) / q: for q > 0 it is s p / q when s p < q and q / q = 1 exactly
+    otherwise (IEEE division is correctly rounded), so bit for bit min(1, s p / q); for q = 0 it
+    is 0 / 0 = NaN, mapped to 0. Three elementwise ops where a quotient, clamp and mask take four."""
+    credited = p_mass if scale == 1.0 else scale * p_mass
+    return torch.minimum(credited, q_mass).div_(q_mass).nan_to_num_(0.0)
 
 
 def accept_probability(

@@ -32,9 +32,13 @@ def _window(kind: str, seed: int):
 @pytest.mark.parametrize("rule", [None, DynamicClusters(14)], ids=["sjd", "gsd"])
 @pytest.mark.parametrize("options", [{}, {"validate": False}, {"stop_early": True, "validate": False}],
                          ids=["default", "no-validate", "early-no-validate"])
-def test_one_window_has_bounded_ops_and_syncs(kind, rule, options):
+@pytest.mark.parametrize("randomness", ["generator", "uniforms"])
+def test_one_window_has_bounded_ops_and_syncs(kind, rule, options, randomness):
+    """The window the decoding loop verifies (L drafts and the bonus row), with the uniforms
+    drawn inside from a generator as the loop does, or given."""
     p, q, drafts, u = _window(kind, seed=3)
-    call = lambda: verify(p, q, drafts, rule, uniforms=u, **options)  # noqa: E731
+    source = {"generator": torch.Generator().manual_seed(0)} if randomness == "generator" else {"uniforms": u}
+    call = lambda: verify(p, q, drafts, rule, **source, **options)  # noqa: E731
     call()  # warm caches (cached aranges) as a decoding loop would
     ops, syncs = ops_and_syncs(call)
     assert ops <= MAX_OPS, ops

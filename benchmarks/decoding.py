@@ -20,7 +20,9 @@ forward is split into the adapter's processing (``_process``: the CFG mix, the a
 mask / top-k / temperature, the support's ids for GSD, softmax and the rest, printed on their
 own line), ``gsd_core.verify``, the loop's draws (``sample_categorical``: AR's token and the
 Jacobi re-drafts) and the rest of the loop (input and position ids, random drafts, cache
-crop, status read, bookkeeping), timed with ``time.perf_counter`` around those calls. Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread): a 17-token
+crop, status read, bookkeeping), timed with ``time.perf_counter`` around those calls.
+
+Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread): a 17-token
 forward is about 12-13 ms, so 10% allows about 1.4 ms per forward outside it, while the
 adapter's bit-exact float64 processing of the 17 x 8203 rows alone takes about 1.4 ms in the
 loop (CFG mix 0.3, top-k selection and mask 0.8, softmax 0.3; about 1.0 ms in isolation, the

@@ -39,6 +39,7 @@ import sys
 import time
 
 import torch
+import transformers
 
 from gsd_core import DynamicClusters, verify
 from gsd_lab.decoding import generate
@@ -134,6 +135,36 @@ def random_state(
     return state
 
 
+def git_commit() -> str | None:
+    """HEAD of the repository this script runs from, with "-dirty" for local changes."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def source_digest() -> str:
+    """sha256 of the code measured (gsd_core/, gsd_lab/ and this script, *.py by path): names
+    the code even where the checkout's git metadata is not current (a copied working tree)."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted([*root.glob("gsd_core/**/*.py"), *root.glob("gsd_lab/**/*.py"), Path(__file__).resolve()])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _timed(fn, device: torch.device) -> tuple[float, object]:
     """(seconds, result) of ``fn()``, CUDA-synchronised before and after."""
     if device.type == "cuda":
@@ -179,7 +210,12 @@ def decode_overhead(
         shares = [1 - r.model_seconds / r.wall_seconds for r in results]
         rows[name] = {
             "nfe": nfe / rounds,
-            "acceptance_rate": results[0].acceptance_rate,
+            "acceptance_rate": (
+                sum(map(sum, (r.accepted for r in results)))
+                / max(1, sum(map(sum, (r.drafted for r in results))))
+                if name != "ar"
+                else None
+            ),
             "wall_seconds": round(wall / rounds, 4),
             "model_seconds": round(model / rounds, 4),
             "overhead_share": round(1 - model / wall, 4),
@@ -287,6 +323,9 @@ def run(
         "benchmark": "gpu_lumina_shapes",
         "mode": "tiny-cpu" if tiny else "7b-gpu",
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "git_commit": git_commit(),
+        "source_sha256": source_digest(),
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "vocab_size": config.vocab_size,

@@ -98,7 +98,7 @@ class _SupportRanking:
         self.vocab = vocab
         if isinstance(support, _SupportSize):  # sizes known: no count, no sync here
             self.count = support.count.unsqueeze(-1)
-            self._rank_top(p, max(1, min(vocab, support.width)) if p.shape[0] else 1)
+            self._rank_top(p, max(1, min(vocab, support.width)) if p.shape[0] else 1, validated=True)
             return
         if support is not None:
             # The caller's support [N, K] (every positive id once, maybe zeros too): K is known,
@@ -111,7 +111,7 @@ class _SupportRanking:
         self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)  # S_i [N, 1] (int32: a cheaper reduction)
         self._rank_top(p, max(1, min(vocab, int(self.count.max()))) if p.shape[0] else 1)
 
-    def _rank_top(self, p: Tensor, width: int) -> None:
+    def _rank_top(self, p: Tensor, width: int, validated: bool = False) -> None:
         """Rank the support found among the K = ``width`` largest entries of each row."""
         vocab = self.vocab
         self.width = width
@@ -124,18 +124,21 @@ class _SupportRanking:
                 -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
             return
         top = torch.topk(p, width, dim=-1, sorted=False)
-        self._rank_support(top.values, top.indices, vocab, p.device)
+        self._rank_support(top.values, top.indices, vocab, p.device, validated)
 
-    def _rank_support(self, values: Tensor, ids: Tensor, vocab: int, device: torch.device) -> None:
+    def _rank_support(self, values: Tensor, ids: Tensor, vocab: int, device: torch.device,
+                      validated: bool = False) -> None:
         """Rank K entries per row, values [N, K] at ids [N, K] holding every positive entry of
         the row once: ids with p > 0 ascending (the rest as pads V + K), then a stable sort by
-        p descending."""
+        p descending. ``validated``: the rows passed ``verify``'s checks (no NaN), so the pads'
+        values need no clearing."""
         width = self.width
         positive = values > 0
         ids, by_id = torch.where(positive, ids, vocab + width).sort(-1)
         self.ids = ids  # positive ids ascending, then V + K: [N, K]
-        # Pads get key 0, so they sort after the support whatever they held (NaN, unvalidated).
-        order = _sort_positive_descending(torch.where(positive, values, 0).gather(-1, by_id))
+        if not validated:  # pads get key 0 and sort after the support, whatever they held (NaN)
+            values = torch.where(positive, values, 0)
+        order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
         self.ranked_ids = ids.gather(-1, order)  # [N, K]: ranks 0 .. S_i - 1 are the support
         # Rank of the id at each position of ``ids`` (the inverse permutation of ``order``).
         self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, device))
@@ -163,24 +166,6 @@ class _SupportRanking:
         zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
         support_id = self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1))
         return torch.where(nth_zero < 0, support_id, zero_id)
-
-
-# Integer types of the same width: the bit patterns of floats >= +0 order as the floats do.
-_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32,
-                   torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
-
-def _sort_positive_descending(values: Tensor) -> Tensor:
-    """Indices of a stable descending sort of ``values`` [..., K] over the last dimension, exact
-    for the entries > 0 (their order, ties in position order), which come first. For IEEE
-    floats x, y >= +0, x < y iff bits(x) < bits(y) as signed integers, and torch's CPU sort of
-    int64 is about 1.5x faster than of float64. Entries <= 0 follow in some order (-0.0 and
-    negatives have negative bit patterns); callers zero any NaN first (its bit pattern would
-    sort it before +inf)."""
-    as_int = _SAME_WIDTH_INT.get(values.dtype)
-    if as_int is None:
-        return values.sort(dim=-1, descending=True, stable=True).indices
-    return values.view(as_int).sort(dim=-1, descending=True, stable=True).indices
 
 
 @lru_cache(maxsize=64)
@@ -447,14 +432,20 @@ class DynamicClusters:
         time, never [V, V] (``acceptance_rate`` at V = 65536). ``adjacency``: the embedding
         filter as a precomputed bool table [V, V] (``_filter``): O(N K G) instead of
         O(N K G D), and chunks of ``chunk_elements`` // (N M) tokens (M = 2 floor(G/2) + 1).
-        The M window entries are summed in a fixed order (``gsd_core.exact.fixed_order_sum``):
-        the same bits on every CPU instruction set and thread count."""
-        from .exact import fixed_order_sum  # exact.py imports this module
-
+        The M window entries are summed exactly as ``verify`` sums them (``_cluster_masses``),
+        so a(x) = min(1, s p(C(x)) / q(C(x))) is bit for bit the probability verify tests."""
         ranking_rows = q if self.rank_by == "q" else p
         n, vocab = p.shape
-        if tokens is not None and (tokens.ndim != 2 or tokens.shape[0] != n):
-            raise ValueError(f"tokens must be ids [N={n}, K], got {tuple(tokens.shape)}")
+        if tokens is not None:
+            if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[0] != n \
+                    or tokens.dtype != torch.int64:
+                got = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
+                raise ValueError(f"tokens must be int64 ids [N={n}, K], got {got}")
+            if tokens.numel() and not bool(((tokens >= 0) & (tokens < vocab)).all()):
+                raise ValueError(f"tokens must be ids in [0, V={vocab})")
+        if adjacency is not None and self.max_embedding_distance is None:
+            raise ValueError("adjacency is the embedding filter's table, but this rule has no "
+                             "max_embedding_distance: nothing would use it")
         half = min(self.group_size // 2, vocab - 1)
         ranking = _SupportRanking(ranking_rows)
         offsets = _window_offsets(half, half, p.device)
@@ -477,8 +468,8 @@ class DynamicClusters:
             keep = self._filter(p, token, index, keep, adjacency)
             members = index.flatten(-2)
             for rows, mass in ((p, p_mass), (q, q_mass)):
-                mass[:, start: start + step] = fixed_order_sum(
-                    torch.where(keep, rows.gather(-1, members).view(index.shape), 0))
+                mass[:, start: start + step] = torch.where(
+                    keep, rows.gather(-1, members).view(index.shape), 0).sum(-1)
         return p_mass, q_mass
 
 

@@ -54,7 +54,8 @@ def _ratio(p_mass: Tensor, q_mass: Tensor, scale: float = 1.0) -> Tensor:
 
     Computed as min(s p, q) / q: for q > 0 it is s p / q when s p < q and q / q = 1 exactly
     otherwise (IEEE division is correctly rounded), so bit for bit min(1, s p / q); for q = 0 it
-    is 0 / 0 = NaN, mapped to 0. Three elementwise ops where a quotient, clamp and mask take four."""
+    is 0 / 0 = NaN, mapped to 0. Three elementwise kernels where a quotient, clamp and mask take
+    four. Invalid (unvalidated) NaN masses also give 0: such a draft is rejected."""
     credited = p_mass if scale == 1.0 else scale * p_mass
     return torch.minimum(credited, q_mass).div_(q_mass).nan_to_num_(0.0)
 
@@ -202,10 +203,8 @@ def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | Non
         index, keep = rule._members(p, token, q, support)
     else:
         index, keep = rule_members(rule, p, token, q)
-    # sum over kept members as a dot product with the 0/1 weights: the same addends in the
-    # same order as where(keep, ., 0).sum(-1), bit for bit, in one op per mass instead of two.
-    weights = keep.to(p.dtype)
-    return torch.linalg.vecdot(p.gather(-1, index), weights), torch.linalg.vecdot(q.gather(-1, index), weights)
+    return (torch.where(keep, p.gather(-1, index), 0.0).sum(-1),
+            torch.where(keep, q.gather(-1, index), 0.0).sum(-1))
 
 
 def _check_verify_inputs(
@@ -399,10 +398,8 @@ def _ranks_by_p(rule: ClusterRule | None) -> bool:
 
 
 def _support_sizes(p: Tensor, window: int) -> Tensor:
-    """#{y : p(y) != 0} of rows 0..L-1 of p [..., L(+1), V]: int64 [..., L]. Read back with
-    ``verify``'s validation and used only once it has passed (no NaN, no negative entry, so
-    this is #{y : p(y) > 0}); one op where (p > 0).sum is two."""
-    return torch.count_nonzero(p[..., :window, :], dim=-1)
+    """#{y : p(y) > 0} of rows 0..L-1 of p [..., L(+1), V]: int32 [..., L]."""
+    return (p[..., :window, :] > 0).sum(-1, dtype=torch.int32)
 
 
 def _finish_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor, at: Tensor,

@@ -182,6 +182,10 @@ def cache_kwarg(module: torch.nn.Module) -> str:
     for name in ("cache", "past_key_values"):
         if name in params:
             return name
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        # A wrapper's forward(*args, **kwargs) (compiled, PEFT): "past_key_values" is the name every
+        # transformers 5.x release accepts (5.2x through a deprecation alias).
+        return "past_key_values"
     raise ValueError(
         f"{type(module).__name__}.forward takes no KV cache (no 'cache' or 'past_key_values' "
         "argument); decoding needs a causal LM with a KV cache"

@@ -340,8 +340,14 @@ def test_all_token_masses_at_given_tokens_and_with_a_table_equal_the_plain_masse
 def test_all_token_masses_rejects_bad_tokens_and_tables():
     p, q = _sparse_rows(3, 10, 2, 6), _sparse_rows(4, 10, 2, 6)
     rule = DynamicClusters(4, 1.0, None, torch.zeros(10, 2, dtype=torch.float64))
-    with pytest.raises(ValueError, match="tokens must be ids"):
+    with pytest.raises(ValueError, match="tokens must be int64 ids"):
         rule.all_token_masses(p, q, tokens=torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="tokens must be int64 ids"):
+        rule.all_token_masses(p, q, tokens=torch.zeros(p.shape[0], 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"ids in \[0, V=10\)"):
+        rule.all_token_masses(p, q, tokens=torch.full((p.shape[0], 2), 10))
+    with pytest.raises(ValueError, match="no max_embedding_distance"):
+        DynamicClusters(4).all_token_masses(p, q, adjacency=torch.ones(10, 10, dtype=torch.bool))
     with pytest.raises(ValueError, match="adjacency must be a bool table"):
         rule.all_token_masses(p, q, adjacency=torch.ones(9, 9, dtype=torch.bool))
     with pytest.raises(ValueError, match="adjacency must be a bool table"):

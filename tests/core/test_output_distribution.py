@@ -153,3 +153,26 @@ def test_cluster_exact_distortion_formula(pqc):
     q_in = torch.where(qc[labels] > 0, q / qc[labels].clamp(min=1e-300), 0.0)
     weight = torch.minimum(pc, qc)[labels]
     assert torch.allclose(out - p, weight * (q_in - p_in), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("rule", [DynamicClusters(50), DynamicClusters(14, max_prob_gap=0.002),
+                                  DynamicClusters(14, rank_by="q")], ids=["G50", "G14-gap", "G14-rank-q"])
+def test_exact_accept_probabilities_are_the_ones_verify_tests_bit_for_bit(rule):
+    """The exact law's a(x) and verify's accept_probs are one computation: the window masses are
+    summed in the same order, so they agree in every bit (a law off by an ulp from the rule it
+    describes would not be exact)."""
+    from gsd_core import token_accept_probabilities, verify
+
+    vocab, window = 512, 16
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(10):
+        logits = 2.0 * torch.randn(window + 1, vocab, generator=gen, dtype=torch.float64)
+        kth = torch.topk(logits, 100, dim=-1).values[:, -1:]
+        p = torch.softmax(logits.masked_fill(logits < kth, -torch.inf), -1)
+        noisy = logits[:window] + torch.randn(window, vocab, generator=gen, dtype=torch.float64)
+        q = torch.softmax(noisy.masked_fill(noisy < kth[:window], -torch.inf), -1)
+        drafts = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+        uniforms = torch.rand(window + 1, generator=gen, dtype=torch.float64)
+        tested = verify(p, q, drafts, rule, uniforms=uniforms).accept_probs
+        exact = token_accept_probabilities(p[:window], q, rule).gather(-1, drafts[:, None]).squeeze(-1)
+        assert torch.equal(tested, exact)

@@ -458,13 +458,19 @@ class _NoCache(torch.nn.Module):
         return input_ids
 
 
+class _NoCacheNoKeywords(torch.nn.Module):
+    def forward(self, input_ids, attention_mask=None):
+        return input_ids
+
+
 def test_cache_keyword_follows_the_model_signature():
     """transformers 5.17 (the GPU image's) names the cache ``past_key_values`` and drops an unknown
     ``cache=`` into **kwargs: the adapters must pass it under the name the model declares."""
     assert cache_kwarg(_CacheNamed()) == "cache"
     assert cache_kwarg(_PastKeyValuesNamed()) == "past_key_values"
     with pytest.raises(ValueError, match="takes no KV cache"):
-        cache_kwarg(_NoCache())
+        cache_kwarg(_NoCacheNoKeywords())
+    assert cache_kwarg(_NoCache()) == "past_key_values"  # a wrapper's forward(**kwargs)
 
 
 def test_support_rows_list_their_positive_ids_ascending_then_the_pads():

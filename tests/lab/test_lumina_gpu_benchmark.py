@@ -24,7 +24,7 @@ def test_tiny_mode_prints_one_json_line(capsys):
     assert (
         result["mode"] == "tiny-cpu" and result["context_tokens"] == 48 and result["cfg_batch"] == 2
     )
-    assert set(result["forward_ms"]) == {"1", "4"} and set(result["forward_ms"]) == {"1", "4"}
+    assert set(result["forward_ms"]) == {"1", "4"} and set(result["model_ms"]) == {"1", "4"}
     assert all(
         v > 0
         for v in [

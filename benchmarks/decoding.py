@@ -26,7 +26,7 @@ Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread
 forward is about 12-13 ms, so 10% allows about 1.4 ms per forward outside it, while the
 adapter's bit-exact float64 processing of the 17 x 8203 rows alone takes about 1.4 ms in the
 loop (CFG mix 0.3, top-k selection and mask 0.8, softmax 0.3; about 1.0 ms in isolation, the
-rest is cold caches after the forward), before verify (0.5 ms SJD) and the Jacobi re-drafts
+rest is cold caches after the forward), before verify (0.6 ms SJD) and the Jacobi re-drafts
 (0.2 ms). Each of those steps is a full pass over [17, 8203] float64; exp/softmax over the
 kept 2000 entries alone is not bit-identical to torch.softmax over the row (its sum runs in
 vector lanes by column position), so it cannot replace it. Wall-clock speed-up = NFE speed-up x

@@ -457,10 +457,9 @@ class DynamicClusters:
         q_mass = q.new_empty(n, count)
         for start in range(0, count, step):  # chunks of tokens, not a loop over single tokens
             if tokens is None:
-                # contiguous: torch.searchsorted copies (and warns about) a non-contiguous input
-                token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1).contiguous()
+                token = torch.arange(start, min(vocab, start + step), device=p.device).expand(n, -1)
             else:
-                token = tokens[:, start: start + step].contiguous()
+                token = tokens[:, start: start + step]
             ranks = ranking.rank(ranking_rows, token).unsqueeze(-1) + offsets  # [N, T, M]
             clipped = ranks.clamp(0, vocab - 1)
             keep = clipped == ranks

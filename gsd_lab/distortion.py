@@ -26,11 +26,12 @@ chunks of at most ``max_elements`` // V rows, so a long list of positions never 
 that many probabilities at once; dynamic clusters' [N, K, M] member tables are built in chunks
 of rows of at most ``chunk_elements`` (2^24) entries each.
 
-Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core the window
-masses of ``DynamicClusters.all_token_masses`` and beta of ``output_law``, are taken in one
-fixed pairwise order (``gsd_core.exact.fixed_order_sum``), so the same rows give the same bits
-on any CPU instruction set (``ATEN_CPU_CAPABILITY``) and thread count
-(tests/lab/test_reproducible_isa.py). The token residual's normalisation is gsd_core's.
+Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core beta of
+``output_law`` and ``acceptance_rate``, run over the vocabulary in one fixed pairwise order
+(``gsd_core.exact.fixed_order_sum``). The window masses of ``DynamicClusters.all_token_masses``
+are summed as ``verify`` sums them, so a(x) is bit for bit the probability verify tests; the
+token residual's normalisation is gsd_core's. On the same rows the results were the same bits
+under every CPU instruction set and thread count tested (tests/lab/test_reproducible_isa.py).
 """
 
 from __future__ import annotations

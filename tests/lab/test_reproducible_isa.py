@@ -11,8 +11,9 @@ fails even when no decision happens to flip in this small batch.
 Exact distortion (``gsd_lab.distortion``, ``record_distortion=True``) in the same settings, for
 GSD's dynamic clusters (with both filters: the [V, V] adjacency table), rank bins (token and
 cluster residual), Amplify and LANTERN: on the same rows (written once by the test, read by
-every subprocess) the values must be the same bits, as its sums are taken in a fixed order
-(``gsd_core.exact.fixed_order_sum``). In a decoding run the model's float64 forward itself
+every subprocess) the values must be the same bits (its sums over the vocabulary are taken in
+a fixed order, ``gsd_core.exact.fixed_order_sum``; the window masses as ``verify`` takes them).
+In a decoding run the model's float64 forward itself
 differs in the last ulp between these settings (its top-1 probabilities do, within 1e-10), so
 there the tokens and NFE must be identical and the distortions agree to 1e-10 relative.
 """

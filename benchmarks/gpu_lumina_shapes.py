@@ -20,7 +20,11 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   ``--decode-tokens`` tokens from a short prompt: nfe, wall and model seconds, the share of
   wall time outside the model's forward, and the wall-clock against the NFE speed-up (random
   weights: near-uniform distributions, so acceptance is not the paper's; the point is the cost
-  of everything around the forward on a GPU).
+  of everything around the forward on a GPU); the model's time per forward in those runs, and
+  by the method's place in its round (the order rotates each round);
+- ``bare_forwards_ms``: the model's time per forward at the same short context without the loop
+  around it (1-token forwards appending, 16-token windows cropped back), before and after the
+  decoding part: what a forward costs when nothing runs between forwards.
 
 Prints one JSON line. Needs nothing downloaded; about 16 GB of GPU memory; well under 8 minutes
 on an H200. ``--tiny`` runs the same measurements on a tiny model on the CPU (used by the tests).
@@ -176,14 +180,41 @@ def _timed(fn, device: torch.device) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def _recording_forwards(adapter) -> list[tuple[int, float]]:
+    """Record (new tokens, model seconds) of each ``adapter.forward`` call from now on (the
+    adapter's own CUDA-synchronised model timer, read per call). Returns the live list."""
+    calls: list[tuple[int, float]] = []
+    forward = adapter.forward
+
+    def recording(input_ids, *args, **kwargs):
+        before = adapter.model_seconds
+        out = forward(input_ids, *args, **kwargs)
+        calls.append((int(torch.as_tensor(input_ids).numel()), adapter.model_seconds - before))
+        return out
+
+    adapter.forward = recording
+    return calls
+
+
+def _ms_summary(seconds: list[float]) -> dict:
+    """median / min / max / mean of per-forward times, in ms."""
+    if not seconds:
+        return {}
+    ms = [1e3 * s for s in seconds]
+    return {"median": round(statistics.median(ms), 3), "min": round(min(ms), 3),
+            "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3), "count": len(ms)}
+
+
 def decode_overhead(
     adapter, layout, config, gsd_rule, window: int, num_tokens: int, seed: int, device,
     rounds: int = 3,
 ) -> dict:
     """AR, SJD and GSD through ``generate`` from one short prompt (a 16-token warm-up each, then
-    ``rounds`` rounds with the methods interleaved): mean nfe, wall and model seconds per call,
-    overhead share (wall - model) / wall over all rounds (and its range over calls), speed-ups
-    over AR."""
+    ``rounds`` rounds, the methods' order rotated by one each round so that no method always
+    runs first): mean nfe, wall and model seconds per call, overhead share (wall - model) / wall
+    over all rounds (and its range over calls), speed-ups over AR; and the model's time per
+    forward after the prompt (``model_ms_window_forwards``: median, min, max, mean), overall
+    and by the method's place in its round (``model_ms_by_place``)."""
     generator = torch.Generator(device=device).manual_seed(seed + 1)
     text = torch.randint(
         layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
@@ -196,12 +227,22 @@ def decode_overhead(
     }
     for kwargs in methods.values():  # warm-up
         generate(adapter, prompt, num_tokens=16, generator=generator, **kwargs)
+    calls = _recording_forwards(adapter)
     runs: dict[str, list] = {name: [] for name in methods}
-    for _ in range(rounds):  # methods interleaved, so that host-side noise hits each alike
-        for name, kwargs in methods.items():
+    window_forwards: dict[str, list[float]] = {name: [] for name in methods}
+    by_place: dict[str, dict[int, list[float]]] = {name: {} for name in methods}
+    names = list(methods)
+    for r in range(rounds):  # methods interleaved, so that host-side noise hits each alike
+        order = names[r % len(names):] + names[: r % len(names)]
+        for place, name in enumerate(order):
+            calls.clear()
             runs[name].append(
-                generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **kwargs)
+                generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **methods[name])
             )
+            after_prompt = [seconds for _, seconds in calls[1:]]
+            window_forwards[name] += after_prompt
+            by_place[name].setdefault(place, []).extend(after_prompt)
+    del adapter.forward  # back to the class's method
     rows = {}
     for name, results in runs.items():
         wall = sum(r.wall_seconds for r in results)
@@ -222,11 +263,43 @@ def decode_overhead(
             "overhead_share_range": [round(min(shares), 4), round(max(shares), 4)],
             "ms_per_forward": round(1e3 * wall / nfe, 3),
             "model_ms_per_forward": round(1e3 * model / nfe, 3),
+            "model_ms_window_forwards": _ms_summary(window_forwards[name]),
+            "model_ms_by_place": {str(place): _ms_summary(seconds)["median"]
+                                  for place, seconds in sorted(by_place[name].items()) if seconds},
         }
     for row in rows.values():
         row["nfe_speedup"] = round(rows["ar"]["nfe"] / row["nfe"], 3)
         row["wall_speedup"] = round(rows["ar"]["wall_seconds"] / row["wall_seconds"], 3)
     return {"tokens": num_tokens, "rounds": rounds, "methods": rows}
+
+
+def bare_forwards(adapter, layout, config, seed: int, device, count: int = 24) -> dict:
+    """The model's time per forward without the decoding loop around it, at the decoding
+    part's short context: after the same kind of prompt, ``count`` 1-token forwards appending
+    to the cache, then ``count`` window forwards (16 tokens, cache cropped back each time),
+    back to back. Compared with ``decoding``'s per-forward times it shows whether the loop's
+    work between forwards changes the forward's own time."""
+    generator = torch.Generator(device=device).manual_seed(seed + 2)
+    text = torch.randint(
+        layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
+    )
+    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    tokens = adapter.random_tokens(torch.arange(count + 16, device=device), generator)
+    adapter.start(prompt)
+    adapter.forward(prompt, num_rows=1)
+    one: list[float] = []
+    for i in range(count):
+        before = adapter.model_seconds
+        adapter.forward(tokens[i: i + 1])
+        one.append(adapter.model_seconds - before)
+    kept = adapter.seq_len
+    windows: list[float] = []
+    for _ in range(count):
+        before = adapter.model_seconds
+        adapter.forward(tokens[count: count + 16])
+        windows.append(adapter.model_seconds - before)
+        adapter.crop(kept)
+    return {"one_token": _ms_summary(one), "window_16": _ms_summary(windows)}
 
 
 def run(
@@ -316,8 +389,10 @@ def run(
         verify_cost[name] = {"ops": ops, "syncs": syncs}
     del probs, p, q
 
+    bare_before = bare_forwards(adapter, layout, config, seed, device, count=4 if tiny else 24)
     decoding = decode_overhead(adapter, layout, config, gsd_rule, window, decode_tokens, seed,
                                device, rounds=1 if tiny else 3)
+    bare_after = bare_forwards(adapter, layout, config, seed, device, count=4 if tiny else 24)
 
     result = {
         "benchmark": "gpu_lumina_shapes",
@@ -341,6 +416,7 @@ def run(
         "verify_ms": {k: round(v, 3) for k, v in verify_ms.items()},
         "verify_cost": verify_cost,
         "decoding": decoding,
+        "bare_forwards_ms": {"before_decoding": bare_before, "after_decoding": bare_after},
         "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         if device.type == "cuda"
         else None,

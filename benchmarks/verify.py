@@ -20,7 +20,10 @@ so the speed-up of a window grows with its accepted count.
 Before timing, it counts per window kind what a GPU pays per call: top-level aten ops (each a
 kernel launch or a view; torch.profiler) and host syncs (``aten::_local_scalar_dense`` from
 item/int/bool, ``nonzero``, and ``Tensor.tolist`` calls), for the default call and without
-validation. Issue 12's bounds: at most 80 ops and 3 syncs.
+validation. Issue 12's bounds: at most 80 ops and 3 syncs. After timing, it prints where the
+default call's time goes (self CPU time per aten op, torch.profiler) beside the time per window
+that a 20x speed-up over all windows together would allow, so the gap can be read op by op on
+any CPU.
 
 Two draft scenarios: "random-init" (SJD's random initialisation: q one-hot on a uniformly
 drawn image token, so most drafts have p(x) = 0 after top-k) and "jacobi" (drafts sampled from
@@ -40,7 +43,7 @@ import time
 import torch
 
 from gsd_core import DynamicClusters, sample_categorical, verify
-from gsd_lab.profiling import ops_and_syncs
+from gsd_lab.profiling import op_times, ops_and_syncs
 
 VOCAB = 65536
 IMAGE_TOKENS = range(4, 8196)
@@ -191,6 +194,13 @@ def main() -> None:
         ratios = [r / t for r, t in zip(loop_times, times[name])]
         print(f"{name:>9}: speed-up median {statistics.median(ratios):5.1f}x, min {min(ratios):5.1f}x, "
               f"all windows together {sum(loop_times) / sum(times[name]):5.1f}x")
+    budget = sum(loop_times) / len(loop_times) / 20
+    breakdown = op_times(lambda: verify(p, q, drafts, rule, uniforms=uniforms))
+    total = sum(row.seconds for row in breakdown)
+    print(f"20x over all windows together allows {budget * 1e3:.2f} ms per window; the default call "
+          f"(last window, profiled) spends {total * 1e3:.2f} ms in aten ops, of which:")
+    print("  " + "; ".join(f"{row.name.removeprefix('aten::')} x{row.calls} {row.seconds * 1e3:.2f} ms"
+                           for row in breakdown[:6]))
     print(f"same decisions and tokens as the loop in every window and variant: {all_same}")
     if not all_same:
         raise SystemExit("verify and the reference loop disagree")

@@ -34,6 +34,7 @@ from .verification import (
     accept_probability,
     residual_distribution,
     sample_categorical,
+    uses_support,
     verify,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "sample_categorical",
     "token_accept_probabilities",
     "tv_distance",
+    "uses_support",
     "verify",
     "verify_lantern",
 ]

@@ -199,7 +199,7 @@ def _cluster_masses(p: Tensor, q: Tensor, token: Tensor, rule: ClusterRule | Non
     if rule is None:
         t = token.unsqueeze(-1)
         return p.gather(-1, t).squeeze(-1), q.gather(-1, t).squeeze(-1)
-    if support is not None and _ranks_by_p(rule):
+    if support is not None and uses_support(rule):
         index, keep = rule._members(p, token, q, support)
     else:
         index, keep = rule_members(rule, p, token, q)
@@ -346,7 +346,7 @@ def verify(
     if validate:
         parts = probability_parts(p) + probability_parts(q) + [draft_tokens]
         # The support sizes a p-ranked rank window needs travel with the validation read-back.
-        needs_sizes = support is None and window > 0 and _ranks_by_p(rule)
+        needs_sizes = support is None and window > 0 and uses_support(rule)
         sizes = _support_sizes(p, window) if needs_sizes else None
         if support is not None:
             parts += _support_parts(p[..., :window, :], support, batch)
@@ -392,9 +392,11 @@ def verify(
     return _finish_window(p, q, draft_tokens, uniforms, at, accept_probs, has_bonus, partition)
 
 
-def _ranks_by_p(rule: ClusterRule | None) -> bool:
-    """Whether ``rule`` ranks p's rows for its rank windows (``DynamicClusters`` by p)."""
-    return isinstance(rule, DynamicClusters) and rule.ranks_by_p
+def uses_support(clusters: object) -> bool:
+    """Whether ``verify(..., clusters, support=ids)`` uses the ids: only for ``DynamicClusters``
+    ranking by p (its rank windows rank p's rows, so knowing their support spares the selection
+    over V); every other rule, labels and None ignore ``support``."""
+    return isinstance(clusters, DynamicClusters) and clusters.ranks_by_p
 
 
 def _support_sizes(p: Tensor, window: int) -> Tensor:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, Lantern, sample_categorical, verify, verify_lantern
+from gsd_core import Lantern, sample_categorical, uses_support, verify, verify_lantern
 
 from .distortion import DistortionLog
 
@@ -220,9 +220,8 @@ def generate(
         generator.seed()
     device, vocab = adapter.device, adapter.vocab_size
     max_window = 0 if method == "ar" else window
-    # Only DynamicClusters ranking by p uses verify's support= (other rules ignore it): the
-    # adapter's kept ids spare verify the count and the selection over all V.
-    wants_support = isinstance(clusters, DynamicClusters) and clusters.ranks_by_p
+    # The adapter's kept ids spare verify the count and the selection over all V.
+    wants_support = uses_support(clusters)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds

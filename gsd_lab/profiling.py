@@ -1,5 +1,6 @@
 """Count what a call costs on an accelerator, independent of timing: top-level aten ops (one
-kernel launch each on a GPU) and host syncs (device-to-host reads that stall the queue).
+kernel launch each on a GPU) and host syncs (device-to-host reads that stall the queue); and
+where a call's CPU time goes, op by op.
 
 Counts from ``torch.profiler`` on CPU are deterministic, unlike times, so tests can bound them
 (``tests/core/test_op_counts.py``) and benchmarks can print them (``benchmarks/verify.py``).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -40,3 +42,33 @@ def ops_and_syncs(fn: Callable[[], object]) -> tuple[int, int]:
     events = prof.events()
     top = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
     return len(top), sum(e.name in SYNC_OPS for e in events) + len(reads)
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One aten op's share of a call: its name, the calls to it and their self time (seconds:
+    the op's own time, without the ops it calls)."""
+
+    name: str
+    calls: int
+    seconds: float
+
+
+def op_times(fn: Callable[[], object], repeats: int = 3) -> list[OpTime]:
+    """Self CPU time per aten op of one call of ``fn`` (the median over ``repeats`` profiled
+    calls), largest first. Ops that only call other ops (their self time ~0) still appear."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    runs: list[dict[str, tuple[int, float]]] = []
+    for _ in range(repeats):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        runs.append({e.key: (e.count, e.self_cpu_time_total * 1e-6)
+                     for e in prof.key_averages() if e.key.startswith("aten::")})
+    names = set().union(*runs)
+    rows = []
+    for name in names:
+        seconds = sorted(run.get(name, (0, 0.0))[1] for run in runs)[len(runs) // 2]
+        calls = max(run.get(name, (0, 0.0))[0] for run in runs)
+        rows.append(OpTime(name, calls, seconds))
+    return sorted(rows, key=lambda row: (-row.seconds, row.name))

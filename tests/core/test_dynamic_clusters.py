@@ -21,6 +21,7 @@ from gsd_core import (
     dynamic_cluster,
     output_distribution,
     rank_window,
+    uses_support,
     verify,
 )
 
@@ -366,6 +367,8 @@ def test_all_token_masses_searches_contiguous_tokens(recwarn):
 
 def test_ranks_by_p_says_when_verify_uses_the_support():
     assert DynamicClusters(4).ranks_by_p and not DynamicClusters(4, rank_by="q").ranks_by_p
+    assert uses_support(DynamicClusters(4)) and not uses_support(DynamicClusters(4, rank_by="q"))
+    assert not any(map(uses_support, (None, torch.arange(12) // 3, RankBinnedClusters(3))))
     # rank_by="q": verify ignores support=, even a wrong one (it would be rejected if used).
     p, q = _sparse_rows(7, 12, 2, 5), _sparse_rows(8, 12, 2, 5)
     draft = q.argmax(-1)

@@ -209,7 +209,7 @@ def decode_overhead(
     adapter, layout, config, gsd_rule, window: int, num_tokens: int, seed: int, device,
     rounds: int = 3,
 ) -> dict:
-    """AR, SJD and GSD through ``generate`` from one short prompt (a 16-token warm-up each, then
+    """AR, SJD and GSD through ``generate`` from one short prompt (a full-length warm-up each, then
     ``rounds`` rounds, the methods' order rotated by one each round so that no method always
     runs first): mean nfe, wall and model seconds per call, overhead share (wall - model) / wall
     over all rounds (and its range over calls), speed-ups over AR; and the model's time per
@@ -225,8 +225,11 @@ def decode_overhead(
         "sjd": dict(method="sjd", window=window),
         "gsd": dict(method="gsd", window=window, clusters=gsd_rule),
     }
-    for kwargs in methods.values():  # warm-up
-        generate(adapter, prompt, num_tokens=16, generator=generator, **kwargs)
+    # Warm-up over the full length: on the H200 the first forwards at new context lengths took
+    # up to 1.1 s (one-time costs; the same forwards take ~30 ms afterwards), which would
+    # otherwise fall on whichever method reaches those lengths first.
+    for kwargs in methods.values():
+        generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **kwargs)
     calls = _recording_forwards(adapter)
     runs: dict[str, list] = {name: [] for name in methods}
     window_forwards: dict[str, list[float]] = {name: [] for name in methods}

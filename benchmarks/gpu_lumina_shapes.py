@@ -23,7 +23,7 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   of everything around the forward on a GPU); the model's time per forward in those runs, and
   by the method's place in its round (the order rotates each round);
 - ``bare_forwards_ms``: the model's time per forward at the same short context without the loop
-  around it (1-token forwards appending, 16-token windows cropped back), before and after the
+  around it (1-token forwards appending, ``--window``-token windows cropped back), before and after the
   decoding part: what a forward costs when nothing runs between forwards.
 
 Prints one JSON line. Needs nothing downloaded; about 16 GB of GPU memory; well under 8 minutes
@@ -36,8 +36,10 @@ on an H200. ``--tiny`` runs the same measurements on a tiny model on the CPU (us
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
+import socket
 import statistics
 import sys
 import time
@@ -180,24 +182,25 @@ def _timed(fn, device: torch.device) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def _recording_forwards(adapter) -> list[tuple[int, float]]:
-    """Record (new tokens, model seconds) of each ``adapter.forward`` call from now on (the
-    adapter's own CUDA-synchronised model timer, read per call). Returns the live list."""
-    calls: list[tuple[int, float]] = []
+def _recording_forwards(adapter: LuminaMGPTAdapter) -> list[float]:
+    """Record the model seconds of each ``adapter.forward`` call from now on (the adapter's own
+    CUDA-synchronised model timer, read per call) by shadowing the method on the instance
+    (``del adapter.forward`` restores it). Returns the live list."""
+    calls: list[float] = []
     forward = adapter.forward
 
-    def recording(input_ids, *args, **kwargs):
+    def recording(*args: object, **kwargs: object) -> object:
         before = adapter.model_seconds
-        out = forward(input_ids, *args, **kwargs)
-        calls.append((int(torch.as_tensor(input_ids).numel()), adapter.model_seconds - before))
+        out = forward(*args, **kwargs)
+        calls.append(adapter.model_seconds - before)
         return out
 
     adapter.forward = recording
     return calls
 
 
-def _ms_summary(seconds: list[float]) -> dict:
-    """median / min / max / mean of per-forward times, in ms."""
+def _ms_summary(seconds: list[float]) -> dict[str, float | int]:
+    """median / min / max / mean of per-forward times in ms, and their count."""
     if not seconds:
         return {}
     ms = [1e3 * s for s in seconds]
@@ -213,8 +216,10 @@ def decode_overhead(
     ``rounds`` rounds, the methods' order rotated by one each round so that no method always
     runs first): mean nfe, wall and model seconds per call, overhead share (wall - model) / wall
     over all rounds (and its range over calls), speed-ups over AR; and the model's time per
-    forward after the prompt (``model_ms_window_forwards``: median, min, max, mean), overall
-    and by the method's place in its round (``model_ms_by_place``)."""
+    forward after the prompt's (``model_ms_window_forwards``: median, min, max, mean; AR's
+    windows are single tokens), overall and by the method's place in its round
+    (``model_ms_by_place``: medians; place p in round r is the method at index (r + p) mod 3
+    of AR, SJD, GSD)."""
     generator = torch.Generator(device=device).manual_seed(seed + 1)
     text = torch.randint(
         layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
@@ -230,22 +235,23 @@ def decode_overhead(
     # otherwise fall on whichever method reaches those lengths first.
     for kwargs in methods.values():
         generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **kwargs)
-    calls = _recording_forwards(adapter)
     runs: dict[str, list] = {name: [] for name in methods}
     window_forwards: dict[str, list[float]] = {name: [] for name in methods}
     by_place: dict[str, dict[int, list[float]]] = {name: {} for name in methods}
     names = list(methods)
-    for r in range(rounds):  # methods interleaved, so that host-side noise hits each alike
-        order = names[r % len(names):] + names[: r % len(names)]
-        for place, name in enumerate(order):
-            calls.clear()
-            runs[name].append(
-                generate(adapter, prompt, num_tokens=num_tokens, generator=generator, **methods[name])
-            )
-            after_prompt = [seconds for _, seconds in calls[1:]]
-            window_forwards[name] += after_prompt
-            by_place[name].setdefault(place, []).extend(after_prompt)
-    del adapter.forward  # back to the class's method
+    calls = _recording_forwards(adapter)
+    try:
+        for r in range(rounds):  # methods interleaved, so that host-side noise hits each alike
+            order = names[r % len(names):] + names[: r % len(names)]
+            for place, name in enumerate(order):
+                calls.clear()
+                runs[name].append(generate(adapter, prompt, num_tokens=num_tokens,
+                                           generator=generator, **methods[name]))
+                after_prompt = calls[1:]  # every forward after the prompt's (AR's: 1 token)
+                window_forwards[name] += after_prompt
+                by_place[name].setdefault(place, []).extend(after_prompt)
+    finally:
+        del adapter.forward  # back to the class's method
     rows = {}
     for name, results in runs.items():
         wall = sum(r.wall_seconds for r in results)
@@ -276,18 +282,22 @@ def decode_overhead(
     return {"tokens": num_tokens, "rounds": rounds, "methods": rows}
 
 
-def bare_forwards(adapter, layout, config, seed: int, device, count: int = 24) -> dict:
+def bare_forwards(
+    adapter: LuminaMGPTAdapter, layout: LuminaImageLayout, config: object, window: int, seed: int,
+    device: torch.device, count: int = 24,
+) -> dict[str, dict[str, float | int]]:
     """The model's time per forward without the decoding loop around it, at the decoding
     part's short context: after the same kind of prompt, ``count`` 1-token forwards appending
-    to the cache, then ``count`` window forwards (16 tokens, cache cropped back each time),
-    back to back. Compared with ``decoding``'s per-forward times it shows whether the loop's
-    work between forwards changes the forward's own time."""
+    to the cache, then ``count`` forwards of ``window`` tokens (cache cropped back each time),
+    back to back. Run before the decoding part it includes the first forwards at these short
+    context lengths (one-time costs, if any); run after it, the steady state, to compare with
+    the per-forward times inside the loop."""
     generator = torch.Generator(device=device).manual_seed(seed + 2)
     text = torch.randint(
         layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
     )
     prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
-    tokens = adapter.random_tokens(torch.arange(count + 16, device=device), generator)
+    tokens = adapter.random_tokens(torch.arange(count + window, device=device), generator)
     adapter.start(prompt)
     adapter.forward(prompt, num_rows=1)
     one: list[float] = []
@@ -299,10 +309,10 @@ def bare_forwards(adapter, layout, config, seed: int, device, count: int = 24) -
     windows: list[float] = []
     for _ in range(count):
         before = adapter.model_seconds
-        adapter.forward(tokens[count: count + 16])
+        adapter.forward(tokens[count: count + window])
         windows.append(adapter.model_seconds - before)
         adapter.crop(kept)
-    return {"one_token": _ms_summary(one), "window_16": _ms_summary(windows)}
+    return {"one_token": _ms_summary(one), f"window_{window}": _ms_summary(windows)}
 
 
 def run(
@@ -392,13 +402,15 @@ def run(
         verify_cost[name] = {"ops": ops, "syncs": syncs}
     del probs, p, q
 
-    bare_before = bare_forwards(adapter, layout, config, seed, device, count=4 if tiny else 24)
+    bare_before = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
     decoding = decode_overhead(adapter, layout, config, gsd_rule, window, decode_tokens, seed,
                                device, rounds=1 if tiny else 3)
-    bare_after = bare_forwards(adapter, layout, config, seed, device, count=4 if tiny else 24)
+    bare_after = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
 
     result = {
         "benchmark": "gpu_lumina_shapes",
+        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
         "mode": "tiny-cpu" if tiny else "7b-gpu",
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},

@@ -23,7 +23,7 @@ item/int/bool, ``nonzero``, and ``Tensor.tolist`` calls), for the default call a
 validation. Issue 12's bounds: at most 80 ops and 3 syncs. After timing, it prints where the
 default call's time goes (self CPU time per aten op, torch.profiler) beside the time per window
 that a 20x speed-up over all windows together would allow, so the gap can be read op by op on
-any CPU.
+any CPU, and the costs of the other ways to find or order the support (``selection_costs``).
 
 Two draft scenarios: "random-init" (SJD's random initialisation: q one-hot on a uniformly
 drawn image token, so most drafts have p(x) = 0 after top-k) and "jacobi" (drafts sampled from
@@ -106,6 +106,37 @@ def released_style_verify(
     return window, emitted
 
 
+
+
+def selection_costs(p: torch.Tensor, repeats: int = 5) -> dict[str, float]:
+    """Median seconds of the ways to find or order each draft row's support that ``verify``'s
+    default call could use, on the draft rows p[:L] [L, V] of one window: the top-K over V it
+    uses (K = the widest support), ``nonzero`` of p > 0 (ids in id order, a host sync), a top-8
+    over V (one side of a rank window found without ranking the support), and the sorts of the
+    [L, K] support: by value (stable and not), by id, and as one 1-D int64 key per entry."""
+    rows = p[:WINDOW]
+    width = int((rows > 0).sum(-1).max())
+    top = torch.topk(rows, width, dim=-1, sorted=False)
+    keys = (top.indices + VOCAB * torch.arange(WINDOW).unsqueeze(-1)).reshape(-1)
+    candidates = {
+        f"top-{width} over V": lambda: torch.topk(rows, width, dim=-1, sorted=False),
+        "nonzero(p > 0)": lambda: (rows > 0).nonzero(),
+        "top-8 over V": lambda: torch.topk(rows, 8, dim=-1),
+        f"stable sort [{WINDOW}, {width}] by p": lambda: torch.sort(top.values, dim=-1, descending=True, stable=True),
+        f"sort [{WINDOW}, {width}] by p": lambda: torch.sort(top.values, dim=-1, descending=True),
+        f"sort [{WINDOW}, {width}] ids": lambda: torch.sort(top.indices, dim=-1),
+        f"1-D sort of {keys.numel()} int64 keys": lambda: torch.sort(keys, stable=True),
+    }
+    times = {}
+    for name, fn in candidates.items():
+        fn()
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        times[name] = statistics.median(samples)
+    return times
 
 
 def interleaved_times(functions: dict[str, object], repeats: int, inner: int) -> dict[str, float]:
@@ -198,9 +229,13 @@ def main() -> None:
     breakdown = op_times(lambda: verify(p, q, drafts, rule, uniforms=uniforms))
     total = sum(row.seconds for row in breakdown)
     print(f"20x over all windows together allows {budget * 1e3:.2f} ms per window; the default call "
-          f"(last window, profiled) spends {total * 1e3:.2f} ms in aten ops, of which:")
+          f"takes {statistics.fmean(times['verify']) * 1e3:.2f} ms per window (mean of the medians "
+          f"above). Its aten ops' self times (last window, per op the median of 3 profiled calls) "
+          f"sum to {total * 1e3:.2f} ms, of which:")
     print("  " + "; ".join(f"{row.name.removeprefix('aten::')} x{row.calls} {row.seconds * 1e3:.2f} ms"
                            for row in breakdown[:6]))
+    print("other ways to find or order the support, same window (ms, median of 5): "
+          + "; ".join(f"{name} {seconds * 1e3:.2f}" for name, seconds in selection_costs(p).items()))
     print(f"same decisions and tokens as the loop in every window and variant: {all_same}")
     if not all_same:
         raise SystemExit("verify and the reference loop disagree")

@@ -55,20 +55,19 @@ class OpTime:
 
 
 def op_times(fn: Callable[[], object], repeats: int = 3) -> list[OpTime]:
-    """Self CPU time per aten op of one call of ``fn`` (the median over ``repeats`` profiled
-    calls), largest first. Ops that only call other ops (their self time ~0) still appear."""
+    """Self CPU time per aten op of one call of ``fn``: for each op, the run (of ``repeats``
+    profiled calls) with its median time, and that run's count of calls; largest first. Ops
+    that only call other ops (self time ~0) still appear."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    runs: list[dict[str, tuple[int, float]]] = []
+    runs: list[dict[str, tuple[float, int]]] = []
     for _ in range(repeats):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
-        runs.append({e.key: (e.count, e.self_cpu_time_total * 1e-6)
+        runs.append({e.key: (e.self_cpu_time_total * 1e-6, e.count)
                      for e in prof.key_averages() if e.key.startswith("aten::")})
-    names = set().union(*runs)
-    rows = []
-    for name in names:
-        seconds = sorted(run.get(name, (0, 0.0))[1] for run in runs)[len(runs) // 2]
-        calls = max(run.get(name, (0, 0.0))[0] for run in runs)
+    rows: list[OpTime] = []
+    for name in set().union(*runs):
+        seconds, calls = sorted(run.get(name, (0.0, 0)) for run in runs)[len(runs) // 2]
         rows.append(OpTime(name, calls, seconds))
     return sorted(rows, key=lambda row: (-row.seconds, row.name))

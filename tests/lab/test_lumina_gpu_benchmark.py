@@ -46,6 +46,17 @@ def test_tiny_mode_prints_one_json_line(capsys):
         assert 1 <= row["nfe"] <= 12 and 0 <= row["overhead_share"] < 1
         assert row["model_seconds"] <= row["wall_seconds"]
     assert decoding["methods"]["ar"]["nfe"] == 12  # AR: one token per forward
+    # Per-forward model times after the prompt: AR's 11 single tokens, in the one round's place 0.
+    ar = decoding["methods"]["ar"]
+    assert ar["model_ms_window_forwards"]["count"] == 11 and set(ar["model_ms_by_place"]) == {"0"}
+    assert [set(decoding["methods"][m]["model_ms_by_place"]) for m in ("sjd", "gsd")] == [{"1"}, {"2"}]
+    for row in decoding["methods"].values():
+        times = row["model_ms_window_forwards"]
+        assert 0 < times["min"] <= times["median"] <= times["max"] and times["min"] <= times["mean"]
+    bare = result["bare_forwards_ms"]
+    assert set(bare) == {"before_decoding", "after_decoding"}
+    assert all(set(b) == {"one_token", "window_4"} and b["one_token"]["count"] == 4 for b in bare.values())
+    assert isinstance(result["timestamp_utc"], str) and isinstance(result["hostname"], str)
 
 
 def test_full_size_vocabulary_has_the_real_ids():

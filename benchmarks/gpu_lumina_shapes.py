@@ -182,6 +182,21 @@ def _timed(fn, device: torch.device) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def _text_prompt(layout: LuminaImageLayout, vocab_size: int, length: int,
+                 generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """BOS, ``length`` random ids from the reserved range above the image tokens (the weights
+    are random, so which ids does not matter), then the image header: [1 + length + H]."""
+    text = torch.randint(layout.image_start + 1, vocab_size, (length,), generator=generator, device=device)
+    return torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+
+
+def _model_time(adapter: LuminaMGPTAdapter, input_ids: torch.Tensor) -> float:
+    """Model seconds of one ``adapter.forward(input_ids)`` (its CUDA-synchronised timer)."""
+    before = adapter.model_seconds
+    adapter.forward(input_ids)
+    return adapter.model_seconds - before
+
+
 def _recording_forwards(adapter: LuminaMGPTAdapter) -> list[float]:
     """Record the model seconds of each ``adapter.forward`` call from now on (the adapter's own
     CUDA-synchronised model timer, read per call) by shadowing the method on the instance
@@ -221,10 +236,7 @@ def decode_overhead(
     (``model_ms_by_place``: medians; place p in round r is the method at index (r + p) mod 3
     of AR, SJD, GSD)."""
     generator = torch.Generator(device=device).manual_seed(seed + 1)
-    text = torch.randint(
-        layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
-    )
-    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    prompt = _text_prompt(layout, config.vocab_size, 16, generator, device)
     methods = {
         "ar": dict(method="ar"),
         "sjd": dict(method="sjd", window=window),
@@ -293,24 +305,15 @@ def bare_forwards(
     context lengths (one-time costs, if any); run after it, the steady state, to compare with
     the per-forward times inside the loop."""
     generator = torch.Generator(device=device).manual_seed(seed + 2)
-    text = torch.randint(
-        layout.image_start + 1, config.vocab_size, (16,), generator=generator, device=device
-    )
-    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    prompt = _text_prompt(layout, config.vocab_size, 16, generator, device)
     tokens = adapter.random_tokens(torch.arange(count + window, device=device), generator)
     adapter.start(prompt)
     adapter.forward(prompt, num_rows=1)
-    one: list[float] = []
-    for i in range(count):
-        before = adapter.model_seconds
-        adapter.forward(tokens[i: i + 1])
-        one.append(adapter.model_seconds - before)
+    one = [_model_time(adapter, tokens[i: i + 1]) for i in range(count)]
     kept = adapter.seq_len
     windows: list[float] = []
     for _ in range(count):
-        before = adapter.model_seconds
-        adapter.forward(tokens[count: count + window])
-        windows.append(adapter.model_seconds - before)
+        windows.append(_model_time(adapter, tokens[count: count + window]))
         adapter.crop(kept)
     return {"one_token": _ms_summary(one), f"window_{window}": _ms_summary(windows)}
 
@@ -334,11 +337,7 @@ def run(
     build_seconds = _timed(lambda: None, device)[0] + time.perf_counter() - build_start
 
     generator = torch.Generator(device=device).manual_seed(seed)
-    # Stand-in text ids (the weights are random, so which ids does not matter): the reserved range.
-    text = torch.randint(
-        layout.image_start + 1, config.vocab_size, (32,), generator=generator, device=device
-    )
-    prompt = torch.tensor([layout.bos, *text.tolist(), *layout.header], device=device)
+    prompt = _text_prompt(layout, config.vocab_size, 32, generator, device)
     generated_count = context - prompt.numel()
     if generated_count < 1 or generated_count + window + 1 > layout.num_image_tokens + 1:
         raise SystemExit(

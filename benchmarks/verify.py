@@ -109,11 +109,12 @@ def released_style_verify(
 
 
 def selection_costs(p: torch.Tensor, repeats: int = 5) -> dict[str, float]:
-    """Median seconds of the ways to find or order each draft row's support that ``verify``'s
-    default call could use, on the draft rows p[:L] [L, V] of one window: the top-K over V it
-    uses (K = the widest support), ``nonzero`` of p > 0 (ids in id order, a host sync), a top-8
-    over V (one side of a rank window found without ranking the support), and the sorts of the
-    [L, K] support: by value (stable and not), by id, and as one 1-D int64 key per entry."""
+    """Median seconds (timed in turns, ``interleaved_times``) of the ways to find or order each
+    draft row's support that ``verify``'s default call could use, on the draft rows p[:L] [L, V]
+    of one window: the top-K over V it uses (K = the widest support), ``nonzero`` of p > 0 (ids
+    in id order, a host sync), a top-8 over V (one side of a rank window found without ranking
+    the support), and the sorts of the [L, K] support: by value (stable and not), by id, and as
+    one 1-D int64 key per entry."""
     rows = p[:WINDOW]
     width = int((rows > 0).sum(-1).max())
     top = torch.topk(rows, width, dim=-1, sorted=False)
@@ -127,16 +128,7 @@ def selection_costs(p: torch.Tensor, repeats: int = 5) -> dict[str, float]:
         f"sort [{WINDOW}, {width}] ids": lambda: torch.sort(top.indices, dim=-1),
         f"1-D sort of {keys.numel()} int64 keys": lambda: torch.sort(keys, stable=True),
     }
-    times = {}
-    for name, fn in candidates.items():
-        fn()
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-        times[name] = statistics.median(samples)
-    return times
+    return interleaved_times(candidates, repeats, inner=1)
 
 
 def interleaved_times(functions: dict[str, object], repeats: int, inner: int) -> dict[str, float]:

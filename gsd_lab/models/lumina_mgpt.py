@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter, cache_kwarg
+from .lumina_tokenizer import PromptTokenizer, cache_entry_name, find_tokenizer_file, hf_cache_roots, snapshot_with
 
 logger = logging.getLogger(__name__)
 
@@ -90,31 +90,6 @@ def grid_token_name(cells: int) -> str:
 # ---- locating the weights ---------------------------------------------------------------------
 
 
-def _hf_cache_roots() -> list[Path]:
-    roots = []
-    if os.environ.get("HF_HUB_CACHE"):
-        roots.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        roots.append(Path(os.environ["HF_HOME"]) / "hub")
-    roots.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return roots
-
-
-def _snapshot_in(repo_cache: Path) -> Path | None:
-    """The snapshot folder of a Hugging Face cache entry (``refs/main`` if present, else the newest)."""
-    snapshots = repo_cache / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    ref = repo_cache / "refs" / "main"
-    if ref.is_file() and (snapshots / ref.read_text().strip() / "config.json").is_file():
-        return snapshots / ref.read_text().strip()
-    found = sorted(
-        (s for s in snapshots.iterdir() if (s / "config.json").is_file()),
-        key=lambda s: s.stat().st_mtime,
-    )
-    return found[-1] if found else None
-
-
 def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Path:
     """The folder holding ``config.json`` and the safetensors shards.
 
@@ -123,23 +98,23 @@ def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Pa
     ~/.cache/huggingface/hub). Raises FileNotFoundError saying where to put the weights.
     """
     repo = HF_REPO_TEMPLATE.format(resolution=resolution)
-    cache_name = "models--" + repo.replace("/", "--")
+    cache_name = cache_entry_name(repo)
     if weights is not None:  # only where the user pointed, never elsewhere
         root = Path(weights).expanduser()
         if (root / "config.json").is_file():
             return root
         entries, where = [root / cache_name, root], str(root)
     else:
-        entries = [r / cache_name for r in _hf_cache_roots()]
-        where = "the Hugging Face cache (" + ", ".join(str(r) for r in _hf_cache_roots()) + ")"
+        entries = [r / cache_name for r in hf_cache_roots()]
+        where = "the Hugging Face cache (" + ", ".join(str(r) for r in hf_cache_roots()) + ")"
     for entry in entries:
-        snapshot = _snapshot_in(entry)
+        snapshot = snapshot_with(entry, "config.json")
         if snapshot is not None:
             return snapshot
     raise FileNotFoundError(
-        f"no Lumina-mGPT weights found in {where}. Download {repo} (config.json, tokenizer files, "
-        f"*.safetensors) on a machine with internet, e.g. `huggingface-cli download {repo} --local-dir DIR`, "
-        "and pass --weights DIR (or leave the files in the Hugging Face cache)."
+        f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, e.g. "
+        f"`hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, *.safetensors and "
+        "the index), and pass --weights DIR (or leave the files in the Hugging Face cache)."
     )
 
 
@@ -447,6 +422,33 @@ class LuminaImageLayout:
         return cls(resolution=resolution, latent_side=resolution // PIXELS_PER_CODE, **ids)
 
 
+LAYOUT_TOKEN_NAMES = (BOS_NAME, END_OF_TURN_NAME, IMAGE_START_NAME, IMAGE_END_NAME, ROW_END_NAME)
+
+
+def tokenizer_mismatches(tokenizer: Any, vocabulary_map: dict[str, int]) -> list[str]:
+    """Where ``tokenizer`` and the checkpoint's ``vocabulary_map`` disagree: one line per layout
+    token (BOS, end of turn, image start/end, row end) and size token the map holds whose id
+    in the tokenizer differs (or is absent), and the BOS id. Empty when they agree."""
+    names = [n for n in LAYOUT_TOKEN_NAMES if n in vocabulary_map]
+    names += sorted(n for n in vocabulary_map if n.startswith("<reserved088"))
+    problems = [f"{name}: {tokenizer.token_to_id(name)} in the tokenizer, {vocabulary_map[name]} in the "
+                "vocabulary_map" for name in names if tokenizer.token_to_id(name) != vocabulary_map[name]]
+    bos = tokenizer.bos_token_id
+    if bos is not None and BOS_NAME in vocabulary_map and bos != vocabulary_map[BOS_NAME]:
+        problems.append(f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the vocabulary_map")
+    return problems
+
+
+def check_tokenizer_matches(tokenizer: Any, vocabulary_map: dict[str, int]) -> None:
+    """Raise ``ValueError`` when the tokenizer is not the one of these weights
+    (``tokenizer_mismatches``)."""
+    problems = tokenizer_mismatches(tokenizer, vocabulary_map)
+    if problems:
+        raise ValueError(f"{getattr(tokenizer, 'path', 'the tokenizer')} does not match the checkpoint's "
+                         f"vocabulary_map ({len(problems)} tokens differ: {'; '.join(problems[:4])}): wrong "
+                         "--tokenizer for these weights?")
+
+
 def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[Tensor, Tensor]:
     """Image-code ids (sorted) and a lookup table id -> VQ index (-1 for non-image ids), by name.
 
@@ -494,7 +496,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         top_k: int | None = 2000,
         temperature: float = 1.0,
         cfg_scale: float | None = 3.0,
-        tokenizer_error: str | None = None,
         unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
     ) -> None:
         if unconditional_prompt not in UNCONDITIONAL_PROMPTS:
@@ -517,7 +518,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         self.layout = layout
         self.tokenizer = tokenizer
         self.vqgan = vqgan
-        self._tokenizer_error = tokenizer_error
         self.vq_index_of_token = self.vq_index_of_token.to(self.device)
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
@@ -554,10 +554,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
             raise ValueError("prompt must be a non-empty string")
         if self.tokenizer is None:
             raise ValueError(
-                "no tokenizer loaded ("
-                + (self._tokenizer_error or "none given")
-                + "); pass token ids with "
-                "text_ids_to_prompt(ids) or put the tokenizer files next to config.json"
+                "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) (load_lumina_mgpt "
+                "finds one), or pass token ids with text_ids_to_prompt(ids)"
             )
         text = self.tokenizer.encode(self.prompt_text(prompt), add_special_tokens=False)
         return self.text_ids_to_prompt(text)
@@ -662,6 +660,7 @@ def load_lumina_mgpt(
     cfg_scale: float | None = 3.0,
     vqgan_dtype: torch.dtype = torch.float32,
     unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
+    tokenizer: str | Path | None = None,
 ) -> LuminaMGPTAdapter:
     """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a ``LuminaMGPTAdapter``.
 
@@ -670,6 +669,10 @@ def load_lumina_mgpt(
     28 GB in float32 and minutes per token). ``vqgan_dir``: folder with ``vqgan.yaml`` +
     ``vqgan.ckpt`` (optional; needed by ``decode_images``). ``unconditional_prompt``: the CFG
     row's prompt, "gsd-release" (default, reproduces the GSD paper) or "alpha-vllm".
+    ``tokenizer``: a folder holding ``tokenizer.json`` (or the file); default the checkpoint's,
+    else the 768 repo's next to it (``lumina_tokenizer.find_tokenizer_file``); prompts are
+    tokenised by that file as written (``PromptTokenizer``). No tokenizer found raises
+    ``FileNotFoundError`` naming what to download, before the weights are read.
     """
     if unconditional_prompt not in UNCONDITIONAL_PROMPTS:  # before any file is read
         raise ValueError(
@@ -686,32 +689,19 @@ def load_lumina_mgpt(
             f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take minutes "
             "per token and tens of GB of memory. Use a GPU (device='cuda'), or pass force_cpu=True to insist."
         )
+    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
+    # Before the weights are read: a missing or wrong tokenizer fails in a second, not after minutes.
+    prompt_tokenizer = PromptTokenizer(find_tokenizer_file(folder, tokenizer))
+    check_tokenizer_matches(prompt_tokenizer, config.vocabulary_map)
     state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)
     model = build_lumina_model(config, state, device=device)
     del state
-    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
     needed = layout.num_image_tokens + 64
     if needed > config.max_position_embeddings:
         logger.warning(
             "an image needs about %d positions; config.max_position_embeddings is %d",
             needed,
             config.max_position_embeddings,
-        )
-    tokenizer, tokenizer_error = None, None
-    try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError) as error:  # no tokenizer files: prompts can still be given as ids
-        tokenizer_error = f"AutoTokenizer failed on {folder}: {error}"
-        logger.warning(tokenizer_error)
-    if (
-        tokenizer is not None
-        and tokenizer.bos_token_id is not None
-        and tokenizer.bos_token_id != layout.bos
-    ):
-        raise ValueError(
-            f"tokenizer BOS {tokenizer.bos_token_id} differs from the vocabulary_map's <s> {layout.bos}"
         )
     vqgan = None
     if vqgan_dir is not None:
@@ -721,11 +711,10 @@ def load_lumina_mgpt(
     return LuminaMGPTAdapter(
         model,
         layout,
-        tokenizer=tokenizer,
+        tokenizer=prompt_tokenizer,
         vqgan=vqgan,
         top_k=top_k,
         temperature=temperature,
         cfg_scale=cfg_scale,
-        tokenizer_error=tokenizer_error,
         unconditional_prompt=unconditional_prompt,
     )

@@ -1,4 +1,4 @@
-"""Command line: ``python -m gsd_lab {generate, figures, evaluate}`` (also ``gsd-lab``).
+"""Command line: ``python -m gsd_lab {generate, figures, evaluate, check-weights}`` (also ``gsd-lab``).
 
 generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
           one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
@@ -6,6 +6,9 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
+check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
+          q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
+          to an image); exit 1 when one failed (``gsd_lab.check_weights``).
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
@@ -46,6 +49,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                                          "for the stand-in: another weights folder")
     group.add_argument("--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt (Lumina-mGPT)")
     group.add_argument("--clip", help="local CLIP model folder for CLIP scores (Lumina-mGPT)")
+    group.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file (Lumina-mGPT; default: the "
+                                           "checkpoint's, else the Lumina-mGPT-7B-768 tokenizer next to it)")
     group.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available for Lumina-mGPT)")
     group.add_argument("--cfg", type=float, default=None, help="classifier-free guidance scale (model default)")
     group.add_argument("--top-k", type=int, default=None, help="top-k of the sampling distribution, >= 1 "
@@ -111,6 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+    chk = sub.add_parser("check-weights", help="check downloaded Lumina-mGPT files, one verdict per item",
+                         description="Check a Lumina-mGPT download with the package's own code: files and "
+                                     "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
+                                     "tokenizer and prompt ids, a short AR generation decoded to an image "
+                                     "(--vqgan) and scored (--clip). Exit 1 when an item failed.")
+    chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
+    chk.add_argument("--resolution", type=int, choices=(512, 768, 1024), default=None,
+                     help="default: from the folder's name (...-7b-512), else 768")
+    chk.add_argument("--vqgan", help="VQGAN folder (vqgan.yaml + vqgan.ckpt, or a release layout above them)")
+    chk.add_argument("--clip", help="local CLIP folder")
+    chk.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file")
+    chk.add_argument("--device", help="default cuda if available")
+    chk.add_argument("--force-cpu", action="store_true", help="load a 7B model on the CPU anyway (slow)")
+    chk.add_argument("--rows", type=int, default=2, help="image rows to generate (default 2)")
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
+    chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
+    chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -214,8 +237,14 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
             fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
                  "openai/clip-vit-base-patch16)")
+        from .models.lumina_tokenizer import find_tokenizer_file
+
+        try:
+            find_tokenizer_file(resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer)
+        except FileNotFoundError as error:
+            fail(str(error))
         return
-    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip), ("--tokenizer", args.tokenizer)):
         if value is not None:
             fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
     if args.weights is not None:
@@ -288,7 +317,7 @@ def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
-                            cfg_scale=args.cfg, top_k=args.top_k)
+                            cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer)
 
 
 def _spec(args: argparse.Namespace):
@@ -463,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     ``error`` (usage line, message, no traceback)."""
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
+    if args.command == "check-weights":
+        from .check_weights import main as check_weights_main
+
+        if args.rows < 1:
+            fail(f"--rows must be >= 1, got {args.rows}")
+        return check_weights_main(args)
     check_args(args, fail)
     threads = args.threads or (1 if args.model in ("standin", "tiny-random") else None)
     if threads:

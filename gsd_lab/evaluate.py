@@ -382,7 +382,7 @@ def parameters_fingerprint(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-WEIGHT_FOLDER_KEYS = ("weights_dir", "weights", "vqgan", "clip")
+WEIGHT_FOLDER_KEYS = ("weights_dir", "weights", "vqgan", "clip", "tokenizer")
 
 
 def weights_fingerprint(weights_info: dict[str, Any], module: torch.nn.Module | None = None) -> dict[str, str]:

@@ -140,14 +140,16 @@ def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
 
 def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
                      clip: str | None = None, device: str | None = None, cfg_scale: float | None = None,
-                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True) -> ImageModel:
+                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True,
+                     tokenizer: str | None = None) -> ImageModel:
     """Build the ``ImageModel`` for a command-line model name (see the module docstring).
 
     cfg_scale / top_k override the model's defaults when given; ``clip``: a local CLIP folder
     for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu.
-    float64_on_cpu: run the forward of a model on CPU in float64 (module docstring)."""
+    float64_on_cpu: run the forward of a model on CPU in float64 (module docstring). tokenizer:
+    Lumina-mGPT's tokenizer.json folder (default: found next to the weights)."""
     model = _load_image_model(name, weights=weights, vqgan=vqgan, clip=clip, device=device, cfg_scale=cfg_scale,
-                              top_k=top_k, seed=seed)
+                              top_k=top_k, seed=seed, tokenizer=tokenizer)
     adapter = model.adapter
     if adapter.device.type == "cpu":
         if float64_on_cpu and adapter.compute_dtype != torch.float64:
@@ -158,7 +160,7 @@ def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan
 
 
 def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip: str | None, device: str | None,
-                      cfg_scale: float | None, top_k: int | None, seed: int) -> ImageModel:
+                      cfg_scale: float | None, top_k: int | None, seed: int, tokenizer: str | None) -> ImageModel:
     if name == TINY_RANDOM:
         kwargs: dict[str, Any] = {}
         if cfg_scale is not None:
@@ -183,9 +185,11 @@ def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip
         return model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, **overrides)
+    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides)
     model = _lumina_model(name, adapter, clip)
-    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip}
+    # The tokenizer actually used (the checkpoint's or a sibling 768 folder's): it decides the prompt ids.
+    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip,
+                          "tokenizer": str(adapter.tokenizer.path.parent)}
     return model
 
 

@@ -47,7 +47,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
@@ -265,20 +265,16 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
     return tensor.repeat_interleave(heads // ranks, dim=0)
 
 
-def read_lumina_state_dict(
-    folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
-) -> dict[str, Tensor]:
-    """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
-    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read).
+def stored_tensors(folder: Path, *, device: str | torch.device = "cpu") -> Iterator[tuple[str, str, Any]]:
+    """(name, shard file name, open ``safe_open`` handle) for every tensor of the safetensors
+    shards, file by file; use the handle before asking for the next item.
 
     Raises ``ValueError`` when a tensor name is stored in two shards (no "last one wins"), or when
     the index puts a tensor in another shard than the one holding it or lists one no shard holds."""
     from safetensors import safe_open
 
     weight_map = _safetensors_index(folder)
-    state: dict[str, Tensor] = {}
     stored_in: dict[str, str] = {}
-    skipped = 0
     for file in _safetensors_files(folder):
         with safe_open(str(file), framework="pt", device=str(device)) as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not iterable)
@@ -292,19 +288,35 @@ def read_lumina_state_dict(
                         f"tensor {name} is stored in {file.name} but the index says "
                         f"{weight_map.get(name, 'nothing about it')}"
                     )
-                if name.startswith(IMAGE_ENCODER_PREFIX):
-                    skipped += 1
-                    continue
-                tensor = handle.get_tensor(name)
-                if ".self_attn.q_norm." in name or ".self_attn.k_norm." in name:
-                    tensor = expand_qk_norm(name, tensor, config)
-                state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
+                yield name, file.name, handle
     if weight_map is not None:
         absent = sorted(set(weight_map) - set(stored_in))
         if absent:
             raise ValueError(
                 f"the index lists {len(absent)} tensors no shard holds: {absent[:6]}"
             )
+
+
+def is_qk_norm(name: str) -> bool:
+    return ".self_attn.q_norm." in name or ".self_attn.k_norm." in name
+
+
+def read_lumina_state_dict(
+    folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
+    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read). The shards are
+    checked as they are read (``stored_tensors``)."""
+    state: dict[str, Tensor] = {}
+    skipped = 0
+    for name, _, handle in stored_tensors(folder, device=device):
+        if name.startswith(IMAGE_ENCODER_PREFIX):
+            skipped += 1
+            continue
+        tensor = handle.get_tensor(name)
+        if is_qk_norm(name):
+            tensor = expand_qk_norm(name, tensor, config)
+        state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
     if skipped:
         logger.info(
             "skipped %d model.vqmodel.* tensors (image encoder; not needed to generate images)",
@@ -313,31 +325,40 @@ def read_lumina_state_dict(
     return state
 
 
-def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
-    """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
-    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+def meta_lumina_model(config: Any) -> Any:
+    """``ChameleonForConditionalGeneration(config)`` on the meta device (no memory), without the
+    image encoder (absent from Lumina releases, unused for generation)."""
     from transformers import ChameleonForConditionalGeneration
-    from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
 
     with torch.device("meta"):
         model = ChameleonForConditionalGeneration(config)
-    model.model.vqmodel = (
-        None  # the image encoder: absent from Lumina releases, unused for generation
-    )
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong_shape = [
-        f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
-        for k, v in expected.items()
-        if k in state and state[k].shape != v.shape
-    ]
-    if missing or unexpected or wrong_shape:
-        raise ValueError(
-            "the checkpoint does not match the Chameleon architecture of its config.json: "
-            f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
-            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}"
-        )
+    model.model.vqmodel = None
+    return model
+
+
+def architecture_mismatch(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> str | None:
+    """None when ``stored`` (name -> shape, q/k-norms as loaded) has exactly the tensors of
+    ``expected``, else what differs: missing, unexpected and mis-shaped names (first few)."""
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    wrong_shape = [f"{k} {tuple(stored[k])} (expected {tuple(v)})" for k, v in expected.items()
+                   if k in stored and tuple(stored[k]) != tuple(v)]
+    if not (missing or unexpected or wrong_shape):
+        return None
+    return (f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
+            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}")
+
+
+def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
+    """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
+    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
+
+    model = meta_lumina_model(config)
+    problem = architecture_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()},
+                                    {k: tuple(v.shape) for k, v in state.items()})
+    if problem:
+        raise ValueError(f"the checkpoint does not match the Chameleon architecture of its config.json: {problem}")
     model.load_state_dict(state, strict=True, assign=True)
     logger.info(
         "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does not use it"
@@ -473,6 +494,28 @@ def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[
     return ids, table
 
 
+# ---- prompts -------------------------------------------------------------------------------------
+
+
+def prompt_text(layout: LuminaImageLayout, prompt: str) -> str:
+    """The release's template around ``prompt`` at the layout's resolution."""
+    return PROMPT_TEMPLATE.format(width=layout.resolution, height=layout.resolution, prompt=prompt)
+
+
+def text_ids_to_prompt(layout: LuminaImageLayout, text_ids: Any) -> Tensor:
+    """<s> + ``text_ids`` + [end of turn, image start, h, w] (1-D int64)."""
+    text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+    return torch.tensor([layout.bos, *text, *layout.header], dtype=torch.long)
+
+
+def prompt_ids(tokenizer: Any, layout: LuminaImageLayout, prompt: str) -> Tensor:
+    """<s> + ``tokenizer``'s ids of the templated prompt (no special tokens added) + [end of
+    turn, image start, h, w]: what the model reads before the first image code."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("prompt must be a non-empty string")
+    return text_ids_to_prompt(layout, tokenizer.encode(prompt_text(layout, prompt), add_special_tokens=False))
+
+
 # ---- the adapter -----------------------------------------------------------------------------------
 
 
@@ -544,26 +587,20 @@ class LuminaMGPTAdapter(CausalLMAdapter):
     # ---- prompts ----
 
     def prompt_text(self, prompt: str) -> str:
-        return PROMPT_TEMPLATE.format(
-            width=self.layout.resolution, height=self.layout.resolution, prompt=prompt
-        )
+        return prompt_text(self.layout, prompt)
 
     def prompt_ids(self, prompt: str) -> Tensor:
         """<s> + tokens of the templated prompt + [end of turn, image start, h, w] (1-D int64)."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be a non-empty string")
         if self.tokenizer is None:
             raise ValueError(
                 "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) (load_lumina_mgpt "
                 "finds one), or pass token ids with text_ids_to_prompt(ids)"
             )
-        text = self.tokenizer.encode(self.prompt_text(prompt), add_special_tokens=False)
-        return self.text_ids_to_prompt(text)
+        return prompt_ids(self.tokenizer, self.layout, prompt)
 
     def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
         """<s> + ``text_ids`` + [end of turn, image start, h, w], for already tokenised prompts."""
-        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
-        return torch.tensor([self.layout.bos, *text, *self.layout.header], dtype=torch.long)
+        return text_ids_to_prompt(self.layout, text_ids)
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The unconditional row's prompt (no text): [end of turn, image start, h, w] for

@@ -97,7 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--prompts", type=Path, default=None,
                      help="prompt file: one per line, or a TSV with a Prompt column (PartiPrompts)")
     fig.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
-    fig.add_argument("--paper", action="store_true", help="one image per prompt (Lumina-mGPT on a GPU)")
+    fig.add_argument("--paper", action="store_true",
+                     help="one image per prompt (Lumina-mGPT on a GPU), each written to a result file as it is "
+                          "decoded: a re-run into the same --out resumes, torchrun shares the images between "
+                          "processes")
+    fig.add_argument("--save-images", action="store_true", help="--paper: also keep every image as a PNG")
+    fig.add_argument("--dry-run", action="store_true",
+                     help="--paper: print what would be decoded, what is done in --out and the device-hours "
+                          "left (per-forward times measured on the device now, or --forward-ms), and stop")
+    fig.add_argument("--forward-ms", type=float, default=None,
+                     help="--dry-run: milliseconds per forward pass (all methods) instead of measuring")
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument("--allow-dirty", action="store_true",
                      help="write into the repository from a tree with uncommitted changes (development; "
@@ -299,8 +308,17 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
         if args.out is not None:
             _check_output_file(args.out, fail)
-    if args.command == "figures" and args.quick and args.paper:
-        fail("--quick and --paper exclude each other")
+    if args.command == "figures":
+        if args.quick and args.paper:
+            fail("--quick and --paper exclude each other")
+        for flag, value in (("--save-images", args.save_images), ("--dry-run", args.dry_run),
+                            ("--forward-ms", args.forward_ms is not None)):
+            if value and not args.paper:
+                fail(f"{flag} applies to --paper only")
+        if args.forward_ms is not None and not (math.isfinite(args.forward_ms) and args.forward_ms > 0):
+            fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
+        if args.forward_ms is not None and not args.dry_run:
+            fail("--forward-ms applies to --dry-run only")
     if args.command in ("figures", "evaluate"):
         from .prompts import read_prompts
 
@@ -330,16 +348,12 @@ def _spec(args: argparse.Namespace):
     return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window)
 
 
-def _spec_fields(spec: Any) -> dict[str, Any]:
-    """The fields of a MethodSpec that decide the computation (its label is only a name)."""
-    return {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
-            "residual": spec.residual, "acceptance_scale": spec.acceptance_scale, "window": spec.window}
-
-
 def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
     """The part of the run identity known before the model loads (checked early, so that a
     mismatching re-run fails before minutes of loading)."""
-    decoding = _spec_fields(_spec(args))
+    from .experiments.runs import spec_fields
+
+    decoding = spec_fields(_spec(args))
     if args.cfg is not None:
         decoding["cfg_scale"] = float(args.cfg)
     if args.top_k is not None:
@@ -352,18 +366,11 @@ def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, A
     fingerprint of its weights (``gsd_lab.evaluate.weights_fingerprint``), the full decoding
     spec (method, clusters, G, residual, acceptance scale, window; the adapter's CFG scale,
     top-k and temperature as resolved; GSD's filter settings) and the base seed."""
-    from dataclasses import asdict
-
     from .evaluate import weights_fingerprint
-    from .experiments.runs import FilterSettings
+    from .experiments.runs import decoding_identity
 
-    adapter = model.adapter
-    decoding = {**_spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
-                "temperature": getattr(adapter, "temperature", None)}
-    if spec.clusters == "dynamic":
-        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
-    return {"model": model.name, "weights": weights_fingerprint(model.weights_info, adapter.model),
-            "decoding": decoding, "seed": args.seed}
+    return {"model": model.name, "weights": weights_fingerprint(model.weights_info, model.adapter.model),
+            "decoding": decoding_identity(model, spec), "seed": args.seed}
 
 
 def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
@@ -377,6 +384,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .figure_io import save_image_atomic
 
     fail = args.command_parser.error
     spec = _spec(args)
@@ -389,7 +397,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
     result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json)
     if args.out is not None:
-        _save_image_atomic(image, args.out)
+        save_image_atomic(image, args.out)
     report = {
         "model": model.name, "method": spec.method, "prompt": prompt, "seed": args.seed,
         "group_size": spec.group_size if spec.method == "gsd" else None,
@@ -410,21 +418,42 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from .figures import FigureSizes, run_figures
+    from .experiments.stream import context_from_environment
+    from .figures import FigureSizes, paper_plan, run_figures
 
     sizes = FigureSizes.quick() if args.quick else FigureSizes.paper() if args.paper else FigureSizes.default()
+    if args.paper and args.device in (None, "cuda"):
+        # One device per torchrun process (LOCAL_RANK), as evaluate does.
+        context = context_from_environment()
+        if context.world_size > 1:
+            import torch
+
+            if torch.cuda.is_available():
+                args.device = f"cuda:{context.local_rank}"
     model = _load(args)
     for index, prompt in enumerate(args.prompt_list or []):
         _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)
+    if args.dry_run:
+        import os
+
+        prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
+        forward = None if args.forward_ms is None else {m: args.forward_ms / 1000 for m in ("ar", "sjd", "gsd")}
+        print(paper_plan(args.out, model, prompts, sizes, forward_seconds=forward,
+                         world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        return 0
     result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
-                         progress=not args.no_progress, allow_dirty=args.allow_dirty)
-    print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
+                         progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images)
+    if "rank" in result:
+        print(f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures")
+    else:
+        print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_run, evaluate, init_distributed
     from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .figure_io import save_image_atomic
     from .provenance import git_commit, package_versions
 
     fail = args.command_parser.error
@@ -453,7 +482,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             if model.condition_scores is not None:
                 row["condition_score"] = float(model.condition_scores([image], [prompt])[0])
             if not args.no_images:
-                row["image"] = _save_image_atomic(image, image_dir / f"{index:06d}.png")
+                row["image"] = save_image_atomic(image, image_dir / f"{index:06d}.png")
         return row
 
     identity = run_identity(args, model, spec)
@@ -465,22 +494,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))
     return 0
-
-
-def _save_image_atomic(image: Any, path: Path) -> str:
-    """Write ``image`` (uint8 [H, W, 3]) to ``path`` in the format of its extension, through a
-    temporary file and os.replace (a crash never leaves half an image)."""
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image_format = Image.registered_extensions().get(path.suffix.lower(), "PNG")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        Image.fromarray(image).save(tmp, format=image_format)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return str(path)
 
 
 COMMANDS = {"generate": cmd_generate, "figures": cmd_figures, "evaluate": cmd_evaluate}

@@ -73,3 +73,21 @@ def write_results_markdown(path: str | Path, title: str, sections: list[tuple[st
     for heading, text in sections:
         body += [f"## {heading}", "", text.rstrip(), ""]
     return atomic_write_text(path, "\n".join(header + body))
+
+
+def save_image_atomic(image: Any, path: Path) -> str:
+    """Write ``image`` (uint8 [H, W, 3]) to ``path`` in the format of its extension, through a
+    temporary file and os.replace (a crash never leaves half an image)."""
+    import os
+
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image_format = Image.registered_extensions().get(path.suffix.lower(), "PNG")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        Image.fromarray(image).save(tmp, format=image_format)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(path)

@@ -17,12 +17,15 @@ import torch
 
 from gsd_core import tv_distance
 
+from .evaluate import weights_fingerprint
 from .experiments import plots, tables, toy
-from .experiments.image_model import ImageModel, guidance_scale, load_image_model
+from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
-from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline, run_method
+from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
+from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
+from .progress import duration
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
 
 
@@ -45,6 +48,9 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
+    streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
+    detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
+    replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
 
     @classmethod
     def default(cls) -> "FigureSizes":
@@ -58,10 +64,14 @@ class FigureSizes:
 
     @classmethod
     def paper(cls) -> "FigureSizes":
-        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts). No LANTERN
-        (its neighbourhood table over the full 65,536-token vocabulary costs O(V^2 D)) and no second
-        AR seed set (another AR pass over every prompt)."""
-        return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False)
+        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts), streamed to
+        result files (``gsd_lab.experiments.stream``). No LANTERN (its neighbourhood table over the
+        full 65,536-token vocabulary costs O(V^2 D)) and no second AR seed set (another AR pass
+        over every prompt). The detail analyses read back tokens and pixels, so they take a
+        bounded number of images: top-1 statistics and AR without guidance on the first 256
+        prompts, the Fig. 4 replacement study on the first 64 AR images."""
+        return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False, streamed=True,
+                   detail_images=256, replacement_images=64)
 
 
 def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]],
@@ -77,6 +87,64 @@ def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict
     return t1, t2, pareto, distortion
 
 
+def decoding_configurations(sizes: FigureSizes, model: ImageModel) -> list[Configuration]:
+    """Every decoding pass of a figures run, once each: the distinct configurations of the
+    tables and curves (the same key decoded once), then AR without guidance (models with CFG,
+    for the top-1 statistics; on the first ``sizes.detail_images`` prompts)."""
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
+    specs = t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves) for v in c.values() for s in v]
+    unique: dict[tuple, MethodSpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.key, spec)  # the first label of a configuration names it
+    configurations = [Configuration(s) for s in unique.values()]
+    if model.adapter.uses_cfg:
+        configurations.append(Configuration(tables.AR, guided=False, max_prompts=sizes.detail_images))
+    return configurations
+
+
+def _affordable(sizes: FigureSizes, model: ImageModel) -> FigureSizes:
+    if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
+        return replace(sizes, table1_lantern=(), pareto_lantern=())
+    return sizes
+
+
+def paper_plan(out_dir: str | Path, model: ImageModel, prompts: list[str], sizes: FigureSizes, *,
+               forward_seconds: dict[str, float] | None = None, world_size: int = 1) -> str:
+    """The dry run of a streamed figures run: what it decodes (configurations, prompts, items
+    done and to do in ``out_dir``, read only) and the device time left, from per-forward times
+    given or measured now on the model's device (``stream.measure_forward_seconds``)."""
+    sizes = _affordable(sizes, model)
+    configurations = decoding_configurations(sizes, model)
+    cache = StreamedRunCache(model, prompts, list(sizes.seeds), FilterSettings.for_model(model.name), out_dir,
+                             weights=weights_fingerprint(model.weights_info, model.adapter.model), progress=False)
+    cache.plan(configurations, dry=True)
+    source = "given"
+    if forward_seconds is None:
+        forward_seconds, source = measure_forward_seconds(model), f"measured now on {model.adapter.device}"
+    estimate = gpu_hours(cache, forward_seconds)
+    hours = estimate["device_hours"]
+    lines = [
+        f"figures --paper plan for {model.name} ({model.num_tokens} tokens per image) into {out_dir}:",
+        f"  {len(configurations)} decoding passes per prompt: {len(configurations) - (1 if model.adapter.uses_cfg else 0)} "
+        "configurations of the tables and curves" + (f", and AR without guidance on the first "
+        f"{sizes.detail_images or len(prompts)} prompts" if model.adapter.uses_cfg else ""),
+        f"  {len(prompts)} prompts x {len(sizes.seeds)} seed(s): {estimate['items']} images; {estimate['done']} "
+        f"done in {out_dir}, {estimate['to_do']} to do",
+        "  per forward (" + source + "): " + ", ".join(f"{k.upper()} {1000 * v:.1f} ms"
+                                                     for k, v in forward_seconds.items()),
+        f"  left: about {estimate['forwards']:,.0f} forwards = {hours:,.1f} device-hours "
+        f"({duration(hours * 3600)} on one device" + (f", {duration(hours * 3600 / world_size)} on {world_size}"
+                                                      if world_size > 1 else "") + ")",
+        f"  forwards per image: measured where rows exist ({estimate['configurations_with_measured_nfe']} of "
+        f"{len(configurations)} configurations), else {model.num_tokens} (AR's: an upper bound for the others); "
+        "dry-run again after some prompts for a measured estimate",
+    ]
+    for config in configurations:
+        lines.append(f"    {config.spec.label}{'' if config.guided else ' (no guidance)'}: "
+                     f"{cache.estimated_forwards(config):,.0f} forwards per image")
+    return "\n".join(lines)
+
+
 def run_figures(
     out_dir: str | Path = "figures",
     *,
@@ -90,12 +158,17 @@ def run_figures(
     device: str | None = None,
     progress: bool = True,
     allow_dirty: bool = False,
+    save_images: bool = False,
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
     An ``out_dir`` inside the checkout (e.g. the committed ``figures/``) needs a clean tree:
     ``provenance.DirtyTreeError`` otherwise, unless ``allow_dirty`` (or GSD_ALLOW_DIRTY=1), which
     warns; elsewhere a dirty tree only warns. Every record holds the git state read here.
+    ``sizes.streamed`` (``FigureSizes.paper()``): the images are decoded into result files under
+    ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
+    processes, ``save_images`` keeps a PNG per image); a rank other than 0 returns
+    {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
@@ -110,17 +183,26 @@ def run_figures(
     prompts = list(prompts or model.default_prompts)
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
-    if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
-        sizes = replace(sizes, table1_lantern=(), pareto_lantern=())
+    sizes = _affordable(sizes, model)
     t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
-    unique = {s.key for s in t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves)
-                                                     for v in c.values() for s in v]}
+    configurations = decoding_configurations(sizes, model)
     images_per_method = len(prompts) * len(sizes.seeds)
-    extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
-    bar = tqdm(total=len(unique) * images_per_method + extra, unit="img", desc="figures",
-               disable=not progress)
     filters = FilterSettings.for_model(model.name)
-    cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
+    bar = None
+    if sizes.streamed:
+        cache: RunCache = StreamedRunCache(model, prompts, list(sizes.seeds), filters, out_dir,
+                                           weights=weights_fingerprint(model.weights_info, model.adapter.model),
+                                           save_images=save_images, progress=progress)
+        cache.plan(configurations)
+        decoded = cache.run()
+        if not cache.context.is_main:
+            return {"rank": cache.context.rank, "decoded": decoded}
+        cache.wait()
+    else:
+        extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
+        bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
+                   unit="img", desc="figures", disable=not progress)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -171,17 +253,16 @@ def run_figures(
     pareto = tables.pareto_points(cache, pareto_curves)
     distortion_points = tables.pareto_points(cache, distortion_curves)
     real = real_image_baseline(model, images_per_method)
-    ar_records = cache.records(tables.AR)
+    ar_records = cache.detail_records(tables.AR, sizes.detail_images)  # tokens, top-1 vectors, images
     stats = top1_stats(ar_records)
     stats_no_cfg = None
     if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
-        with guidance_scale(model, None):
-            stats_no_cfg = top1_stats(run_method(model, tables.AR, prompts, list(sizes.seeds), record_top1=True,
-                                                 progress=bar))
-    replacement = replacement_study(model, ar_records, fraction=sizes.replacement_fraction,
+        stats_no_cfg = top1_stats(cache.detail_records(tables.AR, sizes.detail_images, guided=False))
+    replacement = replacement_study(model, ar_records[: sizes.replacement_images], fraction=sizes.replacement_fraction,
                                     top_k=sizes.replacement_top_k, seed=0) if model.decode else None
-    bar.update(bar.total - bar.n)
-    bar.close()
+    if bar is not None:
+        bar.update(bar.total - bar.n)
+        bar.close()
 
     save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
          {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
@@ -208,7 +289,7 @@ def run_figures(
     if model.decode is not None:
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
-        samples = {spec.label: [r.image for r in cache.records(spec)][:8] for spec in shown}
+        samples = {spec.label: [r.image for r in cache.detail_records(spec, 8)] for spec in shown}
         save(plots.image_grid(samples), "samples_by_method", {"methods": list(samples)}, {"prompts": prompts})
     if replacement is not None:
         save(plots.image_grid({k: v[:8] for k, v in replacement.images.items()}), "fig4_top100_replacement",
@@ -285,7 +366,12 @@ def run_figures(
                      + f"\n\nTheorem 1 on 2000 random pairs and partitions: max(TV(p', q') - TV(p, q)) = "
                        f"{check.max_violation:.3g} (must be <= 0)."))
     sections.append(("Run", f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
-                            f"{len(unique)} configurations; device `{model.adapter.device}`."))
+                            f"{len(configurations)} decoding passes per prompt ("
+                            + ("AR without guidance included; " if model.adapter.uses_cfg else "")
+                            + f"top-1 statistics on {len(ar_records)} images"
+                            + (f", replacement study on {len(replacement.prompts)}" if replacement else "")
+                            + f"); device `{model.adapter.device}`"
+                            + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "") + "."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
                   "real_images": real, "accounting_seconds": sum(accounting), "top1": stats.summary(),

@@ -132,6 +132,30 @@ class FilterSettings:
         return float(torch.quantile(distance.float(), self.distance_quantile))
 
 
+def spec_fields(spec: MethodSpec) -> dict[str, Any]:
+    """The fields of ``spec`` that decide the computation (its label is only a name); LANTERN's
+    and the seed offset only when set, so that the plain methods' records keep one form."""
+    fields: dict[str, Any] = {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
+                              "residual": spec.residual, "acceptance_scale": spec.acceptance_scale,
+                              "window": spec.window}
+    fields.update({k: getattr(spec, k) for k in ("lantern_k", "lantern_delta", "seed_offset") if getattr(spec, k)})
+    return fields
+
+
+def decoding_identity(model: ImageModel, spec: MethodSpec) -> dict[str, Any]:
+    """What a decoded image depends on besides the weights, prompt and seed: ``spec_fields``, the
+    adapter's CFG scale, top-k and temperature as they are now, and GSD's filter settings for
+    the dynamic rules (part of the run identity of ``evaluate`` and ``figures --paper``)."""
+    from dataclasses import asdict
+
+    adapter = model.adapter
+    decoding = {**spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
+                "temperature": getattr(adapter, "temperature", None)}
+    if spec.clusters is not None and spec.clusters.startswith("dynamic"):
+        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
+    return decoding
+
+
 def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings, *, seed: int = 0) -> object:
     """The gsd_core cluster rule (or None) for ``spec`` on ``model``."""
     if spec.clusters is None:
@@ -261,12 +285,17 @@ def quality_and_scores(model: ImageModel, images: list[np.ndarray],
         return out, scores
     if model.condition_scores is not None:
         scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
-        out["condition_score"] = float(scores.mean())
-        # Standard error of the mean over images: differences below ~2 of these are noise.
-        out["condition_score_sem"] = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None
+        out.update(score_summary(scores))
     if model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images))
     return out, scores
+
+
+def score_summary(scores: np.ndarray) -> dict[str, float | None]:
+    """condition_score: the mean of per-image scores [N]; condition_score_sem: its standard error
+    (differences below about two of these are noise; None for one image)."""
+    return {"condition_score": float(scores.mean()),
+            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None}
 
 
 def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) -> dict[str, Any] | None:
@@ -357,6 +386,20 @@ class RunCache:
                                                  record_top1=self.record_top1, progress=self.progress,
                                                  lantern=lantern, record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
+                       guided: bool = True) -> list[GenerationRecord]:
+        """Records with tokens, top-1 vectors and images for the detail analyses (top-1
+        statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
+        ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
+        ``limit`` prompts (every seed)."""
+        if guided:
+            return self.records(spec)[:limit]
+        from .image_model import guidance_scale
+
+        with guidance_scale(self.model, None):
+            return run_method(self.model, spec, self.prompts[:limit], self.seeds, record_top1=True,
+                              progress=self.progress)
 
     def accounting_seconds(self) -> list[float]:
         """Time spent on exact distortion accounting, per decoded image (all configurations)."""

@@ -41,15 +41,18 @@ def save_figure(
     return paths
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g") -> str:
+def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g",
+                   headers: dict[str, str] | None = None) -> str:
     """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``; a ``|``
-    inside a cell (a label such as "|dp| filter") is escaped as ``\\|``."""
+    inside a cell (a label such as "|dp| filter") is escaped as ``\\|``. ``headers``: the name
+    shown for a column, where it differs from its key (e.g. clip_score for condition_score)."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return format(value, floatfmt)
         return "" if value is None else str(value).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    names = [(headers or {}).get(c, c) for c in columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 

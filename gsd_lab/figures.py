@@ -8,6 +8,7 @@ Each figure is saved as PNG + SVG + JSON sidecar (``figure_io.save_figure``); th
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -271,7 +272,8 @@ def run_figures(
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
     distortion_panel = [("distortion", "exact distortion\nmean TV(output law, p)")]
-    diff_panel = ([("condition_score_diff_ar", "condition score - AR\n(95% paired bootstrap)")]
+    quality_word = " ".join(model.quality_names.get("condition_score", "condition score").split("\n")[0].split())
+    diff_panel = ([("condition_score_diff_ar", f"{quality_word} - AR\n(95% paired bootstrap)")]
                   if any(r.get("condition_score_diff_ar") is not None for r in table1) else [])
     save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + distortion_panel
                     + metrics + diff_panel),
@@ -304,11 +306,17 @@ def run_figures(
     if diff_panel:
         columns += ["condition_score_diff_ar", "condition_score_diff_ar_low", "condition_score_diff_ar_high"]
     accounting = cache.accounting_seconds()
+    # Rows keep the key condition_score (the notebooks read it); results.md names the column
+    # after what it is (clip_score on Lumina-mGPT).
+    headers = {c: c.replace("condition_score", model.quality_column) for c in
+               ("condition_score", "condition_score_sem", "condition_score_diff_ar", "condition_score_diff_ar_low",
+                "condition_score_diff_ar_high")}
+    table = functools.partial(markdown_table, headers=headers)
     real_text = ("" if real is None else
                  "\n\nReal images (the proxies' reference points): `condition_score` of the fixed held-out real "
                  "crops (never seen by the classifier), `frechet_distance` of "
                  f"{real['frechet_images']} real training-split crops (the size of one method's set) to the held-out "
-                 "reference.\n\n" + markdown_table([real], ["method", "images", "condition_score",
+                 "reference.\n\n" + table([real], ["method", "images", "condition_score",
                                                           "condition_score_sem", "frechet_distance", "frechet_images"]))
     sections = [
         ("Table 1 analogue: speed and quality",
@@ -323,19 +331,22 @@ def run_figures(
          "2025; gsd_core.lantern), neighbourhoods of k tokens in the input embeddings, budget delta. "
          "`distortion`: the exact distortion, per image the mean over its tokens of TV(one-step output law, p) "
          "(gsd_lab.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
-         "error; noise-free given the tokens. `condition_score_diff_ar`: mean per-image difference to AR "
+         f"error; noise-free given the tokens. `{headers['condition_score_diff_ar']}`: mean per-image difference to AR "
          "(same prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
          f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is sampling noise "
          "alone: a method's difference inside that range cannot be told from noise. Quality proxies: "
-         + (", ".join(f"`{m[0]}` = {' '.join(m[1].split())}" for m in metrics) or "none for this model") + ".\n\n"
-         + markdown_table(table1, columns) + real_text),
+         + (", ".join(f"`{headers.get(m[0], m[0])}` = {' '.join(m[1].split())}" for m in metrics)
+            or "none for this model")
+         + (f" (`{model.quality_column}` is the `condition_score` field of results.json)"
+            if model.quality_column != "condition_score" and metrics else "") + ".\n\n"
+         + table(table1, columns) + real_text),
         ("Table 2 analogue: clustering ablation",
          f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
          f"|p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding distance <= "
          f"{distance_threshold:.4g} ({distance_rule}).\n\n"
-         + markdown_table(table2, columns)),
+         + table(table2, columns)),
         ("Fig. 10 analogue: NFE against quality",
-         "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, columns) for name, rows in pareto.items())),
+         "\n\n".join(f"**{name}**\n\n" + table(rows, columns) for name, rows in pareto.items())),
         ("Exact distortion against NFE",
          "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
          "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
@@ -359,7 +370,7 @@ def run_figures(
                          f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform draw "
                          f"from the top-{sizes.replacement_top_k} of the teacher-forced target distribution, "
                          "against uniformly random replacement.\n\n"
-                         + markdown_table(rep_rows, list(rep_rows[0]))))
+                         + table(rep_rows, list(rep_rows[0]))))
     toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in tvs.items()]
     sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1",
                      markdown_table(toy_rows, ["pair", "tv", "acceptance"])

@@ -41,7 +41,8 @@ class ImageModel:
     uint8 image [H, W, 3]; ``condition_scores(images, prompts)`` -> [B] (higher is better) and
     ``frechet_distance(images)`` -> float (lower is better) are None where unavailable; so is
     ``decode`` (e.g. Lumina-mGPT without its VQGAN). ``weights_info``: where the weights came
-    from and their SHA-256 (for provenance records)."""
+    from and their SHA-256 (for provenance records). ``quality_column``: the name tables give the
+    per-image score (``clip_score`` on Lumina-mGPT; rows keep the key ``condition_score``)."""
 
     name: str
     adapter: CausalLMAdapter
@@ -53,6 +54,8 @@ class ImageModel:
     frechet_distance: Callable[[list[np.ndarray]], float] | None = None
     quality_names: dict[str, str] = field(default_factory=dict)
     weights_info: dict[str, Any] = field(default_factory=dict)
+    # What the per-image score is, as tables name its columns (rows keep the key condition_score).
+    quality_column: str = "condition_score"
 
     @property
     def embeddings(self) -> Tensor:
@@ -222,7 +225,7 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None) -> ImageModel:
     return ImageModel(name, adapter, adapter.num_image_tokens, encode,
                       decode if adapter.vqgan is not None else None, list(LUMINA_DEFAULT_PROMPTS),
                       condition_scores=_clip_scorer(clip_dir, adapter.device) if clip_dir else None,
-                      quality_names={"condition_score": "CLIP score\n(higher better)"})
+                      quality_names={"condition_score": "CLIP score\n(higher better)"}, quality_column="clip_score")
 
 
 def _clip_scorer(clip_dir: str, device: Any) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:

@@ -39,6 +39,7 @@ MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
+PRESET_WINDOWS = {"release": 15}  # gsd_lab.presets.PRESETS[...].window (a test keeps them in sync)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -71,9 +72,22 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
                             "partition (--method gsd only)")
     group.add_argument("--residual", choices=("token", "cluster"), default="token",
                        help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)")
-    group.add_argument("--window", type=int, default=16, help="Jacobi window L >= 1")
+    group.add_argument("--window", type=int, default=None, help="Jacobi window: drafts per forward L >= 1 "
+                                                                "(default 16; the release preset: 15)")
+    _add_preset_arg(group)
     group.add_argument("--amplify", type=float, default=1.0,
                        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
+
+
+PRESET_CHOICES = ("default", "release")  # gsd_lab.presets.PRESETS, spelled out (no torch import to parse)
+
+
+def _add_preset_arg(group: Any) -> None:
+    group.add_argument("--preset", choices=PRESET_CHOICES, default="default",
+                       help="default: the package's own exact variant; release: the GSD release's settings (15 "
+                            "drafts, Jacobi between generated positions 3 and side^2+side-10, random drafts at "
+                            "row ends, the bf16 distance filter, CLIP on images resized to 299 px) to set numbers "
+                            "beside the paper's (docs/lumina-mgpt.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--prompts", type=Path, default=None,
                      help="prompt file: one per line, or a TSV with a Prompt column (PartiPrompts)")
     fig.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
+    _add_preset_arg(fig)
     fig.add_argument("--paper", action="store_true",
                      help="one image per prompt (Lumina-mGPT on a GPU), each written to a result file as it is "
                           "decoded: a re-run into the same --out resumes, torchrun shares the images between "
@@ -264,6 +279,11 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
+    fixed = PRESET_WINDOWS.get(args.preset)
+    if args.window is not None and fixed is not None and args.window != fixed:
+        fail(f"--preset {args.preset} fixes the window at {fixed} drafts (the release's 16-token input); "
+             f"leave --window out (got {args.window})")
+    args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
         fail(f"--window must be >= 1, got {args.window}")
     if not (math.isfinite(args.amplify) and args.amplify > 0):
@@ -334,8 +354,11 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
+    from .presets import preset
+
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
-                            cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer)
+                            cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer,
+                            clip_resize=preset(getattr(args, "preset", "default")).clip_resize)
 
 
 def _spec(args: argparse.Namespace):
@@ -344,8 +367,10 @@ def _spec(args: argparse.Namespace):
 
     if args.method == "gsd":
         label = f"GSD ({args.clusters}, G={args.group_size})"
-        return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window)
-    return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window)
+        return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window,
+                          preset=args.preset)
+    return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window,
+                      preset=args.preset)
 
 
 def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
@@ -369,8 +394,11 @@ def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, A
     from .evaluate import weights_fingerprint
     from .experiments.runs import decoding_identity
 
-    return {"model": model.name, "weights": weights_fingerprint(model.weights_info, model.adapter.model),
-            "decoding": decoding_identity(model, spec), "seed": args.seed}
+    identity = {"model": model.name, "weights": weights_fingerprint(model.weights_info, model.adapter.model),
+                "decoding": decoding_identity(model, spec), "seed": args.seed}
+    if model.quality_config:  # e.g. the CLIP resize: it changes the scores
+        identity["quality"] = model.quality_config
+    return identity
 
 
 def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
@@ -438,11 +466,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
         prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
         forward = None if args.forward_ms is None else {m: args.forward_ms / 1000 for m in ("ar", "sjd", "gsd")}
-        print(paper_plan(args.out, model, prompts, sizes, forward_seconds=forward,
+        print(paper_plan(args.out, model, prompts, sizes, forward_seconds=forward, preset=args.preset,
                          world_size=int(os.environ.get("WORLD_SIZE", "1"))))
         return 0
     result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
-                         progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images)
+                         progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images,
+                         preset=args.preset)
     if "rank" in result:
         print(f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures")
     else:

@@ -26,6 +26,7 @@ from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_b
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
+from .presets import preset as preset_settings
 from .progress import duration
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
 
@@ -75,31 +76,39 @@ class FigureSizes:
                    detail_images=256, replacement_images=64)
 
 
-def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]],
-                                        dict[str, list[MethodSpec]]]:
+def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
+        list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]], dict[str, list[MethodSpec]]]:
     t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify, sizes.table1_lantern, sizes.seed_noise)
     t2 = tables.table2_specs(sizes.table2_group)
     pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern)
     distortion = tables.distortion_specs(sizes.pareto_groups, sizes.distortion_rank_groups, sizes.pareto_amplify,
                                          sizes.pareto_lantern)
-    t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
-    pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
-    distortion = {k: [replace(s, window=sizes.window) for s in v] for k, v in distortion.items()}
-    return t1, t2, pareto, distortion
+    def fix(specs: list[MethodSpec]) -> list[MethodSpec]:
+        return _with_preset(specs, sizes, preset_name)
+
+    return fix(t1), fix(t2), {k: fix(v) for k, v in pareto.items()}, {k: fix(v) for k, v in distortion.items()}
 
 
-def decoding_configurations(sizes: FigureSizes, model: ImageModel) -> list[Configuration]:
+def _with_preset(specs: list[MethodSpec], sizes: FigureSizes, preset_name: str) -> list[MethodSpec]:
+    """``specs`` decoded with the preset (its window, or the sizes' window)."""
+    window = preset_settings(preset_name).window or sizes.window
+    return [replace(s, window=window, preset=preset_name) for s in specs]
+
+
+def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: str = "default"
+                            ) -> list[Configuration]:
     """Every decoding pass of a figures run, once each: the distinct configurations of the
     tables and curves (the same key decoded once), then AR without guidance (models with CFG,
     for the top-1 statistics; on the first ``sizes.detail_images`` prompts)."""
-    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset_name)
     specs = t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves) for v in c.values() for s in v]
     unique: dict[tuple, MethodSpec] = {}
     for spec in specs:
         unique.setdefault(spec.key, spec)  # the first label of a configuration names it
     configurations = [Configuration(s) for s in unique.values()]
     if model.adapter.uses_cfg:
-        configurations.append(Configuration(tables.AR, guided=False, max_prompts=sizes.detail_images))
+        ar = next(c.spec for c in configurations if c.spec.key[:1] == ("ar",) and not c.spec.seed_offset)
+        configurations.append(Configuration(ar, guided=False, max_prompts=sizes.detail_images))
     return configurations
 
 
@@ -110,12 +119,12 @@ def _affordable(sizes: FigureSizes, model: ImageModel) -> FigureSizes:
 
 
 def paper_plan(out_dir: str | Path, model: ImageModel, prompts: list[str], sizes: FigureSizes, *,
-               forward_seconds: dict[str, float] | None = None, world_size: int = 1) -> str:
+               forward_seconds: dict[str, float] | None = None, world_size: int = 1, preset: str = "default") -> str:
     """The dry run of a streamed figures run: what it decodes (configurations, prompts, items
     done and to do in ``out_dir``, read only) and the device time left, from per-forward times
     given or measured now on the model's device (``stream.measure_forward_seconds``)."""
     sizes = _affordable(sizes, model)
-    configurations = decoding_configurations(sizes, model)
+    configurations = decoding_configurations(sizes, model, preset)
     cache = StreamedRunCache(model, prompts, list(sizes.seeds), FilterSettings.for_model(model.name), out_dir,
                              weights=weights_fingerprint(model.weights_info, model.adapter.model), progress=False)
     cache.plan(configurations, dry=True)
@@ -160,6 +169,7 @@ def run_figures(
     progress: bool = True,
     allow_dirty: bool = False,
     save_images: bool = False,
+    preset: str = "default",
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
@@ -168,7 +178,8 @@ def run_figures(
     warns; elsewhere a dirty tree only warns. Every record holds the git state read here.
     ``sizes.streamed`` (``FigureSizes.paper()``): the images are decoded into result files under
     ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
-    processes, ``save_images`` keeps a PNG per image); a rank other than 0 returns
+    processes, ``save_images`` keeps a PNG per image); ``preset``: "release" decodes every
+    configuration with the GSD release's settings (``gsd_lab.presets``); a rank other than 0 returns
     {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
@@ -185,8 +196,9 @@ def run_figures(
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
     sizes = _affordable(sizes, model)
-    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
-    configurations = decoding_configurations(sizes, model)
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
+    configurations = decoding_configurations(sizes, model, preset)
+    ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
     images_per_method = len(prompts) * len(sizes.seeds)
     filters = FilterSettings.for_model(model.name)
     bar = None
@@ -211,7 +223,7 @@ def run_figures(
     base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
                    "model": model.name, "weights": model.weights_info, "num_tokens": model.num_tokens,
                    "cfg_scale": model.adapter.cfg_scale, "top_k": model.adapter.top_k,
-                   "temperature": model.adapter.temperature}
+                   "temperature": model.adapter.temperature, "preset": preset, "quality": model.quality_config}
     saved: list[str] = []
 
     def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
@@ -249,16 +261,16 @@ def run_figures(
           "acceptance": {k: v.tolist() for k, v in acc.items()}})
 
     # --- decoding experiments ---
-    table1 = tables.speed_quality_table(cache, t1_specs)
-    table2 = cache.table(t2_specs, tables.AR)
-    pareto = tables.pareto_points(cache, pareto_curves)
-    distortion_points = tables.pareto_points(cache, distortion_curves)
+    table1 = tables.speed_quality_table(cache, t1_specs, ar_spec)
+    table2 = cache.table(t2_specs, ar_spec)
+    pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
+    distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
     real = real_image_baseline(model, images_per_method)
-    ar_records = cache.detail_records(tables.AR, sizes.detail_images)  # tokens, top-1 vectors, images
+    ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
     stats = top1_stats(ar_records)
     stats_no_cfg = None
     if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
-        stats_no_cfg = top1_stats(cache.detail_records(tables.AR, sizes.detail_images, guided=False))
+        stats_no_cfg = top1_stats(cache.detail_records(ar_spec, sizes.detail_images, guided=False))
     replacement = replacement_study(model, ar_records[: sizes.replacement_images], fraction=sizes.replacement_fraction,
                                     top_k=sizes.replacement_top_k, seed=0) if model.decode else None
     if bar is not None:
@@ -291,6 +303,7 @@ def run_figures(
     if model.decode is not None:
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
+        shown = _with_preset(shown, sizes, preset)
         samples = {spec.label: [r.image for r in cache.detail_records(spec, 8)] for spec in shown}
         save(plots.image_grid(samples), "samples_by_method", {"methods": list(samples)}, {"prompts": prompts})
     if replacement is not None:

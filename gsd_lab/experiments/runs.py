@@ -42,6 +42,7 @@ from gsd_core import DynamicClusters, Lantern, LatentNeighbourhoods, RankBinnedC
 from ..clustering import embedding_partition
 from ..decoding import DecodeResult, generate
 from ..metrics import paired_bootstrap
+from ..presets import ReleaseDistanceClusters, preset, release_distance_table
 from .image_model import ImageModel
 
 CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
@@ -72,6 +73,7 @@ class MethodSpec:
     lantern_k: int = 0
     lantern_delta: float = 0.0
     seed_offset: int = 0
+    preset: str = "default"
 
     def __post_init__(self) -> None:
         if self.method not in ("ar", "sjd", "gsd"):
@@ -89,12 +91,15 @@ class MethodSpec:
             raise ValueError("clusters must be given exactly for method 'gsd'")
         if self.clusters is not None and self.clusters not in CLUSTER_KINDS:
             raise ValueError(f"unknown clusters {self.clusters!r}; expected one of {CLUSTER_KINDS}")
+        fixed = preset(self.preset).window  # raises for an unknown preset
+        if fixed is not None and self.method != "ar" and self.window != fixed:
+            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
 
     @property
     def key(self) -> tuple:
         """Identity of the computation (the label is only a name)."""
         return (self.method, self.clusters, self.group_size, self.residual, self.acceptance_scale, self.window,
-                self.lantern_k, self.lantern_delta, self.seed_offset)
+                self.lantern_k, self.lantern_delta, self.seed_offset, self.preset)
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,8 @@ def spec_fields(spec: MethodSpec) -> dict[str, Any]:
                               "residual": spec.residual, "acceptance_scale": spec.acceptance_scale,
                               "window": spec.window}
     fields.update({k: getattr(spec, k) for k in ("lantern_k", "lantern_delta", "seed_offset") if getattr(spec, k)})
+    if spec.preset != "default":
+        fields["preset"] = spec.preset
     return fields
 
 
@@ -161,6 +168,10 @@ def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings,
     if spec.clusters is None:
         return None
     size = spec.group_size
+    if spec.clusters in ("dynamic", "dynamic-distance") and preset(spec.preset).release_distance:
+        distance = filters.resolve(model.embeddings, model.image_vocabulary.cpu(), seed=seed)
+        table = release_distance_table(model.embeddings, distance).to(model.adapter.device)
+        return ReleaseDistanceClusters(size, table, filters.max_prob_gap if spec.clusters == "dynamic" else None)
     if spec.clusters in ("dynamic", "dynamic-distance"):
         embeddings = model.embeddings
         distance = filters.resolve(embeddings, model.image_vocabulary.cpu(), seed=seed)
@@ -232,10 +243,13 @@ def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *,
     result and the decoded uint8 image (None when the model cannot decode to pixels)."""
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
+    settings = preset(spec.preset)
     result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=spec.method,
                       window=spec.window, clusters=clusters, residual=spec.residual, generator=generator,
                       acceptance_scale=spec.acceptance_scale, record_top1=record_top1, progress=progress,
-                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion)
+                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion,
+                      jacobi_positions=settings.jacobi_positions(model.num_tokens),
+                      forced_drafts=settings.forced_drafts)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 

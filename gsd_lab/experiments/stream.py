@@ -110,7 +110,8 @@ class StreamedRunCache(RunCache):
         return {"command": "figures --paper", "model": self.model.name, "weights": self.weights,
                 "decoding": decoding, "seed": seed, "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
                 "records": {"top1": self._records_top1(config), "distortion": self.record_distortion,
-                            "quality": sorted(self.model.quality_names) if self.model.condition_scores else []}}
+                            "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
+                            "quality_config": self.model.quality_config}}
 
     def plan(self, configurations: list[Configuration], *, dry: bool = False) -> None:
         """Record the runs (run.json, checked against what is on disk; ``dry``: only checked,

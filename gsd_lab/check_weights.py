@@ -39,7 +39,7 @@ import torch
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 RELEASE_VOCAB_SIZE = 65536
-# The 7B release's ids (Chameleon's vocabulary): reference lumina-mgpt.md section 5.
+# The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5).
 RELEASE_IDS = {"bos": 0, "end_of_turn": 8710, "image_start": 8197, "image_end": 8196, "row_end": 8803}
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804

@@ -52,6 +52,10 @@ class ProgressLog:
             self._last_line = now
             print(self.line(note), file=self.stream or sys.stderr, flush=True)
 
+    def update(self, n: int = 1) -> None:
+        """tqdm's name for ``advance(n, work=n)``: a ``ProgressLog`` can stand where a bar is expected."""
+        self.advance(n, work=float(n))
+
     def eta_seconds(self) -> float | None:
         """Seconds left at this session's rate (None before the first item or without a total)."""
         elapsed = time.perf_counter() - self.started
@@ -71,3 +75,15 @@ class ProgressLog:
         eta_text = "" if eta is None else f", ETA {duration(eta)}"
         return (f"{self.desc}: {self.done}{todo} done{resumed}; {duration(elapsed)} elapsed{eta_text}"
                 + (f"; {note}" if note else ""))
+
+
+class ProgressTee:
+    """Several progress sinks as one (``update(n)`` on each that is not None), e.g. a tqdm bar
+    and a ``ProgressLog``."""
+
+    def __init__(self, *sinks: object) -> None:
+        self.sinks = [s for s in sinks if s is not None]
+
+    def update(self, n: int = 1) -> None:
+        for sink in self.sinks:
+            sink.update(n)

@@ -375,13 +375,18 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
 
 
 class RunCache:
-    """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once."""
+    """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once.
+
+    ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
+    Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
+    stderr with its images done / to do and ETA, and how many configurations are done."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
-                 bootstrap_resamples: int = 2000) -> None:
+                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None) -> None:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
@@ -397,7 +402,7 @@ class RunCache:
             clusters = build_clusters(spec, self.model, self.filters)
             lantern = build_lantern(spec, self.model, self._neighbourhoods)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, clusters=clusters,
-                                                 record_top1=self.record_top1, progress=self.progress,
+                                                 record_top1=self.record_top1, progress=self._progress(spec.label),
                                                  lantern=lantern, record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
 
@@ -413,7 +418,16 @@ class RunCache:
 
         with guidance_scale(self.model, None):
             return run_method(self.model, spec, self.prompts[:limit], self.seeds, record_top1=True,
-                              progress=self.progress)
+                              progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]))
+
+    def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
+        """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
+        from ..progress import ProgressLog, ProgressTee
+
+        images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
+        log = ProgressLog(images, desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
+                                       "before it)", enabled=self.progress_lines)
+        return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
         """Time spent on exact distortion accounting, per decoded image (all configurations)."""

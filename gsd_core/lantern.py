@@ -1,50 +1,31 @@
 """LANTERN's relaxed acceptance (Jang et al., ICLR 2025, arXiv 2410.03355), a peer of GSD.
 
-The rule. Each token x has a *latent neighbourhood* B_k(x): x itself, then the tokens nearest
-to x in an embedding space (Euclidean distance between rows of ``embeddings`` [V, D]), k
-tokens in all, optionally only those within ``max_distance``. Walking B_k(x) outwards, the
-target mass of the neighbours y_1, y_2, ... is credited to x as long as the cumulative
-credited mass stays within the total-variation budget delta:
+Each token x has a *latent neighbourhood* B_k(x): x, then its nearest tokens by Euclidean
+distance between rows of ``embeddings`` [V, D], k tokens in all (optionally only those within
+``max_distance``). Walking B_k(x) outwards, the target mass of the neighbours y_1, y_2, ... is
+credited to x while the cumulative mass stays within the total-variation budget delta:
 
     m(x) = max { S_j : S_j <= delta, j = 0 .. k - 1 },   S_j = p(y_1) + ... + p(y_j),   S_0 = 0,
 
-and the drafted token is accepted with probability a(x) = min(1, (p(x) + m(x)) / q(x)): in the
-terms of ``rules``, P(x) = p(x) + m(x) and Q(x) = q(x).
-Moving the mass of A(x) = {y_1 .. y_j} onto x changes p by exactly TV = m(x) <= delta (the
-paper's "total variation distance bound", per drafted token). On rejection the token-level
-residual norm((p - q)+) is sampled, as in standard speculative sampling.
+and a(x) = min(1, (p(x) + m(x)) / q(x)): in the terms of ``rules``, P = p(x) + m(x), Q = q(x),
+and the residual is norm((p - q)+). Moving A(x) = {y_1 .. y_j}'s mass onto x changes p by
+TV = m(x) <= delta (the paper's bound, per drafted token). The exact law (proofs/08) has
+TV(out, p) = alpha - alpha_SD = sum_x min((q(x) - p(x))+, m(x)): at most TV(p, q), but *not* at
+most delta (proofs/08: delta = 1/4, TV = 1).
 
-Exact output law of one step (``output_distribution(p, q, lantern)``; proofs/08_lantern.md):
+Readings of the paper (and its released code):
+1. k counts x itself: B_k(x) = {x} + (k - 1) others, so k = 1 is SD (the release's
+   ``lantern_k`` counts only the others).
+2. Euclidean distance between embedding rows (the release: L2 between VQ latents); ties by the
+   smaller id, x always first; ``max_distance`` (ours; None: no limit) keeps d <= max_distance.
+3. The budget test S_j <= delta is inclusive, on a prefix of B_k(x): the walk stops at the first
+   neighbour that would exceed delta. delta in [0, 1]; LANTERN++'s relative budget (the
+   release's delta > 1) is refused.
+4. Neighbours are credited whatever their draft probability; q(x) alone is the denominator.
+5. Residual norm((p - q)+) with the unmodified q (the release's tree verifier zeroes q on the
+   neighbourhood, which belongs to its multi-candidate walk and would make r depend on x).
 
-    out(y) = q(y) a(y) + (1 - alpha) r(y),   alpha = sum_x q(x) a(x),   r = norm((p - q)+),
-
-and TV(out, p) = alpha - alpha_SD = sum_x min((q(x) - p(x))+, m(x)) exactly: the distortion
-equals the acceptance gained over standard speculative sampling. It is at most
-sum_x min((q(x) - p(x))+, delta) and at most TV(p, q), but *not* at most delta: the per-token
-budget does not bound the output law (proofs/08 has an example with delta = 1/4, TV = 1).
-
-Choices where our reading of the paper (and its released code) needed one:
-
-1. k counts the drafted token itself: B_k(x) = {x} + (k - 1) nearest others, so k = 1 is
-   standard speculative sampling. The released code's ``lantern_k`` counts only the others
-   (its k = our k - 1).
-2. Distance: Euclidean between embedding rows (the released code uses L2 distances between VQ
-   codebook latents). Ties in distance: the smaller token id first; x itself always first,
-   even when another token shares its embedding. ``max_distance`` (our addition, "within a
-   distance"; None = no limit) keeps only neighbours at distance <= max_distance.
-3. The budget test is ``S_j <= delta`` (inclusive) on the cumulative mass of the neighbours in
-   proximity order, a prefix of B_k(x): the walk stops at the first neighbour that would
-   exceed delta, it does not skip it to credit farther, lighter ones. delta must lie in
-   [0, 1]; the released code's delta > 1 branch (LANTERN++'s lambda, a budget relative to
-   p(x)) is not implemented and is refused.
-4. Neighbours are credited whatever their own draft probability; q(x) alone is in the
-   denominator (not q of the neighbourhood, unlike GSD's p(C)/q(C)).
-5. Residual: norm((p - q)+) with the unmodified q. The released tree verifier zeroes q on
-   the neighbourhood before resampling; that belongs to its multi-candidate tree walk, not to
-   the one-draft rule, and would make the output law depend on the rejected draft.
-
-Shapes: p, q [..., V]; neighbourhood tables [V, k] (built once from the embeddings); the
-credited masses of tokens [..., T] by one gather [..., T, k], no loop over tokens.
+Shapes: p, q [..., V]; tables [V, k] built once; tokens [..., T] by one gather [..., T, k].
 """
 
 from __future__ import annotations

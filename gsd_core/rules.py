@@ -32,16 +32,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_group_size, check_labels, check_pair, check_tokens
-
-RESIDUALS = ("token", "cluster")
-
 
 @runtime_checkable
 class Rule(Protocol):
@@ -142,8 +139,8 @@ class Partition:
 
 
 def _check_residual(residual: object) -> None:
-    if residual not in RESIDUALS:
-        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
+    if residual not in ("token", "cluster"):
+        raise ValueError(f"unknown residual mode {residual!r}; expected 'token' or 'cluster'")
 
 
 @dataclass(frozen=True)
@@ -232,7 +229,6 @@ class DynamicClusters:
     max_prob_gap: float | None = None
     embeddings: Tensor | None = None
     rank_by: str = "p"
-    is_partition: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_group_size(self.group_size)
@@ -342,7 +338,6 @@ def dynamic_cluster(p: Tensor, token: Tensor | int, group_size: int, *, embeddin
     p, q = check_pair(p, p if q is None else q)
     rule = DynamicClusters(group_size, max_embedding_distance, max_prob_gap, embeddings, rank_by)
     x = check_tokens(token, p.shape[-1], p.device).expand(p.shape[:-1]).unsqueeze(-1)  # [..., 1]
-    above, below = -int(rule.offsets(p.shape[-1])[0]), int(rule.offsets(p.shape[-1])[-1])
-    window = rank_window(q if rank_by == "q" else p, x.squeeze(-1), above, below)
-    everyone = torch.arange(p.shape[-1], device=p.device).expand(p.shape).unsqueeze(-2)  # [..., 1, V]
-    return rule.filter(p, x, everyone, window.unsqueeze(-2)).squeeze(-2)
+    index, keep = rule.members(p, q, x)  # [..., 1, M]
+    everyone = torch.arange(p.shape[-1], device=p.device)
+    return ((index[..., 0, :, None] == everyone) & keep[..., 0, :, None]).any(-2)

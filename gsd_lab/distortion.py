@@ -156,7 +156,7 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     whole neighbourhood (the block's cumsum starts from the previous total), so on a CPU (a
     sequential cumsum) the budget test S_j <= delta sees gsd_core's S_j bit for bit; on a GPU a
     parallel scan may group the additions differently, so an S_j within an ulp of delta could be
-    decided differently from ``verify_lantern`` (not tested on a GPU here)."""
+    decided differently from ``verify`` with the rule (not tested on a GPU here)."""
     index, valid = rule.tables(p.shape[-1], p.device)
     gap = q - p
     carries = gap > 0  # the entries that can carry distortion

@@ -30,9 +30,9 @@ from gsd_lab.nbcheck import check_verify_law, max_z_score
 
 # Notebook 05's parameters and rules (sections 1 and 6).
 VOCAB, NUM_SAMPLES, SEED = 6, 200_000, 0
-RULES = {"dynamic G=3 (3 tokens)": (DynamicClusters(3), "token"),
-         "rank bins of 3, token residual": (RankBinnedClusters(3), "token"),
-         "rank bins of 3, cluster residual": (RankBinnedClusters(3), "cluster")}
+RULES = {"dynamic G=3 (3 tokens)": DynamicClusters(3),
+         "rank bins of 3, token residual": RankBinnedClusters(3),
+         "rank bins of 3, cluster residual": RankBinnedClusters(3, "cluster")}
 
 
 def notebook_verdicts() -> dict[str, bool]:
@@ -41,9 +41,8 @@ def notebook_verdicts() -> dict[str, bool]:
     p, q = p[0], q[0]
     mc_seed = SEED + 1000  # as the notebook: not the stream that drew p and q
     checks = [check_verify_law(p, q, num_samples=NUM_SAMPLES, seed=mc_seed, rule="SD")]
-    checks += [check_verify_law(p, q, clusters=rule, residual=residual, num_samples=NUM_SAMPLES,
-                                seed=mc_seed + i + 1, rule=name)
-               for i, (name, (rule, residual)) in enumerate(RULES.items())]
+    checks += [check_verify_law(p, q, clusters=rule, num_samples=NUM_SAMPLES, seed=mc_seed + i + 1, rule=name)
+               for i, (name, rule) in enumerate(RULES.items())]
     verdicts = {}
     for c in checks:
         verdicts[f"{c.rule} law"] = c.law_ok

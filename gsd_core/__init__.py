@@ -26,13 +26,12 @@ from .rules import (
     dynamic_cluster,
     group_probs,
     probability_ranks,
-    rank_window,
 )
 from .verification import VerifyResult, accept_probability, sample_categorical, verify
 
 __all__ = [
     "SD", "Amplify", "DynamicClusters", "FixedPartition", "Lantern", "LatentNeighbourhoods", "RankBinnedClusters",
     "Rule", "VerifyResult", "accept_probability", "acceptance_rate", "check_window", "dynamic_cluster",
-    "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks", "rank_window",
+    "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks",
     "residual_distribution", "sample_categorical", "tv_distance", "verify",
 ]

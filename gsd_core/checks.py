@@ -1,12 +1,9 @@
 """Input checks: every bad input raises a ``ValueError`` that names the argument and the problem.
 
-Probability rows must sum to 1 within the tolerance of their dtype: 1e-9 for float64, 1e-4 for
-float32, 2e-2 for float16 / bfloat16. A float64 tensor always gets the float64 tolerance (a
-float32 softmax cast to float64 must be renormalised first). Nothing is renormalised here.
-Computation happens in float64 if any input is float64, else in float32.
-
-Uniforms are U[0, 1) draws in float32 or float64: a 16-bit uniform takes only 2^8 to 2^11
-values, which would coarsen every accept test u < a(x).
+Probability rows sum to 1 within their dtype's tolerance (1e-9 for float64, also when the values
+came from a float32 softmax: renormalise first; 1e-4 float32; 2e-2 float16 / bfloat16); nothing is
+renormalised here. Computation is in float64 if any input is float64, else float32. Uniforms are
+float32 or float64 in [0, 1): a 16-bit uniform (2^8 to 2^11 values) would coarsen u < a(x).
 """
 
 from __future__ import annotations
@@ -30,10 +27,9 @@ def check_device(x: Tensor, device: torch.device, name: str, reference: str = "p
 
 def check_probability_tensor(x: object, name: str) -> Tensor:
     """The checks that need no values: a floating-point tensor [..., V], V >= 1."""
-    if not isinstance(x, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor of probabilities, got {x.dtype}")
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(x.shape)}")
     return x
@@ -61,12 +57,16 @@ def check_probabilities(x: object, name: str = "p") -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
-def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
-    """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one dtype."""
-    p, q = check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+def _check_vocabulary_and_device(p: Tensor, q: Tensor) -> None:
     if p.shape[-1] != q.shape[-1]:
         raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
     check_device(q, p.device, "q")
+
+
+def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
+    """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one dtype."""
+    p, q = check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    _check_vocabulary_and_device(p, q)
     try:
         shape = torch.broadcast_shapes(p.shape, q.shape)
     except RuntimeError:
@@ -119,6 +119,7 @@ def judge_uniforms(low: float, high: float) -> None:
 
 
 def check_randomness(uniforms: object, generator: object, device: torch.device) -> None:
+    """One source of randomness: uniforms or a generator (on p's device type), not both."""
     if uniforms is not None and generator is not None:
         raise ValueError("give uniforms or a generator, not both (the generator would be ignored)")
     if generator is not None and torch.device(generator.device).type != device.type:
@@ -133,11 +134,9 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
     window = q.shape[-2]
     if p.shape[-2] not in (window, window + 1):
         raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    if p.shape[-1] != q.shape[-1]:
-        raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
+    _check_vocabulary_and_device(p, q)
     if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
         raise ValueError(f"draft_tokens must have shape [..., L={window}]")
-    check_device(q, p.device, "q")
     check_token_tensor(draft_tokens, p.device, "draft_tokens")
     try:
         batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
@@ -147,16 +146,16 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
     return batch, window
 
 
-def check_window(
-    p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Check one window of L drafts and bring it to one batch shape and dtype.
 
     p: [..., L or L+1, V] target rows (row L, if present, is the bonus row); q: [..., L, V]
     draft rows; draft_tokens: [..., L] ids in [0, V); uniforms: None or [..., L + 1] float32 /
-    float64 in [0, 1). Batch dimensions broadcast. Returns (p, q, draft_tokens, uniforms) with
-    p, q in the working dtype and every batch dimension expanded; draft_tokens int64."""
+    float64 in [0, 1); a generator only without uniforms. Batch dimensions broadcast. Returns
+    (p, q, draft_tokens, uniforms): p, q in the working dtype, batch dimensions expanded."""
     batch, window = window_shapes(p, q, draft_tokens)
+    check_randomness(uniforms, generator, p.device)
     if uniforms is not None:
         check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
         if uniforms.numel():
@@ -182,7 +181,6 @@ def check_labels(labels: object) -> Tensor:
     return torch.unique(labels, return_inverse=True)[1] if high >= labels.shape[-1] else labels
 
 
-def check_group_size(value: object, name: str = "group_size") -> int:
+def check_group_size(value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} (G, tokens per cluster) must be an int >= 1, got {value!r}")
-    return value
+        raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {value!r}")

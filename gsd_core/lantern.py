@@ -125,10 +125,6 @@ class Lantern:
                 "LANTERN++'s relative budget (the released code's delta > 1) is not implemented"
             )
 
-    @classmethod
-    def from_embeddings(cls, embeddings: Tensor, k: int, delta: float, max_distance: float | None = None) -> Lantern:
-        return cls(latent_neighbourhoods(embeddings, k, max_distance), delta)
-
     def tables(self, vocab: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """(index, valid) [V, k] on ``device``; the vocabulary must be the table's."""
         hood = self.neighbourhoods

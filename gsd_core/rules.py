@@ -14,18 +14,11 @@ and after a rejection a token is drawn from the rule's residual r:
     LANTERN (lantern.py)          p(x) + m(x)     q(x)          norm((p - q)+)
 
 with p(C) = sum_{y in C} p(y). A rule is any object with the two methods of ``Rule``. Shapes:
-p, q [..., V] (leading dimensions batch), drafted tokens x [..., T] int64.
-
-The probability ranking orders the vocabulary by p descending, ties broken by the smaller id:
-y precedes z iff (-p(y), y) < (-p(z), z); rank(y) = #tokens preceding y (one stable sort).
-The clusters of GSD hold G tokens (``group_size``):
-
-- ``DynamicClusters(G)`` (the paper's Algorithm 3): C(x) = the ranks rank(x) - (G-1)//2 ..
-  rank(x) + G//2 (more probable tokens first: (G-1)//2 above x, G//2 below), clipped at the
-  ends of the ranking, not shifted; then filtered. Token-dependent and overlapping: not a
-  partition (proofs/04). G = 1 is SD.
-- ``RankBinnedClusters(G)``: bins of G consecutive ranks, a partition chosen from p (proofs/05).
-- ``FixedPartition(labels)``: any fixed partition (Theorem 1, proofs/01).
+p, q [..., V] (leading dimensions batch), drafted tokens x [..., T] int64. GSD's clusters hold
+G tokens (``group_size``) of the probability ranking: the vocabulary by p descending, ties by
+the smaller id (one stable sort); rank(y) = #tokens before y. ``DynamicClusters(G)`` (the paper's
+Algorithm 3) is token-dependent and overlapping: no partition, no Theorem 1 (proofs/04);
+``RankBinnedClusters(G)`` (proofs/05) and ``FixedPartition`` (proofs/01) are partitions.
 """
 
 from __future__ import annotations
@@ -92,14 +85,6 @@ def probability_order(ranking: Tensor) -> tuple[Tensor, Tensor]:
 def probability_ranks(p: Tensor) -> Tensor:
     """rank(y) for every token: [..., V] -> int64 [..., V] (ties: smaller id first)."""
     return probability_order(p)[1]
-
-
-def rank_window(p: Tensor, token: Tensor | int, above: int, below: int) -> Tensor:
-    """bool [..., V]: the tokens whose rank lies in rank(x) - above .. rank(x) + below.
-    p: [..., V]; token: [...] (or an int)."""
-    rank = probability_ranks(p)
-    offset = rank - rank.gather(-1, torch.as_tensor(token, device=p.device).expand(p.shape[:-1]).unsqueeze(-1))
-    return (offset >= -above) & (offset <= below)
 
 
 @dataclass(frozen=True)
@@ -216,13 +201,10 @@ class DynamicClusters:
 
         C(x) = {y in window : |p(y) - p(x)| <= max_prob_gap, ||e_y - e_x||^2 <= max_embedding_distance}
 
-    (a filter is skipped when its bound is None; ``embeddings`` [V', D], V' >= V). x itself
-    always stays. rank_by="q" ranks by the draft instead (Table 2's ablation); the filters
-    still use p. Only the token residual applies (C(x) is no partition).
-
-    The release (junhyukso/GSD) slices ``logit_sort[idx-7 : idx+7]`` of an ascending sort,
-    i.e. G = 14, filters with strict ``<`` (delta = 0.15, d = 0.5) and skips the distance
-    filter for window ids above 10000; here bounds are inclusive and filters always apply."""
+    (a filter is skipped when its bound is None; ``embeddings`` [V', D], V' >= V). x always
+    stays. rank_by="q" ranks by the draft (Table 2's ablation); the filters still use p. Token
+    residual only. The release's ``logit_sort[idx-7 : idx+7]`` (ascending sort) is G = 14; it
+    filters with strict ``<`` and skips the distance filter for ids above 10000."""
 
     group_size: int
     max_embedding_distance: float | None = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .checks import check_device, check_pair, check_randomness, check_tokens, check_window, judge_uniforms
+from .checks import UNIFORM_DTYPES, check_device, check_pair, check_tokens, check_window, judge_uniforms
 from .rules import Rule, accept_probs, as_rule
 
 
@@ -58,14 +58,13 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
     uniform [...] in [0, 1). Returns int64 [...]."""
     if not isinstance(weights, Tensor) or not weights.is_floating_point() or weights.ndim < 1 or weights.shape[-1] < 1:
         raise ValueError("weights must be a floating-point tensor [..., V] of weights, V >= 1")
-    if not isinstance(uniform, Tensor) or not uniform.is_floating_point():
-        raise ValueError("uniform must be a floating-point tensor of U[0, 1) draws")
+    if not isinstance(uniform, Tensor) or uniform.dtype not in UNIFORM_DTYPES:
+        raise ValueError("uniform must be a float32 or float64 tensor of U[0, 1) draws")
     check_device(uniform, weights.device, "uniform", "weights")
-    if weights.numel():
-        if not bool(torch.isfinite(weights).all()):
-            raise ValueError("weights contain NaN or inf: cannot sample")
-        if float(weights.min()) < 0 or float(weights.sum(-1).min()) <= 0:
-            raise ValueError("weights must be >= 0 with a positive total in every row")
+    if weights.numel() and not bool(torch.isfinite(weights).all()):
+        raise ValueError("weights contain NaN or inf: cannot sample")
+    if weights.numel() and (float(weights.min()) < 0 or float(weights.sum(-1).min()) <= 0):
+        raise ValueError("weights must be >= 0 with a positive total in every row")
     if uniform.numel():
         judge_uniforms(*torch.stack(torch.aminmax(uniform)).double().tolist())
     return draw(weights, uniform)
@@ -106,28 +105,19 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *,
     ``FixedPartition``, ``Lantern``, ``Amplify``). Randomness: ``uniforms`` [..., L + 1]
     (u_0 .. u_{L-1} for the tests, u_L for the draw; float32 or float64 in [0, 1)), or drawn in
     float64 from ``generator``; not both. L = 0 is allowed (only the bonus row's draw)."""
-    p, q, draft_tokens, uniforms_ = check_window(p, q, draft_tokens, uniforms)
-    check_randomness(uniforms, generator, p.device)
-    rule = as_rule(rule)
-    window = q.shape[-2]
-    if uniforms_ is None:
-        uniforms_ = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
-                               dtype=torch.float64, device=p.device)
+    p, q, draft_tokens, uniforms = check_window(p, q, draft_tokens, uniforms, generator)
+    rule, window = as_rule(rule), q.shape[-2]
+    if uniforms is None:
+        uniforms = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
+                              dtype=torch.float64, device=p.device)
     accept = accept_probs(rule, p[..., :window, :], q, draft_tokens.unsqueeze(-1)).squeeze(-1)
-    return resolve_window(p, q, draft_tokens, accept, uniforms_, rule)
+    return resolve_window(p, q, draft_tokens, accept, uniforms, rule)
 
 
 def accept_probability(p: Tensor, q: Tensor, tokens: Tensor | int, rule: object = None) -> Tensor:
     """a(x) = min(1, P(x) / Q(x)) of the rule for drafted tokens: p, q [..., V]; tokens an int
-    (returns [...]) or [..., T] (returns [..., T]; torch.arange(V): every token)."""
+    (returns [...]) or [T] / [..., T] (returns [..., T]; torch.arange(V): every token)."""
     p, q = check_pair(p, q)
     x = check_tokens(tokens, p.shape[-1], p.device)
-    one = x.ndim == 0
-    x = x.reshape(1) if one else x
-    try:
-        batch = torch.broadcast_shapes(p.shape[:-1], x.shape[:-1])
-    except RuntimeError:
-        raise ValueError(f"tokens {tuple(x.shape)} do not broadcast against p {tuple(p.shape)}") from None
-    a = accept_probs(as_rule(rule), p.expand(*batch, p.shape[-1]), q.expand(*batch, p.shape[-1]),
-                     x.expand(*batch, x.shape[-1]))
-    return a.squeeze(-1) if one else a
+    a = accept_probs(as_rule(rule), p, q, x.reshape(-1).expand(*p.shape[:-1], -1) if x.ndim < 2 else x)
+    return a.squeeze(-1) if x.ndim == 0 else a

@@ -25,7 +25,6 @@ from gsd_core import (
     group_probs,
     output_distribution,
     probability_ranks,
-    rank_window,
     tv_distance,
 )
 
@@ -211,7 +210,9 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
     Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
     if p.ndim != 1:
         raise ValueError(f"p must be one row [V], got shape {tuple(p.shape)}")
-    window = rank_window(p, torch.tensor(token), (group_size - 1) // 2, group_size // 2)
+    ranks = probability_ranks(p)
+    offset = ranks - ranks[token]  # window: (G-1)//2 ranks above x, G//2 below, clipped
+    window = (offset >= -((group_size - 1) // 2)) & (offset <= group_size // 2)
     gap_ok = torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
     if max_embedding_distance is None:
         distance_ok = torch.ones_like(window)

@@ -18,7 +18,6 @@ from gsd_core import (
     acceptance_rate,
     dynamic_cluster,
     output_distribution,
-    rank_window,
     verify,
 )
 
@@ -137,11 +136,11 @@ def test_members_match_a_brute_force_sort_under_heavy_ties():
                 assert len(chosen) == len(set(chosen)) and set(chosen) == expected and x in expected
 
 
-def test_rank_window_boundary_tie_is_resolved_by_id():
-    p = torch.tensor([0.1, 0.3, 0.3, 0.3], dtype=torch.float64)
-    assert rank_window(p, torch.tensor(0), 1, 0).nonzero().flatten().tolist() == [0, 3]
+def test_window_boundary_ties_are_resolved_by_id():
+    p = torch.tensor([0.1, 0.3, 0.3, 0.3], dtype=torch.float64)  # ranking 1, 2, 3, 0
+    assert dynamic_cluster(p, 0, 3).nonzero().flatten().tolist() == [0, 3]
     p = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)
-    assert rank_window(p, torch.tensor(0), 0, 2).nonzero().flatten().tolist() == [0, 1, 2]
+    assert dynamic_cluster(p, 0, 5).nonzero().flatten().tolist() == [0, 1, 2]
 
 
 # --- ranking by the draft (Table 2, row B) ---------------------------------------------------

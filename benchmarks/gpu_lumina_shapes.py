@@ -10,7 +10,7 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
 - ``forward_ms[T]``: one adapter forward of T = 1 and T = window new tokens (model + logits
   processing; the two sizes interleaved), the cache cropped back after each; ``model_ms[T]``:
   the model part alone;
-- ``verify_ms``: ``gsd_core.verify`` of one window, SJD (clusters None) and GSD (dynamic clusters,
+- ``verify_ms``: the engine's ``verify`` (``gsd_lab.engine``, gsd_core's result) of one window, SJD (clusters None) and GSD (dynamic clusters,
   G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the case of issue 12's
   op bound), on the adapter's real [window + 1, 65536]
   distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
@@ -47,7 +47,8 @@ import time
 import torch
 import transformers
 
-from gsd_core import DynamicClusters, verify
+from gsd_core import DynamicClusters
+from gsd_lab.engine import verify
 from gsd_lab.decoding import generate
 from gsd_lab.models.lumina_mgpt import (
     IMAGE_ENCODER_PREFIX,
@@ -382,11 +383,11 @@ def run(
     width = int((rows > 0).sum(-1).max())
     support = torch.topk(rows, width, dim=-1).indices
     variants = {
-        "sjd": dict(clusters=None),
-        "gsd_unfiltered": dict(clusters=DynamicClusters(14)),  # issue 12's op-bound case
-        "gsd": dict(clusters=gsd_rule),
-        "gsd_support": dict(clusters=gsd_rule, support=support),
-        "gsd_support_novalidate": dict(clusters=gsd_rule, support=support, validate=False),
+        "sjd": dict(rule=None),
+        "gsd_unfiltered": dict(rule=DynamicClusters(14)),  # issue 12's op-bound case
+        "gsd": dict(rule=gsd_rule),
+        "gsd_support": dict(rule=gsd_rule, support=support),
+        "gsd_support_novalidate": dict(rule=gsd_rule, support=support, validate=False),
     }
     verify_ms, verify_cost = {}, {}
     for name, kwargs in variants.items():

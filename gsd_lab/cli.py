@@ -64,7 +64,7 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
     group.add_argument("--group-size", type=int, default=None,
                        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
-                            "only: G = 0 or 1 would be SJD)")
+                            "only: tokens per cluster; G = 1 would be SJD)")
     group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default=None,
                        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
                             "partition (--method gsd only)")
@@ -254,7 +254,7 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     if not (math.isfinite(args.amplify) and args.amplify > 0):
         fail(f"--amplify must be a finite number > 0, got {args.amplify}")
     if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (group sizes 0 and 1 make "
+        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
              "every cluster a single token: that is SJD, use --method sjd)")
     if args.method != "gsd":
         for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):

@@ -50,6 +50,8 @@ from gsd_core import Lantern, sample_categorical, uses_support, verify, verify_l
 from .distortion import DistortionLog
 
 from .models.adapter import CausalLMAdapter
+from .models.adapter import one_hot_rows as _one_hot
+from .models.static import StaticEngine, runner_for
 
 METHODS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
@@ -98,12 +100,6 @@ class DecodeResult:
     @property
     def tokens_per_forward(self) -> float:
         return self.tokens.numel() / self.nfe
-
-
-def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
-    """[T] ids -> [T, V] float64 one-hot rows (a scatter: no range-check reductions)."""
-    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
-    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
 
 
 def _check_args(
@@ -199,6 +195,7 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    engine: str | StaticEngine = "eager",
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
 
@@ -211,7 +208,9 @@ def generate(
     (``gsd_core.verify_lantern``) instead of SJD's test; method "sjd" only, residual "token",
     acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
-    Batch size 1.
+    engine: where the forwards run, an execution option (the same method either way): "eager"
+    (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
+    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``. Batch size 1.
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
@@ -223,11 +222,13 @@ def generate(
     # The adapter's kept ids spare verify the count and the selection over all V.
     wants_support = uses_support(clusters)
 
+    runner = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
+
     wall_start = time.perf_counter()
-    model_seconds_before = adapter.model_seconds
-    forwards_before = adapter.num_forwards
-    adapter.start(prompt_ids, uncond_prompt_ids)
-    prompt = adapter.prompt
+    model_seconds_before = runner.model_seconds
+    forwards_before = runner.num_forwards
+    runner.start(prompt_ids, uncond_prompt_ids)
+    prompt = runner.prompt
     prompt_len = prompt.numel()
 
     out = torch.empty(num_tokens + max_window + 1, dtype=torch.long, device=device)
@@ -267,9 +268,9 @@ def generate(
         head = prompt if done == 0 else out[done - 1: done]
         window_ids = torch.cat([head, drafts])
         if wants_support and L > 0:
-            p, support = adapter.forward(window_ids, num_rows=L + 1, with_support=True)
+            p, support = runner.forward(window_ids, num_rows=L + 1, with_support=True)
         else:
-            p, support = adapter.forward(window_ids, num_rows=L + 1), None
+            p, support = runner.forward(window_ids, num_rows=L + 1), None
 
         # This step's status read: the accepted count (the cache is cropped to it) and the sum
         # of p, whose finiteness tells whether the model produced NaN or inf at this step.
@@ -308,7 +309,7 @@ def generate(
         drafted_log.append(L)
         done += accepted + 1
         # The cache keeps the prompt and all committed tokens but the last.
-        adapter.crop(prompt_len + done - 1)
+        runner.crop(prompt_len + done - 1)
         if accepted < L:
             # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
             q = p[accepted + 1:]
@@ -326,12 +327,12 @@ def generate(
     drafted_total = sum(drafted_log)
     return DecodeResult(
         tokens=out[:num_tokens].cpu(),
-        nfe=adapter.num_forwards - forwards_before,
+        nfe=runner.num_forwards - forwards_before,
         accepted=accepted_log,
         drafted=drafted_log,
         acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
         wall_seconds=time.perf_counter() - wall_start - (log.seconds if log is not None else 0.0),
-        model_seconds=adapter.model_seconds - model_seconds_before,
+        model_seconds=runner.model_seconds - model_seconds_before,
         method=method,
         window=max_window,
         top1=top1[:num_tokens].cpu() if record_top1 else None,

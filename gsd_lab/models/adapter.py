@@ -92,6 +92,12 @@ import torch
 from torch import Tensor
 
 
+def _numpy_ok(values: Tensor) -> bool:
+    """Whether the numpy forms may run: a CPU tensor outside ``torch.compile``'s tracing (which
+    cannot trace numpy's selection; the torch forms give the same values bit for bit)."""
+    return values.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def kth_largest(values: Tensor, k: int) -> Tensor:
     """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
 
@@ -100,7 +106,7 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     17 x 8192 float64 rows), elsewhere ``kth_largest_topk`` (a sorted ``torch.topk``, no host
     sync). NaN counts as the largest value in both."""
     n = values.shape[-1]
-    if values.device.type == "cpu":
+    if _numpy_ok(values):
         import numpy as np
 
         selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
@@ -121,7 +127,7 @@ def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
     ``masked_fill_`` when a quarter of the entries is kept at random (top-k 2000 of 8192):
     min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
     (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
-    if values.device.type != "cpu":
+    if not _numpy_ok(values):
         return values.masked_fill_(values < threshold, -torch.inf)
     import numpy as np
 
@@ -163,6 +169,13 @@ def kept_ids(logits: Tensor) -> Tensor | None:
         ids = np.repeat(np.argmin(kept, axis=1)[:, None], width, axis=1)  # first -inf id
         ids[row_of, slot] = flat - row_of * vocab
     return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+def one_hot_rows(tokens: Tensor, vocab: int) -> Tensor:
+    """[R] ids in [0, V) -> [R, V] float64 one-hot rows, by a scatter: no range check that reads
+    the ids back (``F.one_hot`` does one on CPU)."""
+    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
+    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
 
 
 def forced_support(support: Tensor, forced: Tensor, vocab: int) -> Tensor:
@@ -491,10 +504,14 @@ class CausalLMAdapter:
     # ---- processing -------------------------------------------------------------------
 
     def _process(
-        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False
+        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False,
+        sync_free: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
-        ``with_support``, (probs, support [R, K] or None) as in ``forward``."""
+        ``with_support``, (probs, support [R, K] or None) as in ``forward``.
+
+        sync_free: no host read (for a captured or compiled forward, ``gsd_lab.models.static``):
+        forced rows are set without first asking whether any row is forced (the same values)."""
         owned = logits.dtype != torch.float64  # .to() below makes a fresh tensor
         logits = logits.to(torch.float64)
         if self.uses_cfg:
@@ -507,6 +524,9 @@ class CausalLMAdapter:
         support = kept_ids(logits) if with_support and logits.device.type == "cpu" else None
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
+        if forced is not None and sync_free:
+            one_hot = one_hot_rows(forced.clamp(min=0), self.vocab_size)
+            return torch.where((forced >= 0).unsqueeze(-1), one_hot, probs)
         if forced is not None:
             is_forced = forced >= 0
             if bool(is_forced.any()):

@@ -1,0 +1,44 @@
+"""benchmarks/gpu_static_engine.py in its CPU ``--tiny`` mode: every part of the GPU run (forwards
+of three engines, the limit, AR/SJD/GSD decoding with both engines, syncs per step, the compile
+part) on a tiny Chameleon, so the later GPU run does not fail on its code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_static_engine.py"
+
+
+def test_tiny_dry_run_prints_the_record_then_the_compile_part(capsys):
+    spec = importlib.util.spec_from_file_location("gpu_static_engine", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--tiny", "--repeats", "1", "--window", "4", "--compare-tokens", "12",
+                 "--decode-tokens", "30", "--compile"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 2 and not lines[0]["complete"] and lines[1]["complete"]
+    record = lines[1]
+    assert record["errors"] == {} and record["mode"] == "tiny-cpu" and record["widths"] == [1, 5]
+    assert record["git_commit"] and len(record["source_sha256"]) == 64
+    for engine in ("eager", "static-eager", "captured"):
+        for width in ("1", "5"):
+            times = record["forwards"][engine][width]
+            assert times["wall_ms"] > 0 and times["model_ms"] > 0 and times["queued_ms"] > 0
+    assert set(record["compile"]["forwards"]) == {"1", "5"} and record["compile"]["seconds"] > 0
+    assert 0 < record["limit_ms"]["weights"] < record["limit_ms"]["weights_and_kv"]
+    decoding = record["decoding"]
+    assert {run["engine"] for run in decoding.values()} == {"static", "eager"}
+    for name, tokens in (("static_compare", 12), ("eager_compare", 12), ("static_image", 30)):
+        methods = decoding[name]["methods"]
+        assert decoding[name]["tokens"] == tokens and methods["ar"]["nfe"] == tokens
+        for row in methods.values():
+            assert row["wall_seconds"] >= row["model_seconds"] > 0 and row["outside_ms_per_step"] >= 0
+    # The same seeds and tokens: both engines take the same number of forwards.
+    assert ({m: r["nfe"] for m, r in decoding["static_compare"]["methods"].items()}
+            == {m: r["nfe"] for m, r in decoding["eager_compare"]["methods"].items()})
+    assert record["syncs_per_step"]["static"] == 1 and record["syncs_per_step"]["eager"] > 1
+    targets = record["targets"]
+    assert targets["window_forward_ms"] == record["forwards"]["captured"]["5"]["model_ms"]
+    assert targets["gsd_wall_over_nfe"] == decoding["static_image"]["methods"]["gsd"]["wall_over_nfe"]

@@ -5,6 +5,8 @@ width with no recompiles, and reads the host once per step."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -244,3 +246,16 @@ def test_bad_engine_input(model):
     flash.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         StaticEngine(CausalLMAdapter(flash, ALLOWED))
+
+
+def test_cli_engine_static_decodes_the_same_tokens(capsys):
+    from gsd_lab.cli import main
+
+    reports = []
+    for engine in ("eager", "static"):
+        args = ["generate", "--model", "tiny-random", "--method", "gsd", "--group-size", "10", "--class", "1",
+                "--seed", "3", "--json", "--threads", "1", "--engine", engine]
+        assert main(args) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    assert [r["engine"] for r in reports] == ["eager", "static"]
+    assert reports[0]["tokens"] == reports[1]["tokens"] and reports[0]["nfe"] == reports[1]["nfe"]

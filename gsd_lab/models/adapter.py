@@ -521,13 +521,15 @@ class CausalLMAdapter:
             logits = logits[0] if owned else logits[0].clone()
         logits = self.process_logits(logits, generated_positions)
         # From the final logits (after any subclass's hooks): p > 0 only where they are not -inf.
-        support = kept_ids(logits) if with_support and logits.device.type == "cpu" else None
+        support = kept_ids(logits) if with_support and _numpy_ok(logits) else None
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
         if forced is not None and sync_free:
             one_hot = one_hot_rows(forced.clamp(min=0), self.vocab_size)
-            return torch.where((forced >= 0).unsqueeze(-1), one_hot, probs)
-        if forced is not None:
+            probs = torch.where((forced >= 0).unsqueeze(-1), one_hot, probs)
+            if support is not None:
+                support = forced_support(support, forced, self.vocab_size)
+        elif forced is not None:
             is_forced = forced >= 0
             if bool(is_forced.any()):
                 one_hot = torch.nn.functional.one_hot(forced.clamp(min=0), self.vocab_size)

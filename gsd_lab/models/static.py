@@ -35,9 +35,11 @@ rewrites the slots that forward writes) and replayed, its kernels the eager ones
 kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
 "none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
 is the model and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
-tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and, for GSD, the support
-handed to ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid:
-ids with p = 0 may be added, and verify's result does not depend on them). Outside it per
+tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
+GSD's ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid: ids
+with p = 0 may be added, and verify's result does not depend on them; found without a host read,
+unlike the kept ids, whose width varies; static-eager on a CPU hands over the adapter's kept ids,
+narrower and so faster to rank there, which the captured forms cannot trace). Outside it per
 forward: the input ids copied into the width's buffer (2 kernels), ``start`` set (1), the replay
 (1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
 own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
@@ -307,11 +309,12 @@ class StaticEngine:
         timer = self._begin()
         if width is None:
             with torch.no_grad():
-                probs, support = self._step(ids, rows)
+                probs, support = self._step(ids, rows, with_support)
         else:
-            probs, support = self._run(width)
-            probs, support = probs[T - num_rows: T], support[T - num_rows: T]
-        probs = probs.clone()
+            probs, support = self._run(width, with_support)
+            probs = probs[T - num_rows: T]
+            support = support[T - num_rows: T] if with_support else None
+        probs = probs.clone()  # a graph's outputs are overwritten by its next replay
         support = support.clone() if with_support else None
         self._end(timer)
         self.num_forwards += 1
@@ -320,9 +323,12 @@ class StaticEngine:
 
     # ---- the step (captured) -----------------------------------------------------------
 
-    def _step(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    def _step(self, ids: Tensor, num_rows: int, with_support: bool = True
+              ) -> tuple[Tensor, Tensor | None]:
         """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
-        engine's buffers only: (probs [num_rows, V], support [num_rows, A])."""
+        engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
+        ``with_support``). The support: on a CPU outside compilation the adapter's kept ids (as
+        its own forward gives; numpy), else the allowed ids [num_rows, A], forced rows replaced."""
         adapter = self.adapter
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start
@@ -334,15 +340,19 @@ class StaticEngine:
             mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
         logits = adapter.compute_logits(ids, mask, positions, num_rows)
         generated = slots[T - num_rows:] + self._generated_offset
-        probs = adapter._process(logits, generated, sync_free=True)
-        support = adapter.allowed_tokens.expand(num_rows, -1)
-        forced = adapter.forced_tokens(generated)
-        if forced is not None:
-            support = forced_support(support, forced, adapter.vocab_size)
+        if not with_support:
+            return adapter._process(logits, generated, sync_free=True), None
+        probs, support = adapter._process(logits, generated, with_support=True, sync_free=True)
+        if support is None:
+            support = adapter.allowed_tokens.expand(num_rows, -1)
+            forced = adapter.forced_tokens(generated)
+            if forced is not None:
+                support = forced_support(support, forced, adapter.vocab_size)
         return probs, support
 
-    def _run(self, width: int) -> tuple[Tensor, Tensor]:
-        """The width's forward from its input buffer: eager, replayed graph or compiled."""
+    def _run(self, width: int, with_support: bool = True) -> tuple[Tensor, Tensor | None]:
+        """The width's forward from its input buffer: eager, replayed graph or compiled (the
+        captured forms always compute the support)."""
         buffer = self._inputs[width]
         if self.capture == "graph":
             graph, outputs = self._graphs[width]
@@ -350,7 +360,7 @@ class StaticEngine:
             return outputs
         with torch.no_grad():
             if self.capture == "none":
-                return self._step(buffer, width)
+                return self._step(buffer, width, with_support)
             if self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
             return self._compiled(buffer, width)

@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from gsd_core import DynamicClusters  # noqa: E402
+import gsd_lab.models.adapter as adapter_module  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
@@ -88,8 +89,7 @@ def test_static_engine_decodes_the_tokens_of_the_dynamic_cache(model, name, unco
 
 def test_forward_matches_the_adapter_to_rounding(model):
     """Distributions of the same windows, with a rollback and a padded window between them,
-    agree with the dynamic cache's to float64 rounding; the support holds every id with p > 0
-    exactly once (forced rows: the forced id first)."""
+    agree with the dynamic cache's to float64 rounding."""
     adapter = make_adapter(model)
     engine = StaticEngine(adapter)
     engine.reserve(40, window=6)
@@ -108,18 +108,33 @@ def test_forward_matches_the_adapter_to_rounding(model):
     for expected, got in zip(*outputs):
         assert expected.shape == got.shape
         assert torch.allclose(expected, got, rtol=0, atol=1e-14)
-    engine.crop(PROMPT.numel() + 2)
-    probs, support = engine.forward(ids[:5], with_support=True)
-    assert support.shape == (5, len(ALLOWED))
-    forced_rows = 0
-    for row, ids_row, g in zip(probs, support, range(3, 8)):  # row j predicts generated 3 + j
-        positive = torch.nonzero(row > 0).flatten()
-        listed = ids_row[row[ids_row] > 0]
-        assert sorted(listed.tolist()) == positive.tolist()
-        if (g + 1) % ROW == 0:
-            assert ids_row[0] == ROW_END and row[ROW_END] == 1
-            forced_rows += 1
-    assert forced_rows == 1
+
+
+def test_support_holds_every_positive_id_once(model, monkeypatch):
+    """Static-eager on a CPU hands verify the adapter's kept ids; the captured forms (here: the
+    torch forms forced, as under compilation) the allowed ids; both list every id with p > 0
+    exactly once, forced rows the forced id first, and the distributions are the same."""
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter)
+    engine.reserve(20, window=6)
+    results = []
+    for numpy_forms in (True, False):
+        monkeypatch.setattr(adapter_module, "_numpy_ok", lambda values, ok=numpy_forms: ok)
+        engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
+        engine.forward(torch.cat([PROMPT, torch.tensor([7, 9])]))
+        results.append(engine.forward(torch.tensor([9, 11, 13, 15, 17]), with_support=True))
+    (kept_probs, kept), (probs, allowed) = results
+    assert torch.equal(kept_probs, probs)
+    assert kept.shape[1] < len(ALLOWED) and allowed.shape == (5, len(ALLOWED))
+    for support in (kept, allowed):
+        forced_rows = 0
+        for row, ids_row, g in zip(probs, support, range(3, 8)):  # row j predicts generated 3 + j
+            listed = ids_row[row[ids_row] > 0]
+            assert sorted(listed.tolist()) == torch.nonzero(row > 0).flatten().tolist()
+            if (g + 1) % ROW == 0:
+                assert ids_row[0] == ROW_END and row[ROW_END] == 1
+                forced_rows += 1
+        assert forced_rows == 1
 
 
 class GarbageEngine(StaticEngine):

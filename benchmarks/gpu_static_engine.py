@@ -19,9 +19,9 @@ Builds the full-size Chameleon 7B with random bf16 weights as ``gpu_lumina_shape
   own model timer: the adapter's synchronised one, or CUDA events), and ``queued_ms``: the mean of
   ``--repeats`` forwards issued back to back with one sync at the end (graphs: no host gap);
 - ``decoding``: ``generate`` for AR, SJD and GSD (``DynamicClusters(14)`` with d = 0.5, δ = 0.15
-  on the input embeddings, as gpu_lumina_shapes.py), with the static engine over
-  ``--decode-tokens`` (default one whole 768 px image, 2352 tokens) and with both engines over
-  ``--compare-tokens`` (256): nfe, wall and model seconds per image, ``outside_ms_per_step``
+  on the input embeddings, as gpu_lumina_shapes.py), with both engines over ``--compare-tokens``
+  (256) and with the static engine over ``--decode-tokens`` (default one whole 768 px image,
+  2352 tokens; fewer if the compare run's pace would overrun ``--budget-s``): nfe, wall and model seconds per image, ``outside_ms_per_step``
   = (wall - model) / nfe, the NFE and wall-clock speed-ups over AR and their ratio
   (``wall_over_nfe``: 1 when a forward costs the same in every method); plus host syncs per
   step of a short static GSD call (``gsd_lab.profiling``);
@@ -229,6 +229,18 @@ def compiled_forwards(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, image: t
             "forwards": time_forwards(compiled, window_tokens, kept, widths, repeats, device)}
 
 
+def image_tokens_within_budget(compare: dict[str, Any] | None, tokens: int, floor: int,
+                               seconds_left: float) -> int:
+    """``tokens``, or fewer (not below ``floor``) when the three methods at the static compare
+    run's wall time per forward (+10%, one forward per token at worst) would not end 90 s before
+    the budget does: the record says so (``decoding.static_image.tokens``)."""
+    if not compare:
+        return min(tokens, floor)
+    ms = max(row["wall_ms_per_forward"] for row in compare["methods"].values())
+    affordable = int((seconds_left - 90) / (3 * 1.1 * ms / 1e3))
+    return max(floor, min(tokens, affordable))
+
+
 def _part(errors: dict[str, str], name: str, fn: Any) -> Any:
     """``fn()``, or None with the error recorded under ``name`` (one failing part, e.g. a capture
     that does not work on this device, leaves the others measured)."""
@@ -292,13 +304,15 @@ def run(args: argparse.Namespace) -> None:
     decode_tokens = args.decode_tokens or layout.num_image_tokens
     compare_tokens = args.compare_tokens or (24 if tiny else 256)
     decoding = {}  # the static cache only grows: the short runs first, each sized for its length
-    for name, tokens, engine in (("static_compare", compare_tokens, "static"),
-                                 ("eager_compare", compare_tokens, "eager"),
-                                 ("static_image", decode_tokens, "static")):
-        decoding[name] = _part(errors, f"decoding {name}", lambda tokens=tokens, engine=engine: decode_methods(
-            adapter, short, rule, window, tokens, engine, args.seed, device))
+    for name, engine in (("static_compare", "static"), ("eager_compare", "eager")):
+        decoding[name] = _part(errors, f"decoding {name}", lambda engine=engine: decode_methods(
+            adapter, short, rule, window, compare_tokens, engine, args.seed, device))
     syncs = {engine: _part(errors, f"syncs {engine}", lambda engine=engine: syncs_per_step(
         adapter, short, rule, window, engine, device)) for engine in ("static", "eager")}
+    decode_tokens = image_tokens_within_budget(decoding["static_compare"], decode_tokens, compare_tokens,
+                                               args.budget_s - (time.perf_counter() - total_start))
+    decoding["static_image"] = _part(errors, "decoding static_image", lambda: decode_methods(
+        adapter, short, rule, window, decode_tokens, "static", args.seed, device))
     window_ms = (forwards["captured"] or {}).get(str(window + 1), {}).get("model_ms")
     gsd_ratio = (decoding["static_image"] or {}).get("methods", {}).get("gsd", {}).get("wall_over_nfe")
 
@@ -374,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also time capture='compile' (inductor, reduce-overhead), last")
     parser.add_argument("--budget-s", type=float, default=480.0,
-                        help="skip the compile part when less than 240 s of this remain")
+                        help="seconds for the run: the image decode shortens to end 90 s before it, "
+                             "the compile part is skipped when less than 240 s remain")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.window < 1 or args.repeats < 1:

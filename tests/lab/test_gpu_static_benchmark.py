@@ -42,3 +42,14 @@ def test_tiny_dry_run_prints_the_record_then_the_compile_part(capsys):
     targets = record["targets"]
     assert targets["window_forward_ms"] == record["forwards"]["captured"]["5"]["model_ms"]
     assert targets["gsd_wall_over_nfe"] == decoding["static_image"]["methods"]["gsd"]["wall_over_nfe"]
+
+
+def test_the_image_decode_shortens_to_fit_the_budget():
+    spec = importlib.util.spec_from_file_location("gpu_static_engine", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pace = {"methods": {"ar": {"wall_ms_per_forward": 8.0}, "gsd": {"wall_ms_per_forward": 10.0}}}
+    fit = module.image_tokens_within_budget
+    assert fit(pace, 2352, 256, 300.0) == 2352  # 3 x 2352 x 11 ms = 78 s < 300 - 90
+    assert fit(pace, 2352, 256, 150.0) == int(60 / (3 * 1.1 * 0.010))  # the slowest method's pace
+    assert fit(pace, 2352, 256, 80.0) == 256 and fit(None, 2352, 256, 300.0) == 256

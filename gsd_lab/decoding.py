@@ -34,6 +34,11 @@ GSD's ``DynamicClusters`` without the adapter's support of p (the adapter comput
 CPU only, for rank_by="p") syncs once to read the widest support it ranks (gsd_core's
 ``_SupportRanking``; ``validate=False`` gives it no sizes to reuse); LANTERN reads the
 widest support of q; a ``FixedPartition`` reads its largest cluster. SJD adds none.
+
+``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
+on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
+and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
 """
 
 from __future__ import annotations

@@ -53,3 +53,27 @@ def test_the_image_decode_shortens_to_fit_the_budget():
     assert fit(pace, 2352, 256, 300.0) == 2352  # 3 x 2352 x 11 ms = 78 s < 300 - 90
     assert fit(pace, 2352, 256, 150.0) == int(60 / (3 * 1.1 * 0.010))  # the slowest method's pace
     assert fit(pace, 2352, 256, 80.0) == 256 and fit(None, 2352, 256, 300.0) == 256
+
+
+def test_forward_bytes_and_the_documented_7b_figures():
+    """The weight-read limit's bytes: every weight but the input embeddings, plus the CFG pair's
+    keys and values; for the 7B (bf16, 2432 slots) the figures docs/lumina-mgpt.md section 5b
+    states."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = importlib.util.spec_from_file_location("gpu_static_engine", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    counts = module.forward_bytes(model, kv_slots=10, batch=2)
+    parameters = sum(p.numel() for p in model.parameters())
+    assert counts["weights"] == 2 * (parameters - 40 * 16)
+    assert counts["weights_and_kv"] - counts["weights"] == 2 * 3 * 2 * (2 * 4) * 10 * 2
+    seven_b = module.shapes.model_config(tiny=False)
+    weights = 2 * (module.estimated_parameters(seven_b, expanded_qk_norms=True) - 65536 * 4096)
+    cache = 2 * 32 * 2 * 4096 * 2432 * 2  # keys and values, layers, CFG rows, heads x head_dim, slots, bf16
+    docs = (BENCHMARK.parents[1] / "docs" / "lumina-mgpt.md").read_text()
+    assert f"{weights / 1e9:.1f} GB of weights" in docs and f"= {cache / 1e9:.2f} GB at C = 2432" in docs

@@ -153,6 +153,7 @@ class StaticEngine:
         self._slots = 0
         self._started = False
         self._graphs: dict[int, Any] = {}
+        self._settings: tuple[Any, ...] | None = None
         self.capture_seconds = 0.0  # recording graphs / compiling, outside model_seconds
 
     # ---- sizes and buffers -------------------------------------------------------------
@@ -203,9 +204,11 @@ class StaticEngine:
     # ---- the adapter contract ----------------------------------------------------------
 
     def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
-        """The adapter's ``start`` (prompt checks, CFG rows), then this engine's cache set for it:
-        (re)allocated when the prompt's width + the reserved tokens exceed its slots, or the
-        batch or dtype changed; the per-prompt buffers written in place."""
+        """The adapter's ``start`` (prompt checks, CFG rows; it also ends the adapter's own
+        sequence), then this engine's cache set for it: (re)allocated when the prompt's width +
+        the reserved tokens exceed its slots, or the batch or dtype changed; the per-prompt
+        buffers written in place; graphs recorded under other processing settings (CFG scale,
+        top-k, temperature, allowed tokens) dropped."""
         if self._reserved < 1:
             raise ValueError("call reserve(new_tokens, window) before start()")
         adapter = self.adapter
@@ -218,6 +221,9 @@ class StaticEngine:
                 or dtype != self._layout[2]):
             step = self._capacity_step
             self._allocate(-(-needed // step) * step, batch, dtype)
+        settings = (adapter.cfg_scale, adapter.top_k, adapter.temperature, id(adapter.allowed_tokens))
+        if settings != self._settings:  # a recorded graph holds them as constants
+            self._graphs, self._settings = {}, settings
         real = adapter._prompt_mask.to(torch.bool)
         self._pad.copy_((~real).sum(1, keepdim=True))
         self._key_ok.fill_(True)

@@ -230,6 +230,21 @@ def test_eager_attention_gets_an_additive_mask(model):
         assert torch.allclose(expected, got, rtol=0, atol=1e-6)
 
 
+def test_graphs_are_dropped_when_the_processing_settings_change(model):
+    """A recorded graph holds the CFG scale, top-k and temperature as constants: ``start`` drops
+    the graphs when they change (and keeps them otherwise)."""
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter)
+    engine.reserve(8, window=2)
+    engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
+    engine._graphs[3] = "recorded"
+    engine.start(PROMPT, UNCONDITIONAL["cond-padded"])
+    assert engine._graphs == {3: "recorded"}
+    adapter.cfg_scale = 2.5
+    engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
+    assert engine._graphs == {}
+
+
 def test_bad_engine_input(model):
     adapter = make_adapter(model)
     with pytest.raises(ValueError, match="unknown engine"):

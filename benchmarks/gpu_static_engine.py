@@ -50,9 +50,7 @@ backend).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import socket
 import statistics
 import sys
 import time
@@ -60,7 +58,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_lumina_shapes as shapes  # noqa: E402  (the 7B build, prompts, provenance)
@@ -317,14 +314,7 @@ def run(args: argparse.Namespace) -> None:
     gsd_ratio = (decoding["static_image"] or {}).get("methods", {}).get("gsd", {}).get("wall_over_nfe")
 
     record: dict[str, Any] = {
-        "benchmark": "gpu_static_engine",
-        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "mode": "tiny-cpu" if tiny else "7b-gpu",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "git_commit": shapes.git_commit(),
-        "source_sha256": shapes.source_digest(),
+        **shapes.run_header("gpu_static_engine", tiny, device),
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "context_tokens": context,

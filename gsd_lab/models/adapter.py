@@ -435,20 +435,11 @@ class CausalLMAdapter:
         or a row keeps all V ids)."""
         if self._prompt is None:
             raise ValueError("call start(prompt_ids) before forward()")
-        input_ids = torch.as_tensor(input_ids, device=self.device)
-        if input_ids.ndim != 1 or input_ids.numel() == 0:
-            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        input_ids, num_rows = self._checked_input(input_ids, num_rows)
         T = input_ids.numel()
-        num_rows = T if num_rows is None else num_rows
-        if not 1 <= num_rows <= T:
-            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
         batch_size = self._batch_prompt.shape[0]
         if self._seq_len == 0:
-            P = self.prompt_len
-            if T < P or not torch.equal(input_ids[:P], self._prompt):
-                raise ValueError("the first forward() after start() must begin with the prompt")
-            tail = input_ids[P:].unsqueeze(0).expand(batch_size, -1)
-            batch_ids = torch.cat([self._batch_prompt, tail], 1)
+            batch_ids = self._prefill_batch(input_ids)
         else:
             batch_ids = input_ids.unsqueeze(0).expand(batch_size, -1)
         cache_before = self._cache_length()
@@ -456,7 +447,7 @@ class CausalLMAdapter:
         if self._padded:
             # Position ids count the real tokens of each row; padding is masked out.
             new_mask = torch.ones_like(batch_ids) if self._seq_len else torch.cat(
-                [self._prompt_mask, torch.ones_like(tail)], 1)
+                [self._prompt_mask, torch.ones_like(batch_ids[:, self._prompt_mask.shape[1]:])], 1)
             mask = torch.cat([self._mask, new_mask], 1)
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
         else:
@@ -487,6 +478,26 @@ class CausalLMAdapter:
         offset = first_row + 1 - self.prompt_len
         generated = torch.arange(offset, offset + num_rows, device=self.device)
         return self._process(logits, generated, with_support=with_support)
+
+    def _checked_input(self, input_ids: Any, num_rows: int | None) -> tuple[Tensor, int]:
+        """``forward``'s arguments checked: (input_ids [T] on the device, num_rows in [1, T])."""
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        if input_ids.ndim != 1 or input_ids.numel() == 0:
+            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        T = input_ids.numel()
+        num_rows = T if num_rows is None else num_rows
+        if not 1 <= num_rows <= T:
+            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
+        return input_ids, num_rows
+
+    def _prefill_batch(self, input_ids: Tensor) -> Tensor:
+        """The first forward's batch ids [B, W]: each row's (padded) prompt, then the tokens of
+        ``input_ids`` [T] after the prompt, which it must begin with."""
+        P = self.prompt_len
+        if input_ids.numel() < P or not torch.equal(input_ids[:P], self._prompt):
+            raise ValueError("the first forward() after start() must begin with the prompt")
+        tail = input_ids[P:].unsqueeze(0).expand(self._batch_prompt.shape[0], -1)
+        return torch.cat([self._batch_prompt, tail], 1)
 
     def compute_logits(
         self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int

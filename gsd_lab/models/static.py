@@ -276,20 +276,11 @@ class StaticEngine:
         if not self._started:
             raise ValueError("call start(prompt_ids) before forward()")
         adapter = self.adapter
-        input_ids = torch.as_tensor(input_ids, device=self.device)
-        if input_ids.ndim != 1 or input_ids.numel() == 0:
-            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        input_ids, num_rows = adapter._checked_input(input_ids, num_rows)
         T = input_ids.numel()
-        num_rows = T if num_rows is None else num_rows
-        if not 1 <= num_rows <= T:
-            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
         batch = self._layout[1]
         if self._slots == 0:
-            P = adapter.prompt_len
-            if T < P or not torch.equal(input_ids[:P], adapter.prompt):
-                raise ValueError("the first forward() after start() must begin with the prompt")
-            tail = input_ids[P:].unsqueeze(0).expand(batch, -1)
-            ids, width, rows = torch.cat([adapter._batch_prompt, tail], 1), None, num_rows
+            ids, width, rows = adapter._prefill_batch(input_ids), None, num_rows
             real = ids.shape[1]
         else:
             real = T

@@ -15,13 +15,15 @@ Builds the full-size Chameleon 7B with random bf16 weights as ``gpu_lumina_shape
   1 token and of window + 1 tokens (the loop's shapes; --window 15 gives the release's
   16-token input), sizes interleaved, the cache rolled back after each: per engine ("eager":
   the adapter's dynamic cache; "static-eager": the static engine without capture; "captured":
-  with CUDA graphs), median ``wall_ms`` (the call, synchronised) and ``model_ms`` (the engine's
+  with CUDA graphs of model and processing; "captured-model": of the model only), median ``wall_ms`` (the call, synchronised) and ``model_ms`` (the engine's
   own model timer: the adapter's synchronised one, or CUDA events), and ``queued_ms``: the mean of
   ``--repeats`` forwards issued back to back with one sync at the end (graphs: no host gap);
 - ``decoding``: ``generate`` for AR, SJD and GSD (``DynamicClusters(14)`` with d = 0.5, δ = 0.15
-  on the input embeddings, as gpu_lumina_shapes.py), with both engines over ``--compare-tokens``
-  (256) and with the static engine over ``--decode-tokens`` (default one whole 768 px image,
-  2352 tokens; fewer if the compare run's pace would overrun ``--budget-s``): nfe, wall and model seconds per image, ``outside_ms_per_step``
+  on the input embeddings, as gpu_lumina_shapes.py), with the static engine of the fullest
+  capture that recorded (``decoding_engine``) and with the eager adapter over
+  ``--compare-tokens`` (256), and with that static engine over ``--decode-tokens`` (default one
+  whole 768 px image, 2352 tokens; fewer if the compare run's pace would overrun
+  ``--budget-s``): nfe, wall and model seconds per image, ``outside_ms_per_step``
   = (wall - model) / nfe, the NFE and wall-clock speed-ups over AR and their ratio
   (``wall_over_nfe``: 1 when a forward costs the same in every method); plus host syncs per
   step of a short static GSD call (``gsd_lab.profiling``);
@@ -70,7 +72,7 @@ from gsd_lab.models.lumina_mgpt import (  # noqa: E402
     build_lumina_model,
     estimated_parameters,
 )
-from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
+from gsd_lab.models.static import StaticEngine  # noqa: E402
 from gsd_lab.profiling import ops_and_syncs  # noqa: E402
 
 COMPILE_RESERVE_S = 240.0
@@ -156,16 +158,16 @@ def prefilled(runner: Any, prompt: torch.Tensor, image: torch.Tensor, context: i
 
 
 def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, window: int,
-                   num_tokens: int, engine: str, seed: int, device: torch.device) -> dict[str, Any]:
-    """AR, SJD, GSD through ``generate`` with ``engine``: a short warm-up each (graphs recorded,
-    first-use costs), then one timed call each; per method nfe, seconds, time outside the model
-    per step, speed-ups over AR."""
+                   num_tokens: int, engine: str | StaticEngine, seed: int, device: torch.device
+                   ) -> dict[str, Any]:
+    """AR, SJD, GSD through ``generate`` with ``engine`` ("eager" or a ``StaticEngine``): a short
+    warm-up each (graphs recorded, first-use costs), then one timed call each; per method nfe,
+    seconds, time outside the model per step, speed-ups over AR."""
     methods = {"ar": dict(method="ar"), "sjd": dict(method="sjd", window=window),
                "gsd": dict(method="gsd", window=window, clusters=rule)}
-    if engine == "static":  # the cache sized for the timed calls now: no reallocation in them
-        runner = static_engine(adapter)
-        runner.reserve(num_tokens + window + 1, window)
-        runner.start(prompt)
+    if isinstance(engine, StaticEngine):  # the cache sized for the timed calls: none allocated in them
+        engine.reserve(num_tokens + window + 1, window)
+        engine.start(prompt)
     warm = min(num_tokens, 2 * window + 8)
     for kwargs in methods.values():
         generate(adapter, prompt, num_tokens=warm, engine=engine,
@@ -187,11 +189,11 @@ def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, 
         row["nfe_speedup"] = round(rows["ar"]["nfe"] / row["nfe"], 4)
         row["wall_speedup"] = round(rows["ar"]["wall_seconds"] / row["wall_seconds"], 4)
         row["wall_over_nfe"] = round(row["wall_speedup"] / row["nfe_speedup"], 4)
-    return {"engine": engine, "tokens": num_tokens, "methods": rows}
+    return {"engine": "eager" if engine == "eager" else "static", "tokens": num_tokens, "methods": rows}
 
 
 def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, window: int,
-                   engine: str, device: torch.device) -> float:
+                   engine: str | StaticEngine, device: torch.device) -> float:
     """Host syncs per forward of GSD through ``generate``: the difference between two calls'
     syncs over their difference in forwards (the per-call constant cancels)."""
     counts = []
@@ -280,15 +282,22 @@ def run(args: argparse.Namespace) -> None:
 
     bandwidth = read_bandwidth(device, tiny)
     capture = "graph" if device.type == "cuda" else "none"
-    static = StaticEngine(adapter, capture=capture)
-    static.reserve(image_count + 1, window)
-    uncapped = StaticEngine(adapter, capture="none")
-    uncapped.reserve(image_count + 1, window)
+    engines = {"eager": adapter,
+               "static-eager": StaticEngine(adapter, capture="none"),
+               "captured": StaticEngine(adapter, capture=capture),
+               "captured-model": StaticEngine(adapter, capture=capture, capture_processing=False)}
     errors: dict[str, str] = {}
     forwards = {}
-    for name, runner in (("eager", adapter), ("static-eager", uncapped), ("captured", static)):
+    for name, runner in engines.items():
+        if runner is not adapter:
+            runner.reserve(image_count + 1, window)
         forwards[name] = _part(errors, f"forwards {name}", lambda runner=runner: time_forwards(
             runner, window_tokens, prefilled(runner, prompt, image, context), widths, args.repeats, device))
+    # Decoding on the fullest capture that worked (a device refusing to record the processing
+    # still measures the model's graph).
+    chosen = next((name for name in ("captured", "captured-model") if forwards[name]), "static-eager")
+    decoder = StaticEngine(adapter, capture=capture if chosen != "static-eager" else "none",
+                           capture_processing=chosen != "captured-model")
     batch = 2  # the CFG pair
     limits = {}
     for kind, count in forward_bytes(model, context, batch).items():
@@ -301,16 +310,16 @@ def run(args: argparse.Namespace) -> None:
     decode_tokens = args.decode_tokens or layout.num_image_tokens
     compare_tokens = args.compare_tokens or (24 if tiny else 256)
     decoding = {}  # the static cache only grows: the short runs first, each sized for its length
-    for name, engine in (("static_compare", "static"), ("eager_compare", "eager")):
+    for name, engine in (("static_compare", decoder), ("eager_compare", "eager")):
         decoding[name] = _part(errors, f"decoding {name}", lambda engine=engine: decode_methods(
             adapter, short, rule, window, compare_tokens, engine, args.seed, device))
-    syncs = {engine: _part(errors, f"syncs {engine}", lambda engine=engine: syncs_per_step(
-        adapter, short, rule, window, engine, device)) for engine in ("static", "eager")}
+    syncs = {name: _part(errors, f"syncs {name}", lambda engine=engine: syncs_per_step(
+        adapter, short, rule, window, engine, device)) for name, engine in (("static", decoder), ("eager", "eager"))}
     decode_tokens = image_tokens_within_budget(decoding["static_compare"], decode_tokens, compare_tokens,
                                                args.budget_s - (time.perf_counter() - total_start))
     decoding["static_image"] = _part(errors, "decoding static_image", lambda: decode_methods(
-        adapter, short, rule, window, decode_tokens, "static", args.seed, device))
-    window_ms = (forwards["captured"] or {}).get(str(window + 1), {}).get("model_ms")
+        adapter, short, rule, window, decode_tokens, decoder, args.seed, device))
+    window_ms = (forwards[chosen] or {}).get(str(window + 1), {}).get("model_ms")
     gsd_ratio = (decoding["static_image"] or {}).get("methods", {}).get("gsd", {}).get("wall_over_nfe")
 
     record: dict[str, Any] = {
@@ -323,9 +332,11 @@ def run(args: argparse.Namespace) -> None:
         "widths": list(widths),
         "repeats": args.repeats,
         "build_seconds": round(build_seconds, 3),
-        "static_capacity": static.capacity,
+        "static_capacity": engines["captured"].capacity,
         "capture": capture,
-        "capture_seconds": round(static.capture_seconds, 3),
+        "capture_seconds": {name: round(engines[name].capture_seconds, 3)
+                            for name in ("captured", "captured-model")},
+        "decoding_engine": chosen,
         "bandwidth_gbs": round(bandwidth / 1e9, 1),
         "limit_ms": limits,
         "forwards": forwards,

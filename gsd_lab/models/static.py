@@ -104,11 +104,14 @@ class StaticEngine:
     compile_options: keyword arguments for ``torch.compile`` with capture "compile" (default
     ``fullgraph=True, dynamic=False``, plus ``mode="reduce-overhead"`` on CUDA).
     capacity_step: cache slots are allocated in multiples of it (prompts of nearby lengths
-    reuse the cache and the captured graphs).
+    reuse the cache and the captured graphs). capture_processing: False captures the model
+    only, the logits processing then running eagerly after each replay (no host sync either; a
+    fallback should a device refuse to record the processing, and a measure of what it costs).
     """
 
     def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
-                 compile_options: dict[str, Any] | None = None, capacity_step: int = 128) -> None:
+                 compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
+                 capture_processing: bool = True) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
         if capture not in CAPTURES:
@@ -136,6 +139,7 @@ class StaticEngine:
         self.adapter = adapter
         self.device = device
         self.capture = capture
+        self.capture_processing = bool(capture_processing)
         self._compile_options = dict(fullgraph=True, dynamic=False)
         if device.type == "cuda":
             self._compile_options["mode"] = "reduce-overhead"
@@ -324,8 +328,11 @@ class StaticEngine:
               ) -> tuple[Tensor, Tensor | None]:
         """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
         engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
-        ``with_support``). The support: on a CPU outside compilation the adapter's kept ids (as
-        its own forward gives; numpy), else the allowed ids [num_rows, A], forced rows replaced."""
+        ``with_support``)."""
+        return self._processed(*self._model(ids, num_rows), with_support)
+
+    def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+        """The model part of ``_step``: (logits [B, num_rows, V], generated positions [num_rows])."""
         adapter = self.adapter
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start
@@ -336,34 +343,48 @@ class StaticEngine:
             dtype = self._layout[2]
             mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
         logits = adapter.compute_logits(ids, mask, positions, num_rows)
-        generated = slots[T - num_rows:] + self._generated_offset
+        return logits, slots[T - num_rows:] + self._generated_offset
+
+    def _processed(self, logits: Tensor, generated: Tensor, with_support: bool
+                   ) -> tuple[Tensor, Tensor | None]:
+        """The processing part of ``_step``. The support: on a CPU outside compilation the
+        adapter's kept ids (as its own forward gives; numpy), else the allowed ids [R, A], forced
+        rows replaced."""
+        adapter = self.adapter
         if not with_support:
             return adapter._process(logits, generated, sync_free=True), None
         probs, support = adapter._process(logits, generated, with_support=True, sync_free=True)
         if support is None:
-            support = adapter.allowed_tokens.expand(num_rows, -1)
+            support = adapter.allowed_tokens.expand(generated.shape[0], -1)
             forced = adapter.forced_tokens(generated)
             if forced is not None:
                 support = forced_support(support, forced, adapter.vocab_size)
         return probs, support
 
+    def _captured(self, ids: Tensor, width: int) -> tuple[Tensor, Tensor]:
+        """What a graph records or compile compiles: the whole step (support included), or with
+        ``capture_processing=False`` the model part only."""
+        if self.capture_processing:
+            return self._step(ids, width)
+        return self._model(ids, width)
+
     def _run(self, width: int, with_support: bool = True) -> tuple[Tensor, Tensor | None]:
-        """The width's forward from its input buffer: eager, replayed graph or compiled (the
-        captured forms always compute the support)."""
+        """The width's forward from its input buffer: eager, replayed graph or compiled."""
         buffer = self._inputs[width]
-        if self.capture == "graph":
-            graph, outputs = self._graphs[width]
-            graph.replay()
-            return outputs
         with torch.no_grad():
             if self.capture == "none":
                 return self._step(buffer, width, with_support)
-            if self.device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            return self._compiled(buffer, width)
+            if self.capture == "graph":
+                graph, outputs = self._graphs[width]
+                graph.replay()
+            else:
+                if self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                outputs = self._compiled(buffer, width)
+            return outputs if self.capture_processing else self._processed(*outputs, with_support)
 
     def _prepare(self, width: int) -> None:
-        """Before the first forward at a width (untimed, in ``capture_seconds``). "graph": two
+        """Before the first forward at a width (untimed, in ``capture_seconds``). "graph": three
         warm-up runs on a side stream (lazy library set-up), then the capture, which records and
         runs nothing; "compile": two calls (compilation; on CUDA the graph trees record on the
         second). Both write only the slots this forward writes, with the same values."""
@@ -371,21 +392,21 @@ class StaticEngine:
         buffer = self._inputs[width]
         if self.capture == "compile":
             if self._compiled is None:
-                self._compiled = torch.compile(self._step, **self._compile_options)
+                self._compiled = torch.compile(self._captured, **self._compile_options)
+            self._graphs[width] = None
             for _ in range(2):
                 self._run(width)
-            self._graphs[width] = None
         else:
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
             side.wait_stream(current)
             with torch.cuda.stream(side), torch.no_grad():
-                for _ in range(2):
-                    self._step(buffer, width)
+                for _ in range(3):
+                    self._captured(buffer, width)
             current.wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), torch.no_grad():
-                outputs = self._step(buffer, width)
+                outputs = self._captured(buffer, width)
             self._graphs[width] = (graph, outputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

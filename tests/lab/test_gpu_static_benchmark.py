@@ -22,7 +22,8 @@ def test_tiny_dry_run_prints_the_record_then_the_compile_part(capsys):
     record = lines[1]
     assert record["errors"] == {} and record["mode"] == "tiny-cpu" and record["widths"] == [1, 5]
     assert record["git_commit"] and len(record["source_sha256"]) == 64
-    for engine in ("eager", "static-eager", "captured"):
+    assert record["decoding_engine"] == "captured"
+    for engine in ("eager", "static-eager", "captured", "captured-model"):
         for width in ("1", "5"):
             times = record["forwards"][engine][width]
             assert times["wall_ms"] > 0 and times["model_ms"] > 0 and times["queued_ms"] > 0
@@ -77,3 +78,17 @@ def test_forward_bytes_and_the_documented_7b_figures():
     cache = 2 * 32 * 2 * 4096 * 2432 * 2  # keys and values, layers, CFG rows, heads x head_dim, slots, bf16
     docs = (BENCHMARK.parents[1] / "docs" / "lumina-mgpt.md").read_text()
     assert f"{weights / 1e9:.1f} GB of weights" in docs and f"= {cache / 1e9:.2f} GB at C = 2432" in docs
+
+
+def test_a_failing_part_is_recorded_and_the_run_goes_on():
+    spec = importlib.util.spec_from_file_location("gpu_static_engine", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    errors: dict[str, str] = {}
+
+    def refuses():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    assert module._part(errors, "forwards captured", refuses) is None
+    assert module._part(errors, "limit", lambda: 3) == 3
+    assert errors == {"forwards captured": "RuntimeError: operation not permitted when stream is capturing"}

@@ -187,6 +187,13 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
         assert_same_run(static, decode(adapter, METHODS[name], uncond_ids, engine=engine, seed=seed))
     assert counter.frame_count == 2
     assert engine.capture_seconds > 0
+    # The model alone compiled, the processing eager after it (capture_processing=False).
+    model_only = CompileCounter()
+    engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=model_only),
+                          capture_processing=False)
+    static = decode(adapter, METHODS["gsd"], uncond, engine="static", num_tokens=20)
+    assert_same_run(static, decode(adapter, METHODS["gsd"], uncond, engine=engine, num_tokens=20))
+    assert model_only.frame_count == 2 and model_only.op_count < counter.op_count
 
 
 def test_one_host_read_per_step(model):

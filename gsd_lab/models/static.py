@@ -34,13 +34,14 @@ rewrites the slots that forward writes) and replayed, its kernels the eager ones
 ``torch.compile(fullgraph=True, dynamic=False)`` per width, ``mode="reduce-overhead"`` (inductor
 kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
 "none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
-is the model and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
+is the model (alone with ``capture_processing=False``, the processing then eager after the
+replay) and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
 tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
 GSD's ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid: ids
 with p = 0 may be added, and verify's result does not depend on them; found without a host read,
 unlike the kept ids, whose width varies; static-eager on a CPU hands over the adapter's kept ids,
 narrower and so faster to rank there, which the captured forms cannot trace). Outside it per
-forward: the input ids copied into the width's buffer (2 kernels), ``start`` set (1), the replay
+forward: the input ids copied into the width's buffer (1-2 kernels), ``start`` set (1), the replay
 (1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
 own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
 and the loop's one status read per step is the only sync (model time on CUDA comes from events,

@@ -227,13 +227,14 @@ def generate(
     # The adapter's kept ids spare verify the count and the selection over all V.
     wants_support = uses_support(clusters)
 
-    runner = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
+    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
+    adapter = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
 
     wall_start = time.perf_counter()
-    model_seconds_before = runner.model_seconds
-    forwards_before = runner.num_forwards
-    runner.start(prompt_ids, uncond_prompt_ids)
-    prompt = runner.prompt
+    model_seconds_before = adapter.model_seconds
+    forwards_before = adapter.num_forwards
+    adapter.start(prompt_ids, uncond_prompt_ids)
+    prompt = adapter.prompt
     prompt_len = prompt.numel()
 
     out = torch.empty(num_tokens + max_window + 1, dtype=torch.long, device=device)
@@ -273,9 +274,9 @@ def generate(
         head = prompt if done == 0 else out[done - 1: done]
         window_ids = torch.cat([head, drafts])
         if wants_support and L > 0:
-            p, support = runner.forward(window_ids, num_rows=L + 1, with_support=True)
+            p, support = adapter.forward(window_ids, num_rows=L + 1, with_support=True)
         else:
-            p, support = runner.forward(window_ids, num_rows=L + 1), None
+            p, support = adapter.forward(window_ids, num_rows=L + 1), None
 
         # This step's status read: the accepted count (the cache is cropped to it) and the sum
         # of p, whose finiteness tells whether the model produced NaN or inf at this step.
@@ -314,7 +315,7 @@ def generate(
         drafted_log.append(L)
         done += accepted + 1
         # The cache keeps the prompt and all committed tokens but the last.
-        runner.crop(prompt_len + done - 1)
+        adapter.crop(prompt_len + done - 1)
         if accepted < L:
             # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
             q = p[accepted + 1:]
@@ -332,12 +333,12 @@ def generate(
     drafted_total = sum(drafted_log)
     return DecodeResult(
         tokens=out[:num_tokens].cpu(),
-        nfe=runner.num_forwards - forwards_before,
+        nfe=adapter.num_forwards - forwards_before,
         accepted=accepted_log,
         drafted=drafted_log,
         acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
         wall_seconds=time.perf_counter() - wall_start - (log.seconds if log is not None else 0.0),
-        model_seconds=runner.model_seconds - model_seconds_before,
+        model_seconds=adapter.model_seconds - model_seconds_before,
         method=method,
         window=max_window,
         top1=top1[:num_tokens].cpu() if record_top1 else None,

@@ -3,9 +3,9 @@ by cache position, two window shapes, and the window forward (model + logits pro
 captured as a CUDA graph or compiled. For a GPU, where an eager 7B forward is bound by its ~700
 kernel launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
 
-``StaticEngine(adapter)`` offers the part of the ``CausalLMAdapter`` contract the decoding loop
-uses (``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``) with the
-same results: ``forward`` returns the distributions of ``adapter.forward`` (the same processing,
+``StaticEngine(adapter)`` offers the ``CausalLMAdapter`` contract the decoding loop uses: its own
+``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``, and the
+adapter's for everything else (``random_tokens``, ``row_length``, ...), with the same results: ``forward`` returns the distributions of ``adapter.forward`` (the same processing,
 ``adapter._process``), ``crop`` rolls back.
 
 Cache. One ``transformers`` ``StaticLayer`` per decoder layer, [B, H, C, D] keys and values
@@ -160,6 +160,13 @@ class StaticEngine:
         self._graphs: dict[int, Any] = {}
         self._settings: tuple[Any, ...] | None = None
         self.capture_seconds = 0.0  # recording graphs / compiling, outside model_seconds
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (``random_tokens``, ``forced_tokens``, ``row_length``, ``vocab_size``,
+        ``allowed_tokens``, ...) is the adapter's: the engine stands in for it in the loop."""
+        if name == "adapter":  # not set yet (during __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.adapter, name)
 
     # ---- sizes and buffers -------------------------------------------------------------
 

@@ -237,6 +237,15 @@ def test_eager_attention_gets_an_additive_mask(model):
         assert torch.allclose(expected, got, rtol=0, atol=1e-6)
 
 
+def test_the_engine_stands_in_for_its_adapter(model):
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter)
+    assert engine.device == adapter.device and engine.row_length == ROW
+    assert engine.random_tokens == adapter.random_tokens and engine.vocab_size == VOCAB
+    with pytest.raises(AttributeError):
+        engine.no_such_attribute
+
+
 def test_graphs_are_dropped_when_the_processing_settings_change(model):
     """A recorded graph holds the CFG scale, top-k and temperature as constants: ``start`` drops
     the graphs when they change (and keeps them otherwise)."""

@@ -172,6 +172,21 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+def run_header(name: str, tiny: bool, device: torch.device) -> dict[str, object]:
+    """The fields that open a benchmark's JSON record: its name, when and where it ran, the
+    versions, and the code measured (``git_commit``, ``source_sha256``)."""
+    return {
+        "benchmark": name,
+        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "mode": "tiny-cpu" if tiny else "7b-gpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "git_commit": git_commit(),
+        "source_sha256": source_digest(),
+    }
+
+
 def _timed(fn, device: torch.device) -> tuple[float, object]:
     """(seconds, result) of ``fn()``, CUDA-synchronised before and after."""
     if device.type == "cuda":
@@ -408,14 +423,7 @@ def run(
     bare_after = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
 
     result = {
-        "benchmark": "gpu_lumina_shapes",
-        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "mode": "tiny-cpu" if tiny else "7b-gpu",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "git_commit": git_commit(),
-        "source_sha256": source_digest(),
+        **run_header("gpu_lumina_shapes", tiny, device),
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "vocab_size": config.vocab_size,

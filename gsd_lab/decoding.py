@@ -34,6 +34,11 @@ at the step it appears. verify adds one read per step (L > 0) only for ``Dynamic
 ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
 widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
 tests/lab/test_engine_costs.py).
+
+``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
+on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
+and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from .distortion import DistortionLog
 from .engine import draw, uses_support, verify
 
 from .models.adapter import CausalLMAdapter
+from .models.adapter import one_hot_rows as _one_hot
+from .models.static import StaticEngine, runner_for
 
 METHODS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
@@ -101,12 +108,6 @@ class DecodeResult:
     @property
     def tokens_per_forward(self) -> float:
         return self.tokens.numel() / self.nfe
-
-
-def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
-    """[T] ids -> [T, V] float64 one-hot rows (a scatter: no range-check reductions)."""
-    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
-    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
 
 
 def _check_args(
@@ -219,6 +220,7 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    engine: str | StaticEngine = "eager",
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
 
@@ -231,7 +233,9 @@ def generate(
     (gsd_core's ``Lantern`` rule) instead of SJD's test; method "sjd" only, residual "token",
     acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
-    Batch size 1.
+    engine: where the forwards run, an execution option (the same method either way): "eager"
+    (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
+    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``. Batch size 1.
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
@@ -243,6 +247,9 @@ def generate(
     rule = method_rule(clusters, residual, acceptance_scale, lantern)
     # The adapter's kept ids spare verify the count and the selection over all V.
     wants_support = uses_support(rule)
+
+    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
+    adapter = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds

@@ -36,7 +36,6 @@ cluster), and falls back to the plain ratio p(x)/q(x) when a window holds id 100
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -94,22 +93,35 @@ class ReleaseDistanceClusters:
     ``DynamicClusters(group_size)`` (by p), then |p(y) - p(x)| < max_prob_gap and, when every
     window member lies in the table, ``adjacency[x, y]``. The drafted token is always a member.
 
-    adjacency: ``release_distance_table(embed_tokens, d)``; a ``gsd_core`` cluster rule
-    (``members``), token-dependent and overlapping like ``DynamicClusters``."""
+    adjacency: ``release_distance_table(embed_tokens, d)``. A ``gsd_core`` rule (``masses``,
+    ``residual_weights``: the token residual), token-dependent and overlapping like
+    ``DynamicClusters``."""
 
     group_size: int
     adjacency: Tensor
     max_prob_gap: float | None = 0.15
-    is_partition: ClassVar[bool] = False
 
-    def members(self, p: Tensor, token: Tensor, q: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        index, valid = DynamicClusters(self.group_size).members(p, token)
-        token = token.expand(p.shape[:-1]).unsqueeze(-1)
+    def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        """C(x) for tokens x [..., T]: ids [..., T, M] and keep [..., T, M], as ``DynamicClusters.members``."""
+        index, valid = DynamicClusters(self.group_size).members(p, q, x)
+        token = x.unsqueeze(-1)
         keep = valid
         if self.max_prob_gap is not None:
-            keep = keep & ((p.gather(-1, index) - p.gather(-1, token)).abs() < self.max_prob_gap)
+            p_x = p.gather(-1, x).unsqueeze(-1)
+            p_y = p.gather(-1, index.flatten(-2)).view(index.shape)
+            keep = keep & ((p_y - p_x).abs() < self.max_prob_gap)
         rows = self.adjacency.shape[0]
         near = self.adjacency.to(p.device)[token.clamp(max=rows - 1), index.clamp(max=rows - 1)] & (token < rows)
         in_table = ((index < rows) | ~valid).all(-1, keepdim=True)  # the release's max() <= 10000 test
         keep = torch.where(in_table, keep & near, keep)
         return index, keep | (index == token)
+
+    def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each."""
+        index, keep = self.members(p, q, x)
+        flat = index.flatten(-2)
+        return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
+                torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+
+    def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
+        return DynamicClusters(self.group_size).residual_weights(p, q)  # the token residual

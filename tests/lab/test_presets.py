@@ -50,20 +50,24 @@ def test_release_clusters_filter_as_the_release_loop():
     generator = torch.Generator().manual_seed(0)
     vocab, rows = 40, 30
     p = softmax(3 * torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
+    q = softmax(torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
     table = torch.rand(rows, rows, generator=generator) < 0.5
-    token = torch.tensor(int(p.argsort()[5]))
+    token = p.argsort()[5:6]
     rule = ReleaseDistanceClusters(8, table, 0.15)
-    index, keep = rule.members(p, token)
-    members = set(index[keep].tolist())
-    window = set(index[torch.ones_like(keep)].tolist())
-    assert token.item() in members
-    for y in window - {token.item()}:
-        expected = abs(p[y] - p[token]) < 0.15 and (bool(table[token, y]) if max(window) < rows else True)
+    index, keep = rule.members(p, q, token)
+    members, window = set(index[0][keep[0]].tolist()), set(index[0].tolist())
+    x = token.item()
+    assert x in members and len(window) == 8
+    for y in window - {x}:
+        expected = abs(p[y] - p[x]) < 0.15 and (bool(table[x, y]) if max(window) < rows else True)
         assert (y in members) == expected, y
+    credited, charged = rule.masses(p, q, token)
+    assert credited.item() == pytest.approx(float(p[sorted(members)].sum()))
+    assert charged.item() == pytest.approx(float(q[sorted(members)].sum()))
     # A window reaching past the table's rows: no distance filter at all (the release's max() <= 10000).
     far = ReleaseDistanceClusters(8, torch.zeros(5, 5, dtype=torch.bool), None)
-    index, keep = far.members(p, token)
-    assert bool(keep[index != token].any())
+    index, keep = far.members(p, q, token)
+    assert bool(keep[index != x].all())
 
 
 def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, one_thread):
@@ -81,8 +85,7 @@ def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, on
         assert release.drafted[-13:] == [0] * 13  # the last 13 tokens by AR, one forward each
         changed = float((default.tokens != release.tokens).double().mean())
         lines.append(f"{method} {clusters or ''} G={group}: NFE default {default.nfe}, release {release.nfe} "
-                     f"(+{PRESETS['release'].jacobi_tail} AR tail; the release's own count adds 5); "
-                     f"tokens differing {changed:.1%}")
+                     f"(the release's own count adds 5); tokens differing {changed:.1%}")
         assert default.nfe != release.nfe or changed > 0
     with capsys.disabled():
         print("\n" + "\n".join(lines))

@@ -117,11 +117,9 @@ class ReleaseDistanceClusters:
         return index, keep | (index == token)
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each."""
-        index, keep = self.members(p, q, x)
-        flat = index.flatten(-2)
-        return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
-                torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each, summed as gsd_core's
+        ``DynamicClusters.masses`` sums its members (that function, over these members)."""
+        return DynamicClusters.masses(self, p, q, x)  # it reads only self.members
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return DynamicClusters(self.group_size).residual_weights(p, q)  # the token residual

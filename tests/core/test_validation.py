@@ -98,6 +98,8 @@ def test_shape_errors():
         acceptance_rate(P, Q, torch.tensor([0.0, 1.0, 1.0, 0.0]))
     with pytest.raises(ValueError, match="non-negative"):
         acceptance_rate(P, Q, torch.tensor([0, -1, 1, 0]))
+    with pytest.raises(ValueError, match="partition labels must have shape \\[V\\]"):  # one partition per row: not a rule
+        verify(P.unsqueeze(0), Q.unsqueeze(0), DRAFTS.unsqueeze(0), torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]))
     with pytest.raises(ValueError, match="rule must be"):
         acceptance_rate(P, Q, "dynamic")
 

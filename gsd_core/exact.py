@@ -57,8 +57,8 @@ def every_accept_prob(rule: Rule, p: Tensor, q: Tensor) -> Tensor:
 
 def output_law(rule: Rule, p: Tensor, q: Tensor, accept: Tensor) -> Tensor:
     """out = q a + (1 - alpha) r from every token's a [..., V] (rows of one shape, unchecked;
-    a is needed only where q > 0). 1 - alpha >= 0 exactly; clamped, as rounding can take alpha
-    above 1."""
+    a is needed only where q > 0). 1 - alpha is clamped at 0: it is >= 0 in exact arithmetic,
+    but rounding can take alpha above 1."""
     alpha = fixed_order_sum(q * accept, keepdim=True)
     return q * accept + (1 - alpha).clamp(min=0) * _normalised(rule.residual_weights(p, q))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import UNIFORM_DTYPES, check_device, check_pair, check_tokens, check_window, judge_uniforms
@@ -41,16 +42,16 @@ class VerifyResult:
 
 
 def draw(weights: Tensor, uniform: Tensor) -> Tensor:
-    """Inverse-CDF draw without checks: the first y with cdf(y) > u * total.
-
-    weights [..., V] >= 0 (unnormalised); uniform [...]. The target u * total is kept below the
-    total, so rounding never passes the last positive weight: the token drawn has positive
-    weight. Always an id in [0, V). Returns int64 [...]."""
+    """Inverse-CDF draw without checks: the first y with cdf(y) > u * total, and never past the
+    first y whose cdf reaches the total (a positive weight: rounding in u * total cannot step
+    onto trailing zeros). weights [..., V] >= 0 (unnormalised); uniform [..., 1] (the shape of
+    the total). Always an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
     cdf = weights.cumsum(-1)
     total = cdf[..., -1:]
     uniform = uniform if uniform.dtype == cdf.dtype else uniform.to(cdf.dtype)
-    target = torch.minimum(uniform.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).clamp_(max=weights.shape[-1] - 1).squeeze(-1)
+    drawn = torch.searchsorted(cdf, uniform * total, right=True)  # first y with cdf(y) > u * total
+    last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: positive weight
+    return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)  # the clamp: NaN rows
 
 
 def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
@@ -67,7 +68,7 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
         raise ValueError("weights must be >= 0 with a positive total in every row")
     if uniform.numel():
         judge_uniforms(*torch.stack(torch.aminmax(uniform)).double().tolist())
-    return draw(weights, uniform)
+    return draw(weights, uniform.unsqueeze(-1)).squeeze(-1)
 
 
 def resolve_window(p: Tensor, q: Tensor, draft_tokens: Tensor, accept: Tensor, uniforms: Tensor, rule: Rule) -> VerifyResult:
@@ -75,23 +76,24 @@ def resolve_window(p: Tensor, q: Tensor, draft_tokens: Tensor, accept: Tensor, u
 
     p [..., L or L+1, V], q [..., L, V], draft_tokens [..., L], accept [..., L] (a_i),
     uniforms [..., L + 1], all with one batch shape."""
-    window, vocab, has_bonus = q.shape[-2], p.shape[-1], p.shape[-2] > q.shape[-2]
-    batch = draft_tokens.shape[:-1]
-    accepted = (uniforms[..., :window] < accept).cumprod(-1).sum(-1)  # n [...]
+    window, has_bonus = q.shape[-2], p.shape[-2] > q.shape[-2]
+    u_tests, u_draw = uniforms.split([window, 1], -1)  # u_0 .. u_{L-1}: [..., L]; u_L: [..., 1]
+    run = (u_tests < accept).cummin(-1).values  # True up to the first rejection: [..., L]
+    accepted = run.sum(-1)  # n [...]
     emitted = accepted + 1 if has_bonus else accepted + (accepted < window)
     if p.shape[-2] == 0:  # L = 0 and no bonus row: nothing to emit
-        return VerifyResult(accepted, torch.full((*batch, 1), -1, device=p.device), emitted, accept)
+        return VerifyResult(accepted, torch.full_like(accepted, -1).unsqueeze(-1), emitted, accept)
     # The stop row n: the first rejection, or the bonus row (drafted by no one: q = 0).
-    stop = accepted.view(*batch, 1, 1).expand(*batch, 1, vocab)
-    p_stop = p.gather(-2, stop if has_bonus else stop.clamp(max=window - 1)).squeeze(-2)
-    if window == 0:
-        q_stop = torch.zeros_like(p_stop)
-    else:
-        q_stop = torch.where(stop[..., 0] < window, q.gather(-2, stop.clamp(max=window - 1)).squeeze(-2), 0.0)
-    new_token = draw(rule.residual_weights(p_stop, q_stop), uniforms[..., window]).unsqueeze(-1)
-    # Emitted: the drafts before n, the new token at n, -1 from num_emitted on.
-    tokens = torch.cat([draft_tokens, new_token], -1).scatter(-1, accepted.unsqueeze(-1), new_token)
-    tokens = torch.where(torch.arange(window + 1, device=p.device) < emitted.unsqueeze(-1), tokens, -1)
+    stop = accepted.view(*accepted.shape, 1, 1)  # n as a row index: [..., 1, 1]
+    stop_index = stop.expand(*accepted.shape, 1, p.shape[-1])  # for gather: [..., 1, V]
+    last_draft = stop_index.clamp(max=window - 1)
+    p_stop = p.gather(-2, stop_index if has_bonus else last_draft)  # [..., 1, V]
+    q_stop = torch.where(stop < window, q.gather(-2, last_draft), 0.0) if window else torch.zeros_like(p_stop)
+    new_token = draw(rule.residual_weights(p_stop, q_stop)[..., 0, :], u_draw)  # [..., 1]
+    if not has_bonus:  # all L accepted: nothing is drawn
+        new_token = torch.where(stop[..., 0] < window, new_token, -1)
+    # Emitted: the drafts before n, the new token at n, -1 after.
+    tokens = F.pad(torch.where(run, draft_tokens, -1), (0, 1), value=-1).scatter(-1, stop[..., 0], new_token)
     return VerifyResult(accepted, tokens, emitted, accept)
 
 

@@ -367,9 +367,9 @@ def generate(
             # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
             q = p[accepted + 1:]
             uniforms = torch.rand(
-                q.shape[0], generator=generator, dtype=torch.float64, device=device
+                q.shape[0], 1, generator=generator, dtype=torch.float64, device=device
             )
-            drafts = draw(q, uniforms)
+            drafts = draw(q, uniforms).squeeze(-1)
         else:
             drafts, q = drafts[:0], q[:0]
         if bar is not None:

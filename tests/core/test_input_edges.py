@@ -1,6 +1,7 @@
 """gsd_core input edges: the sum tolerance of each dtype (float64's for every float64 tensor),
 empty windows and batches, checked uniforms (dtype, range, not with a generator), device
-mismatches, absurd cluster labels, O(V G) exact rates, NaN rows."""
+mismatches, absurd cluster labels, O(V G) exact rates, NaN rows, draws that rounding would push
+onto zero weights."""
 
 from __future__ import annotations
 
@@ -171,3 +172,18 @@ def test_nan_rows_are_refused():
         sample_categorical(p[1], torch.tensor(0.5, dtype=torch.float64))
     with pytest.raises(ValueError, match="positive total"):
         sample_categorical(torch.zeros(5, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64))
+
+
+def test_a_uniform_that_rounds_to_one_never_draws_a_zero_weight_token():
+    """u = 1 - 2^-30 is 1.0 in float32, so u * total reaches the total: the draw must stop at the
+    last token where the cdf reaches it (positive weight), not run on into the trailing zeros.
+    Also in verify's residual draw and in batches (rows whose totals are not contiguous)."""
+    weights = torch.tensor([[0.25, 0.5, 0.25, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]])
+    near_one = torch.tensor([1 - 2**-30, 1 - 2**-30], dtype=torch.float64)
+    assert sample_categorical(weights, near_one).tolist() == [2, 1]
+    assert sample_categorical(weights[0], near_one[0]).tolist() == 2
+    assert sample_categorical(weights.double(), near_one).tolist() == [2, 1]  # float64: u * total < total
+    p = weights[1:].expand(2, 5).contiguous()  # draft row and bonus row: token 1 only
+    q = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])  # drafts token 2 (p = 0): rejected
+    result = verify(p, q, torch.tensor([2]), uniforms=torch.tensor([0.5, 1 - 2**-30], dtype=torch.float64))
+    assert result.tokens.tolist() == [1, -1]

@@ -1,7 +1,8 @@
 """The engine: gsd_core's verification shaped for an accelerator, tested bit for bit against it.
 
-- ``verify``: gsd_core.verify's window with fused validation (one host sync, or none with
-  ``validate=False``) and dynamic clusters ranked on the support of p (``support=``);
+- ``verify``: gsd_core.verify's window with fused validation (one host sync; with
+  ``validate=False`` none, but one for dynamic clusters ranked by p without ``support=``) and
+  those clusters ranked on the support of p;
 - ``draw``: gsd_core's inverse-CDF draw without checks;
 - ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs.
 

@@ -12,6 +12,7 @@ ops, so P and Q are the reference's bit for bit (tests/lab/test_engine.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -36,16 +37,23 @@ def _arange(n: int, device: torch.device) -> Tensor:
 
 
 @lru_cache(maxsize=64)
-def _arange_rows(rows: int, n: int, device: torch.device) -> Tensor:
-    """0 .. n - 1 in each of ``rows`` rows (materialised: ``scatter_`` takes no broadcast source)."""
-    return torch.arange(n, device=device).repeat(rows, 1)
+def _arange_rows(shape: torch.Size, device: torch.device) -> Tensor:
+    """0 .. n - 1 along the last dimension of ``shape`` [..., n] (materialised: ``scatter_`` takes
+    no broadcast source)."""
+    return torch.arange(shape[-1], device=device).expand(shape).contiguous()
+
+
+@lru_cache(maxsize=64)
+def _offsets(group_size: int, vocab: int, device: torch.device) -> Tensor:
+    """``DynamicClusters(group_size).offsets``, made once per window shape."""
+    return DynamicClusters(group_size).offsets(vocab, device)
 
 
 class SupportRanking:
-    """The probability ranking (-p, id) of each row of p [N, V], from one sort of its support.
+    """The probability ranking (-p, id) of each row of p [..., V], from one sort of its support.
 
     ``support``: None (count S_i and read K = max_i S_i: one host sync), a ``SupportSize``
-    (no sync), or ids [N, K] per row holding every id with p > 0 once (zeros may be added or
+    (no sync), or ids [..., K] per row holding every id with p > 0 once (zeros may be added or
     repeated): no count, no sync, no selection over V. The K entries are put in id order
     (zero entries moved past the end as id V + K), then stably sorted by p descending: the
     ranking of the support, exact under ties. The m-th zero of a row ranks S_i + m; its id z
@@ -53,44 +61,45 @@ class SupportRanking:
 
     def __init__(self, p: Tensor, support: Tensor | SupportSize | None = None) -> None:
         self.vocab = vocab = p.shape[-1]
-        if isinstance(support, Tensor):  # the caller's ids [N, K]
+        if isinstance(support, Tensor):  # the caller's ids [..., K]
             values = p.gather(-1, support)
-            self.count = (values > 0).sum(-1, keepdim=True, dtype=torch.int32)
+            positive = values > 0
+            self.count = positive.sum(-1, keepdim=True, dtype=torch.int32)
             self.width, self.dense = support.shape[-1], False
-            self._rank_support(values, support, clear=True)
+            self._rank_support(values, support, positive, clear=True)
             return
         if support is None:
             self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)
-            width = int(self.count.max()) if p.shape[0] else 1  # the host sync
+            width = int(self.count.max()) if p.numel() else 1  # the host sync
         else:
-            self.count, width = support.count.unsqueeze(-1), support.width if p.shape[0] else 1
+            self.count, width = support.count.unsqueeze(-1), support.width if p.numel() else 1
         self.width = width = max(1, min(vocab, width))
         self.dense = 2 * width > vocab
         if self.dense:  # one stable sort of the whole rows ranks the zeros too
             self.ranked_ids = torch.sort(p, dim=-1, descending=True, stable=True).indices
             self.position_rank = torch.empty_like(self.ranked_ids).scatter_(
-                -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
+                -1, self.ranked_ids, _arange_rows(p.shape, p.device))
             return
         top = torch.topk(p, width, dim=-1, sorted=False)
-        self._rank_support(top.values, top.indices, clear=support is None)
+        self._rank_support(top.values, top.indices, top.values > 0, clear=support is None)
 
-    def _rank_support(self, values: Tensor, ids: Tensor, clear: bool) -> None:
-        """Rank K entries per row (values at ids [N, K], every positive entry once). ``clear``:
-        give non-positive entries key 0 (NaN rows from unvalidated input sort after the support)."""
-        positive = values > 0
+    def _rank_support(self, values: Tensor, ids: Tensor, positive: Tensor, clear: bool) -> None:
+        """Rank K entries per row (values at ids [..., K], every positive entry once; ``positive``:
+        values > 0). ``clear``: give non-positive entries key 0 (NaN rows from unvalidated input
+        sort after the support)."""
         ids, by_id = torch.where(positive, ids, self.vocab + self.width).sort(-1)
-        self.ids = ids  # positive ids ascending, then V + K: [N, K]
+        self.ids = ids  # positive ids ascending, then V + K: [..., K]
         if clear:
             values = torch.where(positive, values, 0)
         order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
         self.ranked_ids = ids.gather(-1, order)  # ranks 0 .. S_i - 1: the support
-        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, ids.device))
+        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(order.shape, ids.device))
         # #zeros before each positive id: non-decreasing over the support; the pads (V + K - k > V)
         # exceed every zero count, so the searches stay exact.
         self.zeros_before = ids - _arange(self.width, ids.device)
 
     def rank(self, p: Tensor, token: Tensor) -> Tensor:
-        """rank(x) for tokens [N, T]: int64 [N, T]."""
+        """rank(x) for tokens [..., T]: int64 [..., T]."""
         if self.dense:
             return self.position_rank.gather(-1, token)
         below = torch.searchsorted(self.ids, token.contiguous())  # positive ids < x
@@ -99,7 +108,7 @@ class SupportRanking:
         return torch.where(p.gather(-1, token) > 0, ranked, self.count + token - below)
 
     def tokens_at(self, rank: Tensor) -> Tensor:
-        """The token of each rank in [0, V): [N, M] -> [N, M]."""
+        """The token of each rank in [0, V): [..., M] -> [..., M]."""
         if self.dense:
             return self.ranked_ids.gather(-1, rank)
         nth_zero = rank - self.count
@@ -124,30 +133,44 @@ def _filter(rule: DynamicClusters, p: Tensor, x: Tensor, index: Tensor, keep: Te
 def dynamic_masses(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor,
                    support: Tensor | SupportSize | None = None, *, adjacency: Tensor | None = None,
                    chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
-    """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [N, T] against rows p, q [N, V]:
-    [N, T] each, bit for bit ``rule.masses``. One ranking per row (``support`` as in
-    ``SupportRanking``, for rows ranked by p), then windows of the tokens in chunks, at most
-    ``chunk_elements`` gathered entries at a time (a loop over chunks of tokens, not tokens)."""
+    """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [..., T] against rows p, q [..., V]:
+    [..., T] each, bit for bit ``rule.masses``; or, for one token per row (tokens [...], the
+    decoding loop's window: draft x_i against row i), [...] each. One ranking per row
+    (``support`` as in ``SupportRanking``, for rows ranked by p), then windows of the tokens in
+    chunks, at most ``chunk_elements`` gathered entries at a time (a loop over chunks of tokens,
+    not tokens). The windows of a chunk of T tokens lie side by side, [..., T * M] (for T = 1,
+    the window itself: no reshapes on the decoding loop's path)."""
     if adjacency is not None and rule.max_embedding_distance is None:
         raise ValueError("adjacency is the embedding filter's table, but this rule has no "
                          "max_embedding_distance: nothing would use it")
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
-    n, vocab = p.shape
-    offsets = rule.offsets(vocab, p.device)
+    vocab = p.shape[-1]
+    offsets = _offsets(rule.group_size, vocab, p.device)
     width = rule.embeddings.shape[-1] if rule.max_embedding_distance is not None and adjacency is None else 1
-    step = max(1, chunk_elements // max(1, n * offsets.numel() * width))
+    step = max(1, chunk_elements // max(1, math.prod(p.shape[:-1]) * offsets.numel() * width))
+
+    per_row = tokens.ndim == p.ndim - 1
 
     def masses(x: Tensor) -> tuple[Tensor, Tensor]:
-        ranks = ranking.rank(ranking_rows, x).unsqueeze(-1) + offsets  # [N, T, M]
+        rank, count, slots = ranking.rank(ranking_rows, x), x.shape[-1], offsets.numel()
+        ranks = rank + offsets if count == 1 else (rank.unsqueeze(-1) + offsets).flatten(-2)  # [..., T * M]
         clipped = ranks.clamp(0, vocab - 1)
-        index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
-        keep = _filter(rule, p, x, index, clipped == ranks, adjacency)
-        flat = index.flatten(-2)
-        return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
-                torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+        index = ranking.tokens_at(clipped)
+        keep = clipped == ranks
+        if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
+            windows = (*x.shape, slots)
+            keep = _filter(rule, p, x, index.view(windows), keep.view(windows), adjacency).flatten(-2)
 
-    if tokens.shape[-1] <= step:  # one chunk (verify's window): no copies
+        def summed(rows: Tensor) -> Tensor:
+            members = torch.where(keep, rows.gather(-1, index), 0.0)
+            return members.sum(-1, keepdim=not per_row) if count == 1 else members.view(*x.shape, slots).sum(-1)
+
+        return summed(p), summed(q)
+
+    if per_row:
+        return masses(tokens.unsqueeze(-1))
+    if tokens.shape[-1] <= step:  # one chunk: no copies
         return masses(tokens)
-    parts = [masses(tokens[:, start: start + step]) for start in range(0, tokens.shape[-1], step)]
+    parts = [masses(tokens[..., start: start + step]) for start in range(0, tokens.shape[-1], step)]
     return torch.cat([m for m, _ in parts], -1), torch.cat([m for _, m in parts], -1)

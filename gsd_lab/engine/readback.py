@@ -46,9 +46,14 @@ def host_ranges(parts: list[Tensor]) -> list[tuple[float, float] | None]:
     return ranges
 
 
+def flat(x: Tensor) -> Tensor:
+    """x as 1-D (no op when it already is: each op is a launch or a view on a GPU)."""
+    return x if x.ndim == 1 else x.reshape(-1)
+
+
 def probability_parts(x: Tensor) -> list[Tensor]:
     """Row sums and row minima of probability rows [..., V], flattened."""
-    return [x.sum(-1).reshape(-1), x.amin(-1).reshape(-1)]
+    return [flat(x.sum(-1)), flat(x.amin(-1))]
 
 
 def support_parts(p_rows: Tensor, support: Tensor) -> list[Tensor]:
@@ -60,7 +65,7 @@ def support_parts(p_rows: Tensor, support: Tensor) -> list[Tensor]:
     safe = support.clamp(0, p_rows.shape[-1] - 1)  # in range for the reads below
     left = p_rows.scatter_add(-1, safe, p_rows.gather(-1, safe).neg())
     ids = support.new_empty(0) if not support.numel() else torch.stack(list(torch.aminmax(support)))
-    return [ids, left.amax(-1).reshape(-1), left.amin(-1).reshape(-1)]
+    return [ids, flat(left.amax(-1)), flat(left.amin(-1))]
 
 
 def judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:

@@ -37,7 +37,7 @@ from gsd_core.rules import Rule, as_rule, mass_ratio
 from gsd_core.verification import resolve_window
 
 from .ranking import SupportSize, dynamic_masses
-from .readback import host_ranges, judge_support, probability_parts, support_parts
+from .readback import flat, host_ranges, judge_support, probability_parts, support_parts
 
 
 def ranked_by_p(rule: object) -> DynamicClusters | None:
@@ -66,24 +66,20 @@ def _check_support(support: object, batch: torch.Size, window: int, device: torc
     if not fits:
         raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to "
                          f"the batch shape {tuple(batch)} of p, q and draft_tokens")
-    return support.expand(*batch, *support.shape[-2:])
+    return support if support.shape[:-2] == batch else support.expand(*batch, *support.shape[-2:])
 
 
 def _masses(rule: Rule, p: Tensor, q: Tensor, drafts: Tensor,
             support: Tensor | SupportSize | None) -> tuple[Tensor, Tensor]:
-    """(P, Q) [..., L] of the drafts [..., L] against rows p, q [..., L, V]."""
+    """(P, Q) of the drafts [..., L] against rows p, q [..., L, V]: [..., L] for dynamic clusters
+    ranked by p (``ranking.dynamic_masses``), else [..., L, 1] (the rule's own ``masses`` of
+    ``drafts.unsqueeze(-1)``, as gsd_core's ``verify`` takes them)."""
     if isinstance(rule, Amplify):
         credited, charged = _masses(rule.rule, p, q, drafts, support)
         return rule.scale * credited, charged  # the ops of gsd_core's Amplify.masses
     if ranked_by_p(rule) is not None:
-        vocab = p.shape[-1]
-        if isinstance(support, Tensor):
-            support = support.reshape(-1, support.shape[-1])
-        credited, charged = dynamic_masses(rule, p.reshape(-1, vocab), q.reshape(-1, vocab),
-                                           drafts.reshape(-1, 1), support)
-        return credited.view(drafts.shape), charged.view(drafts.shape)
-    credited, charged = rule.masses(p, q, drafts.unsqueeze(-1))
-    return credited.squeeze(-1), charged.squeeze(-1)
+        return dynamic_masses(rule, p, q, drafts, support)
+    return rule.masses(p, q, drafts.unsqueeze(-1))
 
 
 def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, uniforms: Tensor | None = None,
@@ -99,16 +95,23 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, u
     vocab = p.shape[-1]
     if support is not None:
         support = _check_support(support, batch, window, p.device)
+    # What gsd_core's check_window does, with no op where nothing changes (each op is a launch);
+    # the checks below read the arguments as given (tolerances follow their dtypes).
+    given_p, given_q, dtype = p, q, working_dtype(p, q)
+    p, q = (x if x.dtype == dtype else x.to(dtype) for x in (p, q))
+    p = p if p.shape[:-2] == batch else p.expand(*batch, *p.shape[-2:])
+    q = q if q.shape[:-2] == batch else q.expand(*batch, window, vocab)
+    draft_rows = p[..., :window, :]
     if validate:
-        parts = probability_parts(p) + probability_parts(q) + [draft_tokens.reshape(-1)]
+        parts = probability_parts(given_p) + probability_parts(given_q) + [flat(draft_tokens)]
         sizes = None
         if support is not None:
-            parts += support_parts(p[..., :window, :].expand(*batch, window, vocab), support)
+            parts += support_parts(draft_rows, support)
         elif window > 0 and ranked_by_p(rule) is not None:  # the support sizes travel with the checks
-            sizes = (p[..., :window, :] > 0).sum(-1, dtype=torch.int32).expand(*batch, window).reshape(-1)
-            parts.append(sizes)
-        ranges = host_ranges(parts + ([] if uniforms is None else [uniforms.reshape(-1)]))  # the one sync
-        for name, x, (sums, minima) in (("p", p, ranges[0:2]), ("q", q, ranges[2:4])):
+            sizes = (draft_rows > 0).sum(-1, dtype=torch.int32)
+            parts.append(flat(sizes))
+        ranges = host_ranges(parts + ([] if uniforms is None else [flat(uniforms)]))  # the one sync
+        for name, x, (sums, minima) in (("p", given_p, ranges[0:2]), ("q", given_q, ranges[2:4])):
             if sums is not None:
                 judge_probabilities(name, x.dtype, *sums, minima[0])
         if ranges[4] is not None:
@@ -119,17 +122,13 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, u
             support = SupportSize(sizes, int(ranges[5][1]) if ranges[5] is not None else 0)
         if uniforms is not None and ranges[-1] is not None:
             judge_uniforms(*ranges[-1])
-    # What gsd_core's check_window does, with no op where nothing changes (each op is a launch).
-    dtype = working_dtype(p, q)
-    p, q = (x if x.dtype == dtype else x.to(dtype) for x in (p, q))
     draft_tokens = draft_tokens if draft_tokens.dtype == torch.int64 else draft_tokens.long()
-    p = p if p.shape[:-2] == batch else p.expand(*batch, *p.shape[-2:])
-    q = q if q.shape[:-2] == batch else q.expand(*batch, window, vocab)
     draft_tokens = draft_tokens if draft_tokens.shape[:-1] == batch else draft_tokens.expand(*batch, window)
     if uniforms is None:
         uniforms = torch.rand(*batch, window + 1, generator=generator, dtype=torch.float64, device=p.device)
     if window == 0:
         accept = p.new_empty(*batch, 0)
     else:
-        accept = mass_ratio(*_masses(rule, p[..., :window, :], q, draft_tokens, support))
+        accept = mass_ratio(*_masses(rule, draft_rows, q, draft_tokens, support))
+        accept = accept if accept.ndim == draft_tokens.ndim else accept.squeeze(-1)
     return resolve_window(p, q, draft_tokens, accept, uniforms, rule)

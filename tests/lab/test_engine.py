@@ -1,7 +1,8 @@
 """The engine (gsd_lab.engine) against gsd_core, bit for bit.
 
 Hypothesis draws windows with ties, zeros, sparse supports (the engine's top-K path), one-hot
-and equal drafts, batches, L = 0, bonus rows or none, and every rule (SD, dynamic clusters by p
+and equal drafts, batches (and one p broadcast over them), L = 0, bonus rows or none, float64,
+float32 and bfloat16 rows, float32 or float64 uniforms, and every rule (SD, dynamic clusters by p
 and by q with both filters, rank bins and fixed partitions with either residual, LANTERN,
 Amplify of each); the engine, with and without ``support`` and validation, must return
 gsd_core.verify's result in every bit given the same uniforms. Then the accounting's a(x) on
@@ -93,7 +94,7 @@ def windows(draw: st.DrawFn) -> dict:
     n = int(torch.Size(batch).numel())
     p = draw(rows(n * (window + bonus), vocab)).view(*batch, window + bonus, vocab)
     if draw(st.booleans()):  # Jacobi: drafts from p's own rows
-        q = p[..., :window, :].clone() if window <= p.shape[-2] else draw(rows(n * window, vocab)).view(*batch, window, vocab)
+        q = p[..., :window, :].clone()
     else:
         q = draw(rows(n * window, vocab)).view(*batch, window, vocab)
     drafts = torch.tensor(draw(st.lists(st.integers(0, vocab - 1), min_size=n * window, max_size=n * window)),
@@ -112,10 +113,21 @@ def _support(p: torch.Tensor, window: int, seed: int) -> torch.Tensor:
     return ids.gather(-1, torch.rand(ids.shape, generator=torch.Generator().manual_seed(seed)).argsort(-1))
 
 
+DTYPES = st.sampled_from([torch.float64, torch.float32, torch.bfloat16])
+
+
 @settings(max_examples=150)
-@given(windows(), st.booleans(), st.booleans())
-def test_engine_verify_is_gsd_core_verify_bit_for_bit(case, validate, with_support):
+@given(windows(), st.booleans(), st.booleans(), DTYPES, DTYPES, st.sampled_from([torch.float64, torch.float32]),
+       st.booleans())
+def test_engine_verify_is_gsd_core_verify_bit_for_bit(case, validate, with_support, p_dtype, q_dtype, u_dtype,
+                                                       shared_p):
+    """Also with 16-bit and float32 rows (computed in the working dtype), float32 uniforms, and
+    one p for the whole batch (``shared_p``: broadcast over the drafts' batch dimension)."""
     p, q, drafts, u, rule = case["p"], case["q"], case["drafts"], case["u"], case["rule"]
+    p, q = p.to(p_dtype), q.to(q_dtype)
+    u = u if u_dtype == torch.float64 else u.float().clamp(max=1 - 2**-24)  # below 1 after rounding
+    if shared_p and p.ndim == 3:
+        p = p[0]
     want = gsd_core.verify(p, q, drafts, rule, uniforms=u)
     window = q.shape[-2]
     support = _support(p, window, 0) if with_support and window else None

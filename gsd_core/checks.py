@@ -168,13 +168,12 @@ def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | 
 
 
 def check_labels(labels: object) -> Tensor:
-    """Partition labels [V]: integer cluster ids >= 0, as int64. Ids >= V are relabelled to
+    """Partition labels [..., V]: integer cluster ids >= 0, as int64. Ids >= V are relabelled to
     0 .. K-1 in increasing order, so memory never follows the largest id."""
     if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
         raise ValueError("partition labels must be an integer tensor of cluster ids, one per token")
-    if labels.ndim != 1 or labels.numel() == 0:
-        raise ValueError(f"partition labels must have shape [V] (one cluster id per token, one partition "
-                         f"for every row), got {tuple(labels.shape)}")
+    if labels.ndim < 1 or labels.numel() == 0:
+        raise ValueError(f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}")
     labels = labels.long()
     low, high = torch.stack(torch.aminmax(labels)).tolist()
     if low < 0:

@@ -109,7 +109,7 @@ class Partition:
         raise NotImplementedError
 
     def partition_labels(self, p: Tensor) -> Tensor:
-        """Each token's cluster for rows p [..., V]: int64 [..., V] (or [V] for a fixed partition)."""
+        """Each token's cluster for rows p [..., V]: int64 [..., V] (a fixed partition: its labels)."""
         return self.cluster_masses(p, p)[2]
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -131,11 +131,11 @@ def _check_residual(residual: object) -> None:
 
 @dataclass(frozen=True)
 class FixedPartition(Partition):
-    """A partition of the vocabulary that does not depend on p: integer labels [V],
-    labels[y] = the cluster of token y.
+    """A partition of the vocabulary that does not depend on p: integer labels [V] (or [..., V],
+    one partition per row), label[y] = the cluster of token y.
 
     residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact, proofs/03). Cluster masses
-    are sums over a member table [K, M] (each cluster's tokens in id order, padded), built
+    are sums over a member table [..., K, M] (each cluster's tokens in id order, padded), built
     once: a fixed order of additions, no scatter-add."""
 
     labels: Tensor
@@ -145,23 +145,26 @@ class FixedPartition(Partition):
         _check_residual(self.residual)
         labels = check_labels(self.labels)
         vocab = labels.shape[-1]
-        ids, order = labels.sort(stable=True)  # tokens grouped by cluster, ids ascending
+        ids, order = labels.sort(dim=-1, stable=True)  # tokens grouped by cluster, ids ascending
         slot = torch.arange(vocab, device=labels.device) - torch.searchsorted(ids, ids)  # place in its cluster
         clusters, size = int(labels.max()) + 1, int(slot.max()) + 1
-        members = torch.full((clusters * size,), vocab, device=labels.device)
+        members = torch.full((*labels.shape[:-1], clusters * size), vocab, device=labels.device)
         members.scatter_(-1, ids * size + slot, order)  # distinct targets; vocab marks an empty slot
         object.__setattr__(self, "labels", labels)
-        object.__setattr__(self, "_members", members.view(clusters, size))
+        object.__setattr__(self, "_members", members.view(*labels.shape[:-1], clusters, size))
 
     def cluster_masses(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         vocab = self.labels.shape[-1]
         if p.shape[-1] != vocab:
             raise ValueError(f"partition labels cover {vocab} tokens but p has a vocabulary of {p.shape[-1]}")
         members = self._members.to(p.device)
-        index, valid = members.clamp(max=vocab - 1).flatten(), members < vocab
+        batch = torch.broadcast_shapes(p.shape[:-1], members.shape[:-2])
+        index = members.clamp(max=vocab - 1).flatten(-2).expand(*batch, -1)
+        valid = members < vocab
 
         def summed(x: Tensor) -> Tensor:
-            return torch.where(valid, x.index_select(-1, index).view(*x.shape[:-1], *members.shape), 0.0).sum(-1)
+            return torch.where(valid, x.expand(*batch, vocab).gather(-1, index).view(*batch, *members.shape[-2:]),
+                               0.0).sum(-1)
 
         return summed(p), summed(q), self.labels.to(p.device)
 
@@ -286,6 +289,19 @@ class Amplify:
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return self.rule.residual_weights(p, q)
+
+
+def window_rule(rule: object) -> Rule:
+    """``as_rule`` for ``verify``'s window: a fixed partition must be one partition [V] for all its
+    rows (labels [..., V], one partition per row, are for the exact laws)."""
+    rule = as_rule(rule)
+    inner = rule
+    while isinstance(inner, Amplify):
+        inner = inner.rule
+    if isinstance(inner, FixedPartition) and inner.labels.ndim > 1:
+        raise ValueError(f"verify takes one partition of the vocabulary, labels [V]; got labels of shape "
+                         f"{tuple(inner.labels.shape)} (one partition per row is for the exact laws)")
+    return rule
 
 
 def as_rule(rule: object) -> Rule:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import UNIFORM_DTYPES, check_device, check_pair, check_tokens, check_window, judge_uniforms
-from .rules import Rule, accept_probs, as_rule
+from .rules import Rule, accept_probs, as_rule, window_rule
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *,
     (u_0 .. u_{L-1} for the tests, u_L for the draw; float32 or float64 in [0, 1)), or drawn in
     float64 from ``generator``; not both. L = 0 is allowed (only the bonus row's draw)."""
     p, q, draft_tokens, uniforms = check_window(p, q, draft_tokens, uniforms, generator)
-    rule, window = as_rule(rule), q.shape[-2]
+    rule, window = window_rule(rule), q.shape[-2]
     if uniforms is None:
         uniforms = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
                               dtype=torch.float64, device=p.device)

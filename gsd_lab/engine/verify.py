@@ -33,7 +33,7 @@ from gsd_core.checks import (
     window_shapes,
     working_dtype,
 )
-from gsd_core.rules import Rule, as_rule, mass_ratio
+from gsd_core.rules import Rule, mass_ratio, window_rule
 from gsd_core.verification import resolve_window
 
 from .ranking import SupportSize, dynamic_masses
@@ -91,7 +91,7 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, u
     if uniforms is not None:
         check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
     check_randomness(uniforms, generator, p.device)
-    rule = as_rule(rule)
+    rule = window_rule(rule)
     vocab = p.shape[-1]
     if support is not None:
         support = _check_support(support, batch, window, p.device)

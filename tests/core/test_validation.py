@@ -98,8 +98,10 @@ def test_shape_errors():
         acceptance_rate(P, Q, torch.tensor([0.0, 1.0, 1.0, 0.0]))
     with pytest.raises(ValueError, match="non-negative"):
         acceptance_rate(P, Q, torch.tensor([0, -1, 1, 0]))
-    with pytest.raises(ValueError, match="partition labels must have shape \\[V\\]"):  # one partition per row: not a rule
-        verify(P.unsqueeze(0), Q.unsqueeze(0), DRAFTS.unsqueeze(0), torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]))
+    per_row = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]])  # one partition per row: the exact laws' only
+    for rule in (per_row, Amplify(2.0, FixedPartition(per_row, "cluster"))):
+        with pytest.raises(ValueError, match="one partition of the vocabulary"):
+            verify(P, Q, DRAFTS, rule)
     with pytest.raises(ValueError, match="rule must be"):
         acceptance_rate(P, Q, "dynamic")
 

@@ -312,3 +312,13 @@ def test_nan_rows_without_validation_still_emit_ids_in_range():
                 assert bool((emitted < vocab).all())
     with pytest.raises(ValueError, match="NaN"):
         verify(p, q, top[:3, 4])
+
+
+def test_per_row_partition_labels_are_refused_as_by_gsd_core():
+    """labels [..., V] (one partition per row) serve the exact laws; a window takes one partition."""
+    p = torch.full((3, 4), 0.25, dtype=torch.float64)
+    per_row = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]])
+    for rule in (per_row, Amplify(2.0, FixedPartition(per_row, "cluster"))):
+        for check in (gsd_core.verify, verify):
+            with pytest.raises(ValueError, match="one partition of the vocabulary"):
+                check(p, p[:2], torch.tensor([0, 3]), rule, generator=torch.Generator().manual_seed(0))

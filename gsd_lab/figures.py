@@ -71,9 +71,9 @@ def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict
     pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern)
     distortion = tables.distortion_specs(sizes.pareto_groups, sizes.distortion_rank_groups, sizes.pareto_amplify,
                                          sizes.pareto_lantern)
-    t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
-    pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
-    distortion = {k: [replace(s, window=sizes.window) for s in v] for k, v in distortion.items()}
+    t1, t2 = [s.with_method(window=sizes.window) for s in t1], [s.with_method(window=sizes.window) for s in t2]
+    pareto = {k: [s.with_method(window=sizes.window) for s in v] for k, v in pareto.items()}
+    distortion = {k: [s.with_method(window=sizes.window) for s in v] for k, v in distortion.items()}
     return t1, t2, pareto, distortion
 
 

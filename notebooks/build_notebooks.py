@@ -225,9 +225,10 @@ measurement states where this model sits.
 
 from gsd_lab.course import effective_vocabulary
 from gsd_lab.experiments.replacement import target_distributions
-from gsd_lab.experiments.runs import MethodSpec, run_method
+from gsd_lab.experiments.runs import run_method
+from gsd_lab.experiments.tables import AR
 
-records = run_method(model, MethodSpec("AR", "ar"), model.default_prompts[:num_model_images], [seed],
+records = run_method(model, AR, model.default_prompts[:num_model_images], [seed],
                      progress=tqdm(total=num_model_images, desc="AR images"))
 dists = torch.cat([target_distributions(model, r.prompt, r.tokens).cpu() for r in records])
 top1 = dists.max(-1).values
@@ -270,11 +271,12 @@ threshold = 0.05
 from gsd_lab.experiments import plots
 from gsd_lab.experiments.plots import percent
 from gsd_lab.experiments.replacement import target_distributions
-from gsd_lab.experiments.runs import MethodSpec, run_method
+from gsd_lab.experiments.runs import run_method
+from gsd_lab.experiments.tables import AR
 from gsd_lab.experiments.top1 import top1_stats
 
 prompts = model.default_prompts[:max_prompts]
-records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds, record_top1=True,
+records = run_method(model, AR, prompts, seeds, record_top1=True,
                      progress=tqdm(total=len(prompts) * len(seeds), desc="AR images"))
 stats = top1_stats(records, threshold)
 summary = stats.summary()
@@ -321,7 +323,7 @@ and seeds without guidance (the conditional model alone), for models that use gu
 
 if model.adapter.uses_cfg:
     with guidance_scale(model, None):
-        records_no_cfg = run_method(model, MethodSpec("AR", "ar"), prompts, seeds, record_top1=True)
+        records_no_cfg = run_method(model, AR, prompts, seeds, record_top1=True)
     stats_no_cfg = top1_stats(records_no_cfg, threshold)
     for name, s in (("with guidance (model default)", stats), ("without guidance", stats_no_cfg)):
         print(f"{name:30s} share top-1 < {threshold}: {percent(s.pooled_share_below)}  "
@@ -362,10 +364,11 @@ replacement_seed = 0
 
 from gsd_lab.experiments import plots
 from gsd_lab.experiments.replacement import replacement_study
-from gsd_lab.experiments.runs import MethodSpec, run_method
+from gsd_lab.experiments.runs import run_method
+from gsd_lab.experiments.tables import AR
 
 prompts = model.default_prompts[:max_prompts]
-records = run_method(model, MethodSpec("AR", "ar"), prompts, seeds,
+records = run_method(model, AR, prompts, seeds,
                      progress=tqdm(total=len(prompts) * len(seeds), desc="AR images"))
 study = replacement_study(model, records, fraction=fraction, top_k=top_k, seed=replacement_seed)
 print("Sampled (not checked); condition_score_sem is the standard error over images:")

@@ -25,6 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import gsd_lab.decoding as decoding  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 ALLOWED = (1, 2, 3)
@@ -83,8 +84,8 @@ def sample_counts(adapter, seed: int, uncond=None, **kwargs) -> np.ndarray:
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     counts = np.zeros(len(SEQUENCES))
     for _ in range(SAMPLES):
-        result = generate(adapter, PROMPT, num_tokens=NUM_TOKENS, method="sjd", generator=generator,
-                          uncond_prompt_ids=uncond, **kwargs)
+        result = generate(adapter, PROMPT, DecodingMethod("sjd", **kwargs), num_tokens=NUM_TOKENS,
+                          generator=generator, uncond_prompt_ids=uncond)
         counts[index[tuple(result.tokens.tolist())]] += 1
     return counts
 
@@ -133,6 +134,6 @@ def test_ar_matches_the_exact_joint(model):
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     counts = np.zeros(len(SEQUENCES))
     for _ in range(SAMPLES):
-        tokens = generate(adapter, PROMPT, num_tokens=NUM_TOKENS, method="ar", generator=generator).tokens
+        tokens = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=NUM_TOKENS, generator=generator).tokens
         counts[index[tuple(tokens.tolist())]] += 1
     assert chi_square_pvalue(counts, joint) > SIGNIFICANCE

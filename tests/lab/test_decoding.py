@@ -229,6 +229,8 @@ def test_bad_input(model):
         generate(adapter, PROMPT, DecodingMethod("sjd", acceptance_scale=0.0), num_tokens=4)
     with pytest.raises(ValueError, match="CausalLMAdapter"):
         generate(model, PROMPT, DecodingMethod("ar"), num_tokens=4)
+    with pytest.raises(ValueError, match="DecodingMethod or ResolvedMethod, got 'sjd'"):
+        generate(adapter, PROMPT, "sjd", num_tokens=4)
     with pytest.raises(ValueError, match="residual"):
         generate(adapter, PROMPT, DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3, residual="bogus"),
                  num_tokens=8)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m gsd_lab {generate, figures, evaluate}`` (also ``gsd-lab``).
+"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks}`` (also ``gsd-lab``).
 
 generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
           one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
@@ -6,6 +6,8 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
+notebooks execute the notebooks top to bottom with papermill (``gsd_lab.notebooks``): in place
+          from a clean tree, or into --out; ``-p name value`` sets a parameter.
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from .methods import DRAFTS, DecodingMethod
+from .notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
@@ -115,6 +118,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+    nb = sub.add_parser("notebooks", help="execute the notebooks with papermill (in place, or into --out)",
+                        description="Execute notebooks/NN_*.ipynb top to bottom with papermill. Into the "
+                                    "checkout (the default) needs a clean tree; every notebook runs before "
+                                    "any is written.")
+    nb.add_argument("--only", nargs="+", metavar="PREFIX", help="notebook name prefixes, e.g. 02 04")
+    nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="set a parameter of the notebooks that declare it; VALUE is a Python literal "
+                         "(3, [0, 1], None) or else a string (tiny-random)")
+    nb.add_argument("-r", "--raw-parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="as -p, VALUE always a string (paths)")
+    nb.add_argument("--sizes", choices=sorted(NOTEBOOK_SIZES), default=None,
+                    help="tiny: tiny sizes (seconds per notebook, meaningless numbers); -p wins over it")
+    nb.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "notebooks",
+                    help="folder to write the executed notebooks to (default: notebooks/ in place)")
+    nb.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: none)")
+    nb.add_argument("--allow-dirty", action="store_true",
+                    help="write into the checkout from a tree with uncommitted changes (development; the "
+                         "notebooks then print dirty True)")
+    nb.add_argument("--dry-run", action="store_true", help="print each notebook's parameters and stop")
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -468,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     ``error`` (usage line, message, no traceback)."""
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
+    if args.command == "notebooks":
+        from .notebooks import main as notebooks_main
+
+        return notebooks_main(args)
     check_args(args, fail)
     threads = args.threads or (1 if args.model in ("standin", "tiny-random") else None)
     if threads:

@@ -385,22 +385,24 @@ def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed
     return fig
 
 
-def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> bool:
-    """Sliders over G and flatness when ipywidgets is installed (returns True); otherwise shows
-    the static figures at the two ends of the flatness range for the middle G (returns False).
-    ipywidgets is optional: it is not a dependency of the project."""
+def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16),
+                      flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> Any:
+    """The static figures first (the two ends of the flatness range at the middle G: what a
+    rendered notebook shows and nbval executes), then sliders over G and flatness when
+    ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders' widget, or None
+    without ipywidgets."""
     from .experiments.plots import show
 
+    for f in (flatness[0], flatness[-1]):
+        show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
     try:
         import ipywidgets
     except ImportError:
-        for f in (flatness[0], flatness[-1]):
-            show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
-        return False
-    ipywidgets.interact(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
-                        group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),
-                        flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
-    return True
+        return None
+    return ipywidgets.interactive(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
+                                  group_size=ipywidgets.SelectionSlider(options=list(group_sizes),
+                                                                        value=group_sizes[-1]),
+                                  flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
 
 
 # ---- tables (notebook 04) ---------------------------------------------------------------------------

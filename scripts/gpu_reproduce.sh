@@ -9,8 +9,8 @@
 # CLIP     local CLIP folder (CLIPModel + CLIPProcessor save_pretrained)
 # PROMPTS  prompt file: PartiPrompts' TSV (header Prompt, Category, Challenge, Note) or one per line
 #
-# Runs every notebook in notebooks/ with its `parameters` cell pointed at these files (nbclient;
-# the assignments are injected in a cell right after the parameters cell, as papermill does), then
+# Runs every notebook in notebooks/ with its `parameters` cell pointed at these files
+# (`python -m gsd_lab notebooks`: papermill injects them in a cell after the parameters cell), then
 # `python -m gsd_lab figures --paper` on PROMPTS. Everything goes to a new folder (never reused):
 #   OUT/notebooks/*.ipynb   executed notebooks (outputs, figures)
 #   OUT/figures/            figures (PNG, SVG, JSON sidecars), results.md, results.json
@@ -138,61 +138,11 @@ json.dump(record, open(path, "w"), indent=1)' "$OUT/run.json" "$1" "$2" "$3"
 if [[ " $STEPS " == *" notebooks "* ]]; then
     start=$SECONDS
     set +e
-    "$PYTHON" - 2>&1 <<'PY' | log_to "$OUT/notebooks.log"
-import os, sys, time
-from pathlib import Path
-
-env = {k[6:].lower(): v for k, v in os.environ.items() if k.startswith("GSD_R_")}
-MODEL = {"model_name": env["model"], "weights": env["weights"], "vqgan": env["vqgan"],
-         "clip": env["clip"], "device": env["device"]}
-# Paper sizes: the notebooks' own parameters (the paper's configurations). Tiny: a CPU smoke test.
-TINY = {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
-        "table1_groups": (3,), "table1_amplify": (2.0,), "table2_group": 3, "pareto_groups": (3,),
-        "pareto_amplify": (2.0,), "num_samples": 20_000, "distortion_pairs": 20}
-overrides = {**MODEL, **(TINY if env["sizes"] == "tiny" else {})}
-
-
-def parameter_names(cell_source):
-    import ast
-    return {t.id for node in ast.parse(cell_source).body if isinstance(node, ast.Assign)
-            for t in node.targets if isinstance(t, ast.Name)}
-
-
-import nbformat
-from nbformat.v4 import new_code_cell
-
-failed = []
-notebooks = sorted(Path(env["repo"], "notebooks").glob("*.ipynb"))
-if not notebooks:
-    sys.exit(f"no notebooks in {env['repo']}/notebooks")
-for path in notebooks:
-    nb = nbformat.read(path, as_version=4)
-    index = next((i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), None)
-    if index is None:
-        sys.exit(f"{path.name} has no cell tagged 'parameters'")
-    names = parameter_names(nb.cells[index].source)
-    injected = {k: v for k, v in overrides.items() if k in names}
-    source = "# Parameters injected by scripts/gpu_reproduce.sh\n" + "".join(
-        f"{k} = {v!r}\n" for k, v in injected.items())
-    print(f"{path.name}: {injected}", flush=True)
-    if env["dry_run"] == "1":
-        continue
-    nb.cells.insert(index + 1, new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    started = time.perf_counter()
-    try:
-        NotebookClient(nb, timeout=None, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    except CellExecutionError as error:
-        failed.append(path.name)
-        print(f"{path.name} FAILED: {str(error)[-2000:]}", flush=True)
-    nbformat.write(nb, Path(env["out"], "notebooks", path.name))
-    print(f"{path.name}: {time.perf_counter() - started:.0f} s", flush=True)
-if failed:
-    sys.exit(f"notebooks failed: {failed}")
-PY
+    NOTEBOOKS_CMD=("$PYTHON" -m gsd_lab notebooks -r model_name "$MODEL" -r weights "$WEIGHTS"
+                   -r vqgan "$VQGAN" -r clip "$CLIP" -r device "$DEVICE")
+    if [ "$SIZES" = tiny ]; then NOTEBOOKS_CMD+=(--sizes tiny); fi
+    if [ "$DRY_RUN" = 1 ]; then NOTEBOOKS_CMD+=(--dry-run); else NOTEBOOKS_CMD+=(--out "$OUT/notebooks"); fi
+    (cd "$REPO" && "${NOTEBOOKS_CMD[@]}") 2>&1 | log_to "$OUT/notebooks.log"
     code=${PIPESTATUS[0]}
     set -e
     record_step notebooks "$code" $((SECONDS - start))

@@ -138,11 +138,17 @@ def test_single_cluster_accepts_everything_and_outputs_q():
     assert torch.allclose(out, q, atol=1e-12)
 
 
-def test_tradeoff_explorer_falls_back_without_ipywidgets(monkeypatch):
+def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
     import builtins
 
     import matplotlib
     matplotlib.use("Agg")
+    pytest.importorskip("ipywidgets")
+    shown = []
+    monkeypatch.setattr("gsd_lab.experiments.plots.show", shown.append)
+    sliders = course.tradeoff_explorer(group_sizes=(0, 4), flatness=(0.5, 4.0))
+    assert len(shown) == 3  # the static fallback (always drawn), then the sliders' first figure
+    assert [w.description for w in sliders.children[:2]] == ["group_size", "flatness"]
     real_import = builtins.__import__
 
     def no_widgets(name, *args, **kwargs):
@@ -151,7 +157,8 @@ def test_tradeoff_explorer_falls_back_without_ipywidgets(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_widgets)
-    assert course.tradeoff_explorer(group_sizes=(0, 4), flatness=(0.5, 4.0)) is False
+    assert course.tradeoff_explorer(group_sizes=(0, 4), flatness=(0.5, 4.0)) is None
+    assert len(shown) == 5
     with pytest.raises(ValueError, match="flatness"):
         course.tempered_pair(8, 0.0)
     p, q = course.tempered_pair(8, 1.0)

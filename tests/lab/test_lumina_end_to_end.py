@@ -109,9 +109,9 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
         if name not in MODEL_NOTEBOOKS:
             assert "model_name" not in injected.source  # a model-free notebook gets sizes only
             continue
-        assert f"model_name = '{MODEL}'" in injected.source
-        assert f"weights = '{tiny_release_set.weights}'" in injected.source
-        assert "device = 'cpu'" in injected.source
+        assert f'model_name = "{MODEL}"' in injected.source  # papermill's injected cell
+        assert f'weights = "{tiny_release_set.weights}"' in injected.source
+        assert 'device = "cpu"' in injected.source
         assert re.search(rf"model: {MODEL}; {TOKENS} tokens per image; \d+ image codes; cfg 3.0, top-k 2000; "
                          r"device cpu", text), name
         assert "image/png" in mimes

@@ -2,15 +2,16 @@
 (GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
 
 One loop serves all three; what a method is (kind, acceptance rule, residual, drafting,
-window) is one ``gsd_lab.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
+window, preset) is one ``gsd_lab.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
 prompt and every committed token except the last) and a window of L drafts d_0..d_{L-1} for
 generated positions n..n+L-1, each with the distribution q_i it was drawn from.
 
 Each iteration is one forward pass over [x_{n-1}, d_0, ..., d_{L-1}] (the first iteration
 feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L + 1 output rows
 p_0..p_L are the target distributions of positions n..n+L given the drafts before them.
-``gsd_core.verify(p, q, d, clusters, residual)`` accepts a prefix d_0..d_{a-1} (position i
-accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for SJD, the GSD cluster otherwise)
+``gsd_lab.engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit) accepts a
+prefix d_0..d_{a-1} (position i accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for
+SJD, the GSD cluster otherwise; the rule is ``ResolvedMethod.rule`` of the method)
 and emits one more token: drawn from the residual of row a at a rejection, or from the bonus
 row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
 cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
@@ -30,11 +31,15 @@ All randomness comes from ``generator`` (on the adapter's device). Batch size 1 
 papers measure latency at batch 1. Each forward pass is followed by one status read of the
 device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
 model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
-at the step it appears. The rule inside verify may add its own read per step (L > 0):
-GSD's ``DynamicClusters`` without the adapter's support of p (the adapter computes one on
-CPU only, for rank_by="p") syncs once to read the widest support it ranks (gsd_core's
-``_SupportRanking``; ``validate=False`` gives it no sizes to reuse); LANTERN reads the
-widest support of q; a ``FixedPartition`` reads its largest cluster. SJD adds none.
+at the step it appears. verify adds one read per step (L > 0) only for ``DynamicClusters``
+ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
+widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
+tests/lab/test_engine_costs.py).
+
+``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
+on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
+and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
 """
 
 from __future__ import annotations
@@ -46,11 +51,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import VerifyResult, sample_categorical, uses_support, verify, verify_lantern
-
 from .distortion import DistortionLog
+from .engine import draw, uses_support, verify
 from .methods import DecodingMethod, ResolvedMethod
 from .models.adapter import CausalLMAdapter
+from .models.adapter import one_hot_rows as _one_hot
+from .models.static import StaticEngine, runner_for
+from .presets import preset
+
 
 @dataclass
 class DecodeResult:
@@ -97,10 +105,21 @@ class DecodeResult:
         return self.tokens.numel() / self.nfe
 
 
-def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
-    """[T] ids -> [T, V] float64 one-hot rows (a scatter: no range-check reductions)."""
-    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
-    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
+def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int, tokens: Tensor) -> int:
+    """With random drafts at forced positions (``forced_drafts=False``): a draft accepted where
+    another token is forced (p(draft) = 0; a rule without the gap filter can cluster it with the
+    forced token) counts as rejected there, and the forced token is emitted, as the GSD release's
+    rule does. Returns the accepted count; writes the forced token into ``tokens``. One host read."""
+    positions = torch.arange(done, done + accepted + 1, device=tokens.device)
+    forced = adapter.forced_tokens(positions)
+    if forced is None:
+        return accepted
+    wrong = ((forced >= 0) & (tokens[: accepted + 1] != forced)).nonzero().flatten().tolist()
+    if not wrong:
+        return accepted
+    first = wrong[0]
+    tokens[first] = forced[first]
+    return first
 
 
 def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) -> ResolvedMethod:
@@ -113,20 +132,21 @@ def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) 
     raise ValueError(f"method must be a gsd_lab.methods.DecodingMethod or ResolvedMethod, got {method!r}")
 
 
-def _check_call(adapter: CausalLMAdapter, num_tokens: int, rule: ResolvedMethod,
+def _check_call(adapter: CausalLMAdapter, num_tokens: int, resolved: ResolvedMethod,
                 generator: torch.Generator | None) -> None:
     """What the method spec cannot know alone: its fit to this adapter and call."""
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
         raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
-    if rule.method.init == "repeat_row" and adapter.row_length is None:
+    if resolved.method.init == "repeat_row" and adapter.row_length is None:
         raise ValueError("init='repeat_row' needs an adapter that knows its row_length")
     if generator is not None and torch.device(generator.device).type != adapter.device.type:
         raise ValueError(
             f"generator is on {generator.device} but the adapter's model is on {adapter.device}"
         )
-    if rule.lantern is not None and rule.lantern.neighbourhoods.vocab_size != adapter.vocab_size:
+    lantern = resolved.lantern
+    if lantern is not None and lantern.neighbourhoods.vocab_size != adapter.vocab_size:
         raise ValueError(
-            f"lantern's neighbourhoods cover {rule.lantern.neighbourhoods.vocab_size} tokens but the "
+            f"lantern's neighbourhoods cover {lantern.neighbourhoods.vocab_size} tokens but the "
             f"model's vocabulary has {adapter.vocab_size}"
         )
 
@@ -159,28 +179,42 @@ def _repeat_row_drafts(
 
 
 class _Loop:
-    """The state of one ``generate`` call (module docstring) and its steps, one job each:
-    ``refill`` the window with fresh drafts, ``forward`` it, ``emit`` (verify or sample, one
-    status read), ``commit`` the emitted tokens, ``redraft`` the rejected positions."""
+    """The state of one ``generate`` call (module docstring) and its steps, one job each: the
+    ``window_size`` of this step, ``refill`` the window with fresh drafts, ``forward`` it,
+    ``emit`` (verify or sample, one status read), ``commit`` the emitted tokens, ``redraft``
+    the rejected positions. ``adapter``: what runs the forwards (the adapter or its engine)."""
 
-    def __init__(self, adapter: CausalLMAdapter, rule: ResolvedMethod, generator: torch.Generator,
-                 num_tokens: int, record_top1: bool, record_distortion: bool) -> None:
-        method = rule.method
-        self.adapter, self.rule, self.method, self.generator = adapter, rule, method, generator
+    def __init__(self, adapter: CausalLMAdapter | StaticEngine, resolved: ResolvedMethod,
+                 generator: torch.Generator, num_tokens: int, record_top1: bool, record_distortion: bool) -> None:
+        method = resolved.method
+        self.adapter, self.method, self.generator = adapter, method, generator
+        self.rule = resolved.rule
         self.device, self.vocab = adapter.device, adapter.vocab_size
         self.num_tokens = num_tokens
-        self.max_window = 0 if method.kind == "ar" else method.window
+        self.max_window = max_window(method)
+        settings = preset(method.preset)
+        self.jacobi_positions = settings.jacobi_positions(num_tokens)
+        self.forced_drafts = settings.forced_drafts
         # The adapter's kept ids spare verify the count and the selection over all V.
-        self.wants_support = uses_support(rule.clusters)
+        self.wants_support = uses_support(self.rule)
         capacity = num_tokens + self.max_window + 1
         self.out = torch.empty(capacity, dtype=torch.long, device=self.device)
         self.top1 = torch.empty(capacity, dtype=torch.float64, device=self.device) if record_top1 else None
-        self.log = DistortionLog(capacity, self.device, **rule.rule_kwargs()) if record_distortion else None
+        self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
+
+    def window_size(self) -> int:
+        """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
+        interval (start, end) drafts only while start <= n < end and never past end."""
+        L = min(self.max_window, self.num_tokens - self.done - 1)
+        if self.jacobi_positions is not None:
+            start, end = self.jacobi_positions
+            L = min(L, end - self.done - 1) if start <= self.done < end else 0
+        return L
 
     def refill(self, L: int) -> None:
         """Keep the first L drafts; draw fresh ones (one-hot q) for the positions still empty."""
@@ -195,7 +229,7 @@ class _Loop:
                                        self.generator)
         else:
             positions = torch.arange(start, start + missing, device=self.device)
-            fresh = self.adapter.random_tokens(positions, self.generator)
+            fresh = self.adapter.random_tokens(positions, self.generator, respect_forced=self.forced_drafts)
         self.drafts = torch.cat([self.drafts, fresh])
         self.q = torch.cat([self.q, _one_hot(fresh, self.vocab)])
 
@@ -210,16 +244,17 @@ class _Loop:
     def emit(self, p: Tensor, support: Tensor | None, L: int) -> int:
         """Verify the L drafts against p (L = 0: sample p_0), read this step's status (the
         accepted count a and the sum of p, whose finiteness tells whether the model produced
-        NaN or inf here), write the a + 1 emitted tokens; returns a. verify's rule may sync
-        once more (module docstring): DynamicClusters without ``support`` (off CPU, or
-        rank_by="q"), LANTERN and FixedPartition do."""
+        NaN or inf here), write the a + 1 emitted tokens; returns a. verify may sync once more
+        (module docstring): DynamicClusters ranking by p without ``support`` (off CPU) does."""
         done = self.done
         if L == 0:
             uniform = torch.rand(1, generator=self.generator, dtype=torch.float64, device=self.device)
-            self.out[done: done + 1] = sample_categorical(p[0], uniform, validate=False)
+            self.out[done: done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
-            result = self._verify(p, support, L)
+            # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
+            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator, validate=False,
+                            support=None if support is None else support[:L])
             p_total = p.sum()
             status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
         values = status.tolist()
@@ -232,17 +267,10 @@ class _Loop:
         if L == 0:
             return 0
         accepted = int(values[1])
+        if not self.forced_drafts:
+            accepted = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
         self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted
-
-    def _verify(self, p: Tensor, support: Tensor | None, L: int) -> VerifyResult:
-        # The adapter guarantees valid rows (validate=False; a NaN row is caught by ``emit``).
-        rule, method = self.rule, self.method
-        if rule.lantern is not None:
-            return verify_lantern(p, self.q, self.drafts, rule.lantern, self.generator, validate=False)
-        return verify(p, self.q, self.drafts, rule.clusters, method.residual, self.generator, validate=False,
-                      acceptance_scale=method.acceptance_scale,
-                      support=None if support is None else support[:L])
 
     def commit(self, p: Tensor, accepted: int, L: int) -> None:
         """Record the step and crop the cache to the committed tokens (all but the last)."""
@@ -262,7 +290,7 @@ class _Loop:
             self.q = p[accepted + 1:]
             uniforms = torch.rand(self.q.shape[0], generator=self.generator, dtype=torch.float64,
                                   device=self.device)
-            self.drafts = sample_categorical(self.q, uniforms, validate=False)
+            self.drafts = draw(self.q, uniforms)
         else:
             self.drafts, self.q = self.drafts[:0], self.q[:0]
 
@@ -278,6 +306,7 @@ def generate(
     record_top1: bool = False,
     record_distortion: bool = False,
     progress: bool = False,
+    engine: str | StaticEngine = "eager",
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
@@ -288,22 +317,28 @@ def generate(
     table). generator: all randomness (seeded from the OS when None). record_top1: fill
     ``DecodeResult.top1``. record_distortion: fill ``DecodeResult.distortion`` (exact, no
     randomness drawn: the same tokens either way; its time is ``accounting_seconds``, not in
-    wall_seconds). progress: a tqdm bar. Batch size 1.
+    wall_seconds). progress: a tqdm bar.
+    engine: where the forwards run, an execution option (the same method either way): "eager"
+    (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
+    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``. Batch size 1.
     """
-    rule = _resolve(adapter, method)
-    _check_call(adapter, num_tokens, rule, generator)
+    resolved = _resolve(adapter, method)
+    _check_call(adapter, num_tokens, resolved, generator)
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
+    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
+    window = max_window(resolved.method)
+    adapter = runner_for(adapter, engine, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds
     forwards_before = adapter.num_forwards
     adapter.start(prompt_ids, uncond_prompt_ids)
-    loop = _Loop(adapter, rule, generator, num_tokens, record_top1, record_distortion)
-    bar = _progress_bar(num_tokens, rule.method.kind) if progress else None
+    loop = _Loop(adapter, resolved, generator, num_tokens, record_top1, record_distortion)
+    bar = _progress_bar(num_tokens, resolved.method.kind) if progress else None
     while loop.done < num_tokens:
-        L = min(loop.max_window, num_tokens - loop.done - 1)
+        L = loop.window_size()
         loop.refill(L)
         p, support = loop.forward(L)
         accepted = loop.emit(p, support, L)
@@ -324,12 +359,17 @@ def generate(
         acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
         wall_seconds=time.perf_counter() - wall_start - accounting,
         model_seconds=adapter.model_seconds - model_seconds_before,
-        method=rule.method.kind,
+        method=resolved.method.kind,
         window=loop.max_window,
         top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
         distortion=loop.log.result(num_tokens) if loop.log is not None else None,
         accounting_seconds=accounting,
     )
+
+
+def max_window(method: DecodingMethod) -> int:
+    """Drafts per forward: the method's window, 0 for AR."""
+    return 0 if method.kind == "ar" else method.window
 
 
 def _progress_bar(total: int, desc: str):

@@ -14,13 +14,18 @@ identity of ``evaluate`` share. Its fields:
 - drafting: ``draft`` (``DRAFTS``: today "independent", a fresh draft from ``init`` or a Jacobi
   re-draft from the last pass's row, each drawn on its own) and ``init`` ("random": uniform over
   the allowed tokens; "repeat_row": the token one image row up);
-- window: drafts L per forward (ignored by AR).
+- window: drafts L per forward (ignored by AR);
+- preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
+  Jacobi interval, random drafts at forced positions and bf16 distance filter;
+  ``gsd_lab.presets``).
 
 Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple here (validation,
 JSON and the command line's choices follow) plus its behaviour where it acts (``resolve`` for a
 rule, ``gsd_lab.decoding`` for drafting). ``resolve`` builds the runtime objects for one model:
-the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached). This module
-imports no torch until ``resolve`` runs, so the command line checks a spec in milliseconds.
+the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached), composed into
+the one rule ``verify`` takes (``ResolvedMethod.rule``). This module imports no torch until
+``resolve`` runs (or a preset other than "default" is named), so the command line checks a spec
+in milliseconds.
 """
 
 from __future__ import annotations
@@ -124,11 +129,13 @@ class DecodingMethod:
     lantern_k: int = 0
     lantern_delta: float = 0.0
     filters: FilterSettings | None = None
+    preset: str = "default"
 
     def __post_init__(self) -> None:
         _choice("method kind", self.kind, KINDS)
         if not (_is_int(self.window) and self.window >= 1):
             raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        self._check_preset()
         _choice("init", self.init, INITS)
         _choice("draft", self.draft, DRAFTS)
         _choice("residual", self.residual, RESIDUALS)
@@ -153,8 +160,8 @@ class DecodingMethod:
             if self.clusters is None:
                 raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
             _choice("clusters", self.clusters, CLUSTER_KINDS)
-            if not (_is_int(self.group_size) and self.group_size >= 0):
-                raise ValueError(f"group_size must be an int >= 0, got {self.group_size!r}")
+            if not (_is_int(self.group_size) and self.group_size >= 1):
+                raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {self.group_size!r}")
         if self.residual == "cluster" and self.clusters not in PARTITION_KINDS:
             raise ValueError(f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
                              f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}")
@@ -163,6 +170,15 @@ class DecodingMethod:
                 raise ValueError(f"filters must be a FilterSettings or None, got {type(self.filters).__name__}")
             if self.clusters not in FILTER_KINDS:
                 raise ValueError(f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}")
+
+    def _check_preset(self) -> None:
+        if self.preset == "default":
+            return
+        from .presets import preset  # the named presets (imports torch)
+
+        fixed = preset(self.preset).window  # raises for an unknown preset
+        if fixed is not None and self.kind != "ar" and self.window != fixed:
+            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
 
     def _check_lantern(self) -> None:
         if not (_is_int(self.lantern_k) and self.lantern_k >= 0):
@@ -246,6 +262,13 @@ def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: 
         image_tokens = adapter.allowed_tokens.cpu()
         distance = _cached(cache, ("distance", filters), lambda: filters.resolve(embeddings, image_tokens))
         gap = filters.max_prob_gap if kind == "dynamic" else None
+        if method.preset != "default":
+            from .presets import ReleaseDistanceClusters, preset, release_distance_table
+
+            if preset(method.preset).release_distance:
+                table = _cached(cache, ("release distance", distance),
+                                lambda: release_distance_table(embeddings, distance).to(adapter.device))
+                return ReleaseDistanceClusters(size, table, gap)
         return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings)
     if kind == "dynamic-gap":
         return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
@@ -307,8 +330,28 @@ class ResolvedMethod:
                 raise ValueError(f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the method's "
                                  f"(lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})")
 
-    def rule_kwargs(self) -> dict[str, Any]:
-        """The rule as ``gsd_core.verify`` / ``gsd_lab.distortion`` name it: clusters, residual,
-        acceptance_scale, lantern."""
-        return {"clusters": self.clusters, "residual": self.method.residual,
-                "acceptance_scale": self.method.acceptance_scale, "lantern": self.lantern}
+    @property
+    def rule(self) -> Any:
+        """The one gsd_core rule ``verify`` and ``gsd_lab.distortion`` take (``method_rule``)."""
+        method = self.method
+        return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
+
+
+def method_rule(clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0,
+                lantern: Any = None) -> Any:
+    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
+    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
+    SD's singletons keep the token residual, which is the same), wrapped in
+    ``Amplify(acceptance_scale)`` when the scale is not 1."""
+    from gsd_core import Amplify
+    from gsd_core.rules import Partition, as_rule
+
+    rule = as_rule(lantern if lantern is not None else clusters)
+    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
+        raise ValueError(f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+                         "(use residual='token', or a partition such as RankBinnedClusters or labels)")
+    if residual == "cluster" and isinstance(rule, Partition):
+        rule = replace(rule, residual="cluster")
+    elif residual not in RESIDUALS:
+        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
+    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)

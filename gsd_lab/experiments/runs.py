@@ -68,6 +68,16 @@ class MethodSpec:
         return replace(self, method=replace(self.method, **changes))
 
 
+def decoding_identity(model: ImageModel, spec: MethodSpec) -> dict[str, Any]:
+    """What a decoded image depends on besides the weights, prompt and seed: the method
+    (``DecodingMethod.to_dict`` with the model's filters filled in), the seed offset, and the
+    adapter's CFG scale, top-k and temperature as they are now (part of the run identity of
+    ``evaluate`` and ``figures --paper``)."""
+    adapter = model.adapter
+    return {"method": spec.method.for_model(model.name).to_dict(), "seed_offset": spec.seed_offset,
+            "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k, "temperature": getattr(adapter, "temperature", None)}
+
+
 @dataclass
 class GenerationRecord:
     """One generated image: prompt, seed, decoding statistics, tokens and pixels."""
@@ -105,18 +115,18 @@ def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = 
 
 
 def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
-                 record_top1: bool = False, progress: bool = False,
-                 record_distortion: bool = False) -> tuple[DecodeResult, np.ndarray | None]:
+                 record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
+                 engine: str = "eager") -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images."""
-    rule = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
+    many images. engine: ``generate``'s execution option ("eager" or "static")."""
+    resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
-    result = generate(model.adapter, prompt_ids, rule, num_tokens=model.num_tokens, generator=generator,
+    result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
                       uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
-                      record_distortion=record_distortion)
+                      record_distortion=record_distortion, engine=engine)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 
@@ -169,12 +179,17 @@ def quality_and_scores(model: ImageModel, images: list[np.ndarray],
         return out, scores
     if model.condition_scores is not None:
         scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
-        out["condition_score"] = float(scores.mean())
-        # Standard error of the mean over images: differences below ~2 of these are noise.
-        out["condition_score_sem"] = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None
+        out.update(score_summary(scores))
     if model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images))
     return out, scores
+
+
+def score_summary(scores: np.ndarray) -> dict[str, float | None]:
+    """condition_score: the mean of per-image scores [N]; condition_score_sem: its standard error
+    (differences below about two of these are noise; None for one image)."""
+    return {"condition_score": float(scores.mean()),
+            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None}
 
 
 def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) -> dict[str, Any] | None:
@@ -242,14 +257,19 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
 class RunCache:
     """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once.
     ``filters``: GSD's filters for the specs that name none (default: the model's,
-    ``FilterSettings.for_model``)."""
+    ``FilterSettings.for_model``).
+
+    ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
+    Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
+    stderr with its images done / to do and ETA, and how many configurations are done."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings | None = None,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
-                 bootstrap_resamples: int = 2000) -> None:
+                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None) -> None:
         self.model, self.prompts, self.seeds = model, prompts, seeds
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
@@ -268,9 +288,34 @@ class RunCache:
         if spec.key not in self._records:
             resolved = resolve_for(self.model, spec.method, self._resolved)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
-                                                 record_top1=self.record_top1, progress=self.progress,
+                                                 record_top1=self.record_top1, progress=self._progress(spec.label),
                                                  record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
+                       guided: bool = True) -> list[GenerationRecord]:
+        """Records with tokens, top-1 vectors and images for the detail analyses (top-1
+        statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
+        ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
+        ``limit`` prompts (every seed)."""
+        if guided:
+            return self.records(spec)[:limit]
+        from .image_model import guidance_scale
+
+        spec = self._concrete(spec)
+        with guidance_scale(self.model, None):
+            resolved = resolve_for(self.model, spec.method, self._resolved)
+            return run_method(self.model, spec, self.prompts[:limit], self.seeds, resolved=resolved, record_top1=True,
+                              progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]))
+
+    def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
+        """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
+        from ..progress import ProgressLog, ProgressTee
+
+        images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
+        log = ProgressLog(images, desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
+                                       "before it)", enabled=self.progress_lines)
+        return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
         """Time spent on exact distortion accounting, per decoded image (all configurations)."""

@@ -6,13 +6,15 @@ it did before the spec existed is pinned by test_decoding.py and test_decoding_l
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gsd_core import DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
+from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
 from gsd_lab.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.presets import ReleaseDistanceClusters
 
 GSD = dict(kind="gsd", clusters="dynamic", group_size=25)
 
@@ -32,8 +34,8 @@ BAD = {
     "group size for AR": (dict(kind="ar", group_size=3), "belong to method 'gsd'"),
     "GSD without clusters": (dict(kind="gsd", group_size=3), "method 'gsd' needs clusters"),
     "unknown clusters": (dict(GSD, clusters="kmeans"), "unknown clusters 'kmeans'"),
-    "negative G": (dict(GSD, group_size=-1), "group_size must be an int >= 0"),
-    "float G": (dict(GSD, group_size=2.5), "group_size must be an int >= 0"),
+    "G 0": (dict(GSD, group_size=0), "group_size (G, tokens per cluster) must be an int >= 1"),
+    "float G": (dict(GSD, group_size=2.5), "group_size (G, tokens per cluster) must be an int >= 1"),
     "cluster residual, dynamic": (dict(GSD, residual="cluster"), "residual 'cluster' needs a partition"),
     "cluster residual, SJD": (dict(kind="sjd", residual="cluster"), "residual 'cluster' needs a partition"),
     "filters without a filter": (dict(GSD, clusters="rank-binned", filters=FilterSettings()),
@@ -45,13 +47,15 @@ BAD = {
     "LANTERN on GSD": (dict(GSD, lantern_k=5, lantern_delta=0.1), "use method 'sjd'"),
     "LANTERN amplified": (dict(kind="sjd", acceptance_scale=2.0, lantern_k=5), "use method 'sjd'"),
     "LANTERN on AR": (dict(kind="ar", lantern_k=5), "use method 'sjd'"),
+    "unknown preset": (dict(kind="sjd", preset="fast"), "unknown preset 'fast'"),
+    "release window": (dict(kind="sjd", window=16, preset="release"), "preset 'release' fixes the window at 15"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_every_bad_combination_is_refused_by_name(case):
     fields, message = BAD[case]
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         DecodingMethod(**fields)
 
 
@@ -75,6 +79,8 @@ VALID = [
     DecodingMethod("gsd", clusters="dynamic-gap", group_size=10),
     DecodingMethod("gsd", clusters="rank-binned", group_size=50, residual="cluster", acceptance_scale=1.5),
     DecodingMethod("gsd", clusters="static", group_size=8, draft=DRAFTS[0]),
+    DecodingMethod("gsd", clusters="dynamic", group_size=14, window=15, preset="release"),
+    DecodingMethod("ar", preset="release"),  # AR keeps any window
 ]
 
 
@@ -99,7 +105,7 @@ def test_the_key_is_stable_and_follows_every_field():
     assert paper.key == (
         '{"acceptance_scale":1.0,"clusters":"dynamic","draft":"independent","filters":{"distance_quantile":0.9,'
         '"max_embedding_distance":0.5,"max_prob_gap":0.15},"group_size":25,"init":"random","kind":"gsd",'
-        '"lantern_delta":0.0,"lantern_k":0,"residual":"token","window":16}')
+        '"lantern_delta":0.0,"lantern_k":0,"preset":"default","residual":"token","window":16}')
     # Numbers are normalised: an int scale and its float are one method.
     assert DecodingMethod("sjd", acceptance_scale=2).key == DecodingMethod("sjd", acceptance_scale=2.0).key
     keys = {m.key for m in VALID} | {m.key for m in (DecodingMethod("sjd", window=15), DecodingMethod("sjd"))}
@@ -142,9 +148,23 @@ def test_resolve_builds_each_kind_s_rule(adapter):
     static = rule(clusters="static", residual="cluster")
     assert isinstance(static, FixedPartition) and static.labels.shape == (12,)
     assert static.labels[0] != static.labels[1]  # ids outside the image codes are singletons
-    sjd = DecodingMethod("sjd").resolve(adapter)
-    assert sjd.clusters is None and sjd.lantern is None
-    assert sjd.rule_kwargs() == {"clusters": None, "residual": "token", "acceptance_scale": 1.0, "lantern": None}
+    release = rule(clusters="dynamic", window=15, preset="release",
+                   filters=FilterSettings(max_prob_gap=0.1, max_embedding_distance=2.0))
+    assert isinstance(release, ReleaseDistanceClusters) and release.max_prob_gap == 0.1
+    assert release.adjacency.shape == (12, 12)
+
+
+def test_the_resolved_rule_is_the_one_verify_takes(adapter):
+    def rule(kind="gsd", **fields):
+        return DecodingMethod(kind, **fields).resolve(adapter).rule
+
+    assert rule("sjd") == SD() and rule("ar") == SD()
+    assert rule("sjd", acceptance_scale=2) == Amplify(2.0, SD())
+    assert rule(clusters="rank-binned", group_size=3) == RankBinnedClusters(3)
+    assert rule(clusters="rank-binned", group_size=3, residual="cluster") == RankBinnedClusters(3, "cluster")
+    amplified = rule(clusters="dynamic-nofilter", group_size=3, acceptance_scale=1.5)
+    assert amplified == Amplify(1.5, DynamicClusters(3))
+    assert isinstance(rule("sjd", lantern_k=3, lantern_delta=0.2), Lantern)
 
 
 def test_resolve_builds_lantern_s_table_once_per_k(adapter):

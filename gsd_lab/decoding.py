@@ -190,7 +190,7 @@ class _Loop:
         self.adapter, self.method, self.generator = adapter, method, generator
         self.rule = resolved.rule
         self.device, self.vocab = adapter.device, adapter.vocab_size
-        self.num_tokens = num_tokens
+        self.num_tokens, self.prompt_len = num_tokens, adapter.prompt.numel()  # the runner has started
         self.max_window = max_window(method)
         settings = preset(method.preset)
         self.jacobi_positions = settings.jacobi_positions(num_tokens)
@@ -281,7 +281,7 @@ class _Loop:
         self.accepted.append(accepted)
         self.drafted.append(L)
         self.done += accepted + 1
-        self.adapter.crop(self.adapter.prompt_len + self.done - 1)
+        self.adapter.crop(self.prompt_len + self.done - 1)
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
         """Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row (that row

@@ -156,12 +156,12 @@ def run_figures(
          {"group_sizes": groups, "mean_tv": tv_by_group.mean(axis=1).tolist(),
           "theorem1_max_violation": check.max_violation})
     p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
-    sizes_d = [1, 3, 5, 9, 17, 31]  # tokens per cluster (odd: dynamic windows are odd)
+    sizes_d = [1, 3, 5, 9, 17, 31]  # G, tokens per cluster (odd: windows symmetric around the draft)
     dist = toy.distortion_by_cluster_size(p_d, q_d, sizes_d)
     acc = toy.acceptance_by_cluster_size(p_d, q_d, sizes_d)
     save(plots.distortion(sizes_d, {k: v.numpy() for k, v in dist.items()}, "mean TV(output, p) per step"),
          "gsd_distortion_vs_group_size", {"vocab_size": 32, "pairs": 256, "alpha": 0.3},
-         {"cluster_sizes": sizes_d, "dynamic_group_size_G": [s - 1 for s in sizes_d],
+         {"cluster_sizes": sizes_d,
           "distortion": {k: v.tolist() for k, v in dist.items()},
           "acceptance": {k: v.tolist() for k, v in acc.items()}})
 
@@ -183,7 +183,7 @@ def run_figures(
     bar.update(bar.total - bar.n)
     bar.close()
 
-    save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
+    save(plots.top1_histograms(stats, [r.prompt for r in ar_records]), "top1_probability_histograms", {"threshold": stats.threshold},
          {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
           "summary_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary()})
     quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),

@@ -193,15 +193,14 @@ def empirical_speculative_samples(
 
 
 def rules_for_cluster_size(size: int) -> dict[str, object]:
-    """Cluster rules whose clusters hold ``size`` tokens (odd, >= 1; 1 is plain SD).
+    """Cluster rules whose clusters hold G = ``size`` tokens (odd, >= 1; 1 is plain SD).
 
-    ``DynamicClusters(G)`` takes the window of ranks r(x) - floor(G/2) .. r(x) + floor(G/2), i.e.
-    2 floor(G/2) + 1 tokens (fewer at the ends of the ranking), so G = size - 1;
-    ``RankBinnedClusters(size)`` cuts the p-ranking into bins of ``size`` tokens. Comparing the two
-    at the same G would compare 3-token windows with 2-token bins."""
+    ``DynamicClusters(G)``: the window of G ranks around the draft ((G - 1) // 2 above, G // 2
+    below; fewer tokens at the ends of the ranking); ``RankBinnedClusters(G)``: bins of G tokens of
+    the p-ranking. Odd G: the window is symmetric around the draft."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % 2 == 0:
-        raise ValueError(f"cluster size must be an odd int >= 1 (dynamic windows are odd), got {size!r}")
-    return {"dynamic": DynamicClusters(size - 1), "rank_binned": RankBinnedClusters(size)}
+        raise ValueError(f"cluster size must be an odd int >= 1 (a symmetric window), got {size!r}")
+    return {"dynamic": DynamicClusters(size), "rank_binned": RankBinnedClusters(size)}
 
 
 def distortion_by_cluster_size(p: Tensor, q: Tensor, cluster_sizes: list[int]) -> dict[str, Tensor]:

@@ -30,7 +30,7 @@ from gsd_lab.nbcheck import check_verify_law, max_z_score
 
 # Notebook 05's parameters and rules (sections 1 and 6).
 VOCAB, NUM_SAMPLES, SEED = 6, 200_000, 0
-RULES = {"dynamic G=2 (3 tokens)": (DynamicClusters(2), "token"),
+RULES = {"dynamic G=3": (DynamicClusters(3), "token"),
          "rank bins of 3, token residual": (RankBinnedClusters(3), "token"),
          "rank bins of 3, cluster residual": (RankBinnedClusters(3), "cluster")}
 
@@ -92,8 +92,8 @@ def test_checks_pass_on_the_real_verify():
 
 @pytest.mark.parametrize("mutation, expect_fail", [
     ("resample_from_p", "SD law"),
-    ("p_token_over_q_cluster", "dynamic G=2 (3 tokens) acceptance"),
-    ("ignore_clusters", "dynamic G=2 (3 tokens) law"),
+    ("p_token_over_q_cluster", "dynamic G=3 acceptance"),
+    ("ignore_clusters", "dynamic G=3 law"),
 ])
 def test_checks_fail_on_a_wrong_verify(monkeypatch, mutation, expect_fail):
     apply_mutation(monkeypatch, mutation)
@@ -163,7 +163,7 @@ def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_
         monkeypatch.setattr(exact, "_residual", _resample_from_p)
     elif mutation == "exact_ignore_clusters":
         monkeypatch.setattr(exact, "as_cluster_rule", lambda clusters, vocab: None)
-    else:  # a dynamic_cluster whose window is one rank wider than 2 floor(G/2) + 1
+    else:  # a dynamic_cluster whose window is one rank wider on each side
         wrong = course.dynamic_cluster
         monkeypatch.setattr(course, "dynamic_cluster",
                             lambda p, x, group_size: wrong(p, x, group_size + 2))

@@ -341,6 +341,7 @@ class RunCache:
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
+        self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
         self._neighbourhoods: dict[int, LatentNeighbourhoods] = {}  # LANTERN's tables, one per k
 
@@ -350,6 +351,8 @@ class RunCache:
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+        if spec.key not in self._records and repr(spec.key) in self._stored:
+            self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
             clusters = build_clusters(spec, self.model, self.filters)
             lantern = build_lantern(spec, self.model, self._neighbourhoods)
@@ -357,6 +360,15 @@ class RunCache:
                                                  record_top1=self.record_top1, progress=self.progress,
                                                  lantern=lantern, record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def decoded(self) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration decoded (or preloaded) so far: key -> its records."""
+        return dict(self._records)
+
+    def preload(self, key: str, records: list[GenerationRecord]) -> None:
+        """Records of the configuration whose ``repr(spec.key)`` is ``key``, decoded elsewhere
+        (``gsd_lab.experiments.records``): ``records(spec)`` returns them instead of decoding."""
+        self._stored[key] = records
 
     def accounting_seconds(self) -> list[float]:
         """Time spent on exact distortion accounting, per decoded image (all configurations)."""

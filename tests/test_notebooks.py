@@ -129,3 +129,23 @@ def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     assert nb.cells[1].metadata == {"tags": ["injected-parameters"]} and "x = 3" in nb.cells[1].source
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "x = 3" in text and re.search(r"provenance: commit [0-9a-f]{40} dirty (True|False)", text)
+
+
+def test_notebook_04_defaults_are_the_figures_run_sizes():
+    """Notebook 04 builds its tables from the figures run's per-image records
+    (``figures/records.npz``): with other default sizes it would decode what the records lack."""
+    import ast
+
+    from gsd_lab.figures import FigureSizes
+    from gsd_lab.notebooks import declared_parameters
+
+    declared = declared_parameters(NOTEBOOK_DIR / "04_speedup_and_quality.ipynb")
+    sizes = FigureSizes.default()
+    names = ("seeds", "max_prompts", "table1_groups", "table1_amplify", "table2_group", "pareto_groups",
+             "pareto_amplify", "table1_lantern", "pareto_lantern", "distortion_rank_groups", "seed_noise")
+    for name in names:
+        value, expected = ast.literal_eval(declared[name]), getattr(sizes, name)
+        if isinstance(expected, tuple):
+            value, expected = list(value), list(expected)
+        assert value == expected, (name, value, expected)
+    assert ast.literal_eval(declared["records_file"]) == "../figures/records.npz"

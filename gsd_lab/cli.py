@@ -64,7 +64,7 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
     group.add_argument("--group-size", type=int, default=None,
                        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
-                            "only: G = 0 or 1 would be SJD)")
+                            "only: tokens per cluster; G = 1 would be SJD)")
     group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default=None,
                        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
                             "partition (--method gsd only)")
@@ -75,6 +75,13 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
                        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
 
 
+def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
+                        help="where the forwards run (the same method either way): eager (dynamic KV cache) "
+                             "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
+                             "docs/lumina-mgpt.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gsd_lab", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
+    _add_engine_arg(gen)
     gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
                      help="stand-in / tiny-random class (index or name)")
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
@@ -107,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "seed + i; one result file per prompt; rank 0 merges summary.json.")
     _add_model_args(ev)
     _add_method_args(ev)
+    _add_engine_arg(ev)
     ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
     ev.add_argument("--out", type=Path, required=True,
                     help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
@@ -254,7 +263,7 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     if not (math.isfinite(args.amplify) and args.amplify > 0):
         fail(f"--amplify must be a finite number > 0, got {args.amplify}")
     if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (group sizes 0 and 1 make "
+        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
              "every cluster a single token: that is SJD, use --method sjd)")
     if args.method != "gsd":
         for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
@@ -381,14 +390,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
-    result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json)
+    result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json,
+                                 engine=args.engine)
     if args.out is not None:
         _save_image_atomic(image, args.out)
     report = {
         "model": model.name, "method": spec.method, "prompt": prompt, "seed": args.seed,
         "group_size": spec.group_size if spec.method == "gsd" else None,
         "clusters": spec.clusters, "residual": spec.residual, "window": spec.window,
-        "acceptance_scale": spec.acceptance_scale,
+        "acceptance_scale": spec.acceptance_scale, "engine": args.engine,
         "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
@@ -438,7 +448,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     image_dir = args.out / "images"
 
     def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters)
+        result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters,
+                                     engine=args.engine)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
                                "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
@@ -451,7 +462,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return row
 
     identity = run_identity(args, model, spec)
-    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device)}
+    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
+              "engine": args.engine}
     metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
                 "prompts_file": str(args.prompts)}
     summary = evaluate(prompts, args.out, work, context, identity=identity, config=config, metadata=metadata,

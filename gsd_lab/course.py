@@ -20,12 +20,13 @@ from torch import Tensor
 from gsd_core import (
     DynamicClusters,
     FixedPartition,
+    Lantern,
     acceptance_rate,
     dynamic_cluster,
     group_probs,
+    latent_neighbourhoods,
     output_distribution,
     probability_ranks,
-    rank_window,
     tv_distance,
 )
 
@@ -180,8 +181,8 @@ def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
 @dataclass(frozen=True)
 class ClusterSteps:
     """gsd_core's dynamic cluster of a drafted ``token`` (its form of the paper's Algorithm 3:
-    a window of G ranks, (G - 1) // 2 above the draft and G // 2 below, inclusive filters), one
-    filter at a time.
+    a rank window of G tokens, (G-1)//2 above x and G//2 below, inclusive filters), one filter
+    at a time.
 
     All masks are bool [V]; ``members`` = window & gap & distance, equal to ``dynamic_cluster``."""
 
@@ -195,12 +196,10 @@ class ClusterSteps:
 
     @property
     def above(self) -> int:
-        """Ranks taken above the draft (more probable tokens)."""
         return (self.group_size - 1) // 2
 
     @property
     def below(self) -> int:
-        """Ranks taken below the draft."""
         return self.group_size // 2
 
     def lines(self, p: Tensor) -> list[str]:
@@ -212,8 +211,8 @@ class ClusterSteps:
         return [
             f"1. rank the tokens by p (descending, ties: smaller id first): order {ids(torch.ones_like(self.window))}",
             f"2. the draft x = {self.token} has rank {r} (p(x) = {float(p[self.token]):.4f})",
-            f"3. window: ranks {r} - {self.above} .. {r} + {self.below} (G = {self.group_size} tokens: (G-1)//2 = "
-            f"{self.above} above, G//2 = {self.below} below, clipped at the ends): {ids(self.window)}",
+            f"3. window: ranks {r} - {self.above} .. {r} + {self.below} (G = {self.group_size} tokens: (G-1)//2 "
+            f"above x, G//2 below, clipped at the ends): {ids(self.window)}",
             f"4. |p(y) - p(x)| filter keeps {ids(self.window & self.gap_ok)}",
             f"5. embedding-distance filter keeps {ids(self.window & self.distance_ok)}",
             f"6. cluster C(x) = window & both filters = {ids(self.members)}; p(C) = {float(p[self.members].sum()):.4f}",
@@ -227,8 +226,9 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
     Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
     if p.ndim != 1:
         raise ValueError(f"p must be one row [V], got shape {tuple(p.shape)}")
-    x = torch.tensor(token)
-    window = rank_window(p, x, (group_size - 1) // 2, group_size // 2)
+    ranks = probability_ranks(p)
+    offset = ranks - ranks[token]  # window: (G-1)//2 ranks above x, G//2 below, clipped
+    window = (offset >= -((group_size - 1) // 2)) & (offset <= group_size // 2)
     gap_ok = torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
     if max_embedding_distance is None:
         distance_ok = torch.ones_like(window)
@@ -249,8 +249,8 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
 
 COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
 COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
-# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 3 tokens: one rank each side of x
-# in the p-ranking 0, 1, 2, 3, 4, clipped at its ends), so that the table does not depend on gsd_core.
+# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 3: one rank each side of x in the
+# p-ranking 0, 1, 2, 3, 4, clipped at its ends), so that the table does not depend on gsd_core.
 COUNTEREXAMPLE_CLUSTERS = ((0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4))
 COUNTEREXAMPLE_GROUP_SIZE = 3
 
@@ -336,9 +336,8 @@ class ResidualComparison:
 
 def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualComparison:
     """``ResidualComparison`` for p, q [V] and a partition ``labels`` [V] (gsd_core.output_distribution)."""
-    rule = FixedPartition(labels)
-    out_token = output_distribution(p, q, rule, "token")
-    out_cluster = output_distribution(p, q, rule, "cluster")
+    out_token = output_distribution(p, q, FixedPartition(labels))
+    out_cluster = output_distribution(p, q, FixedPartition(labels, "cluster"))
     p_c = group_probs(p, labels)
     return ResidualComparison(float(tv_distance(out_token, p)), float(tv_distance(out_cluster, p)),
                               float((group_probs(out_token, labels) - p_c).abs().max()),
@@ -413,25 +412,21 @@ LANTERN_DELTA = Fraction(1, 4)
 
 def lantern_checks(parts: LanternParts, p: Sequence[Fraction], q: Sequence[Fraction],
                    embeddings: Tensor, k: int, delta: float, tolerance: float = 1e-15) -> dict[str, bool]:
-    """gsd_core's float64 LANTERN law (``lantern_output_distribution``, ``lantern_acceptance_rate``,
+    """gsd_core's float64 law of the ``Lantern`` rule (``output_distribution``, ``acceptance_rate``;
     neighbourhoods from ``embeddings`` [V, D]) against the exact ``parts``: each within ``tolerance``."""
-    from gsd_core import Lantern, lantern_acceptance_rate, lantern_output_distribution
-
-    rule = Lantern.from_embeddings(embeddings.to(DTYPE), k, delta)
+    rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
     p_t, q_t = as_tensor(p), as_tensor(q)
-    out = lantern_output_distribution(p_t, q_t, rule)
+    out = output_distribution(p_t, q_t, rule)
     return {"output law": bool((out - as_tensor(parts.output)).abs().max() < tolerance),
-            "acceptance": abs(float(lantern_acceptance_rate(p_t, q_t, rule)) - float(parts.beta)) < tolerance}
+            "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.beta)) < tolerance}
 
 
 def lantern_identity_gap(p: Tensor, q: Tensor, embeddings: Tensor, k: int, delta: float) -> float:
     """|TV(out, p) - (beta - beta_SD)| of one LANTERN step by gsd_core (proofs/08: 0 exactly, so
     float64 rounding only). p, q: [V]; embeddings [V, D]."""
-    from gsd_core import Lantern, lantern_acceptance_rate, lantern_output_distribution
-
-    rule = Lantern.from_embeddings(embeddings.to(DTYPE), k, delta)
-    gained = float(lantern_acceptance_rate(p, q, rule)) - float(acceptance_rate(p, q))
-    return abs(float(tv_distance(lantern_output_distribution(p, q, rule), p)) - gained)
+    rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
+    gained = float(acceptance_rate(p, q, rule)) - float(acceptance_rate(p, q))
+    return abs(float(tv_distance(output_distribution(p, q, rule), p)) - gained)
 
 
 # ---- widgets (optional) ---------------------------------------------------------------------------
@@ -545,9 +540,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
     generator = torch.Generator().manual_seed(seed + 1)
     counts = torch.randint(1, vocab_size + 1, (num_trials, 1), generator=generator)
     labels = (torch.rand(num_trials, vocab_size, generator=generator, dtype=DTYPE) * counts).long()
-    rule = FixedPartition(labels)
-
-    def distortion(residual: str) -> Tensor:  # TV without re-validation: rounding may leave -1e-17 entries
-        return 0.5 * (output_distribution(p, q, rule, residual) - p).abs().sum(-1)
+    def distortion(residual: str) -> Tensor:
+        return 0.5 * (output_distribution(p, q, FixedPartition(labels, residual)) - p).abs().sum(-1)
 
     return float((distortion("token") - distortion("cluster")).max())

@@ -157,7 +157,7 @@ def run_figures(
          {"group_sizes": groups, "mean_tv": tv_by_group.mean(axis=1).tolist(),
           "theorem1_max_violation": check.max_violation})
     p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
-    sizes_d = [1, 3, 5, 9, 17, 31]  # G, tokens per cluster (odd: windows symmetric around the draft)
+    sizes_d = [1, 3, 5, 9, 17, 31]  # tokens per cluster G
     dist = toy.distortion_by_cluster_size(p_d, q_d, sizes_d)
     acc = toy.acceptance_by_cluster_size(p_d, q_d, sizes_d)
     save(plots.distortion(sizes_d, {k: v.numpy() for k, v in dist.items()}, "mean TV(output, p) per step"),

@@ -203,15 +203,18 @@ def generator_seed(seed: int, prompt_index: int) -> int:
 
 def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *, clusters: object = None,
                  record_top1: bool = False, progress: bool = False, lantern: Lantern | None = None,
-                 record_distortion: bool = False) -> tuple[DecodeResult, np.ndarray | None]:
+                 record_distortion: bool = False, engine: str = "eager"
+                 ) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
-    result and the decoded uint8 image (None when the model cannot decode to pixels)."""
+    result and the decoded uint8 image (None when the model cannot decode to pixels). engine:
+    ``generate``'s execution option ("eager" or "static")."""
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
     result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=spec.method,
                       window=spec.window, clusters=clusters, residual=spec.residual, generator=generator,
                       acceptance_scale=spec.acceptance_scale, record_top1=record_top1, progress=progress,
-                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion)
+                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion,
+                      engine=engine)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 

@@ -76,6 +76,8 @@ def test_cluster_steps_match_dynamic_cluster_and_hand_values():
     assert torch.equal(steps.members, dynamic_cluster(p, 3, 5, embeddings=emb, max_prob_gap=0.05,
                                                       max_embedding_distance=2.0))
     assert (steps.above, steps.below) == (2, 2) and "ranks 2 - 2 .. 2 + 2" in steps.lines(p)[2]
+    even = course.cluster_steps(p, 3, 4)  # G = 4: one rank above x, two below
+    assert set(torch.nonzero(even.window).flatten().tolist()) == {4, 3, 0, 7}
     assert len(steps.lines(p)) == 6
     with pytest.raises(ValueError, match="embeddings"):
         course.cluster_steps(p, 3, 5, max_embedding_distance=2.0)

@@ -110,6 +110,23 @@ class DecodeResult:
         return self.tokens.numel() / self.nfe
 
 
+def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int, tokens: Tensor) -> int:
+    """With random drafts at forced positions (``forced_drafts=False``): a draft accepted where
+    another token is forced (p(draft) = 0; a rule without the gap filter can cluster it with the
+    forced token) counts as rejected there, and the forced token is emitted, as the GSD release's
+    rule does. Returns the accepted count; writes the forced token into ``tokens``. One host read."""
+    positions = torch.arange(done, done + accepted + 1, device=tokens.device)
+    forced = adapter.forced_tokens(positions)
+    if forced is None:
+        return accepted
+    wrong = ((forced >= 0) & (tokens[: accepted + 1] != forced)).nonzero().flatten().tolist()
+    if not wrong:
+        return accepted
+    first = wrong[0]
+    tokens[first] = forced[first]
+    return first
+
+
 def _check_args(
     adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale
 ) -> None:
@@ -220,6 +237,8 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    jacobi_positions: tuple[int, int] | None = None,
+    forced_drafts: bool = True,
     engine: str | StaticEngine = "eager",
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
@@ -233,12 +252,19 @@ def generate(
     (gsd_core's ``Lantern`` rule) instead of SJD's test; method "sjd" only, residual "token",
     acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
+    jacobi_positions (start, end): drafts only while start <= n < end (n tokens committed), and
+    never past end (L <= end - n - 1); one AR step per forward elsewhere (the GSD release's
+    ``jacobi_loop_interval``). forced_drafts=False: fresh random drafts are uniform over the
+    allowed tokens even where the adapter forces a token (the release's random init; such a
+    draft is rejected there).
     engine: where the forwards run, an execution option (the same method either way): "eager"
     (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
     static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``. Batch size 1.
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
+    if jacobi_positions is not None and not (0 <= jacobi_positions[0] <= jacobi_positions[1]):
+        raise ValueError(f"jacobi_positions must be (start, end) with 0 <= start <= end, got {jacobi_positions!r}")
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
@@ -278,6 +304,9 @@ def generate(
 
     while done < num_tokens:
         L = min(max_window, num_tokens - done - 1)
+        if jacobi_positions is not None:
+            start, end = jacobi_positions
+            L = min(L, end - done - 1) if start <= done < end else 0
         drafts, q = drafts[:L], q[:L]
         missing = L - drafts.numel()
         if missing > 0:
@@ -287,7 +316,7 @@ def generate(
                                            adapter.row_length, adapter, generator)
             else:
                 positions = torch.arange(start, start + missing, device=device)
-                fresh = adapter.random_tokens(positions, generator)
+                fresh = adapter.random_tokens(positions, generator, respect_forced=forced_drafts)
             drafts = torch.cat([drafts, fresh])
             q = torch.cat([q, _one_hot(fresh, vocab)])
 
@@ -321,6 +350,8 @@ def generate(
                 "check the model's logits (dtype overflow, bad weights) before decoding"
             )
         accepted = 0 if L == 0 else int(values[1])
+        if L > 0 and not forced_drafts:
+            accepted = _overrule_at_forced(adapter, done, accepted, result.tokens)
         if L > 0:
             out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         if record_top1:

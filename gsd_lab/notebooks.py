@@ -151,7 +151,8 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
     try:
         papermill.execute_notebook(str(run.source), str(target), parameters=run.parameters or None,
                                    kernel_name="python3", language="python", cwd=str(run.source.parent), progress_bar=False,
-                                   execution_timeout=timeout)
+                                   execution_timeout=timeout,
+                                   stderr_file=sys.stderr)  # progress lines and bars as they come (a log shows them)
     except papermill.PapermillExecutionError as error:
         run.error = f"{error.ename}: {error.evalue}"
     run.seconds = time.perf_counter() - start

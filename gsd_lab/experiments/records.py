@@ -100,10 +100,11 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
         values = {f: None if math.isnan(columns[f][i]) else float(columns[f][i]) for f in FIELDS}
         row_tokens = torch.from_numpy(tokens[i].astype(np.int64))
         grouped.setdefault(entry["key"], []).append(GenerationRecord(
-            entry["label"], entry["prompt"], entry["seed"], int(values["nfe"]), values["acceptance_rate"],
-            values["accepted_per_tested"], values["wall_seconds"], values["model_seconds"], row_tokens,
-            decode(row_tokens) if decode is not None else None, None, values["distortion"],
-            values["accounting_seconds"] or 0.0))
+            label=entry["label"], prompt=entry["prompt"], seed=entry["seed"], nfe=int(values["nfe"]),
+            acceptance_rate=values["acceptance_rate"], accepted_per_tested=values["accepted_per_tested"],
+            wall_seconds=values["wall_seconds"], model_seconds=values["model_seconds"], tokens=row_tokens,
+            image=decode(row_tokens) if decode is not None else None, distortion=values["distortion"],
+            accounting_seconds=values["accounting_seconds"] or 0.0))
     for key, records in grouped.items():
         cache.preload(key, records)
     images = {len(v) for v in grouped.values()}

@@ -587,14 +587,17 @@ class CausalLMAdapter:
         return None
 
     def random_tokens(
-        self, generated_positions: Tensor, generator: torch.Generator | None
+        self, generated_positions: Tensor, generator: torch.Generator | None, *, respect_forced: bool = True
     ) -> Tensor:
-        """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced."""
+        """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced
+        (``respect_forced=False``: uniform there too, the same draws)."""
         count = generated_positions.numel()
         index = torch.randint(
             self.allowed_tokens.numel(), (count,), generator=generator, device=self.device
         )
         tokens = self.allowed_tokens[index]
+        if not respect_forced:
+            return tokens
         forced = self.forced_tokens(generated_positions)
         if forced is not None:
             tokens = torch.where(forced >= 0, forced, tokens)

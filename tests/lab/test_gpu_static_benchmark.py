@@ -58,7 +58,7 @@ def test_the_image_decode_shortens_to_fit_the_budget():
 
 def test_forward_bytes_and_the_documented_7b_figures():
     """The weight-read limit's bytes: every weight but the input embeddings, plus the CFG pair's
-    keys and values; for the 7B (bf16, 2432 slots) the figures docs/lumina-mgpt.md section 5b
+    keys and values; for the 7B (bf16, 2432 slots) the figures docs/lumina-mgpt.md section 6b
     states."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

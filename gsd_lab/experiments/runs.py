@@ -272,6 +272,7 @@ class RunCache:
         self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
+        self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
         self._resolved: dict = {}  # rule objects built once (LANTERN's tables, one per k)
 
@@ -285,12 +286,23 @@ class RunCache:
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+        if spec.key not in self._records and repr(spec.key) in self._stored:
+            self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
             resolved = resolve_for(self.model, spec.method, self._resolved)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
                                                  record_top1=self.record_top1, progress=self._progress(spec.label),
                                                  record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def decoded(self) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration decoded (or preloaded) so far: key -> its records."""
+        return dict(self._records)
+
+    def preload(self, key: str, records: list[GenerationRecord]) -> None:
+        """Records of the configuration whose ``repr(spec.key)`` is ``key``, decoded elsewhere
+        (``gsd_lab.experiments.records``): ``records(spec)`` returns them instead of decoding."""
+        self._stored[key] = records
 
     def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
                        guided: bool = True) -> list[GenerationRecord]:

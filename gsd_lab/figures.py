@@ -93,7 +93,7 @@ def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
 def _with_preset(specs: list[MethodSpec], sizes: FigureSizes, preset_name: str) -> list[MethodSpec]:
     """``specs`` decoded with the preset (its window, or the sizes' window)."""
     window = preset_settings(preset_name).window or sizes.window
-    return [replace(s, window=window, preset=preset_name) for s in specs]
+    return [s.with_method(window=window, preset=preset_name) for s in specs]
 
 
 def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: str = "default"
@@ -108,7 +108,7 @@ def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: 
         unique.setdefault(spec.key, spec)  # the first label of a configuration names it
     configurations = [Configuration(s) for s in unique.values()]
     if model.adapter.uses_cfg:
-        ar = next(c.spec for c in configurations if c.spec.key[:1] == ("ar",) and not c.spec.seed_offset)
+        ar = next(c.spec for c in configurations if c.spec.method.kind == "ar" and not c.spec.seed_offset)
         configurations.append(Configuration(ar, guided=False, max_prompts=sizes.detail_images))
     return configurations
 

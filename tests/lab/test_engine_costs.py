@@ -51,8 +51,8 @@ def _rules() -> dict[str, object]:
 
 RULES = _rules()
 BUDGETS = {"sd": (38, 38, 45), "gsd": (71, 74, 79), "gsd-filters": (94, 97, 102), "gsd-rank-q": (58, 58, 65),
-           "bins": (51, 51, 58), "bins-cluster": (69, 69, 76), "labels": (53, 53, 60),
-           "labels-cluster": (73, 73, 80), "lantern": (52, 52, 59), "amplify": (39, 39, 46),
+           "bins": (51, 51, 58), "bins-cluster": (69, 69, 76), "labels": (56, 56, 63),
+           "labels-cluster": (79, 79, 86), "lantern": (52, 52, 59), "amplify": (39, 39, 46),
            "amplify-gsd": (72, 75, 80)}
 
 

@@ -61,6 +61,15 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, cap
     assert code == 1 and verdicts["files"]["status"] == "FAIL" and "not there" in verdicts["files"]["detail"]
     assert {verdicts[k]["status"] for k in ("architecture", "generation", "prompt ids")} == {"skip"}
 
+    # A shard cut short (an interrupted download): a verdict naming the file, not a traceback.
+    folder = _copy(tiny_release_set, tmp_path / "a2")
+    shard = folder / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    code, verdicts = _check(capsys, str(folder))
+    assert code == 1 and verdicts["files"]["status"] == "FAIL"
+    assert f"{shard} is not a readable safetensors file" in verdicts["files"]["detail"]
+    assert "interrupted download" in verdicts["files"]["detail"]
+
     # q/k-norms expanded to [heads, head_dim] under Lumina's architectures: the layout is named.
     folder = _copy(tiny_release_set, tmp_path / "b")
     shard = next(f for f in sorted(folder.glob("*.safetensors"))

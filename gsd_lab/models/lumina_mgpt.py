@@ -571,17 +571,24 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         )
         self.layout = layout
         self.tokenizer = tokenizer
-        self.vqgan = vqgan
         self.vq_index_of_token = self.vq_index_of_token.to(self.device)
+        self.vqgan = None
+        if vqgan is not None:
+            self.attach_vqgan(vqgan)
+        self._embeddings: Tensor | None = None
+        # compute_logits calls the backbone directly: its own cache keyword, checked once here.
+        self._backbone_cache_kwarg = cache_kwarg(model.model)
+
+    def attach_vqgan(self, vqgan: Any) -> None:
+        """Decode images with ``vqgan``; raises ``ValueError`` when its codebook is smaller than
+        the vocabulary's VQ codes (another model's VQGAN)."""
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
             raise ValueError(
                 f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the VQGAN "
                 f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
             )
-        self._embeddings: Tensor | None = None
-        # compute_logits calls the backbone directly: its own cache keyword, checked once here.
-        self._backbone_cache_kwarg = cache_kwarg(model.model)
+        self.vqgan = vqgan
 
     @property
     def num_image_tokens(self) -> int:

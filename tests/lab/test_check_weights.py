@@ -99,11 +99,19 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, cap
     assert "1024 px" in verdicts["vocabulary"]["detail"]  # the resolution read from the folder name
 
 
-def test_a_vqgan_of_other_weights_fails_the_generation_item(tiny_release_set, tmp_path, capsys, no_hf_cache):
+def test_a_bad_vqgan_fails_the_image_item_only(tiny_release_set, tmp_path, capsys, no_hf_cache):
+    """Another model's VQGAN, a truncated one: the model's items pass, the image item names it."""
     from gsd_lab.models.lumina_tiny import write_tiny_vqgan
 
     small = write_tiny_vqgan(tmp_path / "small-vqgan" / "ckpts" / "chameleon" / "tokenizer", n_embed=32)
-    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(small.parents[2]))
-    assert code == 1 and verdicts["generation"]["status"] == "FAIL"
-    assert "codebook has 32 entries" in verdicts["generation"]["detail"]
-    assert verdicts["image"]["status"] == "skip"
+    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(small.parents[2]),
+                            "--clip", str(tiny_release_set.clip))
+    assert code == 1 and verdicts["generation"]["status"] == "ok" and verdicts["image"]["status"] == "FAIL"
+    assert "codebook has 32 entries" in verdicts["image"]["detail"]
+    assert verdicts["clip"]["status"] == "skip"
+    cut = shutil.copytree(tiny_release_set.vqgan, tmp_path / "cut-vqgan")
+    checkpoint = next(cut.rglob("vqgan.ckpt"))
+    checkpoint.write_bytes(checkpoint.read_bytes()[:2000])
+    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(cut))
+    assert code == 1 and verdicts["generation"]["status"] == "ok" and verdicts["image"]["status"] == "FAIL"
+    assert f"{checkpoint} cannot be read as a torch checkpoint" in verdicts["image"]["detail"]

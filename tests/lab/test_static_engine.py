@@ -261,6 +261,23 @@ def test_graphs_are_dropped_when_the_processing_settings_change(model):
     assert engine._graphs == {}
 
 
+def test_graphs_are_kept_when_methods_alternate(model):
+    """AR (window 0) keeps the window width and its graph; a new window width drops that
+    width's graph only, never the 1-token one: graphs are recorded once per width, not inside
+    every call that follows another method's."""
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter)
+    uncond = UNCONDITIONAL["uncond-padded"]
+    decode(adapter, METHODS["sjd"], uncond, engine=engine, num_tokens=12)
+    engine._graphs.update({1: "one token", 5: "window of 4"})
+    for name in ("ar", "gsd", "ar"):
+        static = decode(adapter, METHODS[name], uncond, engine=engine, num_tokens=12)
+        assert_same_run(static, decode(adapter, METHODS[name], uncond, num_tokens=12))
+        assert engine._graphs == {1: "one token", 5: "window of 4"}
+    decode(adapter, METHODS["gsd-repeat-row"], uncond, engine=engine, num_tokens=12)  # window 7
+    assert engine._graphs == {1: "one token"}
+
+
 def test_bad_engine_input(model):
     adapter = make_adapter(model)
     with pytest.raises(ValueError, match="unknown engine"):

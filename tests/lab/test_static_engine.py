@@ -196,10 +196,12 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
     assert model_only.frame_count == 2 and model_only.op_count < counter.op_count
 
 
-def test_one_host_read_per_step(model):
+def test_one_host_read_per_step(model, monkeypatch):
     """The static engine adds no host sync to the loop's one status read per step: the syncs
     of two calls differ by their difference in forwards (the eager adapter adds its own: here
-    whether any row is forced, and transformers' mask checks)."""
+    whether any row is forced, and transformers' mask checks). Also with the torch forms of the
+    processing and support (what runs on a GPU: top-k by torch.topk, the allowed ids as GSD's
+    support), not only the CPU's numpy forms."""
     adapter = make_adapter(model)
     uncond = UNCONDITIONAL["uncond-padded"]
 
@@ -216,6 +218,8 @@ def test_one_host_read_per_step(model):
 
     assert per_step("static") == 1
     assert per_step("eager") > 1
+    monkeypatch.setattr(adapter_module, "_numpy_ok", lambda values: False)
+    assert per_step("static") == 1
 
 
 def test_eager_attention_gets_an_additive_mask(model):

@@ -332,10 +332,11 @@ def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) ->
     configuration's forwards (measured rows, else the token count) times the per-forward time of
     its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""
     todo = cache.remaining()
-    forwards = sum(cache.estimated_forwards(config) for _, config, _ in todo)
-    seconds = sum(cache.estimated_forwards(config) * seconds_per_forward[config.spec.method.kind]
-                  for _, config, _ in todo)
+    by_method = {kind: 0.0 for kind in seconds_per_forward}
+    for _, config, _ in todo:
+        by_method[config.spec.method.kind] += cache.estimated_forwards(config)
+    seconds = sum(forwards * seconds_per_forward[kind] for kind, forwards in by_method.items())
     measured = sum(1 for config in cache.configurations if cache._nfe.get(config))
     return {"items": len(cache.items), "done": len(cache.items) - len(todo), "to_do": len(todo),
-            "forwards": forwards, "device_hours": seconds / 3600, "configurations_with_measured_nfe": measured,
-            "seconds_per_forward": seconds_per_forward}
+            "forwards": sum(by_method.values()), "forwards_by_method": by_method, "device_hours": seconds / 3600,
+            "configurations_with_measured_nfe": measured, "seconds_per_forward": seconds_per_forward}

@@ -262,6 +262,9 @@ def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, t
     assert f"{passes} images; {len(before)} done" in dry and f"{passes - len(before)} to do" in dry
     forwards, hours = re.search(r"left: about ([\d,]+) forwards = ([\d.]+) device-hours", dry).groups()
     assert float(hours) == pytest.approx(int(forwards.replace(",", "")) * 0.040 / 3600, abs=0.06)
+    terms = re.findall(r"([A-Z]+) ([\d,]+) x ([\d.]+) ms", re.search(r"\n +=(.*)\(forwards x time each\)", dry)[1])
+    assert {kind for kind, _, _ in terms} == {"AR", "SJD", "GSD"} and {ms for _, _, ms in terms} == {"40.0"}
+    assert sum(int(n.replace(",", "")) for _, n, _ in terms) == int(forwards.replace(",", ""))
     assert f"measured where rows exist ({len(before)} of {passes} configurations)" in dry
 
 

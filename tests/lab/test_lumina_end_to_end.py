@@ -293,6 +293,7 @@ def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["num_prompts"] == 2
     assert summary["config"]["world_size"] == 2 and summary["identity"]["model"] == MODEL
+    assert summary["config"]["condition_score"] == "CLIP score (higher better)"  # what the column is
     # Decode on one thread, as the ranks did (--threads 1): float32 convolutions sum in another
     # order on other thread counts, which can move a pixel across a rounding boundary.
     threads = torch.get_num_threads()

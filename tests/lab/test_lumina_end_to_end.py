@@ -329,6 +329,7 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert not out.exists()
     assert "2 prompts from" in dry.stdout and "model: lumina-mgpt-7b-768 on cuda; sizes: paper" in dry.stdout
+    assert "preset: default" in dry.stdout
     lines = {line.split(":", 1)[0]: line for line in dry.stdout.splitlines() if ".ipynb:" in line}
     assert len(lines) == 5
     assert "'model_name': 'lumina-mgpt-7b-768'" in lines["04_speedup_and_quality.ipynb"]
@@ -347,6 +348,10 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert taken.returncode == 2 and "exists" in taken.stderr
     wrong = _script(tiny_release_set, prompts, GSD_SIZES="huge", GSD_DRY_RUN="1")
     assert wrong.returncode == 2 and "GSD_SIZES" in wrong.stderr
+    release = _script(tiny_release_set, prompts, GSD_PRESET="release", GSD_DRY_RUN="1", GSD_STEPS="figures")
+    assert release.returncode == 0 and "--preset release" in release.stdout
+    wrong = _script(tiny_release_set, prompts, GSD_PRESET="paper", GSD_DRY_RUN="1")
+    assert wrong.returncode == 2 and "GSD_PRESET must be default or release" in wrong.stderr
 
 
 def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):

@@ -176,6 +176,7 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
     counter = CompileCounter()
     adapter = make_adapter(model)
     engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=counter))
+    assert engine._compile_options == dict(fullgraph=True, dynamic=False, backend=counter)  # a break raises
     uncond = UNCONDITIONAL["uncond-padded"]
     # Warm-up: AR compiles the 1-token width, SJD the window width.
     for name in ("ar", "sjd"):

@@ -38,14 +38,15 @@ forward / GSD's (a method's wall time per forward barely depends on what it acce
 
 Prints one JSON line after the decoding part (``"complete": false`` when the compile part
 follows) and, with ``--compile``, another with it (the last line is the record); each names the
-code by ``git_commit`` and ``source_sha256``. Needs nothing downloaded; about 20 GB of GPU memory;
-expected 4-6 minutes on an H200 without ``--compile`` (graphs take seconds to record; not yet
-measured), up to the budget with it. A part that fails (a capture this device refuses) is recorded under ``errors``
+code by ``git_commit`` and ``source_sha256``. Needs nothing downloaded; about 30 GB of GPU memory
+(estimated: the 7B's 14 GB and a 2.55 GB static cache per engine, up to five); expected 4-6
+minutes on an H200 without ``--compile`` (graphs take seconds to record; not yet measured), up
+to the budget with it. A part that fails (a capture this device refuses) is recorded under ``errors``
 and the others still run. ``--tiny`` runs every part on a tiny model on the CPU (the tests'
 dry run; "captured" there is the static engine without capture, "compile" a tracing-only
 backend).
 
-    timeout 570 python benchmarks/gpu_static_engine.py --nominal-tbs 4.8 --compile   # one H200
+    timeout 480 python benchmarks/gpu_static_engine.py --nominal-tbs 4.8 --compile --budget-s 460   # one H200
     python benchmarks/gpu_static_engine.py --tiny                         # CPU dry run
 """
 

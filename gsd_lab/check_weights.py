@@ -16,8 +16,9 @@ prompt ids     the package's prompt ids against a fresh ``tokenizers.Tokenizer.f
                give is reported (they are not used)
 generation     the model loaded as ``generate`` loads it, ``rows`` image rows decoded by AR (finite
                distributions, a code at every code position, the row end at every row end)
-image          (--vqgan) those rows decoded to pixels by the VQGAN (which layout it was found
-               in, codebook size, Meta's checksum), saved with --out
+image          (--vqgan) the VQGAN loaded (which layout it was found in, Meta's checksum, its
+               codebook against the vocabulary's codes) and those rows decoded to pixels by it,
+               saved with --out
 clip           (--clip) the CLIP folder loads and scores that image against the prompt
 
 Exit status 0 when nothing failed (warnings allowed), 1 otherwise. Items after a failure that
@@ -192,8 +193,7 @@ class _Checks:
                                              f"+ prompt, with <s> and the image header{note}; "
                                              + _transformers_note(self.tokenizer_file, text, text_ids))
 
-    def generation(self, rows: int, seed: int, device: str | None, vqgan: str | None, force_cpu: bool,
-                   prompt: str) -> Verdict:
+    def generation(self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str) -> Verdict:
         from .decoding import generate
         from .methods import DecodingMethod
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
@@ -205,8 +205,8 @@ class _Checks:
             return Verdict("generation", SKIP, "no GPU here (--device cuda); a 7B model on the CPU takes minutes "
                                                "per token (--force-cpu to insist)")
         started = time.perf_counter()
-        self.adapter = load_lumina_mgpt(self.folder, vqgan_dir=vqgan, resolution=self.resolution, device=device,
-                                        tokenizer=self.tokenizer_arg, force_cpu=force_cpu)
+        self.adapter = load_lumina_mgpt(self.folder, resolution=self.resolution, device=device,
+                                        tokenizer=self.tokenizer_arg, force_cpu=force_cpu)  # VQGAN: the image item
         loaded = time.perf_counter() - started
         adapter = self.adapter
         rows = max(1, min(rows, adapter.layout.latent_side))
@@ -228,10 +228,11 @@ class _Checks:
         return Verdict("generation", OK, detail)
 
     def image(self, vqgan_dir: str, out: Path | None) -> Verdict:
-        from .models.chameleon_vqgan import find_vqgan_files
+        from .models.chameleon_vqgan import find_vqgan_files, load_chameleon_vqgan
 
         yaml_path, ckpt_path = find_vqgan_files(vqgan_dir)
-        vqgan = self.adapter.vqgan
+        vqgan = load_chameleon_vqgan(vqgan_dir, device=self.adapter.device)  # as load_lumina_mgpt loads it
+        self.adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
         indices = self.adapter.vq_index_of_token[self.tokens[:, :-1].to(self.adapter.device)].unsqueeze(0)
         image = vqgan.decode_to_uint8(indices)[0].numpy()
         self.pixels = image
@@ -327,7 +328,7 @@ def check_weights(weights: str | Path, *, resolution: int | None = None, vqgan: 
     run("tokenizer", ("files",), checks.tokenizer)
     run("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt))
     run("generation", ("architecture", "vocabulary", "tokenizer"),
-        lambda: checks.generation(rows, seed, device, vqgan, force_cpu, prompt))
+        lambda: checks.generation(rows, seed, device, force_cpu, prompt))
     if vqgan is not None:
         run("image", ("generation",), lambda: checks.image(vqgan, out))
     else:

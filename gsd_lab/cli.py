@@ -563,6 +563,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     identity = run_identity(args, model, spec)
     config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
               "engine": args.engine}
+    if model.condition_scores is not None:  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
+        config["condition_score"] = " ".join(model.quality_names.get("condition_score", "condition score").split())
     metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
                 "prompts_file": str(args.prompts)}
     summary = evaluate(prompts, args.out, work, context, identity=identity, config=config, metadata=metadata,

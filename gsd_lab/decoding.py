@@ -194,6 +194,8 @@ class _Loop:
         self.max_window = max_window(method)
         settings = preset(method.preset)
         self.jacobi_positions = settings.jacobi_positions(num_tokens)
+        self.lagged_window = settings.lagged_window
+        self.previous_done = -1  # committed before the previous forward (-1: no forward yet)
         self.forced_drafts = settings.forced_drafts
         # The adapter's kept ids spare verify the count and the selection over all V.
         self.wants_support = uses_support(self.rule)
@@ -209,11 +211,14 @@ class _Loop:
 
     def window_size(self) -> int:
         """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
-        interval (start, end) drafts only while start <= n < end and never past end."""
+        interval (start, end) drafts only while start <= n < end, at most end - n - 1, where n
+        is the committed count (``lagged_window``: the one before the previous forward, as the
+        release's loop reads it; ``gsd_lab.presets``)."""
         L = min(self.max_window, self.num_tokens - self.done - 1)
         if self.jacobi_positions is not None:
             start, end = self.jacobi_positions
-            L = min(L, end - self.done - 1) if start <= self.done < end else 0
+            n = self.previous_done if self.lagged_window else self.done
+            L = min(L, end - n - 1) if start <= n < end else 0
         return L
 
     def refill(self, L: int) -> None:
@@ -280,6 +285,7 @@ class _Loop:
             self.log.add(self.done, p, self.q, accepted)
         self.accepted.append(accepted)
         self.drafted.append(L)
+        self.previous_done = self.done
         self.done += accepted + 1
         self.adapter.crop(self.prompt_len + self.done - 1)
 

@@ -146,6 +146,8 @@ def paper_plan(out_dir: str | Path, model: ImageModel, prompts: list[str], sizes
         f"  left: about {estimate['forwards']:,.0f} forwards = {hours:,.1f} device-hours "
         f"({duration(hours * 3600)} on one device" + (f", {duration(hours * 3600 / world_size)} on {world_size}"
                                                       if world_size > 1 else "") + ")",
+        "    = " + " + ".join(f"{k.upper()} {n:,.0f} x {1000 * forward_seconds[k]:.1f} ms"
+                              for k, n in estimate["forwards_by_method"].items() if n) + " (forwards x time each)",
         f"  forwards per image: measured where rows exist ({estimate['configurations_with_measured_nfe']} of "
         f"{len(configurations)} configurations), else {model.num_tokens} (AR's: an upper bound for the others); "
         "dry-run again after some prompts for a measured estimate",

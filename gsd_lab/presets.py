@@ -13,10 +13,17 @@ distance filter compares float64 squared distances ||e_y - e_x||^2 <= d of the i
 - Jacobi only between generated positions ``jacobi_loop_interval_l = 3`` and
   ``jacobi_loop_interval_r = side^2 + side - 10`` (768 px: 2342), counted from the first
   generated token of the release, which samples the image start and both size tokens itself
-  (here they are in the prompt): here n in [0, N - 13) for N image tokens, one AR step per
-  forward after it (the last 13 tokens) and windows never crossing it. The release also spends
-  forwards on the image start, the two size tokens, the image end and the end of turn: its NFE
-  is this preset's plus 5 (``RELEASE_EXTRA_FORWARDS``);
+  (here they are in the prompt): here E = N - 13 for N image tokens. The release sizes each
+  forward's input from ``cur_len`` *before the previous forward* (``_sample`` sets
+  ``output_token_num = min(16, r - cur_len)`` after a forward and updates ``cur_len`` only at
+  the end of the loop body), so with n' the position committed before the previous forward
+  (-1 before the first): drafts = min(15, E - n' - 1) while 0 <= n' < E, else none. Hence the
+  first code comes from the prefill alone (AR), drafting starts one forward later, goes on for
+  one forward past E, and that last window may reach past E; the last tokens are AR. Windows
+  are also capped at the image's last token (the release's, rarely, would reach the image end).
+  The release also spends forwards on the image start, the two size tokens, the image end and
+  the end of turn: its NFE is this preset's plus 5 (``RELEASE_EXTRA_FORWARDS``; 4 when its last
+  window reached the image end);
 - random drafts uniform over the image codes at every position, row ends included (there the
   release's rule finds p(C) = 0 and rejects; a rule that would accept a p = 0 draft at a forced
   position, one without the gap filter, is overruled the same way: ``generate``'s
@@ -49,7 +56,9 @@ RELEASE_EXTRA_FORWARDS = 5  # image start, two size tokens, image end, end of tu
 @dataclass(frozen=True)
 class DecodingPreset:
     """What a preset sets (module docstring). window: drafts per forward (None: the spec's);
-    jacobi_tail: the last N generated tokens are decoded by AR (None: none); forced_drafts:
+    jacobi_tail: drafting stops N tokens before the image's end (None: drafts everywhere);
+    lagged_window: the Jacobi interval and window bound read the position committed before the
+    previous forward, not the current one (the release's loop, module docstring); forced_drafts:
     fresh random drafts take the forced token where one is forced; release_distance: GSD's
     filters as ``ReleaseDistanceClusters``; clip_resize: side in pixels images are resized to
     before CLIP (None: as decoded)."""
@@ -57,6 +66,7 @@ class DecodingPreset:
     name: str
     window: int | None = None
     jacobi_tail: int | None = None
+    lagged_window: bool = False
     forced_drafts: bool = True
     release_distance: bool = False
     clip_resize: int | None = None
@@ -68,8 +78,8 @@ class DecodingPreset:
 
 PRESETS = {
     "default": DecodingPreset("default"),
-    "release": DecodingPreset("release", window=15, jacobi_tail=13, forced_drafts=False, release_distance=True,
-                              clip_resize=299),
+    "release": DecodingPreset("release", window=15, jacobi_tail=13, lagged_window=True, forced_drafts=False,
+                              release_distance=True, clip_resize=299),
 }
 
 

@@ -33,6 +33,8 @@
 #                    the tiny checkpoints of gsd_lab.models.lumina_tiny (the tests use it)
 #   GSD_MAX_PROMPTS  first N prompts only (default: all in paper sizes, 1 in tiny sizes)
 #   GSD_STEPS        "notebooks figures" (default), or one of them
+#   GSD_PRESET       default (the package's exact variant) or release (the GSD release's window,
+#                    Jacobi interval, drafts, distance filter and CLIP resize) for figures --paper
 #   GSD_DRY_RUN=1    print the plan (parameters, commands) and stop before running anything
 #   PYTHON           interpreter with gsd installed (".[lab,notebooks]"); default: python
 #
@@ -62,6 +64,7 @@ MODEL=${GSD_MODEL:-lumina-mgpt-7b-768}
 DEVICE=${GSD_DEVICE:-cuda}
 SIZES=${GSD_SIZES:-paper}
 STEPS=${GSD_STEPS:-notebooks figures}
+PRESET=${GSD_PRESET:-default}
 OUT=${GSD_OUT:-$HOME/gsd-runs/gpu-reproduce-$(date -u +%Y%m%dT%H%M%SZ)}
 RESUME=${GSD_RESUME:-0}
 NPROC=${GSD_NPROC:-1}
@@ -84,6 +87,10 @@ esac
 case "$MODEL" in
     lumina-mgpt-7b-512 | lumina-mgpt-7b-768 | lumina-mgpt-7b-1024) ;;
     *) echo "error: GSD_MODEL must be lumina-mgpt-7b-{512,768,1024}, got '$MODEL'" >&2; exit 2 ;;
+esac
+case "$PRESET" in
+    default | release) ;;
+    *) fail "GSD_PRESET must be default or release, got '$PRESET'" ;;
 esac
 for step in $STEPS; do
     case "$step" in
@@ -109,7 +116,7 @@ DRY_RUN=${GSD_DRY_RUN:-0}
 if [ "$DRY_RUN" = 1 ]; then
     echo "dry run: nothing is executed"
     echo "output folder: $OUT"
-    echo "model: $MODEL on $DEVICE; sizes: $SIZES; prompts: $PROMPTS (first ${MAX_PROMPTS:-all})"
+    echo "model: $MODEL on $DEVICE; sizes: $SIZES; preset: $PRESET; prompts: $PROMPTS (first ${MAX_PROMPTS:-all})"
 else
     if [ -e "$OUT" ] && [ "$RESUME" != 1 ]; then
         echo "error: $OUT exists; every run writes to a new folder (set GSD_OUT), or GSD_RESUME=1 continues it" >&2
@@ -125,13 +132,13 @@ FIGURES_CMD=("$PYTHON")
 if [ "$NPROC" -gt 1 ]; then FIGURES_CMD+=(-m torch.distributed.run --standalone --nproc-per-node "$NPROC"); fi
 FIGURES_CMD+=(-m gsd_lab figures --model "$MODEL" --weights "$WEIGHTS" --vqgan "$VQGAN"
               --clip "$CLIP" --device "$DEVICE" --prompts "$OUT/prompts.tsv" --paper
-              --out "$OUT/figures")
+              --preset "$PRESET" --out "$OUT/figures")
 if [ "$SIZES" = tiny ]; then FIGURES_CMD+=(--threads 1); fi
 export MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export GSD_R_REPO="$REPO" GSD_R_OUT="$OUT" GSD_R_MODEL="$MODEL" GSD_R_DEVICE="$DEVICE"
 export GSD_R_SIZES="$SIZES" GSD_R_WEIGHTS="$WEIGHTS" GSD_R_VQGAN="$VQGAN" GSD_R_CLIP="$CLIP"
 export GSD_R_PROMPTS="$PROMPTS" GSD_R_MAX_PROMPTS="$MAX_PROMPTS" GSD_R_DRY_RUN="$DRY_RUN"
-export GSD_R_RESUME="$RESUME"
+export GSD_R_RESUME="$RESUME" GSD_R_PRESET="$PRESET"
 
 # 1. The prompt subset, and the plan (run.json). --------------------------------------------
 "$PYTHON" - <<'PY'
@@ -157,7 +164,7 @@ if env["resume"] == "1":  # the figures identity check refuses another model, we
 else:
     record = {"started": now, "argv": sys.argv, "git_commit": commit.stdout.strip() or None,
               "python": sys.executable,
-              **{k: env[k] for k in ("model", "device", "sizes", "weights", "vqgan", "clip", "prompts")},
+              **{k: env[k] for k in ("model", "device", "sizes", "preset", "weights", "vqgan", "clip", "prompts")},
               "num_prompts": len(prompts), "steps": {}}
 with open(path, "w") as f:
     json.dump(record, f, indent=1)

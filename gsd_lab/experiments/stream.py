@@ -288,15 +288,17 @@ class StreamedRunCache(RunCache):
         """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
         distance, a set statistic of the stand-in, from images decoded again from the tokens)."""
         if spec.key not in self._quality:
-            rows = list(self._rows(self._config(spec)))
+            config = self._config(spec)
+            # One score per row kept, not the rows (their tokens: ~85 kB each in Python at 768 px).
+            per_row = [row.get("condition_score") for row in self._rows(config)]
             out: dict[str, Any] = {}
             scores = None
-            if rows and all(row.get("condition_score") is not None for row in rows):
-                scores = np.array([row["condition_score"] for row in rows], dtype=np.float64)
+            if per_row and all(score is not None for score in per_row):
+                scores = np.array(per_row, dtype=np.float64)
                 out.update(score_summary(scores))
-            if self.model.frechet_distance is not None and self.model.decode is not None and rows:
+            if self.model.frechet_distance is not None and self.model.decode is not None and per_row:
                 out["frechet_distance"] = float(self.model.frechet_distance(
-                    [self.model.decode(torch.tensor(row["tokens"])) for row in rows]))
+                    [self.model.decode(torch.tensor(row["tokens"])) for row in self._rows(config)]))
             self._quality[spec.key] = (out, scores)
         return self._quality[spec.key]
 
@@ -330,10 +332,11 @@ def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) ->
     configuration's forwards (measured rows, else the token count) times the per-forward time of
     its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""
     todo = cache.remaining()
-    forwards = sum(cache.estimated_forwards(config) for _, config, _ in todo)
-    seconds = sum(cache.estimated_forwards(config) * seconds_per_forward[config.spec.method.kind]
-                  for _, config, _ in todo)
+    by_method = {kind: 0.0 for kind in seconds_per_forward}
+    for _, config, _ in todo:
+        by_method[config.spec.method.kind] += cache.estimated_forwards(config)
+    seconds = sum(forwards * seconds_per_forward[kind] for kind, forwards in by_method.items())
     measured = sum(1 for config in cache.configurations if cache._nfe.get(config))
     return {"items": len(cache.items), "done": len(cache.items) - len(todo), "to_do": len(todo),
-            "forwards": forwards, "device_hours": seconds / 3600, "configurations_with_measured_nfe": measured,
-            "seconds_per_forward": seconds_per_forward}
+            "forwards": sum(by_method.values()), "forwards_by_method": by_method, "device_hours": seconds / 3600,
+            "configurations_with_measured_nfe": measured, "seconds_per_forward": seconds_per_forward}

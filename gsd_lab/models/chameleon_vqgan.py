@@ -290,7 +290,11 @@ def load_chameleon_vqgan(
     """
     yaml_path, ckpt_path = find_vqgan_files(vqgan_dir)
     config = VQGANConfig.from_yaml(yaml_path)
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as error:  # torch's reader of a truncated or foreign file
+        raise ValueError(f"{ckpt_path} cannot be read as a torch checkpoint (an interrupted download?): "
+                         f"{error}") from error
     state = decoder_state_dict(checkpoint)
     with torch.device("meta"):
         model = ChameleonVQGANDecoder(config)

@@ -265,18 +265,29 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
     return tensor.repeat_interleave(heads // ranks, dim=0)
 
 
+def _open_shard(file: Path, device: str | torch.device) -> Any:
+    """``safe_open`` of one shard; a file safetensors cannot read (truncated by an interrupted
+    download, or not safetensors at all) raises ``ValueError`` naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return safe_open(str(file), framework="pt", device=str(device))
+    except SafetensorError as error:
+        raise ValueError(f"{file} is not a readable safetensors file ({error}; {file.stat().st_size:,} bytes): "
+                         "an interrupted download? Download it again") from error
+
+
 def stored_tensors(folder: Path, *, device: str | torch.device = "cpu") -> Iterator[tuple[str, str, Any]]:
     """(name, shard file name, open ``safe_open`` handle) for every tensor of the safetensors
     shards, file by file; use the handle before asking for the next item.
 
-    Raises ``ValueError`` when a tensor name is stored in two shards (no "last one wins"), or when
-    the index puts a tensor in another shard than the one holding it or lists one no shard holds."""
-    from safetensors import safe_open
-
+    Raises ``ValueError`` when a shard cannot be read (``_open_shard``), a tensor name is stored in
+    two shards (no "last one wins"), or the index puts a tensor in another shard than the one
+    holding it or lists one no shard holds."""
     weight_map = _safetensors_index(folder)
     stored_in: dict[str, str] = {}
     for file in _safetensors_files(folder):
-        with safe_open(str(file), framework="pt", device=str(device)) as handle:
+        with _open_shard(file, device) as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not iterable)
                 if name in stored_in:
                     raise ValueError(
@@ -560,17 +571,24 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         )
         self.layout = layout
         self.tokenizer = tokenizer
-        self.vqgan = vqgan
         self.vq_index_of_token = self.vq_index_of_token.to(self.device)
+        self.vqgan = None
+        if vqgan is not None:
+            self.attach_vqgan(vqgan)
+        self._embeddings: Tensor | None = None
+        # compute_logits calls the backbone directly: its own cache keyword, checked once here.
+        self._backbone_cache_kwarg = cache_kwarg(model.model)
+
+    def attach_vqgan(self, vqgan: Any) -> None:
+        """Decode images with ``vqgan``; raises ``ValueError`` when its codebook is smaller than
+        the vocabulary's VQ codes (another model's VQGAN)."""
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
             raise ValueError(
                 f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the VQGAN "
                 f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
             )
-        self._embeddings: Tensor | None = None
-        # compute_logits calls the backbone directly: its own cache keyword, checked once here.
-        self._backbone_cache_kwarg = cache_kwarg(model.model)
+        self.vqgan = vqgan
 
     @property
     def num_image_tokens(self) -> int:

@@ -172,16 +172,18 @@ class StaticEngine:
 
     def reserve(self, new_tokens: int, window: int) -> None:
         """Room for ``new_tokens`` slots after the prompt at the next ``start`` (generate passes
-        the tokens to decode + window + 1) and the window width W = window + 1 (0: AR only)."""
+        the tokens to decode + window + 1) and the window width W = window + 1. A new width drops
+        the old width's graph only; window 0 (AR, whose forwards after the prefill are 1 token
+        wide) keeps the width and graphs there are: calls alternating AR with SJD or GSD record
+        each graph once (a recording inside a call would count in its wall time)."""
         if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
             raise ValueError(f"new_tokens must be an int >= 1, got {new_tokens!r}")
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f"window must be an int >= 0, got {window!r}")
         self._reserved = new_tokens
-        width = window + 1 if window > 0 else None
-        if width != self._window_width:
-            self._window_width = width
-            self._graphs = {}
+        if window > 0 and window + 1 != self._window_width:
+            self._graphs.pop(self._window_width, None)
+            self._window_width = window + 1
 
     @property
     def capacity(self) -> int:

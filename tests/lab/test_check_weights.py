@@ -61,6 +61,15 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, cap
     assert code == 1 and verdicts["files"]["status"] == "FAIL" and "not there" in verdicts["files"]["detail"]
     assert {verdicts[k]["status"] for k in ("architecture", "generation", "prompt ids")} == {"skip"}
 
+    # A shard cut short (an interrupted download): a verdict naming the file, not a traceback.
+    folder = _copy(tiny_release_set, tmp_path / "a2")
+    shard = folder / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    code, verdicts = _check(capsys, str(folder))
+    assert code == 1 and verdicts["files"]["status"] == "FAIL"
+    assert f"{shard} is not a readable safetensors file" in verdicts["files"]["detail"]
+    assert "interrupted download" in verdicts["files"]["detail"]
+
     # q/k-norms expanded to [heads, head_dim] under Lumina's architectures: the layout is named.
     folder = _copy(tiny_release_set, tmp_path / "b")
     shard = next(f for f in sorted(folder.glob("*.safetensors"))
@@ -90,11 +99,19 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, cap
     assert "1024 px" in verdicts["vocabulary"]["detail"]  # the resolution read from the folder name
 
 
-def test_a_vqgan_of_other_weights_fails_the_generation_item(tiny_release_set, tmp_path, capsys, no_hf_cache):
+def test_a_bad_vqgan_fails_the_image_item_only(tiny_release_set, tmp_path, capsys, no_hf_cache):
+    """Another model's VQGAN, a truncated one: the model's items pass, the image item names it."""
     from gsd_lab.models.lumina_tiny import write_tiny_vqgan
 
     small = write_tiny_vqgan(tmp_path / "small-vqgan" / "ckpts" / "chameleon" / "tokenizer", n_embed=32)
-    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(small.parents[2]))
-    assert code == 1 and verdicts["generation"]["status"] == "FAIL"
-    assert "codebook has 32 entries" in verdicts["generation"]["detail"]
-    assert verdicts["image"]["status"] == "skip"
+    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(small.parents[2]),
+                            "--clip", str(tiny_release_set.clip))
+    assert code == 1 and verdicts["generation"]["status"] == "ok" and verdicts["image"]["status"] == "FAIL"
+    assert "codebook has 32 entries" in verdicts["image"]["detail"]
+    assert verdicts["clip"]["status"] == "skip"
+    cut = shutil.copytree(tiny_release_set.vqgan, tmp_path / "cut-vqgan")
+    checkpoint = next(cut.rglob("vqgan.ckpt"))
+    checkpoint.write_bytes(checkpoint.read_bytes()[:2000])
+    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(cut))
+    assert code == 1 and verdicts["generation"]["status"] == "ok" and verdicts["image"]["status"] == "FAIL"
+    assert f"{checkpoint} cannot be read as a torch checkpoint" in verdicts["image"]["detail"]

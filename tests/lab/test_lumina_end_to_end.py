@@ -262,6 +262,9 @@ def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, t
     assert f"{passes} images; {len(before)} done" in dry and f"{passes - len(before)} to do" in dry
     forwards, hours = re.search(r"left: about ([\d,]+) forwards = ([\d.]+) device-hours", dry).groups()
     assert float(hours) == pytest.approx(int(forwards.replace(",", "")) * 0.040 / 3600, abs=0.06)
+    terms = re.findall(r"([A-Z]+) ([\d,]+) x ([\d.]+) ms", re.search(r"\n +=(.*)\(forwards x time each\)", dry)[1])
+    assert {kind for kind, _, _ in terms} == {"AR", "SJD", "GSD"} and {ms for _, _, ms in terms} == {"40.0"}
+    assert sum(int(n.replace(",", "")) for _, n, _ in terms) == int(forwards.replace(",", ""))
     assert f"measured where rows exist ({len(before)} of {passes} configurations)" in dry
 
 
@@ -290,6 +293,7 @@ def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["num_prompts"] == 2
     assert summary["config"]["world_size"] == 2 and summary["identity"]["model"] == MODEL
+    assert summary["config"]["condition_score"] == "CLIP score (higher better)"  # what the column is
     # Decode on one thread, as the ranks did (--threads 1): float32 convolutions sum in another
     # order on other thread counts, which can move a pixel across a rounding boundary.
     threads = torch.get_num_threads()
@@ -325,6 +329,7 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert not out.exists()
     assert "2 prompts from" in dry.stdout and "model: lumina-mgpt-7b-768 on cuda; sizes: paper" in dry.stdout
+    assert "preset: default" in dry.stdout
     lines = {line.split(":", 1)[0]: line for line in dry.stdout.splitlines() if ".ipynb:" in line}
     assert len(lines) == 5
     assert "'model_name': 'lumina-mgpt-7b-768'" in lines["04_speedup_and_quality.ipynb"]
@@ -343,6 +348,10 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert taken.returncode == 2 and "exists" in taken.stderr
     wrong = _script(tiny_release_set, prompts, GSD_SIZES="huge", GSD_DRY_RUN="1")
     assert wrong.returncode == 2 and "GSD_SIZES" in wrong.stderr
+    release = _script(tiny_release_set, prompts, GSD_PRESET="release", GSD_DRY_RUN="1", GSD_STEPS="figures")
+    assert release.returncode == 0 and "--preset release" in release.stdout
+    wrong = _script(tiny_release_set, prompts, GSD_PRESET="paper", GSD_DRY_RUN="1")
+    assert wrong.returncode == 2 and "GSD_PRESET must be default or release" in wrong.stderr
 
 
 def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):

@@ -71,6 +71,21 @@ def test_release_clusters_filter_as_the_release_loop():
     assert bool(keep[index != x].all())
 
 
+def _release_schedule(accepted: list[int], num_tokens: int) -> list[int]:
+    """The drafts per forward of junhyukso/GSD's ``_sample`` for these acceptances, with its
+    positions shifted by the 3 tokens it generates before the first code: the input of the next
+    forward is ``min(16, r - cur_len)`` tokens while l <= cur_len < r, else 1, with ``cur_len``
+    the length before the forward just run (l = 3, r = side^2 + side - 10 = N - 13 + 3 here),
+    one committed token and the rest drafts, no draft past the image's last token."""
+    cur_len, before, drafts = 0, -1, []  # generated codes committed; before the previous forward
+    end = num_tokens - 13
+    for a in accepted:
+        drafts.append(min(16, end - before) - 1 if 0 <= before < end else 0)
+        drafts[-1] = min(drafts[-1], num_tokens - cur_len - 1)
+        before, cur_len = cur_len, cur_len + a + 1
+    return drafts
+
+
 def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, one_thread):
     prompt, lines = model.default_prompts[0], []
     for method, clusters, group in (("sjd", None, 0), ("gsd", "dynamic", 14), ("gsd", "rank-binned", 50)):
@@ -81,7 +96,8 @@ def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, on
             assert image.shape == (64, 64, 3)  # row ends in place: the image decodes
         default, release = results["default"], results["release"]
         assert max(default.drafted) == 16 and max(release.drafted) == 15
-        assert release.drafted[-13:] == [0] * 13  # the last 13 tokens by AR, one forward each
+        assert release.drafted == _release_schedule(release.accepted, model.num_tokens)
+        assert release.drafted[0] == 0 and release.drafted[-1] == 0  # the first code and the last by AR
         changed = float((default.tokens != release.tokens).double().mean())
         lines.append(f"{method} {clusters or ''} G={group}: NFE default {default.nfe}, release {release.nfe} "
                      f"(the release's own count adds 5); tokens differing {changed:.1%}")

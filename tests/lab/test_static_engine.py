@@ -176,6 +176,7 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
     counter = CompileCounter()
     adapter = make_adapter(model)
     engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=counter))
+    assert engine._compile_options == dict(fullgraph=True, dynamic=False, backend=counter)  # a break raises
     uncond = UNCONDITIONAL["uncond-padded"]
     # Warm-up: AR compiles the 1-token width, SJD the window width.
     for name in ("ar", "sjd"):
@@ -196,10 +197,12 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
     assert model_only.frame_count == 2 and model_only.op_count < counter.op_count
 
 
-def test_one_host_read_per_step(model):
+def test_one_host_read_per_step(model, monkeypatch):
     """The static engine adds no host sync to the loop's one status read per step: the syncs
     of two calls differ by their difference in forwards (the eager adapter adds its own: here
-    whether any row is forced, and transformers' mask checks)."""
+    whether any row is forced, and transformers' mask checks). Also with the torch forms of the
+    processing and support (what runs on a GPU: top-k by torch.topk, the allowed ids as GSD's
+    support), not only the CPU's numpy forms."""
     adapter = make_adapter(model)
     uncond = UNCONDITIONAL["uncond-padded"]
 
@@ -216,6 +219,8 @@ def test_one_host_read_per_step(model):
 
     assert per_step("static") == 1
     assert per_step("eager") > 1
+    monkeypatch.setattr(adapter_module, "_numpy_ok", lambda values: False)
+    assert per_step("static") == 1
 
 
 def test_eager_attention_gets_an_additive_mask(model):
@@ -259,6 +264,23 @@ def test_graphs_are_dropped_when_the_processing_settings_change(model):
     adapter.cfg_scale = 2.5
     engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
     assert engine._graphs == {}
+
+
+def test_graphs_are_kept_when_methods_alternate(model):
+    """AR (window 0) keeps the window width and its graph; a new window width drops that
+    width's graph only, never the 1-token one: graphs are recorded once per width, not inside
+    every call that follows another method's."""
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter)
+    uncond = UNCONDITIONAL["uncond-padded"]
+    decode(adapter, METHODS["sjd"], uncond, engine=engine, num_tokens=12)
+    engine._graphs.update({1: "one token", 5: "window of 4"})
+    for name in ("ar", "gsd", "ar"):
+        static = decode(adapter, METHODS[name], uncond, engine=engine, num_tokens=12)
+        assert_same_run(static, decode(adapter, METHODS[name], uncond, num_tokens=12))
+        assert engine._graphs == {1: "one token", 5: "window of 4"}
+    decode(adapter, METHODS["gsd-repeat-row"], uncond, engine=engine, num_tokens=12)  # window 7
+    assert engine._graphs == {1: "one token"}
 
 
 def test_bad_engine_input(model):

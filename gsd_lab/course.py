@@ -113,12 +113,14 @@ def output_law_is_p(p: Sequence[Fraction], q: Sequence[Fraction], tolerance: flo
 
 
 def plot_speculative_parts(parts: SpeculativeParts) -> Any:
-    """Bar charts of p, q, min(p, q) and (p - q)+ for a small vocabulary (matplotlib Figure)."""
-    import matplotlib.pyplot as plt
+    """Bar charts of p, q, min(p, q) and (p - q)+ for a small vocabulary (a matplotlib Figure
+    without pyplot state: ``plots.show`` displays it once, and nothing accumulates)."""
+    from matplotlib.figure import Figure
 
     panels = {"target p": parts.p, "draft q": parts.q, "accepted: min(p, q)": parts.accepted,
               "residual mass: (p - q)+": parts.excess}
-    fig, axes = plt.subplots(1, 4, figsize=(13, 2.8), sharey=True)
+    fig = Figure(figsize=(13, 2.8), layout="constrained")
+    axes = fig.subplots(1, 4, sharey=True)
     tokens = list(range(len(parts.p)))
     for ax, (title, values) in zip(axes, panels.items()):
         ax.bar(tokens, [float(v) for v in values], color="tab:blue" if "p" == title[-1] else "tab:gray")
@@ -126,7 +128,6 @@ def plot_speculative_parts(parts: SpeculativeParts) -> Any:
         ax.set_xticks(tokens)
         ax.set_xlabel("token")
     axes[0].set_ylabel("probability")
-    fig.tight_layout()
     return fig
 
 
@@ -367,14 +368,14 @@ def single_cluster_checks(p: Sequence[Fraction], q: Sequence[Fraction],
 class LanternParts:
     """One LANTERN step in exact Fractions (proofs/08), computed without gsd_core: credited mass
     m(x) = max{S_j <= delta} over the prefix sums S_j of the neighbours' p, acceptance
-    a(x) = min(1, (p(x) + m(x))/q(x)) (0 where q(x) = 0), beta = sum_x q(x) a(x),
-    beta_SD = sum_x min(p, q), out = q a + (1 - beta) r with r = norm((p - q)+), and its
+    a(x) = min(1, (p(x) + m(x))/q(x)) (0 where q(x) = 0), the acceptance rate alpha = sum_x q(x) a(x),
+    alpha_SD = sum_x min(p, q), out = q a + (1 - alpha) r with r = norm((p - q)+), and its
     distortion TV(out, p)."""
 
     credited: list[Fraction]
     accept: list[Fraction]
-    beta: Fraction
-    beta_sd: Fraction
+    alpha: Fraction
+    alpha_sd: Fraction
     output: list[Fraction]
     tv: Fraction
 
@@ -394,10 +395,10 @@ def lantern_parts(p: Sequence[Fraction], q: Sequence[Fraction], neighbours: Sequ
             mass = total
         credited.append(mass)
     accept = [min(Fraction(1), (p[x] + credited[x]) / q[x]) if q[x] else Fraction(0) for x in range(len(p))]
-    beta = sum(a * b for a, b in zip(q, accept))
+    alpha = sum(a * b for a, b in zip(q, accept))
     parts = speculative_parts(p, q)
-    output = [qy * ay + (1 - beta) * ry for qy, ay, ry in zip(q, accept, parts.residual)]
-    return LanternParts(credited, accept, beta, 1 - parts.reject_probability, output,
+    output = [qy * ay + (1 - alpha) * ry for qy, ay, ry in zip(q, accept, parts.residual)]
+    return LanternParts(credited, accept, alpha, 1 - parts.reject_probability, output,
                         sum(abs(a - b) for a, b in zip(output, p)) / 2)
 
 
@@ -418,11 +419,11 @@ def lantern_checks(parts: LanternParts, p: Sequence[Fraction], q: Sequence[Fract
     p_t, q_t = as_tensor(p), as_tensor(q)
     out = output_distribution(p_t, q_t, rule)
     return {"output law": bool((out - as_tensor(parts.output)).abs().max() < tolerance),
-            "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.beta)) < tolerance}
+            "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.alpha)) < tolerance}
 
 
 def lantern_identity_gap(p: Tensor, q: Tensor, embeddings: Tensor, k: int, delta: float) -> float:
-    """|TV(out, p) - (beta - beta_SD)| of one LANTERN step by gsd_core (proofs/08: 0 exactly, so
+    """|TV(out, p) - (alpha - alpha_SD)| of one LANTERN step by gsd_core (proofs/08: 0 exactly, so
     float64 rounding only). p, q: [V]; embeddings [V, D]."""
     rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
     gained = float(acceptance_rate(p, q, rule)) - float(acceptance_rate(p, q))
@@ -440,7 +441,8 @@ def flatness_pair(viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float
     """One pair of notebook 01's family (``toy.noisy_pairs``) at flatness ``viable``: a base
     uniform over the first ``viable`` tokens (0 elsewhere), and p, q that base times independent
     log-normal factors exp(noise eps), renormalised. More viable tokens: flatter p and q whose
-    small per-token gaps add up to a larger TV (notebook 01), so SD accepts less.
+    small per-token gaps add up to a larger TV (notebook 01), so SD accepts less on average, until
+    the TV levels off: the gaps are relative to the base (``mean_sd_acceptance``).
     Returns p, q: [vocab_size] float64."""
     from .experiments.toy import noisy_pairs
 
@@ -463,16 +465,25 @@ def tradeoff_table(group_sizes: Sequence[int], viables: Sequence[int], seed: int
     return [{"G": g, "viable": n, **tradeoff(*pairs[n], g)} for g in group_sizes for n in viables]
 
 
+def mean_sd_acceptance(viables: Sequence[int], num_pairs: int, seed: int = 0) -> list[float]:
+    """SD's exact acceptance 1 - TV(p, q) averaged over the ``flatness_pair`` seeds seed ..
+    seed + num_pairs - 1, per number of viable tokens: the trend the explorer's single pairs
+    scatter around."""
+    return [sum(float(acceptance_rate(*flatness_pair(n, seed=s))) for s in range(seed, seed + num_pairs)) / num_pairs
+            for n in viables]
+
+
 def tradeoff_figure(group_size: int, viable: int, seed: int = 0) -> Any:
     """Bars of p, q and GSD's exact output law on ``flatness_pair(viable)`` (tokens in p-rank
     order); the title states the exact acceptance (SD and GSD) and the distortion TV(output, p)."""
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     p, q = flatness_pair(viable, seed=seed)
     out = output_distribution(p, q, DynamicClusters(group_size))
     stats = tradeoff(p, q, group_size)
     order = torch.argsort(p, descending=True)
-    fig, ax = plt.subplots(figsize=(9, 3))
+    fig = Figure(figsize=(9, 3), layout="constrained")  # no pyplot state: one display per slider move
+    ax = fig.subplots()
     x = torch.arange(p.shape[-1], dtype=DTYPE)
     for shift, (name, dist) in zip((-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))):
         ax.bar((x + shift).numpy(), dist[order].numpy(), width=0.27, label=name)
@@ -481,7 +492,6 @@ def tradeoff_figure(group_size: int, viable: int, seed: int = 0) -> Any:
     ax.set_title(f"{viable} viable tokens: acceptance SD {stats['acceptance SD']:.3f}, GSD "
                  f"{stats['acceptance GSD']:.3f}; TV(GSD output, p) {stats['TV(output GSD, p)']:.3f}", fontsize=10)
     ax.legend()
-    fig.tight_layout()
     return fig
 
 

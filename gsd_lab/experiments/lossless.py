@@ -7,11 +7,19 @@ processed conditionals from one teacher-forced pass per sequence. A decoder run 
 ``gsd_lab.decoding.generate`` with a seeded generator ``n`` times gives counts per sequence;
 Pearson's chi-square test of the counts against the exact law (cells expected below 5 pooled)
 has significance ``SIGNIFICANCE`` = 1e-3. SJD (standard speculative sampling inside Jacobi
-windows, proofs/02) must pass for every window; a lossy rule (GSD with one cluster holding the
-three tokens: every draft accepted) must fail. The test is exact on the AR side and sampled on
-the decoder side: a lossless decoder fails it with probability 1e-3 whatever the seed, and a
-wrong one passes it only if its law is within the test's power of AR's (about 0.05 in total
-variation at 2000 samples).
+windows, proofs/02) must pass for every window and drafting scheme; a lossy rule (GSD with one
+cluster holding the three tokens: every draft accepted) must fail. The test is exact on the AR
+side and sampled on the decoder side: a lossless decoder fails it with probability 1e-3 whatever
+the seed, and a wrong one passes it only if its law is within the test's power of AR's.
+
+Which drafts a check uses decides which bugs it can see. With uniformly random drafts (one-hot
+q = e_x, x uniform over the K allowed tokens), resampling from p instead of the residual
+norm((p - q)+) is still lossless on average over x (the emitted law is p(y)/K + (1 - 1/K) p(y)
+= p(y)), so that classic bug shows only at Jacobi re-drafts: measured, it passes 1000 decodes
+with window 2 (p-values 0.017 to 0.54 over 3 seeds) and 3000 decodes for 3 seeds of 4. Drafts
+that repeat the previous token (``init="repeat_row"`` with ``ROW_LENGTH`` = 1 token per row)
+have a non-uniform draft law, and the same bug fails at 1000 decodes (p-values below 1e-5 over
+3 seeds; tests/lab/test_notebook_checks_power.py).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ ALLOWED = (1, 2, 3)
 PROMPT = (0, 5)
 NUM_TOKENS = 3
 SIGNIFICANCE = 1e-3
+ROW_LENGTH = 1  # init="repeat_row" drafts the previous token (module docstring)
 SEQUENCES = list(itertools.product(ALLOWED, repeat=NUM_TOKENS))
 
 
@@ -129,7 +138,7 @@ def check_joint(name: str, samples: int, seed: int, *, method: Any, lossless_exp
     model and test the counts against the exact AR joint law (module docstring)."""
     from ..models import CausalLMAdapter
 
-    adapter = CausalLMAdapter(model if model is not None else tiny_model(), ALLOWED)
+    adapter = CausalLMAdapter(model if model is not None else tiny_model(), ALLOWED, row_length=ROW_LENGTH)
     joint = exact_joint(adapter)
     counts = sample_counts(adapter, samples, seed, method)
     return JointCheck(name, samples, chi_square_pvalue(counts, joint), lossless_expected)

@@ -87,6 +87,14 @@ def grouping_and_theorem1(group_sizes: list[int], tv_by_group: np.ndarray, check
     return fig
 
 
+def _panel_title(label: str, width: int = 30) -> str:
+    """A label that fits a small panel: at most two lines of ``width`` characters (a text prompt
+    such as Lumina-mGPT's is shortened with "...")."""
+    import textwrap
+
+    return textwrap.fill(textwrap.shorten(label, 2 * width - 12, placeholder="..."), width)
+
+
 def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
     """Pooled histogram of the top-1 probability (log bins) over all images, then one panel per
     distinct label (e.g. the class an image was generated for: a class's images, one per seed,
@@ -106,7 +114,7 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
         ax.hist(values, bins=bins, color=color)
         ax.axvline(stats.threshold, color="C3", lw=1, label=f"threshold {stats.threshold:g}")
         ax.set_xscale("log")
-        ax.set_title(f"{title}: {percent(float((values < stats.threshold).mean()))} below", fontsize=9)
+        ax.set_title(f"{_panel_title(title)}: {percent(float((values < stats.threshold).mean()))} below", fontsize=9)
         ax.set_xlabel("top-1 probability of p")
         ax.set_ylabel("generated tokens")
     flat_axes[0].legend(fontsize=8)
@@ -134,8 +142,13 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
 
 # Metrics where a lower value is better; every other quality metric is better higher.
 LOWER_IS_BETTER = ("frechet_distance", "distortion")
-# Label offsets (points) per curve, so that labels of curves at similar NFE do not overlap.
-_LABEL_OFFSETS = ((5, 5), (5, -11), (-34, 5), (-34, -11))
+# Where a point's label may go, tried in order (offset in points, horizontal and vertical alignment):
+# the first that overlaps no other label, no point and stays inside the panel is taken.
+_LABEL_SPOTS = tuple((dx, dy, ha, va) for r in (1, 2, 3) for dx, dy, ha, va in
+                     ((4 * r, 3 * r, "left", "bottom"), (4 * r, -3 * r, "left", "top"),
+                      (-4 * r, 3 * r, "right", "bottom"), (-4 * r, -3 * r, "right", "top"),
+                      (0, 5 * r, "center", "bottom"), (0, -5 * r, "center", "top")))
+_LABEL_FONTSIZE = 7
 
 
 def _zoom_range(points: dict[str, list[dict[str, Any]]]) -> tuple[float, float] | None:
@@ -146,21 +159,82 @@ def _zoom_range(points: dict[str, list[dict[str, Any]]]) -> tuple[float, float] 
     return min(crowded) / 1.05, max(crowded) * 1.05
 
 
+def _log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks (..., 10, 20, 50, 100, ...) inside [low, high], at least two when the range
+    allows (else its ends)."""
+    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(low))) - 1, int(np.ceil(np.log10(high))) + 1)
+             for m in (1, 2, 5)]
+    inside = [t for t in ticks if low <= t <= high]
+    return inside if len(inside) >= 2 else [low, high]
+
+
+def _value_range(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
+    values = [v for r in rows if r.get(key) is not None
+              for v in (r[key] - (r.get(f"{key}_sem") or 0.0), r[key] + (r.get(f"{key}_sem") or 0.0))]
+    return (min(values), max(values)) if values else None
+
+
+def _place_labels(fig: Figure, requests: list[tuple[Any, str, float, float, str]]) -> None:
+    """Annotate each (axes, text, x, y, colour) at the first of ``_LABEL_SPOTS`` where the label
+    overlaps no label placed before it and no plotted point, inside its panel (else where it
+    overlaps least). Measured in display space once the layout is final."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import Bbox
+
+    if not requests:
+        return
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    fig.draw_without_rendering()  # the constrained layout, so that display coordinates are final
+    renderer = canvas.get_renderer()
+    font = FontProperties(size=_LABEL_FONTSIZE)
+    pixels = fig.dpi / 72.0
+    taken: dict[Any, list[Any]] = {}
+    for ax in {ax for ax, *_ in requests}:  # every plotted point is an obstacle
+        taken[ax] = [Bbox.from_extents(x - 4, y - 4, x + 4, y + 4) for line in ax.get_lines()
+                     for x, y in ax.transData.transform(np.column_stack(line.get_data()).astype(float))]
+    for ax, text, x, y, color in requests:
+        px, py = ax.transData.transform((x, y))
+        width, height, _ = renderer.get_text_width_height_descent(text, font, ismath=False)
+        frame = ax.get_window_extent(renderer)
+        best, best_cost = None, np.inf
+        for dx, dy, ha, va in _LABEL_SPOTS:
+            left = px + dx * pixels - {"left": 0.0, "center": width / 2, "right": width}[ha]
+            bottom = py + dy * pixels - (height if va == "top" else 0.0)
+            box = Bbox.from_bounds(left, bottom, width, height)
+            cost = sum(Bbox.intersection(box, other).width * Bbox.intersection(box, other).height
+                       for other in taken[ax] if box.overlaps(other))
+            cost += 0.0 if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) else width * height
+            if cost < best_cost:
+                best, best_cost = (dx, dy, ha, va, box), cost
+            if cost == 0:
+                break
+        dx, dy, ha, va, box = best
+        label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                            fontsize=_LABEL_FONTSIZE, color=color)
+        label.set_in_layout(False)  # placed for this layout: it must not change it
+        taken[ax].append(box)
+
+
 def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]],
            references: dict[str, dict[str, Any]] | None = None) -> Figure:
     """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
     error bars: +- one standard error over images where the row has ``{metric}_sem``. One row of
-    panels per metric: the whole range on a log NFE axis, then a zoom (linear NFE) on the range
-    where GSD and SJD crowd, where each point is labelled. Each panel names its better corner:
-    fewer forwards (left) and higher, or lower for ``LOWER_IS_BETTER`` metrics. ``references``:
-    named rows without an NFE (real images, AR on other seeds), horizontal lines."""
+    panels per metric: the whole range on a log NFE axis, then a zoom (linear NFE, and the metric's
+    range over the points in it) on the range where GSD and SJD crowd, where each point is
+    labelled; labels are placed where they overlap no other label and no point (``_place_labels``).
+    Each panel names its better corner: fewer forwards (left) and higher, or lower for
+    ``LOWER_IS_BETTER`` metrics. ``references``: named rows without an NFE (real images, AR on other
+    seeds), horizontal lines. The legend sits right of each row of panels."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     zoom = _zoom_range(points)
     fig, axes = _figure(2 if zoom else 1, len(metrics), size=(4.6, 3.4))
     markers = {"AR": "s", "SJD": "D"}
+    labels: list[tuple[Any, str, float, float, str]] = []
     for row_axes, (key, label) in zip(axes, metrics):
         for ax, zoomed in zip(row_axes, (False, True)):
+            shown: list[dict[str, Any]] = []
             for index, (name, rows) in enumerate(points.items()):
                 rows = [r for r in rows if r.get(key) is not None]
                 if not rows:
@@ -171,33 +245,37 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                        else None)
                 style = dict(fmt=markers.get(name, "o"), ms=7, zorder=3) if len(rows) == 1 else dict(fmt="-o")
                 ax.errorbar(x, y, yerr=err, capsize=3, color=f"C{index}", label=name, **style)
+                in_zoom = [zoom is not None and zoom[0] <= xi <= zoom[1] for xi in x]
+                shown += [r for r, inside in zip(rows, in_zoom) if inside == zoomed or not zoom]
                 if len(rows) > 1:
-                    offset = _LABEL_OFFSETS[index % len(_LABEL_OFFSETS)]
-                    for r, xi, yi in zip(rows, x, y):
-                        if zoomed == (zoom is not None and zoom[0] <= xi <= zoom[1]):
-                            ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
-                                        color=f"C{index}", textcoords="offset points", xytext=offset)
+                    labels += [(ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
+                               for r, xi, yi, inside in zip(rows, x, y, in_zoom) if zoomed == inside]
             for j, (name, row) in enumerate((references or {}).items()):
                 if row is not None and row.get(key) is not None:
                     ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
             better = "lower" if key in LOWER_IS_BETTER else "higher"
+            ax.set_ylabel(label)
             if zoomed:
                 ax.set_xlim(*zoom)
+                span = _value_range(shown, key)
+                if span is not None:
+                    pad = 0.08 * (span[1] - span[0]) or 0.05 * abs(span[1]) or 0.01
+                    ax.set_ylim(span[0] - pad, span[1] + pad)
                 ax.set_xlabel("NFE, zoom on GSD's range")
-                ax.set_title("zoom (linear NFE)", fontsize=9)
+                ax.set_title("zoom (linear NFE and the points' range)", fontsize=9)
             else:
                 ax.set_xscale("log")
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
                 low, high = ax.get_xlim()
-                ax.set_xticks([t for t in (25, 50, 100, 200, 400, 800, 1600, 3200) if low <= t <= high])
+                ax.set_xticks(_log_ticks(low, high))
                 ax.set_xlim(low, high)
                 ax.set_xlabel("NFE (forward passes per image, log scale)")
                 ax.set_title(f"better: {'down' if better == 'lower' else 'up'}-left (fewer forwards, {better})",
                              fontsize=9)
-                ax.set_ylabel(label)
             if not zoom or zoomed:
-                ax.legend(fontsize=7)
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    _place_labels(fig, labels)
     return fig
 
 

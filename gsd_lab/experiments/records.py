@@ -8,8 +8,10 @@ are decoded from the stored tokens, so the quality proxies are recomputed), and 
 re-decodes the first images of a few configurations and compares them with the stored records:
 tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` (float64
 sums may differ in the last ulp between CPU kernels: README, "Reproducibility"). A stored file
-made by other code, weights, settings, prompts or seeds is not loaded (``load`` says why), and
-a change of the decoding that alters any token fails the live check.
+made by other code (``code_fingerprint``: any change to a ``gsd_core`` or ``gsd_lab`` source
+file, so that no configuration's table can be stale, live-checked or not), weights, settings,
+prompts or seeds is not loaded (``load`` says why, and everything is decoded), and a change of
+the decoding that alters any token of a live-checked configuration fails the live check.
 
 File: one ``numpy.savez_compressed`` archive: ``tokens`` int32 [R, N], float64 columns
 ``FIELDS`` [R] (nan for None), and ``index``, a JSON string: the identity, the git state of the
@@ -18,6 +20,7 @@ run, and per record its configuration key (``repr(spec.key)``), label, prompt an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -34,12 +37,30 @@ FIELDS = ("nfe", "acceptance_rate", "accepted_per_tested", "wall_seconds", "mode
 DISTORTION_RTOL = 1e-9
 
 
+def code_fingerprint() -> str:
+    """SHA-256 over the sources decoding can depend on: every ``.py`` file of the ``gsd_core``
+    and ``gsd_lab`` packages this process imported (relative path and bytes, in path order). Any
+    edit changes it, a comment included: stored records are reused only by the very code that
+    wrote them."""
+    import gsd_core
+    import gsd_lab
+
+    digest = hashlib.sha256()
+    for package in (gsd_core, gsd_lab):
+        root = Path(package.__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def identity(cache: RunCache) -> dict[str, Any]:
-    """What the records depend on besides the code: model, weights (their digests), sampling
-    settings, GSD's filters, prompts and seeds."""
+    """What the records depend on: the code (``code_fingerprint``), model, weights (their
+    digests), sampling settings, GSD's filters, prompts and seeds."""
     model = cache.model
     adapter = model.adapter
-    return {"model": model.name, "num_tokens": model.num_tokens,
+    return {"code": code_fingerprint(), "model": model.name, "num_tokens": model.num_tokens,
             "weights": {k: v for k, v in sorted(model.weights_info.items()) if "sha256" in k},
             "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
             "temperature": getattr(adapter, "temperature", None),
@@ -80,7 +101,8 @@ class Loaded:
             return f"stored records not used ({self.reason}): every configuration is decoded here"
         commit = (self.git.get("commit") or "unknown")[:12]
         return (f"{self.configurations} configurations x {self.images} images loaded from {self.path} (the figures "
-                f"run at commit {commit}, dirty {self.git.get('dirty')}); the others are decoded here")
+                f"run at commit {commit}, dirty {self.git.get('dirty')}, with the same gsd_core / gsd_lab sources as "
+                "this checkout); the others are decoded here")
 
 
 def load(cache: RunCache, path: str | Path | None) -> Loaded:
@@ -91,8 +113,14 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
     with np.load(path, allow_pickle=False) as archive:
         index = json.loads(str(archive["index"]))
         differs = sorted(k for k, v in identity(cache).items() if index["identity"].get(k) != v)
+        git = index.get("git", {})
+        if "code" in differs:
+            commit = (git.get("commit") or "unknown")[:12]
+            return Loaded(str(path), 0, 0, git, f"made by other code: the figures run at commit {commit}, dirty "
+                                                f"{git.get('dirty')}, had other gsd_core / gsd_lab sources than "
+                                                "this checkout")
         if differs:
-            return Loaded(str(path), 0, 0, index.get("git", {}), f"made for another {', '.join(differs)}")
+            return Loaded(str(path), 0, 0, git, f"made for another {', '.join(differs)}")
         tokens, columns = archive["tokens"], {f: archive[f] for f in FIELDS}
     grouped: dict[str, list[GenerationRecord]] = {}
     decode = cache.model.decode

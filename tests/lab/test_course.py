@@ -164,6 +164,18 @@ def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
     assert len(shown) == 5
 
 
+def test_course_figures_hold_no_pyplot_state():
+    """A pyplot figure would be shown twice in a live notebook (``plots.show`` and the inline
+    backend's flush at the end of the cell) and pile up with every slider move."""
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    parts = course.speculative_parts(course.fractions_from_weights(course.WORKED_P),
+                                     course.fractions_from_weights(course.WORKED_Q))
+    figures = [course.plot_speculative_parts(parts), course.tradeoff_figure(5, 8)]
+    assert plt.get_fignums() == before and all(len(f.axes) >= 1 for f in figures)
+
+
 def test_flatness_pairs_follow_notebook_01():
     """The explorer's pairs are notebook 01's family: one viable token gives p = q (SD accepts
     everything); more viable tokens, flatter pairs, lower SD acceptance (TV adds up); G = 1 is SD."""
@@ -172,6 +184,8 @@ def test_flatness_pairs_follow_notebook_01():
     mean_sd = {n: sum(course.tradeoff(*course.flatness_pair(n, seed=s), 1)["acceptance SD"] for s in range(16))
                for n in (2, 64)}
     assert mean_sd[64] < mean_sd[2]  # on average over pairs, as notebook 01's grid
+    averages = course.mean_sd_acceptance((1, 2, 64), 16)
+    assert averages[0] == 1.0 and averages[1:] == pytest.approx([mean_sd[2] / 16, mean_sd[64] / 16], abs=1e-12)
     p, q = course.flatness_pair(8, seed=3)
     p01, q01 = toy.noisy_pairs(8, 1 / 8, vocab_size=course.EXPLORER_VOCAB, noise=course.EXPLORER_NOISE,
                                num_pairs=1, generator=torch.Generator().manual_seed(3))
@@ -198,12 +212,12 @@ def test_lantern_parts_are_proofs_08_example():
     q = course.fractions_from_weights(course.LANTERN_Q)
     parts = course.lantern_parts(p, q, course.LANTERN_NEIGHBOURS, course.LANTERN_DELTA)
     assert parts.credited == [F(1, 4)] * 4 + [0] * 4 and parts.accept[:4] == [1] * 4
-    assert parts.beta == 1 and parts.beta_sd == 0 and parts.output == q and parts.tv == 1
+    assert parts.alpha == 1 and parts.alpha_sd == 0 and parts.output == q and parts.tv == 1
     embeddings = torch.tensor(course.LANTERN_EMBEDDINGS, dtype=torch.float64).unsqueeze(1)
     assert course.lantern_checks(parts, p, q, embeddings, 2, 0.25) == {"output law": True, "acceptance": True}
     # A budget below a neighbour's mass credits nothing: plain SD, no distortion.
     plain = course.lantern_parts(p, q, course.LANTERN_NEIGHBOURS, F(1, 5))
-    assert plain.beta == plain.beta_sd == 0 and plain.tv == 0
+    assert plain.alpha == plain.alpha_sd == 0 and plain.tv == 0
     pp, qq = toy.dirichlet_pairs(6, 1, alpha=1.0, seed=0)
     emb = torch.randn(6, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     assert course.lantern_identity_gap(pp[0], qq[0], emb, 3, 0.2) < 1e-12

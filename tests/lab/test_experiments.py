@@ -354,6 +354,40 @@ def test_pareto_names_the_better_corner_and_zooms_on_gsds_range():
     assert not {t.get_text() for t in full_frechet.texts} & {"G=3", "G=10"}  # labelled once, in the zoom
 
 
+def test_pareto_labels_do_not_overlap_in_a_crowded_zoom():
+    """The stand-in's distortion-against-NFE points (figures run of 2026-11-30, rounded): four
+    curves within 30 NFE and 0.15 distortion. Every label lies inside its panel and no two
+    overlap; the zoom's y range is that of the points in it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from gsd_lab.experiments import plots
+
+    def curve(label, pairs):
+        return [{"method": f"{label} ({name})", "nfe": nfe, "distortion": d, "distortion_sem": 0.01}
+                for name, nfe, d in pairs]
+
+    points = {"GSD": curve("GSD", [("G=3", 96.4, 0.093), ("G=10", 85.7, 0.15), ("G=25", 82.3, 0.163),
+                                   ("G=50", 75.1, 0.19), ("G=100", 68.4, 0.213)]),
+              "Amplify": curve("Amplify", [("k=1.5", 96.8, 0.086), ("k=2", 86.7, 0.132), ("k=3", 68.7, 0.187),
+                                           ("k=4", 68.7, 0.2)]),
+              "rank bins": curve("rank", [("G=10", 79.8, 0.158), ("G=50", 67.1, 0.218)]),
+              "LANTERN": curve("LANTERN", [("delta=0.001", 96.0, 0.094), ("delta=0.003", 84.2, 0.178),
+                                           ("delta=0.01", 55.3, 0.277), ("delta=0.1", 34.1, 0.44),
+                                           ("delta=0.4", 32.8, 0.46)]),
+              "SJD": [{"method": "SJD", "nfe": 108.7, "distortion": 0.0}]}
+    fig = plots.distortion_vs_nfe(points)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    full, zoom = fig.axes[:2]
+    for ax in (full, zoom):
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        frame = ax.get_window_extent(renderer)
+        assert all(frame.contains(b.x0, b.y0) and frame.contains(b.x1, b.y1) for b in boxes)
+        assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+    assert len(zoom.texts) == 13 and len(full.texts) == 3  # LANTERN's three cheapest points left of the zoom
+    assert zoom.get_ylim()[1] < 0.25 and full.get_ylim()[1] > 0.45
+
+
 def test_top1_histograms_one_panel_per_class():
     import numpy as np
 
@@ -364,6 +398,9 @@ def test_top1_histograms_one_panel_per_class():
     fig = plots.top1_histograms(stats, ["cat", "dog", "cat"])
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == ["all images: 50% below", "cat: 25% below", "dog: 100% below"]
+    prompt = "an astronaut riding a horse in a field of flowers under a blue sky at noon"
+    fig = plots.top1_histograms(stats, [prompt, "dog", prompt])
+    assert fig.axes[1].get_title() == "an astronaut riding a horse in\na field of...: 25% below"
     assert fig.axes[1].get_xlabel() == "top-1 probability of p" and fig.axes[1].get_ylabel() == "generated tokens"
     with pytest.raises(ValueError, match="labels"):
         plots.top1_histograms(stats, ["cat"])

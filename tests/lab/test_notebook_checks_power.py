@@ -214,7 +214,7 @@ def test_distortion_lines_fail_on_a_lossy_sjd_row_and_pass_on_exact_zero():
 DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
 
 
-def joint_verdicts(which=("sjd", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
+def joint_verdicts(which=("sjd", "sjd_repeat", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
     """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
     from gsd_lab.experiments import lossless
     from gsd_lab.methods import DecodingMethod
@@ -223,6 +223,10 @@ def joint_verdicts(which=("sjd", "gsd"), seed: int = DECODER_SEED) -> dict[str, 
     if "sjd" in which:
         out["sjd"] = lossless.check_joint("SJD, window 2", DECODER_SAMPLES, seed,
                                           method=DecodingMethod("sjd", window=2)).passed
+    if "sjd_repeat" in which:
+        out["sjd_repeat"] = lossless.check_joint("SJD, window 2, drafts repeat the previous token", DECODER_SAMPLES,
+                                                 seed + 2, method=DecodingMethod("sjd", window=2,
+                                                                                 init="repeat_row")).passed
     if "gsd" in which:
         out["gsd"] = lossless.check_joint("GSD, one rank bin of the 3 tokens (lossy)", DECODER_SAMPLES, seed + 1,
                                           lossless_expected=False,
@@ -232,7 +236,7 @@ def joint_verdicts(which=("sjd", "gsd"), seed: int = DECODER_SEED) -> dict[str, 
 
 
 def test_joint_check_passes_on_the_real_decoder_and_another_stream():
-    assert joint_verdicts() == {"sjd": True, "gsd": True}
+    assert joint_verdicts() == {"sjd": True, "sjd_repeat": True, "gsd": True}
     assert joint_verdicts(("sjd",), seed=DECODER_SEED + 100) == {"sjd": True}  # the stream changed
 
 
@@ -257,3 +261,19 @@ def test_joint_check_fails_when_the_lossy_rule_ignores_its_clusters(monkeypatch)
     monkeypatch.setattr(decoding, "verify", lambda p, q, drafts, rule=None, **kwargs:
                         real_verify(p, q, drafts, SD(), **kwargs))
     assert joint_verdicts(("gsd",)) == {"gsd": False}
+
+
+def test_joint_check_fails_on_a_decoder_that_resamples_from_p(monkeypatch):
+    """The classic bug: after a rejection, a token drawn from p instead of norm((p - q)+). With
+    uniformly random one-hot drafts it is lossless on average over the draft (lossless.py's
+    docstring), so the check whose drafts repeat the previous token is the one that must fail."""
+    import gsd_lab.decoding as decoding
+
+    class ResampleFromP(SD):
+        def residual_weights(self, p, q):
+            return p.clone()
+
+    real_verify = decoding.verify
+    monkeypatch.setattr(decoding, "verify", lambda p, q, drafts, rule=None, **kwargs:
+                        real_verify(p, q, drafts, ResampleFromP(), **kwargs))
+    assert joint_verdicts(("sjd_repeat",)) == {"sjd_repeat": False}

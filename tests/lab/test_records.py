@@ -53,6 +53,22 @@ def test_another_run_is_refused_with_the_reason(model, tmp_path):
     assert records.load(other, tmp_path / "absent.npz").reason == "no file"
 
 
+def test_records_of_other_code_are_refused(model, tmp_path, monkeypatch):
+    """Any change to the package sources between the figures run and the notebook (here: a
+    fingerprint that differs) loads nothing, so that no table can show stale records."""
+    cache = _cache(model)
+    cache.records(tables.AR)
+    path = records.save(cache, tmp_path / "records.npz", git={"commit": "a" * 40, "dirty": False})
+    assert records.load(_cache(model), path).configurations == 1
+    fingerprint = records.code_fingerprint()
+    monkeypatch.setattr(records, "code_fingerprint", lambda: "0" * 64)
+    refused = records.load(_cache(model), path)
+    assert refused.configurations == 0 and refused.reason.startswith("made by other code")
+    assert "aaaaaaaaaaaa" in refused.line() and "decoded here" in refused.line()
+    monkeypatch.undo()
+    assert records.code_fingerprint() == fingerprint and len(fingerprint) == 64
+
+
 def test_live_check_fails_when_the_stored_records_differ(model):
     """Stale records (what another decoder would have stored) turn the checked line False."""
     from dataclasses import replace

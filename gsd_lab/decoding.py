@@ -14,13 +14,16 @@ and emits one more token: drawn from the residual of row a at a rejection, or fr
 row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
 cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
 j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
-bonus row p_L drafts position n+L); fresh drafts refill the window: uniform over the allowed
+bonus row p_L drafts position n+L), independently of the draft the position held (SJD) or
+coupled to it (``draft="maximal"`` or ``"gumbel"``, MC-SJD / SCD: ``gsd_lab.coupling``; the new
+draft's law is still p_j, so it stays the q verify is given); fresh drafts refill the window: uniform over the allowed
 tokens with one-hot q (``init="random"``), or the committed/drafted token one image row up
 (``init="repeat_row"``; one-hot q, random while no row is above).
 
 With clusters=None (SJD) each committed token is an exact draw from the AR distribution
-(standard speculative sampling; a draft's q is exactly the distribution it was drawn from,
-and drafts are independent of the current iteration's uniforms). GSD's dynamic clusters are
+(standard speculative sampling; a draft's q is exactly the distribution it was drawn from
+given everything verification conditions on, and drafts are independent of the current
+iteration's uniforms; with coupled drafts too: proofs/09_coupled_drafts.md). GSD's dynamic clusters are
 lossy by design (see gsd_core). ``method="ar"`` is the same loop with L = 0: one token per
 forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
@@ -47,6 +50,7 @@ from torch import Tensor
 
 from gsd_core import Lantern, sample_categorical, uses_support, verify, verify_lantern
 
+from .coupling import DRAFTS, DraftChain
 from .distortion import DistortionLog
 
 from .models.adapter import CausalLMAdapter
@@ -70,7 +74,8 @@ class DecodeResult:
     emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]
     float64 exact TV(one-step output law, p) of each emitted token (0 for SJD, AR steps and bonus
     tokens; ``gsd_lab.distortion``), when ``record_distortion``; accounting_seconds: the time
-    that took, excluded from wall_seconds (a measurement, not part of the method).
+    that took, excluded from wall_seconds (a measurement, not part of the method). draft: the
+    drafting scheme (``gsd_lab.coupling.DRAFTS``).
     """
 
     tokens: Tensor
@@ -85,6 +90,7 @@ class DecodeResult:
     top1: Tensor | None = None
     distortion: Tensor | None = None
     accounting_seconds: float = 0.0
+    draft: str = "independent"
 
     @property
     def overhead_seconds(self) -> float:
@@ -107,7 +113,7 @@ def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
 
 
 def _check_args(
-    adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale
+    adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale, draft="independent"
 ) -> None:
     if not isinstance(adapter, CausalLMAdapter):
         raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
@@ -127,6 +133,8 @@ def _check_args(
         )
     if init not in INITS:
         raise ValueError(f"unknown init {init!r}; expected one of {INITS}")
+    if draft not in DRAFTS:
+        raise ValueError(f"unknown draft {draft!r}; expected one of {DRAFTS}")
     if init == "repeat_row" and adapter.row_length is None:
         raise ValueError("init='repeat_row' needs an adapter that knows its row_length")
     if generator is not None and torch.device(generator.device).type != adapter.device.type:
@@ -199,6 +207,7 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    draft: str = "independent",
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
 
@@ -209,11 +218,14 @@ def generate(
     forward (ignored by AR). acceptance_scale k > 1: the lossy "Amplify" relaxation
     min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). lantern: LANTERN's relaxed acceptance
     (``gsd_core.verify_lantern``) instead of SJD's test; method "sjd" only, residual "token",
-    acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
+    acceptance_scale 1. draft: how the positions left after a pass are re-drafted,
+    "independent" (SJD's fresh draw from this pass's row), "maximal" or "gumbel" (coupled to the
+    previous draft, each draft's law still its row: ``gsd_lab.coupling``, proofs/09).
+    record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
     Batch size 1.
     """
-    _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
+    _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale, draft)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
     if generator is None:
         generator = torch.Generator(device=adapter.device)
@@ -240,6 +252,7 @@ def generate(
                             acceptance_scale=acceptance_scale, lantern=lantern)
     drafts = torch.empty(0, dtype=torch.long, device=device)
     q = torch.empty(0, vocab, dtype=torch.float64, device=device)
+    chain = DraftChain(draft, vocab, device, generator)
     accepted_log: list[int] = []
     drafted_log: list[int] = []
     done = 0
@@ -252,6 +265,7 @@ def generate(
     while done < num_tokens:
         L = min(max_window, num_tokens - done - 1)
         drafts, q = drafts[:L], q[:L]
+        chain.truncate(L)
         missing = L - drafts.numel()
         if missing > 0:
             start = done + drafts.numel()
@@ -263,6 +277,7 @@ def generate(
                 fresh = adapter.random_tokens(positions, generator)
             drafts = torch.cat([drafts, fresh])
             q = torch.cat([q, _one_hot(fresh, vocab)])
+            chain.extend(missing)
 
         head = prompt if done == 0 else out[done - 1: done]
         window_ids = torch.cat([head, drafts])
@@ -310,14 +325,11 @@ def generate(
         # The cache keeps the prompt and all committed tokens but the last.
         adapter.crop(prompt_len + done - 1)
         if accepted < L:
-            # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
-            q = p[accepted + 1:]
-            uniforms = torch.rand(
-                q.shape[0], generator=generator, dtype=torch.float64, device=device
-            )
-            drafts = sample_categorical(q, uniforms, validate=False)
+            # Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (``draft``).
+            drafts, q = chain.redraft(drafts, q, p[accepted + 1:], accepted)
         else:
             drafts, q = drafts[:0], q[:0]
+            chain.clear()
         if bar is not None:
             bar.update(min(accepted + 1, bar.total - bar.n))
 
@@ -337,4 +349,5 @@ def generate(
         top1=top1[:num_tokens].cpu() if record_top1 else None,
         distortion=log.result(num_tokens) if log is not None else None,
         accounting_seconds=log.seconds if log is not None else 0.0,
+        draft=draft,
     )

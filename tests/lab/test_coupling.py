@@ -9,6 +9,7 @@ residual must fail the same check."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -154,3 +155,64 @@ def test_generate_rejects_an_unknown_draft(adapter):
 
     with pytest.raises(ValueError, match="unknown draft 'shared'"):
         generate(adapter, torch.tensor([0, 15]), num_tokens=4, method="sjd", draft="shared")
+
+
+# --- the numbers of proofs/09's "What breaks it", in exact fractions ---------------------------
+
+def _verified(pairs, target):
+    """Law of the emitted token when each (draft y, declared q, probability w) of ``pairs`` is
+    verified against ``target`` with an independent uniform (02's step)."""
+    out = [Fraction(0)] * len(target)
+    for y, q, w in pairs:
+        accept = min(Fraction(1), target[y] / q[y])
+        out[y] += w * accept
+        excess = [max(t - s, Fraction(0)) for t, s in zip(target, q)]
+        for z, e in enumerate(excess):
+            out[z] += w * (1 - accept) * e / sum(excess) if sum(excess) else 0
+    return out
+
+
+def _maximal(q_old, q_new, keep, redraw):
+    """(new draft, kept?, probability) of one re-draft: d ~ q_old kept with probability keep(d),
+    else drawn from ``redraw`` (a law)."""
+    for d, w in enumerate(q_old):
+        if w:
+            yield d, True, w * keep(d)
+            for z, r in enumerate(redraw):
+                if r:
+                    yield z, False, w * (1 - keep(d)) * r
+
+
+def _ratio(q_old, q_new):
+    return lambda d: min(Fraction(1), q_new[d] / q_old[d])
+
+
+def _residual(q_old, q_new):
+    excess = [max(a - b, Fraction(0)) for a, b in zip(q_new, q_old)]
+    return [e / sum(excess) for e in excess]
+
+
+def test_proof_09_counterexamples():
+    half, quarter = [Fraction(1, 2)] * 2, [Fraction(3, 4), Fraction(1, 4)]
+    ratio, residual = _ratio, _residual
+    # Maximal coupling with the declared q_new is exact: the output is the target.
+    right = [(y, quarter, w) for y, _, w in _maximal(half, quarter, ratio(half, quarter), residual(half, quarter))]
+    assert _verified(right, quarter) == quarter
+    # 1a: residual from q_new.
+    pairs = [(y, quarter, w) for y, _, w in _maximal(half, quarter, ratio(half, quarter), quarter)]
+    assert _verified(pairs, quarter) == [Fraction(11, 16), Fraction(5, 16)]
+    # 1b: keep with probability min(1, q_new(d)); the row did not move (residual 0: q_new).
+    pairs = [(y, quarter, w) for y, _, w in _maximal(quarter, quarter, lambda d: quarter[d], quarter)]
+    assert _verified(pairs, quarter) == [Fraction(27, 32), Fraction(5, 32)]
+    # 1c: a kept draft declared with q_old (SCD's released code).
+    pairs = [(y, half if kept else quarter, w)
+             for y, kept, w in _maximal(half, quarter, ratio(half, quarter), residual(half, quarter))]
+    assert _verified(pairs, quarter) == [Fraction(7, 8), Fraction(1, 8)]
+    # 2: one uniform u for the keep test and the later acceptance test; target (1/4, 3/4).
+    target = quarter[::-1]
+    # d = 0 (1/2) is always kept and accepted iff u < 1/3; d = 1 (1/2) is kept iff u < 1/2 and
+    # then accepted; otherwise redrawn as 0, whose acceptance needs u < 1/3 < 1/2: never.
+    emitted_zero = Fraction(1, 2) * min(Fraction(1), target[0] / quarter[0])
+    assert emitted_zero == Fraction(1, 6) and _verified(right, target)[0] == Fraction(1, 4)
+    # 3: one Gumbel vector for two positions drafted from equal rows: always equal, vs sum P^2.
+    assert sum(x * x for x in quarter) == Fraction(5, 8)

@@ -59,7 +59,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gsd_core import sample_categorical, verify
+from .engine import draw, verify
 
 DRAFTS = ("independent", "maximal", "gumbel")
 
@@ -69,8 +69,9 @@ def maximal_coupling(previous: Tensor, previous_q: Tensor, q: Tensor, generator:
     ``previous_q`` [M, V]: row i keeps previous[i] = d with probability min(1, q(d)/q_prev(d)),
     else draws from norm((q - q_prev)+). A zero row of ``previous_q`` (no previous draft) draws
     from q. This is ``gsd_core.verify`` with target q and draft q_prev on M windows of one draft,
-    no bonus row: 2 uniforms per row from ``generator``."""
-    result = verify(q.unsqueeze(-2), previous_q.unsqueeze(-2), previous.unsqueeze(-1), None, "token", generator,
+    no bonus row (``gsd_lab.engine.verify``: the same, unchecked, no host sync): 2 uniforms per
+    row from ``generator``."""
+    result = verify(q.unsqueeze(-2), previous_q.unsqueeze(-2), previous.unsqueeze(-1), None, generator=generator,
                     validate=False)
     return result.tokens[..., 0]
 
@@ -119,7 +120,7 @@ class DraftChain:
         count = rows.shape[0]
         if self.scheme == "independent":
             uniforms = torch.rand(count, generator=self._generator, dtype=torch.float64, device=rows.device)
-            return sample_categorical(rows, uniforms, validate=False), rows
+            return draw(rows, uniforms), rows
         if self.scheme == "maximal":
             previous = torch.cat([drafts[accepted + 1:], drafts.new_zeros(1)])
             previous_q = torch.cat([q[accepted + 1:], q.new_zeros(1, q.shape[-1])])

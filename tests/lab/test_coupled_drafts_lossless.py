@@ -183,7 +183,7 @@ def residual_from_q_new(previous, previous_q, q, generator):
     uniforms = torch.rand(q.shape[0], 2, generator=generator, dtype=torch.float64)
     old, new = _gathered(previous_q, previous), _gathered(q, previous)
     keep = (old > 0) & (uniforms[:, 0] * old < new)
-    return torch.where(keep, previous, sample_categorical(q, uniforms[:, 1], validate=False))
+    return torch.where(keep, previous, sample_categorical(q, uniforms[:, 1]))
 
 
 def keep_with_q_new(previous, previous_q, q, generator):
@@ -192,7 +192,7 @@ def keep_with_q_new(previous, previous_q, q, generator):
     keep = (_gathered(previous_q, previous) > 0) & (uniforms[:, 0] < _gathered(q, previous))
     excess = (q - previous_q).clamp(min=0)
     excess = torch.where(excess.sum(-1, keepdim=True) > 0, excess, q)
-    return torch.where(keep, previous, sample_categorical(excess, uniforms[:, 1], validate=False))
+    return torch.where(keep, previous, sample_categorical(excess, uniforms[:, 1]))
 
 
 _REDRAFT = coupling.DraftChain.redraft

@@ -262,3 +262,23 @@ def test_frontier_comparison_from_rows():
 def test_paper_numbers_match_the_reference_ratios():
     assert paper.AR_NFE.value / paper.GSD50_NFE.value == pytest.approx(3.755, abs=1e-3)  # paper.md 1.4: 3.76x
     assert all("paper.md" in n.source for n in (paper.AR_NFE, paper.SJD_NFE, *paper.TABLE2_NFE.values()))
+
+
+def test_coupling_agreement_and_redraft_then_verify():
+    q_old = course.fractions_from_weights(course.WORKED_Q)
+    q_new = course.fractions_from_weights(course.WORKED_P)
+    agree = course.coupling_agreement(q_old, q_new)
+    assert agree["independent"] == F(32 + 48 + 12 + 4 + 2, 400)
+    assert agree["maximal"] == 1 - F(sum(abs(a - b) for a, b in zip(course.WORKED_P, course.WORKED_Q)), 40)
+    assert agree["independent"] < agree["gumbel"] <= agree["maximal"]
+    assert course.coupling_agreement(q_new, q_new) == {"independent": sum(x * x for x in q_new),
+                                                       "maximal": 1, "gumbel": 1}
+    # Re-drafted by maximal coupling and verified with q_new: the target; with q_old for a kept
+    # draft (SCD's release): proofs/09's (7/8, 1/8) against (3/4, 1/4).
+    half, quarter = [F(1, 2)] * 2, [F(3, 4), F(1, 4)]
+    assert course.redraft_then_verify(q_old, q_new, q_new) == q_new
+    assert course.redraft_then_verify(half, quarter, quarter[::-1]) == quarter[::-1]
+    assert course.redraft_then_verify(half, quarter, quarter, declare_previous_when_kept=True) == [F(7, 8),
+                                                                                                  F(1, 8)]
+    with pytest.raises(ValueError, match="exact distributions"):
+        course.coupling_agreement(q_old, q_new[:4])

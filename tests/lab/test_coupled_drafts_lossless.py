@@ -32,13 +32,14 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-scipy_stats = pytest.importorskip("scipy.stats")
+pytest.importorskip("scipy.stats")
 from transformers import DynamicCache  # noqa: E402
 
 import gsd_lab.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
+from joint_law import chi_square_pvalue, exact_joint  # noqa: E402
 
 ALLOWED = (1, 2)
 PROMPT = torch.tensor([0, 0])
@@ -123,34 +124,8 @@ def adapters() -> dict[str, tuple[CausalLMAdapter, np.ndarray]]:
     out = {}
     for name, (table, *_) in MODELS.items():
         adapter = TableAdapter(TableLM(table()), ALLOWED, row_length=1)
-        out[name] = (adapter, exact_joint(adapter))
+        out[name] = (adapter, exact_joint(adapter, PROMPT, SEQUENCES))
     return out
-
-
-def exact_joint(adapter: CausalLMAdapter) -> np.ndarray:
-    """P(sequence) under AR sampling from the adapter's conditionals, one pass per sequence."""
-    joint = []
-    for seq in SEQUENCES:
-        adapter.start(PROMPT)
-        rows = adapter.forward(torch.cat([PROMPT, torch.tensor(seq[:-1])]), num_rows=NUM_TOKENS)
-        joint.append(float(rows[torch.arange(NUM_TOKENS), torch.tensor(seq)].prod()))
-    joint = np.array(joint)
-    assert abs(joint.sum() - 1) < 1e-12
-    return joint
-
-
-def chi_square_pvalue(counts: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit of ``counts`` to ``pmf``; cells expected below 5 pooled into one. A
-    sample in a zero-probability cell gives p = 0."""
-    n = counts.sum()
-    if counts[pmf == 0].sum() > 0:
-        return 0.0
-    expected = pmf * n
-    big = expected >= 5
-    obs, exp = np.append(counts[big], counts[~big].sum()), np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(scipy_stats.chisquare(obs, exp).pvalue)
 
 
 def pvalue(adapters, model: str, draft: str, seed: int) -> float:

@@ -20,12 +20,15 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-scipy_stats = pytest.importorskip("scipy.stats")
+pytest.importorskip("scipy.stats")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import joint_law  # noqa: E402
 
 import gsd_lab.decoding as decoding  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
+from joint_law import chi_square_pvalue  # noqa: E402
 
 ALLOWED = (1, 2, 3)
 PROMPT = torch.tensor([0, 5])
@@ -50,32 +53,7 @@ SEQUENCES = list(itertools.product(ALLOWED, repeat=NUM_TOKENS))
 
 
 def exact_joint(adapter: CausalLMAdapter, uncond=None) -> np.ndarray:
-    """P(sequence) under AR sampling from the adapter's processed conditionals, one uncached
-    pass per sequence."""
-    joint = []
-    for seq in SEQUENCES:
-        adapter.start(PROMPT, uncond)
-        rows = adapter.forward(torch.cat([PROMPT, torch.tensor(seq[:-1])]), num_rows=NUM_TOKENS)
-        joint.append(float(rows[torch.arange(NUM_TOKENS), torch.tensor(seq)].prod()))
-    joint = np.array(joint)
-    assert abs(joint.sum() - 1) < 1e-9
-    return joint
-
-
-def chi_square_pvalue(counts: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit of ``counts`` to ``pmf``; cells expected below 5 pooled into one.
-    A sample in a zero-probability cell gives p = 0."""
-    n = counts.sum()
-    if counts[pmf == 0].sum() > 0:
-        return 0.0
-    expected = pmf * n
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    assert exp.sum() > 0.9 * n, "distribution too sparse for the test"
-    return float(scipy_stats.chisquare(obs, exp).pvalue)
+    return joint_law.exact_joint(adapter, PROMPT, SEQUENCES, uncond)
 
 
 def sample_counts(adapter, seed: int, uncond=None, **kwargs) -> np.ndarray:

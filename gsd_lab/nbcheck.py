@@ -10,8 +10,11 @@ algorithm changes a verdict.
   the exact law ``output_distribution`` and the exact ``acceptance_rate``: every token's
   frequency and the acceptance frequency within ``z`` = 4 standard errors, SE = sqrt(f (1 - f) / n)
   at the exact value f (a token of exact probability 0 must never be emitted).
-- ``nfe_invariants``: decoding tables: AR takes one forward per token, SJD fewer, every GSD
-  row fewer than SJD (means over the same prompts and seeds).
+- ``nfe_invariants``: decoding tables: AR takes exactly one forward per token. (That SJD and
+  GSD take fewer is a measured result, printed with its paired standard error in unchecked
+  cells: it depends on the random stream.)
+- ``experiments.lossless.check_joint``: SJD through ``generate`` against AR's exact joint law
+  on a tiny model (notebook 04's decoder-level check).
 - ``provenance_header``: the commit, dirty flag and package versions a notebook ran from.
 """
 
@@ -108,29 +111,15 @@ def rounded(values: Tensor | list[float], digits: int = 4) -> list[float]:
 
 # ---- decoding tables ---------------------------------------------------------------------------
 
-def _is_gsd(row: dict[str, Any]) -> bool:
-    return str(row["method"]).startswith("GSD") or str(row["method"]).startswith("(")
-
-
 def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
-    """Checked-cell lines for a decoding table (rows of ``runs.summarize``).
-
-    Exact: AR's NFE equals the number of tokens. Invariants of means over the same prompts and
-    seeds (no tolerance: strict inequalities): SJD below AR, every GSD row below SJD."""
+    """Checked-cell lines for a decoding table (rows of ``runs.summarize``): AR's NFE equals the
+    number of tokens (exact: one forward per token). Whether SJD and GSD need fewer forwards is
+    sampled (``tables.paired_difference`` prints it with its standard error), not checked."""
     by_method = {r["method"]: r for r in rows}
-    lines = []
-    if "AR" in by_method:
-        lines.append(f"AR: NFE = {num_tokens} tokens per image (one token per forward): "
-                     f"{by_method['AR']['nfe'] == num_tokens}")
-    sjd = by_method.get("SJD")
-    if sjd is not None:
-        if "AR" in by_method:
-            lines.append(f"SJD: mean NFE below AR's: {sjd['nfe'] < by_method['AR']['nfe']}")
-        gsd = [r for r in rows if _is_gsd(r) and r["method"] != "SJD"]
-        if gsd:
-            lines.append(f"GSD: mean NFE below SJD's for every one of the {len(gsd)} GSD rows: "
-                         f"{all(r['nfe'] < sjd['nfe'] for r in gsd)}")
-    return lines
+    if "AR" not in by_method:
+        return []
+    return [f"AR: NFE = {num_tokens} tokens per image (one token per forward): "
+            f"{by_method['AR']['nfe'] == num_tokens}"]
 
 
 def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -392,6 +392,7 @@ class RunCache:
         self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
+        self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
         self._neighbourhoods: dict[int, LatentNeighbourhoods] = {}  # LANTERN's tables, one per k
 
@@ -401,6 +402,8 @@ class RunCache:
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+        if spec.key not in self._records and repr(spec.key) in self._stored:
+            self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
             clusters = build_clusters(spec, self.model, self.filters)
             lantern = build_lantern(spec, self.model, self._neighbourhoods)
@@ -409,6 +412,14 @@ class RunCache:
                                                  lantern=lantern, record_distortion=self.record_distortion)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
 
+    def decoded(self) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration decoded (or preloaded) so far: key -> its records."""
+        return dict(self._records)
+
+    def preload(self, key: str, records: list[GenerationRecord]) -> None:
+        """Records of the configuration whose ``repr(spec.key)`` is ``key``, decoded elsewhere
+        (``gsd_lab.experiments.records``): ``records(spec)`` returns them instead of decoding."""
+        self._stored[key] = records
     def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
                        guided: bool = True) -> list[GenerationRecord]:
         """Records with tokens, top-1 vectors and images for the detail analyses (top-1

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .runs import MethodSpec, RunCache
 
 AR = MethodSpec("AR", "ar")
@@ -111,3 +113,15 @@ def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]],
                   baseline: MethodSpec = AR) -> dict[str, list[dict[str, Any]]]:
     """Per curve, the table rows of its configurations (NFE and quality) against ``baseline``."""
     return {name: cache.table(specs, baseline) for name, specs in curves.items()}
+
+
+def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, key: str = "nfe") -> tuple[float, float]:
+    """Mean over images of ``key`` (a per-image field of the records: "nfe", "distortion") of
+    ``spec`` minus ``baseline`` on the same prompts and seeds, and its standard error (the
+    standard deviation of the per-image differences over sqrt(n); nan for one image)."""
+    a, b = cache.records(spec), cache.records(baseline)
+    if [(r.prompt, r.seed - spec.seed_offset) for r in a] != [(r.prompt, r.seed - baseline.seed_offset) for r in b]:
+        raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
+    diff = np.array([getattr(x, key) - getattr(y, key) for x, y in zip(a, b)], dtype=np.float64)
+    se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
+    return float(diff.mean()), se

@@ -5,7 +5,7 @@ position t are ``table[t, x_{t-1}, x_{t-2}]`` (a real KV cache holds the ids, so
 cache bookkeeping runs as for a transformer, at a fraction of its cost). N = 4 generated tokens:
 the AR joint over the 16 sequences is the product of the adapter's conditionals, enumerated
 exactly. Samples of ``generate`` are compared with it by a chi-square test (cells expected below
-5 pooled; significance 1e-3; fixed seeds, so deterministic), as in test_decoding_lossless.py.
+5 pooled; significance 1e-3; fixed seeds, so deterministic; ``gsd_lab.experiments.lossless``).
 
 Two models, each chosen so that a deliberately wrong coupling changes the joint law a lot (the
 power check: each wrong coupling must fail the same test at the same sample size):
@@ -38,8 +38,8 @@ from transformers import DynamicCache  # noqa: E402
 import gsd_lab.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
-from joint_law import chi_square_pvalue, exact_joint  # noqa: E402
 
 ALLOWED = (1, 2)
 PROMPT = torch.tensor([0, 0])
@@ -124,7 +124,7 @@ def adapters() -> dict[str, tuple[CausalLMAdapter, np.ndarray]]:
     out = {}
     for name, (table, *_) in MODELS.items():
         adapter = TableAdapter(TableLM(table()), ALLOWED, row_length=1)
-        out[name] = (adapter, exact_joint(adapter, PROMPT, SEQUENCES))
+        out[name] = (adapter, exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES))
     return out
 
 

@@ -337,7 +337,49 @@ def test_pareto_draws_reference_lines():
     fig = plots.pareto(points, [("condition_score", "score")], {"real crops": {"condition_score": 92.0},
                                                                "AR, other seeds": None})
     lines = [line for line in fig.axes[0].get_lines() if list(line.get_ydata()) == [92.0, 92.0]]
-    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+
+
+def test_pareto_names_the_better_corner_and_zooms_on_gsds_range():
+    from gsd_lab.experiments import plots
+
+    points = {"GSD": [{"method": "GSD (G=3)", "nfe": 40.0, "condition_score": 90.0, "frechet_distance": 4.0},
+                      {"method": "GSD (G=10)", "nfe": 30.0, "condition_score": 85.0, "frechet_distance": 5.0}],
+              "SJD": [{"method": "SJD", "nfe": 45.0, "condition_score": 91.0, "frechet_distance": 3.0}],
+              "AR": [{"method": "AR", "nfe": 100.0, "condition_score": 92.0, "frechet_distance": 3.0}]}
+    fig = plots.pareto(points, [("condition_score", "score"), ("frechet_distance", "Frechet")])
+    full_score, zoom_score, full_frechet, zoom_frechet = fig.axes
+    assert "better: up-left" in full_score.get_title() and "better: down-left" in full_frechet.get_title()
+    assert full_score.get_xscale() == "log" and zoom_score.get_xscale() == "linear"
+    low, high = zoom_score.get_xlim()
+    assert low <= 30.0 and 45.0 <= high < 100.0  # GSD's curve to SJD's point, AR outside
+    assert {"G=3", "G=10"} <= {t.get_text() for t in zoom_frechet.texts}
+    assert not {t.get_text() for t in full_frechet.texts} & {"G=3", "G=10"}  # labelled once, in the zoom
+
+
+def test_top1_histograms_one_panel_per_class():
+    import numpy as np
+
+    from gsd_lab.experiments import plots
+    from gsd_lab.experiments.top1 import Top1Stats
+
+    stats = Top1Stats(np.array([[0.01, 0.2], [0.02, 0.03], [0.5, 0.6]]), 0.05)
+    fig = plots.top1_histograms(stats, ["cat", "dog", "cat"])
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["all images: 50% below", "cat: 25% below", "dog: 100% below"]
+    assert fig.axes[1].get_xlabel() == "top-1 probability of p" and fig.axes[1].get_ylabel() == "generated tokens"
+    with pytest.raises(ValueError, match="labels"):
+        plots.top1_histograms(stats, ["cat"])
+
+
+def test_paired_difference_is_the_mean_per_image_difference(tiny):
+    from gsd_lab.experiments import tables
+
+    cache = RunCache(tiny, ["0", "1", "2"], [0], FilterSettings())
+    diff, se = tables.paired_difference(cache, tables.SJD, tables.AR)
+    per_image = [a.nfe - b.nfe for a, b in zip(cache.records(tables.SJD), cache.records(tables.AR))]
+    assert diff == pytest.approx(sum(per_image) / 3)
+    assert se == pytest.approx(float(torch.tensor(per_image, dtype=torch.float64).std() / 3 ** 0.5))
 
 
 def test_paired_bootstrap_without_a_generator_is_deterministic():

@@ -4,8 +4,8 @@ differences are paired image by image.
 
 Configurations (window 16, the figures' adapter: float64 forward on CPU, CFG 3, top-k 2000):
 AR; SJD; SJD + maximal coupling; SJD + Gumbel coupling; GSD G = 50 with the paper's filters
-(``FilterSettings.for_model``; G as ``DynamicClusters(50)`` defines it at this commit); GSD G = 50
-+ maximal coupling. Images: class i with generator seed ``generator_seed(seed, i)`` (= i for seed
+(``resolve_for``: ``FilterSettings.for_model``; G as ``DynamicClusters(50)`` defines it at this
+commit); GSD G = 50 + maximal coupling. Images: class i with generator seed ``generator_seed(seed, i)`` (= i for seed
 0), for i < ``--classes`` and each ``--seeds``. Prints per configuration the mean NFE with its
 standard error, and for each pair (A, B) of interest the mean paired difference NFE(A) - NFE(B)
 with its standard error (the s.e. of the per-image differences); GSD rows also give the mean
@@ -20,17 +20,20 @@ import argparse
 import json
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
-CONFIGS = {  # label: (method, draft, GSD group size)
-    "AR": ("ar", "independent", 0),
-    "SJD": ("sjd", "independent", 0),
-    "SJD + maximal": ("sjd", "maximal", 0),
-    "SJD + gumbel": ("sjd", "gumbel", 0),
-    "GSD G=50": ("gsd", "independent", 50),
-    "GSD G=50 + maximal": ("gsd", "maximal", 50),
+from gsd_lab.methods import DecodingMethod
+
+CONFIGS = {  # label: the decoding method (its window set by --window)
+    "AR": DecodingMethod("ar"),
+    "SJD": DecodingMethod("sjd"),
+    "SJD + maximal": DecodingMethod("sjd", draft="maximal"),
+    "SJD + gumbel": DecodingMethod("sjd", draft="gumbel"),
+    "GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50),
+    "GSD G=50 + maximal": DecodingMethod("gsd", clusters="dynamic", group_size=50, draft="maximal"),
 }
 PAIRS = [("SJD + maximal", "SJD"), ("SJD + gumbel", "SJD"), ("SJD + maximal", "SJD + gumbel"),
          ("SJD + maximal", "GSD G=50"), ("SJD + gumbel", "GSD G=50"), ("GSD G=50 + maximal", "GSD G=50")]
@@ -52,29 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from gsd_lab.decoding import generate
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import FilterSettings, MethodSpec, build_clusters, generator_seed
+    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
 
     model = load_image_model("standin")
-    filters = FilterSettings.for_model(model.name)
     prompts = model.default_prompts[: args.classes]
     records: dict[str, list[dict]] = {}
     for label in args.configs:
-        method, draft, group = CONFIGS[label]
-        clusters = (build_clusters(MethodSpec(label, "gsd", "dynamic", group), model, filters) if group else None)
+        method = CONFIGS[label] if CONFIGS[label].kind == "ar" else replace(CONFIGS[label], window=args.window)
+        resolved = resolve_for(model, method)  # GSD: the paper's filters for this model
         records[label] = []
         for seed in args.seeds:
             for index, prompt in enumerate(prompts):
-                prompt_ids, uncond_ids = model.encode(prompt)
                 gseed = generator_seed(seed, index)
-                generator = torch.Generator().manual_seed(gseed)
                 started = time.perf_counter()
-                result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=method,
-                                  window=args.window, clusters=clusters, generator=generator,
-                                  uncond_prompt_ids=uncond_ids, draft=draft, record_distortion=bool(group))
+                result, _ = generate_one(model, resolved, prompt, gseed, record_distortion=method.kind == "gsd")
                 records[label].append({"prompt": prompt, "seed": gseed, "nfe": result.nfe,
-                                       "distortion": float(result.distortion.mean()) if group else 0.0,
+                                       "distortion": float(result.distortion.mean()) if method.kind == "gsd" else 0.0,
                                        "seconds": time.perf_counter() - started})
                 print(f"{label:20s} {prompt:12s} seed {gseed:8d}  NFE {result.nfe:4d}", flush=True)
 

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from gsd_core import acceptance_rate, output_distribution
 
-from .decoding import method_rule
+from .methods import method_rule
 from .experiments import toy
 from .provenance import provenance_line
 

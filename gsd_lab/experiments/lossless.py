@@ -63,9 +63,10 @@ def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tup
     return joint
 
 
-def sample_counts(adapter: Any, samples: int, seed: int, uncond: torch.Tensor | None = None,
-                  **generate_kwargs: Any) -> np.ndarray:
-    """Counts per sequence of ``samples`` runs of ``generate`` (one generator seeded by ``seed``)."""
+def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
+                  ) -> np.ndarray:
+    """Counts per sequence of ``samples`` runs of ``generate`` with ``method`` (a
+    ``gsd_lab.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
     from ..decoding import generate
 
     generator = torch.Generator().manual_seed(seed)
@@ -73,8 +74,8 @@ def sample_counts(adapter: Any, samples: int, seed: int, uncond: torch.Tensor | 
     counts = np.zeros(len(SEQUENCES))
     prompt = torch.tensor(PROMPT)
     for _ in range(samples):
-        result = generate(adapter, prompt, num_tokens=NUM_TOKENS, generator=generator, uncond_prompt_ids=uncond,
-                          **generate_kwargs)
+        result = generate(adapter, prompt, method, num_tokens=NUM_TOKENS, generator=generator,
+                          uncond_prompt_ids=uncond)
         counts[index[tuple(result.tokens.tolist())]] += 1
     return counts
 
@@ -124,13 +125,13 @@ class JointCheck:
                 f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): {self.passed}")
 
 
-def check_joint(name: str, samples: int, seed: int, *, lossless_expected: bool = True, model: Any = None,
-                **generate_kwargs: Any) -> JointCheck:
-    """Decode ``samples`` times with ``generate(**generate_kwargs)`` on the tiny model and test
-    the counts against the exact AR joint law (module docstring)."""
+def check_joint(name: str, samples: int, seed: int, *, method: Any, lossless_expected: bool = True,
+                model: Any = None) -> JointCheck:
+    """Decode ``samples`` times with ``generate`` and ``method`` (a ``DecodingMethod``) on the tiny
+    model and test the counts against the exact AR joint law (module docstring)."""
     from ..models import CausalLMAdapter
 
     adapter = CausalLMAdapter(model if model is not None else tiny_model(), ALLOWED)
     joint = exact_joint(adapter)
-    counts = sample_counts(adapter, samples, seed, **generate_kwargs)
+    counts = sample_counts(adapter, samples, seed, method)
     return JointCheck(name, samples, chi_square_pvalue(counts, joint), lossless_expected)

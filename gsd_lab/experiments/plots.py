@@ -158,7 +158,7 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
 
     zoom = _zoom_range(points)
     fig, axes = _figure(2 if zoom else 1, len(metrics), size=(4.6, 3.4))
-    markers = {"AR": "s", "SJD": "D"}
+    markers = {"AR": "s", "SJD": "D", "MC-SJD (maximal)": "^", "MC-SJD (Gumbel)": "v"}
     for row_axes, (key, label) in zip(axes, metrics):
         for ax, zoomed in zip(row_axes, (False, True)):
             for index, (name, rows) in enumerate(points.items()):

@@ -39,6 +39,7 @@ import gsd_lab.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 ALLOWED = (1, 2)
@@ -135,8 +136,8 @@ def pvalue(adapters, model: str, draft: str, seed: int) -> float:
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     counts = np.zeros(len(SEQUENCES))
     for _ in range(samples):
-        result = generate(adapter, PROMPT, num_tokens=NUM_TOKENS, method="sjd", window=window, init=init,
-                          draft=draft, generator=generator)
+        result = generate(adapter, PROMPT, DecodingMethod("sjd", window=window, init=init, draft=draft),
+                          num_tokens=NUM_TOKENS, generator=generator)
         counts[index[tuple(result.tokens.tolist())]] += 1
     return chi_square_pvalue(counts, joint)
 

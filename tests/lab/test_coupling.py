@@ -17,8 +17,9 @@ import torch
 scipy_stats = pytest.importorskip("scipy.stats")
 
 import gsd_lab.coupling as coupling  # noqa: E402
-from gsd_core import DynamicClusters, sample_categorical, tv_distance  # noqa: E402
+from gsd_core import sample_categorical, tv_distance  # noqa: E402
 from gsd_lab.coupling import DraftChain, gumbel_argmax, gumbel_noise, maximal_coupling  # noqa: E402
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 
 ROWS = 200_000
 SIGNIFICANCE = 1e-3
@@ -138,23 +139,24 @@ def adapter():
 
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("draft", coupling.DRAFTS)
-@pytest.mark.parametrize("method", ["sjd", "gsd"])
-def test_generate_runs_every_scheme_deterministically(adapter, draft, method):
+@pytest.mark.parametrize("kind", ["sjd", "gsd"])
+def test_generate_runs_every_scheme_deterministically(adapter, draft, kind):
     from gsd_lab.decoding import generate
 
-    clusters = DynamicClusters(3) if method == "gsd" else None
-    kwargs = dict(num_tokens=24, method=method, window=5, clusters=clusters, draft=draft, init="repeat_row")
-    first = generate(adapter, torch.tensor([0, 15]), generator=torch.Generator().manual_seed(6), **kwargs)
-    again = generate(adapter, torch.tensor([0, 15]), generator=torch.Generator().manual_seed(6), **kwargs)
+    clusters = dict(clusters="dynamic-nofilter", group_size=3) if kind == "gsd" else {}
+    method = DecodingMethod(kind, window=5, draft=draft, init="repeat_row", **clusters)
+    first = generate(adapter, torch.tensor([0, 15]), method, num_tokens=24, generator=torch.Generator().manual_seed(6))
+    again = generate(adapter, torch.tensor([0, 15]), method, num_tokens=24, generator=torch.Generator().manual_seed(6))
     assert torch.equal(first.tokens, again.tokens) and first.nfe == again.nfe and first.draft == draft
     assert sum(first.accepted) + first.nfe == 24 and set(first.tokens.tolist()) <= set(range(2, 14))
 
 
-def test_generate_rejects_an_unknown_draft(adapter):
-    from gsd_lab.decoding import generate
-
+def test_the_spec_checks_the_draft():
+    assert DecodingMethod.from_dict(DecodingMethod("sjd", draft="gumbel").to_dict()).draft == "gumbel"
     with pytest.raises(ValueError, match="unknown draft 'shared'"):
-        generate(adapter, torch.tensor([0, 15]), num_tokens=4, method="sjd", draft="shared")
+        DecodingMethod("sjd", draft="shared")
+    with pytest.raises(ValueError, match="methods 'sjd' and 'gsd' only"):
+        DecodingMethod("ar", draft="maximal")
 
 
 # --- the numbers of proofs/09's "What breaks it", in exact fractions ---------------------------

@@ -22,6 +22,7 @@ pytest.importorskip("scipy.stats")
 import gsd_lab.decoding as decoding  # noqa: E402
 from gsd_lab.experiments.lossless import (ALLOWED, SEQUENCES, chi_square_pvalue, exact_joint,  # noqa: E402
                                           sample_counts, tiny_model)
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 SAMPLES = 800
@@ -52,7 +53,7 @@ def test_sjd_matches_the_exact_ar_joint(model, case):
     uncond = torch.tensor([4]) if "cfg_scale" in adapter_kwargs else None
     joint = exact_joint(adapter, uncond)
     assert joint.max() > 2.5 / len(SEQUENCES)  # far from uniform, so the test has power
-    counts = sample_counts(adapter, SAMPLES, seed, uncond, method="sjd", **generate_kwargs)
+    counts = sample_counts(adapter, SAMPLES, seed, DecodingMethod("sjd", **generate_kwargs), uncond)
     assert chi_square_pvalue(counts, joint) > SIGNIFICANCE
 
 
@@ -68,12 +69,12 @@ def test_negative_control_wrong_q_fails(model, monkeypatch, window):
     monkeypatch.setattr(decoding, "verify", wrong_q_verify)
     adapter = CausalLMAdapter(model, ALLOWED)
     joint = exact_joint(adapter)
-    counts = sample_counts(adapter, SAMPLES, 21 + window, method="sjd", window=window)
+    counts = sample_counts(adapter, SAMPLES, 21 + window, DecodingMethod("sjd", window=window))
     assert chi_square_pvalue(counts, joint) < SIGNIFICANCE
 
 
 def test_ar_matches_the_exact_joint(model):
     """The reference itself: AR sampling through the same loop (L = 0 steps)."""
     adapter = CausalLMAdapter(model, ALLOWED)
-    counts = sample_counts(adapter, SAMPLES, 31, method="ar")
+    counts = sample_counts(adapter, SAMPLES, 31, DecodingMethod("ar"))
     assert chi_square_pvalue(counts, exact_joint(adapter)) > SIGNIFICANCE

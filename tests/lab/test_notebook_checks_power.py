@@ -216,16 +216,18 @@ DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
 
 def joint_verdicts(which=("sjd", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
     """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
-    from gsd_core import RankBinnedClusters
     from gsd_lab.experiments import lossless
+    from gsd_lab.methods import DecodingMethod
 
     out = {}
     if "sjd" in which:
-        out["sjd"] = lossless.check_joint("SJD, window 2", DECODER_SAMPLES, seed, method="sjd", window=2).passed
+        out["sjd"] = lossless.check_joint("SJD, window 2", DECODER_SAMPLES, seed,
+                                          method=DecodingMethod("sjd", window=2)).passed
     if "gsd" in which:
         out["gsd"] = lossless.check_joint("GSD, one rank bin of the 3 tokens (lossy)", DECODER_SAMPLES, seed + 1,
-                                          lossless_expected=False, method="gsd", clusters=RankBinnedClusters(3),
-                                          window=2).passed
+                                          lossless_expected=False,
+                                          method=DecodingMethod("gsd", clusters="rank-binned", group_size=3,
+                                                                window=2)).passed
     return out
 
 

@@ -6,7 +6,7 @@ later draft d of the window is tested against this pass's stale row s with a fre
 if u < s(d)/q(d), else redrawn from (s - q)+; s becomes its q) and *Proactive Drafting* (PD: after
 a rejection, a K-ary tree of depth D over the next D - 1 positions, then a chain, verified in one
 forward with a tree mask). AC is exactly the maximal coupling of proofs/09 and is shipped as
-``generate(draft="maximal")``. PD's verification, ``SJDPACSpeculativeSampler.__call__`` in
+``DecodingMethod(draft="maximal")``. PD's verification, ``SJDPACSpeculativeSampler.__call__`` in
 scheduler/sjd_pac_iteration_lumina_mgpt.py, checks each column's siblings by recursive rejection
 sampling (sibling k against norm((p - q)+) of the siblings before it, with q minus those siblings)
 but then:
@@ -191,7 +191,7 @@ def test_released_sibling_draws_are_not_lossless():
 
 def test_adaptive_continuation_alone_is_the_maximal_coupling():
     """AC's sibling 0 (the old draft kept with probability min(1, s(d)/q(d)), else a draw from
-    (s - q)+) has law s exactly: the maximal coupling shipped as generate(draft='maximal')."""
+    (s - q)+) has law s exactly: the maximal coupling shipped as DecodingMethod(draft="maximal")."""
     first = np.zeros(S.size)
     for (c0, _), weight in released_draws(PREVIOUS_Q)(S):
         first[c0] += weight

@@ -84,7 +84,8 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--amplify", type=float, default=1.0,
                        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
     group.add_argument("--draft", choices=DRAFTS, default=DRAFTS[0],
-                       help="how drafts are drawn (independent: fresh random drafts and Jacobi re-drafts)")
+                       help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the previous "
+                            "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)")
 
 
 def _add_engine_arg(parser: argparse.ArgumentParser) -> None:

@@ -554,3 +554,51 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
         return 0.5 * (output_distribution(p, q, FixedPartition(labels, residual)) - p).abs().sum(-1)
 
     return float((distortion("token") - distortion("cluster")).max())
+
+
+# ---- coupled drafts (MC-SJD / SCD): the coupling is the verification step ----------------------
+
+def coupling_agreement(q_old: Sequence[Fraction], q_new: Sequence[Fraction]) -> dict[str, Fraction]:
+    """P(new draft = previous draft) when a position's draft d ~ q_old is re-drafted with law q_new,
+    exactly, for the three schemes of ``gsd_lab.coupling``:
+
+    - "independent": a fresh draw, sum_y q_old(y) q_new(y);
+    - "maximal": keep d with probability min(1, q_new(d)/q_old(d)), else norm((q_new - q_old)+):
+      sum_y min(q_old(y), q_new(y)) = 1 - TV(q_old, q_new), the most any coupling achieves;
+    - "gumbel": both drafts argmax log q + g with one Gumbel vector g: both equal y exactly when
+      E_z >= E_y max(q_old(z)/q_old(y), q_new(z)/q_new(y)) for all z (E = exp(-g) ~ Exp(1)),
+      so P = sum_y 1 / sum_z max(q_old(z)/q_old(y), q_new(z)/q_new(y)) over y in both supports."""
+    q_old, q_new = list(q_old), list(q_new)
+    if len(q_old) != len(q_new) or sum(q_old) != 1 or sum(q_new) != 1 or min(q_old + q_new) < 0:
+        raise ValueError("q_old and q_new must be exact distributions (Fractions summing to 1) of the same length")
+    gumbel = Fraction(0)
+    for a_y, b_y in zip(q_old, q_new):
+        if a_y > 0 and b_y > 0:
+            gumbel += 1 / sum(max(a_z / a_y, b_z / b_y) for a_z, b_z in zip(q_old, q_new))
+    return {"independent": sum(a * b for a, b in zip(q_old, q_new)),
+            "maximal": sum(min(a, b) for a, b in zip(q_old, q_new)), "gumbel": gumbel}
+
+
+def redraft_then_verify(q_old: Sequence[Fraction], q_new: Sequence[Fraction], target: Sequence[Fraction],
+                        *, declare_previous_when_kept: bool = False) -> list[Fraction]:
+    """The exact law of the token emitted at a position whose draft d ~ q_old is re-drafted by the
+    maximal coupling to q_new, then verified against ``target`` (02's step with the declared q):
+    q_new, its law (proofs/09: the output is the target), or, with
+    ``declare_previous_when_kept``, q_old for a kept draft and q_new for a redrawn one, as SCD's
+    released code stores them (proofs/09, "What breaks it": not the target in general)."""
+    coupling = speculative_parts(list(q_new), list(q_old))  # target q_new, draft q_old: the same step
+    out = [Fraction(0)] * len(coupling.p)
+    for declared, law in ((list(q_old) if declare_previous_when_kept else list(q_new), coupling.accepted),
+                          (list(q_new), [coupling.reject_probability * r for r in coupling.residual])):
+        mass = sum(law)
+        if mass == 0:
+            continue
+        step = speculative_parts(list(target), declared)
+        for y, w in enumerate(law):  # drafts y with weight w, declared ``declared``
+            if w == 0:
+                continue
+            accept = min(Fraction(1), target[y] / declared[y]) if declared[y] > 0 else Fraction(0)
+            out[y] += w * accept
+            for z, r in enumerate(step.residual):
+                out[z] += w * (1 - accept) * r
+    return out

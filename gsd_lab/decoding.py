@@ -16,13 +16,16 @@ and emits one more token: drawn from the residual of row a at a rejection, or fr
 row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
 cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
 j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
-bonus row p_L drafts position n+L); fresh drafts refill the window: uniform over the allowed
+bonus row p_L drafts position n+L), independently of the draft the position held (SJD) or
+coupled to it (``DecodingMethod.draft`` "maximal" or "gumbel", MC-SJD / SCD:
+``gsd_lab.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts refill the window: uniform over the allowed
 tokens with one-hot q (``init="random"``), or the committed/drafted token one image row up
 (``init="repeat_row"``; one-hot q, random while no row is above).
 
 With clusters=None (SJD) each committed token is an exact draw from the AR distribution
-(standard speculative sampling; a draft's q is exactly the distribution it was drawn from,
-and drafts are independent of the current iteration's uniforms). GSD's dynamic clusters are
+(standard speculative sampling; a draft's q is exactly the distribution it was drawn from
+given everything verification conditions on, and drafts are independent of the current
+iteration's uniforms; with coupled drafts too: proofs/09_coupled_drafts.md). GSD's dynamic clusters are
 lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one token per
 forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
@@ -51,6 +54,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .coupling import DraftChain
 from .distortion import DistortionLog
 from .engine import draw, uses_support, verify
 from .methods import DecodingMethod, ResolvedMethod
@@ -90,6 +94,7 @@ class DecodeResult:
     top1: Tensor | None = None
     distortion: Tensor | None = None
     accounting_seconds: float = 0.0
+    draft: str = "independent"
 
     @property
     def overhead_seconds(self) -> float:
@@ -205,6 +210,7 @@ class _Loop:
         self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
+        self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
@@ -224,6 +230,7 @@ class _Loop:
     def refill(self, L: int) -> None:
         """Keep the first L drafts; draw fresh ones (one-hot q) for the positions still empty."""
         self.drafts, self.q = self.drafts[:L], self.q[:L]
+        self.chain.truncate(L)
         missing = L - self.drafts.numel()
         if missing <= 0:
             return
@@ -237,6 +244,7 @@ class _Loop:
             fresh = self.adapter.random_tokens(positions, self.generator, respect_forced=self.forced_drafts)
         self.drafts = torch.cat([self.drafts, fresh])
         self.q = torch.cat([self.q, _one_hot(fresh, self.vocab)])
+        self.chain.extend(missing)
 
     def forward(self, L: int) -> tuple[Tensor, Tensor | None]:
         """p [L + 1, V] over [last committed (the prompt at first), drafts], and the support."""
@@ -290,15 +298,14 @@ class _Loop:
         self.adapter.crop(self.prompt_len + self.done - 1)
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
-        """Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row (that row
-        becomes its q); nothing left after a fully accepted window."""
+        """Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (that row
+        becomes its q), drawn as the method's ``draft`` says (``gsd_lab.coupling``); nothing
+        left after a fully accepted window."""
         if accepted < L:
-            self.q = p[accepted + 1:]
-            uniforms = torch.rand(self.q.shape[0], 1, generator=self.generator, dtype=torch.float64,
-                                  device=self.device)
-            self.drafts = draw(self.q, uniforms).squeeze(-1)
+            self.drafts, self.q = self.chain.redraft(self.drafts, self.q, p[accepted + 1:], accepted)
         else:
             self.drafts, self.q = self.drafts[:0], self.q[:0]
+            self.chain.clear()
 
 
 def generate(
@@ -370,6 +377,7 @@ def generate(
         top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
         distortion=loop.log.result(num_tokens) if loop.log is not None else None,
         accounting_seconds=accounting,
+        draft=resolved.method.draft,
     )
 
 

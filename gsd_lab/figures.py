@@ -46,6 +46,9 @@ class FigureSizes:
     table1_lantern: tuple[float, ...] = (0.1, 0.4)
     pareto_lantern: tuple[float, ...] = tables.LANTERN_DELTAS
     distortion_rank_groups: tuple[int, ...] = (10, 50)
+    coupled_drafts: tuple[str, ...] = ("maximal", "gumbel")  # MC-SJD rows and points (lossless)
+    table1_coupled_groups: tuple[int, ...] = (50,)  # MC-GSD (maximal) rows of Table 1
+    pareto_coupled_groups: tuple[int, ...] = (10, 50)  # the MC-GSD (maximal) curve
     seed_noise: bool = True  # AR on a second seed set: the AR-against-AR noise row
     window: int = 16
     replacement_fraction: float = 0.5
@@ -63,7 +66,8 @@ class FigureSizes:
     def quick(cls) -> "FigureSizes":
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
                    pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
-                   distortion_rank_groups=(25,), toy_pairs=8)
+                   distortion_rank_groups=(25,), toy_pairs=8, coupled_drafts=("maximal",),
+                   table1_coupled_groups=(), pareto_coupled_groups=())
 
     @classmethod
     def paper(cls) -> "FigureSizes":
@@ -79,11 +83,13 @@ class FigureSizes:
 
 def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
         list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]], dict[str, list[MethodSpec]]]:
-    t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify, sizes.table1_lantern, sizes.seed_noise)
+    t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify, sizes.table1_lantern, sizes.seed_noise,
+                             sizes.coupled_drafts, sizes.table1_coupled_groups)
     t2 = tables.table2_specs(sizes.table2_group)
-    pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern)
+    pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern,
+                                 sizes.coupled_drafts, sizes.pareto_coupled_groups)
     distortion = tables.distortion_specs(sizes.pareto_groups, sizes.distortion_rank_groups, sizes.pareto_amplify,
-                                         sizes.pareto_lantern)
+                                         sizes.pareto_lantern, sizes.coupled_drafts, sizes.pareto_coupled_groups)
     def fix(specs: list[MethodSpec]) -> list[MethodSpec]:
         return _with_preset(specs, sizes, preset_name)
 

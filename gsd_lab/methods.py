@@ -11,9 +11,11 @@ identity of ``evaluate`` share. Its fields:
   ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
   model's default, ``FilterSettings.for_model``);
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
-- drafting: ``draft`` (``DRAFTS``: today "independent", a fresh draft from ``init`` or a Jacobi
-  re-draft from the last pass's row, each drawn on its own) and ``init`` ("random": uniform over
-  the allowed tokens; "repeat_row": the token one image row up);
+- drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
+  row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
+  draft it held (MC-SJD / SCD, ``gsd_lab.coupling``; lossless for SJD, proofs/09); kinds "sjd"
+  and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
+  "repeat_row": the token one image row up);
 - window: drafts L per forward (ignored by AR);
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
@@ -37,7 +39,7 @@ from typing import Any
 
 KINDS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
-DRAFTS = ("independent",)
+DRAFTS = ("independent", "maximal", "gumbel")
 RESIDUALS = ("token", "cluster")
 # "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
 # filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;
@@ -138,6 +140,8 @@ class DecodingMethod:
         self._check_preset()
         _choice("init", self.init, INITS)
         _choice("draft", self.draft, DRAFTS)
+        if self.kind == "ar" and self.draft != "independent":
+            raise ValueError(f"draft {self.draft!r} couples Jacobi re-drafts: methods 'sjd' and 'gsd' only (AR drafts nothing)")
         _choice("residual", self.residual, RESIDUALS)
         self._check_acceptance()
         self._check_clusters()

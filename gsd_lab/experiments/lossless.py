@@ -55,15 +55,17 @@ def tiny_model(seed: int = 0) -> Any:
         torch.random.set_rng_state(generator_state)
 
 
-def exact_joint(adapter: Any, uncond: torch.Tensor | None = None) -> np.ndarray:
-    """P(sequence) of AR sampling for every sequence of ``SEQUENCES`` [27], float64, one
-    uncached teacher-forced pass per sequence. Raises if it does not sum to 1 (1e-9)."""
-    prompt = torch.tensor(PROMPT)
+def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tuple[int, ...] = PROMPT,
+                sequences: list[tuple[int, ...]] = SEQUENCES) -> np.ndarray:
+    """P(sequence) of AR sampling for every sequence of ``sequences`` (default ``SEQUENCES`` [27],
+    all of one length, after ``prompt``), float64, one uncached teacher-forced pass per sequence.
+    Raises if it does not sum to 1 (1e-9)."""
+    prompt, length = torch.tensor(prompt), len(sequences[0])
     joint = []
-    for seq in SEQUENCES:
+    for seq in sequences:
         adapter.start(prompt, uncond)
-        rows = adapter.forward(torch.cat([prompt, torch.tensor(seq[:-1])]), num_rows=NUM_TOKENS)
-        joint.append(float(rows[torch.arange(NUM_TOKENS), torch.tensor(seq)].prod()))
+        rows = adapter.forward(torch.cat([prompt, torch.tensor(seq[:-1], dtype=torch.long)]), num_rows=length)
+        joint.append(float(rows[torch.arange(length), torch.tensor(seq)].prod()))
     joint = np.array(joint)
     if abs(joint.sum() - 1) > 1e-9:
         raise ValueError(f"the enumerated joint law sums to {joint.sum()!r}, not 1")

@@ -230,7 +230,7 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
 
     zoom = _zoom_range(points)
     fig, axes = _figure(2 if zoom else 1, len(metrics), size=(4.6, 3.4))
-    markers = {"AR": "s", "SJD": "D"}
+    markers = {"AR": "s", "SJD": "D", "MC-SJD (maximal)": "^", "MC-SJD (Gumbel)": "v"}
     labels: list[tuple[Any, str, float, float, str]] = []
     for row_axes, (key, label) in zip(axes, metrics):
         for ax, zoomed in zip(row_axes, (False, True)):

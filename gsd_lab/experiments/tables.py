@@ -8,7 +8,11 @@ its code's default of 1000 neighbours, plus the drafted token itself (our k coun
 budgets delta: Table 1 uses the code's default 0.1 and its high-speed 0.4 (paper.md 4.1); the
 curves sweep ``LANTERN_DELTAS``, down to 0.001, because on the stand-in even delta = 0.01 more
 than halves SJD's NFE, so only small budgets reach the NFE range of GSD for a comparison of
-distortion at equal speed."""
+distortion at equal speed.
+
+The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.coupling``,
+proofs/09), maximal and Gumbel, as rows and points, and the paper's GSD rule with maximally
+coupled re-drafts ("MC-GSD", our name; lossy as GSD is) as rows and a curve over G."""
 
 from __future__ import annotations
 
@@ -55,12 +59,33 @@ def lantern(delta: float, k: int = LANTERN_K) -> MethodSpec:
     return MethodSpec(f"LANTERN k={k} (delta={delta:g})", method)
 
 
+def coupled(draft: str, group_size: int | None = None) -> MethodSpec:
+    """SJD with coupled re-drafts, "MC-SJD (maximal)" / "MC-SJD (Gumbel)" (lossless), or with a
+    ``group_size`` the paper's GSD rule (dynamic clusters with filters) with them, "MC-GSD (G=..,
+    maximal)"."""
+    name = {"maximal": "maximal", "gumbel": "Gumbel"}[draft]
+    if group_size is None:
+        return MethodSpec(f"MC-SJD ({name})", DecodingMethod("sjd", draft=draft))
+    return MethodSpec(f"MC-GSD (G={group_size}, {name})",
+                      DecodingMethod("gsd", clusters="dynamic", group_size=group_size, draft=draft))
+
+
 def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tuple[float, ...] = (2.0, 3.0),
-                 lantern_deltas: tuple[float, ...] = (), seed_noise: bool = False) -> list[MethodSpec]:
-    """AR, the AR seed-noise row (``seed_noise``), SJD, GSD (dynamic clusters with filters) per G,
-    Amplify per k, LANTERN per delta (none by default; ``figures`` asks for them)."""
-    return ([AR] + ([AR_SEED_NOISE] if seed_noise else []) + [SJD] + [gsd(g) for g in group_sizes]
+                 lantern_deltas: tuple[float, ...] = (), seed_noise: bool = False,
+                 coupled_drafts: tuple[str, ...] = (), coupled_groups: tuple[int, ...] = ()) -> list[MethodSpec]:
+    """AR, the AR seed-noise row (``seed_noise``), SJD, MC-SJD per coupling (``coupled_drafts``),
+    GSD (dynamic clusters with filters) per G, MC-GSD (maximal) per G of ``coupled_groups``,
+    Amplify per k, LANTERN per delta (none of the optional rows by default; ``figures`` asks)."""
+    return ([AR] + ([AR_SEED_NOISE] if seed_noise else []) + [SJD] + [coupled(d) for d in coupled_drafts]
+            + [gsd(g) for g in group_sizes] + [coupled("maximal", g) for g in coupled_groups]
             + [amplify(k) for k in amplify_k] + [lantern(d) for d in lantern_deltas])
+
+
+def _frontier(coupled_drafts: tuple[str, ...], coupled_groups: tuple[int, ...]) -> dict[str, list[MethodSpec]]:
+    """The curves' lossless points (one per coupling) and the MC-GSD (maximal) curve over G."""
+    points = {coupled(d).label: [coupled(d)] for d in coupled_drafts}
+    return {**points, **({"MC-GSD (maximal)": [coupled("maximal", g) for g in coupled_groups]} if coupled_groups
+                         else {})}
 
 
 def table2_specs(group_size: int = 50) -> list[MethodSpec]:
@@ -83,25 +108,30 @@ def table2_specs(group_size: int = 50) -> list[MethodSpec]:
 
 def pareto_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
                  amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
-                 lantern_deltas: tuple[float, ...] = ()) -> dict[str, list[MethodSpec]]:
+                 lantern_deltas: tuple[float, ...] = (), coupled_drafts: tuple[str, ...] = (),
+                 coupled_groups: tuple[int, ...] = ()) -> dict[str, list[MethodSpec]]:
     """Fig. 10's curves: GSD over G, Amplify over k, LANTERN over delta (a curve when deltas are
-    given), with AR and SJD as single points."""
+    given), MC-GSD (maximal) over ``coupled_groups``, with AR, SJD and MC-SJD per coupling as
+    single points."""
     return {"GSD": [gsd(g) for g in group_sizes], "Amplify": [amplify(k) for k in amplify_k],
-            **({"LANTERN": [lantern(d) for d in lantern_deltas]} if lantern_deltas else {}), "AR": [AR], "SJD": [SJD]}
+            **({"LANTERN": [lantern(d) for d in lantern_deltas]} if lantern_deltas else {}), "AR": [AR], "SJD": [SJD],
+            **_frontier(coupled_drafts, coupled_groups)}
 
 
 def distortion_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
                      rank_group_sizes: tuple[int, ...] = (10, 50),
                      amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
-                     lantern_deltas: tuple[float, ...] = LANTERN_DELTAS) -> dict[str, list[MethodSpec]]:
+                     lantern_deltas: tuple[float, ...] = LANTERN_DELTAS, coupled_drafts: tuple[str, ...] = (),
+                     coupled_groups: tuple[int, ...] = ()) -> dict[str, list[MethodSpec]]:
     """The exact-distortion curves (Fig. 10's idea with the noise-free distortion as the y axis):
     GSD over G, rank bins with the token and the cluster-exact residual over G, Amplify over k,
-    LANTERN over delta; AR and SJD as points at distortion 0."""
+    LANTERN over delta, MC-GSD (maximal) over ``coupled_groups``; AR, SJD and MC-SJD per coupling
+    as points at distortion 0."""
     curves = {"GSD": [gsd(g) for g in group_sizes],
               "rank bins, token residual": [gsd(g, "rank-binned", "token") for g in rank_group_sizes],
               "rank bins, cluster-exact residual": [gsd(g, "rank-binned", "cluster") for g in rank_group_sizes],
               "Amplify": [amplify(k) for k in amplify_k], "LANTERN": [lantern(d) for d in lantern_deltas],
-              "AR": [AR], "SJD": [SJD]}
+              "AR": [AR], "SJD": [SJD], **_frontier(coupled_drafts, coupled_groups)}
     return {name: specs for name, specs in curves.items() if specs}
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROOFS = sorted((ROOT / "proofs").glob("[0-9][0-9]_*.md"))
-REFERENCE = re.compile(r"`(tests/core/[\w/]+\.py)(?:::(\w+))?")
+REFERENCE = re.compile(r"`(tests/(?:core|lab)/[\w/]+\.py)(?:::(\w+))?")
 
 
-def test_there_are_eight_numbered_claims():
-    assert [p.name[:2] for p in PROOFS] == ["01", "02", "03", "04", "05", "06", "07", "08"]
+def test_there_are_nine_numbered_claims():
+    assert [p.name[:2] for p in PROOFS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
 
 
 def test_every_proof_ends_with_existing_tests():

@@ -29,7 +29,9 @@ def run_json(capsys, *args: str) -> dict:
 
 @pytest.mark.parametrize("method_args", [["--method", "ar"], ["--method", "sjd"],
                                          ["--method", "gsd", "--group-size", "10"],
-                                         ["--method", "gsd", "--clusters", "rank-binned", "--residual", "cluster"]])
+                                         ["--method", "gsd", "--clusters", "rank-binned", "--residual", "cluster"],
+                                         ["--method", "sjd", "--draft", "maximal"],
+                                         ["--method", "gsd", "--group-size", "10", "--draft", "gumbel"]])
 def test_generate_json_tiny(capsys, method_args):
     report = run_json(capsys, "--model", "tiny-random", "--class", "1", "--seed", "3", *method_args)
     assert JSON_KEYS <= set(report)
@@ -40,6 +42,7 @@ def test_generate_json_tiny(capsys, method_args):
         assert 1 <= report["nfe"] < 64 and 0 <= report["acceptance_rate"] <= 1
     again = run_json(capsys, "--model", "tiny-random", "--class", "1", "--seed", "3", *method_args)
     assert again["tokens"] == report["tokens"]  # seeded
+    assert report["draft"] == (method_args[-1] if "--draft" in method_args else "independent")
 
 
 def test_generate_text_and_image(capsys, tmp_path):

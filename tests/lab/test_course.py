@@ -292,6 +292,47 @@ def test_speed_quality_comparison_from_rows():
     assert rows["Table 2 (D): NFE / SJD's NFE"]["reproduces"] == "not run"
 
 
+def test_frontier_comparison_from_rows():
+    def row(method, nfe):
+        return {"method": method, "nfe": nfe, "speedup_nfe": 256 / nfe}
+
+    table1 = [row("AR", 256), row("SJD", 109), row("MC-SJD (maximal)", 61), row("MC-SJD (Gumbel)", 90),
+              row("GSD (G=50)", 75), row("MC-GSD (G=50, maximal)", 58)]
+    rows = {r["claim"]: r for r in paper.frontier_comparison(table1)}
+    assert rows["MC-SJD (maximal): NFE speed-up over AR (SCD)"]["reproduces"] == "yes"  # 4.20x against 4.21x
+    assert rows["MC-SJD (Gumbel): NFE speed-up over AR (SCD)"]["reproduces"] == "direction only"
+    order = rows["the lossless coupled SJD needs no more forwards than lossy GSD"]
+    assert order["reproduces"] == "yes" and order["here"] == "MC-SJD (maximal) 61.0 vs GSD (G=50) 75.0"
+    assert rows["(not in the papers) coupled drafts speed up GSD (G=50) too"]["here"] == "58.0 vs 75.0 NFE"
+    assert rows["SJD-PAC: step compression over AR"]["reproduces"] == "not run"
+    # A run without the rows says so; a slower coupled SJD is a "no".
+    missing = {r["claim"]: r for r in paper.frontier_comparison(table1[:2])}
+    assert missing["the lossless coupled SJD needs no more forwards than lossy GSD"]["reproduces"] == "not run"
+    slower = {r["claim"]: r for r in paper.frontier_comparison([row("MC-SJD (maximal)", 80), row("GSD (G=50)", 75)])}
+    assert slower["the lossless coupled SJD needs no more forwards than lossy GSD"]["reproduces"] == "no"
+    assert paper.SCD_AR_NFE.value / paper.SCD_NFE.value == pytest.approx(4.21, abs=5e-3)  # paper.md 4.4
+
+
 def test_paper_numbers_match_the_reference_ratios():
     assert paper.AR_NFE.value / paper.GSD50_NFE.value == pytest.approx(3.755, abs=1e-3)  # paper.md 1.4: 3.76x
     assert all("paper.md" in n.source for n in (paper.AR_NFE, paper.SJD_NFE, *paper.TABLE2_NFE.values()))
+
+
+def test_coupling_agreement_and_redraft_then_verify():
+    q_old = course.fractions_from_weights(course.WORKED_Q)
+    q_new = course.fractions_from_weights(course.WORKED_P)
+    agree = course.coupling_agreement(q_old, q_new)
+    assert agree["independent"] == F(32 + 48 + 12 + 4 + 2, 400)
+    assert agree["maximal"] == 1 - F(sum(abs(a - b) for a, b in zip(course.WORKED_P, course.WORKED_Q)), 40)
+    assert agree["independent"] < agree["gumbel"] <= agree["maximal"]
+    assert course.coupling_agreement(q_new, q_new) == {"independent": sum(x * x for x in q_new),
+                                                       "maximal": 1, "gumbel": 1}
+    # Re-drafted by maximal coupling and verified with q_new: the target; with q_old for a kept
+    # draft (SCD's release): proofs/09's (7/8, 1/8) against (3/4, 1/4).
+    half, quarter = [F(1, 2)] * 2, [F(3, 4), F(1, 4)]
+    assert course.redraft_then_verify(q_old, q_new, q_new) == q_new
+    assert course.redraft_then_verify(half, quarter, quarter[::-1]) == quarter[::-1]
+    assert course.redraft_then_verify(half, quarter, quarter, declare_previous_when_kept=True) == [F(7, 8),
+                                                                                                  F(1, 8)]
+    with pytest.raises(ValueError, match="exact distributions"):
+        course.coupling_agreement(q_old, q_new[:4])

@@ -262,6 +262,17 @@ def test_method_spec_lantern_and_seed_offset_validation():
     assert set(curves) == {"GSD", "rank bins, token residual", "rank bins, cluster-exact residual", "Amplify",
                            "LANTERN", "AR", "SJD"}
     assert curves["rank bins, cluster-exact residual"][0].method.residual == "cluster"
+    # The lossless frontier: MC-SJD rows after SJD, MC-GSD rows after GSD; points and a curve.
+    labels = [s.label for s in tables.table1_specs((50,), (), coupled_drafts=("maximal", "gumbel"),
+                                                   coupled_groups=(50,))]
+    assert labels == ["AR", "SJD", "MC-SJD (maximal)", "MC-SJD (Gumbel)", "GSD (G=50)", "MC-GSD (G=50, maximal)"]
+    coupled_gsd = tables.coupled("maximal", 50).method
+    assert (coupled_gsd.draft, coupled_gsd.clusters, coupled_gsd.group_size) == ("maximal", "dynamic", 50)
+    assert coupled_gsd.key != tables.gsd(50).method.key and tables.coupled("gumbel").method.draft == "gumbel"
+    curves = tables.distortion_specs((3,), (), (), (), coupled_drafts=("maximal",), coupled_groups=(10, 50))
+    assert [s.label for s in curves["MC-SJD (maximal)"]] == ["MC-SJD (maximal)"]
+    assert [s.method.group_size for s in curves["MC-GSD (maximal)"]] == [10, 50]
+    assert "MC-GSD (maximal)" in tables.pareto_specs(coupled_groups=(50,))
 
 
 def test_paired_bootstrap_intervals():

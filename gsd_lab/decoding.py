@@ -48,6 +48,7 @@ from torch import Tensor
 from gsd_core import Lantern, sample_categorical, uses_support, verify, verify_lantern
 
 from .distortion import DistortionLog
+from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 from .models.adapter import CausalLMAdapter
 
@@ -69,8 +70,11 @@ class DecodeResult:
     bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
     emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]
     float64 exact TV(one-step output law, p) of each emitted token (0 for SJD, AR steps and bonus
-    tokens; ``gsd_lab.distortion``), when ``record_distortion``; accounting_seconds: the time
-    that took, excluded from wall_seconds (a measurement, not part of the method).
+    tokens; ``gsd_lab.distortion``), when ``record_distortion``; w1: the similarity-aware
+    distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
+    mean per emitted token exact or estimated (``gsd_lab.transport.W1Estimate``), when
+    ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
+    measurement, not part of the method).
     """
 
     tokens: Tensor
@@ -85,6 +89,7 @@ class DecodeResult:
     top1: Tensor | None = None
     distortion: Tensor | None = None
     accounting_seconds: float = 0.0
+    w1: W1Estimate | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -199,6 +204,8 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    record_w1: bool = False,
+    w1_draws: int | None = DEFAULT_DRAWS,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
 
@@ -211,7 +218,11 @@ def generate(
     (``gsd_core.verify_lantern``) instead of SJD's test; method "sjd" only, residual "token",
     acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
-    Batch size 1.
+    record_w1 (needs record_distortion and the adapter's ``code_content()``): fill
+    ``DecodeResult.w1``, W1(law, p) per emitted token, exact for every token when ``w1_draws`` is
+    None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
+    its own seeded with ``generator.initial_seed()`` (``gsd_lab.transport``; no draw from
+    ``generator``, so again the same tokens). Batch size 1.
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
@@ -238,6 +249,15 @@ def generate(
     if record_distortion:
         log = DistortionLog(num_tokens + max_window + 1, device, clusters, residual,
                             acceptance_scale=acceptance_scale, lantern=lantern)
+    w1_log = None
+    if record_w1:
+        content = adapter.code_content()
+        if not record_distortion or content is None:
+            raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
+                             "adapter whose code_content() gives its codes' decoded content")
+        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + max_window + 1, clusters, residual,
+                       acceptance_scale=acceptance_scale, lantern=lantern, draws=w1_draws,
+                       seed=generator.initial_seed())
     drafts = torch.empty(0, dtype=torch.long, device=device)
     q = torch.empty(0, vocab, dtype=torch.float64, device=device)
     accepted_log: list[int] = []
@@ -303,7 +323,9 @@ def generate(
         if record_top1:
             top1[done: done + accepted + 1] = p[: accepted + 1].amax(-1)
         if log is not None:
-            log.add(done, p, q, accepted)
+            tv = log.add(done, p, q, accepted)
+            if w1_log is not None and tv is not None:
+                w1_log.add(done, p, q, tv)
         accepted_log.append(accepted)
         drafted_log.append(L)
         done += accepted + 1
@@ -324,17 +346,21 @@ def generate(
     if bar is not None:
         bar.close()
     drafted_total = sum(drafted_log)
+    accounting = (log.seconds if log is not None else 0.0) + (w1_log.seconds if w1_log is not None else 0.0)
+    wall_seconds = time.perf_counter() - wall_start - accounting
+    w1 = w1_log.finish(num_tokens) if w1_log is not None else None  # after the clock: accounting
     return DecodeResult(
         tokens=out[:num_tokens].cpu(),
         nfe=adapter.num_forwards - forwards_before,
         accepted=accepted_log,
         drafted=drafted_log,
         acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
-        wall_seconds=time.perf_counter() - wall_start - (log.seconds if log is not None else 0.0),
+        wall_seconds=wall_seconds,
         model_seconds=adapter.model_seconds - model_seconds_before,
         method=method,
         window=max_window,
         top1=top1[:num_tokens].cpu() if record_top1 else None,
         distortion=log.result(num_tokens) if log is not None else None,
-        accounting_seconds=log.seconds if log is not None else 0.0,
+        accounting_seconds=(log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
+        w1=w1,
     )

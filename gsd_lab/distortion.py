@@ -209,13 +209,28 @@ def one_step_output_laws(
     """The exact law out_i of the token verified position i emits, for rows p, q [L, V]:
     ``gsd_core.output_distribution`` (or ``lantern_output_distribution``) row by row, in float64.
     Returns [L, V]; O(L V) memory (use ``exact_distortion`` for the distortion alone)."""
+    return targets_and_laws(p, q, clusters, residual, acceptance_scale=acceptance_scale, lantern=lantern)[1]
+
+
+def targets_and_laws(
+    p: Tensor,
+    q: Tensor,
+    clusters: object = None,
+    residual: str = "token",
+    *,
+    acceptance_scale: float = 1.0,
+    lantern: Lantern | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(p_i, out_i): the target rows as the laws were computed from them (float64, renormalised in
+    the fixed order) and ``one_step_output_laws``, both [L, V]. The one path to the law that every
+    distortion here compares with its p (TV here, W1 in ``gsd_lab.transport``)."""
     p, q = _check_rows(p, q)
     _check_method(clusters, residual, acceptance_scale, lantern)
     if lantern is not None:
-        return lantern_output_distribution(p, q, lantern)
+        return p, lantern_output_distribution(p, q, lantern)
     if isinstance(clusters, DynamicClusters) and residual == "token":
-        return dynamic_output_laws(p, q, clusters, acceptance_scale=acceptance_scale)
-    return output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
+        return p, dynamic_output_laws(p, q, clusters, acceptance_scale=acceptance_scale)
+    return p, output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
 
 
 def exact_distortion(
@@ -301,13 +316,16 @@ class DistortionLog:
                        "lantern": lantern}
         self.seconds = 0.0
 
-    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> None:
-        """Write the distortions of tokens start .. start + num_accepted (one forward pass)."""
+    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> Tensor | None:
+        """Write the distortions of tokens start .. start + num_accepted (one forward pass) and
+        return them ([num_accepted + 1], None for an AR step)."""
         began = time.perf_counter()
+        tv = None
         if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
             tv = emitted_distortion(p, q, num_accepted, **self.method)
             self.values[start: start + tv.numel()] = tv
         self.seconds += time.perf_counter() - began
+        return tv
 
     def result(self, num_tokens: int) -> Tensor:
         """[num_tokens] float64 on the CPU."""

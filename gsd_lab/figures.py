@@ -17,13 +17,25 @@ import torch
 
 from gsd_core import tv_distance
 
-from .experiments import plots, tables, toy
+from .experiments import matched, plots, tables, toy
 from .experiments.image_model import ImageModel, guidance_scale, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline, run_method
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
+from .transport import DEFAULT_DRAWS
+
+
+W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem", "substitution", "substitution_sem"]
+W1_TEXT = ("`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step output "
+           "law, p) with ground cost the RMS difference per coordinate between the codes' decoded content "
+           "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
+           "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
+           "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
+           "exact (POT; gsd_lab.transport): `w1_sem` its standard error over images (sampling noise included), "
+           "`w1_sampling_sem` the estimator's part of it. `substitution` (rank bins with the cluster-exact "
+           "residual): the content change under the rule's own coupling, >= W1. ")
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,9 @@ def run_figures(
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
     distortion_panel = [("distortion", "exact distortion\nmean TV(output law, p)")]
+    has_w1 = any(r.get("w1") is not None for r in table1)
+    if has_w1:
+        distortion_panel.append(("w1", "similarity-aware distortion\nmean W1(output law, p)"))
     diff_panel = ([("condition_score_diff_ar", "condition score - AR\n(95% paired bootstrap)")]
                   if any(r.get("condition_score_diff_ar") is not None for r in table1) else [])
     save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + distortion_panel
@@ -198,7 +213,10 @@ def run_figures(
     save(plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
          "table2_clustering_ablation", {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
     save(plots.distortion_vs_nfe(distortion_points), "distortion_vs_nfe",
-         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}}, distortion_points)
+         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}, "w1_draws": DEFAULT_DRAWS},
+         distortion_points)
+    matched_rows = [row for measure in ("distortion", "w1")
+                    for row in matched.matched_nfe(distortion_points, measure)]
     if metrics:
         noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
         references = {"real crops": real, "AR, other seeds": noise_row}
@@ -218,11 +236,11 @@ def run_figures(
     seconds = time.perf_counter() - started
     record = provenance(model=model.name, seeds=seeds, config=base_config, git=git)
     columns = ["method", "images", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested", "acceptance_rate",
-               "wall_seconds", "speedup_wall", "distortion", "distortion_sem"]
+               "wall_seconds", "speedup_wall", "distortion", "distortion_sem"] + (["w1", "w1_sem"] if has_w1 else [])
     columns += [c for m in metrics for c in ((m[0], "condition_score_sem") if m[0] == "condition_score" else (m[0],))]
     if diff_panel:
         columns += ["condition_score_diff_ar", "condition_score_diff_ar_low", "condition_score_diff_ar_high"]
-    accounting = cache.accounting_seconds()
+    accounting, w1_accounting = cache.accounting_seconds(), cache.w1_seconds()
     real_text = ("" if real is None else
                  "\n\nReal images (the proxies' reference points): `condition_score` of the fixed held-out real "
                  "crops (never seen by the classifier), `frechet_distance` of "
@@ -258,12 +276,24 @@ def run_figures(
         ("Exact distortion against NFE",
          "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
          "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
-         "cluster-exact residual. Accounting is a measurement outside decoding (its time is not in "
-         f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the "
-         "slowest image.\n\n"
+         "cluster-exact residual. "
+         + (W1_TEXT.format(draws=DEFAULT_DRAWS) if has_w1 else "") +
+         "Accounting is a measurement outside decoding (its time is not in "
+         f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
+         f"image; W1's part {sum(w1_accounting):.1f} s, adding {sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} "
+         f"to the rest of this run ({seconds - sum(w1_accounting):.0f} s).\n\n"
          + "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, ["method", "images", "nfe", "speedup_nfe",
-                                                                  "distortion", "distortion_sem"])
+                                                                  "distortion", "distortion_sem"]
+                                                            + (W1_COLUMNS if has_w1 else []))
                         for name, rows in distortion_points.items())),
+        ("Distortion at matched NFE",
+         "GSD's distortion minus the other rule's at GSD's own NFE, the other curve interpolated linearly in "
+         "NFE (gsd_lab.experiments.matched); `se`, `low`, `high`: paired bootstrap over the images (the same "
+         "prompts and seeds for every rule), 95% interval; `verdict` for the claim \"GSD distorts less\": yes / "
+         "no beyond two standard errors, else noise.\n\n"
+         + matched.matched_summary(matched_rows) + "\n\n"
+         + markdown_table(matched_rows, ["measure", "nfe", "reference", "other", "reference_value", "other_value",
+                                         "difference", "se", "low", "high", "verdict"])),
         ("Top-1 probability of the target distribution (AR tokens)",
          "Share of generated tokens whose target distribution has top-1 probability below the threshold "
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
@@ -288,7 +318,9 @@ def run_figures(
                             f"{len(unique)} configurations; device `{model.adapter.device}`."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
-                  "real_images": real, "accounting_seconds": sum(accounting), "top1": stats.summary(),
+                  "matched_nfe": matched_rows, "w1_draws": DEFAULT_DRAWS if has_w1 else None,
+                  "real_images": real, "accounting_seconds": sum(accounting), "w1_seconds": sum(w1_accounting),
+                  "top1": stats.summary(),
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}

@@ -291,9 +291,10 @@ def run_figures(
          "NFE (gsd_lab.experiments.matched); `se`, `low`, `high`: paired bootstrap over the images (the same "
          "prompts and seeds for every rule), 95% interval; `verdict` for the claim \"GSD distorts less\": yes / "
          "no beyond two standard errors, else noise.\n\n"
-         + matched.matched_summary(matched_rows) + "\n\n"
-         + markdown_table(matched_rows, ["measure", "nfe", "reference", "other", "reference_value", "other_value",
-                                         "difference", "se", "low", "high", "verdict"])),
+         + matched.matched_summary(matched_rows)
+         + ("\n\n" + markdown_table(matched_rows, ["measure", "nfe", "reference", "other", "reference_value",
+                                                   "other_value", "difference", "se", "low", "high", "verdict"])
+            if matched_rows else "")),
         ("Top-1 probability of the target distribution (AR tokens)",
          "Share of generated tokens whose target distribution has top-1 probability below the threshold "
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"

@@ -248,7 +248,8 @@ class W1Log:
 
     ``add`` takes one forward pass's rows and their exact TVs (``DistortionLog.add``); ``finish``
     returns the ``W1Estimate``. draws None: exact W1 of every verified row, at ``add`` (slow: a
-    few tenths of a second per row at top-k 2000). draws n >= 1: the PPS estimator (module
+    few tenths of a second per row at top-k 2000; a row whose TV is at most ``ROUNDING_FLOOR``
+    counts 0, within d_max x 1e-12 of its exact W1). draws n >= 1: the PPS estimator (module
     docstring), rows held in n reservoirs and solved at ``finish``. seed: the reservoirs' own
     generator (CPU); no randomness is drawn from decoding's."""
 
@@ -336,3 +337,33 @@ class W1Log:
         values = np.asarray(ratios, dtype=np.float64)
         sem = float(scale * values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
         return float(scale * values.mean()), sem
+
+
+def pps_error(tv: Tensor, w1: Tensor, draws: int, *, repeats: int = 20000,
+              generator: torch.Generator | None = None) -> dict[str, float]:
+    """The estimator's error on one image whose exact per-token TV and W1 are known ([N] each,
+    e.g. a run with ``w1_draws=None``): ``repeats`` simulated estimates from ``draws`` rows drawn
+    as ``W1Log`` draws them (with replacement, P(t) = TV_t / T over the tokens above the floor).
+    Returns the exact mean, the estimates' mean, their RMS error (absolute and relative to the
+    exact mean) and the root mean square of the standard errors the estimator reports."""
+    tv, w1 = tv.to(torch.float64).cpu(), w1.to(torch.float64).cpu()
+    if tv.shape != w1.shape or tv.ndim != 1 or tv.numel() == 0:
+        raise ValueError("tv and w1 must be per-token values [N] of one image")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be an int >= 1, got {draws!r}")
+    exact = float(w1.mean())
+    weights = torch.where(tv > ROUNDING_FLOOR, tv, 0.0)
+    if float(weights.sum()) == 0:
+        return {"exact": exact, "mean": 0.0, "rms_error": abs(exact), "relative_rms_error": math.nan,
+                "rms_reported_se": 0.0}
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    index = torch.multinomial(weights.expand(repeats, -1), draws, replacement=True, generator=generator)
+    ratio = (w1 / weights.clamp(min=ROUNDING_FLOOR))[index]  # [repeats, draws]
+    scale = float(weights.sum()) / tv.numel()
+    estimates = scale * ratio.mean(-1)
+    reported = scale * ratio.std(-1, correction=1) / math.sqrt(draws) if draws > 1 else torch.full_like(estimates, math.nan)
+    rms = float((estimates - exact).square().mean().sqrt())
+    return {"exact": exact, "mean": float(estimates.mean()), "rms_error": rms,
+            "relative_rms_error": rms / exact if exact > 0 else math.nan,
+            "rms_reported_se": float(reported.square().mean().sqrt())}
+

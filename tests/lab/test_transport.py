@@ -228,3 +228,42 @@ def test_code_content_of_the_tiny_model_is_what_decode_paints():
         block = image[4 * (position // 8): 4 * (position // 8) + 4, 4 * (position % 8): 4 * (position % 8) + 4]
         row = content[int(torch.searchsorted(codes, tokens[position]))].view(16, 3)
         assert torch.allclose((row + 1) * 127.5, block.reshape(16, 3), atol=1e-9)
+
+
+def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
+    from gsd_lab.models.standin import load_standin
+    from gsd_lab.standin.tokenizer import image_to_patches
+
+    adapter = load_standin()
+    content = adapter.code_content()
+    assert content.shape[0] == adapter.allowed_tokens.numel() and float(content.abs().max()) <= 1.0
+    tokens = torch.randint(adapter.allowed_tokens.numel(), (1, adapter.num_image_tokens),
+                           generator=torch.Generator().manual_seed(0))
+    image = adapter.decode_images(tokens, as_uint8=False)  # [1, 3, H, W] in [-1, 1]
+    patches = image_to_patches(image.to(torch.float64), adapter.tokenizer.patch)[0]  # raster order, as the codes
+    assert torch.equal(patches, content[adapter.allowed_tokens[tokens[0]]].to(torch.float64))
+
+
+def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
+    from gsd_lab.decoding import generate
+    from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
+    from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
+
+    weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
+    vqgan = write_tiny_vqgan(tmp_path / "v", n_embed=64)
+    assert load_lumina_mgpt(weights, resolution=64, device="cpu").code_content() is None  # no VQGAN
+    adapter = load_lumina_mgpt(weights, vqgan_dir=vqgan, resolution=64, device="cpu")
+    content = adapter.code_content()
+    allowed = adapter.allowed_tokens
+    grid = allowed[torch.arange(16).view(4, 4) * 3 % allowed.numel()]  # 4 rows of 4 codes
+    tokens = torch.cat([grid, torch.full((4, 1), adapter.layout.row_end)], 1).reshape(-1)
+    z = adapter.vqgan.quantize.embedding(adapter.image_codes(tokens))[0]  # what the decoder receives
+    assert torch.equal(z.reshape(16, -1), content[torch.searchsorted(allowed, grid.reshape(-1))])
+    kwargs = dict(num_tokens=adapter.num_image_tokens, method="sjd", window=4, acceptance_scale=2.0)
+    prompt = adapter.text_ids_to_prompt([5, 6])
+    plain = generate(adapter, prompt, generator=torch.Generator().manual_seed(1), **kwargs)
+    result = generate(adapter, prompt, generator=torch.Generator().manual_seed(1), record_distortion=True,
+                      record_w1=True, w1_draws=None, **kwargs)
+    assert torch.equal(plain.tokens, result.tokens) and result.w1.mean > 0  # row ends: forced, W1 0 there
+    row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0
+    assert float(result.w1.tokens[row_ends].abs().max()) == 0.0

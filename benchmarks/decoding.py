@@ -33,7 +33,7 @@ vector lanes by column position), so it cannot replace it. Wall-clock speed-up =
 (AR's ms per forward / the method's ms per forward): a forward over a 17-token window costs
 more than a 1-token one on a CPU (printed), and the overhead per forward is larger too.
 
-    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16]
+    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16] [--engine eager|static]
                                   [--group-size 10] [--threads 1] [--json]
 """
 
@@ -52,6 +52,7 @@ import gsd_lab.decoding as decoding
 import gsd_lab.models.adapter as adapter_module
 from gsd_core import DynamicClusters
 from gsd_lab.models import CausalLMAdapter
+from gsd_lab.models.static import runner_for
 
 IMAGE_TOKENS = 1024
 VOCAB = 1100
@@ -139,19 +140,21 @@ def support_withheld() -> Iterator[None]:
 
 
 def forward_ms(adapter: CausalLMAdapter, prompt: torch.Tensor, uncond, context: int, new: int,
-               repeats: int = 20) -> float:
-    """Median model time (ms) of one forward of ``new`` tokens at ``context`` cached tokens."""
-    adapter.start(prompt, uncond)
+               repeats: int = 20, engine: str = "eager") -> float:
+    """Median model time (ms) of one forward of ``new`` tokens at ``context`` cached tokens
+    (``engine`` as ``generate``'s)."""
+    runner = runner_for(adapter, engine, new_tokens=context + new, window=new - 1)
+    runner.start(prompt, uncond)
     codes = adapter.allowed_tokens
     generator = torch.Generator().manual_seed(0)
     filler = codes[torch.randint(codes.numel(), (context - prompt.numel(),), generator=generator)]
-    adapter.forward(torch.cat([prompt, filler]), num_rows=1)
+    runner.forward(torch.cat([prompt, filler]), num_rows=1)
     times = []
     for _ in range(repeats):
-        before = adapter.model_seconds
-        adapter.forward(filler[:new], num_rows=new)
-        times.append(adapter.model_seconds - before)
-        adapter.crop(context)
+        before = runner.model_seconds
+        runner.forward(filler[:new], num_rows=new)
+        times.append(runner.model_seconds - before)
+        runner.crop(context)
     return 1000 * sorted(times)[len(times) // 2]
 
 
@@ -203,6 +206,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=10)
     parser.add_argument("--top-k", type=int, default=None, help="random model only")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
+                        help="generate's engine (static: the static cache, uncaptured on a CPU)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
     args = parser.parse_args()
@@ -217,9 +222,9 @@ def main() -> None:
     adapter, clusters, prompts = build(args)
     gsd = f"GSD(G={args.group_size})"
     methods = {
-        "AR": dict(method="ar"),
-        "SJD": dict(method="sjd", window=args.window),
-        gsd: dict(method="gsd", window=args.window, clusters=clusters),
+        "AR": dict(method="ar", engine=args.engine),
+        "SJD": dict(method="sjd", window=args.window, engine=args.engine),
+        gsd: dict(method="gsd", window=args.window, clusters=clusters, engine=args.engine),
     }
     rows, outputs = {}, {}
     for name, kwargs in methods.items():
@@ -234,12 +239,12 @@ def main() -> None:
         r["wall_speedup"] = ar["wall_seconds"] / r["wall_seconds"]
     context = args.tokens // 2
     prompt, uncond = prompts[0]
-    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n)
+    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n, engine=args.engine)
                for n in (1, args.window + 1)}
     config = dict(model=args.model, images=args.images, tokens=args.tokens, window=args.window,
                   group_size=args.group_size, vocab=adapter.vocab_size, top_k=adapter.top_k,
                   cfg=adapter.cfg_scale, dtype=str(adapter.compute_dtype).removeprefix("torch."),
-                  threads=torch.get_num_threads(),
+                  threads=torch.get_num_threads(), engine=args.engine,
                   params=sum(p.numel() for p in adapter.model.parameters()))
     report = dict(config=config, forward_latency_at_context=dict(context=context, **latency),
                   methods=rows, gsd_same_tokens_without_support=same_tokens)

@@ -10,7 +10,7 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
 - ``forward_ms[T]``: one adapter forward of T = 1 and T = window new tokens (model + logits
   processing; the two sizes interleaved), the cache cropped back after each; ``model_ms[T]``:
   the model part alone;
-- ``verify_ms``: ``gsd_core.verify`` of one window, SJD (clusters None) and GSD (dynamic clusters,
+- ``verify_ms``: the engine's ``verify`` (``gsd_lab.engine``, gsd_core's result) of one window, SJD (clusters None) and GSD (dynamic clusters,
   G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the case of issue 12's
   op bound), on the adapter's real [window + 1, 65536]
   distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
@@ -47,7 +47,8 @@ import time
 import torch
 import transformers
 
-from gsd_core import DynamicClusters, verify
+from gsd_core import DynamicClusters
+from gsd_lab.engine import verify
 from gsd_lab.decoding import generate
 from gsd_lab.models.lumina_mgpt import (
     IMAGE_ENCODER_PREFIX,
@@ -169,6 +170,21 @@ def source_digest() -> str:
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def run_header(name: str, tiny: bool, device: torch.device) -> dict[str, object]:
+    """The fields that open a benchmark's JSON record: its name, when and where it ran, the
+    versions, and the code measured (``git_commit``, ``source_sha256``)."""
+    return {
+        "benchmark": name,
+        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "mode": "tiny-cpu" if tiny else "7b-gpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "git_commit": git_commit(),
+        "source_sha256": source_digest(),
+    }
 
 
 def _timed(fn, device: torch.device) -> tuple[float, object]:
@@ -382,11 +398,11 @@ def run(
     width = int((rows > 0).sum(-1).max())
     support = torch.topk(rows, width, dim=-1).indices
     variants = {
-        "sjd": dict(clusters=None),
-        "gsd_unfiltered": dict(clusters=DynamicClusters(14)),  # issue 12's op-bound case
-        "gsd": dict(clusters=gsd_rule),
-        "gsd_support": dict(clusters=gsd_rule, support=support),
-        "gsd_support_novalidate": dict(clusters=gsd_rule, support=support, validate=False),
+        "sjd": dict(rule=None),
+        "gsd_unfiltered": dict(rule=DynamicClusters(14)),  # issue 12's op-bound case
+        "gsd": dict(rule=gsd_rule),
+        "gsd_support": dict(rule=gsd_rule, support=support),
+        "gsd_support_novalidate": dict(rule=gsd_rule, support=support, validate=False),
     }
     verify_ms, verify_cost = {}, {}
     for name, kwargs in variants.items():
@@ -407,14 +423,7 @@ def run(
     bare_after = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
 
     result = {
-        "benchmark": "gpu_lumina_shapes",
-        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "mode": "tiny-cpu" if tiny else "7b-gpu",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "git_commit": git_commit(),
-        "source_sha256": source_digest(),
+        **run_header("gpu_lumina_shapes", tiny, device),
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "vocab_size": config.vocab_size,

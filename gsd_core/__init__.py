@@ -1,71 +1,37 @@
 """gsd_core: the exact core of Grouped Speculative Decoding (So et al., ICCV 2025, arXiv 2508.07747).
 
-Probabilities in, probabilities out; the last dimension is the vocabulary V and leading
-dimensions batch. ``p`` is the target distribution, ``q`` the draft distribution.
+Probabilities in, probabilities out: p is the target, q the draft distribution, both [..., V]
+(the last dimension the vocabulary, leading dimensions batch). Read in this order:
+
+- ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)), and its
+  residual (SD, GSD's dynamic clusters, rank bins, fixed partitions, Amplify; LANTERN in
+  ``lantern``);
+- ``verification``: ``verify``, a whole window of drafts left to right;
+- ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration;
+- ``checks``: the input checks (``check_window``).
+
+gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
 """
 
-from .distances import tv_distance
-from .exact import acceptance_rate, output_distribution, token_accept_probabilities
-from .grouping import (
-    ClusterRule,
+from .checks import check_window
+from .exact import acceptance_rate, output_distribution, residual_distribution, tv_distance
+from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
+from .rules import (
+    SD,
+    Amplify,
     DynamicClusters,
     FixedPartition,
     RankBinnedClusters,
-    cluster_mask,
+    Rule,
     dynamic_cluster,
     group_probs,
-    probability_rank,
     probability_ranks,
-    rank_window,
-    rule_members,
 )
-from .lantern import (
-    Lantern,
-    LatentNeighbourhoods,
-    lantern_acceptance_rate,
-    lantern_credited_mass,
-    lantern_output_distribution,
-    lantern_token_accept_probabilities,
-    latent_neighbourhoods,
-    verify_lantern,
-)
-from .verification import (
-    VerifyResult,
-    accept_probability,
-    residual_distribution,
-    sample_categorical,
-    uses_support,
-    verify,
-)
+from .verification import VerifyResult, accept_probability, sample_categorical, verify
 
 __all__ = [
-    "ClusterRule",
-    "DynamicClusters",
-    "FixedPartition",
-    "Lantern",
-    "LatentNeighbourhoods",
-    "RankBinnedClusters",
-    "VerifyResult",
-    "accept_probability",
-    "acceptance_rate",
-    "cluster_mask",
-    "dynamic_cluster",
-    "group_probs",
-    "lantern_acceptance_rate",
-    "lantern_credited_mass",
-    "lantern_output_distribution",
-    "lantern_token_accept_probabilities",
-    "latent_neighbourhoods",
-    "output_distribution",
-    "probability_rank",
-    "probability_ranks",
-    "rank_window",
-    "residual_distribution",
-    "rule_members",
-    "sample_categorical",
-    "token_accept_probabilities",
-    "tv_distance",
-    "uses_support",
-    "verify",
-    "verify_lantern",
+    "SD", "Amplify", "DynamicClusters", "FixedPartition", "Lantern", "LatentNeighbourhoods", "RankBinnedClusters",
+    "Rule", "VerifyResult", "accept_probability", "acceptance_rate", "check_window", "dynamic_cluster",
+    "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks",
+    "residual_distribution", "sample_categorical", "tv_distance", "verify",
 ]

@@ -1,24 +1,31 @@
-"""Exact, enumerated quantities of one verification step: the acceptance rate and the output
-distribution (draw x ~ q, accept with min(1, s * p(C(x))/q(C(x))), else resample)."""
+"""Exact laws of one verification step, by enumerating every token: draw x ~ q, accept with
+a(x) = min(1, P(x)/Q(x)), else draw from the residual r (``rules``). Then
+
+    alpha = sum_x q(x) a(x)                      (the acceptance rate; Theorem 1's letter)
+    out(y) = q(y) a(y) + (1 - alpha) r(y)        (the law of the emitted token)
+
+SD gives alpha = 1 - TV(p, q) and out = p (proofs/02); a partition gives alpha = 1 - TV(p', q')
+(Theorem 1, proofs/01); GSD's distortion is TV(out, p) (proofs/06). Sums over the vocabulary
+that feed alpha and the normalisation of r are taken in one fixed order (``fixed_order_sum``),
+the same bits on every CPU instruction set and thread count.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ._validation import check_acceptance_scale, check_pair
-from .grouping import ClusterRule, DynamicClusters, _group_sum, as_cluster_rule, rule_members
-from .verification import RESIDUAL_MODES, _partition_labels, _ratio, _residual
+from .checks import check_pair
+from .rules import Rule, accept_probs, as_rule
 
 
 def fixed_order_sum(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     """sum over ``dim`` in one fixed order, the same on every CPU, thread count and device.
 
-    A pairwise tree: the n entries x_0 .. x_{n-1} are padded with zeros to n' = 2^ceil(log2 n),
-    then halves are added elementwise, x[:h] + x[h:] (h = n'/2, n'/4, .., 1). Each step is an
-    elementwise add of fixed slices, rounded the same whatever the kernel's vector width
-    (``ATEN_CPU_CAPABILITY``) or threads; torch.sum's blocking is the kernel's choice. Adding
-    the zero pad is exact. log2(n') ops, O(n) work; pairwise error O(eps log n). x: [..., n, ...]."""
+    A pairwise tree: the n entries are padded with zeros to n' = 2^ceil(log2 n), then halves
+    are added elementwise, x[:h] + x[h:] (h = n'/2, n'/4, .., 1): each step an elementwise add
+    of fixed slices, whatever the kernel's vector width; torch.sum's blocking is the kernel's
+    choice. log2(n') ops, error O(eps log n). x: [..., n, ...]."""
     if x.ndim == 0:
         return x
     dim = dim % x.ndim
@@ -37,86 +44,46 @@ def fixed_order_sum(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     return out.unsqueeze(dim) if keepdim else out
 
 
-def token_accept_probabilities(
-    p: Tensor, q: Tensor, rule: ClusterRule | None, *, acceptance_scale: float = 1.0
-) -> Tensor:
-    """a(x) = min(1, s * p(C(x)) / q(C(x))) for every token x at once: [..., V] -> [..., V].
-
-    s = acceptance_scale (1: the exact rule). Partitions go through cluster masses
-    (O(V log V)); ``DynamicClusters`` ranks each row once and windows all tokens in chunks
-    (O(V G) memory); other rules enumerate C(x) for all x (O(V^2) memory: small V only). p, q must already share one shape and dtype (as ``acceptance_rate`` makes them).
-    """
-    scale = check_acceptance_scale(acceptance_scale)
-    if rule is None:
-        return _ratio(p, q, scale)
-    if rule.is_partition and hasattr(rule, "partition_labels"):
-        labels = rule.partition_labels(p).expand(p.shape)
-        ratio = _ratio(_group_sum(p, labels), _group_sum(q, labels), scale)
-        return ratio.gather(-1, labels)
-    if isinstance(rule, DynamicClusters):  # O(V G) memory: one ranking per row, windows in chunks
-        p_rows, q_rows = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
-        p_mass, q_mass = rule.all_token_masses(p_rows, q_rows)
-        return _ratio(p_mass, q_mass, scale).view(p.shape)
-    vocab = p.shape[-1]
-    p_all = p.unsqueeze(-2).expand(*p.shape[:-1], vocab, vocab)
-    q_all = q.unsqueeze(-2).expand(*q.shape[:-1], vocab, vocab)
-    tokens = torch.arange(vocab, device=p.device).expand(p.shape)
-    index, keep = rule_members(rule, p_all, tokens, q_all)
-    keep = keep.to(p.dtype)
-    p_mass = (p_all.gather(-1, index) * keep).sum(-1)
-    q_mass = (q_all.gather(-1, index) * keep).sum(-1)
-    return _ratio(p_mass, q_mass, scale)
-
-
-def _prepare(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
+def tv_distance(p: Tensor, q: Tensor) -> Tensor:
+    """TV(p, q) = 1/2 sum_x |p(x) - q(x)|: p, q [..., V] -> [...] in [0, 1]."""
     p, q = check_pair(p, q)
-    shape = torch.broadcast_shapes(p.shape, q.shape)
-    return p.expand(shape), q.expand(shape)
+    return 0.5 * (p - q).abs().sum(-1)
 
 
-def acceptance_rate(p: Tensor, q: Tensor, clusters: object = None, *, acceptance_scale: float = 1.0) -> Tensor:
-    """Exact probability that one verification step accepts: sum_x q(x) * a(x).
-
-    clusters: None (standard SD: equals sum_x min(p, q) = 1 - TV(p, q)), partition labels
-    [V] (equals 1 - TV(p', q'), Theorem 1), or a rule (``DynamicClusters``, ``RankBinnedClusters``).
-    a(x) = min(1, s * p(C(x))/q(C(x))), s = acceptance_scale. p, q: [..., V]. Returns [...].
-    """
-    p, q = _prepare(p, q)
-    rule = as_cluster_rule(clusters, p.shape[-1])
-    return fixed_order_sum(q * token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale))
+def every_accept_prob(rule: Rule, p: Tensor, q: Tensor) -> Tensor:
+    """a(x) for every token x: rows p, q [..., V] of one shape (unchecked) -> [..., V]."""
+    return accept_probs(rule, p, q, torch.arange(p.shape[-1], device=p.device).expand(p.shape))
 
 
-def output_distribution(
-    p: Tensor, q: Tensor, clusters: object = None, residual: str = "token", *, acceptance_scale: float = 1.0
-) -> Tensor:
-    """Exact law of the token one verification step emits: out = q * a + (1 - beta) * r.
-
-    a(x) = min(1, s * p(C(x))/q(C(x))) (s = acceptance_scale), beta = sum_x q(x) a(x), r the
-    residual (``residual_distribution``: "token" or, for partitions, "cluster"). Standard SD
-    (s = 1) gives out = p exactly (proofs/02); GSD's distortion is TV(out, p) (proofs/06).
-    p, q: [..., V]. Returns [..., V].
-    """
-    if residual not in RESIDUAL_MODES:
-        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUAL_MODES}")
-    p, q = _prepare(p, q)
-    rule = as_cluster_rule(clusters, p.shape[-1])
-    accept = token_accept_probabilities(p, q, rule, acceptance_scale=acceptance_scale)
-    return output_law(p, q, accept, _partition_labels(rule, p) if residual == "cluster" else None)
+def output_law(rule: Rule, p: Tensor, q: Tensor, accept: Tensor) -> Tensor:
+    """out = q a + (1 - alpha) r from every token's a [..., V] (rows of one shape, unchecked;
+    a is needed only where q > 0). 1 - alpha >= 0 exactly; clamped, as rounding can take alpha
+    above 1."""
+    alpha = fixed_order_sum(q * accept, keepdim=True)
+    return q * accept + (1 - alpha).clamp(min=0) * _normalised(rule.residual_weights(p, q))
 
 
-def mass_accept_probabilities(p_mass: Tensor, q_mass: Tensor, *, acceptance_scale: float = 1.0) -> Tensor:
-    """a = min(1, s * p(C) / q(C)) from cluster masses (any shape), 0 where q(C) = 0 (such a
-    token is never drafted). s = acceptance_scale."""
-    return _ratio(p_mass, q_mass, check_acceptance_scale(acceptance_scale))
+def acceptance_rate(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
+    """alpha = sum_x q(x) a(x), the probability that one step accepts. p, q: [..., V] -> [...].
+    rule: None (SD: alpha = 1 - TV(p, q)), partition labels [V] or a rule."""
+    p, q = check_pair(p, q)
+    return fixed_order_sum(q * every_accept_prob(as_rule(rule), p, q))
 
 
-def output_law(p: Tensor, q: Tensor, accept: Tensor, labels: Tensor | None = None) -> Tensor:
-    """The one-step output law given every token's acceptance probability a(x):
+def residual_distribution(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
+    """The distribution r a rejection resamples from: norm((p - q)+) (SD, dynamic clusters,
+    LANTERN), or a partition's cluster-exact residual (its ``residual="cluster"``). p
+    (renormalised) when the residual mass is ~0: never NaN. p, q: [..., V]. Returns [..., V]."""
+    p, q = check_pair(p, q)
+    return _normalised(as_rule(rule).residual_weights(p, q))
 
-        out = q * a + (1 - beta) * r,   beta = sum_x q(x) a(x),
 
-    r the token residual norm((p - q)+) (``labels`` None) or the cluster-exact residual over
-    partition ``labels``. p, q, accept: [..., V] of one shape (unchecked). Returns [..., V].
-    beta is summed in a fixed order (``fixed_order_sum``)."""
-    beta = fixed_order_sum(q * accept, keepdim=True)
-    return q * accept + (1 - beta) * _residual(p, q, labels)
+def _normalised(weights: Tensor) -> Tensor:
+    return weights / fixed_order_sum(weights, keepdim=True)
+
+
+def output_distribution(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
+    """The law of the token one step emits, out = q a + (1 - alpha) r. p, q: [..., V] -> [..., V]."""
+    p, q = check_pair(p, q)
+    rule = as_rule(rule)
+    return output_law(rule, p, q, every_accept_prob(rule, p, q))

@@ -1,4 +1,5 @@
-"""Command line: ``python -m gsd_lab {generate, figures, evaluate}`` (also ``gsd-lab``).
+"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights}`` (also
+``gsd-lab``).
 
 generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
           one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
@@ -6,6 +7,11 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
+notebooks execute the notebooks top to bottom with papermill (``gsd_lab.notebooks``): in place
+          from a clean tree, or into --out; ``-p name value`` sets a parameter.
+check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
+          q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
+          to an image); exit 1 when one failed (``gsd_lab.check_weights``).
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
@@ -29,6 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from .notebooks import SIZES as NOTEBOOK_SIZES
+
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
 # two in sync.
@@ -36,6 +44,7 @@ MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
+PRESET_WINDOWS = {"release": 15}  # gsd_lab.presets.PRESETS[...].window (a test keeps them in sync)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +55,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                                          "for the stand-in: another weights folder")
     group.add_argument("--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt (Lumina-mGPT)")
     group.add_argument("--clip", help="local CLIP model folder for CLIP scores (Lumina-mGPT)")
+    group.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file (Lumina-mGPT; default: the "
+                                           "checkpoint's, else the Lumina-mGPT-7B-768 tokenizer next to it)")
     group.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available for Lumina-mGPT)")
     group.add_argument("--cfg", type=float, default=None, help="classifier-free guidance scale (model default)")
     group.add_argument("--top-k", type=int, default=None, help="top-k of the sampling distribution, >= 1 "
@@ -60,15 +71,35 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
     group.add_argument("--group-size", type=int, default=None,
                        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
-                            "only: G = 0 or 1 would be SJD)")
+                            "only: tokens per cluster; G = 1 would be SJD)")
     group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default=None,
                        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
                             "partition (--method gsd only)")
     group.add_argument("--residual", choices=("token", "cluster"), default="token",
                        help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)")
-    group.add_argument("--window", type=int, default=16, help="Jacobi window L >= 1")
+    group.add_argument("--window", type=int, default=None, help="Jacobi window: drafts per forward L >= 1 "
+                                                                "(default 16; the release preset: 15)")
+    _add_preset_arg(group)
     group.add_argument("--amplify", type=float, default=1.0,
                        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
+
+
+def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
+                        help="where the forwards run (the same method either way): eager (dynamic KV cache) "
+                             "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
+                             "docs/lumina-mgpt.md)")
+
+
+PRESET_CHOICES = ("default", "release")  # gsd_lab.presets.PRESETS, spelled out (no torch import to parse)
+
+
+def _add_preset_arg(group: Any) -> None:
+    group.add_argument("--preset", choices=PRESET_CHOICES, default="default",
+                       help="default: the package's own exact variant; release: the GSD release's settings (15 "
+                            "drafts, Jacobi between generated positions 3 and side^2+side-10, random drafts at "
+                            "row ends, the bf16 distance filter, CLIP on images resized to 299 px) to set numbers "
+                            "beside the paper's (docs/lumina-mgpt.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
+    _add_engine_arg(gen)
     gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
                      help="stand-in / tiny-random class (index or name)")
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
@@ -92,7 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--prompts", type=Path, default=None,
                      help="prompt file: one per line, or a TSV with a Prompt column (PartiPrompts)")
     fig.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
-    fig.add_argument("--paper", action="store_true", help="one image per prompt (Lumina-mGPT on a GPU)")
+    _add_preset_arg(fig)
+    fig.add_argument("--paper", action="store_true",
+                     help="one image per prompt (Lumina-mGPT on a GPU), each written to a result file as it is "
+                          "decoded: a re-run into the same --out resumes, torchrun shares the images between "
+                          "processes")
+    fig.add_argument("--save-images", action="store_true", help="--paper: also keep every image as a PNG")
+    fig.add_argument("--dry-run", action="store_true",
+                     help="--paper: print what would be decoded, what is done in --out and the device-hours "
+                          "left (per-forward times measured on the device now, or --forward-ms), and stop")
+    fig.add_argument("--forward-ms", type=float, default=None,
+                     help="--dry-run: milliseconds per forward pass (all methods) instead of measuring")
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument("--allow-dirty", action="store_true",
                      help="write into the repository from a tree with uncommitted changes (development; "
@@ -103,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "seed + i; one result file per prompt; rank 0 merges summary.json.")
     _add_model_args(ev)
     _add_method_args(ev)
+    _add_engine_arg(ev)
     ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
     ev.add_argument("--out", type=Path, required=True,
                     help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
@@ -111,6 +154,43 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+    nb = sub.add_parser("notebooks", help="execute the notebooks with papermill (in place, or into --out)",
+                        description="Execute notebooks/NN_*.ipynb top to bottom with papermill. Into the "
+                                    "checkout (the default) needs a clean tree; every notebook runs before "
+                                    "any is written.")
+    nb.add_argument("--only", nargs="+", metavar="PREFIX", help="notebook name prefixes, e.g. 02 04")
+    nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="set a parameter of the notebooks that declare it; VALUE is a Python literal "
+                         "(3, [0, 1], None) or else a string (tiny-random)")
+    nb.add_argument("-r", "--raw-parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="as -p, VALUE always a string (paths)")
+    nb.add_argument("--sizes", choices=sorted(NOTEBOOK_SIZES), default=None,
+                    help="tiny: tiny sizes (seconds per notebook, meaningless numbers); -p wins over it")
+    nb.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "notebooks",
+                    help="folder to write the executed notebooks to (default: notebooks/ in place)")
+    nb.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: none)")
+    nb.add_argument("--allow-dirty", action="store_true",
+                    help="write into the checkout from a tree with uncommitted changes (development; the "
+                         "notebooks then print dirty True)")
+    nb.add_argument("--dry-run", action="store_true", help="print each notebook's parameters and stop")
+    chk = sub.add_parser("check-weights", help="check downloaded Lumina-mGPT files, one verdict per item",
+                         description="Check a Lumina-mGPT download with the package's own code: files and "
+                                     "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
+                                     "tokenizer and prompt ids, a short AR generation decoded to an image "
+                                     "(--vqgan) and scored (--clip). Exit 1 when an item failed.")
+    chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
+    chk.add_argument("--resolution", type=int, choices=(512, 768, 1024), default=None,
+                     help="default: from the folder's name (...-7b-512), else 768")
+    chk.add_argument("--vqgan", help="VQGAN folder (vqgan.yaml + vqgan.ckpt, or a release layout above them)")
+    chk.add_argument("--clip", help="local CLIP folder")
+    chk.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file")
+    chk.add_argument("--device", help="default cuda if available")
+    chk.add_argument("--force-cpu", action="store_true", help="load a 7B model on the CPU anyway (slow)")
+    chk.add_argument("--rows", type=int, default=2, help="image rows to generate (default 2)")
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
+    chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
+    chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -214,8 +294,14 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
             fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
                  "openai/clip-vit-base-patch16)")
+        from .models.lumina_tokenizer import find_tokenizer_file
+
+        try:
+            find_tokenizer_file(resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer)
+        except FileNotFoundError as error:
+            fail(str(error))
         return
-    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip), ("--tokenizer", args.tokenizer)):
         if value is not None:
             fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
     if args.weights is not None:
@@ -226,12 +312,17 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
+    fixed = PRESET_WINDOWS.get(args.preset)
+    if args.window is not None and fixed is not None and args.window != fixed:
+        fail(f"--preset {args.preset} fixes the window at {fixed} drafts (the release's 16-token input); "
+             f"leave --window out (got {args.window})")
+    args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
         fail(f"--window must be >= 1, got {args.window}")
     if not (math.isfinite(args.amplify) and args.amplify > 0):
         fail(f"--amplify must be a finite number > 0, got {args.amplify}")
     if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (group sizes 0 and 1 make "
+        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
              "every cluster a single token: that is SJD, use --method sjd)")
     if args.method != "gsd":
         for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
@@ -270,8 +361,17 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
         if args.out is not None:
             _check_output_file(args.out, fail)
-    if args.command == "figures" and args.quick and args.paper:
-        fail("--quick and --paper exclude each other")
+    if args.command == "figures":
+        if args.quick and args.paper:
+            fail("--quick and --paper exclude each other")
+        for flag, value in (("--save-images", args.save_images), ("--dry-run", args.dry_run),
+                            ("--forward-ms", args.forward_ms is not None)):
+            if value and not args.paper:
+                fail(f"{flag} applies to --paper only")
+        if args.forward_ms is not None and not (math.isfinite(args.forward_ms) and args.forward_ms > 0):
+            fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
+        if args.forward_ms is not None and not args.dry_run:
+            fail("--forward-ms applies to --dry-run only")
     if args.command in ("figures", "evaluate"):
         from .prompts import read_prompts
 
@@ -287,8 +387,11 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
+    from .presets import preset
+
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
-                            cfg_scale=args.cfg, top_k=args.top_k)
+                            cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer,
+                            clip_resize=preset(getattr(args, "preset", "default")).clip_resize)
 
 
 def _spec(args: argparse.Namespace):
@@ -297,20 +400,18 @@ def _spec(args: argparse.Namespace):
 
     if args.method == "gsd":
         label = f"GSD ({args.clusters}, G={args.group_size})"
-        return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window)
-    return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window)
-
-
-def _spec_fields(spec: Any) -> dict[str, Any]:
-    """The fields of a MethodSpec that decide the computation (its label is only a name)."""
-    return {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
-            "residual": spec.residual, "acceptance_scale": spec.acceptance_scale, "window": spec.window}
+        return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window,
+                          preset=args.preset)
+    return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window,
+                      preset=args.preset)
 
 
 def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
     """The part of the run identity known before the model loads (checked early, so that a
     mismatching re-run fails before minutes of loading)."""
-    decoding = _spec_fields(_spec(args))
+    from .experiments.runs import spec_fields
+
+    decoding = spec_fields(_spec(args))
     if args.cfg is not None:
         decoding["cfg_scale"] = float(args.cfg)
     if args.top_k is not None:
@@ -323,18 +424,14 @@ def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, A
     fingerprint of its weights (``gsd_lab.evaluate.weights_fingerprint``), the full decoding
     spec (method, clusters, G, residual, acceptance scale, window; the adapter's CFG scale,
     top-k and temperature as resolved; GSD's filter settings) and the base seed."""
-    from dataclasses import asdict
-
     from .evaluate import weights_fingerprint
-    from .experiments.runs import FilterSettings
+    from .experiments.runs import decoding_identity
 
-    adapter = model.adapter
-    decoding = {**_spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
-                "temperature": getattr(adapter, "temperature", None)}
-    if spec.clusters == "dynamic":
-        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
-    return {"model": model.name, "weights": weights_fingerprint(model.weights_info, adapter.model),
-            "decoding": decoding, "seed": args.seed}
+    identity = {"model": model.name, "weights": weights_fingerprint(model.weights_info, model.adapter.model),
+                "decoding": decoding_identity(model, spec), "seed": args.seed}
+    if model.quality_config:  # e.g. the CLIP resize: it changes the scores
+        identity["quality"] = model.quality_config
+    return identity
 
 
 def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
@@ -348,6 +445,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .figure_io import save_image_atomic
 
     fail = args.command_parser.error
     spec = _spec(args)
@@ -358,14 +456,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
-    result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json)
+    result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json,
+                                 engine=args.engine)
     if args.out is not None:
-        _save_image_atomic(image, args.out)
+        save_image_atomic(image, args.out)
     report = {
         "model": model.name, "method": spec.method, "prompt": prompt, "seed": args.seed,
         "group_size": spec.group_size if spec.method == "gsd" else None,
         "clusters": spec.clusters, "residual": spec.residual, "window": spec.window,
-        "acceptance_scale": spec.acceptance_scale,
+        "acceptance_scale": spec.acceptance_scale, "engine": args.engine,
         "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
@@ -381,21 +480,43 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from .figures import FigureSizes, run_figures
+    from .experiments.stream import context_from_environment
+    from .figures import FigureSizes, paper_plan, run_figures
 
     sizes = FigureSizes.quick() if args.quick else FigureSizes.paper() if args.paper else FigureSizes.default()
+    if args.paper and args.device in (None, "cuda"):
+        # One device per torchrun process (LOCAL_RANK), as evaluate does.
+        context = context_from_environment()
+        if context.world_size > 1:
+            import torch
+
+            if torch.cuda.is_available():
+                args.device = f"cuda:{context.local_rank}"
     model = _load(args)
     for index, prompt in enumerate(args.prompt_list or []):
         _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)
+    if args.dry_run:
+        import os
+
+        prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
+        forward = None if args.forward_ms is None else {m: args.forward_ms / 1000 for m in ("ar", "sjd", "gsd")}
+        print(paper_plan(args.out, model, prompts, sizes, forward_seconds=forward, preset=args.preset,
+                         world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        return 0
     result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
-                         progress=not args.no_progress, allow_dirty=args.allow_dirty)
-    print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
+                         progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images,
+                         preset=args.preset)
+    if "rank" in result:
+        print(f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures")
+    else:
+        print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_run, evaluate, init_distributed
     from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .figure_io import save_image_atomic
     from .provenance import git_commit, package_versions
 
     fail = args.command_parser.error
@@ -415,7 +536,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     image_dir = args.out / "images"
 
     def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters)
+        result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters,
+                                     engine=args.engine)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
                                "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
@@ -424,11 +546,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             if model.condition_scores is not None:
                 row["condition_score"] = float(model.condition_scores([image], [prompt])[0])
             if not args.no_images:
-                row["image"] = _save_image_atomic(image, image_dir / f"{index:06d}.png")
+                row["image"] = save_image_atomic(image, image_dir / f"{index:06d}.png")
         return row
 
     identity = run_identity(args, model, spec)
-    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device)}
+    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
+              "engine": args.engine}
     metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
                 "prompts_file": str(args.prompts)}
     summary = evaluate(prompts, args.out, work, context, identity=identity, config=config, metadata=metadata,
@@ -436,22 +559,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))
     return 0
-
-
-def _save_image_atomic(image: Any, path: Path) -> str:
-    """Write ``image`` (uint8 [H, W, 3]) to ``path`` in the format of its extension, through a
-    temporary file and os.replace (a crash never leaves half an image)."""
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image_format = Image.registered_extensions().get(path.suffix.lower(), "PNG")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        Image.fromarray(image).save(tmp, format=image_format)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return str(path)
 
 
 COMMANDS = {"generate": cmd_generate, "figures": cmd_figures, "evaluate": cmd_evaluate}
@@ -463,6 +570,16 @@ def main(argv: list[str] | None = None) -> int:
     ``error`` (usage line, message, no traceback)."""
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
+    if args.command == "notebooks":
+        from .notebooks import main as notebooks_main
+
+        return notebooks_main(args)
+    if args.command == "check-weights":
+        from .check_weights import main as check_weights_main
+
+        if args.rows < 1:
+            fail(f"--rows must be >= 1, got {args.rows}")
+        return check_weights_main(args)
     check_args(args, fail)
     threads = args.threads or (1 if args.model in ("standin", "tiny-random") else None)
     if threads:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,6 +34,14 @@ def load_clip(model_dir: str | Path, *, device: str | torch.device = "cpu") -> t
     return model, processor
 
 
+def resized(images: list[Any], side: int) -> list[Any]:
+    """Each image resized to side x side pixels, bilinear (PIL), as uint8 arrays: SJD's evaluation
+    resizes generated images to 299 x 299 before its CLIP score."""
+    from PIL import Image
+
+    return [np.asarray(Image.fromarray(np.asarray(image)).resize((side, side), Image.BILINEAR)) for image in images]
+
+
 def _as_image_list(images: Any) -> list[Any]:
     """uint8 tensor [N, H, W, 3] / [H, W, 3], or a sequence of PIL images / HWC arrays -> list."""
     if isinstance(images, Tensor):
@@ -45,10 +54,14 @@ def _as_image_list(images: Any) -> list[Any]:
 
 @torch.inference_mode()
 def clip_scores(
-    images: Any, texts: Sequence[str], model: Any, processor: Any, *, batch_size: int = 32
+    images: Any, texts: Sequence[str], model: Any, processor: Any, *, batch_size: int = 32,
+    resize: int | None = None,
 ) -> Tensor:
-    """Per-pair CLIP scores [N] (float64): max(100 * cos(image_i, text_i), 0)."""
+    """Per-pair CLIP scores [N] (float64): max(100 * cos(image_i, text_i), 0). ``resize``: first
+    resize every image to resize x resize pixels (``resized``; None: as given)."""
     image_list = _as_image_list(images)
+    if resize is not None:
+        image_list = resized(image_list, resize)
     texts = [texts] if isinstance(texts, str) else list(texts)
     if len(image_list) != len(texts):
         raise ValueError(f"got {len(image_list)} images but {len(texts)} texts")

@@ -25,7 +25,6 @@ from gsd_core import (
     group_probs,
     output_distribution,
     probability_ranks,
-    rank_window,
     tv_distance,
 )
 
@@ -166,7 +165,8 @@ def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
 @dataclass(frozen=True)
 class ClusterSteps:
     """gsd_core's dynamic cluster of a drafted ``token`` (its form of the paper's Algorithm 3:
-    a 2 floor(G/2) + 1 rank window, inclusive filters), one filter at a time.
+    a rank window of G tokens, (G-1)//2 above x and G//2 below, inclusive filters), one filter
+    at a time.
 
     All masks are bool [V]; ``members`` = window & gap & distance, equal to ``dynamic_cluster``."""
 
@@ -179,7 +179,11 @@ class ClusterSteps:
     members: Tensor
 
     @property
-    def half_width(self) -> int:
+    def above(self) -> int:
+        return (self.group_size - 1) // 2
+
+    @property
+    def below(self) -> int:
         return self.group_size // 2
 
     def lines(self, p: Tensor) -> list[str]:
@@ -191,8 +195,8 @@ class ClusterSteps:
         return [
             f"1. rank the tokens by p (descending, ties: smaller id first): order {ids(torch.ones_like(self.window))}",
             f"2. the draft x = {self.token} has rank {r} (p(x) = {float(p[self.token]):.4f})",
-            f"3. window: ranks {r} - {self.half_width} .. {r} + {self.half_width} (G = {self.group_size}: at most "
-            f"2*floor(G/2)+1 = {2 * self.half_width + 1} tokens, clipped at the ends): {ids(self.window)}",
+            f"3. window: ranks {r} - {self.above} .. {r} + {self.below} (G = {self.group_size} tokens: (G-1)//2 "
+            f"above x, G//2 below, clipped at the ends): {ids(self.window)}",
             f"4. |p(y) - p(x)| filter keeps {ids(self.window & self.gap_ok)}",
             f"5. embedding-distance filter keeps {ids(self.window & self.distance_ok)}",
             f"6. cluster C(x) = window & both filters = {ids(self.members)}; p(C) = {float(p[self.members].sum()):.4f}",
@@ -206,9 +210,9 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
     Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
     if p.ndim != 1:
         raise ValueError(f"p must be one row [V], got shape {tuple(p.shape)}")
-    x = torch.tensor(token)
-    half = group_size // 2
-    window = rank_window(p, x, half, half)
+    ranks = probability_ranks(p)
+    offset = ranks - ranks[token]  # window: (G-1)//2 ranks above x, G//2 below, clipped
+    window = (offset >= -((group_size - 1) // 2)) & (offset <= group_size // 2)
     gap_ok = torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
     if max_embedding_distance is None:
         distance_ok = torch.ones_like(window)
@@ -229,10 +233,10 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
 
 COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
 COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
-# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 2: one rank each side of x in the
+# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 3: one rank each side of x in the
 # p-ranking 0, 1, 2, 3, 4, clipped at its ends), so that the table does not depend on gsd_core.
 COUNTEREXAMPLE_CLUSTERS = ((0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4))
-COUNTEREXAMPLE_GROUP_SIZE = 2
+COUNTEREXAMPLE_GROUP_SIZE = 3
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,7 @@ class CounterexampleTable:
     q(x), C(x), p(C), q(C), a(x) = min(1, p(C)/q(C)) and q(x) a(x) (Fractions, from the
     hand-written clusters); the totals alpha_dyn = sum_x q(x) a(x) and alpha_SD = sum_x
     min(p, q); next to them gsd_core's float64 ``acceptance_rate`` (SD and
-    ``DynamicClusters(2)``) and gsd_core's clusters (``dynamic_cluster``), to be compared."""
+    ``DynamicClusters(3)``) and gsd_core's clusters (``dynamic_cluster``), to be compared."""
 
     rows: list[dict[str, Any]]
     alpha_sd: Fraction
@@ -316,9 +320,8 @@ class ResidualComparison:
 
 def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualComparison:
     """``ResidualComparison`` for p, q [V] and a partition ``labels`` [V] (gsd_core.output_distribution)."""
-    rule = FixedPartition(labels)
-    out_token = output_distribution(p, q, rule, "token")
-    out_cluster = output_distribution(p, q, rule, "cluster")
+    out_token = output_distribution(p, q, FixedPartition(labels))
+    out_cluster = output_distribution(p, q, FixedPartition(labels, "cluster"))
     p_c = group_probs(p, labels)
     return ResidualComparison(float(tv_distance(out_token, p)), float(tv_distance(out_cluster, p)),
                               float((group_probs(out_token, labels) - p_c).abs().max()),
@@ -385,22 +388,24 @@ def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed
     return fig
 
 
-def tradeoff_explorer(group_sizes: Sequence[int] = (0, 2, 4, 8, 16), flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> bool:
-    """Sliders over G and flatness when ipywidgets is installed (returns True); otherwise shows
-    the static figures at the two ends of the flatness range for the middle G (returns False).
-    ipywidgets is optional: it is not a dependency of the project."""
+def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
+                      flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> Any:
+    """The static figures first (the two ends of the flatness range at the middle G: what a
+    rendered notebook shows and nbval executes), then sliders over G and flatness when
+    ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders' widget, or None
+    without ipywidgets."""
     from .experiments.plots import show
 
+    for f in (flatness[0], flatness[-1]):
+        show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
     try:
         import ipywidgets
     except ImportError:
-        for f in (flatness[0], flatness[-1]):
-            show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
-        return False
-    ipywidgets.interact(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
-                        group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),
-                        flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
-    return True
+        return None
+    return ipywidgets.interactive(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
+                                  group_size=ipywidgets.SelectionSlider(options=list(group_sizes),
+                                                                        value=group_sizes[-1]),
+                                  flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
 
 
 # ---- tables (notebook 04) ---------------------------------------------------------------------------
@@ -441,9 +446,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
     generator = torch.Generator().manual_seed(seed + 1)
     counts = torch.randint(1, vocab_size + 1, (num_trials, 1), generator=generator)
     labels = (torch.rand(num_trials, vocab_size, generator=generator, dtype=DTYPE) * counts).long()
-    rule = FixedPartition(labels)
-
-    def distortion(residual: str) -> Tensor:  # TV without re-validation: rounding may leave -1e-17 entries
-        return 0.5 * (output_distribution(p, q, rule, residual) - p).abs().sum(-1)
+    def distortion(residual: str) -> Tensor:
+        return 0.5 * (output_distribution(p, q, FixedPartition(labels, residual)) - p).abs().sum(-1)
 
     return float((distortion("token") - distortion("cluster")).max())

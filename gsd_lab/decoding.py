@@ -8,8 +8,9 @@ generated positions n..n+L-1, each with the distribution q_i it was drawn from.
 Each iteration is one forward pass over [x_{n-1}, d_0, ..., d_{L-1}] (the first iteration
 feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L + 1 output rows
 p_0..p_L are the target distributions of positions n..n+L given the drafts before them.
-``gsd_core.verify(p, q, d, clusters, residual)`` accepts a prefix d_0..d_{a-1} (position i
-accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for SJD, the GSD cluster otherwise)
+``gsd_lab.engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit) accepts a
+prefix d_0..d_{a-1} (position i accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for
+SJD, the GSD cluster otherwise; the rule is ``method_rule`` of generate's arguments)
 and emits one more token: drawn from the residual of row a at a rejection, or from the bonus
 row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
 cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
@@ -29,15 +30,20 @@ All randomness comes from ``generator`` (on the adapter's device). Batch size 1 
 papers measure latency at batch 1. Each forward pass is followed by one status read of the
 device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
 model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
-at the step it appears. The rule inside verify may add its own read per step (L > 0):
-GSD's ``DynamicClusters`` without the adapter's support of p (the adapter computes one on
-CPU only, for rank_by="p") syncs once to read the widest support it ranks (gsd_core's
-``_SupportRanking``; ``validate=False`` gives it no sizes to reuse); LANTERN reads the
-widest support of q; a ``FixedPartition`` reads its largest cluster. SJD adds none.
+at the step it appears. verify adds one read per step (L > 0) only for ``DynamicClusters``
+ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
+widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
+tests/lab/test_engine_costs.py).
+
+``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
+on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
+and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -45,12 +51,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import Lantern, sample_categorical, uses_support, verify, verify_lantern
+from gsd_core import Amplify, Lantern
+from gsd_core.rules import Partition, Rule, as_rule
 
 from .distortion import DistortionLog
+from .engine import draw, uses_support, verify
 from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 from .models.adapter import CausalLMAdapter
+from .models.adapter import one_hot_rows as _one_hot
+from .models.static import StaticEngine, runner_for
 
 METHODS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
@@ -105,10 +115,21 @@ class DecodeResult:
         return self.tokens.numel() / self.nfe
 
 
-def _one_hot(tokens: Tensor, vocab: int) -> Tensor:
-    """[T] ids -> [T, V] float64 one-hot rows (a scatter: no range-check reductions)."""
-    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
-    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
+def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int, tokens: Tensor) -> int:
+    """With random drafts at forced positions (``forced_drafts=False``): a draft accepted where
+    another token is forced (p(draft) = 0; a rule without the gap filter can cluster it with the
+    forced token) counts as rejected there, and the forced token is emitted, as the GSD release's
+    rule does. Returns the accepted count; writes the forced token into ``tokens``. One host read."""
+    positions = torch.arange(done, done + accepted + 1, device=tokens.device)
+    forced = adapter.forced_tokens(positions)
+    if forced is None:
+        return accepted
+    wrong = ((forced >= 0) & (tokens[: accepted + 1] != forced)).nonzero().flatten().tolist()
+    if not wrong:
+        return accepted
+    first = wrong[0]
+    tokens[first] = forced[first]
+    return first
 
 
 def _check_args(
@@ -160,6 +181,23 @@ def _check_lantern(adapter, method, residual, acceptance_scale, lantern) -> None
         )
 
 
+def method_rule(clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0,
+                lantern: Lantern | None = None) -> Rule:
+    """The gsd_core rule of ``generate``'s method arguments: ``lantern`` or ``clusters`` (None,
+    partition labels [V] or a rule), with the cluster-exact residual for residual="cluster"
+    (partitions only; SD's singletons keep the token residual, which is the same), wrapped in
+    ``Amplify(acceptance_scale)`` when the scale is not 1."""
+    rule = as_rule(lantern if lantern is not None else clusters)
+    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
+        raise ValueError(f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+                         "(use residual='token', or a partition such as RankBinnedClusters or labels)")
+    if residual == "cluster" and isinstance(rule, Partition):
+        rule = dataclasses.replace(rule, residual="cluster")
+    elif residual not in ("token", "cluster"):
+        raise ValueError(f"unknown residual mode {residual!r}; expected 'token' or 'cluster'")
+    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
+
+
 def _repeat_row_drafts(
     history: Tensor,
     start: int,
@@ -204,6 +242,9 @@ def generate(
     uncond_prompt_ids: Tensor | None = None,
     record_distortion: bool = False,
     lantern: Lantern | None = None,
+    jacobi_positions: tuple[int, int] | None = None,
+    forced_drafts: bool = True,
+    engine: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
 ) -> DecodeResult:
@@ -215,9 +256,17 @@ def generate(
     labels [V]; ``residual`` "token" or "cluster" as in gsd_core.verify). window: drafts L per
     forward (ignored by AR). acceptance_scale k > 1: the lossy "Amplify" relaxation
     min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). lantern: LANTERN's relaxed acceptance
-    (``gsd_core.verify_lantern``) instead of SJD's test; method "sjd" only, residual "token",
+    (gsd_core's ``Lantern`` rule) instead of SJD's test; method "sjd" only, residual "token",
     acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
     drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
+    jacobi_positions (start, end): drafts only while start <= n < end (n tokens committed), and
+    never past end (L <= end - n - 1); one AR step per forward elsewhere (the GSD release's
+    ``jacobi_loop_interval``). forced_drafts=False: fresh random drafts are uniform over the
+    allowed tokens even where the adapter forces a token (the release's random init; such a
+    draft is rejected there).
+    engine: where the forwards run, an execution option (the same method either way): "eager"
+    (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
+    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``.
     record_w1 (needs record_distortion and the adapter's ``code_content()``): fill
     ``DecodeResult.w1``, W1(law, p) per emitted token, exact for every token when ``w1_draws`` is
     None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
@@ -226,13 +275,19 @@ def generate(
     """
     _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
     _check_lantern(adapter, method, residual, acceptance_scale, lantern)
+    if jacobi_positions is not None and not (0 <= jacobi_positions[0] <= jacobi_positions[1]):
+        raise ValueError(f"jacobi_positions must be (start, end) with 0 <= start <= end, got {jacobi_positions!r}")
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
     device, vocab = adapter.device, adapter.vocab_size
     max_window = 0 if method == "ar" else window
+    rule = method_rule(clusters, residual, acceptance_scale, lantern)
     # The adapter's kept ids spare verify the count and the selection over all V.
-    wants_support = uses_support(clusters)
+    wants_support = uses_support(rule)
+
+    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
+    adapter = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds
@@ -247,16 +302,14 @@ def generate(
         top1 = torch.empty(num_tokens + max_window + 1, dtype=torch.float64, device=device)
     log = None
     if record_distortion:
-        log = DistortionLog(num_tokens + max_window + 1, device, clusters, residual,
-                            acceptance_scale=acceptance_scale, lantern=lantern)
+        log = DistortionLog(num_tokens + max_window + 1, device, rule)
     w1_log = None
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:
             raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
                              "adapter whose code_content() gives its codes' decoded content")
-        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + max_window + 1, clusters, residual,
-                       acceptance_scale=acceptance_scale, lantern=lantern, draws=w1_draws,
+        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + max_window + 1, rule, draws=w1_draws,
                        seed=generator.initial_seed())
     drafts = torch.empty(0, dtype=torch.long, device=device)
     q = torch.empty(0, vocab, dtype=torch.float64, device=device)
@@ -271,6 +324,9 @@ def generate(
 
     while done < num_tokens:
         L = min(max_window, num_tokens - done - 1)
+        if jacobi_positions is not None:
+            start, end = jacobi_positions
+            L = min(L, end - done - 1) if start <= done < end else 0
         drafts, q = drafts[:L], q[:L]
         missing = L - drafts.numel()
         if missing > 0:
@@ -280,7 +336,7 @@ def generate(
                                            adapter.row_length, adapter, generator)
             else:
                 positions = torch.arange(start, start + missing, device=device)
-                fresh = adapter.random_tokens(positions, generator)
+                fresh = adapter.random_tokens(positions, generator, respect_forced=forced_drafts)
             drafts = torch.cat([drafts, fresh])
             q = torch.cat([q, _one_hot(fresh, vocab)])
 
@@ -293,21 +349,17 @@ def generate(
 
         # This step's status read: the accepted count (the cache is cropped to it) and the sum
         # of p, whose finiteness tells whether the model produced NaN or inf at this step.
-        # verify's rule may sync once more (module docstring): DynamicClusters without
-        # ``support`` (off CPU, or rank_by="q"), LANTERN and FixedPartition do.
+        # verify may sync once more (module docstring): DynamicClusters ranking by p without
+        # ``support`` (off CPU) does.
         if L == 0:
             uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
-            out[done: done + 1] = sample_categorical(p[0], uniform, validate=False)
+            out[done: done + 1] = draw(p[0], uniform)
             p_total = p.sum()
             status = p_total.view(1)
         else:
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            if lantern is not None:
-                result = verify_lantern(p, q, drafts, lantern, generator, validate=False)
-            else:
-                result = verify(p, q, drafts, clusters, residual, generator, validate=False,
-                                acceptance_scale=acceptance_scale,
-                                support=None if support is None else support[:L])
+            result = verify(p, q, drafts, rule, generator=generator, validate=False,
+                            support=None if support is None else support[:L])
             p_total = p.sum()
             status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
         values = status.tolist()
@@ -318,6 +370,8 @@ def generate(
                 "check the model's logits (dtype overflow, bad weights) before decoding"
             )
         accepted = 0 if L == 0 else int(values[1])
+        if L > 0 and not forced_drafts:
+            accepted = _overrule_at_forced(adapter, done, accepted, result.tokens)
         if L > 0:
             out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         if record_top1:
@@ -337,7 +391,7 @@ def generate(
             uniforms = torch.rand(
                 q.shape[0], generator=generator, dtype=torch.float64, device=device
             )
-            drafts = sample_categorical(q, uniforms, validate=False)
+            drafts = draw(q, uniforms)
         else:
             drafts, q = drafts[:0], q[:0]
         if bar is not None:

@@ -1,37 +1,31 @@
 """Exact distortion accounting: TV(one-step output law, p) for every verified position.
 
 For a verified position with target row p and draft row q, the token it emits has an exactly
-known law out(p, q) (gsd_core.output_distribution, proofs/06; gsd_core.lantern_output_distribution,
-proofs/08): draw x ~ q, accept with a(x), else resample from the residual. The distortion of
-that position is
+known law out(p, q) (gsd_core.output_distribution, proofs/06 and 08): draw x ~ q, accept with
+a(x), else resample from the residual. The distortion of that position is
 
     D = TV(out, p) = 1/2 sum_y |out(y) - p(y)|,
 
 0 for standard speculative sampling (proofs/02) and for a bonus token (drawn from p itself), and
 noise-free: no sampling, no quality proxy. Rows are checked at their own precision (as
 everywhere in gsd_core), then taken to float64 and renormalised, so that the rounding of a
-float32 softmax (~1e-8 a row) is not counted as distortion. The methods are named by the arguments that
-``gsd_lab.decoding.generate`` and ``gsd_core.verify`` take:
+float32 softmax (~1e-8 a row) is not counted as distortion. The method is a gsd_core rule, as
+``verify`` takes it (``gsd_lab.decoding.method_rule`` builds it from ``generate``'s arguments):
+None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or cluster residual),
+``Amplify(k, rule)``, ``Lantern``.
 
-- SD / SJD: clusters=None;
-- GSD: clusters=DynamicClusters(G, max_embedding_distance, max_prob_gap, embeddings);
-- rank bins: clusters=RankBinnedClusters(G), residual "token" or "cluster";
-- Amplify k: acceptance_scale=k (with or without clusters);
-- LANTERN: lantern=gsd_core.Lantern(...) (then clusters=None, residual "token", scale 1).
+Cost: dynamic clusters O(K G) per row and LANTERN O(K k), K the support of q (one token for
+fresh one-hot drafts, the top-k for Jacobi re-drafts: ``gsd_lab.engine.support_accept``), after
+a one-off [V, V] bool table of the embedding filter; partitions O(V log V) (gsd_core's own law);
+LANTERN's distortion alone by proofs/08's identity (``lantern_distortion``). Rows go through in
+chunks of at most ``max_elements`` // V rows; member tables of at most ``chunk_elements``
+(2^24) entries.
 
-Cost: dynamic clusters O(K G) per row, K the support of q (``dynamic_output_laws``: one
-token for fresh one-hot drafts, the top-k for Jacobi re-drafts), after a one-off [V, V] bool
-table of the embedding filter; rank bins O(V log V); LANTERN O(K k). Rows go through in
-chunks of at most ``max_elements`` // V rows, so a long list of positions never holds more than
-that many probabilities at once; dynamic clusters' [N, K, M] member tables are built in chunks
-of rows of at most ``chunk_elements`` (2^24) entries each.
-
-Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core beta of
-``output_law`` and ``acceptance_rate``, run over the vocabulary in one fixed pairwise order
-(``gsd_core.exact.fixed_order_sum``). The window masses of ``DynamicClusters.all_token_masses``
-are summed as ``verify`` sums them, so a(x) is bit for bit the probability verify tests; the
-token residual's normalisation is gsd_core's. On the same rows the results were the same bits
-under every CPU instruction set and thread count tested (tests/lab/test_reproducible_isa.py).
+Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core alpha and the
+residual's normalisation, run over the vocabulary in one fixed pairwise order
+(``gsd_core.exact.fixed_order_sum``); a(x) is bit for bit the probability ``verify`` tests. On
+the same rows the results were the same bits under every CPU instruction set and thread count
+tested (tests/lab/test_reproducible_isa.py).
 """
 
 from __future__ import annotations
@@ -41,9 +35,12 @@ import time
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, Lantern, lantern_output_distribution, output_distribution
-from gsd_core._validation import check_pair  # the core's checks, shared on purpose
-from gsd_core.exact import fixed_order_sum, mass_accept_probabilities, output_law
+from gsd_core import Amplify, DynamicClusters, Lantern, output_distribution
+from gsd_core.checks import check_pair
+from gsd_core.exact import fixed_order_sum, output_law
+from gsd_core.rules import Rule, as_rule
+
+from .engine import support_accept
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -63,28 +60,18 @@ def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
     return p / fixed_order_sum(p, keepdim=True), q / fixed_order_sum(q, keepdim=True)
 
 
-def _check_method(clusters: object, residual: str, acceptance_scale: float, lantern: Lantern | None) -> None:
-    if lantern is None:
-        return
-    if not isinstance(lantern, Lantern):
-        raise ValueError(f"lantern must be a gsd_core.Lantern or None, got {type(lantern).__name__}")
-    if clusters is not None or residual != "token" or acceptance_scale != 1.0:
-        raise ValueError(
-            "LANTERN is its own acceptance rule: pass lantern alone (clusters=None, residual='token', "
-            "acceptance_scale=1)"
-        )
+def _base(rule: Rule) -> Rule:
+    """The rule inside any ``Amplify``."""
+    while isinstance(rule, Amplify):
+        rule = rule.rule
+    return rule
 
 
-# --- The dynamic rule's law on the support of q (what makes accounting affordable at V = 8192) ---
+# --- Laws on the support of q (what makes accounting affordable at V = 8192) ---
 #
-# gsd_core.output_distribution computes a(x) = min(1, s p(C(x)) / q(C(x))) for all V tokens, and
-# the embedding filter gathers [V, M, D] embedding differences per row (about 1 s a row at
-# V = 8203, G = 50, D = 256: 435 s of accounting for one stand-in image). The law needs a(x)
-# only where q(x) > 0 (out = q a + (1 - beta) r): one token for Jacobi's fresh one-hot drafts,
-# the top-k for re-drafted rows. And the filter ||e_y - e_x||^2 <= d depends on the pair alone,
-# so it is read from a [V, V] bool table built once per (embeddings, d). gsd_core's own ops
-# (``DynamicClusters.all_token_masses`` at the support's tokens, with that table, and
-# ``output_law``), so the result is gsd_core's law; tests/lab/test_distortion.py checks it.
+# The embedding filter ||e_y - e_x||^2 <= d of dynamic clusters depends on the pair alone, so it
+# is read from a [V, V] bool table built once per (embeddings, d) instead of gathering [K, M, D]
+# embedding differences per row (about 1 s a row at V = 8203, G = 50, D = 256).
 
 # (embeddings as passed, their float64 copy, d, table); at most 2 entries (~67 MB each at V = 8192)
 _ADJACENCY_CACHE: list[tuple[Tensor, Tensor, float, Tensor]] = []
@@ -124,37 +111,35 @@ def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, 
     return table
 
 
-def dynamic_output_laws(p: Tensor, q: Tensor, rule: DynamicClusters, *, acceptance_scale: float = 1.0,
-                        max_table: int | None = None, chunk_elements: int = 1 << 24) -> Tensor:
-    """``gsd_core.output_distribution(p, q, rule)`` for ``DynamicClusters`` (token residual),
-    computing a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V].
+def support_output_laws(p: Tensor, q: Tensor, rule: Rule, *, max_table: int | None = None,
+                        chunk_elements: int = 1 << 24) -> Tensor:
+    """``gsd_core.output_distribution(p, q, rule)`` for dynamic clusters or LANTERN (or Amplify
+    of them), with a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V], bit for
+    bit gsd_core's law.
 
-    Support K = max_i #{x : q_i(x) > 0} (one host sync); the masses p(C(x)), q(C(x)) at those
-    K tokens (``DynamicClusters.all_token_masses(tokens=)``, members [N, K, M], M = 2 floor(G/2)
-    + 1), then ``gsd_core.exact.output_law``. O(N K M) after a one-off [V, V] filter table
-    (``embedding_adjacency``, passed as ``adjacency=``) when V^2 <= ``max_table`` (default: 2^27
-    bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else gsd_core's filter on
-    the embedding differences, at most ``chunk_elements`` at a time (O(N K M D) time)."""
+    Member tables [N, K, M] (K the widest support of q, M the window's slots or LANTERN's k) of
+    at most ``chunk_elements`` entries: rows in chunks. The dynamic rule's embedding filter
+    reads a one-off [V, V] table (``embedding_adjacency``) when V^2 <= ``max_table`` (default
+    2^27 bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else gsd_core's
+    filter on the embedding differences (O(N K M D) time)."""
     n, vocab = p.shape
+    base = _base(rule)
     width = max(1, int((q > 0).sum(-1).max())) if n else 1
-    half = min(rule.group_size // 2, vocab - 1)
-    rows = max(1, chunk_elements // (width * (2 * half + 1)))
-    if n > rows:  # bounded memory: the [N, K, M] member tables of at most chunk_elements entries
-        return torch.cat([dynamic_output_laws(p[i: i + rows], q[i: i + rows], rule, acceptance_scale=acceptance_scale,
-                                              max_table=max_table, chunk_elements=chunk_elements)
-                          for i in range(0, n, rows)])
-    support = torch.topk(q, width, dim=-1).indices  # [N, K] distinct ids, the support first
+    slots = base.neighbourhoods.k if isinstance(base, Lantern) else base.offsets(vocab).numel()
+    rows = max(1, chunk_elements // (width * slots))
+    if n > rows:  # bounded memory
+        return torch.cat([support_output_laws(p[i: i + rows], q[i: i + rows], rule, max_table=max_table,
+                                              chunk_elements=chunk_elements) for i in range(0, n, rows)])
     adjacency = None
-    if rule.max_embedding_distance is not None:
-        if rule.embeddings.shape[0] < vocab:
-            raise ValueError(f"embeddings has {rule.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
+    if isinstance(base, DynamicClusters) and base.max_embedding_distance is not None:
+        if base.embeddings.shape[0] < vocab:
+            raise ValueError(f"embeddings has {base.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
         if max_table is None:  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
             max_table = (1 << 33) if p.device.type == "cuda" else (1 << 27)
         if vocab * vocab <= max_table:  # else (Lumina-mGPT: 65,536) gsd_core's filter, in chunks of tokens
-            adjacency = embedding_adjacency(rule.embeddings.to(p.device), rule.max_embedding_distance, vocab)
-    p_mass, q_mass = rule.all_token_masses(p, q, chunk_elements, tokens=support, adjacency=adjacency)
-    accept = mass_accept_probabilities(p_mass, q_mass, acceptance_scale=acceptance_scale)
-    return output_law(p, q, torch.zeros_like(q).scatter_(-1, support, accept))
+            adjacency = embedding_adjacency(base.embeddings.to(p.device), base.max_embedding_distance, vocab)
+    accept = support_accept(rule, p, q, adjacency=adjacency, chunk_elements=chunk_elements)
+    return output_law(rule, p, q, accept)
 
 
 def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) -> Tensor:
@@ -171,7 +156,7 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     whole neighbourhood (the block's cumsum starts from the previous total), so on a CPU (a
     sequential cumsum) the budget test S_j <= delta sees gsd_core's S_j bit for bit; on a GPU a
     parallel scan may group the additions differently, so an S_j within an ulp of delta could be
-    decided differently from ``verify_lantern`` (not tested on a GPU here)."""
+    decided differently from ``verify`` with the rule (not tested on a GPU here)."""
     index, valid = rule.tables(p.shape[-1], p.device)
     gap = q - p
     carries = gap > 0  # the entries that can carry distortion
@@ -197,84 +182,45 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     return fixed_order_sum(terms)
 
 
-def one_step_output_laws(
-    p: Tensor,
-    q: Tensor,
-    clusters: object = None,
-    residual: str = "token",
-    *,
-    acceptance_scale: float = 1.0,
-    lantern: Lantern | None = None,
-) -> Tensor:
+def one_step_output_laws(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
     """The exact law out_i of the token verified position i emits, for rows p, q [L, V]:
-    ``gsd_core.output_distribution`` (or ``lantern_output_distribution``) row by row, in float64.
-    Returns [L, V]; O(L V) memory (use ``exact_distortion`` for the distortion alone)."""
-    return targets_and_laws(p, q, clusters, residual, acceptance_scale=acceptance_scale, lantern=lantern)[1]
+    ``gsd_core.output_distribution`` row by row, in float64. Returns [L, V]; O(L V) memory
+    (use ``exact_distortion`` for the distortion alone)."""
+    return targets_and_laws(p, q, rule)[1]
 
 
-def targets_and_laws(
-    p: Tensor,
-    q: Tensor,
-    clusters: object = None,
-    residual: str = "token",
-    *,
-    acceptance_scale: float = 1.0,
-    lantern: Lantern | None = None,
-) -> tuple[Tensor, Tensor]:
+def targets_and_laws(p: Tensor, q: Tensor, rule: object = None) -> tuple[Tensor, Tensor]:
     """(p_i, out_i): the target rows as the laws were computed from them (float64, renormalised in
-    the fixed order) and ``one_step_output_laws``, both [L, V]. The one path to the law that every
-    distortion here compares with its p (TV here, W1 in ``gsd_lab.transport``)."""
+    the fixed order) and ``one_step_output_laws``, both [L, V]: the one path to the law that every
+    distortion compares with its p (TV here, W1 in ``gsd_lab.transport``)."""
     p, q = _check_rows(p, q)
-    _check_method(clusters, residual, acceptance_scale, lantern)
-    if lantern is not None:
-        return p, lantern_output_distribution(p, q, lantern)
-    if isinstance(clusters, DynamicClusters) and residual == "token":
-        return p, dynamic_output_laws(p, q, clusters, acceptance_scale=acceptance_scale)
-    return p, output_distribution(p, q, clusters, residual, acceptance_scale=acceptance_scale)
+    rule = as_rule(rule)
+    if isinstance(_base(rule), (DynamicClusters, Lantern)):
+        return p, support_output_laws(p, q, rule)
+    return p, output_distribution(p, q, rule)
 
 
-def exact_distortion(
-    p: Tensor,
-    q: Tensor,
-    clusters: object = None,
-    residual: str = "token",
-    *,
-    acceptance_scale: float = 1.0,
-    lantern: Lantern | None = None,
-    max_elements: int = _MAX_ELEMENTS,
-) -> Tensor:
+def exact_distortion(p: Tensor, q: Tensor, rule: object = None, *, max_elements: int = _MAX_ELEMENTS) -> Tensor:
     """TV(out_i, p_i) for every row i: p, q [L, V] -> float64 [L], batched (one call per chunk
     of rows, at most ``max_elements`` // V rows at a time; one call for a decoding window).
-
-    The method is given as to ``gsd_core.verify`` (clusters, residual, acceptance_scale) or by
-    ``lantern``; see the module docstring. 0 (up to rounding, ~1e-16) for standard SD."""
+    rule: as ``verify`` takes it (module docstring). 0 (up to rounding, ~1e-16) for SD."""
     p, q = _check_rows(p, q)
-    _check_method(clusters, residual, acceptance_scale, lantern)
+    rule = as_rule(rule)
     if max_elements < 1:
         raise ValueError(f"max_elements must be >= 1, got {max_elements!r}")
     rows = max(1, max_elements // max(1, p.shape[-1]))
     parts = []
     for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
         p_part, q_part = p[start: start + rows], q[start: start + rows]
-        if lantern is not None:
-            parts.append(lantern_distortion(p_part, q_part, lantern))
+        if isinstance(rule, Lantern):
+            parts.append(lantern_distortion(p_part, q_part, rule))
             continue
-        out = one_step_output_laws(p_part, q_part, clusters, residual,
-                                   acceptance_scale=acceptance_scale, lantern=lantern)
+        out = one_step_output_laws(p_part, q_part, rule)
         parts.append(0.5 * fixed_order_sum((out - p_part).abs()))
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=p.device)
 
 
-def emitted_distortion(
-    p: Tensor,
-    q: Tensor,
-    num_accepted: int,
-    clusters: object = None,
-    residual: str = "token",
-    *,
-    acceptance_scale: float = 1.0,
-    lantern: Lantern | None = None,
-) -> Tensor:
+def emitted_distortion(p: Tensor, q: Tensor, num_accepted: int, rule: object = None) -> Tensor:
     """The distortion of each token one verified window emitted, in order: float64 [E].
 
     p: [L or L + 1, V] (the window's target rows, with the bonus row if any); q: [L, V];
@@ -289,8 +235,7 @@ def emitted_distortion(
     if isinstance(num_accepted, bool) or not isinstance(num_accepted, int) or not 0 <= num_accepted <= window:
         raise ValueError(f"num_accepted must be an int in [0, {window}], got {num_accepted!r}")
     verified = min(num_accepted + 1, window)
-    tv = exact_distortion(p[:verified], q[:verified], clusters, residual,
-                          acceptance_scale=acceptance_scale, lantern=lantern)
+    tv = exact_distortion(p[:verified], q[:verified], rule)
     if num_accepted == window and p.shape[0] == window + 1:
         tv = torch.cat([tv, tv.new_zeros(1)])
     return tv
@@ -308,12 +253,9 @@ class DistortionLog:
     part of the method (O(K G) per verified row for dynamic clusters, K the support of q; O(V log V)
     for rank bins; O(K k) for LANTERN: the module docstring)."""
 
-    def __init__(self, capacity: int, device: torch.device, clusters: object = None, residual: str = "token",
-                 *, acceptance_scale: float = 1.0, lantern: Lantern | None = None) -> None:
-        _check_method(clusters, residual, acceptance_scale, lantern)
+    def __init__(self, capacity: int, device: torch.device, rule: object = None) -> None:
         self.values = torch.zeros(capacity, dtype=torch.float64, device=device)
-        self.method = {"clusters": clusters, "residual": residual, "acceptance_scale": acceptance_scale,
-                       "lantern": lantern}
+        self.rule = as_rule(rule)
         self.seconds = 0.0
 
     def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> Tensor | None:
@@ -322,7 +264,7 @@ class DistortionLog:
         began = time.perf_counter()
         tv = None
         if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
-            tv = emitted_distortion(p, q, num_accepted, **self.method)
+            tv = emitted_distortion(p, q, num_accepted, self.rule)
             self.values[start: start + tv.numel()] = tv
         self.seconds += time.perf_counter() - began
         return tv

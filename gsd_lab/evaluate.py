@@ -204,13 +204,15 @@ def check_run(out_dir: str | Path, identity: dict[str, Any], prompts: list[str],
 
 
 def start_run(out_dir: str | Path, run: Run, context: DistributedContext,
-              *, metadata: dict[str, Any] | None = None) -> None:
-    """Check ``out_dir`` against ``run`` on every rank, then write run.json (rank 0) if absent.
-    ``metadata`` (not compared): e.g. where the weights were read from, the code version."""
+              *, metadata: dict[str, Any] | None = None, write: bool | None = None) -> None:
+    """Check ``out_dir`` against ``run`` on every rank, then write run.json if absent: on rank 0
+    (``write`` None), or on every rank that passes ``write=True`` (for callers without a barrier:
+    the write is atomic and the content the same). ``metadata`` (not compared): e.g. where the
+    weights were read from, the code version."""
     check_run(out_dir, run.identity, run.prompts)
     barrier(context)
     path = Path(out_dir) / RUN_FILE
-    if context.is_main and not path.is_file():
+    if (context.is_main if write is None else write) and not path.is_file():
         atomic_write_json(path, {"run_id": run.run_id, "identity": run.identity, "prompts": run.prompts,
                                  "prompts_sha256": run.prompts_sha256, "metadata": metadata or {}})
     Path(out_dir, RESULTS_DIR).mkdir(parents=True, exist_ok=True)
@@ -250,22 +252,42 @@ def run_shard(
     ``start_run`` this means a file was copied in or edited by hand)."""
     from tqdm.auto import tqdm
 
-    todo = []
-    for index in shard_indices(len(run.prompts), context.rank, context.world_size):
-        row = load_result(out_dir, index)
-        if row is None:
-            todo.append(index)
-        elif not run.row_matches(row, index):
-            raise RunMismatch(f"{result_path(out_dir, index)} is not prompt {index} of this run "
-                              f"(run_id {row.get('run_id')!r}, prompt {row.get('prompt')!r}); remove it or use a new "
-                              "--out folder")
+    todo = [index for index in shard_indices(len(run.prompts), context.rank, context.world_size)
+            if not is_done(run, out_dir, index)]
     done = []
     for index in tqdm(todo, desc=f"rank {context.rank}", disable=not progress, position=context.rank):
-        result = dict(work(index, run.prompts[index]))
-        result.update(run.row_fields(index), rank=context.rank)
-        atomic_write_json(result_path(out_dir, index), result)
+        write_result(run, out_dir, index, work(index, run.prompts[index]), context)
         done.append(index)
     return done
+
+
+def finished_row(run: Run, out_dir: str | Path, index: int) -> dict[str, Any] | None:
+    """Prompt ``index``'s result row of ``run`` in ``out_dir``, None when there is none; a result
+    file of another run raises ``RunMismatch`` (after ``start_run`` this means a file was copied
+    in or edited)."""
+    row = load_result(out_dir, index)
+    if row is None:
+        return None
+    if not run.row_matches(row, index):
+        raise RunMismatch(f"{result_path(out_dir, index)} is not prompt {index} of this run "
+                          f"(run_id {row.get('run_id')!r}, prompt {row.get('prompt')!r}); remove it or use a new "
+                          "--out folder")
+    return row
+
+
+def is_done(run: Run, out_dir: str | Path, index: int) -> bool:
+    """Whether prompt ``index`` of ``run`` has its result in ``out_dir`` (``finished_row``)."""
+    return finished_row(run, out_dir, index) is not None
+
+
+def write_result(run: Run, out_dir: str | Path, index: int, result: dict[str, Any],
+                 context: DistributedContext) -> dict[str, Any]:
+    """Write prompt ``index``'s ``result`` atomically with the run's fields (``Run.row_fields``)
+    and the rank; returns the row written."""
+    row = dict(result)
+    row.update(run.row_fields(index), rank=context.rank)
+    atomic_write_json(result_path(out_dir, index), row)
+    return row
 
 
 def _means(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
@@ -382,7 +404,7 @@ def parameters_fingerprint(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-WEIGHT_FOLDER_KEYS = ("weights_dir", "weights", "vqgan", "clip")
+WEIGHT_FOLDER_KEYS = ("weights_dir", "weights", "vqgan", "clip", "tokenizer")
 
 
 def weights_fingerprint(weights_info: dict[str, Any], module: torch.nn.Module | None = None) -> dict[str, str]:

@@ -41,15 +41,18 @@ def save_figure(
     return paths
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g") -> str:
+def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g",
+                   headers: dict[str, str] | None = None) -> str:
     """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``; a ``|``
-    inside a cell (a label such as "|dp| filter") is escaped as ``\\|``."""
+    inside a cell (a label such as "|dp| filter") is escaped as ``\\|``. ``headers``: the name
+    shown for a column, where it differs from its key (e.g. clip_score for condition_score)."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return format(value, floatfmt)
         return "" if value is None else str(value).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    names = [(headers or {}).get(c, c) for c in columns]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -73,3 +76,21 @@ def write_results_markdown(path: str | Path, title: str, sections: list[tuple[st
     for heading, text in sections:
         body += [f"## {heading}", "", text.rstrip(), ""]
     return atomic_write_text(path, "\n".join(header + body))
+
+
+def save_image_atomic(image: Any, path: Path) -> str:
+    """Write ``image`` (uint8 [H, W, 3]) to ``path`` in the format of its extension, through a
+    temporary file and os.replace (a crash never leaves half an image)."""
+    import os
+
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image_format = Image.registered_extensions().get(path.suffix.lower(), "PNG")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        Image.fromarray(image).save(tmp, format=image_format)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(path)

@@ -8,6 +8,7 @@ Each figure is saved as PNG + SVG + JSON sidecar (``figure_io.save_figure``); th
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -17,12 +18,16 @@ import torch
 
 from gsd_core import tv_distance
 
+from .evaluate import weights_fingerprint
 from .experiments import matched, plots, tables, toy
-from .experiments.image_model import ImageModel, guidance_scale, load_image_model
+from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
-from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline, run_method
+from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
+from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .figure_io import markdown_table, save_figure, write_results_markdown
+from .presets import preset as preset_settings
+from .progress import duration
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
 from .transport import DEFAULT_DRAWS
 
@@ -57,6 +62,9 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
+    streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
+    detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
+    replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
 
     @classmethod
     def default(cls) -> "FigureSizes":
@@ -70,23 +78,93 @@ class FigureSizes:
 
     @classmethod
     def paper(cls) -> "FigureSizes":
-        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts). No LANTERN
-        (its neighbourhood table over the full 65,536-token vocabulary costs O(V^2 D)) and no second
-        AR seed set (another AR pass over every prompt)."""
-        return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False)
+        """Lumina-mGPT on a GPU: one image per prompt (the paper: 1,600 Parti prompts), streamed to
+        result files (``gsd_lab.experiments.stream``). No LANTERN (its neighbourhood table over the
+        full 65,536-token vocabulary costs O(V^2 D)) and no second AR seed set (another AR pass
+        over every prompt). The detail analyses read back tokens and pixels, so they take a
+        bounded number of images: top-1 statistics and AR without guidance on the first 256
+        prompts, the Fig. 4 replacement study on the first 64 AR images."""
+        return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False, streamed=True,
+                   detail_images=256, replacement_images=64)
 
 
-def _specs(sizes: FigureSizes) -> tuple[list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]],
-                                        dict[str, list[MethodSpec]]]:
+def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
+        list[MethodSpec], list[MethodSpec], dict[str, list[MethodSpec]], dict[str, list[MethodSpec]]]:
     t1 = tables.table1_specs(sizes.table1_groups, sizes.table1_amplify, sizes.table1_lantern, sizes.seed_noise)
     t2 = tables.table2_specs(sizes.table2_group)
     pareto = tables.pareto_specs(sizes.pareto_groups, sizes.pareto_amplify, sizes.pareto_lantern)
     distortion = tables.distortion_specs(sizes.pareto_groups, sizes.distortion_rank_groups, sizes.pareto_amplify,
                                          sizes.pareto_lantern)
-    t1, t2 = [replace(s, window=sizes.window) for s in t1], [replace(s, window=sizes.window) for s in t2]
-    pareto = {k: [replace(s, window=sizes.window) for s in v] for k, v in pareto.items()}
-    distortion = {k: [replace(s, window=sizes.window) for s in v] for k, v in distortion.items()}
-    return t1, t2, pareto, distortion
+    def fix(specs: list[MethodSpec]) -> list[MethodSpec]:
+        return _with_preset(specs, sizes, preset_name)
+
+    return fix(t1), fix(t2), {k: fix(v) for k, v in pareto.items()}, {k: fix(v) for k, v in distortion.items()}
+
+
+def _with_preset(specs: list[MethodSpec], sizes: FigureSizes, preset_name: str) -> list[MethodSpec]:
+    """``specs`` decoded with the preset (its window, or the sizes' window)."""
+    window = preset_settings(preset_name).window or sizes.window
+    return [replace(s, window=window, preset=preset_name) for s in specs]
+
+
+def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: str = "default"
+                            ) -> list[Configuration]:
+    """Every decoding pass of a figures run, once each: the distinct configurations of the
+    tables and curves (the same key decoded once), then AR without guidance (models with CFG,
+    for the top-1 statistics; on the first ``sizes.detail_images`` prompts)."""
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset_name)
+    specs = t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves) for v in c.values() for s in v]
+    unique: dict[tuple, MethodSpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.key, spec)  # the first label of a configuration names it
+    configurations = [Configuration(s) for s in unique.values()]
+    if model.adapter.uses_cfg:
+        ar = next(c.spec for c in configurations if c.spec.key[:1] == ("ar",) and not c.spec.seed_offset)
+        configurations.append(Configuration(ar, guided=False, max_prompts=sizes.detail_images))
+    return configurations
+
+
+def _affordable(sizes: FigureSizes, model: ImageModel) -> FigureSizes:
+    if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
+        return replace(sizes, table1_lantern=(), pareto_lantern=())
+    return sizes
+
+
+def paper_plan(out_dir: str | Path, model: ImageModel, prompts: list[str], sizes: FigureSizes, *,
+               forward_seconds: dict[str, float] | None = None, world_size: int = 1, preset: str = "default") -> str:
+    """The dry run of a streamed figures run: what it decodes (configurations, prompts, items
+    done and to do in ``out_dir``, read only) and the device time left, from per-forward times
+    given or measured now on the model's device (``stream.measure_forward_seconds``)."""
+    sizes = _affordable(sizes, model)
+    configurations = decoding_configurations(sizes, model, preset)
+    cache = StreamedRunCache(model, prompts, list(sizes.seeds), FilterSettings.for_model(model.name), out_dir,
+                             weights=weights_fingerprint(model.weights_info, model.adapter.model), progress=False)
+    cache.plan(configurations, dry=True)
+    source = "given"
+    if forward_seconds is None:
+        forward_seconds, source = measure_forward_seconds(model), f"measured now on {model.adapter.device}"
+    estimate = gpu_hours(cache, forward_seconds)
+    hours = estimate["device_hours"]
+    lines = [
+        f"figures --paper plan for {model.name} ({model.num_tokens} tokens per image) into {out_dir}:",
+        f"  {len(configurations)} decoding passes per prompt: {len(configurations) - (1 if model.adapter.uses_cfg else 0)} "
+        "configurations of the tables and curves" + (f", and AR without guidance on the first "
+        f"{sizes.detail_images or len(prompts)} prompts" if model.adapter.uses_cfg else ""),
+        f"  {len(prompts)} prompts x {len(sizes.seeds)} seed(s): {estimate['items']} images; {estimate['done']} "
+        f"done in {out_dir}, {estimate['to_do']} to do",
+        "  per forward (" + source + "): " + ", ".join(f"{k.upper()} {1000 * v:.1f} ms"
+                                                     for k, v in forward_seconds.items()),
+        f"  left: about {estimate['forwards']:,.0f} forwards = {hours:,.1f} device-hours "
+        f"({duration(hours * 3600)} on one device" + (f", {duration(hours * 3600 / world_size)} on {world_size}"
+                                                      if world_size > 1 else "") + ")",
+        f"  forwards per image: measured where rows exist ({estimate['configurations_with_measured_nfe']} of "
+        f"{len(configurations)} configurations), else {model.num_tokens} (AR's: an upper bound for the others); "
+        "dry-run again after some prompts for a measured estimate",
+    ]
+    for config in configurations:
+        lines.append(f"    {config.spec.label}{'' if config.guided else ' (no guidance)'}: "
+                     f"{cache.estimated_forwards(config):,.0f} forwards per image")
+    return "\n".join(lines)
 
 
 def run_figures(
@@ -102,12 +180,19 @@ def run_figures(
     device: str | None = None,
     progress: bool = True,
     allow_dirty: bool = False,
+    save_images: bool = False,
+    preset: str = "default",
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
     An ``out_dir`` inside the checkout (e.g. the committed ``figures/``) needs a clean tree:
     ``provenance.DirtyTreeError`` otherwise, unless ``allow_dirty`` (or GSD_ALLOW_DIRTY=1), which
     warns; elsewhere a dirty tree only warns. Every record holds the git state read here.
+    ``sizes.streamed`` (``FigureSizes.paper()``): the images are decoded into result files under
+    ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
+    processes, ``save_images`` keeps a PNG per image); ``preset``: "release" decodes every
+    configuration with the GSD release's settings (``gsd_lab.presets``); a rank other than 0 returns
+    {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
@@ -122,17 +207,27 @@ def run_figures(
     prompts = list(prompts or model.default_prompts)
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
-    if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
-        sizes = replace(sizes, table1_lantern=(), pareto_lantern=())
-    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes)
-    unique = {s.key for s in t1_specs + t2_specs + [s for c in (pareto_curves, distortion_curves)
-                                                     for v in c.values() for s in v]}
+    sizes = _affordable(sizes, model)
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
+    configurations = decoding_configurations(sizes, model, preset)
+    ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
     images_per_method = len(prompts) * len(sizes.seeds)
-    extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
-    bar = tqdm(total=len(unique) * images_per_method + extra, unit="img", desc="figures",
-               disable=not progress)
     filters = FilterSettings.for_model(model.name)
-    cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
+    bar = None
+    if sizes.streamed:
+        cache: RunCache = StreamedRunCache(model, prompts, list(sizes.seeds), filters, out_dir,
+                                           weights=weights_fingerprint(model.weights_info, model.adapter.model),
+                                           save_images=save_images, progress=progress)
+        cache.plan(configurations)
+        decoded = cache.run()
+        if not cache.context.is_main:
+            return {"rank": cache.context.rank, "decoded": decoded}
+        cache.wait()
+    else:
+        extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
+        bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
+                   unit="img", desc="figures", disable=not progress)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -140,7 +235,7 @@ def run_figures(
     base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
                    "model": model.name, "weights": model.weights_info, "num_tokens": model.num_tokens,
                    "cfg_scale": model.adapter.cfg_scale, "top_k": model.adapter.top_k,
-                   "temperature": model.adapter.temperature}
+                   "temperature": model.adapter.temperature, "preset": preset, "quality": model.quality_config}
     saved: list[str] = []
 
     def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
@@ -168,32 +263,31 @@ def run_figures(
          {"group_sizes": groups, "mean_tv": tv_by_group.mean(axis=1).tolist(),
           "theorem1_max_violation": check.max_violation})
     p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
-    sizes_d = [1, 3, 5, 9, 17, 31]  # tokens per cluster (odd: dynamic windows are odd)
+    sizes_d = [1, 3, 5, 9, 17, 31]  # tokens per cluster G
     dist = toy.distortion_by_cluster_size(p_d, q_d, sizes_d)
     acc = toy.acceptance_by_cluster_size(p_d, q_d, sizes_d)
     save(plots.distortion(sizes_d, {k: v.numpy() for k, v in dist.items()}, "mean TV(output, p) per step"),
          "gsd_distortion_vs_group_size", {"vocab_size": 32, "pairs": 256, "alpha": 0.3},
-         {"cluster_sizes": sizes_d, "dynamic_group_size_G": [s - 1 for s in sizes_d],
+         {"cluster_sizes": sizes_d,
           "distortion": {k: v.tolist() for k, v in dist.items()},
           "acceptance": {k: v.tolist() for k, v in acc.items()}})
 
     # --- decoding experiments ---
-    table1 = tables.speed_quality_table(cache, t1_specs)
-    table2 = cache.table(t2_specs, tables.AR)
-    pareto = tables.pareto_points(cache, pareto_curves)
-    distortion_points = tables.pareto_points(cache, distortion_curves)
+    table1 = tables.speed_quality_table(cache, t1_specs, ar_spec)
+    table2 = cache.table(t2_specs, ar_spec)
+    pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
+    distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
     real = real_image_baseline(model, images_per_method)
-    ar_records = cache.records(tables.AR)
+    ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
     stats = top1_stats(ar_records)
     stats_no_cfg = None
     if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
-        with guidance_scale(model, None):
-            stats_no_cfg = top1_stats(run_method(model, tables.AR, prompts, list(sizes.seeds), record_top1=True,
-                                                 progress=bar))
-    replacement = replacement_study(model, ar_records, fraction=sizes.replacement_fraction,
+        stats_no_cfg = top1_stats(cache.detail_records(ar_spec, sizes.detail_images, guided=False))
+    replacement = replacement_study(model, ar_records[: sizes.replacement_images], fraction=sizes.replacement_fraction,
                                     top_k=sizes.replacement_top_k, seed=0) if model.decode else None
-    bar.update(bar.total - bar.n)
-    bar.close()
+    if bar is not None:
+        bar.update(bar.total - bar.n)
+        bar.close()
 
     save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
          {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
@@ -205,7 +299,8 @@ def run_figures(
     has_w1 = any(r.get("w1") is not None for r in table1)
     if has_w1:
         distortion_panel.append(("w1", "similarity-aware distortion\nmean W1(output law, p)"))
-    diff_panel = ([("condition_score_diff_ar", "condition score - AR\n(95% paired bootstrap)")]
+    quality_word = " ".join(model.quality_names.get("condition_score", "condition score").split("\n")[0].split())
+    diff_panel = ([("condition_score_diff_ar", f"{quality_word} - AR\n(95% paired bootstrap)")]
                   if any(r.get("condition_score_diff_ar") is not None for r in table1) else [])
     save(plots.bars(table1, [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")] + distortion_panel
                     + metrics + diff_panel),
@@ -226,7 +321,8 @@ def run_figures(
     if model.decode is not None:
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
-        samples = {spec.label: [r.image for r in cache.records(spec)][:8] for spec in shown}
+        shown = _with_preset(shown, sizes, preset)
+        samples = {spec.label: [r.image for r in cache.detail_records(spec, 8)] for spec in shown}
         save(plots.image_grid(samples), "samples_by_method", {"methods": list(samples)}, {"prompts": prompts})
     if replacement is not None:
         save(plots.image_grid({k: v[:8] for k, v in replacement.images.items()}), "fig4_top100_replacement",
@@ -241,11 +337,17 @@ def run_figures(
     if diff_panel:
         columns += ["condition_score_diff_ar", "condition_score_diff_ar_low", "condition_score_diff_ar_high"]
     accounting, w1_accounting = cache.accounting_seconds(), cache.w1_seconds()
+    # Rows keep the key condition_score (the notebooks read it); results.md names the column
+    # after what it is (clip_score on Lumina-mGPT).
+    headers = {c: c.replace("condition_score", model.quality_column) for c in
+               ("condition_score", "condition_score_sem", "condition_score_diff_ar", "condition_score_diff_ar_low",
+                "condition_score_diff_ar_high")}
+    table = functools.partial(markdown_table, headers=headers)
     real_text = ("" if real is None else
                  "\n\nReal images (the proxies' reference points): `condition_score` of the fixed held-out real "
                  "crops (never seen by the classifier), `frechet_distance` of "
                  f"{real['frechet_images']} real training-split crops (the size of one method's set) to the held-out "
-                 "reference.\n\n" + markdown_table([real], ["method", "images", "condition_score",
+                 "reference.\n\n" + table([real], ["method", "images", "condition_score",
                                                           "condition_score_sem", "frechet_distance", "frechet_images"]))
     sections = [
         ("Table 1 analogue: speed and quality",
@@ -260,19 +362,22 @@ def run_figures(
          "2025; gsd_core.lantern), neighbourhoods of k tokens in the input embeddings, budget delta. "
          "`distortion`: the exact distortion, per image the mean over its tokens of TV(one-step output law, p) "
          "(gsd_lab.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
-         "error; noise-free given the tokens. `condition_score_diff_ar`: mean per-image difference to AR "
+         f"error; noise-free given the tokens. `{headers['condition_score_diff_ar']}`: mean per-image difference to AR "
          "(same prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
          f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is sampling noise "
          "alone: a method's difference inside that range cannot be told from noise. Quality proxies: "
-         + (", ".join(f"`{m[0]}` = {' '.join(m[1].split())}" for m in metrics) or "none for this model") + ".\n\n"
-         + markdown_table(table1, columns) + real_text),
+         + (", ".join(f"`{headers.get(m[0], m[0])}` = {' '.join(m[1].split())}" for m in metrics)
+            or "none for this model")
+         + (f" (`{model.quality_column}` is the `condition_score` field of results.json)"
+            if model.quality_column != "condition_score" and metrics else "") + ".\n\n"
+         + table(table1, columns) + real_text),
         ("Table 2 analogue: clustering ablation",
          f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
          f"|p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding distance <= "
          f"{distance_threshold:.4g} ({distance_rule}).\n\n"
-         + markdown_table(table2, columns)),
+         + table(table2, columns)),
         ("Fig. 10 analogue: NFE against quality",
-         "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, columns) for name, rows in pareto.items())),
+         "\n\n".join(f"**{name}**\n\n" + table(rows, columns) for name, rows in pareto.items())),
         ("Exact distortion against NFE",
          "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
          "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
@@ -309,14 +414,19 @@ def run_figures(
                          f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform draw "
                          f"from the top-{sizes.replacement_top_k} of the teacher-forced target distribution, "
                          "against uniformly random replacement.\n\n"
-                         + markdown_table(rep_rows, list(rep_rows[0]))))
+                         + table(rep_rows, list(rep_rows[0]))))
     toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in tvs.items()]
     sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1",
                      markdown_table(toy_rows, ["pair", "tv", "acceptance"])
                      + f"\n\nTheorem 1 on 2000 random pairs and partitions: max(TV(p', q') - TV(p, q)) = "
                        f"{check.max_violation:.3g} (must be <= 0)."))
     sections.append(("Run", f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
-                            f"{len(unique)} configurations; device `{model.adapter.device}`."))
+                            f"{len(configurations)} decoding passes per prompt ("
+                            + ("AR without guidance included; " if model.adapter.uses_cfg else "")
+                            + f"top-1 statistics on {len(ar_records)} images"
+                            + (f", replacement study on {len(replacement.prompts)}" if replacement else "")
+                            + f"); device `{model.adapter.device}`"
+                            + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "") + "."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
                   "matched_nfe": matched_rows, "w1_draws": DEFAULT_DRAWS if has_w1 else None,

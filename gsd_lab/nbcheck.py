@@ -27,6 +27,7 @@ from torch import Tensor
 
 from gsd_core import acceptance_rate, output_distribution
 
+from .decoding import method_rule
 from .experiments import toy
 from .provenance import provenance_line
 
@@ -85,16 +86,17 @@ def check_verify_law(p: Tensor, q: Tensor, *, clusters: object = None, residual:
                      z: float = Z_TOLERANCE) -> VerifyLawCheck:
     """Monte Carlo of one verification step (x ~ q, ``gsd_core.verify``) against its exact law.
 
-    p, q: [V] float64. The emitted token's frequencies are compared with
-    ``output_distribution(p, q, clusters, residual)`` and the acceptance frequency with
-    ``acceptance_rate(p, q, clusters)``, each within ``z`` standard errors (module docstring).
+    p, q: [V] float64; the rule is ``method_rule(clusters, residual)``. The emitted token's
+    frequencies are compared with ``output_distribution(p, q, rule)`` and the acceptance
+    frequency with ``acceptance_rate(p, q, rule)``, each within ``z`` standard errors (module
+    docstring).
     A fixed seed makes the run repeatable; the verdict does not depend on the stream."""
     empirical, accepted = toy.empirical_speculative_samples(p, q, num_samples=num_samples, seed=seed,
                                                             clusters=clusters, residual=residual)
-    exact = output_distribution(p, q, clusters, residual)
-    beta = acceptance_rate(p, q, clusters).reshape(1)
+    exact = output_distribution(p, q, method_rule(clusters, residual))
+    alpha = acceptance_rate(p, q, method_rule(clusters, residual)).reshape(1)
     law_z = max_z_score(empirical, exact, num_samples)
-    acc_z = max_z_score(torch.tensor([accepted], dtype=torch.float64), beta, num_samples)
+    acc_z = max_z_score(torch.tensor([accepted], dtype=torch.float64), alpha, num_samples)
     name = rule or ("SD" if clusters is None else type(clusters).__name__)
     return VerifyLawCheck(name, num_samples, law_z, acc_z, z)
 

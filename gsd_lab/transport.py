@@ -78,7 +78,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core import FixedPartition, Lantern
+from gsd_core.rules import SD, Partition, as_rule
 
 from .distortion import _check_rows, targets_and_laws
 
@@ -152,49 +152,36 @@ def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Ten
     return torch.tensor([_w1_of_difference(row, content64, index) for row in delta], dtype=torch.float64)
 
 
-def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, clusters: object = None,
-                  residual: str = "token", *, acceptance_scale: float = 1.0,
-                  lantern: Lantern | None = None) -> Tensor:
-    """W1(out_i, p_i) of the one-step law of each row p, q [L, V] -> float64 [L], exact; the method
-    as for ``gsd_lab.distortion.exact_distortion`` (whose rows it renormalises the same way)."""
-    targets, laws = targets_and_laws(p, q, clusters, residual, acceptance_scale=acceptance_scale, lantern=lantern)
+def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
+    """W1(out_i, p_i) of the one-step law of each row p, q [L, V] -> float64 [L], exact; the rule
+    as ``verify`` takes it (None: SD), the rows renormalised as ``gsd_lab.distortion`` does."""
+    targets, laws = targets_and_laws(p, q, rule)
     return w1_from_laws(targets, laws, content, tokens)
 
 
 # ---- the rule's own coupling ----------------------------------------------------------------------
 
-def substitution_defined(clusters: object, residual: str, acceptance_scale: float, lantern: Lantern | None) -> bool:
+def substitution_defined(rule: object) -> bool:
     """Whether the rule's own randomness couples the emitted token with a Y ~ p (module docstring):
-    SD, or a partition with the cluster-exact residual, at acceptance scale 1, without LANTERN."""
-    if lantern is not None or acceptance_scale != 1.0:
-        return False
-    if clusters is None:
-        return True
-    return residual == "cluster" and _partition(clusters) is not None
+    SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN)."""
+    rule = as_rule(rule)
+    return isinstance(rule, SD) or (isinstance(rule, Partition) and rule.residual == "cluster")
 
 
-def _partition(clusters: object) -> object | None:
-    if isinstance(clusters, Tensor):
-        return FixedPartition(clusters)
-    is_partition = getattr(clusters, "is_partition", False)
-    return clusters if is_partition and hasattr(clusters, "partition_labels") else None
-
-
-def substitution_cost(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, clusters: object = None,
-                      residual: str = "token", *, acceptance_scale: float = 1.0,
-                      lantern: Lantern | None = None) -> Tensor:
+def substitution_cost(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
     """S_i = sum_C min(q'(C), p'(C)) W1(q_i(. | C), p_i(. | C)) for rows p, q [L, V] -> float64 [L]:
     E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p (module docstring),
     each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
-    if not substitution_defined(clusters, residual, acceptance_scale, lantern):
+    if not substitution_defined(rule):
         raise ValueError("the substitution cost is defined for SD or a partition with the cluster-exact residual "
-                         "at acceptance scale 1 (no LANTERN): other rules' randomness does not draw a Y ~ p "
+                         "(no Amplify, no LANTERN): other rules' randomness does not draw a Y ~ p "
                          "(gsd_lab.transport docstring)")
     targets, drafts = _check_rows(p, q)
     content64, index = _check_content(content, tokens, p.shape[-1])
-    if clusters is None:
+    rule = as_rule(rule)
+    if isinstance(rule, SD):
         return torch.zeros(p.shape[0], dtype=torch.float64)  # singletons: Y = the emitted token
-    labels = _partition(clusters).partition_labels(targets).expand(targets.shape).cpu()
+    labels = rule.partition_labels(targets).expand(targets.shape).cpu()
     targets, drafts = targets.cpu(), drafts.cpu()
     return torch.tensor([_row_substitution(targets[i], drafts[i], labels[i], content64, index)
                          for i in range(p.shape[0])], dtype=torch.float64)
@@ -253,15 +240,13 @@ class W1Log:
     docstring), rows held in n reservoirs and solved at ``finish``. seed: the reservoirs' own
     generator (CPU); no randomness is drawn from decoding's."""
 
-    def __init__(self, content: Tensor, tokens: Tensor, capacity: int, clusters: object = None,
-                 residual: str = "token", *, acceptance_scale: float = 1.0, lantern: Lantern | None = None,
+    def __init__(self, content: Tensor, tokens: Tensor, capacity: int, rule: object = None, *,
                  draws: int | None = None, seed: int = 0) -> None:
         if draws is not None and (isinstance(draws, bool) or not isinstance(draws, int) or draws < 1):
             raise ValueError(f"draws must be an int >= 1 (or None: exact for every token), got {draws!r}")
         self.content, self.tokens = content, tokens
-        self.method = {"clusters": clusters, "residual": residual, "acceptance_scale": acceptance_scale,
-                       "lantern": lantern}
-        self.substitution = substitution_defined(clusters, residual, acceptance_scale, lantern)
+        self.rule = as_rule(rule)
+        self.substitution = substitution_defined(self.rule)
         self.draws = draws
         self.exact = torch.zeros(capacity, dtype=torch.float64) if draws is None else None
         self.exact_substitution = torch.zeros(capacity, dtype=torch.float64) if draws is None else None
@@ -282,10 +267,10 @@ class W1Log:
                 rows = [i for i, v in enumerate(values) if v > ROUNDING_FLOOR]
                 if rows:
                     p_rows, q_rows = p[rows], q[rows]
-                    w1 = w1_distortion(p_rows, q_rows, self.content, self.tokens, **self.method)
+                    w1 = w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule)
                     self.exact[[start + i for i in rows]] = w1
                     if self.substitution:
-                        cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, **self.method)
+                        cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, self.rule)
                         self.exact_substitution[[start + i for i in rows]] = cost
                     self.rows_solved += len(rows)
             else:
@@ -322,11 +307,11 @@ class W1Log:
         p_rows = torch.stack([unique[t][2] for t in order])
         q_rows = torch.stack([unique[t][3] for t in order])
         tv = torch.tensor([unique[t][1] for t in order], dtype=torch.float64)
-        w1 = dict(zip(order, (w1_distortion(p_rows, q_rows, self.content, self.tokens, **self.method) / tv).tolist()))
+        w1 = dict(zip(order, (w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule) / tv).tolist()))
         mean, sem = self._estimate([w1[h[0]] for h in drawn], num_tokens)
         sub = sub_sem = None
         if self.substitution:
-            cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, **self.method) / tv
+            cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, self.rule) / tv
             sub, sub_sem = self._estimate([dict(zip(order, cost.tolist()))[h[0]] for h in drawn], num_tokens)
         self.rows_solved = len(order)
         self.seconds += time.perf_counter() - began

@@ -1,16 +1,13 @@
 """pytest configuration for ``pytest --nbval-lax notebooks/``.
 
 The notebooks run in the current environment's kernel (``--nbval-current-env`` is switched on
-here unless a kernel is named), with the non-interactive matplotlib backend; the builder script
-is not a test module."""
+here unless a kernel is named), with the non-interactive matplotlib backend."""
 
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # inherited by the kernel: no GUI, no figure windows
-
-collect_ignore = ["build_notebooks.py"]
 
 
 def pytest_configure(config):

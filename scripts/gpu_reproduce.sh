@@ -9,17 +9,25 @@
 # CLIP     local CLIP folder (CLIPModel + CLIPProcessor save_pretrained)
 # PROMPTS  prompt file: PartiPrompts' TSV (header Prompt, Category, Challenge, Note) or one per line
 #
-# Runs every notebook in notebooks/ with its `parameters` cell pointed at these files (nbclient;
-# the assignments are injected in a cell right after the parameters cell, as papermill does), then
-# `python -m gsd_lab figures --paper` on PROMPTS. Everything goes to a new folder (never reused):
+# Runs every notebook in notebooks/ with its `parameters` cell pointed at these files
+# (`python -m gsd_lab notebooks`: papermill injects them in a cell after the parameters cell), then
+# `python -m gsd_lab figures --paper` on PROMPTS. Everything goes to a new folder outside the
+# checkout (GSD_RESUME=1 continues an interrupted one):
 #   OUT/notebooks/*.ipynb   executed notebooks (outputs, figures)
 #   OUT/figures/            figures (PNG, SVG, JSON sidecars), results.md, results.json
+#   OUT/figures/decoding/   one result file per (configuration, prompt), written as it is decoded
 #   OUT/prompts.tsv         the prompts figures ran on; OUT/*.log; OUT/run.json (what ran, status)
+# The checkout must be clean (git status) before anything runs: every output records its commit.
 #
 # Environment (all optional):
 #   GSD_MODEL        lumina-mgpt-7b-768 (default), -512 or -1024
 #   GSD_DEVICE       cuda (default), cuda:1, cpu, ...
-#   GSD_OUT          output folder (default runs/gpu-reproduce-<UTC timestamp>; must not exist)
+#   GSD_OUT          output folder outside the checkout (default ~/gsd-runs/gpu-reproduce-<UTC
+#                    timestamp>; must not exist unless GSD_RESUME=1)
+#   GSD_RESUME=1     continue in an existing GSD_OUT after a crash: figures --paper skips every
+#                    image already on disk (and refuses another model, weights or prompt list)
+#   GSD_NPROC        processes for figures --paper (default 1): torchrun, one GPU each
+#   GSD_ALLOW_DIRTY=1  run from a checkout with uncommitted changes (outputs then say dirty)
 #   GSD_SIZES        paper (default): the notebooks' own sizes (the paper's configurations) and
 #                    figures --paper on every prompt; tiny: small sizes for a CPU smoke test on
 #                    the tiny checkpoints of gsd_lab.models.lumina_tiny (the tests use it)
@@ -28,15 +36,18 @@
 #   GSD_DRY_RUN=1    print the plan (parameters, commands) and stop before running anything
 #   PYTHON           interpreter with gsd installed (".[lab,notebooks]"); default: python
 #
-# Time on one GPU (estimate, not measured): figures --paper decodes 16 configurations per prompt,
-# each image ~2.4k tokens; the paper's 1,600 Parti prompts are days of GPU time: start with
-# GSD_MAX_PROMPTS=50.
+# Time: figures --paper decodes 21 passes per prompt (20 configurations of the tables and curves,
+# and AR without guidance on the first 256 prompts), each image ~2.4k tokens at 768 px; the
+# paper's 1,600 Parti prompts are hundreds of GPU-hours. `python -m gsd_lab figures --paper
+# --dry-run ...` (same flags) prints the estimate from per-forward times measured on the GPU and
+# the images already in OUT/figures; progress lines (done / to do, ETA) go to OUT/figures.log.
 set -euo pipefail
 
 usage() {
     sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
+fail() { echo "error: $*" >&2; exit 2; }
 
 [ "$#" -eq 4 ] || usage
 WEIGHTS=$1 VQGAN=$2 CLIP=$3 PROMPTS=$4
@@ -51,7 +62,20 @@ MODEL=${GSD_MODEL:-lumina-mgpt-7b-768}
 DEVICE=${GSD_DEVICE:-cuda}
 SIZES=${GSD_SIZES:-paper}
 STEPS=${GSD_STEPS:-notebooks figures}
-OUT=${GSD_OUT:-runs/gpu-reproduce-$(date -u +%Y%m%dT%H%M%SZ)}
+OUT=${GSD_OUT:-$HOME/gsd-runs/gpu-reproduce-$(date -u +%Y%m%dT%H%M%SZ)}
+RESUME=${GSD_RESUME:-0}
+NPROC=${GSD_NPROC:-1}
+[[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "GSD_NPROC must be a positive integer, got '$NPROC'"
+# The outputs record the commit they come from: refuse a dirty checkout before anything runs.
+if [ "${GSD_ALLOW_DIRTY:-0}" != 1 ] && git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+    dirty=$(git -C "$REPO" status --porcelain)
+    if [ -n "$dirty" ]; then
+        echo "error: the checkout $REPO has uncommitted changes; commit or stash them first (or set" \
+             "GSD_ALLOW_DIRTY=1: the outputs then say dirty):" >&2
+        echo "$dirty" | head -20 >&2
+        exit 2
+    fi
+fi
 case "$SIZES" in
     paper) MAX_PROMPTS=${GSD_MAX_PROMPTS:-} ;;
     tiny) MAX_PROMPTS=${GSD_MAX_PROMPTS:-1} ;;
@@ -74,6 +98,12 @@ fi
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 WEIGHTS=$(abspath "$WEIGHTS") VQGAN=$(abspath "$VQGAN") CLIP=$(abspath "$CLIP")
 PROMPTS=$(abspath "$PROMPTS")
+# Outside the checkout: results there would make the tree dirty (and be committed by mistake).
+out_parent=$(dirname "$OUT")
+while [ ! -d "$out_parent" ]; do out_parent=$(dirname "$out_parent"); done
+case "$(cd "$out_parent" && pwd -P)/" in
+    "$(cd "$REPO" && pwd -P)"/*) fail "GSD_OUT $OUT is inside the checkout $REPO; put outputs elsewhere" ;;
+esac
 
 DRY_RUN=${GSD_DRY_RUN:-0}
 if [ "$DRY_RUN" = 1 ]; then
@@ -81,21 +111,27 @@ if [ "$DRY_RUN" = 1 ]; then
     echo "output folder: $OUT"
     echo "model: $MODEL on $DEVICE; sizes: $SIZES; prompts: $PROMPTS (first ${MAX_PROMPTS:-all})"
 else
-    if [ -e "$OUT" ]; then
-        echo "error: $OUT exists; every run writes to a new folder (set GSD_OUT)" >&2
+    if [ -e "$OUT" ] && [ "$RESUME" != 1 ]; then
+        echo "error: $OUT exists; every run writes to a new folder (set GSD_OUT), or GSD_RESUME=1 continues it" >&2
         exit 2
+    fi
+    if [ "$RESUME" = 1 ] && [ ! -f "$OUT/run.json" ]; then
+        fail "GSD_RESUME=1: $OUT holds no run.json of this script"
     fi
     mkdir -p "$OUT/notebooks"
     OUT=$(cd "$OUT" && pwd)
 fi
-FIGURES_CMD=("$PYTHON" -m gsd_lab figures --model "$MODEL" --weights "$WEIGHTS" --vqgan "$VQGAN"
-             --clip "$CLIP" --device "$DEVICE" --prompts "$OUT/prompts.tsv" --paper
-             --out "$OUT/figures" --no-progress)
+FIGURES_CMD=("$PYTHON")
+if [ "$NPROC" -gt 1 ]; then FIGURES_CMD+=(-m torch.distributed.run --standalone --nproc-per-node "$NPROC"); fi
+FIGURES_CMD+=(-m gsd_lab figures --model "$MODEL" --weights "$WEIGHTS" --vqgan "$VQGAN"
+              --clip "$CLIP" --device "$DEVICE" --prompts "$OUT/prompts.tsv" --paper
+              --out "$OUT/figures")
 if [ "$SIZES" = tiny ]; then FIGURES_CMD+=(--threads 1); fi
 export MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export GSD_R_REPO="$REPO" GSD_R_OUT="$OUT" GSD_R_MODEL="$MODEL" GSD_R_DEVICE="$DEVICE"
 export GSD_R_SIZES="$SIZES" GSD_R_WEIGHTS="$WEIGHTS" GSD_R_VQGAN="$VQGAN" GSD_R_CLIP="$CLIP"
 export GSD_R_PROMPTS="$PROMPTS" GSD_R_MAX_PROMPTS="$MAX_PROMPTS" GSD_R_DRY_RUN="$DRY_RUN"
+export GSD_R_RESUME="$RESUME"
 
 # 1. The prompt subset, and the plan (run.json). --------------------------------------------
 "$PYTHON" - <<'PY'
@@ -113,11 +149,17 @@ out = env["out"]
 with open(os.path.join(out, "prompts.tsv"), "w", encoding="utf-8") as f:
     f.write("Prompt\tCategory\tChallenge\tNote\n" + "".join(f"{p}\t\t\t\n" for p in prompts))
 commit = subprocess.run(["git", "-C", env["repo"], "rev-parse", "HEAD"], capture_output=True, text=True)
-record = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv,
-          "git_commit": commit.stdout.strip() or None, "python": sys.executable,
-          **{k: env[k] for k in ("model", "device", "sizes", "weights", "vqgan", "clip", "prompts")},
-          "num_prompts": len(prompts), "steps": {}}
-with open(os.path.join(out, "run.json"), "w") as f:
+now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+path = os.path.join(out, "run.json")
+if env["resume"] == "1":  # the figures identity check refuses another model, weights or prompt list
+    record = json.load(open(path))
+    record.setdefault("resumed", []).append({"at": now, "git_commit": commit.stdout.strip() or None})
+else:
+    record = {"started": now, "argv": sys.argv, "git_commit": commit.stdout.strip() or None,
+              "python": sys.executable,
+              **{k: env[k] for k in ("model", "device", "sizes", "weights", "vqgan", "clip", "prompts")},
+              "num_prompts": len(prompts), "steps": {}}
+with open(path, "w") as f:
     json.dump(record, f, indent=1)
 PY
 
@@ -138,61 +180,11 @@ json.dump(record, open(path, "w"), indent=1)' "$OUT/run.json" "$1" "$2" "$3"
 if [[ " $STEPS " == *" notebooks "* ]]; then
     start=$SECONDS
     set +e
-    "$PYTHON" - 2>&1 <<'PY' | log_to "$OUT/notebooks.log"
-import os, sys, time
-from pathlib import Path
-
-env = {k[6:].lower(): v for k, v in os.environ.items() if k.startswith("GSD_R_")}
-MODEL = {"model_name": env["model"], "weights": env["weights"], "vqgan": env["vqgan"],
-         "clip": env["clip"], "device": env["device"]}
-# Paper sizes: the notebooks' own parameters (the paper's configurations). Tiny: a CPU smoke test.
-TINY = {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
-        "table1_groups": (3,), "table1_amplify": (2.0,), "table2_group": 3, "pareto_groups": (3,),
-        "pareto_amplify": (2.0,), "num_samples": 20_000, "distortion_pairs": 20}
-overrides = {**MODEL, **(TINY if env["sizes"] == "tiny" else {})}
-
-
-def parameter_names(cell_source):
-    import ast
-    return {t.id for node in ast.parse(cell_source).body if isinstance(node, ast.Assign)
-            for t in node.targets if isinstance(t, ast.Name)}
-
-
-import nbformat
-from nbformat.v4 import new_code_cell
-
-failed = []
-notebooks = sorted(Path(env["repo"], "notebooks").glob("*.ipynb"))
-if not notebooks:
-    sys.exit(f"no notebooks in {env['repo']}/notebooks")
-for path in notebooks:
-    nb = nbformat.read(path, as_version=4)
-    index = next((i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), None)
-    if index is None:
-        sys.exit(f"{path.name} has no cell tagged 'parameters'")
-    names = parameter_names(nb.cells[index].source)
-    injected = {k: v for k, v in overrides.items() if k in names}
-    source = "# Parameters injected by scripts/gpu_reproduce.sh\n" + "".join(
-        f"{k} = {v!r}\n" for k, v in injected.items())
-    print(f"{path.name}: {injected}", flush=True)
-    if env["dry_run"] == "1":
-        continue
-    nb.cells.insert(index + 1, new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    started = time.perf_counter()
-    try:
-        NotebookClient(nb, timeout=None, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    except CellExecutionError as error:
-        failed.append(path.name)
-        print(f"{path.name} FAILED: {str(error)[-2000:]}", flush=True)
-    nbformat.write(nb, Path(env["out"], "notebooks", path.name))
-    print(f"{path.name}: {time.perf_counter() - started:.0f} s", flush=True)
-if failed:
-    sys.exit(f"notebooks failed: {failed}")
-PY
+    NOTEBOOKS_CMD=("$PYTHON" -m gsd_lab notebooks -r model_name "$MODEL" -r weights "$WEIGHTS"
+                   -r vqgan "$VQGAN" -r clip "$CLIP" -r device "$DEVICE")
+    if [ "$SIZES" = tiny ]; then NOTEBOOKS_CMD+=(--sizes tiny); fi
+    if [ "$DRY_RUN" = 1 ]; then NOTEBOOKS_CMD+=(--dry-run); else NOTEBOOKS_CMD+=(--out "$OUT/notebooks"); fi
+    (cd "$REPO" && "${NOTEBOOKS_CMD[@]}") 2>&1 | log_to "$OUT/notebooks.log"
     code=${PIPESTATUS[0]}
     set -e
     record_step notebooks "$code" $((SECONDS - start))

@@ -44,3 +44,88 @@ def test_notebook_structure(name):
 def _prints(cell) -> bool:
     """A top-level print or plot call: the cell must have produced output when executed."""
     return re.search(r"^(print|plots\.show)\(", cell.source, re.M) is not None
+
+
+# ---- the sources and the papermill runner (gsd_lab.notebooks) -----------------------------------
+
+MODEL_NOTEBOOKS = NAMES[:4]
+
+
+def _read(name):
+    return nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_is_normalised(name):
+    """What ``gsd_lab.notebooks.normalise`` writes: a JupyterLab save that adds a kernel of its
+    own, timing or papermill metadata is caught here (run ``python -m gsd_lab notebooks``)."""
+    nb = _read(name)
+    metadata = {k: v for k, v in nb.metadata.items() if k != "widgets"}  # saved widget state may stay
+    assert metadata == {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                        "language_info": {"name": "python"}}
+    for cell in nb.cells:
+        assert set(cell.metadata) <= {"tags"}, (name, cell.source[:60], dict(cell.metadata))
+        assert "injected-parameters" not in cell.metadata.get("tags", []), "committed with injected parameters"
+
+
+def test_model_notebooks_share_their_model_cells():
+    """01-04 declare the same model parameters with the same defaults and say which model
+    produced their outputs in the same words (one edit must reach all four)."""
+    from gsd_lab.notebooks import declared_parameters
+
+    model_names = ("model_name", "weights", "vqgan", "clip", "device", "threads")
+    declared = [declared_parameters(NOTEBOOK_DIR / f"{name}.ipynb") for name in MODEL_NOTEBOOKS]
+    assert all({k: d[k] for k in model_names} == {k: declared[0][k] for k in model_names} for d in declared)
+    notes = {next(c.source for c in _read(name).cells if "Which model produced" in c.source)
+             for name in MODEL_NOTEBOOKS}
+    assert len(notes) == 1
+
+
+def test_plan_injects_only_declared_names():
+    from gsd_lab.notebooks import SIZES, notebook_paths, parse_value, plan
+
+    runs = {r.source.stem[:2]: r.parameters for r in
+            plan(notebook_paths(), {"model_name": "tiny-random"}, sizes="tiny")}
+    assert runs["05"] == {k: SIZES["tiny"][k] for k in ("num_samples", "distortion_pairs")}
+    assert runs["04"]["model_name"] == "tiny-random" and runs["04"]["table2_group"] == 3
+    assert "model_name" not in runs["05"]
+    with pytest.raises(ValueError, match=r"\['num_sample'\] declared by none"):
+        plan(notebook_paths(["05"]), {"num_sample": 3})
+    with pytest.raises(ValueError, match="no notebook starts with"):
+        notebook_paths(["9"])
+    assert parse_value("[0, 1]") == [0, 1] and parse_value("None") is None
+    assert parse_value("tiny-random") == "tiny-random" and parse_value("/a/b") == "/a/b"
+
+
+def _toy_notebook(path, body: str) -> None:
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+             new_code_cell("from gsd_lab.provenance import provenance_line\n\nprint(provenance_line())"),
+             new_code_cell(body)]
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {"name": "other", "display_name": "x", "language": "python"}}),
+                   path)
+
+
+def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
+    """Two toy notebooks through ``run_notebooks`` (three kernel starts): in place, one failing
+    notebook writes nothing; into another folder, the parameter is injected and the written
+    notebook is normalised, with the provenance header and the outputs."""
+    from gsd_lab.notebooks import run_notebooks
+
+    src = tmp_path / "src"
+    src.mkdir()
+    _toy_notebook(src / "01_ok.ipynb", "print(f'x = {x}')")
+    _toy_notebook(src / "02_fails.ipynb", "raise RuntimeError('boom')")
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    runs = run_notebooks(src, folder=src, log=lambda line: None)
+    assert [r.error for r in runs] == [None, "RuntimeError: boom"]
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    out = tmp_path / "out"
+    (run,) = run_notebooks(out, only=["01"], parameters={"x": 3}, folder=src, log=lambda line: None)
+    assert run.error is None and run.parameters == {"x": 3}
+    nb = nbformat.read(out / "01_ok.ipynb", as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3" and "papermill" not in nb.metadata
+    assert nb.cells[1].metadata == {"tags": ["injected-parameters"]} and "x = 3" in nb.cells[1].source
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "x = 3" in text and re.search(r"provenance: commit [0-9a-f]{40} dirty (True|False)", text)

@@ -128,12 +128,10 @@ def test_outputs_inside_the_checkout_need_a_clean_tree():
     assert not prov.inside_repository(Path("/tmp") / "scratch-figures")
 
 
-def test_build_notebooks_refuses_a_dirty_tree(tmp_path, monkeypatch):
-    """The notebook builder checks the tree before executing into notebooks/ (no kernel started)."""
-    import sys
-
-    monkeypatch.syspath_prepend(str(ROOT / "notebooks"))
-    import build_notebooks
+def test_notebook_runner_refuses_a_dirty_tree(monkeypatch):
+    """``python -m gsd_lab notebooks`` checks the tree before executing into notebooks/ (no kernel
+    started), and only warns for a folder outside the checkout."""
+    from gsd_lab import notebooks
 
     def dirty(what, *, allow_dirty=False, repo=None):
         if not allow_dirty:
@@ -142,7 +140,13 @@ def test_build_notebooks_refuses_a_dirty_tree(tmp_path, monkeypatch):
         return {}
 
     monkeypatch.setattr(prov, "require_clean_tree", dirty)
-    monkeypatch.setattr(sys, "argv", ["build_notebooks.py", "--execute", "--only", "05"])
-    monkeypatch.setattr(build_notebooks, "execute", lambda nb, timeout: pytest.fail("executed on a dirty tree"))
-    with pytest.raises(SystemExit, match="dirty"):
-        build_notebooks.main()
+    monkeypatch.setattr(notebooks, "execute", lambda run, scratch, timeout=None: pytest.fail("executed"))
+    with pytest.raises(prov.DirtyTreeError, match="dirty"):
+        notebooks.run_notebooks(only=["05"])
+    from gsd_lab.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["notebooks", "--only", "05"])
+    assert exit_info.value.code == 2
+    with pytest.warns(UserWarning, match="DIRTY TREE"), pytest.raises(pytest.fail.Exception, match="executed"):
+        notebooks.run_notebooks(Path("/tmp") / "scratch-notebooks", only=["05"])

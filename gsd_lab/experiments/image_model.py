@@ -41,7 +41,8 @@ class ImageModel:
     uint8 image [H, W, 3]; ``condition_scores(images, prompts)`` -> [B] (higher is better) and
     ``frechet_distance(images)`` -> float (lower is better) are None where unavailable; so is
     ``decode`` (e.g. Lumina-mGPT without its VQGAN). ``weights_info``: where the weights came
-    from and their SHA-256 (for provenance records)."""
+    from and their SHA-256 (for provenance records). ``quality_column``: the name tables give the
+    per-image score (``clip_score`` on Lumina-mGPT; rows keep the key ``condition_score``)."""
 
     name: str
     adapter: CausalLMAdapter
@@ -53,6 +54,9 @@ class ImageModel:
     frechet_distance: Callable[[list[np.ndarray]], float] | None = None
     quality_names: dict[str, str] = field(default_factory=dict)
     weights_info: dict[str, Any] = field(default_factory=dict)
+    # What the per-image score is, as tables name its columns (rows keep the key condition_score).
+    quality_column: str = "condition_score"
+    quality_config: dict[str, Any] = field(default_factory=dict)  # e.g. the CLIP resize
 
     @property
     def embeddings(self) -> Tensor:
@@ -154,14 +158,17 @@ def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
 
 def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
                      clip: str | None = None, device: str | None = None, cfg_scale: float | None = None,
-                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True) -> ImageModel:
+                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True,
+                     tokenizer: str | None = None, clip_resize: int | None = None) -> ImageModel:
     """Build the ``ImageModel`` for a command-line model name (see the module docstring).
 
     cfg_scale / top_k override the model's defaults when given; ``clip``: a local CLIP folder
     for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu.
-    float64_on_cpu: run the forward of a model on CPU in float64 (module docstring)."""
+    float64_on_cpu: run the forward of a model on CPU in float64 (module docstring). tokenizer:
+    Lumina-mGPT's tokenizer.json folder (default: found next to the weights). clip_resize: CLIP
+    scores images resized to that side first (the release preset's 299; None: as decoded)."""
     model = _load_image_model(name, weights=weights, vqgan=vqgan, clip=clip, device=device, cfg_scale=cfg_scale,
-                              top_k=top_k, seed=seed)
+                              top_k=top_k, seed=seed, tokenizer=tokenizer, clip_resize=clip_resize)
     adapter = model.adapter
     if adapter.device.type == "cpu":
         if float64_on_cpu and adapter.compute_dtype != torch.float64:
@@ -172,7 +179,8 @@ def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan
 
 
 def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip: str | None, device: str | None,
-                      cfg_scale: float | None, top_k: int | None, seed: int) -> ImageModel:
+                      cfg_scale: float | None, top_k: int | None, seed: int, tokenizer: str | None,
+                      clip_resize: int | None) -> ImageModel:
     if name == TINY_RANDOM:
         kwargs: dict[str, Any] = {}
         if cfg_scale is not None:
@@ -197,9 +205,11 @@ def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip
         return model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, **overrides)
-    model = _lumina_model(name, adapter, clip)
-    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip}
+    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides)
+    model = _lumina_model(name, adapter, clip, clip_resize)
+    # The tokenizer actually used (the checkpoint's or a sibling 768 folder's): it decides the prompt ids.
+    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip,
+                          "tokenizer": str(adapter.tokenizer.path.parent)}
     return model
 
 
@@ -221,7 +231,7 @@ LUMINA_DEFAULT_PROMPTS = [
 ]
 
 
-def _lumina_model(name: str, adapter: Any, clip_dir: str | None) -> ImageModel:
+def _lumina_model(name: str, adapter: Any, clip_dir: str | None, clip_resize: int | None = None) -> ImageModel:
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         uncond = adapter.unconditional_prompt_ids() if adapter.uses_cfg else None
         return adapter.prompt_ids(prompt), uncond
@@ -231,18 +241,21 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None) -> ImageModel:
 
     return ImageModel(name, adapter, adapter.num_image_tokens, encode,
                       decode if adapter.vqgan is not None else None, list(LUMINA_DEFAULT_PROMPTS),
-                      condition_scores=_clip_scorer(clip_dir, adapter.device) if clip_dir else None,
-                      quality_names={"condition_score": "CLIP score\n(higher better)"})
+                      condition_scores=_clip_scorer(clip_dir, adapter.device, clip_resize) if clip_dir else None,
+                      quality_names={"condition_score": "CLIP score\n(higher better)"}, quality_column="clip_score",
+                      quality_config={"clip_resize": clip_resize} if clip_dir else {})
 
 
-def _clip_scorer(clip_dir: str, device: Any) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
-    """Per-image CLIP scores against the prompts, from a local CLIP folder (gsd_lab.clip_score)."""
+def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
+                 ) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
+    """Per-image CLIP scores against the prompts, from a local CLIP folder (gsd_lab.clip_score);
+    ``resize``: images resized to resize x resize first (the release preset: 299)."""
     from ..clip_score import clip_scores, load_clip
 
     clip_model, processor = load_clip(clip_dir, device=device)
 
     def scores(images: list[np.ndarray], prompts: list[str]) -> np.ndarray:
-        return clip_scores(images, prompts, clip_model, processor).numpy()
+        return clip_scores(images, prompts, clip_model, processor, resize=resize).numpy()
 
     return scores
 

@@ -191,8 +191,8 @@ def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
 
 def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: str) -> Figure:
     """Exact per-step quantities (distortion TV(out, p) or acceptance) against the cluster size:
-    the number of tokens in a cluster (``toy.rules_for_cluster_size``: dynamic window of
-    2 floor(G/2) + 1 ranks, rank bins of that many tokens), so the rules are compared at equal size."""
+    the number of tokens in a cluster G (``toy.rules_for_cluster_size``: a dynamic window of G ranks,
+    rank bins of G tokens), so the rules are compared at equal size."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
     for name, values in curves.items():

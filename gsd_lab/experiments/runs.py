@@ -54,6 +54,7 @@ from ..clustering import embedding_partition
 from ..decoding import DecodeResult, generate
 from ..transport import DEFAULT_DRAWS
 from ..metrics import paired_bootstrap
+from ..presets import ReleaseDistanceClusters, preset, release_distance_table
 from .image_model import ImageModel
 
 CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
@@ -84,6 +85,7 @@ class MethodSpec:
     lantern_k: int = 0
     lantern_delta: float = 0.0
     seed_offset: int = 0
+    preset: str = "default"
 
     def __post_init__(self) -> None:
         if self.method not in ("ar", "sjd", "gsd"):
@@ -101,12 +103,15 @@ class MethodSpec:
             raise ValueError("clusters must be given exactly for method 'gsd'")
         if self.clusters is not None and self.clusters not in CLUSTER_KINDS:
             raise ValueError(f"unknown clusters {self.clusters!r}; expected one of {CLUSTER_KINDS}")
+        fixed = preset(self.preset).window  # raises for an unknown preset
+        if fixed is not None and self.method != "ar" and self.window != fixed:
+            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
 
     @property
     def key(self) -> tuple:
         """Identity of the computation (the label is only a name)."""
         return (self.method, self.clusters, self.group_size, self.residual, self.acceptance_scale, self.window,
-                self.lantern_k, self.lantern_delta, self.seed_offset)
+                self.lantern_k, self.lantern_delta, self.seed_offset, self.preset)
 
 
 @dataclass(frozen=True)
@@ -144,11 +149,41 @@ class FilterSettings:
         return float(torch.quantile(distance.float(), self.distance_quantile))
 
 
+def spec_fields(spec: MethodSpec) -> dict[str, Any]:
+    """The fields of ``spec`` that decide the computation (its label is only a name); LANTERN's
+    and the seed offset only when set, so that the plain methods' records keep one form."""
+    fields: dict[str, Any] = {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
+                              "residual": spec.residual, "acceptance_scale": spec.acceptance_scale,
+                              "window": spec.window}
+    fields.update({k: getattr(spec, k) for k in ("lantern_k", "lantern_delta", "seed_offset") if getattr(spec, k)})
+    if spec.preset != "default":
+        fields["preset"] = spec.preset
+    return fields
+
+
+def decoding_identity(model: ImageModel, spec: MethodSpec) -> dict[str, Any]:
+    """What a decoded image depends on besides the weights, prompt and seed: ``spec_fields``, the
+    adapter's CFG scale, top-k and temperature as they are now, and GSD's filter settings for
+    the dynamic rules (part of the run identity of ``evaluate`` and ``figures --paper``)."""
+    from dataclasses import asdict
+
+    adapter = model.adapter
+    decoding = {**spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
+                "temperature": getattr(adapter, "temperature", None)}
+    if spec.clusters is not None and spec.clusters.startswith("dynamic"):
+        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
+    return decoding
+
+
 def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings, *, seed: int = 0) -> object:
     """The gsd_core cluster rule (or None) for ``spec`` on ``model``."""
     if spec.clusters is None:
         return None
     size = spec.group_size
+    if spec.clusters in ("dynamic", "dynamic-distance") and preset(spec.preset).release_distance:
+        distance = filters.resolve(model.embeddings, model.image_vocabulary.cpu(), seed=seed)
+        table = release_distance_table(model.embeddings, distance).to(model.adapter.device)
+        return ReleaseDistanceClusters(size, table, filters.max_prob_gap if spec.clusters == "dynamic" else None)
     if spec.clusters in ("dynamic", "dynamic-distance"):
         embeddings = model.embeddings
         distance = filters.resolve(embeddings, model.image_vocabulary.cpu(), seed=seed)
@@ -220,17 +255,21 @@ def generator_seed(seed: int, prompt_index: int) -> int:
 
 def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *, clusters: object = None,
                  record_top1: bool = False, progress: bool = False, lantern: Lantern | None = None,
-                 record_distortion: bool = False, record_w1: bool = False,
+                 record_distortion: bool = False, engine: str = "eager", record_w1: bool = False,
                  w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
-    result and the decoded uint8 image (None when the model cannot decode to pixels)."""
+    result and the decoded uint8 image (None when the model cannot decode to pixels). engine:
+    ``generate``'s execution option ("eager" or "static")."""
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
+    settings = preset(spec.preset)
     result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=spec.method,
                       window=spec.window, clusters=clusters, residual=spec.residual, generator=generator,
                       acceptance_scale=spec.acceptance_scale, record_top1=record_top1, progress=progress,
                       uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion,
-                      record_w1=record_w1, w1_draws=w1_draws)
+                      jacobi_positions=settings.jacobi_positions(model.num_tokens),
+                      forced_drafts=settings.forced_drafts,
+                      engine=engine, record_w1=record_w1, w1_draws=w1_draws)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 
@@ -289,12 +328,17 @@ def quality_and_scores(model: ImageModel, images: list[np.ndarray],
         return out, scores
     if model.condition_scores is not None:
         scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
-        out["condition_score"] = float(scores.mean())
-        # Standard error of the mean over images: differences below ~2 of these are noise.
-        out["condition_score_sem"] = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None
+        out.update(score_summary(scores))
     if model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images))
     return out, scores
+
+
+def score_summary(scores: np.ndarray) -> dict[str, float | None]:
+    """condition_score: the mean of per-image scores [N]; condition_score_sem: its standard error
+    (differences below about two of these are noise; None for one image)."""
+    return {"condition_score": float(scores.mean()),
+            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None}
 
 
 def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) -> dict[str, Any] | None:
@@ -374,16 +418,20 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
 class RunCache:
     """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once.
 
+    ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
+    Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
+    stderr with its images done / to do and ETA, and how many configurations are done.
     record_w1: None (default) records the similarity-aware distortion whenever TV is recorded
     and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
     per image (None: exact for every token; module docstring)."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
-                 bootstrap_resamples: int = 2000, record_w1: bool | None = None,
-                 w1_draws: int | None = DEFAULT_DRAWS) -> None:
+                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None,
+                 record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS) -> None:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         if record_w1 is None:
             record_w1 = record_distortion and model.adapter.code_content() is not None
         self.record_w1, self.w1_draws = record_w1, w1_draws
@@ -402,10 +450,33 @@ class RunCache:
             clusters = build_clusters(spec, self.model, self.filters)
             lantern = build_lantern(spec, self.model, self._neighbourhoods)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, clusters=clusters,
-                                                 record_top1=self.record_top1, progress=self.progress,
+                                                 record_top1=self.record_top1, progress=self._progress(spec.label),
                                                  lantern=lantern, record_distortion=self.record_distortion,
                                                  record_w1=self.record_w1, w1_draws=self.w1_draws)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
+                       guided: bool = True) -> list[GenerationRecord]:
+        """Records with tokens, top-1 vectors and images for the detail analyses (top-1
+        statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
+        ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
+        ``limit`` prompts (every seed)."""
+        if guided:
+            return self.records(spec)[:limit]
+        from .image_model import guidance_scale
+
+        with guidance_scale(self.model, None):
+            return run_method(self.model, spec, self.prompts[:limit], self.seeds, record_top1=True,
+                              progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]))
+
+    def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
+        """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
+        from ..progress import ProgressLog, ProgressTee
+
+        images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
+        log = ProgressLog(images, desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
+                                       "before it)", enabled=self.progress_lines)
+        return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
         """Time spent on distortion accounting (TV and W1), per decoded image (all configurations)."""

@@ -101,11 +101,13 @@ def distortion_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
     return {name: specs for name, specs in curves.items() if specs}
 
 
-def speed_quality_table(cache: RunCache, specs: list[MethodSpec]) -> list[dict[str, Any]]:
-    """Rows (see ``runs.summarize``) with speed-ups against AR on the same prompts and seeds."""
-    return cache.table(specs, AR)
+def speed_quality_table(cache: RunCache, specs: list[MethodSpec], baseline: MethodSpec = AR) -> list[dict[str, Any]]:
+    """Rows (see ``runs.summarize``) with speed-ups against AR (``baseline``: AR as decoded in this
+    run, e.g. with a preset) on the same prompts and seeds."""
+    return cache.table(specs, baseline)
 
 
-def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]]) -> dict[str, list[dict[str, Any]]]:
-    """Per curve, the table rows of its configurations (NFE and quality)."""
-    return {name: cache.table(specs, AR) for name, specs in curves.items()}
+def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]],
+                  baseline: MethodSpec = AR) -> dict[str, list[dict[str, Any]]]:
+    """Per curve, the table rows of its configurations (NFE and quality) against ``baseline``."""
+    return {name: cache.table(specs, baseline) for name, specs in curves.items()}

@@ -94,6 +94,12 @@ import torch
 from torch import Tensor
 
 
+def _numpy_ok(values: Tensor) -> bool:
+    """Whether the numpy forms may run: a CPU tensor outside ``torch.compile``'s tracing (which
+    cannot trace numpy's selection; the torch forms give the same values bit for bit)."""
+    return values.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def kth_largest(values: Tensor, k: int) -> Tensor:
     """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
 
@@ -102,7 +108,7 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     17 x 8192 float64 rows), elsewhere ``kth_largest_topk`` (a sorted ``torch.topk``, no host
     sync). NaN counts as the largest value in both."""
     n = values.shape[-1]
-    if values.device.type == "cpu":
+    if _numpy_ok(values):
         import numpy as np
 
         selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
@@ -123,7 +129,7 @@ def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
     ``masked_fill_`` when a quarter of the entries is kept at random (top-k 2000 of 8192):
     min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
     (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
-    if values.device.type != "cpu":
+    if not _numpy_ok(values):
         return values.masked_fill_(values < threshold, -torch.inf)
     import numpy as np
 
@@ -165,6 +171,13 @@ def kept_ids(logits: Tensor) -> Tensor | None:
         ids = np.repeat(np.argmin(kept, axis=1)[:, None], width, axis=1)  # first -inf id
         ids[row_of, slot] = flat - row_of * vocab
     return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+def one_hot_rows(tokens: Tensor, vocab: int) -> Tensor:
+    """[R] ids in [0, V) -> [R, V] float64 one-hot rows, by a scatter: no range check that reads
+    the ids back (``F.one_hot`` does one on CPU)."""
+    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float64, device=tokens.device)
+    return out.scatter_(1, tokens.unsqueeze(1), 1.0)
 
 
 def forced_support(support: Tensor, forced: Tensor, vocab: int) -> Tensor:
@@ -432,20 +445,11 @@ class CausalLMAdapter:
         or a row keeps all V ids)."""
         if self._prompt is None:
             raise ValueError("call start(prompt_ids) before forward()")
-        input_ids = torch.as_tensor(input_ids, device=self.device)
-        if input_ids.ndim != 1 or input_ids.numel() == 0:
-            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        input_ids, num_rows = self._checked_input(input_ids, num_rows)
         T = input_ids.numel()
-        num_rows = T if num_rows is None else num_rows
-        if not 1 <= num_rows <= T:
-            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
         batch_size = self._batch_prompt.shape[0]
         if self._seq_len == 0:
-            P = self.prompt_len
-            if T < P or not torch.equal(input_ids[:P], self._prompt):
-                raise ValueError("the first forward() after start() must begin with the prompt")
-            tail = input_ids[P:].unsqueeze(0).expand(batch_size, -1)
-            batch_ids = torch.cat([self._batch_prompt, tail], 1)
+            batch_ids = self._prefill_batch(input_ids)
         else:
             batch_ids = input_ids.unsqueeze(0).expand(batch_size, -1)
         cache_before = self._cache_length()
@@ -453,7 +457,7 @@ class CausalLMAdapter:
         if self._padded:
             # Position ids count the real tokens of each row; padding is masked out.
             new_mask = torch.ones_like(batch_ids) if self._seq_len else torch.cat(
-                [self._prompt_mask, torch.ones_like(tail)], 1)
+                [self._prompt_mask, torch.ones_like(batch_ids[:, self._prompt_mask.shape[1]:])], 1)
             mask = torch.cat([self._mask, new_mask], 1)
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
         else:
@@ -485,6 +489,26 @@ class CausalLMAdapter:
         generated = torch.arange(offset, offset + num_rows, device=self.device)
         return self._process(logits, generated, with_support=with_support)
 
+    def _checked_input(self, input_ids: Any, num_rows: int | None) -> tuple[Tensor, int]:
+        """``forward``'s arguments checked: (input_ids [T] on the device, num_rows in [1, T])."""
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        if input_ids.ndim != 1 or input_ids.numel() == 0:
+            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (batch size 1)")
+        T = input_ids.numel()
+        num_rows = T if num_rows is None else num_rows
+        if not 1 <= num_rows <= T:
+            raise ValueError(f"num_rows must be in [1, {T}], got {num_rows}")
+        return input_ids, num_rows
+
+    def _prefill_batch(self, input_ids: Tensor) -> Tensor:
+        """The first forward's batch ids [B, W]: each row's (padded) prompt, then the tokens of
+        ``input_ids`` [T] after the prompt, which it must begin with."""
+        P = self.prompt_len
+        if input_ids.numel() < P or not torch.equal(input_ids[:P], self._prompt):
+            raise ValueError("the first forward() after start() must begin with the prompt")
+        tail = input_ids[P:].unsqueeze(0).expand(self._batch_prompt.shape[0], -1)
+        return torch.cat([self._batch_prompt, tail], 1)
+
     def compute_logits(
         self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int
     ) -> Tensor:
@@ -501,10 +525,14 @@ class CausalLMAdapter:
     # ---- processing -------------------------------------------------------------------
 
     def _process(
-        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False
+        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False,
+        sync_free: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
-        ``with_support``, (probs, support [R, K] or None) as in ``forward``."""
+        ``with_support``, (probs, support [R, K] or None) as in ``forward``.
+
+        sync_free: no host read (for a captured or compiled forward, ``gsd_lab.models.static``):
+        forced rows are set without first asking whether any row is forced (the same values)."""
         owned = logits.dtype != torch.float64  # .to() below makes a fresh tensor
         logits = logits.to(torch.float64)
         if self.uses_cfg:
@@ -514,10 +542,15 @@ class CausalLMAdapter:
             logits = logits[0] if owned else logits[0].clone()
         logits = self.process_logits(logits, generated_positions)
         # From the final logits (after any subclass's hooks): p > 0 only where they are not -inf.
-        support = kept_ids(logits) if with_support and logits.device.type == "cpu" else None
+        support = kept_ids(logits) if with_support and _numpy_ok(logits) else None
         probs = torch.softmax(logits, dim=-1)
         forced = self.forced_tokens(generated_positions)
-        if forced is not None:
+        if forced is not None and sync_free:
+            one_hot = one_hot_rows(forced.clamp(min=0), self.vocab_size)
+            probs = torch.where((forced >= 0).unsqueeze(-1), one_hot, probs)
+            if support is not None:
+                support = forced_support(support, forced, self.vocab_size)
+        elif forced is not None:
             is_forced = forced >= 0
             if bool(is_forced.any()):
                 one_hot = torch.nn.functional.one_hot(forced.clamp(min=0), self.vocab_size)
@@ -564,14 +597,17 @@ class CausalLMAdapter:
         return None
 
     def random_tokens(
-        self, generated_positions: Tensor, generator: torch.Generator | None
+        self, generated_positions: Tensor, generator: torch.Generator | None, *, respect_forced: bool = True
     ) -> Tensor:
-        """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced."""
+        """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced
+        (``respect_forced=False``: uniform there too, the same draws)."""
         count = generated_positions.numel()
         index = torch.randint(
             self.allowed_tokens.numel(), (count,), generator=generator, device=self.device
         )
         tokens = self.allowed_tokens[index]
+        if not respect_forced:
+            return tokens
         forced = self.forced_tokens(generated_positions)
         if forced is not None:
             tokens = torch.where(forced >= 0, forced, tokens)

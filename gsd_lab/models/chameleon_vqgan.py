@@ -238,23 +238,37 @@ class ChameleonVQGANDecoder(nn.Module):
         )
 
 
+# Where the release's code reads the VQGAN, relative to the folder given (a Lumina-mGPT checkout,
+# its lumina_mgpt/ folder, Meta's Chameleon download, or the files' own folder): Lumina-mGPT's
+# first release (commits d897672, 250b9cf: ./ckpts/image_tokenizer/chameleon/) and every later
+# one and the GSD release (./ckpts/chameleon/tokenizer/, next to text_tokenizer.json); Meta's
+# Chameleon download keeps them in tokenizer/ (also under data/).
+VQGAN_LAYOUTS = (
+    ".",
+    "tokenizer",
+    "chameleon/tokenizer",
+    "ckpts/chameleon/tokenizer",
+    "lumina_mgpt/ckpts/chameleon/tokenizer",
+    "image_tokenizer/chameleon",
+    "ckpts/image_tokenizer/chameleon",
+    "lumina_mgpt/ckpts/image_tokenizer/chameleon",
+    "data/tokenizer",
+)
+
+
 def find_vqgan_files(vqgan_dir: str | Path) -> tuple[Path, Path]:
-    """Locate ``vqgan.yaml`` and ``vqgan.ckpt`` in ``vqgan_dir`` or the Lumina-mGPT layout below it
-    (``ckpts/chameleon/tokenizer/``, ``chameleon/tokenizer/``, ``tokenizer/``)."""
+    """Locate ``vqgan.yaml`` and ``vqgan.ckpt`` in ``vqgan_dir`` or one of the release layouts
+    below it (``VQGAN_LAYOUTS``, first match wins)."""
     root = Path(vqgan_dir).expanduser()
-    candidates = [
-        root,
-        root / "tokenizer",
-        root / "chameleon" / "tokenizer",
-        root / "ckpts" / "chameleon" / "tokenizer",
-    ]
-    for folder in candidates:
+    for layout in VQGAN_LAYOUTS:
+        folder = root / layout
         if (folder / "vqgan.ckpt").is_file() and (folder / "vqgan.yaml").is_file():
             return folder / "vqgan.yaml", folder / "vqgan.ckpt"
     raise FileNotFoundError(
-        f"no vqgan.yaml + vqgan.ckpt found in {root} (also looked in tokenizer/, chameleon/tokenizer/, "
-        "ckpts/chameleon/tokenizer/). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; "
-        "licence accepted on Meta's Chameleon download page) and pass their folder as --vqgan DIR."
+        f"no vqgan.yaml + vqgan.ckpt found in {root} (also looked in "
+        + ", ".join(f"{layout}/" for layout in VQGAN_LAYOUTS[1:])
+        + "). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; licence accepted on Meta's "
+        "Chameleon download page) and pass their folder as --vqgan DIR."
     )
 
 

@@ -45,15 +45,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter, cache_kwarg
+from .lumina_tokenizer import PromptTokenizer, cache_entry_name, find_tokenizer_file, hf_cache_roots, snapshot_with
 
 logger = logging.getLogger(__name__)
 
@@ -90,31 +90,6 @@ def grid_token_name(cells: int) -> str:
 # ---- locating the weights ---------------------------------------------------------------------
 
 
-def _hf_cache_roots() -> list[Path]:
-    roots = []
-    if os.environ.get("HF_HUB_CACHE"):
-        roots.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        roots.append(Path(os.environ["HF_HOME"]) / "hub")
-    roots.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return roots
-
-
-def _snapshot_in(repo_cache: Path) -> Path | None:
-    """The snapshot folder of a Hugging Face cache entry (``refs/main`` if present, else the newest)."""
-    snapshots = repo_cache / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    ref = repo_cache / "refs" / "main"
-    if ref.is_file() and (snapshots / ref.read_text().strip() / "config.json").is_file():
-        return snapshots / ref.read_text().strip()
-    found = sorted(
-        (s for s in snapshots.iterdir() if (s / "config.json").is_file()),
-        key=lambda s: s.stat().st_mtime,
-    )
-    return found[-1] if found else None
-
-
 def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Path:
     """The folder holding ``config.json`` and the safetensors shards.
 
@@ -123,23 +98,23 @@ def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Pa
     ~/.cache/huggingface/hub). Raises FileNotFoundError saying where to put the weights.
     """
     repo = HF_REPO_TEMPLATE.format(resolution=resolution)
-    cache_name = "models--" + repo.replace("/", "--")
+    cache_name = cache_entry_name(repo)
     if weights is not None:  # only where the user pointed, never elsewhere
         root = Path(weights).expanduser()
         if (root / "config.json").is_file():
             return root
         entries, where = [root / cache_name, root], str(root)
     else:
-        entries = [r / cache_name for r in _hf_cache_roots()]
-        where = "the Hugging Face cache (" + ", ".join(str(r) for r in _hf_cache_roots()) + ")"
+        entries = [r / cache_name for r in hf_cache_roots()]
+        where = "the Hugging Face cache (" + ", ".join(str(r) for r in hf_cache_roots()) + ")"
     for entry in entries:
-        snapshot = _snapshot_in(entry)
+        snapshot = snapshot_with(entry, "config.json")
         if snapshot is not None:
             return snapshot
     raise FileNotFoundError(
-        f"no Lumina-mGPT weights found in {where}. Download {repo} (config.json, tokenizer files, "
-        f"*.safetensors) on a machine with internet, e.g. `huggingface-cli download {repo} --local-dir DIR`, "
-        "and pass --weights DIR (or leave the files in the Hugging Face cache)."
+        f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, e.g. "
+        f"`hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, *.safetensors and "
+        "the index), and pass --weights DIR (or leave the files in the Hugging Face cache)."
     )
 
 
@@ -290,20 +265,16 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
     return tensor.repeat_interleave(heads // ranks, dim=0)
 
 
-def read_lumina_state_dict(
-    folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
-) -> dict[str, Tensor]:
-    """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
-    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read).
+def stored_tensors(folder: Path, *, device: str | torch.device = "cpu") -> Iterator[tuple[str, str, Any]]:
+    """(name, shard file name, open ``safe_open`` handle) for every tensor of the safetensors
+    shards, file by file; use the handle before asking for the next item.
 
     Raises ``ValueError`` when a tensor name is stored in two shards (no "last one wins"), or when
     the index puts a tensor in another shard than the one holding it or lists one no shard holds."""
     from safetensors import safe_open
 
     weight_map = _safetensors_index(folder)
-    state: dict[str, Tensor] = {}
     stored_in: dict[str, str] = {}
-    skipped = 0
     for file in _safetensors_files(folder):
         with safe_open(str(file), framework="pt", device=str(device)) as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not iterable)
@@ -317,19 +288,35 @@ def read_lumina_state_dict(
                         f"tensor {name} is stored in {file.name} but the index says "
                         f"{weight_map.get(name, 'nothing about it')}"
                     )
-                if name.startswith(IMAGE_ENCODER_PREFIX):
-                    skipped += 1
-                    continue
-                tensor = handle.get_tensor(name)
-                if ".self_attn.q_norm." in name or ".self_attn.k_norm." in name:
-                    tensor = expand_qk_norm(name, tensor, config)
-                state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
+                yield name, file.name, handle
     if weight_map is not None:
         absent = sorted(set(weight_map) - set(stored_in))
         if absent:
             raise ValueError(
                 f"the index lists {len(absent)} tensors no shard holds: {absent[:6]}"
             )
+
+
+def is_qk_norm(name: str) -> bool:
+    return ".self_attn.q_norm." in name or ".self_attn.k_norm." in name
+
+
+def read_lumina_state_dict(
+    folder: Path, config: Any, *, device: str | torch.device, dtype: torch.dtype
+) -> dict[str, Tensor]:
+    """All text-model tensors of the safetensors shards, on ``device`` in ``dtype``, q/k-norms
+    expanded; ``model.vqmodel.*`` tensors, if any, are skipped (never read). The shards are
+    checked as they are read (``stored_tensors``)."""
+    state: dict[str, Tensor] = {}
+    skipped = 0
+    for name, _, handle in stored_tensors(folder, device=device):
+        if name.startswith(IMAGE_ENCODER_PREFIX):
+            skipped += 1
+            continue
+        tensor = handle.get_tensor(name)
+        if is_qk_norm(name):
+            tensor = expand_qk_norm(name, tensor, config)
+        state[name] = tensor.to(dtype=dtype) if tensor.is_floating_point() else tensor
     if skipped:
         logger.info(
             "skipped %d model.vqmodel.* tensors (image encoder; not needed to generate images)",
@@ -338,31 +325,40 @@ def read_lumina_state_dict(
     return state
 
 
-def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
-    """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
-    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+def meta_lumina_model(config: Any) -> Any:
+    """``ChameleonForConditionalGeneration(config)`` on the meta device (no memory), without the
+    image encoder (absent from Lumina releases, unused for generation)."""
     from transformers import ChameleonForConditionalGeneration
-    from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
 
     with torch.device("meta"):
         model = ChameleonForConditionalGeneration(config)
-    model.model.vqmodel = (
-        None  # the image encoder: absent from Lumina releases, unused for generation
-    )
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong_shape = [
-        f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})"
-        for k, v in expected.items()
-        if k in state and state[k].shape != v.shape
-    ]
-    if missing or unexpected or wrong_shape:
-        raise ValueError(
-            "the checkpoint does not match the Chameleon architecture of its config.json: "
-            f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
-            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}"
-        )
+    model.model.vqmodel = None
+    return model
+
+
+def architecture_mismatch(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> str | None:
+    """None when ``stored`` (name -> shape, q/k-norms as loaded) has exactly the tensors of
+    ``expected``, else what differs: missing, unexpected and mis-shaped names (first few)."""
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    wrong_shape = [f"{k} {tuple(stored[k])} (expected {tuple(v)})" for k, v in expected.items()
+                   if k in stored and tuple(stored[k]) != tuple(v)]
+    if not (missing or unexpected or wrong_shape):
+        return None
+    return (f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
+            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}")
+
+
+def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
+    """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
+    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
+
+    model = meta_lumina_model(config)
+    problem = architecture_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()},
+                                    {k: tuple(v.shape) for k, v in state.items()})
+    if problem:
+        raise ValueError(f"the checkpoint does not match the Chameleon architecture of its config.json: {problem}")
     model.load_state_dict(state, strict=True, assign=True)
     logger.info(
         "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does not use it"
@@ -447,6 +443,33 @@ class LuminaImageLayout:
         return cls(resolution=resolution, latent_side=resolution // PIXELS_PER_CODE, **ids)
 
 
+LAYOUT_TOKEN_NAMES = (BOS_NAME, END_OF_TURN_NAME, IMAGE_START_NAME, IMAGE_END_NAME, ROW_END_NAME)
+
+
+def tokenizer_mismatches(tokenizer: Any, vocabulary_map: dict[str, int]) -> list[str]:
+    """Where ``tokenizer`` and the checkpoint's ``vocabulary_map`` disagree: one line per layout
+    token (BOS, end of turn, image start/end, row end) and size token the map holds whose id
+    in the tokenizer differs (or is absent), and the BOS id. Empty when they agree."""
+    names = [n for n in LAYOUT_TOKEN_NAMES if n in vocabulary_map]
+    names += sorted(n for n in vocabulary_map if n.startswith("<reserved088"))
+    problems = [f"{name}: {tokenizer.token_to_id(name)} in the tokenizer, {vocabulary_map[name]} in the "
+                "vocabulary_map" for name in names if tokenizer.token_to_id(name) != vocabulary_map[name]]
+    bos = tokenizer.bos_token_id
+    if bos is not None and BOS_NAME in vocabulary_map and bos != vocabulary_map[BOS_NAME]:
+        problems.append(f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the vocabulary_map")
+    return problems
+
+
+def check_tokenizer_matches(tokenizer: Any, vocabulary_map: dict[str, int]) -> None:
+    """Raise ``ValueError`` when the tokenizer is not the one of these weights
+    (``tokenizer_mismatches``)."""
+    problems = tokenizer_mismatches(tokenizer, vocabulary_map)
+    if problems:
+        raise ValueError(f"{getattr(tokenizer, 'path', 'the tokenizer')} does not match the checkpoint's "
+                         f"vocabulary_map ({len(problems)} tokens differ: {'; '.join(problems[:4])}): wrong "
+                         "--tokenizer for these weights?")
+
+
 def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[Tensor, Tensor]:
     """Image-code ids (sorted) and a lookup table id -> VQ index (-1 for non-image ids), by name.
 
@@ -469,6 +492,28 @@ def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[
     if torch.unique(codes).numel() != codes.numel():
         raise ValueError("the vocabulary_map maps two tokens to the same VQ code")
     return ids, table
+
+
+# ---- prompts -------------------------------------------------------------------------------------
+
+
+def prompt_text(layout: LuminaImageLayout, prompt: str) -> str:
+    """The release's template around ``prompt`` at the layout's resolution."""
+    return PROMPT_TEMPLATE.format(width=layout.resolution, height=layout.resolution, prompt=prompt)
+
+
+def text_ids_to_prompt(layout: LuminaImageLayout, text_ids: Any) -> Tensor:
+    """<s> + ``text_ids`` + [end of turn, image start, h, w] (1-D int64)."""
+    text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+    return torch.tensor([layout.bos, *text, *layout.header], dtype=torch.long)
+
+
+def prompt_ids(tokenizer: Any, layout: LuminaImageLayout, prompt: str) -> Tensor:
+    """<s> + ``tokenizer``'s ids of the templated prompt (no special tokens added) + [end of
+    turn, image start, h, w]: what the model reads before the first image code."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("prompt must be a non-empty string")
+    return text_ids_to_prompt(layout, tokenizer.encode(prompt_text(layout, prompt), add_special_tokens=False))
 
 
 # ---- the adapter -----------------------------------------------------------------------------------
@@ -494,7 +539,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         top_k: int | None = 2000,
         temperature: float = 1.0,
         cfg_scale: float | None = 3.0,
-        tokenizer_error: str | None = None,
         unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
     ) -> None:
         if unconditional_prompt not in UNCONDITIONAL_PROMPTS:
@@ -517,7 +561,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         self.layout = layout
         self.tokenizer = tokenizer
         self.vqgan = vqgan
-        self._tokenizer_error = tokenizer_error
         self.vq_index_of_token = self.vq_index_of_token.to(self.device)
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
@@ -553,28 +596,20 @@ class LuminaMGPTAdapter(CausalLMAdapter):
     # ---- prompts ----
 
     def prompt_text(self, prompt: str) -> str:
-        return PROMPT_TEMPLATE.format(
-            width=self.layout.resolution, height=self.layout.resolution, prompt=prompt
-        )
+        return prompt_text(self.layout, prompt)
 
     def prompt_ids(self, prompt: str) -> Tensor:
         """<s> + tokens of the templated prompt + [end of turn, image start, h, w] (1-D int64)."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be a non-empty string")
         if self.tokenizer is None:
             raise ValueError(
-                "no tokenizer loaded ("
-                + (self._tokenizer_error or "none given")
-                + "); pass token ids with "
-                "text_ids_to_prompt(ids) or put the tokenizer files next to config.json"
+                "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) (load_lumina_mgpt "
+                "finds one), or pass token ids with text_ids_to_prompt(ids)"
             )
-        text = self.tokenizer.encode(self.prompt_text(prompt), add_special_tokens=False)
-        return self.text_ids_to_prompt(text)
+        return prompt_ids(self.tokenizer, self.layout, prompt)
 
     def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
         """<s> + ``text_ids`` + [end of turn, image start, h, w], for already tokenised prompts."""
-        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
-        return torch.tensor([self.layout.bos, *text, *self.layout.header], dtype=torch.long)
+        return text_ids_to_prompt(self.layout, text_ids)
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The unconditional row's prompt (no text): [end of turn, image start, h, w] for
@@ -671,6 +706,7 @@ def load_lumina_mgpt(
     cfg_scale: float | None = 3.0,
     vqgan_dtype: torch.dtype = torch.float32,
     unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
+    tokenizer: str | Path | None = None,
 ) -> LuminaMGPTAdapter:
     """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a ``LuminaMGPTAdapter``.
 
@@ -679,6 +715,10 @@ def load_lumina_mgpt(
     28 GB in float32 and minutes per token). ``vqgan_dir``: folder with ``vqgan.yaml`` +
     ``vqgan.ckpt`` (optional; needed by ``decode_images``). ``unconditional_prompt``: the CFG
     row's prompt, "gsd-release" (default, reproduces the GSD paper) or "alpha-vllm".
+    ``tokenizer``: a folder holding ``tokenizer.json`` (or the file); default the checkpoint's,
+    else the 768 repo's next to it (``lumina_tokenizer.find_tokenizer_file``); prompts are
+    tokenised by that file as written (``PromptTokenizer``). No tokenizer found raises
+    ``FileNotFoundError`` naming what to download, before the weights are read.
     """
     if unconditional_prompt not in UNCONDITIONAL_PROMPTS:  # before any file is read
         raise ValueError(
@@ -695,32 +735,19 @@ def load_lumina_mgpt(
             f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take minutes "
             "per token and tens of GB of memory. Use a GPU (device='cuda'), or pass force_cpu=True to insist."
         )
+    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
+    # Before the weights are read: a missing or wrong tokenizer fails in a second, not after minutes.
+    prompt_tokenizer = PromptTokenizer(find_tokenizer_file(folder, tokenizer))
+    check_tokenizer_matches(prompt_tokenizer, config.vocabulary_map)
     state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)
     model = build_lumina_model(config, state, device=device)
     del state
-    layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
     needed = layout.num_image_tokens + 64
     if needed > config.max_position_embeddings:
         logger.warning(
             "an image needs about %d positions; config.max_position_embeddings is %d",
             needed,
             config.max_position_embeddings,
-        )
-    tokenizer, tokenizer_error = None, None
-    try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError) as error:  # no tokenizer files: prompts can still be given as ids
-        tokenizer_error = f"AutoTokenizer failed on {folder}: {error}"
-        logger.warning(tokenizer_error)
-    if (
-        tokenizer is not None
-        and tokenizer.bos_token_id is not None
-        and tokenizer.bos_token_id != layout.bos
-    ):
-        raise ValueError(
-            f"tokenizer BOS {tokenizer.bos_token_id} differs from the vocabulary_map's <s> {layout.bos}"
         )
     vqgan = None
     if vqgan_dir is not None:
@@ -730,11 +757,10 @@ def load_lumina_mgpt(
     return LuminaMGPTAdapter(
         model,
         layout,
-        tokenizer=tokenizer,
+        tokenizer=prompt_tokenizer,
         vqgan=vqgan,
         top_k=top_k,
         temperature=temperature,
         cfg_scale=cfg_scale,
-        tokenizer_error=tokenizer_error,
         unconditional_prompt=unconditional_prompt,
     )

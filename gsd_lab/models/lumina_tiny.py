@@ -5,7 +5,8 @@ A tiny checkpoint folder holds what a released Lumina-mGPT folder holds: ``confi
 (``model_type`` "chameleon", the Lumina extra keys, a ``vocabulary_map`` whose names follow
 Chameleon's: ``<s>``, ``<reservedNNNNN>``, ``<racm3:break>``, ``<eoss>``, ``IMGIMG...Z``),
 safetensors shards with an index, q/k-norm weights stored per model-parallel rank
-([model_parallel_size, head_dim]), no ``model.vqmodel.*`` keys, and a tokenizer. A tiny VQGAN
+([model_parallel_size, head_dim]), no ``model.vqmodel.*`` keys, and a byte-level BPE
+``tokenizer.json`` labelled ``LlamaTokenizerFast`` (as the release's). A tiny VQGAN
 folder holds ``vqgan.yaml`` and a Lightning-style ``vqgan.ckpt`` (``{"state_dict": ...}``,
 encoder and loss keys included, as in the real file). A tiny CLIP folder holds what
 ``CLIPModel.save_pretrained`` + ``CLIPProcessor.save_pretrained`` write (config, safetensors,
@@ -23,24 +24,11 @@ import torch
 
 from .chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
 
-TINY_TEXT_WORDS = (
-    "generate",
-    "an",
-    "image",
-    "of",
-    "according",
-    "to",
-    "the",
-    "following",
-    "prompt",
-    "a",
-    "red",
-    "cat",
-    "dog",
-    "blue",
-    "sky",
-    "on",
-    "with",
+# Words the tiny byte-level BPE merges into one token each (the prompt template's and a few
+# caption words), written as byte-level pieces: "Ġ" is the byte-level form of a leading space.
+TINY_MERGED_WORDS = (
+    "Generate", "Ġan", "Ġimage", "Ġof", "Ġaccording", "Ġto", "Ġthe", "Ġfollowing", "Ġprompt",
+    "Ġa", "Ġred", "Ġcat", "Ġdog", "Ġblue", "Ġsky", "Ġon", "Ġwith",
 )
 
 
@@ -49,50 +37,70 @@ def _image_token_name(code: int) -> str:
     return "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(code)) + "Z"
 
 
+def _word_merges(words: tuple[str, ...]) -> list[tuple[str, str]]:
+    """BPE merges that build each word left to right from its characters (shared prefixes once)."""
+    merges: list[tuple[str, str]] = []
+    for word in words:
+        piece = word[0]
+        for char in word[1:]:
+            if (piece, char) not in merges:
+                merges.append((piece, char))
+            piece += char
+    return merges
+
+
 def tiny_vocabulary_map(num_codes: int, *, max_grid: int = 32) -> dict[str, int]:
     """A scaled-down Chameleon vocabulary with the same names (and, where they fit, the same roles).
 
     Ids: 0 <s>, 1 <pad>, 2 </s>, 3 <unk>; 4 .. 4+num_codes-1 the image codes; then <eoss> (image
     end), <racm3:break> (image start), <reserved08706> (end of turn), <reserved08799> (row end),
-    <reserved08800+n> for grid sizes n = 0..max_grid, <image>, then text words (lower case,
-    with and without the sentencepiece-style prefix) and a few reserved fillers.
+    <reserved08800+n> for grid sizes n = 0..max_grid, <image>; then the 256 characters of the
+    byte-level alphabet and the pieces of ``TINY_MERGED_WORDS`` (the tokenizer's vocabulary:
+    Chameleon's ``vocabulary_map`` is its tokenizer's vocabulary).
     The image codes are assigned to ids in a *shuffled* order so that a mapping by offset
     (id - 4) would be wrong: only the name-based map gives the right VQ index.
     """
+    from tokenizers.pre_tokenizers import ByteLevel
+
     names = ["<s>", "<pad>", "</s>", "<unk>"]
     generator = torch.Generator().manual_seed(1234)
     codes = torch.randperm(num_codes, generator=generator).tolist()
     names += [_image_token_name(c) for c in codes]
     names += ["<eoss>", "<racm3:break>", "<reserved08706>", "<reserved08799>"]
     names += [f"<reserved{8800 + n:05d}>" for n in range(max_grid + 1)]
-    names += ["<image>", "\n", ":", "x", *[str(d) for d in range(10)]]
-    names += list(TINY_TEXT_WORDS)
-    return {name: i for i, name in enumerate(names)}
+    names += ["<image>"]
+    names += sorted(ByteLevel.alphabet())
+    names += [a + b for a, b in _word_merges(TINY_MERGED_WORDS)]
+    return {name: i for i, name in enumerate(dict.fromkeys(names))}
 
 
-def _tiny_tokenizer(vocabulary_map: dict[str, int]):
-    """A lower-casing word-level fast tokenizer over ``vocabulary_map`` (splits on spaces, digits
-    and punctuation), saved with ``save_pretrained`` so that ``AutoTokenizer`` loads it."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def write_tiny_tokenizer(folder: str | Path, vocabulary_map: dict[str, int]) -> Path:
+    """Write a byte-level BPE ``tokenizer.json`` over ``vocabulary_map`` (Chameleon's pipeline:
+    digits split one by one, then byte-level pre-tokenisation; merges of ``TINY_MERGED_WORDS``;
+    the ``<...>`` names as special added tokens; a ``<s> $A`` post-processor) and a
+    ``tokenizer_config.json`` labelled ``LlamaTokenizerFast`` as the release's is. transformers
+    5.x's ``LlamaTokenizerFast`` reads such a file with a Metaspace pre-tokenizer and other ids
+    (``gsd_lab.models.lumina_tokenizer``); the raw ``tokenizers`` ids are the right ones."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-    tok = Tokenizer(models.WordLevel(vocab=dict(vocabulary_map), unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r" +"), behavior="removed"),
-            pre_tokenizers.Split(Regex(r"\n"), behavior="isolated"),
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.Punctuation(),
-        ]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-    )
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = [name for name in vocabulary_map if name.startswith("<") and name.endswith(">") and len(name) > 1]
+    merges = [m for m in _word_merges(TINY_MERGED_WORDS) if "".join(m) in vocabulary_map]
+    tok = Tokenizer(models.BPE(vocab=dict(vocabulary_map), merges=merges, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in specials])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocabulary_map["<s>"])])
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+              "model_max_length": 4096}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    return folder / "tokenizer.json"
 
 
 def write_tiny_lumina_checkpoint(
@@ -110,6 +118,7 @@ def write_tiny_lumina_checkpoint(
     seed: int = 0,
     init_std: float = 0.5,
     embedding_spread: float | None = None,
+    with_tokenizer: bool = True,
 ) -> Path:
     """Write a random tiny Lumina-mGPT-layout checkpoint to ``folder`` and return it.
 
@@ -122,7 +131,8 @@ def write_tiny_lumina_checkpoint(
     distributions hardly change with the context: Jacobi drafts are accepted often (about 170
     forward passes instead of about 900 for a 512 x 512 image: fast end-to-end tests), and the
     squared distances between embeddings, about 2 hidden_size s^2, straddle the release's GSD
-    filter value 0.5 when s = 0.1 and hidden_size = 32.
+    filter value 0.5 when s = 0.1 and hidden_size = 32. ``with_tokenizer=False`` writes no
+    tokenizer, as the 512 and 1024 releases (``write_tiny_tokenizer`` writes one elsewhere).
     """
     from safetensors.torch import save_file
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
@@ -204,7 +214,8 @@ def write_tiny_lumina_checkpoint(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
         )
     (folder / "config.json").write_text(json.dumps(config_dict, indent=1))
-    _tiny_tokenizer(vocabulary_map).save_pretrained(str(folder))
+    if with_tokenizer:
+        write_tiny_tokenizer(folder, vocabulary_map)
     return folder
 
 
@@ -318,7 +329,8 @@ def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) 
 class TinyReleaseSet:
     """Folders of a tiny checkpoint set in the release layouts (``write_tiny_release_set``)."""
 
-    weights: Path  # Lumina-mGPT: config.json, 2 safetensors shards + index, tokenizer
+    weights: Path  # lumina-mgpt-7b-512: config.json, 2 safetensors shards + index, no tokenizer
+    tokenizer: Path  # lumina-mgpt-7b-768 next to it: tokenizer.json + tokenizer_config.json only
     vqgan: Path  # vqgan.yaml + vqgan.ckpt (taming layout)
     clip: Path  # CLIPModel + CLIPProcessor save_pretrained
 
@@ -326,16 +338,20 @@ class TinyReleaseSet:
 def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet:
     """Write a tiny Lumina-mGPT checkpoint (per-rank q/k-norms: 4 heads, 2 kv heads, 2 ranks;
     2 shards; 64 image codes; ``embedding_spread`` 0.1, so decoding is fast and GSD's distance
-    filter keeps some pairs), a matching tiny VQGAN (64 codes, x2 upsampling: a 512 x 512 model
+    filter keeps some pairs) as ``root/lumina-mgpt-7b-512`` *without* a tokenizer, as the 512
+    release ships, with its byte-level tokenizer in ``root/lumina-mgpt-7b-768`` (tokenizer files
+    only, where ``hf download Alpha-VLLM/Lumina-mGPT-7B-768 tokenizer.json ...`` puts them: the
+    loader finds it there), a matching tiny VQGAN (64 codes, x2 upsampling: a 512 x 512 model
     decodes to 64 x 64 pixels) and a tiny CLIP under ``root`` (about 2 MB, seconds on a CPU).
     The Lumina vocabulary has the size tokens of every resolution up to 1024, so any
     ``lumina-mgpt-7b-*`` name loads it."""
     root = Path(root)
     weights = write_tiny_lumina_checkpoint(
-        root / "lumina-mgpt", num_codes=64, hidden_size=32, num_layers=2, num_heads=4,
+        root / "lumina-mgpt-7b-512", num_codes=64, hidden_size=32, num_layers=2, num_heads=4,
         num_kv_heads=2, model_parallel_size=2, intermediate_size=64, num_shards=2, seed=seed,
-        embedding_spread=0.1,
+        embedding_spread=0.1, with_tokenizer=False,
     )
+    tokenizer = write_tiny_tokenizer(root / "lumina-mgpt-7b-768", tiny_vocabulary_map(64)).parent
     vqgan = write_tiny_vqgan(root / "chameleon-vqgan", n_embed=64, seed=seed)
     clip = write_tiny_clip(root / "clip", seed=seed)
-    return TinyReleaseSet(weights=weights, vqgan=vqgan, clip=clip)
+    return TinyReleaseSet(weights=weights, tokenizer=tokenizer, vqgan=vqgan, clip=clip)

@@ -1,5 +1,5 @@
 """LANTERN's relaxed acceptance (gsd_core.lantern, proofs/08): neighbourhoods by a plain sort,
-the exact law against a rational enumeration and a seeded Monte Carlo of ``verify_lantern``,
+the exact law against a rational enumeration and a seeded Monte Carlo of ``verify``,
 the SD limits (delta = 0, k = 1), TV(out, p) = acceptance gained, and monotonicity."""
 
 from __future__ import annotations
@@ -16,19 +16,25 @@ from hypothesis import strategies as st
 from gsd_core import (
     Lantern,
     LatentNeighbourhoods,
+    accept_probability,
     acceptance_rate,
-    lantern_acceptance_rate,
-    lantern_credited_mass,
-    lantern_output_distribution,
-    lantern_token_accept_probabilities,
     latent_neighbourhoods,
     output_distribution,
     sample_categorical,
-    token_accept_probabilities,
     tv_distance,
     verify,
-    verify_lantern,
 )
+
+
+def credited_mass(p: torch.Tensor, tokens, rule: Lantern) -> torch.Tensor:
+    """p(x) + m(x) for tokens [T] (or one int) against rows p [..., V]: [..., T] (or [...])."""
+    x = torch.as_tensor(tokens)
+    out = rule.credited(p, x.reshape(-1).expand(*p.shape[:-1], -1))
+    return out[..., 0] if x.ndim == 0 else out
+
+
+def every_accept(p: torch.Tensor, q: torch.Tensor, rule) -> torch.Tensor:
+    return accept_probability(p, q, torch.arange(p.shape[-1]), rule)
 
 TOL = 1e-12
 
@@ -99,10 +105,10 @@ def _reference_law(case: dict) -> tuple[list[Fraction], list[Fraction], list[Fra
             best = mass
         credited.append(p[x] + best)
     accept = [min(Fraction(1), c / qx) if qx > 0 else Fraction(0) for c, qx in zip(credited, q)]
-    beta = sum(qx * a for qx, a in zip(q, accept))
+    alpha = sum(qx * a for qx, a in zip(q, accept))
     excess = [max(Fraction(0), a - b) for a, b in zip(p, q)]
     residual = [e / sum(excess) for e in excess] if sum(excess) > 0 else p
-    return credited, accept, [qx * a + (1 - beta) * r for qx, a, r in zip(q, accept, residual)]
+    return credited, accept, [qx * a + (1 - alpha) * r for qx, a, r in zip(q, accept, residual)]
 
 
 @given(lantern_cases())
@@ -122,11 +128,11 @@ def test_exact_law_matches_rational_enumeration(case):
     rule = _rule(case)
     credited, accept, out = _reference_law(case)
     tokens = torch.arange(p.shape[-1])
-    assert torch.allclose(lantern_credited_mass(p, tokens, rule), torch.tensor([float(c) for c in credited],
+    assert torch.allclose(credited_mass(p, tokens, rule), torch.tensor([float(c) for c in credited],
                           dtype=torch.float64), atol=TOL, rtol=0)
-    assert torch.allclose(lantern_token_accept_probabilities(p, q, rule),
+    assert torch.allclose(every_accept(p, q, rule),
                           torch.tensor([float(a) for a in accept], dtype=torch.float64), atol=TOL, rtol=0)
-    got = lantern_output_distribution(p, q, rule)
+    got = output_distribution(p, q, rule)
     assert torch.allclose(got, torch.tensor([float(o) for o in out], dtype=torch.float64), atol=TOL, rtol=0)
 
 
@@ -134,8 +140,8 @@ def test_exact_law_matches_rational_enumeration(case):
 def test_delta_zero_or_k_one_is_standard_sd(case):
     p, q = _pq(case)
     for rule in (_rule(case, delta=0.0), _rule(case, k=1)):
-        assert torch.equal(lantern_token_accept_probabilities(p, q, rule), token_accept_probabilities(p, q, None))
-        out = lantern_output_distribution(p, q, rule)
+        assert torch.equal(every_accept(p, q, rule), every_accept(p, q, None))
+        out = output_distribution(p, q, rule)
         assert torch.allclose(out, p, atol=TOL, rtol=0)
         assert torch.allclose(out, output_distribution(p, q), atol=TOL, rtol=0)
 
@@ -155,7 +161,7 @@ def test_verify_with_delta_zero_takes_the_decisions_of_standard_verify(bonus):
     p, q, drafts, uniforms, emb = _window_inputs(vocab=9, window=5, batch=200, seed=1)
     p = p if bonus else p[:, :-1]
     rule = Lantern(latent_neighbourhoods(emb, 4), 0.0)
-    got = verify_lantern(p, q, drafts, rule, uniforms=uniforms)
+    got = verify(p, q, drafts, rule, uniforms=uniforms)
     want = verify(p, q, drafts, uniforms=uniforms)
     assert torch.equal(got.tokens, want.tokens) and torch.equal(got.num_accepted, want.num_accepted)
     assert torch.equal(got.num_emitted, want.num_emitted)
@@ -168,12 +174,12 @@ def test_verify_matches_a_per_position_reference_loop(bonus):
     p, q, drafts, uniforms, emb = _window_inputs(vocab, window, batch=120, seed=2)
     p = p if bonus else p[:, :-1]
     rule = Lantern(latent_neighbourhoods(emb, 4), 0.2)
-    got = verify_lantern(p, q, drafts, rule, uniforms=uniforms)
+    got = verify(p, q, drafts, rule, uniforms=uniforms)
     for b in range(p.shape[0]):
         emitted = []
         for i in range(window):
             x = int(drafts[b, i])
-            a = min(1.0, float(lantern_credited_mass(p[b, i], x, rule)) / float(q[b, i, x]))
+            a = min(1.0, float(credited_mass(p[b, i], x, rule)) / float(q[b, i, x]))
             assert float(got.accept_probs[b, i]) == pytest.approx(a, abs=TOL)
             if float(uniforms[b, i]) < a:
                 emitted.append(x)
@@ -199,9 +205,9 @@ def test_verify_matches_exact_law_by_seeded_monte_carlo(case):
     vocab, n = p.shape[-1], 40_000
     g = torch.Generator().manual_seed(12345)
     drafts = sample_categorical(q.expand(n, vocab), torch.rand(n, generator=g, dtype=torch.float64))
-    result = verify_lantern(p.expand(n, 1, vocab), q.expand(n, 1, vocab), drafts.view(n, 1), rule, g)
+    result = verify(p.expand(n, 1, vocab), q.expand(n, 1, vocab), drafts.view(n, 1), rule, generator=g)
     freq = torch.bincount(result.tokens[:, 0], minlength=vocab).double() / n
-    law = lantern_output_distribution(p, q, rule)
+    law = output_distribution(p, q, rule)
     assert abs(float(law.sum()) - 1) < TOL
     se = (law * (1 - law) / n).clamp(min=0).sqrt()
     assert bool(((freq - law).abs() <= 4 * se + TOL).all()), (freq, law)
@@ -211,17 +217,17 @@ def test_verify_matches_exact_law_by_seeded_monte_carlo(case):
 def test_output_law_is_a_distribution_and_tv_equals_acceptance_gained(case):
     p, q = _pq(case)
     rule = _rule(case)
-    out = lantern_output_distribution(p, q, rule)
+    out = output_distribution(p, q, rule)
     assert bool((out >= -TOL).all()) and abs(float(out.sum()) - 1) < TOL
     tv = float(tv_distance(out, p))
-    gain = float(lantern_acceptance_rate(p, q, rule) - acceptance_rate(p, q))
+    gain = float(acceptance_rate(p, q, rule) - acceptance_rate(p, q))
     assert tv == pytest.approx(gain, abs=1e-12)
     # The bound in delta (proofs/08): sum_x min((q - p)+, delta), and never above TV(p, q).
     bound = float(torch.minimum((q - p).clamp(min=0), torch.tensor(rule.delta, dtype=torch.float64)).sum())
     assert tv <= bound + TOL
     assert tv <= float(tv_distance(p, q)) + TOL
     # The paper's budget, per drafted token: moving A(x) onto x changes p by m(x) <= delta.
-    credited = lantern_credited_mass(p, torch.arange(p.shape[-1]), rule)
+    credited = credited_mass(p, torch.arange(p.shape[-1]), rule)
     assert bool((credited - p <= rule.delta + TOL).all()) and bool((credited >= p).all())
 
 
@@ -232,13 +238,13 @@ def test_acceptance_is_monotone_in_delta_and_k(case, data):
     j = data.draw(st.integers(0, total), label="larger delta index")
     larger = max(case["delta"], min(Fraction(1), Fraction(2 * j + 1, 2 * total)))
     small, large = _rule(case), _rule(case, delta=larger)
-    assert bool((lantern_token_accept_probabilities(p, q, small)
-                 <= lantern_token_accept_probabilities(p, q, large)).all())
-    assert float(lantern_acceptance_rate(p, q, small)) <= float(lantern_acceptance_rate(p, q, large)) + TOL
-    assert float(acceptance_rate(p, q)) <= float(lantern_acceptance_rate(p, q, small)) + TOL
+    assert bool((every_accept(p, q, small)
+                 <= every_accept(p, q, large)).all())
+    assert float(acceptance_rate(p, q, small)) <= float(acceptance_rate(p, q, large)) + TOL
+    assert float(acceptance_rate(p, q)) <= float(acceptance_rate(p, q, small)) + TOL
     bigger_k = _rule(case, k=case["k"] + data.draw(st.integers(0, 3), label="extra k"))
-    assert bool((lantern_token_accept_probabilities(p, q, small)
-                 <= lantern_token_accept_probabilities(p, q, bigger_k)).all())
+    assert bool((every_accept(p, q, small)
+                 <= every_accept(p, q, bigger_k)).all())
 
 
 def test_budget_per_token_does_not_bound_the_output_law():
@@ -249,8 +255,8 @@ def test_budget_per_token_does_not_bound_the_output_law():
     emb = torch.tensor([[10.0 * (i % 4), float(i // 4)] for i in range(8)], dtype=torch.float64)
     rule = Lantern(latent_neighbourhoods(emb, 2), 0.25)
     assert rule.neighbourhoods.index[:4, 1].tolist() == [4, 5, 6, 7]
-    assert float(lantern_acceptance_rate(p, q, rule)) == 1.0 and float(acceptance_rate(p, q)) == 0.0
-    out = lantern_output_distribution(p, q, rule)
+    assert float(acceptance_rate(p, q, rule)) == 1.0 and float(acceptance_rate(p, q)) == 0.0
+    out = output_distribution(p, q, rule)
     assert torch.equal(out, q)
     assert float(tv_distance(out, p)) == 1.0
 
@@ -260,7 +266,7 @@ def test_max_distance_limits_the_neighbourhood():
     hood = latent_neighbourhoods(emb, 4, max_distance=2.0)
     assert hood.index[0].tolist() == [0, 1, 2, 3] and hood.valid[0].tolist() == [True, True, True, False]
     p = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
-    assert float(lantern_credited_mass(p, 0, Lantern(hood, 1.0))) == pytest.approx(0.6, abs=TOL)
+    assert float(credited_mass(p, 0, Lantern(hood, 1.0))) == pytest.approx(0.6, abs=TOL)
 
 
 def test_bad_inputs_raise_clear_errors():
@@ -278,12 +284,12 @@ def test_bad_inputs_raise_clear_errors():
         LatentNeighbourhoods(torch.zeros(3, 2, dtype=torch.int64), torch.ones(3, 2, dtype=torch.bool))
     p = torch.full((6,), 1 / 6, dtype=torch.float64)
     with pytest.raises(ValueError, match="cover 5 tokens"):
-        lantern_output_distribution(p, p, Lantern(hood, 0.1))
+        output_distribution(p, p, Lantern(hood, 0.1))
     p5 = torch.full((2, 5), 0.2, dtype=torch.float64)
     with pytest.raises(ValueError, match="draft_tokens"):
-        verify_lantern(p5, p5, torch.tensor([0, 7]), Lantern(hood, 0.1))
-    with pytest.raises(ValueError, match="Lantern"):
-        verify_lantern(p5, p5, torch.tensor([0, 1]), 0.1)
+        verify(p5, p5, torch.tensor([0, 7]), Lantern(hood, 0.1))
+    with pytest.raises(ValueError, match="rule must be"):
+        verify(p5, p5, torch.tensor([0, 1]), 0.1)
 
 
 def test_batched_rows_with_different_supports_of_q():
@@ -300,9 +306,9 @@ def test_batched_rows_with_different_supports_of_q():
     q[3] = torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64), -1)
     for qs in (q[:3], q):  # narrow supports only (selection path), and with a full row (all tokens)
         ps = p[: qs.shape[0]]
-        credited = lantern_credited_mass(ps.unsqueeze(-2), torch.arange(vocab), rule)  # [R, V]
+        credited = credited_mass(ps, torch.arange(vocab), rule)  # [R, V]
         want = torch.where(qs > 0, (credited / qs).clamp(max=1.0), 0.0)
-        assert torch.allclose(lantern_token_accept_probabilities(ps, qs, rule), want, atol=TOL, rtol=0)
+        assert torch.allclose(every_accept(ps, qs, rule), want, atol=TOL, rtol=0)
         for i in range(qs.shape[0]):
-            assert torch.allclose(lantern_output_distribution(ps, qs, rule)[i],
-                                  lantern_output_distribution(ps[i], qs[i], rule), atol=TOL, rtol=0)
+            assert torch.allclose(output_distribution(ps, qs, rule)[i],
+                                  output_distribution(ps[i], qs[i], rule), atol=TOL, rtol=0)

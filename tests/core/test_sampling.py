@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-import gsd_core.verification as verification
-from gsd_core import RankBinnedClusters, group_probs, verify
+import gsd_core.rules as rules
+from gsd_core import RankBinnedClusters, group_probs, residual_distribution, verify
 
 ALPHA = 1e-3
 DRAWS = 20_000
@@ -49,11 +49,11 @@ def chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
     return float(stats.chisquare(obs, [e * scale for e in exp]).pvalue)
 
 
-def first_emitted(p: torch.Tensor, q: torch.Tensor, seed: int, clusters=None, residual="token") -> torch.Tensor:
+def first_emitted(p: torch.Tensor, q: torch.Tensor, seed: int, rule=None) -> torch.Tensor:
     """DRAWS independent one-step verifications: x ~ q, then verify; returns the emitted tokens."""
     gen = torch.Generator().manual_seed(seed)
     drafts = torch.multinomial(q.expand(DRAWS, -1), 1, replacement=True, generator=gen)
-    result = verify(p.expand(DRAWS, 1, -1), q.expand(DRAWS, 1, -1), drafts, clusters, residual, generator=gen)
+    result = verify(p.expand(DRAWS, 1, -1), q.expand(DRAWS, 1, -1), drafts, rule, generator=gen)
     assert bool((result.num_emitted == 1).all())
     return result.tokens[:, 0]
 
@@ -84,9 +84,9 @@ def test_bonus_token_follows_the_extra_target_row(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cluster_exact_residual_samples_follow_the_cluster_masses(seed):
     p, q = _pq("overlapping")
-    rule = RankBinnedClusters(2)
+    rule = RankBinnedClusters(2, "cluster")
     labels = rule.partition_labels(p)
-    tokens = first_emitted(p, q, seed, rule, residual="cluster")
+    tokens = first_emitted(p, q, seed, rule)
     assert chi_square_pvalue(labels[tokens], group_probs(p, labels)) > ALPHA
 
 
@@ -109,6 +109,6 @@ def test_control_always_accept_is_caught(name, seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_control_resampling_from_p_instead_of_the_residual_is_caught(monkeypatch, name, seed):
     p, q = _pq(name)
-    assert not torch.allclose(verification.residual_distribution(p, q), p)
-    monkeypatch.setattr(verification, "_residual", lambda p_, q_, labels, normalise=True: p_)
+    assert not torch.allclose(residual_distribution(p, q), p)
+    monkeypatch.setattr(rules, "token_residual", lambda p_, q_: p_)
     assert chi_square_pvalue(first_emitted(p, q, seed), p) < ALPHA

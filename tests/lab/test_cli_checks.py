@@ -48,10 +48,12 @@ def _usage_error(capsys, argv: list[str]) -> str:
 
 @pytest.fixture
 def lumina_dir(tmp_path) -> Path:
-    """A folder that resolves as Lumina-mGPT weights (only config.json: never loaded here)."""
+    """A folder that resolves as Lumina-mGPT weights (only config.json and a tokenizer.json: never
+    loaded here)."""
     folder = tmp_path / "lumina"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
     return folder
 
 
@@ -124,6 +126,9 @@ def test_lumina_flags_checked_without_loading(capsys, no_model_load, tmp_path, l
     assert f"--vqgan {tmp_path}: no vqgan.yaml + vqgan.ckpt" in err
     assert "--clip" in _usage_error(capsys, [*lumina, "--prompt", "a cat", "--clip", str(tmp_path)])
     assert "--top-k must be >= 1" in _usage_error(capsys, [*lumina, "--prompt", "a cat", "--top-k", "0"])
+    err = _usage_error(capsys, [*lumina, "--prompt", "a cat", "--tokenizer", str(tmp_path / "none")])
+    assert "no tokenizer.json there" in err and "hf download Alpha-VLLM/Lumina-mGPT-7B-768" in err
+    assert "--window" in _usage_error(capsys, [*lumina, "--prompt", "a cat", "--preset", "release", "--window", "16"])
 
 
 def test_figures_and_evaluate_checks(capsys, no_model_load, tmp_path):

@@ -57,7 +57,7 @@ def test_prefix_length_and_tokens_per_forward_by_hand():
 def test_random_draft_acceptance_is_p_and_cluster_mass():
     p = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
     assert torch.allclose(course.random_draft_acceptance(p), p, atol=1e-15)
-    gsd = course.random_draft_acceptance(p, DynamicClusters(2))
+    gsd = course.random_draft_acceptance(p, DynamicClusters(3))
     # windows of one rank on each side: {0,1}, {0,1,2}, {1,2,3}, {2,3,4}, {3,4}
     expected = torch.tensor([14, 17, 11, 6, 3], dtype=torch.float64) / 20
     assert torch.allclose(gsd, expected, atol=1e-15)
@@ -67,14 +67,16 @@ def test_cluster_steps_match_dynamic_cluster_and_hand_values():
     p = course.as_tensor(course.fractions_from_weights([12, 20, 3, 14, 16, 2, 9, 10, 6, 8]))
     emb = torch.tensor([[0, 0], [1, 0], [0, 1], [2, 2], [5, 5], [1, 1], [3, 2], [2, 1], [4, 4], [2, 3]],
                        dtype=torch.float64)
-    steps = course.cluster_steps(p, 3, 4, embeddings=emb, max_prob_gap=0.05, max_embedding_distance=2.0)
-    # p-ranking 1, 4, 3, 0, 7, ...: x = 3 has rank 2; window ranks 0..4 = {1, 4, 3, 0, 7};
+    steps = course.cluster_steps(p, 3, 5, embeddings=emb, max_prob_gap=0.05, max_embedding_distance=2.0)
+    # p-ranking 1, 4, 3, 0, 7, ...: x = 3 has rank 2; G = 5: window ranks 0..4 = {1, 4, 3, 0, 7};
     # gap <= 0.05 around p(3) = 0.14 drops token 1 (0.20); distance <= 2 from (2, 2) keeps 3, 7 (and 9, 6 outside).
     assert int(steps.ranks[3]) == 2
     assert set(torch.nonzero(steps.window).flatten().tolist()) == {0, 1, 3, 4, 7}
     assert set(torch.nonzero(steps.members).flatten().tolist()) == {3, 7}
-    assert torch.equal(steps.members, dynamic_cluster(p, 3, 4, embeddings=emb, max_prob_gap=0.05,
+    assert torch.equal(steps.members, dynamic_cluster(p, 3, 5, embeddings=emb, max_prob_gap=0.05,
                                                       max_embedding_distance=2.0))
+    even = course.cluster_steps(p, 3, 4)  # G = 4: one rank above x, two below
+    assert set(torch.nonzero(even.window).flatten().tolist()) == {4, 3, 0, 7}
     assert len(steps.lines(p)) == 6
     with pytest.raises(ValueError, match="embeddings"):
         course.cluster_steps(p, 3, 4, max_embedding_distance=2.0)
@@ -138,11 +140,17 @@ def test_single_cluster_accepts_everything_and_outputs_q():
     assert torch.allclose(out, q, atol=1e-12)
 
 
-def test_tradeoff_explorer_falls_back_without_ipywidgets(monkeypatch):
+def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
     import builtins
 
     import matplotlib
     matplotlib.use("Agg")
+    pytest.importorskip("ipywidgets")
+    shown = []
+    monkeypatch.setattr("gsd_lab.experiments.plots.show", shown.append)
+    sliders = course.tradeoff_explorer(group_sizes=(1, 4), flatness=(0.5, 4.0))
+    assert len(shown) == 3  # the static fallback (always drawn), then the sliders' first figure
+    assert [w.description for w in sliders.children[:2]] == ["group_size", "flatness"]
     real_import = builtins.__import__
 
     def no_widgets(name, *args, **kwargs):
@@ -151,12 +159,13 @@ def test_tradeoff_explorer_falls_back_without_ipywidgets(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_widgets)
-    assert course.tradeoff_explorer(group_sizes=(0, 4), flatness=(0.5, 4.0)) is False
+    assert course.tradeoff_explorer(group_sizes=(1, 4), flatness=(0.5, 4.0)) is None
+    assert len(shown) == 5
     with pytest.raises(ValueError, match="flatness"):
         course.tempered_pair(8, 0.0)
     p, q = course.tempered_pair(8, 1.0)
-    stats = course.tradeoff(p, q, 0)
-    assert stats["acceptance GSD"] == pytest.approx(stats["acceptance SD"], abs=1e-12)  # G = 0 is SD
+    stats = course.tradeoff(p, q, 1)
+    assert stats["acceptance GSD"] == pytest.approx(stats["acceptance SD"], abs=1e-12)  # G = 1 is SD
     assert stats["TV(output GSD, p)"] < 1e-12
 
 

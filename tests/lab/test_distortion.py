@@ -8,13 +8,12 @@ import pytest
 import torch
 
 from gsd_core import (
+    Amplify,
     DynamicClusters,
     Lantern,
     LatentNeighbourhoods,
     RankBinnedClusters,
     acceptance_rate,
-    lantern_acceptance_rate,
-    lantern_output_distribution,
     latent_neighbourhoods,
     output_distribution,
 )
@@ -33,16 +32,17 @@ def _rows(seed: int, vocab: int = VOCAB, rows: int = ROWS, one_hot_q: bool = Fal
     return p, q, torch.randn(vocab, 3, generator=g, dtype=torch.float64)
 
 
-def _methods(embeddings: torch.Tensor) -> dict[str, dict]:
+def _methods(embeddings: torch.Tensor) -> dict[str, object]:
     return {
-        "sd": {},
-        "gsd": {"clusters": DynamicClusters(4)},
-        "gsd_filters": {"clusters": DynamicClusters(6, 2.0, 0.15, embeddings)},
-        "rank_bins_token": {"clusters": RankBinnedClusters(3)},
-        "rank_bins_cluster": {"clusters": RankBinnedClusters(3), "residual": "cluster"},
-        "amplify": {"acceptance_scale": 2.0},
-        "gsd_amplify": {"clusters": DynamicClusters(4), "acceptance_scale": 1.5},
-        "lantern": {"lantern": Lantern(latent_neighbourhoods(embeddings, 4), 0.2)},
+        "sd": None,
+        "gsd": DynamicClusters(4),
+        "gsd_filters": DynamicClusters(6, 2.0, 0.15, embeddings),
+        "rank_bins_token": RankBinnedClusters(3),
+        "rank_bins_cluster": RankBinnedClusters(3, "cluster"),
+        "amplify": Amplify(2.0),
+        "gsd_amplify": Amplify(1.5, DynamicClusters(4)),
+        "lantern": Lantern(latent_neighbourhoods(embeddings, 4), 0.2),
+        "lantern_amplify": Amplify(1.5, Lantern(latent_neighbourhoods(embeddings, 4), 0.2)),
     }
 
 
@@ -60,15 +60,11 @@ def test_standard_sd_has_zero_distortion(one_hot_q):
 @pytest.mark.parametrize("one_hot_q", [False, True])
 def test_matches_output_distribution_row_by_row(name, one_hot_q):
     p, q, emb = _rows(1, one_hot_q=one_hot_q)
-    method = _methods(emb)[name]
-    got = exact_distortion(p, q, **method)
-    laws = one_step_output_laws(p, q, **method)
+    rule = _methods(emb)[name]
+    got = exact_distortion(p, q, rule)
+    laws = one_step_output_laws(p, q, rule)
     for i in range(ROWS):  # each row alone, through the core's exact law
-        if "lantern" in method:
-            out = lantern_output_distribution(p[i], q[i], method["lantern"])
-        else:
-            out = output_distribution(p[i], q[i], method.get("clusters"), method.get("residual", "token"),
-                                      acceptance_scale=method.get("acceptance_scale", 1.0))
+        out = output_distribution(p[i], q[i], rule)
         assert torch.allclose(laws[i], out, atol=1e-14, rtol=0)
         assert float(got[i]) == pytest.approx(0.5 * float((out - p[i]).abs().sum()), abs=1e-14)
     if name != "sd":
@@ -77,27 +73,27 @@ def test_matches_output_distribution_row_by_row(name, one_hot_q):
 
 def test_row_chunks_give_the_same_numbers():
     p, q, emb = _rows(2, rows=23)
-    for method in _methods(emb).values():
-        whole = exact_distortion(p, q, **method)
-        chunked = exact_distortion(p, q, **method, max_elements=5 * VOCAB)  # chunks of 5 rows
+    for rule in _methods(emb).values():
+        whole = exact_distortion(p, q, rule)
+        chunked = exact_distortion(p, q, rule, max_elements=5 * VOCAB)  # chunks of 5 rows
         assert torch.equal(whole, chunked)
 
 
 def test_dynamic_counterexample_of_proofs_04_distorts_by_the_exact_amount():
-    """p = (5,4,3,2,1)/15, q = (5,5,3,2,0)/15, G = 2: a = (9/10, 12/13, 9/10, 1, 1),
-    beta = 898/975, r = the point mass on token 4 (proofs/04). out = q a + (1 - beta) r."""
+    """p = (5,4,3,2,1)/15, q = (5,5,3,2,0)/15, G = 3: a = (9/10, 12/13, 9/10, 1, 1),
+    alpha = 898/975, r = the point mass on token 4 (proofs/04). out = q a + (1 - alpha) r."""
     p_f = [Fraction(w, 15) for w in (5, 4, 3, 2, 1)]
     q_f = [Fraction(w, 15) for w in (5, 5, 3, 2, 0)]
     accept = [Fraction(9, 10), Fraction(12, 13), Fraction(9, 10), Fraction(1), Fraction(1)]
-    beta = sum(qx * a for qx, a in zip(q_f, accept))
-    assert beta == Fraction(898, 975)
+    alpha = sum(qx * a for qx, a in zip(q_f, accept))
+    assert alpha == Fraction(898, 975)
     out = [qx * a for qx, a in zip(q_f, accept)]
-    out[4] += 1 - beta
+    out[4] += 1 - alpha
     want = sum(abs(o - px) for o, px in zip(out, p_f)) / 2
     assert want > 0
     p = torch.tensor([float(x) for x in p_f], dtype=torch.float64).unsqueeze(0)
     q = torch.tensor([float(x) for x in q_f], dtype=torch.float64).unsqueeze(0)
-    got = exact_distortion(p, q, DynamicClusters(2))
+    got = exact_distortion(p, q, DynamicClusters(3))
     assert float(got[0]) == pytest.approx(float(want), abs=1e-14)
     assert float(exact_distortion(p, q)[0]) <= 1e-15  # SD on the same row: none
 
@@ -105,8 +101,8 @@ def test_dynamic_counterexample_of_proofs_04_distorts_by_the_exact_amount():
 def test_lantern_distortion_is_its_acceptance_gain():
     p, q, emb = _rows(3)
     rule = Lantern(latent_neighbourhoods(emb, 5), 0.3)
-    gain = lantern_acceptance_rate(p, q, rule) - acceptance_rate(p, q)
-    assert torch.allclose(exact_distortion(p, q, lantern=rule), gain, atol=1e-14, rtol=0)
+    gain = acceptance_rate(p, q, rule) - acceptance_rate(p, q)
+    assert torch.allclose(exact_distortion(p, q, rule), gain, atol=1e-14, rtol=0)
 
 
 def test_large_vocabulary_stays_within_v_times_g_memory():
@@ -116,34 +112,30 @@ def test_large_vocabulary_stays_within_v_times_g_memory():
     shifts = torch.arange(4)
     hood = LatentNeighbourhoods((torch.arange(vocab).unsqueeze(-1) + shifts) % vocab,
                                 torch.ones(vocab, 4, dtype=torch.bool))
-    for method in ({"clusters": DynamicClusters(5)}, {"clusters": RankBinnedClusters(64), "residual": "cluster"},
-                   {"lantern": Lantern(hood, 0.01)}):
-        tv = exact_distortion(p, q, **method)
+    for rule in (DynamicClusters(5), RankBinnedClusters(64, "cluster"), Lantern(hood, 0.01)):
+        tv = exact_distortion(p, q, rule)
         assert tv.shape == (2,) and bool(((tv >= 0) & (tv <= 1)).all())
 
 
 def test_emitted_distortion_covers_each_emitted_token():
     p, q, emb = _rows(5, rows=6)  # a window of L = 5 drafts and a bonus row
-    window, method = 5, {"clusters": DynamicClusters(4)}
-    rows = exact_distortion(p[:window], q[:window], **method)
+    window, rule = 5, DynamicClusters(4)
+    rows = exact_distortion(p[:window], q[:window], rule)
     for accepted in range(window):
-        got = emitted_distortion(p, q[:window], accepted, **method)
+        got = emitted_distortion(p, q[:window], accepted, rule)
         assert torch.equal(got, rows[: accepted + 1])
-    everything = emitted_distortion(p, q[:window], window, **method)
+    everything = emitted_distortion(p, q[:window], window, rule)
     assert torch.equal(everything, torch.cat([rows, rows.new_zeros(1)]))  # the bonus is exact
-    no_bonus = emitted_distortion(p[:window], q[:window], window, **method)
+    no_bonus = emitted_distortion(p[:window], q[:window], window, rule)
     assert torch.equal(no_bonus, rows)
 
 
 def test_bad_arguments_raise_clear_errors():
     p, q, emb = _rows(6)
-    rule = Lantern(latent_neighbourhoods(emb, 3), 0.1)
-    with pytest.raises(ValueError, match="LANTERN is its own"):
-        exact_distortion(p, q, DynamicClusters(3), lantern=rule)
+    with pytest.raises(ValueError, match="rule must be"):
+        exact_distortion(p, q, "dynamic")
     with pytest.raises(ValueError, match="one shape"):
         exact_distortion(p, q[:-1])
-    with pytest.raises(ValueError, match="partition"):
-        exact_distortion(p, q, DynamicClusters(3), "cluster")
     with pytest.raises(ValueError, match="num_accepted"):
         emitted_distortion(p[:4], q[:3], 4)
     with pytest.raises(ValueError, match="rows must sum to 1"):
@@ -151,12 +143,12 @@ def test_bad_arguments_raise_clear_errors():
 
 
 @pytest.mark.parametrize("one_hot_q", [False, True])
-@pytest.mark.parametrize("rule_kind", ["plain", "gap", "distance", "both", "rank_q", "g0"])
+@pytest.mark.parametrize("rule_kind", ["plain", "gap", "distance", "both", "rank_q", "g1"])
 def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
     """The support-only law with the tabled embedding filter equals gsd_core.output_distribution
     bit for bit: integer embeddings put many pairs exactly on the threshold (the recomputed band),
     top-k-truncated rows put ties at 0 and a support narrower than V."""
-    from gsd_lab.distortion import dynamic_output_laws, embedding_adjacency
+    from gsd_lab.distortion import embedding_adjacency, support_output_laws
 
     vocab = 40
     g = torch.Generator().manual_seed(11)
@@ -169,16 +161,16 @@ def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
     emb = torch.randint(-2, 3, (vocab + 3, 4), generator=g).double()  # 3 rows past the vocabulary
     rule = {"plain": DynamicClusters(8), "gap": DynamicClusters(8, max_prob_gap=0.05),
             "distance": DynamicClusters(10, 4.0, None, emb), "both": DynamicClusters(10, 4.0, 0.08, emb),
-            "rank_q": DynamicClusters(6, 5.0, None, emb, rank_by="q"), "g0": DynamicClusters(0)}[rule_kind]
-    for scale in (1.0, 2.5):
-        slow = output_distribution(p, q, rule, acceptance_scale=scale)
-        fast = dynamic_output_laws(p, q, rule, acceptance_scale=scale)
+            "rank_q": DynamicClusters(6, 5.0, None, emb, rank_by="q"), "g1": DynamicClusters(1)}[rule_kind]
+    for rule in (rule, Amplify(2.5, rule)):
+        slow = output_distribution(p, q, rule)
+        fast = support_output_laws(p, q, rule)
         assert torch.equal(fast, slow)  # the same ops as gsd_core's: bit for bit
         # Without the table (a vocabulary too large for it), in chunks of a few tokens.
-        untabled = dynamic_output_laws(p, q, rule, acceptance_scale=scale, max_table=0, chunk_elements=500)
+        untabled = support_output_laws(p, q, rule, max_table=0, chunk_elements=500)
         assert torch.equal(untabled, slow)
         # Member tables bounded to a few entries: one row at a time, the same law.
-        one_row_at_a_time = dynamic_output_laws(p, q, rule, acceptance_scale=scale, chunk_elements=1)
+        one_row_at_a_time = support_output_laws(p, q, rule, chunk_elements=1)
         assert torch.equal(one_row_at_a_time, slow)
     table = embedding_adjacency(emb, 4.0, vocab)
     direct = (emb[:vocab, None, :] - emb[None, :vocab, :]).square().sum(-1) <= 4.0
@@ -208,11 +200,11 @@ def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_di
     for seed, one_hot_q in ((4, False), (5, True)):
         p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)
         rule = Lantern(latent_neighbourhoods(emb, k, max_distance), delta)
-        law = lantern_output_distribution(p, q, rule)
+        law = output_distribution(p, q, rule)
         expected = 0.5 * (law - p).abs().sum(-1)
         got = lantern_distortion(p, q, rule, block=block)
         assert got.shape == (10,) and torch.allclose(got, expected, rtol=0, atol=1e-14)
-        assert torch.allclose(exact_distortion(p, q, lantern=rule), expected, rtol=0, atol=1e-14)
+        assert torch.allclose(exact_distortion(p, q, rule), expected, rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 51, 64, 65, 1000])

@@ -124,18 +124,16 @@ def test_two_acceptance_measures(tiny):
 
 
 def test_rules_for_cluster_size_have_that_many_members():
-    from gsd_core import rule_members
-
     p = torch.softmax(torch.randn(40, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
     middle = torch.argsort(p, descending=True)[20]  # ranked in the middle: a full window
-    for size in (1, 3, 5, 9):
+    for size in (1, 3, 4, 5, 9):
         rules = toy.rules_for_cluster_size(size)
-        _, keep = rule_members(rules["dynamic"], p, middle.reshape(()), p)
+        _, keep = rules["dynamic"].members(p, p, middle.reshape(1))
         assert int(keep.sum()) == size
         labels = rules["rank_binned"].partition_labels(p)
         assert int((labels == labels[middle]).sum()) == size
-    with pytest.raises(ValueError, match="odd"):
-        toy.rules_for_cluster_size(4)
+    with pytest.raises(ValueError, match="G, tokens per cluster"):
+        toy.rules_for_cluster_size(0)
 
 
 def test_build_clusters_kinds(tiny):

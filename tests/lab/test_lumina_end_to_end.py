@@ -1,18 +1,24 @@
 """The Lumina-mGPT path end to end on a tiny checkpoint set in the release layouts (the session
-fixture ``tiny_release_set``): every notebook with its parameters pointed at it, ``figures
---paper`` on a PartiPrompts-format file (both through ``scripts/gpu_reproduce.sh`` in its tiny
-CPU mode), and ``evaluate`` under ``torchrun --nproc-per-node 2`` (gloo)."""
+fixture ``tiny_release_set``: a 512 folder without a tokenizer beside a 768 tokenizer folder):
+every notebook with its parameters pointed at it, ``figures --paper`` on a PartiPrompts-format
+file (both through ``scripts/gpu_reproduce.sh`` in its tiny CPU mode; figures killed mid-way by
+SIGKILL, dry-run, then resumed under torchrun with 2 processes), and ``evaluate`` under
+``torchrun --nproc-per-node 2`` (gloo)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +36,8 @@ PROMPTS = ["A red cat on a blue sky", '"a dog, with the sky"']
 MODEL_NOTEBOOKS = ["01_tv_toy_examples", "02_top1_probability_histograms", "03_top100_replacement",
                    "04_speedup_and_quality"]
 
-# About 130 s of CPU time for the whole module (notebooks ~60 s, figures ~35 s, torchrun ~15 s):
+# About 150 s of CPU time for the whole module (notebooks ~60 s, figures ~55 s with the kill and
+# the resume on 2 processes, torchrun ~15 s):
 # "slow" still runs in CI; the timeout leaves room for a machine shared with other jobs.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -43,28 +50,81 @@ def _write_prompts(path: Path) -> Path:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """This checkout first on the path (the notebooks' kernels inherit it), one thread each."""
+    """This checkout first on the path (the notebooks' kernels inherit it), one thread each; a
+    working tree with uncommitted changes allowed (``test_script_refuses_a_dirty_checkout``
+    checks the refusal itself)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHON=sys.executable, **extra)
+    env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHON=sys.executable, GSD_ALLOW_DIRTY="1", **extra)
     return env
 
 
+def _script_args(files, prompts: Path) -> list[str]:
+    return ["bash", str(SCRIPT), str(files.weights), str(files.vqgan), str(files.clip), str(prompts)]
+
+
 def _script(files, prompts: Path, **env: str) -> subprocess.CompletedProcess:
-    args = ["bash", str(SCRIPT), str(files.weights), str(files.vqgan), str(files.clip), str(prompts)]
-    return subprocess.run(args, capture_output=True, text=True, timeout=2000, env=_env(**env), cwd=REPO)
+    return subprocess.run(_script_args(files, prompts), capture_output=True, text=True, timeout=2000,
+                          env=_env(**env), cwd=REPO)
+
+
+def _result_rows(out: Path) -> list[Path]:
+    return sorted((out / "figures" / "decoding").glob("*/seed-0/results/[0-9]*.json"))
+
+
+@dataclass(frozen=True)
+class ReproduceRun:
+    out: Path
+    before_resume: dict[Path, tuple[bytes, int]]  # result files on disk after the kill
+    dry_run: str  # figures --paper --dry-run --forward-ms 40 on the killed run
+
+
+def _kill_mid_way(files, prompts: Path, env: dict[str, str], out: Path, rows: int) -> None:
+    """The script's figures step, killed (SIGKILL, its whole process group) once ``rows``
+    result files are on disk: a real crash, not an exception."""
+    process = subprocess.Popen(_script_args(files, prompts), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env=_env(**env), cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 900
+    try:
+        while len(_result_rows(out)) < rows:
+            assert process.poll() is None, f"finished before the kill: {process.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline, "no result files appeared"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _dry_run(files, out: Path) -> str:
+    from gsd_lab.cli import main
+
+    buffer, threads = io.StringIO(), torch.get_num_threads()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            assert main(["figures", "--paper", "--dry-run", "--forward-ms", "40", "--model", MODEL, "--weights",
+                         str(files.weights), "--vqgan", str(files.vqgan), "--clip", str(files.clip), "--device",
+                         "cpu", "--threads", "1", "--prompts", str(out / "prompts.tsv"),
+                         "--out", str(out / "figures")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
 def reproduce_run(tiny_release_set, tmp_path_factory):
-    """scripts/gpu_reproduce.sh in its tiny CPU mode: notebooks, then figures --paper."""
+    """scripts/gpu_reproduce.sh in its tiny CPU mode: figures --paper killed mid-way, a dry run
+    of what is left, then the whole script again into the same folder (GSD_RESUME=1): the
+    notebooks, and figures --paper resumed on 2 processes (GSD_NPROC=2, torchrun)."""
     root = tmp_path_factory.mktemp("reproduce")
     prompts = _write_prompts(root / "small.tsv")
     out = root / "run"
-    done = _script(tiny_release_set, prompts, GSD_SIZES="tiny", GSD_MODEL=MODEL, GSD_DEVICE="cpu",
-                   GSD_OUT=str(out))
+    env = {"GSD_SIZES": "tiny", "GSD_MODEL": MODEL, "GSD_DEVICE": "cpu", "GSD_OUT": str(out)}
+    _kill_mid_way(tiny_release_set, prompts, {**env, "GSD_STEPS": "figures"}, out, rows=4)
+    before = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in _result_rows(out)}
+    dry_run = _dry_run(tiny_release_set, out)
+    done = _script(tiny_release_set, prompts, GSD_RESUME="1", GSD_NPROC="2", **env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return out
+    return ReproduceRun(out, before, dry_run)
 
 
 def _outputs(nb) -> tuple[str, list[str], list]:
@@ -99,7 +159,7 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
     names = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
     assert len(names) == 5
     for name in names:
-        nb = nbformat.read(reproduce_run / "notebooks" / f"{name}.ipynb", as_version=4)
+        nb = nbformat.read(reproduce_run.out / "notebooks" / f"{name}.ipynb", as_version=4)
         index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
         injected = nb.cells[index + 1]
         assert injected.metadata.get("tags") == ["injected-parameters"]
@@ -109,14 +169,14 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
         if name not in MODEL_NOTEBOOKS:
             assert "model_name" not in injected.source  # a model-free notebook gets sizes only
             continue
-        assert f"model_name = '{MODEL}'" in injected.source
-        assert f"weights = '{tiny_release_set.weights}'" in injected.source
-        assert "device = 'cpu'" in injected.source
+        assert f'model_name = "{MODEL}"' in injected.source  # papermill's injected cell
+        assert f'weights = "{tiny_release_set.weights}"' in injected.source
+        assert 'device = "cpu"' in injected.source
         assert re.search(rf"model: {MODEL}; {TOKENS} tokens per image; \d+ image codes; cfg 3.0, top-k 2000; "
                          r"device cpu", text), name
         assert "image/png" in mimes
     rows = [(r["method"], r["nfe"], r["condition_score"]) for r in
-            _markdown_rows(nbformat.read(reproduce_run / "notebooks" / "04_speedup_and_quality.ipynb", 4))
+            _markdown_rows(nbformat.read(reproduce_run.out / "notebooks" / "04_speedup_and_quality.ipynb", 4))
             if r.get("condition_score")]
     methods = {m for m, _, _ in rows}
     assert {"AR", "SJD", "GSD (G=3)", "Amplify (k=2)"} <= methods and len(methods) >= 9
@@ -124,7 +184,7 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
         assert 0 <= float(score) <= 100, (method, score)  # CLIP scores of VQGAN-decoded images
         # AR and AR on a second seed set (the seed-noise row) decode one token per forward.
         assert float(nfe) == TOKENS if method.startswith("AR") else 1 <= float(nfe) < TOKENS
-    text, _, _ = _outputs(nbformat.read(reproduce_run / "notebooks" / "03_top100_replacement.ipynb", 4))
+    text, _, _ = _outputs(nbformat.read(reproduce_run.out / "notebooks" / "03_top100_replacement.ipynb", 4))
     changed = re.search(r"^top-k\s+changed ([\d.]+) .*condition_score [\d.]+", text, re.M)
     assert changed and 0.3 < float(changed.group(1)) <= 0.5  # half the codes, a few redrawn alike
 
@@ -134,7 +194,7 @@ def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
 
     from gsd_lab.figures import FigureSizes
 
-    figures = reproduce_run / "figures"
+    figures = reproduce_run.out / "figures"
     record = json.loads((figures / "results.json").read_text())
     config = record["config"]
     assert config["model"] == MODEL and config["num_tokens"] == TOKENS
@@ -163,10 +223,45 @@ def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
     assert samples.std() > 1  # decoded images, not a blank canvas
     markdown = (figures / "results.md").read_text()
     assert f"GSD results ({MODEL})" in markdown and "CLIP score" in markdown
-    run = json.loads((reproduce_run / "run.json").read_text())
-    assert run["model"] == MODEL and run["num_prompts"] == 1
+    run = json.loads((reproduce_run.out / "run.json").read_text())
+    assert run["model"] == MODEL and run["num_prompts"] == 1 and len(run["resumed"]) == 1
     assert {k: v["exit_status"] for k, v in run["steps"].items()} == {"notebooks": 0, "figures": 0}
-    assert (reproduce_run / "prompts.tsv").read_text().splitlines()[0] == "Prompt\tCategory\tChallenge\tNote"
+    assert (reproduce_run.out / "prompts.tsv").read_text().splitlines()[0] == "Prompt\tCategory\tChallenge\tNote"
+    assert "CLIP score" in markdown.split("## Table 1")[1].split("##")[0]  # the quality column's name
+
+
+def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, tiny_release_set, one_thread):
+    from gsd_lab.experiments.image_model import load_image_model
+    from gsd_lab.experiments.runs import MethodSpec, generate_one, generator_seed
+    from gsd_lab.figures import FigureSizes, decoding_configurations
+
+    out, before = reproduce_run.out, reproduce_run.before_resume
+    model = load_image_model(MODEL, weights=str(tiny_release_set.weights), device="cpu")
+    passes = len(decoding_configurations(FigureSizes.paper(), model))
+    assert passes == 21  # 20 configurations of the tables and curves + AR without guidance
+    rows = _result_rows(out)
+    assert len(rows) == passes and len({p.parents[2] for p in rows}) == passes  # one row per configuration
+    assert 4 <= len(before) < passes
+    for path, (content, mtime) in before.items():  # decoded before the kill: neither redone nor rewritten
+        assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime, path
+    new = [json.loads(p.read_text()) for p in rows if p not in before]
+    assert {row["rank"] for row in new} == {0, 1}  # the rest shared by the 2 processes
+    log = (out / "figures.log").read_text()
+    starts = re.findall(r"rank (\d) of 2 \(decoded images\): (\d+)/(\d+) \((\d+) to do\) done, (\d+) from disk", log)
+    first = {rank: (int(total), int(disk)) for rank, _, total, _, disk in reversed(starts)}
+    assert set(first) == {"0", "1"} and sum(t for t, _ in first.values()) == passes
+    assert sum(d for _, d in first.values()) == len(before)
+    # The rows are the images themselves: SJD's tokens again, in this process.
+    sjd = next(json.loads(p.read_text()) for p in rows if p.parts[-4].startswith("sjd-"))
+    result, _ = generate_one(model, MethodSpec("SJD", "sjd"), PROMPTS[0], generator_seed(0, 0))
+    assert result.tokens.tolist() == sjd["tokens"] and result.nfe == sjd["nfe"]
+    # The dry run after the kill: what is done and what is left, in device-hours at 40 ms a forward.
+    dry = reproduce_run.dry_run
+    assert f"{passes} decoding passes per prompt" in dry
+    assert f"{passes} images; {len(before)} done" in dry and f"{passes - len(before)} to do" in dry
+    forwards, hours = re.search(r"left: about ([\d,]+) forwards = ([\d.]+) device-hours", dry).groups()
+    assert float(hours) == pytest.approx(int(forwards.replace(",", "")) * 0.040 / 3600, abs=0.06)
+    assert f"measured where rows exist ({len(before)} of {passes} configurations)" in dry
 
 
 def _free_port() -> int:
@@ -236,6 +331,8 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert lines["05_speculative_decoding_tutorial.ipynb"].endswith("{}")
     figures = next(line for line in dry.stdout.splitlines() if line.startswith("figures:"))
     assert "--paper" in figures and f"--weights {tiny_release_set.weights}" in figures
+    inside = _script(tiny_release_set, prompts, GSD_DRY_RUN="1", GSD_OUT=str(REPO / "runs" / "x"))
+    assert inside.returncode == 2 and "inside the checkout" in inside.stderr
     bad = subprocess.run(["bash", str(SCRIPT), "a", "b"], capture_output=True, text=True)
     assert bad.returncode == 2 and "WEIGHTS VQGAN CLIP PROMPTS" in bad.stderr
     missing = _script(tiny_release_set, tmp_path / "absent.tsv")
@@ -245,3 +342,23 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert taken.returncode == 2 and "exists" in taken.stderr
     wrong = _script(tiny_release_set, prompts, GSD_SIZES="huge", GSD_DRY_RUN="1")
     assert wrong.returncode == 2 and "GSD_SIZES" in wrong.stderr
+
+
+def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):
+    """Before anything runs: a copy of the script in a git repository with an untracked file."""
+    repo = tmp_path / "checkout"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / SCRIPT.name).write_text(SCRIPT.read_text())
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "script"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    (repo / "notes.txt").write_text("uncommitted")
+    prompts = _write_prompts(tmp_path / "p.tsv")
+    args = ["bash", str(repo / "scripts" / SCRIPT.name), str(tiny_release_set.weights), str(tiny_release_set.vqgan),
+            str(tiny_release_set.clip), str(prompts)]
+    env = {k: v for k, v in _env(GSD_DRY_RUN="1", GSD_STEPS="figures", GSD_OUT=str(tmp_path / "out")).items()
+           if k != "GSD_ALLOW_DIRTY"}
+    dirty = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert dirty.returncode == 2 and "uncommitted changes" in dirty.stderr and "notes.txt" in dirty.stderr
+    allowed = subprocess.run(args, capture_output=True, text=True, env={**env, "GSD_ALLOW_DIRTY": "1"})
+    assert allowed.returncode == 0 and "dry run: nothing is executed" in allowed.stdout

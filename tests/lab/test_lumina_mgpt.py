@@ -198,7 +198,9 @@ def test_prompt_ids_follow_the_reference_template(adapter):
         PROMPT_TEMPLATE.format(width=64, height=64, prompt="A red cat"), add_special_tokens=False
     )
     assert ids.tolist() == [vocab["<s>"], *text, *header]
-    assert vocab["cat"] in text and vocab["\n"] in text and vocab["generate"] in text
+    # The file's byte-level pieces: "Ġcat" (space + cat), "Ċ" (the new line), digits one by one.
+    assert vocab["Ġcat"] in text and vocab["Ċ"] in text and vocab["Generate"] in text
+    assert text.count(vocab["6"]) == 2 and text.count(vocab["4"]) == 2 and "64" not in vocab
     assert adapter.unconditional_prompt_ids().tolist() == header
     assert adapter.num_image_tokens == 4 * 5 and adapter.row_length == 5
     with pytest.raises(ValueError, match="non-empty"):

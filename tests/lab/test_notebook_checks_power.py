@@ -12,8 +12,8 @@ must each turn at least one printed verdict to False (so nbval fails), and
 - uniforms U replaced by 1 - U (a harmless change of the random stream)
 must leave every verdict True (so nbval passes).
 
-The mutants patch ``gsd_core.verification`` internals that only ``verify`` uses (the exact
-enumeration in ``gsd_core.exact`` keeps its own references), or wrap ``verify`` where the check
+The mutants wrap the rule ``verify`` looks up (``gsd_core.verification.as_rule``; the exact
+enumeration in ``gsd_core.exact`` keeps its own reference), or wrap ``verify`` where the check
 looks it up.
 """
 
@@ -23,16 +23,16 @@ import pytest
 import torch
 
 import gsd_core.verification as verification
-from gsd_core import DynamicClusters, RankBinnedClusters
+from gsd_core import SD, DynamicClusters, RankBinnedClusters
 from gsd_lab.experiments import toy
 from gsd_lab import nbcheck
 from gsd_lab.nbcheck import check_verify_law, max_z_score
 
 # Notebook 05's parameters and rules (sections 1 and 6).
 VOCAB, NUM_SAMPLES, SEED = 6, 200_000, 0
-RULES = {"dynamic G=2 (3 tokens)": (DynamicClusters(2), "token"),
-         "rank bins of 3, token residual": (RankBinnedClusters(3), "token"),
-         "rank bins of 3, cluster residual": (RankBinnedClusters(3), "cluster")}
+RULES = {"dynamic G=3 (3 tokens)": DynamicClusters(3),
+         "rank bins of 3, token residual": RankBinnedClusters(3),
+         "rank bins of 3, cluster residual": RankBinnedClusters(3, "cluster")}
 
 
 def notebook_verdicts() -> dict[str, bool]:
@@ -41,9 +41,8 @@ def notebook_verdicts() -> dict[str, bool]:
     p, q = p[0], q[0]
     mc_seed = SEED + 1000  # as the notebook: not the stream that drew p and q
     checks = [check_verify_law(p, q, num_samples=NUM_SAMPLES, seed=mc_seed, rule="SD")]
-    checks += [check_verify_law(p, q, clusters=rule, residual=residual, num_samples=NUM_SAMPLES,
-                                seed=mc_seed + i + 1, rule=name)
-               for i, (name, (rule, residual)) in enumerate(RULES.items())]
+    checks += [check_verify_law(p, q, clusters=rule, num_samples=NUM_SAMPLES, seed=mc_seed + i + 1, rule=name)
+               for i, (name, rule) in enumerate(RULES.items())]
     verdicts = {}
     for c in checks:
         verdicts[f"{c.rule} law"] = c.law_ok
@@ -51,34 +50,41 @@ def notebook_verdicts() -> dict[str, bool]:
     return verdicts
 
 
-def _resample_from_p(p, q, labels, **options):  # same signature as verification._residual
-    return p.expand(torch.broadcast_shapes(p.shape, q.shape)).clone()
+class Mutant:
+    """A rule that wraps ``base`` and changes one thing: resampling from p instead of the
+    residual, or crediting p(x) instead of p(C(x))."""
+
+    def __init__(self, base, change: str):
+        self.base, self.change = base, change
+
+    def masses(self, p, q, x):
+        credited, charged = self.base.masses(p, q, x)
+        return (p.gather(-1, x), charged) if self.change == "p_token" else (credited, charged)
+
+    def residual_weights(self, p, q):
+        return p.clone() if self.change == "resample_from_p" else self.base.residual_weights(p, q)
 
 
-def _token_over_cluster(original):
-    def masses(p, q, token, rule, *args):
-        p_cluster, q_cluster = original(p, q, token, rule, *args)
-        if rule is None:
-            return p_cluster, q_cluster
-        return p.gather(-1, token.unsqueeze(-1)).squeeze(-1), q_cluster
-    return masses
+def _wrap_rules(module, monkeypatch, change: str) -> None:
+    real = module.as_rule
+    monkeypatch.setattr(module, "as_rule", lambda rule: SD() if change == "ignore" else Mutant(real(rule), change))
 
 
 def _one_minus_u(original):
-    def mutant(p, q, draft_tokens, clusters=None, residual="token", generator=None, **kwargs):
+    def mutant(p, q, draft_tokens, rule=None, *, generator=None, **kwargs):
         batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
         u = torch.rand(*batch, q.shape[-2] + 1, generator=generator, dtype=torch.float64)
-        return original(p, q, draft_tokens, clusters, residual, generator, uniforms=1 - u, **kwargs)
+        return original(p, q, draft_tokens, rule, uniforms=1 - u, **kwargs)
     return mutant
 
 
 def apply_mutation(monkeypatch, name: str) -> None:
     if name == "resample_from_p":
-        monkeypatch.setattr(verification, "_residual", _resample_from_p)
+        _wrap_rules(verification, monkeypatch, "resample_from_p")
     elif name == "p_token_over_q_cluster":
-        monkeypatch.setattr(verification, "_cluster_masses", _token_over_cluster(verification._cluster_masses))
+        _wrap_rules(verification, monkeypatch, "p_token")
     elif name == "ignore_clusters":
-        monkeypatch.setattr(verification, "as_cluster_rule", lambda clusters, vocab: None)
+        _wrap_rules(verification, monkeypatch, "ignore")
     elif name == "one_minus_u":
         monkeypatch.setattr(toy, "verify", _one_minus_u(verification.verify))
     else:
@@ -92,8 +98,8 @@ def test_checks_pass_on_the_real_verify():
 
 @pytest.mark.parametrize("mutation, expect_fail", [
     ("resample_from_p", "SD law"),
-    ("p_token_over_q_cluster", "dynamic G=2 (3 tokens) acceptance"),
-    ("ignore_clusters", "dynamic G=2 (3 tokens) law"),
+    ("p_token_over_q_cluster", "dynamic G=3 (3 tokens) acceptance"),
+    ("ignore_clusters", "dynamic G=3 (3 tokens) law"),
 ])
 def test_checks_fail_on_a_wrong_verify(monkeypatch, mutation, expect_fail):
     apply_mutation(monkeypatch, mutation)
@@ -160,10 +166,10 @@ def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_
     from gsd_lab import course
 
     if mutation == "exact_resample_from_p":
-        monkeypatch.setattr(exact, "_residual", _resample_from_p)
+        _wrap_rules(exact, monkeypatch, "resample_from_p")
     elif mutation == "exact_ignore_clusters":
-        monkeypatch.setattr(exact, "as_cluster_rule", lambda clusters, vocab: None)
-    else:  # a dynamic_cluster whose window is one rank wider than 2 floor(G/2) + 1
+        _wrap_rules(exact, monkeypatch, "ignore")
+    else:  # a dynamic_cluster whose window is one rank wider on each side
         wrong = course.dynamic_cluster
         monkeypatch.setattr(course, "dynamic_cluster",
                             lambda p, x, group_size: wrong(p, x, group_size + 2))

@@ -12,7 +12,7 @@ Exact distortion (``gsd_lab.distortion``, ``record_distortion=True``) in the sam
 GSD's dynamic clusters (with both filters: the [V, V] adjacency table), rank bins (token and
 cluster residual), Amplify and LANTERN: on the same rows (written once by the test, read by
 every subprocess) the values must be the same bits (its sums over the vocabulary are taken in
-a fixed order, ``gsd_core.exact.fixed_order_sum``; the window masses as ``verify`` takes them).
+a fixed order, ``gsd_core.exact.fixed_order_sum``; a(x) as ``verify`` takes it).
 In a decoding run the model's float64 forward itself
 differs in the last ulp between these settings (its top-1 probabilities do, within 1e-10), so
 there the tokens and NFE must be identical and the distortions agree to 1e-10 relative.
@@ -87,7 +87,7 @@ DISTORTION_BATCH = r"""
 import hashlib, json, sys
 from dataclasses import replace
 import torch
-from gsd_core import DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
+from gsd_core import Amplify, DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
 from gsd_lab.distortion import exact_distortion
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import MethodSpec, generate_one
@@ -97,17 +97,14 @@ torch.set_num_threads(threads)
 rows = torch.load(rows_path)
 p, q, emb = rows["p"], rows["q"], rows["embeddings"]
 hood = latent_neighbourhoods(emb, 40)
-fixed = {"gsd": {"clusters": DynamicClusters(50, 40.0, 2e-3, emb)}, "gsd_plain": {"clusters": DynamicClusters(50)},
-         "rank_bins": {"clusters": RankBinnedClusters(50)},
-         "rank_bins_cluster": {"clusters": RankBinnedClusters(50), "residual": "cluster"},
-         "amplify": {"acceptance_scale": 2.0},
-         "gsd_amplify": {"clusters": DynamicClusters(50), "acceptance_scale": 1.5},
-         "lantern": {"lantern": Lantern(hood, 0.1)}}
+fixed = {"gsd": DynamicClusters(50, 40.0, 2e-3, emb), "gsd_plain": DynamicClusters(50),
+         "rank_bins": RankBinnedClusters(50), "rank_bins_cluster": RankBinnedClusters(50, "cluster"),
+         "amplify": Amplify(2.0), "gsd_amplify": Amplify(1.5, DynamicClusters(50)), "lantern": Lantern(hood, 0.1)}
 out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(), "rows": {},
        "decoding": {}}
-for name, method in fixed.items():
+for name, rule in fixed.items():
     for dtype in (torch.float64, torch.float32):
-        tv = exact_distortion(p.to(dtype), q.to(dtype), **method)
+        tv = exact_distortion(p.to(dtype), q.to(dtype), rule)
         out["rows"][f"{name} {dtype}"] = [x.hex() for x in tv.tolist()]
 
 model = load_image_model("tiny-random")

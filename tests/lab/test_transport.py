@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from gsd_core import DynamicClusters, FixedPartition, Lantern, RankBinnedClusters, acceptance_rate, latent_neighbourhoods
+from gsd_core import (Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters, acceptance_rate,
+                      latent_neighbourhoods)
 from gsd_lab.distortion import exact_distortion, one_step_output_laws
 from gsd_lab.transport import (
     W1Log,
@@ -77,9 +78,9 @@ def test_w1_of_a_fresh_one_hot_draft_is_its_closed_form(rule):
     """q = one-hot at x: out = a delta_x + (1 - a) p(. | y != x), so all moved mass goes to x:
     W1 = (a - p(x)) / (1 - p(x)) sum_{y != x} p(y) d(x, y), a = the exact acceptance."""
     p, q, emb = _rows(1, one_hot_q=True)
-    method = {"clusters": DynamicClusters(4)} if rule == "gsd" else {"acceptance_scale": 2.0}
-    got = w1_distortion(p, q, emb, torch.arange(10), **method)
-    accept = acceptance_rate(p, q, method.get("clusters"), acceptance_scale=method.get("acceptance_scale", 1.0))
+    method = DynamicClusters(4) if rule == "gsd" else Amplify(2.0)
+    got = w1_distortion(p, q, emb, torch.arange(10), method)
+    accept = acceptance_rate(p, q, method)
     x = q.argmax(-1)
     distance = content_distances(emb, torch.arange(10), torch.arange(10))
     px = p.gather(-1, x[:, None]).squeeze(-1)
@@ -94,12 +95,11 @@ def test_w1_zero_for_sd_and_between_the_tv_bounds():
     assert float(w1_distortion(p.float(), q.float(), emb, tokens).abs().max()) <= 1e-12
     distance = content_distances(emb, tokens, tokens)
     off = distance[~torch.eye(10, dtype=torch.bool)]
-    for method in ({"clusters": RankBinnedClusters(3)}, {"acceptance_scale": 3.0},
-                   {"lantern": Lantern(latent_neighbourhoods(emb, 4), 0.2)}):
-        w1, tv = w1_distortion(p, q, emb, tokens, **method), exact_distortion(p, q, **method)
+    for method in (RankBinnedClusters(3), Amplify(3.0), Lantern(latent_neighbourhoods(emb, 4), 0.2)):
+        w1, tv = w1_distortion(p, q, emb, tokens, method), exact_distortion(p, q, method)
         assert bool((w1 >= float(off.min()) * tv - 1e-12).all() and (w1 <= float(off.max()) * tv + 1e-12).all())
     with pytest.raises(ValueError, match="without decoded content"):
-        w1_distortion(p, q, emb[:8], torch.arange(8), acceptance_scale=3.0)  # tokens 8, 9 moved, no content
+        w1_distortion(p, q, emb[:8], torch.arange(8), Amplify(3.0))  # tokens 8, 9 moved, no content
     with pytest.raises(ValueError, match="distinct"):
         w1_distortion(p, q, emb, torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 8]))
 
@@ -108,30 +108,30 @@ def test_substitution_cost_hand_value_bound_and_definition():
     content = torch.tensor([[0.0], [1.0], [2.0], [4.0]], dtype=torch.float64)
     p = torch.tensor([[0.4, 0.1, 0.3, 0.2]], dtype=torch.float64)
     q = torch.tensor([[0.1, 0.4, 0.25, 0.25]], dtype=torch.float64)
-    rule = FixedPartition(torch.tensor([0, 0, 1, 1]))
+    rule = FixedPartition(torch.tensor([0, 0, 1, 1]), "cluster")
     # Clusters {0, 1}: min(q', p') = 0.5, W1((.2, .8), (.8, .2)) on {0, 1} = 0.6; {2, 3}: 0.5 x
     # W1((.5, .5), (.6, .4)) on {2, 4} = 0.5 x 0.2. S = 0.3 + 0.1.
-    got = substitution_cost(p, q, content, torch.arange(4), rule, "cluster")
+    got = substitution_cost(p, q, content, torch.arange(4), rule)
     assert float(got[0]) == pytest.approx(0.4, abs=1e-15)
     p, q, emb = _rows(3)
     tokens = torch.arange(10)
-    for clusters in (RankBinnedClusters(3), FixedPartition(torch.arange(10) % 4)):
-        s = substitution_cost(p, q, emb, tokens, clusters, "cluster")
-        w1 = w1_distortion(p, q, emb, tokens, clusters, "cluster")
+    for rule in (RankBinnedClusters(3, "cluster"), FixedPartition(torch.arange(10) % 4, "cluster")):
+        s = substitution_cost(p, q, emb, tokens, rule)
+        w1 = w1_distortion(p, q, emb, tokens, rule)
         assert bool((s >= w1 - 1e-12).all()) and float((s - w1).max()) > 1e-3  # a coupling, not the cheapest
     assert torch.equal(substitution_cost(p, q, emb, tokens), torch.zeros(6, dtype=torch.float64))  # SD
-    assert substitution_defined(None, "token", 1.0, None) and not substitution_defined(None, "token", 2.0, None)
-    for method in ({"clusters": RankBinnedClusters(3)}, {"clusters": DynamicClusters(3)},
-                   {"clusters": RankBinnedClusters(3), "residual": "cluster", "acceptance_scale": 2.0}):
+    assert substitution_defined(None) and not substitution_defined(Amplify(2.0))
+    for rule in (RankBinnedClusters(3), DynamicClusters(3), Amplify(2.0, RankBinnedClusters(3, "cluster")),
+                 Lantern(latent_neighbourhoods(emb, 3), 0.1)):
         with pytest.raises(ValueError, match="defined for SD or a partition"):
-            substitution_cost(p, q, emb, tokens, **method)
+            substitution_cost(p, q, emb, tokens, rule)
 
 
 def _population(seed: int = 4, rows: int = 7):
     """Verified rows of one 'image' (Amplify k = 2): their exact TV and W1."""
     p, q, emb = _rows(seed, vocab=8, rows=rows)
-    tv = exact_distortion(p, q, acceptance_scale=2.0)
-    w1 = w1_distortion(p, q, emb, torch.arange(8), acceptance_scale=2.0)
+    tv = exact_distortion(p, q, Amplify(2.0))
+    w1 = w1_distortion(p, q, emb, torch.arange(8), Amplify(2.0))
     return p, q, emb, tv, w1
 
 
@@ -143,7 +143,7 @@ def test_pps_estimator_is_unbiased_within_its_bounds_and_error_bars():
     scale = float(tv.sum()) / num_tokens
     estimates, errors, held = [], [], torch.zeros(7)
     for seed in range(400):
-        log = W1Log(emb, torch.arange(8), num_tokens, acceptance_scale=2.0, draws=3, seed=seed)
+        log = W1Log(emb, torch.arange(8), num_tokens, Amplify(2.0), draws=3, seed=seed)
         log.add(0, p[:4], q[:4], tv[:4])  # two forward passes: rows 0-3, then 4-6 and a bonus
         log.add(4, torch.cat([p[4:], p[:1]]), q[4:], torch.cat([tv[4:], tv.new_zeros(1)]))
         drawn = [entry[0] for entry in log.held]
@@ -171,7 +171,7 @@ def test_pps_estimator_is_unbiased_within_its_bounds_and_error_bars():
 
 def test_exact_mode_and_lossless_rows():
     p, q, emb, tv, w1 = _population()
-    log = W1Log(emb, torch.arange(8), 8, acceptance_scale=2.0, draws=None)
+    log = W1Log(emb, torch.arange(8), 8, Amplify(2.0), draws=None)
     log.add(0, p, q, tv)
     result = log.finish(8)
     assert torch.allclose(result.tokens[:7], w1, rtol=0, atol=1e-15) and float(result.tokens[7]) == 0.0

@@ -1,0 +1,186 @@
+"""Input checks: every bad input raises a ``ValueError`` that names the argument and the problem.
+
+Probability rows sum to 1 within their dtype's tolerance (1e-9 for float64, also when the values
+came from a float32 softmax: renormalise first; 1e-4 float32; 2e-2 float16 / bfloat16); nothing is
+renormalised here. Computation is in float64 if any input is float64, else float32. Uniforms are
+float32 or float64 in [0, 1): a 16-bit uniform (2^8 to 2^11 values) would coarsen u < a(x).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+UNIFORM_DTYPES = (torch.float32, torch.float64)
+
+
+def working_dtype(*tensors: Tensor) -> torch.dtype:
+    """float64 if any input is float64, else float32 (16-bit inputs are computed in float32)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def check_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
+    if x.device != device:
+        raise ValueError(f"{name} is on {x.device} but {reference} is on {device}: put them on one device")
+
+
+def check_probability_tensor(x: object, name: str) -> Tensor:
+    """The checks that need no values: a floating-point tensor [..., V], V >= 1."""
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(x.shape)}")
+    return x
+
+
+def judge_probabilities(name: str, dtype: torch.dtype, low_sum: float, high_sum: float, low_entry: float) -> None:
+    """Raise unless row sums in [low_sum, high_sum] are 1 within ``dtype``'s tolerance and the
+    smallest entry ``low_entry`` is >= 0 (NaN and inf fail). The engine calls this too."""
+    if not all(v == v and abs(v) != float("inf") for v in (low_sum, high_sum, low_entry)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if low_entry < 0:
+        raise ValueError(f"{name} has negative entries: not a probability distribution")
+    worst, tol = max(abs(low_sum - 1), abs(high_sum - 1)), SUM_TOLERANCE[dtype]
+    if worst > tol:
+        raise ValueError(f"{name} rows must sum to 1 over the last dimension (tolerance {tol:g} for {dtype}); "
+                         f"worst row is off by {worst:.3g} (renormalise with p / p.sum(-1, keepdim=True))")
+
+
+def check_probabilities(x: object, name: str = "p") -> Tensor:
+    """``x`` [..., V] checked as probability rows, returned in float32 or float64."""
+    x = check_probability_tensor(x, name)
+    if x.numel():
+        sums = x.sum(-1)
+        judge_probabilities(name, x.dtype, *torch.stack([sums.min(), sums.max(), x.min()]).double().tolist())
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def _check_vocabulary_and_device(p: Tensor, q: Tensor) -> None:
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
+    check_device(q, p.device, "q")
+
+
+def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
+    """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one dtype."""
+    p, q = check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    _check_vocabulary_and_device(p, q)
+    try:
+        shape = torch.broadcast_shapes(p.shape, q.shape)
+    except RuntimeError:
+        raise ValueError(f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}") from None
+    p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
+    dtype = working_dtype(p, q)
+    return p.to(dtype).expand(shape), q.to(dtype).expand(shape)
+
+
+def check_token_tensor(tokens: object, device: torch.device, name: str = "token") -> Tensor:
+    """Token ids as an int64 tensor on ``device`` (a Python int is made there); values unchecked."""
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        return torch.tensor(tokens, device=device)
+    if not isinstance(tokens, Tensor):
+        raise ValueError(f"{name} must be an int or an integer tensor, got {type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    check_device(tokens, device, name)
+    return tokens if tokens.dtype == torch.int64 else tokens.long()
+
+
+def judge_tokens(name: str, vocab_size: int, low: float, high: float) -> None:
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} has ids out of range [0, {vocab_size}): min {int(low)}, max {int(high)}")
+
+
+def check_tokens(tokens: object, vocab_size: int, device: torch.device, name: str = "token") -> Tensor:
+    """Token ids as an int64 tensor on ``device``, each in [0, vocab_size)."""
+    tokens = check_token_tensor(tokens, device, name)
+    if tokens.numel():
+        judge_tokens(name, vocab_size, *torch.stack(torch.aminmax(tokens)).tolist())
+    return tokens
+
+
+def check_uniform_tensor(uniforms: object, shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """dtype (float32 or float64), shape and device of ``verify``'s uniforms; values unchecked."""
+    if not isinstance(uniforms, Tensor) or uniforms.dtype not in UNIFORM_DTYPES:
+        kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
+        raise ValueError(f"uniforms must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
+                         "(16-bit uniforms would coarsen the accept tests)")
+    if tuple(uniforms.shape) != tuple(shape):
+        raise ValueError(f"uniforms must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
+    check_device(uniforms, device, "uniforms")
+    return uniforms
+
+
+def judge_uniforms(low: float, high: float) -> None:
+    if not (low >= 0 and high < 1):  # NaN fails both comparisons
+        raise ValueError(f"uniforms must lie in [0, 1) and not be NaN: min {low}, max {high}")
+
+
+def check_randomness(uniforms: object, generator: object, device: torch.device) -> None:
+    """One source of randomness: uniforms or a generator (on p's device type), not both."""
+    if uniforms is not None and generator is not None:
+        raise ValueError("give uniforms or a generator, not both (the generator would be ignored)")
+    if generator is not None and torch.device(generator.device).type != device.type:
+        raise ValueError(f"generator is on {generator.device} but p is on {device}")
+
+
+def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Size, int]:
+    """Shape checks of a window (no values read): the batch shape and the number L of drafts."""
+    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
+        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
+    check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    window = q.shape[-2]
+    if p.shape[-2] not in (window, window + 1):
+        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
+    _check_vocabulary_and_device(p, q)
+    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
+        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
+    check_token_tensor(draft_tokens, p.device, "draft_tokens")
+    try:
+        batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+    except RuntimeError:
+        raise ValueError(f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
+                         f"drafts {tuple(draft_tokens.shape)}") from None
+    return batch, window
+
+
+def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Check one window of L drafts and bring it to one batch shape and dtype.
+
+    p: [..., L or L+1, V] target rows (row L, if present, is the bonus row); q: [..., L, V]
+    draft rows; draft_tokens: [..., L] ids in [0, V); uniforms: None or [..., L + 1] float32 /
+    float64 in [0, 1); a generator only without uniforms. Batch dimensions broadcast. Returns
+    (p, q, draft_tokens, uniforms): p, q in the working dtype, batch dimensions expanded."""
+    batch, window = window_shapes(p, q, draft_tokens)
+    check_randomness(uniforms, generator, p.device)
+    if uniforms is not None:
+        check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
+        if uniforms.numel():
+            judge_uniforms(*torch.stack(torch.aminmax(uniforms)).double().tolist())
+    p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
+    draft_tokens = check_tokens(draft_tokens, p.shape[-1], p.device, "draft_tokens")
+    dtype, vocab = working_dtype(p, q), p.shape[-1]
+    return (p.to(dtype).expand(*batch, p.shape[-2], vocab), q.to(dtype).expand(*batch, window, vocab),
+            draft_tokens.expand(*batch, window), uniforms)
+
+
+def check_labels(labels: object) -> Tensor:
+    """Partition labels [..., V]: integer cluster ids >= 0, as int64. Ids >= V are relabelled to
+    0 .. K-1 in increasing order, so memory never follows the largest id."""
+    if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError("partition labels must be an integer tensor of cluster ids, one per token")
+    if labels.ndim < 1 or labels.numel() == 0:
+        raise ValueError(f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}")
+    labels = labels.long()
+    low, high = torch.stack(torch.aminmax(labels)).tolist()
+    if low < 0:
+        raise ValueError("partition labels must be non-negative cluster ids")
+    return torch.unique(labels, return_inverse=True)[1] if high >= labels.shape[-1] else labels
+
+
+def check_group_size(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {value!r}")

@@ -1,0 +1,17 @@
+"""The engine: gsd_core's verification shaped for an accelerator, tested bit for bit against it.
+
+- ``verify``: gsd_core.verify's window with fused validation (one host sync, or none with
+  ``validate=False``) and dynamic clusters ranked on the support of p (``support=``);
+- ``draw``: gsd_core's inverse-CDF draw without checks;
+- ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs.
+
+Costs (ops, syncs) are pinned by tests/lab/test_engine_costs.py; equality with gsd_core by
+tests/lab/test_engine.py.
+"""
+
+from gsd_core.verification import draw
+
+from .accounting import support_accept, support_masses
+from .verify import ranked_by_p, uses_support, verify
+
+__all__ = ["draw", "ranked_by_p", "support_accept", "support_masses", "uses_support", "verify"]

@@ -1,0 +1,153 @@
+"""Dynamic clusters read off one sort of each row's support instead of a sort of all V entries.
+
+gsd_core ranks whole rows (a stable sort of V entries). After top-k the support S_i =
+#{y : p_i(y) > 0} is far smaller (Lumina-mGPT: 2000 of 65,536), and every zero-probability
+token ranks after it, in id order. ``SupportRanking`` sorts only the K = max_i S_i largest
+entries of each row (or the caller's ``support`` ids, or K read by the engine's validation),
+and finds the ranks of zeros by counting. The window members, slot by slot, are the tokens
+gsd_core's ``DynamicClusters.members`` puts there, and their masses are summed by the same
+ops, so P and Q are the reference's bit for bit (tests/lab/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from gsd_core import DynamicClusters
+
+
+@dataclass(frozen=True)
+class SupportSize:
+    """The support sizes S_i of rows [N, V] as int32 [N], and their maximum K read on the host
+    (the engine's validation reads it with everything else)."""
+
+    count: Tensor
+    width: int
+
+
+@lru_cache(maxsize=64)
+def _arange(n: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device)
+
+
+@lru_cache(maxsize=64)
+def _arange_rows(rows: int, n: int, device: torch.device) -> Tensor:
+    """0 .. n - 1 in each of ``rows`` rows (materialised: ``scatter_`` takes no broadcast source)."""
+    return torch.arange(n, device=device).repeat(rows, 1)
+
+
+class SupportRanking:
+    """The probability ranking (-p, id) of each row of p [N, V], from one sort of its support.
+
+    ``support``: None (count S_i and read K = max_i S_i: one host sync), a ``SupportSize``
+    (no sync), or ids [N, K] per row holding every id with p > 0 once (zeros may be added or
+    repeated): no count, no sync, no selection over V. The K entries are put in id order
+    (zero entries moved past the end as id V + K), then stably sorted by p descending: the
+    ranking of the support, exact under ties. The m-th zero of a row ranks S_i + m; its id z
+    solves z = m + #{positive ids < z} by a search. When 2K > V the whole rows are sorted."""
+
+    def __init__(self, p: Tensor, support: Tensor | SupportSize | None = None) -> None:
+        self.vocab = vocab = p.shape[-1]
+        if isinstance(support, Tensor):  # the caller's ids [N, K]
+            values = p.gather(-1, support)
+            self.count = (values > 0).sum(-1, keepdim=True, dtype=torch.int32)
+            self.width, self.dense = support.shape[-1], False
+            self._rank_support(values, support, clear=True)
+            return
+        if support is None:
+            self.count = (p > 0).sum(-1, keepdim=True, dtype=torch.int32)
+            width = int(self.count.max()) if p.shape[0] else 1  # the host sync
+        else:
+            self.count, width = support.count.unsqueeze(-1), support.width if p.shape[0] else 1
+        self.width = width = max(1, min(vocab, width))
+        self.dense = 2 * width > vocab
+        if self.dense:  # one stable sort of the whole rows ranks the zeros too
+            self.ranked_ids = torch.sort(p, dim=-1, descending=True, stable=True).indices
+            self.position_rank = torch.empty_like(self.ranked_ids).scatter_(
+                -1, self.ranked_ids, _arange_rows(*p.shape, p.device))
+            return
+        top = torch.topk(p, width, dim=-1, sorted=False)
+        self._rank_support(top.values, top.indices, clear=support is None)
+
+    def _rank_support(self, values: Tensor, ids: Tensor, clear: bool) -> None:
+        """Rank K entries per row (values at ids [N, K], every positive entry once). ``clear``:
+        give non-positive entries key 0 (NaN rows from unvalidated input sort after the support)."""
+        positive = values > 0
+        ids, by_id = torch.where(positive, ids, self.vocab + self.width).sort(-1)
+        self.ids = ids  # positive ids ascending, then V + K: [N, K]
+        if clear:
+            values = torch.where(positive, values, 0)
+        order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
+        self.ranked_ids = ids.gather(-1, order)  # ranks 0 .. S_i - 1: the support
+        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(*order.shape, ids.device))
+        # #zeros before each positive id: non-decreasing over the support; the pads (V + K - k > V)
+        # exceed every zero count, so the searches stay exact.
+        self.zeros_before = ids - _arange(self.width, ids.device)
+
+    def rank(self, p: Tensor, token: Tensor) -> Tensor:
+        """rank(x) for tokens [N, T]: int64 [N, T]."""
+        if self.dense:
+            return self.position_rank.gather(-1, token)
+        below = torch.searchsorted(self.ids, token.contiguous())  # positive ids < x
+        ranked = self.position_rank.gather(-1, below.clamp(max=self.width - 1))
+        # A zero-probability x follows the S_i positive tokens and the zeros with smaller ids.
+        return torch.where(p.gather(-1, token) > 0, ranked, self.count + token - below)
+
+    def tokens_at(self, rank: Tensor) -> Tensor:
+        """The token of each rank in [0, V): [N, M] -> [N, M]."""
+        if self.dense:
+            return self.ranked_ids.gather(-1, rank)
+        nth_zero = rank - self.count
+        zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
+        return torch.where(nth_zero < 0, self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1)), zero_id)
+
+
+def _filter(rule: DynamicClusters, p: Tensor, x: Tensor, index: Tensor, keep: Tensor,
+            adjacency: Tensor | None) -> Tensor:
+    """gsd_core's filters; with ``adjacency`` (bool [V, V], adjacency[x, y] = ||e_y - e_x||^2 <= d,
+    built once by the caller) the distance filter is read from the table."""
+    if adjacency is None:
+        return rule.filter(p, x, index, keep)
+    vocab = p.shape[-1]
+    if adjacency.shape != (vocab, vocab) or adjacency.dtype != torch.bool:
+        raise ValueError(f"adjacency must be a bool table [V, V] = [{vocab}, {vocab}], "
+                         f"got {adjacency.dtype} {tuple(adjacency.shape)}")
+    keep = dataclasses.replace(rule, max_embedding_distance=None).filter(p, x, index, keep)
+    return keep & adjacency.view(-1).take(x.unsqueeze(-1) * vocab + index)  # a flat take: 4x faster
+
+
+def dynamic_masses(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor,
+                   support: Tensor | SupportSize | None = None, *, adjacency: Tensor | None = None,
+                   chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
+    """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [N, T] against rows p, q [N, V]:
+    [N, T] each, bit for bit ``rule.masses``. One ranking per row (``support`` as in
+    ``SupportRanking``, for rows ranked by p), then windows of the tokens in chunks, at most
+    ``chunk_elements`` gathered entries at a time (a loop over chunks of tokens, not tokens)."""
+    if adjacency is not None and rule.max_embedding_distance is None:
+        raise ValueError("adjacency is the embedding filter's table, but this rule has no "
+                         "max_embedding_distance: nothing would use it")
+    ranking_rows = q if rule.rank_by == "q" else p
+    ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
+    n, vocab = p.shape
+    offsets = rule.offsets(vocab, p.device)
+    width = rule.embeddings.shape[-1] if rule.max_embedding_distance is not None and adjacency is None else 1
+    step = max(1, chunk_elements // max(1, n * offsets.numel() * width))
+
+    def masses(x: Tensor) -> tuple[Tensor, Tensor]:
+        ranks = ranking.rank(ranking_rows, x).unsqueeze(-1) + offsets  # [N, T, M]
+        clipped = ranks.clamp(0, vocab - 1)
+        index = ranking.tokens_at(clipped.flatten(-2)).view(ranks.shape)
+        keep = _filter(rule, p, x, index, clipped == ranks, adjacency)
+        flat = index.flatten(-2)
+        return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
+                torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+
+    if tokens.shape[-1] <= step:  # one chunk (verify's window): no copies
+        return masses(tokens)
+    parts = [masses(tokens[:, start: start + step]) for start in range(0, tokens.shape[-1], step)]
+    return torch.cat([m for m, _ in parts], -1), torch.cat([m for _, m in parts], -1)

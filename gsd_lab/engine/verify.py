@@ -1,0 +1,135 @@
+"""``verify`` shaped for an accelerator: gsd_core's rule, a fixed number of ops, host syncs counted.
+
+The result is gsd_core.verify's bit for bit, given the same uniforms (tests/lab/test_engine.py):
+the accept probabilities come from the same ops (gsd_core's own rules, or, for dynamic
+clusters ranked by p, ``ranking.dynamic_masses``), and the stop row, residual and draw are
+gsd_core's ``resolve_window``. What differs is the cost, measured in tests/lab/test_engine_costs.py
+(top-level aten ops and host syncs on a window of the decoding loop's shape):
+
+- ``validate=True``: the values of every argument are reduced on the device and read back in
+  one host sync (reference: a few syncs per argument); ``validate=False`` skips them, for a
+  caller that guarantees valid rows (a NaN row then still emits an id in [0, V));
+- ``DynamicClusters`` ranking by p sorts only the support of each row (``SupportRanking``),
+  whose size it reads in one host sync, or in the validation's sync, or not at all when the
+  caller passes ``support`` (ids [..., L, K] holding every id with p > 0 once; checked under
+  ``validate``);
+- every other rule (SD, rank bins, fixed partitions, LANTERN, dynamic clusters ranked by q,
+  Amplify of any of them) runs gsd_core's own ops, with no host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gsd_core import Amplify, DynamicClusters, VerifyResult
+from gsd_core.checks import (
+    check_randomness,
+    check_token_tensor,
+    check_uniform_tensor,
+    judge_probabilities,
+    judge_tokens,
+    judge_uniforms,
+    window_shapes,
+    working_dtype,
+)
+from gsd_core.rules import Rule, as_rule, mass_ratio
+from gsd_core.verification import resolve_window
+
+from .ranking import SupportSize, dynamic_masses
+from .readback import host_ranges, judge_support, probability_parts, support_parts
+
+
+def ranked_by_p(rule: object) -> DynamicClusters | None:
+    """The ``DynamicClusters`` ranking by p inside ``rule`` (through ``Amplify``), if any: the
+    rule for which ``verify`` uses ``support`` and may read a support size."""
+    while isinstance(rule, Amplify):
+        rule = rule.rule
+    return rule if isinstance(rule, DynamicClusters) and rule.rank_by == "p" else None
+
+
+def uses_support(rule: object) -> bool:
+    """Whether ``verify(..., rule, support=ids)`` uses the ids (other rules ignore them)."""
+    return ranked_by_p(rule) is not None
+
+
+def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
+    if not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window or support.shape[-1] < 1:
+        got = tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__
+        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] "
+                         f"(one row per draft), got {got}")
+    support = check_token_tensor(support, device, "support")
+    try:
+        fits = torch.broadcast_shapes(support.shape[:-2], batch) == batch
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to "
+                         f"the batch shape {tuple(batch)} of p, q and draft_tokens")
+    return support.expand(*batch, *support.shape[-2:])
+
+
+def _masses(rule: Rule, p: Tensor, q: Tensor, drafts: Tensor,
+            support: Tensor | SupportSize | None) -> tuple[Tensor, Tensor]:
+    """(P, Q) [..., L] of the drafts [..., L] against rows p, q [..., L, V]."""
+    if isinstance(rule, Amplify):
+        credited, charged = _masses(rule.rule, p, q, drafts, support)
+        return rule.scale * credited, charged  # the ops of gsd_core's Amplify.masses
+    if ranked_by_p(rule) is not None:
+        vocab = p.shape[-1]
+        if isinstance(support, Tensor):
+            support = support.reshape(-1, support.shape[-1])
+        credited, charged = dynamic_masses(rule, p.reshape(-1, vocab), q.reshape(-1, vocab),
+                                           drafts.reshape(-1, 1), support)
+        return credited.view(drafts.shape), charged.view(drafts.shape)
+    credited, charged = rule.masses(p, q, drafts.unsqueeze(-1))
+    return credited.squeeze(-1), charged.squeeze(-1)
+
+
+def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, uniforms: Tensor | None = None,
+           generator: torch.Generator | None = None, support: Tensor | None = None,
+           validate: bool = True) -> VerifyResult:
+    """gsd_core.verify's window (same arguments, same result), with ``support`` and ``validate``
+    (module docstring). Uniforms drawn from ``generator`` are float64, as gsd_core draws them."""
+    batch, window = window_shapes(p, q, draft_tokens)
+    if uniforms is not None:
+        check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
+    check_randomness(uniforms, generator, p.device)
+    rule = as_rule(rule)
+    vocab = p.shape[-1]
+    if support is not None:
+        support = _check_support(support, batch, window, p.device)
+    if validate:
+        parts = probability_parts(p) + probability_parts(q) + [draft_tokens.reshape(-1)]
+        sizes = None
+        if support is not None:
+            parts += support_parts(p[..., :window, :].expand(*batch, window, vocab), support)
+        elif window > 0 and ranked_by_p(rule) is not None:  # the support sizes travel with the checks
+            sizes = (p[..., :window, :] > 0).sum(-1, dtype=torch.int32).expand(*batch, window).reshape(-1)
+            parts.append(sizes)
+        ranges = host_ranges(parts + ([] if uniforms is None else [uniforms.reshape(-1)]))  # the one sync
+        for name, x, (sums, minima) in (("p", p, ranges[0:2]), ("q", q, ranges[2:4])):
+            if sums is not None:
+                judge_probabilities(name, x.dtype, *sums, minima[0])
+        if ranges[4] is not None:
+            judge_tokens("draft_tokens", vocab, *ranges[4])
+        if support is not None:
+            judge_support(ranges[5:8], vocab)
+        elif sizes is not None:
+            support = SupportSize(sizes, int(ranges[5][1]) if ranges[5] is not None else 0)
+        if uniforms is not None and ranges[-1] is not None:
+            judge_uniforms(*ranges[-1])
+    # What gsd_core's check_window does, with no op where nothing changes (each op is a launch).
+    dtype = working_dtype(p, q)
+    p, q = (x if x.dtype == dtype else x.to(dtype) for x in (p, q))
+    draft_tokens = draft_tokens if draft_tokens.dtype == torch.int64 else draft_tokens.long()
+    p = p if p.shape[:-2] == batch else p.expand(*batch, *p.shape[-2:])
+    q = q if q.shape[:-2] == batch else q.expand(*batch, window, vocab)
+    draft_tokens = draft_tokens if draft_tokens.shape[:-1] == batch else draft_tokens.expand(*batch, window)
+    if uniforms is None:
+        uniforms = torch.rand(*batch, window + 1, generator=generator, dtype=torch.float64, device=p.device)
+    if window == 0:
+        accept = p.new_empty(*batch, 0)
+    else:
+        accept = mass_ratio(*_masses(rule, p[..., :window, :], q, draft_tokens, support))
+    return resolve_window(p, q, draft_tokens, accept, uniforms, rule)

@@ -1,0 +1,340 @@
+"""The decoding runs of ``figures --paper`` on disk: one result file per (configuration, seed,
+prompt) as soon as it is decoded, resumable, sharded over processes, bounded host memory.
+
+Layout under the figures folder::
+
+    decoding/<configuration>/seed-<s>/run.json             the run's identity and prompt list
+    decoding/<configuration>/seed-<s>/results/000123.json  prompt 123: NFE, acceptance, distortion,
+                                                            CLIP score, tokens, top-1 (AR), rank
+    decoding/<configuration>/seed-<s>/images/000123.png    with --save-images
+
+Each (configuration, seed) is one run of ``gsd_lab.evaluate``: same identity rules (model,
+weights fingerprint, decoding spec as resolved, seed; the prompt list), same atomic result
+files, same refusal of a folder holding another run (``RunMismatch`` naming what differs). A
+re-run skips every result already on disk, so a crash costs at most the images in flight and
+nothing is counted twice: the tables read exactly one row per (configuration, seed, prompt).
+
+Order and sharding: the work items are (prompt, configuration, seed), prompt-major, so a run
+stopped early has every configuration on its first prompts; process r of N
+(torchrun's RANK / WORLD_SIZE) takes items r, r + N, ... No collective is used: ranks other
+than 0 exit when their items are done, rank 0 then waits for the result files of the others
+and writes the tables (torchrun stops every process when one fails).
+
+Memory: the tables hold, per row, the scalars of a ``GenerationRecord`` (no tokens, images or
+top-1 vectors; 365 bytes each, measured: 12.3 MB for 21 x 1,600); tokens are read back, and
+decoded to pixels, only for the detail analyses, which use at most ``FigureSizes.detail_images``
+prompts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..evaluate import DistributedContext, Run, check_run, finished_row, load_result, result_path, shard_indices, \
+    start_run, write_result
+from ..figure_io import save_image_atomic
+from ..progress import ProgressLog, duration
+from .image_model import ImageModel, guidance_scale
+from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, build_clusters,
+                   build_lantern, decoding_identity, generate_one, generator_seed, score_summary)
+
+STREAM_DIR = "decoding"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One decoding configuration of the paper run: ``spec``, with classifier-free guidance as
+    the model has it (``guided``) or off, on every prompt or the first ``max_prompts``."""
+
+    spec: MethodSpec
+    guided: bool = True
+    max_prompts: int | None = None
+
+    @property
+    def name(self) -> str:
+        """A folder name: the label in lower case and dashes, then a hash of what decides it."""
+        slug = re.sub(r"[^a-z0-9.]+", "-", self.spec.label.lower()).strip("-")[:48]
+        key = repr((self.spec.key, self.guided, self.max_prompts)).encode()
+        return f"{slug}{'' if self.guided else '-no-guidance'}-{hashlib.sha256(key).hexdigest()[:8]}"
+
+
+def context_from_environment() -> DistributedContext:
+    """This process's rank among torchrun's (RANK, WORLD_SIZE, LOCAL_RANK), no process group."""
+    import os
+
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK {rank} is not in 0..WORLD_SIZE-1 = {world - 1}")
+    return DistributedContext(rank, world, local, "")
+
+
+class StreamedRunCache(RunCache):
+    """``RunCache`` whose records come from result files (module docstring). ``plan`` the
+    configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
+    then use it as a ``RunCache`` for the tables."""
+
+    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
+                 out_dir: str | Path, *, weights: dict[str, str], context: DistributedContext | None = None,
+                 save_images: bool = False, record_distortion: bool = True, progress: bool = True,
+                 bootstrap_resamples: int = 2000) -> None:
+        super().__init__(model, prompts, seeds, filters, record_top1=False, record_distortion=record_distortion,
+                         bootstrap_resamples=bootstrap_resamples)
+        self.root = Path(out_dir) / STREAM_DIR
+        self.weights, self.save_images, self.show_progress = weights, save_images, progress
+        self.context = context or context_from_environment()
+        self.configurations: list[Configuration] = []
+        self.items: list[tuple[int, Configuration, int]] = []
+        self._runs: dict[tuple[Configuration, int], Run] = {}
+        self._rules: dict[tuple, tuple[Any, Any]] = {}
+        self._nfe: dict[Configuration, list[int]] = {}
+        self._done: set[tuple[int, Configuration, int]] = set()
+
+    # ---- the plan ----
+
+    def folder(self, config: Configuration, seed: int) -> Path:
+        return self.root / config.name / f"seed-{seed}"
+
+    def identity(self, config: Configuration, seed: int) -> dict[str, Any]:
+        """What every row of (config, seed) depends on besides its prompt (``evaluate.Run``)."""
+        with self._guidance(config):
+            decoding = decoding_identity(self.model, config.spec)
+        return {"command": "figures --paper", "model": self.model.name, "weights": self.weights,
+                "decoding": decoding, "seed": seed, "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
+                "records": {"top1": self._records_top1(config), "distortion": self.record_distortion,
+                            "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
+                            "quality_config": self.model.quality_config}}
+
+    def plan(self, configurations: list[Configuration], *, dry: bool = False) -> None:
+        """Record the runs (run.json, checked against what is on disk; ``dry``: only checked,
+        nothing written) and the work items, and read which are done."""
+        self.configurations = list(dict.fromkeys(configurations))
+        for config in self.configurations:
+            prompts = self.prompts[: config.max_prompts]
+            for seed in self.seeds:
+                run = Run(self.identity(config, seed), prompts)
+                if dry:
+                    check_run(self.folder(config, seed), run.identity, run.prompts)
+                else:
+                    start_run(self.folder(config, seed), run, self.context, write=True)
+                self._runs[(config, seed)] = run
+        self.items = [(index, config, seed) for index in range(len(self.prompts)) for config in self.configurations
+                      if config.max_prompts is None or index < config.max_prompts for seed in self.seeds]
+        self._done, self._nfe = set(), {config: [] for config in self.configurations}
+        for index, config, seed in self.items:  # one read of what is on disk (foreign rows raise)
+            row = finished_row(self._runs[(config, seed)], self.folder(config, seed), index)
+            if row is not None:
+                self._done.add((index, config, seed))
+                self._nfe[config].append(row["nfe"])
+
+    def done(self, item: tuple[int, Configuration, int]) -> bool:
+        return item in self._done
+
+    def estimated_forwards(self, config: Configuration) -> float:
+        """Forwards per image of ``config``: the mean of its rows so far, else the token count (AR's)."""
+        nfe = self._nfe.get(config)
+        return float(np.mean(nfe)) if nfe else float(self.model.num_tokens)
+
+    def remaining(self, items: list[tuple[int, Configuration, int]] | None = None) -> list[tuple[int, Configuration, int]]:
+        return [item for item in (self.items if items is None else items) if not self.done(item)]
+
+    # ---- decoding ----
+
+    def run(self) -> int:
+        """Decode this rank's unfinished items, writing each result as it is done; returns how many."""
+        mine = [self.items[i] for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)]
+        todo = self.remaining(mine)
+        progress = ProgressLog(len(mine), done=len(mine) - len(todo), enabled=self.show_progress,
+                               desc=f"figures --paper, rank {self.context.rank} of {self.context.world_size} "
+                                    "(decoded images)")
+        left = sum(self.estimated_forwards(config) for _, config, _ in todo)
+        if self.show_progress:
+            print(progress.line(f"{len(self.configurations)} configurations x {len(self.prompts)} prompts; "
+                                f"about {left:,.0f} forwards to go"), flush=True)
+        for index, config, seed in todo:
+            row = self._decode(index, config, seed)
+            write_result(self._runs[(config, seed)], self.folder(config, seed), index, row, self.context)
+            self._done.add((index, config, seed))
+            left -= self.estimated_forwards(config)
+            self._nfe[config].append(row["nfe"])
+            progress.advance(work=row["nfe"], remaining_work=max(left, 0.0),
+                             note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}")
+        return len(todo)
+
+    def wait(self, *, poll_seconds: float = 10.0, timeout: float | None = None) -> None:
+        """Rank 0: return when every item has its result file (the other ranks' included)."""
+        started, last = time.perf_counter(), 0.0
+        while True:
+            missing = [item for item in self.items if not self._result_file(item).is_file()]
+            if not missing:
+                return
+            waited = time.perf_counter() - started
+            if timeout is not None and waited > timeout:
+                raise TimeoutError(f"{len(missing)} results still missing after {duration(waited)}")
+            if self.show_progress and waited - last >= 60:
+                last = waited
+                print(f"figures --paper, rank 0: waiting for {len(missing)} results of the other ranks "
+                      f"({duration(waited)})", flush=True)
+            time.sleep(poll_seconds)
+
+    def _result_file(self, item: tuple[int, Configuration, int]) -> Path:
+        index, config, seed = item
+        return result_path(self.folder(config, seed), index)
+
+    @contextlib.contextmanager
+    def _guidance(self, config: Configuration) -> Iterator[None]:
+        if config.guided or not self.model.adapter.uses_cfg:
+            yield
+        else:
+            with guidance_scale(self.model, None):
+                yield
+
+    def _records_top1(self, config: Configuration) -> bool:
+        return config.spec.method == "ar"  # top-1 statistics are read from AR tokens only
+
+    def _rule(self, spec: MethodSpec) -> tuple[Any, Any]:
+        if spec.key not in self._rules:
+            self._rules[spec.key] = (build_clusters(spec, self.model, self.filters),
+                                     build_lantern(spec, self.model, self._neighbourhoods))
+        return self._rules[spec.key]
+
+    def _decode(self, index: int, config: Configuration, seed: int) -> dict[str, Any]:
+        spec, prompt = config.spec, self.prompts[index]
+        clusters, lantern = self._rule(spec)
+        gseed = generator_seed(seed + spec.seed_offset, index)
+        with self._guidance(config):
+            result, image = generate_one(self.model, spec, prompt, gseed, clusters=clusters, lantern=lantern,
+                                         record_top1=self._records_top1(config),
+                                         record_distortion=self.record_distortion)
+        row: dict[str, Any] = {
+            "label": spec.label, "generator_seed": gseed, "nfe": result.nfe, "acceptance_rate": result.acceptance_rate,
+            "accepted_per_tested": accepted_per_tested(result), "wall_seconds": result.wall_seconds,
+            "model_seconds": result.model_seconds, "accounting_seconds": result.accounting_seconds,
+            "distortion": None if result.distortion is None else float(result.distortion.mean()),
+            "tokens": result.tokens.tolist(), "device": str(self.model.adapter.device),
+        }
+        if result.top1 is not None:
+            row["top1"] = result.top1.tolist()
+        if image is not None and self.model.condition_scores is not None:
+            row["condition_score"] = float(self.model.condition_scores([image], [prompt])[0])
+        if image is not None and self.save_images:
+            row["image"] = save_image_atomic(image, self.folder(config, seed) / "images" / f"{index:06d}.png")
+        return row
+
+    # ---- reading back ----
+
+    def _rows(self, config: Configuration, *, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
+        """The result rows of ``config``, seed by seed, prompt by prompt (``run_method``'s order)."""
+        for seed in self.seeds:
+            run, folder = self._runs[(config, seed)], self.folder(config, seed)
+            for index in range(len(run.prompts)):
+                row = load_result(folder, index)
+                if row is None or not run.row_matches(row, index):
+                    if missing_ok:
+                        continue
+                    raise ValueError(f"{result_path(folder, index)} is missing or not of this run: "
+                                     "the paper run is not complete (run figures --paper again to resume it)")
+                yield row
+
+    def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
+        found = [c for c in self.configurations if c.spec.key == spec.key and c.guided == guided]
+        if not found:
+            raise ValueError(f"{spec.label} (guided={guided}) is not a configuration of this paper run")
+        return found[0]
+
+    @staticmethod
+    def _record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
+        return GenerationRecord(
+            row["label"], row["prompt"], row["generator_seed"], row["nfe"], row["acceptance_rate"],
+            row["accepted_per_tested"], row["wall_seconds"], row["model_seconds"],
+            torch.tensor(row["tokens"]) if full else None, None,
+            torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
+            row["distortion"], row["accounting_seconds"])
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        """Scalar records of ``spec`` (no tokens, images or top-1 vectors), labelled as ``spec``."""
+        config = self._config(spec)
+        if spec.key not in self._records:
+            self._records[spec.key] = [self._record(row, full=False) for row in self._rows(config)]
+        return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
+                       guided: bool = True) -> list[GenerationRecord]:
+        """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded from the tokens."""
+        rows = self._rows(self._config(spec, guided))
+        records = []
+        for row in rows:
+            if limit is not None and len(records) >= limit:
+                break
+            record = self._record(row, full=True)
+            record.label = spec.label
+            if self.model.decode is not None:
+                record.image = self.model.decode(record.tokens)
+            records.append(record)
+        return records
+
+    def accounting_seconds(self) -> list[float]:
+        return [row["accounting_seconds"] for config in self.configurations for row in self._rows(config)]
+
+    def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
+        distance, a set statistic of the stand-in, from images decoded again from the tokens)."""
+        if spec.key not in self._quality:
+            rows = list(self._rows(self._config(spec)))
+            out: dict[str, Any] = {}
+            scores = None
+            if rows and all(row.get("condition_score") is not None for row in rows):
+                scores = np.array([row["condition_score"] for row in rows], dtype=np.float64)
+                out.update(score_summary(scores))
+            if self.model.frechet_distance is not None and self.model.decode is not None and rows:
+                out["frechet_distance"] = float(self.model.frechet_distance(
+                    [self.model.decode(torch.tensor(row["tokens"])) for row in rows]))
+            self._quality[spec.key] = (out, scores)
+        return self._quality[spec.key]
+
+
+def measure_forward_seconds(model: ImageModel, *, tokens: int = 48, window: int = 16,
+                            group_size: int = 50) -> dict[str, float]:
+    """Seconds per forward pass on the model's device, measured now on a short generation from
+    the first default prompt (a CFG pair counts once): "ar", "sjd" (window drafts), "gsd"
+    (dynamic clusters of ``group_size``), each including the exact-distortion accounting the
+    paper run records. Short contexts: on a GPU the 7B forward is host-bound, about the same at
+    2.3k tokens (docs/lumina-mgpt.md section 6)."""
+    spec_gsd = MethodSpec("GSD", "gsd", "dynamic", group_size, window=window)
+    from ..decoding import generate
+
+    specs = {"ar": MethodSpec("AR", "ar"), "sjd": MethodSpec("SJD", "sjd", window=window), "gsd": spec_gsd}
+    filters = FilterSettings.for_model(model.name)
+    prompt_ids, uncond_ids = model.encode(model.default_prompts[0])
+    count = min(tokens, model.num_tokens)
+    out = {}
+    for name, spec in specs.items():
+        clusters = build_clusters(spec, model, filters)
+        for seed in (0, 1):  # the first call warms up
+            result = generate(model.adapter, prompt_ids, num_tokens=count, method=spec.method, window=spec.window,
+                              clusters=clusters, uncond_prompt_ids=uncond_ids, record_distortion=True,
+                              generator=torch.Generator(device=model.adapter.device).manual_seed(seed))
+        out[name] = (result.wall_seconds + result.accounting_seconds) / result.nfe
+    return out
+
+
+def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) -> dict[str, Any]:
+    """The remaining work of ``cache``'s plan in forwards and device hours: per item the
+    configuration's forwards (measured rows, else the token count) times the per-forward time of
+    its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""
+    todo = cache.remaining()
+    forwards = sum(cache.estimated_forwards(config) for _, config, _ in todo)
+    seconds = sum(cache.estimated_forwards(config) * seconds_per_forward[config.spec.method] for _, config, _ in todo)
+    measured = sum(1 for config in cache.configurations if cache._nfe.get(config))
+    return {"items": len(cache.items), "done": len(cache.items) - len(todo), "to_do": len(todo),
+            "forwards": forwards, "device_hours": seconds / 3600, "configurations_with_measured_nfe": measured,
+            "seconds_per_forward": seconds_per_forward}

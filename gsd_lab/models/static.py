@@ -1,0 +1,469 @@
+"""A static-shape forward for ``generate(..., engine="static")``: a KV cache of fixed size, rollback
+by cache position, two window shapes, and the window forward (model + logits processing)
+captured as a CUDA graph or compiled. For a GPU, where an eager 7B forward is bound by its ~700
+kernel launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
+
+``StaticEngine(adapter)`` offers the ``CausalLMAdapter`` contract the decoding loop uses: its own
+``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``, and the
+adapter's for everything else (``random_tokens``, ``row_length``, ...), with the same results: ``forward`` returns the distributions of ``adapter.forward`` (the same processing,
+``adapter._process``), ``crop`` rolls back.
+
+Cache. One ``transformers`` ``StaticLayer`` per decoder layer, [B, H, C, D] keys and values
+(B = 2 for a CFG pair), C slots = the batch prompt's width + the tokens ``reserve``d, rounded up
+to ``capacity_step``; allocated at the first prefill and kept across ``start`` calls (a captured
+graph holds their addresses). ``SlotLayer`` writes a forward's T new keys at slots
+start .. start + T - 1, ``start`` one 0-d device tensor shared by all layers and set before each
+forward (gpt-fast's ``input_pos``): the stock layer advances a counter of its own instead, and
+transformers 5.17's cannot be cropped. So rollback costs nothing: ``crop`` moves a host integer,
+and the next forward overwrites the stale slots. Stale slots are never read: the attention mask
+is one fixed [B, C] buffer of key slots (False at a CFG row's left padding, set at ``start``),
+combined in the forward with causality over slots (slot k is visible to the query at slot s iff
+k <= s), passed to the model as a prepared 4-D mask (bool for sdpa, additive for eager
+attention; transformers uses a 4-D mask as given); position ids are slot minus the row's
+padding, as the adapter's.
+
+Shapes. The prefill (prompt + first window) runs eagerly at its own length. After it a forward of
+T tokens runs at one of two fixed widths: 1 (AR steps, the last SJD/GSD steps) or W = window + 1;
+a shorter window (the image's tail) is padded at its end with its last token, whose rows are
+computed and dropped (causal: they cannot change the rows before them) and whose keys land in
+slots after the window (stale, overwritten later). A wider T runs eagerly at its own width.
+
+Capture (``capture``): "graph" (CUDA; "auto" picks it there): each width's forward recorded once
+as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
+rewrites the slots that forward writes) and replayed, its kernels the eager ones; "compile":
+``torch.compile(fullgraph=True, dynamic=False)`` per width, ``mode="reduce-overhead"`` (inductor
+kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
+"none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
+is the model (alone with ``capture_processing=False``, the processing then eager after the
+replay) and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
+tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
+GSD's ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid: ids
+with p = 0 may be added, and verify's result does not depend on them; found without a host read,
+unlike the kept ids, whose width varies; static-eager on a CPU hands over the adapter's kept ids,
+narrower and so faster to rank there, which the captured forms cannot trace). Outside it per
+forward: the input ids copied into the width's buffer (1-2 kernels), ``start`` set (1), the replay
+(1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
+own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
+and the loop's one status read per step is the only sync (model time on CUDA comes from events,
+read once per ``generate`` call).
+
+Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention
+runs over all C slots (the masked ones contribute exact zeros) and the padded tail's matmuls
+have more rows: in float64 on a CPU the distributions agree to rounding (tests: same tokens for
+AR, SJD, GSD). "graph" replays static-eager's kernels: the same bits as static-eager on the same
+device. "compile" runs inductor's fused kernels: in bf16 on a GPU their rounding differs from
+eager's, so the tokens can differ from the eager paths' (as between any two kernel choices);
+top-k uses ``torch.topk``, the same values as the CPU's numpy selection.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .adapter import CausalLMAdapter, forced_support
+
+CAPTURES = ("auto", "none", "graph", "compile")
+ATTENTION = ("sdpa", "eager")
+
+
+@functools.lru_cache(maxsize=None)
+def _static_layer_class() -> type:
+    from transformers.cache_utils import StaticLayer
+
+    class SlotLayer(StaticLayer):
+        """A ``StaticLayer`` writing at slots start .. start + T - 1 (``start`` shared, set by
+        the engine) instead of after its own running count."""
+
+        def __init__(self, max_cache_len: int, start: Tensor) -> None:
+            super().__init__(max_cache_len=max_cache_len)
+            self.start = start
+
+        def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[Tensor, Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            slots = torch.arange(key_states.shape[-2], device=key_states.device) + self.start
+            self.keys.index_copy_(2, slots, key_states)
+            self.values.index_copy_(2, slots, value_states)
+            return self.keys, self.values
+
+        def get_seq_length(self) -> Tensor:
+            return self.start
+
+    return SlotLayer
+
+
+class StaticEngine:
+    """The static-shape forward of one ``CausalLMAdapter`` (module docstring).
+
+    capture: "auto" ("graph" on CUDA, else "none"), "none", "graph" (CUDA only) or "compile".
+    compile_options: keyword arguments for ``torch.compile`` with capture "compile" (default
+    ``fullgraph=True, dynamic=False``, plus ``mode="reduce-overhead"`` on CUDA).
+    capacity_step: cache slots are allocated in multiples of it (prompts of nearby lengths
+    reuse the cache and the captured graphs). capture_processing: False captures the model
+    only, the logits processing then running eagerly after each replay (no host sync either; a
+    fallback should a device refuse to record the processing, and a measure of what it costs).
+    """
+
+    def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
+                 compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
+                 capture_processing: bool = True) -> None:
+        if not isinstance(adapter, CausalLMAdapter):
+            raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+        if capture not in CAPTURES:
+            raise ValueError(f"unknown capture {capture!r}; expected one of {CAPTURES}")
+        device = adapter.device
+        if capture == "auto":
+            capture = "graph" if device.type == "cuda" else "none"
+        if capture == "graph" and device.type != "cuda":
+            raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
+        if compile_options is not None and capture != "compile":
+            raise ValueError("compile_options is for capture 'compile'")
+        if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
+            raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
+        config = adapter.model.config
+        attention = getattr(config, "_attn_implementation", None)
+        if attention not in ATTENTION:
+            raise ValueError(
+                f"the static engine prepares the attention mask for {ATTENTION} attention; the "
+                f"model uses {attention!r} (load it with attn_implementation='sdpa')"
+            )
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+        if kinds != {"full_attention"} or getattr(text, "sliding_window", None):
+            raise ValueError(f"the static engine needs full attention in every layer, got {sorted(kinds)}")
+        self.adapter = adapter
+        self.device = device
+        self.capture = capture
+        self.capture_processing = bool(capture_processing)
+        self._compile_options = dict(fullgraph=True, dynamic=False)
+        if device.type == "cuda":
+            self._compile_options["mode"] = "reduce-overhead"
+        self._compile_options.update(compile_options or {})
+        self._capacity_step = capacity_step
+        self._num_layers = int(text.num_hidden_layers)
+        self._additive_mask = attention == "eager"
+        self.num_forwards = 0
+        self._seconds = 0.0
+        self._pending: list[tuple[Any, Any]] = []
+        self._reserved = 0
+        self._window_width: int | None = None
+        self._cache: Any = None
+        self._layout: tuple[int, int, torch.dtype] | None = None  # (capacity, batch, dtype)
+        self._slots = 0
+        self._started = False
+        self._graphs: dict[int, Any] = {}
+        self._settings: tuple[Any, ...] | None = None
+        self.capture_seconds = 0.0  # recording graphs / compiling, outside model_seconds
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (``random_tokens``, ``forced_tokens``, ``row_length``, ``vocab_size``,
+        ``allowed_tokens``, ...) is the adapter's: the engine stands in for it in the loop."""
+        if name == "adapter":  # not set yet (during __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.adapter, name)
+
+    # ---- sizes and buffers -------------------------------------------------------------
+
+    def reserve(self, new_tokens: int, window: int) -> None:
+        """Room for ``new_tokens`` slots after the prompt at the next ``start`` (generate passes
+        the tokens to decode + window + 1) and the window width W = window + 1 (0: AR only)."""
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+            raise ValueError(f"new_tokens must be an int >= 1, got {new_tokens!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"window must be an int >= 0, got {window!r}")
+        self._reserved = new_tokens
+        width = window + 1 if window > 0 else None
+        if width != self._window_width:
+            self._window_width = width
+            self._graphs = {}
+
+    @property
+    def capacity(self) -> int:
+        """Cache slots allocated (0 before the first ``start``)."""
+        return 0 if self._layout is None else self._layout[0]
+
+    def _allocate(self, capacity: int, batch: int, dtype: torch.dtype) -> None:
+        device = self.device
+        self._start = torch.zeros((), dtype=torch.long, device=device)
+        layer = _static_layer_class()
+        from transformers.cache_utils import Cache
+
+        self._cache = Cache(layers=[layer(capacity, self._start) for _ in range(self._num_layers)])
+        self._pad = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self._key_ok = torch.ones(batch, capacity, dtype=torch.bool, device=device)
+        self._generated_offset = torch.zeros((), dtype=torch.long, device=device)
+        self._slot_ids = torch.arange(capacity, device=device)
+        self._inputs: dict[int, Tensor] = {}
+        self._graphs = {}
+        self._compiled: Any = None
+        for buffer in (self._start, self._pad, self._key_ok, self._generated_offset, self._slot_ids):
+            torch._dynamo.mark_static_address(buffer)
+        self._layout = (capacity, batch, dtype)
+
+    def _input_buffer(self, width: int) -> Tensor:
+        if width not in self._inputs:
+            batch = self._layout[1]
+            self._inputs[width] = torch.zeros(batch, width, dtype=torch.long, device=self.device)
+            torch._dynamo.mark_static_address(self._inputs[width])
+        return self._inputs[width]
+
+    # ---- the adapter contract ----------------------------------------------------------
+
+    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
+        """The adapter's ``start`` (prompt checks, CFG rows; it also ends the adapter's own
+        sequence), then this engine's cache set for it: (re)allocated when the prompt's width +
+        the reserved tokens exceed its slots, or the batch or dtype changed; the per-prompt
+        buffers written in place; graphs recorded under other processing settings (CFG scale,
+        top-k, temperature, allowed tokens) dropped."""
+        if self._reserved < 1:
+            raise ValueError("call reserve(new_tokens, window) before start()")
+        adapter = self.adapter
+        adapter.start(prompt_ids, uncond_prompt_ids)
+        rows = adapter._batch_prompt
+        batch, width = rows.shape
+        needed = width + self._reserved
+        dtype = adapter.compute_dtype
+        if (self._layout is None or needed > self._layout[0] or batch != self._layout[1]
+                or dtype != self._layout[2]):
+            step = self._capacity_step
+            self._allocate(-(-needed // step) * step, batch, dtype)
+        settings = (adapter.cfg_scale, adapter.top_k, adapter.temperature, id(adapter.allowed_tokens))
+        if settings != self._settings:  # a recorded graph holds them as constants
+            self._graphs, self._settings = {}, settings
+        real = adapter._prompt_mask.to(torch.bool)
+        self._pad.copy_((~real).sum(1, keepdim=True))
+        self._key_ok.fill_(True)
+        self._key_ok[:, :width].copy_(real)
+        self._generated_offset.fill_(1 - width)
+        self._width = width
+        self._padding = width - adapter.prompt_len  # the conditional row's, as in the adapter
+        self._slots = 0
+        self._started = True
+
+    @property
+    def prompt(self) -> Tensor:
+        return self.adapter.prompt
+
+    @property
+    def prompt_len(self) -> int:
+        return self.adapter.prompt_len
+
+    @property
+    def seq_len(self) -> int:
+        """Logical positions (prompt + generated tokens) held in the cache."""
+        return self._slots - self._padding if self._slots else 0
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` logical positions (P <= length <= seq_len): the next forward
+        writes from there."""
+        if not isinstance(length, int) or not self.prompt_len <= length <= self.seq_len:
+            raise ValueError(
+                f"crop length must be an int in [prompt_len={self.prompt_len}, "
+                f"seq_len={self.seq_len}], got {length!r}"
+            )
+        self._slots = length + self._padding
+
+    @property
+    def model_seconds(self) -> float:
+        """Seconds in the forwards (model + processing): perf_counter on a CPU, CUDA events on a
+        GPU (read here, one sync, not in each forward)."""
+        for begin, end in self._pending:
+            end.synchronize()
+            self._seconds += begin.elapsed_time(end) / 1e3
+        self._pending.clear()
+        return self._seconds
+
+    def forward(self, input_ids: Tensor, num_rows: int | None = None, *, with_support: bool = False
+                ) -> Tensor | tuple[Tensor, Tensor]:
+        """``CausalLMAdapter.forward`` on the static cache: the processed distributions [R, V] of
+        the last R = ``num_rows`` (default T) of the T new tokens (a fresh tensor); with
+        ``with_support``, (probs, support [R, A]): the allowed ids per row (forced rows: the forced
+        id, then (forced + 1) mod V)."""
+        if not self._started:
+            raise ValueError("call start(prompt_ids) before forward()")
+        adapter = self.adapter
+        input_ids, num_rows = adapter._checked_input(input_ids, num_rows)
+        T = input_ids.numel()
+        batch = self._layout[1]
+        if self._slots == 0:
+            ids, width, rows = adapter._prefill_batch(input_ids), None, num_rows
+            real = ids.shape[1]
+        else:
+            real = T
+            width = 1 if T == 1 else self._window_width
+            if width is not None and T > width:
+                width = None
+            ids, rows = input_ids.unsqueeze(0).expand(batch, -1), num_rows
+        span = real if width is None else width
+        if self._slots + span > self.capacity:
+            raise ValueError(
+                f"the static cache holds {self.capacity} slots; this forward needs "
+                f"{self._slots + span} (reserve more new tokens before start())"
+            )
+        adapter.cache = self._cache
+        self._start.fill_(self._slots)
+        if width is not None:
+            buffer = self._input_buffer(width)
+            if width > T:  # the tail: padded at its end with its last token
+                input_ids = torch.cat([input_ids, input_ids[-1:].expand(width - T)])
+            buffer.copy_(input_ids.expand(batch, -1))
+            if self.capture != "none" and width not in self._graphs:
+                self._prepare(width)
+        timer = self._begin()
+        if width is None:
+            with torch.no_grad():
+                probs, support = self._step(ids, rows, with_support)
+        else:
+            probs, support = self._run(width, with_support)
+            probs = probs[T - num_rows: T]
+            support = support[T - num_rows: T] if with_support else None
+        probs = probs.clone()  # a graph's outputs are overwritten by its next replay
+        support = support.clone() if with_support else None
+        self._end(timer)
+        self.num_forwards += 1
+        self._slots += real
+        return (probs, support) if with_support else probs
+
+    # ---- the step (captured) -----------------------------------------------------------
+
+    def _step(self, ids: Tensor, num_rows: int, with_support: bool = True
+              ) -> tuple[Tensor, Tensor | None]:
+        """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
+        engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
+        ``with_support``)."""
+        return self._processed(*self._model(ids, num_rows), with_support)
+
+    def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+        """The model part of ``_step``: (logits [B, num_rows, V], generated positions [num_rows])."""
+        adapter = self.adapter
+        T = ids.shape[1]
+        slots = torch.arange(T, device=ids.device) + self._start
+        positions = (slots.unsqueeze(0) - self._pad).clamp(min=0)
+        causal = self._slot_ids.unsqueeze(0) <= slots.unsqueeze(1)  # [T, C]
+        mask = (self._key_ok.unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # [B, 1, T, C]
+        if self._additive_mask:
+            dtype = self._layout[2]
+            mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
+        logits = adapter.compute_logits(ids, mask, positions, num_rows)
+        return logits, slots[T - num_rows:] + self._generated_offset
+
+    def _processed(self, logits: Tensor, generated: Tensor, with_support: bool
+                   ) -> tuple[Tensor, Tensor | None]:
+        """The processing part of ``_step``. The support: on a CPU outside compilation the
+        adapter's kept ids (as its own forward gives; numpy), else the allowed ids [R, A], forced
+        rows replaced."""
+        adapter = self.adapter
+        if not with_support:
+            return adapter._process(logits, generated, sync_free=True), None
+        probs, support = adapter._process(logits, generated, with_support=True, sync_free=True)
+        if support is None:
+            support = adapter.allowed_tokens.expand(generated.shape[0], -1)
+            forced = adapter.forced_tokens(generated)
+            if forced is not None:
+                support = forced_support(support, forced, adapter.vocab_size)
+        return probs, support
+
+    def _captured(self, ids: Tensor, width: int) -> tuple[Tensor, Tensor]:
+        """What a graph records or compile compiles: the whole step (support included), or with
+        ``capture_processing=False`` the model part only."""
+        if self.capture_processing:
+            return self._step(ids, width)
+        return self._model(ids, width)
+
+    def _run(self, width: int, with_support: bool = True) -> tuple[Tensor, Tensor | None]:
+        """The width's forward from its input buffer: eager, replayed graph or compiled."""
+        buffer = self._inputs[width]
+        with torch.no_grad():
+            if self.capture == "none":
+                return self._step(buffer, width, with_support)
+            if self.capture == "graph":
+                graph, outputs = self._graphs[width]
+                graph.replay()
+            else:
+                if self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                outputs = self._compiled(buffer, width)
+            return outputs if self.capture_processing else self._processed(*outputs, with_support)
+
+    def _prepare(self, width: int) -> None:
+        """Before the first forward at a width (untimed, in ``capture_seconds``). "graph": three
+        warm-up runs on a side stream (lazy library set-up), then the capture, which records and
+        runs nothing; "compile": two calls (compilation; on CUDA the graph trees record on the
+        second). Both write only the slots this forward writes, with the same values."""
+        begin = time.perf_counter()
+        buffer = self._inputs[width]
+        if self.capture == "compile":
+            if self._compiled is None:
+                self._compiled = torch.compile(self._captured, **self._compile_options)
+            self._graphs[width] = None
+            for _ in range(2):
+                self._run(width)
+        else:
+            current = torch.cuda.current_stream(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side), torch.no_grad():
+                for _ in range(3):
+                    self._captured(buffer, width)
+            current.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), torch.no_grad():
+                outputs = self._captured(buffer, width)
+            self._graphs[width] = (graph, outputs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.capture_seconds += time.perf_counter() - begin
+
+    # ---- timing ------------------------------------------------------------------------
+
+    def _begin(self) -> Any:
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _end(self, begin: Any) -> None:
+        if self.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pending.append((begin, end))
+        else:
+            self._seconds += time.perf_counter() - begin
+
+
+def static_engine(adapter: CausalLMAdapter) -> StaticEngine:
+    """The adapter's default ``StaticEngine`` (capture "auto"), made once and kept on the adapter
+    so that its cache and captured graphs serve every later ``generate(..., engine="static")``."""
+    engine = getattr(adapter, "_static_engine", None)
+    if engine is None:
+        engine = StaticEngine(adapter)
+        adapter._static_engine = engine
+    return engine
+
+
+ENGINES = ("eager", "static")
+
+
+def runner_for(adapter: CausalLMAdapter, engine: str | StaticEngine, *, new_tokens: int,
+               window: int) -> CausalLMAdapter | StaticEngine:
+    """What ``generate`` runs its forwards on: the adapter itself (``engine="eager"``), the
+    adapter's kept ``StaticEngine`` ("static") or the given one, reserved for ``new_tokens``
+    slots after the prompt and windows of ``window`` drafts."""
+    if isinstance(engine, StaticEngine):
+        if engine.adapter is not adapter:
+            raise ValueError("the StaticEngine given as engine wraps another adapter")
+    elif engine == "static":
+        engine = static_engine(adapter)
+    elif engine == "eager":
+        return adapter
+    else:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES} or a StaticEngine")
+    engine.reserve(new_tokens, window)
+    return engine

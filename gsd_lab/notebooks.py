@@ -1,0 +1,216 @@
+"""Execute the notebooks top to bottom with papermill: ``python -m gsd_lab notebooks``.
+
+Each notebook's source is its own committed ``notebooks/NN_*.ipynb``, edited in JupyterLab and
+stored with the outputs of its last execution. Its one cell tagged ``parameters`` holds the
+defaults; ``-p name value`` overrides them through papermill, which inserts a cell tagged
+``injected-parameters`` after it (only in the notebooks that declare that name).
+
+    python -m gsd_lab notebooks                                    # every notebook, in place
+    python -m gsd_lab notebooks --only 02 -p model_name tiny-random --out /tmp/nb
+    python -m gsd_lab notebooks --sizes tiny --out /tmp/nb         # seconds per notebook
+
+Rules (as for ``figures``): committed outputs come from a clean checkout of a commit, so
+writing into the checkout refuses a dirty tree (``--allow-dirty`` for development: it warns,
+and every notebook's header then prints ``dirty True``); a folder outside the checkout only
+warns. Every selected notebook is executed (into a scratch folder) before any is written, so
+that writing one does not dirty the tree under the next; in place (``--out notebooks``), a
+failure writes nothing. The kernel is ``python3`` and imports this checkout's ``gsd_core`` / ``gsd_lab``
+(its root is put first on ``PYTHONPATH``). Written notebooks are normalised: kernelspec
+``python3``, no papermill or timing metadata.
+
+Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
+and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,
+the checks in ``gsd_lab.nbcheck``); the first code cell after the parameters prints the
+provenance (commit, dirty flag, package versions); ``# NBVAL_CHECK_OUTPUT`` cells (compared by
+``pytest --nbval-lax notebooks/``) print exact quantities or verdicts with stated tolerances,
+never sampled numbers; text that states a measured result is printed from the outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# Per-cell metadata kept in written notebooks (papermill's and nbclient's timing records and
+# JupyterLab's view state are dropped).
+KEPT_CELL_METADATA = ("tags",)
+
+# Named parameter sets beside each notebook's own defaults (its parameters cell). Only the names
+# a notebook declares are injected into it.
+#   tiny: seconds per notebook on a CPU (meaningless sizes: the tests and gpu_reproduce.sh's
+#         GSD_SIZES=tiny check that everything runs).
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
+              "table1_groups": [3], "table1_amplify": [2.0], "table2_group": 3, "pareto_groups": [3],
+              "pareto_amplify": [2.0], "num_samples": 20_000, "distortion_pairs": 20},
+}
+
+
+@dataclass
+class NotebookRun:
+    """One notebook of a run: its source, the parameters injected, and how it ended."""
+
+    source: Path
+    parameters: dict[str, Any]
+    seconds: float = 0.0
+    error: str | None = None
+    notebook: Any = field(default=None, repr=False)  # nbformat.NotebookNode once executed
+
+
+def notebook_paths(only: list[str] | None = None, folder: Path = NOTEBOOK_DIR) -> list[Path]:
+    """The notebooks of ``folder`` (sorted), or those whose name starts with one of ``only``.
+    Raises ValueError for a prefix that matches none."""
+    paths = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    if not paths:
+        raise ValueError(f"no notebooks (NN_name.ipynb) in {folder}")
+    if not only:
+        return paths
+    missing = [prefix for prefix in only if not any(p.stem.startswith(prefix) for p in paths)]
+    if missing:
+        raise ValueError(f"no notebook starts with {missing}; notebooks: {[p.stem for p in paths]}")
+    return [p for p in paths if any(p.stem.startswith(prefix) for prefix in only)]
+
+
+def declared_parameters(path: Path) -> dict[str, str]:
+    """name -> default (source text) of the notebook's ``parameters`` cell (papermill's own
+    inspection). Raises ValueError when the notebook has no cell tagged ``parameters``."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(path))
+    if not declared:
+        raise ValueError(f"{path.name} has no cell tagged 'parameters' (or it assigns nothing)")
+    return {name: info["default"] for name, info in declared.items()}
+
+
+def parse_value(text: str) -> Any:
+    """A ``-p`` value: a Python literal (``3``, ``[0, 1]``, ``None``, ``'x'``) or else the text
+    itself as a string (``tiny-random``, a path). ``-r`` keeps the text as a string always."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def plan(paths: list[Path], parameters: dict[str, Any], sizes: str | None = None) -> list[NotebookRun]:
+    """What each notebook gets: the named ``sizes`` preset and then ``parameters``, each
+    restricted to the names the notebook declares. Raises ValueError for an explicit parameter
+    that no selected notebook declares (a typo would otherwise be ignored)."""
+    if sizes is not None and sizes not in SIZES:
+        raise ValueError(f"unknown sizes {sizes!r}; choose from {sorted(SIZES)}")
+    preset = SIZES[sizes] if sizes else {}
+    runs, used = [], set()
+    for path in paths:
+        names = declared_parameters(path)
+        chosen = {k: v for k, v in {**preset, **parameters}.items() if k in names}
+        used |= chosen.keys()
+        runs.append(NotebookRun(path, chosen))
+    unknown = sorted(set(parameters) - used)
+    if unknown:
+        raise ValueError(f"parameter(s) {unknown} declared by none of {[p.stem for p in paths]}")
+    return runs
+
+
+def normalise(nb: Any) -> Any:
+    """Committed form: kernelspec python3, no papermill / nbclient / JupyterLab metadata; the
+    widgets' saved state is kept (it lets a rendered notebook show notebook 05's sliders)."""
+    widgets = nb.metadata.get("widgets")
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    if widgets:
+        nb.metadata["widgets"] = widgets
+    for cell in nb.cells:
+        kept = {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA and v}
+        cell.metadata = type(cell.metadata)(kept)
+    return nb
+
+
+def _kernel_environment() -> None:
+    """The kernel (a child process) inherits this: this checkout first on the path, no GUI."""
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *([path] if path else [])])
+    os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> NotebookRun:
+    """Execute ``run.source`` with papermill into ``scratch``; fills ``notebook``, ``seconds``
+    and ``error`` (the failing cell's exception, the notebook then holds its traceback)."""
+    import nbformat
+    import papermill
+
+    _kernel_environment()
+    target = scratch / run.source.name
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(run.source), str(target), parameters=run.parameters or None,
+                                   kernel_name="python3", language="python", cwd=str(run.source.parent), progress_bar=False,
+                                   execution_timeout=timeout,
+                                   stderr_file=sys.stderr)  # progress lines and bars as they come (a log shows them)
+    except papermill.PapermillExecutionError as error:
+        run.error = f"{error.ename}: {error.evalue}"
+    run.seconds = time.perf_counter() - start
+    run.notebook = normalise(nbformat.read(target, as_version=4))
+    return run
+
+
+def run_notebooks(out: Path = NOTEBOOK_DIR, *, only: list[str] | None = None,
+                  parameters: dict[str, Any] | None = None, sizes: str | None = None,
+                  allow_dirty: bool = False, timeout: int | None = None, folder: Path = NOTEBOOK_DIR,
+                  log=print) -> list[NotebookRun]:
+    """Execute the selected notebooks, then write them into ``out``.
+
+    Into the checkout, a dirty tree is refused (``DirtyTreeError``) unless ``allow_dirty``. In
+    place (``out`` is ``folder``) a failed notebook writes nothing; elsewhere every notebook is
+    written, failed ones with their traceback. Every run is returned, ``error`` set on the
+    failed ones."""
+    from .provenance import inside_repository, require_clean_tree
+
+    require_clean_tree("notebook outputs", allow_dirty=allow_dirty or not inside_repository(out))
+    runs = plan(notebook_paths(only, folder), parameters or {}, sizes)
+    with tempfile.TemporaryDirectory(prefix="gsd-notebooks-") as scratch:
+        for run in runs:
+            log(f"{run.source.name}: parameters {run.parameters}")
+            execute(run, Path(scratch), timeout=timeout)
+            log(f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} in {run.seconds:.0f} s")
+    failed = [run for run in runs if run.error]
+    if failed and out.resolve() == folder.resolve():
+        log(f"nothing written into {out}: {len(failed)} notebook(s) failed")
+        return runs
+    import nbformat
+
+    out.mkdir(parents=True, exist_ok=True)
+    for run in runs:  # only now: a notebook written earlier would dirty the tree for the next one
+        nbformat.write(run.notebook, out / run.source.name)
+    return runs
+
+
+def main(args: Any) -> int:
+    """The ``notebooks`` command (``gsd_lab.cli``); exit 0 when every notebook ran."""
+    from .provenance import DirtyTreeError
+
+    parameters = {name: parse_value(value) for name, value in args.parameter or []}
+    parameters.update({name: value for name, value in args.raw_parameter or []})
+    fail = args.command_parser.error
+    try:
+        if args.dry_run:
+            for run in plan(notebook_paths(args.only), parameters, args.sizes):
+                print(f"{run.source.name}: {run.parameters}")
+            return 0
+        runs = run_notebooks(args.out, only=args.only, parameters=parameters, sizes=args.sizes,
+                             allow_dirty=args.allow_dirty, timeout=args.timeout)
+    except (ValueError, DirtyTreeError) as error:
+        fail(str(error))
+    failed = [run.source.name for run in runs if run.error]
+    if failed:
+        print(f"notebooks failed: {failed}", file=sys.stderr)
+        return 1
+    print(f"{len(runs)} notebook(s) written to {args.out}")
+    return 0
+

@@ -1,0 +1,101 @@
+"""``--preset release`` (the GSD release's window, Jacobi interval, random drafts at row ends,
+bf16 distance filter, CLIP resize) against the package's default, on the tiny release-layout
+checkpoint: what each part does, and the difference it makes (NFE and tokens, printed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.functional import softmax
+
+from gsd_lab.cli import PRESET_CHOICES, PRESET_WINDOWS
+from gsd_lab.experiments.runs import FilterSettings, MethodSpec, build_clusters, generate_one
+from gsd_lab.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
+
+MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
+
+
+@pytest.fixture(scope="module")
+def model(tiny_release_set):
+    from gsd_lab.experiments.image_model import load_image_model
+
+    return load_image_model(MODEL, weights=str(tiny_release_set.weights), vqgan=str(tiny_release_set.vqgan),
+                            device="cpu")
+
+
+def _spec(method: str, preset: str, clusters: str | None = None, group_size: int = 0) -> MethodSpec:
+    return MethodSpec(f"{method} {preset}", method, clusters, group_size, window=PRESETS[preset].window or 16,
+                      preset=preset)
+
+
+def test_the_cli_spells_the_presets_as_the_module():
+    assert PRESET_CHOICES == tuple(PRESETS)
+    assert PRESET_WINDOWS == {k: v.window for k, v in PRESETS.items() if v.window is not None}
+    with pytest.raises(ValueError, match="fixes the window at 15"):
+        MethodSpec("x", "sjd", window=16, preset="release")
+
+
+def test_the_distance_table_is_the_releases_bf16_expression(model):
+    embeddings = model.embeddings
+    a = embeddings[:10000].to(torch.bfloat16)  # the release: model.embed_tokens.weight[:10000] in bf16
+    release = (torch.sum(a ** 2, dim=-1, keepdim=True) + torch.sum(a.T ** 2, dim=0, keepdim=True)) - 2 * a @ a.T
+    assert torch.equal(release_distance_table(embeddings, 0.5), release < 0.5)
+    # Not the float64 rule: bf16 rounding moves pairs across the threshold.
+    exact = torch.cdist(embeddings.double(), embeddings.double()).square() <= 0.5
+    assert (release < 0.5).sum() > 0 and not torch.equal(release < 0.5, exact)
+
+
+def test_release_clusters_filter_as_the_release_loop():
+    generator = torch.Generator().manual_seed(0)
+    vocab, rows = 40, 30
+    p = softmax(3 * torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
+    q = softmax(torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
+    table = torch.rand(rows, rows, generator=generator) < 0.5
+    token = p.argsort()[5:6]
+    rule = ReleaseDistanceClusters(8, table, 0.15)
+    index, keep = rule.members(p, q, token)
+    members, window = set(index[0][keep[0]].tolist()), set(index[0].tolist())
+    x = token.item()
+    assert x in members and len(window) == 8
+    for y in window - {x}:
+        expected = abs(p[y] - p[x]) < 0.15 and (bool(table[x, y]) if max(window) < rows else True)
+        assert (y in members) == expected, y
+    credited, charged = rule.masses(p, q, token)
+    assert credited.item() == pytest.approx(float(p[sorted(members)].sum()))
+    assert charged.item() == pytest.approx(float(q[sorted(members)].sum()))
+    # A window reaching past the table's rows: no distance filter at all (the release's max() <= 10000).
+    far = ReleaseDistanceClusters(8, torch.zeros(5, 5, dtype=torch.bool), None)
+    index, keep = far.members(p, q, token)
+    assert bool(keep[index != x].all())
+
+
+def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, one_thread):
+    filters = FilterSettings.for_model(model.name)
+    prompt, lines = model.default_prompts[0], []
+    for method, clusters, group in (("sjd", None, 0), ("gsd", "dynamic", 14), ("gsd", "rank-binned", 50)):
+        results = {}
+        for preset in ("default", "release"):
+            spec = _spec(method, preset, clusters, group)
+            result, image = generate_one(model, spec, prompt, 0, clusters=build_clusters(spec, model, filters))
+            results[preset] = result
+            assert image.shape == (64, 64, 3)  # row ends in place: the image decodes
+        default, release = results["default"], results["release"]
+        assert max(default.drafted) == 16 and max(release.drafted) == 15
+        assert release.drafted[-13:] == [0] * 13  # the last 13 tokens by AR, one forward each
+        changed = float((default.tokens != release.tokens).double().mean())
+        lines.append(f"{method} {clusters or ''} G={group}: NFE default {default.nfe}, release {release.nfe} "
+                     f"(the release's own count adds 5); tokens differing {changed:.1%}")
+        assert default.nfe != release.nfe or changed > 0
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+
+
+def test_clip_resize_scores_the_resized_image(tiny_release_set):
+    from gsd_lab.clip_score import clip_scores, load_clip, resized
+
+    clip_model, processor = load_clip(tiny_release_set.clip)
+    images = [np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)]
+    direct = clip_scores(images, ["a red cat"], clip_model, processor, resize=299)
+    assert torch.equal(direct, clip_scores(resized(images, 299), ["a red cat"], clip_model, processor))
+    assert resized(images, 299)[0].shape == (299, 299, 3)

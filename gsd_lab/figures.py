@@ -392,12 +392,13 @@ def run_figures(
                                                             + (W1_COLUMNS if has_w1 else []))
                         for name, rows in distortion_points.items())),
         ("Distortion at matched NFE",
-         "GSD's distortion minus the other rule's at GSD's own NFE, the other curve interpolated linearly in "
-         "NFE (gsd_lab.experiments.matched); `se`, `low`, `high`: paired bootstrap over the images (the same "
+         "GSD's distortion minus the other rule's at matched NFE: at each configuration (`anchor`) of either curve "
+         "inside the other's NFE range, both curves interpolated linearly in NFE (gsd_lab.experiments.matched); "
+         "`se`, `low`, `high`: paired bootstrap over the images (the same "
          "prompts and seeds for every rule), 95% interval; `verdict` for the claim \"GSD distorts less\": yes / "
          "no beyond two standard errors, else noise.\n\n"
          + matched.matched_summary(matched_rows)
-         + ("\n\n" + markdown_table(matched_rows, ["measure", "nfe", "reference", "other", "reference_value",
+         + ("\n\n" + markdown_table(matched_rows, ["measure", "nfe", "anchor", "other", "reference_value",
                                                    "other_value", "difference", "se", "low", "high", "verdict"])
             if matched_rows else "")),
         ("Top-1 probability of the target distribution (AR tokens)",

@@ -3,20 +3,21 @@ error bars over images.
 
 Each rule traces a curve of configurations (GSD over G, Amplify over k, LANTERN over delta),
 each configuration a point (mean NFE, mean distortion) over the same images (prompts and
-generator seeds). At each point of the reference curve (GSD) whose NFE lies inside the other
-curve's NFE range, the other curve is read at that NFE by linear interpolation between its two
-neighbouring configurations (configurations tied in NFE are averaged), and
+generator seeds). The curves are compared at every configuration of either one whose NFE lies
+inside the other curve's NFE range (the "anchor"): there both curves are read by linear
+interpolation in NFE between their two neighbouring configurations (a curve passes through its
+own points; configurations tied in NFE are averaged), and
 
-    difference = reference's distortion - the other's interpolated distortion   (< 0: GSD lower).
+    difference = GSD's distortion - the other's distortion at that NFE   (< 0: GSD lower).
 
 Error bars: a paired bootstrap over images. One resample draws image indices with replacement
 and recomputes every configuration's mean NFE and mean distortion from the same images (the
-images are paired across configurations, so their shared variation cancels), then the
-reference point's NFE, the interpolation and the difference; the standard error is the spread
-of the resampled differences, the interval their quantiles. Where a per-image distortion is
-itself estimated (W1 from a few rows, ``gsd_lab.transport``), its sampling noise is inside the
-per-image values and so inside these error bars. A resample whose reference NFE leaves the other
-curve's range reads the nearest end (``np.interp``), so points near the ends lean toward them.
+images are paired across configurations, so their shared variation cancels), then the anchor's
+NFE, both interpolations and the difference; the standard error is the spread of the resampled
+differences, the interval their quantiles. Where a per-image distortion is itself estimated
+(W1 from a few rows, ``gsd_lab.transport``), its sampling noise is inside the per-image values
+and so inside these error bars. A resample whose anchor leaves a curve's range reads that
+curve's nearest end (``np.interp``), so points near the ends lean toward them.
 
 Verdicts follow ``verdicts.verdict`` for the claim "GSD distorts less than the other rule"
 (expected sign -1): "yes", "no", or "noise" (within two standard errors).
@@ -59,11 +60,12 @@ def _interpolate(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
 def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distortion", reference: str = "GSD",
                 others: tuple[str, ...] = ("Amplify", "LANTERN"), *, resamples: int = 2000, level: float = 0.95,
                 seed: int = 0) -> list[dict[str, Any]]:
-    """Rows comparing ``reference``'s curve with each of ``others`` at the reference's NFEs (module
+    """Rows comparing ``reference``'s curve with each of ``others`` at matched NFE (module
     docstring). curves: name -> table rows with ``per_image`` values (``tables.pareto_points``);
-    measure: "distortion" (TV) or "w1". Each row: measure, nfe, reference (configuration), other,
-    reference_value, other_value, difference, se, low, high, images, verdict. Curves or measures
-    missing from the run give no rows; rows of one curve on other images raise ValueError."""
+    measure: "distortion" (TV) or "w1". Each row: measure, nfe, anchor (the configuration whose
+    NFE places the point), other, reference_value, other_value, difference, se, low, high,
+    images, verdict. Curves or measures missing from the run give no rows; rows of one curve on
+    other images raise ValueError."""
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {tuple(MEASURES)}, got {measure!r}")
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 2:
@@ -72,7 +74,7 @@ def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distort
     out: list[dict[str, Any]] = []
     for other in others:
         other_rows = curves.get(other) or []
-        if not ref_rows or len(other_rows) < 2:
+        if not ref_rows or not other_rows:
             continue
         rows = ref_rows + other_rows
         keys = {(tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"])) for r in rows if r.get("per_image")}
@@ -81,22 +83,28 @@ def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distort
         nfe, value = _per_image(rows, "nfe"), _per_image(rows, measure)
         if nfe is None or value is None:
             continue
-        n = nfe.shape[1]
+        n, k = nfe.shape[1], len(ref_rows)
         index = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed)).numpy()
         nfe_b, value_b = nfe[:, index].mean(-1).T, value[:, index].mean(-1).T  # [B, configurations]
-        k = len(ref_rows)
-        lo, hi = nfe[k:].mean(-1).min(), nfe[k:].mean(-1).max()
-        for i, row in enumerate(ref_rows):
-            at = nfe[i].mean()
-            if not lo <= at <= hi:
-                continue
-            other_value = float(_interpolate(nfe[None, k:].mean(-1), value[None, k:].mean(-1), np.array([at]))[0])
-            difference = float(value[i].mean()) - other_value
-            boot = value_b[:, i] - _interpolate(nfe_b[:, k:], value_b[:, k:], nfe_b[:, i])
+        mean_nfe, mean_value = nfe.mean(-1), value.mean(-1)
+        ref, opp = slice(0, k), slice(k, len(rows))
+        points, seen = [], set()
+        for anchor in range(len(rows)):  # every configuration inside the other curve's NFE range, once per NFE
+            across = opp if anchor < k else ref
+            if mean_nfe[across].min() <= mean_nfe[anchor] <= mean_nfe[across].max() and mean_nfe[anchor] not in seen:
+                points.append(anchor)
+                seen.add(mean_nfe[anchor])
+        for anchor in sorted(points, key=lambda a: -mean_nfe[a]):
+            at = np.array([mean_nfe[anchor]])
+            ref_value = float(_interpolate(mean_nfe[None, ref], mean_value[None, ref], at)[0])
+            other_value = float(_interpolate(mean_nfe[None, opp], mean_value[None, opp], at)[0])
+            difference = ref_value - other_value
+            boot = (_interpolate(nfe_b[:, ref], value_b[:, ref], nfe_b[:, anchor])
+                    - _interpolate(nfe_b[:, opp], value_b[:, opp], nfe_b[:, anchor]))
             se = float(boot.std(ddof=1))
             low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-            out.append({"measure": MEASURES[measure], "nfe": float(at), "reference": row["method"], "other": other,
-                        "reference_value": float(value[i].mean()), "other_value": other_value,
+            out.append({"measure": MEASURES[measure], "nfe": float(at[0]), "anchor": rows[anchor]["method"],
+                        "other": other, "reference_value": ref_value, "other_value": other_value,
                         "difference": difference, "se": se, "low": float(low), "high": float(high), "images": n,
                         "verdict": verdict(difference, se if n > 1 else None, expected_sign=-1)})
     return out

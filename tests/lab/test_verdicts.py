@@ -74,19 +74,23 @@ def _curve(name: str, points: list[tuple[float, float]], noise: np.ndarray | Non
     return rows
 
 
-def test_matched_nfe_interpolates_the_other_curve_at_gsd_points():
+def test_matched_nfe_reads_both_curves_at_every_anchor():
     amplify = _curve("Amplify", [(100.0, 0.10), (80.0, 0.20), (60.0, 0.30), (60.0, 0.34)])  # a tie at 60: 0.32
     gsd = _curve("GSD", [(110.0, 0.0), (90.0, 0.17), (70.0, 0.24), (60.0, 0.35)])
     rows = matched.matched_nfe({"GSD": gsd, "Amplify": amplify}, "distortion", resamples=50)
-    assert [r["nfe"] for r in rows] == [90.0, 70.0, 60.0]  # 110 lies outside Amplify's NFE range
-    assert [r["other_value"] for r in rows] == pytest.approx([0.15, 0.26, 0.32])  # 70: halfway to the tie's mean
-    assert [r["difference"] for r in rows] == pytest.approx([0.02, -0.02, 0.03])
+    # GSD at 110 lies outside Amplify's range; each NFE once (60 is GSD's and twice Amplify's).
+    assert [r["nfe"] for r in rows] == [100.0, 90.0, 80.0, 70.0, 60.0]
+    assert [r["anchor"] for r in rows] == ["Amplify 0", "GSD 1", "Amplify 1", "GSD 2", "GSD 3"]
+    assert [r["reference_value"] for r in rows] == pytest.approx([0.085, 0.17, 0.205, 0.24, 0.35])
+    assert [r["other_value"] for r in rows] == pytest.approx([0.10, 0.15, 0.20, 0.26, 0.32])
+    assert [r["difference"] for r in rows] == pytest.approx([-0.015, 0.02, 0.005, -0.02, 0.03])
     # The same values on every image: no spread, every nonzero difference is decisive.
-    assert [r["verdict"] for r in rows] == ["no", "yes", "no"] and all(r["se"] <= 1e-12 for r in rows)
+    assert [r["verdict"] for r in rows] == ["yes", "no", "no", "yes", "no"]
+    assert all(r["se"] <= 1e-12 for r in rows)
     assert rows[0]["measure"] == "TV" and rows[0]["other"] == "Amplify" and rows[0]["images"] == 4
     assert matched.matched_nfe({"GSD": gsd, "Amplify": amplify}, "w1") == []  # no W1 recorded: no rows
     text = matched.matched_summary(rows)
-    assert "on TV, GSD vs Amplify: lower at 1 and higher at 2 of 3 matched points" in text
+    assert "on TV, GSD vs Amplify: lower at 2 and higher at 3 of 5 matched points" in text
 
 
 def test_matched_nfe_calls_image_noise_noise():

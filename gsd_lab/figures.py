@@ -62,6 +62,7 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
+    w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.transport's estimator)
     streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
     detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
     replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
@@ -74,7 +75,7 @@ class FigureSizes:
     def quick(cls) -> "FigureSizes":
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
                    pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
-                   distortion_rank_groups=(25,), toy_pairs=8)
+                   distortion_rank_groups=(25,), toy_pairs=8, w1_draws=2)
 
     @classmethod
     def paper(cls) -> "FigureSizes":
@@ -217,7 +218,7 @@ def run_figures(
     if sizes.streamed:
         cache: RunCache = StreamedRunCache(model, prompts, list(sizes.seeds), filters, out_dir,
                                            weights=weights_fingerprint(model.weights_info, model.adapter.model),
-                                           save_images=save_images, progress=progress)
+                                           save_images=save_images, progress=progress, w1_draws=sizes.w1_draws)
         cache.plan(configurations)
         decoded = cache.run()
         if not cache.context.is_main:
@@ -227,7 +228,7 @@ def run_figures(
         extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
-        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws)
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -308,7 +309,7 @@ def run_figures(
     save(plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
          "table2_clustering_ablation", {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
     save(plots.distortion_vs_nfe(distortion_points), "distortion_vs_nfe",
-         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}, "w1_draws": DEFAULT_DRAWS},
+         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}, "w1_draws": sizes.w1_draws},
          distortion_points)
     matched_rows = [row for measure in ("distortion", "w1")
                     for row in matched.matched_nfe(distortion_points, measure)]
@@ -382,7 +383,7 @@ def run_figures(
          "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
          "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
          "cluster-exact residual. "
-         + (W1_TEXT.format(draws=DEFAULT_DRAWS) if has_w1 else "") +
+         + (W1_TEXT.format(draws=sizes.w1_draws) if has_w1 else "") +
          "Accounting is a measurement outside decoding (its time is not in "
          f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
          f"image; W1's part {sum(w1_accounting):.1f} s, adding {sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} "
@@ -430,7 +431,7 @@ def run_figures(
                             + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "") + "."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
-                  "matched_nfe": matched_rows, "w1_draws": DEFAULT_DRAWS if has_w1 else None,
+                  "matched_nfe": matched_rows, "w1_draws": sizes.w1_draws if has_w1 else None,
                   "real_images": real, "accounting_seconds": sum(accounting), "w1_seconds": sum(w1_accounting),
                   "top1": stats.summary(),
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),

@@ -267,3 +267,22 @@ def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens
     assert torch.equal(plain.tokens, result.tokens) and result.w1.mean > 0  # row ends: forced, W1 0 there
     row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0
     assert float(result.w1.tokens[row_ends].abs().max()) == 0.0
+
+
+def test_streamed_paper_runs_record_w1_in_their_result_rows(tmp_path):
+    from gsd_lab.experiments import tables
+    from gsd_lab.experiments.image_model import tiny_random_model
+    from gsd_lab.experiments.runs import FilterSettings
+    from gsd_lab.experiments.stream import Configuration, StreamedRunCache
+
+    torch.set_num_threads(1)
+    model = tiny_random_model(0)
+    specs = [tables.AR, tables.amplify(2.0)]
+    cache = StreamedRunCache(model, ["0", "1"], [0], FilterSettings(), tmp_path, weights={"test": "tiny"},
+                             progress=False, w1_draws=2)
+    cache.plan([Configuration(spec) for spec in specs])
+    assert cache.run() == 4
+    rows = {r["method"]: r for r in cache.table(specs, tables.AR)}
+    assert rows["AR"]["w1"] == 0.0 and rows["Amplify (k=2)"]["w1"] > 0
+    assert rows["Amplify (k=2)"]["per_image"]["w1"] == [r.w1 for r in cache.records(specs[1])]
+    assert sum(cache.w1_seconds()) > 0

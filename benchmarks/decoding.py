@@ -5,7 +5,7 @@ and the wall-clock speed-ups of SJD and GSD over AR next to their NFE speed-ups.
 Models (``--model``):
 - ``standin`` (default): the embedded stand-in exactly as the figures run it
   (``load_standin``: float64 forward on CPU, CFG 3, top-k 2000 of 8192 image codes, 256 tokens;
-  GSD with ``DynamicClusters`` and the figures' filters, ``build_clusters`` /
+  GSD with ``DynamicClusters`` and the figures' filters, ``DecodingMethod.resolve`` /
   ``FilterSettings``). Images: class ``i % classes`` with seed i, i < ``--images``.
 - ``random``: a randomly initialised Llama of the stand-in's shape with vocabulary 1100 (1024
   image tokens), a class-token prompt, a CFG pair, optional top-k: acceptance is low, the point
@@ -50,7 +50,7 @@ import torch
 
 import gsd_lab.decoding as decoding
 import gsd_lab.models.adapter as adapter_module
-from gsd_core import DynamicClusters
+from gsd_lab.methods import DecodingMethod, ResolvedMethod
 from gsd_lab.models import CausalLMAdapter
 from gsd_lab.models.static import runner_for
 
@@ -58,8 +58,8 @@ IMAGE_TOKENS = 1024
 VOCAB = 1100
 
 
-def random_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, object, list]:
-    """The random Llama, its GSD clusters (no filters) and its (prompt, uncond) pairs."""
+def random_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, ResolvedMethod, list]:
+    """The random Llama, its GSD method (no filters) and its (prompt, uncond) pairs."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -71,22 +71,22 @@ def random_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, object, l
                               cfg_scale=3.0, row_length=16)
     null_class = torch.tensor([IMAGE_TOKENS])
     prompts = [(torch.tensor([IMAGE_TOKENS + 3 + i % 8]), null_class) for i in range(args.images)]
-    return adapter, DynamicClusters(args.group_size), prompts
+    gsd = DecodingMethod("gsd", window=args.window, clusters="dynamic-nofilter", group_size=args.group_size)
+    return adapter, gsd.resolve(adapter), prompts
 
 
-def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, object, list]:
+def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, ResolvedMethod, list]:
     """The stand-in as the figures use it, GSD's dynamic clusters with the figures' filters."""
     from gsd_lab.experiments.image_model import standin_image_model
-    from gsd_lab.experiments.runs import FilterSettings, MethodSpec, build_clusters
+    from gsd_lab.experiments.runs import resolve_for
     from gsd_lab.models.standin import load_standin
 
     adapter = load_standin()
     model = standin_image_model(adapter, with_metrics=False)
-    spec = MethodSpec(f"GSD (G={args.group_size})", "gsd", "dynamic", args.group_size)
-    clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
+    gsd = DecodingMethod("gsd", window=args.window, clusters="dynamic", group_size=args.group_size)
     prompts = [(adapter.prompt_ids(i % adapter.num_classes), adapter.uncond_prompt_ids())
                for i in range(args.images)]
-    return adapter, clusters, prompts
+    return adapter, resolve_for(model, gsd), prompts
 
 
 @contextmanager
@@ -158,19 +158,20 @@ def forward_ms(adapter: CausalLMAdapter, prompt: torch.Tensor, uncond, context: 
     return 1000 * sorted(times)[len(times) // 2]
 
 
-def run_method(adapter, prompts, tokens: int, kwargs: dict) -> tuple[list, dict]:
+def run_method(adapter, prompts, tokens: int, method: DecodingMethod | ResolvedMethod,
+               engine: str = "eager") -> tuple[list, dict]:
     """Totals over the prompts (seed i for prompt i) after a 16-token warm-up, and the tokens
     of each generation."""
     outputs = []
     prompt, uncond = prompts[0]
-    decoding.generate(adapter, prompt, num_tokens=16, generator=torch.Generator().manual_seed(99),
-                      uncond_prompt_ids=uncond, **kwargs)
+    decoding.generate(adapter, prompt, method, num_tokens=16, generator=torch.Generator().manual_seed(99),
+                      uncond_prompt_ids=uncond, engine=engine)
     nfe = wall = model = accepted = drafted = 0
     with timed_parts(adapter) as parts:
         for seed, (prompt, uncond) in enumerate(prompts):
             generator = torch.Generator().manual_seed(seed)
-            result = decoding.generate(adapter, prompt, num_tokens=tokens, generator=generator,
-                                       uncond_prompt_ids=uncond, **kwargs)
+            result = decoding.generate(adapter, prompt, method, num_tokens=tokens, generator=generator,
+                                       uncond_prompt_ids=uncond, engine=engine)
             outputs.append(result.tokens)
             nfe += result.nfe
             wall += result.wall_seconds
@@ -219,19 +220,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     build = standin_adapter if args.model == "standin" else random_adapter
-    adapter, clusters, prompts = build(args)
+    adapter, gsd_method, prompts = build(args)
     gsd = f"GSD(G={args.group_size})"
-    methods = {
-        "AR": dict(method="ar", engine=args.engine),
-        "SJD": dict(method="sjd", window=args.window, engine=args.engine),
-        gsd: dict(method="gsd", window=args.window, clusters=clusters, engine=args.engine),
-    }
+    methods = {"AR": DecodingMethod("ar"), "SJD": DecodingMethod("sjd", window=args.window), gsd: gsd_method}
     rows, outputs = {}, {}
-    for name, kwargs in methods.items():
-        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, kwargs)
+    for name, method in methods.items():
+        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, method, args.engine)
     with support_withheld():
         outputs["GSD -supp"], rows["GSD -supp"] = run_method(adapter, prompts, args.tokens,
-                                                             methods[gsd])
+                                                             methods[gsd], args.engine)
     same_tokens = all(torch.equal(a, b) for a, b in zip(outputs[gsd], outputs["GSD -supp"]))
     ar = rows["AR"]
     for r in rows.values():

@@ -44,9 +44,10 @@ def time_window(adapter, prefix: int, repeats: int) -> float:
 
 def time_generation(adapter) -> tuple[float, int]:
     from gsd_lab.decoding import generate
+    from gsd_lab.methods import DecodingMethod
 
     start = time.perf_counter()
-    result = generate(adapter, torch.tensor([8192]), num_tokens=256, method="sjd",
+    result = generate(adapter, torch.tensor([8192]), DecodingMethod("sjd"), num_tokens=256,
                       generator=torch.Generator().manual_seed(0), uncond_prompt_ids=torch.tensor([8193]))
     return time.perf_counter() - start, result.nfe
 

@@ -64,7 +64,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_lumina_shapes as shapes  # noqa: E402  (the 7B build, prompts, provenance)
 
-from gsd_core import DynamicClusters  # noqa: E402
+from gsd_lab.methods import DecodingMethod, FilterSettings, ResolvedMethod  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
 from gsd_lab.models.lumina_mgpt import (  # noqa: E402
     LuminaImageLayout,
@@ -157,25 +157,24 @@ def prefilled(runner: Any, prompt: torch.Tensor, image: torch.Tensor, context: i
     return runner.seq_len
 
 
-def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, window: int,
+def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: ResolvedMethod, window: int,
                    num_tokens: int, engine: str | StaticEngine, seed: int, device: torch.device
                    ) -> dict[str, Any]:
-    """AR, SJD, GSD through ``generate`` with ``engine`` ("eager" or a ``StaticEngine``): a short
-    warm-up each (graphs recorded, first-use costs), then one timed call each; per method nfe,
-    seconds, time outside the model per step, speed-ups over AR."""
-    methods = {"ar": dict(method="ar"), "sjd": dict(method="sjd", window=window),
-               "gsd": dict(method="gsd", window=window, clusters=rule)}
+    """AR, SJD, GSD (``gsd``) through ``generate`` with ``engine`` ("eager" or a ``StaticEngine``):
+    a short warm-up each (graphs recorded, first-use costs), then one timed call each; per method
+    nfe, seconds, time outside the model per step, speed-ups over AR."""
+    methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=window), "gsd": gsd}
     if isinstance(engine, StaticEngine):  # the cache sized for the timed calls: none allocated in them
         engine.reserve(num_tokens + window + 1, window)
         engine.start(prompt)
     warm = min(num_tokens, 2 * window + 8)
-    for kwargs in methods.values():
-        generate(adapter, prompt, num_tokens=warm, engine=engine,
-                 generator=torch.Generator(device=device).manual_seed(seed), **kwargs)
+    for method in methods.values():
+        generate(adapter, prompt, method, num_tokens=warm, engine=engine,
+                 generator=torch.Generator(device=device).manual_seed(seed))
     rows = {}
-    for name, kwargs in methods.items():
-        result = generate(adapter, prompt, num_tokens=num_tokens, engine=engine,
-                          generator=torch.Generator(device=device).manual_seed(seed), **kwargs)
+    for name, method in methods.items():
+        result = generate(adapter, prompt, method, num_tokens=num_tokens, engine=engine,
+                          generator=torch.Generator(device=device).manual_seed(seed))
         rows[name] = {
             "nfe": result.nfe,
             "acceptance_rate": result.acceptance_rate,
@@ -192,7 +191,7 @@ def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, 
     return {"engine": "eager" if engine == "eager" else "static", "tokens": num_tokens, "methods": rows}
 
 
-def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, window: int,
+def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: ResolvedMethod, window: int,
                    engine: str | StaticEngine, device: torch.device) -> float:
     """Host syncs per forward of GSD through ``generate``: the difference between two calls'
     syncs over their difference in forwards (the per-call constant cancels)."""
@@ -201,8 +200,7 @@ def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, rule: Any, 
         result: list[Any] = []
 
         def call(n: int = tokens) -> None:
-            result.append(generate(adapter, prompt, num_tokens=n, method="gsd", window=window,
-                                   clusters=rule, engine=engine,
+            result.append(generate(adapter, prompt, gsd, num_tokens=n, engine=engine,
                                    generator=torch.Generator(device=device).manual_seed(0)))
 
         counts.append((ops_and_syncs(call)[1], result[0].nfe))
@@ -305,7 +303,9 @@ def run(args: argparse.Namespace) -> None:
         if args.nominal_tbs:
             limits[kind + "_nominal"] = round(1e3 * count / (args.nominal_tbs * 1e12), 3)
 
-    rule = DynamicClusters(14, max_embedding_distance=0.5, max_prob_gap=0.15, embeddings=adapter.embeddings)
+    # The paper's rule with the released filters (d = 0.5, gap 0.15) on the input embeddings.
+    rule = DecodingMethod("gsd", window=window, clusters="dynamic", group_size=14,
+                          filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5)).resolve(adapter)
     short = shapes._text_prompt(layout, config.vocab_size, 16, generator, device)
     decode_tokens = args.decode_tokens or layout.num_image_tokens
     compare_tokens = args.compare_tokens or (24 if tiny else 256)

@@ -195,6 +195,7 @@ class _Checks:
     def generation(self, rows: int, seed: int, device: str | None, vqgan: str | None, force_cpu: bool,
                    prompt: str) -> Verdict:
         from .decoding import generate
+        from .methods import DecodingMethod
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -210,7 +211,7 @@ class _Checks:
         adapter = self.adapter
         rows = max(1, min(rows, adapter.layout.latent_side))
         count = rows * adapter.layout.row_length
-        result = generate(adapter, adapter.prompt_ids(prompt), num_tokens=count, method="ar",
+        result = generate(adapter, adapter.prompt_ids(prompt), DecodingMethod("ar"), num_tokens=count,
                           uncond_prompt_ids=adapter.unconditional_prompt_ids() if adapter.uses_cfg else None,
                           generator=torch.Generator(device=adapter.device).manual_seed(seed))
         tokens = result.tokens.view(rows, adapter.layout.row_length)

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from .methods import DRAFTS, DecodingMethod
 from .notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
@@ -82,6 +83,8 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     _add_preset_arg(group)
     group.add_argument("--amplify", type=float, default=1.0,
                        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
+    group.add_argument("--draft", choices=DRAFTS, default=DRAFTS[0],
+                       help="how drafts are drawn (independent: fresh random drafts and Jacobi re-drafts)")
 
 
 def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
@@ -347,6 +350,10 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     _check_model_args(args, fail)
     if args.command in ("generate", "evaluate"):
         _check_method_args(args, fail)
+        try:
+            args.decoding_method = _method(args)
+        except ValueError as error:
+            fail(str(error))
         if args.seed < 0:
             fail(f"--seed must be >= 0, got {args.seed}")
     if args.command == "generate":
@@ -394,24 +401,28 @@ def _load(args: argparse.Namespace):
                             clip_resize=preset(getattr(args, "preset", "default")).clip_resize)
 
 
+def _method(args: argparse.Namespace) -> DecodingMethod:
+    """The ``DecodingMethod`` of the flags (``_check_method_args`` ran), with the model's
+    default GSD filters filled in (``FilterSettings.for_model``)."""
+    gsd = args.method == "gsd"
+    return DecodingMethod(args.method, window=args.window, draft=args.draft, acceptance_scale=args.amplify,
+                          clusters=args.clusters if gsd else None, group_size=args.group_size if gsd else 0,
+                          residual=args.residual, preset=args.preset).for_model(args.model)
+
+
 def _spec(args: argparse.Namespace):
     """The ``MethodSpec`` of checked arguments (``check_args`` ran)."""
     from .experiments.runs import MethodSpec
 
-    if args.method == "gsd":
-        label = f"GSD ({args.clusters}, G={args.group_size})"
-        return MethodSpec(label, "gsd", args.clusters, args.group_size, args.residual, args.amplify, args.window,
-                          preset=args.preset)
-    return MethodSpec(args.method.upper(), args.method, None, 0, "token", args.amplify, args.window,
-                      preset=args.preset)
+    method = args.decoding_method
+    label = f"GSD ({method.clusters}, G={method.group_size})" if method.kind == "gsd" else method.kind.upper()
+    return MethodSpec(label, method)
 
 
 def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
     """The part of the run identity known before the model loads (checked early, so that a
     mismatching re-run fails before minutes of loading)."""
-    from .experiments.runs import spec_fields
-
-    decoding = spec_fields(_spec(args))
+    decoding: dict[str, Any] = {"method": args.decoding_method.to_dict()}
     if args.cfg is not None:
         decoding["cfg_scale"] = float(args.cfg)
     if args.top_k is not None:
@@ -444,7 +455,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .experiments.runs import generate_one, resolve_for
     from .figure_io import save_image_atomic
 
     fail = args.command_parser.error
@@ -455,16 +466,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
-    clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
-    result, image = generate_one(model, spec, prompt, args.seed, clusters=clusters, progress=not args.json,
+    method = spec.method
+    result, image = generate_one(model, resolve_for(model, method), prompt, args.seed, progress=not args.json,
                                  engine=args.engine)
     if args.out is not None:
         save_image_atomic(image, args.out)
     report = {
-        "model": model.name, "method": spec.method, "prompt": prompt, "seed": args.seed,
-        "group_size": spec.group_size if spec.method == "gsd" else None,
-        "clusters": spec.clusters, "residual": spec.residual, "window": spec.window,
-        "acceptance_scale": spec.acceptance_scale, "engine": args.engine,
+        "model": model.name, "method": method.kind, "prompt": prompt, "seed": args.seed,
+        "group_size": method.group_size if method.kind == "gsd" else None,
+        "clusters": method.clusters, "residual": method.residual, "window": method.window,
+        "acceptance_scale": method.acceptance_scale, "draft": method.draft, "preset": method.preset,
+        "engine": args.engine,
         "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
@@ -515,7 +527,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_run, evaluate, init_distributed
-    from .experiments.runs import FilterSettings, build_clusters, generate_one
+    from .experiments.runs import generate_one, resolve_for
     from .figure_io import save_image_atomic
     from .provenance import git_commit, package_versions
 
@@ -532,12 +544,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     model = _load(args)
     for index, prompt in enumerate(prompts):
         _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", fail)
-    clusters = build_clusters(spec, model, FilterSettings.for_model(model.name))
+    resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
 
     def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, spec, prompt, args.seed + index, clusters=clusters,
-                                     engine=args.engine)
+        result, image = generate_one(model, resolved, prompt, args.seed + index, engine=args.engine)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
                                "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),

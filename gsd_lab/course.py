@@ -20,9 +20,11 @@ from torch import Tensor
 from gsd_core import (
     DynamicClusters,
     FixedPartition,
+    Lantern,
     acceptance_rate,
     dynamic_cluster,
     group_probs,
+    latent_neighbourhoods,
     output_distribution,
     probability_ranks,
     tv_distance,
@@ -147,6 +149,20 @@ def tokens_per_forward(acceptances: Sequence[Fraction | float]) -> Fraction | fl
     """Tokens committed per forward pass: the accepted prefix plus the one token the forward adds
     itself (the residual draw at the first rejection, or the next token after a full window): 1 + E[K]."""
     return 1 + expected_accepted_prefix(acceptances)
+
+
+def iid_tokens_per_forward(alpha: Fraction | float, window: int) -> Fraction | float:
+    """Tokens per forward of a window of L = ``window`` drafts when every tested draft is accepted
+    with the same probability alpha, independently: 1 + alpha + ... + alpha^L =
+    (1 - alpha^(L+1)) / (1 - alpha) (L + 1 at alpha = 1), which tends to 1 / (1 - alpha) as L grows.
+    ``tokens_per_forward([alpha] * L)`` is the same sum term by term."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0, got {window!r}")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+    if alpha == 1:
+        return window + 1
+    return (1 - alpha ** (window + 1)) / (1 - alpha)
 
 
 def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
@@ -345,18 +361,92 @@ def single_cluster_checks(p: Sequence[Fraction], q: Sequence[Fraction],
             "output law = q": bool((out - as_tensor(q)).abs().max() < tolerance)}
 
 
+# ---- 6. LANTERN (proofs/08) ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LanternParts:
+    """One LANTERN step in exact Fractions (proofs/08), computed without gsd_core: credited mass
+    m(x) = max{S_j <= delta} over the prefix sums S_j of the neighbours' p, acceptance
+    a(x) = min(1, (p(x) + m(x))/q(x)) (0 where q(x) = 0), beta = sum_x q(x) a(x),
+    beta_SD = sum_x min(p, q), out = q a + (1 - beta) r with r = norm((p - q)+), and its
+    distortion TV(out, p)."""
+
+    credited: list[Fraction]
+    accept: list[Fraction]
+    beta: Fraction
+    beta_sd: Fraction
+    output: list[Fraction]
+    tv: Fraction
+
+
+def lantern_parts(p: Sequence[Fraction], q: Sequence[Fraction], neighbours: Sequence[Sequence[int]],
+                  delta: Fraction) -> LanternParts:
+    """``LanternParts`` of p, q (exact distributions) with ``neighbours[x]``: the other tokens of
+    B_k(x) nearest first (x itself excluded) and the budget ``delta``."""
+    p, q = list(p), list(q)
+    credited = []
+    for x in range(len(p)):
+        mass, total = Fraction(0), Fraction(0)
+        for y in neighbours[x]:
+            total += p[y]
+            if total > delta:
+                break
+            mass = total
+        credited.append(mass)
+    accept = [min(Fraction(1), (p[x] + credited[x]) / q[x]) if q[x] else Fraction(0) for x in range(len(p))]
+    beta = sum(a * b for a, b in zip(q, accept))
+    parts = speculative_parts(p, q)
+    output = [qy * ay + (1 - beta) * ry for qy, ay, ry in zip(q, accept, parts.residual)]
+    return LanternParts(credited, accept, beta, 1 - parts.reject_probability, output,
+                        sum(abs(a - b) for a, b in zip(output, p)) / 2)
+
+
+# proofs/08's example: the per-token budget does not bound the output law. V = 8, token i + 4 is
+# the nearest neighbour of token i (and i of i + 4): 1-D embeddings 10 i and 10 i + 1, k = 2.
+LANTERN_P = (0, 0, 0, 0, 1, 1, 1, 1)  # p = weights / 4
+LANTERN_Q = (1, 1, 1, 1, 0, 0, 0, 0)  # q = weights / 4
+LANTERN_EMBEDDINGS = (0.0, 10.0, 20.0, 30.0, 1.0, 11.0, 21.0, 31.0)
+LANTERN_NEIGHBOURS = ((4,), (5,), (6,), (7,), (0,), (1,), (2,), (3,))  # B_2(x) minus x, by hand
+LANTERN_DELTA = Fraction(1, 4)
+
+
+def lantern_checks(parts: LanternParts, p: Sequence[Fraction], q: Sequence[Fraction],
+                   embeddings: Tensor, k: int, delta: float, tolerance: float = 1e-15) -> dict[str, bool]:
+    """gsd_core's float64 law of the ``Lantern`` rule (``output_distribution``, ``acceptance_rate``;
+    neighbourhoods from ``embeddings`` [V, D]) against the exact ``parts``: each within ``tolerance``."""
+    rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
+    p_t, q_t = as_tensor(p), as_tensor(q)
+    out = output_distribution(p_t, q_t, rule)
+    return {"output law": bool((out - as_tensor(parts.output)).abs().max() < tolerance),
+            "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.beta)) < tolerance}
+
+
+def lantern_identity_gap(p: Tensor, q: Tensor, embeddings: Tensor, k: int, delta: float) -> float:
+    """|TV(out, p) - (beta - beta_SD)| of one LANTERN step by gsd_core (proofs/08: 0 exactly, so
+    float64 rounding only). p, q: [V]; embeddings [V, D]."""
+    rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
+    gained = float(acceptance_rate(p, q, rule)) - float(acceptance_rate(p, q))
+    return abs(float(tv_distance(output_distribution(p, q, rule), p)) - gained)
+
+
 # ---- widgets (optional) ---------------------------------------------------------------------------
 
-def tempered_pair(vocab_size: int, flatness: float, seed: int = 0) -> tuple[Tensor, Tensor]:
-    """A fixed seeded pair of logit vectors (p's and q's share a base, plus independent noise)
-    turned into distributions at temperature ``flatness`` (> 0): large flatness, flat p and q."""
-    if not flatness > 0:
-        raise ValueError(f"flatness must be > 0, got {flatness!r}")
-    generator = torch.Generator().manual_seed(seed)
-    base = 3 * torch.randn(vocab_size, generator=generator, dtype=DTYPE)
-    noise = torch.randn(2, vocab_size, generator=generator, dtype=DTYPE)
-    p, q = torch.softmax((base + noise) / flatness, -1)
-    return p, q
+EXPLORER_VOCAB = 64
+EXPLORER_NOISE = 0.5  # notebook 01's per-token log-normal noise
+
+
+def flatness_pair(viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float = EXPLORER_NOISE,
+                  seed: int = 0) -> tuple[Tensor, Tensor]:
+    """One pair of notebook 01's family (``toy.noisy_pairs``) at flatness ``viable``: a base
+    uniform over the first ``viable`` tokens (0 elsewhere), and p, q that base times independent
+    log-normal factors exp(noise eps), renormalised. More viable tokens: flatter p and q whose
+    small per-token gaps add up to a larger TV (notebook 01), so SD accepts less.
+    Returns p, q: [vocab_size] float64."""
+    from .experiments.toy import noisy_pairs
+
+    p, q = noisy_pairs(viable, 1 / viable, vocab_size=vocab_size, noise=noise, num_pairs=1,
+                       generator=torch.Generator().manual_seed(seed))
+    return p[0], q[0]
 
 
 def tradeoff(p: Tensor, q: Tensor, group_size: int) -> dict[str, float]:
@@ -366,46 +456,53 @@ def tradeoff(p: Tensor, q: Tensor, group_size: int) -> dict[str, float]:
             "TV(output GSD, p)": float(tv_distance(output_distribution(p, q, rule), p))}
 
 
-def tradeoff_figure(group_size: int, flatness: float, vocab_size: int = 24, seed: int = 0) -> Any:
-    """Bars of p, q and GSD's exact output law on ``tempered_pair``; the title states the exact
-    acceptance (SD and GSD) and the distortion TV(output, p)."""
+def tradeoff_table(group_sizes: Sequence[int], viables: Sequence[int], seed: int = 0) -> list[dict[str, Any]]:
+    """``tradeoff`` at every (G, viable tokens) of the explorer's grid, on ``flatness_pair``:
+    one row per point, exact (float64 enumeration)."""
+    pairs = {n: flatness_pair(n, seed=seed) for n in viables}
+    return [{"G": g, "viable": n, **tradeoff(*pairs[n], g)} for g in group_sizes for n in viables]
+
+
+def tradeoff_figure(group_size: int, viable: int, seed: int = 0) -> Any:
+    """Bars of p, q and GSD's exact output law on ``flatness_pair(viable)`` (tokens in p-rank
+    order); the title states the exact acceptance (SD and GSD) and the distortion TV(output, p)."""
     import matplotlib.pyplot as plt
 
-    p, q = tempered_pair(vocab_size, flatness, seed)
+    p, q = flatness_pair(viable, seed=seed)
     out = output_distribution(p, q, DynamicClusters(group_size))
     stats = tradeoff(p, q, group_size)
     order = torch.argsort(p, descending=True)
     fig, ax = plt.subplots(figsize=(9, 3))
-    x = torch.arange(vocab_size, dtype=DTYPE)
+    x = torch.arange(p.shape[-1], dtype=DTYPE)
     for shift, (name, dist) in zip((-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))):
         ax.bar((x + shift).numpy(), dist[order].numpy(), width=0.27, label=name)
     ax.set_xlabel("tokens in p-rank order")
     ax.set_ylabel("probability")
-    ax.set_title(f"flatness {flatness:g}: acceptance SD {stats['acceptance SD']:.3f}, GSD "
-                 f"{stats['acceptance GSD']:.3f}; TV(output, p) {stats['TV(output GSD, p)']:.3f}", fontsize=10)
+    ax.set_title(f"{viable} viable tokens: acceptance SD {stats['acceptance SD']:.3f}, GSD "
+                 f"{stats['acceptance GSD']:.3f}; TV(GSD output, p) {stats['TV(output GSD, p)']:.3f}", fontsize=10)
     ax.legend()
     fig.tight_layout()
     return fig
 
 
 def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
-                      flatness: Sequence[float] = (0.5, 1.0, 2.0, 4.0)) -> Any:
-    """The static figures first (the two ends of the flatness range at the middle G: what a
-    rendered notebook shows and nbval executes), then sliders over G and flatness when
-    ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders' widget, or None
-    without ipywidgets."""
+                      viables: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)) -> Any:
+    """The static figures first (the second and the last flatness of the range at the middle G:
+    what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
+    tokens when ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders'
+    widget, or None without ipywidgets."""
     from .experiments.plots import show
 
-    for f in (flatness[0], flatness[-1]):
-        show(tradeoff_figure(group_sizes[len(group_sizes) // 2], f))
+    for n in (viables[min(1, len(viables) - 1)], viables[-1]):
+        show(tradeoff_figure(group_sizes[len(group_sizes) // 2], n))
     try:
         import ipywidgets
     except ImportError:
         return None
-    return ipywidgets.interactive(lambda group_size, flatness: show(tradeoff_figure(group_size, flatness)),
+    return ipywidgets.interactive(lambda group_size, viable: show(tradeoff_figure(group_size, viable)),
                                   group_size=ipywidgets.SelectionSlider(options=list(group_sizes),
                                                                         value=group_sizes[-1]),
-                                  flatness=ipywidgets.SelectionSlider(options=list(flatness), value=flatness[1]))
+                                  viable=ipywidgets.SelectionSlider(options=list(viables), value=viables[-1]))
 
 
 # ---- tables (notebook 04) ---------------------------------------------------------------------------

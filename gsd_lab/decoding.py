@@ -1,7 +1,8 @@
 """Autoregressive (AR), Speculative Jacobi (SJD, arXiv 2410.01699) and Grouped Speculative
 (GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
 
-One loop serves all three. State: the committed tokens x_0..x_{n-1} (the cache holds the
+One loop serves all three; what a method is (kind, acceptance rule, residual, drafting,
+window, preset) is one ``gsd_lab.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
 prompt and every committed token except the last) and a window of L drafts d_0..d_{L-1} for
 generated positions n..n+L-1, each with the distribution q_i it was drawn from.
 
@@ -10,7 +11,7 @@ feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L +
 p_0..p_L are the target distributions of positions n..n+L given the drafts before them.
 ``gsd_lab.engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit) accepts a
 prefix d_0..d_{a-1} (position i accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for
-SJD, the GSD cluster otherwise; the rule is ``method_rule`` of generate's arguments)
+SJD, the GSD cluster otherwise; the rule is ``ResolvedMethod.rule`` of the method)
 and emits one more token: drawn from the residual of row a at a rejection, or from the bonus
 row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
 cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
@@ -22,7 +23,7 @@ tokens with one-hot q (``init="random"``), or the committed/drafted token one im
 With clusters=None (SJD) each committed token is an exact draw from the AR distribution
 (standard speculative sampling; a draft's q is exactly the distribution it was drawn from,
 and drafts are independent of the current iteration's uniforms). GSD's dynamic clusters are
-lossy by design (see gsd_core). ``method="ar"`` is the same loop with L = 0: one token per
+lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one token per
 forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
 
@@ -43,7 +44,6 @@ and the step's status read stays its only host sync, GSD's ``DynamicClusters`` i
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -51,19 +51,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import Amplify, Lantern
-from gsd_core.rules import Partition, Rule, as_rule
-
 from .distortion import DistortionLog
 from .engine import draw, uses_support, verify
-from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
-
+from .methods import DecodingMethod, ResolvedMethod
 from .models.adapter import CausalLMAdapter
 from .models.adapter import one_hot_rows as _one_hot
 from .models.static import StaticEngine, runner_for
-
-METHODS = ("ar", "sjd", "gsd")
-INITS = ("random", "repeat_row")
+from .presets import preset
+from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 
 @dataclass
@@ -132,70 +127,33 @@ def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int, toke
     return first
 
 
-def _check_args(
-    adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale
-) -> None:
+def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) -> ResolvedMethod:
     if not isinstance(adapter, CausalLMAdapter):
         raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+    if isinstance(method, ResolvedMethod):
+        return method
+    if isinstance(method, DecodingMethod):
+        return method.resolve(adapter)
+    raise ValueError(f"method must be a gsd_lab.methods.DecodingMethod or ResolvedMethod, got {method!r}")
+
+
+def _check_call(adapter: CausalLMAdapter, num_tokens: int, resolved: ResolvedMethod,
+                generator: torch.Generator | None) -> None:
+    """What the method spec cannot know alone: its fit to this adapter and call."""
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
         raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
-    if method == "sjd" and clusters is not None:
-        raise ValueError(
-            "method 'sjd' verifies token by token; pass clusters only with method 'gsd'"
-        )
-    if method == "gsd" and clusters is None:
-        raise ValueError(
-            "method 'gsd' needs clusters (e.g. gsd_core.DynamicClusters(group_size=...))"
-        )
-    if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; expected one of {INITS}")
-    if init == "repeat_row" and adapter.row_length is None:
+    if resolved.method.init == "repeat_row" and adapter.row_length is None:
         raise ValueError("init='repeat_row' needs an adapter that knows its row_length")
     if generator is not None and torch.device(generator.device).type != adapter.device.type:
         raise ValueError(
             f"generator is on {generator.device} but the adapter's model is on {adapter.device}"
         )
-    if not acceptance_scale > 0:
-        raise ValueError(f"acceptance_scale must be > 0, got {acceptance_scale!r}")
-
-
-def _check_lantern(adapter, method, residual, acceptance_scale, lantern) -> None:
-    if lantern is None:
-        return
-    if not isinstance(lantern, Lantern):
-        raise ValueError(f"lantern must be a gsd_core.Lantern or None, got {type(lantern).__name__}")
-    if method != "sjd" or residual != "token" or acceptance_scale != 1.0:
-        raise ValueError(
-            "lantern replaces SJD's acceptance test: use method 'sjd' with residual 'token' and "
-            f"acceptance_scale 1 (got method {method!r}, residual {residual!r}, "
-            f"acceptance_scale {acceptance_scale!r})"
-        )
-    if lantern.neighbourhoods.vocab_size != adapter.vocab_size:
+    lantern = resolved.lantern
+    if lantern is not None and lantern.neighbourhoods.vocab_size != adapter.vocab_size:
         raise ValueError(
             f"lantern's neighbourhoods cover {lantern.neighbourhoods.vocab_size} tokens but the "
             f"model's vocabulary has {adapter.vocab_size}"
         )
-
-
-def method_rule(clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0,
-                lantern: Lantern | None = None) -> Rule:
-    """The gsd_core rule of ``generate``'s method arguments: ``lantern`` or ``clusters`` (None,
-    partition labels [V] or a rule), with the cluster-exact residual for residual="cluster"
-    (partitions only; SD's singletons keep the token residual, which is the same), wrapped in
-    ``Amplify(acceptance_scale)`` when the scale is not 1."""
-    rule = as_rule(lantern if lantern is not None else clusters)
-    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
-        raise ValueError(f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
-                         "(use residual='token', or a partition such as RankBinnedClusters or labels)")
-    if residual == "cluster" and isinstance(rule, Partition):
-        rule = dataclasses.replace(rule, residual="cluster")
-    elif residual not in ("token", "cluster"):
-        raise ValueError(f"unknown residual mode {residual!r}; expected 'token' or 'cluster'")
-    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
 
 
 def _repeat_row_drafts(
@@ -225,45 +183,152 @@ def _repeat_row_drafts(
     return drafts
 
 
+class _Loop:
+    """The state of one ``generate`` call (module docstring) and its steps, one job each: the
+    ``window_size`` of this step, ``refill`` the window with fresh drafts, ``forward`` it,
+    ``emit`` (verify or sample, one status read), ``commit`` the emitted tokens, ``redraft``
+    the rejected positions. ``adapter``: what runs the forwards (the adapter or its engine)."""
+
+    def __init__(self, adapter: CausalLMAdapter | StaticEngine, resolved: ResolvedMethod,
+                 generator: torch.Generator, num_tokens: int, record_top1: bool, record_distortion: bool,
+                 w1_log: W1Log | None = None) -> None:
+        method = resolved.method
+        self.adapter, self.method, self.generator = adapter, method, generator
+        self.rule = resolved.rule
+        self.device, self.vocab = adapter.device, adapter.vocab_size
+        self.num_tokens, self.prompt_len = num_tokens, adapter.prompt.numel()  # the runner has started
+        self.max_window = max_window(method)
+        settings = preset(method.preset)
+        self.jacobi_positions = settings.jacobi_positions(num_tokens)
+        self.forced_drafts = settings.forced_drafts
+        # The adapter's kept ids spare verify the count and the selection over all V.
+        self.wants_support = uses_support(self.rule)
+        capacity = num_tokens + self.max_window + 1
+        self.out = torch.empty(capacity, dtype=torch.long, device=self.device)
+        self.top1 = torch.empty(capacity, dtype=torch.float64, device=self.device) if record_top1 else None
+        self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
+        self.w1_log = w1_log
+        self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
+        self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
+        self.accepted: list[int] = []
+        self.drafted: list[int] = []
+        self.done = 0
+
+    def window_size(self) -> int:
+        """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
+        interval (start, end) drafts only while start <= n < end and never past end."""
+        L = min(self.max_window, self.num_tokens - self.done - 1)
+        if self.jacobi_positions is not None:
+            start, end = self.jacobi_positions
+            L = min(L, end - self.done - 1) if start <= self.done < end else 0
+        return L
+
+    def refill(self, L: int) -> None:
+        """Keep the first L drafts; draw fresh ones (one-hot q) for the positions still empty."""
+        self.drafts, self.q = self.drafts[:L], self.q[:L]
+        missing = L - self.drafts.numel()
+        if missing <= 0:
+            return
+        start = self.done + self.drafts.numel()
+        if self.method.init == "repeat_row":
+            history = torch.cat([self.out[: self.done], self.drafts])
+            fresh = _repeat_row_drafts(history, start, missing, self.adapter.row_length, self.adapter,
+                                       self.generator)
+        else:
+            positions = torch.arange(start, start + missing, device=self.device)
+            fresh = self.adapter.random_tokens(positions, self.generator, respect_forced=self.forced_drafts)
+        self.drafts = torch.cat([self.drafts, fresh])
+        self.q = torch.cat([self.q, _one_hot(fresh, self.vocab)])
+
+    def forward(self, L: int) -> tuple[Tensor, Tensor | None]:
+        """p [L + 1, V] over [last committed (the prompt at first), drafts], and the support."""
+        head = self.adapter.prompt if self.done == 0 else self.out[self.done - 1: self.done]
+        window_ids = torch.cat([head, self.drafts])
+        if self.wants_support and L > 0:
+            return self.adapter.forward(window_ids, num_rows=L + 1, with_support=True)
+        return self.adapter.forward(window_ids, num_rows=L + 1), None
+
+    def emit(self, p: Tensor, support: Tensor | None, L: int) -> int:
+        """Verify the L drafts against p (L = 0: sample p_0), read this step's status (the
+        accepted count a and the sum of p, whose finiteness tells whether the model produced
+        NaN or inf here), write the a + 1 emitted tokens; returns a. verify may sync once more
+        (module docstring): DynamicClusters ranking by p without ``support`` (off CPU) does."""
+        done = self.done
+        if L == 0:
+            uniform = torch.rand(1, generator=self.generator, dtype=torch.float64, device=self.device)
+            self.out[done: done + 1] = draw(p[0], uniform)
+            status = p.sum().view(1)
+        else:
+            # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
+            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator, validate=False,
+                            support=None if support is None else support[:L])
+            p_total = p.sum()
+            status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
+        values = status.tolist()
+        if not math.isfinite(values[0]):
+            raise FloatingPointError(
+                f"the model's next-token distributions are not finite (NaN or inf) at forward "
+                f"pass {len(self.accepted) + 1} of this call, generated positions {done}..{done + L}: "
+                "check the model's logits (dtype overflow, bad weights) before decoding"
+            )
+        if L == 0:
+            return 0
+        accepted = int(values[1])
+        if not self.forced_drafts:
+            accepted = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
+        self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
+        return accepted
+
+    def commit(self, p: Tensor, accepted: int, L: int) -> None:
+        """Record the step and crop the cache to the committed tokens (all but the last)."""
+        if self.top1 is not None:
+            self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
+        if self.log is not None:
+            tv = self.log.add(self.done, p, self.q, accepted)
+            if self.w1_log is not None and tv is not None:
+                self.w1_log.add(self.done, p, self.q, tv)
+        self.accepted.append(accepted)
+        self.drafted.append(L)
+        self.done += accepted + 1
+        self.adapter.crop(self.prompt_len + self.done - 1)
+
+    def redraft(self, p: Tensor, accepted: int, L: int) -> None:
+        """Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row (that row
+        becomes its q); nothing left after a fully accepted window."""
+        if accepted < L:
+            self.q = p[accepted + 1:]
+            uniforms = torch.rand(self.q.shape[0], generator=self.generator, dtype=torch.float64,
+                                  device=self.device)
+            self.drafts = draw(self.q, uniforms)
+        else:
+            self.drafts, self.q = self.drafts[:0], self.q[:0]
+
+
 def generate(
     adapter: CausalLMAdapter,
     prompt_ids: Tensor,
+    method: DecodingMethod | ResolvedMethod,
     *,
     num_tokens: int,
-    method: str,
-    window: int = 16,
-    clusters: object = None,
-    residual: str = "token",
-    init: str = "random",
     generator: torch.Generator | None = None,
-    acceptance_scale: float = 1.0,
-    record_top1: bool = False,
-    progress: bool = False,
     uncond_prompt_ids: Tensor | None = None,
+    record_top1: bool = False,
     record_distortion: bool = False,
-    lantern: Lantern | None = None,
-    jacobi_positions: tuple[int, int] | None = None,
-    forced_drafts: bool = True,
+    progress: bool = False,
     engine: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
 ) -> DecodeResult:
-    """Generate ``num_tokens`` tokens after ``prompt_ids`` by AR, SJD or GSD (module docstring).
+    """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
     adapter: a ``CausalLMAdapter`` (its processing defines the target distribution).
     prompt_ids: [P] prompt; uncond_prompt_ids: the unconditional prompt when the adapter uses
-    CFG. method: "ar", "sjd" or "gsd" (gsd needs ``clusters``: a gsd_core rule or partition
-    labels [V]; ``residual`` "token" or "cluster" as in gsd_core.verify). window: drafts L per
-    forward (ignored by AR). acceptance_scale k > 1: the lossy "Amplify" relaxation
-    min(1, k p(C)/q(C)) of gsd_core.verify (1: exact). lantern: LANTERN's relaxed acceptance
-    (gsd_core's ``Lantern`` rule) instead of SJD's test; method "sjd" only, residual "token",
-    acceptance_scale 1. record_distortion: fill ``DecodeResult.distortion`` (exact, no randomness
-    drawn: the same tokens either way; its time is ``accounting_seconds``, not in wall_seconds).
-    jacobi_positions (start, end): drafts only while start <= n < end (n tokens committed), and
-    never past end (L <= end - n - 1); one AR step per forward elsewhere (the GSD release's
-    ``jacobi_loop_interval``). forced_drafts=False: fresh random drafts are uniform over the
-    allowed tokens even where the adapter forces a token (the release's random init; such a
-    draft is rejected there).
+    CFG. method: a ``gsd_lab.methods.DecodingMethod`` (resolved here for ``adapter``: its rule
+    objects are built on every call) or its ``ResolvedMethod`` (built once, e.g. LANTERN's
+    table). generator: all randomness (seeded from the OS when None). record_top1: fill
+    ``DecodeResult.top1``. record_distortion: fill ``DecodeResult.distortion`` (exact, no
+    randomness drawn: the same tokens either way; its time is ``accounting_seconds``, not in
+    wall_seconds). progress: a tqdm bar.
     engine: where the forwards run, an execution option (the same method either way): "eager"
     (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
     static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``.
@@ -273,148 +338,68 @@ def generate(
     its own seeded with ``generator.initial_seed()`` (``gsd_lab.transport``; no draw from
     ``generator``, so again the same tokens). Batch size 1.
     """
-    _check_args(adapter, num_tokens, method, window, clusters, init, generator, acceptance_scale)
-    _check_lantern(adapter, method, residual, acceptance_scale, lantern)
-    if jacobi_positions is not None and not (0 <= jacobi_positions[0] <= jacobi_positions[1]):
-        raise ValueError(f"jacobi_positions must be (start, end) with 0 <= start <= end, got {jacobi_positions!r}")
+    resolved = _resolve(adapter, method)
+    _check_call(adapter, num_tokens, resolved, generator)
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
-    device, vocab = adapter.device, adapter.vocab_size
-    max_window = 0 if method == "ar" else window
-    rule = method_rule(clusters, residual, acceptance_scale, lantern)
-    # The adapter's kept ids spare verify the count and the selection over all V.
-    wants_support = uses_support(rule)
-
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
-    adapter = runner_for(adapter, engine, new_tokens=num_tokens + max_window + 1, window=max_window)
-
-    wall_start = time.perf_counter()
-    model_seconds_before = adapter.model_seconds
-    forwards_before = adapter.num_forwards
-    adapter.start(prompt_ids, uncond_prompt_ids)
-    prompt = adapter.prompt
-    prompt_len = prompt.numel()
-
-    out = torch.empty(num_tokens + max_window + 1, dtype=torch.long, device=device)
-    top1 = None
-    if record_top1:
-        top1 = torch.empty(num_tokens + max_window + 1, dtype=torch.float64, device=device)
-    log = None
-    if record_distortion:
-        log = DistortionLog(num_tokens + max_window + 1, device, rule)
+    window = max_window(resolved.method)
     w1_log = None
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:
             raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
                              "adapter whose code_content() gives its codes' decoded content")
-        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + max_window + 1, rule, draws=w1_draws,
+        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + window + 1, resolved.rule, draws=w1_draws,
                        seed=generator.initial_seed())
-    drafts = torch.empty(0, dtype=torch.long, device=device)
-    q = torch.empty(0, vocab, dtype=torch.float64, device=device)
-    accepted_log: list[int] = []
-    drafted_log: list[int] = []
-    done = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    adapter = runner_for(adapter, engine, new_tokens=num_tokens + window + 1, window=window)
 
-        bar = tqdm(total=num_tokens, unit="tok", desc=method)
-
-    while done < num_tokens:
-        L = min(max_window, num_tokens - done - 1)
-        if jacobi_positions is not None:
-            start, end = jacobi_positions
-            L = min(L, end - done - 1) if start <= done < end else 0
-        drafts, q = drafts[:L], q[:L]
-        missing = L - drafts.numel()
-        if missing > 0:
-            start = done + drafts.numel()
-            if init == "repeat_row":
-                fresh = _repeat_row_drafts(torch.cat([out[:done], drafts]), start, missing,
-                                           adapter.row_length, adapter, generator)
-            else:
-                positions = torch.arange(start, start + missing, device=device)
-                fresh = adapter.random_tokens(positions, generator, respect_forced=forced_drafts)
-            drafts = torch.cat([drafts, fresh])
-            q = torch.cat([q, _one_hot(fresh, vocab)])
-
-        head = prompt if done == 0 else out[done - 1: done]
-        window_ids = torch.cat([head, drafts])
-        if wants_support and L > 0:
-            p, support = adapter.forward(window_ids, num_rows=L + 1, with_support=True)
-        else:
-            p, support = adapter.forward(window_ids, num_rows=L + 1), None
-
-        # This step's status read: the accepted count (the cache is cropped to it) and the sum
-        # of p, whose finiteness tells whether the model produced NaN or inf at this step.
-        # verify may sync once more (module docstring): DynamicClusters ranking by p without
-        # ``support`` (off CPU) does.
-        if L == 0:
-            uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
-            out[done: done + 1] = draw(p[0], uniform)
-            p_total = p.sum()
-            status = p_total.view(1)
-        else:
-            # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(p, q, drafts, rule, generator=generator, validate=False,
-                            support=None if support is None else support[:L])
-            p_total = p.sum()
-            status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
-        values = status.tolist()
-        if not math.isfinite(values[0]):
-            raise FloatingPointError(
-                f"the model's next-token distributions are not finite (NaN or inf) at forward "
-                f"pass {len(accepted_log) + 1} of this call, generated positions {done}..{done + L}: "
-                "check the model's logits (dtype overflow, bad weights) before decoding"
-            )
-        accepted = 0 if L == 0 else int(values[1])
-        if L > 0 and not forced_drafts:
-            accepted = _overrule_at_forced(adapter, done, accepted, result.tokens)
-        if L > 0:
-            out[done: done + accepted + 1] = result.tokens[: accepted + 1]
-        if record_top1:
-            top1[done: done + accepted + 1] = p[: accepted + 1].amax(-1)
-        if log is not None:
-            tv = log.add(done, p, q, accepted)
-            if w1_log is not None and tv is not None:
-                w1_log.add(done, p, q, tv)
-        accepted_log.append(accepted)
-        drafted_log.append(L)
-        done += accepted + 1
-        # The cache keeps the prompt and all committed tokens but the last.
-        adapter.crop(prompt_len + done - 1)
-        if accepted < L:
-            # Jacobi re-drafts: rows a+1..L of this pass, each token drawn from its row.
-            q = p[accepted + 1:]
-            uniforms = torch.rand(
-                q.shape[0], generator=generator, dtype=torch.float64, device=device
-            )
-            drafts = draw(q, uniforms)
-        else:
-            drafts, q = drafts[:0], q[:0]
+    wall_start = time.perf_counter()
+    model_seconds_before = adapter.model_seconds
+    forwards_before = adapter.num_forwards
+    adapter.start(prompt_ids, uncond_prompt_ids)
+    loop = _Loop(adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
+    bar = _progress_bar(num_tokens, resolved.method.kind) if progress else None
+    while loop.done < num_tokens:
+        L = loop.window_size()
+        loop.refill(L)
+        p, support = loop.forward(L)
+        accepted = loop.emit(p, support, L)
+        loop.commit(p, accepted, L)
+        loop.redraft(p, accepted, L)
         if bar is not None:
             bar.update(min(accepted + 1, bar.total - bar.n))
-
     if bar is not None:
         bar.close()
-    drafted_total = sum(drafted_log)
-    accounting = (log.seconds if log is not None else 0.0) + (w1_log.seconds if w1_log is not None else 0.0)
+
+    accounting = (loop.log.seconds if loop.log is not None else 0.0) + (w1_log.seconds if w1_log is not None else 0.0)
     wall_seconds = time.perf_counter() - wall_start - accounting
     w1 = w1_log.finish(num_tokens) if w1_log is not None else None  # after the clock: accounting
+    drafted_total = sum(loop.drafted)
     return DecodeResult(
-        tokens=out[:num_tokens].cpu(),
+        tokens=loop.out[:num_tokens].cpu(),
         nfe=adapter.num_forwards - forwards_before,
-        accepted=accepted_log,
-        drafted=drafted_log,
-        acceptance_rate=sum(accepted_log) / drafted_total if drafted_total else None,
+        accepted=loop.accepted,
+        drafted=loop.drafted,
+        acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
         wall_seconds=wall_seconds,
         model_seconds=adapter.model_seconds - model_seconds_before,
-        method=method,
-        window=max_window,
-        top1=top1[:num_tokens].cpu() if record_top1 else None,
-        distortion=log.result(num_tokens) if log is not None else None,
-        accounting_seconds=(log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
+        method=resolved.method.kind,
+        window=loop.max_window,
+        top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
+        distortion=loop.log.result(num_tokens) if loop.log is not None else None,
+        accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
         w1=w1,
     )
+
+
+def max_window(method: DecodingMethod) -> int:
+    """Drafts per forward: the method's window, 0 for AR."""
+    return 0 if method.kind == "ar" else method.window
+
+
+def _progress_bar(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="tok", desc=desc)

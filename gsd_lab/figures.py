@@ -1,7 +1,8 @@
 """``python -m gsd_lab figures``: regenerate every figure and the results tables into one folder.
 
 Each figure is saved as PNG + SVG + JSON sidecar (``figure_io.save_figure``); the tables go to
-``results.md`` (and ``results.json``). The analyses are the functions the notebooks call
+``results.md`` (and ``results.json``), the per-image decoding records to ``records.npz``
+(``experiments.records``: notebook 04 reuses them). The analyses are the functions the notebooks call
 (``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-in on 2 CPU cores,
 ``FigureSizes.quick()`` for tests, ``FigureSizes.paper()`` for Lumina-mGPT on a GPU.
 """
@@ -19,7 +20,7 @@ import torch
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import matched, plots, tables, toy
+from .experiments import matched, plots, records, tables, toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -105,7 +106,7 @@ def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
 def _with_preset(specs: list[MethodSpec], sizes: FigureSizes, preset_name: str) -> list[MethodSpec]:
     """``specs`` decoded with the preset (its window, or the sizes' window)."""
     window = preset_settings(preset_name).window or sizes.window
-    return [replace(s, window=window, preset=preset_name) for s in specs]
+    return [s.with_method(window=window, preset=preset_name) for s in specs]
 
 
 def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: str = "default"
@@ -120,7 +121,7 @@ def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: 
         unique.setdefault(spec.key, spec)  # the first label of a configuration names it
     configurations = [Configuration(s) for s in unique.values()]
     if model.adapter.uses_cfg:
-        ar = next(c.spec for c in configurations if c.spec.key[:1] == ("ar",) and not c.spec.seed_offset)
+        ar = next(c.spec for c in configurations if c.spec.method.kind == "ar" and not c.spec.seed_offset)
         configurations.append(Configuration(ar, guided=False, max_prompts=sizes.detail_images))
     return configurations
 
@@ -289,8 +290,10 @@ def run_figures(
     if bar is not None:
         bar.update(bar.total - bar.n)
         bar.close()
+    if not sizes.streamed:  # per-image records of every configuration: notebook 04 builds its tables from them
+        records.save(cache, out_dir / "records.npz", git=git)
 
-    save(plots.top1_histograms(stats), "top1_probability_histograms", {"threshold": stats.threshold},
+    save(plots.top1_histograms(stats, [r.prompt for r in ar_records]), "top1_probability_histograms", {"threshold": stats.threshold},
          {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
           "summary_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary()})
     quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),

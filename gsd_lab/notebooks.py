@@ -51,7 +51,7 @@ KEPT_CELL_METADATA = ("tags",)
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
               "table1_groups": [3], "table1_amplify": [2.0], "table2_group": 3, "pareto_groups": [3],
-              "pareto_amplify": [2.0], "num_samples": 20_000, "distortion_pairs": 20},
+              "pareto_amplify": [2.0], "num_samples": 20_000, "distortion_pairs": 20, "decoder_check_samples": 300},
 }
 
 

@@ -1,6 +1,7 @@
 """Static checks of the committed notebooks (executing them is ``pytest --nbval-lax notebooks/``):
-normalised kernelspec, one ``parameters`` cell, stored outputs without errors, checked cells
-present, and plot cells that show PNGs only (no figure reprs that change between versions)."""
+normalised kernelspec, one ``parameters`` cell, checked cells present, stored outputs without
+errors, plot cells that show PNGs only (no figure reprs that change between versions); and the
+papermill runner (``gsd_lab.notebooks``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ NAMES = ["01_tv_toy_examples", "02_top1_probability_histograms", "03_top100_repl
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_structure(name):
+def test_notebook_sources(name):
     path = NOTEBOOK_DIR / f"{name}.ipynb"
     assert path.is_file(), f"missing notebook {path}"
     nb = nbformat.read(path, as_version=4)
@@ -26,19 +27,26 @@ def test_notebook_structure(name):
     code = [c for c in nb.cells if c.cell_type == "code"]
     tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
-    checked = [c for c in code if "# NBVAL_CHECK_OUTPUT" in c.source]
-    assert checked, "key numbers must be in # NBVAL_CHECK_OUTPUT cells"
-    for cell in code:
+    assert any("# NBVAL_CHECK_OUTPUT" in c.source for c in code), "key numbers must be in # NBVAL_CHECK_OUTPUT cells"
+    if name != "05_speculative_decoding_tutorial":
+        assert "Which model produced the outputs shown" in "".join(c.source for c in nb.cells[:3])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stored_outputs(name):
+    """The outputs the notebook is committed with (``python -m gsd_lab notebooks`` from a clean
+    commit writes them): every printing cell has some, none is an error, checked cells print to
+    stdout only, figures are PNGs (no reprs that change between versions)."""
+    nb = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
         assert cell.outputs or "parameters" in cell.metadata.get("tags", []) or not _prints(cell), \
-            f"cell without stored outputs: {cell.source[:60]!r}"
+            f"cell without stored outputs (regenerate: python -m gsd_lab notebooks): {cell.source[:60]!r}"
         for out in cell.outputs:
             assert out.output_type != "error", f"stored error in {name}: {out.get('ename')}"
             text = out.get("data", {}).get("text/plain", "") if "data" in out else ""
             assert "<Figure size" not in text and "matplotlib" not in text, "figure repr in output"
-    for cell in checked:
-        assert cell.outputs and all(o.output_type == "stream" and o.name == "stdout" for o in cell.outputs)
-    if name != "05_speculative_decoding_tutorial":
-        assert "Which model produced the outputs shown" in "".join(c.source for c in nb.cells[:3])
+        if "# NBVAL_CHECK_OUTPUT" in cell.source:
+            assert cell.outputs and all(o.output_type == "stream" and o.name == "stdout" for o in cell.outputs)
 
 
 def _prints(cell) -> bool:
@@ -129,3 +137,23 @@ def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     assert nb.cells[1].metadata == {"tags": ["injected-parameters"]} and "x = 3" in nb.cells[1].source
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "x = 3" in text and re.search(r"provenance: commit [0-9a-f]{40} dirty (True|False)", text)
+
+
+def test_notebook_04_defaults_are_the_figures_run_sizes():
+    """Notebook 04 builds its tables from the figures run's per-image records
+    (``figures/records.npz``): with other default sizes it would decode what the records lack."""
+    import ast
+
+    from gsd_lab.figures import FigureSizes
+    from gsd_lab.notebooks import declared_parameters
+
+    declared = declared_parameters(NOTEBOOK_DIR / "04_speedup_and_quality.ipynb")
+    sizes = FigureSizes.default()
+    names = ("seeds", "max_prompts", "table1_groups", "table1_amplify", "table2_group", "pareto_groups",
+             "pareto_amplify", "table1_lantern", "pareto_lantern", "distortion_rank_groups", "seed_noise")
+    for name in names:
+        value, expected = ast.literal_eval(declared[name]), getattr(sizes, name)
+        if isinstance(expected, tuple):
+            value, expected = list(value), list(expected)
+        assert value == expected, (name, value, expected)
+    assert ast.literal_eval(declared["records_file"]) == "../figures/records.npz"

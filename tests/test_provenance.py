@@ -1,7 +1,7 @@
 """Provenance of the committed outputs, and the dirty-tree guard that protects it.
 
 ``test_committed_outputs_name_a_clean_ancestor_commit``: every committed figure sidecar
-(figures/*.json), figures/results.json, figures/results.md and every notebook's provenance line
+(figures/*.json), figures/results.json, figures/results.md, figures/records.npz and every notebook's provenance line
 names a commit that is an ancestor of HEAD, with a clean tree (``dirty: false``), so that
 checking out that commit reproduces them.
 """
@@ -39,6 +39,13 @@ def committed_records() -> dict[str, tuple[str | None, object]]:
         commit = re.search(rf"git commit: `({SHA})`", text)
         dirty = re.search(r"dirty: `(true|false)`", text)
         records["results.md"] = (commit and commit.group(1), dirty and dirty.group(1) == "true")
+    records_npz = ROOT / "figures" / "records.npz"
+    if records_npz.is_file():  # the per-image records notebook 04 loads
+        import numpy as np
+
+        with np.load(records_npz, allow_pickle=False) as archive:
+            git = json.loads(str(archive["index"])).get("git", {})
+        records[records_npz.name] = (git.get("commit"), git.get("dirty"))
     for path in NOTEBOOKS:
         nb = json.loads(path.read_text())
         text = "".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from gsd_core import DynamicClusters
-
+from ..methods import DecodingMethod
 from .image_model import load_image_model
-from .runs import MethodSpec, generate_one
+from .runs import generate_one, resolve_for
 
-METHODS = {"SJD": (MethodSpec("SJD", "sjd"), None), "GSD G=3": (MethodSpec("GSD G=3", "gsd", "dynamic-nofilter", 3), 3),
-           "GSD G=50": (MethodSpec("GSD G=50", "gsd", "dynamic-nofilter", 50), 50)}
+METHODS = {"SJD": DecodingMethod("sjd"),
+           "GSD G=3": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3),
+           "GSD G=50": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=50)}
 
 
 def generation_batch(model_name: str, *, seeds: list[int], num_tokens: int | None = None,
@@ -38,13 +38,12 @@ def generation_batch(model_name: str, *, seeds: list[int], num_tokens: int | Non
         model.adapter.set_compute_dtype(getattr(torch, dtype))
     num_tokens = num_tokens or model.num_tokens
     runs = []
-    for label, (spec, group) in METHODS.items():
-        clusters = None if group is None else DynamicClusters(group)
+    for label, method in METHODS.items():
+        resolved = resolve_for(model, method)
         for index, prompt in enumerate(model.default_prompts[:num_prompts]):
             for seed in seeds:
                 model_for_run = model if num_tokens == model.num_tokens else _shortened(model, num_tokens)
-                result, _ = generate_one(model_for_run, spec, prompt, 1000 * seed + index, clusters=clusters,
-                                         record_top1=True)
+                result, _ = generate_one(model_for_run, resolved, prompt, 1000 * seed + index, record_top1=True)
                 tokens = result.tokens.to(torch.int64).numpy()
                 runs.append({"method": label, "prompt": prompt, "seed": seed, "nfe": result.nfe,
                              "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),

@@ -67,6 +67,38 @@ TABLE2_CLIP = {
 
 COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
 
+# The paper's analyses this package does not reproduce, with the reason: the one list (notebook
+# 04 shows it; the README points to it).
+NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
+NOT_REPRODUCED = [
+    {"analysis": "Fig. 3: t-SNE of the token embeddings",
+     "paper": "spread almost uniformly, hence no natural static clusters (paper.md 1.3; which table and "
+              "how many points: not found)",
+     "why not here": "a picture of Lumina-mGPT's embeddings says nothing about the stand-in's; the claim's "
+                     "consequence is tested instead: Table 2 (A), static k-means clusters of the input "
+                     "embeddings, against the dynamic rule (notebook 04)"},
+    {"analysis": "Fig. 8: one token decodes to different pixels by context",
+     "paper": "token similarity depends on context, so static clusters fit poorly (paper.md 1.3; details "
+              "not found)",
+     "why not here": "the stand-in decodes each code to a fixed patch (no context by construction), and "
+                     "Lumina-mGPT's VQGAN decoder needs weights that cannot be downloaded here"},
+    {"analysis": "the text-model contrast: SD acceptance about 70% in LLMs against about 40% in image "
+                 "models; top-1 histograms of a text model",
+     "paper": "paper.md 1.2 (which text model and data: not found)",
+     "why not here": "no text LLM's weights can be downloaded here; notebook 05 computes acceptance = "
+                     "1 - TV for any pair instead, and notebook 01 shows why flat pairs accept less"},
+    {"analysis": "latency (seconds per image) and latency speed-ups",
+     "paper": "Table 1: 4.65x latency at 3.76x NFE on Parti (paper.md 1.4), on an A100",
+     "why not here": "CPU wall time of a small model is noise-dominated and says nothing about a 7B model "
+                     "on a GPU: NFE is the hardware-independent cost (docs/lumina-mgpt.md section 5 has "
+                     "per-forward GPU times of the 7B shapes with random weights)"},
+    {"analysis": "MS-COCO FID and CLIP (5,000 captions)",
+     "paper": "Table 1, COCO rows: GSD (G=25) FID 33.55, CLIP 31.24 (paper.md 1.4)",
+     "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the Inception "
+                     "weights, none of which can be downloaded here; scripts/gpu_reproduce.sh runs the "
+                     "Parti-style CLIP evaluation when the weights are present"},
+]
+
 
 def _row(claim: str, paper: str, here: str, verdict: str, why: str, source: str) -> dict[str, str]:
     return {"claim": claim, "paper": paper, "here": here, "reproduces": verdict, "why not / note": why,

@@ -66,45 +66,50 @@ def grouping_and_theorem1(group_sizes: list[int], tv_by_group: np.ndarray, check
     fig, axes = _figure(2)
     tv = np.asarray(tv_by_group)
     ax = axes[0, 0]
-    ax.plot(group_sizes, tv.mean(axis=1), marker="o", color="C0")
-    ax.fill_between(group_sizes, np.quantile(tv, 0.1, axis=1), np.quantile(tv, 0.9, axis=1), alpha=0.25)
+    ax.plot(group_sizes, tv.mean(axis=1), marker="o", color="C0", label=f"mean over {tv.shape[1]} pairs")
+    ax.fill_between(group_sizes, np.quantile(tv, 0.1, axis=1), np.quantile(tv, 0.9, axis=1), alpha=0.25,
+                    color="C0", label="10%-90% of pairs")
     ax.set_xscale("log")
-    ax.set_xlabel("group size G (bins of the p-ranking)")
+    ax.set_xlabel("G: tokens per bin of the p-ranking")
     ax.set_ylabel("TV(p', q') = 1 - acceptance")
     ax.set_title("grouping shrinks TV")
+    ax.legend(fontsize=8)
     ax = axes[0, 1]
     before, after = check.tv_tokens.numpy(), check.tv_clusters.numpy()
     ax.scatter(before, after, s=4, alpha=0.4)
     ax.plot([0, 1], [0, 1], color="k", lw=0.8, label="TV(p', q') = TV(p, q)")
     ax.set_xlabel("TV(p, q): tokens")
     ax.set_ylabel("TV(p', q'): clusters")
-    ax.set_title(f"Theorem 1: max excess {check.max_violation:.1e}")
+    # The excess TV(p', q') - TV(p, q) of a trial; Theorem 1 says it is <= 0 in every trial.
+    ax.set_title(f"Theorem 1: max excess TV' - TV = {check.max_violation:.1e}\n"
+                 f"over {before.size} random pairs and partitions (<= 0: holds)", fontsize=9)
     ax.legend(fontsize=8)
     return fig
 
 
-def top1_histograms(stats: Top1Stats, max_images: int = 8) -> Figure:
-    """Pooled histogram of the top-1 probability (log bins), and per image."""
-    per_image = stats.per_image[:max_images]
-    ncols = 1 + len(per_image)
-    cols = min(ncols, 5)
+def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
+    """Pooled histogram of the top-1 probability (log bins) over all images, then one panel per
+    distinct label (e.g. the class an image was generated for: a class's images, one per seed,
+    pooled), in first-seen order. The red line is the threshold; titles give the share below it."""
+    if len(labels) != stats.per_image.shape[0]:
+        raise ValueError(f"{stats.per_image.shape[0]} images but {len(labels)} labels")
+    groups = {label: [i for i, other in enumerate(labels) if other == label] for label in dict.fromkeys(labels)}
+    ncols = 1 + len(groups)
+    cols = min(ncols, 4)
     rows = -(-ncols // cols)
-    fig, axes = _figure(cols, rows, size=(3.0, 2.4))
+    fig, axes = _figure(cols, rows, size=(3.0, 2.5))
     bins = np.logspace(np.log10(max(stats.pooled.min(), 1e-4)), 0, 30)
     flat_axes = axes.reshape(-1)
-    ax = flat_axes[0]
-    ax.hist(stats.pooled, bins=bins, color="C0")
-    ax.axvline(stats.threshold, color="C3", lw=1)
-    ax.set_xscale("log")
-    ax.set_title(f"pooled: {percent(stats.pooled_share_below)} < {stats.threshold:g}", fontsize=9)
-    ax.set_xlabel("top-1 probability")
-    shares = stats.share_below
-    for i, values in enumerate(per_image):
-        ax = flat_axes[i + 1]
-        ax.hist(values, bins=bins, color="C1")
-        ax.axvline(stats.threshold, color="C3", lw=1)
+    panels = [("all images", stats.pooled, "C0")]
+    panels += [(label, stats.per_image[rows_of].reshape(-1), "C1") for label, rows_of in groups.items()]
+    for ax, (title, values, color) in zip(flat_axes, panels):
+        ax.hist(values, bins=bins, color=color)
+        ax.axvline(stats.threshold, color="C3", lw=1, label=f"threshold {stats.threshold:g}")
         ax.set_xscale("log")
-        ax.set_title(f"image {i}: {percent(shares[i])} < {stats.threshold:g}", fontsize=9)
+        ax.set_title(f"{title}: {percent(float((values < stats.threshold).mean()))} below", fontsize=9)
+        ax.set_xlabel("top-1 probability of p")
+        ax.set_ylabel("generated tokens")
+    flat_axes[0].legend(fontsize=8)
     for ax in flat_axes[ncols:]:
         ax.set_axis_off()
     return fig
@@ -127,36 +132,72 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
     return fig
 
 
+# Metrics where a lower value is better; every other quality metric is better higher.
+LOWER_IS_BETTER = ("frechet_distance", "distortion")
+# Label offsets (points) per curve, so that labels of curves at similar NFE do not overlap.
+_LABEL_OFFSETS = ((5, 5), (5, -11), (-34, 5), (-34, -11))
+
+
+def _zoom_range(points: dict[str, list[dict[str, Any]]]) -> tuple[float, float] | None:
+    """The NFE range where the speculative rows crowd: GSD's curve to SJD's point, widened by 5%."""
+    crowded = [r["nfe"] for name in ("GSD", "SJD") for r in points.get(name, [])]
+    if len(crowded) < 2:
+        return None
+    return min(crowded) / 1.05, max(crowded) * 1.05
+
+
 def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]],
            references: dict[str, dict[str, Any]] | None = None) -> Figure:
     """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
-    error bars: +- one standard error over images where the row has ``{metric}_sem``.
-    ``references``: named rows without an NFE (real images, AR on other seeds) drawn as
-    horizontal lines where they have the metric."""
-    fig, axes = _figure(len(metrics))
+    error bars: +- one standard error over images where the row has ``{metric}_sem``. One row of
+    panels per metric: the whole range on a log NFE axis, then a zoom (linear NFE) on the range
+    where GSD and SJD crowd, where each point is labelled. Each panel names its better corner:
+    fewer forwards (left) and higher, or lower for ``LOWER_IS_BETTER`` metrics. ``references``:
+    named rows without an NFE (real images, AR on other seeds), horizontal lines."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    zoom = _zoom_range(points)
+    fig, axes = _figure(2 if zoom else 1, len(metrics), size=(4.6, 3.4))
     markers = {"AR": "s", "SJD": "D"}
-    for ax, (key, label) in zip(axes[0], metrics):
-        for name, rows in points.items():
-            rows = [r for r in rows if r.get(key) is not None]
-            if not rows:
-                continue
-            x = [r["nfe"] for r in rows]
-            y = [r[key] for r in rows]
-            # Error bars: the standard error over images, where the metric has one.
-            err = [r.get(f"{key}_sem") or 0.0 for r in rows] if any(r.get(f"{key}_sem") for r in rows) else None
-            if len(rows) == 1:
-                ax.errorbar(x, y, yerr=err, fmt=markers.get(name, "o"), ms=7, capsize=3, label=name, zorder=3)
+    for row_axes, (key, label) in zip(axes, metrics):
+        for ax, zoomed in zip(row_axes, (False, True)):
+            for index, (name, rows) in enumerate(points.items()):
+                rows = [r for r in rows if r.get(key) is not None]
+                if not rows:
+                    continue
+                x = [r["nfe"] for r in rows]
+                y = [r[key] for r in rows]
+                err = ([r.get(f"{key}_sem") or 0.0 for r in rows] if any(r.get(f"{key}_sem") for r in rows)
+                       else None)
+                style = dict(fmt=markers.get(name, "o"), ms=7, zorder=3) if len(rows) == 1 else dict(fmt="-o")
+                ax.errorbar(x, y, yerr=err, capsize=3, color=f"C{index}", label=name, **style)
+                if len(rows) > 1:
+                    offset = _LABEL_OFFSETS[index % len(_LABEL_OFFSETS)]
+                    for r, xi, yi in zip(rows, x, y):
+                        if zoomed == (zoom is not None and zoom[0] <= xi <= zoom[1]):
+                            ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
+                                        color=f"C{index}", textcoords="offset points", xytext=offset)
+            for j, (name, row) in enumerate((references or {}).items()):
+                if row is not None and row.get(key) is not None:
+                    ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
+            better = "lower" if key in LOWER_IS_BETTER else "higher"
+            if zoomed:
+                ax.set_xlim(*zoom)
+                ax.set_xlabel("NFE, zoom on GSD's range")
+                ax.set_title("zoom (linear NFE)", fontsize=9)
             else:
-                ax.errorbar(x, y, yerr=err, fmt="-o", capsize=3, label=name)
-                for r, xi, yi in zip(rows, x, y):
-                    ax.annotate(r["method"].split("(")[-1].rstrip(")"), (xi, yi), fontsize=7,
-                                textcoords="offset points", xytext=(3, 3))
-        for j, (name, row) in enumerate((references or {}).items()):
-            if row is not None and row.get(key) is not None:
-                ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
-        ax.set_xlabel("NFE (forward passes per image)")
-        ax.set_ylabel(label)
-        ax.legend(fontsize=8)
+                ax.set_xscale("log")
+                ax.xaxis.set_major_formatter(ScalarFormatter())
+                ax.xaxis.set_minor_formatter(NullFormatter())
+                low, high = ax.get_xlim()
+                ax.set_xticks([t for t in (25, 50, 100, 200, 400, 800, 1600, 3200) if low <= t <= high])
+                ax.set_xlim(low, high)
+                ax.set_xlabel("NFE (forward passes per image, log scale)")
+                ax.set_title(f"better: {'down' if better == 'lower' else 'up'}-left (fewer forwards, {better})",
+                             fontsize=9)
+                ax.set_ylabel(label)
+            if not zoom or zoomed:
+                ax.legend(fontsize=7)
     return fig
 
 
@@ -197,7 +238,7 @@ def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: 
     ax = axes[0, 0]
     for name, values in curves.items():
         ax.plot(cluster_sizes, np.asarray(values), marker="o", label=name)
-    ax.set_xlabel("cluster size (tokens per cluster; 1 = plain SD)")
+    ax.set_xlabel("G: tokens per cluster (1 = plain SD)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return fig
@@ -212,7 +253,7 @@ def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]], w1_label: str = W
     delta); AR and SJD are lossless points at 0. A second panel: the similarity-aware W1 (mean
     per-token W1 with the codes' content distance as ground cost, ``gsd_lab.transport``) where
     the rows carry it. Error bars: +- one standard error over images."""
-    metrics = [("distortion", "exact distortion: mean TV(output law, p) per token")]
+    metrics = [("distortion", "exact distortion:\nmean TV(output law, p) per token")]
     if any(r.get("w1") is not None for rows in points.values() for r in rows):
         metrics.append(("w1", w1_label))
     return pareto(points, metrics)

@@ -1,8 +1,8 @@
 """Decoding runs over prompts x seeds and their summaries: the rows of the speed/quality tables.
 
-A ``MethodSpec`` names one decoding configuration (AR, SJD, GSD with a cluster rule, or the naive
+A ``MethodSpec`` labels one ``gsd_lab.methods.DecodingMethod`` (AR, SJD, GSD with a cluster rule, the naive
 lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1; this
-definition is ours, the paper's was not found). ``run_method`` generates one image per
+definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
 (prompt, seed) with ``gsd_lab.decoding.generate`` and the same generator seed for every method;
 ``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
 and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
@@ -41,181 +41,53 @@ Two acceptance measures (per image, then averaged over images):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, Lantern, LatentNeighbourhoods, RankBinnedClusters, latent_neighbourhoods
-
-from ..clustering import embedding_partition
 from ..decoding import DecodeResult, generate
 from ..transport import DEFAULT_DRAWS
+from ..methods import DecodingMethod, FilterSettings, ResolvedMethod
 from ..metrics import paired_bootstrap
-from ..presets import ReleaseDistanceClusters, preset, release_distance_table
 from .image_model import ImageModel
-
-CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
-                 "static")
-
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One decoding configuration.
-
-    method: "ar", "sjd" or "gsd". clusters (gsd only): "dynamic" (the paper: rank window of G
-    tokens by p, with the distance and probability-gap filters), "dynamic-nofilter" (rank window
-    by p, no filters), "dynamic-q" (rank window by the draft q, no filters), "rank-binned" (our
-    partition), "static" (k-means on input embeddings, a fixed partition). residual: "token" or
-    "cluster" (partitions only). acceptance_scale k: min(1, k p(C)/q(C)), k = 1 exact.
-    lantern_k > 0 (method "sjd" only): LANTERN's relaxed acceptance with neighbourhoods of
-    lantern_k tokens (the token itself included, ``gsd_core.lantern``) in the model's input
-    embeddings and budget lantern_delta in [0, 1]. seed_offset: added to every generation seed
-    (the same method on another seed set: AR against AR is the seed noise)."""
+    """One row of a table: a ``DecodingMethod`` with a ``label`` (only a name) and a
+    ``seed_offset`` added to every generation seed (the same method on another seed set: AR
+    against AR is the seed noise)."""
 
     label: str
-    method: str
-    clusters: str | None = None
-    group_size: int = 0
-    residual: str = "token"
-    acceptance_scale: float = 1.0
-    window: int = 16
-    lantern_k: int = 0
-    lantern_delta: float = 0.0
+    method: DecodingMethod
     seed_offset: int = 0
-    preset: str = "default"
 
     def __post_init__(self) -> None:
-        if self.method not in ("ar", "sjd", "gsd"):
-            raise ValueError(f"unknown method {self.method!r}")
-        if isinstance(self.lantern_k, bool) or not isinstance(self.lantern_k, int) or self.lantern_k < 0:
-            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}")
-        if self.lantern_k and (self.method != "sjd" or self.acceptance_scale != 1.0 or self.residual != "token"):
-            raise ValueError("LANTERN (lantern_k > 0) replaces SJD's test: method 'sjd', acceptance_scale 1, "
-                             "residual 'token'")
-        if not 0 <= self.lantern_delta <= 1 or (self.lantern_delta and not self.lantern_k):
-            raise ValueError(f"lantern_delta must lie in [0, 1] and needs lantern_k > 0, got {self.lantern_delta!r}")
+        if not isinstance(self.method, DecodingMethod):
+            raise ValueError(f"{self.label}: method must be a gsd_lab.methods.DecodingMethod, got {self.method!r}")
         if isinstance(self.seed_offset, bool) or not isinstance(self.seed_offset, int):
             raise ValueError(f"seed_offset must be an int, got {self.seed_offset!r}")
-        if (self.method == "gsd") != (self.clusters is not None):
-            raise ValueError("clusters must be given exactly for method 'gsd'")
-        if self.clusters is not None and self.clusters not in CLUSTER_KINDS:
-            raise ValueError(f"unknown clusters {self.clusters!r}; expected one of {CLUSTER_KINDS}")
-        fixed = preset(self.preset).window  # raises for an unknown preset
-        if fixed is not None and self.method != "ar" and self.window != fixed:
-            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, int]:
         """Identity of the computation (the label is only a name)."""
-        return (self.method, self.clusters, self.group_size, self.residual, self.acceptance_scale, self.window,
-                self.lantern_k, self.lantern_delta, self.seed_offset, self.preset)
+        return self.method.key, self.seed_offset
 
-
-@dataclass(frozen=True)
-class FilterSettings:
-    """GSD's cluster filters (paper Algorithm 3): keep y in C(x) only if |p(y) - p(x)| <=
-    max_prob_gap and ||e_y - e_x||^2 <= max_embedding_distance (input embeddings e).
-
-    The released code uses 0.15 and 0.5 on Lumina-mGPT's embeddings. The squared-distance scale
-    depends on the model, so for other models the threshold is the ``distance_quantile`` of the
-    squared distances between image-token embedding pairs (``resolve``), unless given."""
-
-    max_prob_gap: float = 0.15
-    max_embedding_distance: float | None = None
-    distance_quantile: float = 0.9
-
-    @classmethod
-    def for_model(cls, name: str) -> "FilterSettings":
-        """The released code's d = 0.5 for Lumina-mGPT; the quantile rule for other models."""
-        return cls(max_embedding_distance=0.5) if name.startswith("lumina-mgpt") else cls()
-
-    def resolve(self, embeddings: Tensor, image_tokens: Tensor, *, seed: int = 0) -> float:
-        """The squared-distance threshold: given, or the quantile over pairs of distinct image
-        tokens (all pairs up to 4096 tokens, else 10^6 random pairs)."""
-        if self.max_embedding_distance is not None:
-            return float(self.max_embedding_distance)
-        emb = embeddings[image_tokens.to(embeddings.device)].detach().to(torch.float64).cpu()
-        n = emb.shape[0]
-        if n <= 4096:
-            distance = torch.cdist(emb, emb).square()
-            distance = distance[torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)]
-        else:
-            generator = torch.Generator().manual_seed(seed)
-            a, b = torch.randint(n, (2, 1_000_000), generator=generator)
-            distance = (emb[a[a != b]] - emb[b[a != b]]).square().sum(-1)
-        return float(torch.quantile(distance.float(), self.distance_quantile))
-
-
-def spec_fields(spec: MethodSpec) -> dict[str, Any]:
-    """The fields of ``spec`` that decide the computation (its label is only a name); LANTERN's
-    and the seed offset only when set, so that the plain methods' records keep one form."""
-    fields: dict[str, Any] = {"method": spec.method, "clusters": spec.clusters, "group_size": spec.group_size,
-                              "residual": spec.residual, "acceptance_scale": spec.acceptance_scale,
-                              "window": spec.window}
-    fields.update({k: getattr(spec, k) for k in ("lantern_k", "lantern_delta", "seed_offset") if getattr(spec, k)})
-    if spec.preset != "default":
-        fields["preset"] = spec.preset
-    return fields
+    def with_method(self, **changes: Any) -> "MethodSpec":
+        """This spec with some of its method's fields changed (e.g. ``window=8``)."""
+        return replace(self, method=replace(self.method, **changes))
 
 
 def decoding_identity(model: ImageModel, spec: MethodSpec) -> dict[str, Any]:
-    """What a decoded image depends on besides the weights, prompt and seed: ``spec_fields``, the
-    adapter's CFG scale, top-k and temperature as they are now, and GSD's filter settings for
-    the dynamic rules (part of the run identity of ``evaluate`` and ``figures --paper``)."""
-    from dataclasses import asdict
-
+    """What a decoded image depends on besides the weights, prompt and seed: the method
+    (``DecodingMethod.to_dict`` with the model's filters filled in), the seed offset, and the
+    adapter's CFG scale, top-k and temperature as they are now (part of the run identity of
+    ``evaluate`` and ``figures --paper``)."""
     adapter = model.adapter
-    decoding = {**spec_fields(spec), "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
-                "temperature": getattr(adapter, "temperature", None)}
-    if spec.clusters is not None and spec.clusters.startswith("dynamic"):
-        decoding["filters"] = asdict(FilterSettings.for_model(model.name))
-    return decoding
-
-
-def build_clusters(spec: MethodSpec, model: ImageModel, filters: FilterSettings, *, seed: int = 0) -> object:
-    """The gsd_core cluster rule (or None) for ``spec`` on ``model``."""
-    if spec.clusters is None:
-        return None
-    size = spec.group_size
-    if spec.clusters in ("dynamic", "dynamic-distance") and preset(spec.preset).release_distance:
-        distance = filters.resolve(model.embeddings, model.image_vocabulary.cpu(), seed=seed)
-        table = release_distance_table(model.embeddings, distance).to(model.adapter.device)
-        return ReleaseDistanceClusters(size, table, filters.max_prob_gap if spec.clusters == "dynamic" else None)
-    if spec.clusters in ("dynamic", "dynamic-distance"):
-        embeddings = model.embeddings
-        distance = filters.resolve(embeddings, model.image_vocabulary.cpu(), seed=seed)
-        gap = filters.max_prob_gap if spec.clusters == "dynamic" else None
-        return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings)
-    if spec.clusters == "dynamic-gap":
-        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
-    if spec.clusters == "dynamic-nofilter":
-        return DynamicClusters(size)
-    if spec.clusters == "dynamic-q":
-        return DynamicClusters(size, rank_by="q")
-    if spec.clusters == "rank-binned":
-        return RankBinnedClusters(size)
-    partition = embedding_partition(model.embeddings.cpu(), size, seed=seed,
-                                    tokens=model.image_vocabulary.cpu(), vocab_size=model.adapter.vocab_size)
-    return type(partition)(partition.labels.to(model.adapter.device))
-
-
-def build_lantern(spec: MethodSpec, model: ImageModel,
-                  neighbourhoods: dict[int, LatentNeighbourhoods] | None = None) -> Lantern | None:
-    """The ``gsd_core.Lantern`` rule of ``spec`` (None without LANTERN): neighbourhoods of
-    ``spec.lantern_k`` tokens by Euclidean distance between the model's input-embedding rows
-    (the paper uses VQ codebook latents; the input embeddings are what every model here exposes,
-    and what GSD's distance filter uses). The table costs O(V^2 log V) (about 12 s at V = 8192):
-    pass a dict to reuse it across budgets delta (keyed by k)."""
-    if not spec.lantern_k:
-        return None
-    cache = {} if neighbourhoods is None else neighbourhoods
-    if spec.lantern_k not in cache:
-        embeddings = model.embeddings.detach().to(torch.float64)
-        cache[spec.lantern_k] = latent_neighbourhoods(embeddings, spec.lantern_k)
-    return Lantern(cache[spec.lantern_k], spec.lantern_delta)
+    return {"method": spec.method.for_model(model.name).to_dict(), "seed_offset": spec.seed_offset,
+            "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k, "temperature": getattr(adapter, "temperature", None)}
 
 
 @dataclass
@@ -253,24 +125,40 @@ def generator_seed(seed: int, prompt_index: int) -> int:
     return 1_000_003 * seed + prompt_index
 
 
-def generate_one(model: ImageModel, spec: MethodSpec, prompt: str, seed: int, *, clusters: object = None,
-                 record_top1: bool = False, progress: bool = False, lantern: Lantern | None = None,
-                 record_distortion: bool = False, engine: str = "eager", record_w1: bool = False,
+def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = None) -> ResolvedMethod:
+    """``method``'s runtime objects on ``model`` (its default filters by name; ``cache``: one
+    dict per model, see ``DecodingMethod.resolve``)."""
+    return method.resolve(model.adapter, model_name=model.name, cache=cache)
+
+
+def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
+                 record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
+                 engine: str = "eager", record_w1: bool = False,
                  w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
-    result and the decoded uint8 image (None when the model cannot decode to pixels). engine:
-    ``generate``'s execution option ("eager" or "static")."""
+    result and the decoded uint8 image (None when the model cannot decode to pixels). A
+    ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
+    many images. engine: ``generate``'s execution option ("eager" or "static"); record_w1 /
+    w1_draws: the similarity-aware distortion (``gsd_lab.decoding.generate``)."""
+    resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
-    settings = preset(spec.preset)
-    result = generate(model.adapter, prompt_ids, num_tokens=model.num_tokens, method=spec.method,
-                      window=spec.window, clusters=clusters, residual=spec.residual, generator=generator,
-                      acceptance_scale=spec.acceptance_scale, record_top1=record_top1, progress=progress,
-                      uncond_prompt_ids=uncond_ids, lantern=lantern, record_distortion=record_distortion,
-                      jacobi_positions=settings.jacobi_positions(model.num_tokens),
-                      forced_drafts=settings.forced_drafts,
-                      engine=engine, record_w1=record_w1, w1_draws=w1_draws)
+    result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
+                      uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
+                      record_distortion=record_distortion, engine=engine, record_w1=record_w1, w1_draws=w1_draws)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
+
+
+def record_of(label: str, prompt: str, seed: int, result: DecodeResult, image: np.ndarray | None) -> GenerationRecord:
+    """The ``GenerationRecord`` of one decoded image (per-image means of the distortions)."""
+    w1 = result.w1
+    return GenerationRecord(
+        label, prompt, seed, result.nfe, result.acceptance_rate, accepted_per_tested(result), result.wall_seconds,
+        result.model_seconds, result.tokens, image, result.top1,
+        float(result.distortion.mean()) if result.distortion is not None else None, result.accounting_seconds,
+        w1=None if w1 is None else w1.mean, w1_sem=None if w1 is None else w1.sem,
+        substitution=None if w1 is None else w1.substitution,
+        substitution_sem=None if w1 is None else w1.substitution_sem, w1_seconds=0.0 if w1 is None else w1.seconds)
 
 
 def run_method(
@@ -279,35 +167,29 @@ def run_method(
     prompts: list[str],
     seeds: Iterable[int],
     *,
-    clusters: object = None,
+    resolved: ResolvedMethod | None = None,
     record_top1: bool = False,
     progress: Any = None,
-    lantern: Lantern | None = None,
     record_distortion: bool = False,
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
 ) -> list[GenerationRecord]:
     """One image per (seed + spec.seed_offset, prompt) with ``spec``; ``progress``: a tqdm bar to
-    advance (or None); ``lantern``: the rule of a LANTERN spec (``build_lantern``); record_w1 /
-    w1_draws: the similarity-aware distortion (``gsd_lab.decoding.generate``)."""
-    if bool(spec.lantern_k) != (lantern is not None):
-        raise ValueError(f"{spec.label}: pass lantern exactly for a LANTERN spec (lantern_k > 0)")
+    advance (or None); ``resolved``: ``spec.method`` already resolved on ``model`` (else
+    resolved here); record_w1 / w1_draws: the similarity-aware distortion (``generate``)."""
+    if resolved is None:
+        resolved = resolve_for(model, spec.method)
+    elif resolved.method != spec.method.for_model(model.name):
+        raise ValueError(f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} is not "
+                         f"{spec.method.for_model(model.name).key})")
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
             gseed = generator_seed(seed + spec.seed_offset, index)
-            result, image = generate_one(model, spec, prompt, gseed, clusters=clusters, record_top1=record_top1,
-                                         lantern=lantern, record_distortion=record_distortion, record_w1=record_w1,
+            result, image = generate_one(model, resolved, prompt, gseed, record_top1=record_top1,
+                                         record_distortion=record_distortion, record_w1=record_w1,
                                          w1_draws=w1_draws)
-            distortion = float(result.distortion.mean()) if result.distortion is not None else None
-            w1 = result.w1
-            records.append(GenerationRecord(
-                spec.label, prompt, gseed, result.nfe, result.acceptance_rate, accepted_per_tested(result),
-                result.wall_seconds, result.model_seconds, result.tokens, image, result.top1, distortion,
-                result.accounting_seconds, w1=None if w1 is None else w1.mean, w1_sem=None if w1 is None else w1.sem,
-                substitution=None if w1 is None else w1.substitution,
-                substitution_sem=None if w1 is None else w1.substitution_sem,
-                w1_seconds=0.0 if w1 is None else w1.seconds))
+            records.append(record_of(spec.label, prompt, gseed, result, image))
             if progress is not None:
                 progress.update(1)
     return records
@@ -417,6 +299,8 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
 
 class RunCache:
     """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once.
+    ``filters``: GSD's filters for the specs that name none (default: the model's,
+    ``FilterSettings.for_model``).
 
     ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
     Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
@@ -425,35 +309,51 @@ class RunCache:
     and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
     per image (None: exact for every token; module docstring)."""
 
-    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
+    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings | None = None,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
                  bootstrap_resamples: int = 2000, progress_lines: bool | None = None,
                  record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS) -> None:
-        self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
+        self.model, self.prompts, self.seeds = model, prompts, seeds
+        self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
-        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         if record_w1 is None:
             record_w1 = record_distortion and model.adapter.code_content() is not None
         self.record_w1, self.w1_draws = record_w1, w1_draws
+        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
+        self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
-        self._neighbourhoods: dict[int, LatentNeighbourhoods] = {}  # LANTERN's tables, one per k
+        self._resolved: dict = {}  # rule objects built once (LANTERN's tables, one per k)
+
+    def _concrete(self, spec: MethodSpec) -> MethodSpec:
+        return replace(spec, method=spec.method.with_filters(self.filters))
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        spec = self._concrete(spec)
         shifted = {s + spec.seed_offset for s in self.seeds}
         if spec.seed_offset and shifted & set(self.seeds):
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+        if spec.key not in self._records and repr(spec.key) in self._stored:
+            self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
-            clusters = build_clusters(spec, self.model, self.filters)
-            lantern = build_lantern(spec, self.model, self._neighbourhoods)
-            self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, clusters=clusters,
+            resolved = resolve_for(self.model, spec.method, self._resolved)
+            self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
                                                  record_top1=self.record_top1, progress=self._progress(spec.label),
-                                                 lantern=lantern, record_distortion=self.record_distortion,
+                                                 record_distortion=self.record_distortion,
                                                  record_w1=self.record_w1, w1_draws=self.w1_draws)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+
+    def decoded(self) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration decoded (or preloaded) so far: key -> its records."""
+        return dict(self._records)
+
+    def preload(self, key: str, records: list[GenerationRecord]) -> None:
+        """Records of the configuration whose ``repr(spec.key)`` is ``key``, decoded elsewhere
+        (``gsd_lab.experiments.records``): ``records(spec)`` returns them instead of decoding."""
+        self._stored[key] = records
 
     def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
                        guided: bool = True) -> list[GenerationRecord]:
@@ -465,8 +365,10 @@ class RunCache:
             return self.records(spec)[:limit]
         from .image_model import guidance_scale
 
+        spec = self._concrete(spec)
         with guidance_scale(self.model, None):
-            return run_method(self.model, spec, self.prompts[:limit], self.seeds, record_top1=True,
+            resolved = resolve_for(self.model, spec.method, self._resolved)
+            return run_method(self.model, spec, self.prompts[:limit], self.seeds, resolved=resolved, record_top1=True,
                               progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]))
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
@@ -487,6 +389,7 @@ class RunCache:
         return [r.w1_seconds for records in self._records.values() for r in records]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        spec = self._concrete(spec)
         if spec.key not in self._quality:
             records = self.records(spec)
             self._quality[spec.key] = quality_and_scores(self.model, [r.image for r in records],

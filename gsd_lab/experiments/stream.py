@@ -45,8 +45,9 @@ from ..figure_io import save_image_atomic
 from ..progress import ProgressLog, duration
 from ..transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
-from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, build_clusters,
-                   build_lantern, decoding_identity, generate_one, generator_seed, score_summary)
+from ..methods import DecodingMethod, ResolvedMethod
+from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, decoding_identity,
+                   generate_one, generator_seed, resolve_for, score_summary)
 
 STREAM_DIR = "decoding"
 
@@ -96,7 +97,7 @@ class StreamedRunCache(RunCache):
         self.configurations: list[Configuration] = []
         self.items: list[tuple[int, Configuration, int]] = []
         self._runs: dict[tuple[Configuration, int], Run] = {}
-        self._rules: dict[tuple, tuple[Any, Any]] = {}
+        self._rules: dict[tuple, ResolvedMethod] = {}
         self._nfe: dict[Configuration, list[int]] = {}
         self._done: set[tuple[int, Configuration, int]] = set()
 
@@ -201,21 +202,19 @@ class StreamedRunCache(RunCache):
                 yield
 
     def _records_top1(self, config: Configuration) -> bool:
-        return config.spec.method == "ar"  # top-1 statistics are read from AR tokens only
+        return config.spec.method.kind == "ar"  # top-1 statistics are read from AR tokens only
 
-    def _rule(self, spec: MethodSpec) -> tuple[Any, Any]:
+    def _rule(self, spec: MethodSpec) -> ResolvedMethod:
         if spec.key not in self._rules:
-            self._rules[spec.key] = (build_clusters(spec, self.model, self.filters),
-                                     build_lantern(spec, self.model, self._neighbourhoods))
+            self._rules[spec.key] = resolve_for(self.model, self._concrete(spec).method, self._resolved)
         return self._rules[spec.key]
 
     def _decode(self, index: int, config: Configuration, seed: int) -> dict[str, Any]:
         spec, prompt = config.spec, self.prompts[index]
-        clusters, lantern = self._rule(spec)
+        resolved = self._rule(spec)
         gseed = generator_seed(seed + spec.seed_offset, index)
         with self._guidance(config):
-            result, image = generate_one(self.model, spec, prompt, gseed, clusters=clusters, lantern=lantern,
-                                         record_top1=self._records_top1(config),
+            result, image = generate_one(self.model, resolved, prompt, gseed, record_top1=self._records_top1(config),
                                          record_distortion=self.record_distortion, record_w1=self.record_w1,
                                          w1_draws=self.w1_draws)
         row: dict[str, Any] = {
@@ -321,19 +320,18 @@ def measure_forward_seconds(model: ImageModel, *, tokens: int = 48, window: int 
     (dynamic clusters of ``group_size``), each including the exact-distortion accounting the
     paper run records. Short contexts: on a GPU the 7B forward is host-bound, about the same at
     2.3k tokens (docs/lumina-mgpt.md section 6)."""
-    spec_gsd = MethodSpec("GSD", "gsd", "dynamic", group_size, window=window)
     from ..decoding import generate
 
-    specs = {"ar": MethodSpec("AR", "ar"), "sjd": MethodSpec("SJD", "sjd", window=window), "gsd": spec_gsd}
-    filters = FilterSettings.for_model(model.name)
+    methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=window),
+               "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=group_size)}
     prompt_ids, uncond_ids = model.encode(model.default_prompts[0])
     count = min(tokens, model.num_tokens)
     out = {}
-    for name, spec in specs.items():
-        clusters = build_clusters(spec, model, filters)
+    for name, method in methods.items():
+        resolved = resolve_for(model, method)
         for seed in (0, 1):  # the first call warms up
-            result = generate(model.adapter, prompt_ids, num_tokens=count, method=spec.method, window=spec.window,
-                              clusters=clusters, uncond_prompt_ids=uncond_ids, record_distortion=True,
+            result = generate(model.adapter, prompt_ids, resolved, num_tokens=count, uncond_prompt_ids=uncond_ids,
+                              record_distortion=True,
                               generator=torch.Generator(device=model.adapter.device).manual_seed(seed))
         out[name] = (result.wall_seconds + result.accounting_seconds) / result.nfe
     return out
@@ -345,7 +343,8 @@ def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) ->
     its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""
     todo = cache.remaining()
     forwards = sum(cache.estimated_forwards(config) for _, config, _ in todo)
-    seconds = sum(cache.estimated_forwards(config) * seconds_per_forward[config.spec.method] for _, config, _ in todo)
+    seconds = sum(cache.estimated_forwards(config) * seconds_per_forward[config.spec.method.kind]
+                  for _, config, _ in todo)
     measured = sum(1 for config in cache.configurations if cache._nfe.get(config))
     return {"items": len(cache.items), "done": len(cache.items) - len(todo), "to_do": len(todo),
             "forwards": forwards, "device_hours": seconds / 3600, "configurations_with_measured_nfe": measured,

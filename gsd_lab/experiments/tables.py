@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..methods import DecodingMethod
 from .runs import MethodSpec, RunCache
+from .verdicts import paired_values
 
-AR = MethodSpec("AR", "ar")
-SJD = MethodSpec("SJD", "sjd")
+AR = MethodSpec("AR", DecodingMethod("ar"))
+SJD = MethodSpec("SJD", DecodingMethod("sjd"))
 # AR on a second seed set (the same prompts): its difference to AR is pure sampling noise.
-AR_SEED_NOISE = MethodSpec("AR, second seed set (seed noise)", "ar", seed_offset=1000)
+AR_SEED_NOISE = MethodSpec("AR, second seed set (seed noise)", DecodingMethod("ar"), seed_offset=1000)
 LANTERN_K = 1001
 LANTERN_DELTAS = (0.001, 0.003, 0.01, 0.1, 0.4)
 LANTERN_MAX_CPU_VOCAB = 16384  # its neighbourhood table costs O(V^2 D): 8203^2 on the stand-in takes ~15 s
@@ -37,18 +39,19 @@ def gsd(group_size: int, clusters: str = "dynamic", residual: str = "token", lab
     if label is None:
         kind = "" if clusters == "dynamic" else f" {clusters}" + ("" if residual == "token" else f" {residual}")
         label = f"GSD{kind} (G={group_size})"
-    return MethodSpec(label, "gsd", clusters, group_size, residual)
+    return MethodSpec(label, DecodingMethod("gsd", clusters=clusters, group_size=group_size, residual=residual))
 
 
 def amplify(k: float) -> MethodSpec:
     """The naive lossy relaxation (our definition): SJD accepting with min(1, k p(x)/q(x))."""
-    return MethodSpec(f"Amplify (k={k:g})", "sjd", acceptance_scale=float(k))
+    return MethodSpec(f"Amplify (k={k:g})", DecodingMethod("sjd", acceptance_scale=float(k)))
 
 
 def lantern(delta: float, k: int = LANTERN_K) -> MethodSpec:
     """LANTERN's relaxed acceptance (SJD's drafts and residual) with budget delta, k tokens per
     neighbourhood (module docstring)."""
-    return MethodSpec(f"LANTERN k={k} (delta={delta:g})", "sjd", lantern_k=k, lantern_delta=float(delta))
+    method = DecodingMethod("sjd", lantern_k=k, lantern_delta=float(delta))
+    return MethodSpec(f"LANTERN k={k} (delta={delta:g})", method)
 
 
 def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tuple[float, ...] = (2.0, 3.0),
@@ -111,3 +114,14 @@ def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]],
                   baseline: MethodSpec = AR) -> dict[str, list[dict[str, Any]]]:
     """Per curve, the table rows of its configurations (NFE and quality) against ``baseline``."""
     return {name: cache.table(specs, baseline) for name, specs in curves.items()}
+
+
+def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, key: str = "nfe") -> tuple[float, float]:
+    """Mean over images of ``key`` (a per-image field of the records: "nfe", "distortion") of
+    ``spec`` minus ``baseline`` on the same prompts and seeds, and its standard error (the
+    standard deviation of the per-image differences over sqrt(n); nan for one image)."""
+    a, b = cache.records(spec), cache.records(baseline)
+    if [(r.prompt, r.seed - spec.seed_offset) for r in a] != [(r.prompt, r.seed - baseline.seed_offset) for r in b]:
+        raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
+    diff = paired_values([getattr(x, key) for x in a], [getattr(y, key) for y in b])
+    return diff.difference, float("nan") if diff.se is None else diff.se

@@ -23,7 +23,7 @@ from gsd_core import (
     verify,
 )
 
-from ..decoding import method_rule
+from ..methods import method_rule
 
 DTYPE = torch.float64
 

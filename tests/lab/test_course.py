@@ -58,7 +58,7 @@ def test_random_draft_acceptance_is_p_and_cluster_mass():
     p = course.as_tensor(course.fractions_from_weights([8, 6, 3, 2, 1]))
     assert torch.allclose(course.random_draft_acceptance(p), p, atol=1e-15)
     gsd = course.random_draft_acceptance(p, DynamicClusters(3))
-    # windows of one rank on each side: {0,1}, {0,1,2}, {1,2,3}, {2,3,4}, {3,4}
+    # G = 3 tokens: windows of one rank on each side: {0,1}, {0,1,2}, {1,2,3}, {2,3,4}, {3,4}
     expected = torch.tensor([14, 17, 11, 6, 3], dtype=torch.float64) / 20
     assert torch.allclose(gsd, expected, atol=1e-15)
 
@@ -75,11 +75,12 @@ def test_cluster_steps_match_dynamic_cluster_and_hand_values():
     assert set(torch.nonzero(steps.members).flatten().tolist()) == {3, 7}
     assert torch.equal(steps.members, dynamic_cluster(p, 3, 5, embeddings=emb, max_prob_gap=0.05,
                                                       max_embedding_distance=2.0))
+    assert (steps.above, steps.below) == (2, 2) and "ranks 2 - 2 .. 2 + 2" in steps.lines(p)[2]
     even = course.cluster_steps(p, 3, 4)  # G = 4: one rank above x, two below
     assert set(torch.nonzero(even.window).flatten().tolist()) == {4, 3, 0, 7}
     assert len(steps.lines(p)) == 6
     with pytest.raises(ValueError, match="embeddings"):
-        course.cluster_steps(p, 3, 4, max_embedding_distance=2.0)
+        course.cluster_steps(p, 3, 5, max_embedding_distance=2.0)
 
 
 def test_counterexample_table_is_proofs_04():
@@ -148,9 +149,9 @@ def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
     pytest.importorskip("ipywidgets")
     shown = []
     monkeypatch.setattr("gsd_lab.experiments.plots.show", shown.append)
-    sliders = course.tradeoff_explorer(group_sizes=(1, 4), flatness=(0.5, 4.0))
+    sliders = course.tradeoff_explorer(group_sizes=(1, 5), viables=(1, 64))
     assert len(shown) == 3  # the static fallback (always drawn), then the sliders' first figure
-    assert [w.description for w in sliders.children[:2]] == ["group_size", "flatness"]
+    assert [w.description for w in sliders.children[:2]] == ["group_size", "viable"]
     real_import = builtins.__import__
 
     def no_widgets(name, *args, **kwargs):
@@ -159,14 +160,53 @@ def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_widgets)
-    assert course.tradeoff_explorer(group_sizes=(1, 4), flatness=(0.5, 4.0)) is None
+    assert course.tradeoff_explorer(group_sizes=(1, 5), viables=(1, 64)) is None
     assert len(shown) == 5
-    with pytest.raises(ValueError, match="flatness"):
-        course.tempered_pair(8, 0.0)
-    p, q = course.tempered_pair(8, 1.0)
-    stats = course.tradeoff(p, q, 1)
-    assert stats["acceptance GSD"] == pytest.approx(stats["acceptance SD"], abs=1e-12)  # G = 1 is SD
-    assert stats["TV(output GSD, p)"] < 1e-12
+
+
+def test_flatness_pairs_follow_notebook_01():
+    """The explorer's pairs are notebook 01's family: one viable token gives p = q (SD accepts
+    everything); more viable tokens, flatter pairs, lower SD acceptance (TV adds up); G = 1 is SD."""
+    rows = course.tradeoff_table((1, 5), (1, 8, 64))
+    assert all(r["acceptance SD"] == 1.0 for r in rows if r["viable"] == 1)
+    mean_sd = {n: sum(course.tradeoff(*course.flatness_pair(n, seed=s), 1)["acceptance SD"] for s in range(16))
+               for n in (2, 64)}
+    assert mean_sd[64] < mean_sd[2]  # on average over pairs, as notebook 01's grid
+    p, q = course.flatness_pair(8, seed=3)
+    p01, q01 = toy.noisy_pairs(8, 1 / 8, vocab_size=course.EXPLORER_VOCAB, noise=course.EXPLORER_NOISE,
+                               num_pairs=1, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(p, p01[0]) and torch.equal(q, q01[0])
+    for r in rows:
+        if r["G"] == 1:
+            assert r["acceptance GSD"] == pytest.approx(r["acceptance SD"], abs=1e-12)
+            assert r["TV(output GSD, p)"] < 1e-12
+    p, q = course.flatness_pair(8)
+    assert int((p > 0).sum()) == int((q > 0).sum()) == 8
+
+
+def test_iid_tokens_per_forward_is_the_window_sum():
+    for alpha in (F(0), F(1, 3), F(4, 5), F(1)):
+        for window in (0, 1, 5, 16):
+            assert course.iid_tokens_per_forward(alpha, window) == course.tokens_per_forward([alpha] * window)
+    assert course.iid_tokens_per_forward(0.5, 200) == pytest.approx(2.0)  # -> 1 / (1 - alpha)
+    with pytest.raises(ValueError, match="alpha"):
+        course.iid_tokens_per_forward(1.5, 3)
+
+
+def test_lantern_parts_are_proofs_08_example():
+    p = course.fractions_from_weights(course.LANTERN_P)
+    q = course.fractions_from_weights(course.LANTERN_Q)
+    parts = course.lantern_parts(p, q, course.LANTERN_NEIGHBOURS, course.LANTERN_DELTA)
+    assert parts.credited == [F(1, 4)] * 4 + [0] * 4 and parts.accept[:4] == [1] * 4
+    assert parts.beta == 1 and parts.beta_sd == 0 and parts.output == q and parts.tv == 1
+    embeddings = torch.tensor(course.LANTERN_EMBEDDINGS, dtype=torch.float64).unsqueeze(1)
+    assert course.lantern_checks(parts, p, q, embeddings, 2, 0.25) == {"output law": True, "acceptance": True}
+    # A budget below a neighbour's mass credits nothing: plain SD, no distortion.
+    plain = course.lantern_parts(p, q, course.LANTERN_NEIGHBOURS, F(1, 5))
+    assert plain.beta == plain.beta_sd == 0 and plain.tv == 0
+    pp, qq = toy.dirichlet_pairs(6, 1, alpha=1.0, seed=0)
+    emb = torch.randn(6, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert course.lantern_identity_gap(pp[0], qq[0], emb, 3, 0.2) < 1e-12
 
 
 def test_present_columns_are_generic():

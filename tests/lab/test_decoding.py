@@ -10,8 +10,8 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import gsd_lab.decoding as decoding  # noqa: E402
-from gsd_core import DynamicClusters, RankBinnedClusters  # noqa: E402
 from gsd_lab.decoding import _repeat_row_drafts, generate  # noqa: E402
+from gsd_lab.methods import DecodingMethod, ResolvedMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 VOCAB = 16
@@ -41,9 +41,9 @@ def gen(seed: int) -> torch.Generator:
 
 def test_ar_one_token_per_forward_and_deterministic(model):
     adapter = CausalLMAdapter(model, ALLOWED)
-    first = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(3))
-    again = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(3))
-    other = generate(adapter, PROMPT, num_tokens=20, method="ar", generator=gen(4))
+    first = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=20, generator=gen(3))
+    again = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=20, generator=gen(3))
+    other = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=20, generator=gen(4))
     assert first.nfe == 20 and first.tokens.shape == (20,)
     assert first.acceptance_rate is None and first.accepted == [0] * 20
     assert torch.equal(first.tokens, again.tokens)
@@ -55,13 +55,13 @@ def test_ar_one_token_per_forward_and_deterministic(model):
 @pytest.mark.parametrize("window", [1, 3, 16, 100])
 def test_sjd_accounting(model, window):
     adapter = CausalLMAdapter(model, ALLOWED)
-    result = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(window))
+    result = generate(adapter, PROMPT, DecodingMethod("sjd", window=window), num_tokens=40, generator=gen(window))
     assert result.nfe <= 40 and result.nfe == len(result.accepted)
     assert sum(result.accepted) + result.nfe == 40  # every forward commits accepted + 1 tokens
     assert all(d <= window for d in result.drafted)
     assert result.acceptance_rate == pytest.approx(sum(result.accepted) / sum(result.drafted))
     assert set(result.tokens.tolist()) <= set(ALLOWED)
-    again = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(window))
+    again = generate(adapter, PROMPT, DecodingMethod("sjd", window=window), num_tokens=40, generator=gen(window))
     assert torch.equal(result.tokens, again.tokens) and result.accepted == again.accepted
 
 
@@ -78,7 +78,7 @@ class ContextFreeAdapter(CausalLMAdapter):
 
 def test_jacobi_drafts_are_accepted_when_the_target_does_not_change(model):
     adapter = ContextFreeAdapter(model, ALLOWED, row_length=1)
-    result = generate(adapter, PROMPT, num_tokens=60, method="sjd", window=8, generator=gen(0))
+    result = generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=60, generator=gen(0))
     # A re-draft's q is exactly this pass's p, so p/q = 1: every re-draft is accepted and only
     # fresh random drafts (accepted with probability p(x)) can stop a window.
     acc, drafted = result.accepted, result.drafted
@@ -87,18 +87,20 @@ def test_jacobi_drafts_are_accepted_when_the_target_does_not_change(model):
         assert acc[k] >= redrafts
     assert result.nfe <= 20
     # Drafting the token one row up (the previous token) hits the mode p(7) = 0.95 mostly.
-    repeat = generate(adapter, PROMPT, num_tokens=60, method="sjd", window=8, init="repeat_row", generator=gen(0))
+    repeat = generate(adapter, PROMPT, DecodingMethod("sjd", window=8, init="repeat_row"), num_tokens=60,
+                      generator=gen(0))
     assert repeat.nfe <= 12 and repeat.acceptance_rate > 0.7
-    ar = generate(adapter, PROMPT, num_tokens=60, method="ar", generator=gen(0))
+    ar = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=60, generator=gen(0))
     assert ar.nfe == 60
 
 
 @pytest.mark.parametrize("init", ["random", "repeat_row"])
 def test_gsd_group_size_one_equals_sjd(model, init):
     adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=2.0, top_k=6, temperature=0.9, row_length=5)
-    kwargs = dict(num_tokens=30, window=6, init=init, uncond_prompt_ids=torch.tensor([14]))
-    sjd = generate(adapter, PROMPT, method="sjd", generator=gen(7), **kwargs)
-    gsd = generate(adapter, PROMPT, method="gsd", clusters=DynamicClusters(1), generator=gen(7), **kwargs)
+    kwargs = dict(num_tokens=30, uncond_prompt_ids=torch.tensor([14]))
+    sjd = generate(adapter, PROMPT, DecodingMethod("sjd", window=6, init=init), generator=gen(7), **kwargs)
+    gsd_method = DecodingMethod("gsd", window=6, init=init, clusters="dynamic-nofilter", group_size=1)
+    gsd = generate(adapter, PROMPT, gsd_method, generator=gen(7), **kwargs)
     assert torch.equal(sjd.tokens, gsd.tokens)
     assert sjd.nfe == gsd.nfe and sjd.accepted == gsd.accepted
 
@@ -109,9 +111,10 @@ def test_gsd_accepts_at_least_as_often_in_expectation(model):
     adapter = CausalLMAdapter(model, ALLOWED)
     sjd_rates, gsd_rates = [], []
     for seed in range(3):
-        sjd_rates.append(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(seed)).acceptance_rate)
-        gsd = generate(adapter, PROMPT, num_tokens=40, method="gsd", window=8, clusters=RankBinnedClusters(6),
-                       residual="cluster", generator=gen(seed))
+        sjd_rates.append(generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40,
+                                  generator=gen(seed)).acceptance_rate)
+        rank_bins = DecodingMethod("gsd", window=8, clusters="rank-binned", group_size=6, residual="cluster")
+        gsd = generate(adapter, PROMPT, rank_bins, num_tokens=40, generator=gen(seed))
         gsd_rates.append(gsd.acceptance_rate)
     assert sum(gsd_rates) > sum(sjd_rates)
 
@@ -120,9 +123,9 @@ def test_acceptance_scale_relaxes_acceptance(model):
     """The lossy "Amplify" rule min(1, k p/q): with a huge k every draft of positive target
     probability is accepted, so windows stop only at drafts outside the top-k."""
     adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
-    exact = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(1))
-    relaxed = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(1),
-                       acceptance_scale=1e9)
+    exact = generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40, generator=gen(1))
+    relaxed = generate(adapter, PROMPT, DecodingMethod("sjd", window=8, acceptance_scale=1e9), num_tokens=40,
+                       generator=gen(1))
     assert relaxed.acceptance_rate > exact.acceptance_rate and relaxed.nfe < exact.nfe
 
 
@@ -145,7 +148,7 @@ def test_verification_sees_exactly_the_sampled_distributions(model, monkeypatch)
 
     monkeypatch.setattr(adapter, "forward", spy_forward)
     monkeypatch.setattr(decoding, "verify", spy_verify)
-    generate(adapter, PROMPT, num_tokens=40, method="sjd", window=6, generator=gen(2),
+    generate(adapter, PROMPT, DecodingMethod("sjd", window=6), num_tokens=40, generator=gen(2),
              uncond_prompt_ids=torch.tensor([14, 14, 14, 14]))
     assert len(calls) >= 2
     redrafted = 0
@@ -170,11 +173,12 @@ def test_top1_is_the_target_top1_of_each_emitted_token(model):
     top-1 equals the top-1 of an uncached forward over the final sequence."""
     adapter = CausalLMAdapter(model, ALLOWED, top_k=7)
     for method in ("ar", "sjd"):
-        result = generate(adapter, PROMPT, num_tokens=25, method=method, window=5, record_top1=True, generator=gen(5))
+        result = generate(adapter, PROMPT, DecodingMethod(method, window=5), num_tokens=25, record_top1=True,
+                          generator=gen(5))
         adapter.start(PROMPT)
         rows = adapter.forward(torch.cat([PROMPT, result.tokens[:-1]]), num_rows=25)
         torch.testing.assert_close(result.top1, rows.amax(-1), atol=1e-6, rtol=0)
-        assert generate(adapter, PROMPT, num_tokens=5, method=method, generator=gen(5)).top1 is None
+        assert generate(adapter, PROMPT, DecodingMethod(method), num_tokens=5, generator=gen(5)).top1 is None
 
 
 def test_repeat_row_drafts_copy_the_token_one_row_up(model):
@@ -189,16 +193,16 @@ def test_repeat_row_drafts_copy_the_token_one_row_up(model):
 
 def test_window_never_exceeds_the_tokens_still_needed(model):
     adapter = CausalLMAdapter(model, ALLOWED)
-    result = generate(adapter, PROMPT, num_tokens=5, method="sjd", window=16, generator=gen(0))
+    result = generate(adapter, PROMPT, DecodingMethod("sjd", window=16), num_tokens=5, generator=gen(0))
     assert result.drafted[0] == 4
     assert result.tokens.shape == (5,)
-    single = generate(adapter, PROMPT, num_tokens=1, method="sjd", window=16, generator=gen(0))
+    single = generate(adapter, PROMPT, DecodingMethod("sjd", window=16), num_tokens=1, generator=gen(0))
     assert single.nfe == 1 and single.drafted == [0] and single.acceptance_rate is None
 
 
 def test_progress_bar_runs(model, capsys):
     adapter = CausalLMAdapter(model, ALLOWED)
-    result = generate(adapter, PROMPT, num_tokens=10, method="sjd", window=4, progress=True, generator=gen(0))
+    result = generate(adapter, PROMPT, DecodingMethod("sjd", window=4), num_tokens=10, progress=True, generator=gen(0))
     assert result.tokens.shape == (10,)
     assert "10/10" in capsys.readouterr().err
 
@@ -206,27 +210,30 @@ def test_progress_bar_runs(model, capsys):
 def test_bad_input(model):
     adapter = CausalLMAdapter(model, ALLOWED)
     with pytest.raises(ValueError, match="num_tokens"):
-        generate(adapter, PROMPT, num_tokens=0, method="ar")
+        generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=0)
     with pytest.raises(ValueError, match="window"):
-        generate(adapter, PROMPT, num_tokens=4, method="sjd", window=0)
+        generate(adapter, PROMPT, DecodingMethod("sjd", window=0), num_tokens=4)
     with pytest.raises(ValueError, match="empty"):
-        generate(adapter, torch.tensor([], dtype=torch.long), num_tokens=4, method="sjd")
+        generate(adapter, torch.tensor([], dtype=torch.long), DecodingMethod("sjd"), num_tokens=4)
     with pytest.raises(ValueError, match="method"):
-        generate(adapter, PROMPT, num_tokens=4, method="beam")
+        generate(adapter, PROMPT, DecodingMethod("beam"), num_tokens=4)
     with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, num_tokens=4, method="gsd")
+        generate(adapter, PROMPT, DecodingMethod("gsd"), num_tokens=4)
     with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, num_tokens=4, method="sjd", clusters=DynamicClusters(3))
+        generate(adapter, PROMPT, DecodingMethod("sjd", clusters="dynamic-nofilter", group_size=3), num_tokens=4)
     with pytest.raises(ValueError, match="row_length"):
-        generate(adapter, PROMPT, num_tokens=4, method="sjd", init="repeat_row")
+        generate(adapter, PROMPT, DecodingMethod("sjd", init="repeat_row"), num_tokens=4)
     with pytest.raises(ValueError, match="init"):
-        generate(adapter, PROMPT, num_tokens=4, method="sjd", init="zeros")
+        generate(adapter, PROMPT, DecodingMethod("sjd", init="zeros"), num_tokens=4)
     with pytest.raises(ValueError, match="acceptance_scale"):
-        generate(adapter, PROMPT, num_tokens=4, method="sjd", acceptance_scale=0.0)
+        generate(adapter, PROMPT, DecodingMethod("sjd", acceptance_scale=0.0), num_tokens=4)
     with pytest.raises(ValueError, match="CausalLMAdapter"):
-        generate(model, PROMPT, num_tokens=4, method="ar")
+        generate(model, PROMPT, DecodingMethod("ar"), num_tokens=4)
+    with pytest.raises(ValueError, match="DecodingMethod or ResolvedMethod, got 'sjd'"):
+        generate(adapter, PROMPT, "sjd", num_tokens=4)
     with pytest.raises(ValueError, match="residual"):
-        generate(adapter, PROMPT, num_tokens=8, method="gsd", clusters=DynamicClusters(3), residual="bogus")
+        generate(adapter, PROMPT, DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3, residual="bogus"),
+                 num_tokens=8)
 
 
 class NaNAtForwardAdapter(CausalLMAdapter):
@@ -249,30 +256,29 @@ class NaNAtForwardAdapter(CausalLMAdapter):
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, value):
     adapter = NaNAtForwardAdapter(model, ALLOWED, bad_forward=3, value=value)
-    clusters = DynamicClusters(4) if method == "gsd" else None
+    clusters = dict(clusters="dynamic-nofilter", group_size=4) if method == "gsd" else {}
     with pytest.raises(FloatingPointError, match="forward pass 3 of this call"):
-        generate(adapter, PROMPT, num_tokens=30, method=method, window=4, clusters=clusters, generator=gen(0))
+        generate(adapter, PROMPT, DecodingMethod(method, window=4, **clusters), num_tokens=30, generator=gen(0))
     assert adapter.num_forwards == 3  # raised right after the bad forward, not later
 
 
 # --- exact distortion accounting (record_distortion) and LANTERN decoding ---
 
-def _lantern(k: int, delta: float, seed: int = 0):
-    from gsd_core import Lantern, latent_neighbourhoods
-
+def _lantern(adapter: CausalLMAdapter, k: int, delta: float, seed: int = 0, **method) -> ResolvedMethod:
+    """SJD with LANTERN's rule over random embeddings (k tokens per neighbourhood, budget delta)."""
     embeddings = torch.randn(VOCAB, 3, generator=gen(seed), dtype=torch.float64)
-    return Lantern(latent_neighbourhoods(embeddings, k), delta)
+    return DecodingMethod("sjd", lantern_k=k, lantern_delta=delta, **method).resolve(adapter, embeddings=embeddings)
 
 
 @pytest.mark.parametrize("window", [1, 4, 16])
 def test_sjd_distortion_is_zero_at_every_position(model, window):
     adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=2.0, top_k=6, temperature=0.9)
-    result = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=window, generator=gen(5),
+    result = generate(adapter, PROMPT, DecodingMethod("sjd", window=window), num_tokens=40, generator=gen(5),
                       uncond_prompt_ids=torch.tensor([14]), record_distortion=True)
     assert result.distortion.shape == (40,) and result.distortion.dtype == torch.float64
     assert float(result.distortion.abs().max()) <= 1e-12
     assert result.accounting_seconds > 0
-    ar = generate(adapter, PROMPT, num_tokens=10, method="ar", generator=gen(5),
+    ar = generate(adapter, PROMPT, DecodingMethod("ar"), num_tokens=10, generator=gen(5),
                   uncond_prompt_ids=torch.tensor([14]), record_distortion=True)
     assert torch.equal(ar.distortion, torch.zeros(10, dtype=torch.float64))
 
@@ -283,10 +289,12 @@ def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, mon
     exact_distortion of the same rows p, q (a + 1 verified rows; 0 for a bonus token)."""
     from gsd_lab.distortion import exact_distortion
 
-    method = {"gsd": dict(method="gsd", clusters=DynamicClusters(4)),
-              "rank_cluster": dict(method="gsd", clusters=RankBinnedClusters(3), residual="cluster"),
-              "amplify": dict(method="sjd", acceptance_scale=3.0),
-              "lantern": dict(method="sjd", lantern=_lantern(5, 0.3))}[kind]
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
+    method = {"gsd": DecodingMethod("gsd", window=6, clusters="dynamic-nofilter", group_size=4),
+              "rank_cluster": DecodingMethod("gsd", window=6, clusters="rank-binned", group_size=3, residual="cluster"),
+              "amplify": DecodingMethod("sjd", window=6, acceptance_scale=3.0),
+              "lantern": _lantern(adapter, 5, 0.3, window=6)}[kind]
+    resolved = method if isinstance(method, ResolvedMethod) else method.resolve(adapter)
     windows = []
     name = "verify"
     real = getattr(decoding, name)
@@ -297,9 +305,8 @@ def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, mon
         return result
 
     monkeypatch.setattr(decoding, name, spy)
-    adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
-    result = generate(adapter, PROMPT, num_tokens=40, window=6, generator=gen(2), record_distortion=True, **method)
-    rule = decoding.method_rule(**{k: v for k, v in method.items() if k != "method"})
+    result = generate(adapter, PROMPT, resolved, num_tokens=40, generator=gen(2), record_distortion=True)
+    rule = resolved.rule
     expected = []
     for p, q, a in windows:
         verified = min(a + 1, q.shape[0])
@@ -316,11 +323,10 @@ def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, mon
 @pytest.mark.parametrize("kind", ["gsd", "lantern"])
 def test_record_distortion_draws_no_randomness(model, kind):
     adapter = CausalLMAdapter(model, ALLOWED, row_length=5)
-    method = (dict(method="gsd", clusters=DynamicClusters(5)) if kind == "gsd"
-              else dict(method="sjd", lantern=_lantern(4, 0.2)))
-    plain = generate(adapter, PROMPT, num_tokens=30, window=6, init="repeat_row", generator=gen(9), **method)
-    logged = generate(adapter, PROMPT, num_tokens=30, window=6, init="repeat_row", generator=gen(9),
-                      record_distortion=True, **method)
+    method = (DecodingMethod("gsd", window=6, init="repeat_row", clusters="dynamic-nofilter", group_size=5)
+              if kind == "gsd" else _lantern(adapter, 4, 0.2, window=6, init="repeat_row"))
+    plain = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(9))
+    logged = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(9), record_distortion=True)
     assert torch.equal(plain.tokens, logged.tokens) and plain.accepted == logged.accepted
     assert plain.distortion is None and plain.accounting_seconds == 0.0
     assert logged.wall_seconds >= logged.model_seconds
@@ -328,34 +334,33 @@ def test_record_distortion_draws_no_randomness(model, kind):
 
 def test_lantern_with_zero_budget_is_sjd_and_a_budget_accepts_more(model):
     adapter = CausalLMAdapter(model, ALLOWED)
-    sjd = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(4))
-    zero = generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(4),
-                    lantern=_lantern(6, 0.0))
+    sjd = generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40, generator=gen(4))
+    zero = generate(adapter, PROMPT, _lantern(adapter, 6, 0.0, window=8), num_tokens=40, generator=gen(4))
     assert torch.equal(sjd.tokens, zero.tokens) and sjd.accepted == zero.accepted
     sjd_total = lantern_total = 0
     for seed in range(3):
-        sjd_total += sum(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8,
+        sjd_total += sum(generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40,
                                   generator=gen(seed)).accepted)
-        lantern_total += sum(generate(adapter, PROMPT, num_tokens=40, method="sjd", window=8, generator=gen(seed),
-                                      lantern=_lantern(VOCAB, 0.5)).accepted)
+        lantern_total += sum(generate(adapter, PROMPT, _lantern(adapter, VOCAB, 0.5, window=8), num_tokens=40,
+                                      generator=gen(seed)).accepted)
     assert lantern_total > sjd_total
 
 
 def test_lantern_bad_arguments(model):
     adapter = CausalLMAdapter(model, ALLOWED)
-    rule = _lantern(3, 0.1)
     kwargs = dict(num_tokens=5, generator=gen(0))
     with pytest.raises(ValueError, match="method 'sjd'"):
-        generate(adapter, PROMPT, method="gsd", clusters=DynamicClusters(3), lantern=rule, **kwargs)
+        DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3, lantern_k=3, lantern_delta=0.1)
     with pytest.raises(ValueError, match="method 'sjd'"):
-        generate(adapter, PROMPT, method="sjd", acceptance_scale=2.0, lantern=rule, **kwargs)
+        DecodingMethod("sjd", acceptance_scale=2.0, lantern_k=3, lantern_delta=0.1)
     with pytest.raises(ValueError, match="gsd_core.Lantern"):
-        generate(adapter, PROMPT, method="sjd", lantern="lantern", **kwargs)
+        ResolvedMethod(DecodingMethod("sjd", lantern_k=3, lantern_delta=0.1), lantern="lantern")
     from gsd_core import Lantern, latent_neighbourhoods
 
     small = Lantern(latent_neighbourhoods(torch.randn(VOCAB - 1, 2, dtype=torch.float64), 2), 0.1)
     with pytest.raises(ValueError, match="vocabulary"):
-        generate(adapter, PROMPT, method="sjd", lantern=small, **kwargs)
+        generate(adapter, PROMPT, ResolvedMethod(DecodingMethod("sjd", lantern_k=2, lantern_delta=0.1), lantern=small),
+                 **kwargs)
 
 
 class TiedForcedAdapter(CausalLMAdapter):
@@ -377,8 +382,8 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
     tokens, NFE and accepted counts as verify finding the support itself, with tied k-th
     values and forced rows; every support passed is valid (checked by verify's validation)."""
     adapter = TiedForcedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=4, row_length=5)
-    kwargs = dict(num_tokens=60, method="gsd", window=6, clusters=DynamicClusters(3), init=init,
-                  uncond_prompt_ids=torch.tensor([14]))
+    method = DecodingMethod("gsd", window=6, clusters="dynamic-nofilter", group_size=3, init=init)
+    kwargs = dict(num_tokens=60, uncond_prompt_ids=torch.tensor([14]))
     real_verify = decoding.verify
     seen = []
 
@@ -392,9 +397,9 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
         return real_verify(p, q, drafts, *args, **kw)
 
     monkeypatch.setattr(decoding, "verify", checked_verify)
-    with_support = generate(adapter, PROMPT, generator=gen(4), **kwargs)
+    with_support = generate(adapter, PROMPT, method, generator=gen(4), **kwargs)
     monkeypatch.setattr(decoding, "verify", plain_verify)
-    without = generate(adapter, PROMPT, generator=gen(4), **kwargs)
+    without = generate(adapter, PROMPT, method, generator=gen(4), **kwargs)
     assert torch.equal(with_support.tokens, without.tokens)
     assert with_support.nfe == without.nfe and with_support.accepted == without.accepted
     assert (with_support.tokens[4::5] == 15).all()
@@ -404,7 +409,8 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
     assert (positives == 1).any() and (positives < widths.max()).any()  # forced rows, padding
 
 
-@pytest.mark.parametrize("clusters", [None, RankBinnedClusters(4), DynamicClusters(3, rank_by="q")],
+@pytest.mark.parametrize("clusters", [{}, dict(clusters="rank-binned", group_size=4),
+                                      dict(clusters="dynamic-q", group_size=3)],
                          ids=["sjd", "rank-binned", "rank-by-q"])
 def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, monkeypatch, clusters):
     adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
@@ -416,11 +422,10 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
         return real_forward(input_ids, num_rows, **kw)
 
     monkeypatch.setattr(adapter, "forward", spy_forward)
-    method = "sjd" if clusters is None else "gsd"
-    generate(adapter, PROMPT, num_tokens=20, method=method, window=4, clusters=clusters,
-             generator=gen(0))
+    method = "gsd" if clusters else "sjd"
+    generate(adapter, PROMPT, DecodingMethod(method, window=4, **clusters), num_tokens=20, generator=gen(0))
     assert asked and not any(asked)
     asked.clear()
-    generate(adapter, PROMPT, num_tokens=20, method="gsd", window=4, clusters=DynamicClusters(3),
-             generator=gen(0))
+    generate(adapter, PROMPT, DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=3),
+             num_tokens=20, generator=gen(0))
     assert any(asked)

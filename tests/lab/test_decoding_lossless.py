@@ -13,23 +13,18 @@ need far more samples, which is why test_decoding.py also checks q by constructi
 
 from __future__ import annotations
 
-import itertools
-
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("transformers")
-scipy_stats = pytest.importorskip("scipy.stats")
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+pytest.importorskip("scipy.stats")
 
 import gsd_lab.decoding as decoding  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.experiments.lossless import (ALLOWED, SEQUENCES, chi_square_pvalue, exact_joint,  # noqa: E402
+                                          sample_counts, tiny_model)
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
-ALLOWED = (1, 2, 3)
-PROMPT = torch.tensor([0, 5])
-NUM_TOKENS = 3
 SAMPLES = 800
 SIGNIFICANCE = 1e-3
 
@@ -38,55 +33,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-                         initializer_range=0.5)
-    return LlamaForCausalLM(config).eval()
-
-
-SEQUENCES = list(itertools.product(ALLOWED, repeat=NUM_TOKENS))
-
-
-def exact_joint(adapter: CausalLMAdapter, uncond=None) -> np.ndarray:
-    """P(sequence) under AR sampling from the adapter's processed conditionals, one uncached
-    pass per sequence."""
-    joint = []
-    for seq in SEQUENCES:
-        adapter.start(PROMPT, uncond)
-        rows = adapter.forward(torch.cat([PROMPT, torch.tensor(seq[:-1])]), num_rows=NUM_TOKENS)
-        joint.append(float(rows[torch.arange(NUM_TOKENS), torch.tensor(seq)].prod()))
-    joint = np.array(joint)
-    assert abs(joint.sum() - 1) < 1e-9
-    return joint
-
-
-def chi_square_pvalue(counts: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit of ``counts`` to ``pmf``; cells expected below 5 pooled into one.
-    A sample in a zero-probability cell gives p = 0."""
-    n = counts.sum()
-    if counts[pmf == 0].sum() > 0:
-        return 0.0
-    expected = pmf * n
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    assert exp.sum() > 0.9 * n, "distribution too sparse for the test"
-    return float(scipy_stats.chisquare(obs, exp).pvalue)
-
-
-def sample_counts(adapter, seed: int, uncond=None, **kwargs) -> np.ndarray:
-    generator = torch.Generator().manual_seed(seed)
-    index = {seq: i for i, seq in enumerate(SEQUENCES)}
-    counts = np.zeros(len(SEQUENCES))
-    for _ in range(SAMPLES):
-        result = generate(adapter, PROMPT, num_tokens=NUM_TOKENS, method="sjd", generator=generator,
-                          uncond_prompt_ids=uncond, **kwargs)
-        counts[index[tuple(result.tokens.tolist())]] += 1
-    return counts
+def model():
+    return tiny_model(0)
 
 
 CASES = {
@@ -105,7 +53,7 @@ def test_sjd_matches_the_exact_ar_joint(model, case):
     uncond = torch.tensor([4]) if "cfg_scale" in adapter_kwargs else None
     joint = exact_joint(adapter, uncond)
     assert joint.max() > 2.5 / len(SEQUENCES)  # far from uniform, so the test has power
-    counts = sample_counts(adapter, seed, uncond, **generate_kwargs)
+    counts = sample_counts(adapter, SAMPLES, seed, DecodingMethod("sjd", **generate_kwargs), uncond)
     assert chi_square_pvalue(counts, joint) > SIGNIFICANCE
 
 
@@ -121,18 +69,12 @@ def test_negative_control_wrong_q_fails(model, monkeypatch, window):
     monkeypatch.setattr(decoding, "verify", wrong_q_verify)
     adapter = CausalLMAdapter(model, ALLOWED)
     joint = exact_joint(adapter)
-    counts = sample_counts(adapter, 21 + window, window=window)
+    counts = sample_counts(adapter, SAMPLES, 21 + window, DecodingMethod("sjd", window=window))
     assert chi_square_pvalue(counts, joint) < SIGNIFICANCE
 
 
 def test_ar_matches_the_exact_joint(model):
     """The reference itself: AR sampling through the same loop (L = 0 steps)."""
     adapter = CausalLMAdapter(model, ALLOWED)
-    joint = exact_joint(adapter)
-    generator = torch.Generator().manual_seed(31)
-    index = {seq: i for i, seq in enumerate(SEQUENCES)}
-    counts = np.zeros(len(SEQUENCES))
-    for _ in range(SAMPLES):
-        tokens = generate(adapter, PROMPT, num_tokens=NUM_TOKENS, method="ar", generator=generator).tokens
-        counts[index[tuple(tokens.tolist())]] += 1
-    assert chi_square_pvalue(counts, joint) > SIGNIFICANCE
+    counts = sample_counts(adapter, SAMPLES, 31, DecodingMethod("ar"))
+    assert chi_square_pvalue(counts, exact_joint(adapter)) > SIGNIFICANCE

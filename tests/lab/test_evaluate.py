@@ -123,7 +123,7 @@ def test_cli_evaluate_with_torchrun_two_processes(tmp_path):
     row = json.loads(result_path(out, 2).read_text())
     assert row["seed"] == 2 and len(row["tokens"]) == 64 and Path(row["image"]).is_file()
     assert 1 <= row["nfe"] <= 64
-    assert row["prompt"] == "2" and row["run"]["decoding"]["method"] == "sjd" and row["run"]["seed"] == 0
+    assert row["prompt"] == "2" and row["run"]["decoding"]["method"]["kind"] == "sjd" and row["run"]["seed"] == 0
     assert row["run"]["model"] == "tiny-random" and row["run"]["weights"]["parameters_sha256"]
     # The same configuration on one process resumes the run: nothing left to do, still complete.
     again = subprocess.run([sys.executable, "-m", "gsd_lab", *cmd[cmd.index("evaluate"):]], capture_output=True,

@@ -10,10 +10,11 @@ import torch
 
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
 from gsd_lab.clustering import embedding_partition, kmeans
+from gsd_lab.methods import DecodingMethod
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
-from gsd_lab.experiments.runs import FilterSettings, MethodSpec, RunCache, build_clusters, run_method
+from gsd_lab.experiments.runs import FilterSettings, MethodSpec, RunCache, resolve_for, run_method
 from gsd_lab.experiments.top1 import top1_stats
 from gsd_lab.prompts import read_prompts
 from gsd_lab.provenance import atomic_write_json, provenance
@@ -98,7 +99,8 @@ def test_distortion_zero_for_sd_and_positive_for_groups():
 
 def test_runs_tables_and_top1(tiny):
     cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
-    ar, sjd, gsd = MethodSpec("AR", "ar"), MethodSpec("SJD", "sjd"), MethodSpec("GSD", "gsd", "dynamic", 10)
+    ar, sjd = MethodSpec("AR", DecodingMethod("ar")), MethodSpec("SJD", DecodingMethod("sjd"))
+    gsd = MethodSpec("GSD", DecodingMethod("gsd", clusters="dynamic", group_size=10))
     rows = cache.table([ar, sjd, gsd], ar)
     assert rows[0]["nfe"] == tiny.num_tokens and rows[0]["speedup_nfe"] == 1.0
     assert all(r["nfe"] <= tiny.num_tokens for r in rows) and rows[1]["acceptance_rate"] is not None
@@ -118,7 +120,8 @@ def test_two_acceptance_measures(tiny):
     result = DecodeResult(torch.zeros(9, dtype=torch.long), 4, [1, 4, 0, 0], [4, 4, 4, 0], 5 / 12, 1.0, 1.0, "sjd", 4)
     assert accepted_per_tested(result) == pytest.approx(5 / 7)
     cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
-    rows = cache.table([MethodSpec("AR", "ar"), MethodSpec("SJD", "sjd")], MethodSpec("AR", "ar"))
+    ar = MethodSpec("AR", DecodingMethod("ar"))
+    rows = cache.table([ar, MethodSpec("SJD", DecodingMethod("sjd"))], ar)
     assert rows[0]["accepted_per_tested"] is None and rows[0]["nfe_sem"] == 0.0
     assert 0 <= rows[1]["acceptance_rate"] <= rows[1]["accepted_per_tested"] <= 1
 
@@ -136,7 +139,7 @@ def test_rules_for_cluster_size_have_that_many_members():
         toy.rules_for_cluster_size(0)
 
 
-def test_build_clusters_kinds(tiny):
+def test_resolve_cluster_kinds(tiny):
     filters = FilterSettings()
     distance = filters.resolve(tiny.embeddings, tiny.image_vocabulary)
     emb = tiny.embeddings[tiny.image_vocabulary].double()
@@ -145,16 +148,16 @@ def test_build_clusters_kinds(tiny):
     assert float(below.double().mean()) == pytest.approx(filters.distance_quantile, abs=0.01)
     for kind in ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
                  "static"):
-        rule = build_clusters(MethodSpec("x", "gsd", kind, 8), tiny, filters)
+        rule = resolve_for(tiny, DecodingMethod("gsd", clusters=kind, group_size=8)).clusters
         assert rule is not None
-    static = build_clusters(MethodSpec("x", "gsd", "static", 8), tiny, filters)
+    static = resolve_for(tiny, DecodingMethod("gsd", clusters="static", group_size=8)).clusters
     assert static.labels.shape == (tiny.adapter.vocab_size,)
     with pytest.raises(ValueError):
-        MethodSpec("x", "gsd")  # gsd without clusters
+        DecodingMethod("gsd")  # gsd without clusters
 
 
 def test_replacement_replaces_half_with_top_k_candidates(tiny):
-    records = run_method(tiny, MethodSpec("AR", "ar"), ["2"], [0])
+    records = run_method(tiny, MethodSpec("AR", DecodingMethod("ar")), ["2"], [0])
     tokens = records[0].tokens
     p = target_distributions(tiny, "2", tokens).cpu()
     assert p.shape == (tiny.num_tokens, tiny.adapter.vocab_size)
@@ -175,7 +178,7 @@ def test_tiny_model_runs_in_float64_and_switches_guidance_off(tiny):
     assert load_image_model("tiny-random", float64_on_cpu=False).adapter.compute_dtype == torch.float32
     with guidance_scale(tiny, None):  # the prompt encoding follows the adapter (notebook 02's comparison)
         assert tiny.encode("1")[1] is None
-        run_method(tiny, MethodSpec("AR", "ar"), ["1"], [0])
+        run_method(tiny, MethodSpec("AR", DecodingMethod("ar")), ["1"], [0])
     assert tiny.encode("1")[1] is not None
 
 
@@ -228,7 +231,7 @@ def test_tables_record_exact_distortion_and_lantern(tiny):
     for label in ("GSD dynamic-nofilter (G=25)", "Amplify (k=3)", "LANTERN k=8 (delta=0.4)"):
         assert 0 < rows[label]["distortion"] < 1 and rows[label]["distortion_sem"] is not None
     # One neighbourhood table per k, shared by both budgets; LANTERN's records are SJD-shaped.
-    assert list(cache._neighbourhoods) == [8]
+    assert [key for key in cache._resolved if key[0] == "lantern"] == [("lantern", 8)]
     assert all(r.distortion is not None and r.accounting_seconds > 0 for r in cache.records(specs[4]))
     assert sum(cache.accounting_seconds()) > 0
 
@@ -244,17 +247,11 @@ def test_lantern_with_zero_budget_decodes_like_sjd(tiny):
 def test_method_spec_lantern_and_seed_offset_validation():
     from gsd_lab.experiments import tables
 
-    with pytest.raises(ValueError, match="method 'sjd'"):
-        MethodSpec("x", "gsd", "dynamic", 3, lantern_k=5, lantern_delta=0.1)
-    with pytest.raises(ValueError, match="method 'sjd'"):
-        MethodSpec("x", "sjd", acceptance_scale=2.0, lantern_k=5)
-    with pytest.raises(ValueError, match="lantern_delta"):
-        MethodSpec("x", "sjd", lantern_k=5, lantern_delta=1.5)
-    with pytest.raises(ValueError, match="lantern_delta"):
-        MethodSpec("x", "sjd", lantern_delta=0.1)
     with pytest.raises(ValueError, match="seed_offset"):
-        MethodSpec("x", "ar", seed_offset=1.5)
-    assert tables.lantern(0.1).lantern_k == tables.LANTERN_K == 1001
+        MethodSpec("x", DecodingMethod("ar"), seed_offset=1.5)
+    with pytest.raises(ValueError, match="DecodingMethod"):
+        MethodSpec("x", "ar")
+    assert tables.lantern(0.1).method.lantern_k == tables.LANTERN_K == 1001
     assert tables.AR_SEED_NOISE.key != tables.AR.key
     # Defaults keep the notebooks' tables as they were; figures opt in.
     assert [s.label for s in tables.table1_specs((3,), (2.0,))] == ["AR", "SJD", "GSD (G=3)", "Amplify (k=2)"]
@@ -264,7 +261,7 @@ def test_method_spec_lantern_and_seed_offset_validation():
     curves = tables.distortion_specs((3,), (10,), (2.0,), (0.1,))
     assert set(curves) == {"GSD", "rank bins, token residual", "rank bins, cluster-exact residual", "Amplify",
                            "LANTERN", "AR", "SJD"}
-    assert curves["rank bins, cluster-exact residual"][0].residual == "cluster"
+    assert curves["rank bins, cluster-exact residual"][0].method.residual == "cluster"
 
 
 def test_paired_bootstrap_intervals():
@@ -337,7 +334,49 @@ def test_pareto_draws_reference_lines():
     fig = plots.pareto(points, [("condition_score", "score")], {"real crops": {"condition_score": 92.0},
                                                                "AR, other seeds": None})
     lines = [line for line in fig.axes[0].get_lines() if list(line.get_ydata()) == [92.0, 92.0]]
-    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(lines) == 1 and "real crops" in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+
+
+def test_pareto_names_the_better_corner_and_zooms_on_gsds_range():
+    from gsd_lab.experiments import plots
+
+    points = {"GSD": [{"method": "GSD (G=3)", "nfe": 40.0, "condition_score": 90.0, "frechet_distance": 4.0},
+                      {"method": "GSD (G=10)", "nfe": 30.0, "condition_score": 85.0, "frechet_distance": 5.0}],
+              "SJD": [{"method": "SJD", "nfe": 45.0, "condition_score": 91.0, "frechet_distance": 3.0}],
+              "AR": [{"method": "AR", "nfe": 100.0, "condition_score": 92.0, "frechet_distance": 3.0}]}
+    fig = plots.pareto(points, [("condition_score", "score"), ("frechet_distance", "Frechet")])
+    full_score, zoom_score, full_frechet, zoom_frechet = fig.axes
+    assert "better: up-left" in full_score.get_title() and "better: down-left" in full_frechet.get_title()
+    assert full_score.get_xscale() == "log" and zoom_score.get_xscale() == "linear"
+    low, high = zoom_score.get_xlim()
+    assert low <= 30.0 and 45.0 <= high < 100.0  # GSD's curve to SJD's point, AR outside
+    assert {"G=3", "G=10"} <= {t.get_text() for t in zoom_frechet.texts}
+    assert not {t.get_text() for t in full_frechet.texts} & {"G=3", "G=10"}  # labelled once, in the zoom
+
+
+def test_top1_histograms_one_panel_per_class():
+    import numpy as np
+
+    from gsd_lab.experiments import plots
+    from gsd_lab.experiments.top1 import Top1Stats
+
+    stats = Top1Stats(np.array([[0.01, 0.2], [0.02, 0.03], [0.5, 0.6]]), 0.05)
+    fig = plots.top1_histograms(stats, ["cat", "dog", "cat"])
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["all images: 50% below", "cat: 25% below", "dog: 100% below"]
+    assert fig.axes[1].get_xlabel() == "top-1 probability of p" and fig.axes[1].get_ylabel() == "generated tokens"
+    with pytest.raises(ValueError, match="labels"):
+        plots.top1_histograms(stats, ["cat"])
+
+
+def test_paired_difference_is_the_mean_per_image_difference(tiny):
+    from gsd_lab.experiments import tables
+
+    cache = RunCache(tiny, ["0", "1", "2"], [0], FilterSettings())
+    diff, se = tables.paired_difference(cache, tables.SJD, tables.AR)
+    per_image = [a.nfe - b.nfe for a, b in zip(cache.records(tables.SJD), cache.records(tables.AR))]
+    assert diff == pytest.approx(sum(per_image) / 3)
+    assert se == pytest.approx(float(torch.tensor(per_image, dtype=torch.float64).std() / 3 ** 0.5))
 
 
 def test_paired_bootstrap_without_a_generator_is_deterministic():

@@ -232,7 +232,8 @@ def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
 
 def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, tiny_release_set, one_thread):
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import MethodSpec, generate_one, generator_seed
+    from gsd_lab.experiments.runs import generate_one, generator_seed
+    from gsd_lab.methods import DecodingMethod
     from gsd_lab.figures import FigureSizes, decoding_configurations
 
     out, before = reproduce_run.out, reproduce_run.before_resume
@@ -253,7 +254,7 @@ def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, t
     assert sum(d for _, d in first.values()) == len(before)
     # The rows are the images themselves: SJD's tokens again, in this process.
     sjd = next(json.loads(p.read_text()) for p in rows if p.parts[-4].startswith("sjd-"))
-    result, _ = generate_one(model, MethodSpec("SJD", "sjd"), PROMPTS[0], generator_seed(0, 0))
+    result, _ = generate_one(model, DecodingMethod("sjd"), PROMPTS[0], generator_seed(0, 0))
     assert result.tokens.tolist() == sjd["tokens"] and result.nfe == sjd["nfe"]
     # The dry run after the kill: what is done and what is left, in device-hours at 40 ms a forward.
     dry = reproduce_run.dry_run

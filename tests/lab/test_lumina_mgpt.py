@@ -287,22 +287,20 @@ def test_image_codes_use_the_name_based_map(adapter):
 @pytest.mark.parametrize("method", ["ar", "sjd", "gsd"])
 def test_generates_and_decodes_an_image(adapter, method):
     decoding = pytest.importorskip("gsd_lab.decoding")
-    from gsd_core import DynamicClusters
+    from gsd_lab.methods import DecodingMethod, FilterSettings
 
     clusters = (
-        DynamicClusters(3, max_embedding_distance=1e9, embeddings=adapter.embeddings)
+        dict(clusters="dynamic-distance", group_size=3, filters=FilterSettings(max_embedding_distance=1e9))
         if method == "gsd"
-        else None
+        else {}
     )
     prompt = adapter.prompt_ids("a blue sky")
     runs = [
         decoding.generate(
             adapter,
             prompt,
+            DecodingMethod(method, window=4, **clusters),
             num_tokens=adapter.num_image_tokens,
-            method=method,
-            window=4,
-            clusters=clusters,
             generator=torch.Generator().manual_seed(7),
         )
         for _ in range(2)
@@ -356,8 +354,10 @@ def test_bfloat16_path_generates_valid_images(files):
     assert adapter.model.lm_head.weight.dtype == torch.bfloat16
     assert adapter.embeddings.dtype == torch.float32
     prompt = adapter.prompt_ids("a red dog")
+    from gsd_lab.methods import DecodingMethod
+
     result = decoding.generate(
-        adapter, prompt, num_tokens=adapter.num_image_tokens, method="sjd", window=6,
+        adapter, prompt, DecodingMethod("sjd", window=6), num_tokens=adapter.num_image_tokens,
         generator=torch.Generator().manual_seed(0),
     )
     assert bool((result.tokens.reshape(4, 5)[:, -1] == adapter.layout.row_end).all())

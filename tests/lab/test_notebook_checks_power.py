@@ -131,7 +131,7 @@ def test_max_z_score():
     assert max_z_score(torch.tensor([0.5, 0.49, 0.01]), exact, 100) == float("inf")
 
 
-# ---- the exact checks of notebook 05 (sections 1, 6, 7) -------------------------------------------
+# ---- the exact checks of notebook 05 (sections 1, 6, 7, 8) ----------------------------------------
 
 def exact_verdicts() -> dict[str, bool]:
     """The verdicts notebook 05's exact checked cells print, from the same ``gsd_lab.course``
@@ -143,11 +143,22 @@ def exact_verdicts() -> dict[str, bool]:
     q5 = course.fractions_from_weights(course.WORKED_Q)
     counterexample = course.counterexample_checks(course.counterexample_table())
     one_cluster = course.single_cluster_checks(p5, q5)
+    # Section 8 (LANTERN): proofs/08's example in fractions, and the identity on section 1's pair.
+    p8 = course.fractions_from_weights(course.LANTERN_P)
+    q8 = course.fractions_from_weights(course.LANTERN_Q)
+    lantern8 = course.lantern_parts(p8, q8, course.LANTERN_NEIGHBOURS, course.LANTERN_DELTA)
+    embeddings8 = torch.tensor(course.LANTERN_EMBEDDINGS, dtype=torch.float64).unsqueeze(1)
+    lantern_agrees = course.lantern_checks(lantern8, p8, q8, embeddings8, k=2, delta=float(course.LANTERN_DELTA))
+    p, q = toy.dirichlet_pairs(VOCAB, 1, alpha=1.0, seed=SEED)
+    embeddings6 = torch.randn(VOCAB, 2, generator=torch.Generator().manual_seed(SEED + 7), dtype=torch.float64)
+    gaps = [course.lantern_identity_gap(p[0], q[0], embeddings6, k, delta) for k in (2, 4) for delta in (0.05, 0.2, 0.5)]
     return {"worked example output = p": course.output_law_is_p(p5, q5),
             "counterexample clusters": counterexample["clusters"],
             "counterexample dynamic acceptance": counterexample["dynamic"],
             "counterexample SD acceptance": counterexample["SD"],
-            "one cluster outputs q": all(one_cluster.values())}
+            "one cluster outputs q": all(one_cluster.values()),
+            "lantern example law": lantern_agrees["output law"] and lantern_agrees["acceptance"],
+            "lantern identity": max(gaps) < 1e-12}
 
 
 def test_exact_checks_pass_on_the_real_core():
@@ -160,6 +171,8 @@ def test_exact_checks_pass_on_the_real_core():
     ("exact_ignore_clusters", "counterexample dynamic acceptance"),
     ("exact_ignore_clusters", "one cluster outputs q"),
     ("window_one_rank_wider", "counterexample clusters"),
+    ("lantern_no_credit", "lantern example law"),
+    ("lantern_residual_from_p", "lantern identity"),
 ])
 def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_fail):
     import gsd_core.exact as exact
@@ -169,6 +182,15 @@ def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_
         _wrap_rules(exact, monkeypatch, "resample_from_p")
     elif mutation == "exact_ignore_clusters":
         _wrap_rules(exact, monkeypatch, "ignore")
+    elif mutation == "lantern_no_credit":  # LANTERN credits no neighbour mass: plain SD
+        from gsd_core import Lantern
+
+        monkeypatch.setattr(Lantern, "credited", lambda self, p, x: p.gather(-1, x))
+    elif mutation == "lantern_residual_from_p":
+        from gsd_core import Lantern
+
+        monkeypatch.setattr(Lantern, "residual_weights", lambda self, p, q: p.expand(torch.broadcast_shapes(p.shape,
+                                                                                                        q.shape)))
     else:  # a dynamic_cluster whose window is one rank wider on each side
         wrong = course.dynamic_cluster
         monkeypatch.setattr(course, "dynamic_cluster",
@@ -185,3 +207,53 @@ def test_distortion_lines_fail_on_a_lossy_sjd_row_and_pass_on_exact_zero():
     assert nbcheck.distortion_lines(lossy_sjd)[0].endswith("False")
     out_of_range = rows + [{"method": "Amplify (k=2)", "distortion": 1.5}]
     assert nbcheck.distortion_lines(out_of_range)[-1].endswith("False")
+
+
+# ---- notebook 04's decoder-level check: SJD through generate against AR's exact joint law ---------
+
+DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
+
+
+def joint_verdicts(which=("sjd", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
+    """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
+    from gsd_lab.experiments import lossless
+    from gsd_lab.methods import DecodingMethod
+
+    out = {}
+    if "sjd" in which:
+        out["sjd"] = lossless.check_joint("SJD, window 2", DECODER_SAMPLES, seed,
+                                          method=DecodingMethod("sjd", window=2)).passed
+    if "gsd" in which:
+        out["gsd"] = lossless.check_joint("GSD, one rank bin of the 3 tokens (lossy)", DECODER_SAMPLES, seed + 1,
+                                          lossless_expected=False,
+                                          method=DecodingMethod("gsd", clusters="rank-binned", group_size=3,
+                                                                window=2)).passed
+    return out
+
+
+def test_joint_check_passes_on_the_real_decoder_and_another_stream():
+    assert joint_verdicts() == {"sjd": True, "gsd": True}
+    assert joint_verdicts(("sjd",), seed=DECODER_SEED + 100) == {"sjd": True}  # the stream changed
+
+
+def test_joint_check_fails_on_a_decoder_that_verifies_against_the_wrong_q(monkeypatch):
+    """Verifying each draft as if it had been drawn from the target (q := p) accepts it always."""
+    import gsd_lab.decoding as decoding
+
+    real_verify = decoding.verify
+
+    def wrong_q_verify(p, q, drafts, *args, **kwargs):
+        return real_verify(p, p[..., : q.shape[-2], :], drafts, *args, **kwargs)
+
+    monkeypatch.setattr(decoding, "verify", wrong_q_verify)
+    assert joint_verdicts(("sjd",)) == {"sjd": False}
+
+
+def test_joint_check_fails_when_the_lossy_rule_ignores_its_clusters(monkeypatch):
+    """GSD that verifies single tokens is SJD, lossless: the lossy control's verdict turns False."""
+    import gsd_lab.decoding as decoding
+
+    real_verify = decoding.verify
+    monkeypatch.setattr(decoding, "verify", lambda p, q, drafts, rule=None, **kwargs:
+                        real_verify(p, q, drafts, SD(), **kwargs))
+    assert joint_verdicts(("gsd",)) == {"gsd": False}

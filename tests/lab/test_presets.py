@@ -10,7 +10,8 @@ import torch
 from torch.nn.functional import softmax
 
 from gsd_lab.cli import PRESET_CHOICES, PRESET_WINDOWS
-from gsd_lab.experiments.runs import FilterSettings, MethodSpec, build_clusters, generate_one
+from gsd_lab.experiments.runs import generate_one
+from gsd_lab.methods import DecodingMethod
 from gsd_lab.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
@@ -24,16 +25,16 @@ def model(tiny_release_set):
                             device="cpu")
 
 
-def _spec(method: str, preset: str, clusters: str | None = None, group_size: int = 0) -> MethodSpec:
-    return MethodSpec(f"{method} {preset}", method, clusters, group_size, window=PRESETS[preset].window or 16,
-                      preset=preset)
+def _method(kind: str, preset: str, clusters: str | None = None, group_size: int = 0) -> DecodingMethod:
+    return DecodingMethod(kind, clusters=clusters, group_size=group_size, window=PRESETS[preset].window or 16,
+                          preset=preset)
 
 
 def test_the_cli_spells_the_presets_as_the_module():
     assert PRESET_CHOICES == tuple(PRESETS)
     assert PRESET_WINDOWS == {k: v.window for k, v in PRESETS.items() if v.window is not None}
     with pytest.raises(ValueError, match="fixes the window at 15"):
-        MethodSpec("x", "sjd", window=16, preset="release")
+        DecodingMethod("sjd", window=16, preset="release")
 
 
 def test_the_distance_table_is_the_releases_bf16_expression(model):
@@ -71,13 +72,11 @@ def test_release_clusters_filter_as_the_release_loop():
 
 
 def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, one_thread):
-    filters = FilterSettings.for_model(model.name)
     prompt, lines = model.default_prompts[0], []
     for method, clusters, group in (("sjd", None, 0), ("gsd", "dynamic", 14), ("gsd", "rank-binned", 50)):
         results = {}
         for preset in ("default", "release"):
-            spec = _spec(method, preset, clusters, group)
-            result, image = generate_one(model, spec, prompt, 0, clusters=build_clusters(spec, model, filters))
+            result, image = generate_one(model, _method(method, preset, clusters, group), prompt, 0)
             results[preset] = result
             assert image.shape == (64, 64, 3)  # row ends in place: the image decodes
         default, release = results["default"], results["release"]

@@ -90,7 +90,8 @@ import torch
 from gsd_core import Amplify, DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
 from gsd_lab.distortion import exact_distortion
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import MethodSpec, generate_one
+from gsd_lab.experiments.runs import generate_one
+from gsd_lab.methods import DecodingMethod, FilterSettings
 
 rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(threads)
@@ -110,12 +111,14 @@ for name, rule in fixed.items():
 model = load_image_model("tiny-random")
 model = replace(model, num_tokens=48, decode=None)
 model_emb = model.embeddings.detach().to(torch.float64)
-decoding = {"gsd": (MethodSpec("gsd", "gsd", "dynamic", 50), {"clusters": DynamicClusters(50, 1e9, 0.05, model_emb)}),
-            "rank_bins": (MethodSpec("rank bins", "gsd", "rank-binned", 50), {"clusters": RankBinnedClusters(50)}),
-            "amplify": (MethodSpec("amplify", "sjd", acceptance_scale=2.0), {}),
-            "lantern": (MethodSpec("lantern", "sjd"), {"lantern": Lantern(latent_neighbourhoods(model_emb, 20), 0.1)})}
-for name, (spec, kwargs) in decoding.items():
-    result, _ = generate_one(model, spec, model.default_prompts[0], 7, record_distortion=True, **kwargs)
+decoding = {"gsd": DecodingMethod("gsd", clusters="dynamic", group_size=50,
+                                  filters=FilterSettings(max_prob_gap=0.05, max_embedding_distance=1e9)),
+            "rank_bins": DecodingMethod("gsd", clusters="rank-binned", group_size=50),
+            "amplify": DecodingMethod("sjd", acceptance_scale=2.0),
+            "lantern": DecodingMethod("sjd", lantern_k=20, lantern_delta=0.1)}
+for name, method in decoding.items():
+    resolved = method.resolve(model.adapter, embeddings=model_emb)
+    result, _ = generate_one(model, resolved, model.default_prompts[0], 7, record_distortion=True)
     tokens = result.tokens.to(torch.int64).numpy().tobytes()
     out["decoding"][name] = {"nfe": result.nfe, "distortion": result.distortion.tolist(),
                              "tokens_sha256": hashlib.sha256(tokens).hexdigest()}

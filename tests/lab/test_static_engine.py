@@ -13,9 +13,9 @@ import torch
 pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from gsd_core import DynamicClusters  # noqa: E402
 import gsd_lab.models.adapter as adapter_module  # noqa: E402
 from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
 from gsd_lab.profiling import ops_and_syncs  # noqa: E402
@@ -50,18 +50,18 @@ def make_adapter(model, cfg_scale: float | None = 2.0) -> RowEndAdapter:
 
 
 METHODS = {
-    "ar": dict(method="ar"),
-    "sjd": dict(method="sjd", window=4),
-    "gsd": dict(method="gsd", window=4, clusters=DynamicClusters(5)),
-    "gsd-repeat-row": dict(method="gsd", window=7, clusters=DynamicClusters(5), init="repeat_row"),
+    "ar": DecodingMethod("ar"),
+    "sjd": DecodingMethod("sjd", window=4),
+    "gsd": DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=5),
+    "gsd-repeat-row": DecodingMethod("gsd", window=7, clusters="dynamic-nofilter", group_size=5, init="repeat_row"),
 }
 # The shorter CFG prompt is left-padded: the unconditional row here, the conditional row there.
 UNCONDITIONAL = {"uncond-padded": torch.tensor([1]), "cond-padded": torch.tensor([1, 2, 3, 4, 5])}
 
 
-def decode(adapter, kwargs, uncond, engine="eager", num_tokens=41, seed=5):
-    return generate(adapter, PROMPT, num_tokens=num_tokens, generator=torch.Generator().manual_seed(seed),
-                    uncond_prompt_ids=uncond, engine=engine, **kwargs)
+def decode(adapter, method, uncond, engine="eager", num_tokens=41, seed=5):
+    return generate(adapter, PROMPT, method, num_tokens=num_tokens, generator=torch.Generator().manual_seed(seed),
+                    uncond_prompt_ids=uncond, engine=engine)
 
 
 def assert_same_run(a, b):
@@ -73,18 +73,18 @@ def assert_same_run(a, b):
 @pytest.mark.parametrize("name", list(METHODS))
 def test_static_engine_decodes_the_tokens_of_the_dynamic_cache(model, name, uncond):
     adapter = make_adapter(model)
-    kwargs, uncond_ids = METHODS[name], UNCONDITIONAL[uncond]
-    eager = decode(adapter, kwargs, uncond_ids)
-    static = decode(adapter, kwargs, uncond_ids, engine="static")
+    method, uncond_ids = METHODS[name], UNCONDITIONAL[uncond]
+    eager = decode(adapter, method, uncond_ids)
+    static = decode(adapter, method, uncond_ids, engine="static")
     assert_same_run(eager, static)
     assert (static.tokens[ROW - 1::ROW] == ROW_END).all()
     if name != "ar":  # rejections, rollbacks of accepted drafts, and the padded tail all occurred
         assert 0 < sum(static.accepted) < sum(static.drafted)
-        tail = [d for d in static.drafted if 0 < d < kwargs["window"]]
-        assert tail and static.drafted[-1] < kwargs["window"]
+        tail = [d for d in static.drafted if 0 < d < method.window]
+        assert tail and static.drafted[-1] < method.window
     # The engine is kept on the adapter: a second call reuses its cache (stale slots and all).
     assert static_engine(adapter) is static_engine(adapter)
-    assert_same_run(static, decode(adapter, kwargs, uncond_ids, engine="static"))
+    assert_same_run(static, decode(adapter, method, uncond_ids, engine="static"))
 
 
 def test_forward_matches_the_adapter_to_rounding(model):

@@ -1,0 +1,135 @@
+"""Is a decoder lossless? Its emitted joint law against AR's, exactly enumerated on a tiny model.
+
+A tiny random ``LlamaForCausalLM`` (vocabulary 6, image tokens ``ALLOWED`` = 1, 2, 3) generates
+N = 3 tokens after a fixed prompt, so the joint law of AR sampling over all 3^3 = 27 sequences
+is enumerated exactly: P(x_1 x_2 x_3) = p(x_1) p(x_2 | x_1) p(x_3 | x_1 x_2), the adapter's
+processed conditionals from one teacher-forced pass per sequence. A decoder run through
+``gsd_lab.decoding.generate`` with a seeded generator ``n`` times gives counts per sequence;
+Pearson's chi-square test of the counts against the exact law (cells expected below 5 pooled)
+has significance ``SIGNIFICANCE`` = 1e-3. SJD (standard speculative sampling inside Jacobi
+windows, proofs/02) must pass for every window; a lossy rule (GSD with one cluster holding the
+three tokens: every draft accepted) must fail. The test is exact on the AR side and sampled on
+the decoder side: a lossless decoder fails it with probability 1e-3 whatever the seed, and a
+wrong one passes it only if its law is within the test's power of AR's (about 0.05 in total
+variation at 2000 samples).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+ALLOWED = (1, 2, 3)
+PROMPT = (0, 5)
+NUM_TOKENS = 3
+SIGNIFICANCE = 1e-3
+SEQUENCES = list(itertools.product(ALLOWED, repeat=NUM_TOKENS))
+
+
+def tiny_model(seed: int = 0) -> Any:
+    """A random 1-layer ``LlamaForCausalLM`` over 6 tokens (large initial weights, so that the
+    conditionals are far from uniform and the test has power), in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)  # transformers initialises from the global stream
+        config = LlamaConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                             initializer_range=0.5)
+        return LlamaForCausalLM(config).eval()
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
+def exact_joint(adapter: Any, uncond: torch.Tensor | None = None) -> np.ndarray:
+    """P(sequence) of AR sampling for every sequence of ``SEQUENCES`` [27], float64, one
+    uncached teacher-forced pass per sequence. Raises if it does not sum to 1 (1e-9)."""
+    prompt = torch.tensor(PROMPT)
+    joint = []
+    for seq in SEQUENCES:
+        adapter.start(prompt, uncond)
+        rows = adapter.forward(torch.cat([prompt, torch.tensor(seq[:-1])]), num_rows=NUM_TOKENS)
+        joint.append(float(rows[torch.arange(NUM_TOKENS), torch.tensor(seq)].prod()))
+    joint = np.array(joint)
+    if abs(joint.sum() - 1) > 1e-9:
+        raise ValueError(f"the enumerated joint law sums to {joint.sum()!r}, not 1")
+    return joint
+
+
+def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
+                  ) -> np.ndarray:
+    """Counts per sequence of ``samples`` runs of ``generate`` with ``method`` (a
+    ``gsd_lab.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
+    from ..decoding import generate
+
+    generator = torch.Generator().manual_seed(seed)
+    index = {seq: i for i, seq in enumerate(SEQUENCES)}
+    counts = np.zeros(len(SEQUENCES))
+    prompt = torch.tensor(PROMPT)
+    for _ in range(samples):
+        result = generate(adapter, prompt, method, num_tokens=NUM_TOKENS, generator=generator,
+                          uncond_prompt_ids=uncond)
+        counts[index[tuple(result.tokens.tolist())]] += 1
+    return counts
+
+
+def chi_square_pvalue(counts: np.ndarray, pmf: np.ndarray) -> float:
+    """Pearson's goodness of fit of ``counts`` to ``pmf``; cells expected below 5 pooled into one.
+    A sample in a zero-probability cell gives p = 0."""
+    from scipy.stats import chisquare
+
+    n = counts.sum()
+    if counts[pmf == 0].sum() > 0:
+        return 0.0
+    expected = pmf * n
+    big = expected >= 5
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(expected[big], expected[~big].sum())
+    if expected[-1] == 0:
+        observed, expected = observed[:-1], expected[:-1]
+    if expected.sum() < 0.9 * n:
+        raise ValueError("distribution too sparse for the chi-square test")
+    return float(chisquare(observed, expected).pvalue)
+
+
+@dataclass(frozen=True)
+class JointCheck:
+    """Outcome of ``check_joint``: the decoder's counts against AR's exact joint law."""
+
+    name: str
+    samples: int
+    pvalue: float
+    lossless_expected: bool
+    significance: float = SIGNIFICANCE
+
+    @property
+    def matches(self) -> bool:
+        """The counts fit AR's joint law at the significance level."""
+        return self.pvalue > self.significance
+
+    @property
+    def passed(self) -> bool:
+        return self.matches == self.lossless_expected
+
+    def line(self) -> str:
+        """The checked-cell text: the verdict and its tolerance only (no sampled number)."""
+        claim = "fit" if self.lossless_expected else "do not fit"
+        return (f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law over the "
+                f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): {self.passed}")
+
+
+def check_joint(name: str, samples: int, seed: int, *, method: Any, lossless_expected: bool = True,
+                model: Any = None) -> JointCheck:
+    """Decode ``samples`` times with ``generate`` and ``method`` (a ``DecodingMethod``) on the tiny
+    model and test the counts against the exact AR joint law (module docstring)."""
+    from ..models import CausalLMAdapter
+
+    adapter = CausalLMAdapter(model if model is not None else tiny_model(), ALLOWED)
+    joint = exact_joint(adapter)
+    counts = sample_counts(adapter, samples, seed, method)
+    return JointCheck(name, samples, chi_square_pvalue(counts, joint), lossless_expected)

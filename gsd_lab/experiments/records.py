@@ -1,0 +1,139 @@
+"""A figures run's per-image decoding records, stored so that the notebooks reuse them.
+
+``python -m gsd_lab figures`` decodes every configuration of notebook 04's tables (and more) on
+the same prompts and seeds; ``save`` writes what each image's row needs (tokens, NFE, the two
+acceptance measures, the exact distortion and W1, wall and model time) to ``figures/records.npz``.
+Notebook 04 then ``load``s them into its ``RunCache`` instead of decoding for minutes (pixels
+are decoded from the stored tokens, so the quality proxies are recomputed), and ``check_live``
+re-decodes the first images of a few configurations and compares them with the stored records:
+tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` (float64
+sums may differ in the last ulp between CPU kernels: README, "Reproducibility"). A stored file
+made by other code, weights, settings, prompts or seeds is not loaded (``load`` says why), and
+a change of the decoding that alters any token fails the live check.
+
+File: one ``numpy.savez_compressed`` archive: ``tokens`` int32 [R, N], float64 columns
+``FIELDS`` [R] (nan for None), and ``index``, a JSON string: the identity, the git state of the
+run, and per record its configuration key (``repr(spec.key)``), label, prompt and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .runs import GenerationRecord, MethodSpec, RunCache
+
+FIELDS = ("nfe", "acceptance_rate", "accepted_per_tested", "wall_seconds", "model_seconds", "distortion",
+          "accounting_seconds", "w1", "w1_sem", "substitution", "substitution_sem", "w1_seconds")
+DISTORTION_RTOL = 1e-9
+
+
+def identity(cache: RunCache) -> dict[str, Any]:
+    """What the records depend on besides the code: model, weights (their digests), sampling
+    settings, GSD's filters, prompts and seeds."""
+    model = cache.model
+    adapter = model.adapter
+    return {"model": model.name, "num_tokens": model.num_tokens,
+            "weights": {k: v for k, v in sorted(model.weights_info.items()) if "sha256" in k},
+            "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
+            "temperature": getattr(adapter, "temperature", None),
+            "filters": asdict(cache.filters), "prompts": list(cache.prompts), "seeds": list(cache.seeds)}
+
+
+def save(cache: RunCache, path: str | Path, *, git: dict[str, Any] | None = None) -> Path:
+    """Write every configuration ``cache`` has decoded to ``path`` (.npz, module docstring)."""
+    entries, tokens, columns = [], [], {f: [] for f in FIELDS}
+    for key, records in cache.decoded().items():
+        for r in records:
+            entries.append({"key": repr(key), "label": r.label, "prompt": r.prompt, "seed": r.seed})
+            tokens.append(r.tokens.cpu().to(torch.int32).numpy())
+            for f in FIELDS:
+                value = getattr(r, f)
+                columns[f].append(math.nan if value is None else float(value))
+    index = {"identity": identity(cache), "git": git or {}, "records": entries}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, tokens=np.stack(tokens) if tokens else np.zeros((0, 0), np.int32),
+                        index=np.array(json.dumps(index)), **{f: np.array(v, np.float64) for f, v in columns.items()})
+    return path
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What ``load`` did: ``configurations`` preloaded (0 when refused), ``images`` per
+    configuration, the git state of the run that wrote the file, and ``reason`` when refused."""
+
+    path: str
+    configurations: int
+    images: int
+    git: dict[str, Any]
+    reason: str | None = None
+
+    def line(self) -> str:
+        if self.reason:
+            return f"stored records not used ({self.reason}): every configuration is decoded here"
+        commit = (self.git.get("commit") or "unknown")[:12]
+        return (f"{self.configurations} configurations x {self.images} images loaded from {self.path} (the figures "
+                f"run at commit {commit}, dirty {self.git.get('dirty')}); the others are decoded here")
+
+
+def load(cache: RunCache, path: str | Path | None) -> Loaded:
+    """Preload ``cache`` with the records stored at ``path`` when they were made for the same
+    identity (``identity``); otherwise load nothing and say why."""
+    if path is None or not Path(path).is_file():
+        return Loaded(str(path), 0, 0, {}, "no file" if path is not None else "none given")
+    with np.load(path, allow_pickle=False) as archive:
+        index = json.loads(str(archive["index"]))
+        differs = sorted(k for k, v in identity(cache).items() if index["identity"].get(k) != v)
+        if differs:
+            return Loaded(str(path), 0, 0, index.get("git", {}), f"made for another {', '.join(differs)}")
+        # A file written before a field existed (the W1 columns) loads it as None.
+        tokens = archive["tokens"]
+        columns = {f: archive[f] if f in archive.files else np.full(len(index["records"]), math.nan) for f in FIELDS}
+    grouped: dict[str, list[GenerationRecord]] = {}
+    decode = cache.model.decode
+    for i, entry in enumerate(index["records"]):
+        values = {f: None if math.isnan(columns[f][i]) else float(columns[f][i]) for f in FIELDS}
+        row_tokens = torch.from_numpy(tokens[i].astype(np.int64))
+        grouped.setdefault(entry["key"], []).append(GenerationRecord(
+            label=entry["label"], prompt=entry["prompt"], seed=entry["seed"], nfe=int(values["nfe"]),
+            acceptance_rate=values["acceptance_rate"], accepted_per_tested=values["accepted_per_tested"],
+            wall_seconds=values["wall_seconds"], model_seconds=values["model_seconds"], tokens=row_tokens,
+            image=decode(row_tokens) if decode is not None else None, distortion=values["distortion"],
+            accounting_seconds=values["accounting_seconds"] or 0.0, w1=values["w1"], w1_sem=values["w1_sem"],
+            substitution=values["substitution"], substitution_sem=values["substitution_sem"],
+            w1_seconds=values["w1_seconds"] or 0.0))
+    for key, records in grouped.items():
+        cache.preload(key, records)
+    images = {len(v) for v in grouped.values()}
+    return Loaded(str(path), len(grouped), max(images, default=0), index.get("git", {}))
+
+
+def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> list[str]:
+    """Re-decode the first ``images`` images of each spec (first seed, first prompts) on a fresh
+    cache and compare them with ``cache``'s records (stored or decoded): the checked-cell lines,
+    one per spec. Tokens, NFE and both acceptance measures must be identical, the distortion
+    within ``DISTORTION_RTOL`` relative."""
+    live = RunCache(cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters)
+    lines = []
+    for spec in specs:
+        stored, fresh = cache.records(spec)[:images], live.records(spec)
+        same = all(torch.equal(a.tokens.cpu(), b.tokens.cpu()) and a.nfe == b.nfe
+                   and a.acceptance_rate == b.acceptance_rate and a.accepted_per_tested == b.accepted_per_tested
+                   and _close(a.distortion, b.distortion) for a, b in zip(stored, fresh))
+        lines.append(f"{spec.label}: {len(fresh)} image(s) re-decoded here equal the records (tokens, NFE, "
+                     f"acceptance identical; distortion within {DISTORTION_RTOL:g} relative): "
+                     f"{same and len(stored) == len(fresh)}")
+    return lines
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= DISTORTION_RTOL * max(abs(a), abs(b), 1e-300)

@@ -1,0 +1,357 @@
+"""One description of a decoding method: what AR, SJD, GSD, Amplify and LANTERN differ by.
+
+``DecodingMethod`` is a frozen, JSON-able spec that ``gsd_lab.decoding.generate``, the command
+line, the experiments (``experiments.runs.MethodSpec``: a spec with a label) and the run
+identity of ``evaluate`` share. Its fields:
+
+- kind: "ar" (one token per forward), "sjd" (verify token by token) or "gsd" (verify clusters);
+- the acceptance rule: ``acceptance_scale`` k (min(1, k p(C)/q(C)); 1 is exact, k > 1 the lossy
+  "Amplify"), LANTERN's ``lantern_k`` tokens per neighbourhood and budget ``lantern_delta``
+  (kind "sjd" only; 0: no LANTERN), GSD's ``clusters`` kind (``CLUSTER_KINDS``), its group size
+  ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
+  model's default, ``FilterSettings.for_model``);
+- residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
+- drafting: ``draft`` (``DRAFTS``: today "independent", a fresh draft from ``init`` or a Jacobi
+  re-draft from the last pass's row, each drawn on its own) and ``init`` ("random": uniform over
+  the allowed tokens; "repeat_row": the token one image row up);
+- window: drafts L per forward (ignored by AR);
+- preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
+  Jacobi interval, random drafts at forced positions and bf16 distance filter;
+  ``gsd_lab.presets``).
+
+Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple here (validation,
+JSON and the command line's choices follow) plus its behaviour where it acts (``resolve`` for a
+rule, ``gsd_lab.decoding`` for drafting). ``resolve`` builds the runtime objects for one model:
+the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached), composed into
+the one rule ``verify`` takes (``ResolvedMethod.rule``). This module imports no torch until
+``resolve`` runs (or a preset other than "default" is named), so the command line checks a spec
+in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+KINDS = ("ar", "sjd", "gsd")
+INITS = ("random", "repeat_row")
+DRAFTS = ("independent",)
+RESIDUALS = ("token", "cluster")
+# "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
+# filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;
+# "dynamic-q": ranked by the draft q, no filter; "rank-binned": our partition of rank bins;
+# "static": k-means on the input embeddings (a fixed partition, the paper's Table 2 row A).
+CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
+                 "static")
+FILTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance")
+PARTITION_KINDS = ("rank-binned", "static")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    """GSD's cluster filters (paper Algorithm 3): keep y in C(x) only if |p(y) - p(x)| <=
+    max_prob_gap and ||e_y - e_x||^2 <= max_embedding_distance (input embeddings e).
+
+    The released code uses 0.15 and 0.5 on Lumina-mGPT's embeddings. The squared-distance scale
+    depends on the model, so for other models the threshold is the ``distance_quantile`` of the
+    squared distances between image-token embedding pairs (``resolve``), unless given."""
+
+    max_prob_gap: float = 0.15
+    max_embedding_distance: float | None = None
+    distance_quantile: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not (_is_number(self.max_prob_gap) and self.max_prob_gap >= 0):
+            raise ValueError(f"max_prob_gap must be a finite number >= 0, got {self.max_prob_gap!r}")
+        distance = self.max_embedding_distance
+        if distance is not None and not (_is_number(distance) and distance >= 0):
+            raise ValueError(f"max_embedding_distance must be a finite number >= 0 or None, got {distance!r}")
+        if not (_is_number(self.distance_quantile) and 0 < self.distance_quantile <= 1):
+            raise ValueError(f"distance_quantile must lie in (0, 1], got {self.distance_quantile!r}")
+        object.__setattr__(self, "max_prob_gap", float(self.max_prob_gap))
+        object.__setattr__(self, "distance_quantile", float(self.distance_quantile))
+        if distance is not None:
+            object.__setattr__(self, "max_embedding_distance", float(distance))
+
+    @classmethod
+    def for_model(cls, name: str) -> "FilterSettings":
+        """The released code's d = 0.5 for Lumina-mGPT; the quantile rule for other models."""
+        return cls(max_embedding_distance=0.5) if name.startswith("lumina-mgpt") else cls()
+
+    def resolve(self, embeddings: Any, image_tokens: Any, *, seed: int = 0) -> float:
+        """The squared-distance threshold: given, or the quantile over pairs of distinct image
+        tokens (all pairs up to 4096 tokens, else 10^6 random pairs)."""
+        import torch
+
+        if self.max_embedding_distance is not None:
+            return float(self.max_embedding_distance)
+        emb = embeddings[image_tokens.to(embeddings.device)].detach().to(torch.float64).cpu()
+        n = emb.shape[0]
+        if n <= 4096:
+            distance = torch.cdist(emb, emb).square()
+            distance = distance[torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)]
+        else:
+            generator = torch.Generator().manual_seed(seed)
+            a, b = torch.randint(n, (2, 1_000_000), generator=generator)
+            distance = (emb[a[a != b]] - emb[b[a != b]]).square().sum(-1)
+        return float(torch.quantile(distance.float(), self.distance_quantile))
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
+
+
+@dataclass(frozen=True)
+class DecodingMethod:
+    """A decoding method (module docstring). Invalid combinations raise ``ValueError`` naming
+    the field; numbers are normalised (``acceptance_scale=2`` equals ``2.0``), so equal methods
+    have equal ``key``s."""
+
+    kind: str
+    window: int = 16
+    init: str = "random"
+    draft: str = "independent"
+    acceptance_scale: float = 1.0
+    clusters: str | None = None
+    group_size: int = 0
+    residual: str = "token"
+    lantern_k: int = 0
+    lantern_delta: float = 0.0
+    filters: FilterSettings | None = None
+    preset: str = "default"
+
+    def __post_init__(self) -> None:
+        _choice("method kind", self.kind, KINDS)
+        if not (_is_int(self.window) and self.window >= 1):
+            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        self._check_preset()
+        _choice("init", self.init, INITS)
+        _choice("draft", self.draft, DRAFTS)
+        _choice("residual", self.residual, RESIDUALS)
+        self._check_acceptance()
+        self._check_clusters()
+        self._check_lantern()
+        object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
+        object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
+
+    def _check_acceptance(self) -> None:
+        if not (_is_number(self.acceptance_scale) and self.acceptance_scale > 0):
+            raise ValueError(f"acceptance_scale must be a finite number > 0, got {self.acceptance_scale!r}")
+        if self.kind == "ar" and self.acceptance_scale != 1:
+            raise ValueError("acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)")
+
+    def _check_clusters(self) -> None:
+        if self.kind != "gsd":
+            if self.clusters is not None or self.group_size != 0:
+                raise ValueError(f"method {self.kind!r} verifies token by token: clusters and group_size belong "
+                                 f"to method 'gsd' (got clusters {self.clusters!r}, group_size {self.group_size!r})")
+        else:
+            if self.clusters is None:
+                raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
+            _choice("clusters", self.clusters, CLUSTER_KINDS)
+            if not (_is_int(self.group_size) and self.group_size >= 1):
+                raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {self.group_size!r}")
+        if self.residual == "cluster" and self.clusters not in PARTITION_KINDS:
+            raise ValueError(f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
+                             f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}")
+        if self.filters is not None:
+            if not isinstance(self.filters, FilterSettings):
+                raise ValueError(f"filters must be a FilterSettings or None, got {type(self.filters).__name__}")
+            if self.clusters not in FILTER_KINDS:
+                raise ValueError(f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}")
+
+    def _check_preset(self) -> None:
+        if self.preset == "default":
+            return
+        from .presets import preset  # the named presets (imports torch)
+
+        fixed = preset(self.preset).window  # raises for an unknown preset
+        if fixed is not None and self.kind != "ar" and self.window != fixed:
+            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
+
+    def _check_lantern(self) -> None:
+        if not (_is_int(self.lantern_k) and self.lantern_k >= 0):
+            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}")
+        if not (_is_number(self.lantern_delta) and 0 <= self.lantern_delta <= 1):
+            raise ValueError(f"lantern_delta must be a number in [0, 1], got {self.lantern_delta!r}")
+        if self.lantern_delta and not self.lantern_k:
+            raise ValueError(f"lantern_delta {self.lantern_delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)")
+        if self.lantern_k and (self.kind != "sjd" or self.residual != "token" or self.acceptance_scale != 1):
+            raise ValueError(
+                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with residual 'token' and "
+                f"acceptance_scale 1 (got method {self.kind!r}, residual {self.residual!r}, "
+                f"acceptance_scale {self.acceptance_scale!r})")
+
+    @property
+    def uses_filters(self) -> bool:
+        return self.clusters in FILTER_KINDS
+
+    def with_filters(self, default: FilterSettings) -> "DecodingMethod":
+        """This method with ``default`` filters where it uses filters and names none."""
+        return replace(self, filters=default) if self.uses_filters and self.filters is None else self
+
+    def for_model(self, model_name: str) -> "DecodingMethod":
+        """This method with the model's default filters (``FilterSettings.for_model``) filled in."""
+        return self.with_filters(FilterSettings.for_model(model_name))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (``filters``: a dict or None)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DecodingMethod":
+        """The inverse of ``to_dict`` (missing fields take their defaults; unknown ones raise)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a decoding method is a dict, got {type(data).__name__}")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown decoding method fields {unknown}")
+        filters = data.get("filters")
+        return cls(**{**data, "filters": None if filters is None else FilterSettings(**filters)})
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON of ``to_dict`` (sorted keys): the same string for equal methods in
+        every process, for run identities and caches."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def resolve(self, adapter: Any, *, model_name: str = "", embeddings: Any = None,
+                cache: dict | None = None) -> "ResolvedMethod":
+        """The runtime objects of this method for ``adapter`` (a ``CausalLMAdapter``).
+
+        GSD: the gsd_core rule of ``clusters`` (``DynamicClusters``, ``RankBinnedClusters`` or a
+        ``FixedPartition`` from k-means, seed 0) with filters ``self.filters`` or, when None,
+        ``FilterSettings.for_model(model_name)``. LANTERN: ``gsd_core.Lantern`` with neighbourhoods
+        of ``lantern_k`` tokens by Euclidean distance between embedding rows (the paper uses VQ
+        codebook latents; the input embeddings are what every model here exposes, and what GSD's
+        distance filter uses). ``embeddings`` [V, D]: the rows that define distances (default
+        ``adapter.embeddings``). ``cache``: a dict kept by the caller for one adapter and one set
+        of embeddings, so that the LANTERN table, the distance threshold and the k-means
+        partition are built once (LANTERN at V = 8192 takes about 12 s)."""
+        method = self.for_model(model_name)
+        cache = {} if cache is None else cache
+        emb = adapter.embeddings if embeddings is None else embeddings
+        return ResolvedMethod(method, clusters=_cluster_rule(method, adapter, emb, cache),
+                              lantern=_lantern_rule(method, emb, cache))
+
+
+def _cached(cache: dict, key: tuple, build: Any) -> Any:
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
+def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: dict) -> object:
+    from gsd_core import DynamicClusters, RankBinnedClusters
+
+    kind, size, filters = method.clusters, method.group_size, method.filters
+    if kind is None:
+        return None
+    if kind in ("dynamic", "dynamic-distance"):
+        image_tokens = adapter.allowed_tokens.cpu()
+        distance = _cached(cache, ("distance", filters), lambda: filters.resolve(embeddings, image_tokens))
+        gap = filters.max_prob_gap if kind == "dynamic" else None
+        if method.preset != "default":
+            from .presets import ReleaseDistanceClusters, preset, release_distance_table
+
+            if preset(method.preset).release_distance:
+                table = _cached(cache, ("release distance", distance),
+                                lambda: release_distance_table(embeddings, distance).to(adapter.device))
+                return ReleaseDistanceClusters(size, table, gap)
+        return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings)
+    if kind == "dynamic-gap":
+        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
+    if kind == "dynamic-nofilter":
+        return DynamicClusters(size)
+    if kind == "dynamic-q":
+        return DynamicClusters(size, rank_by="q")
+    if kind == "rank-binned":
+        return RankBinnedClusters(size)
+    return _cached(cache, ("static", size), lambda: _static_partition(adapter, embeddings, size))
+
+
+def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
+    from .clustering import embedding_partition
+
+    partition = embedding_partition(embeddings.cpu(), size, seed=0, tokens=adapter.allowed_tokens.cpu(),
+                                    vocab_size=adapter.vocab_size)
+    return type(partition)(partition.labels.to(adapter.device))
+
+
+def _lantern_rule(method: DecodingMethod, embeddings: Any, cache: dict) -> object:
+    if not method.lantern_k:
+        return None
+    import torch
+    from gsd_core import Lantern, latent_neighbourhoods
+
+    k = method.lantern_k
+    table = _cached(cache, ("lantern", k),
+                    lambda: latent_neighbourhoods(embeddings.detach().to(torch.float64), k))
+    return Lantern(table, method.lantern_delta)
+
+
+@dataclass(frozen=True)
+class ResolvedMethod:
+    """A ``DecodingMethod`` with its runtime objects: ``clusters`` (a gsd_core rule or
+    partition; exactly for kind "gsd") and ``lantern`` (a ``gsd_core.Lantern``; exactly when
+    ``method.lantern_k`` > 0, with its budget). Build it with ``DecodingMethod.resolve``."""
+
+    method: DecodingMethod
+    clusters: object = None
+    lantern: Any = None
+
+    def __post_init__(self) -> None:
+        method = self.method
+        if not isinstance(method, DecodingMethod):
+            raise ValueError(f"method must be a DecodingMethod, got {type(method).__name__}")
+        if (self.clusters is not None) != (method.kind == "gsd"):
+            raise ValueError(f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
+                             f"clusters {type(self.clusters).__name__})")
+        if (self.lantern is not None) != bool(method.lantern_k):
+            raise ValueError(f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})")
+        if self.lantern is not None:
+            from gsd_core import Lantern
+
+            if not isinstance(self.lantern, Lantern):
+                raise ValueError(f"lantern must be a gsd_core.Lantern, got {type(self.lantern).__name__}")
+            hood = self.lantern.neighbourhoods
+            if self.lantern.delta != method.lantern_delta or hood.k != min(method.lantern_k, hood.vocab_size):
+                raise ValueError(f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the method's "
+                                 f"(lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})")
+
+    @property
+    def rule(self) -> Any:
+        """The one gsd_core rule ``verify`` and ``gsd_lab.distortion`` take (``method_rule``)."""
+        method = self.method
+        return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
+
+
+def method_rule(clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0,
+                lantern: Any = None) -> Any:
+    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
+    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
+    SD's singletons keep the token residual, which is the same), wrapped in
+    ``Amplify(acceptance_scale)`` when the scale is not 1."""
+    from gsd_core import Amplify
+    from gsd_core.rules import Partition, as_rule
+
+    rule = as_rule(lantern if lantern is not None else clusters)
+    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
+        raise ValueError(f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+                         "(use residual='token', or a partition such as RankBinnedClusters or labels)")
+    if residual == "cluster" and isinstance(rule, Partition):
+        rule = replace(rule, residual="cluster")
+    elif residual not in RESIDUALS:
+        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
+    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)

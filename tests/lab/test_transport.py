@@ -186,33 +186,34 @@ def test_exact_mode_and_lossless_rows():
 def test_accounting_keeps_the_tokens_and_records_on_the_tiny_model():
     from gsd_lab.decoding import generate
     from gsd_lab.experiments.image_model import tiny_random_model
+    from gsd_lab.methods import DecodingMethod
 
     torch.set_num_threads(1)
     model = tiny_random_model(0)
     prompt, uncond = model.encode("1")
 
-    def run(**kwargs):  # 24 of the image's 64 tokens: enough windows, a few seconds
-        return generate(model.adapter, prompt, num_tokens=24, uncond_prompt_ids=uncond,
+    def run(method, **kwargs):  # 24 of the image's 64 tokens: enough windows, a few seconds
+        return generate(model.adapter, prompt, method, num_tokens=24, uncond_prompt_ids=uncond,
                         generator=torch.Generator().manual_seed(3), **kwargs)
 
-    for method in ({"method": "sjd", "acceptance_scale": 2.0}, {"method": "gsd", "clusters": RankBinnedClusters(4),
-                                                                "residual": "cluster"}):
-        plain = run(**method)
-        exact = run(record_distortion=True, record_w1=True, w1_draws=None, **method)
-        sampled = run(record_distortion=True, record_w1=True, w1_draws=2, **method)
+    for method in (DecodingMethod("sjd", acceptance_scale=2.0),
+                   DecodingMethod("gsd", clusters="rank-binned", group_size=4, residual="cluster")):
+        plain = run(method)
+        exact = run(method, record_distortion=True, record_w1=True, w1_draws=None)
+        sampled = run(method, record_distortion=True, record_w1=True, w1_draws=2)
         for result in (exact, sampled):
             assert torch.equal(result.tokens, plain.tokens) and result.nfe == plain.nfe
             assert result.accounting_seconds >= result.w1.seconds > 0
         assert exact.w1.tokens.shape == (24,) and exact.w1.mean == float(exact.w1.tokens.mean())
         assert 0 < exact.w1.mean and sampled.w1.draws == 2
-        assert (exact.w1.substitution is not None) == ("clusters" in method)
-        if "clusters" in method:
+        assert (exact.w1.substitution is not None) == (method.kind == "gsd")
+        if method.kind == "gsd":
             assert exact.w1.substitution >= exact.w1.mean - 1e-12
-    for method in ("ar", "sjd"):
-        lossless = run(method=method, record_distortion=True, record_w1=True)
+    for kind in ("ar", "sjd"):
+        lossless = run(DecodingMethod(kind), record_distortion=True, record_w1=True)
         assert lossless.w1.mean == 0.0 and lossless.w1.substitution == 0.0
     with pytest.raises(ValueError, match="record_w1 needs"):
-        run(method="sjd", record_w1=True)
+        run(DecodingMethod("sjd"), record_w1=True)
 
 
 def test_code_content_of_the_tiny_model_is_what_decode_paints():
@@ -246,6 +247,7 @@ def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
 
 def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
     from gsd_lab.decoding import generate
+    from gsd_lab.methods import DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
@@ -259,11 +261,12 @@ def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens
     tokens = torch.cat([grid, torch.full((4, 1), adapter.layout.row_end)], 1).reshape(-1)
     z = adapter.vqgan.quantize.embedding(adapter.image_codes(tokens))[0]  # what the decoder receives
     assert torch.equal(z.reshape(16, -1), content[torch.searchsorted(allowed, grid.reshape(-1))])
-    kwargs = dict(num_tokens=adapter.num_image_tokens, method="sjd", window=4, acceptance_scale=2.0)
+    method = DecodingMethod("sjd", window=4, acceptance_scale=2.0)
     prompt = adapter.text_ids_to_prompt([5, 6])
-    plain = generate(adapter, prompt, generator=torch.Generator().manual_seed(1), **kwargs)
-    result = generate(adapter, prompt, generator=torch.Generator().manual_seed(1), record_distortion=True,
-                      record_w1=True, w1_draws=None, **kwargs)
+    plain = generate(adapter, prompt, method, num_tokens=adapter.num_image_tokens,
+                     generator=torch.Generator().manual_seed(1))
+    result = generate(adapter, prompt, method, num_tokens=adapter.num_image_tokens,
+                      generator=torch.Generator().manual_seed(1), record_distortion=True, record_w1=True, w1_draws=None)
     assert torch.equal(plain.tokens, result.tokens) and result.w1.mean > 0  # row ends: forced, W1 0 there
     row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0
     assert float(result.w1.tokens[row_ends].abs().max()) == 0.0

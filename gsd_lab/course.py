@@ -518,9 +518,12 @@ def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
 # ---- tables (notebook 04) ---------------------------------------------------------------------------
 
 def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_COLUMNS) -> list[str]:
-    """The columns of ``rows`` (in the rows' key order) that hold a value in some row, minus
-    ``exclude``: a table shows whatever the runs report (new columns appear without code changes)."""
+    """The columns of ``rows`` (in the rows' key order) that hold a scalar value in some row, minus
+    ``exclude``: a table shows whatever the runs report (new columns appear without code changes);
+    nested data such as a row's ``per_image`` values is not a column."""
     def has_value(value: Any) -> bool:
+        if isinstance(value, (dict, list, tuple)):
+            return False
         return value is not None and not (isinstance(value, float) and math.isnan(value))
 
     order = list(dict.fromkeys(key for row in rows for key in row))  # the rows' key order, not the first value's

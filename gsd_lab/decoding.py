@@ -62,6 +62,7 @@ from .models.adapter import CausalLMAdapter
 from .models.adapter import one_hot_rows as _one_hot
 from .models.static import StaticEngine, runner_for
 from .presets import preset
+from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 
 @dataclass
@@ -78,8 +79,11 @@ class DecodeResult:
     bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
     emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]
     float64 exact TV(one-step output law, p) of each emitted token (0 for SJD, AR steps and bonus
-    tokens; ``gsd_lab.distortion``), when ``record_distortion``; accounting_seconds: the time
-    that took, excluded from wall_seconds (a measurement, not part of the method).
+    tokens; ``gsd_lab.distortion``), when ``record_distortion``; w1: the similarity-aware
+    distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
+    mean per emitted token exact or estimated (``gsd_lab.transport.W1Estimate``), when
+    ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
+    measurement, not part of the method).
     """
 
     tokens: Tensor
@@ -95,6 +99,7 @@ class DecodeResult:
     distortion: Tensor | None = None
     accounting_seconds: float = 0.0
     draft: str = "independent"
+    w1: W1Estimate | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -190,7 +195,8 @@ class _Loop:
     the rejected positions. ``adapter``: what runs the forwards (the adapter or its engine)."""
 
     def __init__(self, adapter: CausalLMAdapter | StaticEngine, resolved: ResolvedMethod,
-                 generator: torch.Generator, num_tokens: int, record_top1: bool, record_distortion: bool) -> None:
+                 generator: torch.Generator, num_tokens: int, record_top1: bool, record_distortion: bool,
+                 w1_log: W1Log | None = None) -> None:
         method = resolved.method
         self.adapter, self.method, self.generator = adapter, method, generator
         self.rule = resolved.rule
@@ -208,6 +214,7 @@ class _Loop:
         self.out = torch.empty(capacity, dtype=torch.long, device=self.device)
         self.top1 = torch.empty(capacity, dtype=torch.float64, device=self.device) if record_top1 else None
         self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
+        self.w1_log = w1_log
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
@@ -290,7 +297,9 @@ class _Loop:
         if self.top1 is not None:
             self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
-            self.log.add(self.done, p, self.q, accepted)
+            tv = self.log.add(self.done, p, self.q, accepted)
+            if self.w1_log is not None and tv is not None:
+                self.w1_log.add(self.done, p, self.q, tv)
         self.accepted.append(accepted)
         self.drafted.append(L)
         self.previous_done = self.done
@@ -320,6 +329,8 @@ def generate(
     record_distortion: bool = False,
     progress: bool = False,
     engine: str | StaticEngine = "eager",
+    record_w1: bool = False,
+    w1_draws: int | None = DEFAULT_DRAWS,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
@@ -333,7 +344,12 @@ def generate(
     wall_seconds). progress: a tqdm bar.
     engine: where the forwards run, an execution option (the same method either way): "eager"
     (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
-    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``. Batch size 1.
+    static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``.
+    record_w1 (needs record_distortion and the adapter's ``code_content()``): fill
+    ``DecodeResult.w1``, W1(law, p) per emitted token, exact for every token when ``w1_draws`` is
+    None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
+    its own seeded with ``generator.initial_seed()`` (``gsd_lab.transport``; no draw from
+    ``generator``, so again the same tokens). Batch size 1.
     """
     resolved = _resolve(adapter, method)
     _check_call(adapter, num_tokens, resolved, generator)
@@ -342,13 +358,21 @@ def generate(
         generator.seed()
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     window = max_window(resolved.method)
+    w1_log = None
+    if record_w1:
+        content = adapter.code_content()
+        if not record_distortion or content is None:
+            raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
+                             "adapter whose code_content() gives its codes' decoded content")
+        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + window + 1, resolved.rule, draws=w1_draws,
+                       seed=generator.initial_seed())
     adapter = runner_for(adapter, engine, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds
     forwards_before = adapter.num_forwards
     adapter.start(prompt_ids, uncond_prompt_ids)
-    loop = _Loop(adapter, resolved, generator, num_tokens, record_top1, record_distortion)
+    loop = _Loop(adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
     bar = _progress_bar(num_tokens, resolved.method.kind) if progress else None
     while loop.done < num_tokens:
         L = loop.window_size()
@@ -362,7 +386,9 @@ def generate(
     if bar is not None:
         bar.close()
 
-    accounting = loop.log.seconds if loop.log is not None else 0.0
+    accounting = (loop.log.seconds if loop.log is not None else 0.0) + (w1_log.seconds if w1_log is not None else 0.0)
+    wall_seconds = time.perf_counter() - wall_start - accounting
+    w1 = w1_log.finish(num_tokens) if w1_log is not None else None  # after the clock: accounting
     drafted_total = sum(loop.drafted)
     return DecodeResult(
         tokens=loop.out[:num_tokens].cpu(),
@@ -370,14 +396,15 @@ def generate(
         accepted=loop.accepted,
         drafted=loop.drafted,
         acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
-        wall_seconds=time.perf_counter() - wall_start - accounting,
+        wall_seconds=wall_seconds,
         model_seconds=adapter.model_seconds - model_seconds_before,
         method=resolved.method.kind,
         window=loop.max_window,
         top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
         distortion=loop.log.result(num_tokens) if loop.log is not None else None,
-        accounting_seconds=accounting,
+        accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
         draft=resolved.method.draft,
+        w1=w1,
     )
 
 

@@ -186,11 +186,18 @@ def one_step_output_laws(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
     """The exact law out_i of the token verified position i emits, for rows p, q [L, V]:
     ``gsd_core.output_distribution`` row by row, in float64. Returns [L, V]; O(L V) memory
     (use ``exact_distortion`` for the distortion alone)."""
+    return targets_and_laws(p, q, rule)[1]
+
+
+def targets_and_laws(p: Tensor, q: Tensor, rule: object = None) -> tuple[Tensor, Tensor]:
+    """(p_i, out_i): the target rows as the laws were computed from them (float64, renormalised in
+    the fixed order) and ``one_step_output_laws``, both [L, V]: the one path to the law that every
+    distortion compares with its p (TV here, W1 in ``gsd_lab.transport``)."""
     p, q = _check_rows(p, q)
     rule = as_rule(rule)
     if isinstance(_base(rule), (DynamicClusters, Lantern)):
-        return support_output_laws(p, q, rule)
-    return output_distribution(p, q, rule)
+        return p, support_output_laws(p, q, rule)
+    return p, output_distribution(p, q, rule)
 
 
 def exact_distortion(p: Tensor, q: Tensor, rule: object = None, *, max_elements: int = _MAX_ELEMENTS) -> Tensor:
@@ -251,13 +258,16 @@ class DistortionLog:
         self.rule = as_rule(rule)
         self.seconds = 0.0
 
-    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> None:
-        """Write the distortions of tokens start .. start + num_accepted (one forward pass)."""
+    def add(self, start: int, p: Tensor, q: Tensor, num_accepted: int) -> Tensor | None:
+        """Write the distortions of tokens start .. start + num_accepted (one forward pass) and
+        return them ([num_accepted + 1], None for an AR step)."""
         began = time.perf_counter()
+        tv = None
         if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
             tv = emitted_distortion(p, q, num_accepted, self.rule)
             self.values[start: start + tv.numel()] = tv
         self.seconds += time.perf_counter() - began
+        return tv
 
     def result(self, num_tokens: int) -> Tensor:
         """[num_tokens] float64 on the CPU."""

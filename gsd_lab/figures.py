@@ -20,7 +20,7 @@ import torch
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import plots, records, tables, toy
+from .experiments import matched, plots, records, tables, toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -30,6 +30,18 @@ from .figure_io import markdown_table, save_figure, write_results_markdown
 from .presets import preset as preset_settings
 from .progress import duration
 from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
+from .transport import DEFAULT_DRAWS
+
+
+W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem", "substitution", "substitution_sem"]
+W1_TEXT = ("`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step output "
+           "law, p) with ground cost the RMS difference per coordinate between the codes' decoded content "
+           "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
+           "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
+           "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
+           "exact (POT; gsd_lab.transport): `w1_sem` its standard error over images (sampling noise included), "
+           "`w1_sampling_sem` the estimator's part of it. `substitution` (rank bins with the cluster-exact "
+           "residual): the content change under the rule's own coupling, >= W1. ")
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
+    w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.transport's estimator)
     streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
     detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
     replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
@@ -67,7 +80,7 @@ class FigureSizes:
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
                    pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
                    distortion_rank_groups=(25,), toy_pairs=8, coupled_drafts=("maximal",),
-                   table1_coupled_groups=(), pareto_coupled_groups=())
+                   table1_coupled_groups=(), pareto_coupled_groups=(), w1_draws=2)
 
     @classmethod
     def paper(cls) -> "FigureSizes":
@@ -214,7 +227,7 @@ def run_figures(
     if sizes.streamed:
         cache: RunCache = StreamedRunCache(model, prompts, list(sizes.seeds), filters, out_dir,
                                            weights=weights_fingerprint(model.weights_info, model.adapter.model),
-                                           save_images=save_images, progress=progress)
+                                           save_images=save_images, progress=progress, w1_draws=sizes.w1_draws)
         cache.plan(configurations)
         decoded = cache.run()
         if not cache.context.is_main:
@@ -224,7 +237,7 @@ def run_figures(
         extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
-        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws)
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -295,6 +308,9 @@ def run_figures(
                        ("frechet_distance", model.quality_names.get("frechet_distance", "Frechet distance (lower better)"))]
     metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
     distortion_panel = [("distortion", "exact distortion\nmean TV(output law, p)")]
+    has_w1 = any(r.get("w1") is not None for r in table1)
+    if has_w1:
+        distortion_panel.append(("w1", "similarity-aware distortion\nmean W1(output law, p)"))
     quality_word = " ".join(model.quality_names.get("condition_score", "condition score").split("\n")[0].split())
     diff_panel = ([("condition_score_diff_ar", f"{quality_word} - AR\n(95% paired bootstrap)")]
                   if any(r.get("condition_score_diff_ar") is not None for r in table1) else [])
@@ -304,7 +320,10 @@ def run_figures(
     save(plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
          "table2_clustering_ablation", {"specs": [asdict(s) for s in t2_specs]}, {"rows": table2})
     save(plots.distortion_vs_nfe(distortion_points), "distortion_vs_nfe",
-         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}}, distortion_points)
+         {"curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()}, "w1_draws": sizes.w1_draws},
+         distortion_points)
+    matched_rows = [row for measure in ("distortion", "w1")
+                    for row in matched.matched_nfe(distortion_points, measure)]
     if metrics:
         noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
         references = {"real crops": real, "AR, other seeds": noise_row}
@@ -325,11 +344,11 @@ def run_figures(
     seconds = time.perf_counter() - started
     record = provenance(model=model.name, seeds=seeds, config=base_config, git=git)
     columns = ["method", "images", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested", "acceptance_rate",
-               "wall_seconds", "speedup_wall", "distortion", "distortion_sem"]
+               "wall_seconds", "speedup_wall", "distortion", "distortion_sem"] + (["w1", "w1_sem"] if has_w1 else [])
     columns += [c for m in metrics for c in ((m[0], "condition_score_sem") if m[0] == "condition_score" else (m[0],))]
     if diff_panel:
         columns += ["condition_score_diff_ar", "condition_score_diff_ar_low", "condition_score_diff_ar_high"]
-    accounting = cache.accounting_seconds()
+    accounting, w1_accounting = cache.accounting_seconds(), cache.w1_seconds()
     # Rows keep the key condition_score (the notebooks read it); results.md names the column
     # after what it is (clip_score on Lumina-mGPT).
     headers = {c: c.replace("condition_score", model.quality_column) for c in
@@ -374,12 +393,26 @@ def run_figures(
         ("Exact distortion against NFE",
          "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
          "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
-         "cluster-exact residual. Accounting is a measurement outside decoding (its time is not in "
-         f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the "
-         "slowest image.\n\n"
+         "cluster-exact residual. "
+         + (W1_TEXT.format(draws=sizes.w1_draws) if has_w1 else "") +
+         "Accounting is a measurement outside decoding (its time is not in "
+         f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
+         f"image; W1's part {sum(w1_accounting):.1f} s, adding {sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} "
+         f"to the rest of this run ({seconds - sum(w1_accounting):.0f} s).\n\n"
          + "\n\n".join(f"**{name}**\n\n" + markdown_table(rows, ["method", "images", "nfe", "speedup_nfe",
-                                                                  "distortion", "distortion_sem"])
+                                                                  "distortion", "distortion_sem"]
+                                                            + (W1_COLUMNS if has_w1 else []))
                         for name, rows in distortion_points.items())),
+        ("Distortion at matched NFE",
+         "GSD's distortion minus the other rule's at matched NFE: at each configuration (`anchor`) of either curve "
+         "inside the other's NFE range, both curves interpolated linearly in NFE (gsd_lab.experiments.matched); "
+         "`se`, `low`, `high`: paired bootstrap over the images (the same "
+         "prompts and seeds for every rule), 95% interval; `verdict` for the claim \"GSD distorts less\": yes / "
+         "no beyond two standard errors, else noise.\n\n"
+         + matched.matched_summary(matched_rows)
+         + ("\n\n" + markdown_table(matched_rows, ["measure", "nfe", "anchor", "other", "reference_value",
+                                                   "other_value", "difference", "se", "low", "high", "verdict"])
+            if matched_rows else "")),
         ("Top-1 probability of the target distribution (AR tokens)",
          "Share of generated tokens whose target distribution has top-1 probability below the threshold "
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
@@ -409,7 +442,9 @@ def run_figures(
                             + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "") + "."))
     results = write_results_markdown(out_dir / "results.md", f"GSD results ({model.name})", sections, record=record)
     all_tables = {"table1": table1, "table2": table2, "pareto": pareto, "distortion_vs_nfe": distortion_points,
-                  "real_images": real, "accounting_seconds": sum(accounting), "top1": stats.summary(),
+                  "matched_nfe": matched_rows, "w1_draws": sizes.w1_draws if has_w1 else None,
+                  "real_images": real, "accounting_seconds": sum(accounting), "w1_seconds": sum(w1_accounting),
+                  "top1": stats.summary(),
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}

@@ -12,7 +12,9 @@ algorithm changes a verdict.
   at the exact value f (a token of exact probability 0 must never be emitted).
 - ``nfe_invariants``: decoding tables: AR takes exactly one forward per token. (That SJD and
   GSD take fewer is a measured result, printed with its paired standard error in unchecked
-  cells: it depends on the random stream.)
+  cells: it depends on the random stream; ``experiments.paper.nfe_below_sjd`` judges GSD
+  against SJD with the one verdict rule.)
+- ``w1_lines``: the W1 column is exactly 0 on lossless rows and >= 0 everywhere.
 - ``experiments.lossless.check_joint``: SJD through ``generate`` against AR's exact joint law
   on a tiny model (notebook 04's decoder-level check).
 - ``provenance_header``: the commit, dirty flag and package versions a notebook ran from.
@@ -114,7 +116,8 @@ def rounded(values: Tensor | list[float], digits: int = 4) -> list[float]:
 def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
     """Checked-cell lines for a decoding table (rows of ``runs.summarize``): AR's NFE equals the
     number of tokens (exact: one forward per token). Whether SJD and GSD need fewer forwards is
-    sampled (``tables.paired_difference`` prints it with its standard error), not checked."""
+    sampled (``tables.paired_difference`` prints it with its standard error; for GSD against SJD
+    ``experiments.paper.nfe_below_sjd`` gives the verdict), not checked."""
     by_method = {r["method"]: r for r in rows}
     if "AR" not in by_method:
         return []
@@ -142,6 +145,19 @@ def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("A
              f"{all(r['distortion'] <= 1e-12 for r in zero)}"] if zero else []
     lines.append(f"every distortion in [0, 1] ({len(have)} rows): "
                  f"{all(0 <= r['distortion'] <= 1 for r in have)}")
+    return lines
+
+
+def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
+    """Checked-cell lines on the similarity-aware distortion column (mean per-token W1(out, p),
+    ``gsd_lab.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV than
+    float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
+    costs); an exact invariant of the estimator, whatever rows it drew."""
+    have = [r for r in rows if r.get("w1") is not None]
+    zero = [r for r in have if r["method"] in lossless]
+    lines = [f"lossless rows ({', '.join(r['method'] for r in zero)}): W1 = 0: "
+             f"{all(r['w1'] == 0 for r in zero)}"] if zero else []
+    lines.append(f"every W1 >= 0 ({len(have)} rows): {all(r['w1'] >= 0 for r in have)}")
     return lines
 
 

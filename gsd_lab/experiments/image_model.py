@@ -86,13 +86,25 @@ def guidance_scale(model: ImageModel, scale: float | None) -> Iterator[ImageMode
         adapter.cfg_scale = previous
 
 
+class _TinyAdapter(CausalLMAdapter):
+    """The tiny random model's adapter: a ``CausalLMAdapter`` that knows its codes' content."""
+
+    def __init__(self, model: Any, codes: Tensor, content: Tensor, **kwargs: Any) -> None:
+        super().__init__(model, codes, **kwargs)
+        self._content = content
+
+    def code_content(self) -> Tensor:
+        """[K, 48]: code i's 4 x 4 block of its colour, pixel values in [-1, 1] (what decode paints)."""
+        return self._content
+
+
 def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_classes: int = 4,
                       cfg_scale: float | None = 2.0, top_k: int | None = None,
                       compute_dtype: torch.dtype | None = torch.float64) -> ImageModel:
     """A tiny randomly initialised class-conditional model (tests and development only).
 
     Vocabulary: class tokens 0..C-1, null class C, image codes C+1..C+K. An image is side x side
-    codes; decode paints each code's fixed random colour on a 4x4 block."""
+    codes; decode paints each code's fixed random colour on a 4x4 block (its ``code_content()``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     vocab = num_classes + 1 + num_codes
@@ -105,9 +117,11 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
         model = LlamaForCausalLM(config).eval()
     _integer_init(model, seed)
     codes = torch.arange(num_classes + 1, vocab)
-    adapter = CausalLMAdapter(model, codes, cfg_scale=cfg_scale, top_k=top_k, row_length=side,
-                              compute_dtype=compute_dtype)
     palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(torch.uint8)
+    # What each code decodes to: its colour on a 4 x 4 block, as pixel values in [-1, 1].
+    content = (palette[codes].to(torch.float64) / 127.5 - 1).repeat(1, 16)
+    adapter = _TinyAdapter(model, codes, content, cfg_scale=cfg_scale, top_k=top_k, row_length=side,
+                           compute_dtype=compute_dtype)
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt)

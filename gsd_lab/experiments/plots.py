@@ -322,11 +322,19 @@ def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: 
     return fig
 
 
-def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]]) -> Figure:
+W1_LABEL = "W1(output law, p) per token\n(RMS content distance)"
+
+
+def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]], w1_label: str = W1_LABEL) -> Figure:
     """The exact distortion (mean over images of the per-token TV(one-step output law, p)) against
     NFE, one line per rule and its sweep (GSD over G, rank bins, Amplify over k, LANTERN over
-    delta); AR and SJD are lossless points at 0. Error bars: +- one standard error over images."""
-    return pareto(points, [("distortion", "exact distortion:\nmean TV(output law, p) per token")])
+    delta); AR and SJD are lossless points at 0. A second panel: the similarity-aware W1 (mean
+    per-token W1 with the codes' content distance as ground cost, ``gsd_lab.transport``) where
+    the rows carry it. Error bars: +- one standard error over images."""
+    metrics = [("distortion", "exact distortion:\nmean TV(output law, p) per token")]
+    if any(r.get("w1") is not None for rows in points.values() for r in rows):
+        metrics.append(("w1", w1_label))
+    return pareto(points, metrics)
 
 
 def show(fig: Figure, dpi: int = 100) -> None:

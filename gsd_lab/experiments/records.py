@@ -2,7 +2,7 @@
 
 ``python -m gsd_lab figures`` decodes every configuration of notebook 04's tables (and more) on
 the same prompts and seeds; ``save`` writes what each image's row needs (tokens, NFE, the two
-acceptance measures, the exact distortion, wall and model time) to ``figures/records.npz``.
+acceptance measures, the exact distortion and W1, wall and model time) to ``figures/records.npz``.
 Notebook 04 then ``load``s them into its ``RunCache`` instead of decoding for minutes (pixels
 are decoded from the stored tokens, so the quality proxies are recomputed), and ``check_live``
 re-decodes the first images of a few configurations and compares them with the stored records:
@@ -33,7 +33,7 @@ import torch
 from .runs import GenerationRecord, MethodSpec, RunCache
 
 FIELDS = ("nfe", "acceptance_rate", "accepted_per_tested", "wall_seconds", "model_seconds", "distortion",
-          "accounting_seconds")
+          "accounting_seconds", "w1", "w1_sem", "substitution", "substitution_sem", "w1_seconds")
 DISTORTION_RTOL = 1e-9
 
 
@@ -121,7 +121,9 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
                                                 "this checkout")
         if differs:
             return Loaded(str(path), 0, 0, git, f"made for another {', '.join(differs)}")
-        tokens, columns = archive["tokens"], {f: archive[f] for f in FIELDS}
+        # A file written before a field existed (the W1 columns) loads it as None.
+        tokens = archive["tokens"]
+        columns = {f: archive[f] if f in archive.files else np.full(len(index["records"]), math.nan) for f in FIELDS}
     grouped: dict[str, list[GenerationRecord]] = {}
     decode = cache.model.decode
     for i, entry in enumerate(index["records"]):
@@ -132,7 +134,9 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
             acceptance_rate=values["acceptance_rate"], accepted_per_tested=values["accepted_per_tested"],
             wall_seconds=values["wall_seconds"], model_seconds=values["model_seconds"], tokens=row_tokens,
             image=decode(row_tokens) if decode is not None else None, distortion=values["distortion"],
-            accounting_seconds=values["accounting_seconds"] or 0.0))
+            accounting_seconds=values["accounting_seconds"] or 0.0, w1=values["w1"], w1_sem=values["w1_sem"],
+            substitution=values["substitution"], substitution_sem=values["substitution_sem"],
+            w1_seconds=values["w1_seconds"] or 0.0))
     for key, records in grouped.items():
         cache.preload(key, records)
     images = {len(v) for v in grouped.values()}

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .image_model import ImageModel
-from .runs import GenerationRecord, quality
+from .runs import GenerationRecord, quality_and_scores
 
 VARIANTS = ("original", "top-k", "uniform")
 
@@ -76,7 +76,9 @@ def replace_tokens(
 @dataclass
 class ReplacementResult:
     """Images per variant ("original", "top-k", "uniform"), quality per variant, and the mean
-    log-probability of the tokens under the teacher-forced p (a likelihood check)."""
+    log-probability of the tokens under the teacher-forced p (a likelihood check). ``scores``:
+    the per-image condition scores per variant (image i of every variant comes from AR image i:
+    paired), None where the model has none."""
 
     prompts: list[str]
     images: dict[str, list[np.ndarray]]
@@ -84,6 +86,7 @@ class ReplacementResult:
     mean_log_prob: dict[str, float]
     changed_share: dict[str, float]
     config: dict = field(default_factory=dict)
+    scores: dict[str, list[float] | None] = field(default_factory=dict)
 
 
 def replacement_study(
@@ -111,10 +114,12 @@ def replacement_study(
             log_probs[name].append(float(torch.log(chosen.clamp(min=1e-300)).mean()))
             changed[name].append(float((tokens != record.tokens.cpu()).to(torch.float64).mean()))
     prompts = [r.prompt for r in records]
+    scored = {name: quality_and_scores(model, images[name], prompts) for name in VARIANTS}
     return ReplacementResult(
         prompts=prompts,
         images=images,
-        quality={name: quality(model, images[name], prompts) for name in VARIANTS},
+        quality={name: scored[name][0] for name in VARIANTS},
+        scores={name: None if scored[name][1] is None else scored[name][1].tolist() for name in VARIANTS},
         mean_log_prob={name: float(np.mean(v)) for name, v in log_probs.items()},
         changed_share={name: float(np.mean(v)) for name, v in changed.items()},
         config={"fraction": fraction, "top_k": top_k, "seed": seed},

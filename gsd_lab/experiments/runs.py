@@ -10,8 +10,19 @@ the exact distortion, quality proxies.
 
 Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
 p) (``gsd_lab.distortion``; 0 for AR and SJD), then the mean over images with its standard error
-(``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed. The time
-the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).
+(``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed.
+Similarity-aware distortion (``w1``, where the model knows its codes' content): per image the
+mean over its tokens of W1(one-step output law, p) with the content distance as ground cost
+(``gsd_lab.transport``: the RMS difference per coordinate of the decoded content; on the
+stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
+to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
+estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
+``substitution`` (rank bins with the cluster-exact residual, SD): the content change under the
+rule's own coupling, the same way. The time the accounting takes is kept out of
+``wall_seconds`` (``DecodeResult.accounting_seconds``).
+
+Per-image values (``per_image`` of each row: prompt, seed, nfe, distortion, w1, condition score):
+what paired comparisons (``verdicts``, ``matched``) need, image by image.
 
 Error bars against AR (``RunCache.table``): for a per-image proxy (the condition score) the
 difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with a 95% paired
@@ -38,6 +49,7 @@ import torch
 from torch import Tensor
 
 from ..decoding import DecodeResult, generate
+from ..transport import DEFAULT_DRAWS
 from ..methods import DecodingMethod, FilterSettings, ResolvedMethod
 from ..metrics import paired_bootstrap
 from .image_model import ImageModel
@@ -95,6 +107,11 @@ class GenerationRecord:
     top1: Tensor | None = None
     distortion: float | None = None  # mean over the image's tokens of the exact TV(out, p)
     accounting_seconds: float = 0.0
+    w1: float | None = None  # mean over the image's tokens of W1(out, p) (estimated or exact)
+    w1_sem: float | None = None  # its sampling standard error (0 when exact)
+    substitution: float | None = None  # the rule's own coupling's content change, where defined
+    substitution_sem: float | None = None
+    w1_seconds: float = 0.0  # the part of accounting_seconds spent on W1
 
 
 def accepted_per_tested(result: DecodeResult) -> float | None:
@@ -116,18 +133,32 @@ def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = 
 
 def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
                  record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
-                 engine: str = "eager") -> tuple[DecodeResult, np.ndarray | None]:
+                 engine: str = "eager", record_w1: bool = False,
+                 w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images. engine: ``generate``'s execution option ("eager" or "static")."""
+    many images. engine: ``generate``'s execution option ("eager" or "static"); record_w1 /
+    w1_draws: the similarity-aware distortion (``gsd_lab.decoding.generate``)."""
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
     result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
                       uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
-                      record_distortion=record_distortion, engine=engine)
+                      record_distortion=record_distortion, engine=engine, record_w1=record_w1, w1_draws=w1_draws)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
+
+
+def record_of(label: str, prompt: str, seed: int, result: DecodeResult, image: np.ndarray | None) -> GenerationRecord:
+    """The ``GenerationRecord`` of one decoded image (per-image means of the distortions)."""
+    w1 = result.w1
+    return GenerationRecord(
+        label, prompt, seed, result.nfe, result.acceptance_rate, accepted_per_tested(result), result.wall_seconds,
+        result.model_seconds, result.tokens, image, result.top1,
+        float(result.distortion.mean()) if result.distortion is not None else None, result.accounting_seconds,
+        w1=None if w1 is None else w1.mean, w1_sem=None if w1 is None else w1.sem,
+        substitution=None if w1 is None else w1.substitution,
+        substitution_sem=None if w1 is None else w1.substitution_sem, w1_seconds=0.0 if w1 is None else w1.seconds)
 
 
 def run_method(
@@ -140,10 +171,12 @@ def run_method(
     record_top1: bool = False,
     progress: Any = None,
     record_distortion: bool = False,
+    record_w1: bool = False,
+    w1_draws: int | None = DEFAULT_DRAWS,
 ) -> list[GenerationRecord]:
     """One image per (seed + spec.seed_offset, prompt) with ``spec``; ``progress``: a tqdm bar to
     advance (or None); ``resolved``: ``spec.method`` already resolved on ``model`` (else
-    resolved here)."""
+    resolved here); record_w1 / w1_draws: the similarity-aware distortion (``generate``)."""
     if resolved is None:
         resolved = resolve_for(model, spec.method)
     elif resolved.method != spec.method.for_model(model.name):
@@ -154,11 +187,9 @@ def run_method(
         for index, prompt in enumerate(prompts):
             gseed = generator_seed(seed + spec.seed_offset, index)
             result, image = generate_one(model, resolved, prompt, gseed, record_top1=record_top1,
-                                         record_distortion=record_distortion)
-            distortion = float(result.distortion.mean()) if result.distortion is not None else None
-            records.append(GenerationRecord(spec.label, prompt, gseed, result.nfe, result.acceptance_rate,
-                                            accepted_per_tested(result), result.wall_seconds, result.model_seconds, result.tokens, image,
-                                            result.top1, distortion, result.accounting_seconds))
+                                         record_distortion=record_distortion, record_w1=record_w1,
+                                         w1_draws=w1_draws)
+            records.append(record_of(spec.label, prompt, gseed, result, image))
             if progress is not None:
                 progress.update(1)
     return records
@@ -221,6 +252,11 @@ def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) ->
             "frechet_images": min(num_images, train.shape[0])}
 
 
+def _sem(values: list[float]) -> float | None:
+    """Standard error of the mean over images (ddof 1); None for fewer than two."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
+
+
 def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list[GenerationRecord] | None = None,
               *, quality_row: dict[str, Any] | None = None) -> dict[str, Any]:
     """A table row: means over records, speed-ups against ``baseline`` (the AR records).
@@ -238,13 +274,20 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
         "wall_seconds": wall,
         "acceptance_rate": float(np.mean(rates)) if rates else None,
         "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
-        "nfe_sem": float(np.std([r.nfe for r in records], ddof=1) / np.sqrt(len(records))) if len(records) > 1 else None,
+        "nfe_sem": _sem([r.nfe for r in records]),
     }
-    distortions = [r.distortion for r in records if r.distortion is not None]
-    if distortions:
-        row["distortion"] = float(np.mean(distortions))
-        row["distortion_sem"] = (float(np.std(distortions, ddof=1) / np.sqrt(len(distortions)))
-                                 if len(distortions) > 1 else None)
+    for key in ("distortion", "w1", "substitution"):
+        values = [getattr(r, key) for r in records]
+        if any(v is None for v in values):
+            continue
+        row[key], row[f"{key}_sem"] = float(np.mean(values)), _sem(values)
+        if key != "distortion":  # the estimator's share of that error: its within-image sampling noise
+            sampling = [getattr(r, f"{key}_sem") for r in records]
+            row[f"{key}_sampling_sem"] = (None if any(v is None for v in sampling)
+                                         else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling))
+    row["per_image"] = {"prompt": [r.prompt for r in records], "seed": [r.seed for r in records],
+                        "nfe": [r.nfe for r in records], "distortion": [r.distortion for r in records],
+                        "w1": [r.w1 for r in records]}
     if baseline:
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
@@ -261,14 +304,21 @@ class RunCache:
 
     ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
     Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
-    stderr with its images done / to do and ETA, and how many configurations are done."""
+    stderr with its images done / to do and ETA, and how many configurations are done.
+    record_w1: None (default) records the similarity-aware distortion whenever TV is recorded
+    and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
+    per image (None: exact for every token; module docstring)."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings | None = None,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
-                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None) -> None:
+                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None,
+                 record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS) -> None:
         self.model, self.prompts, self.seeds = model, prompts, seeds
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        if record_w1 is None:
+            record_w1 = record_distortion and model.adapter.code_content() is not None
+        self.record_w1, self.w1_draws = record_w1, w1_draws
         self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
@@ -292,7 +342,8 @@ class RunCache:
             resolved = resolve_for(self.model, spec.method, self._resolved)
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
                                                  record_top1=self.record_top1, progress=self._progress(spec.label),
-                                                 record_distortion=self.record_distortion)
+                                                 record_distortion=self.record_distortion,
+                                                 record_w1=self.record_w1, w1_draws=self.w1_draws)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
 
     def decoded(self) -> dict[tuple, list[GenerationRecord]]:
@@ -330,8 +381,12 @@ class RunCache:
         return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
-        """Time spent on exact distortion accounting, per decoded image (all configurations)."""
+        """Time spent on distortion accounting (TV and W1), per decoded image (all configurations)."""
         return [r.accounting_seconds for records in self._records.values() for r in records]
+
+    def w1_seconds(self) -> list[float]:
+        """The W1 part of ``accounting_seconds``, per decoded image."""
+        return [r.w1_seconds for records in self._records.values() for r in records]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         spec = self._concrete(spec)
@@ -345,7 +400,8 @@ class RunCache:
         """One ``summarize`` row per spec, with speed-ups against ``baseline`` and, where the model
         has per-image condition scores, ``condition_score_diff_ar`` (mean difference to the
         baseline, image by image: same prompts and seed indices) and its 95% paired bootstrap
-        interval ``condition_score_diff_ar_low`` / ``_high`` (seeded: the same on every run)."""
+        interval ``condition_score_diff_ar_low`` / ``_high`` (seeded: the same on every run); the
+        per-image scores go to the row's ``per_image`` for paired comparisons between any two rows."""
         base = self.records(baseline)
         _, base_scores = self._scored(baseline)
         rows = []
@@ -353,6 +409,8 @@ class RunCache:
             records = self.records(spec)
             quality_row, scores = self._scored(spec)
             row = summarize(self.model, records, base, quality_row=quality_row)
+            if scores is not None:
+                row["per_image"]["condition_score"] = scores.tolist()
             if scores is not None and base_scores is not None:
                 if [r.prompt for r in records] != [r.prompt for r in base]:
                     raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")

@@ -43,6 +43,7 @@ from ..evaluate import DistributedContext, Run, check_run, finished_row, load_re
     start_run, write_result
 from ..figure_io import save_image_atomic
 from ..progress import ProgressLog, duration
+from ..transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
 from ..methods import DecodingMethod, ResolvedMethod
 from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, decoding_identity,
@@ -87,9 +88,9 @@ class StreamedRunCache(RunCache):
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
                  out_dir: str | Path, *, weights: dict[str, str], context: DistributedContext | None = None,
                  save_images: bool = False, record_distortion: bool = True, progress: bool = True,
-                 bootstrap_resamples: int = 2000) -> None:
+                 bootstrap_resamples: int = 2000, w1_draws: int | None = DEFAULT_DRAWS) -> None:
         super().__init__(model, prompts, seeds, filters, record_top1=False, record_distortion=record_distortion,
-                         bootstrap_resamples=bootstrap_resamples)
+                         bootstrap_resamples=bootstrap_resamples, w1_draws=w1_draws)
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
@@ -112,6 +113,7 @@ class StreamedRunCache(RunCache):
         return {"command": "figures --paper", "model": self.model.name, "weights": self.weights,
                 "decoding": decoding, "seed": seed, "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
                 "records": {"top1": self._records_top1(config), "distortion": self.record_distortion,
+                            "w1_draws": self.w1_draws if self.record_w1 else "none",
                             "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
                             "quality_config": self.model.quality_config}}
 
@@ -213,12 +215,17 @@ class StreamedRunCache(RunCache):
         gseed = generator_seed(seed + spec.seed_offset, index)
         with self._guidance(config):
             result, image = generate_one(self.model, resolved, prompt, gseed, record_top1=self._records_top1(config),
-                                         record_distortion=self.record_distortion)
+                                         record_distortion=self.record_distortion, record_w1=self.record_w1,
+                                         w1_draws=self.w1_draws)
         row: dict[str, Any] = {
             "label": spec.label, "generator_seed": gseed, "nfe": result.nfe, "acceptance_rate": result.acceptance_rate,
             "accepted_per_tested": accepted_per_tested(result), "wall_seconds": result.wall_seconds,
             "model_seconds": result.model_seconds, "accounting_seconds": result.accounting_seconds,
             "distortion": None if result.distortion is None else float(result.distortion.mean()),
+            **({} if result.w1 is None else {"w1": result.w1.mean, "w1_sem": result.w1.sem,
+                                              "w1_seconds": result.w1.seconds,
+                                              "substitution": result.w1.substitution,
+                                              "substitution_sem": result.w1.substitution_sem}),
             "tokens": result.tokens.tolist(), "device": str(self.model.adapter.device),
         }
         if result.top1 is not None:
@@ -257,7 +264,9 @@ class StreamedRunCache(RunCache):
             row["accepted_per_tested"], row["wall_seconds"], row["model_seconds"],
             torch.tensor(row["tokens"]) if full else None, None,
             torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
-            row["distortion"], row["accounting_seconds"])
+            row["distortion"], row["accounting_seconds"], w1=row.get("w1"), w1_sem=row.get("w1_sem"),
+            substitution=row.get("substitution"), substitution_sem=row.get("substitution_sem"),
+            w1_seconds=row.get("w1_seconds", 0.0))
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """Scalar records of ``spec`` (no tokens, images or top-1 vectors), labelled as ``spec``."""
@@ -283,6 +292,9 @@ class StreamedRunCache(RunCache):
 
     def accounting_seconds(self) -> list[float]:
         return [row["accounting_seconds"] for config in self.configurations for row in self._rows(config)]
+
+    def w1_seconds(self) -> list[float]:
+        return [row.get("w1_seconds", 0.0) for config in self.configurations for row in self._rows(config)]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet

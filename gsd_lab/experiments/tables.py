@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..methods import DecodingMethod
 from .runs import MethodSpec, RunCache
+from .verdicts import paired_values
 
 AR = MethodSpec("AR", DecodingMethod("ar"))
 SJD = MethodSpec("SJD", DecodingMethod("sjd"))
@@ -154,6 +153,5 @@ def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, k
     a, b = cache.records(spec), cache.records(baseline)
     if [(r.prompt, r.seed - spec.seed_offset) for r in a] != [(r.prompt, r.seed - baseline.seed_offset) for r in b]:
         raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
-    diff = np.array([getattr(x, key) - getattr(y, key) for x, y in zip(a, b)], dtype=np.float64)
-    se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
-    return float(diff.mean()), se
+    diff = paired_values([getattr(x, key) for x in a], [getattr(y, key) for y in b])
+    return diff.difference, float("nan") if diff.se is None else diff.se

@@ -71,7 +71,9 @@ torch.float64 casts it in place and removes the float32 steps of Llama-family mo
 instruction set (``ATEN_CPU_CAPABILITY``) or the thread count. The CPU models of the
 experiments (the stand-in, tiny models) use it.
 
-``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``vocab_size`` V;
+``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``code_content()``
+[K, D] or None: what each allowed code decodes to (the similarity-aware distortion's ground
+space, ``gsd_lab.transport``); ``vocab_size`` V;
 ``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
 (a ``generate`` generator must live there).
 
@@ -325,6 +327,14 @@ class CausalLMAdapter:
     def embeddings(self) -> Tensor:
         """Input-embedding rows [V_in, D] (detached), for GSD's embedding-distance filter."""
         return self.model.get_input_embeddings().weight.detach()
+
+    def code_content(self) -> Tensor | None:
+        """The decoded content of each image code, float [K, D]: row i is the content of token
+        ``allowed_tokens[i]`` (K = ``allowed_tokens.numel()``), the ground space of the
+        similarity-aware distortion (``gsd_lab.transport``: distances between rows). None here:
+        a plain adapter does not know what its codes decode to; the stand-in (codebook patches in
+        pixel space), Lumina-mGPT (VQGAN codebook vectors) and the tiny random model override it."""
+        return None
 
     @property
     def seq_len(self) -> int:

@@ -602,6 +602,15 @@ class LuminaMGPTAdapter(CausalLMAdapter):
             self._embeddings = self.model.get_input_embeddings().weight.detach().float()
         return self._embeddings
 
+    def code_content(self) -> Tensor | None:
+        """Each image code's VQGAN codebook vector (``quantize.embedding``), float [K, embed_dim],
+        row i for token ``allowed_tokens[i]`` (its VQ index ``vq_index_of_token``): what the decoder
+        turns into pixels. None without a loaded VQGAN."""
+        if self.vqgan is None:
+            return None
+        codebook = self.vqgan.quantize.embedding.weight.detach()
+        return codebook[self.vq_index_of_token[self.allowed_tokens].to(codebook.device)]
+
     # ---- prompts ----
 
     def prompt_text(self, prompt: str) -> str:

@@ -65,6 +65,12 @@ class StandinAdapter(CausalLMAdapter):
         """The tokenizer's code patches, [K, 3 * 8 * 8] pixel values (row i = code i)."""
         return self.tokenizer.codebook
 
+    def code_content(self) -> Tensor:
+        """Each code's decoded patch, [K, 3 * P * P] pixel values in [-1, 1] (row i = code i =
+        ``allowed_tokens[i]``): the tokenizer's codebook clamped to [-1, 1], exactly the patch its
+        decoder tiles into the image."""
+        return self.tokenizer.codebook.clamp(-1, 1)
+
     def class_index(self, name_or_index: int | str) -> int:
         if isinstance(name_or_index, str):
             if name_or_index not in self.class_names:

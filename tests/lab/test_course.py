@@ -241,11 +241,9 @@ def test_rank_bins_against_random_partitions():
 
 # ---- paper ---------------------------------------------------------------------------------------
 
-def test_ratio_verdict():
-    assert paper.ratio_verdict(2.2, 2.31) == "yes"
-    assert paper.ratio_verdict(1.3, 2.31) == "direction only"
-    assert paper.ratio_verdict(0.9, 2.31) == "no"
-    assert paper.ratio_verdict(float("nan"), 2.31) == "not run"
+def test_within_ratio():
+    assert paper.within_ratio(2.2, 2.31) and not paper.within_ratio(1.3, 2.31)
+    assert not paper.within_ratio(float("nan"), 2.31)
 
 
 def test_top1_comparison():
@@ -255,62 +253,100 @@ def test_top1_comparison():
     assert paper.top1_comparison(0.7, 0.1, "m")[0]["reproduces"] == "not run"
 
 
-def test_replacement_comparison():
+def test_replacement_comparison_is_paired_and_never_calls_no_change_a_reproduction():
     quality = {"original": {"condition_score": 50.0, "condition_score_sem": 2.0},
                "top-k": {"condition_score": 49.0, "condition_score_sem": 2.0},
                "uniform": {"condition_score": 20.0, "condition_score_sem": 2.0}}
     rows = paper.replacement_comparison(quality)
-    assert rows[0]["reproduces"] == "yes" and rows[1]["why not / note"] == "as expected"
-    quality["top-k"]["condition_score"] = 30.0  # a drop of 20, SE 2.8
-    drop = paper.replacement_comparison(quality)[0]
-    assert drop["reproduces"] == "no" and drop["why not / note"].startswith("a drop")
-    quality["top-k"]["condition_score"] = 70.0  # a rise of 20: a change, but not a drop
-    rise = paper.replacement_comparison(quality)[0]
-    assert rise["reproduces"] == "no" and rise["here"].startswith("+20.00")
-    assert rise["why not / note"].startswith("a rise") and "drop" not in rise["why not / note"]
+    assert rows[0]["reproduces"] == "noise" and "unpaired" in rows[0]["here"]
+    assert rows[1]["why not / note"] == "as expected"
+    # Paired: the same images before and after; a -1 shift on every image with little spread is decisive.
+    scores = {"original": [50.0, 60.0, 40.0, 55.0], "top-k": [49.0, 59.1, 38.9, 54.0], "uniform": None}
+    drop = paper.replacement_comparison(quality, scores)[0]
+    assert drop["reproduces"] == "no" and drop["why not / note"].startswith("a drop") and "paired" in drop["here"]
+    rise = paper.replacement_comparison(quality, {**scores, "top-k": [70.0, 80.0, 60.5, 75.0]})[0]
+    assert rise["reproduces"] == "no" and rise["why not / note"].startswith("a rise")
+    noisy = paper.replacement_comparison(quality, {**scores, "top-k": [55.0, 55.0, 45.0, 50.0]})[0]
+    assert noisy["reproduces"] == "noise"
     assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["reproduces"] == "not run"
 
 
-def test_speed_quality_comparison_from_rows():
-    def row(method, nfe, score, sem=0.5):
-        return {"method": method, "nfe": nfe, "speedup_nfe": 256 / nfe, "condition_score": score,
-                "condition_score_sem": sem}
+def _table_row(method, nfe, score, distortion=0.0):
+    """A table row with per-image values over four images (two prompts x two seeds)."""
+    return {"method": method, "nfe": sum(nfe) / len(nfe), "speedup_nfe": 256 / (sum(nfe) / len(nfe)),
+            "condition_score": sum(score) / len(score), "distortion": sum(distortion) / 4 if distortion else 0.0,
+            "per_image": {"prompt": ["a", "b", "a", "b"], "seed": [0, 1, 2, 3], "nfe": nfe,
+                          "condition_score": score, "distortion": distortion or [0.0] * 4,
+                          "w1": None}}
 
-    table1 = [row("AR", 256, 50.0), row("SJD", 110, 50.0), row("GSD (G=50)", 68, 49.5), row("Amplify (k=3)", 60, 40.0)]
-    table2 = [row("SJD", 110, 50.0), row("(A) static", 100, 50.0), row("(B) dynamic q", 75, 45.0),
-              row("(C) dynamic p", 68, 49.0), row("(D) paper", 68, 49.5)]
-    rows = {r["claim"]: r for r in paper.speed_quality_comparison(table1, table2)}
+
+def test_speed_quality_comparison_from_paired_rows():
+    ar = _table_row("AR", [256] * 4, [50.0, 52.0, 48.0, 51.0])
+    sjd = _table_row("SJD", [112, 108, 111, 109], [50.0, 52.0, 48.0, 51.0])
+    gsd = _table_row("GSD (G=50)", [69, 67, 70, 66], [49.5, 51.5, 47.6, 50.4])
+    amp = _table_row("Amplify (k=3)", [61, 59, 60, 60], [40.0, 41.0, 39.0, 40.5])
+    table2 = [sjd, _table_row("(A) static", [100, 99, 101, 100], [50.0] * 4, [0.10, 0.11, 0.12, 0.10]),
+              _table_row("(B) dynamic q", [75, 76, 74, 75], [45.0] * 4, [0.30, 0.32, 0.31, 0.29]),
+              _table_row("(C) dynamic p", [68, 69, 67, 68], [49.0] * 4, [0.20, 0.21, 0.22, 0.19]),
+              _table_row("(D) paper", [68, 67, 69, 68], [49.5] * 4, [0.18, 0.20, 0.19, 0.21])]
+    rows = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}
     assert rows["SJD: NFE speed-up over AR"]["reproduces"] == "yes"  # 2.33x against 2.31x
     assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "yes"  # 3.76x
-    assert rows["GSD (G=50) needs fewer forwards than SJD"]["reproduces"] == "yes"
+    assert "GSD (G=50) needs fewer forwards than SJD" not in rows  # the same pair as Table 2 (D)'s row
     assert rows["quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)"]["reproduces"] == "yes"
-    assert rows["Table 2: sorting by q (B) loses the most quality of (B)-(D)"]["reproduces"] == "yes"
-    assert rows["Table 2 (A): NFE / SJD's NFE"]["here"] == f"{100 / 110:.2f}"
+    ordering = rows["Table 2: sorting by q (B) distorts the most of (B)-(D), exact TV"]
+    assert ordering["reproduces"] == "yes" and "paired SE" in ordering["here"]
+    assert rows["Table 2 (A): NFE / SJD's NFE"]["here"].startswith(f"{100 / 110:.2f}")
+    # One image's difference of the other sign on the ordering: within the noise, not "yes".
+    table2[2]["per_image"]["distortion"] = [0.30, 0.32, 0.31, 0.05]
+    ordering = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}[
+        "Table 2: sorting by q (B) distorts the most of (B)-(D), exact TV"]
+    assert ordering["reproduces"] == "noise"
     # A missing row is reported, not invented.
-    rows = {r["claim"]: r for r in paper.speed_quality_comparison(table1[:2], [])}
+    rows = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd], [])}
     assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "not run"
     assert rows["Table 2 (D): NFE / SJD's NFE"]["reproduces"] == "not run"
 
 
-def test_frontier_comparison_from_rows():
-    def row(method, nfe):
-        return {"method": method, "nfe": nfe, "speedup_nfe": 256 / nfe}
-
-    table1 = [row("AR", 256), row("SJD", 109), row("MC-SJD (maximal)", 61), row("MC-SJD (Gumbel)", 90),
-              row("GSD (G=50)", 75), row("MC-GSD (G=50, maximal)", 58)]
+def test_frontier_comparison_from_paired_rows():
+    ar = _table_row("AR", [256] * 4, [50.0] * 4)
+    table1 = [ar, _table_row("SJD", [112, 108, 111, 109], [50.0] * 4),
+              _table_row("MC-SJD (maximal)", [61, 60, 62, 61], [50.0] * 4),
+              _table_row("MC-SJD (Gumbel)", [90, 91, 89, 90], [50.0] * 4),
+              _table_row("GSD (G=50)", [75, 76, 74, 75], [49.0] * 4),
+              _table_row("MC-GSD (G=50, maximal)", [58, 57, 59, 58], [49.0] * 4)]
     rows = {r["claim"]: r for r in paper.frontier_comparison(table1)}
     assert rows["MC-SJD (maximal): NFE speed-up over AR (SCD)"]["reproduces"] == "yes"  # 4.20x against 4.21x
     assert rows["MC-SJD (Gumbel): NFE speed-up over AR (SCD)"]["reproduces"] == "direction only"
-    order = rows["the lossless coupled SJD needs no more forwards than lossy GSD"]
-    assert order["reproduces"] == "yes" and order["here"] == "MC-SJD (maximal) 61.0 vs GSD (G=50) 75.0"
-    assert rows["(not in the papers) coupled drafts speed up GSD (G=50) too"]["here"] == "58.0 vs 75.0 NFE"
+    order = rows["the lossless coupled SJD needs fewer forwards than lossy GSD"]
+    assert order["reproduces"] == "yes" and order["here"].startswith("MC-SJD (maximal) - GSD (G=50): -14")
+    assert rows["(not in the papers) coupled drafts speed up GSD (G=50) too"]["reproduces"] == "yes"
     assert rows["SJD-PAC: step compression over AR"]["reproduces"] == "not run"
-    # A run without the rows says so; a slower coupled SJD is a "no".
+    # A run without the rows says so; a slower coupled SJD is a "no"; a tie within the noise is "noise".
     missing = {r["claim"]: r for r in paper.frontier_comparison(table1[:2])}
-    assert missing["the lossless coupled SJD needs no more forwards than lossy GSD"]["reproduces"] == "not run"
-    slower = {r["claim"]: r for r in paper.frontier_comparison([row("MC-SJD (maximal)", 80), row("GSD (G=50)", 75)])}
-    assert slower["the lossless coupled SJD needs no more forwards than lossy GSD"]["reproduces"] == "no"
+    assert missing["the lossless coupled SJD needs fewer forwards than lossy GSD"]["reproduces"] == "not run"
+    gsd = table1[4]
+    slower = paper.frontier_comparison([ar, _table_row("MC-SJD (maximal)", [80, 81, 79, 80], [50.0] * 4), gsd])
+    assert {r["claim"]: r for r in slower}["the lossless coupled SJD needs fewer forwards than lossy GSD"][
+        "reproduces"] == "no"
+    tie = paper.frontier_comparison([ar, _table_row("MC-SJD (maximal)", [76, 74, 75, 76], [50.0] * 4), gsd])
+    assert {r["claim"]: r for r in tie}["the lossless coupled SJD needs fewer forwards than lossy GSD"][
+        "reproduces"] == "noise"
     assert paper.SCD_AR_NFE.value / paper.SCD_NFE.value == pytest.approx(4.21, abs=5e-3)  # paper.md 4.4
+
+
+def test_nfe_below_sjd_is_a_measured_inequality():
+    sjd = _table_row("SJD", [112, 108, 111, 109], [0.0] * 4)
+    clear = _table_row("GSD (G=50)", [69, 67, 70, 66], [0.0] * 4)
+    close = _table_row("GSD (G=3)", [110, 109, 112, 108], [0.0] * 4)  # -0.25 NFE, paired SE 0.75
+    worse = _table_row("GSD (G=10)", [115, 111, 114, 112], [0.0] * 4)
+    rows = {r["claim"]: r for r in paper.nfe_below_sjd([sjd, clear, close, worse])}
+    assert rows["GSD (G=50) needs fewer NFE than SJD"]["reproduces"] == "yes"
+    assert rows["GSD (G=50) needs fewer NFE than SJD"]["paper"] == "637 < 1035"
+    assert rows["GSD (G=3) needs fewer NFE than SJD"]["reproduces"] == "noise"
+    assert rows["GSD (G=10) needs fewer NFE than SJD"]["reproduces"] == "no"
+    assert "paired SE" in rows["GSD (G=3) needs fewer NFE than SJD"]["here"]
+    assert paper.nfe_below_sjd([clear])[0]["reproduces"] == "not run"
 
 
 def test_paper_numbers_match_the_reference_ratios():

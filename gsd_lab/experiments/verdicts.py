@@ -1,0 +1,118 @@
+"""One rule for every "reproduces / does not / noise" verdict, and the paired differences it judges.
+
+A claim here is a signed difference between two measurements over the same images (the same
+prompts and generator seeds): GSD's NFE minus SJD's, a method's quality minus AR's, GSD's
+distortion minus Amplify's at matched NFE. Its standard error is the *paired* one: the
+spread of the per-image differences d_i = a_i - b_i, SE = sd(d) / sqrt(n) (ddof 1), or a
+bootstrap standard deviation where the statistic is not a plain mean (an interpolated curve,
+``matched``). Pairing removes the prompt-to-prompt variation both sides share.
+
+``verdict(difference, se, expected_sign, size_ok)``, used everywhere (``paper``, ``matched``):
+
+- "not run": the difference is missing (NaN: a row was not in this run);
+- "noise": no standard error (fewer than two images), or |difference| <= ``NOISE_Z`` x SE
+  (about a 95% two-sided test): the data cannot tell the claim from its opposite;
+- "no": the difference is beyond the noise with the opposite sign to the claim;
+- "direction only": beyond the noise with the claim's sign, but the size test (``size_ok``,
+  e.g. a speed-up within 20% of the paper's) fails;
+- "yes": beyond the noise, with the claim's sign (and size, when one is tested).
+
+So a verdict is never "yes" or "no" on a difference the run cannot resolve, and a difference
+of exactly 0 with SE 0 is "noise" (the two sides are equal: neither is smaller).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+NOISE_Z = 2.0  # a difference within two (paired) standard errors either way is noise
+VERDICTS = ("yes", "direction only", "no", "noise", "not run")
+
+
+def verdict(difference: float, se: float | None, expected_sign: int, size_ok: bool | None = None) -> str:
+    """The module's rule: "not run", "noise", "no", "direction only" or "yes".
+
+    difference: the measured signed difference (NaN: not run); se: its standard error (None or
+    NaN: unknown, which counts as noise); expected_sign: +1 or -1, the sign the claim predicts;
+    size_ok: None (a sign-only claim) or whether the size matches the claim's."""
+    if expected_sign not in (1, -1):
+        raise ValueError(f"expected_sign must be +1 or -1, got {expected_sign!r}")
+    if se is not None and (not isinstance(se, (int, float)) or se < 0):
+        raise ValueError(f"se must be a number >= 0 or None, got {se!r}")
+    if difference is None or not math.isfinite(difference):
+        return "not run"
+    if se is None or not math.isfinite(se) or abs(difference) <= NOISE_Z * se:
+        return "noise"
+    if (difference > 0) != (expected_sign > 0):
+        return "no"
+    if size_ok is False:
+        return "direction only"
+    return "yes"
+
+
+def combined(verdicts: list[str]) -> str:
+    """One verdict for a claim made of several differences (e.g. "(B) exceeds both (C) and (D)"):
+    "not run" if any part was not run, "no" if any part is "no", "yes" only if every part is
+    "yes", "noise" otherwise."""
+    if not verdicts or "not run" in verdicts:
+        return "not run"
+    if "no" in verdicts:
+        return "no"
+    if all(v == "yes" for v in verdicts):
+        return "yes"
+    return "direction only" if all(v in ("yes", "direction only") for v in verdicts) else "noise"
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """mean(a_i - b_i) over n paired images, its paired standard error (None for n < 2)."""
+
+    difference: float
+    se: float | None
+    n: int
+
+    def text(self, digits: int = 3) -> str:
+        """"+0.123 (paired SE 0.045, n = 10)"; "-" when not run."""
+        if not math.isfinite(self.difference):
+            return "-"
+        se = "no SE" if self.se is None else f"paired SE {self.se:.{digits}g}"
+        return f"{self.difference:+.{digits}g} ({se}, n = {self.n})"
+
+
+NOT_RUN = PairedDifference(math.nan, None, 0)
+
+
+def paired_values(a: list[float], b: list[float]) -> PairedDifference:
+    """Paired difference of per-image values a, b [n] (item i of both from one image's prompt and seed)."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape or x.size == 0:
+        raise ValueError(f"a and b must be paired non-empty 1-D values, got shapes {x.shape} and {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("a and b must be finite (a missing per-image value cannot be paired)")
+    d = x - y
+    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else None
+    return PairedDifference(float(d.mean()), se, int(d.size))
+
+
+def per_image(row: dict[str, Any] | None, key: str) -> list[float] | None:
+    """A table row's per-image values of ``key`` (``runs.summarize``'s ``per_image``), or None."""
+    if row is None:
+        return None
+    values = (row.get("per_image") or {}).get(key)
+    return None if values is None or any(v is None for v in values) else list(values)
+
+
+def paired_difference(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> PairedDifference:
+    """Row a minus row b on ``key``, image by image. NOT_RUN when a row or its per-image values
+    are missing; ValueError when the rows were not decoded on the same prompts and seeds."""
+    x, y = per_image(a, key), per_image(b, key)
+    if x is None or y is None:
+        return NOT_RUN
+    for field in ("prompt", "seed"):
+        if a["per_image"].get(field) != b["per_image"].get(field):
+            raise ValueError(f"{a['method']} and {b['method']} are not paired: their images have other {field}s")
+    return paired_values(x, y)

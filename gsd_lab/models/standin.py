@@ -1,10 +1,10 @@
 """The embedded stand-in model: a small class-conditional LlamaForCausalLM over patch-VQ image
-tokens (8192 codes, one per 8x8 pixels), trained here on crops of images shipped in
-scikit-image / scikit-learn (gsd_lab.standin).
+tokens (8192 codes, one per 16x16 pixels, Lumina-mGPT's granularity), trained here on crops of
+images shipped in scikit-image / scikit-learn / matplotlib (gsd_lab.standin).
 
 ``load_standin()`` returns a ``StandinAdapter``: a ``CausalLMAdapter`` whose allowed tokens are
 the image codes 0..K-1, with classifier-free guidance against the null-class prompt, and the
-tokenizer's decoder to turn 256 generated codes into a 128x128 RGB image.
+tokenizer's decoder to turn 256 generated codes into a 256x256 RGB image.
 
 Defaults are Lumina-mGPT's reference sampling: cfg_scale 3.0, top_k 2000 (of 8192 image
 codes), temperature 1.0. On CPU the model runs in float64 (``compute_dtype``): last-bit
@@ -62,7 +62,7 @@ class StandinAdapter(CausalLMAdapter):
 
     @property
     def code_vectors(self) -> Tensor:
-        """The tokenizer's code patches, [K, 3 * 8 * 8] pixel values (row i = code i)."""
+        """The tokenizer's code patches, [K, 3 * 16 * 16] pixel values in [-1, 1] (row i = code i)."""
         return self.tokenizer.codebook
 
     def code_content(self) -> Tensor:
@@ -86,7 +86,7 @@ class StandinAdapter(CausalLMAdapter):
         return torch.tensor([self.layout.null_class_id], device=self.device)
 
     def decode_images(self, tokens: Tensor, as_uint8: bool = True) -> Tensor:
-        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 128, 128, 3] (or float [N, 3, 128, 128]
+        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 256, 256, 3] (or float [N, 3, 256, 256]
         in [-1, 1] when ``as_uint8`` is False)."""
         tokens = torch.as_tensor(tokens, device=self.device).long()
         if tokens.dim() == 1:

@@ -1,7 +1,7 @@
 """The embedded stand-in image model, trained here on crops of images shipped in PyPI packages.
 
-Modules: ``data`` (sources, held-out corners, multi-scale crops, manifest), ``tokenizer``
-(k-means patch VQ: 8192 codes, one per 8x8 pixels, 16x16 tokens per 128x128 image),
+Modules: ``data`` (sources, held-out grid cells, multi-scale crops, manifest), ``tokenizer``
+(k-means patch VQ: 8192 codes, one per 16x16 pixels, 16x16 tokens per 256x256 image),
 ``train_tokenizer`` (Lloyd's k-means), ``ar`` (LlamaForCausalLM over [class] + 256 codes, token
 layout, teacher-forced statistics), ``classifier`` (crop classifier for gsd_lab.metrics),
 ``sampling`` (batched reference sampler), ``loading`` / ``weights_io`` (safetensors only),

@@ -76,66 +76,140 @@ def build_model(config):
     return LlamaForCausalLM(config)
 
 
-class TokenMapDataset:
-    """Token maps of every class's views: ``data.SCALES`` x (mirrored or not) x pixel shifts
-    ``shifts`` x ``shifts`` (so windows start at sub-token offsets too), each encoded whole.
+@dataclass(frozen=True)
+class TokenMap:
+    """One encoded view: codes [h, w] (int16) and, per token, whether its patch touches a
+    held-out pixel (``touches``) or lies wholly inside held-out pixels (``inside``)."""
 
-    A sample is a ``grid`` x ``grid`` window of one map that lies wholly in ``split``: for
-    "train", no token touches a held-out pixel; for "heldout", every token lies inside a
-    held-out corner (``gsd_lab.standin.data``).
+    codes: torch.Tensor
+    touches: torch.Tensor
+    inside: torch.Tensor
+
+
+CLASS_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0), (8, 8))
+EXTRA_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0),)
+
+
+def encode_maps(tokenizer: PatchVQTokenizer, which: str = "classes",
+                shifts: tuple[tuple[int, int], ...] | None = None) -> list[list[TokenMap]]:
+    """Token maps of every source of ``data.load_sources(which)``: ``data.SCALES`` x (mirrored or
+    not) x pixel shifts (dy, dx) in ``shifts`` (so token grids start at sub-token offsets too;
+    default ``CLASS_SHIFTS`` for the classes, ``EXTRA_SHIFTS`` for the extras), each view
+    encoded whole; one list per source."""
+    if shifts is None:
+        shifts = CLASS_SHIFTS if which == "classes" else EXTRA_SHIFTS
+    p = tokenizer.patch
+    out = []
+    for source in data.load_sources(which):
+        maps = []
+        for scale in data.SCALES:
+            for flip in (False, True):
+                view = data.make_view(source, scale, flip)
+                for dy, dx in shifts:
+                    h = (view.pixels.shape[1] - dy) // p * p
+                    w = (view.pixels.shape[2] - dx) // p * p
+                    if h < p or w < p:
+                        continue
+                    touches = view.touches[dy: dy + h, dx: dx + w].float()[None, None]
+                    inside = view.inside[dy: dy + h, dx: dx + w].float()[None, None]
+                    codes = tokenizer.encode(view.pixels[None, :, dy: dy + h, dx: dx + w])[0]
+                    maps.append(TokenMap(codes.to(torch.int16), F.max_pool2d(touches, p)[0, 0] > 0,
+                                         -F.max_pool2d(-inside, p)[0, 0] > 0))
+        out.append(maps)
+    return out
+
+
+class TokenMapDataset:
+    """``grid`` x ``grid`` token windows of encoded maps (``encode_maps``), one group per source.
+
+    "train": windows none of whose tokens touches a held-out pixel (every token is scored).
+    "heldout": windows with at least ``min_scored`` tokens wholly inside held-out pixels; only
+    those tokens are scored (``sample``'s mask): a 256-pixel window is larger than a held-out
+    cell, so the context of a held-out token may hold training pixels, but no training window
+    ever held a held-out pixel (``gsd_lab.standin.data``).
+    Pass ``tokenizer`` (maps encoded here) or ``maps`` (already encoded, shared by both splits).
+    ``like``: a dataset over the same maps whose mix of maps (scale, mirror, shift) the sampler
+    follows: a map is drawn with probability proportional to its window count in ``like``
+    (among the maps that have windows here), then a window uniformly in it. Held-out windows
+    then come from the views the model trains on in the same proportions (without it, views
+    with no training window, e.g. the smallest scales of some images, would count too).
     """
 
-    def __init__(self, tokenizer: PatchVQTokenizer, grid: int = 16, split: str = "train",
-                 shifts: tuple[int, ...] = (0, 4)):
+    def __init__(self, tokenizer: PatchVQTokenizer | None = None, grid: int = 16, split: str = "train",
+                 shifts: tuple[tuple[int, int], ...] | None = None, *, maps: list[list[TokenMap]] | None = None,
+                 min_scored: int = 32, like: "TokenMapDataset | None" = None):
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+        if maps is None:
+            if tokenizer is None:
+                raise ValueError("TokenMapDataset needs a tokenizer or encoded maps")
+            maps = encode_maps(tokenizer, "classes", shifts)
         self.grid = grid
-        p = tokenizer.patch
-        self.maps: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-        for source in data.load_sources("classes"):
-            entries = []
-            for scale in data.SCALES:
-                for flip in (False, True):
-                    view = data.make_view(source, scale, flip)
-                    for dy in shifts:
-                        for dx in shifts:
-                            h = (view.pixels.shape[1] - dy) // p * p
-                            w = (view.pixels.shape[2] - dx) // p * p
-                            if h < grid * p or w < grid * p:
-                                continue
-                            flags = view.touches if split == "train" else view.inside
-                            flags = flags[dy: dy + h, dx: dx + w].float()[None, None]
-                            if split == "train":
-                                bad = F.max_pool2d(flags, p)[0, 0] > 0
-                                ok = data.window_counts(bad, grid) == 0
-                            else:
-                                good = -F.max_pool2d(-flags, p)[0, 0] > 0
-                                ok = data.window_counts(good, grid) == grid * grid
-                            corners = ok.nonzero()
-                            if corners.shape[0] == 0:
-                                continue
-                            codes = tokenizer.encode(view.pixels[None, :, dy: dy + h, dx: dx + w])[0]
-                            entries.append((codes.to(torch.int16), corners))
+        self.split = split
+        self.groups: list[list[tuple[TokenMap, torch.Tensor]]] = []
+        self.counts: list[torch.Tensor] = []  # per group: cumulative window counts of its maps
+        self.map_counts: list[dict[int, int]] = []  # per group: map index -> window count
+        self.weights: list[torch.Tensor] | None = [] if like is not None else None
+        for index, group in enumerate(maps):
+            entries, counts = [], {}
+            for number, m in enumerate(group):
+                if m.codes.shape[0] < grid or m.codes.shape[1] < grid:
+                    continue
+                if split == "train":
+                    ok = data.window_counts(m.touches, grid) == 0
+                else:
+                    ok = data.window_counts(m.inside, grid) >= min_scored
+                corners = ok.nonzero()
+                if corners.shape[0]:
+                    entries.append((m, corners))
+                    counts[number] = int(corners.shape[0])
+            if like is not None:
+                weights = torch.tensor([float(like.map_counts[index].get(n, 0)) for n in counts])
+                keep = weights > 0
+                entries = [e for e, k in zip(entries, keep.tolist()) if k]
+                counts = {n: c for (n, c), k in zip(counts.items(), keep.tolist()) if k}
+                self.weights.append(weights[keep])
             if not entries:
-                raise ValueError(f"{source.name}: no {grid}x{grid} {split} window")
-            self.maps.append(entries)
-        self.num_classes = len(self.maps)
+                raise ValueError(f"source {index}: no {grid}x{grid} {split} window")
+            self.groups.append(entries)
+            self.map_counts.append(counts)
+            self.counts.append(torch.tensor([c.shape[0] for _, c in entries]).cumsum(0))
+        self.num_classes = len(self.groups)
 
     @property
     def num_windows(self) -> int:
-        return sum(int(c.shape[0]) for entries in self.maps for _, c in entries)
+        return sum(int(c[-1]) for c in self.counts)
+
+    def sample_with_mask(self, batch: int, generator: torch.Generator
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens [batch, grid*grid] int64, group indices [batch], scored [batch, grid*grid]
+        bool); groups uniform, then a window uniform among all the group's windows (or a map
+        by the ``like`` weights, then a window uniform in it)."""
+        groups = torch.randint(0, self.num_classes, (batch,), generator=generator)
+        out = torch.empty(batch, self.grid * self.grid, dtype=torch.int64)
+        scored = torch.ones(batch, self.grid * self.grid, dtype=torch.bool)
+        g = self.grid
+        for i, c in enumerate(groups.tolist()):
+            if self.weights is not None:
+                j = int(torch.multinomial(self.weights[c], 1, generator=generator))
+                m, corners = self.groups[c][j]
+                top, left = corners[int(torch.randint(0, corners.shape[0], (1,), generator=generator))].tolist()
+            else:
+                counts = self.counts[c]
+                pick = int(torch.randint(0, int(counts[-1]), (1,), generator=generator))
+                j = int(torch.searchsorted(counts, torch.tensor(pick), right=True))
+                m, corners = self.groups[c][j]
+                top, left = corners[pick - (int(counts[j - 1]) if j else 0)].tolist()
+            out[i] = m.codes[top: top + g, left: left + g].reshape(-1).long()
+            if self.split == "heldout":
+                scored[i] = m.inside[top: top + g, left: left + g].reshape(-1)
+        return out, groups, scored
 
     def sample(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens [batch, grid*grid] int64, class indices [batch]); classes uniform, then a map
-        uniform among the class's maps, then a window uniform among the map's windows."""
-        classes = torch.randint(0, self.num_classes, (batch,), generator=generator)
-        out = torch.empty(batch, self.grid * self.grid, dtype=torch.int64)
-        for i, c in enumerate(classes.tolist()):
-            entries = self.maps[c]
-            codes, corners = entries[int(torch.randint(0, len(entries), (1,), generator=generator))]
-            top, left = corners[int(torch.randint(0, corners.shape[0], (1,), generator=generator))].tolist()
-            out[i] = codes[top: top + self.grid, left: left + self.grid].reshape(-1).long()
-        return out, classes
+        """(tokens [batch, grid*grid] int64, group (class) indices [batch]); see
+        ``sample_with_mask``."""
+        tokens, groups, _ = self.sample_with_mask(batch, generator)
+        return tokens, groups
 
 
 def make_batch(tokens: torch.Tensor, classes: torch.Tensor, layout: TokenLayout,
@@ -153,16 +227,20 @@ def image_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def teacher_forced_statistics(model, ids: torch.Tensor, layout: TokenLayout) -> dict:
+def teacher_forced_statistics(model, ids: torch.Tensor, layout: TokenLayout,
+                              scored: torch.Tensor | None = None) -> dict:
     """On real windows ids [B, 1 + N]: NLL of the image tokens under the conditional model
     restricted to image codes (nats), and the top-1 probability of every position's
-    distribution: its median and the share below 0.05."""
+    distribution: its median and the share below 0.05; over the positions ``scored`` [B, N]
+    (default: all)."""
     logits = model(input_ids=ids[:, :-1]).logits[..., : layout.codebook_size].double()
     logp = torch.log_softmax(logits, dim=-1)
-    nll = -logp.gather(-1, ids[:, 1:, None]).mean()
+    nll = -logp.gather(-1, ids[:, 1:, None])[..., 0]
     top1 = logp.max(-1).values.exp()
-    return {"nll": float(nll), "top1_median": float(top1.median()),
-            "share_top1_below_5pct": float((top1 < 0.05).double().mean())}
+    if scored is not None:
+        nll, top1 = nll[scored], top1[scored]
+    return {"nll": float(nll.mean()), "top1_median": float(top1.median()),
+            "share_top1_below_5pct": float((top1 < 0.05).double().mean()), "tokens": int(nll.numel())}
 
 
 def unigram_entropy(dataset: TokenMapDataset, generator: torch.Generator, windows: int = 2000) -> float:
@@ -181,17 +259,26 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 700, batch: int = 24,
+def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch: int = 16,
              lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
-             hidden: int = 256, layers: int = 4, heads: int = 4, intermediate: int = 704,
-             bf16: bool = True, eval_every: int = 250, log=print):
+             uncond_fraction: float = 0.25, hidden: int = 256, layers: int = 4, heads: int = 4,
+             intermediate: int = 704, bf16: bool = False, eval_every: int = 20,
+             eval_windows: int = 64, keep_best: bool = True, log=print):
     """Train and save the AR model; every ``eval_every`` steps log the loss on fixed training
     and held-out windows and the held-out teacher-forced flatness (to tell ambiguity in the
-    data from ignorance of an undertrained model)."""
+    data from ignorance of an undertrained model).
+
+    A batch: ``uncond_fraction`` of its windows come from the extra (tokenizer) sources with the
+    null class, the rest from the classes (class dropped to null with prob. ``class_dropout``).
+    ``keep_best``: save the parameters of the evaluation with the lowest held-out NLL (early
+    stopping on the held-out tokens, which no training window contains)."""
     out = Path(out)
     start = time.time()
-    dataset = TokenMapDataset(tokenizer)
-    heldout = TokenMapDataset(tokenizer, split="heldout")
+    maps = encode_maps(tokenizer, "classes")
+    dataset = TokenMapDataset(maps=maps)
+    heldout = TokenMapDataset(maps=maps, split="heldout", like=dataset)
+    uncond = TokenMapDataset(maps=encode_maps(tokenizer, "extra")) if uncond_fraction > 0 else None
+    n_uncond = round(batch * uncond_fraction) if uncond is not None else 0
     layout = TokenLayout(tokenizer.codebook_size, dataset.num_classes)
     config = llama_config(layout, hidden, layers, heads, intermediate)
     with torch.random.fork_rng():
@@ -199,8 +286,9 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 700, batch:
         model = build_model(config)
     generator = torch.Generator().manual_seed(seed + 201)
     val_gen = torch.Generator().manual_seed(seed + 202)
-    val_ids = make_batch(*dataset.sample(64, val_gen), layout, 0.0, val_gen)
-    heldout_ids = make_batch(*heldout.sample(64, val_gen), layout, 0.0, val_gen)
+    val_ids = make_batch(*dataset.sample(eval_windows, val_gen), layout, 0.0, val_gen)
+    held_tokens, held_classes, held_scored = heldout.sample_with_mask(eval_windows, val_gen)
+    heldout_ids = make_batch(held_tokens, held_classes, layout, 0.0, val_gen)
     entropy = unigram_entropy(dataset, val_gen)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -209,13 +297,26 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 700, batch:
     warmup = min(100, steps // 10 + 1)
     log({"stage": "ar", "params": sum(p.numel() for p in model.parameters()),
          "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
+         "uncond_windows": uncond.num_windows if uncond is not None else 0,
          "code_unigram_entropy": round(entropy, 4), "prep_s": round(time.time() - start, 1)})
-    history = []
+    history, best = [], None
+
+    def evaluate() -> dict:
+        model.eval()
+        parts = {"train_windows": teacher_forced_statistics(model, val_ids, layout),
+                 "heldout_windows": teacher_forced_statistics(model, heldout_ids, layout, held_scored)}
+        model.train()
+        return parts
+
     for step in range(steps):
         cur = lr_at(step, steps, lr, warmup)
         for group in opt.param_groups:
             group["lr"] = cur
-        ids = make_batch(*dataset.sample(batch, generator), layout, class_dropout, generator)
+        ids = make_batch(*dataset.sample(batch - n_uncond, generator), layout, class_dropout, generator)
+        if n_uncond:
+            tokens, _ = uncond.sample(n_uncond, generator)
+            null = torch.full((n_uncond, 1), layout.null_class_id, dtype=torch.int64)
+            ids = torch.cat([ids, torch.cat([null, tokens], dim=1)])
         model.train()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = image_token_loss(model, ids)
@@ -227,20 +328,28 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 700, batch:
             record = {"stage": "ar", "step": step, "loss": round(loss.item(), 4), "lr": round(cur, 6),
                       "elapsed_s": round(time.time() - start, 1)}
             if step % eval_every == 0 or step == steps - 1:
-                model.eval()
-                record["train_windows"] = teacher_forced_statistics(model, val_ids, layout)
-                record["heldout_windows"] = teacher_forced_statistics(model, heldout_ids, layout)
+                record.update(evaluate())
                 history.append(record)
+                nll = record["heldout_windows"]["nll"]
+                if keep_best and (best is None or nll < best[0]):
+                    best = (nll, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
             log(record)
     wall = round(time.time() - start, 1)
+    final = history[-1] if history else None
+    if keep_best and best is not None:
+        model.load_state_dict(best[2])
+        final = next(r for r in history if r["step"] == best[1])
     model.eval()
     save_module(model, out / "ar_model.safetensors")
     write_json(out / "ar_config.json", {
         "llama": config.to_dict(), "layout": layout.to_dict(), "class_names": list(data.CLASS_NAMES),
         "training": {"steps": steps, "batch": batch, "lr": lr, "seed": seed,
-                     "class_dropout": class_dropout, "bf16_autocast": bf16, "wall_seconds": wall,
+                     "class_dropout": class_dropout, "uncond_fraction": uncond_fraction,
+                     "bf16_autocast": bf16, "wall_seconds": wall,
                      "threads": torch.get_num_threads(), "eval_every": eval_every,
+                     "eval_windows": eval_windows, "keep_best": keep_best,
+                     "saved_step": final["step"] if final else None,
                      "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
-                     "code_unigram_entropy": entropy, "final_eval": history[-1] if history else None}})
-    log({"stage": "ar", "done": True, "wall_seconds": wall})
+                     "code_unigram_entropy": entropy, "final_eval": final}})
+    log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_step": final["step"] if final else None})
     return model, layout

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from . import data
-from .ar import TokenMapDataset, make_batch, teacher_forced_statistics
+from .ar import TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
 from .classifier import heldout_set
 from .loading import load_ar_model, load_classifier, load_tokenizer
 from .sampling import logits_checksum, sample_tokens
@@ -65,56 +65,83 @@ def save_grid(images_uint8: torch.Tensor, rows: int, path: Path, scale: int = 1)
 
 
 def flatness(top1: torch.Tensor) -> dict:
-    """top1 [images, positions] -> pooled share below 0.05, per-image min / max share, median."""
+    """top1 [images, positions] -> pooled share below 0.05, per-image median / min / max share,
+    median and mean top-1."""
     per_image = (top1 < 0.05).double().mean(1)
     return {"share_top1_below_5pct": float((top1 < 0.05).double().mean()),
+            "share_per_image_median": float(per_image.median()),
             "share_per_image_min": float(per_image.min()), "share_per_image_max": float(per_image.max()),
             "top1_median": float(top1.median()), "top1_mean": float(top1.mean())}
 
 
 @torch.no_grad()
-def generation_statistics(directory: Path, per_class: int, seed: int, cfg_scale: float | None,
+def generation_statistics(directory: Path, per_class: int, seeds: tuple[int, ...], cfg_scale: float | None,
                           top_k: int | None = DEFAULT_TOP_K) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """Sample ``per_class`` images per class; flatness and quality proxies against held-out crops."""
+    """For every seed, sample ``per_class`` images per class (one batch, one generator seeded
+    with the seed); flatness pooled, per image and per class, and quality proxies against the
+    held-out crops. Returns (statistics, images [n, 3, 256, 256], classes [n])."""
     from ..metrics import classifier_frechet_distance, condition_consistency
 
     model, layout, _ = load_ar_model(directory, dtype=torch.float64)
     tokenizer = load_tokenizer(directory)
     classifier = load_classifier(directory)
-    classes = torch.arange(layout.num_classes).repeat_interleave(per_class)
-    generator = torch.Generator().manual_seed(seed)
     start = time.time()
-    tokens, top1 = sample_tokens(model, layout, classes, cfg_scale=cfg_scale, top_k=top_k,
-                                 generator=generator)
+    all_tokens, all_top1, all_classes = [], [], []
+    for seed in seeds:
+        classes = torch.arange(layout.num_classes).repeat_interleave(per_class)
+        tokens, top1 = sample_tokens(model, layout, classes, cfg_scale=cfg_scale, top_k=top_k,
+                                     generator=torch.Generator().manual_seed(seed))
+        all_tokens.append(tokens), all_top1.append(top1), all_classes.append(classes)
+    tokens, top1, classes = torch.cat(all_tokens), torch.cat(all_top1), torch.cat(all_classes)
     images = torch.cat([tokenizer.decode(t.view(-1, layout.grid, layout.grid)) for t in tokens.split(64)])
     real, _ = heldout_set()
+    per_class_table = {}
+    for c, name in enumerate(data.CLASS_NAMES[: layout.num_classes]):
+        rows = classes == c
+        per_class_table[name] = {**flatness(top1[rows]), "images": int(rows.sum()),
+                                 "condition_consistency": condition_consistency(
+                                     classifier, images[rows], classes[rows])}
     stats = {
-        "cfg_scale": cfg_scale, "top_k": top_k, "images": int(classes.numel()), "seed": seed,
+        "cfg_scale": cfg_scale, "top_k": top_k, "temperature": 1.0, "images": int(classes.numel()),
+        "seeds": list(seeds), "per_class_per_seed": per_class,
         **flatness(top1),
         "condition_consistency": condition_consistency(classifier, images, classes),
         "frechet_distance_vs_heldout": classifier_frechet_distance(classifier, images, real),
         "distinct_codes_generated": int(torch.unique(tokens).numel()),
         "sampling_seconds": round(time.time() - start, 1),
+        "per_class": per_class_table,
     }
     return stats, images, classes
 
 
 @torch.no_grad()
 def heldout_teacher_forced(directory: Path, windows: int, seed: int) -> dict:
-    """Teacher-forced flatness and NLL on real held-out windows (conditional model, codes only)."""
+    """Teacher-forced NLL and flatness (conditional model, codes only, float64) on ``windows``
+    real held-out windows (only their tokens inside held-out cells count; views in the
+    training windows' proportions) and on as many training windows, with the generalisation
+    gap and the code unigram entropy."""
     model, layout, cfg = load_ar_model(directory, dtype=torch.float64)
-    heldout = TokenMapDataset(load_tokenizer(directory), grid=layout.grid, split="heldout")
-    generator = torch.Generator().manual_seed(seed)
-    ids = make_batch(*heldout.sample(windows, generator), layout, 0.0, generator)
-    parts = [teacher_forced_statistics(model, chunk, layout) for chunk in ids.split(25)]
-    out = {k: sum(p[k] for p in parts) / len(parts) for k in ("nll", "share_top1_below_5pct")}
-    out.update({"windows": windows, "heldout_windows_available": heldout.num_windows,
-                "code_unigram_entropy_train": cfg["training"]["code_unigram_entropy"],
-                "top1_median_of_chunk_medians": sorted(p["top1_median"] for p in parts)[len(parts) // 2]})
+    maps = encode_maps(load_tokenizer(directory), "classes", shifts=((0, 0),))
+    out = {"windows": windows, "code_unigram_entropy_train": cfg["training"]["code_unigram_entropy"]}
+    train = TokenMapDataset(grid=layout.grid, split="train", maps=maps)
+    heldout = TokenMapDataset(grid=layout.grid, split="heldout", maps=maps, like=train)
+    for split, dataset in (("heldout", heldout), ("train", train)):
+        generator = torch.Generator().manual_seed(seed)
+        tokens, classes, scored = dataset.sample_with_mask(windows, generator)
+        ids = make_batch(tokens, classes, layout, 0.0, generator)
+        parts = [teacher_forced_statistics(model, i, layout, m) for i, m in zip(ids.split(25), scored.split(25))]
+        count = sum(p["tokens"] for p in parts)
+        out[split] = {k: sum(p[k] * p["tokens"] for p in parts) / count for k in ("nll", "share_top1_below_5pct")}
+        out[split].update({"tokens": count, "windows_available": dataset.num_windows})
+    out["gap_nats"] = out["heldout"]["nll"] - out["train"]["nll"]
+    out["heldout_below_unigram_nats"] = out["code_unigram_entropy_train"] - out["heldout"]["nll"]
     return out
 
 
-def export(out: Path, *, seed: int = 0, num_samples: int = 16, log=print) -> dict:
+def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3,
+           teacher_windows: int = 200, log=print) -> dict:
+    """Write the manifest, reference outputs, statistics and sample grid for the files in
+    ``out``; generation: ``num_samples`` images per class for each of ``num_seeds`` seeds."""
     from ..metrics import classifier_frechet_distance, condition_consistency
 
     out = Path(out)
@@ -129,8 +156,11 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 16, log=print) -> dic
         classifier_training={"image_size": data.IMAGE_SIZE, "steps": cls_cfg["metrics"]["steps"],
                              "seed": seed, "inputs": "real training crops and their reconstructions"},
         ar_training={"windows": "16x16 token windows of training-region token maps: every scale, "
-                     "mirrored or not, 2 x 2 pixel shifts", **ar_cfg["training"]},
-        heldout_eval_sets={"tokenizer": "10 crops/class, seed 1234", "classifier": "40 crops/class, seed 4321"},
+                     "mirrored or not, pixel shifts (0, 0) and (8, 8); extra sources (shift (0, 0)) with the null class",
+                     **ar_cfg["training"]},
+        heldout_eval_sets={"tokenizer": "10 held-out crops/class, seed 1234",
+                           "classifier": "40 held-out crops/class, seed 4321",
+                           "ar": "windows overlapping held-out cells; tokens inside them scored"},
         seeds={"global": seed},
     ))
     reference = reference_outputs(out)
@@ -159,22 +189,23 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 16, log=print) -> dic
         "frechet_reconstructed_vs_heldout": classifier_frechet_distance(classifier, recon, real),
     }
     log({"stage": "export", "baselines": baselines})
-    teacher = heldout_teacher_forced(out, windows=200 if num_samples > 2 else 10, seed=seed + 600)
+    teacher = heldout_teacher_forced(out, windows=teacher_windows, seed=seed + 600)
     log({"stage": "export", "heldout_teacher_forced": teacher})
     stats = {"baselines": baselines, "heldout_teacher_forced": teacher, "generation": []}
     grid_images = None
     for cfg_scale in (3.0, None):
-        s, images, classes = generation_statistics(out, num_samples, seed + 400, cfg_scale)
+        seeds = tuple(seed + 400 + i for i in range(num_seeds))
+        s, images, classes = generation_statistics(out, num_samples, seeds, cfg_scale)
         stats["generation"].append(s)
         log({"stage": "export", "generation": s})
         if cfg_scale == 3.0:
-            grid_images = images
-    # grid: per class one real held-out crop, then up to 7 samples (cfg 3)
-    per_row = min(7, num_samples)
+            grid_images, grid_classes = images, classes
+    # grid: per class one real training-region crop, then up to 5 samples (cfg 3)
+    per_row = min(5, int((grid_classes == 0).sum()))
     rows = []
     for c in range(len(data.CLASS_NAMES)):
-        rows.append(real[real_labels == c][:1])
-        rows.append(grid_images[c * num_samples: c * num_samples + per_row])
+        rows.append(train_real[train_labels == c][:1])
+        rows.append(grid_images[grid_classes == c][:per_row])
     save_grid(data.to_uint8(torch.cat(rows)), len(data.CLASS_NAMES), out / "samples.png")
     write_json(out / "generation_stats.json", stats)
     return stats

@@ -1,6 +1,7 @@
 """Stages of ``python -m gsd_lab.standin train``; each reads the previous stages' files from --out.
 
-tokenizer -> tokenizer.safetensors, tokenizer_config.json (k-means patch VQ)
+tokenizer -> tokenizer.safetensors, tokenizer_config.json (k-means patch VQ, 16 x 16 pixels)
+decoder -> the same files with the seam decoder added (needs the tokenizer)
 classifier -> classifier.safetensors, classifier_config.json (needs the tokenizer)
 ar -> ar_model.safetensors, ar_config.json (needs the tokenizer)
 export -> manifest.json, reference_outputs.json (fixed-seed generation tokens and a logits
@@ -13,13 +14,13 @@ from pathlib import Path
 
 from .tokenizer import TokenizerConfig
 
-TINY_TOKENIZER = TokenizerConfig(patch=8, codebook_size=64)
+TINY_TOKENIZER = TokenizerConfig(patch=16, codebook_size=64)
 TINY_AR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64}
 
 
 def run_stages(args, log) -> None:
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    known = {"tokenizer", "classifier", "ar", "export"}
+    known = {"tokenizer", "decoder", "classifier", "ar", "export"}
     if not set(stages) <= known:
         raise ValueError(f"unknown stages {sorted(set(stages) - known)}; known: {sorted(known)}")
     out = Path(args.out)
@@ -29,6 +30,12 @@ def run_stages(args, log) -> None:
         config = TINY_TOKENIZER if args.tiny else TokenizerConfig()
         train_tokenizer(out, iterations=args.tokenizer_iterations, max_patches=args.tokenizer_patches,
                         seed=args.seed, config=config, log=log)
+    if "decoder" in stages:
+        from .loading import load_tokenizer
+        from .train_tokenizer import train_decoder
+
+        sizes = {"width": 4, "steps": args.decoder_steps, "pool": 2} if args.tiny else {"steps": args.decoder_steps}
+        train_decoder(out, load_tokenizer(out), seed=args.seed, log=log, **sizes)
     if "classifier" in stages:
         from .classifier import train_classifier
         from .loading import load_tokenizer
@@ -45,4 +52,5 @@ def run_stages(args, log) -> None:
     if "export" in stages:
         from .export import export
 
-        export(out, seed=args.seed, log=log, num_samples=2 if args.tiny else 16)
+        sizes = {"num_samples": 1, "num_seeds": 1, "teacher_windows": 10} if args.tiny else {}
+        export(out, seed=args.seed, log=log, **sizes)

@@ -69,6 +69,7 @@ class FigureSizes:
     w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.transport's estimator)
     streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
     detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
+    top1_seeds: tuple[int, ...] = (0, 1, 2)  # the top-1 statistics: AR on these seeds (those not in seeds: extra)
     replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
 
     @classmethod
@@ -80,7 +81,7 @@ class FigureSizes:
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
                    pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
                    distortion_rank_groups=(25,), toy_pairs=8, coupled_drafts=("maximal",),
-                   table1_coupled_groups=(), pareto_coupled_groups=(), w1_draws=2)
+                   table1_coupled_groups=(), pareto_coupled_groups=(), w1_draws=2, top1_seeds=(0,))
 
     @classmethod
     def paper(cls) -> "FigureSizes":
@@ -91,7 +92,7 @@ class FigureSizes:
         bounded number of images: top-1 statistics and AR without guidance on the first 256
         prompts, the Fig. 4 replacement study on the first 64 AR images."""
         return cls(seeds=(0,), table1_lantern=(), pareto_lantern=(), seed_noise=False, streamed=True,
-                   detail_images=256, replacement_images=64)
+                   detail_images=256, replacement_images=64, top1_seeds=(0,))
 
 
 def _specs(sizes: FigureSizes, preset_name: str = "default") -> tuple[
@@ -113,6 +114,11 @@ def _with_preset(specs: list[MethodSpec], sizes: FigureSizes, preset_name: str) 
     """``specs`` decoded with the preset (its window, or the sizes' window)."""
     window = preset_settings(preset_name).window or sizes.window
     return [s.with_method(window=window, preset=preset_name) for s in specs]
+
+
+def _extra_top1_seeds(sizes: FigureSizes) -> tuple[int, ...]:
+    """The top-1 statistics' seeds that the tables do not decode (none for streamed runs)."""
+    return () if sizes.streamed else tuple(s for s in sizes.top1_seeds if s not in sizes.seeds)
 
 
 def decoding_configurations(sizes: FigureSizes, model: ImageModel, preset_name: str = "default"
@@ -235,6 +241,8 @@ def run_figures(
         cache.wait()
     else:
         extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
+        extra += len(prompts[: sizes.detail_images]) * len(_extra_top1_seeds(sizes)) * (
+            2 if model.adapter.uses_cfg else 1)  # the top-1 statistics' other seeds
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
         cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws)
@@ -289,10 +297,15 @@ def run_figures(
     distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
     real = real_image_baseline(model, images_per_method)
     ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
-    stats = top1_stats(ar_records)
+    top1_caches = [cache]
+    if _extra_top1_seeds(sizes):  # the statistics on more seeds than the tables (only AR: cheap)
+        top1_caches.append(RunCache(model, prompts[: sizes.detail_images], list(_extra_top1_seeds(sizes)), filters,
+                                    progress=bar, record_distortion=False))
+    stats = top1_stats([r for c in top1_caches for r in c.detail_records(ar_spec, sizes.detail_images)])
     stats_no_cfg = None
     if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
-        stats_no_cfg = top1_stats(cache.detail_records(ar_spec, sizes.detail_images, guided=False))
+        stats_no_cfg = top1_stats([r for c in top1_caches
+                                   for r in c.detail_records(ar_spec, sizes.detail_images, guided=False)])
     replacement = replacement_study(model, ar_records[: sizes.replacement_images], fraction=sizes.replacement_fraction,
                                     top_k=sizes.replacement_top_k, seed=0) if model.decode else None
     if bar is not None:
@@ -418,7 +431,12 @@ def run_figures(
          "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
          + markdown_table([{"guidance": model.adapter.cfg_scale, **stats.summary()}]
                           + ([{"guidance": "none", **stats_no_cfg.summary()}] if stats_no_cfg else []),
-                          ["guidance"] + list(stats.summary()))),
+                          ["guidance"] + list(stats.summary()))
+         + "\n\nPer class (seeds " + ", ".join(str(x) for x in sorted(set(sizes.seeds) | set(_extra_top1_seeds(sizes))))
+         + "):\n\n" + markdown_table(_top1_per_class(stats, stats_no_cfg),
+                                     ["prompt", "images", "pooled_share_below", "median_share_below"]
+                                     + (["pooled_share_below_no_guidance", "median_share_below_no_guidance"]
+                                        if stats_no_cfg else []))),
     ]
     if replacement is not None:
         rep_rows = [{"variant": k, **replacement.quality[k], "mean_log_prob": replacement.mean_log_prob[k],
@@ -446,7 +464,19 @@ def run_figures(
                   "real_images": real, "accounting_seconds": sum(accounting), "w1_seconds": sum(w1_accounting),
                   "top1": stats.summary(),
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
+                  "top1_per_class": _top1_per_class(stats, stats_no_cfg),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
     return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}
+
+
+def _top1_per_class(stats: Any, stats_no_cfg: Any) -> list[dict[str, Any]]:
+    """The top-1 table per prompt (class), with and without guidance side by side."""
+    rows = stats.per_prompt()
+    if stats_no_cfg is not None:
+        other = {r["prompt"]: r for r in stats_no_cfg.per_prompt()}
+        for row in rows:
+            row["pooled_share_below_no_guidance"] = other[row["prompt"]]["pooled_share_below"]
+            row["median_share_below_no_guidance"] = other[row["prompt"]]["median_share_below"]
+    return rows

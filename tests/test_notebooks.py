@@ -150,7 +150,8 @@ def test_notebook_04_defaults_are_the_figures_run_sizes():
     declared = declared_parameters(NOTEBOOK_DIR / "04_speedup_and_quality.ipynb")
     sizes = FigureSizes.default()
     names = ("seeds", "max_prompts", "table1_groups", "table1_amplify", "table2_group", "pareto_groups",
-             "pareto_amplify", "table1_lantern", "pareto_lantern", "distortion_rank_groups", "seed_noise")
+             "pareto_amplify", "table1_lantern", "pareto_lantern", "distortion_rank_groups", "seed_noise",
+             "coupled_drafts", "table1_coupled_groups", "pareto_coupled_groups")
     for name in names:
         value, expected = ast.literal_eval(declared[name]), getattr(sizes, name)
         if isinstance(expected, tuple):

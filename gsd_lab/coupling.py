@@ -28,8 +28,11 @@ What the couplings do at the window's edges:
   couples e_d with p_j, so it keeps d with probability p_j(d) and otherwise draws from p_j with
   d removed and renormalised ((p_j - e_d)+); "gumbel" uses the position's noise vector, drawn
   when the fresh draft entered the window (after the fresh tokens themselves).
-- When the window shrinks near the end of the generation, the positions beyond it are dropped
-  with their noise (only the last token's position can be dropped; it is never verified).
+- When the window shrinks, the positions beyond it are dropped with their drafts and noise. Near
+  the end of the generation that is only the last token's position, never verified; under the
+  release preset the Jacobi interval also shrinks the window to 0 near the end, dropping
+  positions that were verified. A dropped position that re-enters is a fresh draft (uncoupled,
+  one-hot q, new noise): exact, as every fresh draft is.
 
 Where this differs from SCD's code (lumina1/scheduler/, read at commit 7322379):
 - Gumbel noise: SCD keeps a [1, 64, 65536] float32 table of uniforms, one row per window slot,

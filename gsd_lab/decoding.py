@@ -298,6 +298,8 @@ class _Loop:
             self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
             tv = self.log.add(self.done, p, self.q, accepted)
+            if tv is not None and not self.forced_drafts:
+                tv = self._forced_rows_exact(tv)
             if self.w1_log is not None and tv is not None:
                 self.w1_log.add(self.done, p, self.q, tv)
         self.accepted.append(accepted)
@@ -305,6 +307,18 @@ class _Loop:
         self.previous_done = self.done
         self.done += accepted + 1
         self.adapter.crop(self.prompt_len + self.done - 1)
+
+    def _forced_rows_exact(self, tv: Tensor) -> Tensor:
+        """With random drafts at forced positions the token emitted there is the forced one, the
+        only token of p (``_overrule_at_forced``): its law is p, distortion 0, whatever the rule's
+        TV said of a draft it would have accepted. Writes and returns the corrected [E] TVs."""
+        positions = torch.arange(self.done, self.done + tv.numel(), device=self.device)
+        forced = self.adapter.forced_tokens(positions)
+        if forced is None:
+            return tv
+        tv = torch.where(forced >= 0, torch.zeros_like(tv), tv)
+        self.log.values[self.done: self.done + tv.numel()] = tv
+        return tv
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
         """Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (that row

@@ -28,7 +28,8 @@ d_min TV <= W1 <= d_max TV (the smallest and largest distance between those two 
 W1 = 0 exactly when out = p (AR steps, bonus tokens, SJD). ``w1_from_laws`` solves it exactly:
 POT's network simplex (``ot.emd2``) on that support, costs in float64 by the Gram expansion
 (``content_distances``: off by at most ~1e-7 of the content's scale per pair, so W1 by at most
-~1e-7 TV), rejected unless POT reports an optimal solution. 0.1-0.2 s of CPU a row at the
+~1e-7 TV), rejected unless POT reports an optimal solution. Measured on stand-in v2 (8x8-px patches,
+D = 192; not re-measured on v3's 16x16-px patches): 0.1-0.2 s of CPU a row at the
 stand-in's top-k 2000 (supports of some 200-1000 x 1000-1800 tokens); 95-230 s for the ~255
 verified rows of one image on a shared core (``benchmarks/w1_accounting.py``), hence the
 estimator below for decoding runs.
@@ -43,7 +44,7 @@ T = sum_t D_t, and
 unbiased (E[W1_J / D_J] = sum_t W1_t / T: Hansen-Hurwitz), each W1_{J_j} exact. Its error is that
 of a mean of n ratios "W1 per unit of moved mass" (a transport distance, between d_min and
 d_max), which vary about half as much as W1 itself (coefficient of variation ~0.4 against ~0.8
-over a stand-in image's rows). Measured against the exact mean of every token on stand-in images
+over a stand-in image's rows). Measured against the exact mean of every token on stand-in v2 images
 (``pps_error``, ``benchmarks/w1_accounting.py``): at n = 4 its RMS error is 15-29% of one image's
 mean W1 (GSD G = 10, Amplify k = 2, LANTERN), and the SE it reports matches that error; a table
 row averages 10 images, so the estimator adds ~5-9% of the row's W1 to its standard error. The draws are n independent weighted reservoirs of
@@ -87,7 +88,7 @@ from gsd_core.rules import SD, Partition, as_rule
 
 from .distortion import _check_rows, targets_and_laws
 
-DEFAULT_DRAWS = 4  # rows solved per image in decoding runs: +22% to decoding and TV accounting, measured
+DEFAULT_DRAWS = 4  # rows solved per image in decoding runs: +22% to decoding and TV accounting on stand-in v2
 ROUNDING_FLOOR = 1e-12  # a row whose TV is at most this is float64 rounding of out = p
 _MAX_ITERATIONS = 10**9  # network simplex pivots; POT stops at optimality long before
 

@@ -57,14 +57,16 @@ def code_fingerprint() -> str:
 
 def identity(cache: RunCache) -> dict[str, Any]:
     """What the records depend on: the code (``code_fingerprint``), model, weights (their
-    digests), sampling settings, GSD's filters, prompts and seeds."""
+    digests), sampling settings, GSD's filters, prompts, seeds and the W1 accounting (whether
+    recorded, rows solved per image)."""
     model = cache.model
     adapter = model.adapter
     return {"code": code_fingerprint(), "model": model.name, "num_tokens": model.num_tokens,
             "weights": {k: v for k, v in sorted(model.weights_info.items()) if "sha256" in k},
             "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
             "temperature": getattr(adapter, "temperature", None),
-            "filters": asdict(cache.filters), "prompts": list(cache.prompts), "seeds": list(cache.seeds)}
+            "filters": asdict(cache.filters), "prompts": list(cache.prompts), "seeds": list(cache.seeds),
+            "record_w1": cache.record_w1, "w1_draws": cache.w1_draws}
 
 
 def save(cache: RunCache, path: str | Path, *, git: dict[str, Any] | None = None) -> Path:
@@ -121,9 +123,7 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
                                                 "this checkout")
         if differs:
             return Loaded(str(path), 0, 0, git, f"made for another {', '.join(differs)}")
-        # A file written before a field existed (the W1 columns) loads it as None.
-        tokens = archive["tokens"]
-        columns = {f: archive[f] if f in archive.files else np.full(len(index["records"]), math.nan) for f in FIELDS}
+        tokens, columns = archive["tokens"], {f: archive[f] for f in FIELDS}
     grouped: dict[str, list[GenerationRecord]] = {}
     decode = cache.model.decode
     for i, entry in enumerate(index["records"]):
@@ -148,7 +148,7 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
     cache and compare them with ``cache``'s records (stored or decoded): the checked-cell lines,
     one per spec. Tokens, NFE and both acceptance measures must be identical, the distortion
     within ``DISTORTION_RTOL`` relative."""
-    live = RunCache(cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters)
+    live = RunCache(cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, record_w1=False)
     lines = []
     for spec in specs:
         stored, fresh = cache.records(spec)[:images], live.records(spec)

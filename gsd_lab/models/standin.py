@@ -68,7 +68,8 @@ class StandinAdapter(CausalLMAdapter):
     def code_content(self) -> Tensor:
         """Each code's decoded patch, [K, 3 * P * P] pixel values in [-1, 1] (row i = code i =
         ``allowed_tokens[i]``): the tokenizer's codebook clamped to [-1, 1], exactly the patch its
-        decoder tiles into the image."""
+        decoder tiles into the image (``tokenizer.decode_tiles``) before the seam decoder blends
+        the tiles' borders."""
         return self.tokenizer.codebook.clamp(-1, 1)
 
     def class_index(self, name_or_index: int | str) -> int:

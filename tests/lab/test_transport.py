@@ -240,9 +240,14 @@ def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
     assert content.shape[0] == adapter.allowed_tokens.numel() and float(content.abs().max()) <= 1.0
     tokens = torch.randint(adapter.allowed_tokens.numel(), (1, adapter.num_image_tokens),
                            generator=torch.Generator().manual_seed(0))
-    image = adapter.decode_images(tokens, as_uint8=False)  # [1, 3, H, W] in [-1, 1]
-    patches = image_to_patches(image.to(torch.float64), adapter.tokenizer.patch)[0]  # raster order, as the codes
-    assert torch.equal(patches, content[adapter.allowed_tokens[tokens[0]]].to(torch.float64))
+    side = int(adapter.num_image_tokens ** 0.5)
+    codes = (adapter.allowed_tokens[tokens] - adapter.allowed_tokens[0]).view(1, side, side)
+    tiles = adapter.tokenizer.decode_tiles(codes)  # [1, 3, H, W] in [-1, 1], before the seam decoder
+    patches = image_to_patches(tiles.to(torch.float64), adapter.tokenizer.patch)[0]  # raster order, as the codes
+    assert torch.equal(patches, content[tokens[0]].to(torch.float64))
+    # The seam decoder blends the tiles: the picture is close to its tiles, not equal.
+    image = adapter.decode_images(tokens, as_uint8=False).to(torch.float64)
+    assert 0 < float((image - tiles.to(torch.float64)).abs().mean()) < 0.2
 
 
 def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
@@ -289,3 +294,24 @@ def test_streamed_paper_runs_record_w1_in_their_result_rows(tmp_path):
     assert rows["AR"]["w1"] == 0.0 and rows["Amplify (k=2)"]["w1"] > 0
     assert rows["Amplify (k=2)"]["per_image"]["w1"] == [r.w1 for r in cache.records(specs[1])]
     assert sum(cache.w1_seconds()) > 0
+
+
+def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path):
+    """Random drafts at row ends (the release preset) that a rule without filters clusters with the
+    forced row-end token (G above the vocabulary: every window holds it) are overruled to the
+    forced token, p's only token there: distortion 0 at every row end, and W1 (which has no
+    content for the row-end token) is solved without error."""
+    from gsd_lab.decoding import generate
+    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
+    from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
+
+    weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
+    adapter = load_lumina_mgpt(weights, vqgan_dir=write_tiny_vqgan(tmp_path / "v", n_embed=64), resolution=64,
+                               device="cpu")
+    method = DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=20000, window=15, preset="release")
+    result = generate(adapter, adapter.text_ids_to_prompt([5, 6]), method, num_tokens=adapter.num_image_tokens,
+                      generator=torch.Generator().manual_seed(1), record_distortion=True, record_w1=True, w1_draws=None)
+    row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0
+    assert float(result.distortion[row_ends].abs().max()) == 0.0 and float(result.distortion.max()) > 0
+    assert float(result.w1.tokens[row_ends].abs().max()) == 0.0 and result.w1.mean > 0

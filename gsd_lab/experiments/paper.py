@@ -200,6 +200,19 @@ def _difference_text(diff: PairedDifference, unit: str = "", digits: int = 3) ->
     return diff.text(digits) + (f" {unit}" if unit and math.isfinite(diff.difference) else "")
 
 
+def _speedup_row(claim: str, row: dict[str, Any] | None, ar: dict[str, Any] | None, paper: float,
+                 size_why: str, source: str) -> dict[str, str]:
+    """"``row`` needs ``paper`` times fewer forwards than AR": the paired NFE difference to AR,
+    beyond the noise and negative, with the speed-up within ``RATIO_TOLERANCE`` of the paper's."""
+    ours = _speedup(row)
+    diff = paired_difference(row, ar, "nfe")
+    outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(ours, paper))
+    why = {"yes": "", "not run": "row not in this run's Table 1", "direction only": size_why,
+           "noise": "NFE within two paired standard errors of AR's"}.get(outcome, "slower than AR")
+    here = "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
+    return _row(claim, f"{paper:.2f}x", here, outcome, why, source)
+
+
 def speed_quality_comparison(table1: list[dict[str, Any]], table2: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Notebook 04: Table 1 and Table 2 (NFE ratios against AR or SJD, quality and distortion
     differences), each judged by ``verdicts.verdict`` on a paired difference (module docstring).
@@ -209,15 +222,9 @@ def speed_quality_comparison(table1: list[dict[str, Any]], table2: list[dict[str
     rows = []
     for label, row, paper_nfe in (("SJD", sjd, SJD_NFE), ("GSD (G=50)", gsd50, GSD50_NFE),
                                   ("Amplify (k=3)", amp3, AMPLIFY3_NFE)):
-        paper = AR_NFE.value / paper_nfe.value
-        ours = _speedup(row)
-        diff = paired_difference(row, ar, "nfe")
-        outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(ours, paper))
-        why = {"yes": "", "not run": "row not in this run's Table 1",
-               "direction only": "faster than AR but by another factor: other model, token count and acceptance",
-               "noise": "NFE within two paired standard errors of AR's"}.get(outcome, "slower than AR")
-        here = "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
-        rows.append(_row(f"{label}: NFE speed-up over AR", f"{paper:.2f}x", here, outcome, why, paper_nfe.source))
+        rows.append(_speedup_row(f"{label}: NFE speed-up over AR", row, ar, AR_NFE.value / paper_nfe.value,
+                                 "faster than AR but by another factor: other model, token count and acceptance",
+                                 paper_nfe.source))
 
     diff = paired_difference(gsd50, amp3, QUALITY)
     paper_text = (f"CLIP {GSD50_CLIP.value - AR_CLIP.value:+.3f} vs {AMPLIFY3_CLIP.value - AR_CLIP.value:+.3f}")
@@ -259,14 +266,8 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     paper = SCD_AR_NFE.value / SCD_NFE.value
     for label, row in (("MC-SJD (maximal)", maximal), ("MC-SJD (Gumbel)", gumbel)):
-        ours = _speedup(row)
-        diff = paired_difference(row, ar, "nfe")
-        outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(ours, paper))
-        why = {"yes": "", "not run": "row not in this run's Table 1",
-               "noise": "NFE within two paired standard errors of AR's",
-               "no": "slower than AR"}.get(outcome, "another model and window (SCD: L = 64 on COCO)")
-        here = "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
-        rows.append(_row(f"{label}: NFE speed-up over AR (SCD)", f"{paper:.2f}x", here, outcome, why, SCD_NFE.source))
+        rows.append(_speedup_row(f"{label}: NFE speed-up over AR (SCD)", row, ar, paper,
+                                 "another model and window (SCD: L = 64 on COCO)", SCD_NFE.source))
     # Each coupling judged on its own (picking the faster one on the same images would bias "yes").
     paper_text = f"SCD {SCD_NFE.value:g} < GSD (G=10) {SCD_GSD10_NFE.value:g} NFE"
     for label, row in (("MC-SJD (maximal)", maximal), ("MC-SJD (Gumbel)", gumbel)):

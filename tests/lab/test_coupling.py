@@ -1,6 +1,7 @@
 """gsd_lab.coupling: each coupled draft has law q_new; maximal coupling agrees with the previous
-draft with probability 1 - TV(q_old, q_new); the Gumbel noise follows its position through the
-window; generate runs every scheme for SJD and GSD and checks its argument.
+draft with probability 1 - TV(q_old, q_new); the maximal re-draft of a window position is coupled
+to that position's own previous draft; the Gumbel noise follows its position through the window;
+generate runs every scheme for SJD and GSD and checks its argument.
 
 Laws are checked on many independent rows at once (the functions are batched): chi-square of
 the new drafts' counts against q_new, a binomial z-score for the agreement rate; a wrong
@@ -103,6 +104,45 @@ def test_gumbel_noise_follows_its_position_through_the_window():
     assert chain._noise.shape == (2, 5)
     chain.clear()
     assert chain._noise.shape == (0, 5)
+
+
+@pytest.mark.parametrize("accepted", [0, 1, 3])
+def test_maximal_redraft_couples_each_position_to_its_own_previous_draft(monkeypatch, accepted):
+    """Row j re-drafts window position a + 1 + j: it is coupled to drafts[a + 1 + j] drawn from
+    q[a + 1 + j] (not to the rejected drafts[a + j]); the position after the window has none."""
+    seen = []
+
+    def spy(previous, previous_q, q, generator):
+        seen.append((previous, previous_q, q))
+        return maximal_coupling(previous, previous_q, q, generator)
+
+    monkeypatch.setattr(coupling, "maximal_coupling", spy)
+    window, vocab = 4, 5
+    q = torch.softmax(torch.randn(window, vocab, generator=torch.Generator().manual_seed(7), dtype=torch.float64), -1)
+    rows = torch.softmax(torch.randn(window - accepted, vocab, dtype=torch.float64,
+                                     generator=torch.Generator().manual_seed(8)), -1)
+    drafts = torch.tensor([1, 2, 3, 4])
+    chain = DraftChain("maximal", vocab, torch.device("cpu"), torch.Generator().manual_seed(9))
+    new, new_q = chain.redraft(drafts, q, rows, accepted)
+    (previous, previous_q, coupled_to), = seen
+    assert torch.equal(previous, torch.cat([drafts[accepted + 1:], torch.zeros(1, dtype=torch.long)]))
+    assert torch.equal(previous_q, torch.cat([q[accepted + 1:], torch.zeros(1, vocab, dtype=torch.float64)]))
+    assert coupled_to is rows and new_q is rows and new.shape == (window - accepted,)
+
+
+def test_maximal_redraft_keeps_every_draft_whose_row_did_not_move():
+    """Behaviour, no spy: when this pass's rows are the drafts' own q (plus a bonus row), the
+    maximal coupling keeps every previous draft with probability 1."""
+    generator = torch.Generator().manual_seed(10)
+    window, vocab = 4, 5
+    for trial in range(50):
+        accepted = trial % window
+        q = torch.softmax(3 * torch.randn(window, vocab, generator=generator, dtype=torch.float64), -1)
+        drafts = sample_categorical(q, torch.rand(window, generator=generator, dtype=torch.float64))
+        bonus = torch.softmax(torch.randn(1, vocab, generator=generator, dtype=torch.float64), -1)
+        chain = DraftChain("maximal", vocab, torch.device("cpu"), generator)
+        new, _ = chain.redraft(drafts, q, torch.cat([q[accepted + 1:], bonus]), accepted)
+        assert torch.equal(new[:-1], drafts[accepted + 1:]), (trial, accepted)
 
 
 def test_independent_redraft_is_one_inverse_cdf_draw_per_row():

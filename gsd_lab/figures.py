@@ -81,7 +81,7 @@ class FigureSizes:
         return cls(seeds=(0,), max_prompts=2, table1_groups=(3, 25), table1_amplify=(2.0,), table2_group=25,
                    pareto_groups=(3, 25), pareto_amplify=(2.0,), table1_lantern=(0.4,), pareto_lantern=(0.4,),
                    distortion_rank_groups=(25,), toy_pairs=8, coupled_drafts=("maximal",),
-                   table1_coupled_groups=(), pareto_coupled_groups=(), w1_draws=2, top1_seeds=(0,))
+                   table1_coupled_groups=(), pareto_coupled_groups=(), w1_draws=2, top1_seeds=(0, 1))
 
     @classmethod
     def paper(cls) -> "FigureSizes":
@@ -314,7 +314,7 @@ def run_figures(
     if not sizes.streamed:  # per-image records of every configuration: notebook 04 builds its tables from them
         records.save(cache, out_dir / "records.npz", git=git)
 
-    save(plots.top1_histograms(stats, [r.prompt for r in ar_records]), "top1_probability_histograms", {"threshold": stats.threshold},
+    save(plots.top1_histograms(stats, list(stats.prompts)), "top1_probability_histograms", {"threshold": stats.threshold},
          {"summary": stats.summary(), "share_below_per_image": stats.share_below.tolist(),
           "summary_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary()})
     quality_metrics = [("condition_score", model.quality_names.get("condition_score", "condition score x100 (higher better)")),
@@ -454,7 +454,7 @@ def run_figures(
     sections.append(("Run", f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
                             f"{len(configurations)} decoding passes per prompt ("
                             + ("AR without guidance included; " if model.adapter.uses_cfg else "")
-                            + f"top-1 statistics on {len(ar_records)} images"
+                            + f"top-1 statistics on {stats.per_image.shape[0]} images"
                             + (f", replacement study on {len(replacement.prompts)}" if replacement else "")
                             + f"); device `{model.adapter.device}`"
                             + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "") + "."))

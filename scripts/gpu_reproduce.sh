@@ -38,7 +38,7 @@
 #   GSD_DRY_RUN=1    print the plan (parameters, commands) and stop before running anything
 #   PYTHON           interpreter with gsd installed (".[lab,notebooks]"); default: python
 #
-# Time: figures --paper decodes 21 passes per prompt (20 configurations of the tables and curves,
+# Time: figures --paper decodes 25 passes per prompt (24 configurations of the tables and curves,
 # and AR without guidance on the first 256 prompts), each image ~2.4k tokens at 768 px; the
 # paper's 1,600 Parti prompts are hundreds of GPU-hours. `python -m gsd_lab figures --paper
 # --dry-run ...` (same flags) prints the estimate from per-forward times measured on the GPU and

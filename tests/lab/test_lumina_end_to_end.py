@@ -202,8 +202,8 @@ def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
     assert record["seeds"]["prompts"] == PROMPTS[:1]  # tiny mode: the TSV's first prompt
     tables = record["tables"]
     labels = [row["method"] for row in tables["table1"]]
-    assert labels == ["AR", "SJD", "GSD (G=3)", "GSD (G=10)", "GSD (G=25)", "GSD (G=50)",
-                      "Amplify (k=2)", "Amplify (k=3)"]
+    assert labels == ["AR", "SJD", "MC-SJD (maximal)", "MC-SJD (Gumbel)", "GSD (G=3)", "GSD (G=10)", "GSD (G=25)",
+                      "GSD (G=50)", "MC-GSD (G=50, maximal)", "Amplify (k=2)", "Amplify (k=3)"]
     rows = tables["table1"] + tables["table2"] + [r for v in tables["pareto"].values() for r in v]
     for row in rows:
         assert math.isfinite(row["condition_score"]) and 0 <= row["condition_score"] <= 100, row
@@ -239,7 +239,7 @@ def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, t
     out, before = reproduce_run.out, reproduce_run.before_resume
     model = load_image_model(MODEL, weights=str(tiny_release_set.weights), device="cpu")
     passes = len(decoding_configurations(FigureSizes.paper(), model))
-    assert passes == 21  # 20 configurations of the tables and curves + AR without guidance
+    assert passes == 25  # 24 configurations of the tables and curves (4 coupled) + AR without guidance
     rows = _result_rows(out)
     assert len(rows) == passes and len({p.parents[2] for p in rows}) == passes  # one row per configuration
     assert 4 <= len(before) < passes

@@ -12,7 +12,7 @@ must each turn at least one printed verdict to False (so nbval fails), and
 - uniforms U replaced by 1 - U (a harmless change of the random stream)
 must leave every verdict True (so nbval passes).
 
-The mutants wrap the rule ``verify`` looks up (``gsd_core.verification.as_rule``; the exact
+The mutants wrap the rule ``verify`` looks up (``gsd_core.verification.window_rule``; the exact
 enumeration in ``gsd_core.exact`` keeps its own reference), or wrap ``verify`` where the check
 looks it up.
 """
@@ -66,8 +66,8 @@ class Mutant:
 
 
 def _wrap_rules(module, monkeypatch, change: str) -> None:
-    real = module.as_rule
-    monkeypatch.setattr(module, "as_rule", lambda rule: SD() if change == "ignore" else Mutant(real(rule), change))
+    real = module.window_rule
+    monkeypatch.setattr(module, "window_rule", lambda rule: SD() if change == "ignore" else Mutant(real(rule), change))
 
 
 def _one_minus_u(original):

@@ -13,7 +13,7 @@ must each turn at least one printed verdict to False (so nbval fails), and
 must leave every verdict True (so nbval passes).
 
 The mutants wrap the rule ``verify`` looks up (``gsd_core.verification.window_rule``; the exact
-enumeration in ``gsd_core.exact`` keeps its own reference), or wrap ``verify`` where the check
+enumeration in ``gsd_core.exact`` keeps its own reference, ``as_rule``), or wrap ``verify`` where the check
 looks it up.
 """
 
@@ -66,8 +66,11 @@ class Mutant:
 
 
 def _wrap_rules(module, monkeypatch, change: str) -> None:
-    real = module.window_rule
-    monkeypatch.setattr(module, "window_rule", lambda rule: SD() if change == "ignore" else Mutant(real(rule), change))
+    """Wrap the function ``module`` turns a rule argument into a rule with: ``window_rule`` in
+    ``gsd_core.verification`` (``verify``), ``as_rule`` in ``gsd_core.exact`` (the exact laws)."""
+    name = "window_rule" if hasattr(module, "window_rule") else "as_rule"
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda rule: SD() if change == "ignore" else Mutant(real(rule), change))
 
 
 def _one_minus_u(original):

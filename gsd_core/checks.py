@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
-UNIFORM_DTYPES = (torch.float32, torch.float64)
 
 
 def working_dtype(*tensors: Tensor) -> torch.dtype:
@@ -57,7 +56,9 @@ def check_probabilities(x: object, name: str = "p") -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
-def _check_vocabulary_and_device(p: Tensor, q: Tensor) -> None:
+def _check_tensor_pair(p: object, q: object) -> None:
+    """p and q: floating-point tensors [..., V] with one vocabulary size, on one device."""
+    check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
     if p.shape[-1] != q.shape[-1]:
         raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
     check_device(q, p.device, "q")
@@ -65,8 +66,7 @@ def _check_vocabulary_and_device(p: Tensor, q: Tensor) -> None:
 
 def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
     """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one dtype."""
-    p, q = check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
-    _check_vocabulary_and_device(p, q)
+    _check_tensor_pair(p, q)
     try:
         shape = torch.broadcast_shapes(p.shape, q.shape)
     except RuntimeError:
@@ -101,15 +101,16 @@ def check_tokens(tokens: object, vocab_size: int, device: torch.device, name: st
     return tokens
 
 
-def check_uniform_tensor(uniforms: object, shape: tuple[int, ...], device: torch.device) -> Tensor:
-    """dtype (float32 or float64), shape and device of ``verify``'s uniforms; values unchecked."""
-    if not isinstance(uniforms, Tensor) or uniforms.dtype not in UNIFORM_DTYPES:
+def check_uniform_tensor(uniforms: object, shape: tuple[int, ...] | None, device: torch.device,
+                         name: str = "uniforms", reference: str = "p") -> Tensor:
+    """dtype (float32 or float64), shape (None: any) and device of uniforms; values unchecked."""
+    if not isinstance(uniforms, Tensor) or uniforms.dtype not in (torch.float32, torch.float64):
         kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
-        raise ValueError(f"uniforms must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
-                         "(16-bit uniforms would coarsen the accept tests)")
-    if tuple(uniforms.shape) != tuple(shape):
-        raise ValueError(f"uniforms must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
-    check_device(uniforms, device, "uniforms")
+        raise ValueError(f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
+                         "(a 16-bit uniform has only 2^8 to 2^11 values)")
+    if shape is not None and tuple(uniforms.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
+    check_device(uniforms, device, name, reference)
     return uniforms
 
 
@@ -130,11 +131,10 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
     """Shape checks of a window (no values read): the batch shape and the number L of drafts."""
     if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
         raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
-    check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    _check_tensor_pair(p, q)
     window = q.shape[-2]
     if p.shape[-2] not in (window, window + 1):
         raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    _check_vocabulary_and_device(p, q)
     if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
         raise ValueError(f"draft_tokens must have shape [..., L={window}]")
     check_token_tensor(draft_tokens, p.device, "draft_tokens")
@@ -181,6 +181,11 @@ def check_labels(labels: object) -> Tensor:
     return torch.unique(labels, return_inverse=True)[1] if high >= labels.shape[-1] else labels
 
 
-def check_group_size(value: object) -> None:
+def check_choice(value: object, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def check_count(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {value!r}")
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from .checks import check_count, check_tokens
 
 import torch
 from torch import Tensor
@@ -54,11 +55,9 @@ class LatentNeighbourhoods:
             raise ValueError("index must be an int64 tensor [V, k], k >= 1")
         if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != index.shape:
             raise ValueError(f"valid must be a bool tensor of index's shape {tuple(index.shape)}")
-        vocab = index.shape[0]
-        if not bool((index[:, 0] == torch.arange(vocab, device=index.device)).all()):
+        if not bool((index[:, 0] == torch.arange(index.shape[0], device=index.device)).all()):
             raise ValueError("column 0 of index must be the token itself (B_k(x) starts at x)")
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= vocab):
-            raise ValueError(f"index has ids out of range [0, {vocab})")
+        check_tokens(index, index.shape[0], index.device, "index")
         if not bool(valid[:, 0].all()):
             raise ValueError("the token itself (column 0) must be valid")
 
@@ -86,8 +85,7 @@ def latent_neighbourhoods(
         raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(embeddings, 'shape', embeddings)!r}")
     if embeddings.shape[0] < 1:
         raise ValueError("embeddings must have at least one row (token)")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1 (k = 1: the token alone, standard SD), got {k!r}")
+    check_count(k, "k")
     if max_distance is not None and not (isinstance(max_distance, (int, float)) and max_distance >= 0):
         raise ValueError(f"max_distance must be a number >= 0 or None, got {max_distance!r}")
     emb = embeddings.to(torch.float64)

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_group_size, check_labels, check_pair, check_tokens
+from .checks import check_choice, check_count, check_labels, check_pair, check_tokens
+
 
 @runtime_checkable
 class Rule(Protocol):
@@ -124,11 +125,6 @@ class Partition:
         return cluster_residual(p, p_mass, q_mass, labels.expand(p.shape))
 
 
-def _check_residual(residual: object) -> None:
-    if residual not in ("token", "cluster"):
-        raise ValueError(f"unknown residual mode {residual!r}; expected 'token' or 'cluster'")
-
-
 @dataclass(frozen=True)
 class FixedPartition(Partition):
     """A partition of the vocabulary that does not depend on p: integer labels [V] (or [..., V],
@@ -142,7 +138,7 @@ class FixedPartition(Partition):
     residual: str = "token"
 
     def __post_init__(self) -> None:
-        _check_residual(self.residual)
+        check_choice(self.residual, "residual mode", ("token", "cluster"))
         labels = check_labels(self.labels)
         vocab = labels.shape[-1]
         ids, order = labels.sort(dim=-1, stable=True)  # tokens grouped by cluster, ids ascending
@@ -180,8 +176,8 @@ class RankBinnedClusters(Partition):
     residual: str = "token"
 
     def __post_init__(self) -> None:
-        check_group_size(self.group_size)
-        _check_residual(self.residual)
+        check_count(self.group_size, "group_size (G, tokens per cluster)")
+        check_choice(self.residual, "residual mode", ("token", "cluster"))
 
     def cluster_masses(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         size, vocab = self.group_size, p.shape[-1]
@@ -214,9 +210,8 @@ class DynamicClusters:
     rank_by: str = "p"
 
     def __post_init__(self) -> None:
-        check_group_size(self.group_size)
-        if self.rank_by not in ("p", "q"):
-            raise ValueError(f"rank_by must be 'p' or 'q', got {self.rank_by!r}")
+        check_count(self.group_size, "group_size (G, tokens per cluster)")
+        check_choice(self.rank_by, "rank_by", ("p", "q"))
         emb = self.embeddings
         if emb is not None and (not isinstance(emb, Tensor) or emb.ndim != 2 or not emb.is_floating_point()):
             raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(emb, 'shape', emb)!r}")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import UNIFORM_DTYPES, check_device, check_pair, check_tokens, check_window, judge_uniforms
+from .checks import check_pair, check_tokens, check_uniform_tensor, check_window, judge_uniforms
 from .rules import Rule, accept_probs, as_rule, window_rule
 
 
@@ -59,9 +59,7 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
     uniform [...] in [0, 1). Returns int64 [...]."""
     if not isinstance(weights, Tensor) or not weights.is_floating_point() or weights.ndim < 1 or weights.shape[-1] < 1:
         raise ValueError("weights must be a floating-point tensor [..., V] of weights, V >= 1")
-    if not isinstance(uniform, Tensor) or uniform.dtype not in UNIFORM_DTYPES:
-        raise ValueError("uniform must be a float32 or float64 tensor of U[0, 1) draws")
-    check_device(uniform, weights.device, "uniform", "weights")
+    check_uniform_tensor(uniform, None, weights.device, "uniform", "weights")
     if weights.numel() and not bool(torch.isfinite(weights).all()):
         raise ValueError("weights contain NaN or inf: cannot sample")
     if weights.numel() and (float(weights.min()) < 0 or float(weights.sum(-1).min()) <= 0):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_pair
-from .rules import Rule, accept_probs, as_rule
+from .rules import Rule, as_rule, mass_ratio
 
 
 def fixed_order_sum(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
@@ -52,7 +52,7 @@ def tv_distance(p: Tensor, q: Tensor) -> Tensor:
 
 def every_accept_prob(rule: Rule, p: Tensor, q: Tensor) -> Tensor:
     """a(x) for every token x: rows p, q [..., V] of one shape (unchecked) -> [..., V]."""
-    return accept_probs(rule, p, q, torch.arange(p.shape[-1], device=p.device).expand(p.shape))
+    return mass_ratio(*rule.masses(p, q, torch.arange(p.shape[-1], device=p.device).expand(p.shape)))
 
 
 def output_law(rule: Rule, p: Tensor, q: Tensor, accept: Tensor) -> Tensor:

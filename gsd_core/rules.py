@@ -53,11 +53,6 @@ def mass_ratio(credited: Tensor, charged: Tensor) -> Tensor:
     return torch.minimum(credited, charged).div_(charged).nan_to_num_(0.0)
 
 
-def accept_probs(rule: Rule, p: Tensor, q: Tensor, x: Tensor) -> Tensor:
-    """a(x) = min(1, P(x) / Q(x)) for tokens x [..., T] against rows p, q [..., V]: [..., T]."""
-    return mass_ratio(*rule.masses(p, q, x))
-
-
 def token_residual(p: Tensor, q: Tensor) -> Tensor:
     """Weights (p - q)+ of the residual norm((p - q)+); p itself where their mass is ~0
     (p == q up to rounding: a rejection then has probability ~0). [..., V]."""

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_pair, check_tokens, check_uniform_tensor, check_window, judge_uniforms
-from .rules import Rule, accept_probs, as_rule, window_rule
+from .rules import Rule, as_rule, mass_ratio, window_rule
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *,
     if uniforms is None:
         uniforms = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
                               dtype=torch.float64, device=p.device)
-    accept = accept_probs(rule, p[..., :window, :], q, draft_tokens.unsqueeze(-1)).squeeze(-1)
+    accept = mass_ratio(*rule.masses(p[..., :window, :], q, draft_tokens.unsqueeze(-1))).squeeze(-1)
     return resolve_window(p, q, draft_tokens, accept, uniforms, rule)
 
 
@@ -119,5 +119,6 @@ def accept_probability(p: Tensor, q: Tensor, tokens: Tensor | int, rule: object 
     (returns [...]) or [T] / [..., T] (returns [..., T]; torch.arange(V): every token)."""
     p, q = check_pair(p, q)
     x = check_tokens(tokens, p.shape[-1], p.device)
-    a = accept_probs(as_rule(rule), p, q, x.reshape(-1).expand(*p.shape[:-1], -1) if x.ndim < 2 else x)
+    rows = x.reshape(-1).expand(*p.shape[:-1], -1) if x.ndim < 2 else x  # [..., T]
+    a = mass_ratio(*as_rule(rule).masses(p, q, rows))
     return a.squeeze(-1) if x.ndim == 0 else a

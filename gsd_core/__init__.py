@@ -4,8 +4,7 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
 (the last dimension the vocabulary, leading dimensions batch). Read in this order:
 
 - ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)), and its
-  residual (SD, GSD's dynamic clusters, rank bins, fixed partitions, Amplify; LANTERN in
-  ``lantern``);
+  residual (SD, GSD's clusters and partitions, Amplify; LANTERN in ``lantern``);
 - ``verification``: ``verify``, a whole window of drafts left to right;
 - ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration;
 - ``checks``: the input checks (``check_window``).
@@ -16,17 +15,8 @@ gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit 
 from .checks import check_window
 from .exact import acceptance_rate, output_distribution, residual_distribution, tv_distance
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
-from .rules import (
-    SD,
-    Amplify,
-    DynamicClusters,
-    FixedPartition,
-    RankBinnedClusters,
-    Rule,
-    dynamic_cluster,
-    group_probs,
-    probability_ranks,
-)
+from .rules import (SD, Amplify, DynamicClusters, FixedPartition, RankBinnedClusters, Rule, dynamic_cluster,
+                    group_probs, probability_ranks)
 from .verification import VerifyResult, accept_probability, sample_categorical, verify
 
 __all__ = [

@@ -148,12 +148,8 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
 
 def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | None = None,
                  generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Check one window of L drafts and bring it to one batch shape and dtype.
-
-    p: [..., L or L+1, V] target rows (row L, if present, is the bonus row); q: [..., L, V]
-    draft rows; draft_tokens: [..., L] ids in [0, V); uniforms: None or [..., L + 1] float32 /
-    float64 in [0, 1); a generator only without uniforms. Batch dimensions broadcast. Returns
-    (p, q, draft_tokens, uniforms): p, q in the working dtype, batch dimensions expanded."""
+    """``verify``'s input checks (its docstring gives the shapes): returns (p, q, draft_tokens,
+    uniforms) with p and q in the working dtype and the batch dimensions broadcast and expanded."""
     batch, window = window_shapes(p, q, draft_tokens)
     check_randomness(uniforms, generator, p.device)
     if uniforms is not None:

@@ -5,9 +5,8 @@ a(x) = min(1, P(x)/Q(x)), else draw from the residual r (``rules``). Then
     out(y) = q(y) a(y) + (1 - alpha) r(y)        (the law of the emitted token)
 
 SD gives alpha = 1 - TV(p, q) and out = p (proofs/02); a partition gives alpha = 1 - TV(p', q')
-(Theorem 1, proofs/01); GSD's distortion is TV(out, p) (proofs/06). Sums over the vocabulary
-that feed alpha and the normalisation of r are taken in one fixed order (``fixed_order_sum``),
-the same bits on every CPU instruction set and thread count.
+(Theorem 1, proofs/01); GSD's distortion is TV(out, p) (proofs/06). The sums over the
+vocabulary in alpha and in r's normalisation are taken in one fixed order (``fixed_order_sum``).
 """
 
 from __future__ import annotations

@@ -1,42 +1,38 @@
 """LANTERN's relaxed acceptance (Jang et al., ICLR 2025, arXiv 2410.03355), a peer of GSD.
 
-Each token x has a *latent neighbourhood* B_k(x): x, then its nearest tokens by Euclidean
-distance between rows of ``embeddings`` [V, D], k tokens in all (optionally only those within
-``max_distance``). Walking B_k(x) outwards, the target mass of the neighbours y_1, y_2, ... is
-credited to x while the cumulative mass stays within the total-variation budget delta:
+Each token x has a *latent neighbourhood* B_k(x): x, then its nearest tokens y_1, y_2, ..., k
+tokens in all (``latent_neighbourhoods``). Walking B_k(x) outwards, the neighbours' target mass
+is credited to x while the cumulative mass stays within the total-variation budget delta:
 
     m(x) = max { S_j : S_j <= delta, j = 0 .. k - 1 },   S_j = p(y_1) + ... + p(y_j),   S_0 = 0,
 
-and a(x) = min(1, (p(x) + m(x)) / q(x)): in the terms of ``rules``, P = p(x) + m(x), Q = q(x),
-and the residual is norm((p - q)+). Moving A(x) = {y_1 .. y_j}'s mass onto x changes p by
-TV = m(x) <= delta (the paper's bound, per drafted token). The exact law (proofs/08) has
-TV(out, p) = alpha - alpha_SD = sum_x min((q(x) - p(x))+, m(x)): at most TV(p, q), but *not* at
-most delta (proofs/08: delta = 1/4, TV = 1).
+and a(x) = min(1, (p(x) + m(x)) / q(x)) (LANTERN's row in the table of ``rules``). Moving
+A(x) = {y_1 .. y_j}'s mass onto x changes p by TV = m(x) <= delta (the paper's bound, per
+drafted token). The exact law (proofs/08) has TV(out, p) = alpha - alpha_SD =
+sum_x min((q(x) - p(x))+, m(x)): at most TV(p, q), but *not* at most delta (delta = 1/4, TV = 1).
 
 Readings of the paper (and its released code):
 1. k counts x itself: B_k(x) = {x} + (k - 1) others, so k = 1 is SD (the release's
    ``lantern_k`` counts only the others).
 2. Euclidean distance between embedding rows (the release: L2 between VQ latents); ties by the
-   smaller id, x always first; ``max_distance`` (ours; None: no limit) keeps d <= max_distance.
+   smaller id; ``max_distance`` (ours) is an optional limit.
 3. The budget test S_j <= delta is inclusive, on a prefix of B_k(x): the walk stops at the first
    neighbour that would exceed delta. delta in [0, 1]; LANTERN++'s relative budget (the
    release's delta > 1) is refused.
 4. Neighbours are credited whatever their draft probability; q(x) alone is the denominator.
 5. Residual norm((p - q)+) with the unmodified q (the release's tree verifier zeroes q on the
    neighbourhood, which belongs to its multi-candidate walk and would make r depend on x).
-
-Shapes: p, q [..., V]; tables [V, k] built once; tokens [..., T] by one gather [..., T, k].
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from .checks import check_count, check_tokens
 
 import torch
 from torch import Tensor
 
+from .checks import check_count, check_tokens
 from .rules import token_residual
 
 
@@ -70,17 +66,15 @@ class LatentNeighbourhoods:
         return self.index.shape[1]
 
 
-def latent_neighbourhoods(
-    embeddings: Tensor, k: int, max_distance: float | None = None, *, chunk_elements: int = 1 << 22
-) -> LatentNeighbourhoods:
+def latent_neighbourhoods(embeddings: Tensor, k: int, max_distance: float | None = None, *,
+                          chunk_elements: int = 1 << 22) -> LatentNeighbourhoods:
     """The k-token latent neighbourhoods B_k(x) of all V tokens from ``embeddings`` [V, D].
 
     Distances d(x, y) = ||e_x - e_y||_2 in float64, computed directly (no |a|^2 + |b|^2 - 2ab
     expansion, so ties and thresholds are exact for integer embeddings); each row is stably
     sorted, so equal distances keep id order, with x forced first. k is clipped to V. A token
     y != x is valid iff d(x, y) <= max_distance (None: all are). Memory: ``chunk_elements``
-    distances at a time (rows in chunks); O(V^2 log V) time, once per embedding table.
-    """
+    distances at a time (rows in chunks); O(V^2 log V) time, once per embedding table."""
     if not isinstance(embeddings, Tensor) or embeddings.ndim != 2 or not embeddings.is_floating_point():
         raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(embeddings, 'shape', embeddings)!r}")
     if embeddings.shape[0] < 1:
@@ -107,8 +101,8 @@ def latent_neighbourhoods(
 
 @dataclass(frozen=True)
 class Lantern:
-    """LANTERN's rule: the neighbourhoods B_k and the total-variation budget delta in [0, 1].
-    P(x) = p(x) + m(x), Q(x) = q(x), r = norm((p - q)+). delta = 0 or k = 1 is SD."""
+    """LANTERN's rule (module docstring): the neighbourhoods B_k and the total-variation budget
+    delta in [0, 1]. delta = 0 or k = 1 is SD."""
 
     neighbourhoods: LatentNeighbourhoods
     delta: float
@@ -118,10 +112,8 @@ class Lantern:
             raise ValueError("neighbourhoods must be a LatentNeighbourhoods (see latent_neighbourhoods)")
         delta = self.delta
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 <= delta <= 1):
-            raise ValueError(
-                f"delta must be a number in [0, 1] (a total-variation budget), got {delta!r}; "
-                "LANTERN++'s relative budget (the released code's delta > 1) is not implemented"
-            )
+            raise ValueError(f"delta must be a number in [0, 1] (a total-variation budget), got {delta!r}; "
+                             "LANTERN++'s relative budget (the released code's delta > 1) is not implemented")
 
     def tables(self, vocab: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """(index, valid) [V, k] on ``device``; the vocabulary must be the table's."""

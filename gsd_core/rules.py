@@ -38,18 +38,14 @@ from .checks import check_choice, check_count, check_labels, check_pair, check_t
 class Rule(Protocol):
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
         """(P(x), Q(x)) for tokens x [..., T] against rows p, q [..., V]: [..., T] each."""
-        ...
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         """Weights [..., V] >= 0 proportional to the residual r (sampled by inverse CDF)."""
-        ...
 
 
 def mass_ratio(credited: Tensor, charged: Tensor) -> Tensor:
-    """min(1, P/Q), and 0 where Q = 0.
-
-    As min(P, Q) / Q: bit for bit min(1, P/Q) for Q > 0 (a correctly rounded division gives
-    Q/Q = 1 exactly), and 0/0 = NaN -> 0 for Q = 0."""
+    """min(1, P/Q), and 0 where Q = 0, as min(P, Q) / Q: bit for bit min(1, P/Q) for Q > 0 (a
+    correctly rounded division gives Q/Q = 1 exactly), and 0/0 = NaN -> 0 for Q = 0."""
     return torch.minimum(credited, charged).div_(charged).nan_to_num_(0.0)
 
 
@@ -268,8 +264,7 @@ class Amplify:
     rule: object = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) \
-                or not 0 < self.scale < math.inf:
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not 0 < self.scale < math.inf:
             raise ValueError(f"the Amplify scale k must be a finite real number > 0, got {self.scale!r}")
         object.__setattr__(self, "rule", as_rule(self.rule))
 
@@ -284,8 +279,7 @@ class Amplify:
 def window_rule(rule: object) -> Rule:
     """``as_rule`` for ``verify``'s window: a fixed partition must be one partition [V] for all its
     rows (labels [..., V], one partition per row, are for the exact laws)."""
-    rule = as_rule(rule)
-    inner = rule
+    inner = rule = as_rule(rule)
     while isinstance(inner, Amplify):
         inner = inner.rule
     if isinstance(inner, FixedPartition) and inner.labels.ndim > 1:
@@ -308,8 +302,7 @@ def as_rule(rule: object) -> Rule:
 
 def group_probs(p: Tensor, labels: Tensor) -> Tensor:
     """Cluster masses of a fixed partition: p'(C_k) = sum_{labels[y] = k} p(y).
-    p: [..., V]; labels: [V] integer ids >= 0. Returns [..., K], K = labels.max() + 1 (ids >= V
-    are first relabelled to 0 .. K-1 in increasing order); an empty cluster has mass 0."""
+    p: [..., V]; labels: [V] integer ids >= 0 (``check_labels``). Returns [..., K]."""
     p, _ = check_pair(p, p)
     return FixedPartition(labels).cluster_masses(p, p)[0]
 

@@ -29,11 +29,9 @@ from .rules import Rule, as_rule, mass_ratio, window_rule
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """Outcome of verifying a window of L drafts.
-
-    num_accepted [...]: n, the drafts accepted; tokens [..., L + 1]: the emitted tokens, then
-    -1; num_emitted [...]: n + 1 if a token was drawn (a rejection, or the bonus row), else n;
-    accept_probs [..., L]: a_i at every position."""
+    """Outcome of verifying a window of L drafts: num_accepted [...], n, the drafts accepted;
+    tokens [..., L + 1], the emitted tokens, then -1; num_emitted [...], n + 1 if a token was
+    drawn (a rejection, or the bonus row), else n; accept_probs [..., L], a_i at every position."""
 
     num_accepted: Tensor
     tokens: Tensor
@@ -70,10 +68,8 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
 
 
 def resolve_window(p: Tensor, q: Tensor, draft_tokens: Tensor, accept: Tensor, uniforms: Tensor, rule: Rule) -> VerifyResult:
-    """Steps 2-4 of the module docstring, without checks (the engine shares them).
-
-    p [..., L or L+1, V], q [..., L, V], draft_tokens [..., L], accept [..., L] (a_i),
-    uniforms [..., L + 1], all with one batch shape."""
+    """Steps 2-4 of the module docstring, unchecked (the engine shares them), one batch shape:
+    p [..., L or L+1, V], q [..., L, V], draft_tokens and accept (a_i) [..., L], uniforms [..., L + 1]."""
     window, has_bonus = q.shape[-2], p.shape[-2] > q.shape[-2]
     u_tests, u_draw = uniforms.split([window, 1], -1)  # u_0 .. u_{L-1}: [..., L]; u_L: [..., 1]
     run = (u_tests < accept).cummin(-1).values  # True up to the first rejection: [..., L]

@@ -115,21 +115,24 @@ class DecodeResult:
         return self.tokens.numel() / self.nfe
 
 
-def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int, tokens: Tensor) -> int:
+def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int,
+                        tokens: Tensor) -> tuple[int, Tensor | None]:
     """With random drafts at forced positions (``forced_drafts=False``): a draft accepted where
     another token is forced (p(draft) = 0; a rule without the gap filter can cluster it with the
     forced token) counts as rejected there, and the forced token is emitted, as the GSD release's
-    rule does. Returns the accepted count; writes the forced token into ``tokens``. One host read."""
+    rule does. Returns the accepted count and the forced ids of positions done .. done + accepted
+    as given (-1 where free; None when the adapter forces nothing), a prefix of which covers the
+    emitted tokens; writes the forced token into ``tokens``. One host read."""
     positions = torch.arange(done, done + accepted + 1, device=tokens.device)
     forced = adapter.forced_tokens(positions)
     if forced is None:
-        return accepted
+        return accepted, None
     wrong = ((forced >= 0) & (tokens[: accepted + 1] != forced)).nonzero().flatten().tolist()
     if not wrong:
-        return accepted
+        return accepted, forced
     first = wrong[0]
     tokens[first] = forced[first]
-    return first
+    return first, forced
 
 
 def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) -> ResolvedMethod:
@@ -261,11 +264,13 @@ class _Loop:
             return self.adapter.forward(window_ids, num_rows=L + 1, with_support=True)
         return self.adapter.forward(window_ids, num_rows=L + 1), None
 
-    def emit(self, p: Tensor, support: Tensor | None, L: int) -> int:
+    def emit(self, p: Tensor, support: Tensor | None, L: int) -> tuple[int, Tensor | None]:
         """Verify the L drafts against p (L = 0: sample p_0), read this step's status (the
         accepted count a and the sum of p, whose finiteness tells whether the model produced
-        NaN or inf here), write the a + 1 emitted tokens; returns a. verify may sync once more
-        (module docstring): DynamicClusters ranking by p without ``support`` (off CPU) does."""
+        NaN or inf here), write the a + 1 emitted tokens; returns a and the forced ids read by
+        ``_overrule_at_forced`` (None if none were read or none are forced), for ``commit``.
+        verify may sync once more (module docstring): DynamicClusters ranking by p without
+        ``support`` (off CPU) does."""
         done = self.done
         if L == 0:
             uniform = torch.rand(1, generator=self.generator, dtype=torch.float64, device=self.device)
@@ -285,21 +290,22 @@ class _Loop:
                 "check the model's logits (dtype overflow, bad weights) before decoding"
             )
         if L == 0:
-            return 0
-        accepted = int(values[1])
+            return 0, None
+        accepted, forced = int(values[1]), None
         if not self.forced_drafts:
-            accepted = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
+            accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
         self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
-        return accepted
+        return accepted, forced
 
-    def commit(self, p: Tensor, accepted: int, L: int) -> None:
-        """Record the step and crop the cache to the committed tokens (all but the last)."""
+    def commit(self, p: Tensor, accepted: int, L: int, forced: Tensor | None) -> None:
+        """Record the step and crop the cache to the committed tokens (all but the last);
+        ``forced``: what ``emit`` returned beside the accepted count."""
         if self.top1 is not None:
             self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
             tv = self.log.add(self.done, p, self.q, accepted)
-            if tv is not None and not self.forced_drafts:
-                tv = self._forced_rows_exact(tv)
+            if tv is not None and forced is not None:
+                tv = self._forced_rows_exact(tv, forced)
             if self.w1_log is not None and tv is not None:
                 self.w1_log.add(self.done, p, self.q, tv)
         self.accepted.append(accepted)
@@ -308,15 +314,12 @@ class _Loop:
         self.done += accepted + 1
         self.adapter.crop(self.prompt_len + self.done - 1)
 
-    def _forced_rows_exact(self, tv: Tensor) -> Tensor:
+    def _forced_rows_exact(self, tv: Tensor, forced: Tensor) -> Tensor:
         """With random drafts at forced positions the token emitted there is the forced one, the
-        only token of p (``_overrule_at_forced``): its law is p, distortion 0, whatever the rule's
-        TV said of a draft it would have accepted. Writes and returns the corrected [E] TVs."""
-        positions = torch.arange(self.done, self.done + tv.numel(), device=self.device)
-        forced = self.adapter.forced_tokens(positions)
-        if forced is None:
-            return tv
-        tv = torch.where(forced >= 0, torch.zeros_like(tv), tv)
+        only token of p (``_overrule_at_forced``, whose ``forced`` ids start at this step's first
+        position): its law is p, distortion 0, whatever the rule's TV said of a draft it would
+        have accepted. Writes and returns the corrected [E] TVs."""
+        tv = torch.where(forced[: tv.numel()] >= 0, torch.zeros_like(tv), tv)
         self.log.values[self.done: self.done + tv.numel()] = tv
         return tv
 
@@ -392,8 +395,8 @@ def generate(
         L = loop.window_size()
         loop.refill(L)
         p, support = loop.forward(L)
-        accepted = loop.emit(p, support, L)
-        loop.commit(p, accepted, L)
+        accepted, forced = loop.emit(p, support, L)
+        loop.commit(p, accepted, L, forced)
         loop.redraft(p, accepted, L)
         if bar is not None:
             bar.update(min(accepted + 1, bar.total - bar.n))

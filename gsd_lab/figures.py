@@ -224,6 +224,7 @@ def run_figures(
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
     sizes = _affordable(sizes, model)
+    extra_seeds = _extra_top1_seeds(sizes)  # the top-1 statistics' seeds the tables do not decode
     t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
     configurations = decoding_configurations(sizes, model, preset)
     ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
@@ -241,7 +242,7 @@ def run_figures(
         cache.wait()
     else:
         extra = images_per_method * (2 if model.adapter.uses_cfg else 1)  # replacement (+ AR without CFG)
-        extra += len(prompts[: sizes.detail_images]) * len(_extra_top1_seeds(sizes)) * (
+        extra += len(prompts[: sizes.detail_images]) * len(extra_seeds) * (
             2 if model.adapter.uses_cfg else 1)  # the top-1 statistics' other seeds
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
@@ -298,8 +299,8 @@ def run_figures(
     real = real_image_baseline(model, images_per_method)
     ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
     top1_caches = [cache]
-    if _extra_top1_seeds(sizes):  # the statistics on more seeds than the tables (only AR: cheap)
-        top1_caches.append(RunCache(model, prompts[: sizes.detail_images], list(_extra_top1_seeds(sizes)), filters,
+    if extra_seeds:  # the statistics on more seeds than the tables (only AR: cheap)
+        top1_caches.append(RunCache(model, prompts[: sizes.detail_images], list(extra_seeds), filters,
                                     progress=bar, record_distortion=False))
     stats = top1_stats([r for c in top1_caches for r in c.detail_records(ar_spec, sizes.detail_images)])
     stats_no_cfg = None
@@ -432,7 +433,7 @@ def run_figures(
          + markdown_table([{"guidance": model.adapter.cfg_scale, **stats.summary()}]
                           + ([{"guidance": "none", **stats_no_cfg.summary()}] if stats_no_cfg else []),
                           ["guidance"] + list(stats.summary()))
-         + "\n\nPer class (seeds " + ", ".join(str(x) for x in sorted(set(sizes.seeds) | set(_extra_top1_seeds(sizes))))
+         + "\n\nPer class (seeds " + ", ".join(str(x) for x in sorted(set(sizes.seeds) | set(extra_seeds)))
          + "):\n\n" + markdown_table(_top1_per_class(stats, stats_no_cfg),
                                      ["prompt", "images", "pooled_share_below", "median_share_below"]
                                      + (["pooled_share_below_no_guidance", "median_share_below_no_guidance"]

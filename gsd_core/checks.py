@@ -58,7 +58,8 @@ def check_probabilities(x: object, name: str = "p") -> Tensor:
 
 def _check_tensor_pair(p: object, q: object) -> None:
     """p and q: floating-point tensors [..., V] with one vocabulary size, on one device."""
-    check_probability_tensor(p, "p"), check_probability_tensor(q, "q")
+    check_probability_tensor(p, "p")
+    check_probability_tensor(q, "q")
     if p.shape[-1] != q.shape[-1]:
         raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
     check_device(q, p.device, "q")

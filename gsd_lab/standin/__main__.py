@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--tokenizer-patches", type=int, default=120_000, help="k-means training patches")
     tr.add_argument("--decoder-steps", type=int, default=1200, help="seam decoder training steps")
     tr.add_argument("--classifier-steps", type=int, default=500)
-    tr.add_argument("--steps", type=int, default=160, help="AR training steps")
+    tr.add_argument("--steps", type=int, default=120, help="AR training steps")
     tr.add_argument("--batch", type=int, default=16, help="AR batch size")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--threads", type=int, default=2, help="torch threads")

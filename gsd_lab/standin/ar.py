@@ -76,6 +76,29 @@ def build_model(config):
     return LlamaForCausalLM(config)
 
 
+@torch.no_grad()
+def init_code_embeddings(model, codebook: torch.Tensor, std: float) -> None:
+    """Start the image codes' input and output embeddings at the codebook's principal components.
+
+    codebook [K, D] (each code's decoded patch): rows centred, projected on the top ``hidden``
+    right singular vectors, scaled to entry standard deviation ``std``, copied into
+    ``embed_tokens.weight[:K]`` and ``lm_head.weight[:K]``. Codes whose patches are close start
+    with close embeddings and logits, so what the model learns of one code carries to its
+    neighbours (the interchangeable tokens GSD groups) instead of each code's row being learned
+    from its own rare occurrences. Both stay trainable; the model stays a stock Llama.
+    """
+    hidden = model.config.hidden_size
+    centred = codebook.double() - codebook.double().mean(0)
+    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+    if vh.shape[0] < hidden:
+        raise ValueError(f"codebook of dimension {vh.shape[0]} cannot fill hidden size {hidden}")
+    projected = centred @ vh[:hidden].T
+    projected = (projected * (std / projected.std())).float()
+    k = codebook.shape[0]
+    model.model.embed_tokens.weight[:k] = projected
+    model.lm_head.weight[:k] = projected
+
+
 @dataclass(frozen=True)
 class TokenMap:
     """One encoded view: codes [h, w] (int16) and, per token, whether its patch touches a
@@ -86,7 +109,7 @@ class TokenMap:
     inside: torch.Tensor
 
 
-CLASS_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0), (8, 8))
+CLASS_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0), (8, 8), (0, 8), (8, 0))
 EXTRA_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0),)
 
 
@@ -259,11 +282,12 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch: int = 16,
+def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch: int = 16,
              lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
              uncond_fraction: float = 0.25, hidden: int = 256, layers: int = 4, heads: int = 4,
              intermediate: int = 704, bf16: bool = False, eval_every: int = 20,
-             eval_windows: int = 64, keep_best: bool = True, log=print):
+             eval_windows: int = 128, keep_best: bool = True, max_gap: float | None = 0.9,
+             codebook_init: bool = True, log=print):
     """Train and save the AR model; every ``eval_every`` steps log the loss on fixed training
     and held-out windows and the held-out teacher-forced flatness (to tell ambiguity in the
     data from ignorance of an undertrained model).
@@ -271,7 +295,10 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch:
     A batch: ``uncond_fraction`` of its windows come from the extra (tokenizer) sources with the
     null class, the rest from the classes (class dropped to null with prob. ``class_dropout``).
     ``keep_best``: save the parameters of the evaluation with the lowest held-out NLL (early
-    stopping on the held-out tokens, which no training window contains)."""
+    stopping on the held-out tokens, which no training window contains) among those whose
+    generalisation gap (held-out minus training NLL) is at most ``max_gap`` nats (None: any);
+    when none is, the evaluation with the smallest gap. ``codebook_init``: see
+    ``init_code_embeddings``."""
     out = Path(out)
     start = time.time()
     maps = encode_maps(tokenizer, "classes")
@@ -284,6 +311,8 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch:
     with torch.random.fork_rng():
         torch.manual_seed(seed + 200)  # parameter init only
         model = build_model(config)
+    if codebook_init:
+        init_code_embeddings(model, tokenizer.codebook, config.initializer_range)
     generator = torch.Generator().manual_seed(seed + 201)
     val_gen = torch.Generator().manual_seed(seed + 202)
     val_ids = make_batch(*dataset.sample(eval_windows, val_gen), layout, 0.0, val_gen)
@@ -331,8 +360,13 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch:
                 record.update(evaluate())
                 history.append(record)
                 nll = record["heldout_windows"]["nll"]
-                if keep_best and (best is None or nll < best[0]):
-                    best = (nll, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                gap = nll - record["train_windows"]["nll"]
+                record["gap_nats"] = round(gap, 4)
+                # rank: first within the gap, then by held-out NLL; outside it, by the gap
+                within = max_gap is None or gap <= max_gap
+                key = (0, nll) if within else (1, gap)
+                if keep_best and (best is None or key < best[0]):
+                    best = (key, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
             log(record)
     wall = round(time.time() - start, 1)
     final = history[-1] if history else None
@@ -347,7 +381,8 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 160, batch:
                      "class_dropout": class_dropout, "uncond_fraction": uncond_fraction,
                      "bf16_autocast": bf16, "wall_seconds": wall,
                      "threads": torch.get_num_threads(), "eval_every": eval_every,
-                     "eval_windows": eval_windows, "keep_best": keep_best,
+                     "eval_windows": eval_windows, "keep_best": keep_best, "max_gap": max_gap,
+                     "codebook_init": codebook_init, "class_shifts": [list(x) for x in CLASS_SHIFTS],
                      "saved_step": final["step"] if final else None,
                      "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
                      "code_unigram_entropy": entropy, "final_eval": final}})

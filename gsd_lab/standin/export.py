@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from . import data
-from .ar import TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
+from .ar import CLASS_SHIFTS, TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
 from .classifier import heldout_set
 from .loading import load_ar_model, load_classifier, load_tokenizer
 from .sampling import logits_checksum, sample_tokens
@@ -155,8 +155,9 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3
                             "seed": seed},
         classifier_training={"image_size": data.IMAGE_SIZE, "steps": cls_cfg["metrics"]["steps"],
                              "seed": seed, "inputs": "real training crops and their reconstructions"},
-        ar_training={"windows": "16x16 token windows of training-region token maps: every scale, "
-                     "mirrored or not, pixel shifts (0, 0) and (8, 8); extra sources (shift (0, 0)) with the null class",
+        ar_training={"windows": "16x16 token windows of training-region token maps: every scale, mirrored "
+                     f"or not, pixel shifts {', '.join(map(str, CLASS_SHIFTS))}; extra sources (shift (0, 0)) "
+                     "with the null class",
                      **ar_cfg["training"]},
         heldout_eval_sets={"tokenizer": "10 held-out crops/class, seed 1234",
                            "classifier": "40 held-out crops/class, seed 4321",

@@ -170,3 +170,26 @@ def test_seam_decoder_starts_as_identity_and_sees_patch_positions():
     u, v = seen[0][0, 3], seen[0][0, 4]
     assert torch.equal(u[0, :4], torch.linspace(-1, 1, 4)) and torch.equal(u[5, 4:8], u[0, :4])
     assert torch.equal(v[:4, 7], torch.linspace(-1, 1, 4)) and torch.equal(v[4:, 0], v[:4, 0])
+
+
+def test_code_embeddings_start_at_the_codebooks_principal_components():
+    """init_code_embeddings: input and output rows of the K codes are one projection of the
+    codebook, at the initializer's scale; with a codebook of rank <= hidden the projection keeps
+    every pairwise distance up to one factor (close patches, close embeddings); the class and
+    null rows are left as they were; a codebook narrower than the hidden size is refused."""
+    from gsd_lab.standin.ar import TokenLayout, build_model, init_code_embeddings, llama_config
+
+    layout = TokenLayout(codebook_size=12, num_classes=2, grid=2)
+    model = build_model(llama_config(layout, hidden=8, layers=1, heads=2, intermediate=16))
+    gen = torch.Generator().manual_seed(0)
+    codebook = torch.randn(12, 5, generator=gen) @ torch.randn(5, 20, generator=gen)  # rank 5 <= 8
+    extra_rows = model.model.embed_tokens.weight[12:].clone()
+    init_code_embeddings(model, codebook, std=0.02)
+    emb = model.model.embed_tokens.weight[:12].double()
+    assert torch.equal(model.model.embed_tokens.weight[:12], model.lm_head.weight[:12])
+    assert torch.equal(model.model.embed_tokens.weight[12:], extra_rows)
+    assert abs(float(emb.std()) - 0.02) < 1e-6
+    ratio = torch.pdist(emb) / torch.pdist(codebook.double())
+    assert float(ratio.max() - ratio.min()) < 1e-5 * float(ratio.mean())
+    with pytest.raises(ValueError, match="hidden size"):
+        init_code_embeddings(model, torch.randn(12, 4, generator=gen), std=0.02)

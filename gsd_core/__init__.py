@@ -15,8 +15,8 @@ gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit 
 from .checks import check_window
 from .exact import acceptance_rate, output_distribution, residual_distribution, tv_distance
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
-from .rules import (SD, Amplify, DynamicClusters, FixedPartition, RankBinnedClusters, Rule, dynamic_cluster,
-                    group_probs, probability_ranks)
+from .rules import (SD, Amplify, DynamicClusters, FixedPartition, RankBinnedClusters, Rule,
+                    dynamic_cluster, group_probs, probability_ranks)
 from .verification import VerifyResult, accept_probability, sample_categorical, verify
 
 __all__ = [

@@ -3,7 +3,8 @@
 Probability rows sum to 1 within their dtype's tolerance (1e-9 for float64, also when the values
 came from a float32 softmax: renormalise first; 1e-4 float32; 2e-2 float16 / bfloat16); nothing is
 renormalised here. Computation is in float64 if any input is float64, else float32. Uniforms are
-float32 or float64 in [0, 1): a 16-bit uniform (2^8 to 2^11 values) would coarsen u < a(x).
+float32 or float64 in [0, 1): a 16-bit uniform (steps of 2^-8 to 2^-11 near 1) would coarsen
+u < a(x).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def check_uniform_tensor(uniforms: object, shape: tuple[int, ...] | None, device
     if not isinstance(uniforms, Tensor) or uniforms.dtype not in (torch.float32, torch.float64):
         kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
         raise ValueError(f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
-                         "(a 16-bit uniform has only 2^8 to 2^11 values)")
+                         "(a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)")
     if shape is not None and tuple(uniforms.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
     check_device(uniforms, device, name, reference)

@@ -30,8 +30,8 @@ def fixed_order_sum(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     dim = dim % x.ndim
     x = x.movedim(dim, -1)
     n = x.shape[-1]
-    if n == 0:  # the empty sum
-        x = x.new_zeros(*x.shape[:-1], 1)
+    if n == 0:  # the empty sum: one zero column
+        x, n = x.new_zeros(*x.shape[:-1], 1), 1
     half = (1 << (n - 1).bit_length()) // 2
     if half and n > half:  # the first step adds x[h:] onto x[:n - h], i.e. with the zero pad
         x = torch.cat([x[..., : n - half] + x[..., half:], x[..., n - half: half]], -1)

@@ -264,8 +264,9 @@ class Amplify:
     rule: object = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not 0 < self.scale < math.inf:
-            raise ValueError(f"the Amplify scale k must be a finite real number > 0, got {self.scale!r}")
+        scale = self.scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+            raise ValueError(f"the Amplify scale k must be a finite real number > 0, got {scale!r}")
         object.__setattr__(self, "rule", as_rule(self.rule))
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -302,7 +303,8 @@ def as_rule(rule: object) -> Rule:
 
 def group_probs(p: Tensor, labels: Tensor) -> Tensor:
     """Cluster masses of a fixed partition: p'(C_k) = sum_{labels[y] = k} p(y).
-    p: [..., V]; labels: [V] integer ids >= 0 (``check_labels``). Returns [..., K]."""
+    p: [..., V]; labels: [V] integer ids >= 0. Returns [..., K], K = labels.max() + 1 (ids >= V
+    are first relabelled to 0 .. K-1 in increasing order); an empty cluster has mass 0."""
     p, _ = check_pair(p, p)
     return FixedPartition(labels).cluster_masses(p, p)[0]
 

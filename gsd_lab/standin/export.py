@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from . import data
-from .ar import CLASS_SHIFTS, TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
+from .ar import TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
 from .classifier import heldout_set
 from .loading import load_ar_model, load_classifier, load_tokenizer
 from .sampling import logits_checksum, sample_tokens
@@ -148,6 +148,7 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3
     tok_cfg = read_json(out / "tokenizer_config.json")
     cls_cfg = read_json(out / "classifier_config.json")
     ar_cfg = read_json(out / "ar_config.json")
+    shifts = ar_cfg["training"].get("class_shifts", [(0, 0), (8, 8)])  # weights from before v3.1: two
     write_json(out / "manifest.json", data.manifest(
         tokenizer_training={"kmeans_iterations": tok_cfg["metrics"]["iterations"],
                             "patches": tok_cfg["metrics"]["training_patches"],
@@ -156,8 +157,8 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3
         classifier_training={"image_size": data.IMAGE_SIZE, "steps": cls_cfg["metrics"]["steps"],
                              "seed": seed, "inputs": "real training crops and their reconstructions"},
         ar_training={"windows": "16x16 token windows of training-region token maps: every scale, mirrored "
-                     f"or not, pixel shifts {', '.join(map(str, CLASS_SHIFTS))}; extra sources (shift (0, 0)) "
-                     "with the null class",
+                     f"or not, pixel shifts {', '.join(str(tuple(x)) for x in shifts)}; "
+                     "extra sources (shift (0, 0)) with the null class",
                      **ar_cfg["training"]},
         heldout_eval_sets={"tokenizer": "10 held-out crops/class, seed 1234",
                            "classifier": "40 held-out crops/class, seed 4321",

@@ -183,13 +183,29 @@ def test_code_embeddings_start_at_the_codebooks_principal_components():
     model = build_model(llama_config(layout, hidden=8, layers=1, heads=2, intermediate=16))
     gen = torch.Generator().manual_seed(0)
     codebook = torch.randn(12, 5, generator=gen) @ torch.randn(5, 20, generator=gen)  # rank 5 <= 8
-    extra_rows = model.model.embed_tokens.weight[12:].clone()
+    extra_rows = model.model.embed_tokens.weight[12:].clone(), model.lm_head.weight[12:].clone()
     init_code_embeddings(model, codebook, std=0.02)
     emb = model.model.embed_tokens.weight[:12].double()
     assert torch.equal(model.model.embed_tokens.weight[:12], model.lm_head.weight[:12])
-    assert torch.equal(model.model.embed_tokens.weight[12:], extra_rows)
+    assert torch.equal(model.model.embed_tokens.weight[12:], extra_rows[0])
+    assert torch.equal(model.lm_head.weight[12:], extra_rows[1])
     assert abs(float(emb.std()) - 0.02) < 1e-6
     ratio = torch.pdist(emb) / torch.pdist(codebook.double())
     assert float(ratio.max() - ratio.min()) < 1e-5 * float(ratio.mean())
-    with pytest.raises(ValueError, match="hidden size"):
+    with pytest.raises(ValueError, match="fewer than the hidden size 8"):
         init_code_embeddings(model, torch.randn(12, 4, generator=gen), std=0.02)
+
+
+def test_early_stopping_ranks_evaluations_after_warm_up_within_the_gap():
+    """selection_key: evaluations before warm-up are not ranked (an untrained model's gap is ~0,
+    so it would always be 'within'); within the gap the lowest held-out NLL wins, and an
+    evaluation within the gap beats every one outside it; outside, the smallest gap wins."""
+    from gsd_lab.standin.ar import selection_key
+
+    assert selection_key(0, 9.0, 9.0, 0.9, warmup=13) is None
+    evaluations = {20: (7.0, 7.7), 40: (6.0, 6.8), 60: (5.0, 6.1), 80: (4.5, 6.0)}  # step: (train, held-out)
+    keys = {step: selection_key(step, *nll, 0.9, warmup=13) for step, nll in evaluations.items()}
+    assert min(keys, key=keys.get) == 40  # 60 and 80 exceed the gap although their held-out NLL is lower
+    assert min(keys, key=lambda s: selection_key(s, *evaluations[s], None, warmup=13)) == 80
+    outside = {step: selection_key(step, *nll, 0.5, warmup=13) for step, nll in evaluations.items()}
+    assert min(outside, key=outside.get) == 20 and outside[20][0] == 1  # none within 0.5: smallest gap

@@ -1,4 +1,4 @@
-"""AR vs SJD vs GSD through ``gsd_lab.decoding.generate``, side by side in one run: nfe, wall
+"""AR vs SJD vs GSD through ``gsd_lab.decode.loop.generate``, side by side in one run: nfe, wall
 time, the share of wall time spent outside the model's forward pass, where that overhead goes,
 and the wall-clock speed-ups of SJD and GSD over AR next to their NFE speed-ups.
 
@@ -48,9 +48,9 @@ from typing import Iterator
 
 import torch
 
-import gsd_lab.decoding as decoding
+import gsd_lab.decode.loop as decoding
 import gsd_lab.models.adapter as adapter_module
-from gsd_lab.methods import DecodingMethod, ResolvedMethod
+from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod
 from gsd_lab.models import CausalLMAdapter
 from gsd_lab.models.static import runner_for
 
@@ -79,7 +79,7 @@ def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, Resolved
     """The stand-in as the figures use it, GSD's dynamic clusters with the figures' filters."""
     from gsd_lab.experiments.image_model import standin_image_model
     from gsd_lab.experiments.runs import resolve_for
-    from gsd_lab.models.standin import load_standin
+    from gsd_lab.standin.adapter import load_standin
 
     adapter = load_standin()
     model = standin_image_model(adapter, with_metrics=False)

@@ -7,7 +7,7 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
-notebooks execute the notebooks top to bottom with papermill (``gsd_lab.notebooks``): in place
+notebooks execute the notebooks top to bottom with papermill (``gsd_lab.teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
@@ -35,8 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .methods import DRAFTS, DecodingMethod
-from .notebooks import SIZES as NOTEBOOK_SIZES
+from .decode.methods import DRAFTS, DecodingMethod
+from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
@@ -45,7 +45,7 @@ MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
-PRESET_WINDOWS = {"release": 15}  # gsd_lab.presets.PRESETS[...].window (a test keeps them in sync)
+PRESET_WINDOWS = {"release": 15}  # gsd_lab.decode.presets.PRESETS[...].window (a test keeps them in sync)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +95,7 @@ def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
                              "docs/lumina-mgpt.md)")
 
 
-PRESET_CHOICES = ("default", "release")  # gsd_lab.presets.PRESETS, spelled out (no torch import to parse)
+PRESET_CHOICES = ("default", "release")  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
 
 
 def _add_preset_arg(group: Any) -> None:
@@ -381,7 +381,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
     if args.command in ("figures", "evaluate"):
-        from .prompts import read_prompts
+        from .io.prompts import read_prompts
 
         args.prompt_list = None
         if args.prompts is not None:
@@ -395,7 +395,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
-    from .presets import preset
+    from .decode.presets import preset
 
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
                             cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer,
@@ -457,7 +457,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .experiments.runs import generate_one, resolve_for
-    from .figure_io import save_image_atomic
+    from .io.figure_io import save_image_atomic
 
     fail = args.command_parser.error
     spec = _spec(args)
@@ -529,8 +529,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
-    from .figure_io import save_image_atomic
-    from .provenance import git_commit, package_versions
+    from .io.figure_io import save_image_atomic
+    from .io.provenance import git_commit, package_versions
 
     fail = args.command_parser.error
     prompts = args.prompt_list
@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     if args.command == "notebooks":
-        from .notebooks import main as notebooks_main
+        from .teaching.notebooks import main as notebooks_main
 
         return notebooks_main(args)
     if args.command == "check-weights":

@@ -5,7 +5,7 @@ the tests (no analysis lives only in a notebook cell).
   proxies) and ``load_image_model`` for every model name of the command line.
 - ``toy``: exact TV examples (Fig. 6), Theorem 1, the dynamic-cluster counterexample, GSD's
   exact distortion against G.
-- ``runs``: labelled decoding methods (``MethodSpec``: a ``gsd_lab.methods.DecodingMethod`` with a
+- ``runs``: labelled decoding methods (``MethodSpec``: a ``gsd_lab.decode.methods.DecodingMethod`` with a
   label), runs over prompts x seeds, table rows.
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables.
 - ``top1``: top-1 probability statistics; ``replacement``: the top-100 replacement study (Fig. 4).

@@ -10,7 +10,7 @@ curves sweep ``LANTERN_DELTAS``, down to 0.001, because on the stand-in even del
 than halves SJD's NFE, so only small budgets reach the NFE range of GSD for a comparison of
 distortion at equal speed.
 
-The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.coupling``,
+The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.decode.coupling``,
 proofs/09), maximal and Gumbel, as rows and points, and the paper's GSD rule with maximally
 coupled re-drafts ("MC-GSD", our name; lossy as GSD is) as rows and a curve over G."""
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..methods import DecodingMethod
+from ..decode.methods import DecodingMethod
 from .runs import MethodSpec, RunCache
 from .verdicts import paired_values
 

@@ -17,7 +17,7 @@ def load_model(name: str = "standin", *, weights: str | None = None, vqgan: str 
                device: str = "cpu", dtype: Any = None, **kwargs: Any):
     """Return the ready adapter for a model name in ``MODEL_NAMES``."""
     if name == "standin":
-        from .standin import load_standin
+        from ..standin.adapter import load_standin
 
         return load_standin(device=device, **kwargs)
     if name.startswith("lumina-mgpt-7b-") and name in MODEL_NAMES:

@@ -27,7 +27,7 @@ def no_model_load(monkeypatch):
     import gsd_lab.experiments.image_model as image_model
     import gsd_lab.models as models
     import gsd_lab.models.lumina_mgpt as lumina_mgpt
-    import gsd_lab.models.standin as standin
+    import gsd_lab.standin.adapter as standin
 
     for module, name in ((image_model, "load_image_model"), (image_model, "tiny_random_model"),
                          (models, "load_model"), (standin, "load_standin"), (lumina_mgpt, "load_lumina_mgpt")):

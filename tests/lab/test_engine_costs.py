@@ -18,7 +18,7 @@ import torch
 
 from gsd_core import Amplify, DynamicClusters, FixedPartition, Lantern, LatentNeighbourhoods, RankBinnedClusters
 from gsd_lab.engine import uses_support, verify
-from gsd_lab.profiling import ops_and_syncs
+from gsd_lab.engine.profiling import ops_and_syncs
 
 VOCAB, WINDOW, TOP_K = 4096, 16, 200
 

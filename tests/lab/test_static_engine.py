@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import gsd_lab.models.adapter as adapter_module  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.loop import generate  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
-from gsd_lab.profiling import ops_and_syncs  # noqa: E402
+from gsd_lab.engine.profiling import ops_and_syncs  # noqa: E402
 
 VOCAB = 48
 ALLOWED = list(range(2, 42))

@@ -33,7 +33,7 @@ vector lanes by column position), so it cannot replace it. Wall-clock speed-up =
 (AR's ms per forward / the method's ms per forward): a forward over a 17-token window costs
 more than a 1-token one on a CPU (printed), and the overhead per forward is larger too.
 
-    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16] [--engine eager|static]
+    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16] [--runner eager|static]
                                   [--group-size 10] [--threads 1] [--json]
 """
 
@@ -165,13 +165,13 @@ def run_method(adapter, prompts, tokens: int, method: DecodingMethod | ResolvedM
     outputs = []
     prompt, uncond = prompts[0]
     decoding.generate(adapter, prompt, method, num_tokens=16, generator=torch.Generator().manual_seed(99),
-                      uncond_prompt_ids=uncond, engine=engine)
+                      uncond_prompt_ids=uncond, runner=engine)
     nfe = wall = model = accepted = drafted = 0
     with timed_parts(adapter) as parts:
         for seed, (prompt, uncond) in enumerate(prompts):
             generator = torch.Generator().manual_seed(seed)
             result = decoding.generate(adapter, prompt, method, num_tokens=tokens, generator=generator,
-                                       uncond_prompt_ids=uncond, engine=engine)
+                                       uncond_prompt_ids=uncond, runner=engine)
             outputs.append(result.tokens)
             nfe += result.nfe
             wall += result.wall_seconds
@@ -207,8 +207,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=10)
     parser.add_argument("--top-k", type=int, default=None, help="random model only")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
-                        help="generate's engine (static: the static cache, uncaptured on a CPU)")
+    parser.add_argument("--runner", choices=("eager", "static"), default="eager",
+                        help="generate's runner (static: the static cache, uncaptured on a CPU)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
     args = parser.parse_args()
@@ -225,10 +225,10 @@ def main() -> None:
     methods = {"AR": DecodingMethod("ar"), "SJD": DecodingMethod("sjd", window=args.window), gsd: gsd_method}
     rows, outputs = {}, {}
     for name, method in methods.items():
-        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, method, args.engine)
+        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, method, args.runner)
     with support_withheld():
         outputs["GSD -supp"], rows["GSD -supp"] = run_method(adapter, prompts, args.tokens,
-                                                             methods[gsd], args.engine)
+                                                             methods[gsd], args.runner)
     same_tokens = all(torch.equal(a, b) for a, b in zip(outputs[gsd], outputs["GSD -supp"]))
     ar = rows["AR"]
     for r in rows.values():
@@ -236,12 +236,12 @@ def main() -> None:
         r["wall_speedup"] = ar["wall_seconds"] / r["wall_seconds"]
     context = args.tokens // 2
     prompt, uncond = prompts[0]
-    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n, engine=args.engine)
+    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n, engine=args.runner)
                for n in (1, args.window + 1)}
     config = dict(model=args.model, images=args.images, tokens=args.tokens, window=args.window,
                   group_size=args.group_size, vocab=adapter.vocab_size, top_k=adapter.top_k,
                   cfg=adapter.cfg_scale, dtype=str(adapter.compute_dtype).removeprefix("torch."),
-                  threads=torch.get_num_threads(), engine=args.engine,
+                  threads=torch.get_num_threads(), engine=args.runner,
                   params=sum(p.numel() for p in adapter.model.parameters()))
     report = dict(config=config, forward_latency_at_context=dict(context=context, **latency),
                   methods=rows, gsd_same_tokens_without_support=same_tokens)

@@ -170,11 +170,11 @@ def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: Resolv
         engine.start(prompt)
     warm = min(num_tokens, 2 * window + 8)
     for method in methods.values():
-        generate(adapter, prompt, method, num_tokens=warm, engine=engine,
+        generate(adapter, prompt, method, num_tokens=warm, runner=engine,
                  generator=torch.Generator(device=device).manual_seed(seed))
     rows = {}
     for name, method in methods.items():
-        result = generate(adapter, prompt, method, num_tokens=num_tokens, engine=engine,
+        result = generate(adapter, prompt, method, num_tokens=num_tokens, runner=engine,
                           generator=torch.Generator(device=device).manual_seed(seed))
         rows[name] = {
             "nfe": result.nfe,
@@ -201,7 +201,7 @@ def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: Resolv
         result: list[Any] = []
 
         def call(n: int = tokens) -> None:
-            result.append(generate(adapter, prompt, gsd, num_tokens=n, engine=engine,
+            result.append(generate(adapter, prompt, gsd, num_tokens=n, runner=engine,
                                    generator=torch.Generator(device=device).manual_seed(0)))
 
         counts.append((ops_and_syncs(call)[1], result[0].nfe))

@@ -88,11 +88,13 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
                             "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)")
 
 
-def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
+def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runner", choices=("eager", "static"), default="eager",
                         help="where the forwards run (the same method either way): eager (dynamic KV cache) "
                              "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
                              "docs/lumina-mgpt.md)")
+    parser.add_argument("--engine", choices=("eager", "static"), dest="runner",
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the former --runner
 
 
 PRESET_CHOICES = ("default", "release")  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
-    _add_engine_arg(gen)
+    _add_runner_arg(gen)
     gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
                      help="stand-in / tiny-random class (index or name)")
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
@@ -149,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "seed + i; one result file per prompt; rank 0 merges summary.json.")
     _add_model_args(ev)
     _add_method_args(ev)
-    _add_engine_arg(ev)
+    _add_runner_arg(ev)
     ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
     ev.add_argument("--out", type=Path, required=True,
                     help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
@@ -469,7 +471,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
     result, image = generate_one(model, resolve_for(model, method), prompt, args.seed, progress=not args.json,
-                                 engine=args.engine)
+                                 runner=args.runner)
     if args.out is not None:
         save_image_atomic(image, args.out)
     report = {
@@ -477,7 +479,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "group_size": method.group_size if method.kind == "gsd" else None,
         "clusters": method.clusters, "residual": method.residual, "window": method.window,
         "acceptance_scale": method.acceptance_scale, "draft": method.draft, "preset": method.preset,
-        "engine": args.engine,
+        "runner": args.runner,
         "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
@@ -549,7 +551,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     image_dir = args.out / "images"
 
     def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, resolved, prompt, args.seed + index, engine=args.engine)
+        result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
                                "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
@@ -563,7 +565,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     identity = run_identity(args, model, spec)
     config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
-              "engine": args.engine}
+              "runner": args.runner}
     if model.condition_scores is not None:  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
         config["condition_score"] = " ".join(model.quality_names.get("condition_score", "condition score").split())
     metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),

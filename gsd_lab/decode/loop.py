@@ -39,7 +39,7 @@ ranking by p without the adapter's support of p (the adapter computes one on CPU
 widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
 tests/lab/test_engine_costs.py).
 
-``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+``runner="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
 cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
 on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
 and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
@@ -49,20 +49,21 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .coupling import DraftChain
 from ..accounting.distortion import DistortionLog
+from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 from ..engine import draw, uses_support, verify
-from .methods import DecodingMethod, ResolvedMethod
 from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
+from .coupling import DraftChain
+from .methods import DecodingMethod, ResolvedMethod
 from .presets import preset
-from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 
 @dataclass
@@ -345,9 +346,10 @@ def generate(
     record_top1: bool = False,
     record_distortion: bool = False,
     progress: bool = False,
-    engine: str | StaticEngine = "eager",
+    runner: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
+    engine: str | StaticEngine | None = None,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
@@ -359,7 +361,7 @@ def generate(
     ``DecodeResult.top1``. record_distortion: fill ``DecodeResult.distortion`` (exact, no
     randomness drawn: the same tokens either way; its time is ``accounting_seconds``, not in
     wall_seconds). progress: a tqdm bar.
-    engine: where the forwards run, an execution option (the same method either way): "eager"
+    runner: where the forwards run, an execution option (the same method either way): "eager"
     (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
     static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``.
     record_w1 (needs record_distortion and the adapter's ``code_content()``): fill
@@ -367,7 +369,11 @@ def generate(
     None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
     its own seeded with ``generator.initial_seed()`` (``gsd_lab.accounting.transport``; no draw from
     ``generator``, so again the same tokens). Batch size 1.
+    engine: the former name of ``runner`` (deprecated: ``gsd_lab.engine`` is the verification).
     """
+    if engine is not None:
+        warnings.warn("generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2)
+        runner = engine
     resolved = _resolve(adapter, method)
     _check_call(adapter, num_tokens, resolved, generator)
     if generator is None:
@@ -383,7 +389,7 @@ def generate(
                              "adapter whose code_content() gives its codes' decoded content")
         w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + window + 1, resolved.rule, draws=w1_draws,
                        seed=generator.initial_seed())
-    adapter = runner_for(adapter, engine, new_tokens=num_tokens + window + 1, window=window)
+    adapter = runner_for(adapter, runner, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds

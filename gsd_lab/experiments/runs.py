@@ -133,19 +133,19 @@ def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = 
 
 def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
                  record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
-                 engine: str = "eager", record_w1: bool = False,
+                 runner: str = "eager", record_w1: bool = False,
                  w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images. engine: ``generate``'s execution option ("eager" or "static"); record_w1 /
+    many images. runner: ``generate``'s execution option ("eager" or "static"); record_w1 /
     w1_draws: the similarity-aware distortion (``gsd_lab.decode.loop.generate``)."""
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
     result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
                       uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
-                      record_distortion=record_distortion, engine=engine, record_w1=record_w1, w1_draws=w1_draws)
+                      record_distortion=record_distortion, runner=runner, record_w1=record_w1, w1_draws=w1_draws)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 

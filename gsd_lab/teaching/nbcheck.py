@@ -22,7 +22,6 @@ algorithm changes a verdict.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from gsd_core import acceptance_rate, output_distribution
 
 from ..decode.methods import method_rule
 from ..experiments import toy
+from ..io.figure_io import markdown_table
 from ..io.provenance import provenance_line
 
 Z_TOLERANCE = 4.0
@@ -162,15 +162,6 @@ def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD
 
 
 def format_rows(rows: list[dict[str, Any]], columns: list[str], digits: int = 3) -> str:
-    """A fixed-width text table of ``rows`` (for unchecked cells: sampled numbers)."""
-    def cell(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return "nan" if math.isnan(value) else f"{value:.{digits}f}"
-        return str(value)
-
-    widths = {c: max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(cell(r.get(c)).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+    """``rows`` as the package's one table, ``figure_io.markdown_table``, with ``digits``
+    decimals (for unchecked cells: sampled numbers)."""
+    return markdown_table(rows, columns, floatfmt=f".{digits}f")

@@ -88,14 +88,19 @@ def resolve_window(
     # residual is p_L itself. Without a bonus row, p_L is zero too and nothing is drawn there.
     q_rows = F.pad(q, (0, 0, 0, 1))  # [..., L + 1, V]
     p_rows = p if has_bonus else F.pad(p, (0, 0, 0, 1))  # [..., L + 1, V]
-    stop = accepted[..., None, None].expand(*accepted.shape, 1, p.shape[-1])  # row n: [..., 1, V]
+    stop = accepted.view(*accepted.shape, 1, 1).expand(*accepted.shape, 1, p.shape[-1])  # row n
+    # The rule's residual of row n: [..., 1, V]
     residual = rule.residual_weights(p_rows.gather(-2, stop), q_rows.gather(-2, stop))
-    drawn = has_bonus | (accepted < window)  # a rejection, or the bonus row: [...]
-    new_token = torch.where(drawn[..., None], draw(residual[..., 0, :], u_draw), -1)  # [..., 1]
+    new_token = draw(residual[..., 0, :], u_draw)  # [..., 1]
+    if has_bonus:  # a rejection or the bonus row: one token is drawn either way
+        emitted = accepted + 1
+    else:  # all L accepted: nothing is drawn
+        drawn = accepted < window
+        new_token, emitted = torch.where(drawn[..., None], new_token, -1), accepted + drawn
     # Emitted: the drafts before n, the new token at n, -1 after.
     tokens = F.pad(torch.where(run, draft_tokens, -1), (0, 1), value=-1)
-    tokens = tokens.scatter(-1, accepted[..., None], new_token)  # [..., L + 1]
-    return VerifyResult(accepted, tokens, accepted + drawn, accept)
+    tokens = tokens.scatter(-1, accepted.unsqueeze(-1), new_token)  # [..., L + 1]
+    return VerifyResult(accepted, tokens, emitted, accept)
 
 
 def verify(

@@ -7,7 +7,7 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
-notebooks execute the notebooks top to bottom with papermill (``gsd_lab.teaching.notebooks``): in place
+notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
@@ -45,7 +45,7 @@ MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
-PRESET_WINDOWS = {"release": 15}  # gsd_lab.decode.presets.PRESETS[...].window (a test keeps them in sync)
+PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test keeps them in sync)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:

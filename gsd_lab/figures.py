@@ -207,7 +207,7 @@ def run_figures(
     ``sizes.streamed`` (``FigureSizes.paper()``): the images are decoded into result files under
     ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
     processes, ``save_images`` keeps a PNG per image); ``preset``: "release" decodes every
-    configuration with the GSD release's settings (``gsd_lab.decode.presets``); a rank other than 0 returns
+    configuration with the GSD release's settings (``decode.presets``); a rank other than 0 returns
     {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm

@@ -10,7 +10,7 @@ a(x), else resample from the residual. The distortion of that position is
 noise-free: no sampling, no quality proxy. Rows are checked at their own precision (as
 everywhere in gsd_core), then taken to float64 and renormalised, so that the rounding of a
 float32 softmax (~1e-8 a row) is not counted as distortion. The method is a gsd_core rule, as
-``verify`` takes it (``gsd_lab.decode.methods.ResolvedMethod.rule`` builds it from a decoding method):
+``verify`` takes it (``decode.methods.ResolvedMethod.rule`` builds it from a decoding method):
 None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or cluster residual),
 ``Amplify(k, rule)``, ``Lantern``.
 

@@ -146,7 +146,8 @@ def _emd2(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple[float, dict]:
 
 def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Tensor:
     """W1(out_i, p_i) for rows p, out [N, V] (float64, each summing to 1; ``out`` the one-step
-    laws of ``gsd_lab.accounting.distortion.one_step_output_laws``) -> float64 [N], exact (module docstring).
+    laws of ``accounting.distortion.one_step_output_laws``) -> float64 [N], exact (module
+    docstring).
 
     content [K, D], tokens [K]: the decoded content of ids ``tokens`` (``code_content()`` and
     ``allowed_tokens``); out and p must agree on every other id (they do for a top-k model: no
@@ -160,7 +161,7 @@ def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Ten
 
 def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
     """W1(out_i, p_i) of the one-step law of each row p, q [L, V] -> float64 [L], exact; the rule
-    as ``verify`` takes it (None: SD), the rows renormalised as ``gsd_lab.accounting.distortion`` does."""
+    as ``verify`` takes it (None: SD), the rows renormalised as ``accounting.distortion`` does."""
     targets, laws = targets_and_laws(p, q, rule)
     return w1_from_laws(targets, laws, content, tokens)
 
@@ -237,7 +238,7 @@ class W1Estimate:
 
 
 class W1Log:
-    """Records W1(out_t, p_t) of one decoding call (``gsd_lab.decode.loop.generate(record_w1=True)``).
+    """Records W1(out_t, p_t) of one decoding call (``decode.loop.generate(record_w1=True)``).
 
     ``add`` takes one forward pass's rows and their exact TVs (``DistortionLog.add``); ``finish``
     returns the ``W1Estimate``. draws None: exact W1 of every verified row, at ``add`` (slow: a

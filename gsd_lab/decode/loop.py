@@ -355,7 +355,7 @@ def generate(
 
     adapter: a ``CausalLMAdapter`` (its processing defines the target distribution).
     prompt_ids: [P] prompt; uncond_prompt_ids: the unconditional prompt when the adapter uses
-    CFG. method: a ``gsd_lab.decode.methods.DecodingMethod`` (resolved here for ``adapter``: its rule
+    CFG. method: a ``decode.methods.DecodingMethod`` (resolved here for ``adapter``: its rule
     objects are built on every call) or its ``ResolvedMethod`` (built once, e.g. LANTERN's
     table). generator: all randomness (seeded from the OS when None). record_top1: fill
     ``DecodeResult.top1``. record_distortion: fill ``DecodeResult.distortion`` (exact, no

@@ -13,7 +13,7 @@ identity of ``evaluate`` share. Its fields:
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
 - drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
   row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
-  draft it held (MC-SJD / SCD, ``gsd_lab.decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
+  draft it held (MC-SJD / SCD, ``decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
   and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
   "repeat_row": the token one image row up);
 - window: drafts L per forward (ignored by AR);
@@ -336,7 +336,7 @@ class ResolvedMethod:
 
     @property
     def rule(self) -> Any:
-        """The one gsd_core rule ``verify`` and ``gsd_lab.accounting.distortion`` take (``method_rule``)."""
+        """The one gsd_core rule ``verify`` and ``accounting.distortion`` take (``method_rule``)."""
         method = self.method
         return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
 

@@ -248,7 +248,7 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None, clip_resize: in
 
 def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
                  ) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
-    """Per-image CLIP scores against the prompts, from a local CLIP folder (gsd_lab.quality.clip_score);
+    """Per-image CLIP scores against the prompts, from a local CLIP folder (quality.clip_score);
     ``resize``: images resized to resize x resize first (the release preset: 299)."""
     from ..quality.clip_score import clip_scores, load_clip
 
@@ -262,7 +262,7 @@ def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
 
 def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None) -> ImageModel:
     """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
-    the stand-in's condition-consistency score (x100) and Frechet distance (``gsd_lab.quality.metrics``)."""
+    the stand-in's condition-consistency score (x100) and Frechet distance (``quality.metrics``)."""
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt) if str(prompt).isdigit() else prompt
@@ -284,7 +284,8 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir:
 def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
     """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
     reference is the classifier's features of the fixed held-out real crops."""
-    from ..quality.metrics import classifier_features, condition_consistency, frechet_distance_features
+    from ..quality.metrics import (classifier_features, condition_consistency,
+                                   frechet_distance_features)
     from ..standin.classifier import heldout_set
     from ..standin.loading import WEIGHTS_DIR, load_classifier
 

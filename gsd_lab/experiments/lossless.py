@@ -75,7 +75,7 @@ def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tup
 def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
                   ) -> np.ndarray:
     """Counts per sequence of ``samples`` runs of ``generate`` with ``method`` (a
-    ``gsd_lab.decode.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
+    ``decode.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
     from ..decode.loop import generate
 
     generator = torch.Generator().manual_seed(seed)

@@ -9,7 +9,7 @@ and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptan
 the exact distortion, quality proxies.
 
 Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
-p) (``gsd_lab.accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
+p) (``accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
 (``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed.
 Similarity-aware distortion (``w1``, where the model knows its codes' content): per image the
 mean over its tokens of W1(one-step output law, p) with the content distance as ground cost

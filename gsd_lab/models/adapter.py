@@ -331,7 +331,7 @@ class CausalLMAdapter:
     def code_content(self) -> Tensor | None:
         """The decoded content of each image code, float [K, D]: row i is the content of token
         ``allowed_tokens[i]`` (K = ``allowed_tokens.numel()``), the ground space of the
-        similarity-aware distortion (``gsd_lab.accounting.transport``: distances between rows). None here:
+        similarity-aware distortion (``accounting.transport``: distances between rows). None here:
         a plain adapter does not know what its codes decode to; the stand-in (codebook patches in
         pixel space), Lumina-mGPT (VQGAN codebook vectors) and the tiny random model override it."""
         return None

@@ -136,7 +136,7 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
     """Checked-cell lines on the exact distortion column (mean per-token TV(one-step output law,
-    p), ``gsd_lab.accounting.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
+    p), ``accounting.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
     proofs/02) have distortion 0 up to float64 rounding (<= 1e-12) whatever tokens were drawn,
     and every distortion is a TV, in [0, 1]."""
     have = [r for r in rows if r.get("distortion") is not None]
@@ -150,8 +150,8 @@ def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("A
 
 def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
     """Checked-cell lines on the similarity-aware distortion column (mean per-token W1(out, p),
-    ``gsd_lab.accounting.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV than
-    float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
+    ``accounting.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV
+    than float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
     costs); an exact invariant of the estimator, whatever rows it drew."""
     have = [r for r in rows if r.get("w1") is not None]
     zero = [r for r in have if r["method"] in lossless]

@@ -1,4 +1,4 @@
-"""NFE of coupled drafts (MC-SJD / SCD, ``gsd_lab.coupling``) against SJD, GSD and AR on the
+"""NFE of coupled drafts (MC-SJD / SCD, ``gsd_lab.decode.coupling``) against SJD, GSD and AR on the
 stand-in, side by side: the same prompts and generator seeds for every configuration, so the
 differences are paired image by image.
 
@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from gsd_lab.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod
 
 CONFIGS = {  # label: the decoding method (its window set by --window)
     "AR": DecodingMethod("ar"),

@@ -1,4 +1,4 @@
-"""AR vs SJD vs GSD through ``gsd_lab.decoding.generate``, side by side in one run: nfe, wall
+"""AR vs SJD vs GSD through ``gsd_lab.decode.loop.generate``, side by side in one run: nfe, wall
 time, the share of wall time spent outside the model's forward pass, where that overhead goes,
 and the wall-clock speed-ups of SJD and GSD over AR next to their NFE speed-ups.
 
@@ -33,7 +33,7 @@ vector lanes by column position), so it cannot replace it. Wall-clock speed-up =
 (AR's ms per forward / the method's ms per forward): a forward over a 17-token window costs
 more than a 1-token one on a CPU (printed), and the overhead per forward is larger too.
 
-    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16] [--engine eager|static]
+    python benchmarks/decoding.py [--model standin|random] [--images 2] [--tokens 256] [--window 16] [--runner eager|static]
                                   [--group-size 10] [--threads 1] [--json]
 """
 
@@ -48,9 +48,9 @@ from typing import Iterator
 
 import torch
 
-import gsd_lab.decoding as decoding
+import gsd_lab.decode.loop as decoding
 import gsd_lab.models.adapter as adapter_module
-from gsd_lab.methods import DecodingMethod, ResolvedMethod
+from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod
 from gsd_lab.models import CausalLMAdapter
 from gsd_lab.models.static import runner_for
 
@@ -79,7 +79,7 @@ def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, Resolved
     """The stand-in as the figures use it, GSD's dynamic clusters with the figures' filters."""
     from gsd_lab.experiments.image_model import standin_image_model
     from gsd_lab.experiments.runs import resolve_for
-    from gsd_lab.models.standin import load_standin
+    from gsd_lab.standin.adapter import load_standin
 
     adapter = load_standin()
     model = standin_image_model(adapter, with_metrics=False)
@@ -165,13 +165,13 @@ def run_method(adapter, prompts, tokens: int, method: DecodingMethod | ResolvedM
     outputs = []
     prompt, uncond = prompts[0]
     decoding.generate(adapter, prompt, method, num_tokens=16, generator=torch.Generator().manual_seed(99),
-                      uncond_prompt_ids=uncond, engine=engine)
+                      uncond_prompt_ids=uncond, runner=engine)
     nfe = wall = model = accepted = drafted = 0
     with timed_parts(adapter) as parts:
         for seed, (prompt, uncond) in enumerate(prompts):
             generator = torch.Generator().manual_seed(seed)
             result = decoding.generate(adapter, prompt, method, num_tokens=tokens, generator=generator,
-                                       uncond_prompt_ids=uncond, engine=engine)
+                                       uncond_prompt_ids=uncond, runner=engine)
             outputs.append(result.tokens)
             nfe += result.nfe
             wall += result.wall_seconds
@@ -207,8 +207,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=10)
     parser.add_argument("--top-k", type=int, default=None, help="random model only")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
-                        help="generate's engine (static: the static cache, uncaptured on a CPU)")
+    parser.add_argument("--runner", choices=("eager", "static"), default="eager",
+                        help="generate's runner (static: the static cache, uncaptured on a CPU)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
     args = parser.parse_args()
@@ -225,10 +225,10 @@ def main() -> None:
     methods = {"AR": DecodingMethod("ar"), "SJD": DecodingMethod("sjd", window=args.window), gsd: gsd_method}
     rows, outputs = {}, {}
     for name, method in methods.items():
-        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, method, args.engine)
+        outputs[name], rows[name] = run_method(adapter, prompts, args.tokens, method, args.runner)
     with support_withheld():
         outputs["GSD -supp"], rows["GSD -supp"] = run_method(adapter, prompts, args.tokens,
-                                                             methods[gsd], args.engine)
+                                                             methods[gsd], args.runner)
     same_tokens = all(torch.equal(a, b) for a, b in zip(outputs[gsd], outputs["GSD -supp"]))
     ar = rows["AR"]
     for r in rows.values():
@@ -236,12 +236,12 @@ def main() -> None:
         r["wall_speedup"] = ar["wall_seconds"] / r["wall_seconds"]
     context = args.tokens // 2
     prompt, uncond = prompts[0]
-    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n, engine=args.engine)
+    latency = {f"model_ms_{n}": forward_ms(adapter, prompt, uncond, context, n, engine=args.runner)
                for n in (1, args.window + 1)}
     config = dict(model=args.model, images=args.images, tokens=args.tokens, window=args.window,
                   group_size=args.group_size, vocab=adapter.vocab_size, top_k=adapter.top_k,
                   cfg=adapter.cfg_scale, dtype=str(adapter.compute_dtype).removeprefix("torch."),
-                  threads=torch.get_num_threads(), engine=args.engine,
+                  threads=torch.get_num_threads(), engine=args.runner,
                   params=sum(p.numel() for p in adapter.model.parameters()))
     report = dict(config=config, forward_latency_at_context=dict(context=context, **latency),
                   methods=rows, gsd_same_tokens_without_support=same_tokens)

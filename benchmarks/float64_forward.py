@@ -43,8 +43,8 @@ def time_window(adapter, prefix: int, repeats: int) -> float:
 
 
 def time_generation(adapter) -> tuple[float, int]:
-    from gsd_lab.decoding import generate
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.loop import generate
+    from gsd_lab.decode.methods import DecodingMethod
 
     start = time.perf_counter()
     result = generate(adapter, torch.tensor([8192]), DecodingMethod("sjd"), num_tokens=256,

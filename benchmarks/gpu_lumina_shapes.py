@@ -14,9 +14,9 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the case of issue 12's
   op bound), on the adapter's real [window + 1, 65536]
   distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
-  kernel launch or a view on the GPU; ``gsd_lab.profiling``), and the GSD call also given the
+  kernel launch or a view on the GPU; ``gsd_lab.engine.profiling``), and the GSD call also given the
   support of p (``support=``) and without validation (``validate=False``, as the loop calls it);
-- ``decoding``: ``gsd_lab.decoding.generate`` for AR, SJD and GSD (same rule) over
+- ``decoding``: ``gsd_lab.decode.loop.generate`` for AR, SJD and GSD (same rule) over
   ``--decode-tokens`` tokens from a short prompt: nfe, wall and model seconds, the share of
   wall time outside the model's forward, and the wall-clock against the NFE speed-up (random
   weights: near-uniform distributions, so acceptance is not the paper's; the point is the cost
@@ -49,8 +49,8 @@ import transformers
 
 from gsd_core import DynamicClusters
 from gsd_lab.engine import verify
-from gsd_lab.decoding import generate
-from gsd_lab.methods import DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.decode.loop import generate
+from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
 from gsd_lab.models.lumina_mgpt import (
     IMAGE_ENCODER_PREFIX,
     LuminaImageLayout,
@@ -59,7 +59,7 @@ from gsd_lab.models.lumina_mgpt import (
     estimated_parameters,
     expand_qk_norm,
 )
-from gsd_lab.profiling import ops_and_syncs
+from gsd_lab.engine.profiling import ops_and_syncs
 
 
 def chameleon_vocabulary_map(vocab_size: int, num_codes: int) -> dict[str, int]:

@@ -26,7 +26,7 @@ Builds the full-size Chameleon 7B with random bf16 weights as ``gpu_lumina_shape
   ``--budget-s``): nfe, wall and model seconds per image, ``outside_ms_per_step``
   = (wall - model) / nfe, the NFE and wall-clock speed-ups over AR and their ratio
   (``wall_over_nfe``: 1 when a forward costs the same in every method); plus host syncs per
-  step of a short static GSD call (``gsd_lab.profiling``);
+  step of a short static GSD call (``gsd_lab.engine.profiling``);
 - ``compile`` (``--compile``, last, only when ``--budget-s`` leaves 240 s): the forwards again
   with ``capture="compile"`` (inductor, ``mode="reduce-overhead"``) and its compile seconds.
 
@@ -65,8 +65,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_lumina_shapes as shapes  # noqa: E402  (the 7B build, prompts, provenance)
 
-from gsd_lab.methods import DecodingMethod, FilterSettings, ResolvedMethod  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMethod  # noqa: E402
+from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.models.lumina_mgpt import (  # noqa: E402
     LuminaImageLayout,
     LuminaMGPTAdapter,
@@ -74,7 +74,7 @@ from gsd_lab.models.lumina_mgpt import (  # noqa: E402
     estimated_parameters,
 )
 from gsd_lab.models.static import StaticEngine  # noqa: E402
-from gsd_lab.profiling import ops_and_syncs  # noqa: E402
+from gsd_lab.engine.profiling import ops_and_syncs  # noqa: E402
 
 COMPILE_RESERVE_S = 240.0
 
@@ -170,11 +170,11 @@ def decode_methods(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: Resolv
         engine.start(prompt)
     warm = min(num_tokens, 2 * window + 8)
     for method in methods.values():
-        generate(adapter, prompt, method, num_tokens=warm, engine=engine,
+        generate(adapter, prompt, method, num_tokens=warm, runner=engine,
                  generator=torch.Generator(device=device).manual_seed(seed))
     rows = {}
     for name, method in methods.items():
-        result = generate(adapter, prompt, method, num_tokens=num_tokens, engine=engine,
+        result = generate(adapter, prompt, method, num_tokens=num_tokens, runner=engine,
                           generator=torch.Generator(device=device).manual_seed(seed))
         rows[name] = {
             "nfe": result.nfe,
@@ -201,7 +201,7 @@ def syncs_per_step(adapter: LuminaMGPTAdapter, prompt: torch.Tensor, gsd: Resolv
         result: list[Any] = []
 
         def call(n: int = tokens) -> None:
-            result.append(generate(adapter, prompt, gsd, num_tokens=n, engine=engine,
+            result.append(generate(adapter, prompt, gsd, num_tokens=n, runner=engine,
                                    generator=torch.Generator(device=device).manual_seed(0)))
 
         counts.append((ops_and_syncs(call)[1], result[0].nfe))

@@ -46,7 +46,7 @@ import torch
 import gsd_core
 from gsd_core import DynamicClusters, sample_categorical
 from gsd_lab.engine import verify
-from gsd_lab.profiling import op_times, ops_and_syncs
+from gsd_lab.engine.profiling import op_times, ops_and_syncs
 
 VOCAB = 65536
 IMAGE_TOKENS = range(4, 8196)

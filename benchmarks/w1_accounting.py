@@ -3,7 +3,7 @@ the matched-NFE outcome on TV and W1.
 
 One image per class and seed (10 classes x ``--seeds``), decoded by AR, SJD, GSD at G = 3, 10,
 50, Amplify at k = 1.5, 2, 3 and LANTERN at two budgets (``RunCache``, TV and W1 recorded, W1
-estimated from ``--draws`` rows per image; ``gsd_lab.transport``). Prints and writes (``--out``,
+estimated from ``--draws`` rows per image; ``gsd_lab.accounting.transport``). Prints and writes (``--out``,
 JSON):
 
 - overhead: per image, the seconds of W1 accounting against the rest of the image's cost in a
@@ -30,7 +30,7 @@ import torch
 from gsd_lab.experiments import matched, tables
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import FilterSettings, RunCache, build_clusters, build_lantern, generate_one
-from gsd_lab.transport import DEFAULT_DRAWS, pps_error
+from gsd_lab.accounting.transport import DEFAULT_DRAWS, pps_error
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""gsd_core: the exact core of Grouped Speculative Decoding (So et al., ICCV 2025, arXiv 2508.07747).
+"""gsd_core: the exact core of Grouped Speculative Decoding (So et al., ICCV 2025,
+arXiv 2508.07747).
 
 Probabilities in, probabilities out: p is the target, q the draft distribution, both [..., V]
 (the last dimension the vocabulary, leading dimensions batch). Read in this order:
@@ -20,8 +21,9 @@ from .rules import (SD, Amplify, DynamicClusters, FixedPartition, RankBinnedClus
 from .verification import VerifyResult, accept_probability, sample_categorical, verify
 
 __all__ = [
-    "SD", "Amplify", "DynamicClusters", "FixedPartition", "Lantern", "LatentNeighbourhoods", "RankBinnedClusters",
-    "Rule", "VerifyResult", "accept_probability", "acceptance_rate", "check_window", "dynamic_cluster",
+    "SD", "Amplify", "DynamicClusters", "FixedPartition", "Lantern", "LatentNeighbourhoods",
+    "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability", "acceptance_rate",
+    "check_window", "dynamic_cluster",
     "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks",
     "residual_distribution", "sample_categorical", "tv_distance", "verify",
 ]

@@ -12,7 +12,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+SUM_TOLERANCE = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.float16: 2e-2,
+    torch.bfloat16: 2e-2,
+}
 
 
 def working_dtype(*tensors: Tensor) -> torch.dtype:
@@ -22,20 +27,28 @@ def working_dtype(*tensors: Tensor) -> torch.dtype:
 
 def check_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
     if x.device != device:
-        raise ValueError(f"{name} is on {x.device} but {reference} is on {device}: put them on one device")
+        raise ValueError(
+            f"{name} is on {x.device} but {reference} is on {device}: put them on one device"
+        )
 
 
 def check_probability_tensor(x: object, name: str) -> Tensor:
     """The checks that need no values: a floating-point tensor [..., V], V >= 1."""
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
+        raise ValueError(
+            f"{name} must be a floating-point torch.Tensor of probabilities, got {got}"
+        )
     if x.ndim < 1 or x.shape[-1] < 1:
-        raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(x.shape)}"
+        )
     return x
 
 
-def judge_probabilities(name: str, dtype: torch.dtype, low_sum: float, high_sum: float, low_entry: float) -> None:
+def judge_probabilities(
+    name: str, dtype: torch.dtype, low_sum: float, high_sum: float, low_entry: float
+) -> None:
     """Raise unless row sums in [low_sum, high_sum] are 1 within ``dtype``'s tolerance and the
     smallest entry ``low_entry`` is >= 0 (NaN and inf fail). The engine calls this too."""
     if not all(v == v and abs(v) != float("inf") for v in (low_sum, high_sum, low_entry)):
@@ -44,8 +57,10 @@ def judge_probabilities(name: str, dtype: torch.dtype, low_sum: float, high_sum:
         raise ValueError(f"{name} has negative entries: not a probability distribution")
     worst, tol = max(abs(low_sum - 1), abs(high_sum - 1)), SUM_TOLERANCE[dtype]
     if worst > tol:
-        raise ValueError(f"{name} rows must sum to 1 over the last dimension (tolerance {tol:g} for {dtype}); "
-                         f"worst row is off by {worst:.3g} (renormalise with p / p.sum(-1, keepdim=True))")
+        raise ValueError(
+            f"{name} rows must sum to 1 over the last dimension (tolerance {tol:g} for {dtype}); "
+            f"worst row is off by {worst:.3g} (renormalise with p / p.sum(-1, keepdim=True))"
+        )
 
 
 def check_probabilities(x: object, name: str = "p") -> Tensor:
@@ -53,7 +68,9 @@ def check_probabilities(x: object, name: str = "p") -> Tensor:
     x = check_probability_tensor(x, name)
     if x.numel():
         sums = x.sum(-1)
-        judge_probabilities(name, x.dtype, *torch.stack([sums.min(), sums.max(), x.min()]).double().tolist())
+        judge_probabilities(
+            name, x.dtype, *torch.stack([sums.min(), sums.max(), x.min()]).double().tolist()
+        )
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
@@ -62,17 +79,22 @@ def _check_tensor_pair(p: object, q: object) -> None:
     check_probability_tensor(p, "p")
     check_probability_tensor(q, "q")
     if p.shape[-1] != q.shape[-1]:
-        raise ValueError(f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
+        raise ValueError(
+            f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}"
+        )
     check_device(q, p.device, "q")
 
 
 def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
-    """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one dtype."""
+    """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one
+    dtype."""
     _check_tensor_pair(p, q)
     try:
         shape = torch.broadcast_shapes(p.shape, q.shape)
     except RuntimeError:
-        raise ValueError(f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}") from None
+        raise ValueError(
+            f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}"
+        ) from None
     p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
     dtype = working_dtype(p, q)
     return p.to(dtype).expand(shape), q.to(dtype).expand(shape)
@@ -92,10 +114,14 @@ def check_token_tensor(tokens: object, device: torch.device, name: str = "token"
 
 def judge_tokens(name: str, vocab_size: int, low: float, high: float) -> None:
     if low < 0 or high >= vocab_size:
-        raise ValueError(f"{name} has ids out of range [0, {vocab_size}): min {int(low)}, max {int(high)}")
+        raise ValueError(
+            f"{name} has ids out of range [0, {vocab_size}): min {int(low)}, max {int(high)}"
+        )
 
 
-def check_tokens(tokens: object, vocab_size: int, device: torch.device, name: str = "token") -> Tensor:
+def check_tokens(
+    tokens: object, vocab_size: int, device: torch.device, name: str = "token"
+) -> Tensor:
     """Token ids as an int64 tensor on ``device``, each in [0, vocab_size)."""
     tokens = check_token_tensor(tokens, device, name)
     if tokens.numel():
@@ -103,13 +129,20 @@ def check_tokens(tokens: object, vocab_size: int, device: torch.device, name: st
     return tokens
 
 
-def check_uniform_tensor(uniforms: object, shape: tuple[int, ...] | None, device: torch.device,
-                         name: str = "uniforms", reference: str = "p") -> Tensor:
+def check_uniform_tensor(
+    uniforms: object,
+    shape: tuple[int, ...] | None,
+    device: torch.device,
+    name: str = "uniforms",
+    reference: str = "p",
+) -> Tensor:
     """dtype (float32 or float64), shape (None: any) and device of uniforms; values unchecked."""
     if not isinstance(uniforms, Tensor) or uniforms.dtype not in (torch.float32, torch.float64):
         kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
-        raise ValueError(f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
-                         "(a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)")
+        raise ValueError(
+            f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
+            "(a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)"
+        )
     if shape is not None and tuple(uniforms.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
     check_device(uniforms, device, name, reference)
@@ -137,19 +170,30 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
     window = q.shape[-2]
     if p.shape[-2] not in (window, window + 1):
         raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or draft_tokens.shape[-1] != window:
+    if (
+        not isinstance(draft_tokens, Tensor)
+        or draft_tokens.ndim < 1
+        or draft_tokens.shape[-1] != window
+    ):
         raise ValueError(f"draft_tokens must have shape [..., L={window}]")
     check_token_tensor(draft_tokens, p.device, "draft_tokens")
     try:
         batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
     except RuntimeError:
-        raise ValueError(f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
-                         f"drafts {tuple(draft_tokens.shape)}") from None
+        raise ValueError(
+            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
+            f"drafts {tuple(draft_tokens.shape)}"
+        ) from None
     return batch, window
 
 
-def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | None = None,
-                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+def check_window(
+    p: Tensor,
+    q: Tensor,
+    draft_tokens: Tensor,
+    uniforms: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """``verify``'s input checks (its docstring gives the shapes): returns (p, q, draft_tokens,
     uniforms) with p and q in the working dtype and the batch dimensions broadcast and expanded."""
     batch, window = window_shapes(p, q, draft_tokens)
@@ -161,8 +205,12 @@ def check_window(p: Tensor, q: Tensor, draft_tokens: Tensor, uniforms: Tensor | 
     p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
     draft_tokens = check_tokens(draft_tokens, p.shape[-1], p.device, "draft_tokens")
     dtype, vocab = working_dtype(p, q), p.shape[-1]
-    return (p.to(dtype).expand(*batch, p.shape[-2], vocab), q.to(dtype).expand(*batch, window, vocab),
-            draft_tokens.expand(*batch, window), uniforms)
+    return (
+        p.to(dtype).expand(*batch, p.shape[-2], vocab),
+        q.to(dtype).expand(*batch, window, vocab),
+        draft_tokens.expand(*batch, window),
+        uniforms,
+    )
 
 
 def check_labels(labels: object) -> Tensor:
@@ -171,7 +219,9 @@ def check_labels(labels: object) -> Tensor:
     if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.dtype == torch.bool:
         raise ValueError("partition labels must be an integer tensor of cluster ids, one per token")
     if labels.ndim < 1 or labels.numel() == 0:
-        raise ValueError(f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}")
+        raise ValueError(
+            f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}"
+        )
     labels = labels.long()
     low, high = torch.stack(torch.aminmax(labels)).tolist()
     if low < 0:

@@ -49,7 +49,9 @@ def tv_distance(p: Tensor, q: Tensor) -> Tensor:
 
 def every_accept_prob(rule: Rule, p: Tensor, q: Tensor) -> Tensor:
     """a(x) for every token x: rows p, q [..., V] of one shape (unchecked) -> [..., V]."""
-    return mass_ratio(*rule.masses(p, q, torch.arange(p.shape[-1], device=p.device).expand(p.shape)))
+    return mass_ratio(
+        *rule.masses(p, q, torch.arange(p.shape[-1], device=p.device).expand(p.shape))
+    )
 
 
 def output_law(rule: Rule, p: Tensor, q: Tensor, accept: Tensor) -> Tensor:
@@ -62,7 +64,16 @@ def output_law(rule: Rule, p: Tensor, q: Tensor, accept: Tensor) -> Tensor:
 
 def acceptance_rate(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
     """alpha = sum_x q(x) a(x), the probability that one step accepts. p, q: [..., V] -> [...].
-    rule: None (SD: alpha = 1 - TV(p, q)), partition labels [V] or a rule."""
+    rule: None (SD: alpha = 1 - TV(p, q)), partition labels [V] or a rule.
+
+    >>> from gsd_core import DynamicClusters
+    >>> p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    >>> q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    >>> acceptance_rate(p, q)  # SD: 1 - TV(p, q) = 1 - 0.3
+    tensor(0.7000, dtype=torch.float64)
+    >>> acceptance_rate(p, q, DynamicClusters(3))  # GSD accepts more often
+    tensor(0.8125, dtype=torch.float64)
+    """
     p, q = check_pair(p, q)
     return fixed_order_sum(q * every_accept_prob(as_rule(rule), p, q))
 
@@ -80,7 +91,17 @@ def _normalised(weights: Tensor) -> Tensor:
 
 
 def output_distribution(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
-    """The law of the token one step emits, out = q a + (1 - alpha) r. p, q: [..., V] -> [..., V]."""
+    """The law of the token one step emits, out = q a + (1 - alpha) r.
+    p, q: [..., V] -> [..., V].
+
+    >>> from gsd_core import DynamicClusters
+    >>> p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    >>> q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    >>> output_distribution(p, q)  # SD is lossless: out = p
+    tensor([0.5000, 0.3000, 0.2000], dtype=torch.float64)
+    >>> output_distribution(p, q, DynamicClusters(3))  # GSD is not: TV(out, p) = 0.1125
+    tensor([0.3875, 0.3000, 0.3125], dtype=torch.float64)
+    """
     p, q = check_pair(p, q)
     rule = as_rule(rule)
     return output_law(rule, p, q, every_accept_prob(rule, p, q))

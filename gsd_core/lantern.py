@@ -47,7 +47,12 @@ class LatentNeighbourhoods:
 
     def __post_init__(self) -> None:
         index, valid = self.index, self.valid
-        if not isinstance(index, Tensor) or index.dtype != torch.int64 or index.ndim != 2 or index.shape[1] < 1:
+        if (
+            not isinstance(index, Tensor)
+            or index.dtype != torch.int64
+            or index.ndim != 2
+            or index.shape[1] < 1
+        ):
             raise ValueError("index must be an int64 tensor [V, k], k >= 1")
         if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != index.shape:
             raise ValueError(f"valid must be a bool tensor of index's shape {tuple(index.shape)}")
@@ -66,8 +71,9 @@ class LatentNeighbourhoods:
         return self.index.shape[1]
 
 
-def latent_neighbourhoods(embeddings: Tensor, k: int, max_distance: float | None = None, *,
-                          chunk_elements: int = 1 << 22) -> LatentNeighbourhoods:
+def latent_neighbourhoods(
+    embeddings: Tensor, k: int, max_distance: float | None = None, *, chunk_elements: int = 1 << 22
+) -> LatentNeighbourhoods:
     """The k-token latent neighbourhoods B_k(x) of all V tokens from ``embeddings`` [V, D].
 
     Distances d(x, y) = ||e_x - e_y||_2 in float64, computed directly (no |a|^2 + |b|^2 - 2ab
@@ -75,12 +81,21 @@ def latent_neighbourhoods(embeddings: Tensor, k: int, max_distance: float | None
     sorted, so equal distances keep id order, with x forced first. k is clipped to V. A token
     y != x is valid iff d(x, y) <= max_distance (None: all are). Memory: ``chunk_elements``
     distances at a time (rows in chunks); O(V^2 log V) time, once per embedding table."""
-    if not isinstance(embeddings, Tensor) or embeddings.ndim != 2 or not embeddings.is_floating_point():
-        raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(embeddings, 'shape', embeddings)!r}")
+    if (
+        not isinstance(embeddings, Tensor)
+        or embeddings.ndim != 2
+        or not embeddings.is_floating_point()
+    ):
+        raise ValueError(
+            "embeddings must be a float tensor [V, D], "
+            f"got {getattr(embeddings, 'shape', embeddings)!r}"
+        )
     if embeddings.shape[0] < 1:
         raise ValueError("embeddings must have at least one row (token)")
     check_count(k, "k")
-    if max_distance is not None and not (isinstance(max_distance, (int, float)) and max_distance >= 0):
+    if max_distance is not None and not (
+        isinstance(max_distance, (int, float)) and max_distance >= 0
+    ):
         raise ValueError(f"max_distance must be a number >= 0 or None, got {max_distance!r}")
     emb = embeddings.to(torch.float64)
     if not bool(torch.isfinite(emb).all()):
@@ -95,7 +110,9 @@ def latent_neighbourhoods(embeddings: Tensor, k: int, max_distance: float | None
         dist[torch.arange(rows.numel(), device=emb.device), rows] = -1.0  # x itself first
         order = torch.sort(dist, dim=-1, stable=True)
         index_parts.append(order.indices[:, :k])
-        valid_parts.append(order.values[:, :k] <= (math.inf if max_distance is None else float(max_distance)))
+        valid_parts.append(
+            order.values[:, :k] <= (math.inf if max_distance is None else float(max_distance))
+        )
     return LatentNeighbourhoods(torch.cat(index_parts), torch.cat(valid_parts))
 
 
@@ -109,17 +126,24 @@ class Lantern:
 
     def __post_init__(self) -> None:
         if not isinstance(self.neighbourhoods, LatentNeighbourhoods):
-            raise ValueError("neighbourhoods must be a LatentNeighbourhoods (see latent_neighbourhoods)")
+            raise ValueError(
+                "neighbourhoods must be a LatentNeighbourhoods (see latent_neighbourhoods)"
+            )
         delta = self.delta
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 <= delta <= 1):
-            raise ValueError(f"delta must be a number in [0, 1] (a total-variation budget), got {delta!r}; "
-                             "LANTERN++'s relative budget (the released code's delta > 1) is not implemented")
+            raise ValueError(
+                f"delta must be a number in [0, 1] (a total-variation budget), got {delta!r}; "
+                "LANTERN++'s relative budget (the released code's delta > 1) is not implemented"
+            )
 
     def tables(self, vocab: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """(index, valid) [V, k] on ``device``; the vocabulary must be the table's."""
         hood = self.neighbourhoods
         if hood.vocab_size != vocab:
-            raise ValueError(f"the neighbourhoods cover {hood.vocab_size} tokens but p has a vocabulary of {vocab}")
+            raise ValueError(
+                f"the neighbourhoods cover {hood.vocab_size} tokens "
+                f"but p has a vocabulary of {vocab}"
+            )
         return hood.index.to(device), hood.valid.to(device)
 
     def credited(self, p: Tensor, x: Tensor) -> Tensor:

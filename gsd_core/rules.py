@@ -101,7 +101,8 @@ class Partition:
         raise NotImplementedError
 
     def partition_labels(self, p: Tensor) -> Tensor:
-        """Each token's cluster for rows p [..., V]: int64 [..., V] (a fixed partition: its labels)."""
+        """Each token's cluster for rows p [..., V]: int64 [..., V] (a fixed partition: its
+        labels)."""
         return self.cluster_masses(p, p)[2]
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -114,6 +115,28 @@ class Partition:
             return token_residual(p, q)
         p_mass, q_mass, labels = self.cluster_masses(p, q)
         return cluster_residual(p, p_mass, q_mass, labels.expand(p.shape))
+
+
+def member_table(labels: Tensor) -> Tensor:
+    """Each cluster's tokens in id order, padded with V: int64 [..., K, M] for partition labels
+    [..., V] (K clusters, M tokens in the largest). Summing a row's entries over a cluster's
+    row of the table is a fixed order of additions (no scatter-add).
+
+    Tokens 0..4 in clusters 1, 0, 1, 2, 1 (V = 5 marks an empty slot):
+
+    >>> member_table(torch.tensor([1, 0, 1, 2, 1]))
+    tensor([[1, 5, 5],
+            [0, 2, 4],
+            [3, 5, 5]])
+    """
+    vocab = labels.shape[-1]
+    ids, order = labels.sort(dim=-1, stable=True)  # cluster ids ascending, tokens in id order
+    # A token's slot: its place in the sorted row minus the place where its cluster starts.
+    slot = torch.arange(vocab, device=labels.device) - torch.searchsorted(ids, ids)
+    clusters, size = int(labels.max()) + 1, int(slot.max()) + 1
+    table = torch.full((*labels.shape[:-1], clusters * size), vocab, device=labels.device)
+    table.scatter_(-1, ids * size + slot, order)  # every (cluster, slot) is written at most once
+    return table.view(*labels.shape[:-1], clusters, size)
 
 
 @dataclass(frozen=True)
@@ -131,27 +154,22 @@ class FixedPartition(Partition):
     def __post_init__(self) -> None:
         check_choice(self.residual, "residual mode", ("token", "cluster"))
         labels = check_labels(self.labels)
-        vocab = labels.shape[-1]
-        ids, order = labels.sort(dim=-1, stable=True)  # tokens grouped by cluster, ids ascending
-        slot = torch.arange(vocab, device=labels.device) - torch.searchsorted(ids, ids)  # place in its cluster
-        clusters, size = int(labels.max()) + 1, int(slot.max()) + 1
-        members = torch.full((*labels.shape[:-1], clusters * size), vocab, device=labels.device)
-        members.scatter_(-1, ids * size + slot, order)  # distinct targets; vocab marks an empty slot
         object.__setattr__(self, "labels", labels)
-        object.__setattr__(self, "_members", members.view(*labels.shape[:-1], clusters, size))
+        object.__setattr__(self, "_members", member_table(labels))
 
     def cluster_masses(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         vocab = self.labels.shape[-1]
         if p.shape[-1] != vocab:
-            raise ValueError(f"partition labels cover {vocab} tokens but p has a vocabulary of {p.shape[-1]}")
-        members = self._members.to(p.device)
+            raise ValueError(f"partition labels cover {vocab} tokens but p has a vocabulary of "
+                             f"{p.shape[-1]}")
+        members = self._members.to(p.device)  # [..., K, M]
         batch = torch.broadcast_shapes(p.shape[:-1], members.shape[:-2])
-        index = members.clamp(max=vocab - 1).flatten(-2).expand(*batch, -1)
+        index = members.clamp(max=vocab - 1).flatten(-2).expand(*batch, -1)  # [..., K * M]
         valid = members < vocab
 
-        def summed(x: Tensor) -> Tensor:
-            return torch.where(valid, x.expand(*batch, vocab).gather(-1, index).view(*batch, *members.shape[-2:]),
-                               0.0).sum(-1)
+        def summed(x: Tensor) -> Tensor:  # [..., V] -> the clusters' masses [..., K]
+            gathered = x.expand(*batch, vocab).gather(-1, index).view(*batch, *valid.shape[-2:])
+            return torch.where(valid, gathered, 0.0).sum(-1)
 
         return summed(p), summed(q), self.labels.to(p.device)
 
@@ -161,7 +179,19 @@ class RankBinnedClusters(Partition):
     """Bins of G consecutive ranks of p: cluster(y) = rank(y) // G (proofs/05).
 
     Bins are contiguous in rank order, so their masses are sums of the sorted row reshaped to
-    [..., ceil(V/G), G] (zero-padded): a fixed order of additions, no scatter."""
+    [..., ceil(V/G), G] (zero-padded): a fixed order of additions, no scatter.
+
+    With G = 2 the ranks of p = (0.5, 0.3, 0.2) fall in bins {0, 1} and {2}: token 1 is credited
+    and charged its bin's masses, P = 0.8 and Q = 0.7, so a(1) = 1 (SD's a(1) is 0.3 / 0.5).
+
+    >>> p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    >>> q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    >>> credited, charged = RankBinnedClusters(2).masses(p, q, torch.tensor([1, 2]))
+    >>> credited
+    tensor([0.8000, 0.2000], dtype=torch.float64)
+    >>> charged
+    tensor([0.7000, 0.3000], dtype=torch.float64)
+    """
 
     group_size: int
     residual: str = "token"
@@ -182,17 +212,36 @@ class RankBinnedClusters(Partition):
         return binned(p), binned(q), rank // size
 
 
+def member_masses(p: Tensor, q: Tensor, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+    """(P, Q): the masses of p and q [..., V] over each draft's kept cluster members, ids
+    ``index`` and ``keep`` [..., T, M] -> [..., T] each, summed over the M slots in order."""
+    flat = index.flatten(-2)
+    return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
+            torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+
+
 @dataclass(frozen=True)
 class DynamicClusters:
     """The paper's dynamic clusters (Algorithm 3): the rank window of G tokens around x,
     (G-1)//2 ranks above and G//2 below (clipped at the ends), then filtered:
 
-        C(x) = {y in window : |p(y) - p(x)| <= max_prob_gap, ||e_y - e_x||^2 <= max_embedding_distance}
+        C(x) = {y in window : |p(y) - p(x)| <= max_prob_gap,
+                              ||e_y - e_x||^2 <= max_embedding_distance}
 
     (a filter is skipped when its bound is None; ``embeddings`` [V', D], V' >= V). x always
     stays. rank_by="q" ranks by the draft (Table 2's ablation); the filters still use p. Token
     residual only. The release's ``logit_sort[idx-7 : idx+7]`` (ascending sort) is G = 14; it
-    filters with strict ``<`` and skips the distance filter for ids above 10000."""
+    filters with strict ``<`` and skips the distance filter for ids above 10000.
+
+    The masses credited and charged for a draft x = 2, the lowest of three ranks, with G = 3:
+    C(2) = {1, 2}, P = 0.3 + 0.2, Q = 0.3 + 0.5, so a(2) = min(1, P / Q) = 0.625.
+
+    >>> p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    >>> q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    >>> credited, charged = DynamicClusters(3).masses(p, q, torch.tensor([2]))
+    >>> credited, charged
+    (tensor([0.5000], dtype=torch.float64), tensor([0.8000], dtype=torch.float64))
+    """
 
     group_size: int
     max_embedding_distance: float | None = None
@@ -204,8 +253,12 @@ class DynamicClusters:
         check_count(self.group_size, "group_size (G, tokens per cluster)")
         check_choice(self.rank_by, "rank_by", ("p", "q"))
         emb = self.embeddings
-        if emb is not None and (not isinstance(emb, Tensor) or emb.ndim != 2 or not emb.is_floating_point()):
-            raise ValueError(f"embeddings must be a float tensor [V, D], got {getattr(emb, 'shape', emb)!r}")
+        if emb is not None and (
+            not isinstance(emb, Tensor) or emb.ndim != 2 or not emb.is_floating_point()
+        ):
+            raise ValueError(
+                f"embeddings must be a float tensor [V, D], got {getattr(emb, 'shape', emb)!r}"
+            )
         if self.max_embedding_distance is not None and emb is None:
             raise ValueError("max_embedding_distance needs embeddings (a [V, D] tensor)")
         for name in ("max_embedding_distance", "max_prob_gap"):
@@ -215,7 +268,10 @@ class DynamicClusters:
 
     def offsets(self, vocab: int, device: torch.device | None = None) -> Tensor:
         """Rank offsets of the window's slots, -(G-1)//2 .. G//2, each side at most V - 1. [M]."""
-        above, below = min((self.group_size - 1) // 2, vocab - 1), min(self.group_size // 2, vocab - 1)
+        above, below = (
+            min((self.group_size - 1) // 2, vocab - 1),
+            min(self.group_size // 2, vocab - 1),
+        )
         return torch.arange(-above, below + 1, device=device)
 
     def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -236,18 +292,17 @@ class DynamicClusters:
             keep = keep & ((p_y - p_x).abs() <= self.max_prob_gap)
         if self.max_embedding_distance is not None:
             if self.embeddings.shape[0] < p.shape[-1]:
-                raise ValueError(f"embeddings has {self.embeddings.shape[0]} rows but the vocabulary "
-                                 f"has {p.shape[-1]} tokens")
+                raise ValueError(
+                    f"embeddings has {self.embeddings.shape[0]} rows but the vocabulary "
+                    f"has {p.shape[-1]} tokens"
+                )
             emb = self.embeddings.to(p.device)
             diff = emb[index].to(torch.float64) - emb[x].to(torch.float64).unsqueeze(-2)
             keep = keep & (diff.square().sum(-1) <= self.max_embedding_distance)
         return keep
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        index, keep = self.members(p, q, x)
-        flat = index.flatten(-2)
-        return (torch.where(keep, p.gather(-1, flat).view(index.shape), 0.0).sum(-1),
-                torch.where(keep, q.gather(-1, flat).view(index.shape), 0.0).sum(-1))
+        return member_masses(p, q, *self.members(p, q, x))
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return token_residual(p, q)
@@ -265,7 +320,11 @@ class Amplify:
 
     def __post_init__(self) -> None:
         scale = self.scale
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not 0 < scale < math.inf
+        ):
             raise ValueError(f"the Amplify scale k must be a finite real number > 0, got {scale!r}")
         object.__setattr__(self, "rule", as_rule(self.rule))
 
@@ -284,8 +343,10 @@ def window_rule(rule: object) -> Rule:
     while isinstance(inner, Amplify):
         inner = inner.rule
     if isinstance(inner, FixedPartition) and inner.labels.ndim > 1:
-        raise ValueError(f"verify takes one partition of the vocabulary, labels [V]; got labels of shape "
-                         f"{tuple(inner.labels.shape)} (one partition per row is for the exact laws)")
+        raise ValueError(
+            f"verify takes one partition of the vocabulary, labels [V]; got labels of shape "
+            f"{tuple(inner.labels.shape)} (one partition per row is for the exact laws)"
+        )
     return rule
 
 
@@ -297,8 +358,10 @@ def as_rule(rule: object) -> Rule:
         return FixedPartition(rule)
     if isinstance(rule, Rule):
         return rule
-    raise ValueError("rule must be None (SD), integer partition labels [V], or a rule such as DynamicClusters, "
-                     f"RankBinnedClusters, FixedPartition, Lantern or Amplify; got {type(rule).__name__}")
+    raise ValueError(
+        "rule must be None (SD), integer partition labels [V], or a rule such as DynamicClusters, "
+        f"RankBinnedClusters, FixedPartition, Lantern or Amplify; got {type(rule).__name__}"
+    )
 
 
 def group_probs(p: Tensor, labels: Tensor) -> Tensor:
@@ -309,9 +372,17 @@ def group_probs(p: Tensor, labels: Tensor) -> Tensor:
     return FixedPartition(labels).cluster_masses(p, p)[0]
 
 
-def dynamic_cluster(p: Tensor, token: Tensor | int, group_size: int, *, embeddings: Tensor | None = None,
-                    max_embedding_distance: float | None = None, max_prob_gap: float | None = None,
-                    rank_by: str = "p", q: Tensor | None = None) -> Tensor:
+def dynamic_cluster(
+    p: Tensor,
+    token: Tensor | int,
+    group_size: int,
+    *,
+    embeddings: Tensor | None = None,
+    max_embedding_distance: float | None = None,
+    max_prob_gap: float | None = None,
+    rank_by: str = "p",
+    q: Tensor | None = None,
+) -> Tensor:
     """The paper's dynamic cluster C(x) of ``token`` (``DynamicClusters``) as a bool mask [..., V].
     p (q, for rank_by="q"): [..., V]; token: int or int tensor [...] (broadcast)."""
     if rank_by == "q" and q is None:

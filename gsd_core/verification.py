@@ -48,14 +48,21 @@ def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     total = cdf[..., -1:]
     uniform = uniform if uniform.dtype == cdf.dtype else uniform.to(cdf.dtype)
     drawn = torch.searchsorted(cdf, uniform * total, right=True)  # first y with cdf(y) > u * total
-    last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: positive weight
+    last = torch.searchsorted(
+        cdf, total.contiguous()
+    )  # first y with cdf(y) = total: positive weight
     return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)  # the clamp: NaN rows
 
 
 def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
     """``draw`` with checks: weights [..., V] >= 0, finite, with a positive total per row;
     uniform [...] in [0, 1). Returns int64 [...]."""
-    if not isinstance(weights, Tensor) or not weights.is_floating_point() or weights.ndim < 1 or weights.shape[-1] < 1:
+    if (
+        not isinstance(weights, Tensor)
+        or not weights.is_floating_point()
+        or weights.ndim < 1
+        or weights.shape[-1] < 1
+    ):
         raise ValueError("weights must be a floating-point tensor [..., V] of weights, V >= 1")
     check_uniform_tensor(uniform, None, weights.device, "uniform", "weights")
     if weights.numel() and not bool(torch.isfinite(weights).all()):
@@ -67,32 +74,44 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
     return draw(weights, uniform.unsqueeze(-1)).squeeze(-1)
 
 
-def resolve_window(p: Tensor, q: Tensor, draft_tokens: Tensor, accept: Tensor, uniforms: Tensor, rule: Rule) -> VerifyResult:
+def resolve_window(
+    p: Tensor, q: Tensor, draft_tokens: Tensor, accept: Tensor, uniforms: Tensor, rule: Rule
+) -> VerifyResult:
     """Steps 2-4 of the module docstring, unchecked (the engine shares them), one batch shape:
-    p [..., L or L+1, V], q [..., L, V], draft_tokens and accept (a_i) [..., L], uniforms [..., L + 1]."""
+    p [..., L or L+1, V], q [..., L, V], draft_tokens and accept (a_i) [..., L],
+    uniforms [..., L + 1]."""
     window, has_bonus = q.shape[-2], p.shape[-2] > q.shape[-2]
     u_tests, u_draw = uniforms.split([window, 1], -1)  # u_0 .. u_{L-1}: [..., L]; u_L: [..., 1]
     run = (u_tests < accept).cummin(-1).values  # True up to the first rejection: [..., L]
     accepted = run.sum(-1)  # n [...]
-    emitted = accepted + 1 if has_bonus else accepted + (accepted < window)
-    if p.shape[-2] == 0:  # L = 0 and no bonus row: nothing to emit
-        return VerifyResult(accepted, torch.full_like(accepted, -1).unsqueeze(-1), emitted, accept)
-    # The stop row n: the first rejection, or the bonus row (drafted by no one: q = 0).
-    stop = accepted.view(*accepted.shape, 1, 1)  # n as a row index: [..., 1, 1]
-    stop_index = stop.expand(*accepted.shape, 1, p.shape[-1])  # for gather: [..., 1, V]
-    last_draft = stop_index.clamp(max=window - 1)
-    p_stop = p.gather(-2, stop_index if has_bonus else last_draft)  # [..., 1, V]
-    q_stop = torch.where(stop < window, q.gather(-2, last_draft), 0.0) if window else torch.zeros_like(p_stop)
-    new_token = draw(rule.residual_weights(p_stop, q_stop)[..., 0, :], u_draw)  # [..., 1]
-    if not has_bonus:  # all L accepted: nothing is drawn
-        new_token = torch.where(stop[..., 0] < window, new_token, -1)
+    # Row L is the bonus position: no draft was made there, so its q row is zero and its
+    # residual is p_L itself. Without a bonus row, p_L is zero too and nothing is drawn there.
+    q_rows = F.pad(q, (0, 0, 0, 1))  # [..., L + 1, V]
+    p_rows = p if has_bonus else F.pad(p, (0, 0, 0, 1))  # [..., L + 1, V]
+    stop = accepted.view(*accepted.shape, 1, 1).expand(*accepted.shape, 1, p.shape[-1])  # row n
+    # The rule's residual of row n: [..., 1, V]
+    residual = rule.residual_weights(p_rows.gather(-2, stop), q_rows.gather(-2, stop))
+    new_token = draw(residual[..., 0, :], u_draw)  # [..., 1]
+    if has_bonus:  # a rejection or the bonus row: one token is drawn either way
+        emitted = accepted + 1
+    else:  # all L accepted: nothing is drawn
+        drawn = accepted < window
+        new_token, emitted = torch.where(drawn[..., None], new_token, -1), accepted + drawn
     # Emitted: the drafts before n, the new token at n, -1 after.
-    tokens = F.pad(torch.where(run, draft_tokens, -1), (0, 1), value=-1).scatter(-1, stop[..., 0], new_token)
+    tokens = F.pad(torch.where(run, draft_tokens, -1), (0, 1), value=-1)
+    tokens = tokens.scatter(-1, accepted.unsqueeze(-1), new_token)  # [..., L + 1]
     return VerifyResult(accepted, tokens, emitted, accept)
 
 
-def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *,
-           uniforms: Tensor | None = None, generator: torch.Generator | None = None) -> VerifyResult:
+def verify(
+    p: Tensor,
+    q: Tensor,
+    draft_tokens: Tensor,
+    rule: object = None,
+    *,
+    uniforms: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> VerifyResult:
     """Verify a window of L drafts left to right (module docstring; SD when rule is None).
 
     p: [..., L or L+1, V] target rows (row L: the bonus row); q: [..., L, V] draft rows;
@@ -100,13 +119,35 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *,
     partition labels [V], or a rule (``DynamicClusters``, ``RankBinnedClusters``,
     ``FixedPartition``, ``Lantern``, ``Amplify``). Randomness: ``uniforms`` [..., L + 1]
     (u_0 .. u_{L-1} for the tests, u_L for the draw; float32 or float64 in [0, 1)), or drawn in
-    float64 from ``generator``; not both. L = 0 is allowed (only the bonus row's draw)."""
+    float64 from ``generator``; not both. L = 0 is allowed (only the bonus row's draw).
+
+    Two drafts x = (1, 2) against rows p_0, p_1 and the bonus row p_2:
+
+    >>> from gsd_core import DynamicClusters
+    >>> p = torch.tensor([[0.5, 0.3, 0.2]] * 3, dtype=torch.float64)
+    >>> q = torch.tensor([[0.2, 0.3, 0.5]] * 2, dtype=torch.float64)
+    >>> u = torch.tensor([0.5, 0.9, 0.25], dtype=torch.float64)  # u_0, u_1 test; u_2 draws
+    >>> result = verify(p, q, torch.tensor([1, 2]), uniforms=u)
+    >>> result.accept_probs  # a_i = min(1, p(x_i) / q(x_i)): 0.3 / 0.3 and 0.2 / 0.5
+    tensor([1.0000, 0.4000], dtype=torch.float64)
+    >>> result.tokens  # x_0 kept (0.5 < 1), x_1 rejected (0.9 >= 0.4), then 0 ~ norm((p - q)+)
+    tensor([ 1,  0, -1])
+    >>> verify(p, q, torch.tensor([1, 2]), DynamicClusters(3), uniforms=u).accept_probs
+    tensor([1.0000, 0.6250], dtype=torch.float64)
+    """
     p, q, draft_tokens, uniforms = check_window(p, q, draft_tokens, uniforms, generator)
     rule, window = window_rule(rule), q.shape[-2]
     if uniforms is None:
-        uniforms = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
-                              dtype=torch.float64, device=p.device)
-    accept = mass_ratio(*rule.masses(p[..., :window, :], q, draft_tokens.unsqueeze(-1))).squeeze(-1)
+        uniforms = torch.rand(
+            *draft_tokens.shape[:-1],
+            window + 1,
+            generator=generator,
+            dtype=torch.float64,
+            device=p.device,
+        )
+    # P(x_i) and Q(x_i), the masses the rule credits and charges each draft: [..., L, 1]
+    credited, charged = rule.masses(p[..., :window, :], q, draft_tokens.unsqueeze(-1))
+    accept = mass_ratio(credited, charged).squeeze(-1)  # a_i = min(1, P_i / Q_i), 0 if Q_i = 0
     return resolve_window(p, q, draft_tokens, accept, uniforms, rule)
 
 

@@ -194,8 +194,8 @@ class _Checks:
                                              + _transformers_note(self.tokenizer_file, text, text_ids))
 
     def generation(self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str) -> Verdict:
-        from .decoding import generate
-        from .methods import DecodingMethod
+        from .decode.loop import generate
+        from .decode.methods import DecodingMethod
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -253,7 +253,7 @@ class _Checks:
         return Verdict("image", OK if md5 == META_VQGAN_MD5 else WARN, detail)
 
     def clip(self, clip_dir: str, prompt: str) -> Verdict:
-        from .clip_score import clip_scores, load_clip
+        from .quality.clip_score import clip_scores, load_clip
 
         model, processor = load_clip(clip_dir, device=self.adapter.device)
         strip = self.pixels

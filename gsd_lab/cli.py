@@ -7,7 +7,7 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
-notebooks execute the notebooks top to bottom with papermill (``gsd_lab.notebooks``): in place
+notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
@@ -35,8 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .methods import DRAFTS, DecodingMethod
-from .notebooks import SIZES as NOTEBOOK_SIZES
+from .decode.methods import DRAFTS, DecodingMethod
+from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
@@ -45,7 +45,7 @@ MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
-PRESET_WINDOWS = {"release": 15}  # gsd_lab.presets.PRESETS[...].window (a test keeps them in sync)
+PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test keeps them in sync)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -88,14 +88,16 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
                             "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)")
 
 
-def _add_engine_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=("eager", "static"), default="eager",
+def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runner", choices=("eager", "static"), default="eager",
                         help="where the forwards run (the same method either way): eager (dynamic KV cache) "
                              "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
                              "docs/lumina-mgpt.md)")
+    parser.add_argument("--engine", choices=("eager", "static"), dest="runner",
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the former --runner
 
 
-PRESET_CHOICES = ("default", "release")  # gsd_lab.presets.PRESETS, spelled out (no torch import to parse)
+PRESET_CHOICES = ("default", "release")  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
 
 
 def _add_preset_arg(group: Any) -> None:
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
-    _add_engine_arg(gen)
+    _add_runner_arg(gen)
     gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
                      help="stand-in / tiny-random class (index or name)")
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
@@ -149,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "seed + i; one result file per prompt; rank 0 merges summary.json.")
     _add_model_args(ev)
     _add_method_args(ev)
-    _add_engine_arg(ev)
+    _add_runner_arg(ev)
     ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
     ev.add_argument("--out", type=Path, required=True,
                     help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
@@ -381,7 +383,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
     if args.command in ("figures", "evaluate"):
-        from .prompts import read_prompts
+        from .io.prompts import read_prompts
 
         args.prompt_list = None
         if args.prompts is not None:
@@ -395,7 +397,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
-    from .presets import preset
+    from .decode.presets import preset
 
     return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
                             cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer,
@@ -457,7 +459,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .experiments.runs import generate_one, resolve_for
-    from .figure_io import save_image_atomic
+    from .io.figure_io import save_image_atomic
 
     fail = args.command_parser.error
     spec = _spec(args)
@@ -469,7 +471,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
     result, image = generate_one(model, resolve_for(model, method), prompt, args.seed, progress=not args.json,
-                                 engine=args.engine)
+                                 runner=args.runner)
     if args.out is not None:
         save_image_atomic(image, args.out)
     report = {
@@ -477,7 +479,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "group_size": method.group_size if method.kind == "gsd" else None,
         "clusters": method.clusters, "residual": method.residual, "window": method.window,
         "acceptance_scale": method.acceptance_scale, "draft": method.draft, "preset": method.preset,
-        "engine": args.engine,
+        "runner": args.runner,
         "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
@@ -529,8 +531,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
-    from .figure_io import save_image_atomic
-    from .provenance import git_commit, package_versions
+    from .io.figure_io import save_image_atomic
+    from .io.provenance import git_commit, package_versions
 
     fail = args.command_parser.error
     prompts = args.prompt_list
@@ -549,7 +551,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     image_dir = args.out / "images"
 
     def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, resolved, prompt, args.seed + index, engine=args.engine)
+        result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
         row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
                                "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
                                "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
@@ -563,7 +565,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     identity = run_identity(args, model, spec)
     config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
-              "engine": args.engine}
+              "runner": args.runner}
     if model.condition_scores is not None:  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
         config["condition_score"] = " ".join(model.quality_names.get("condition_score", "condition score").split())
     metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
@@ -585,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     if args.command == "notebooks":
-        from .notebooks import main as notebooks_main
+        from .teaching.notebooks import main as notebooks_main
 
         return notebooks_main(args)
     if args.command == "check-weights":

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .provenance import atomic_write_json, atomic_write_text
+from .io.provenance import atomic_write_json, atomic_write_text
 
 RESULTS_DIR = "results"
 RUN_FILE = "run.json"

@@ -26,11 +26,11 @@ from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
-from .figure_io import markdown_table, save_figure, write_results_markdown
-from .presets import preset as preset_settings
-from .progress import duration
-from .provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
-from .transport import DEFAULT_DRAWS
+from .io.figure_io import markdown_table, save_figure, write_results_markdown
+from .decode.presets import preset as preset_settings
+from .io.progress import duration
+from .io.provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
+from .accounting.transport import DEFAULT_DRAWS
 
 
 W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem", "substitution", "substitution_sem"]
@@ -39,7 +39,7 @@ W1_TEXT = ("`w1`: the similarity-aware distortion, per image the mean over its t
            "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
            "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
            "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
-           "exact (POT; gsd_lab.transport): `w1_sem` its standard error over images (sampling noise included), "
+           "exact (POT; gsd_lab.accounting.transport): `w1_sem` its standard error over images (sampling noise included), "
            "`w1_sampling_sem` the estimator's part of it. `substitution` (rank bins with the cluster-exact "
            "residual): the content change under the rule's own coupling, >= W1. ")
 
@@ -66,7 +66,7 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
-    w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.transport's estimator)
+    w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.accounting.transport's estimator)
     streamed: bool = False  # decode into result files per (configuration, prompt): resumable, sharded
     detail_images: int | None = None  # top-1 statistics, AR without guidance: first N prompts (None: all)
     top1_seeds: tuple[int, ...] = (0, 1, 2)  # the top-1 statistics: AR on these seeds (those not in seeds: extra)
@@ -207,7 +207,7 @@ def run_figures(
     ``sizes.streamed`` (``FigureSizes.paper()``): the images are decoded into result files under
     ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
     processes, ``save_images`` keeps a PNG per image); ``preset``: "release" decodes every
-    configuration with the GSD release's settings (``gsd_lab.presets``); a rank other than 0 returns
+    configuration with the GSD release's settings (``decode.presets``); a rank other than 0 returns
     {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
@@ -387,7 +387,7 @@ def run_figures(
          "lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k (delta): the peer rule (Jang et al. "
          "2025; gsd_core.lantern), neighbourhoods of k tokens in the input embeddings, budget delta. "
          "`distortion`: the exact distortion, per image the mean over its tokens of TV(one-step output law, p) "
-         "(gsd_lab.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
+         "(gsd_lab.accounting.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
          f"error; noise-free given the tokens. `{headers['condition_score_diff_ar']}`: mean per-image difference to AR "
          "(same prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
          f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is sampling noise "

@@ -143,7 +143,7 @@ export GSD_R_RESUME="$RESUME" GSD_R_PRESET="$PRESET"
 # 1. The prompt subset, and the plan (run.json). --------------------------------------------
 "$PYTHON" - <<'PY'
 import json, os, subprocess, sys, time
-from gsd_lab.prompts import read_prompts
+from gsd_lab.io.prompts import read_prompts
 
 env = {k[6:].lower(): v for k, v in os.environ.items() if k.startswith("GSD_R_")}
 prompts = read_prompts(env["prompts"])

@@ -1,7 +1,7 @@
 """Static checks of the committed notebooks (executing them is ``pytest --nbval-lax notebooks/``):
 normalised kernelspec, one ``parameters`` cell, checked cells present, stored outputs without
 errors, plot cells that show PNGs only (no figure reprs that change between versions); and the
-papermill runner (``gsd_lab.notebooks``)."""
+papermill runner (``gsd_lab.teaching.notebooks``)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _prints(cell) -> bool:
     return re.search(r"^(print|plots\.show)\(", cell.source, re.M) is not None
 
 
-# ---- the sources and the papermill runner (gsd_lab.notebooks) -----------------------------------
+# ---- the sources and the papermill runner (gsd_lab.teaching.notebooks) -----------------------------------
 
 MODEL_NOTEBOOKS = NAMES[:4]
 
@@ -65,7 +65,7 @@ def _read(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_notebook_is_normalised(name):
-    """What ``gsd_lab.notebooks.normalise`` writes: a JupyterLab save that adds a kernel of its
+    """What ``gsd_lab.teaching.notebooks.normalise`` writes: a JupyterLab save that adds a kernel of its
     own, timing or papermill metadata is caught here (run ``python -m gsd_lab notebooks``)."""
     nb = _read(name)
     metadata = {k: v for k, v in nb.metadata.items() if k != "widgets"}  # saved widget state may stay
@@ -79,7 +79,7 @@ def test_committed_notebook_is_normalised(name):
 def test_model_notebooks_share_their_model_cells():
     """01-04 declare the same model parameters with the same defaults and say which model
     produced their outputs in the same words (one edit must reach all four)."""
-    from gsd_lab.notebooks import declared_parameters
+    from gsd_lab.teaching.notebooks import declared_parameters
 
     model_names = ("model_name", "weights", "vqgan", "clip", "device", "threads")
     declared = [declared_parameters(NOTEBOOK_DIR / f"{name}.ipynb") for name in MODEL_NOTEBOOKS]
@@ -90,7 +90,7 @@ def test_model_notebooks_share_their_model_cells():
 
 
 def test_plan_injects_only_declared_names():
-    from gsd_lab.notebooks import SIZES, notebook_paths, parse_value, plan
+    from gsd_lab.teaching.notebooks import SIZES, notebook_paths, parse_value, plan
 
     runs = {r.source.stem[:2]: r.parameters for r in
             plan(notebook_paths(), {"model_name": "tiny-random"}, sizes="tiny")}
@@ -109,7 +109,7 @@ def _toy_notebook(path, body: str) -> None:
     from nbformat.v4 import new_code_cell, new_notebook
 
     cells = [new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
-             new_code_cell("from gsd_lab.provenance import provenance_line\n\nprint(provenance_line())"),
+             new_code_cell("from gsd_lab.io.provenance import provenance_line\n\nprint(provenance_line())"),
              new_code_cell(body)]
     nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": {"name": "other", "display_name": "x", "language": "python"}}),
                    path)
@@ -119,7 +119,7 @@ def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     """Two toy notebooks through ``run_notebooks`` (three kernel starts): in place, one failing
     notebook writes nothing; into another folder, the parameter is injected and the written
     notebook is normalised, with the provenance header and the outputs."""
-    from gsd_lab.notebooks import run_notebooks
+    from gsd_lab.teaching.notebooks import run_notebooks
 
     src = tmp_path / "src"
     src.mkdir()
@@ -145,7 +145,7 @@ def test_notebook_04_defaults_are_the_figures_run_sizes():
     import ast
 
     from gsd_lab.figures import FigureSizes
-    from gsd_lab.notebooks import declared_parameters
+    from gsd_lab.teaching.notebooks import declared_parameters
 
     declared = declared_parameters(NOTEBOOK_DIR / "04_speedup_and_quality.ipynb")
     sizes = FigureSizes.default()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gsd_lab import provenance as prov
+from gsd_lab.io import provenance as prov
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -117,7 +117,7 @@ def test_dirty_tree_is_refused_unless_allowed(repo, change, monkeypatch):
 
 
 def test_records_carry_the_git_state_read_before_writing(tmp_path):
-    from gsd_lab.figure_io import write_results_markdown
+    from gsd_lab.io.figure_io import write_results_markdown
 
     git = {"commit": "0" * 40, "dirty": False, "changes": []}
     record = prov.provenance(model="m", seeds=[0], git=git)
@@ -138,7 +138,7 @@ def test_outputs_inside_the_checkout_need_a_clean_tree():
 def test_notebook_runner_refuses_a_dirty_tree(monkeypatch):
     """``python -m gsd_lab notebooks`` checks the tree before executing into notebooks/ (no kernel
     started), and only warns for a folder outside the checkout."""
-    from gsd_lab import notebooks
+    from gsd_lab.teaching import notebooks
 
     def dirty(what, *, allow_dirty=False, repo=None):
         if not allow_dirty:

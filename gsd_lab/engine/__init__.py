@@ -4,7 +4,9 @@
   ``validate=False`` none, but one for dynamic clusters ranked by p without ``support=``) and
   those clusters ranked on the support of p;
 - ``draw``: gsd_core's inverse-CDF draw without checks;
-- ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs.
+- ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs
+  (``accounting``);
+- ``profiling``: ops and host syncs a call costs, and where its CPU time goes (imported apart).
 
 Costs (ops, syncs) are pinned by tests/lab/test_engine_costs.py; equality with gsd_core by
 tests/lab/test_engine.py.

@@ -1,13 +1,20 @@
 """The paper's analyses as functions, shared by the notebooks, ``python -m gsd_lab figures`` and
-the tests (no analysis lives only in a notebook cell).
+the tests (no analysis lives only in a notebook cell). In reading order:
 
 - ``image_model``: what an experiment needs from a model (adapter, prompts, pixels, quality
   proxies) and ``load_image_model`` for every model name of the command line.
 - ``toy``: exact TV examples (Fig. 6), Theorem 1, the dynamic-cluster counterexample, GSD's
   exact distortion against G.
-- ``runs``: labelled decoding methods (``MethodSpec``: a ``gsd_lab.methods.DecodingMethod`` with a
-  label), runs over prompts x seeds, table rows.
+- ``runs``: labelled decoding methods (``MethodSpec``: a ``gsd_lab.decode.methods.DecodingMethod``
+  with a label), runs over prompts x seeds, table rows.
+- ``verdicts``: the one "reproduces / does not / noise" rule and the paired differences it judges.
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables.
+- ``matched``: distortion at matched NFE, GSD's curve against another rule's (TV and W1).
 - ``top1``: top-1 probability statistics; ``replacement``: the top-100 replacement study (Fig. 4).
+- ``paper``: the paper's numbers and the "paper against here" tables.
+- ``lossless``: a decoder's emitted joint law against AR's, exactly enumerated on a tiny model.
+- ``determinism``: a fixed batch whose tokens and NFE must not depend on ISA or threads.
+- ``records``: a figures run's per-image records on disk, reused by notebook 04.
+- ``stream``: the resumable, sharded decoding runs of ``figures --paper``.
 - ``plots``: matplotlib figures for all of the above.
 """

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..methods import DecodingMethod
+from ..decode.methods import DecodingMethod
 from .image_model import load_image_model
 from .runs import generate_one, resolve_for
 

@@ -3,7 +3,7 @@ becomes token ids, how many tokens an image has, how tokens become pixels, and t
 proxies. ``load_image_model`` builds it for every model name of the command line.
 
 Models:
-- ``standin`` (default): the embedded class-conditional stand-in (``gsd_lab.models.standin``);
+- ``standin`` (default): the embedded class-conditional stand-in (``gsd_lab.standin.adapter``);
   a prompt is a class index or class name; quality: condition-consistency score (x100) and a
   Frechet distance on classifier features against held-out real crops (proxies).
 - ``lumina-mgpt-7b-{512,768,1024}``: real Lumina-mGPT weights from ``weights``; a prompt is text;
@@ -194,7 +194,7 @@ def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip
         raise ValueError(f"unknown model {name!r}; expected one of {MODEL_NAMES + (TINY_RANDOM,)}")
     overrides = {k: v for k, v in (("cfg_scale", cfg_scale), ("top_k", top_k)) if v is not None}
     if name == "standin":
-        from ..models.standin import load_standin
+        from ..standin.adapter import load_standin
 
         # --weights for the stand-in: another weights folder (e.g. a fresh training run).
         adapter = load_standin(device or "cpu", weights_dir=weights, **overrides)
@@ -248,9 +248,9 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None, clip_resize: in
 
 def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
                  ) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
-    """Per-image CLIP scores against the prompts, from a local CLIP folder (gsd_lab.clip_score);
+    """Per-image CLIP scores against the prompts, from a local CLIP folder (quality.clip_score);
     ``resize``: images resized to resize x resize first (the release preset: 299)."""
-    from ..clip_score import clip_scores, load_clip
+    from ..quality.clip_score import clip_scores, load_clip
 
     clip_model, processor = load_clip(clip_dir, device=device)
 
@@ -262,7 +262,7 @@ def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
 
 def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None) -> ImageModel:
     """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
-    the stand-in's condition-consistency score (x100) and Frechet distance (``gsd_lab.metrics``)."""
+    the stand-in's condition-consistency score (x100) and Frechet distance (``quality.metrics``)."""
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt) if str(prompt).isdigit() else prompt
@@ -284,7 +284,8 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir:
 def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
     """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
     reference is the classifier's features of the fixed held-out real crops."""
-    from ..metrics import classifier_features, condition_consistency, frechet_distance_features
+    from ..quality.metrics import (classifier_features, condition_consistency,
+                                   frechet_distance_features)
     from ..standin.classifier import heldout_set
     from ..standin.loading import WEIGHTS_DIR, load_classifier
 

@@ -4,7 +4,7 @@ A tiny random ``LlamaForCausalLM`` (vocabulary 6, image tokens ``ALLOWED`` = 1, 
 N = 3 tokens after a fixed prompt, so the joint law of AR sampling over all 3^3 = 27 sequences
 is enumerated exactly: P(x_1 x_2 x_3) = p(x_1) p(x_2 | x_1) p(x_3 | x_1 x_2), the adapter's
 processed conditionals from one teacher-forced pass per sequence. A decoder run through
-``gsd_lab.decoding.generate`` with a seeded generator ``n`` times gives counts per sequence;
+``gsd_lab.decode.loop.generate`` with a seeded generator ``n`` times gives counts per sequence;
 Pearson's chi-square test of the counts against the exact law (cells expected below 5 pooled)
 has significance ``SIGNIFICANCE`` = 1e-3. SJD (standard speculative sampling inside Jacobi
 windows, proofs/02) must pass for every window and drafting scheme; a lossy rule (GSD with one
@@ -75,8 +75,8 @@ def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tup
 def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
                   ) -> np.ndarray:
     """Counts per sequence of ``samples`` runs of ``generate`` with ``method`` (a
-    ``gsd_lab.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
-    from ..decoding import generate
+    ``decode.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
+    from ..decode.loop import generate
 
     generator = torch.Generator().manual_seed(seed)
     index = {seq: i for i, seq in enumerate(SEQUENCES)}

@@ -15,7 +15,7 @@ and recomputes every configuration's mean NFE and mean distortion from the same 
 images are paired across configurations, so their shared variation cancels), then the anchor's
 NFE, both interpolations and the difference; the standard error is the spread of the resampled
 differences, the interval their quantiles. Where a per-image distortion is itself estimated
-(W1 from a few rows, ``gsd_lab.transport``), its sampling noise is inside the per-image values
+(W1 from a few rows, ``accounting.transport``), its sampling noise is inside the per-image values
 and so inside these error bars. A resample whose anchor leaves a curve's range reads that
 curve's nearest end (``np.interp``), so points near the ends lean toward them.
 

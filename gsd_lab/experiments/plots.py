@@ -329,7 +329,7 @@ def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]], w1_label: str = W
     """The exact distortion (mean over images of the per-token TV(one-step output law, p)) against
     NFE, one line per rule and its sweep (GSD over G, rank bins, Amplify over k, LANTERN over
     delta); AR and SJD are lossless points at 0. A second panel: the similarity-aware W1 (mean
-    per-token W1 with the codes' content distance as ground cost, ``gsd_lab.transport``) where
+    per-token W1 with the codes' content distance as ground cost, ``accounting.transport``) where
     the rows carry it. Error bars: +- one standard error over images."""
     metrics = [("distortion", "exact distortion:\nmean TV(output law, p) per token")]
     if any(r.get("w1") is not None for rows in points.values() for r in rows):

@@ -8,8 +8,9 @@ are decoded from the stored tokens, so the quality proxies are recomputed), and 
 re-decodes the first images of a few configurations and compares them with the stored records:
 tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` (float64
 sums may differ in the last ulp between CPU kernels: README, "Reproducibility"). A stored file
-made by other code (``code_fingerprint``: any change to a ``gsd_core`` or ``gsd_lab`` source
-file, so that no configuration's table can be stale, live-checked or not), weights, settings,
+made by other decoding code (``code_fingerprint``: any change to a source file that decoding
+reads, ``DECODING_SOURCES``, so that no configuration's table can be stale, live-checked or
+not; a plot, a CLI help text or a notebook helper can change without it), weights, settings,
 prompts or seeds is not loaded (``load`` says why, and everything is decoded), and a change of
 the decoding that alters any token of a live-checked configuration fails the live check.
 
@@ -37,21 +38,65 @@ FIELDS = ("nfe", "acceptance_rate", "accepted_per_tested", "wall_seconds", "mode
 DISTORTION_RTOL = 1e-9
 
 
-def code_fingerprint() -> str:
-    """SHA-256 over the sources decoding can depend on: every ``.py`` file of the ``gsd_core``
-    and ``gsd_lab`` packages this process imported (relative path and bytes, in path order). Any
-    edit changes it, a comment included: stored records are reused only by the very code that
-    wrote them."""
-    import gsd_core
-    import gsd_lab
+# What a stored record's numbers can depend on, relative to the folder holding gsd_core and
+# gsd_lab: the exact core, the engine, the decoding loop and its method spec, presets, coupling
+# and clustering, the model adapters, the stand-in's model and loading code, the distortion and
+# transport accounting, and the experiments code that decodes and stores the records. A folder
+# stands for every ``.py`` file below it. tests/lab/test_records.py checks that every gsd_core
+# or gsd_lab module that decoding a run imports is covered, and that a plotting edit is not.
+DECODING_SOURCES = (
+    "gsd_core",
+    "gsd_lab/engine",
+    "gsd_lab/decode",
+    "gsd_lab/models",
+    "gsd_lab/accounting",
+    "gsd_lab/standin/adapter.py",
+    "gsd_lab/standin/ar.py",
+    "gsd_lab/standin/data.py",
+    "gsd_lab/standin/loading.py",
+    "gsd_lab/standin/tokenizer.py",
+    "gsd_lab/standin/weights_io.py",
+    "gsd_lab/experiments/image_model.py",
+    "gsd_lab/experiments/runs.py",
+    "gsd_lab/experiments/records.py",
+)
 
+
+def _source_root(root: Path | None) -> Path:
+    """``root``, or the folder holding the imported gsd_core and gsd_lab."""
+    import gsd_core
+
+    return Path(gsd_core.__file__).resolve().parent.parent if root is None else Path(root)
+
+
+def decoding_files(root: Path | None = None) -> list[Path]:
+    """The ``.py`` files of ``DECODING_SOURCES`` under ``root`` (default: the folder holding the
+    imported gsd_core), in path order; FileNotFoundError names a listed source that is missing
+    (a moved file must be listed again, not silently dropped from the fingerprint)."""
+    root = _source_root(root)
+    files = set()
+    for source in DECODING_SOURCES:
+        path = root / source
+        if path.is_dir():
+            files.update(path.rglob("*.py"))
+        elif path.is_file():
+            files.add(path)
+        else:
+            raise FileNotFoundError(f"decoding source {source} not found under {root}")
+    return sorted(files, key=lambda f: f.relative_to(root).as_posix())
+
+
+def code_fingerprint(root: Path | None = None) -> str:
+    """SHA-256 over the sources decoding depends on (``decoding_files``: relative path and bytes,
+    in path order). Any edit there changes it, a comment included: stored records are reused only
+    by the very decoding code that wrote them. Edits elsewhere (plots, the CLI, the notebooks'
+    helpers) leave it unchanged."""
+    root = _source_root(root)
     digest = hashlib.sha256()
-    for package in (gsd_core, gsd_lab):
-        root = Path(package.__file__).resolve().parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
-            digest.update(b"\0")
+    for path in decoding_files(root):
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
     return digest.hexdigest()
 
 

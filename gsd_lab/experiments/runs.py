@@ -1,19 +1,19 @@
 """Decoding runs over prompts x seeds and their summaries: the rows of the speed/quality tables.
 
-A ``MethodSpec`` labels one ``gsd_lab.methods.DecodingMethod`` (AR, SJD, GSD with a cluster rule, the naive
+A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster rule, the naive
 lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1; this
 definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
-(prompt, seed) with ``gsd_lab.decoding.generate`` and the same generator seed for every method;
+(prompt, seed) with ``gsd_lab.decode.loop.generate`` and the same generator seed for every method;
 ``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
 and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
 the exact distortion, quality proxies.
 
 Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
-p) (``gsd_lab.distortion``; 0 for AR and SJD), then the mean over images with its standard error
+p) (``accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
 (``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed.
 Similarity-aware distortion (``w1``, where the model knows its codes' content): per image the
 mean over its tokens of W1(one-step output law, p) with the content distance as ground cost
-(``gsd_lab.transport``: the RMS difference per coordinate of the decoded content; on the
+(``gsd_lab.accounting.transport``: the RMS difference per coordinate of the decoded content; on the
 stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
 to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
 estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
@@ -48,10 +48,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..decoding import DecodeResult, generate
-from ..transport import DEFAULT_DRAWS
-from ..methods import DecodingMethod, FilterSettings, ResolvedMethod
-from ..metrics import paired_bootstrap
+from ..decode.loop import DecodeResult, generate
+from ..accounting.transport import DEFAULT_DRAWS
+from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
+from ..quality.metrics import paired_bootstrap
 from .image_model import ImageModel
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class MethodSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, DecodingMethod):
-            raise ValueError(f"{self.label}: method must be a gsd_lab.methods.DecodingMethod, got {self.method!r}")
+            raise ValueError(f"{self.label}: method must be a gsd_lab.decode.methods.DecodingMethod, got {self.method!r}")
         if isinstance(self.seed_offset, bool) or not isinstance(self.seed_offset, int):
             raise ValueError(f"seed_offset must be an int, got {self.seed_offset!r}")
 
@@ -133,19 +133,19 @@ def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = 
 
 def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
                  record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
-                 engine: str = "eager", record_w1: bool = False,
+                 runner: str = "eager", record_w1: bool = False,
                  w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images. engine: ``generate``'s execution option ("eager" or "static"); record_w1 /
-    w1_draws: the similarity-aware distortion (``gsd_lab.decoding.generate``)."""
+    many images. runner: ``generate``'s execution option ("eager" or "static"); record_w1 /
+    w1_draws: the similarity-aware distortion (``gsd_lab.decode.loop.generate``)."""
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
     result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
                       uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
-                      record_distortion=record_distortion, engine=engine, record_w1=record_w1, w1_draws=w1_draws)
+                      record_distortion=record_distortion, runner=runner, record_w1=record_w1, w1_draws=w1_draws)
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 
@@ -374,7 +374,7 @@ class RunCache:
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
         """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
-        from ..progress import ProgressLog, ProgressTee
+        from ..io.progress import ProgressLog, ProgressTee
 
         images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
         log = ProgressLog(images, desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "

@@ -41,11 +41,11 @@ import torch
 
 from ..evaluate import DistributedContext, Run, check_run, finished_row, load_result, result_path, shard_indices, \
     start_run, write_result
-from ..figure_io import save_image_atomic
-from ..progress import ProgressLog, duration
-from ..transport import DEFAULT_DRAWS
+from ..io.figure_io import save_image_atomic
+from ..io.progress import ProgressLog, duration
+from ..accounting.transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
-from ..methods import DecodingMethod, ResolvedMethod
+from ..decode.methods import DecodingMethod, ResolvedMethod
 from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, decoding_identity,
                    generate_one, generator_seed, resolve_for, score_summary)
 
@@ -322,7 +322,7 @@ def measure_forward_seconds(model: ImageModel, *, tokens: int = 48, window: int 
     (dynamic clusters of ``group_size``), each including the exact-distortion accounting the
     paper run records. Short contexts: on a GPU the 7B forward is host-bound, about the same at
     2.3k tokens (docs/lumina-mgpt.md section 6)."""
-    from ..decoding import generate
+    from ..decode.loop import generate
 
     methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=window),
                "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=group_size)}

@@ -10,7 +10,7 @@ curves sweep ``LANTERN_DELTAS``, down to 0.001, because on the stand-in even del
 than halves SJD's NFE, so only small budgets reach the NFE range of GSD for a comparison of
 distortion at equal speed.
 
-The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.coupling``,
+The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.decode.coupling``,
 proofs/09), maximal and Gumbel, as rows and points, and the paper's GSD rule with maximally
 coupled re-drafts ("MC-GSD", our name; lossy as GSD is) as rows and a curve over G."""
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..methods import DecodingMethod
+from ..decode.methods import DecodingMethod
 from .runs import MethodSpec, RunCache
-from .verdicts import paired_values
+from . import verdicts
 
 AR = MethodSpec("AR", DecodingMethod("ar"))
 SJD = MethodSpec("SJD", DecodingMethod("sjd"))
@@ -149,9 +149,16 @@ def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]],
 def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, key: str = "nfe") -> tuple[float, float]:
     """Mean over images of ``key`` (a per-image field of the records: "nfe", "distortion") of
     ``spec`` minus ``baseline`` on the same prompts and seeds, and its standard error (the
-    standard deviation of the per-image differences over sqrt(n); nan for one image)."""
-    a, b = cache.records(spec), cache.records(baseline)
-    if [(r.prompt, r.seed - spec.seed_offset) for r in a] != [(r.prompt, r.seed - baseline.seed_offset) for r in b]:
-        raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
-    diff = paired_values([getattr(x, key) for x in a], [getattr(y, key) for y in b])
+    standard deviation of the per-image differences over sqrt(n); nan for one image): the one
+    ``verdicts.paired_difference``, on the two configurations' records (seeds net of each
+    spec's ``seed_offset``, so that the AR-against-AR row pairs with AR)."""
+    def row(s: MethodSpec) -> dict[str, Any]:
+        records = cache.records(s)
+        return {"method": s.label, "per_image": {
+            "prompt": [r.prompt for r in records], "seed": [r.seed - s.seed_offset for r in records],
+            key: [getattr(r, key) for r in records]}}
+
+    diff = verdicts.paired_difference(row(spec), row(baseline), key)
+    if diff is verdicts.NOT_RUN:
+        raise ValueError(f"{spec.label} or {baseline.label} has images without a {key!r} value")
     return diff.difference, float("nan") if diff.se is None else diff.se

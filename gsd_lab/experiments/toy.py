@@ -23,7 +23,7 @@ from gsd_core import (
     verify,
 )
 
-from ..methods import method_rule
+from ..decode.methods import method_rule
 
 DTYPE = torch.float64
 

@@ -45,13 +45,19 @@ def verdict(difference: float, se: float | None, expected_sign: int, size_ok: bo
         raise ValueError(f"se must be a number >= 0 or None, got {se!r}")
     if difference is None or not math.isfinite(difference):
         return "not run"
-    if se is None or not math.isfinite(se) or abs(difference) <= NOISE_Z * se:
+    if not beyond_noise(difference, se):
         return "noise"
     if (difference > 0) != (expected_sign > 0):
         return "no"
     if size_ok is False:
         return "direction only"
     return "yes"
+
+
+def beyond_noise(difference: float, se: float | None) -> bool:
+    """Whether a measured difference can be told from zero: |difference| > ``NOISE_Z`` x SE, with
+    a known, finite SE (the test of ``verdict``; notebooks call it instead of re-coding it)."""
+    return se is not None and math.isfinite(se) and abs(difference) > NOISE_Z * se
 
 
 def combined(verdicts: list[str]) -> str:

@@ -1,7 +1,13 @@
-"""Model adapters and the registry that the CLI, the figures and the notebooks load models by.
+"""Model adapters: the interface decoding runs on, and the real model.
 
-``load_model("standin")`` is the embedded default (weights shipped in the package);
-``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads real Lumina-mGPT weights.
+- ``adapter``: ``CausalLMAdapter``, what ``generate`` needs from a model (processed rows p);
+- ``float64``: float64 forwards for exact tests; ``static``: the static-cache runner;
+- ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``, ``lumina_tiny``): Lumina-mGPT;
+  ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights.
+
+The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
+which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command
+line takes; ``experiments.image_model.load_image_model`` loads any of them.
 """
 
 from __future__ import annotations
@@ -13,13 +19,12 @@ from .adapter import CausalLMAdapter
 MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
 
 
-def load_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
+def load_model(name: str, *, weights: str | None = None, vqgan: str | None = None,
                device: str = "cpu", dtype: Any = None, **kwargs: Any):
-    """Return the ready adapter for a model name in ``MODEL_NAMES``."""
+    """Return the ready Lumina-mGPT adapter for a name "lumina-mgpt-7b-{512,768,1024}"."""
     if name == "standin":
-        from .standin import load_standin
-
-        return load_standin(device=device, **kwargs)
+        raise ValueError("the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
+                         "experiments.image_model.load_image_model('standin'))")
     if name.startswith("lumina-mgpt-7b-") and name in MODEL_NAMES:
         from .lumina_mgpt import load_lumina_mgpt
 

@@ -2,7 +2,7 @@
 that can be rolled back, classifier-free guidance, and the logits processing that turns
 logits into the distribution tokens are sampled from.
 
-Contract (``gsd_lab.decoding.generate`` relies on it; the stand-in and Lumina-mGPT adapters
+Contract (``gsd_lab.decode.loop.generate`` relies on it; the stand-in and Lumina-mGPT adapters
 subclass it). Batch size 1; V = ``vocab_size`` (the model's output vocabulary).
 
 Sequence. ``start(prompt_ids, uncond_prompt_ids=None)`` resets the cache (a fresh
@@ -73,7 +73,7 @@ experiments (the stand-in, tiny models) use it.
 
 ``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``code_content()``
 [K, D] or None: what each allowed code decodes to (the similarity-aware distortion's ground
-space, ``gsd_lab.transport``); ``vocab_size`` V;
+space, ``gsd_lab.accounting.transport``); ``vocab_size`` V;
 ``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
 (a ``generate`` generator must live there).
 
@@ -331,7 +331,7 @@ class CausalLMAdapter:
     def code_content(self) -> Tensor | None:
         """The decoded content of each image code, float [K, D]: row i is the content of token
         ``allowed_tokens[i]`` (K = ``allowed_tokens.numel()``), the ground space of the
-        similarity-aware distortion (``gsd_lab.transport``: distances between rows). None here:
+        similarity-aware distortion (``accounting.transport``: distances between rows). None here:
         a plain adapter does not know what its codes decode to; the stand-in (codebook patches in
         pixel space), Lumina-mGPT (VQGAN codebook vectors) and the tiny random model override it."""
         return None

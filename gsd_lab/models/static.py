@@ -1,4 +1,4 @@
-"""A static-shape forward for ``generate(..., engine="static")``: a KV cache of fixed size, rollback
+"""A static-shape forward for ``generate(..., runner="static")``: a KV cache of fixed size, rollback
 by cache position, two window shapes, and the window forward (model + logits processing)
 captured as a CUDA graph or compiled. For a GPU, where an eager 7B forward is bound by its ~700
 kernel launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
@@ -442,7 +442,7 @@ class StaticEngine:
 
 def static_engine(adapter: CausalLMAdapter) -> StaticEngine:
     """The adapter's default ``StaticEngine`` (capture "auto"), made once and kept on the adapter
-    so that its cache and captured graphs serve every later ``generate(..., engine="static")``."""
+    so that its cache and captured graphs serve every later ``generate(..., runner="static")``."""
     engine = getattr(adapter, "_static_engine", None)
     if engine is None:
         engine = StaticEngine(adapter)
@@ -455,7 +455,7 @@ ENGINES = ("eager", "static")
 
 def runner_for(adapter: CausalLMAdapter, engine: str | StaticEngine, *, new_tokens: int,
                window: int) -> CausalLMAdapter | StaticEngine:
-    """What ``generate`` runs its forwards on: the adapter itself (``engine="eager"``), the
+    """What ``generate`` runs its forwards on: the adapter itself (``runner="eager"``), the
     adapter's kept ``StaticEngine`` ("static") or the given one, reserved for ``new_tokens``
     slots after the prompt and windows of ``window`` drafts."""
     if isinstance(engine, StaticEngine):

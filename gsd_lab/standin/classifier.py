@@ -1,6 +1,6 @@
 """Small CNN that predicts the source class of a crop (256x256 images; 128x128 held-out crops).
 
-Used by gsd_lab.metrics: its softmax gives the condition-consistency score and its penultimate
+Used by quality.metrics: its softmax gives the condition-consistency score and its penultimate
 features (global-average-pooled, ``FEATURE_DIM``) feed the Frechet distance.
 """
 

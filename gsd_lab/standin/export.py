@@ -80,7 +80,7 @@ def generation_statistics(directory: Path, per_class: int, seeds: tuple[int, ...
     """For every seed, sample ``per_class`` images per class (one batch, one generator seeded
     with the seed); flatness pooled, per image and per class, and quality proxies against the
     held-out crops. Returns (statistics, images [n, 3, 256, 256], classes [n])."""
-    from ..metrics import classifier_frechet_distance, condition_consistency
+    from ..quality.metrics import classifier_frechet_distance, condition_consistency
 
     model, layout, _ = load_ar_model(directory, dtype=torch.float64)
     tokenizer = load_tokenizer(directory)
@@ -142,7 +142,7 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3
            teacher_windows: int = 200, log=print) -> dict:
     """Write the manifest, reference outputs, statistics and sample grid for the files in
     ``out``; generation: ``num_samples`` images per class for each of ``num_seeds`` seeds."""
-    from ..metrics import classifier_frechet_distance, condition_consistency
+    from ..quality.metrics import classifier_frechet_distance, condition_consistency
 
     out = Path(out)
     tok_cfg = read_json(out / "tokenizer_config.json")

@@ -1,5 +1,5 @@
 """Batched reference AR sampler for the stand-in (sample grids, flatness statistics, the
-recorded fixed-seed outputs). The decoding engine (gsd_lab.decoding) is the general one; this
+recorded fixed-seed outputs). The decoding engine (gsd_lab.decode.loop) is the general one; this
 is a small independent implementation with the same processing as ``StandinAdapter``:
 
     l = u + s (c - u)  (CFG, s = cfg_scale; none if cfg_scale is None)

@@ -27,7 +27,7 @@ def no_model_load(monkeypatch):
     import gsd_lab.experiments.image_model as image_model
     import gsd_lab.models as models
     import gsd_lab.models.lumina_mgpt as lumina_mgpt
-    import gsd_lab.models.standin as standin
+    import gsd_lab.standin.adapter as standin
 
     for module, name in ((image_model, "load_image_model"), (image_model, "tiny_random_model"),
                          (models, "load_model"), (standin, "load_standin"), (lumina_mgpt, "load_lumina_mgpt")):
@@ -201,3 +201,17 @@ def test_model_choices_match_the_registry():
     from gsd_lab.models import MODEL_NAMES
 
     assert MODEL_CHOICES == MODEL_NAMES + (TINY_RANDOM,)
+
+
+def test_models_and_standin_packages_have_no_cycle():
+    """The stand-in builds on gsd_lab.models; nothing in gsd_lab.models imports gsd_lab.standin."""
+    import ast
+    from pathlib import Path
+
+    import gsd_lab.models
+
+    for path in Path(gsd_lab.models.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                target = "." * node.level + (node.module or "")
+                assert "standin" not in target, f"{path.name} imports {target}"

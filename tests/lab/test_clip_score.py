@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gsd_lab.clip_score import clip_score, clip_scores, load_clip
+from gsd_lab.quality.clip_score import clip_score, clip_scores, load_clip
 
 TEXTS = ["a red cat", "blue sky", "a dog on the grass", "cat", "sky with a red dog"]
 

@@ -18,7 +18,7 @@ power check: each wrong coupling must fail the same test at the same sample size
 - "context-free": every position 0.7 / 0.3 whatever came before; repeat-row init (the previous
   token, known to the verifier), window 3. Here the fresh draft d is fixed given the past, so a
   re-draft that resamples from q_new instead of norm((q_new - q_old)+), one that declares q_old
-  for a kept draft (SCD's released code, ``gsd_lab.coupling``), and one Gumbel vector shared by
+  for a kept draft (SCD's released code, ``gsd_lab.decode.coupling``), and one Gumbel vector shared by
   all positions (two positions drafted in one pass from equal rows get equal drafts) are caught.
 """
 
@@ -35,11 +35,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("scipy.stats")
 from transformers import DynamicCache  # noqa: E402
 
-import gsd_lab.coupling as coupling  # noqa: E402
+import gsd_lab.decode.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
+from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 ALLOWED = (1, 2)

@@ -1,4 +1,4 @@
-"""gsd_lab.coupling: each coupled draft has law q_new; maximal coupling agrees with the previous
+"""gsd_lab.decode.coupling: each coupled draft has law q_new; maximal coupling agrees with the previous
 draft with probability 1 - TV(q_old, q_new); the maximal re-draft of a window position is coupled
 to that position's own previous draft; the Gumbel noise follows its position through the window;
 generate runs every scheme for SJD and GSD and checks its argument.
@@ -17,10 +17,10 @@ import torch
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
-import gsd_lab.coupling as coupling  # noqa: E402
+import gsd_lab.decode.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical, tv_distance  # noqa: E402
-from gsd_lab.coupling import DraftChain, gumbel_argmax, gumbel_noise, maximal_coupling  # noqa: E402
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.coupling import DraftChain, gumbel_argmax, gumbel_noise, maximal_coupling  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 
 ROWS = 200_000
 SIGNIFICANCE = 1e-3
@@ -181,7 +181,7 @@ def adapter():
 @pytest.mark.parametrize("draft", coupling.DRAFTS)
 @pytest.mark.parametrize("kind", ["sjd", "gsd"])
 def test_generate_runs_every_scheme_deterministically(adapter, draft, kind):
-    from gsd_lab.decoding import generate
+    from gsd_lab.decode.loop import generate
 
     clusters = dict(clusters="dynamic-nofilter", group_size=3) if kind == "gsd" else {}
     method = DecodingMethod(kind, window=5, draft=draft, init="repeat_row", **clusters)

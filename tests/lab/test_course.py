@@ -1,4 +1,4 @@
-"""gsd_lab.course (notebook 05's and 01's helpers) and gsd_lab.experiments.paper (the paper-against-
+"""gsd_lab.teaching.course (notebook 05's and 01's helpers) and gsd_lab.experiments.paper (the paper-against-
 here tables of 02-04), against hand-computed values."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gsd_core import DynamicClusters, FixedPartition, dynamic_cluster
-from gsd_lab import course
+from gsd_lab.teaching import course
 from gsd_lab.experiments import paper, toy
 
 

@@ -1,4 +1,4 @@
-"""gsd_lab.decoding: nfe accounting, determinism, gsd(group_size 1) == sjd, the verified
+"""gsd_lab.decode.loop: nfe accounting, determinism, gsd(group_size 1) == sjd, the verified
 distributions are the sampled ones, repeat-row drafts, top-1 recording, bad input."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-import gsd_lab.decoding as decoding  # noqa: E402
-from gsd_lab.decoding import _repeat_row_drafts, generate  # noqa: E402
-from gsd_lab.methods import DecodingMethod, ResolvedMethod  # noqa: E402
+import gsd_lab.decode.loop as decoding  # noqa: E402
+from gsd_lab.decode.loop import _repeat_row_drafts, generate  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 VOCAB = 16
@@ -287,7 +287,7 @@ def test_sjd_distortion_is_zero_at_every_position(model, window):
 def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, monkeypatch, kind):
     """Spy on the verifier: for every window the recorded per-token distortion equals
     exact_distortion of the same rows p, q (a + 1 verified rows; 0 for a bonus token)."""
-    from gsd_lab.distortion import exact_distortion
+    from gsd_lab.accounting.distortion import exact_distortion
 
     adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
     method = {"gsd": DecodingMethod("gsd", window=6, clusters="dynamic-nofilter", group_size=4),
@@ -429,3 +429,12 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
     generate(adapter, PROMPT, DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=3),
              num_tokens=20, generator=gen(0))
     assert any(asked)
+
+
+def test_engine_is_the_deprecated_name_of_runner(model):
+    adapter = CausalLMAdapter(model, ALLOWED)
+    method = DecodingMethod("sjd", window=4)
+    new = generate(adapter, PROMPT, method, num_tokens=12, generator=gen(1), runner="eager")
+    with pytest.warns(FutureWarning, match="runner"):
+        old = generate(adapter, PROMPT, method, num_tokens=12, generator=gen(1), engine="eager")
+    assert torch.equal(new.tokens, old.tokens) and new.nfe == old.nfe

@@ -19,10 +19,10 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("scipy.stats")
 
-import gsd_lab.decoding as decoding  # noqa: E402
+import gsd_lab.decode.loop as decoding  # noqa: E402
 from gsd_lab.experiments.lossless import (ALLOWED, SEQUENCES, chi_square_pvalue, exact_joint,  # noqa: E402
                                           sample_counts, tiny_model)
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 SAMPLES = 800

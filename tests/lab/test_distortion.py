@@ -1,4 +1,4 @@
-"""gsd_lab.distortion: exact TV(one-step output law, p) per verified position, for every method."""
+"""gsd_lab.accounting.distortion: exact TV(one-step output law, p) per verified position, for every method."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gsd_core import (
     latent_neighbourhoods,
     output_distribution,
 )
-from gsd_lab.distortion import emitted_distortion, exact_distortion, one_step_output_laws
+from gsd_lab.accounting.distortion import emitted_distortion, exact_distortion, one_step_output_laws
 
 VOCAB, ROWS = 12, 16
 
@@ -148,7 +148,7 @@ def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
     """The support-only law with the tabled embedding filter equals gsd_core.output_distribution
     bit for bit: integer embeddings put many pairs exactly on the threshold (the recomputed band),
     top-k-truncated rows put ties at 0 and a support narrower than V."""
-    from gsd_lab.distortion import embedding_adjacency, support_output_laws
+    from gsd_lab.accounting.distortion import embedding_adjacency, support_output_laws
 
     vocab = 40
     g = torch.Generator().manual_seed(11)
@@ -179,7 +179,7 @@ def test_dynamic_support_law_is_gsd_cores_law(rule_kind, one_hot_q):
 
 
 def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
-    from gsd_lab.distortion import embedding_adjacency
+    from gsd_lab.accounting.distortion import embedding_adjacency
 
     # Pairs at squared distance 0.1 + 0.2 (not exactly 0.3 in floating point): the expansion and
     # the direct formula may round differently; the table must follow the direct formula.
@@ -195,7 +195,7 @@ def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
                                                     (12, 0.4, None), (12, 1.0, None), (8, 0.3, 1.5)])
 def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_distance):
     """proofs/08's identity, walked in blocks with early exits, equals TV(law, p) of the law."""
-    from gsd_lab.distortion import lantern_distortion
+    from gsd_lab.accounting.distortion import lantern_distortion
 
     for seed, one_hot_q in ((4, False), (5, True)):
         p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)

@@ -1,4 +1,4 @@
-"""gsd_lab.experiments, gsd_lab.clustering, prompts and provenance: the analyses behind the
+"""gsd_lab.experiments, gsd_lab.decode.clustering, prompts and provenance: the analyses behind the
 notebooks and figures, on exact toy inputs and on a tiny random model."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
-from gsd_lab.clustering import embedding_partition, kmeans
-from gsd_lab.methods import DecodingMethod
+from gsd_lab.decode.clustering import embedding_partition, kmeans
+from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
 from gsd_lab.experiments.runs import FilterSettings, MethodSpec, RunCache, resolve_for, run_method
 from gsd_lab.experiments.top1 import top1_stats
-from gsd_lab.prompts import read_prompts
-from gsd_lab.provenance import atomic_write_json, provenance
+from gsd_lab.io.prompts import read_prompts
+from gsd_lab.io.provenance import atomic_write_json, provenance
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_runs_tables_and_top1(tiny):
 
 
 def test_two_acceptance_measures(tiny):
-    from gsd_lab.decoding import DecodeResult
+    from gsd_lab.decode.loop import DecodeResult
     from gsd_lab.experiments.runs import accepted_per_tested
 
     # Windows of 4 drafts: accepted 1 (tested 2), all 4 (tested 4), 0 (tested 1); an AR step.
@@ -209,7 +209,7 @@ def test_provenance_record_and_atomic_json(tmp_path):
 
 
 def test_markdown_table_escapes_pipes_in_cells():
-    from gsd_lab.figure_io import markdown_table
+    from gsd_lab.io.figure_io import markdown_table
 
     table = markdown_table([{"method": "(D1) p + |dp| filter only", "nfe": 68.6}], ["method", "nfe"])
     row = table.splitlines()[2]
@@ -278,7 +278,7 @@ def test_method_spec_lantern_and_seed_offset_validation():
 def test_paired_bootstrap_intervals():
     import numpy as np
 
-    from gsd_lab.metrics import paired_bootstrap
+    from gsd_lab.quality.metrics import paired_bootstrap
 
     g = torch.Generator().manual_seed(0)
     base = torch.randn(40, generator=g, dtype=torch.float64).numpy() * 10
@@ -428,7 +428,7 @@ def test_paired_difference_is_the_mean_per_image_difference(tiny):
 
 
 def test_paired_bootstrap_without_a_generator_is_deterministic():
-    from gsd_lab.metrics import paired_bootstrap
+    from gsd_lab.quality.metrics import paired_bootstrap
 
     a, b = [1.0, 2.5, 0.3, 4.0, 2.2], [0.5, 2.0, 0.9, 3.1, 2.0]
     first, second = paired_bootstrap(a, b), paired_bootstrap(a, b)

@@ -233,7 +233,7 @@ def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
 def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, tiny_release_set, one_thread):
     from gsd_lab.experiments.image_model import load_image_model
     from gsd_lab.experiments.runs import generate_one, generator_seed
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.figures import FigureSizes, decoding_configurations
 
     out, before = reproduce_run.out, reproduce_run.before_resume
@@ -277,7 +277,7 @@ def _free_port() -> int:
 def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
     from PIL import Image
 
-    from gsd_lab.clip_score import clip_scores, load_clip
+    from gsd_lab.quality.clip_score import clip_scores, load_clip
     from gsd_lab.evaluate import result_path
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
 

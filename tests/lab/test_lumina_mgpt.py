@@ -1,6 +1,6 @@
 """Lumina-mGPT on stock transformers, end to end on tiny random checkpoints in the release layout:
 q/k-norm expansion and strict loading, weight discovery, image logits, the image token layout
-and sampling processors, generation through gsd_lab.decoding, and decoding to pixels."""
+and sampling processors, generation through gsd_lab.decode.loop, and decoding to pixels."""
 
 from __future__ import annotations
 
@@ -286,8 +286,8 @@ def test_image_codes_use_the_name_based_map(adapter):
 
 @pytest.mark.parametrize("method", ["ar", "sjd", "gsd"])
 def test_generates_and_decodes_an_image(adapter, method):
-    decoding = pytest.importorskip("gsd_lab.decoding")
-    from gsd_lab.methods import DecodingMethod, FilterSettings
+    decoding = pytest.importorskip("gsd_lab.decode.loop")
+    from gsd_lab.decode.methods import DecodingMethod, FilterSettings
 
     clusters = (
         dict(clusters="dynamic-distance", group_size=3, filters=FilterSettings(max_embedding_distance=1e9))
@@ -346,7 +346,7 @@ def test_registry_loads_the_release_resolutions(files):
 
 def test_bfloat16_path_generates_valid_images(files):
     """The GPU default dtype (bfloat16), exercised on the CPU: processing stays float64."""
-    decoding = pytest.importorskip("gsd_lab.decoding")
+    decoding = pytest.importorskip("gsd_lab.decode.loop")
     weights, vqgan = files
     adapter = load_lumina_mgpt(
         weights, vqgan_dir=vqgan, resolution=RESOLUTION, device="cpu", dtype=torch.bfloat16
@@ -354,7 +354,7 @@ def test_bfloat16_path_generates_valid_images(files):
     assert adapter.model.lm_head.weight.dtype == torch.bfloat16
     assert adapter.embeddings.dtype == torch.float32
     prompt = adapter.prompt_ids("a red dog")
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod
 
     result = decoding.generate(
         adapter, prompt, DecodingMethod("sjd", window=6), num_tokens=adapter.num_image_tokens,

@@ -1,4 +1,4 @@
-"""gsd_lab.methods: every bad combination of a decoding method's fields is refused with a message
+"""gsd_lab.decode.methods: every bad combination of a decoding method's fields is refused with a message
 naming the problem; the spec survives JSON; its key is stable (run identity); resolving builds
 the gsd_core rule objects, once where expensive. That ``generate`` with a spec emits the tokens
 it did before the spec existed is pinned by test_decoding.py and test_decoding_lossless.py."""
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
-from gsd_lab.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
-from gsd_lab.presets import ReleaseDistanceClusters
+from gsd_lab.decode.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.decode.presets import ReleaseDistanceClusters
 
 GSD = dict(kind="gsd", clusters="dynamic", group_size=25)
 

@@ -1,4 +1,4 @@
-"""gsd_lab.metrics: Frechet distance against closed forms, condition-consistency score."""
+"""gsd_lab.quality.metrics: Frechet distance against closed forms, condition-consistency score."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from gsd_lab.metrics import (condition_consistency, frechet_distance, frechet_distance_features,
+from gsd_lab.quality.metrics import (condition_consistency, frechet_distance, frechet_distance_features,
                              gaussian_statistics, psd_sqrt)
 
 

@@ -1,6 +1,6 @@
 """Power of the notebooks' checked cells, without running a notebook.
 
-Notebook 05's checked cells print the verdicts of ``gsd_lab.nbcheck.check_verify_law`` (a Monte
+Notebook 05's checked cells print the verdicts of ``gsd_lab.teaching.nbcheck.check_verify_law`` (a Monte
 Carlo run of ``gsd_core.verify`` against the exact ``output_distribution`` / ``acceptance_rate``,
 tolerance 4 standard errors). Here the same calls, with the notebook's parameters, run against
 mutated versions of ``verify``:
@@ -25,8 +25,8 @@ import torch
 import gsd_core.verification as verification
 from gsd_core import SD, DynamicClusters, RankBinnedClusters
 from gsd_lab.experiments import toy
-from gsd_lab import nbcheck
-from gsd_lab.nbcheck import check_verify_law, max_z_score
+from gsd_lab.teaching import nbcheck
+from gsd_lab.teaching.nbcheck import check_verify_law, max_z_score
 
 # Notebook 05's parameters and rules (sections 1 and 6).
 VOCAB, NUM_SAMPLES, SEED = 6, 200_000, 0
@@ -137,10 +137,10 @@ def test_max_z_score():
 # ---- the exact checks of notebook 05 (sections 1, 6, 7, 8) ----------------------------------------
 
 def exact_verdicts() -> dict[str, bool]:
-    """The verdicts notebook 05's exact checked cells print, from the same ``gsd_lab.course``
+    """The verdicts notebook 05's exact checked cells print, from the same ``gsd_lab.teaching.course``
     functions on the same inputs: gsd_core's float64 enumeration against exact fractions
     (worked example, proofs/04 counterexample, one cluster)."""
-    from gsd_lab import course
+    from gsd_lab.teaching import course
 
     p5 = course.fractions_from_weights(course.WORKED_P)
     q5 = course.fractions_from_weights(course.WORKED_Q)
@@ -179,7 +179,7 @@ def test_exact_checks_pass_on_the_real_core():
 ])
 def test_exact_checks_fail_on_a_wrong_enumeration(monkeypatch, mutation, expect_fail):
     import gsd_core.exact as exact
-    from gsd_lab import course
+    from gsd_lab.teaching import course
 
     if mutation == "exact_resample_from_p":
         _wrap_rules(exact, monkeypatch, "resample_from_p")
@@ -220,7 +220,7 @@ DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
 def joint_verdicts(which=("sjd", "sjd_repeat", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
     """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
     from gsd_lab.experiments import lossless
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod
 
     out = {}
     if "sjd" in which:
@@ -245,7 +245,7 @@ def test_joint_check_passes_on_the_real_decoder_and_another_stream():
 
 def test_joint_check_fails_on_a_decoder_that_verifies_against_the_wrong_q(monkeypatch):
     """Verifying each draft as if it had been drawn from the target (q := p) accepts it always."""
-    import gsd_lab.decoding as decoding
+    import gsd_lab.decode.loop as decoding
 
     real_verify = decoding.verify
 
@@ -258,7 +258,7 @@ def test_joint_check_fails_on_a_decoder_that_verifies_against_the_wrong_q(monkey
 
 def test_joint_check_fails_when_the_lossy_rule_ignores_its_clusters(monkeypatch):
     """GSD that verifies single tokens is SJD, lossless: the lossy control's verdict turns False."""
-    import gsd_lab.decoding as decoding
+    import gsd_lab.decode.loop as decoding
 
     real_verify = decoding.verify
     monkeypatch.setattr(decoding, "verify", lambda p, q, drafts, rule=None, **kwargs:
@@ -270,7 +270,7 @@ def test_joint_check_fails_on_a_decoder_that_resamples_from_p(monkeypatch):
     """The classic bug: after a rejection, a token drawn from p instead of norm((p - q)+). With
     uniformly random one-hot drafts it is lossless on average over the draft (lossless.py's
     docstring), so the check whose drafts repeat the previous token is the one that must fail."""
-    import gsd_lab.decoding as decoding
+    import gsd_lab.decode.loop as decoding
 
     class ResampleFromP(SD):
         def residual_weights(self, p, q):

@@ -11,8 +11,8 @@ from torch.nn.functional import softmax
 
 from gsd_lab.cli import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
-from gsd_lab.methods import DecodingMethod
-from gsd_lab.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
+from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
 
@@ -107,7 +107,7 @@ def test_release_preset_against_default_on_the_tiny_checkpoint(model, capsys, on
 
 
 def test_clip_resize_scores_the_resized_image(tiny_release_set):
-    from gsd_lab.clip_score import clip_scores, load_clip, resized
+    from gsd_lab.quality.clip_score import clip_scores, load_clip, resized
 
     clip_model, processor = load_clip(tiny_release_set.clip)
     images = [np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)]

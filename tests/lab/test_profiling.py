@@ -1,11 +1,11 @@
-"""gsd_lab.profiling.op_times: where a call's CPU time goes, op by op."""
+"""gsd_lab.engine.profiling.op_times: where a call's CPU time goes, op by op."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gsd_lab.profiling import op_times
+from gsd_lab.engine.profiling import op_times
 
 
 def test_op_times_names_each_op_with_its_calls_largest_first():

@@ -7,12 +7,12 @@ import io
 
 import pytest
 
-from gsd_lab.progress import ProgressLog, duration
+from gsd_lab.io.progress import ProgressLog, duration
 
 
 def test_lines_say_done_to_do_resumed_and_a_weighted_eta(monkeypatch):
     clock = iter([0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0])
-    monkeypatch.setattr("gsd_lab.progress.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("gsd_lab.io.progress.time.perf_counter", lambda: next(clock))
     out = io.StringIO()
     log = ProgressLog(10, desc="run", done=4, interval=0.0, stream=out)
     log.advance(work=100.0, remaining_work=500.0)  # 10 s for 100 forwards: 500 left are 50 s

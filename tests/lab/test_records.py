@@ -79,3 +79,74 @@ def test_live_check_fails_when_the_stored_records_differ(model):
         cache = _cache(model, model.default_prompts[:1])
         cache.preload(repr(tables.SJD.key), [stale])
         assert records.check_live(cache, [tables.SJD])[0].endswith("False")
+
+
+def _copy_sources(tmp_path):
+    """The decoding sources and two files outside them, copied to tmp_path as a tree."""
+    import shutil
+    from pathlib import Path
+
+    import gsd_core
+
+    root = Path(gsd_core.__file__).resolve().parent.parent
+    extra = [root / "gsd_lab/experiments/plots.py", root / "gsd_lab/cli.py"]
+    for path in records.decoding_files(root) + extra:
+        target = tmp_path / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return tmp_path
+
+
+def test_code_fingerprint_follows_decoding_sources_only(tmp_path):
+    tree = _copy_sources(tmp_path)
+    before = records.code_fingerprint(tree)
+    assert before == records.code_fingerprint()  # the copy hashes as the package does
+    for outside in ("gsd_lab/experiments/plots.py", "gsd_lab/cli.py"):  # a plot label, a help text
+        path = tree / outside
+        path.write_text(path.read_text().replace("better", "Better") + "# an edit\n")
+        assert records.code_fingerprint(tree) == before
+    for inside in ("gsd_lab/decode/loop.py", "gsd_core/verification.py",
+                   "gsd_lab/accounting/distortion.py", "gsd_lab/standin/adapter.py"):
+        path = tree / inside
+        original = path.read_text()
+        path.write_text(original + "# a comment\n")
+        assert records.code_fingerprint(tree) != before, inside
+        path.write_text(original)
+    assert records.code_fingerprint(tree) == before
+    (tree / "gsd_lab/decode/presets.py").unlink()  # a moved source is not silently dropped
+    (tree / "gsd_lab/standin/loading.py").unlink()
+    with pytest.raises(FileNotFoundError, match="standin/loading.py"):
+        records.code_fingerprint(tree)
+
+
+def test_code_fingerprint_covers_every_module_decoding_imports():
+    """Decode a run the way figures does, in a fresh process: every gsd_core / gsd_lab module it
+    imported is among the fingerprinted files (a new decoding dependency must be listed)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from gsd_lab.experiments import tables\n"
+        "from gsd_lab.experiments.image_model import load_image_model\n"
+        "from gsd_lab.experiments.runs import FilterSettings, RunCache\n"
+        "model = load_image_model('tiny-random')\n"
+        "cache = RunCache(model, model.default_prompts[:1], [0], FilterSettings.for_model(model.name))\n"
+        "cache.table([tables.AR, tables.SJD, tables.gsd(3)], tables.AR)\n"
+        "print('\\n'.join(m.__file__ for n, m in sys.modules.items()\n"
+        "      if n.split('.')[0] in ('gsd_core', 'gsd_lab') and getattr(m, '__file__', None)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    from pathlib import Path
+
+    # Imported but not read by decoding: the table configurations (a changed spec is another
+    # record key) and rows, the verdict arithmetic, progress lines, the quality proxies
+    # (recomputed from the stored tokens) and packages' docstring maps.
+    not_decoding = {"gsd_lab/__init__.py", "gsd_lab/experiments/__init__.py",
+                    "gsd_lab/experiments/tables.py", "gsd_lab/experiments/verdicts.py",
+                    "gsd_lab/io/__init__.py", "gsd_lab/io/progress.py",
+                    "gsd_lab/quality/__init__.py", "gsd_lab/quality/metrics.py"}
+    covered = {path.resolve() for path in records.decoding_files()}
+    imported = {Path(line).resolve() for line in out.stdout.split()}
+    missing = sorted("/".join(p.parts[-3:]) for p in imported - covered)
+    assert [m for m in missing if not any(m.endswith(n) for n in not_decoding)] == []

@@ -8,7 +8,7 @@ agree to 1e-10 relative, so a float32 step left in the forward (rounding ~1e-7, 
 sampling decisions: in float32 about one generation in ten differed between these settings)
 fails even when no decision happens to flip in this small batch.
 
-Exact distortion (``gsd_lab.distortion``, ``record_distortion=True``) in the same settings, for
+Exact distortion (``gsd_lab.accounting.distortion``, ``record_distortion=True``) in the same settings, for
 GSD's dynamic clusters (with both filters: the [V, V] adjacency table), rank bins (token and
 cluster residual), Amplify and LANTERN: on the same rows (written once by the test, read by
 every subprocess) the values must be the same bits (its sums over the vocabulary are taken in
@@ -88,10 +88,10 @@ import hashlib, json, sys
 from dataclasses import replace
 import torch
 from gsd_core import Amplify, DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
-from gsd_lab.distortion import exact_distortion
+from gsd_lab.accounting.distortion import exact_distortion
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import generate_one
-from gsd_lab.methods import DecodingMethod, FilterSettings
+from gsd_lab.decode.methods import DecodingMethod, FilterSettings
 
 rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(threads)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gsd_lab.models.standin import load_standin
+from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin import data
 from gsd_lab.standin.classifier import accuracy, heldout_set
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_model, load_classifier, load_tokenizer

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from gsd_lab.models.standin import load_standin
+from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin import data
 from gsd_lab.standin.__main__ import main
 

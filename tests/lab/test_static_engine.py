@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import gsd_lab.models.adapter as adapter_module  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.loop import generate  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
-from gsd_lab.profiling import ops_and_syncs  # noqa: E402
+from gsd_lab.engine.profiling import ops_and_syncs  # noqa: E402
 
 VOCAB = 48
 ALLOWED = list(range(2, 42))
@@ -59,9 +59,9 @@ METHODS = {
 UNCONDITIONAL = {"uncond-padded": torch.tensor([1]), "cond-padded": torch.tensor([1, 2, 3, 4, 5])}
 
 
-def decode(adapter, method, uncond, engine="eager", num_tokens=41, seed=5):
+def decode(adapter, method, uncond, runner="eager", num_tokens=41, seed=5):
     return generate(adapter, PROMPT, method, num_tokens=num_tokens, generator=torch.Generator().manual_seed(seed),
-                    uncond_prompt_ids=uncond, engine=engine)
+                    uncond_prompt_ids=uncond, runner=runner)
 
 
 def assert_same_run(a, b):
@@ -75,7 +75,7 @@ def test_static_engine_decodes_the_tokens_of_the_dynamic_cache(model, name, unco
     adapter = make_adapter(model)
     method, uncond_ids = METHODS[name], UNCONDITIONAL[uncond]
     eager = decode(adapter, method, uncond_ids)
-    static = decode(adapter, method, uncond_ids, engine="static")
+    static = decode(adapter, method, uncond_ids, runner="static")
     assert_same_run(eager, static)
     assert (static.tokens[ROW - 1::ROW] == ROW_END).all()
     if name != "ar":  # rejections, rollbacks of accepted drafts, and the padded tail all occurred
@@ -84,7 +84,7 @@ def test_static_engine_decodes_the_tokens_of_the_dynamic_cache(model, name, unco
         assert tail and static.drafted[-1] < method.window
     # The engine is kept on the adapter: a second call reuses its cache (stale slots and all).
     assert static_engine(adapter) is static_engine(adapter)
-    assert_same_run(static, decode(adapter, method, uncond_ids, engine="static"))
+    assert_same_run(static, decode(adapter, method, uncond_ids, runner="static"))
 
 
 def test_forward_matches_the_adapter_to_rounding(model):
@@ -162,7 +162,7 @@ def test_garbage_in_stale_and_padding_slots_changes_nothing(model, name):
     garbage = GarbageEngine(adapter)
     for uncond in UNCONDITIONAL.values():
         eager = decode(adapter, METHODS[name], uncond)
-        assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=garbage))
+        assert_same_run(eager, decode(adapter, METHODS[name], uncond, runner=garbage))
     assert garbage._pad.flatten().tolist() == [2, 0]  # the last call padded the conditional row
 
 
@@ -181,19 +181,19 @@ def test_compiled_forward_is_one_graph_per_width_with_no_recompiles(model):
     # Warm-up: AR compiles the 1-token width, SJD the window width.
     for name in ("ar", "sjd"):
         assert_same_run(decode(adapter, METHODS[name], uncond, num_tokens=20),
-                        decode(adapter, METHODS[name], uncond, engine=engine, num_tokens=20))
+                        decode(adapter, METHODS[name], uncond, runner=engine, num_tokens=20))
     assert counter.frame_count == 2
     for name, uncond_ids, seed in (("gsd", UNCONDITIONAL["cond-padded"], 6), ("sjd", uncond, 7)):
-        static = decode(adapter, METHODS[name], uncond_ids, engine="static", seed=seed)
-        assert_same_run(static, decode(adapter, METHODS[name], uncond_ids, engine=engine, seed=seed))
+        static = decode(adapter, METHODS[name], uncond_ids, runner="static", seed=seed)
+        assert_same_run(static, decode(adapter, METHODS[name], uncond_ids, runner=engine, seed=seed))
     assert counter.frame_count == 2
     assert engine.capture_seconds > 0
     # The model alone compiled, the processing eager after it (capture_processing=False).
     model_only = CompileCounter()
     engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=model_only),
                           capture_processing=False)
-    static = decode(adapter, METHODS["gsd"], uncond, engine="static", num_tokens=20)
-    assert_same_run(static, decode(adapter, METHODS["gsd"], uncond, engine=engine, num_tokens=20))
+    static = decode(adapter, METHODS["gsd"], uncond, runner="static", num_tokens=20)
+    assert_same_run(static, decode(adapter, METHODS["gsd"], uncond, runner=engine, num_tokens=20))
     assert model_only.frame_count == 2 and model_only.op_count < counter.op_count
 
 
@@ -211,7 +211,7 @@ def test_one_host_read_per_step(model, monkeypatch):
         for num_tokens in (8, 20):
             result = []
             syncs = ops_and_syncs(lambda: result.append(decode(adapter, METHODS["gsd"], uncond,
-                                                               engine=engine, num_tokens=num_tokens)))[1]
+                                                               runner=engine, num_tokens=num_tokens)))[1]
             counts.append((syncs, result[0].nfe))
         (s1, n1), (s2, n2) = counts
         assert n2 > n1
@@ -273,22 +273,22 @@ def test_graphs_are_kept_when_methods_alternate(model):
     adapter = make_adapter(model)
     engine = StaticEngine(adapter)
     uncond = UNCONDITIONAL["uncond-padded"]
-    decode(adapter, METHODS["sjd"], uncond, engine=engine, num_tokens=12)
+    decode(adapter, METHODS["sjd"], uncond, runner=engine, num_tokens=12)
     engine._graphs.update({1: "one token", 5: "window of 4"})
     for name in ("ar", "gsd", "ar"):
-        static = decode(adapter, METHODS[name], uncond, engine=engine, num_tokens=12)
+        static = decode(adapter, METHODS[name], uncond, runner=engine, num_tokens=12)
         assert_same_run(static, decode(adapter, METHODS[name], uncond, num_tokens=12))
         assert engine._graphs == {1: "one token", 5: "window of 4"}
-    decode(adapter, METHODS["gsd-repeat-row"], uncond, engine=engine, num_tokens=12)  # window 7
+    decode(adapter, METHODS["gsd-repeat-row"], uncond, runner=engine, num_tokens=12)  # window 7
     assert engine._graphs == {1: "one token"}
 
 
 def test_bad_engine_input(model):
     adapter = make_adapter(model)
     with pytest.raises(ValueError, match="unknown engine"):
-        decode(adapter, METHODS["ar"], UNCONDITIONAL["uncond-padded"], engine="fast")
+        decode(adapter, METHODS["ar"], UNCONDITIONAL["uncond-padded"], runner="fast")
     with pytest.raises(ValueError, match="another adapter"):
-        decode(adapter, METHODS["ar"], UNCONDITIONAL["uncond-padded"], engine=StaticEngine(make_adapter(model)))
+        decode(adapter, METHODS["ar"], UNCONDITIONAL["uncond-padded"], runner=StaticEngine(make_adapter(model)))
     with pytest.raises(ValueError, match="unknown capture"):
         StaticEngine(adapter, capture="cudagraph")
     with pytest.raises(ValueError, match="CUDA graphs"):
@@ -322,8 +322,8 @@ def test_cli_engine_static_decodes_the_same_tokens(capsys):
     reports = []
     for engine in ("eager", "static"):
         args = ["generate", "--model", "tiny-random", "--method", "gsd", "--group-size", "10", "--class", "1",
-                "--seed", "3", "--json", "--threads", "1", "--engine", engine]
+                "--seed", "3", "--json", "--threads", "1", "--runner", engine]
         assert main(args) == 0
         reports.append(json.loads(capsys.readouterr().out))
-    assert [r["engine"] for r in reports] == ["eager", "static"]
+    assert [r["runner"] for r in reports] == ["eager", "static"]
     assert reports[0]["tokens"] == reports[1]["tokens"] and reports[0]["nfe"] == reports[1]["nfe"]

@@ -1,4 +1,4 @@
-"""gsd_lab.transport: W1(one-step law, p) with the codes' content distance, exact and estimated."""
+"""gsd_lab.accounting.transport: W1(one-step law, p) with the codes' content distance, exact and estimated."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from gsd_core import (Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters, acceptance_rate,
                       latent_neighbourhoods)
-from gsd_lab.distortion import exact_distortion, one_step_output_laws
-from gsd_lab.transport import (
+from gsd_lab.accounting.distortion import exact_distortion, one_step_output_laws
+from gsd_lab.accounting.transport import (
     W1Log,
     content_distances,
     substitution_cost,
@@ -184,9 +184,9 @@ def test_exact_mode_and_lossless_rows():
 
 
 def test_accounting_keeps_the_tokens_and_records_on_the_tiny_model():
-    from gsd_lab.decoding import generate
+    from gsd_lab.decode.loop import generate
     from gsd_lab.experiments.image_model import tiny_random_model
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod
 
     torch.set_num_threads(1)
     model = tiny_random_model(0)
@@ -232,7 +232,7 @@ def test_code_content_of_the_tiny_model_is_what_decode_paints():
 
 
 def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
-    from gsd_lab.models.standin import load_standin
+    from gsd_lab.standin.adapter import load_standin
     from gsd_lab.standin.tokenizer import image_to_patches
 
     adapter = load_standin()
@@ -251,8 +251,8 @@ def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
 
 
 def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
-    from gsd_lab.decoding import generate
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.loop import generate
+    from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
@@ -301,8 +301,8 @@ def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path)
     forced row-end token (G above the vocabulary: every window holds it) are overruled to the
     forced token, p's only token there: distortion 0 at every row end, and W1 (which has no
     content for the row-end token) is solved without error."""
-    from gsd_lab.decoding import generate
-    from gsd_lab.methods import DecodingMethod
+    from gsd_lab.decode.loop import generate
+    from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint, write_tiny_vqgan
 

@@ -2,7 +2,7 @@
 (GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
 
 One loop serves all three; what a method is (kind, acceptance rule, residual, drafting,
-window, preset) is one ``gsd_lab.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
+window, preset) is one ``gsd_lab.decode.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
 prompt and every committed token except the last) and a window of L drafts d_0..d_{L-1} for
 generated positions n..n+L-1, each with the distribution q_i it was drawn from.
 
@@ -18,7 +18,7 @@ cropped to the accepted length. The positions after a rejection keep Jacobi draf
 j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
 bonus row p_L drafts position n+L), independently of the draft the position held (SJD) or
 coupled to it (``DecodingMethod.draft`` "maximal" or "gumbel", MC-SJD / SCD:
-``gsd_lab.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts refill the window: uniform over the allowed
+``gsd_lab.decode.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts refill the window: uniform over the allowed
 tokens with one-hot q (``init="random"``), or the committed/drafted token one image row up
 (``init="repeat_row"``; one-hot q, random while no row is above).
 
@@ -39,7 +39,7 @@ ranking by p without the adapter's support of p (the adapter computes one on CPU
 widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
 tests/lab/test_engine_costs.py).
 
-``engine="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
+``runner="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
 cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
 on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
 and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
@@ -49,20 +49,21 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..accounting.distortion import DistortionLog
+from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
+from ..engine import draw, uses_support, verify
+from ..models.adapter import CausalLMAdapter
+from ..models.adapter import one_hot_rows as _one_hot
+from ..models.static import StaticEngine, runner_for
 from .coupling import DraftChain
-from .distortion import DistortionLog
-from .engine import draw, uses_support, verify
 from .methods import DecodingMethod, ResolvedMethod
-from .models.adapter import CausalLMAdapter
-from .models.adapter import one_hot_rows as _one_hot
-from .models.static import StaticEngine, runner_for
 from .presets import preset
-from .transport import DEFAULT_DRAWS, W1Estimate, W1Log
 
 
 @dataclass
@@ -79,9 +80,9 @@ class DecodeResult:
     bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
     emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]
     float64 exact TV(one-step output law, p) of each emitted token (0 for SJD, AR steps and bonus
-    tokens; ``gsd_lab.distortion``), when ``record_distortion``; w1: the similarity-aware
+    tokens; ``gsd_lab.accounting.distortion``), when ``record_distortion``; w1: the similarity-aware
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
-    mean per emitted token exact or estimated (``gsd_lab.transport.W1Estimate``), when
+    mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
     ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
     measurement, not part of the method).
     """
@@ -142,7 +143,7 @@ def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) 
         return method
     if isinstance(method, DecodingMethod):
         return method.resolve(adapter)
-    raise ValueError(f"method must be a gsd_lab.methods.DecodingMethod or ResolvedMethod, got {method!r}")
+    raise ValueError(f"method must be a gsd_lab.decode.methods.DecodingMethod or ResolvedMethod, got {method!r}")
 
 
 def _check_call(adapter: CausalLMAdapter, num_tokens: int, resolved: ResolvedMethod,
@@ -229,7 +230,7 @@ class _Loop:
         """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
         interval (start, end) drafts only while start <= n < end, at most end - n - 1, where n
         is the committed count (``lagged_window``: the one before the previous forward, as the
-        release's loop reads it; ``gsd_lab.presets``)."""
+        release's loop reads it; ``gsd_lab.decode.presets``)."""
         L = min(self.max_window, self.num_tokens - self.done - 1)
         if self.jacobi_positions is not None:
             start, end = self.jacobi_positions
@@ -325,7 +326,7 @@ class _Loop:
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
         """Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (that row
-        becomes its q), drawn as the method's ``draft`` says (``gsd_lab.coupling``); nothing
+        becomes its q), drawn as the method's ``draft`` says (``gsd_lab.decode.coupling``); nothing
         left after a fully accepted window."""
         if accepted < L:
             self.drafts, self.q = self.chain.redraft(self.drafts, self.q, p[accepted + 1:], accepted)
@@ -345,29 +346,34 @@ def generate(
     record_top1: bool = False,
     record_distortion: bool = False,
     progress: bool = False,
-    engine: str | StaticEngine = "eager",
+    runner: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
+    engine: str | StaticEngine | None = None,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
     adapter: a ``CausalLMAdapter`` (its processing defines the target distribution).
     prompt_ids: [P] prompt; uncond_prompt_ids: the unconditional prompt when the adapter uses
-    CFG. method: a ``gsd_lab.methods.DecodingMethod`` (resolved here for ``adapter``: its rule
+    CFG. method: a ``decode.methods.DecodingMethod`` (resolved here for ``adapter``: its rule
     objects are built on every call) or its ``ResolvedMethod`` (built once, e.g. LANTERN's
     table). generator: all randomness (seeded from the OS when None). record_top1: fill
     ``DecodeResult.top1``. record_distortion: fill ``DecodeResult.distortion`` (exact, no
     randomness drawn: the same tokens either way; its time is ``accounting_seconds``, not in
     wall_seconds). progress: a tqdm bar.
-    engine: where the forwards run, an execution option (the same method either way): "eager"
+    runner: where the forwards run, an execution option (the same method either way): "eager"
     (the adapter, a dynamic cache), "static" (the adapter's ``gsd_lab.models.static.StaticEngine``:
     static cache, fixed window shapes, CUDA graphs on a GPU) or a ``StaticEngine``.
     record_w1 (needs record_distortion and the adapter's ``code_content()``): fill
     ``DecodeResult.w1``, W1(law, p) per emitted token, exact for every token when ``w1_draws`` is
     None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
-    its own seeded with ``generator.initial_seed()`` (``gsd_lab.transport``; no draw from
+    its own seeded with ``generator.initial_seed()`` (``gsd_lab.accounting.transport``; no draw from
     ``generator``, so again the same tokens). Batch size 1.
+    engine: the former name of ``runner`` (deprecated: ``gsd_lab.engine`` is the verification).
     """
+    if engine is not None:
+        warnings.warn("generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2)
+        runner = engine
     resolved = _resolve(adapter, method)
     _check_call(adapter, num_tokens, resolved, generator)
     if generator is None:
@@ -383,7 +389,7 @@ def generate(
                              "adapter whose code_content() gives its codes' decoded content")
         w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + window + 1, resolved.rule, draws=w1_draws,
                        seed=generator.initial_seed())
-    adapter = runner_for(adapter, engine, new_tokens=num_tokens + window + 1, window=window)
+    adapter = runner_for(adapter, runner, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds

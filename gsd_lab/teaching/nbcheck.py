@@ -22,7 +22,6 @@ algorithm changes a verdict.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +30,10 @@ from torch import Tensor
 
 from gsd_core import acceptance_rate, output_distribution
 
-from .methods import method_rule
-from .experiments import toy
-from .provenance import provenance_line
+from ..decode.methods import method_rule
+from ..experiments import toy
+from ..io.figure_io import markdown_table
+from ..io.provenance import provenance_line
 
 Z_TOLERANCE = 4.0
 
@@ -136,7 +136,7 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
     """Checked-cell lines on the exact distortion column (mean per-token TV(one-step output law,
-    p), ``gsd_lab.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
+    p), ``accounting.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
     proofs/02) have distortion 0 up to float64 rounding (<= 1e-12) whatever tokens were drawn,
     and every distortion is a TV, in [0, 1]."""
     have = [r for r in rows if r.get("distortion") is not None]
@@ -150,8 +150,8 @@ def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("A
 
 def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
     """Checked-cell lines on the similarity-aware distortion column (mean per-token W1(out, p),
-    ``gsd_lab.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV than
-    float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
+    ``accounting.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV
+    than float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
     costs); an exact invariant of the estimator, whatever rows it drew."""
     have = [r for r in rows if r.get("w1") is not None]
     zero = [r for r in have if r["method"] in lossless]
@@ -162,15 +162,6 @@ def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD
 
 
 def format_rows(rows: list[dict[str, Any]], columns: list[str], digits: int = 3) -> str:
-    """A fixed-width text table of ``rows`` (for unchecked cells: sampled numbers)."""
-    def cell(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return "nan" if math.isnan(value) else f"{value:.{digits}f}"
-        return str(value)
-
-    widths = {c: max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(cell(r.get(c)).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+    """``rows`` as the package's one table, ``figure_io.markdown_table``, with ``digits``
+    decimals (for unchecked cells: sampled numbers)."""
+    return markdown_table(rows, columns, floatfmt=f".{digits}f")

@@ -6,7 +6,7 @@ independently of the draft d it held, so consecutive drafts of a position rarely
 its distribution barely moved. A *coupled* re-draft keeps the new draft's law exactly the row
 q_new = p_j (so verification, which is given q_new, stays exact: proofs/09_coupled_drafts.md)
 while making it equal the previous draft as often as possible. ``draft=`` of
-``gsd_lab.methods.DecodingMethod`` (``DRAFTS``; ``generate`` runs it):
+``gsd_lab.decode.methods.DecodingMethod`` (``DRAFTS``; ``generate`` runs it):
 
 - "independent" (SJD, GSD): d' = inverse-CDF draw from q_new with a fresh uniform.
 - "maximal": the maximal coupling of q_old (the law d was drawn from) and q_new: keep d with
@@ -62,7 +62,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .engine import draw, verify
+from ..engine import draw, verify
 from .methods import DRAFTS
 
 

@@ -444,7 +444,7 @@ def flatness_pair(viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float
     small per-token gaps add up to a larger TV (notebook 01), so SD accepts less on average, until
     the TV levels off: the gaps are relative to the base (``mean_sd_acceptance``).
     Returns p, q: [vocab_size] float64."""
-    from .experiments.toy import noisy_pairs
+    from ..experiments.toy import noisy_pairs
 
     p, q = noisy_pairs(viable, 1 / viable, vocab_size=vocab_size, noise=noise, num_pairs=1,
                        generator=torch.Generator().manual_seed(seed))
@@ -501,7 +501,7 @@ def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
     what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
     tokens when ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders'
     widget, or None without ipywidgets."""
-    from .experiments.plots import show
+    from ..experiments.plots import show
 
     for n in (viables[min(1, len(viables) - 1)], viables[-1]):
         show(tradeoff_figure(group_sizes[len(group_sizes) // 2], n))
@@ -535,7 +535,7 @@ def show_tables(rows: list[dict[str, Any]]) -> None:
     time separately (noise on a shared CPU)."""
     from IPython.display import Markdown, display
 
-    from .figure_io import markdown_table
+    from ..io.figure_io import markdown_table
 
     display(Markdown(markdown_table(rows, present_columns(rows))))
     wall = ["method", *[c for c in WALL_COLUMNS if any(r.get(c) is not None for r in rows)]]
@@ -547,7 +547,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
     """max over random Dirichlet(alpha) pairs and uniformly random partitions of
     TV(out_token, p) - TV(out_cluster, p): <= 0 (up to rounding) when the cluster-exact residual is
     never the less distorting one. Exact enumeration (gsd_core.output_distribution), float64."""
-    from .experiments.toy import dirichlet_pairs
+    from ..experiments.toy import dirichlet_pairs
 
     p, q = dirichlet_pairs(vocab_size, num_trials, alpha=alpha, seed=seed)
     generator = torch.Generator().manual_seed(seed + 1)
@@ -563,7 +563,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
 
 def coupling_agreement(q_old: Sequence[Fraction], q_new: Sequence[Fraction]) -> dict[str, Fraction]:
     """P(new draft = previous draft) when a position's draft d ~ q_old is re-drafted with law q_new,
-    exactly, for the three schemes of ``gsd_lab.coupling``:
+    exactly, for the three schemes of ``gsd_lab.decode.coupling``:
 
     - "independent": a fresh draw, sum_y q_old(y) q_new(y);
     - "maximal": keep d with probability min(1, q_new(d)/q_old(d)), else norm((q_new - q_old)+):

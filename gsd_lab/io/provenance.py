@@ -24,7 +24,7 @@ from typing import Any
 
 PACKAGES = ("gsd", "torch", "transformers", "safetensors", "numpy", "scipy", "matplotlib",
             "scikit-learn", "scikit-image")
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 ALLOW_DIRTY_ENV = "GSD_ALLOW_DIRTY"

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..standin.ar import TokenLayout
-from ..standin.data import to_uint8
-from ..standin.loading import WEIGHTS_DIR, load_ar_model, load_tokenizer
-from ..standin.tokenizer import PatchVQTokenizer
-from .adapter import CausalLMAdapter
+from .ar import TokenLayout
+from .data import to_uint8
+from .loading import WEIGHTS_DIR, load_ar_model, load_tokenizer
+from .tokenizer import PatchVQTokenizer
+from ..models.adapter import CausalLMAdapter
 
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K: int | None = 2000

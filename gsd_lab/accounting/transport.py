@@ -1,5 +1,5 @@
 """Similarity-aware distortion: W1(one-step output law, p) with the distance between the codes'
-decoded content as the ground cost, beside ``gsd_lab.distortion``'s TV.
+decoded content as the ground cost, beside ``gsd_lab.accounting.distortion``'s TV.
 
 Why. TV(out, p) charges a unit of probability moved between two near-identical codes as much
 as one moved from black to red. GSD's premise is that the tokens it groups are interchangeable;
@@ -36,7 +36,7 @@ estimator below for decoding runs.
 
 Estimator (``W1Log(draws=n)``). An image's mean W1 per emitted token, Wbar = (1/N) sum_t W1_t, is
 estimated from n rows drawn with replacement with probability proportional to their exact TV
-D_t (known for every token, ``gsd_lab.distortion``): J_1..J_n iid, P(J = t) = D_t / T,
+D_t (known for every token, ``gsd_lab.accounting.distortion``): J_1..J_n iid, P(J = t) = D_t / T,
 T = sum_t D_t, and
 
     What = (T / N) * (1/n) sum_j W1_{J_j} / D_{J_j},       SE = (T / N) * sd_j(W1_J / D_J) / sqrt(n),
@@ -146,7 +146,8 @@ def _emd2(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> tuple[float, dict]:
 
 def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Tensor:
     """W1(out_i, p_i) for rows p, out [N, V] (float64, each summing to 1; ``out`` the one-step
-    laws of ``gsd_lab.distortion.one_step_output_laws``) -> float64 [N], exact (module docstring).
+    laws of ``accounting.distortion.one_step_output_laws``) -> float64 [N], exact (module
+    docstring).
 
     content [K, D], tokens [K]: the decoded content of ids ``tokens`` (``code_content()`` and
     ``allowed_tokens``); out and p must agree on every other id (they do for a top-k model: no
@@ -160,7 +161,7 @@ def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Ten
 
 def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
     """W1(out_i, p_i) of the one-step law of each row p, q [L, V] -> float64 [L], exact; the rule
-    as ``verify`` takes it (None: SD), the rows renormalised as ``gsd_lab.distortion`` does."""
+    as ``verify`` takes it (None: SD), the rows renormalised as ``accounting.distortion`` does."""
     targets, laws = targets_and_laws(p, q, rule)
     return w1_from_laws(targets, laws, content, tokens)
 
@@ -181,7 +182,7 @@ def substitution_cost(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rul
     if not substitution_defined(rule):
         raise ValueError("the substitution cost is defined for SD or a partition with the cluster-exact residual "
                          "(no Amplify, no LANTERN): other rules' randomness does not draw a Y ~ p "
-                         "(gsd_lab.transport docstring)")
+                         "(gsd_lab.accounting.transport docstring)")
     targets, drafts = _check_rows(p, q)
     content64, index = _check_content(content, tokens, p.shape[-1])
     rule = as_rule(rule)
@@ -237,7 +238,7 @@ class W1Estimate:
 
 
 class W1Log:
-    """Records W1(out_t, p_t) of one decoding call (``gsd_lab.decoding.generate(record_w1=True)``).
+    """Records W1(out_t, p_t) of one decoding call (``decode.loop.generate(record_w1=True)``).
 
     ``add`` takes one forward pass's rows and their exact TVs (``DistortionLog.add``); ``finish``
     returns the ``W1Estimate``. draws None: exact W1 of every verified row, at ``add`` (slow: a

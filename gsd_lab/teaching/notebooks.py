@@ -20,7 +20,7 @@ failure writes nothing. The kernel is ``python3`` and imports this checkout's ``
 
 Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
 and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,
-the checks in ``gsd_lab.nbcheck``); the first code cell after the parameters prints the
+the checks in ``gsd_lab.teaching.nbcheck``); the first code cell after the parameters prints the
 provenance (commit, dirty flag, package versions); ``# NBVAL_CHECK_OUTPUT`` cells (compared by
 ``pytest --nbval-lax notebooks/``) print exact quantities or verdicts with stated tolerances,
 never sampled numbers; text that states a measured result is printed from the outputs.
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 # Per-cell metadata kept in written notebooks (papermill's and nbclient's timing records and
@@ -170,7 +170,7 @@ def run_notebooks(out: Path = NOTEBOOK_DIR, *, only: list[str] | None = None,
     place (``out`` is ``folder``) a failed notebook writes nothing; elsewhere every notebook is
     written, failed ones with their traceback. Every run is returned, ``error`` set on the
     failed ones."""
-    from .provenance import inside_repository, require_clean_tree
+    from ..io.provenance import inside_repository, require_clean_tree
 
     require_clean_tree("notebook outputs", allow_dirty=allow_dirty or not inside_repository(out))
     runs = plan(notebook_paths(only, folder), parameters or {}, sizes)
@@ -193,7 +193,7 @@ def run_notebooks(out: Path = NOTEBOOK_DIR, *, only: list[str] | None = None,
 
 def main(args: Any) -> int:
     """The ``notebooks`` command (``gsd_lab.cli``); exit 0 when every notebook ran."""
-    from .provenance import DirtyTreeError
+    from ..io.provenance import DirtyTreeError
 
     parameters = {name: parse_value(value) for name, value in args.parameter or []}
     parameters.update({name: value for name, value in args.raw_parameter or []})

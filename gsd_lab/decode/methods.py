@@ -1,6 +1,6 @@
 """One description of a decoding method: what AR, SJD, GSD, Amplify and LANTERN differ by.
 
-``DecodingMethod`` is a frozen, JSON-able spec that ``gsd_lab.decoding.generate``, the command
+``DecodingMethod`` is a frozen, JSON-able spec that ``gsd_lab.decode.loop.generate``, the command
 line, the experiments (``experiments.runs.MethodSpec``: a spec with a label) and the run
 identity of ``evaluate`` share. Its fields:
 
@@ -13,17 +13,17 @@ identity of ``evaluate`` share. Its fields:
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
 - drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
   row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
-  draft it held (MC-SJD / SCD, ``gsd_lab.coupling``; lossless for SJD, proofs/09); kinds "sjd"
+  draft it held (MC-SJD / SCD, ``decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
   and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
   "repeat_row": the token one image row up);
 - window: drafts L per forward (ignored by AR);
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
-  ``gsd_lab.presets``).
+  ``gsd_lab.decode.presets``).
 
 Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple here (validation,
 JSON and the command line's choices follow) plus its behaviour where it acts (``resolve`` for a
-rule, ``gsd_lab.decoding`` for drafting). ``resolve`` builds the runtime objects for one model:
+rule, ``gsd_lab.decode.loop`` for drafting). ``resolve`` builds the runtime objects for one model:
 the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached), composed into
 the one rule ``verify`` takes (``ResolvedMethod.rule``). This module imports no torch until
 ``resolve`` runs (or a preset other than "default" is named), so the command line checks a spec
@@ -336,7 +336,7 @@ class ResolvedMethod:
 
     @property
     def rule(self) -> Any:
-        """The one gsd_core rule ``verify`` and ``gsd_lab.distortion`` take (``method_rule``)."""
+        """The one gsd_core rule ``verify`` and ``accounting.distortion`` take (``method_rule``)."""
         method = self.method
         return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
 

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from gsd_core import DynamicClusters
+from gsd_core.rules import member_masses
 
 RELEASE_TABLE_ROWS = 10_000  # embed_tokens[:10000]
 RELEASE_EXTRA_FORWARDS = 5  # image start, two size tokens, image end, end of turn
@@ -127,9 +128,9 @@ class ReleaseDistanceClusters:
         return index, keep | (index == token)
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each, summed as gsd_core's
-        ``DynamicClusters.masses`` sums its members (that function, over these members)."""
-        return DynamicClusters.masses(self, p, q, x)  # it reads only self.members
+        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each, summed over these members
+        as gsd_core's ``DynamicClusters`` sums its own (``member_masses``)."""
+        return member_masses(p, q, *self.members(p, q, x))
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return DynamicClusters(self.group_size).residual_weights(p, q)  # the token residual

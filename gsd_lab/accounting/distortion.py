@@ -10,7 +10,7 @@ a(x), else resample from the residual. The distortion of that position is
 noise-free: no sampling, no quality proxy. Rows are checked at their own precision (as
 everywhere in gsd_core), then taken to float64 and renormalised, so that the rounding of a
 float32 softmax (~1e-8 a row) is not counted as distortion. The method is a gsd_core rule, as
-``verify`` takes it (``gsd_lab.methods.ResolvedMethod.rule`` builds it from a decoding method):
+``verify`` takes it (``decode.methods.ResolvedMethod.rule`` builds it from a decoding method):
 None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or cluster residual),
 ``Amplify(k, rule)``, ``Lantern``.
 
@@ -40,7 +40,7 @@ from gsd_core.checks import check_pair
 from gsd_core.exact import fixed_order_sum, output_law
 from gsd_core.rules import Rule, as_rule
 
-from .engine import support_accept
+from ..engine import support_accept
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -192,7 +192,7 @@ def one_step_output_laws(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
 def targets_and_laws(p: Tensor, q: Tensor, rule: object = None) -> tuple[Tensor, Tensor]:
     """(p_i, out_i): the target rows as the laws were computed from them (float64, renormalised in
     the fixed order) and ``one_step_output_laws``, both [L, V]: the one path to the law that every
-    distortion compares with its p (TV here, W1 in ``gsd_lab.transport``)."""
+    distortion compares with its p (TV here, W1 in ``gsd_lab.accounting.transport``)."""
     p, q = _check_rows(p, q)
     rule = as_rule(rule)
     if isinstance(_base(rule), (DynamicClusters, Lantern)):
@@ -242,7 +242,7 @@ def emitted_distortion(p: Tensor, q: Tensor, num_accepted: int, rule: object = N
 
 
 class DistortionLog:
-    """Per-token exact distortion of one decoding call (``gsd_lab.decoding.generate`` with
+    """Per-token exact distortion of one decoding call (``gsd_lab.decode.loop.generate`` with
     ``record_distortion=True``): D_t = TV(out_t, p_t) for every emitted token t, in float64.
 
     ``add`` takes one forward pass's rows (p [L + 1, V], q [L, V], the accepted count a) and

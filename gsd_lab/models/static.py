@@ -77,11 +77,13 @@ def _static_layer_class() -> type:
 
     class SlotLayer(StaticLayer):
         """A ``StaticLayer`` writing at slots start .. start + T - 1 (``start`` shared, set by
-        the engine) instead of after its own running count."""
+        the engine) instead of after its own running count, and handing attention the first
+        L slots only (``length[0]``, a host int the engine sets: a view, no copy)."""
 
-        def __init__(self, max_cache_len: int, start: Tensor) -> None:
+        def __init__(self, max_cache_len: int, start: Tensor, length: list[int]) -> None:
             super().__init__(max_cache_len=max_cache_len)
             self.start = start
+            self.length = length  # [L], shared: attention reads slots 0 .. L - 1 only
 
         def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
                    ) -> tuple[Tensor, Tensor]:
@@ -90,7 +92,8 @@ def _static_layer_class() -> type:
             slots = torch.arange(key_states.shape[-2], device=key_states.device) + self.start
             self.keys.index_copy_(2, slots, key_states)
             self.values.index_copy_(2, slots, value_states)
-            return self.keys, self.values
+            length = self.length[0]
+            return self.keys[:, :, :length], self.values[:, :, :length]
 
         def get_seq_length(self) -> Tensor:
             return self.start
@@ -105,14 +108,17 @@ class StaticEngine:
     compile_options: keyword arguments for ``torch.compile`` with capture "compile" (default
     ``fullgraph=True, dynamic=False``, plus ``mode="reduce-overhead"`` on CUDA).
     capacity_step: cache slots are allocated in multiples of it (prompts of nearby lengths
-    reuse the cache and the captured graphs). capture_processing: False captures the model
+    reuse the cache and the captured graphs). length_step: attention reads the first L slots,
+    L = the slots in use after the forward rounded up to a multiple of it (at most the
+    capacity): one graph per (width, L), so at most 2 C / length_step + 2 of them; None reads
+    all C slots (one graph per width). capture_processing: False captures the model
     only, the logits processing then running eagerly after each replay (no host sync either; a
     fallback should a device refuse to record the processing, and a measure of what it costs).
     """
 
     def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
                  compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
-                 capture_processing: bool = True) -> None:
+                 length_step: int | None = 256, capture_processing: bool = True) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
         if capture not in CAPTURES:
@@ -126,6 +132,9 @@ class StaticEngine:
             raise ValueError("compile_options is for capture 'compile'")
         if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
             raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
+        if length_step is not None and (isinstance(length_step, bool) or not isinstance(length_step, int)
+                                        or length_step < 1):
+            raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
         config = adapter.model.config
         attention = getattr(config, "_attn_implementation", None)
         if attention not in ATTENTION:
@@ -146,6 +155,10 @@ class StaticEngine:
             self._compile_options["mode"] = "reduce-overhead"
         self._compile_options.update(compile_options or {})
         self._capacity_step = capacity_step
+        self._length_step = length_step
+        self._length = [0]  # L, shared with the cache layers
+        self._frames = 0  # (width, L) shapes compiled
+        self.last_key: tuple[int, int] | None = None  # (width, L) of the last captured-shape forward
         self._num_layers = int(text.num_hidden_layers)
         self._additive_mask = attention == "eager"
         self.num_forwards = 0
@@ -157,7 +170,7 @@ class StaticEngine:
         self._layout: tuple[int, int, torch.dtype] | None = None  # (capacity, batch, dtype)
         self._slots = 0
         self._started = False
-        self._graphs: dict[int, Any] = {}
+        self._graphs: dict[tuple[int, int], Any] = {}  # (width, L) -> graph and outputs
         self._settings: tuple[Any, ...] | None = None
         self.capture_seconds = 0.0  # recording graphs / compiling, outside model_seconds
 
@@ -182,7 +195,7 @@ class StaticEngine:
             raise ValueError(f"window must be an int >= 0, got {window!r}")
         self._reserved = new_tokens
         if window > 0 and window + 1 != self._window_width:
-            self._graphs.pop(self._window_width, None)
+            self._graphs = {key: graph for key, graph in self._graphs.items() if key[0] != self._window_width}
             self._window_width = window + 1
 
     @property
@@ -196,7 +209,7 @@ class StaticEngine:
         layer = _static_layer_class()
         from transformers.cache_utils import Cache
 
-        self._cache = Cache(layers=[layer(capacity, self._start) for _ in range(self._num_layers)])
+        self._cache = Cache(layers=[layer(capacity, self._start, self._length) for _ in range(self._num_layers)])
         self._pad = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self._key_ok = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self._generated_offset = torch.zeros((), dtype=torch.long, device=device)
@@ -310,12 +323,15 @@ class StaticEngine:
             )
         adapter.cache = self._cache
         self._start.fill_(self._slots)
+        step = self._length_step
+        self._length[0] = self.capacity if step is None else min(self.capacity, -(-(self._slots + span) // step) * step)
         if width is not None:
             buffer = self._input_buffer(width)
             if width > T:  # the tail: padded at its end with its last token
                 input_ids = torch.cat([input_ids, input_ids[-1:].expand(width - T)])
             buffer.copy_(input_ids.expand(batch, -1))
-            if self.capture != "none" and width not in self._graphs:
+            self.last_key = (width, self._length[0])
+            if self.capture != "none" and self.last_key not in self._graphs:
                 self._prepare(width)
         timer = self._begin()
         if width is None:
@@ -347,8 +363,9 @@ class StaticEngine:
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start
         positions = (slots.unsqueeze(0) - self._pad).clamp(min=0)
-        causal = self._slot_ids.unsqueeze(0) <= slots.unsqueeze(1)  # [T, C]
-        mask = (self._key_ok.unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # [B, 1, T, C]
+        length = self._length[0]
+        causal = self._slot_ids[:length].unsqueeze(0) <= slots.unsqueeze(1)  # [T, L]
+        mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # [B, 1, T, L]
         if self._additive_mask:
             dtype = self._layout[2]
             mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
@@ -385,7 +402,7 @@ class StaticEngine:
             if self.capture == "none":
                 return self._step(buffer, width, with_support)
             if self.capture == "graph":
-                graph, outputs = self._graphs[width]
+                graph, outputs = self._graphs[(width, self._length[0])]
                 graph.replay()
             else:
                 if self.device.type == "cuda":
@@ -403,9 +420,13 @@ class StaticEngine:
         if self.capture == "compile":
             if self._compiled is None:
                 self._compiled = torch.compile(self._captured, **self._compile_options)
-            self._graphs[width] = None
-            for _ in range(2):
-                self._run(width)
+            self._graphs[(width, self._length[0])] = None
+            # One frame per (width, L): dynamo's default limit of 8 recompiles would silently
+            # fall back to eager past it.
+            self._frames += 1
+            with torch._dynamo.config.patch(recompile_limit=max(8, 2 * self._frames)):
+                for _ in range(2):
+                    self._run(width)
         else:
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
@@ -417,7 +438,7 @@ class StaticEngine:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), torch.no_grad():
                 outputs = self._captured(buffer, width)
-            self._graphs[width] = (graph, outputs)
+            self._graphs[(width, self._length[0])] = (graph, outputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin

@@ -258,9 +258,9 @@ def test_graphs_are_dropped_when_the_processing_settings_change(model):
     engine = StaticEngine(adapter)
     engine.reserve(8, window=2)
     engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
-    engine._graphs[3] = "recorded"
+    engine._graphs[(3, 128)] = "recorded"
     engine.start(PROMPT, UNCONDITIONAL["cond-padded"])
-    assert engine._graphs == {3: "recorded"}
+    assert engine._graphs == {(3, 128): "recorded"}
     adapter.cfg_scale = 2.5
     engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
     assert engine._graphs == {}
@@ -274,13 +274,14 @@ def test_graphs_are_kept_when_methods_alternate(model):
     engine = StaticEngine(adapter)
     uncond = UNCONDITIONAL["uncond-padded"]
     decode(adapter, METHODS["sjd"], uncond, engine=engine, num_tokens=12)
-    engine._graphs.update({1: "one token", 5: "window of 4"})
+    recorded = {(1, 128): "one token", (5, 128): "window of 4", (5, 256): "window of 4, longer"}
+    engine._graphs.update(recorded)
     for name in ("ar", "gsd", "ar"):
         static = decode(adapter, METHODS[name], uncond, engine=engine, num_tokens=12)
         assert_same_run(static, decode(adapter, METHODS[name], uncond, num_tokens=12))
-        assert engine._graphs == {1: "one token", 5: "window of 4"}
+        assert engine._graphs == recorded
     decode(adapter, METHODS["gsd-repeat-row"], uncond, engine=engine, num_tokens=12)  # window 7
-    assert engine._graphs == {1: "one token"}
+    assert engine._graphs == {(1, 128): "one token"}
 
 
 def test_bad_engine_input(model):
@@ -310,7 +311,9 @@ def test_bad_engine_input(model):
     too_long = torch.arange(2, 2 + engine.capacity)
     with pytest.raises(ValueError, match="static cache holds"):
         engine.forward(too_long)
-    flash = LlamaForCausalLM(model.config).eval()
+    import copy
+
+    flash = LlamaForCausalLM(copy.deepcopy(model.config)).eval()  # not the shared fixture's config
     flash.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         StaticEngine(CausalLMAdapter(flash, ALLOWED))
@@ -327,3 +330,38 @@ def test_cli_engine_static_decodes_the_same_tokens(capsys):
         reports.append(json.loads(capsys.readouterr().out))
     assert [r["engine"] for r in reports] == ["eager", "static"]
     assert reports[0]["tokens"] == reports[1]["tokens"] and reports[0]["nfe"] == reports[1]["nfe"]
+
+
+@pytest.mark.parametrize("name", ["ar", "sjd", "gsd"])
+def test_attention_over_the_filled_prefix_decodes_the_same_tokens(model, name):
+    """length_step = 8: attention reads the first L slots, L the filled slots rounded up to 8
+    (many lengths in one call), with garbage in every slot it must not read: the dynamic cache's
+    tokens, nfe and acceptances. length_step=None reads all C slots: the same again."""
+    adapter = make_adapter(model)
+    uncond = UNCONDITIONAL["cond-padded"]
+    eager = decode(adapter, METHODS[name], uncond)
+    short = GarbageEngine(adapter, length_step=8)
+    assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=short))
+    assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=StaticEngine(adapter, length_step=None)))
+    lengths = []
+    short.forward = lambda *a, _f=short.forward, **k: (_f(*a, **k), lengths.append(short._length[0]))[0]
+    decode(adapter, METHODS[name], uncond, engine=short)
+    assert lengths == sorted(lengths) and len(set(lengths)) > 3 and all(n % 8 == 0 for n in lengths)
+    assert lengths[-1] < short.capacity
+
+
+def test_compiled_forward_is_one_frame_per_width_and_length(model):
+    """Compiled with length_step = 16: one frame per (width, L) met, none when the same call
+    runs again (every shape met once already), the tokens static-eager's."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=counter), length_step=16)
+    uncond = UNCONDITIONAL["uncond-padded"]
+    static = decode(adapter, METHODS["sjd"], uncond, engine=StaticEngine(adapter, length_step=16))
+    assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, engine=engine))
+    frames = counter.frame_count
+    assert frames == len(engine._graphs) > 2 and {w for w, _ in engine._graphs} == {1, 5}
+    assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, engine=engine))
+    assert counter.frame_count == frames

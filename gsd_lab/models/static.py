@@ -59,7 +59,9 @@ top-k uses ``torch.topk``, the same values as the CPU's numpy selection.
 from __future__ import annotations
 
 import functools
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,14 +113,19 @@ class StaticEngine:
     reuse the cache and the captured graphs). length_step: attention reads the first L slots,
     L = the slots in use after the forward rounded up to a multiple of it (at most the
     capacity): one graph per (width, L), so at most 2 C / length_step + 2 of them; None reads
-    all C slots (one graph per width). capture_processing: False captures the model
+    all C slots (one graph per width). compile_cache: a file for inductor's compiled artifacts
+    (capture "compile"): loaded before the first compilation when it exists, rewritten after
+    each (a warm start in a later process, or on another machine with the same torch and
+    device; inductor's own on-disk cache, ``TORCHINDUCTOR_CACHE_DIR``, serves later processes
+    on the same machine). capture_processing: False captures the model
     only, the logits processing then running eagerly after each replay (no host sync either; a
     fallback should a device refuse to record the processing, and a measure of what it costs).
     """
 
     def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
                  compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
-                 length_step: int | None = 256, capture_processing: bool = True) -> None:
+                 length_step: int | None = 256, capture_processing: bool = True,
+                 compile_cache: str | os.PathLike[str] | None = None) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
         if capture not in CAPTURES:
@@ -130,6 +137,8 @@ class StaticEngine:
             raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
         if compile_options is not None and capture != "compile":
             raise ValueError("compile_options is for capture 'compile'")
+        if compile_cache is not None and capture != "compile":
+            raise ValueError("compile_cache is for capture 'compile'")
         if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
             raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
         if length_step is not None and (isinstance(length_step, bool) or not isinstance(length_step, int)
@@ -158,6 +167,8 @@ class StaticEngine:
         self._length_step = length_step
         self._length = [0]  # L, shared with the cache layers
         self._frames = 0  # (width, L) shapes compiled
+        self.compile_cache = None if compile_cache is None else Path(compile_cache)
+        self.compile_cache_loaded = False
         self.last_key: tuple[int, int] | None = None  # (width, L) of the last captured-shape forward
         self._num_layers = int(text.num_hidden_layers)
         self._additive_mask = attention == "eager"
@@ -419,6 +430,7 @@ class StaticEngine:
         buffer = self._inputs[width]
         if self.capture == "compile":
             if self._compiled is None:
+                self._load_compile_cache()
                 self._compiled = torch.compile(self._captured, **self._compile_options)
             self._graphs[(width, self._length[0])] = None
             # One frame per (width, L): dynamo's default limit of 8 recompiles would silently
@@ -427,6 +439,7 @@ class StaticEngine:
             with torch._dynamo.config.patch(recompile_limit=max(8, 2 * self._frames)):
                 for _ in range(2):
                     self._run(width)
+            self._save_compile_cache()
         else:
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
@@ -442,6 +455,24 @@ class StaticEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin
+
+    def _load_compile_cache(self) -> None:
+        """Inductor's artifacts from ``compile_cache``, if the file exists (a warm start: the
+        compiled kernels are read, not built; dynamo still traces)."""
+        path = self.compile_cache
+        if path is not None and path.is_file():
+            self.compile_cache_loaded = torch.compiler.load_cache_artifacts(path.read_bytes()) is not None
+
+    def _save_compile_cache(self) -> None:
+        """Everything inductor compiled in this process so far, written to ``compile_cache``
+        (atomically; nothing is written when there is nothing, e.g. a tracing-only backend)."""
+        path = self.compile_cache
+        artifacts = None if path is None else torch.compiler.save_cache_artifacts()
+        if artifacts is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(artifacts[0])
+            partial.replace(path)
 
     # ---- timing ------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..engine.ranking import top_k_support, top_k_support_width
 from .adapter import CausalLMAdapter, forced_support
 
 CAPTURES = ("auto", "none", "graph", "compile")
@@ -169,6 +170,9 @@ class StaticEngine:
         self._frames = 0  # (width, L) shapes compiled
         self.compile_cache = None if compile_cache is None else Path(compile_cache)
         self.compile_cache_loaded = False
+        # Whether the last forward's top-k support missed a positive id (0-d bool tensor, read
+        # with the loop's status; None: the support is complete by construction).
+        self.support_overflow: Tensor | None = None
         self.last_key: tuple[int, int] | None = None  # (width, L) of the last captured-shape forward
         self._num_layers = int(text.num_hidden_layers)
         self._additive_mask = attention == "eager"
@@ -309,8 +313,9 @@ class StaticEngine:
                 ) -> Tensor | tuple[Tensor, Tensor]:
         """``CausalLMAdapter.forward`` on the static cache: the processed distributions [R, V] of
         the last R = ``num_rows`` (default T) of the T new tokens (a fresh tensor); with
-        ``with_support``, (probs, support [R, A]): the allowed ids per row (forced rows: the forced
-        id, then (forced + 1) mod V)."""
+        ``with_support``, (probs, support [R, K]): ids holding every id with p > 0 (forced rows:
+        the forced id, then (forced + 1) mod V) unless ``support_overflow`` (set by each forward;
+        ``_processed``) says otherwise."""
         if not self._started:
             raise ValueError("call start(prompt_ids) before forward()")
         adapter = self.adapter
@@ -347,13 +352,15 @@ class StaticEngine:
         timer = self._begin()
         if width is None:
             with torch.no_grad():
-                probs, support = self._step(ids, rows, with_support)
+                probs, support, overflow = self._step(ids, rows, with_support)
         else:
-            probs, support = self._run(width, with_support)
+            probs, support, overflow = self._run(width, with_support)
             probs = probs[T - num_rows: T]
             support = support[T - num_rows: T] if with_support else None
+            overflow = overflow[T - num_rows: T] if with_support and overflow is not None else None
         probs = probs.clone()  # a graph's outputs are overwritten by its next replay
         support = support.clone() if with_support else None
+        self.support_overflow = overflow.any() if with_support and overflow is not None else None
         self._end(timer)
         self.num_forwards += 1
         self._slots += real
@@ -362,10 +369,10 @@ class StaticEngine:
     # ---- the step (captured) -----------------------------------------------------------
 
     def _step(self, ids: Tensor, num_rows: int, with_support: bool = True
-              ) -> tuple[Tensor, Tensor | None]:
+              ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
         engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
-        ``with_support``)."""
+        ``with_support``, overflow [num_rows] or None: ``_processed``)."""
         return self._processed(*self._model(ids, num_rows), with_support)
 
     def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
@@ -384,20 +391,30 @@ class StaticEngine:
         return logits, slots[T - num_rows:] + self._generated_offset
 
     def _processed(self, logits: Tensor, generated: Tensor, with_support: bool
-                   ) -> tuple[Tensor, Tensor | None]:
-        """The processing part of ``_step``. The support: on a CPU outside compilation the
-        adapter's kept ids (as its own forward gives; numpy), else the allowed ids [R, A], forced
-        rows replaced."""
+                   ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The processing part of ``_step``: (probs, support, overflow). The support: on a CPU
+        outside compilation the adapter's kept ids (as its own forward gives; numpy; overflow
+        None), else with top-k the allowed ids of each row's K largest entries (``top_k_support``,
+        K = top-k + room for ties: 2250 of Lumina's 8192 image ids) and overflow [R] (True where a
+        row has more than K positive entries), without top-k all allowed ids (overflow None);
+        forced rows replaced."""
         adapter = self.adapter
         if not with_support:
-            return adapter._process(logits, generated, sync_free=True), None
+            return adapter._process(logits, generated, sync_free=True), None, None
         probs, support = adapter._process(logits, generated, with_support=True, sync_free=True)
+        overflow = None
         if support is None:
-            support = adapter.allowed_tokens.expand(generated.shape[0], -1)
+            allowed = adapter.allowed_tokens
+            width = top_k_support_width(adapter.top_k, allowed.numel())
+            if width < allowed.numel():
+                support, overflow = top_k_support(probs, allowed, width)
+            else:
+                support = allowed.expand(generated.shape[0], -1)
             forced = adapter.forced_tokens(generated)
             if forced is not None:
                 support = forced_support(support, forced, adapter.vocab_size)
-        return probs, support
+                overflow = None if overflow is None else overflow & (forced < 0)
+        return probs, support, overflow
 
     def _captured(self, ids: Tensor, width: int) -> tuple[Tensor, Tensor]:
         """What a graph records or compile compiles: the whole step (support included), or with
@@ -406,7 +423,8 @@ class StaticEngine:
             return self._step(ids, width)
         return self._model(ids, width)
 
-    def _run(self, width: int, with_support: bool = True) -> tuple[Tensor, Tensor | None]:
+    def _run(self, width: int, with_support: bool = True
+             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """The width's forward from its input buffer: eager, replayed graph or compiled."""
         buffer = self._inputs[width]
         with torch.no_grad():

@@ -124,10 +124,10 @@ def top_k_support_width(top_k: int | None, allowed: int) -> int:
 
 def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """A fixed-width support of rows p [R, V] that are zero outside ``allowed`` ids [A], found
-    without a host read: (ids [R, K], overflow [R] bool), ids = the allowed ids of the K = ``width``
-    largest entries of each row (any order). Where ``overflow`` is False (at most K positive
-    entries) the ids hold every id with p > 0 once, plus zero ids: what ``SupportRanking`` takes,
-    its ranking then the whole row's bit for bit. Where it is True (more than K entries tied at a
+    without a host read: (ids [R, K], overflow [R] bool), ids = the allowed ids of the
+    K = ``width`` largest entries of each row (any order). Where ``overflow`` is False (at most
+    K positive entries) the ids hold every id with p > 0 once, plus zero ids: what
+    ``SupportRanking`` takes, its ranking then the whole row's bit for bit. Where it is True (more than K entries tied at a
     top-k threshold) the ids miss some: the caller must rank that row another way."""
     values = p.index_select(-1, allowed)
     top = torch.topk(values, width, dim=-1, sorted=False).indices

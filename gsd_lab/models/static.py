@@ -20,7 +20,8 @@ is one fixed [B, C] buffer of key slots (False at a CFG row's left padding, set 
 combined in the forward with causality over slots (slot k is visible to the query at slot s iff
 k <= s), passed to the model as a prepared 4-D mask (bool for sdpa, additive for eager
 attention; transformers uses a 4-D mask as given); position ids are slot minus the row's
-padding, as the adapter's.
+padding, as the adapter's. Attention reads the first L slots only (the layers return a view,
+the mask is sliced): L = the slots in use after the forward rounded up to ``length_step``.
 
 Shapes. The prefill (prompt + first window) runs eagerly at its own length. After it a forward of
 T tokens runs at one of two fixed widths: 1 (AR steps, the last SJD/GSD steps) or W = window + 1;
@@ -28,19 +29,22 @@ a shorter window (the image's tail) is padded at its end with its last token, wh
 computed and dropped (causal: they cannot change the rows before them) and whose keys land in
 slots after the window (stale, overwritten later). A wider T runs eagerly at its own width.
 
-Capture (``capture``): "graph" (CUDA; "auto" picks it there): each width's forward recorded once
-as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
+Capture (``capture``): "graph" (CUDA; "auto" picks it there): each (width, L)'s forward recorded
+once as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
 rewrites the slots that forward writes) and replayed, its kernels the eager ones; "compile":
-``torch.compile(fullgraph=True, dynamic=False)`` per width, ``mode="reduce-overhead"`` (inductor
-kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
+``torch.compile(fullgraph=True, dynamic=False)`` per (width, L), ``mode="reduce-overhead"``
+(inductor kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
 "none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
 is the model (alone with ``capture_processing=False``, the processing then eager after the
 replay) and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
 tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
-GSD's ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid: ids
-with p = 0 may be added, and verify's result does not depend on them; found without a host read,
-unlike the kept ids, whose width varies; static-eager on a CPU hands over the adapter's kept ids,
-narrower and so faster to rank there, which the captured forms cannot trace). Outside it per
+GSD's ``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
+(``engine.ranking.top_k_support``; ids with p = 0 may be added, and verify's result does not
+depend on them), forced rows replaced as ``forced_support`` does, found without a host read,
+unlike the kept ids, whose width varies; with it a flag ``support_overflow``, set where a row
+keeps more than K ids (ties at the k-th value), which the decoding loop reads with its status
+and then verifies again on whole rows with the same uniforms. Static-eager on a CPU hands over
+the adapter's kept ids (exact, numpy; the captured forms cannot trace them). Outside it per
 forward: the input ids copied into the width's buffer (1-2 kernels), ``start`` set (1), the replay
 (1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
 own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
@@ -48,7 +52,7 @@ and the loop's one status read per step is the only sync (model time on CUDA com
 read once per ``generate`` call).
 
 Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention
-runs over all C slots (the masked ones contribute exact zeros) and the padded tail's matmuls
+runs over L slots (the masked ones contribute exact zeros) and the padded tail's matmuls
 have more rows: in float64 on a CPU the distributions agree to rounding (tests: same tokens for
 AR, SJD, GSD). "graph" replays static-eager's kernels: the same bits as static-eager on the same
 device. "compile" runs inductor's fused kernels: in bf16 on a GPU their rounding differs from
@@ -71,6 +75,7 @@ from ..engine.ranking import top_k_support, top_k_support_width
 from .adapter import CausalLMAdapter, forced_support
 
 CAPTURES = ("auto", "none", "graph", "compile")
+_COMPILED_FRAMES = [0]  # (width, L) frames compiled in this process, by every engine
 ATTENTION = ("sdpa", "eager")
 
 
@@ -142,8 +147,8 @@ class StaticEngine:
             raise ValueError("compile_cache is for capture 'compile'")
         if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
             raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
-        if length_step is not None and (isinstance(length_step, bool) or not isinstance(length_step, int)
-                                        or length_step < 1):
+        if length_step is not None and (isinstance(length_step, bool)
+                                        or not isinstance(length_step, int) or length_step < 1):
             raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
         config = adapter.model.config
         attention = getattr(config, "_attn_implementation", None)
@@ -167,13 +172,12 @@ class StaticEngine:
         self._capacity_step = capacity_step
         self._length_step = length_step
         self._length = [0]  # L, shared with the cache layers
-        self._frames = 0  # (width, L) shapes compiled
         self.compile_cache = None if compile_cache is None else Path(compile_cache)
         self.compile_cache_loaded = False
         # Whether the last forward's top-k support missed a positive id (0-d bool tensor, read
         # with the loop's status; None: the support is complete by construction).
         self.support_overflow: Tensor | None = None
-        self.last_key: tuple[int, int] | None = None  # (width, L) of the last captured-shape forward
+        self.last_key: tuple[int, int] | None = None  # (width, L) of the last fixed-width forward
         self._num_layers = int(text.num_hidden_layers)
         self._additive_mask = attention == "eager"
         self.num_forwards = 0
@@ -210,7 +214,8 @@ class StaticEngine:
             raise ValueError(f"window must be an int >= 0, got {window!r}")
         self._reserved = new_tokens
         if window > 0 and window + 1 != self._window_width:
-            self._graphs = {key: graph for key, graph in self._graphs.items() if key[0] != self._window_width}
+            self._graphs = {key: graph for key, graph in self._graphs.items()
+                            if key[0] != self._window_width}
             self._window_width = window + 1
 
     @property
@@ -224,7 +229,8 @@ class StaticEngine:
         layer = _static_layer_class()
         from transformers.cache_utils import Cache
 
-        self._cache = Cache(layers=[layer(capacity, self._start, self._length) for _ in range(self._num_layers)])
+        self._cache = Cache(layers=[layer(capacity, self._start, self._length)
+                                    for _ in range(self._num_layers)])
         self._pad = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self._key_ok = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self._generated_offset = torch.zeros((), dtype=torch.long, device=device)
@@ -340,7 +346,9 @@ class StaticEngine:
         adapter.cache = self._cache
         self._start.fill_(self._slots)
         step = self._length_step
-        self._length[0] = self.capacity if step is None else min(self.capacity, -(-(self._slots + span) // step) * step)
+        filled = self._slots + span
+        bucket = self.capacity if step is None else -(-filled // step) * step
+        self._length[0] = min(self.capacity, bucket)
         if width is not None:
             buffer = self._input_buffer(width)
             if width > T:  # the tail: padded at its end with its last token
@@ -357,7 +365,8 @@ class StaticEngine:
             probs, support, overflow = self._run(width, with_support)
             probs = probs[T - num_rows: T]
             support = support[T - num_rows: T] if with_support else None
-            overflow = overflow[T - num_rows: T] if with_support and overflow is not None else None
+            if with_support and overflow is not None:
+                overflow = overflow[T - num_rows: T]
         probs = probs.clone()  # a graph's outputs are overwritten by its next replay
         support = support.clone() if with_support else None
         self.support_overflow = overflow.any() if with_support and overflow is not None else None
@@ -383,7 +392,7 @@ class StaticEngine:
         positions = (slots.unsqueeze(0) - self._pad).clamp(min=0)
         length = self._length[0]
         causal = self._slot_ids[:length].unsqueeze(0) <= slots.unsqueeze(1)  # [T, L]
-        mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # [B, 1, T, L]
+        mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # B,1,T,L
         if self._additive_mask:
             dtype = self._layout[2]
             mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
@@ -451,10 +460,13 @@ class StaticEngine:
                 self._load_compile_cache()
                 self._compiled = torch.compile(self._captured, **self._compile_options)
             self._graphs[(width, self._length[0])] = None
-            # One frame per (width, L): dynamo's default limit of 8 recompiles would silently
-            # fall back to eager past it.
-            self._frames += 1
-            with torch._dynamo.config.patch(recompile_limit=max(8, 2 * self._frames)):
+            # One frame per (width, L), counted by dynamo per code object (every engine's
+            # ``_captured`` is one): past its limit (8) fullgraph=True fails.
+            _COMPILED_FRAMES[0] += 1
+            limit = 8 + 2 * _COMPILED_FRAMES[0]
+            limits = {"recompile_limit": limit, "accumulated_recompile_limit": max(256, limit)}
+            config = torch._dynamo.config
+            with config.patch({k: v for k, v in limits.items() if hasattr(config, k)}):
                 for _ in range(2):
                     self._run(width)
             self._save_compile_cache()
@@ -479,7 +491,8 @@ class StaticEngine:
         compiled kernels are read, not built; dynamo still traces)."""
         path = self.compile_cache
         if path is not None and path.is_file():
-            self.compile_cache_loaded = torch.compiler.load_cache_artifacts(path.read_bytes()) is not None
+            loaded = torch.compiler.load_cache_artifacts(path.read_bytes())
+            self.compile_cache_loaded = loaded is not None
 
     def _save_compile_cache(self) -> None:
         """Everything inductor compiled in this process so far, written to ``compile_cache``

@@ -316,7 +316,7 @@ def test_bad_engine_input(model):
         engine.forward(too_long)
     import copy
 
-    flash = LlamaForCausalLM(copy.deepcopy(model.config)).eval()  # not the shared fixture's config
+    flash = LlamaForCausalLM(copy.deepcopy(model.config)).eval()  # not the fixture's config
     flash.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         StaticEngine(CausalLMAdapter(flash, ALLOWED))
@@ -345,11 +345,14 @@ def test_attention_over_the_filled_prefix_decodes_the_same_tokens(model, name):
     eager = decode(adapter, METHODS[name], uncond)
     short = GarbageEngine(adapter, length_step=8)
     assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=short))
-    assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=StaticEngine(adapter, length_step=None)))
+    whole = StaticEngine(adapter, length_step=None)
+    assert_same_run(eager, decode(adapter, METHODS[name], uncond, engine=whole))
     lengths = []
-    short.forward = lambda *a, _f=short.forward, **k: (_f(*a, **k), lengths.append(short._length[0]))[0]
+    forward = short.forward
+    short.forward = lambda *a, **k: (forward(*a, **k), lengths.append(short._length[0]))[0]
     decode(adapter, METHODS[name], uncond, engine=short)
-    assert lengths == sorted(lengths) and len(set(lengths)) > 3 and all(n % 8 == 0 for n in lengths)
+    assert lengths == sorted(lengths) and len(set(lengths)) > 3
+    assert all(n % 8 == 0 for n in lengths)
     assert lengths[-1] < short.capacity
 
 
@@ -360,7 +363,8 @@ def test_compiled_forward_is_one_frame_per_width_and_length(model):
 
     counter = CompileCounter()
     adapter = make_adapter(model)
-    engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=counter), length_step=16)
+    engine = StaticEngine(adapter, capture="compile", compile_options={"backend": counter},
+                          length_step=16)
     uncond = UNCONDITIONAL["uncond-padded"]
     static = decode(adapter, METHODS["sjd"], uncond, engine=StaticEngine(adapter, length_step=16))
     assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, engine=engine))
@@ -387,7 +391,8 @@ def test_top_k_support_overflow_falls_back_to_the_same_tokens(model, monkeypatch
     row keeps more ids than it holds (verify again on whole rows, the same uniforms): the eager
     adapter's tokens, nfe and acceptances, with overflows and without."""
     monkeypatch.setattr(adapter_module, "_numpy_ok", lambda values: False)
-    adapter = TiedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=12, row_length=ROW, compute_dtype=torch.float64)
+    adapter = TiedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=12, row_length=ROW,
+                          compute_dtype=torch.float64)
     engine = StaticEngine(adapter)
     flags = []
     original = StaticEngine.forward
@@ -410,7 +415,8 @@ def test_top_k_support_overflow_falls_back_to_the_same_tokens(model, monkeypatch
 
     monkeypatch.setattr(decoding_module, "verify", counted)
     for uncond in UNCONDITIONAL.values():
-        assert_same_run(decode(adapter, METHODS[name], uncond), decode(adapter, METHODS[name], uncond, engine=engine))
+        assert_same_run(decode(adapter, METHODS[name], uncond),
+                        decode(adapter, METHODS[name], uncond, engine=engine))
     assert any(flags) and not all(flags)
     assert sum(fallbacks) == sum(flags)  # one verify on whole rows per overflowing forward
 
@@ -424,19 +430,23 @@ def test_compile_cache_file_is_loaded_first_and_saved_after(model, tmp_path, mon
 
     calls = []
     artifacts = [None]
-    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: calls.append(("load", data)) or "info")
-    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: calls.append(("save",)) or artifacts[0])
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts",
+                        lambda data: calls.append(("load", data)) or "info")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts",
+                        lambda: calls.append(("save",)) or artifacts[0])
     adapter = make_adapter(model)
     path = tmp_path / "cache" / "inductor.bin"
 
     def run():
-        engine = StaticEngine(adapter, capture="compile", compile_options=dict(backend=CompileCounter()),
-                              compile_cache=path)
-        decode(adapter, METHODS["sjd"], UNCONDITIONAL["uncond-padded"], engine=engine, num_tokens=8)
+        engine = StaticEngine(adapter, capture="compile", compile_cache=path,
+                              compile_options={"backend": CompileCounter()})
+        decode(adapter, METHODS["sjd"], UNCONDITIONAL["uncond-padded"], engine=engine,
+               num_tokens=8)
         return engine
 
     engine = run()
-    assert calls == [("save",), ("save",)] and not path.exists() and not engine.compile_cache_loaded
+    assert calls == [("save",), ("save",)]
+    assert not path.exists() and not engine.compile_cache_loaded
     calls.clear()
     artifacts[0] = (b"compiled kernels", "info")
     engine = run()

@@ -24,7 +24,8 @@ next runs. Steps, in order:
   (back-to-back replays: device time), ``forward_ms`` (the engine's forward with its host path),
   graphs of model + processing and of the model alone, static-eager and eager; the window replay
   over ``limit_ms`` (target: <= 2);
-- ``kernels``: a profile of one static-eager window forward (kernels launched) and of one replay;
+- ``kernels``: a profile of one window forward of the eager adapter and of static-eager (the
+  kernels each launches) and of one replay: counts, device time, the top kernels;
 - ``decode_equality``: AR / SJD / GSD (G = 14, the released filters) through ``generate`` over
   128 tokens with the eager adapter, static-eager and the graphs: graph tokens equal to
   static-eager's (the claim), eager's first mismatch recorded (bf16: expected to differ);
@@ -340,7 +341,8 @@ class Check:
         ids = self.image[context - P : context - P + W]
         activities = [ProfilerActivity.CUDA] if self.cuda else [ProfilerActivity.CPU]
         summary = {}
-        for name, engine in (("static_eager", self.static), ("graph", self.graph)):
+        runners = (("eager", self.adapter), ("static_eager", self.static), ("graph", self.graph))
+        for name, engine in runners:
             self.prefill(engine, context)
             engine.forward(ids)  # recorded before the profile
             engine.crop(context)

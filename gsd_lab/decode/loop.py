@@ -278,11 +278,18 @@ class _Loop:
             self.out[done: done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
+            # A static engine's fixed-width top-k support may miss ids tied at the top-k value
+            # (gsd_lab.models.static): its device flag is read with the status.
+            overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
+            state = None if overflow is None else self.generator.get_state()
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
             result = verify(p, self.q, self.drafts, self.rule, generator=self.generator, validate=False,
                             support=None if support is None else support[:L])
             p_total = p.sum()
-            status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
+            parts = [p_total, result.num_accepted.to(p_total.dtype)]
+            if overflow is not None:
+                parts.append(overflow.to(p_total.dtype))
+            status = torch.stack(parts)
         values = status.tolist()
         if not math.isfinite(values[0]):
             raise FloatingPointError(
@@ -292,6 +299,11 @@ class _Loop:
             )
         if L == 0:
             return 0, None
+        if len(values) > 2 and values[2]:  # rare: the same verify on whole rows, the same uniforms
+            self.generator.set_state(state)
+            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator,
+                            validate=False)
+            values[1] = int(result.num_accepted)
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)

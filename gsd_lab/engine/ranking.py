@@ -116,6 +116,24 @@ class SupportRanking:
         return torch.where(nth_zero < 0, self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1)), zero_id)
 
 
+def top_k_support_width(top_k: int | None, allowed: int) -> int:
+    """K for ``top_k_support``: the top-k plus room for ties at the k-th value (k // 8, at least
+    16), at most the ``allowed`` count (no top-k: all of them)."""
+    return allowed if top_k is None else min(allowed, top_k + max(16, top_k // 8))
+
+
+def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """A fixed-width support of rows p [R, V] that are zero outside ``allowed`` ids [A], found
+    without a host read: (ids [R, K], overflow [R] bool), ids = the allowed ids of the
+    K = ``width`` largest entries of each row (any order). Where ``overflow`` is False (at most
+    K positive entries) the ids hold every id with p > 0 once, plus zero ids: what
+    ``SupportRanking`` takes, its ranking then the whole row's bit for bit. Where it is True (more than K entries tied at a
+    top-k threshold) the ids miss some: the caller must rank that row another way."""
+    values = p.index_select(-1, allowed)
+    top = torch.topk(values, width, dim=-1, sorted=False).indices
+    return allowed[top], (values > 0).sum(-1) > width
+
+
 def _filter(rule: DynamicClusters, p: Tensor, x: Tensor, index: Tensor, keep: Tensor,
             adjacency: Tensor | None) -> Tensor:
     """gsd_core's filters; with ``adjacency`` (bool [V, V], adjacency[x, y] = ||e_y - e_x||^2 <= d,

@@ -20,7 +20,8 @@ is one fixed [B, C] buffer of key slots (False at a CFG row's left padding, set 
 combined in the forward with causality over slots (slot k is visible to the query at slot s iff
 k <= s), passed to the model as a prepared 4-D mask (bool for sdpa, additive for eager
 attention; transformers uses a 4-D mask as given); position ids are slot minus the row's
-padding, as the adapter's.
+padding, as the adapter's. Attention reads the first L slots only (the layers return a view,
+the mask is sliced): L = the slots in use after the forward rounded up to ``length_step``.
 
 Shapes. The prefill (prompt + first window) runs eagerly at its own length. After it a forward of
 T tokens runs at one of two fixed widths: 1 (AR steps, the last SJD/GSD steps) or W = window + 1;
@@ -28,19 +29,22 @@ a shorter window (the image's tail) is padded at its end with its last token, wh
 computed and dropped (causal: they cannot change the rows before them) and whose keys land in
 slots after the window (stale, overwritten later). A wider T runs eagerly at its own width.
 
-Capture (``capture``): "graph" (CUDA; "auto" picks it there): each width's forward recorded once
-as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
+Capture (``capture``): "graph" (CUDA; "auto" picks it there): each (width, L)'s forward recorded
+once as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
 rewrites the slots that forward writes) and replayed, its kernels the eager ones; "compile":
-``torch.compile(fullgraph=True, dynamic=False)`` per width, ``mode="reduce-overhead"`` (inductor
-kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
+``torch.compile(fullgraph=True, dynamic=False)`` per (width, L), ``mode="reduce-overhead"``
+(inductor kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
 "none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
 is the model (alone with ``capture_processing=False``, the processing then eager after the
 replay) and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
 tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
-GSD's ``verify``: the allowed ids, forced rows replaced as ``forced_support`` does (valid: ids
-with p = 0 may be added, and verify's result does not depend on them; found without a host read,
-unlike the kept ids, whose width varies; static-eager on a CPU hands over the adapter's kept ids,
-narrower and so faster to rank there, which the captured forms cannot trace). Outside it per
+GSD's ``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
+(``engine.ranking.top_k_support``; ids with p = 0 may be added, and verify's result does not
+depend on them), forced rows replaced as ``forced_support`` does, found without a host read,
+unlike the kept ids, whose width varies; with it a flag ``support_overflow``, set where a row
+keeps more than K ids (ties at the k-th value), which the decoding loop reads with its status
+and then verifies again on whole rows with the same uniforms. Static-eager on a CPU hands over
+the adapter's kept ids (exact, numpy; the captured forms cannot trace them). Outside it per
 forward: the input ids copied into the width's buffer (1-2 kernels), ``start`` set (1), the replay
 (1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
 own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
@@ -48,7 +52,7 @@ and the loop's one status read per step is the only sync (model time on CUDA com
 read once per ``generate`` call).
 
 Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention
-runs over all C slots (the masked ones contribute exact zeros) and the padded tail's matmuls
+runs over L slots (the masked ones contribute exact zeros) and the padded tail's matmuls
 have more rows: in float64 on a CPU the distributions agree to rounding (tests: same tokens for
 AR, SJD, GSD). "graph" replays static-eager's kernels: the same bits as static-eager on the same
 device. "compile" runs inductor's fused kernels: in bf16 on a GPU their rounding differs from
@@ -59,15 +63,19 @@ top-k uses ``torch.topk``, the same values as the CPU's numpy selection.
 from __future__ import annotations
 
 import functools
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..engine.ranking import top_k_support, top_k_support_width
 from .adapter import CausalLMAdapter, forced_support
 
 CAPTURES = ("auto", "none", "graph", "compile")
+_COMPILED_FRAMES = [0]  # (width, L) frames compiled in this process, by every engine
 ATTENTION = ("sdpa", "eager")
 
 
@@ -77,11 +85,13 @@ def _static_layer_class() -> type:
 
     class SlotLayer(StaticLayer):
         """A ``StaticLayer`` writing at slots start .. start + T - 1 (``start`` shared, set by
-        the engine) instead of after its own running count."""
+        the engine) instead of after its own running count, and handing attention the first
+        L slots only (``length[0]``, a host int the engine sets: a view, no copy)."""
 
-        def __init__(self, max_cache_len: int, start: Tensor) -> None:
+        def __init__(self, max_cache_len: int, start: Tensor, length: list[int]) -> None:
             super().__init__(max_cache_len=max_cache_len)
             self.start = start
+            self.length = length  # [L], shared: attention reads slots 0 .. L - 1 only
 
         def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
                    ) -> tuple[Tensor, Tensor]:
@@ -90,7 +100,8 @@ def _static_layer_class() -> type:
             slots = torch.arange(key_states.shape[-2], device=key_states.device) + self.start
             self.keys.index_copy_(2, slots, key_states)
             self.values.index_copy_(2, slots, value_states)
-            return self.keys, self.values
+            length = self.length[0]
+            return self.keys[:, :, :length], self.values[:, :, :length]
 
         def get_seq_length(self) -> Tensor:
             return self.start
@@ -105,14 +116,22 @@ class StaticEngine:
     compile_options: keyword arguments for ``torch.compile`` with capture "compile" (default
     ``fullgraph=True, dynamic=False``, plus ``mode="reduce-overhead"`` on CUDA).
     capacity_step: cache slots are allocated in multiples of it (prompts of nearby lengths
-    reuse the cache and the captured graphs). capture_processing: False captures the model
+    reuse the cache and the captured graphs). length_step: attention reads the first L slots,
+    L = the slots in use after the forward rounded up to a multiple of it (at most the
+    capacity): one graph per (width, L), so at most 2 C / length_step + 2 of them; None reads
+    all C slots (one graph per width). compile_cache: a file for inductor's compiled artifacts
+    (capture "compile"): loaded before the first compilation when it exists, rewritten after
+    each (a warm start in a later process, or on another machine with the same torch and
+    device; inductor's own on-disk cache, ``TORCHINDUCTOR_CACHE_DIR``, serves later processes
+    on the same machine). capture_processing: False captures the model
     only, the logits processing then running eagerly after each replay (no host sync either; a
     fallback should a device refuse to record the processing, and a measure of what it costs).
     """
 
     def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
                  compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
-                 capture_processing: bool = True) -> None:
+                 length_step: int | None = 256, capture_processing: bool = True,
+                 compile_cache: str | os.PathLike[str] | None = None) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
         if capture not in CAPTURES:
@@ -124,8 +143,13 @@ class StaticEngine:
             raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
         if compile_options is not None and capture != "compile":
             raise ValueError("compile_options is for capture 'compile'")
+        if compile_cache is not None and capture != "compile":
+            raise ValueError("compile_cache is for capture 'compile'")
         if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
             raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
+        if length_step is not None and (isinstance(length_step, bool)
+                                        or not isinstance(length_step, int) or length_step < 1):
+            raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
         config = adapter.model.config
         attention = getattr(config, "_attn_implementation", None)
         if attention not in ATTENTION:
@@ -146,6 +170,14 @@ class StaticEngine:
             self._compile_options["mode"] = "reduce-overhead"
         self._compile_options.update(compile_options or {})
         self._capacity_step = capacity_step
+        self._length_step = length_step
+        self._length = [0]  # L, shared with the cache layers
+        self.compile_cache = None if compile_cache is None else Path(compile_cache)
+        self.compile_cache_loaded = False
+        # Whether the last forward's top-k support missed a positive id (0-d bool tensor, read
+        # with the loop's status; None: the support is complete by construction).
+        self.support_overflow: Tensor | None = None
+        self.last_key: tuple[int, int] | None = None  # (width, L) of the last fixed-width forward
         self._num_layers = int(text.num_hidden_layers)
         self._additive_mask = attention == "eager"
         self.num_forwards = 0
@@ -157,7 +189,7 @@ class StaticEngine:
         self._layout: tuple[int, int, torch.dtype] | None = None  # (capacity, batch, dtype)
         self._slots = 0
         self._started = False
-        self._graphs: dict[int, Any] = {}
+        self._graphs: dict[tuple[int, int], Any] = {}  # (width, L) -> graph and outputs
         self._settings: tuple[Any, ...] | None = None
         self.capture_seconds = 0.0  # recording graphs / compiling, outside model_seconds
 
@@ -182,7 +214,8 @@ class StaticEngine:
             raise ValueError(f"window must be an int >= 0, got {window!r}")
         self._reserved = new_tokens
         if window > 0 and window + 1 != self._window_width:
-            self._graphs.pop(self._window_width, None)
+            self._graphs = {key: graph for key, graph in self._graphs.items()
+                            if key[0] != self._window_width}
             self._window_width = window + 1
 
     @property
@@ -196,7 +229,8 @@ class StaticEngine:
         layer = _static_layer_class()
         from transformers.cache_utils import Cache
 
-        self._cache = Cache(layers=[layer(capacity, self._start) for _ in range(self._num_layers)])
+        self._cache = Cache(layers=[layer(capacity, self._start, self._length)
+                                    for _ in range(self._num_layers)])
         self._pad = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self._key_ok = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self._generated_offset = torch.zeros((), dtype=torch.long, device=device)
@@ -285,8 +319,9 @@ class StaticEngine:
                 ) -> Tensor | tuple[Tensor, Tensor]:
         """``CausalLMAdapter.forward`` on the static cache: the processed distributions [R, V] of
         the last R = ``num_rows`` (default T) of the T new tokens (a fresh tensor); with
-        ``with_support``, (probs, support [R, A]): the allowed ids per row (forced rows: the forced
-        id, then (forced + 1) mod V)."""
+        ``with_support``, (probs, support [R, K]): ids holding every id with p > 0 (forced rows:
+        the forced id, then (forced + 1) mod V) unless ``support_overflow`` (set by each forward;
+        ``_processed``) says otherwise."""
         if not self._started:
             raise ValueError("call start(prompt_ids) before forward()")
         adapter = self.adapter
@@ -310,23 +345,31 @@ class StaticEngine:
             )
         adapter.cache = self._cache
         self._start.fill_(self._slots)
+        step = self._length_step
+        filled = self._slots + span
+        bucket = self.capacity if step is None else -(-filled // step) * step
+        self._length[0] = min(self.capacity, bucket)
         if width is not None:
             buffer = self._input_buffer(width)
             if width > T:  # the tail: padded at its end with its last token
                 input_ids = torch.cat([input_ids, input_ids[-1:].expand(width - T)])
             buffer.copy_(input_ids.expand(batch, -1))
-            if self.capture != "none" and width not in self._graphs:
+            self.last_key = (width, self._length[0])
+            if self.capture != "none" and self.last_key not in self._graphs:
                 self._prepare(width)
         timer = self._begin()
         if width is None:
             with torch.no_grad():
-                probs, support = self._step(ids, rows, with_support)
+                probs, support, overflow = self._step(ids, rows, with_support)
         else:
-            probs, support = self._run(width, with_support)
+            probs, support, overflow = self._run(width, with_support)
             probs = probs[T - num_rows: T]
             support = support[T - num_rows: T] if with_support else None
+            if with_support and overflow is not None:
+                overflow = overflow[T - num_rows: T]
         probs = probs.clone()  # a graph's outputs are overwritten by its next replay
         support = support.clone() if with_support else None
+        self.support_overflow = overflow.any() if with_support and overflow is not None else None
         self._end(timer)
         self.num_forwards += 1
         self._slots += real
@@ -335,10 +378,10 @@ class StaticEngine:
     # ---- the step (captured) -----------------------------------------------------------
 
     def _step(self, ids: Tensor, num_rows: int, with_support: bool = True
-              ) -> tuple[Tensor, Tensor | None]:
+              ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
         engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
-        ``with_support``)."""
+        ``with_support``, overflow [num_rows] or None: ``_processed``)."""
         return self._processed(*self._model(ids, num_rows), with_support)
 
     def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
@@ -347,8 +390,9 @@ class StaticEngine:
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start
         positions = (slots.unsqueeze(0) - self._pad).clamp(min=0)
-        causal = self._slot_ids.unsqueeze(0) <= slots.unsqueeze(1)  # [T, C]
-        mask = (self._key_ok.unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # [B, 1, T, C]
+        length = self._length[0]
+        causal = self._slot_ids[:length].unsqueeze(0) <= slots.unsqueeze(1)  # [T, L]
+        mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # B,1,T,L
         if self._additive_mask:
             dtype = self._layout[2]
             mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
@@ -356,20 +400,30 @@ class StaticEngine:
         return logits, slots[T - num_rows:] + self._generated_offset
 
     def _processed(self, logits: Tensor, generated: Tensor, with_support: bool
-                   ) -> tuple[Tensor, Tensor | None]:
-        """The processing part of ``_step``. The support: on a CPU outside compilation the
-        adapter's kept ids (as its own forward gives; numpy), else the allowed ids [R, A], forced
-        rows replaced."""
+                   ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The processing part of ``_step``: (probs, support, overflow). The support: on a CPU
+        outside compilation the adapter's kept ids (as its own forward gives; numpy; overflow
+        None), else with top-k the allowed ids of each row's K largest entries (``top_k_support``,
+        K = top-k + room for ties: 2250 of Lumina's 8192 image ids) and overflow [R] (True where a
+        row has more than K positive entries), without top-k all allowed ids (overflow None);
+        forced rows replaced."""
         adapter = self.adapter
         if not with_support:
-            return adapter._process(logits, generated, sync_free=True), None
+            return adapter._process(logits, generated, sync_free=True), None, None
         probs, support = adapter._process(logits, generated, with_support=True, sync_free=True)
+        overflow = None
         if support is None:
-            support = adapter.allowed_tokens.expand(generated.shape[0], -1)
+            allowed = adapter.allowed_tokens
+            width = top_k_support_width(adapter.top_k, allowed.numel())
+            if width < allowed.numel():
+                support, overflow = top_k_support(probs, allowed, width)
+            else:
+                support = allowed.expand(generated.shape[0], -1)
             forced = adapter.forced_tokens(generated)
             if forced is not None:
                 support = forced_support(support, forced, adapter.vocab_size)
-        return probs, support
+                overflow = None if overflow is None else overflow & (forced < 0)
+        return probs, support, overflow
 
     def _captured(self, ids: Tensor, width: int) -> tuple[Tensor, Tensor]:
         """What a graph records or compile compiles: the whole step (support included), or with
@@ -378,14 +432,15 @@ class StaticEngine:
             return self._step(ids, width)
         return self._model(ids, width)
 
-    def _run(self, width: int, with_support: bool = True) -> tuple[Tensor, Tensor | None]:
+    def _run(self, width: int, with_support: bool = True
+             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """The width's forward from its input buffer: eager, replayed graph or compiled."""
         buffer = self._inputs[width]
         with torch.no_grad():
             if self.capture == "none":
                 return self._step(buffer, width, with_support)
             if self.capture == "graph":
-                graph, outputs = self._graphs[width]
+                graph, outputs = self._graphs[(width, self._length[0])]
                 graph.replay()
             else:
                 if self.device.type == "cuda":
@@ -402,10 +457,19 @@ class StaticEngine:
         buffer = self._inputs[width]
         if self.capture == "compile":
             if self._compiled is None:
+                self._load_compile_cache()
                 self._compiled = torch.compile(self._captured, **self._compile_options)
-            self._graphs[width] = None
-            for _ in range(2):
-                self._run(width)
+            self._graphs[(width, self._length[0])] = None
+            # One frame per (width, L), counted by dynamo per code object (every engine's
+            # ``_captured`` is one): past its limit (8) fullgraph=True fails.
+            _COMPILED_FRAMES[0] += 1
+            limit = 8 + 2 * _COMPILED_FRAMES[0]
+            limits = {"recompile_limit": limit, "accumulated_recompile_limit": max(256, limit)}
+            config = torch._dynamo.config
+            with config.patch({k: v for k, v in limits.items() if hasattr(config, k)}):
+                for _ in range(2):
+                    self._run(width)
+            self._save_compile_cache()
         else:
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
@@ -417,10 +481,29 @@ class StaticEngine:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), torch.no_grad():
                 outputs = self._captured(buffer, width)
-            self._graphs[width] = (graph, outputs)
+            self._graphs[(width, self._length[0])] = (graph, outputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin
+
+    def _load_compile_cache(self) -> None:
+        """Inductor's artifacts from ``compile_cache``, if the file exists (a warm start: the
+        compiled kernels are read, not built; dynamo still traces)."""
+        path = self.compile_cache
+        if path is not None and path.is_file():
+            loaded = torch.compiler.load_cache_artifacts(path.read_bytes())
+            self.compile_cache_loaded = loaded is not None
+
+    def _save_compile_cache(self) -> None:
+        """Everything inductor compiled in this process so far, written to ``compile_cache``
+        (atomically; nothing is written when there is nothing, e.g. a tracing-only backend)."""
+        path = self.compile_cache
+        artifacts = None if path is None else torch.compiler.save_cache_artifacts()
+        if artifacts is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(artifacts[0])
+            partial.replace(path)
 
     # ---- timing ------------------------------------------------------------------------
 

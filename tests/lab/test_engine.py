@@ -322,3 +322,28 @@ def test_per_row_partition_labels_are_refused_as_by_gsd_core():
         for check in (gsd_core.verify, verify):
             with pytest.raises(ValueError, match="one partition of the vocabulary"):
                 check(p, p[:2], torch.tensor([0, 3]), rule, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("levels", [None, 3])
+@pytest.mark.parametrize("support_size", [5, 20, 31])
+def test_top_k_support_is_the_whole_rows_ranking_unless_it_overflows(levels, support_size):
+    """``top_k_support`` (the static engine's fixed-width support: the K largest of the allowed
+    ids): where a row has at most K positive entries (overflow False), verify with it is verify
+    without it, bit for bit (ties among the kept values included: levels = 3); the flag is True
+    exactly where a row has more."""
+    from gsd_lab.engine.ranking import top_k_support
+
+    gen = torch.Generator().manual_seed(support_size)
+    vocab, window, width = 48, 6, 24
+    p, q, drafts, u, _ = _sparse_window(gen, vocab, window, support_size, levels)
+    p[..., :8] = 0.0  # ids 0..7 not allowed
+    p = p / p.sum(-1, keepdim=True)
+    allowed = torch.arange(8, vocab)
+    ids, overflow = top_k_support(p[:window], allowed, width)
+    assert torch.equal(overflow, (p[:window] > 0).sum(-1) > width)
+    rule = DynamicClusters(5)
+    want = verify(p, q, drafts, rule, uniforms=u)
+    if not overflow.any():
+        assert_same(verify(p, q, drafts, rule, uniforms=u, support=ids), want)
+    else:
+        assert support_size > width

@@ -112,8 +112,9 @@ def test_forward_matches_the_adapter_to_rounding(model):
 
 def test_support_holds_every_positive_id_once(model, monkeypatch):
     """Static-eager on a CPU hands verify the adapter's kept ids; the captured forms (here: the
-    torch forms forced, as under compilation) the allowed ids; both list every id with p > 0
-    exactly once, forced rows the forced id first, and the distributions are the same."""
+    torch forms forced, as under compilation) the allowed ids of the top-k + 16 largest entries
+    (no tie overflows here); both list every id with p > 0 exactly once, forced rows the forced
+    id first, and the distributions are the same."""
     adapter = make_adapter(model)
     engine = StaticEngine(adapter)
     engine.reserve(20, window=6)
@@ -123,9 +124,11 @@ def test_support_holds_every_positive_id_once(model, monkeypatch):
         engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
         engine.forward(torch.cat([PROMPT, torch.tensor([7, 9])]))
         results.append(engine.forward(torch.tensor([9, 11, 13, 15, 17]), with_support=True))
+        assert (engine.support_overflow is None) == numpy_forms
+    assert not engine.support_overflow
     (kept_probs, kept), (probs, allowed) = results
     assert torch.equal(kept_probs, probs)
-    assert kept.shape[1] < len(ALLOWED) and allowed.shape == (5, len(ALLOWED))
+    assert kept.shape[1] < allowed.shape[1] < len(ALLOWED) and allowed.shape == (5, 12 + 16)
     for support in (kept, allowed):
         forced_rows = 0
         for row, ids_row, g in zip(probs, support, range(3, 8)):  # row j predicts generated 3 + j
@@ -258,9 +261,9 @@ def test_graphs_are_dropped_when_the_processing_settings_change(model):
     engine = StaticEngine(adapter)
     engine.reserve(8, window=2)
     engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
-    engine._graphs[3] = "recorded"
+    engine._graphs[(3, 128)] = "recorded"
     engine.start(PROMPT, UNCONDITIONAL["cond-padded"])
-    assert engine._graphs == {3: "recorded"}
+    assert engine._graphs == {(3, 128): "recorded"}
     adapter.cfg_scale = 2.5
     engine.start(PROMPT, UNCONDITIONAL["uncond-padded"])
     assert engine._graphs == {}
@@ -274,13 +277,14 @@ def test_graphs_are_kept_when_methods_alternate(model):
     engine = StaticEngine(adapter)
     uncond = UNCONDITIONAL["uncond-padded"]
     decode(adapter, METHODS["sjd"], uncond, runner=engine, num_tokens=12)
-    engine._graphs.update({1: "one token", 5: "window of 4"})
+    recorded = {(1, 128): "one token", (5, 128): "window of 4", (5, 256): "window of 4, longer"}
+    engine._graphs.update(recorded)
     for name in ("ar", "gsd", "ar"):
         static = decode(adapter, METHODS[name], uncond, runner=engine, num_tokens=12)
         assert_same_run(static, decode(adapter, METHODS[name], uncond, num_tokens=12))
-        assert engine._graphs == {1: "one token", 5: "window of 4"}
+        assert engine._graphs == recorded
     decode(adapter, METHODS["gsd-repeat-row"], uncond, runner=engine, num_tokens=12)  # window 7
-    assert engine._graphs == {1: "one token"}
+    assert engine._graphs == {(1, 128): "one token"}
 
 
 def test_bad_engine_input(model):
@@ -310,7 +314,9 @@ def test_bad_engine_input(model):
     too_long = torch.arange(2, 2 + engine.capacity)
     with pytest.raises(ValueError, match="static cache holds"):
         engine.forward(too_long)
-    flash = LlamaForCausalLM(model.config).eval()
+    import copy
+
+    flash = LlamaForCausalLM(copy.deepcopy(model.config)).eval()  # not the fixture's config
     flash.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
         StaticEngine(CausalLMAdapter(flash, ALLOWED))
@@ -327,3 +333,127 @@ def test_cli_engine_static_decodes_the_same_tokens(capsys):
         reports.append(json.loads(capsys.readouterr().out))
     assert [r["runner"] for r in reports] == ["eager", "static"]
     assert reports[0]["tokens"] == reports[1]["tokens"] and reports[0]["nfe"] == reports[1]["nfe"]
+
+
+@pytest.mark.parametrize("name", ["ar", "sjd", "gsd"])
+def test_attention_over_the_filled_prefix_decodes_the_same_tokens(model, name):
+    """length_step = 8: attention reads the first L slots, L the filled slots rounded up to 8
+    (many lengths in one call), with garbage in every slot it must not read: the dynamic cache's
+    tokens, nfe and acceptances. length_step=None reads all C slots: the same again."""
+    adapter = make_adapter(model)
+    uncond = UNCONDITIONAL["cond-padded"]
+    eager = decode(adapter, METHODS[name], uncond)
+    short = GarbageEngine(adapter, length_step=8)
+    assert_same_run(eager, decode(adapter, METHODS[name], uncond, runner=short))
+    whole = StaticEngine(adapter, length_step=None)
+    assert_same_run(eager, decode(adapter, METHODS[name], uncond, runner=whole))
+    lengths = []
+    forward = short.forward
+    short.forward = lambda *a, **k: (forward(*a, **k), lengths.append(short._length[0]))[0]
+    decode(adapter, METHODS[name], uncond, runner=short)
+    assert lengths == sorted(lengths) and len(set(lengths)) > 3
+    assert all(n % 8 == 0 for n in lengths)
+    assert lengths[-1] < short.capacity
+
+
+def test_compiled_forward_is_one_frame_per_width_and_length(model):
+    """Compiled with length_step = 16: one frame per (width, L) met, none when the same call
+    runs again (every shape met once already), the tokens static-eager's."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    adapter = make_adapter(model)
+    engine = StaticEngine(adapter, capture="compile", compile_options={"backend": counter},
+                          length_step=16)
+    uncond = UNCONDITIONAL["uncond-padded"]
+    static = decode(adapter, METHODS["sjd"], uncond, engine=StaticEngine(adapter, length_step=16))
+    assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, runner=engine))
+    frames = counter.frame_count
+    assert frames == len(engine._graphs) > 2 and {w for w, _ in engine._graphs} == {1, 5}
+    assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, runner=engine))
+    assert counter.frame_count == frames
+
+
+class TiedAdapter(RowEndAdapter):
+    """At generated positions 4 mod 9 every logit set to 0 (after CFG, before top-k): all allowed
+    ids tie at the k-th value, so the row keeps all 40, more than the top-k + 16 = 28 that the
+    static engine's fixed-width support holds; other positions untouched."""
+
+    def process_logits(self, logits, generated_positions):
+        coarse = (generated_positions % 9 == 4).unsqueeze(-1)
+        logits.masked_fill_(coarse, 0.0)
+        return super().process_logits(logits, generated_positions)
+
+
+@pytest.mark.parametrize("name", ["gsd", "gsd-repeat-row"])
+def test_top_k_support_overflow_falls_back_to_the_same_tokens(model, monkeypatch, name):
+    """The torch forms (as on a GPU): the engine's top-k support, the loop's fallback where a
+    row keeps more ids than it holds (verify again on whole rows, the same uniforms): the eager
+    adapter's tokens, nfe and acceptances, with overflows and without."""
+    monkeypatch.setattr(adapter_module, "_numpy_ok", lambda values: False)
+    adapter = TiedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=12, row_length=ROW,
+                          compute_dtype=torch.float64)
+    engine = StaticEngine(adapter)
+    flags = []
+    original = StaticEngine.forward
+
+    def spy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.support_overflow is not None:
+            flags.append(bool(self.support_overflow))
+        return out
+
+    monkeypatch.setattr(StaticEngine, "forward", spy)
+    import gsd_lab.decoding as decoding_module
+
+    fallbacks = []
+    verify = decoding_module.verify
+
+    def counted(*args, **kwargs):
+        fallbacks.append("support" not in kwargs)
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(decoding_module, "verify", counted)
+    for uncond in UNCONDITIONAL.values():
+        assert_same_run(decode(adapter, METHODS[name], uncond),
+                        decode(adapter, METHODS[name], uncond, runner=engine))
+    assert any(flags) and not all(flags)
+    assert sum(fallbacks) == sum(flags)  # one verify on whole rows per overflowing forward
+
+
+def test_compile_cache_file_is_loaded_first_and_saved_after(model, tmp_path, monkeypatch):
+    """compile_cache: inductor's artifacts are read from the file before the first compilation
+    when it exists and written (atomically) after each; nothing is written when torch has none
+    (a tracing-only backend). Inductor itself is stubbed (a CPU build takes minutes: on this
+    2-core machine a 1-layer model's 1-token width took 262 s cold, 80 s from the file)."""
+    from torch._dynamo.testing import CompileCounter
+
+    calls = []
+    artifacts = [None]
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts",
+                        lambda data: calls.append(("load", data)) or "info")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts",
+                        lambda: calls.append(("save",)) or artifacts[0])
+    adapter = make_adapter(model)
+    path = tmp_path / "cache" / "inductor.bin"
+
+    def run():
+        engine = StaticEngine(adapter, capture="compile", compile_cache=path,
+                              compile_options={"backend": CompileCounter()})
+        decode(adapter, METHODS["sjd"], UNCONDITIONAL["uncond-padded"], runner=engine,
+               num_tokens=8)
+        return engine
+
+    engine = run()
+    assert calls == [("save",), ("save",)]
+    assert not path.exists() and not engine.compile_cache_loaded
+    calls.clear()
+    artifacts[0] = (b"compiled kernels", "info")
+    engine = run()
+    assert calls == [("save",), ("save",)] and path.read_bytes() == b"compiled kernels"
+    assert not engine.compile_cache_loaded and not list(path.parent.glob("*.partial"))
+    calls.clear()
+    engine = run()
+    assert calls[0] == ("load", b"compiled kernels") and engine.compile_cache_loaded
+    with pytest.raises(ValueError, match="compile_cache is for capture 'compile'"):
+        StaticEngine(adapter, compile_cache=path)

@@ -366,7 +366,7 @@ def test_compiled_forward_is_one_frame_per_width_and_length(model):
     engine = StaticEngine(adapter, capture="compile", compile_options={"backend": counter},
                           length_step=16)
     uncond = UNCONDITIONAL["uncond-padded"]
-    static = decode(adapter, METHODS["sjd"], uncond, engine=StaticEngine(adapter, length_step=16))
+    static = decode(adapter, METHODS["sjd"], uncond, runner=StaticEngine(adapter, length_step=16))
     assert_same_run(static, decode(adapter, METHODS["sjd"], uncond, runner=engine))
     frames = counter.frame_count
     assert frames == len(engine._graphs) > 2 and {w for w, _ in engine._graphs} == {1, 5}
@@ -404,7 +404,7 @@ def test_top_k_support_overflow_falls_back_to_the_same_tokens(model, monkeypatch
         return out
 
     monkeypatch.setattr(StaticEngine, "forward", spy)
-    import gsd_lab.decoding as decoding_module
+    import gsd_lab.decode.loop as decoding_module
 
     fallbacks = []
     verify = decoding_module.verify

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .budget import BudgetDial
 from .coupling import DraftChain
 from .distortion import DistortionLog
 from .engine import draw, uses_support, verify
@@ -83,7 +84,8 @@ class DecodeResult:
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
     mean per emitted token exact or estimated (``gsd_lab.transport.W1Estimate``), when
     ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
-    measurement, not part of the method).
+    measurement, not part of the method). budget_spent: with a budget (``gsd_lab.budget``), the
+    sum of the emitted tokens' certified charges (at most the budget).
     """
 
     tokens: Tensor
@@ -100,6 +102,7 @@ class DecodeResult:
     accounting_seconds: float = 0.0
     draft: str = "independent"
     w1: W1Estimate | None = None
+    budget_spent: float | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -221,6 +224,10 @@ class _Loop:
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
+        # The certified dial: each window's rule from the allowances (gsd_lab.budget).
+        self.dial = None if method.budget is None else BudgetDial(method.budget, method.budget_policy,
+                                                                  method.budget_cap)
+        self.step_rule = self.rule
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
@@ -277,8 +284,9 @@ class _Loop:
             self.out[done: done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
+            self.step_rule = self.rule if self.dial is None else self.dial.step(p, self.q)
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator, validate=False,
+            result = verify(p, self.q, self.drafts, self.step_rule, generator=self.generator, validate=False,
                             support=None if support is None else support[:L])
             p_total = p.sum()
             status = torch.stack([p_total, result.num_accepted.to(p_total.dtype)])
@@ -294,6 +302,8 @@ class _Loop:
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
+        if self.dial is not None:  # a forced position is charged its allowance: a bound still
+            self.dial.charge(accepted)
         self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
 
@@ -303,6 +313,8 @@ class _Loop:
         if self.top1 is not None:
             self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
+            if self.dial is not None and L > 0:  # the rows the log reads: 0 .. min(a, L - 1)
+                self.log.rule = type(self.step_rule)(self.step_rule.delta[: min(accepted + 1, L)])
             tv = self.log.add(self.done, p, self.q, accepted)
             if tv is not None and forced is not None:
                 tv = self._forced_rows_exact(tv, forced)
@@ -376,6 +388,9 @@ def generate(
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     window = max_window(resolved.method)
     w1_log = None
+    if record_w1 and resolved.method.budget is not None:
+        raise ValueError("record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
+                         "the dial changes it every step (record_distortion gives the exact TV)")
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:
@@ -422,6 +437,7 @@ def generate(
         accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
         draft=resolved.method.draft,
         w1=w1,
+        budget_spent=loop.dial.spent if loop.dial is not None else None,
     )
 
 

@@ -26,12 +26,11 @@ import argparse
 import math
 import time
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 import torch
 
-import gsd_lab.decoding as decoding
+from gsd_lab import decoding
 from gsd_lab.methods import DecodingMethod
 
 CONFIGS = {
@@ -46,8 +45,9 @@ CONFIGS = {
     "dial B=8 cap .15": DecodingMethod("sjd", budget=8.0, budget_cap=0.15),
     "dial B=32 cap .15": DecodingMethod("sjd", budget=32.0, budget_cap=0.15),
     "dial B=32 sure .5": DecodingMethod("sjd", budget=32.0, budget_policy="sure", budget_cap=0.5),
-    "dial B=32 sure .5 + max": DecodingMethod("sjd", budget=32.0, budget_policy="sure", budget_cap=0.5,
-                                              draft="maximal"),
+    "dial B=32 sure .5 + max": DecodingMethod(
+        "sjd", budget=32.0, budget_policy="sure", budget_cap=0.5, draft="maximal"
+    ),
 }
 
 
@@ -65,14 +65,25 @@ class SplitLog(decoding.DistortionLog):
             totals = (0.5 * (p[:window].double() - q.double()).abs().sum(-1)).tolist()
             for i, value in enumerate(tv.tolist()):
                 inside = i < window
-                SplitLog.rows.append((fresh[i] if inside else False, i < num_accepted, i,
-                                      totals[i] if inside else 0.0, value))
+                SplitLog.rows.append(
+                    (
+                        fresh[i] if inside else False,
+                        i < num_accepted,
+                        i,
+                        totals[i] if inside else 0.0,
+                        value,
+                    )
+                )
         return tv
+
+
+KEYS = ("fresh", "redraft", "accepted", "stop", "pos 0-3", "pos 4-7", "pos 8-15", "T<.15", "T>=.15")
 
 
 def mean_sem(values) -> tuple[float, float]:
     array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
+    sem = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
+    return float(array.mean()), sem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
     model = load_image_model("standin")
     prompts = model.default_prompts[: args.classes]
-    table = {}
+    print(
+        f"{model.num_tokens} tokens per image, {len(prompts) * len(args.seeds)} images, window 16; "
+        "per kind of emitted token: share of the distortion / mean TV / tokens per image",
+        flush=True,
+    )
     for label in args.configs:
         resolved = resolve_for(model, CONFIGS[label])
         SplitLog.rows = []
@@ -98,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for index, prompt in enumerate(prompts):
                 started = time.perf_counter()
-                result, _ = generate_one(model, resolved, prompt, generator_seed(seed, index), record_distortion=True)
+                result, _ = generate_one(
+                    model, resolved, prompt, generator_seed(seed, index), record_distortion=True
+                )
                 seconds.append(time.perf_counter() - started)
                 nfe.append(result.nfe)
                 tv.append(float(result.distortion.mean()))
@@ -106,33 +123,26 @@ def main(argv: list[str] | None = None) -> int:
         split = defaultdict(float)
         counts = defaultdict(int)
         for fresh, accepted, position, total_tv, value in SplitLog.rows:
-            for key in (("fresh" if fresh else "redraft"), ("accepted" if accepted else "stop"),
-                        "pos 0-3" if position < 4 else "pos 4-7" if position < 8 else "pos 8-15",
-                        "T<.15" if total_tv < 0.15 else "T>=.15"):
+            for key in (
+                ("fresh" if fresh else "redraft"),
+                ("accepted" if accepted else "stop"),
+                "pos 0-3" if position < 4 else "pos 4-7" if position < 8 else "pos 8-15",
+                "T<.15" if total_tv < 0.15 else "T>=.15",
+            ):
                 split[key] += value
                 counts[key] += 1
-        total = sum(value for *_, value in SplitLog.rows) or math.nan
-        table[label] = (mean_sem(nfe), float(np.mean(tv)), float(np.mean(spent)), split, counts, total,
-                        float(np.mean(seconds)))
-        print(f"{label:24s} NFE {np.mean(nfe):6.1f}  TV/token {np.mean(tv):.4f}  ({time.perf_counter():.0f})",
-              flush=True)
-
-    keys = ("fresh", "redraft", "accepted", "stop", "pos 0-3", "pos 4-7", "pos 8-15", "T<.15", "T>=.15")
-    print(f"\n{model.num_tokens} tokens per image, {len(prompts) * len(args.seeds)} images, window 16\n")
-    print(f"{'configuration':24s} {'NFE':>6s} {'s.e.':>5s} {'TV/tok':>7s} {'TV/img':>7s} {'s/img':>6s} | "
-          "share of the distortion: " + " ".join(f"{k:>8s}" for k in keys))
-    for label, (nfe, tv, spent, split, counts, total, secs) in table.items():
-        shares = " ".join(f"{split[k] / total:8.2f}" for k in keys)
-        print(f"{label:24s} {nfe[0]:6.1f} {nfe[1]:5.1f} {tv:7.4f} {spent:7.2f} {secs:6.1f} | "
-              f"{'':25s}{shares}")
-    print(f"\n{'configuration':24s} mean TV per emitted token of each kind: " + " ".join(f"{k:>8s}" for k in keys))
-    for label, (_, _, _, split, counts, _, _) in table.items():
-        means = " ".join(f"{split[k] / counts[k]:8.4f}" if counts[k] else f"{'-':>8s}" for k in keys)
-        print(f"{label:24s} {'':40s}{means}")
-    print(f"\n{'configuration':24s} emitted tokens of each kind per image: " + " ".join(f"{k:>8s}" for k in keys))
-    images = len(prompts) * len(args.seeds)
-    for label, (_, _, _, split, counts, _, _) in table.items():
-        print(f"{label:24s} {'':39s}" + " ".join(f"{counts[k] / images:8.1f}" for k in keys))
+        total = sum(value for *_, value in SplitLog.rows) or 1.0  # SJD: no distortion
+        images = len(prompts) * len(args.seeds)
+        cells = " ".join(
+            f"{k}: {split[k] / total:.2f} / {split[k] / counts[k] if counts[k] else 0:.4f} / "
+            f"{counts[k] / images:.1f}"
+            for k in KEYS
+        )
+        print(
+            f"{label:24s} NFE {mean_sem(nfe)[0]:6.1f} ({mean_sem(nfe)[1]:4.1f})  TV/token {np.mean(tv):.4f}"
+            f"  TV/image {np.mean(spent):6.2f}  {np.mean(seconds):5.1f} s/image\n    {cells}",
+            flush=True,
+        )
     return 0
 
 

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-import gsd_lab.decoding as decoding
+from gsd_lab import decoding
 from gsd_lab.methods import DecodingMethod
 from gsd_lab.relaxation_w1 import content_neighbours, transport_plan
 
@@ -44,17 +44,30 @@ def main(argv: list[str] | None = None) -> int:
     from gsd_lab.experiments.runs import generate_one, resolve_for
 
     model = load_image_model("standin")
-    generate_one(model, resolve_for(model, DecodingMethod("sjd")), model.default_prompts[0], 0, record_distortion=True)
-    pick = np.random.default_rng(0).choice(len(RowLog.rows), size=min(args.rows, len(RowLog.rows)), replace=False)
+    generate_one(
+        model,
+        resolve_for(model, DecodingMethod("sjd")),
+        model.default_prompts[0],
+        0,
+        record_distortion=True,
+    )
+    pick = np.random.default_rng(0).choice(
+        len(RowLog.rows), size=min(args.rows, len(RowLog.rows)), replace=False
+    )
     rows = [RowLog.rows[i] for i in sorted(pick)]
     adapter = model.adapter
     content, tokens = adapter.code_content(), adapter.allowed_tokens
     hoods = {k: content_neighbours(content, tokens, adapter.vocab_size, k) for k in args.k}
     totals = [0.5 * float((p / p.sum() - q).abs().sum()) for p, q in rows]
-    print(f"{len(rows)} rows of {len(RowLog.rows)} verified; mean T = TV(p, q) = {np.mean(totals):.4f}; "
-          f"fresh one-hot drafts among them: {sum(int(q.max() == 1) for _, q in rows)}")
-    print(f"{'eps':>6s} " + " ".join(f"{'M ' + s + ' k=' + str(k):>16s}" for k in args.k for s in ("greedy", "lp"))
-          + "   s/row (greedy, lp) per k")
+    print(
+        f"{len(rows)} rows of {len(RowLog.rows)} verified; mean T = TV(p, q) = {np.mean(totals):.4f}; "
+        f"fresh one-hot drafts among them: {sum(int(q.max() == 1) for _, q in rows)}"
+    )
+    print(
+        f"{'eps':>6s} "
+        + " ".join(f"{'M ' + s + ' k=' + str(k):>16s}" for k in args.k for s in ("greedy", "lp"))
+        + "   s/row (greedy, lp) per k"
+    )
     for eps in args.eps:
         cells, times = [], []
         for k in args.k:
@@ -63,8 +76,13 @@ def main(argv: list[str] | None = None) -> int:
                 moved = [transport_plan(p / p.sum(), q, hoods[k], eps, solver)[1] for p, q in rows]
                 times.append((time.perf_counter() - started) / len(rows))
                 cells.append(np.mean(moved))
-        print(f"{eps:6.3f} " + " ".join(f"{c:16.4f}" for c in cells) + "   " + " ".join(f"{t:.2f}" for t in times),
-              flush=True)
+        print(
+            f"{eps:6.3f} "
+            + " ".join(f"{c:16.4f}" for c in cells)
+            + "   "
+            + " ".join(f"{t:.2f}" for t in times),
+            flush=True,
+        )
     return 0
 
 

@@ -32,7 +32,9 @@ from gsd_core.exact import fixed_order_sum
 POLICIES = ("cap", "sure")
 
 
-def allowances(totals: list[float], left: float, policy: str, cap: float) -> tuple[list[float], list[float]]:
+def allowances(
+    totals: list[float], left: float, policy: str, cap: float
+) -> tuple[list[float], list[float]]:
     """(delta_i, s_i) for every position of a window from T_i (``totals``), the budget ``left``
     before the window, the policy and the per-token cap (module docstring)."""
     if policy not in POLICIES:
@@ -74,7 +76,9 @@ class BudgetDial:
         rows = p[:window].to(torch.float64)
         totals = (0.5 * fixed_order_sum((rows - q.to(torch.float64)).abs())).tolist()
         deltas, self._spends = allowances(totals, self.budget - self.spent, self.policy, self.cap)
-        return OptimalRelaxation(torch.tensor(deltas, dtype=torch.float64, device=p.device).clamp(0, 1))
+        return OptimalRelaxation(
+            torch.tensor(deltas, dtype=torch.float64, device=p.device).clamp(0, 1)
+        )
 
     def charge(self, accepted: int) -> float:
         """Book the window's emitted positions 0 .. min(accepted, L - 1) (the bonus row spends 0);

@@ -229,11 +229,14 @@ class DecodingMethod:
         if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != ("tv", "cap", 1.0):
             raise ValueError("budget_measure, budget_policy and budget_cap belong to a budget: set budget=B")
         relaxed = bool(delta) or budget is not None
-        if relaxed and (self.kind != "sjd" or self.lantern_k or self.acceptance_scale != 1 or self.residual != "token"):
+        plain_sjd = (self.kind == "sjd" and not self.lantern_k and self.acceptance_scale == 1
+                     and self.residual == "token")
+        if relaxed and not plain_sjd:
             raise ValueError(
-                "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's acceptance test: use "
-                f"method 'sjd' with no LANTERN, acceptance_scale 1 and residual 'token' (got method {self.kind!r}, "
-                f"lantern_k {self.lantern_k}, acceptance_scale {self.acceptance_scale!r})")
+                "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's "
+                "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and residual "
+                f"'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
+                f"acceptance_scale {self.acceptance_scale!r})")
         if delta and budget is not None:
             raise ValueError("relaxation_delta and budget are two ways to relax: give one")
         object.__setattr__(self, "relaxation_delta", float(delta))

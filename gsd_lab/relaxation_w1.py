@@ -48,13 +48,23 @@ class ContentNeighbours:
     cost: Tensor
 
     def __post_init__(self) -> None:
-        if not isinstance(self.index, Tensor) or self.index.dtype != torch.int64 or self.index.ndim != 2:
+        if (
+            not isinstance(self.index, Tensor)
+            or self.index.dtype != torch.int64
+            or self.index.ndim != 2
+        ):
             raise ValueError("index must be an int64 tensor [V, k]")
-        if not isinstance(self.cost, Tensor) or self.cost.dtype != torch.float64 or self.cost.shape != self.index.shape:
+        if (
+            not isinstance(self.cost, Tensor)
+            or self.cost.dtype != torch.float64
+            or self.cost.shape != self.index.shape
+        ):
             raise ValueError("cost must be a float64 tensor of index's shape [V, k]")
 
 
-def content_neighbours(content: Tensor, tokens: Tensor, vocab: int, k: int, *, chunk: int = 512) -> ContentNeighbours:
+def content_neighbours(
+    content: Tensor, tokens: Tensor, vocab: int, k: int, *, chunk: int = 512
+) -> ContentNeighbours:
     """The k nearest other codes of every code (``transport.content_distances``; ties by id).
     content [K, D] and tokens [K] as ``code_content()`` and ``allowed_tokens`` give them."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -67,7 +77,7 @@ def content_neighbours(content: Tensor, tokens: Tensor, vocab: int, k: int, *, c
     cost = torch.full((vocab, k), math.inf, dtype=torch.float64)
     every = torch.arange(count)
     for start in range(0, count, chunk):
-        rows = every[start: start + chunk]
+        rows = every[start : start + chunk]
         dist = content_distances(content64, rows, every)
         dist[torch.arange(rows.numel()), rows] = math.inf  # not itself
         order = torch.sort(dist, dim=-1, stable=True)
@@ -89,8 +99,9 @@ def _edges(p: np.ndarray, q: np.ndarray, hood: ContentNeighbours) -> tuple[np.nd
     return y[order], x[order], c[order], excess, deficit
 
 
-def transport_plan(p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, solver: str = "greedy"
-                   ) -> tuple[Tensor, float, float]:
+def transport_plan(
+    p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, solver: str = "greedy"
+) -> tuple[Tensor, float, float]:
     """The target r [V] of one row p, q [V] (float64), the moved mass M and the plan's cost
     (<= eps): module docstring."""
     if solver not in SOLVERS:
@@ -99,8 +110,11 @@ def transport_plan(p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, so
     y, x, c, excess, deficit = _edges(p_np, q_np, hood)
     flow = np.zeros(len(c))
     if len(c) and eps > 0:
-        flow = _greedy(y, x, c, excess.copy(), deficit.copy(), eps) if solver == "greedy" else \
-            _linear_programme(y, x, c, excess, deficit, eps)
+        flow = (
+            _greedy(y, x, c, excess.copy(), deficit.copy(), eps)
+            if solver == "greedy"
+            else _linear_programme(y, x, c, excess, deficit, eps)
+        )
     r = p_np.copy()
     np.subtract.at(r, y, flow)
     np.add.at(r, x, flow)
@@ -134,13 +148,20 @@ def _linear_programme(y, x, c, excess, deficit, eps) -> np.ndarray:
     out = coo_matrix((np.ones(n), (y_row, columns)), shape=(len(ys), n))
     into = coo_matrix((np.ones(n), (x_row, columns)), shape=(len(xs), n))
     budget = coo_matrix(c.reshape(1, n))
-    result = linprog(-np.ones(n), A_ub=vstack([out, into, budget]).tocsr(),
-                     b_ub=np.concatenate([excess[ys], deficit[xs], [eps]]), bounds=(0, None), method="highs")
+    result = linprog(
+        -np.ones(n),
+        A_ub=vstack([out, into, budget]).tocsr(),
+        b_ub=np.concatenate([excess[ys], deficit[xs], [eps]]),
+        bounds=(0, None),
+        method="highs",
+    )
     if result.status != 0:
         raise RuntimeError(f"the transport LP did not solve: {result.message}")
     flow = np.clip(result.x, 0, None)
     spent = float((flow * c).sum())
-    return flow * min(1.0, eps / spent) if spent > eps else flow  # HiGHS's tolerance, never over eps
+    return (
+        flow * min(1.0, eps / spent) if spent > eps else flow
+    )  # HiGHS's tolerance, never over eps
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +177,11 @@ class TransportRelaxation:
     def __post_init__(self) -> None:
         if not isinstance(self.neighbours, ContentNeighbours):
             raise ValueError("neighbours must be a ContentNeighbours (see content_neighbours)")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 <= self.eps < math.inf:
+        if (
+            isinstance(self.eps, bool)
+            or not isinstance(self.eps, (int, float))
+            or not 0 <= self.eps < math.inf
+        ):
             raise ValueError(f"eps (a W1 budget) must be a finite number >= 0, got {self.eps!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
@@ -164,10 +189,15 @@ class TransportRelaxation:
     def targets(self, p: Tensor, q: Tensor) -> Tensor:
         """r for every row of p, q [..., V]: [..., V] (one plan per row)."""
         if p.shape[-1] != self.neighbours.index.shape[0]:
-            raise ValueError(f"the neighbours cover {self.neighbours.index.shape[0]} tokens but p has a "
-                             f"vocabulary of {p.shape[-1]}")
+            raise ValueError(
+                f"the neighbours cover {self.neighbours.index.shape[0]} tokens but p has a "
+                f"vocabulary of {p.shape[-1]}"
+            )
         flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.expand(p.shape).reshape(-1, p.shape[-1])
-        rows = [transport_plan(a, b, self.neighbours, self.eps, self.solver)[0] for a, b in zip(flat_p, flat_q)]
+        rows = [
+            transport_plan(a, b, self.neighbours, self.eps, self.solver)[0]
+            for a, b in zip(flat_p, flat_q)
+        ]
         return torch.stack(rows).to(p.dtype).view(p.shape)
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:

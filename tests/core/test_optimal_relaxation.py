@@ -19,8 +19,8 @@ from gsd_core import (
     Lantern,
     OptimalRelaxation,
     RankBinnedClusters,
-    acceptance_rate,
     accept_probability,
+    acceptance_rate,
     latent_neighbourhoods,
     output_distribution,
     tv_distance,
@@ -52,7 +52,9 @@ def test_delta_zero_is_sd_bit_for_bit(pair):
     p, q = pair
     every = torch.arange(p.shape[-1])
     relaxed = OptimalRelaxation(0.0)
-    assert torch.equal(accept_probability(p, q, every, relaxed), accept_probability(p, q, every, SD()))
+    assert torch.equal(
+        accept_probability(p, q, every, relaxed), accept_probability(p, q, every, SD())
+    )
     assert torch.equal(output_distribution(p, q, relaxed), output_distribution(p, q))
 
 
@@ -65,8 +67,12 @@ def test_per_row_budgets_are_each_row_s_own_bit_for_bit(pairs, data):
     every = torch.arange(5)
     for i, d in enumerate(delta):
         single = OptimalRelaxation(d)
-        assert torch.equal(accept_probability(p, q, every, rows)[i], accept_probability(p[i], q[i], every, single))
-        assert torch.equal(output_distribution(p, q, rows)[i], output_distribution(p[i], q[i], single))
+        assert torch.equal(
+            accept_probability(p, q, every, rows)[i], accept_probability(p[i], q[i], every, single)
+        )
+        assert torch.equal(
+            output_distribution(p, q, rows)[i], output_distribution(p[i], q[i], single)
+        )
 
 
 def rival_rules(vocab: int, data: st.DataObject) -> list:
@@ -75,13 +81,27 @@ def rival_rules(vocab: int, data: st.DataObject) -> list:
     LANTERN on random 2-D integer embeddings."""
     size = data.draw(st.integers(1, vocab))
     labels = data.draw(partitions(vocab))
-    emb = torch.tensor(data.draw(st.lists(st.lists(st.integers(-3, 3), min_size=2, max_size=2),
-                                          min_size=vocab, max_size=vocab)), dtype=torch.float64)
+    emb = torch.tensor(
+        data.draw(
+            st.lists(
+                st.lists(st.integers(-3, 3), min_size=2, max_size=2), min_size=vocab, max_size=vocab
+            )
+        ),
+        dtype=torch.float64,
+    )
     hood = latent_neighbourhoods(emb, data.draw(st.integers(1, vocab)))
     scale = data.draw(st.floats(0.25, 4.0))
-    return [DynamicClusters(size), DynamicClusters(size, max_prob_gap=0.1), RankBinnedClusters(size),
-            RankBinnedClusters(size, "cluster"), FixedPartition(labels), FixedPartition(labels, "cluster"),
-            Amplify(scale), Amplify(scale, DynamicClusters(size)), Lantern(hood, data.draw(st.floats(0, 1)))]
+    return [
+        DynamicClusters(size),
+        DynamicClusters(size, max_prob_gap=0.1),
+        RankBinnedClusters(size),
+        RankBinnedClusters(size, "cluster"),
+        FixedPartition(labels),
+        FixedPartition(labels, "cluster"),
+        Amplify(scale),
+        Amplify(scale, DynamicClusters(size)),
+        Lantern(hood, data.draw(st.floats(0, 1))),
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -118,7 +138,9 @@ def test_verify_emits_the_exact_law_by_seeded_monte_carlo():
     n = 40_000
     for delta in (0.0, 0.2, 0.5):
         x = torch.multinomial(q, n, replacement=True, generator=generator).view(n, 1)
-        result = verify(p.expand(n, 1, 5), q.expand(n, 1, 5), x, OptimalRelaxation(delta), generator=generator)
+        result = verify(
+            p.expand(n, 1, 5), q.expand(n, 1, 5), x, OptimalRelaxation(delta), generator=generator
+        )
         freq = torch.bincount(result.tokens[:, 0], minlength=5).double() / n
         law = output_distribution(p, q, OptimalRelaxation(delta))
         se = (law * (1 - law) / n).sqrt().clamp(min=1e-4)
@@ -132,13 +154,20 @@ def test_per_row_budget_in_a_window():
     q = torch.tensor([[0.0, 0.5, 0.5], [0.5, 0.3, 0.2]], dtype=torch.float64).expand(3, 2, 3)
     x = torch.tensor([2, 0]).expand(3, 2)
     delta = torch.tensor([[0.5, 0.0], [0.0, 0.3], [0.25, 0.15]], dtype=torch.float64)
-    accept = verify(p, q, x, OptimalRelaxation(delta), generator=torch.Generator().manual_seed(0)).accept_probs
-    assert torch.allclose(accept, torch.tensor([[1.0, 0.4], [0.0, 1.0], [0.5, 0.7]], dtype=torch.float64),
-                          rtol=0, atol=TOL)
+    accept = verify(
+        p, q, x, OptimalRelaxation(delta), generator=torch.Generator().manual_seed(0)
+    ).accept_probs
+    assert torch.allclose(
+        accept,
+        torch.tensor([[1.0, 0.4], [0.0, 1.0], [0.5, 0.7]], dtype=torch.float64),
+        rtol=0,
+        atol=TOL,
+    )
 
 
-@pytest.mark.parametrize("delta", [-0.1, 1.5, float("nan"), True, "0.1", torch.tensor([0.1, 2.0]),
-                                   torch.tensor([1, 0])])
+@pytest.mark.parametrize(
+    "delta", [-0.1, 1.5, float("nan"), True, "0.1", torch.tensor([0.1, 2.0]), torch.tensor([1, 0])]
+)
 def test_bad_budgets_are_refused(delta):
     with pytest.raises(ValueError, match="delta"):
         OptimalRelaxation(delta)

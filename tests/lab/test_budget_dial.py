@@ -20,16 +20,18 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-from test_coupled_drafts_lossless import TableAdapter, TableLM, context_free_table, context_table  # noqa: E402
+from test_coupled_drafts_lossless import TableAdapter, TableLM, context_free_table, context_table
 
-import gsd_lab.budget as budget  # noqa: E402
-import gsd_lab.coupling as coupling  # noqa: E402
-import gsd_lab.decoding as decoding  # noqa: E402
-from gsd_core import VerifyResult  # noqa: E402
-from gsd_core.rules import mass_ratio  # noqa: E402
-from gsd_lab.decoding import generate  # noqa: E402
-from gsd_lab.experiments.lossless import exact_joint  # noqa: E402
-from gsd_lab.methods import DecodingMethod  # noqa: E402
+from gsd_core import VerifyResult
+from gsd_core.rules import mass_ratio
+from gsd_lab import (
+    budget,
+    coupling,
+    decoding,
+)
+from gsd_lab.decoding import generate
+from gsd_lab.experiments.lossless import exact_joint
+from gsd_lab.methods import DecodingMethod
 
 ALLOWED = (1, 2)
 PROMPT = torch.tensor([0, 0])
@@ -80,15 +82,24 @@ def patch_randomness(monkeypatch, adapter, chooser: Chooser) -> None:
     def draw(weights, uniform):
         rows = weights.reshape(-1, weights.shape[-1])
         picks = [chooser.choose(_normalised(row)) for row in rows]
-        return torch.tensor(picks, dtype=torch.long, device=weights.device).view(*weights.shape[:-1], 1)
+        return torch.tensor(picks, dtype=torch.long, device=weights.device).view(
+            *weights.shape[:-1], 1
+        )
 
     def random_tokens(positions, generator, *, respect_forced=True):
         allowed = adapter.allowed_tokens
-        return allowed[[chooser.choose([1 / allowed.numel()] * allowed.numel()) for _ in range(positions.numel())]]
+        return allowed[
+            [
+                chooser.choose([1 / allowed.numel()] * allowed.numel())
+                for _ in range(positions.numel())
+            ]
+        ]
 
     def verify(p, q, drafts, rule, *, generator=None, validate=True, support=None):
         window = q.shape[0]
-        accept = mass_ratio(*rule.masses(p[:window].to(torch.float64), q, drafts.unsqueeze(-1))).squeeze(-1)
+        accept = mass_ratio(
+            *rule.masses(p[:window].to(torch.float64), q, drafts.unsqueeze(-1))
+        ).squeeze(-1)
         a = accept.tolist()
         probs, run = [], 1.0
         for k in range(window):
@@ -97,7 +108,7 @@ def patch_randomness(monkeypatch, adapter, chooser: Chooser) -> None:
         probs.append(run)
         n = chooser.choose(probs)
         if n < window:
-            weights = rule.residual_weights(p[n: n + 1].to(torch.float64), q[n: n + 1])[0]
+            weights = rule.residual_weights(p[n : n + 1].to(torch.float64), q[n : n + 1])[0]
         else:
             weights = p[window]
         token = chooser.choose(_normalised(weights))
@@ -112,15 +123,23 @@ def patch_randomness(monkeypatch, adapter, chooser: Chooser) -> None:
     monkeypatch.setattr(adapter, "random_tokens", random_tokens)
 
 
-def enumerate_law(monkeypatch, adapter, method: DecodingMethod) -> tuple[np.ndarray, list[tuple[float, float]]]:
+def enumerate_law(
+    monkeypatch, adapter, method: DecodingMethod
+) -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The decoder's exact joint law over SEQUENCES and, per branch, (spent, summed distortion)."""
     chooser = Chooser()
     patch_randomness(monkeypatch, adapter, chooser)
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     law, books = np.zeros(len(SEQUENCES)), []
     while True:
-        result = generate(adapter, PROMPT, method, num_tokens=NUM_TOKENS, record_distortion=True,
-                          generator=torch.Generator())
+        result = generate(
+            adapter,
+            PROMPT,
+            method,
+            num_tokens=NUM_TOKENS,
+            record_distortion=True,
+            generator=torch.Generator(),
+        )
         law[index[tuple(result.tokens.tolist())]] += chooser.weight
         books.append((result.budget_spent, float(result.distortion.sum())))
         if not chooser.next():
@@ -134,7 +153,10 @@ def models():
     out = {}
     for name, table in (("context", context_table), ("context-free", context_free_table)):
         adapter = TableAdapter(TableLM(table()), ALLOWED, row_length=1)
-        out[name] = (adapter, exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES))
+        out[name] = (
+            adapter,
+            exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES),
+        )
     return out
 
 
@@ -146,22 +168,29 @@ def test_the_enumeration_gives_sjd_s_joint_law_exactly(models, monkeypatch):
     """The harness itself: SJD (and the dial at B = 0) reproduce the AR joint to 1e-12."""
     adapter, joint = models["context"]
     for method in (DecodingMethod("sjd", window=2), DecodingMethod("sjd", window=2, budget=0.0)):
-        law, books = enumerate_law(monkeypatch, adapter, method)
+        law, _books = enumerate_law(monkeypatch, adapter, method)
         assert tv(law, joint) < TOL
 
 
 @pytest.mark.parametrize("model", ["context", "context-free"])
-@pytest.mark.parametrize("budget_value,policy,cap", [(0.05, "cap", 1.0), (0.3, "cap", 0.1), (0.35, "sure", 1.0),
-                                                      (1.0, "cap", 1.0)])
-def test_joint_law_within_the_budget_and_every_path_within_it(models, monkeypatch, model, budget_value, policy,
-                                                              cap):
+@pytest.mark.parametrize(
+    "budget_value,policy,cap",
+    [(0.05, "cap", 1.0), (0.3, "cap", 0.1), (0.35, "sure", 1.0), (1.0, "cap", 1.0)],
+)
+def test_joint_law_within_the_budget_and_every_path_within_it(
+    models, monkeypatch, model, budget_value, policy, cap
+):
     adapter, joint = models[model]
-    method = DecodingMethod("sjd", window=2, budget=budget_value, budget_policy=policy, budget_cap=cap)
+    method = DecodingMethod(
+        "sjd", window=2, budget=budget_value, budget_policy=policy, budget_cap=cap
+    )
     law, books = enumerate_law(monkeypatch, adapter, method)
     assert tv(law, joint) <= budget_value + TOL
     for spent, distortion in books:
         assert spent <= budget_value + TOL
-        assert spent == pytest.approx(distortion, abs=1e-12)  # charged = what the emitted tokens spent
+        assert spent == pytest.approx(
+            distortion, abs=1e-12
+        )  # charged = what the emitted tokens spent
     if budget_value < 1:
         assert tv(law, joint) > 0  # the dial spends: the law moved
 
@@ -169,8 +198,10 @@ def test_joint_law_within_the_budget_and_every_path_within_it(models, monkeypatc
 def test_the_budget_buys_distortion_where_plain_relaxation_exceeds_it(models, monkeypatch):
     """The relaxation with the same per-token delta but no total exceeds the total B on some
     path (its distortions add up along the sequence), which the dial never does."""
-    adapter, joint = models["context"]
-    law, books = enumerate_law(monkeypatch, adapter, DecodingMethod("sjd", window=2, relaxation_delta=0.1))
+    adapter, _joint = models["context"]
+    _law, books = enumerate_law(
+        monkeypatch, adapter, DecodingMethod("sjd", window=2, relaxation_delta=0.1)
+    )
     assert max(distortion for _, distortion in books) > 0.1 + 1e-3
 
 
@@ -196,21 +227,29 @@ def _rejection_free(self, accepted):
     return charged
 
 
-@pytest.mark.parametrize("mutant,cap", [("overspending", 1.0), ("not releasing", 0.1), ("rejection free", 0.1)])
+@pytest.mark.parametrize(
+    "mutant,cap", [("overspending", 1.0), ("not releasing", 0.1), ("rejection free", 0.1)]
+)
 def test_wrong_allowance_rules_fail_the_same_checks(models, monkeypatch, mutant, cap):
     """Each wrong rule breaks a per-path check of the test above on some branch (the cap chosen
     so that the branch exists: a window whose positions share the budget). The joint check
     alone has no power here: the overspending rule's paths spend up to 0.6, yet its joint TV
     (0.11, measured) stays below B = 0.3; the bound is loose on this model."""
-    adapter, joint = models["context"]
+    adapter, _joint = models["context"]
     if mutant == "overspending":
         monkeypatch.setattr(budget, "allowances", _overspending)
     else:
-        monkeypatch.setattr(budget.BudgetDial, "charge", _not_releasing if mutant == "not releasing" else _rejection_free)
+        monkeypatch.setattr(
+            budget.BudgetDial,
+            "charge",
+            _not_releasing if mutant == "not releasing" else _rejection_free,
+        )
     method = DecodingMethod("sjd", window=2, budget=0.3, budget_policy="cap", budget_cap=cap)
-    law, books = enumerate_law(monkeypatch, adapter, method)
-    within = all(spent <= 0.3 + TOL and spent == pytest.approx(d, abs=1e-12) and d <= 0.3 + TOL
-                 for spent, d in books)
+    _law, books = enumerate_law(monkeypatch, adapter, method)
+    within = all(
+        spent <= 0.3 + TOL and spent == pytest.approx(d, abs=1e-12) and d <= 0.3 + TOL
+        for spent, d in books
+    )
     assert not within
 
 
@@ -234,7 +273,10 @@ def test_allowances_by_hand():
     assert budget.allowances([0.2, 0.5, 0.1], 0.4, "cap", 1.0) == ([0.4, 0.2, 0.0], [0.2, 0.2, 0.0])
     deltas, spends = budget.allowances([0.2, 0.5, 0.1], 0.4, "cap", 0.15)
     assert deltas == pytest.approx([0.15, 0.15, 0.1]) and spends == pytest.approx([0.15, 0.15, 0.1])
-    assert budget.allowances([0.2, 0.5, 0.1], 0.4, "sure", 1.0) == ([0.2, 0.0, 0.1], [0.2, 0.0, 0.1])
+    assert budget.allowances([0.2, 0.5, 0.1], 0.4, "sure", 1.0) == (
+        [0.2, 0.0, 0.1],
+        [0.2, 0.0, 0.1],
+    )
 
 
 def test_cli_budget_flags(capsys):
@@ -244,12 +286,46 @@ def test_cli_budget_flags(capsys):
 
     from gsd_lab.cli import main
 
-    args = ["generate", "--model", "tiny-random", "--class", "1", "--seed", "3", "--method", "sjd", "--json",
-            "--threads", "1", "--budget", "0.5", "--budget-policy", "sure", "--budget-cap", "0.2"]
+    args = [
+        "generate",
+        "--model",
+        "tiny-random",
+        "--class",
+        "1",
+        "--seed",
+        "3",
+        "--method",
+        "sjd",
+        "--json",
+        "--threads",
+        "1",
+        "--budget",
+        "0.5",
+        "--budget-policy",
+        "sure",
+        "--budget-cap",
+        "0.2",
+    ]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["budget"] == 0.5 and report["budget_policy"] == "sure" and report["budget_cap"] == 0.2
+    assert (
+        report["budget"] == 0.5
+        and report["budget_policy"] == "sure"
+        and report["budget_cap"] == 0.2
+    )
     assert 0 < report["budget_spent"] <= 0.5
     with pytest.raises(SystemExit):
-        main(["generate", "--model", "tiny-random", "--class", "1", "--method", "gsd", "--budget", "0.5"])
+        main(
+            [
+                "generate",
+                "--model",
+                "tiny-random",
+                "--class",
+                "1",
+                "--method",
+                "gsd",
+                "--budget",
+                "0.5",
+            ]
+        )
     assert "replaces SJD" in capsys.readouterr().err

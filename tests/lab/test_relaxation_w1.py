@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("scipy.optimize")
 pytest.importorskip("ot")
 
-from gsd_core import (  # noqa: E402
+from gsd_core import (
     Amplify,
     DynamicClusters,
     Lantern,
@@ -22,8 +22,8 @@ from gsd_core import (  # noqa: E402
     tv_distance,
     verify,
 )
-from gsd_lab.relaxation_w1 import TransportRelaxation, content_neighbours, transport_plan  # noqa: E402
-from gsd_lab.transport import w1_from_laws  # noqa: E402
+from gsd_lab.relaxation_w1 import TransportRelaxation, content_neighbours, transport_plan
+from gsd_lab.transport import w1_from_laws
 
 TOL = 1e-12
 
@@ -80,8 +80,12 @@ def test_greedy_is_not_optimal_by_hand():
     p = torch.tensor([0.5, 0.0, 0.5, 0.0], dtype=torch.float64)
     q = torch.tensor([0.0, 0.5, 0.0, 0.5], dtype=torch.float64)
     hood = content_neighbours(content, tokens, 4, 2)
-    hood = type(hood)(torch.tensor([[1, -1], [0, -1], [1, 3], [2, -1]]),
-                      torch.tensor([[1.0, np.inf], [1.0, np.inf], [0.9, 1.1], [1.1, np.inf]], dtype=torch.float64))
+    hood = type(hood)(
+        torch.tensor([[1, -1], [0, -1], [1, 3], [2, -1]]),
+        torch.tensor(
+            [[1.0, np.inf], [1.0, np.inf], [0.9, 1.1], [1.1, np.inf]], dtype=torch.float64
+        ),
+    )
     assert transport_plan(p, q, hood, 1.0, "greedy")[1] == pytest.approx(0.5, abs=1e-12)
     assert transport_plan(p, q, hood, 1.0, "lp")[1] == pytest.approx(23 / 24, abs=1e-9)
 
@@ -105,11 +109,17 @@ def test_verify_runs_the_rule_and_bad_input_is_refused():
     hood = content_neighbours(content, tokens, p.numel(), 3)
     rule = TransportRelaxation(hood, 0.1)
     drafts = torch.multinomial(q, 4, replacement=True, generator=torch.Generator().manual_seed(0))
-    result = verify(p.expand(4, 7), q.expand(4, 7), drafts, rule, generator=torch.Generator().manual_seed(1))
+    result = verify(
+        p.expand(4, 7), q.expand(4, 7), drafts, rule, generator=torch.Generator().manual_seed(1)
+    )
     assert result.num_accepted.item() <= 4
     with pytest.raises(ValueError, match="eps"):
         TransportRelaxation(hood, -1.0)
     with pytest.raises(ValueError, match="solver"):
         TransportRelaxation(hood, 0.1, "simplex")
     with pytest.raises(ValueError, match="neighbours cover"):
-        acceptance_rate(torch.full((5,), 0.2, dtype=torch.float64), torch.full((5,), 0.2, dtype=torch.float64), rule)
+        acceptance_rate(
+            torch.full((5,), 0.2, dtype=torch.float64),
+            torch.full((5,), 0.2, dtype=torch.float64),
+            rule,
+        )

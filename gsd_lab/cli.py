@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .decode.methods import DRAFTS, DecodingMethod
+from .decode.methods import BUDGET_MEASURES, BUDGET_POLICIES, DRAFTS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
@@ -86,6 +86,20 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", choices=DRAFTS, default=DRAFTS[0],
                        help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the previous "
                             "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)")
+    group.add_argument("--relaxation-delta", type=float, default=0.0,
+                       help="the TV-optimal relaxation: each token's output within this TV "
+                            "of p (--method sjd; gsd_core.OptimalRelaxation, proofs/10)")
+    group.add_argument("--budget", type=float, default=None,
+                       help="the certified dial: the emitted tokens' distortions sum to at "
+                            "most B on every path, so the image's law is within B of the "
+                            "model's (--method sjd; proofs/11)")
+    group.add_argument("--budget-measure", choices=BUDGET_MEASURES, default="tv",
+                       help="the budget's distance")
+    group.add_argument("--budget-policy", choices=BUDGET_POLICIES, default="cap",
+                       help="cap: each token may spend min(--budget-cap, what is left); sure: "
+                            "a token spends TV(p, q), a certain acceptance, when that fits")
+    group.add_argument("--budget-cap", type=float, default=1.0,
+                       help="the most one token may spend, in (0, 1]")
 
 
 def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
@@ -410,7 +424,10 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
     gsd = args.method == "gsd"
     return DecodingMethod(args.method, window=args.window, draft=args.draft, acceptance_scale=args.amplify,
                           clusters=args.clusters if gsd else None, group_size=args.group_size if gsd else 0,
-                          residual=args.residual, preset=args.preset).for_model(args.model)
+                          residual=args.residual, preset=args.preset,
+                          relaxation_delta=args.relaxation_delta, budget=args.budget,
+                          budget_measure=args.budget_measure, budget_policy=args.budget_policy,
+                          budget_cap=args.budget_cap).for_model(args.model)
 
 
 def _spec(args: argparse.Namespace):
@@ -484,12 +501,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
         "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
     }
+    if method.relaxation_delta:
+        report["relaxation_delta"] = method.relaxation_delta
+    if method.budget is not None:
+        report.update(budget=method.budget, budget_measure=method.budget_measure,
+                      budget_policy=method.budget_policy, budget_cap=method.budget_cap,
+                      budget_spent=result.budget_spent)
     if args.json:
         print(json.dumps(report))
     else:
         rate = "n/a (AR)" if result.acceptance_rate is None else f"{result.acceptance_rate:.3f}"
         print(f"{model.name} {spec.label}: {report['num_tokens']} tokens, nfe {result.nfe}, "
               f"acceptance rate {rate}, wall {result.wall_seconds:.2f} s"
+              + (f", certified TV {result.budget_spent:.4f} of {method.budget:g}"
+                 if method.budget is not None else "")
               + (f", image {args.out}" if args.out else ""))
     return 0
 

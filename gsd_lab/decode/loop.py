@@ -61,6 +61,7 @@ from ..engine import draw, uses_support, verify
 from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
+from .budget import BudgetDial
 from .coupling import DraftChain
 from .methods import DecodingMethod, ResolvedMethod
 from .presets import preset
@@ -84,7 +85,8 @@ class DecodeResult:
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
     mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
     ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
-    measurement, not part of the method).
+    measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``), the
+    sum of the emitted tokens' certified charges (at most the budget).
     """
 
     tokens: Tensor
@@ -101,6 +103,7 @@ class DecodeResult:
     accounting_seconds: float = 0.0
     draft: str = "independent"
     w1: W1Estimate | None = None
+    budget_spent: float | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -222,6 +225,10 @@ class _Loop:
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
+        # The certified dial: each window's rule from the allowances (gsd_lab.decode.budget).
+        self.dial = None if method.budget is None else BudgetDial(method.budget, method.budget_policy,
+                                                                  method.budget_cap)
+        self.step_rule = self.rule
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
@@ -278,12 +285,13 @@ class _Loop:
             self.out[done: done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
+            self.step_rule = self.rule if self.dial is None else self.dial.step(p, self.q)
             # A static engine's fixed-width top-k support may miss ids tied at the top-k value
             # (gsd_lab.models.static): its device flag is read with the status.
             overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
             state = None if overflow is None else self.generator.get_state()
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator, validate=False,
+            result = verify(p, self.q, self.drafts, self.step_rule, generator=self.generator, validate=False,
                             support=None if support is None else support[:L])
             p_total = p.sum()
             parts = [p_total, result.num_accepted.to(p_total.dtype)]
@@ -301,12 +309,14 @@ class _Loop:
             return 0, None
         if len(values) > 2 and values[2]:  # rare: the same verify on whole rows, the same uniforms
             self.generator.set_state(state)
-            result = verify(p, self.q, self.drafts, self.rule, generator=self.generator,
+            result = verify(p, self.q, self.drafts, self.step_rule, generator=self.generator,
                             validate=False)
             values[1] = int(result.num_accepted)
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
+        if self.dial is not None:  # a forced position is charged its allowance: a bound still
+            self.dial.charge(accepted)
         self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
 
@@ -316,6 +326,8 @@ class _Loop:
         if self.top1 is not None:
             self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
+            if self.dial is not None and L > 0:  # the rows the log reads: 0 .. min(a, L - 1)
+                self.log.rule = type(self.step_rule)(self.step_rule.delta[: min(accepted + 1, L)])
             tv = self.log.add(self.done, p, self.q, accepted)
             if tv is not None and forced is not None:
                 tv = self._forced_rows_exact(tv, forced)
@@ -394,6 +406,9 @@ def generate(
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     window = max_window(resolved.method)
     w1_log = None
+    if record_w1 and resolved.method.budget is not None:
+        raise ValueError("record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
+                         "the dial changes it every step (record_distortion gives the exact TV)")
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:
@@ -440,6 +455,7 @@ def generate(
         accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
         draft=resolved.method.draft,
         w1=w1,
+        budget_spent=loop.dial.spent if loop.dial is not None else None,
     )
 
 

@@ -10,6 +10,14 @@ identity of ``evaluate`` share. Its fields:
   (kind "sjd" only; 0: no LANTERN), GSD's ``clusters`` kind (``CLUSTER_KINDS``), its group size
   ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
   model's default, ``FilterSettings.for_model``);
+- ``relaxation_delta``: the TV-optimal relaxation's per-token budget (``gsd_core.OptimalRelaxation``,
+  proofs/10; kind "sjd" only; 0: none);
+- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv"), spent by
+  ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
+  a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
+  min(``budget_cap``, what is left), else 0) through the relaxation; on every path the emitted
+  tokens' distortions sum to at most B, so the image's law is within B of the model's (TV;
+  proofs/11, ``gsd_lab.decode.budget``); kind "sjd" only;
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
 - drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
   row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
@@ -49,6 +57,11 @@ CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter
                  "static")
 FILTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance")
 PARTITION_KINDS = ("rank-binned", "static")
+BUDGET_MEASURES = ("tv",)  # "w1" waits for a transport relaxation (issue 30)
+BUDGET_POLICIES = ("cap", "sure")
+# Fields left out of ``to_dict`` at these defaults, so that the keys of earlier methods stay.
+_OPTIONAL_FIELDS = {"relaxation_delta": 0.0, "budget": None, "budget_measure": "tv", "budget_policy": "cap",
+                    "budget_cap": 1.0}
 
 
 def _is_int(value: object) -> bool:
@@ -132,6 +145,11 @@ class DecodingMethod:
     lantern_delta: float = 0.0
     filters: FilterSettings | None = None
     preset: str = "default"
+    relaxation_delta: float = 0.0
+    budget: float | None = None
+    budget_measure: str = "tv"
+    budget_policy: str = "cap"
+    budget_cap: float = 1.0
 
     def __post_init__(self) -> None:
         _choice("method kind", self.kind, KINDS)
@@ -146,6 +164,7 @@ class DecodingMethod:
         self._check_acceptance()
         self._check_clusters()
         self._check_lantern()
+        self._check_relaxation()
         object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
         object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
 
@@ -197,6 +216,34 @@ class DecodingMethod:
                 f"acceptance_scale 1 (got method {self.kind!r}, residual {self.residual!r}, "
                 f"acceptance_scale {self.acceptance_scale!r})")
 
+    def _check_relaxation(self) -> None:
+        delta, budget, cap = self.relaxation_delta, self.budget, self.budget_cap
+        if not (_is_number(delta) and 0 <= delta <= 1):
+            raise ValueError(f"relaxation_delta must be a number in [0, 1], got {delta!r}")
+        if budget is not None and not (_is_number(budget) and budget >= 0):
+            raise ValueError(f"budget must be a finite number >= 0 or None, got {budget!r}")
+        _choice("budget measure", self.budget_measure, BUDGET_MEASURES)
+        _choice("budget policy", self.budget_policy, BUDGET_POLICIES)
+        if not (_is_number(cap) and 0 < cap <= 1):
+            raise ValueError(f"budget_cap must be a number in (0, 1], got {cap!r}")
+        if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != ("tv", "cap", 1.0):
+            raise ValueError("budget_measure, budget_policy and budget_cap belong to a budget: set budget=B")
+        relaxed = bool(delta) or budget is not None
+        plain_sjd = (self.kind == "sjd" and not self.lantern_k and self.acceptance_scale == 1
+                     and self.residual == "token")
+        if relaxed and not plain_sjd:
+            raise ValueError(
+                "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's "
+                "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and residual "
+                f"'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
+                f"acceptance_scale {self.acceptance_scale!r})")
+        if delta and budget is not None:
+            raise ValueError("relaxation_delta and budget are two ways to relax: give one")
+        object.__setattr__(self, "relaxation_delta", float(delta))
+        object.__setattr__(self, "budget_cap", float(cap))
+        if budget is not None:
+            object.__setattr__(self, "budget", float(budget))
+
     @property
     def uses_filters(self) -> bool:
         return self.clusters in FILTER_KINDS
@@ -210,8 +257,10 @@ class DecodingMethod:
         return self.with_filters(FilterSettings.for_model(model_name))
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, JSON-ready (``filters``: a dict or None)."""
-        return asdict(self)
+        """Every field, JSON-ready (``filters``: a dict or None); the relaxation's and the
+        budget's fields only when not at their defaults (earlier methods keep their keys)."""
+        data = asdict(self)
+        return {k: v for k, v in data.items() if k not in _OPTIONAL_FIELDS or v != _OPTIONAL_FIELDS[k]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DecodingMethod":
@@ -336,8 +385,14 @@ class ResolvedMethod:
 
     @property
     def rule(self) -> Any:
-        """The one gsd_core rule ``verify`` and ``accounting.distortion`` take (``method_rule``)."""
+        """The one gsd_core rule ``verify`` and ``accounting.distortion`` take (``method_rule``);
+        ``OptimalRelaxation(relaxation_delta)`` for the relaxation. With a budget: SD, which
+        ``decode.budget.BudgetDial`` replaces step by step with the step's allowances."""
         method = self.method
+        if method.relaxation_delta:
+            from gsd_core import OptimalRelaxation
+
+            return OptimalRelaxation(method.relaxation_delta)
         return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
 
 

@@ -1,0 +1,207 @@
+"""The transport relaxation: the most accepting verifier within a W1 budget eps per token, on a
+neighbour support (proofs/12).
+
+With T = TV(p, q), excess E = (p - q)+ and deficit D = (q - p)+, a plan f(y, x) >= 0 moves mass
+from excess tokens y to deficit tokens x along *allowed edges* (x among y's k nearest codes by
+the decoded-content distance d of ``gsd_lab.accounting.transport``), with
+
+    sum_x f(y, x) <= E(y),   sum_y f(y, x) <= D(x),   sum f(y, x) d(y, x) <= eps.
+
+The target becomes r = p - out_f + in_f (out_f(y) = sum_x f(y, x), in_f(x) = sum_y f(y, x)), and
+speculative sampling toward r (accept min(1, r(x)/q(x)), residual norm((r - q)+)) emits exactly r
+(proofs/02 with target r), with W1(r, p) <= sum f d <= eps (f is a transport from p to r) and
+acceptance alpha = 1 - TV(q, r) = 1 - T + M, M = sum f (the moved mass). Solvers for the plan:
+
+- "lp": the largest M (a linear programme on the allowed edges, scipy's HiGHS): no verifier whose
+  output law is reachable from p by a plan on these edges within eps accepts more (proofs/12);
+- "greedy": edges by cost ascending (ties: y, then x), each filled as far as its two capacities
+  and the remaining budget allow. Feasible, not optimal in general: its gap to "lp" is measured
+  (``benchmarks/transport_relaxation_gap.py``).
+
+Both solve one row at a time on the CPU in float64 (numpy); the rule is for exact one-step laws
+and measurements, not yet wired into the decoding loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gsd_core.rules import token_residual
+
+from ..accounting.transport import _check_content, content_distances
+
+SOLVERS = ("greedy", "lp")
+
+
+@dataclass(frozen=True)
+class ContentNeighbours:
+    """Each vocabulary id's k nearest other codes by decoded content: ``index`` int64 [V, k]
+    (-1 where none: ids without content, or fewer than k other codes) and ``cost`` float64
+    [V, k], d(y, index[y, j]) (inf where index is -1). Build with ``content_neighbours``."""
+
+    index: Tensor
+    cost: Tensor
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.index, Tensor)
+            or self.index.dtype != torch.int64
+            or self.index.ndim != 2
+        ):
+            raise ValueError("index must be an int64 tensor [V, k]")
+        if (
+            not isinstance(self.cost, Tensor)
+            or self.cost.dtype != torch.float64
+            or self.cost.shape != self.index.shape
+        ):
+            raise ValueError("cost must be a float64 tensor of index's shape [V, k]")
+
+
+def content_neighbours(
+    content: Tensor, tokens: Tensor, vocab: int, k: int, *, chunk: int = 512
+) -> ContentNeighbours:
+    """The k nearest other codes of every code (``transport.content_distances``; ties by id).
+    content [K, D] and tokens [K] as ``code_content()`` and ``allowed_tokens`` give them."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    content64, _ = _check_content(content, tokens, vocab)
+    tokens = tokens.cpu().long()
+    count = tokens.numel()
+    width = min(k, max(count - 1, 0))
+    index = torch.full((vocab, k), -1, dtype=torch.int64)
+    cost = torch.full((vocab, k), math.inf, dtype=torch.float64)
+    every = torch.arange(count)
+    for start in range(0, count, chunk):
+        rows = every[start : start + chunk]
+        dist = content_distances(content64, rows, every)
+        dist[torch.arange(rows.numel()), rows] = math.inf  # not itself
+        order = torch.sort(dist, dim=-1, stable=True)
+        index[tokens[rows], :width] = tokens[order.indices[:, :width]]
+        cost[tokens[rows], :width] = order.values[:, :width]
+    return ContentNeighbours(index, cost)
+
+
+def _edges(p: np.ndarray, q: np.ndarray, hood: ContentNeighbours) -> tuple[np.ndarray, ...]:
+    """Allowed edges from excess to deficit tokens: (y, x, cost), by cost, then y, then x."""
+    excess, deficit = np.clip(p - q, 0, None), np.clip(q - p, 0, None)
+    sources = np.nonzero(excess > 0)[0]
+    index, cost = hood.index.numpy()[sources], hood.cost.numpy()[sources]
+    y = np.repeat(sources, index.shape[1]).reshape(index.shape)
+    keep = (index >= 0) & np.isfinite(cost)
+    keep[keep] &= deficit[index[keep]] > 0
+    y, x, c = y[keep], index[keep], cost[keep]
+    order = np.lexsort((x, y, c))
+    return y[order], x[order], c[order], excess, deficit
+
+
+def transport_plan(
+    p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, solver: str = "greedy"
+) -> tuple[Tensor, float, float]:
+    """The target r [V] of one row p, q [V] (float64), the moved mass M and the plan's cost
+    (<= eps): module docstring."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
+    p_np, q_np = p.detach().cpu().double().numpy(), q.detach().cpu().double().numpy()
+    y, x, c, excess, deficit = _edges(p_np, q_np, hood)
+    flow = np.zeros(len(c))
+    if len(c) and eps > 0:
+        flow = (
+            _greedy(y, x, c, excess.copy(), deficit.copy(), eps)
+            if solver == "greedy"
+            else _linear_programme(y, x, c, excess, deficit, eps)
+        )
+    r = p_np.copy()
+    np.subtract.at(r, y, flow)
+    np.add.at(r, x, flow)
+    r = np.clip(r, 0, None)  # rounding below 0 at a drained excess token
+    return torch.from_numpy(r).to(p.device), float(flow.sum()), float((flow * c).sum())
+
+
+def _greedy(y, x, c, excess, deficit, eps) -> np.ndarray:
+    flow, left = np.zeros(len(c)), float(eps)
+    for j in range(len(c)):
+        amount = min(excess[y[j]], deficit[x[j]], left / c[j] if c[j] > 0 else math.inf)
+        if amount <= 0:
+            continue
+        flow[j] = amount
+        excess[y[j]] -= amount
+        deficit[x[j]] -= amount
+        left -= amount * c[j]
+        if left <= 0:
+            break
+    return flow
+
+
+def _linear_programme(y, x, c, excess, deficit, eps) -> np.ndarray:
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix, vstack
+
+    n = len(c)
+    ys, y_row = np.unique(y, return_inverse=True)
+    xs, x_row = np.unique(x, return_inverse=True)
+    columns = np.arange(n)
+    out = coo_matrix((np.ones(n), (y_row, columns)), shape=(len(ys), n))
+    into = coo_matrix((np.ones(n), (x_row, columns)), shape=(len(xs), n))
+    budget = coo_matrix(c.reshape(1, n))
+    result = linprog(
+        -np.ones(n),
+        A_ub=vstack([out, into, budget]).tocsr(),
+        b_ub=np.concatenate([excess[ys], deficit[xs], [eps]]),
+        bounds=(0, None),
+        method="highs",
+    )
+    if result.status != 0:
+        raise RuntimeError(f"the transport LP did not solve: {result.message}")
+    flow = np.clip(result.x, 0, None)
+    spent = float((flow * c).sum())
+    return (
+        flow * min(1.0, eps / spent) if spent > eps else flow
+    )  # HiGHS's tolerance, never over eps
+
+
+@dataclass(frozen=True, eq=False)
+class TransportRelaxation:
+    """Speculative sampling toward the transported target r (module docstring) as a gsd_core
+    rule: P(x) = r(x), Q(x) = q(x), residual norm((r - q)+). eps >= 0 in the content distance's
+    units (``gsd_lab.accounting.transport``); ``neighbours`` from ``content_neighbours``."""
+
+    neighbours: ContentNeighbours
+    eps: float
+    solver: str = "greedy"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.neighbours, ContentNeighbours):
+            raise ValueError("neighbours must be a ContentNeighbours (see content_neighbours)")
+        if (
+            isinstance(self.eps, bool)
+            or not isinstance(self.eps, (int, float))
+            or not 0 <= self.eps < math.inf
+        ):
+            raise ValueError(f"eps (a W1 budget) must be a finite number >= 0, got {self.eps!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
+
+    def targets(self, p: Tensor, q: Tensor) -> Tensor:
+        """r for every row of p, q [..., V]: [..., V] (one plan per row)."""
+        if p.shape[-1] != self.neighbours.index.shape[0]:
+            raise ValueError(
+                f"the neighbours cover {self.neighbours.index.shape[0]} tokens but p has a "
+                f"vocabulary of {p.shape[-1]}"
+            )
+        flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.expand(p.shape).reshape(-1, p.shape[-1])
+        rows = [
+            transport_plan(a, b, self.neighbours, self.eps, self.solver)[0]
+            for a, b in zip(flat_p, flat_q)
+        ]
+        return torch.stack(rows).to(p.dtype).view(p.shape)
+
+    def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.targets(p, q).gather(-1, x), q.gather(-1, x)
+
+    def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
+        return token_residual(self.targets(p, q), q)

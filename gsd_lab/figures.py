@@ -20,7 +20,7 @@ import torch
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import matched, plots, records, tables, toy
+from .experiments import findings, ledger, matched, plots, records, tables, toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -469,6 +469,8 @@ def run_figures(
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
+    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # the main job: README and the ledger follow
+        findings.update_repository(ledger.load_results(out_dir / "results.json"))
     return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}
 
 

@@ -336,3 +336,11 @@ def nfe_below_sjd(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
                         "GSD - SJD: " + _difference_text(diff, "NFE", digits=4), outcome, why,
                         GSD50_NFE.source if paper != "-" else "not in the paper (its Table 1 reports G = 50)"))
     return out
+
+
+def show_ledger(results: dict[str, Any] | None = None) -> None:
+    """Display the claims ledger (``ledger.show_ledger``): every claim, run or not, headline first;
+    default: the repository's figures/results.json."""
+    from .ledger import show_ledger as show
+
+    show(results)

@@ -33,15 +33,14 @@ from .provenance import atomic_write_json, inside_repository, provenance, requir
 from .transport import DEFAULT_DRAWS
 
 
-W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem", "substitution", "substitution_sem"]
+W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem"]
 W1_TEXT = ("`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step output "
            "law, p) with ground cost the RMS difference per coordinate between the codes' decoded content "
            "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
            "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
            "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
            "exact (POT; gsd_lab.transport): `w1_sem` its standard error over images (sampling noise included), "
-           "`w1_sampling_sem` the estimator's part of it. `substitution` (rank bins with the cluster-exact "
-           "residual): the content change under the rule's own coupling, >= W1. ")
+           "`w1_sampling_sem` the estimator's part of it. ")
 
 
 @dataclass(frozen=True)

@@ -289,8 +289,9 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
                          "same rule, coupled re-drafts: the per-step law given the history is unchanged (proofs/09)",
                          "proofs/09_coupled_drafts.md"))
     rows.append(_row("SJD-PAC: step compression over AR", f"{SJD_PAC_STEP.value:.2f}x", "-", "not run",
-                     "its released tree verification is not lossless (tests/lab/test_sjd_pac.py); its Adaptive "
-                     "Continuation is the maximal coupling, run as MC-SJD (maximal)", SJD_PAC_STEP.source))
+                     "its released tree verification is not lossless (an exact transcription, "
+                     "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive Continuation on the "
+                     "chain is the maximal coupling, run as MC-SJD (maximal)", SJD_PAC_STEP.source))
     return rows
 
 

@@ -126,7 +126,13 @@ def render_table1(results: dict[str, Any]) -> str:
                      "condition score": _cell(real.get("condition_score"), ".1f")})
     columns = ["method", "NFE (s.e.)", "speed-up (NFE)", "speed-up (CPU wall)", "accepted / tested", "TV", "W1",
                "condition score", "minus AR [95% CI]"]
-    return markdown_table([{c: row.get(c, "-") for c in columns} for row in rows], columns)
+    config, sizes = results.get("config", {}), results.get("config", {}).get("sizes", {})
+    caption = (f"Model `{results.get('model')}` at commit `{str(results['git']['commit'])[:7]}`: "
+               f"{results['tables']['table1'][0]['images']} images per method, {config.get('num_tokens')} tokens "
+               f"each, CFG {config.get('cfg_scale'):g}, top-k {config.get('top_k')}, temperature "
+               f"{config.get('temperature'):g}, Jacobi window {sizes.get('window')}; W1 from "
+               f"{results['tables'].get('w1_draws')} rows per image.\n\n")
+    return caption + markdown_table([{c: row.get(c, "-") for c in columns} for row in rows], columns)
 
 
 def replace_block(text: str, block: str, start: str = START, end: str = END) -> str:

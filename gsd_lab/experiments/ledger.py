@@ -53,9 +53,15 @@ def _row(claim: str, paper_text: str, here: str, outcome: str, note: str, source
             "interval": band, "note": note, "source": source}
 
 
-def _from_comparison(row: dict[str, str]) -> dict[str, str]:
-    """A ``paper`` comparison row (notebooks 02-04) as a ledger row."""
-    return _row(row["claim"], row["paper"], row["here"], row["reproduces"], row["why not / note"], row["source"])
+def _from_comparison(row: dict[str, str], diff: PairedDifference | None = None) -> dict[str, str]:
+    """A ``paper`` comparison row (notebooks 02-04) as a ledger row; ``diff``: the paired
+    difference it judged, for the interval of a "noise" verdict."""
+    return _row(row["claim"], row["paper"], row["here"], row["reproduces"], row["why not / note"], row["source"],
+                diff)
+
+
+def _prefixed(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
+    return next((r for r in rows if str(r["method"]).startswith(prefix)), None)
 
 
 def _find(rows: list[dict[str, Any]], method: str) -> dict[str, Any] | None:
@@ -167,13 +173,20 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     rows.append(_from_comparison(by_claim["GSD (G=50): NFE speed-up over AR"]))
     rows.append(gsd_over_sjd(table1))
     rows.append(theorem1_dynamic())
-    rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("Table 2")]
+    sjd = _prefixed(table2, "SJD") or _find(table1, "SJD")
+    for r in comparison:
+        if r["claim"].startswith("Table 2 ("):  # "Table 2 (A): NFE / SJD's NFE": its paired NFE difference
+            key = r["claim"].split(":")[0].removeprefix("Table 2 ")
+            rows.append(_from_comparison(r, paired_difference(_prefixed(table2, key + " "), sjd, "nfe")))
+        elif r["claim"].startswith("Table 2"):
+            rows.append(_from_comparison(r))
     rows += frontier(table1)
     rows.append(quality_vs_ar(table1))
     for label in ("SJD", "Amplify (k=3)", "MC-SJD (maximal)", "MC-SJD (Gumbel)"):
         claim = next(c for c in by_claim if c.startswith(f"{label}: NFE speed-up over AR"))
         rows.append(_from_comparison(by_claim[claim]))
-    rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("(not in the papers)")]
+    coupled = paired_difference(_prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"), "nfe")
+    rows += [_from_comparison(r, coupled) for r in comparison if r["claim"].startswith("(not in the papers)")]
     top1 = tables.get("top1") or {}
     if top1:
         rows += [_from_comparison(r) for r in paper.top1_comparison(

@@ -468,11 +468,11 @@ def run_figures(
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
-    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # the main job: README and the ledger follow
+    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
         try:
             for path in findings.update_repository(ledger.load_results(out_dir / "results.json")):
                 print(f"wrote {path}")
-        except ValueError as error:  # e.g. --quick sizes lack a row the findings read: say so, keep the run
+        except ValueError as error:  # e.g. --quick sizes lack a row the findings read
             print(f"README's findings and docs/claims.md NOT updated: {error}")
     return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}
 

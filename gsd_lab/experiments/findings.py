@@ -57,36 +57,42 @@ def render_findings(results: dict[str, Any]) -> str:
     t1, matched = tables["table1"], tables.get("matched_nfe", [])
     ar, sjd, gsd = _row(t1, "AR"), _row(t1, "SJD"), _row(t1, "GSD (G=50)")
     mc_max, mc_gsd = _row(t1, "MC-SJD (maximal)"), _row(t1, "MC-GSD (G=50, maximal)")
-    amp = _row(t1, "Amplify (k=3)")
+    amp, noise = _row(t1, "Amplify (k=3)"), _row(t1, "AR, second seed set (seed noise)")
     frontier = paired_difference(mc_max, gsd, "nfe")
     coupled = paired_difference(mc_gsd, mc_max, "nfe")
-    top1 = tables.get("top1") or {}
-    n = gsd["images"]
-    ar_nfe = paper.AR_NFE.value
+    phrases = ("fewer forwards", "as many forwards within the noise", "more forwards")
+    ar_nfe, sjd_nfe, gsd_nfe = paper.AR_NFE.value, paper.SJD_NFE.value, paper.GSD50_NFE.value
+
+    def quality(row: dict[str, Any]) -> str:
+        return f"{row['condition_score'] - ar['condition_score']:+.1f}"
+
     lines = [
-        "- **The lossless frontier.** Coupled-draft SJD (MC-SJD maximal, lossless) against GSD G = 50: "
-        f"{mc_max['nfe']:.1f} against {gsd['nfe']:.1f} NFE, paired difference {_diff(frontier)} over {n} images: "
-        + _fewer(frontier, "fewer forwards", "as many forwards within the noise", "more forwards")
-        + f", at zero distortion against GSD's {gsd['distortion']:.3f} TV per token.",
+        "- **The lossless frontier.** Coupled-draft SJD (MC-SJD maximal, lossless) against GSD "
+        f"G = 50: {mc_max['nfe']:.1f} against {gsd['nfe']:.1f} NFE, paired difference "
+        f"{_diff(frontier)} over {gsd['images']} images: {_fewer(frontier, *phrases)}, at zero "
+        f"distortion against GSD's {gsd['distortion']:.3f} TV per token.",
         "- **Matched NFE, GSD minus the naive Amplify rule** (negative: GSD distorts less): "
         f"TV {_span(matched, 'TV', 'Amplify')}; W1 {_span(matched, 'W1', 'Amplify')}. "
         f"Against LANTERN: TV {_span(matched, 'TV', 'LANTERN')}.",
-        f"- **GSD with coupled drafts (MC-GSD G = 50)** against MC-SJD: {mc_gsd['nfe']:.1f} NFE, {_diff(coupled)}: "
-        + _fewer(coupled, "fewer forwards", "as many forwards within the noise", "more forwards")
-        + f", at {mc_gsd['distortion']:.3f} TV per token.",
-        f"- Speed-ups over AR in forwards: SJD {sjd['speedup_nfe']:.2f}x, GSD G = 50 {gsd['speedup_nfe']:.2f}x "
-        f"({sjd['nfe'] / gsd['nfe']:.2f}x over SJD; the paper: {ar_nfe / paper.SJD_NFE.value:.2f}x, "
-        f"{ar_nfe / paper.GSD50_NFE.value:.2f}x, {paper.SJD_NFE.value / paper.GSD50_NFE.value:.2f}x), Amplify k = 3 "
-        f"{amp['speedup_nfe']:.2f}x. Quality (condition score) minus AR's: GSD {gsd['condition_score'] - ar['condition_score']:+.1f}, "
-        f"Amplify {amp['condition_score'] - ar['condition_score']:+.1f}, AR on other seeds "
-        f"{_row(t1, 'AR, second seed set (seed noise)')['condition_score'] - ar['condition_score']:+.1f} (the seed noise).",
+        f"- **GSD with coupled drafts (MC-GSD G = 50)** against MC-SJD: {mc_gsd['nfe']:.1f} NFE, "
+        f"{_diff(coupled)}: {_fewer(coupled, *phrases)}, at {mc_gsd['distortion']:.3f} TV per "
+        "token.",
+        f"- Speed-ups over AR in forwards: SJD {sjd['speedup_nfe']:.2f}x, GSD G = 50 "
+        f"{gsd['speedup_nfe']:.2f}x ({sjd['nfe'] / gsd['nfe']:.2f}x over SJD; the paper: "
+        f"{ar_nfe / sjd_nfe:.2f}x, {ar_nfe / gsd_nfe:.2f}x, {sjd_nfe / gsd_nfe:.2f}x), Amplify "
+        f"k = 3 {amp['speedup_nfe']:.2f}x. Quality (condition score) minus AR's: GSD "
+        f"{quality(gsd)}, Amplify {quality(amp)}, AR on other seeds {quality(noise)} (the seed "
+        "noise).",
     ]
+    top1 = tables.get("top1") or {}
     if top1:
         low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)
-        inside = "inside" if low <= top1["pooled_share_below"] <= high else "outside"
-        lines.append(f"- Flatness: {top1['pooled_share_below']:.1%} of AR tokens have top-1 probability below "
+        share = top1["pooled_share_below"]
+        inside = "inside" if low <= share <= high else "outside"
+        lines.append(f"- Flatness: {share:.1%} of AR tokens have top-1 probability below "
                      f"{top1['threshold']:g}, {inside} the paper's {low:.0%}-{high:.0%}.")
-    lines.append(f"- All on the **stand-in** (`{results.get('model')}`, commit `{str(results['git']['commit'])[:7]}`): "
+    commit = str(results["git"]["commit"])[:7]
+    lines.append(f"- All on the **stand-in** (`{results.get('model')}`, commit `{commit}`): "
                  "Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
                  "[docs/claims.md](docs/claims.md).")
     return "\n".join(lines)
@@ -111,7 +117,8 @@ def render_table1(results: dict[str, Any]) -> str:
         diff = r.get("condition_score_diff_ar")
         rows.append({
             "method": TABLE1_LABELS.get(r["method"], r["method"]),
-            "NFE (s.e.)": f"{r['nfe']:.1f}" + (f" ({r['nfe_sem']:.1f})" if r.get("nfe_sem") else ""),
+            "NFE (s.e.)": f"{r['nfe']:.1f}" + (f" ({r['nfe_sem']:.1f})" if r.get("nfe_sem")
+                                                 else ""),
             "speed-up (NFE)": f"{r['speedup_nfe']:.2f}x",
             "speed-up (CPU wall)": f"{r['speedup_wall']:.2f}x",
             "accepted / tested": _cell(r.get("accepted_per_tested"), ".3f"),
@@ -124,15 +131,17 @@ def render_table1(results: dict[str, Any]) -> str:
     if real:
         rows.append({"method": f"real held-out crops ({real['images']})",
                      "condition score": _cell(real.get("condition_score"), ".1f")})
-    columns = ["method", "NFE (s.e.)", "speed-up (NFE)", "speed-up (CPU wall)", "accepted / tested", "TV", "W1",
-               "condition score", "minus AR [95% CI]"]
+    columns = ["method", "NFE (s.e.)", "speed-up (NFE)", "speed-up (CPU wall)",
+               "accepted / tested", "TV", "W1", "condition score", "minus AR [95% CI]"]
     config, sizes = results.get("config", {}), results.get("config", {}).get("sizes", {})
     caption = (f"Model `{results.get('model')}` at commit `{str(results['git']['commit'])[:7]}`: "
-               f"{results['tables']['table1'][0]['images']} images per method, {config.get('num_tokens')} tokens "
+               f"{results['tables']['table1'][0]['images']} images per method, "
+               f"{config.get('num_tokens')} tokens "
                f"each, CFG {config.get('cfg_scale'):g}, top-k {config.get('top_k')}, temperature "
                f"{config.get('temperature'):g}, Jacobi window {sizes.get('window')}; W1 from "
                f"{results['tables'].get('w1_draws')} rows per image.\n\n")
-    return caption + markdown_table([{c: row.get(c, "-") for c in columns} for row in rows], columns)
+    cells = [{c: row.get(c, "-") for c in columns} for row in rows]
+    return caption + markdown_table(cells, columns)
 
 
 def replace_block(text: str, block: str, start: str = START, end: str = END) -> str:
@@ -154,7 +163,8 @@ def committed_block(text: str, start: str = START, end: str = END) -> str:
 
 def rendered_blocks(results: dict[str, Any]) -> dict[tuple[str, str], str]:
     """Every README block rendered from ``results``, by its markers."""
-    return {(START, END): render_findings(results), (TABLE_START, TABLE_END): render_table1(results)}
+    return {(START, END): render_findings(results),
+            (TABLE_START, TABLE_END): render_table1(results)}
 
 
 def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
@@ -168,7 +178,8 @@ def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
 
 
 def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
-    """README's findings block and docs/claims.md from ``results`` (default: figures/results.json)."""
+    """README's rendered blocks and docs/claims.md from ``results`` (default:
+    figures/results.json)."""
     results = results if results is not None else ledger.load_results()
     return [update_readme(results), ledger.write_claims(results)]
 
@@ -177,7 +188,8 @@ def stale_outputs(results: dict[str, Any], readme: str | Path = README,
                   claims: str | Path = ledger.CLAIMS_MD) -> list[str]:
     """Which of README's findings block and docs/claims.md differ from ``results``' rendering."""
     stale, text = [], Path(readme).read_text()
-    if any(committed_block(text, *markers) != block for markers, block in rendered_blocks(results).items()):
+    blocks = rendered_blocks(results).items()
+    if any(committed_block(text, *markers) != block for markers, block in blocks):
         stale.append(str(readme))
     if not Path(claims).exists() or Path(claims).read_text() != ledger.ledger_markdown(results):
         stale.append(str(claims))

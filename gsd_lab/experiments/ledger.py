@@ -48,16 +48,18 @@ def _row(claim: str, paper_text: str, here: str, outcome: str, note: str, source
          diff: PairedDifference | None = None, span: str | None = None) -> dict[str, str]:
     if outcome == "direction only":
         note = "right direction, another size" + (f": {note}" if note else "")
-    band = span if span is not None else (interval(diff) if diff is not None and outcome == "noise" else "-")
-    return {"claim": claim, "paper": paper_text, "here": here, "status": STATUS.get(outcome, outcome),
-            "interval": band, "note": note, "source": source}
+    if span is None:
+        span = interval(diff) if diff is not None and outcome == "noise" else "-"
+    return {"claim": claim, "paper": paper_text, "here": here,
+            "status": STATUS.get(outcome, outcome), "interval": span, "note": note,
+            "source": source}
 
 
 def _from_comparison(row: dict[str, str], diff: PairedDifference | None = None) -> dict[str, str]:
     """A ``paper`` comparison row (notebooks 02-04) as a ledger row; ``diff``: the paired
     difference it judged, for the interval of a "noise" verdict."""
-    return _row(row["claim"], row["paper"], row["here"], row["reproduces"], row["why not / note"], row["source"],
-                diff)
+    return _row(row["claim"], row["paper"], row["here"], row["reproduces"], row["why not / note"],
+                row["source"], diff)
 
 
 def _prefixed(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
@@ -71,7 +73,7 @@ def _find(rows: list[dict[str, Any]], method: str) -> dict[str, Any] | None:
 # ---- headline claims -----------------------------------------------------------------------------
 
 def quality_vs_amplify(table1: list[dict[str, Any]]) -> dict[str, str]:
-    """Table 1: GSD (G = 50) loses less quality than Amplify (k = 3) (CLIP 32.075 against 31.774)."""
+    """Table 1: GSD (G = 50) loses less quality than Amplify (k = 3) (CLIP 32.075 vs 31.774)."""
     gsd, amp = _find(table1, "GSD (G=50)"), _find(table1, "Amplify (k=3)")
     diff = paired_difference(gsd, amp, paper.QUALITY)
     outcome = verdict(diff.difference, diff.se, expected_sign=1)
@@ -80,7 +82,8 @@ def quality_vs_amplify(table1: list[dict[str, Any]]) -> dict[str, str]:
     note = {"no": "Amplify scored higher than GSD", "noise": "the proxy cannot separate them",
             "not run": "rows or per-image quality missing"}.get(outcome, "")
     return _row("GSD (G=50) loses less quality than Amplify (k=3)", paper_text,
-                "GSD - Amplify, condition score: " + diff.text(3), outcome, note, paper.GSD50_CLIP.source, diff)
+                "GSD - Amplify, condition score: " + diff.text(3), outcome, note,
+                paper.GSD50_CLIP.source, diff)
 
 
 def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -94,15 +97,18 @@ def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, 
         outcome = combined([r["verdict"] for r in rows])
         diffs = [r["difference"] for r in rows]
         higher = sum(d > 0 for d in diffs)
-        here = (f"GSD - Amplify at {len(rows)} matched NFE: {min(diffs):+.3g} to {max(diffs):+.3g} "
-                f"(GSD higher at {higher}); verdicts " + ", ".join(r["verdict"] for r in rows))
+        here = (f"GSD - Amplify at {len(rows)} matched NFE: {min(diffs):+.3g} to "
+                f"{max(diffs):+.3g} (GSD higher at {higher}); verdicts "
+                + ", ".join(r["verdict"] for r in rows))
         anchor = next((r for r in rows if r["anchor"] == "GSD (G=50)"), rows[0])
-        span = f"[{anchor['low']:+.3g}, {anchor['high']:+.3g}] at {anchor['anchor']} (95% paired bootstrap)"
+        span = (f"[{anchor['low']:+.3g}, {anchor['high']:+.3g}] at {anchor['anchor']} "
+                "(95% paired bootstrap)")
         note = {"no": "at one point or more GSD distorts more than Amplify beyond the noise",
                 "noise": "no point separates them"}.get(outcome, "")
-        out.append(_row(f"GSD distorts less than Amplify at matched NFE, exact {measure}",
-                        "implied by Table 1 (CLIP at 637 vs 586 NFE); distortion not measured", here, outcome,
-                        note, "gsd_lab.experiments.matched", span=span))
+        implied = (f"implied by Table 1 (CLIP at {paper.GSD50_NFE.value:g} vs "
+                   f"{paper.AMPLIFY3_NFE.value:g} NFE); distortion not measured")
+        out.append(_row(f"GSD distorts less than Amplify at matched NFE, exact {measure}", implied,
+                        here, outcome, note, "gsd_lab.experiments.matched", span=span))
     return out
 
 
@@ -114,10 +120,11 @@ def theorem1_dynamic() -> dict[str, str]:
     table = counterexample_table()
     sd, dyn = Fraction(table.alpha_sd), Fraction(table.alpha_dynamic)
     outcome = "no" if dyn < sd else "yes"
+    here = (f"exact counterexample (V = 5, G = 3): {dyn} = {float(dyn):.4f} < SD's {sd} = "
+            f"{float(sd):.4f}")
     return _row("Theorem 1 holds for the paper's dynamic clusters (acceptance >= SD's)",
-                "stated for GSD's clusters (paper.md 1.3)",
-                f"exact counterexample (V = 5, G = 3): {dyn} = {float(dyn):.4f} < SD's {sd} = {float(sd):.4f}",
-                outcome, "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07)",
+                "stated for GSD's clusters (paper.md 1.3)", here, outcome,
+                "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07)",
                 "proofs/04_dynamic_counterexample.md")
 
 
@@ -127,9 +134,11 @@ def gsd_over_sjd(table1: list[dict[str, Any]]) -> dict[str, str]:
     diff = paired_difference(gsd, sjd, "nfe")
     claimed = paper.SJD_NFE.value / paper.GSD50_NFE.value
     ours = sjd["nfe"] / gsd["nfe"] if gsd is not None and sjd is not None else float("nan")
-    outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=paper.within_ratio(ours, claimed))
-    return _row("GSD (G=50): NFE speed-up over SJD", f"{claimed:.2f}x", f"{ours:.2f}x (GSD - SJD: {diff.text(4)} NFE)",
-                outcome, "", paper.GSD50_NFE.source, diff)
+    outcome = verdict(diff.difference, diff.se, expected_sign=-1,
+                      size_ok=paper.within_ratio(ours, claimed))
+    return _row("GSD (G=50): NFE speed-up over SJD", f"{claimed:.2f}x",
+                f"{ours:.2f}x (GSD - SJD: {diff.text(4)} NFE)", outcome, "", paper.GSD50_NFE.source,
+                diff)
 
 
 def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -140,12 +149,14 @@ def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
         row = _find(table1, label)
         diff = paired_difference(row, gsd, "nfe")
         outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-        note = {"noise": "lossless coupled SJD and lossy GSD need the same forwards within the interval",
-                "no": "GSD needs fewer forwards", "yes": "SCD compares with GSD G = 10 on COCO; here G = 50"
-                }.get(outcome, "rows not in this run")
+        note = {"noise": "lossless coupled SJD and lossy GSD: equal forwards within the interval",
+                "no": "GSD needs fewer forwards",
+                "yes": "SCD compares with GSD G = 10 on COCO; here G = 50"}.get(outcome, "not run")
         out.append(_row(f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)",
-                        f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) {paper.SCD_GSD10_NFE.value:g} NFE",
-                        f"{label} - GSD (G=50): {diff.text(3)} NFE", outcome, note, paper.SCD_GSD10_NFE.source, diff))
+                        f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) "
+                        f"{paper.SCD_GSD10_NFE.value:g} NFE",
+                        f"{label} - GSD (G=50): {diff.text(3)} NFE", outcome, note,
+                        paper.SCD_GSD10_NFE.source, diff))
     return out
 
 
@@ -157,11 +168,13 @@ def quality_vs_ar(table1: list[dict[str, Any]]) -> dict[str, str]:
     status = {"yes": "no"}.get(outcome, outcome)
     note = {"noise": "no change beyond the noise: what the claim predicts, within the interval",
             "no": "quality moved beyond the noise"}.get(status, "")
-    return _row("GSD (G=50) keeps AR's quality", f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
-                "GSD - AR, condition score: " + diff.text(3), status, note, paper.GSD50_CLIP.source, diff)
+    return _row("GSD (G=50) keeps AR's quality",
+                f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
+                "GSD - AR, condition score: " + diff.text(3), status, note, paper.GSD50_CLIP.source,
+                diff)
 
 
-# ---- the ledger ------------------------------------------------------------------------------------
+# ---- the ledger ---------------------------------------------------------------------------
 
 def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     """Every claim, headline claims first, from a figures run's ``results.json`` (as a dict)."""
@@ -175,9 +188,10 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     rows.append(theorem1_dynamic())
     sjd = _prefixed(table2, "SJD") or _find(table1, "SJD")
     for r in comparison:
-        if r["claim"].startswith("Table 2 ("):  # "Table 2 (A): NFE / SJD's NFE": its paired NFE difference
+        if r["claim"].startswith("Table 2 ("):  # "Table 2 (A): NFE / SJD's NFE": paired NFE
             key = r["claim"].split(":")[0].removeprefix("Table 2 ")
-            rows.append(_from_comparison(r, paired_difference(_prefixed(table2, key + " "), sjd, "nfe")))
+            diff = paired_difference(_prefixed(table2, key + " "), sjd, "nfe")
+            rows.append(_from_comparison(r, diff))
         elif r["claim"].startswith("Table 2"):
             rows.append(_from_comparison(r))
     rows += frontier(table1)
@@ -185,8 +199,10 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     for label in ("SJD", "Amplify (k=3)", "MC-SJD (maximal)", "MC-SJD (Gumbel)"):
         claim = next(c for c in by_claim if c.startswith(f"{label}: NFE speed-up over AR"))
         rows.append(_from_comparison(by_claim[claim]))
-    coupled = paired_difference(_prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"), "nfe")
-    rows += [_from_comparison(r, coupled) for r in comparison if r["claim"].startswith("(not in the papers)")]
+    coupled = paired_difference(_prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"),
+                                "nfe")
+    rows += [_from_comparison(r, coupled) for r in comparison
+             if r["claim"].startswith("(not in the papers)")]
     top1 = tables.get("top1") or {}
     if top1:
         rows += [_from_comparison(r) for r in paper.top1_comparison(
@@ -196,8 +212,8 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
         rows += [_from_comparison(r) for r in paper.replacement_comparison(quality)
                  if not r["claim"].startswith("(control")]
     rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("SJD-PAC")]
-    rows += [_row(item["analysis"], item["paper"], "-", "not run", item["why not here"], "paper.NOT_REPRODUCED")
-             for item in paper.NOT_REPRODUCED]
+    rows += [_row(item["analysis"], item["paper"], "-", "not run", item["why not here"],
+                  "paper.NOT_REPRODUCED") for item in paper.NOT_REPRODUCED]
     return rows
 
 
@@ -217,10 +233,12 @@ def ledger_markdown(results: dict[str, Any]) -> str:
     head = [
         "# Claims ledger: every claim of the paper, run or not",
         "",
-        f"Generated from `figures/results.json` (model `{results.get('model')}`, commit `{commit}`, "
+        f"Generated from `figures/results.json` (model `{results.get('model')}`, "
+        f"commit `{commit}`, "
         f"{images} images per method) by `gsd_lab.experiments.ledger`; do not edit by hand "
         "(`python -m gsd_lab readme` rewrites it). Status by the one verdict rule "
-        "(`gsd_lab.experiments.verdicts`): reproduced / not reproduced beyond two paired standard errors, "
+        "(`gsd_lab.experiments.verdicts`): reproduced / not reproduced beyond two paired "
+        "standard errors, "
         "noise within them (the interval d +- 2 SE is what the run cannot exclude), not run (why). "
         "Headline claims first. Every number here is from the stand-in unless stated: "
         "**Lumina-mGPT's real weights have not run.**",
@@ -242,7 +260,8 @@ def write_claims(results: dict[str, Any], path: str | Path = CLAIMS_MD) -> Path:
 
 
 def show_ledger(results: dict[str, Any] | None = None) -> None:
-    """Display the ledger (in a notebook as markdown, else printed); default: the repository's run."""
+    """Display the ledger (in a notebook as markdown, else printed); default: the repository's
+    run."""
     from ..figure_io import markdown_table
 
     text = markdown_table(ledger(results if results is not None else load_results()), COLUMNS)

@@ -290,8 +290,9 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
                          "proofs/09_coupled_drafts.md"))
     rows.append(_row("SJD-PAC: step compression over AR", f"{SJD_PAC_STEP.value:.2f}x", "-", "not run",
                      "its released tree verification is not lossless (an exact transcription, "
-                     "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive Continuation on the "
-                     "chain is the maximal coupling, run as MC-SJD (maximal)", SJD_PAC_STEP.source))
+                     "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive "
+                     "Continuation on the chain is the maximal coupling, run as MC-SJD (maximal)",
+                     SJD_PAC_STEP.source))
     return rows
 
 

@@ -278,7 +278,7 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
         "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
         "nfe_sem": _sem([r.nfe for r in records]),
     }
-    for key in ("distortion", "w1"):  # not "substitution": undefined for most lossy rules (module docstring)
+    for key in ("distortion", "w1"):  # not "substitution": undefined for most lossy rules
         values = [getattr(r, key) for r in records]
         if any(v is None for v in values):
             continue

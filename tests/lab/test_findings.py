@@ -16,7 +16,7 @@ RESULTS = ledger.load_results()
 def test_committed_readme_blocks_equal_the_rendering_of_committed_results():
     text = findings.README.read_text()
     for (start, end), block in findings.rendered_blocks(RESULTS).items():
-        assert findings.committed_block(text, start, end) == block, f"run python -m gsd_lab readme ({start})"
+        assert findings.committed_block(text, start, end) == block, "run python -m gsd_lab readme"
 
 
 def test_committed_claims_page_equals_the_ledger_of_committed_results():

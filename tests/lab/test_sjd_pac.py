@@ -213,9 +213,11 @@ def random_instance_tvs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         target, stale = row(), (row(), row(), row())
         children = {c: row() for c in range(3)}
         chain = {(a, b): row() for a in range(3) for b in range(3)}
-        selection.append(tv(first_emitted_law(target, children, chain, stale, "released", claimed_draws), target))
+        law = first_emitted_law(target, children, chain, stale, "released", claimed_draws)
+        selection.append(tv(law, target))
         target_2, s, previous = image(), image(), image()
-        law = first_emitted_law(target_2, {}, {}, (s, uniform, uniform), "rrs", released_draws(previous))
+        law = first_emitted_law(target_2, {}, {}, (s, uniform, uniform), "rrs",
+                                released_draws(previous))
         siblings.append(tv(law, target_2))
     return np.array(selection), np.array(siblings)
 

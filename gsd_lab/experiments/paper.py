@@ -77,7 +77,7 @@ SJD_PAC_STEP_PARTI = PaperNumber(4.62, "paper.md 4.5, SJD-PAC README, Lumina-mGP
 COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
 
 # The paper's analyses this package does not reproduce, with the reason: the one list (notebook
-# 04 shows it; the README points to it).
+# 04 shows it; the claims ledger, `ledger.ledger`, lists them as "not run").
 NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
 NOT_REPRODUCED = [
     {"analysis": "Fig. 3: t-SNE of the token embeddings",

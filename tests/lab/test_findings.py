@@ -87,3 +87,16 @@ def test_show_ledger_prints_the_table(capsys):
     paper.show_ledger(RESULTS)
     out = capsys.readouterr().out
     assert out.startswith("| claim | paper | here | status |") and "Theorem 1" in out
+
+
+def test_relative_links_of_readme_and_docs_resolve():
+    """Every relative link of README.md and docs/*.md names a file of the repository (the long
+    sections moved to docs/, so a stale link would be easy to miss)."""
+    import re
+
+    pages = [findings.README, *sorted((ledger.REPO / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"

@@ -211,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
     chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    rd = sub.add_parser("readme", help="README's findings and docs/claims.md from results.json",
+                        description="Render the README's findings box and table and the claims "
+                                    "ledger (docs/claims.md) from a figures run's results.json; "
+                                    "--check exits 1 if either differs.")
+    rd.add_argument("--results", type=Path, default=None,
+                    help="default: the repository's figures/results.json")
+    rd.add_argument("--check", action="store_true", help="compare only; write nothing")
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -602,6 +609,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_readme(args: argparse.Namespace) -> int:
+    """README's findings block and docs/claims.md from results.json (``experiments.findings``)."""
+    from .experiments import findings, ledger
+
+    results = ledger.load_results(args.results or ledger.RESULTS)
+    if not args.check:
+        for path in findings.update_repository(results):
+            print(f"wrote {path}")
+        return 0
+    stale = findings.stale_outputs(results)
+    for name in stale:
+        print(f"{name} differs from the rendering of the results (python -m gsd_lab readme)")
+    return 1 if stale else 0
+
+
 COMMANDS = {"generate": cmd_generate, "figures": cmd_figures, "evaluate": cmd_evaluate}
 
 
@@ -615,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         from .teaching.notebooks import main as notebooks_main
 
         return notebooks_main(args)
+    if args.command == "readme":
+        return cmd_readme(args)
     if args.command == "check-weights":
         from .check_weights import main as check_weights_main
 

@@ -20,7 +20,7 @@ import torch
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import matched, plots, records, tables, toy
+from .experiments import findings, ledger, matched, plots, records, tables, toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -33,15 +33,14 @@ from .io.provenance import atomic_write_json, inside_repository, provenance, req
 from .accounting.transport import DEFAULT_DRAWS
 
 
-W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem", "substitution", "substitution_sem"]
+W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem"]
 W1_TEXT = ("`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step output "
            "law, p) with ground cost the RMS difference per coordinate between the codes' decoded content "
            "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
            "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
            "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
            "exact (POT; gsd_lab.accounting.transport): `w1_sem` its standard error over images (sampling noise included), "
-           "`w1_sampling_sem` the estimator's part of it. `substitution` (rank bins with the cluster-exact "
-           "residual): the content change under the rule's own coupling, >= W1. ")
+           "`w1_sampling_sem` the estimator's part of it. ")
 
 
 @dataclass(frozen=True)
@@ -469,6 +468,12 @@ def run_figures(
                   "replacement": None if replacement is None else {"quality": replacement.quality,
                                                                     "mean_log_prob": replacement.mean_log_prob}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
+    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
+        try:
+            for path in findings.update_repository(ledger.load_results(out_dir / "results.json")):
+                print(f"wrote {path}")
+        except ValueError as error:  # e.g. --quick sizes lack a row the findings read
+            print(f"README's findings and docs/claims.md NOT updated: {error}")
     return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}
 
 

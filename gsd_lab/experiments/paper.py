@@ -77,7 +77,7 @@ SJD_PAC_STEP_PARTI = PaperNumber(4.62, "paper.md 4.5, SJD-PAC README, Lumina-mGP
 COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
 
 # The paper's analyses this package does not reproduce, with the reason: the one list (notebook
-# 04 shows it; the README points to it).
+# 04 shows it; the claims ledger, `ledger.ledger`, lists them as "not run").
 NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
 NOT_REPRODUCED = [
     {"analysis": "Fig. 3: t-SNE of the token embeddings",
@@ -289,8 +289,10 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
                          "same rule, coupled re-drafts: the per-step law given the history is unchanged (proofs/09)",
                          "proofs/09_coupled_drafts.md"))
     rows.append(_row("SJD-PAC: step compression over AR", f"{SJD_PAC_STEP.value:.2f}x", "-", "not run",
-                     "its released tree verification is not lossless (tests/lab/test_sjd_pac.py); its Adaptive "
-                     "Continuation is the maximal coupling, run as MC-SJD (maximal)", SJD_PAC_STEP.source))
+                     "its released tree verification is not lossless (an exact transcription, "
+                     "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive "
+                     "Continuation on the chain is the maximal coupling, run as MC-SJD (maximal)",
+                     SJD_PAC_STEP.source))
     return rows
 
 
@@ -336,3 +338,11 @@ def nfe_below_sjd(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
                         "GSD - SJD: " + _difference_text(diff, "NFE", digits=4), outcome, why,
                         GSD50_NFE.source if paper != "-" else "not in the paper (its Table 1 reports G = 50)"))
     return out
+
+
+def show_ledger(results: dict[str, Any] | None = None) -> None:
+    """Display the claims ledger (``ledger.show_ledger``): every claim, run or not, headline first;
+    default: the repository's figures/results.json."""
+    from .ledger import show_ledger as show
+
+    show(results)

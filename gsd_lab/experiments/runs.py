@@ -17,9 +17,10 @@ mean over its tokens of W1(one-step output law, p) with the content distance as 
 stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
 to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
 estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
-``substitution`` (rank bins with the cluster-exact residual, SD): the content change under the
-rule's own coupling, the same way. The time the accounting takes is kept out of
-``wall_seconds`` (``DecodeResult.accounting_seconds``).
+The records keep ``substitution`` (``gsd_lab.transport.substitution_cost``: defined only for SD,
+where it is 0, and partitions with the cluster-exact residual), but the tables do not report it:
+it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant to compare.
+The time the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).
 
 Per-image values (``per_image`` of each row: prompt, seed, nfe, distortion, w1, condition score):
 what paired comparisons (``verdicts``, ``matched``) need, image by image.
@@ -277,7 +278,7 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
         "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
         "nfe_sem": _sem([r.nfe for r in records]),
     }
-    for key in ("distortion", "w1", "substitution"):
+    for key in ("distortion", "w1"):  # not "substitution": undefined for most lossy rules
         values = [getattr(r, key) for r in records]
         if any(v is None for v in values):
             continue

@@ -196,3 +196,36 @@ def test_adaptive_continuation_alone_is_the_maximal_coupling():
     for (c0, _), weight in released_draws(PREVIOUS_Q)(S):
         first[c0] += weight
     assert tv(first, S) < 1e-12
+
+
+def random_instance_tvs(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """How typical the two findings are: TV(first emitted token's law, p) on ``n`` random
+    instances of each (every row Dirichlet(1)): finding 1's setting over 3 tokens (K = 2,
+    depth 3, siblings drawn as the verification assumes) and finding 2's over 3 image tokens
+    (a tail position after a rejection, K = 2, first accepted sibling emitted). The docs quote
+    ``random_instance_tvs(400)``'s median and quantiles."""
+    rng = np.random.default_rng(seed)
+    row = lambda: rng.dirichlet(np.ones(3))  # noqa: E731
+    image = lambda: np.concatenate([[0.0], row()])  # noqa: E731
+    uniform = np.array([0.0, 1 / 3, 1 / 3, 1 / 3])
+    selection, siblings = [], []
+    for _ in range(n):
+        target, stale = row(), (row(), row(), row())
+        children = {c: row() for c in range(3)}
+        chain = {(a, b): row() for a in range(3) for b in range(3)}
+        law = first_emitted_law(target, children, chain, stale, "released", claimed_draws)
+        selection.append(tv(law, target))
+        target_2, s, previous = image(), image(), image()
+        law = first_emitted_law(target_2, {}, {}, (s, uniform, uniform), "rrs",
+                                released_draws(previous))
+        siblings.append(tv(law, target_2))
+    return np.array(selection), np.array(siblings)
+
+
+def test_findings_hold_on_random_rows_not_only_searched_ones():
+    """On random rows the selection defect is small but present on almost every instance (the
+    searched instance 1's 0.215 is far in the tail); the exact control stays at 0."""
+    selection, siblings = random_instance_tvs(12, seed=1)
+    assert np.median(selection) > 1e-3 and (selection > 1e-6).mean() > 0.5
+    assert np.median(selection) < 0.1
+    assert (siblings > 1e-6).any()

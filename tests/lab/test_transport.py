@@ -292,6 +292,10 @@ def test_streamed_paper_runs_record_w1_in_their_result_rows(tmp_path):
     assert cache.run() == 4
     rows = {r["method"]: r for r in cache.table(specs, tables.AR)}
     assert rows["AR"]["w1"] == 0.0 and rows["Amplify (k=2)"]["w1"] > 0
+    # The substitution cost stays in the records (defined for SD: 0) but not in the tables: it is
+    # undefined for GSD's dynamic rule, Amplify and LANTERN (gsd_lab.experiments.runs).
+    assert cache.records(specs[0])[0].substitution == 0.0
+    assert not any(key.startswith("substitution") for row in rows.values() for key in row)
     assert rows["Amplify (k=2)"]["per_image"]["w1"] == [r.w1 for r in cache.records(specs[1])]
     assert sum(cache.w1_seconds()) > 0
 

@@ -46,7 +46,7 @@ from torch import Tensor
 from ..methods import DecodingMethod
 from .image_model import ImageModel
 from .runs import GenerationRecord, quality_and_scores, resolve_for
-from .verdicts import NOT_RUN, PairedDifference, paired_values
+from .verdicts import NOISE_Z, NOT_RUN, PairedDifference, paired_values, verdict
 
 VARIANTS = ("original", "top-k", "same-cluster", "uniform")
 MODES = VARIANTS[1:]
@@ -207,6 +207,30 @@ class ReplacementResult:
                  "content_distance": self.change("content_distance", v).text(),
                  "condition_score_change": self.change("condition_score", v).text()}
                 for v in VARIANTS[1:]]
+
+    def summary_lines(self) -> list[str]:
+        """What the study shows, one sentence per altered variant, each change judged by the one
+        rule (``verdicts.verdict``: beyond ``NOISE_Z`` paired standard errors or noise)."""
+        lines = []
+        for v in VARIANTS[1:]:
+            parts = []
+            for measure, noun in (("log_likelihood", "its own log-likelihood per token"),
+                                  ("condition_score", "the condition score")):
+                change = self.change(measure, v)
+                if not math.isfinite(change.difference):
+                    continue
+                outcome = verdict(change.difference, change.se, -1)
+                noise = (f"within {NOISE_Z:g} SE (noise)" if change.se is not None
+                         else "noise (no SE)")
+                word = {"yes": "lower", "no": "higher"}.get(outcome, noise)
+                parts.append(f"{noun} {word}: {change.text()}")
+            distance = self.change("content_distance", v)
+            if math.isfinite(distance.difference):
+                se = "no SE" if distance.se is None else f"SE {distance.se:.3g}"
+                parts.append(f"content distance from the original {distance.difference:.3g} ({se})")
+            lines.append(f"Measured here, {v} ({self.changed_share[v]:.1%} of tokens changed): "
+                         + "; ".join(parts) + ".")
+        return lines
 
 
 def replacement_study(

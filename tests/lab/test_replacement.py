@@ -113,3 +113,15 @@ def test_study_reports_paired_changes_against_the_original(tiny, records):
     rows = study.rows()
     assert [r["variant"] for r in rows] == list(VARIANTS[1:])
     assert all("paired SE" in r["log_likelihood_change"] for r in rows)
+
+
+def test_summary_lines_judge_each_change_with_the_verdict_rule(tiny, records):
+    study = replacement_study(tiny, records, top_k=3, cluster_size=7)
+    study.log_likelihood = {**study.log_likelihood,
+                            "uniform": [v - 5.0 for v in study.log_likelihood["original"]]}
+    study.log_likelihood["uniform"][0] -= 0.1  # a spread, so a finite paired SE
+    lines = dict(zip(VARIANTS[1:], study.summary_lines()))
+    assert "own log-likelihood per token lower: -5.03" in lines["uniform"]
+    study.log_likelihood["uniform"] = [v + 1e-3 * (-1) ** i
+                                       for i, v in enumerate(study.log_likelihood["original"])]
+    assert "within 2 SE (noise)" in study.summary_lines()[-1]

@@ -160,6 +160,6 @@ def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, k
 # The columns notebook 04's decoding tables show: those its text discusses (the rows keep every
 # column, as do ``figures/results.json`` and ``course.show_tables`` without ``columns``).
 TABLE_COLUMNS = ["method", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested",
-                 "acceptance_rate", "distortion", "w1", "condition_score", "condition_score_diff_ar",
-                 "condition_score_diff_ar_low", "condition_score_diff_ar_high", "frechet_distance",
-                 "clip_score"]
+                 "acceptance_rate", "distortion", "distortion_sem", "w1", "condition_score",
+                 "condition_score_sem", "condition_score_diff_ar", "condition_score_diff_ar_low",
+                 "condition_score_diff_ar_high", "frechet_distance", "clip_score"]

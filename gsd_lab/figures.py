@@ -444,8 +444,12 @@ def run_figures(
         sections.append(("Fig. 4 analogue: top-100 replacement",
                          f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform draw "
                          f"from the top-{sizes.replacement_top_k} of the teacher-forced target distribution, "
-                         "against uniformly random replacement.\n\n"
-                         + table(rep_rows, list(rep_rows[0]))))
+                         "from GSD's cluster around the token, or uniformly at random. mean_log_prob: each "
+                         "image's own log-likelihood per token (teacher-forced on the altered sequence, full "
+                         "softmax); the changes against the original are paired over images "
+                         "(`gsd_lab.experiments.replacement`).\n\n"
+                         + table(rep_rows, list(rep_rows[0])) + "\n\n"
+                         + markdown_table(replacement.rows(), list(replacement.rows()[0]))))
     toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in tvs.items()]
     sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1",
                      markdown_table(toy_rows, ["pair", "tv", "acceptance"])
@@ -466,7 +470,8 @@ def run_figures(
                   "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
                   "top1_per_class": _top1_per_class(stats, stats_no_cfg),
                   "replacement": None if replacement is None else {"quality": replacement.quality,
-                                                                    "mean_log_prob": replacement.mean_log_prob}}
+                                                                    "mean_log_prob": replacement.mean_log_prob,
+                                                                    "changes": replacement.rows()}}
     atomic_write_json(out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables})
     if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
         try:

@@ -12,6 +12,12 @@ cluster holding the three tokens: every draft accepted) must fail. The test is e
 side and sampled on the decoder side: a lossless decoder fails it with probability 1e-3 whatever
 the seed, and a wrong one passes it only if its law is within the test's power of AR's.
 
+A lossy rule has no such joint law to test against, but its first token has one: the first
+forward verifies a uniformly random one-hot draft against p(. | prompt) before anything else is
+decided, so that token's law is one exact verification step averaged over the draft
+(``first_token_law``, ``check_first_token``). A wrong credited cluster mass or an off-by-one
+accepted count in the loop moves it (tests/lab/test_notebook04_checks_power.py).
+
 Which drafts a check uses decides which bugs it can see. With uniformly random drafts (one-hot
 q = e_x, x uniform over the K allowed tokens), resampling from p instead of the residual
 norm((p - q)+) is still lossless on average over x (the emitted law is p(y)/K + (1 - 1/K) p(y)
@@ -144,3 +150,78 @@ def check_joint(name: str, samples: int, seed: int, *, method: Any, lossless_exp
     joint = exact_joint(adapter)
     counts = sample_counts(adapter, samples, seed, method)
     return JointCheck(name, samples, chi_square_pvalue(counts, joint), lossless_expected)
+
+
+# ---- a lossy rule through the loop: the first token against its exact one-step law --------------
+
+FIRST_TOKEN_LENGTH = 2  # tokens per decode in check_first_token: a window of one draft, then done
+
+
+def first_token_law(adapter: Any, rule: Any, *, prompt: tuple[int, ...] = PROMPT) -> np.ndarray:
+    """The exact law of the first token ``generate`` emits over ``ALLOWED`` [K], for any rule.
+
+    Its first forward (window >= 1, at least two tokens to generate: the window is capped at
+    the tokens still needed minus one) verifies the draft d_0 ~ uniform over the K allowed
+    tokens, with one-hot q_0 = e_{d_0}, against p_0 = p(. | prompt), before anything else is
+    decided, so the first token's law is one verification step averaged over the draft:
+
+        P(x_1 = y) = (1/K) sum_d output_distribution(p_0, e_d, rule)(y),
+
+    computed by gsd_core's exact enumeration (``output_distribution``), not by the loop."""
+    from gsd_core import output_distribution
+
+    ids = torch.tensor(prompt)
+    adapter.start(ids)
+    p0 = adapter.forward(ids, num_rows=1)[0].to(torch.float64).cpu()
+    allowed = torch.tensor(ALLOWED)
+    law = torch.zeros_like(p0)
+    for d in ALLOWED:
+        q0 = torch.zeros_like(p0)
+        q0[d] = 1.0
+        law += output_distribution(p0, q0, rule) / len(ALLOWED)
+    if abs(float(law[allowed].sum()) - 1) > 1e-12:
+        raise ValueError("the first token's law puts mass outside the allowed tokens")
+    return law[allowed].numpy()
+
+
+@dataclass(frozen=True)
+class FirstTokenCheck:
+    """Outcome of ``check_first_token``: the first tokens of n decodes against their exact law."""
+
+    name: str
+    samples: int
+    pvalue: float
+    significance: float = SIGNIFICANCE
+
+    @property
+    def passed(self) -> bool:
+        return self.pvalue > self.significance
+
+    def line(self) -> str:
+        """The checked-cell text: the verdict and its tolerance only (no sampled number)."""
+        return (f"{self.name}: the first token of {self.samples} decodes through generate fits "
+                f"its exact one-step law (chi-square, significance {self.significance:g}): "
+                f"{self.passed}")
+
+
+def check_first_token(name: str, samples: int, seed: int, *, method: Any,
+                      model: Any = None) -> FirstTokenCheck:
+    """Decode ``samples`` times ``FIRST_TOKEN_LENGTH`` tokens with ``generate`` and ``method`` (a
+    ``DecodingMethod``, window >= 1; lossy rules included) on the tiny model (mostly one forward
+    per decode) and test the first tokens' counts against
+    ``first_token_law`` of the method's rule. A wrong credited mass, residual or accepted count
+    in the loop's verification changes that law."""
+    from ..decoding import generate
+    from ..models import CausalLMAdapter
+
+    model = model if model is not None else tiny_model()
+    adapter = CausalLMAdapter(model, ALLOWED, row_length=ROW_LENGTH)
+    resolved = method.resolve(adapter)
+    law = first_token_law(adapter, resolved.rule)
+    generator = torch.Generator().manual_seed(seed)
+    counts = np.zeros(len(ALLOWED))
+    for _ in range(samples):
+        result = generate(adapter, torch.tensor(PROMPT), resolved, num_tokens=FIRST_TOKEN_LENGTH,
+                          generator=generator)
+        counts[ALLOWED.index(int(result.tokens[0]))] += 1
+    return FirstTokenCheck(name, samples, chi_square_pvalue(counts, law))

@@ -140,8 +140,27 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
     return fig
 
 
-# Metrics where a lower value is better; every other quality metric is better higher.
-LOWER_IS_BETTER = ("frechet_distance", "distortion")
+# The better direction of every metric a figure plots ("lower" or "higher"); ``better`` raises for
+# a metric missing here, so that no panel can name the wrong corner by default.
+BETTER: dict[str, str] = {
+    "condition_score": "higher",          # stand-in condition-consistency score / CLIP score x100
+    "clip_score": "higher",
+    "condition_score_diff_ar": "higher",  # a method's score minus AR's
+    "frechet_distance": "lower",
+    "distortion": "lower",                # mean TV(output law, p) per token
+    "w1": "lower",                        # mean W1(output law, p) per token, content-distance cost
+    "nfe": "lower",
+    "speedup_nfe": "higher",
+}
+LOWER_IS_BETTER = tuple(key for key, direction in BETTER.items() if direction == "lower")
+
+
+def better(key: str) -> str:
+    """"lower" or "higher": the better direction of the plotted metric ``key`` (``BETTER``).
+    Raises ValueError for a metric without a declared direction."""
+    if key not in BETTER:
+        raise ValueError(f"metric {key!r} has no declared better direction: add it to plots.BETTER")
+    return BETTER[key]
 # Where a point's label may go, tried in order (offset in points, horizontal and vertical alignment):
 # the first that overlaps no other label, no point and stays inside the panel is taken.
 _LABEL_SPOTS = tuple((dx, dy, ha, va) for r in (1, 2, 3) for dx, dy, ha, va in
@@ -223,9 +242,10 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
     panels per metric: the whole range on a log NFE axis, then a zoom (linear NFE, and the metric's
     range over the points in it) on the range where GSD and SJD crowd, where each point is
     labelled; labels are placed where they overlap no other label and no point (``_place_labels``).
-    Each panel names its better corner: fewer forwards (left) and higher, or lower for
-    ``LOWER_IS_BETTER`` metrics. ``references``: named rows without an NFE (real images, AR on other
-    seeds), horizontal lines. The legend sits right of each row of panels."""
+    Each panel names its better corner: fewer forwards (left) and the metric's declared direction
+    (``better``: a metric without one raises ValueError). ``references``: named rows without an
+    NFE (real images, AR on other seeds), horizontal lines. The legend sits right of each row of
+    panels."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     zoom = _zoom_range(points)
@@ -233,6 +253,7 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
     markers = {"AR": "s", "SJD": "D", "MC-SJD (maximal)": "^", "MC-SJD (Gumbel)": "v"}
     labels: list[tuple[Any, str, float, float, str]] = []
     for row_axes, (key, label) in zip(axes, metrics):
+        direction = better(key)
         for ax, zoomed in zip(row_axes, (False, True)):
             shown: list[dict[str, Any]] = []
             for index, (name, rows) in enumerate(points.items()):
@@ -253,7 +274,6 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
             for j, (name, row) in enumerate((references or {}).items()):
                 if row is not None and row.get(key) is not None:
                     ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
-            better = "lower" if key in LOWER_IS_BETTER else "higher"
             ax.set_ylabel(label)
             if zoomed:
                 ax.set_xlim(*zoom)
@@ -271,8 +291,8 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                 ax.set_xticks(_log_ticks(low, high))
                 ax.set_xlim(low, high)
                 ax.set_xlabel("NFE (forward passes per image, log scale)")
-                ax.set_title(f"better: {'down' if better == 'lower' else 'up'}-left (fewer forwards, {better})",
-                             fontsize=9)
+                corner = "down" if direction == "lower" else "up"
+                ax.set_title(f"better: {corner}-left (fewer forwards, {direction})", fontsize=9)
             if not zoom or zoomed:
                 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     _place_labels(fig, labels)
@@ -283,10 +303,13 @@ def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
     """Horizontal bars per table row, one panel per metric; error bars: the interval
     [``{metric}_low``, ``{metric}_high``] where rows have one (a 95% bootstrap interval), else
     +- one standard error over images where the row has ``{metric}_sem`` (set-level metrics such as the Frechet distance have
-    none: the panel says so)."""
+    none: the panel says so). A label that does not say which way is better gets the metric's
+    declared direction (``better``)."""
     fig, axes = _figure(len(metrics), size=(3.6, 0.35 * len(rows) + 1.2))
     labels = [r["method"] for r in rows]
     for i, (ax, (key, label)) in enumerate(zip(axes[0], metrics)):
+        if "better" not in label:
+            label += f" ({better(key)} better)"
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
         if any(r.get(f"{key}_low") is not None for r in rows):
             # An interval [low, high] (e.g. a paired bootstrap against AR): asymmetric error bars.

@@ -162,3 +162,11 @@ def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, k
     if diff is verdicts.NOT_RUN:
         raise ValueError(f"{spec.label} or {baseline.label} has images without a {key!r} value")
     return diff.difference, float("nan") if diff.se is None else diff.se
+
+
+# The columns notebook 04's decoding tables show: those its text discusses (the rows keep every
+# column, as do ``figures/results.json`` and ``course.show_tables`` without ``columns``).
+TABLE_COLUMNS = ["method", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested",
+                 "acceptance_rate", "distortion", "distortion_sem", "w1", "condition_score",
+                 "condition_score_sem", "condition_score_diff_ar", "condition_score_diff_ar_low",
+                 "condition_score_diff_ar_high", "frechet_distance", "clip_score"]

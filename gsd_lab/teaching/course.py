@@ -530,14 +530,16 @@ def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_CO
     return [key for key in order if key not in exclude and any(has_value(row.get(key)) for row in rows)]
 
 
-def show_tables(rows: list[dict[str, Any]]) -> None:
-    """Display a sampled decoding table (every present column but wall time), then the CPU wall
-    time separately (noise on a shared CPU)."""
+def show_tables(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
+    """Display a sampled decoding table (``columns`` where present, default every present column
+    but wall time), then the CPU wall time separately (noise on a shared CPU)."""
     from IPython.display import Markdown, display
 
     from ..io.figure_io import markdown_table
 
-    display(Markdown(markdown_table(rows, present_columns(rows))))
+    present = present_columns(rows)
+    shown = present if columns is None else [c for c in columns if c in present]
+    display(Markdown(markdown_table(rows, shown)))
     wall = ["method", *[c for c in WALL_COLUMNS if any(r.get(c) is not None for r in rows)]]
     if len(wall) > 1:
         display(Markdown("CPU wall time (noise, see above):\n\n" + markdown_table(rows, wall)))

@@ -167,7 +167,8 @@ def test_replacement_replaces_half_with_top_k_candidates(tiny):
     top5 = torch.topk(p, 5, dim=-1).indices
     assert bool((top5[mask] == new[mask].unsqueeze(-1)).any(-1).all())
     study = replacement_study(tiny, records, top_k=5)
-    assert set(study.images) == {"original", "top-k", "uniform"} and study.changed_share["original"] == 0.0
+    assert set(study.images) == {"original", "top-k", "same-cluster", "uniform"}
+    assert study.changed_share["original"] == 0.0
     assert study.mean_log_prob["top-k"] > study.mean_log_prob["uniform"]
 
 

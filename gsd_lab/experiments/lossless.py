@@ -211,7 +211,7 @@ def check_first_token(name: str, samples: int, seed: int, *, method: Any,
     per decode) and test the first tokens' counts against
     ``first_token_law`` of the method's rule. A wrong credited mass, residual or accepted count
     in the loop's verification changes that law."""
-    from ..decoding import generate
+    from ..decode.loop import generate
     from ..models import CausalLMAdapter
 
     model = model if model is not None else tiny_model()

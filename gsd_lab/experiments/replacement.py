@@ -25,7 +25,7 @@ Per image and variant x' of the original x (N tokens), three measures:
 - the content distance from the original: the RMS difference of the codes' decoded content
   (``adapter.code_content()``: the stand-in's patches in [-1, 1], Lumina-mGPT's VQGAN vectors),
   D(x, x') = sqrt((1/N) sum_i d(x_i, x'_i)^2) with d(a, b) = ||c_a - c_b|| / sqrt(dim) the
-  per-code cost of ``gsd_lab.transport`` (so D is the RMS pixel difference of the tiled patches);
+  per-code cost of ``gsd_lab.accounting.transport`` (so D is the RMS pixel difference of the tiled patches);
 - the model's quality proxy (condition score, CLIP).
 
 Each change against the original is a paired difference over images
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..methods import DecodingMethod
+from ..decode.methods import DecodingMethod
 from .image_model import ImageModel
 from .runs import GenerationRecord, quality_and_scores, resolve_for
 from .verdicts import NOISE_Z, NOT_RUN, PairedDifference, paired_values, verdict

@@ -17,7 +17,7 @@ mean over its tokens of W1(one-step output law, p) with the content distance as 
 stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
 to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
 estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
-The records keep ``substitution`` (``gsd_lab.transport.substitution_cost``: defined only for SD,
+The records keep ``substitution`` (``gsd_lab.accounting.transport.substitution_cost``: defined only for SD,
 where it is 0, and partitions with the cluster-exact residual), but the tables do not report it:
 it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant to compare.
 The time the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).

@@ -5,7 +5,7 @@ The cell (section "Is SJD lossless through the decoding loop?") prints the verdi
 and ``lossless.check_first_token`` (GSD through ``generate``: the first token against its exact
 one-step law). Here the same calls, with the notebook's parameters (``decoder_check_samples``
 1000, ``decoder_check_seed`` 0), run against mutated decoders, each wrapping the ``verify`` the
-loop calls (``gsd_lab.decoding.verify``):
+loop calls (``gsd_lab.decode.loop.verify``):
 
 - a wrong cluster mass (the credited p(C) leaves out the drafted token),
 - a wrong residual (after a rejection, a draw from p instead of norm((p - q)+)),
@@ -28,7 +28,7 @@ import torch
 from gsd_core import VerifyResult
 from gsd_core.rules import window_rule
 from gsd_lab.experiments import lossless
-from gsd_lab.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod
 
 SAMPLES, SEED = 1000, 0  # notebook 04's decoder_check_samples and decoder_check_seed
 
@@ -90,7 +90,7 @@ def _off_by_one(real_verify):
 
 
 def apply_mutation(monkeypatch, name: str) -> None:
-    import gsd_lab.decoding as decoding
+    import gsd_lab.decode.loop as decoding
 
     real = decoding.verify
     if name in ("mass", "residual"):

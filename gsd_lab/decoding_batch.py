@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -86,13 +87,14 @@ def generate_batch(
     record_distortion: bool = False,
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
-    progress: bool = False,
+    progress: Any = False,
 ) -> list[DecodeResult]:
     """Decode every request (module docstring); returns their ``DecodeResult``s in order.
 
     batch_size: the most images in one forward (None: all at once); the others wait and join as
     images finish. record_top1 / record_distortion / record_w1 / w1_draws: as ``generate``, for
-    every image. progress: a tqdm bar counting finished images."""
+    every image. progress: True for a tqdm bar counting finished images, or an object whose
+    ``update(1)`` is called as each image finishes (a bar of the caller's), or False."""
     requests = list(requests)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
@@ -113,7 +115,7 @@ def generate_batch(
     waiting = deque(range(len(requests)))
     active: list[_Image] = []
     results: list[DecodeResult | None] = [None] * len(requests)
-    bar = _progress_bar(len(requests)) if progress else None
+    bar = _progress_bar(len(requests)) if progress is True else (None if progress in (None, False) else progress)
     while waiting or active:
         began = time.perf_counter()
         while waiting and len(active) < limit:
@@ -145,7 +147,7 @@ def generate_batch(
             else:
                 still.append(image)
         active = still
-    if bar is not None:
+    if progress is True:
         bar.close()
     return results
 

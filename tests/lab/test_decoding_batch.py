@@ -220,3 +220,83 @@ def test_bad_input(adapter):
         runner.forward([])
     with pytest.raises(ValueError, match="begin with its prompt"):
         runner.forward([ForwardCall(sequence, torch.tensor([3, 4]), 1)])
+
+
+@pytest.mark.parametrize("draws", [None, 3])
+def test_w1_accounting_is_the_same_batched(draws):
+    """record_w1 (exact for every row, or estimated from reservoirs seeded by the image's
+    generator): each image's W1 and substitution estimates equal ``generate``'s to 1e-12."""
+    from gsd_lab.experiments.image_model import tiny_random_model
+
+    model = tiny_random_model(top_k=20)
+    adapter = model.adapter
+    methods = [DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=4),
+               DecodingMethod("sjd", window=4, acceptance_scale=3.0), DecodingMethod("ar")]
+    batch = []
+    for i in range(6):
+        prompt, uncond = model.encode(str(i % 4))
+        batch.append(DecodeRequest(prompt, methods[i % 3], 20 + 5 * i, torch.Generator().manual_seed(i), uncond))
+    results = generate_batch(adapter, batch, batch_size=4, record_distortion=True, record_w1=True, w1_draws=draws)
+    for i, (request, result) in enumerate(zip(batch, results)):
+        single = alone(adapter, request, i, record_distortion=True, record_w1=True, w1_draws=draws)
+        assert torch.equal(result.tokens, single.tokens) and result.nfe == single.nfe
+        for field in ("mean", "sem", "substitution", "substitution_sem"):
+            a, b = getattr(result.w1, field), getattr(single.w1, field)
+            assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-12), field
+    assert any(r.w1.mean > 0 for r in results)
+
+
+def test_lumina_prompts_of_other_lengths_and_forced_row_ends(tiny_release_set):
+    """The tiny Lumina-mGPT checkpoint: text prompts of different lengths (so the conditional
+    rows of the images differ in length), the release's unconditional prompt (one token: every
+    image's CFG pair padded), forced row ends, the release preset beside the default: tokens
+    and NFE as ``generate``'s."""
+    from gsd_lab.experiments.image_model import load_image_model
+
+    model = load_image_model("lumina-mgpt-7b-512", weights=str(tiny_release_set.weights),
+                             vqgan=str(tiny_release_set.vqgan), device="cpu")
+    adapter = model.adapter
+    texts = ["a red brick wall", "cat", "a very small house beside a long winding river at dusk"]
+    methods = [DecodingMethod("gsd", window=15, clusters="dynamic", group_size=5, preset="release"),
+               DecodingMethod("sjd", window=16), DecodingMethod("sjd", window=15, preset="release")]
+    batch = []
+    for i, text in enumerate(texts * 2):
+        prompt, uncond = model.encode(text)
+        batch.append(DecodeRequest(prompt, methods[i % 3], 70 + 11 * i, torch.Generator().manual_seed(i), uncond))
+    assert len({r.prompt_ids.numel() for r in batch}) == 3
+    results = generate_batch(adapter, batch, batch_size=4)
+    for i, (request, result) in enumerate(zip(batch, results)):
+        single = alone(adapter, request, i)
+        assert torch.equal(result.tokens, single.tokens), i
+        assert (result.nfe, result.accepted) == (single.nfe, single.accepted), i
+        assert (result.tokens[32::33] == adapter.layout.row_end).all()
+
+
+def test_run_cache_batched_keeps_every_configurations_records():
+    """``RunCache(batch_size=3)`` (what ``figures --batch-size 3`` uses) against batch 1 on the
+    tiny random model, configurations of the kinds the figures decode (AR on another seed set,
+    GSD, LANTERN, coupled drafts), with and without guidance: the same records in the same
+    order (prompt, seed, tokens, NFE, acceptance, image), distortion and top-1 to 1e-12."""
+    from gsd_lab.experiments.image_model import tiny_random_model
+    from gsd_lab.experiments.runs import MethodSpec, RunCache
+
+    model = tiny_random_model(top_k=20)
+    specs = [MethodSpec("AR other seeds", DecodingMethod("ar"), seed_offset=100),
+             MethodSpec("GSD", DecodingMethod("gsd", clusters="dynamic", group_size=10)),
+             MethodSpec("LANTERN", DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1)),
+             MethodSpec("MC-SJD", DecodingMethod("sjd", draft="maximal"))]
+    caches = {size: RunCache(model, ["0", "1", "2", "3"], [0], FilterSettings(), batch_size=size, record_w1=False)
+              for size in (1, 3)}  # W1: test_w1_accounting_is_the_same_batched
+    for spec in specs:
+        one, many = caches[1].records(spec), caches[3].records(spec)
+        assert [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in one] == \
+            [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in many], spec.label
+        for a, b in zip(one, many):
+            assert torch.equal(a.tokens, b.tokens) and np.array_equal(a.image, b.image)
+            assert torch.allclose(a.top1, b.top1, rtol=0, atol=1e-12)
+            assert (a.distortion is None) == (b.distortion is None)
+            assert a.distortion is None or abs(a.distortion - b.distortion) <= 1e-12, spec.label
+    unguided = {size: cache.detail_records(specs[0], 2, guided=False) for size, cache in caches.items()}
+    assert [r.tokens.tolist() for r in unguided[1]] == [r.tokens.tolist() for r in unguided[3]]
+    with pytest.raises(ValueError, match="batch_size"):
+        RunCache(model, ["0"], [0], FilterSettings(), batch_size=0).records(specs[0])

@@ -44,7 +44,7 @@ from torch import Tensor
 from .decoding import DecodeResult, _check_call, _Loop, _resolve, max_window
 from .methods import DecodingMethod, ResolvedMethod
 from .models.adapter import CausalLMAdapter
-from .models.batched import BatchRunner, ForwardCall, Sequence
+from .models.batched import BatchRunner, ForwardCall, ImageSequence
 from .transport import DEFAULT_DRAWS, W1Log
 
 
@@ -66,7 +66,7 @@ class _Image:
 
     index: int
     loop: _Loop
-    sequence: Sequence
+    sequence: ImageSequence
     resolved: ResolvedMethod
     w1_log: W1Log | None
     wall: float = 0.0
@@ -75,7 +75,8 @@ class _Image:
 
     def accounting(self) -> float:
         log = self.loop.log
-        return (log.seconds if log is not None else 0.0) + (self.w1_log.seconds if self.w1_log is not None else 0.0)
+        w1 = self.w1_log
+        return (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
 
 
 def generate_batch(
@@ -108,14 +109,16 @@ def generate_batch(
         resolved.append(method)
     content = adapter.code_content() if record_w1 else None
     if record_w1 and (not record_distortion or content is None):
-        raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
-                         "adapter whose code_content() gives its codes' decoded content")
+        raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) "
+                         "and an adapter whose code_content() gives its codes' decoded content")
     limit = len(requests) if batch_size is None else batch_size
     runner = BatchRunner(adapter)
     waiting = deque(range(len(requests)))
     active: list[_Image] = []
     results: list[DecodeResult | None] = [None] * len(requests)
-    bar = _progress_bar(len(requests)) if progress is True else (None if progress in (None, False) else progress)
+    bar = progress if progress not in (None, False, True) else None
+    if progress is True:
+        bar = _progress_bar(len(requests))
     while waiting or active:
         began = time.perf_counter()
         while waiting and len(active) < limit:
@@ -178,7 +181,8 @@ def _window_call(image: _Image) -> ForwardCall:
     L = image.window = loop.window_size()
     loop.refill(L)
     head = loop.adapter.prompt if loop.done == 0 else loop.out[loop.done - 1: loop.done]
-    return ForwardCall(image.sequence, torch.cat([head, loop.drafts]), L + 1, loop.wants_support and L > 0)
+    ids = torch.cat([head, loop.drafts])
+    return ForwardCall(image.sequence, ids, L + 1, loop.wants_support and L > 0)
 
 
 def _result(image: _Image) -> DecodeResult:

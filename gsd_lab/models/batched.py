@@ -43,7 +43,7 @@ own batched forwards.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -64,24 +64,25 @@ class _Row:
 
 @dataclass(frozen=True)
 class ForwardCall:
-    """One image's part of a batched forward (``BatchRunner.forward``)."""
+    """One image's part of a batched forward (``BatchRunner.forward``): its window ``input_ids``
+    [T] and the R = ``num_rows`` last positions whose distributions it needs."""
 
-    sequence: "Sequence"
+    sequence: "ImageSequence"
     input_ids: Tensor
     num_rows: int
     with_support: bool = False
 
 
-class Sequence:
+class ImageSequence:
     """One image's sequence inside a ``BatchRunner``: the adapter's sequence contract (module
-    docstring) for one image; forwards go through ``BatchRunner.forward``."""
+    docstring) for one image; its forwards go through ``BatchRunner.forward``."""
 
     def __init__(self, runner: "BatchRunner", prompt: Tensor, rows: list[_Row]) -> None:
         adapter = runner.adapter
-        self.runner, self.rows = runner, rows
-        self._prompt = prompt
+        self.runner, self.rows, self._prompt = runner, rows, prompt
         self._seq_len = 0  # logical positions of the conditional sequence held, as the adapter's
-        self.device, self.vocab_size, self.row_length = adapter.device, adapter.vocab_size, adapter.row_length
+        self.device, self.vocab_size = adapter.device, adapter.vocab_size
+        self.row_length = adapter.row_length
         self.active = True
 
     @property
@@ -98,14 +99,15 @@ class Sequence:
 
     def random_tokens(self, generated_positions: Tensor, generator: torch.Generator | None, *,
                       respect_forced: bool = True) -> Tensor:
-        return self.runner.adapter.random_tokens(generated_positions, generator, respect_forced=respect_forced)
+        return self.runner.adapter.random_tokens(generated_positions, generator,
+                                                 respect_forced=respect_forced)
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:
         return self.runner.adapter.forced_tokens(generated_positions)
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` logical positions (P <= length <= seq_len), as
-        ``CausalLMAdapter.crop``; applied to the cache before the next forward."""
+        ``CausalLMAdapter.crop``; the cache follows before the next forward."""
         if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
             raise ValueError(f"crop length must be an int in [prompt_len={self.prompt_len}, "
                              f"seq_len={self._seq_len}], got {length!r}")
@@ -117,39 +119,38 @@ class Sequence:
 
 
 class BatchRunner:
-    """Batched forwards over ``adapter`` (module docstring). Takes over the adapter's cache
-    while it runs a forward and restores it after; ``adapter.start`` validates each prompt, so
-    adding an image ends the adapter's own current sequence."""
+    """Batched forwards over ``adapter`` (module docstring). Lends the adapter its cache for
+    the length of each forward; ``add`` checks a prompt with ``adapter.start``, which ends the
+    adapter's own current sequence."""
 
     def __init__(self, adapter: CausalLMAdapter) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
-        self.adapter = adapter
-        self.device = adapter.device
+        self.adapter, self.device = adapter, adapter.device
         self.cache: Any = None
-        self._sequences: list[Sequence] = []  # in cache row order; removed ones until compaction
-        self._length = 0  # physical slots S of the cache
+        self._sequences: list[ImageSequence] = []  # cache row order; removed ones until compacted
         self._row_order: list[_Row] = []  # the cache's rows, in order
+        self._length = 0  # physical slots S of the cache
         self.num_forwards = 0
         self.model_seconds = 0.0
 
     @property
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[ImageSequence]:
         """The active images' sequences, in cache row order."""
         return [s for s in self._sequences if s.active]
 
-    def add(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> Sequence:
+    def add(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> ImageSequence:
         """A new image: its prompt (and, with CFG, unconditional prompt) checked and completed
         as ``adapter.start`` does (a subclass may supply a default unconditional prompt)."""
         adapter = self.adapter
         adapter.start(prompt_ids, uncond_prompt_ids)
-        rows = [_Row(ids[mask.bool()].clone()) for ids, mask in
-                zip(adapter._batch_prompt, adapter._prompt_mask)]
-        sequence = Sequence(self, adapter.prompt.clone(), rows)
+        rows = [_Row(ids[mask.bool()].clone())
+                for ids, mask in zip(adapter._batch_prompt, adapter._prompt_mask)]
+        sequence = ImageSequence(self, adapter.prompt.clone(), rows)
         self._sequences.append(sequence)
         return sequence
 
-    def remove(self, sequence: Sequence) -> None:
+    def remove(self, sequence: ImageSequence) -> None:
         """The image is done: its rows leave the cache at the next forward."""
         sequence.active = False
 
@@ -168,15 +169,17 @@ class BatchRunner:
         old = [row for row in rows if id(row) in position]  # new rows (add() appends) come last
         keep = [position[id(row)] for row in old]
         layers = self._layers()
-        if keep == list(range(len(self._row_order))) and len({row.end for row in old}) == 1:
+        every_row = keep == list(range(len(self._row_order)))
+        if every_row and len({row.end for row in old}) == 1:
             end = old[0].end  # every row ends at one slot: a slice
             for layer in layers:
                 layer.keys = layer.keys[:, :, end - length: end]
                 layer.values = layer.values[:, :, end - length: end]
         else:
-            rows_index = None if len(keep) == len(self._row_order) else torch.tensor(keep, device=self.device)
+            rows_index = None if every_row else torch.tensor(keep, device=self.device)
             ends = torch.tensor([row.end for row in old], device=self.device)
-            slots = (ends.unsqueeze(1) - length + torch.arange(length, device=self.device)).clamp_(min=0)
+            slots = ends.unsqueeze(1) - length + torch.arange(length, device=self.device)
+            slots.clamp_(min=0)  # the left padding: any slot, masked
             for layer in layers:
                 layer.keys = _gather_rows(layer.keys, rows_index, slots)
                 layer.values = _gather_rows(layer.values, rows_index, slots)
@@ -188,39 +191,52 @@ class BatchRunner:
                 layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
         for row in rows:
             row.end = length
-        self._length = length
-        self._row_order = rows
+        self._length, self._row_order = length, rows
 
     def _layers(self) -> list[Any]:
         layers = getattr(self.cache, "layers", None)
         if layers is None:
-            raise ValueError(f"batched decoding needs a transformers cache with per-layer keys and values, got "
-                             f"{type(self.cache).__name__}")
+            raise ValueError("batched decoding needs a transformers cache with per-layer keys and "
+                             f"values, got {type(self.cache).__name__}")
         return [layer for layer in layers if getattr(layer, "is_initialized", False)]
 
     # ---- forward --------------------------------------------------------------------------
 
     def forward(self, calls: list[ForwardCall]) -> list[Tensor | tuple[Tensor, Tensor | None]]:
-        """One forward pass for every active image (each exactly once, in any order): returns,
-        per call, the processed distributions [R_i, V] of its last ``num_rows`` input positions
-        (with ``with_support``, the pair (probs, support)), as ``CausalLMAdapter.forward``."""
-        active = self.sequences
-        if sorted(id(c.sequence) for c in calls) != sorted(id(s) for s in active):
+        """One forward pass for every active image (each exactly once, in any order): per call,
+        the processed distributions [R_i, V] of its last ``num_rows`` input positions (with
+        ``with_support``, the pair (probs, support)), as ``CausalLMAdapter.forward``."""
+        if sorted(id(c.sequence) for c in calls) != sorted(id(s) for s in self.sequences):
             raise ValueError("a batched forward takes exactly one call per active sequence")
         self._compact()
         by_sequence = {id(c.sequence): c for c in calls}
-        row_inputs, row_needs = [], []  # per model row: its new ids, and the input columns read
+        inputs, starts = [], []  # per model row: its new ids, the first input column it reads
         for sequence in self._sequences:
             call = by_sequence[id(sequence)]
             ids = self._checked_input(sequence, call)
             for row in sequence.rows:
-                row_ids = ids if sequence.seq_len else torch.cat([row.prompt, ids[sequence.prompt_len:]])
-                row_inputs.append(row_ids)
-                row_needs.append(row_ids.numel() - call.num_rows)
-        logits = self._run(row_inputs, row_needs)
-        return self._outputs(calls, by_sequence, logits, row_inputs, row_needs)
+                if sequence.seq_len == 0:  # the prefill: this row's own prompt
+                    row_ids = torch.cat([row.prompt, ids[sequence.prompt_len:]])
+                else:
+                    row_ids = ids
+                inputs.append(row_ids)
+                starts.append(row_ids.numel() - call.num_rows)
+        logits, first_column = self._run(inputs, starts)
+        results: dict[int, Any] = {}
+        rows = iter(range(len(inputs)))
+        for sequence in self._sequences:
+            call = by_sequence[id(sequence)]
+            index = [next(rows) for _ in sequence.rows]
+            begins = {starts[r] - first_column for r in index}
+            if len(begins) == 1:  # a view (the processing copies before writing)
+                begin = begins.pop()
+                own = logits[index[0]: index[-1] + 1, begin: begin + call.num_rows]
+            else:  # the prefill of prompts of other lengths
+                own = torch.stack([logits[r, starts[r] - first_column:][: call.num_rows] for r in index])
+            results[id(sequence)] = self._process(sequence, call, own)
+        return [results[id(call.sequence)] for call in calls]
 
-    def _checked_input(self, sequence: Sequence, call: ForwardCall) -> Tensor:
+    def _checked_input(self, sequence: ImageSequence, call: ForwardCall) -> Tensor:
         ids = torch.as_tensor(call.input_ids, device=self.device)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (one image)")
@@ -232,76 +248,66 @@ class BatchRunner:
                 raise ValueError("an image's first forward must begin with its prompt")
         return ids
 
-    def _run(self, row_inputs: list[Tensor], row_starts: list[int]) -> Tensor:
-        """The model on the padded block; logits [R, K, V] of the last K = W - min start columns."""
+    def _run(self, inputs: list[Tensor], starts: list[int]) -> tuple[Tensor, int]:
+        """The model on the padded [R, W] block: logits [R, K, V] of input columns
+        W - K .. W - 1 (K covers every row's first column read), and W - K."""
         rows = [row for s in self._sequences for row in s.rows]
         S = self._length
-        width = max(ids.numel() for ids in row_inputs)
-        batch = torch.stack([torch.cat([ids, ids[-1:].expand(width - ids.numel())]) for ids in row_inputs])
-        held_list, count_list = [row.held for row in rows], [ids.numel() for ids in row_inputs]
+        counts = [ids.numel() for ids in inputs]
+        width = max(counts)
+        batch = torch.stack([torch.cat([ids, ids[-1:].expand(width - ids.numel())])
+                             for ids in inputs])
+        held_list = [row.held for row in rows]
         held = torch.tensor(held_list, device=self.device)
-        counts = torch.tensor(count_list, device=self.device)
         column = torch.arange(width, device=self.device)
-        positions = held.unsqueeze(1) + column
+        positions = held.unsqueeze(1) + column  # each row's real tokens counted
         mask = None
-        if min(held_list) < S or min(count_list) < width:
+        if min(held_list) < S or min(counts) < width:
             slot = torch.arange(S, device=self.device)
-            cached = (slot >= S - held.unsqueeze(1)).long()
-            mask = torch.cat([cached, (column < counts.unsqueeze(1)).long()], 1)
-        keep = width - min(row_starts)
+            cached = slot >= S - held.unsqueeze(1)
+            fed = column < torch.tensor(counts, device=self.device).unsqueeze(1)
+            mask = torch.cat([cached, fed], 1).long()
+        first_column = min(starts)
         adapter = self.adapter
-        saved = adapter.cache
-        adapter.cache = self.cache
+        saved, adapter.cache = adapter.cache, self.cache
         sync = self.device.type == "cuda"
         try:
             if sync:
                 torch.cuda.synchronize(self.device)
-            start = time.perf_counter()
+            began = time.perf_counter()
             with torch.inference_mode():
-                logits = adapter.compute_logits(batch, mask, positions, keep)
+                logits = adapter.compute_logits(batch, mask, positions, width - first_column)
             if sync:
                 torch.cuda.synchronize(self.device)
-            self.model_seconds += time.perf_counter() - start
+            self.model_seconds += time.perf_counter() - began
         finally:
             adapter.cache = saved
         self.num_forwards += 1
-        if int(self.cache.get_seq_length()) != S + width:
-            raise ValueError(f"{type(adapter.model).__name__} did not extend the KV cache (expected {S + width} "
-                             f"positions, found {int(self.cache.get_seq_length())})")
-        for row, ids in zip(rows, row_inputs):
-            row.held += ids.numel()
-            row.end = S + ids.numel()
+        found = int(self.cache.get_seq_length())
+        if found != S + width:
+            name = type(adapter.model).__name__
+            raise ValueError(f"{name} did not extend the KV cache (expected {S + width} positions, "
+                             f"found {found})")
+        for row, count in zip(rows, counts):
+            row.held += count
+            row.end = S + count
         self._length = S + width
-        self._keep = keep
-        self._width = width
-        return logits
+        return logits, first_column
 
-    def _outputs(self, calls: list[ForwardCall], by_sequence: dict, logits: Tensor, row_inputs: list[Tensor],
-                 row_starts: list[int]) -> list[Tensor | tuple[Tensor, Tensor | None]]:
-        """Each image's rows of ``logits`` through ``adapter._process`` (per image, module docstring)."""
-        adapter = self.adapter
-        first_column = self._width - self._keep
-        results: dict[int, Any] = {}
-        r = 0
-        for sequence in self._sequences:
-            call = by_sequence[id(sequence)]
-            parts = []
-            for _ in sequence.rows:
-                begin = row_starts[r] - first_column
-                parts.append(logits[r, begin: begin + call.num_rows])
-                r += 1
-            T = call.input_ids.numel()
-            first_row = sequence.seq_len + T - call.num_rows
-            sequence._seq_len += T
-            offset = first_row + 1 - sequence.prompt_len
-            generated = torch.arange(offset, offset + call.num_rows, device=self.device)
-            results[id(sequence)] = adapter._process(torch.stack(parts), generated, with_support=call.with_support)
-        return [results[id(call.sequence)] for call in calls]
+    def _process(self, sequence: ImageSequence, call: ForwardCall,
+                 logits: Tensor) -> Tensor | tuple[Tensor, Tensor | None]:
+        """One image's logits [rows, R, V] through ``adapter._process`` (module docstring), its
+        generated positions as the adapter numbers them."""
+        T = call.input_ids.numel()
+        first = sequence.seq_len + T - call.num_rows + 1 - sequence.prompt_len
+        sequence._seq_len += T
+        generated = torch.arange(first, first + call.num_rows, device=self.device)
+        return self.adapter._process(logits, generated, with_support=call.with_support)
 
 
 def _gather_rows(states: Tensor, rows: Tensor | None, slots: Tensor) -> Tensor:
     """states [R, H, S, D] -> [R', H, S', D]: row rows[i] (None: every row, in order), its slots
     slots[i] [S']."""
     picked = states if rows is None else states.index_select(0, rows)
-    index = slots.view(slots.shape[0], 1, slots.shape[1], 1).expand(-1, picked.shape[1], -1, picked.shape[3])
-    return picked.gather(2, index)
+    index = slots.view(slots.shape[0], 1, slots.shape[1], 1)
+    return picked.gather(2, index.expand(-1, picked.shape[1], -1, picked.shape[3]))

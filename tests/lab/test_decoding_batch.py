@@ -197,7 +197,7 @@ def test_batched_decoding_is_lossless_on_the_exact_joint(monkeypatch):
     def forgetful_crop(self, length):
         self._seq_len = length  # the rows keep the rejected drafts' keys
 
-    monkeypatch.setattr(batched.Sequence, "crop", forgetful_crop)
+    monkeypatch.setattr(batched.ImageSequence, "crop", forgetful_crop)
     assert pvalue() < lossless.SIGNIFICANCE
 
 

@@ -383,6 +383,10 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
+        if args.batch_size < 1:
+            fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.batch_size > 1 and args.paper:
+            fail("--batch-size > 1 is not supported with --paper (one result file per image)")
     if args.command in ("figures", "evaluate"):
         from .prompts import read_prompts
 
@@ -508,10 +512,6 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
             if torch.cuda.is_available():
                 args.device = f"cuda:{context.local_rank}"
-    if args.batch_size < 1:
-        args.command_parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.batch_size > 1 and args.paper:
-        args.command_parser.error("--batch-size > 1 is not supported with --paper (one result file per image)")
     model = _load(args)
     for index, prompt in enumerate(args.prompt_list or []):
         _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)

@@ -300,3 +300,14 @@ def test_run_cache_batched_keeps_every_configurations_records():
     assert [r.tokens.tolist() for r in unguided[1]] == [r.tokens.tolist() for r in unguided[3]]
     with pytest.raises(ValueError, match="batch_size"):
         RunCache(model, ["0"], [0], FilterSettings(), batch_size=0).records(specs[0])
+
+
+def test_figures_batch_size_flag_is_checked(capsys, tmp_path):
+    from gsd_lab.cli import main
+
+    for argv, message in ((["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+                          (["--batch-size", "4", "--paper"], "not supported with --paper")):
+        with pytest.raises(SystemExit) as caught:
+            main(["figures", "--model", "tiny-random", "--out", str(tmp_path / "f"), *argv])
+        assert caught.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()

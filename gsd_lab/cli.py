@@ -140,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--forward-ms", type=float, default=None,
                      help="--dry-run: milliseconds per forward pass (all methods) instead of measuring")
     fig.add_argument("--batch-size", type=int, default=1,
-                     help="images decoded together, one forward per step for all (default 1: one at a time); "
-                          "the same tokens and NFE, wall times become each image's share; not with --paper")
+                     help="images decoded together, one forward per step for all (default 1: one "
+                          "at a time); the same tokens and NFE, wall times become each image's "
+                          "share; not with --paper")
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument("--allow-dirty", action="store_true",
                      help="write into the repository from a tree with uncommitted changes (development; "

@@ -107,6 +107,10 @@ def generate_batch(
         method = _resolve(adapter, request.method)
         _check_call(adapter, request.num_tokens, method, request.generator)
         resolved.append(method)
+    generators = [id(r.generator) for r in requests if r.generator is not None]
+    if len(set(generators)) < len(generators):
+        raise ValueError("two requests share one generator: the images would draw from it in turn, "
+                         "not as each decoded alone; give each request its own torch.Generator")
     content = adapter.code_content() if record_w1 else None
     if record_w1 and (not record_distortion or content is None):
         raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) "

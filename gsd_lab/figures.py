@@ -219,8 +219,8 @@ def run_figures(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if batch_size > 1 and (sizes or FigureSizes.default()).streamed:
-        raise ValueError("batch_size > 1 is not supported for the streamed (--paper) run: it decodes one result "
-                         "file per image")
+        raise ValueError("batch_size > 1 is not supported for the streamed (--paper) run: it "
+                         "decodes one result file per image")
     started = time.perf_counter()
     # Read once, before writing: the regenerated files themselves make the tree dirty.
     git = require_clean_tree(f"figures into {out_dir}", allow_dirty=allow_dirty or not inside_repository(out_dir))
@@ -255,8 +255,8 @@ def run_figures(
             2 if model.adapter.uses_cfg else 1)  # the top-1 statistics' other seeds
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
-        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws,
-                         batch_size=batch_size)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar,
+                         w1_draws=sizes.w1_draws, batch_size=batch_size)
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -264,8 +264,8 @@ def run_figures(
     base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
                    "model": model.name, "weights": model.weights_info, "num_tokens": model.num_tokens,
                    "cfg_scale": model.adapter.cfg_scale, "top_k": model.adapter.top_k,
-                   "temperature": model.adapter.temperature, "preset": preset, "quality": model.quality_config,
-                   "batch_size": batch_size}
+                   "temperature": model.adapter.temperature, "preset": preset,
+                   "quality": model.quality_config, "batch_size": batch_size}
     saved: list[str] = []
 
     def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:

@@ -190,8 +190,8 @@ def run_method(
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if batch_size > 1:
         return _run_batched(model, spec, prompts, seeds, resolved, batch_size, progress=progress,
-                            record_top1=record_top1, record_distortion=record_distortion, record_w1=record_w1,
-                            w1_draws=w1_draws)
+                            record_top1=record_top1, record_distortion=record_distortion,
+                            record_w1=record_w1, w1_draws=w1_draws)
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
@@ -206,7 +206,8 @@ def run_method(
 
 
 def _run_batched(model: ImageModel, spec: MethodSpec, prompts: list[str], seeds: Iterable[int],
-                 resolved: ResolvedMethod, batch_size: int, *, progress: Any, **options: Any) -> list[GenerationRecord]:
+                 resolved: ResolvedMethod, batch_size: int, *, progress: Any,
+                 **options: Any) -> list[GenerationRecord]:
     """``run_method``'s images through ``generate_batch``, in its order (seed, then prompt)."""
     from ..decoding_batch import DecodeRequest, generate_batch
 
@@ -217,9 +218,12 @@ def _run_batched(model: ImageModel, spec: MethodSpec, prompts: list[str], seeds:
             prompt_ids, uncond_ids = model.encode(prompt)
             generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
             items.append((prompt, gseed))
-            requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator, uncond_ids))
-    results = generate_batch(model.adapter, requests, batch_size=batch_size, progress=progress, **options)
-    return [record_of(spec.label, prompt, gseed, result, model.decode(result.tokens) if model.decode else None)
+            requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator,
+                                          uncond_ids))
+    results = generate_batch(model.adapter, requests, batch_size=batch_size, progress=progress,
+                             **options)
+    decode = model.decode
+    return [record_of(spec.label, prompt, gseed, result, decode(result.tokens) if decode else None)
             for (prompt, gseed), result in zip(items, results)]
 
 
@@ -402,7 +406,8 @@ class RunCache:
         with guidance_scale(self.model, None):
             resolved = resolve_for(self.model, spec.method, self._resolved)
             return run_method(self.model, spec, self.prompts[:limit], self.seeds, resolved=resolved, record_top1=True,
-                              progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]),
+                              progress=self._progress(f"{spec.label} without guidance",
+                                                      self.prompts[:limit]),
                               batch_size=self.batch_size)
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:

@@ -238,7 +238,8 @@ class BatchRunner:
                 begin = begins.pop()
                 own = logits[index[0]: index[-1] + 1, begin: begin + call.num_rows]
             else:  # the prefill of prompts of other lengths
-                own = torch.stack([logits[r, starts[r] - first_column:][: call.num_rows] for r in index])
+                own = torch.stack([logits[r, starts[r] - first_column:][: call.num_rows]
+                                   for r in index])
             results[id(sequence)] = self._process(sequence, call, own)
         return [results[id(call.sequence)] for call in calls]
 

@@ -90,7 +90,9 @@ def generate_batch(
     w1_draws: int | None = DEFAULT_DRAWS,
     progress: Any = False,
 ) -> list[DecodeResult]:
-    """Decode every request (module docstring); returns their ``DecodeResult``s in order.
+    """Decode every request (module docstring); returns their ``DecodeResult``s in order. A
+    ``DecodingMethod`` is resolved once for all the requests naming it (``generate`` resolves
+    it on every call; the rule objects are the same).
 
     batch_size: the most images in one forward (None: all at once); the others wait and join as
     images finish. record_top1 / record_distortion / record_w1 / w1_draws: as ``generate``, for
@@ -100,11 +102,16 @@ def generate_batch(
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
-    resolved = []
+    resolved, memo = [], {}  # one ResolvedMethod per distinct DecodingMethod (LANTERN's table)
     for i, request in enumerate(requests):
         if not isinstance(request, DecodeRequest):
             raise ValueError(f"requests[{i}] must be a DecodeRequest, got {type(request).__name__}")
-        method = _resolve(adapter, request.method)
+        if isinstance(request.method, DecodingMethod):
+            if request.method not in memo:
+                memo[request.method] = _resolve(adapter, request.method)
+            method = memo[request.method]
+        else:
+            method = _resolve(adapter, request.method)
         _check_call(adapter, request.num_tokens, method, request.generator)
         resolved.append(method)
     generators = [id(r.generator) for r in requests if r.generator is not None]

@@ -189,9 +189,9 @@ def run_method(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if batch_size > 1:
-        return _run_batched(model, spec, prompts, seeds, resolved, batch_size, progress=progress,
-                            record_top1=record_top1, record_distortion=record_distortion,
-                            record_w1=record_w1, w1_draws=w1_draws)
+        return run_batched(model, [(spec, resolved)], prompts, seeds, batch_size, progress=progress,
+                           record_top1=record_top1, record_distortion=record_distortion,
+                           record_w1=record_w1, w1_draws=w1_draws)[0]
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
@@ -205,26 +205,34 @@ def run_method(
     return records
 
 
-def _run_batched(model: ImageModel, spec: MethodSpec, prompts: list[str], seeds: Iterable[int],
-                 resolved: ResolvedMethod, batch_size: int, *, progress: Any,
-                 **options: Any) -> list[GenerationRecord]:
-    """``run_method``'s images through ``generate_batch``, in its order (seed, then prompt)."""
+def run_batched(model: ImageModel, jobs: list[tuple[MethodSpec, ResolvedMethod]],
+                prompts: list[str], seeds: Iterable[int], batch_size: int, *, progress: Any = None,
+                **options: Any) -> list[list[GenerationRecord]]:
+    """``run_method``'s images of every (spec, resolved) job, decoded as one stream through
+    ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
+    side, so batches stay full across jobs); per job its records in ``run_method``'s order
+    (seed, then prompt). options: ``generate_batch``'s record_* and w1_draws."""
     from ..decoding_batch import DecodeRequest, generate_batch
 
+    seeds = list(seeds)
     items, requests = [], []
-    for seed in seeds:
-        for index, prompt in enumerate(prompts):
-            gseed = generator_seed(seed + spec.seed_offset, index)
-            prompt_ids, uncond_ids = model.encode(prompt)
-            generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
-            items.append((prompt, gseed))
-            requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator,
-                                          uncond_ids))
+    for job, (spec, resolved) in enumerate(jobs):
+        for seed in seeds:
+            for index, prompt in enumerate(prompts):
+                gseed = generator_seed(seed + spec.seed_offset, index)
+                prompt_ids, uncond_ids = model.encode(prompt)
+                generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
+                items.append((job, prompt, gseed))
+                requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator,
+                                              uncond_ids))
     results = generate_batch(model.adapter, requests, batch_size=batch_size, progress=progress,
                              **options)
     decode = model.decode
-    return [record_of(spec.label, prompt, gseed, result, decode(result.tokens) if decode else None)
-            for (prompt, gseed), result in zip(items, results)]
+    records: list[list[GenerationRecord]] = [[] for _ in jobs]
+    for (job, prompt, gseed), result in zip(items, results):
+        image = decode(result.tokens) if decode else None
+        records[job].append(record_of(jobs[job][0].label, prompt, gseed, result, image))
+    return records
 
 
 def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> dict[str, float]:
@@ -365,13 +373,38 @@ class RunCache:
     def _concrete(self, spec: MethodSpec) -> MethodSpec:
         return replace(spec, method=spec.method.with_filters(self.filters))
 
-    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
-        spec = self._concrete(spec)
+    def _check_offset(self, spec: MethodSpec) -> None:
         shifted = {s + spec.seed_offset for s in self.seeds}
         if spec.seed_offset and shifted & set(self.seeds):
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+
+    def prefetch(self, specs: list[MethodSpec]) -> None:
+        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, all in one
+        stream of batches (``run_batched``: batches stay full across configurations); then
+        ``records`` serves them. Nothing to do at batch_size 1 (``records`` decodes as asked)."""
+        if self.batch_size == 1:
+            return
+        todo: dict[tuple, MethodSpec] = {}
+        for spec in map(self._concrete, specs):
+            self._check_offset(spec)
+            if spec.key not in self._records and repr(spec.key) not in self._stored:
+                todo.setdefault(spec.key, spec)
+        if not todo:
+            return
+        jobs = [(spec, resolve_for(self.model, spec.method, self._resolved))
+                for spec in todo.values()]
+        decoded = run_batched(self.model, jobs, self.prompts, self.seeds, self.batch_size,
+                              progress=self.progress, record_top1=self.record_top1,
+                              record_distortion=self.record_distortion, record_w1=self.record_w1,
+                              w1_draws=self.w1_draws)
+        for key, records in zip(todo, decoded):
+            self._records[key] = records
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        spec = self._concrete(spec)
+        self._check_offset(spec)
         if spec.key not in self._records and repr(spec.key) in self._stored:
             self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:

@@ -288,12 +288,14 @@ def test_lumina_prompts_of_other_lengths_and_forced_row_ends(tiny_release_set):
         assert (result.tokens[32::33] == adapter.layout.row_end).all()
 
 
-def test_run_cache_batched_keeps_every_configurations_records():
+def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
     """``RunCache(batch_size=3)`` (what ``figures --batch-size 3`` uses) against batch 1 on the
     tiny random model, configurations of the kinds the figures decode (AR on another seed set,
     GSD, LANTERN, coupled drafts), with and without guidance: the same records in the same
-    order (prompt, seed, tokens, NFE, acceptance, image), distortion and top-1 to 1e-12."""
+    order (prompt, seed, tokens, NFE, acceptance, image), distortion and top-1 to 1e-12; batch
+    3 decodes them all in one stream (``prefetch``, as ``figures --batch-size`` does)."""
     from gsd_lab.experiments.image_model import tiny_random_model
+    import gsd_lab.decoding_batch as decoding_batch
     from gsd_lab.experiments.runs import MethodSpec, RunCache
 
     model = tiny_random_model(top_k=20)
@@ -304,6 +306,16 @@ def test_run_cache_batched_keeps_every_configurations_records():
     # W1 is checked in test_w1_accounting_is_the_same_batched.
     caches = {size: RunCache(model, ["0", "1", "2", "3"], [0], FilterSettings(), batch_size=size,
                              record_w1=False) for size in (1, 3)}
+    calls = []
+    original = decoding_batch.generate_batch
+
+    def counted(adapter, requests, **kwargs):
+        calls.append(len(requests))
+        return original(adapter, requests, **kwargs)
+
+    monkeypatch.setattr(decoding_batch, "generate_batch", counted)
+    caches[3].prefetch(specs)  # every configuration in one stream of batches
+    assert calls == [len(specs) * 4] and len(caches[3].decoded()) == len(specs)
     for spec in specs:
         one, many = caches[1].records(spec), caches[3].records(spec)
         assert [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in one] == \

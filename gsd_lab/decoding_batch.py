@@ -127,9 +127,10 @@ def generate_batch(
     waiting = deque(range(len(requests)))
     active: list[_Image] = []
     results: list[DecodeResult | None] = [None] * len(requests)
-    bar = progress if progress not in (None, False, True) else None
     if progress is True:
         bar = _progress_bar(len(requests))
+    else:  # a bar of the caller's (identity tests: a tqdm bar's == compares bars)
+        bar = None if progress is None or progress is False else progress
     while waiting or active:
         began = time.perf_counter()
         while waiting and len(active) < limit:

@@ -168,7 +168,17 @@ def test_finished_images_leave_the_forward(adapter, monkeypatch):
     methods = [DecodingMethod("ar"), DecodingMethod("sjd", window=3), DecodingMethod("ar")]
     batch = [DecodeRequest(PROMPTS[i][0], methods[i], n, torch.Generator().manual_seed(i),
                            PROMPTS[i][1]) for i, n in enumerate((3, 30, 5))]
-    results = generate_batch(adapter, batch, batch_size=2)
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):  # a caller's bar (tqdm compares bars by ==), counting finished images
+        done = 0
+
+        def update(self, n=1):
+            Bar.done += n
+
+    bar = Bar(total=3, disable=True)
+    results = generate_batch(adapter, batch, batch_size=2, progress=bar)
+    assert Bar.done == 3
     assert max(widths) == 4 and widths[-1] == 2
     # The third image takes the first's place.
     assert widths[:3] == [4, 4, 4] and results[0].nfe == 3

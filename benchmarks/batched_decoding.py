@@ -21,7 +21,15 @@ AR 1.87x, SJD 1.36x, GSD (G=10) 1.20x, the three mixed 1.25x images per second o
 tokens and NFE the same for every image. Where it goes: the float64 forward is compute-bound on
 a CPU (8 images' 272 window rows cost ~3.4x the 34 rows of one), and the per-image work
 (processing ~1.4 ms, verify, GSD's clusters) is not shared: at batch 8 the model is ~70% (SJD)
-and ~53% (GSD) of the time, against 84% / 68% at batch 1.
+and ~53% (GSD) of the time, against 84% / 68% at batch 1. A second run (10 images, batch 10,
+load falling from ~12 to ~6 during it, so biased towards batch 10): AR 4.6x, SJD 1.18x, GSD
+1.11x, mixed 2.0x; with as many images as the batch holds, the batch empties as images finish
+(SJD's NFE ranges over ~60-100), so its last forwards run nearly alone. A figures-like stream
+(30 stand-in images, SJD / GSD G=25 / Amplify 2, exact TV and W1 recorded, ``RunCache.prefetch``
+at batch 10 against batch 1) showed no gain under the same load noise (summed decoding wall time
+53.2 s against 51.7 s; the unbatched accounting itself took 48.8 s against 36.1 s, i.e. the
+batched run saw ~35% more load): on 2 shared cores the speed-up of SJD / GSD is within the
+noise; AR, whose 1-token forwards are overhead-bound, gains most.
 
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]

@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "left (per-forward times measured on the device now, or --forward-ms), and stop")
     fig.add_argument("--forward-ms", type=float, default=None,
                      help="--dry-run: milliseconds per forward pass (all methods) instead of measuring")
+    fig.add_argument("--batch-size", type=int, default=1,
+                     help="images decoded together, one forward per step for all (default 1: one "
+                          "at a time); the same tokens and NFE, wall times become each image's "
+                          "share; not with --paper")
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument("--allow-dirty", action="store_true",
                      help="write into the repository from a tree with uncommitted changes (development; "
@@ -403,6 +407,10 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
+        if args.batch_size < 1:
+            fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.batch_size > 1 and args.paper:
+            fail("--batch-size > 1 is not supported with --paper (one result file per image)")
     if args.command in ("figures", "evaluate"):
         from .io.prompts import read_prompts
 
@@ -552,7 +560,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         return 0
     result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
                          progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images,
-                         preset=args.preset)
+                         preset=args.preset, batch_size=args.batch_size)
     if "rank" in result:
         print(f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures")
     else:

@@ -197,6 +197,7 @@ def run_figures(
     allow_dirty: bool = False,
     save_images: bool = False,
     preset: str = "default",
+    batch_size: int = 1,
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
@@ -207,10 +208,18 @@ def run_figures(
     ``out_dir/decoding`` (``gsd_lab.experiments.stream``: resumable, sharded over torchrun's
     processes, ``save_images`` keeps a PNG per image); ``preset``: "release" decodes every
     configuration with the GSD release's settings (``decode.presets``); a rank other than 0 returns
-    {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures.
+    {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures. batch_size:
+    images per forward (``gsd_lab.decode.batch``: the same tokens and NFE; wall times become
+    each image's share of its batch's); 1 (default) decodes one image at a time, the papers'
+    latency setting; not with ``sizes.streamed``.
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if batch_size > 1 and (sizes or FigureSizes.default()).streamed:
+        raise ValueError("batch_size > 1 is not supported for the streamed (--paper) run: it "
+                         "decodes one result file per image")
     started = time.perf_counter()
     # Read once, before writing: the regenerated files themselves make the tree dirty.
     git = require_clean_tree(f"figures into {out_dir}", allow_dirty=allow_dirty or not inside_repository(out_dir))
@@ -245,7 +254,10 @@ def run_figures(
             2 if model.adapter.uses_cfg else 1)  # the top-1 statistics' other seeds
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
-        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws)
+        cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar,
+                         w1_draws=sizes.w1_draws, batch_size=batch_size)
+        # Batched: every guided configuration in one stream, so batches stay full.
+        cache.prefetch([c.spec for c in configurations if c.guided])
     distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
@@ -253,7 +265,8 @@ def run_figures(
     base_config = {"sizes": asdict(sizes), "filters": asdict(filters), "distance_threshold": distance_threshold,
                    "model": model.name, "weights": model.weights_info, "num_tokens": model.num_tokens,
                    "cfg_scale": model.adapter.cfg_scale, "top_k": model.adapter.top_k,
-                   "temperature": model.adapter.temperature, "preset": preset, "quality": model.quality_config}
+                   "temperature": model.adapter.temperature, "preset": preset,
+                   "quality": model.quality_config, "batch_size": batch_size}
     saved: list[str] = []
 
     def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
@@ -300,7 +313,7 @@ def run_figures(
     top1_caches = [cache]
     if extra_seeds:  # the statistics on more seeds than the tables (only AR: cheap)
         top1_caches.append(RunCache(model, prompts[: sizes.detail_images], list(extra_seeds), filters,
-                                    progress=bar, record_distortion=False))
+                                    progress=bar, record_distortion=False, batch_size=batch_size))
     stats = top1_stats([r for c in top1_caches for r in c.detail_records(ar_spec, sizes.detail_images)])
     stats_no_cfg = None
     if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p

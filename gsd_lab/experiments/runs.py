@@ -174,15 +174,25 @@ def run_method(
     record_distortion: bool = False,
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
+    batch_size: int = 1,
 ) -> list[GenerationRecord]:
     """One image per (seed + spec.seed_offset, prompt) with ``spec``; ``progress``: a tqdm bar to
     advance (or None); ``resolved``: ``spec.method`` already resolved on ``model`` (else
-    resolved here); record_w1 / w1_draws: the similarity-aware distortion (``generate``)."""
+    resolved here); record_w1 / w1_draws: the similarity-aware distortion (``generate``).
+    batch_size > 1: the images decoded together, ``batch_size`` per forward
+    (``gsd_lab.decode.batch.generate_batch``: each image's tokens and NFE as alone; its
+    wall_seconds and model_seconds its share of the batch's), records in the same order."""
     if resolved is None:
         resolved = resolve_for(model, spec.method)
     elif resolved.method != spec.method.for_model(model.name):
         raise ValueError(f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} is not "
                          f"{spec.method.for_model(model.name).key})")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if batch_size > 1:
+        return run_batched(model, [(spec, resolved)], prompts, seeds, batch_size, progress=progress,
+                           record_top1=record_top1, record_distortion=record_distortion,
+                           record_w1=record_w1, w1_draws=w1_draws)[0]
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
@@ -193,6 +203,36 @@ def run_method(
             records.append(record_of(spec.label, prompt, gseed, result, image))
             if progress is not None:
                 progress.update(1)
+    return records
+
+
+def run_batched(model: ImageModel, jobs: list[tuple[MethodSpec, ResolvedMethod]],
+                prompts: list[str], seeds: Iterable[int], batch_size: int, *, progress: Any = None,
+                **options: Any) -> list[list[GenerationRecord]]:
+    """``run_method``'s images of every (spec, resolved) job, decoded as one stream through
+    ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
+    side, so batches stay full across jobs); per job its records in ``run_method``'s order
+    (seed, then prompt). options: ``generate_batch``'s record_* and w1_draws."""
+    from ..decode.batch import DecodeRequest, generate_batch
+
+    seeds = list(seeds)
+    items, requests = [], []
+    for job, (spec, resolved) in enumerate(jobs):
+        for seed in seeds:
+            for index, prompt in enumerate(prompts):
+                gseed = generator_seed(seed + spec.seed_offset, index)
+                prompt_ids, uncond_ids = model.encode(prompt)
+                generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
+                items.append((job, prompt, gseed))
+                requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator,
+                                              uncond_ids))
+    results = generate_batch(model.adapter, requests, batch_size=batch_size, progress=progress,
+                             **options)
+    decode = model.decode
+    records: list[list[GenerationRecord]] = [[] for _ in jobs]
+    for (job, prompt, gseed), result in zip(items, results):
+        image = decode(result.tokens) if decode else None
+        records[job].append(record_of(jobs[job][0].label, prompt, gseed, result, image))
     return records
 
 
@@ -309,13 +349,16 @@ class RunCache:
     stderr with its images done / to do and ETA, and how many configurations are done.
     record_w1: None (default) records the similarity-aware distortion whenever TV is recorded
     and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
-    per image (None: exact for every token; module docstring)."""
+    per image (None: exact for every token; module docstring). batch_size: images per forward
+    (``run_method``; 1: one image at a time)."""
 
     def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings | None = None,
                  *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
                  bootstrap_resamples: int = 2000, progress_lines: bool | None = None,
-                 record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS) -> None:
+                 record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS,
+                 batch_size: int = 1) -> None:
         self.model, self.prompts, self.seeds = model, prompts, seeds
+        self.batch_size = batch_size
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
         if record_w1 is None:
@@ -331,13 +374,38 @@ class RunCache:
     def _concrete(self, spec: MethodSpec) -> MethodSpec:
         return replace(spec, method=spec.method.with_filters(self.filters))
 
-    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
-        spec = self._concrete(spec)
+    def _check_offset(self, spec: MethodSpec) -> None:
         shifted = {s + spec.seed_offset for s in self.seeds}
         if spec.seed_offset and shifted & set(self.seeds):
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
                 "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+
+    def prefetch(self, specs: list[MethodSpec]) -> None:
+        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, all in one
+        stream of batches (``run_batched``: batches stay full across configurations); then
+        ``records`` serves them. Nothing to do at batch_size 1 (``records`` decodes as asked)."""
+        if self.batch_size == 1:
+            return
+        todo: dict[tuple, MethodSpec] = {}
+        for spec in map(self._concrete, specs):
+            self._check_offset(spec)
+            if spec.key not in self._records and repr(spec.key) not in self._stored:
+                todo.setdefault(spec.key, spec)
+        if not todo:
+            return
+        jobs = [(spec, resolve_for(self.model, spec.method, self._resolved))
+                for spec in todo.values()]
+        decoded = run_batched(self.model, jobs, self.prompts, self.seeds, self.batch_size,
+                              progress=self.progress, record_top1=self.record_top1,
+                              record_distortion=self.record_distortion, record_w1=self.record_w1,
+                              w1_draws=self.w1_draws)
+        for key, records in zip(todo, decoded):
+            self._records[key] = records
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        spec = self._concrete(spec)
+        self._check_offset(spec)
         if spec.key not in self._records and repr(spec.key) in self._stored:
             self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
@@ -345,7 +413,8 @@ class RunCache:
             self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
                                                  record_top1=self.record_top1, progress=self._progress(spec.label),
                                                  record_distortion=self.record_distortion,
-                                                 record_w1=self.record_w1, w1_draws=self.w1_draws)
+                                                 record_w1=self.record_w1, w1_draws=self.w1_draws,
+                                                 batch_size=self.batch_size)
         return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
 
     def decoded(self) -> dict[tuple, list[GenerationRecord]]:
@@ -371,7 +440,9 @@ class RunCache:
         with guidance_scale(self.model, None):
             resolved = resolve_for(self.model, spec.method, self._resolved)
             return run_method(self.model, spec, self.prompts[:limit], self.seeds, resolved=resolved, record_top1=True,
-                              progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]))
+                              progress=self._progress(f"{spec.label} without guidance",
+                                                      self.prompts[:limit]),
+                              batch_size=self.batch_size)
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
         """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""

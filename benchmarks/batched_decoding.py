@@ -1,0 +1,185 @@
+"""Images per second, batch 1 against batch B, on the embedded stand-in (CPU), side by side.
+
+For each method (AR, SJD, GSD with the figures' dynamic clusters; ``--methods``) the same
+``--images`` images (class i % classes, generator seed i, 256 tokens) are decoded by
+``gsd_lab.decode.batch.generate_batch`` with ``batch_size=1`` and with ``batch_size=B``
+(continuous batching: a finished image's place is taken by the next). Printed per method and
+batch size: images per second (decoding wall time only, model loading and method resolution
+excluded), the model's share of it, ms per batched forward, mean NFE per image, and whether
+every image's tokens and NFE are those of batch 1 (they must be: ``gsd_lab.models.batched``).
+A "mixed" row decodes all methods' images in one batch stream (each image keeps its method).
+
+Batch 1 is ``generate`` itself, image after image.
+The speed-up is bounded by the per-image work that batching does not share: the processing of
+each image's [L + 1, V] rows (CFG mix, top-k, softmax: ~1.4 ms per forward at L = 16 on one
+core), verify and the draws, the exact accounting when recorded; batching shares the model's
+weight reads and the per-forward Python overhead of transformers.
+
+Measured 2026-12-01 (8 images x 256 tokens, batch 8, 1 thread, on 2 CPU cores shared with other
+jobs, load average ~11, so absolute times are inflated and noisy; ratios are what to read):
+AR 1.87x, SJD 1.36x, GSD (G=10) 1.20x, the three mixed 1.25x images per second over batch 1,
+tokens and NFE the same for every image. Where it goes: the float64 forward is compute-bound on
+a CPU (8 images' 272 window rows cost ~3.4x the 34 rows of one), and the per-image work
+(processing ~1.4 ms, verify, GSD's clusters) is not shared: at batch 8 the model is ~70% (SJD)
+and ~53% (GSD) of the time, against 84% / 68% at batch 1. A second run (10 images, batch 10,
+load falling from ~12 to ~6 during it, so biased towards batch 10): AR 4.6x, SJD 1.18x, GSD
+1.11x, mixed 2.0x; with as many images as the batch holds, the batch empties as images finish
+(SJD's NFE ranges over ~60-100), so its last forwards run nearly alone. A figures-like stream
+(30 stand-in images, SJD / GSD G=25 / Amplify 2, exact TV and W1 recorded, ``RunCache.prefetch``
+at batch 10 against batch 1) showed no gain under the same load noise (summed decoding wall time
+53.2 s against 51.7 s; the unbatched accounting itself took 48.8 s against 36.1 s, i.e. the
+batched run saw ~35% more load): on 2 shared cores the speed-up of SJD / GSD is within the
+noise; AR, whose 1-token forwards are overhead-bound, gains most.
+
+    python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
+                                          [--methods ar,sjd,gsd] [--group-size 10] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from gsd_lab.decode.loop import generate
+from gsd_lab.decode.batch import DecodeRequest, generate_batch
+from gsd_lab.decode.methods import DecodingMethod
+
+METHODS = ("ar", "sjd", "gsd")
+
+
+def methods_for(names: list[str], group_size: int) -> dict[str, DecodingMethod]:
+    table = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd"),
+             "gsd": DecodingMethod("gsd", clusters="dynamic", group_size=group_size)}
+    return {name: table[name] for name in names}
+
+
+def requests_for(adapter, resolved, images: int, tokens: int) -> list[DecodeRequest]:
+    return [DecodeRequest(adapter.prompt_ids(i % adapter.num_classes), resolved, tokens,
+                          torch.Generator().manual_seed(i), adapter.uncond_prompt_ids())
+            for i in range(images)]
+
+
+def decode(adapter, requests: list[DecodeRequest], batch: int) -> tuple[float, list, int, float]:
+    """(seconds, results, forwards, model seconds): ``generate`` image by image at batch 1, else
+    one ``generate_batch`` call."""
+    began = time.perf_counter()
+    if batch == 1:
+        results = [generate(adapter, r.prompt_ids, r.method, num_tokens=r.num_tokens,
+                            generator=r.generator, uncond_prompt_ids=r.uncond_prompt_ids)
+                   for r in requests]
+        seconds = time.perf_counter() - began
+        return seconds, results, sum(r.nfe for r in results), sum(r.model_seconds for r in results)
+    runner_forwards = _count_runner_forwards()
+    try:
+        results = generate_batch(adapter, requests, batch_size=batch)
+        seconds = time.perf_counter() - began
+    finally:
+        counts = runner_forwards.close()
+    return seconds, results, counts["forwards"], counts["model"]
+
+
+class _count_runner_forwards:
+    """Counts ``BatchRunner``'s batched forwards and their model seconds until ``close``."""
+
+    def __init__(self) -> None:
+        from gsd_lab.models import batched
+
+        self.module, self.original = batched, batched.BatchRunner._run
+        self.counts = {"forwards": 0, "model": 0.0}
+        counts, original = self.counts, self.original
+
+        def counted(runner, *args):
+            before = runner.model_seconds
+            out = original(runner, *args)
+            counts["forwards"] += 1
+            counts["model"] += runner.model_seconds - before
+            return out
+
+        batched.BatchRunner._run = counted
+
+    def close(self) -> dict:
+        self.module.BatchRunner._run = self.original
+        return self.counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--group-size", type=int, default=10)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the table")
+    args = parser.parse_args()
+    names = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(names) - set(METHODS))
+    if unknown:
+        parser.error(f"unknown methods {unknown}; expected some of {METHODS}")
+    for flag, value in (("--images", args.images), ("--batch", args.batch),
+                        ("--tokens", args.tokens), ("--threads", args.threads),
+                        ("--group-size", args.group_size)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    torch.set_num_threads(args.threads)
+
+    from gsd_lab.experiments.image_model import standin_image_model
+    from gsd_lab.experiments.runs import resolve_for
+    from gsd_lab.standin.adapter import load_standin
+
+    adapter = load_standin()
+    model = standin_image_model(adapter, with_metrics=False)
+    methods = methods_for(names, args.group_size)
+    resolved = {name: resolve_for(model, method) for name, method in methods.items()}
+    # Warm-up (first calls allocate and load kernels).
+    generate_batch(adapter, requests_for(adapter, resolved[names[0]], 2, 16), batch_size=2)
+
+    streams = {name: requests_for(adapter, r, args.images, args.tokens)
+               for name, r in resolved.items()}
+    if len(names) > 1:  # image i: method i mod |methods|
+        streams["mixed"] = [streams[names[i % len(names)]][i] for i in range(args.images)]
+    rows = {}
+    for name, requests in streams.items():
+        row, reference = {}, None
+        for batch in (1, args.batch):
+            fresh = [DecodeRequest(r.prompt_ids, r.method, r.num_tokens,
+                                   torch.Generator().manual_seed(i), r.uncond_prompt_ids)
+                     for i, r in enumerate(requests)]
+            seconds, results, forwards, model_seconds = decode(adapter, fresh, batch)
+            same = None
+            if reference is None:
+                reference = results
+            else:
+                same = all(torch.equal(a.tokens, b.tokens) and a.nfe == b.nfe
+                           for a, b in zip(reference, results))
+            row[batch] = dict(images_per_second=len(results) / seconds, seconds=seconds,
+                              model_share=model_seconds / seconds,
+                              ms_per_forward=1000 * seconds / forwards,
+                              forwards=forwards, nfe=sum(r.nfe for r in results) / len(results),
+                              same_tokens_and_nfe=same)
+        row["speedup"] = row[args.batch]["images_per_second"] / row[1]["images_per_second"]
+        rows[name] = row
+    if args.json:
+        print(json.dumps(dict(images=args.images, batch=args.batch, threads=args.threads,
+                              rows=rows), indent=2))
+        return
+    print(f"stand-in, {args.images} images x {args.tokens} tokens, {args.threads} thread(s); "
+          f"batch 1 vs {args.batch}")
+    header = (f"{'method':<8} {'img/s b1':>9} {'img/s bB':>9} {'speed-up':>8} {'model% b1':>9} "
+              f"{'model% bB':>9} {'ms/fwd b1':>9} {'ms/fwd bB':>9} {'NFE':>6} {'same':>5}")
+    print(header)
+    for name, row in rows.items():
+        one, many = row[1], row[args.batch]
+        print(f"{name:<8} {one['images_per_second']:>9.3f} {many['images_per_second']:>9.3f} "
+              f"{row['speedup']:>7.2f}x {100 * one['model_share']:>8.0f}% "
+              f"{100 * many['model_share']:>8.0f}% {one['ms_per_forward']:>9.1f} "
+              f"{many['ms_per_forward']:>9.1f} {one['nfe']:>6.1f} "
+              f"{str(many['same_tokens_and_nfe']):>5}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Batched decoding: several images decoded together, one forward pass per step for all of them.
+
+``generate_batch(adapter, requests)`` decodes each ``DecodeRequest`` (its prompt, method, number
+of tokens and generator) exactly as ``gsd_lab.decode.loop.generate`` decodes it alone: each image
+runs ``generate``'s own loop (``gsd_lab.decode.loop._Loop``: window, refill, emit, commit,
+redraft) with its own generator, rule and stopping; only the forward is shared. A step is
+
+    for each active image i: L_i = window size, refill its window (draws from generator i);
+    one batched forward of every image's window ([last committed, drafts], the prompt at first)
+        on ``gsd_lab.models.batched.BatchRunner`` (per-row cache lengths, rollback, padding);
+    for each image i: verify / sample (draws from generator i), commit (crop its rows), redraft.
+
+Each generator is drawn from in the order ``generate`` draws from it, so an image's tokens, NFE
+(the forwards it took part in), accepted counts and distortions are those of ``generate`` with
+the same generator, given the same distributions. The distributions are the adapter's
+processing of the model's logits; processing is per image and bit-exact, the batched model
+forward may differ from a batch-1 forward in the last bit (``gsd_lab.models.batched``), so a
+token could differ only where a uniform falls within ~1e-16 of a threshold
+(``tests/lab/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and measures).
+
+Acceptance is ragged: every image commits its own a_i + 1 tokens per step. An image that has
+its ``num_tokens`` leaves the batch (its cache rows are dropped at the next step); with
+``batch_size`` set, the next waiting request takes its place in the same step (continuous
+batching: it prefills while the others decode). Methods may differ between images (AR, SJD,
+GSD, LANTERN, coupled drafts, the release preset); windows and prompt lengths may too.
+
+Timing: per step, the wall time (minus the exact-distortion accounting) and the model's time
+are split equally between the images in the step, so each ``DecodeResult.wall_seconds`` is its
+share and their sum is the batch's decoding time; ``accounting_seconds`` is the image's own.
+The eager adapter only (``StaticEngine`` is batch size 1). A non-finite distribution raises
+``FloatingPointError`` for the whole call, naming the image's forward and positions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .loop import DecodeResult, _check_call, _Loop, _resolve, max_window
+from .methods import DecodingMethod, ResolvedMethod
+from ..models.adapter import CausalLMAdapter
+from ..models.batched import BatchRunner, ForwardCall, ImageSequence
+from ..accounting.transport import DEFAULT_DRAWS, W1Log
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One image of a batch: the arguments ``generate`` takes for it. generator None: seeded
+    from the OS (as ``generate``); uncond_prompt_ids: the unconditional prompt under CFG."""
+
+    prompt_ids: Tensor
+    method: DecodingMethod | ResolvedMethod
+    num_tokens: int
+    generator: torch.Generator | None = None
+    uncond_prompt_ids: Tensor | None = None
+
+
+@dataclass
+class _Image:
+    """An image in flight: its request's index, loop, sequence and clocks."""
+
+    index: int
+    loop: _Loop
+    sequence: ImageSequence
+    resolved: ResolvedMethod
+    w1_log: W1Log | None
+    wall: float = 0.0
+    model: float = 0.0
+    window: int = 0  # L of the current step
+
+    def accounting(self) -> float:
+        log = self.loop.log
+        w1 = self.w1_log
+        return (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
+
+
+def generate_batch(
+    adapter: CausalLMAdapter,
+    requests: list[DecodeRequest],
+    *,
+    batch_size: int | None = None,
+    record_top1: bool = False,
+    record_distortion: bool = False,
+    record_w1: bool = False,
+    w1_draws: int | None = DEFAULT_DRAWS,
+    progress: Any = False,
+) -> list[DecodeResult]:
+    """Decode every request (module docstring); returns their ``DecodeResult``s in order. A
+    ``DecodingMethod`` is resolved once for all the requests naming it (``generate`` resolves
+    it on every call; the rule objects are the same).
+
+    batch_size: the most images in one forward (None: all at once); the others wait and join as
+    images finish. record_top1 / record_distortion / record_w1 / w1_draws: as ``generate``, for
+    every image. progress: True for a tqdm bar counting finished images, or an object whose
+    ``update(1)`` is called as each image finishes (a bar of the caller's), or False."""
+    requests = list(requests)
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
+    resolved, memo = [], {}  # one ResolvedMethod per distinct DecodingMethod (LANTERN's table)
+    for i, request in enumerate(requests):
+        if not isinstance(request, DecodeRequest):
+            raise ValueError(f"requests[{i}] must be a DecodeRequest, got {type(request).__name__}")
+        if isinstance(request.method, DecodingMethod):
+            if request.method not in memo:
+                memo[request.method] = _resolve(adapter, request.method)
+            method = memo[request.method]
+        else:
+            method = _resolve(adapter, request.method)
+        _check_call(adapter, request.num_tokens, method, request.generator)
+        resolved.append(method)
+    generators = [id(r.generator) for r in requests if r.generator is not None]
+    if len(set(generators)) < len(generators):
+        raise ValueError("two requests share one generator: the images would draw from it in turn, "
+                         "not as each decoded alone; give each request its own torch.Generator")
+    content = adapter.code_content() if record_w1 else None
+    if record_w1 and (not record_distortion or content is None):
+        raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) "
+                         "and an adapter whose code_content() gives its codes' decoded content")
+    limit = len(requests) if batch_size is None else batch_size
+    runner = BatchRunner(adapter)
+    waiting = deque(range(len(requests)))
+    active: list[_Image] = []
+    results: list[DecodeResult | None] = [None] * len(requests)
+    if progress is True:
+        bar = _progress_bar(len(requests))
+    else:  # a bar of the caller's (identity tests: a tqdm bar's == compares bars)
+        bar = None if progress is None or progress is False else progress
+    while waiting or active:
+        began = time.perf_counter()
+        while waiting and len(active) < limit:
+            index = waiting.popleft()
+            active.append(_start(runner, requests[index], resolved[index], index, record_top1,
+                                 record_distortion, content, w1_draws))
+        accounting = [image.accounting() for image in active]
+        model_before = runner.model_seconds
+        calls = [_window_call(image) for image in active]
+        outputs = runner.forward(calls)
+        for image, output in zip(active, outputs):
+            p, support = output if isinstance(output, tuple) else (output, None)
+            loop, L = image.loop, image.window
+            accepted, forced = loop.emit(p, support, L)
+            loop.commit(p, accepted, L, forced)
+            loop.redraft(p, accepted, L)
+        spent = sum(image.accounting() - before for image, before in zip(active, accounting))
+        share = (time.perf_counter() - began - spent) / len(active)
+        model_share = (runner.model_seconds - model_before) / len(active)
+        still = []
+        for image in active:
+            image.wall += share
+            image.model += model_share
+            if image.loop.done >= image.loop.num_tokens:
+                runner.remove(image.sequence)
+                results[image.index] = _result(image)
+                if bar is not None:
+                    bar.update(1)
+            else:
+                still.append(image)
+        active = still
+    if progress is True:
+        bar.close()
+    return results
+
+
+def _start(runner: BatchRunner, request: DecodeRequest, resolved: ResolvedMethod, index: int,
+           record_top1: bool, record_distortion: bool, content: Tensor | None,
+           w1_draws: int | None) -> _Image:
+    """An image joins: its sequence in the runner, its loop (as ``generate`` builds them)."""
+    generator = request.generator
+    adapter = runner.adapter
+    if generator is None:
+        generator = torch.Generator(device=adapter.device)
+        generator.seed()
+    num_tokens = request.num_tokens
+    w1_log = None
+    if content is not None:
+        capacity = num_tokens + max_window(resolved.method) + 1
+        w1_log = W1Log(content, adapter.allowed_tokens, capacity, resolved.rule, draws=w1_draws,
+                       seed=generator.initial_seed())
+    sequence = runner.add(request.prompt_ids, request.uncond_prompt_ids)
+    loop = _Loop(sequence, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
+    return _Image(index, loop, sequence, resolved, w1_log)
+
+
+def _window_call(image: _Image) -> ForwardCall:
+    """This step's window of ``image`` (``_Loop.forward``'s input): its size, refilled drafts."""
+    loop = image.loop
+    L = image.window = loop.window_size()
+    loop.refill(L)
+    head = loop.adapter.prompt if loop.done == 0 else loop.out[loop.done - 1: loop.done]
+    ids = torch.cat([head, loop.drafts])
+    return ForwardCall(image.sequence, ids, L + 1, loop.wants_support and L > 0)
+
+
+def _result(image: _Image) -> DecodeResult:
+    """The image's ``DecodeResult``, as ``generate`` assembles it."""
+    loop, w1_log = image.loop, image.w1_log
+    num_tokens = loop.num_tokens
+    w1 = w1_log.finish(num_tokens) if w1_log is not None else None
+    drafted_total = sum(loop.drafted)
+    log_seconds = loop.log.seconds if loop.log is not None else 0.0
+    return DecodeResult(
+        tokens=loop.out[:num_tokens].cpu(),
+        nfe=len(loop.accepted),
+        accepted=loop.accepted,
+        drafted=loop.drafted,
+        acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
+        wall_seconds=image.wall,
+        model_seconds=image.model,
+        method=image.resolved.method.kind,
+        window=loop.max_window,
+        top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
+        distortion=loop.log.result(num_tokens) if loop.log is not None else None,
+        accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
+        draft=image.resolved.method.draft,
+        w1=w1,
+    )
+
+
+def _progress_bar(total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="img", desc="batch")

@@ -1,0 +1,320 @@
+"""``BatchRunner``: the sequences of several images in one forward pass per step, on one
+``CausalLMAdapter`` (the eager path, a ``DynamicCache``), each image with its own cache length.
+
+Each image is a ``Sequence`` (``runner.add(prompt_ids, uncond_prompt_ids)``) offering the part of
+the adapter contract that ``gsd_lab.decode.loop``'s loop uses (``prompt``, ``crop``,
+``random_tokens``, ``forced_tokens``, ``row_length``, ``device``, ``vocab_size``) with the same
+meaning as for the adapter alone; its forward is collective: ``runner.forward(calls)`` takes
+one window per image (``input_ids`` [T_i], ``num_rows`` R_i, ``with_support``) and returns each
+image's processed distributions [R_i, V] (and support), exactly what ``adapter.forward`` returns
+for that image alone, up to the rounding of the model's batched arithmetic (below).
+
+Model rows. An image is 1 model row, or 2 with CFG (conditional, unconditional; their prompts
+may differ in length). The cache holds every active image's rows, [R, H, S, D] per layer.
+
+Layout (between forwards): each row's n_r held positions are contiguous and end at the physical
+end S of the cache (rows are left-padded; S = max n_r). A forward appends a [R, W] block,
+W = max T_r: row r's T_r tokens first, then padding (its last id repeated), so after the
+forward row r's positions lie at slots [S - n_r, S + T_r). The attention mask [R, S + W] is 1
+exactly on those slots, so padding is never attended by a real token; position ids count each
+row's real tokens (n_r + j for its j-th new token), as the adapter's for a padded CFG prompt.
+Only the last ``num_rows`` real positions of each row are read (``logits_to_keep``: the widest
+need). ``crop`` (an image's rollback) drops the tail of its rows; finished images are
+``remove``d; new images may be ``add``ed at any step (their rows join empty and prefill with the
+next forward: continuous batching). All of it is applied lazily before the next forward by one
+gather per layer that restores the layout (rows kept, their held slots right-aligned), or a
+slice when every row ends at the same slot.
+
+Arithmetic. The processing (``adapter._process``) runs per image on that image's logits: CFG
+mix, mask, top-k, softmax are row-wise and the support is the image's own, so they are the
+single-image values bit for bit given the same logits. The model's logits are not guaranteed
+bit-identical to a batch-1 forward: the matmuls see more rows and attention sees masked slots
+(exact zeros) and another key length, which in float64 may round the last bit differently. The
+decoder's tokens are then the same unless a uniform falls within ~1e-16 of a decision threshold
+(as between CPUs, ``gsd_lab.models.float64``). Measured (float64, CPU, 1 thread): the largest
+|p batched - p alone| over the test's rows is about 1e-15, the exact distortion differs by at
+most ~5e-15, and every token and NFE matched in every test and benchmark run
+(``tests/lab/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). Bit-identity would
+need a row-wise model: torch's float64 ``linear`` on a CPU already rounds a row differently for
+1-2 rows than for 5 or more (and again at a few hundred), so batch-1 decoding itself sees such
+differences between its 1-token and 17-token windows; no row-wise path is added. With no padding
+at all (every row holding as many positions and feeding as many tokens) no mask is passed, as
+the adapter does.
+
+Costs: one extra gather of the cache per layer per step (when rows end at different slots);
+padding rows compute but are dropped. ``num_forwards`` and ``model_seconds`` count the runner's
+own batched forwards.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .adapter import CausalLMAdapter
+
+
+@dataclass
+class _Row:
+    """One model row: ``prompt`` its real prompt ids, ``held`` the positions it holds in the
+    cache, ``end`` the slot after the last of them (its held slots: [end - held, end))."""
+
+    prompt: Tensor
+    held: int = 0
+    end: int = 0
+
+
+@dataclass(frozen=True)
+class ForwardCall:
+    """One image's part of a batched forward (``BatchRunner.forward``): its window ``input_ids``
+    [T] and the R = ``num_rows`` last positions whose distributions it needs."""
+
+    sequence: "ImageSequence"
+    input_ids: Tensor
+    num_rows: int
+    with_support: bool = False
+
+
+class ImageSequence:
+    """One image's sequence inside a ``BatchRunner``: the adapter's sequence contract (module
+    docstring) for one image; its forwards go through ``BatchRunner.forward``."""
+
+    def __init__(self, runner: "BatchRunner", prompt: Tensor, rows: list[_Row]) -> None:
+        adapter = runner.adapter
+        self.runner, self.rows, self._prompt = runner, rows, prompt
+        self._seq_len = 0  # logical positions of the conditional sequence held, as the adapter's
+        self.device, self.vocab_size = adapter.device, adapter.vocab_size
+        self.row_length = adapter.row_length
+        self.active = True
+
+    @property
+    def prompt(self) -> Tensor:
+        return self._prompt
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self._prompt.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return self._seq_len
+
+    def random_tokens(self, generated_positions: Tensor, generator: torch.Generator | None, *,
+                      respect_forced: bool = True) -> Tensor:
+        return self.runner.adapter.random_tokens(generated_positions, generator,
+                                                 respect_forced=respect_forced)
+
+    def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:
+        return self.runner.adapter.forced_tokens(generated_positions)
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` logical positions (P <= length <= seq_len), as
+        ``CausalLMAdapter.crop``; the cache follows before the next forward."""
+        if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
+            raise ValueError(f"crop length must be an int in [prompt_len={self.prompt_len}, "
+                             f"seq_len={self._seq_len}], got {length!r}")
+        removed = self._seq_len - length
+        for row in self.rows:
+            row.held -= removed
+            row.end -= removed
+        self._seq_len = length
+
+
+class BatchRunner:
+    """Batched forwards over ``adapter`` (module docstring). Lends the adapter its cache for
+    the length of each forward; ``add`` checks a prompt with ``adapter.start``, which ends the
+    adapter's own current sequence."""
+
+    def __init__(self, adapter: CausalLMAdapter) -> None:
+        if not isinstance(adapter, CausalLMAdapter):
+            raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+        self.adapter, self.device = adapter, adapter.device
+        self.cache: Any = None
+        self._sequences: list[ImageSequence] = []  # cache row order; removed ones until compacted
+        self._row_order: list[_Row] = []  # the cache's rows, in order
+        self._length = 0  # physical slots S of the cache
+        self.num_forwards = 0
+        self.model_seconds = 0.0
+
+    @property
+    def sequences(self) -> list[ImageSequence]:
+        """The active images' sequences, in cache row order."""
+        return [s for s in self._sequences if s.active]
+
+    def add(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> ImageSequence:
+        """A new image: its prompt (and, with CFG, unconditional prompt) checked and completed
+        as ``adapter.start`` does (a subclass may supply a default unconditional prompt)."""
+        adapter = self.adapter
+        adapter.start(prompt_ids, uncond_prompt_ids)
+        rows = [_Row(ids[mask.bool()].clone())
+                for ids, mask in zip(adapter._batch_prompt, adapter._prompt_mask)]
+        sequence = ImageSequence(self, adapter.prompt.clone(), rows)
+        self._sequences.append(sequence)
+        return sequence
+
+    def remove(self, sequence: ImageSequence) -> None:
+        """The image is done: its rows leave the cache at the next forward."""
+        sequence.active = False
+
+    # ---- layout ---------------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        """Restore the layout (module docstring): drop removed images' rows, right-align every
+        row's held slots at the new end S = max held, append empty slots for new images' rows."""
+        self._sequences = [s for s in self._sequences if s.active]
+        rows = [row for s in self._sequences for row in s.rows]
+        length = max((row.held for row in rows), default=0)
+        if length == 0:  # only new images: a fresh cache
+            self.cache, self._length, self._row_order = self.adapter._new_cache(), 0, rows
+            return
+        position = {id(row): i for i, row in enumerate(self._row_order)}
+        old = [row for row in rows if id(row) in position]  # new rows (add() appends) come last
+        keep = [position[id(row)] for row in old]
+        layers = self._layers()
+        every_row = keep == list(range(len(self._row_order)))
+        if every_row and len({row.end for row in old}) == 1:
+            end = old[0].end  # every row ends at one slot: a slice
+            for layer in layers:
+                layer.keys = layer.keys[:, :, end - length: end]
+                layer.values = layer.values[:, :, end - length: end]
+        else:
+            rows_index = None if every_row else torch.tensor(keep, device=self.device)
+            ends = torch.tensor([row.end for row in old], device=self.device)
+            slots = ends.unsqueeze(1) - length + torch.arange(length, device=self.device)
+            slots.clamp_(min=0)  # the left padding: any slot, masked
+            for layer in layers:
+                layer.keys = _gather_rows(layer.keys, rows_index, slots)
+                layer.values = _gather_rows(layer.values, rows_index, slots)
+        new_count = len(rows) - len(old)
+        if new_count:
+            for layer in layers:
+                shape = (new_count,) + tuple(layer.keys.shape[1:])
+                layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)])
+                layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
+        for row in rows:
+            row.end = length
+        self._length, self._row_order = length, rows
+
+    def _layers(self) -> list[Any]:
+        layers = getattr(self.cache, "layers", None)
+        if layers is None:
+            raise ValueError("batched decoding needs a transformers cache with per-layer keys and "
+                             f"values, got {type(self.cache).__name__}")
+        return [layer for layer in layers if getattr(layer, "is_initialized", False)]
+
+    # ---- forward --------------------------------------------------------------------------
+
+    def forward(self, calls: list[ForwardCall]) -> list[Tensor | tuple[Tensor, Tensor | None]]:
+        """One forward pass for every active image (each exactly once, in any order): per call,
+        the processed distributions [R_i, V] of its last ``num_rows`` input positions (with
+        ``with_support``, the pair (probs, support)), as ``CausalLMAdapter.forward``."""
+        if sorted(id(c.sequence) for c in calls) != sorted(id(s) for s in self.sequences):
+            raise ValueError("a batched forward takes exactly one call per active sequence")
+        self._compact()
+        by_sequence = {id(c.sequence): c for c in calls}
+        inputs, starts = [], []  # per model row: its new ids, the first input column it reads
+        for sequence in self._sequences:
+            call = by_sequence[id(sequence)]
+            ids = self._checked_input(sequence, call)
+            for row in sequence.rows:
+                if sequence.seq_len == 0:  # the prefill: this row's own prompt
+                    row_ids = torch.cat([row.prompt, ids[sequence.prompt_len:]])
+                else:
+                    row_ids = ids
+                inputs.append(row_ids)
+                starts.append(row_ids.numel() - call.num_rows)
+        logits, first_column = self._run(inputs, starts)
+        results: dict[int, Any] = {}
+        rows = iter(range(len(inputs)))
+        for sequence in self._sequences:
+            call = by_sequence[id(sequence)]
+            index = [next(rows) for _ in sequence.rows]
+            begins = {starts[r] - first_column for r in index}
+            if len(begins) == 1:  # a view (the processing copies before writing)
+                begin = begins.pop()
+                own = logits[index[0]: index[-1] + 1, begin: begin + call.num_rows]
+            else:  # the prefill of prompts of other lengths
+                own = torch.stack([logits[r, starts[r] - first_column:][: call.num_rows]
+                                   for r in index])
+            results[id(sequence)] = self._process(sequence, call, own)
+        return [results[id(call.sequence)] for call in calls]
+
+    def _checked_input(self, sequence: ImageSequence, call: ForwardCall) -> Tensor:
+        ids = torch.as_tensor(call.input_ids, device=self.device)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError("input_ids must be a non-empty 1-D tensor of token ids (one image)")
+        if not 1 <= call.num_rows <= ids.numel():
+            raise ValueError(f"num_rows must be in [1, {ids.numel()}], got {call.num_rows}")
+        if sequence.seq_len == 0:
+            P = sequence.prompt_len
+            if ids.numel() < P or not torch.equal(ids[:P], sequence.prompt):
+                raise ValueError("an image's first forward must begin with its prompt")
+        return ids
+
+    def _run(self, inputs: list[Tensor], starts: list[int]) -> tuple[Tensor, int]:
+        """The model on the padded [R, W] block: logits [R, K, V] of input columns
+        W - K .. W - 1 (K covers every row's first column read), and W - K."""
+        rows = [row for s in self._sequences for row in s.rows]
+        S = self._length
+        counts = [ids.numel() for ids in inputs]
+        width = max(counts)
+        batch = torch.stack([torch.cat([ids, ids[-1:].expand(width - ids.numel())])
+                             for ids in inputs])
+        held_list = [row.held for row in rows]
+        held = torch.tensor(held_list, device=self.device)
+        column = torch.arange(width, device=self.device)
+        positions = held.unsqueeze(1) + column  # each row's real tokens counted
+        mask = None
+        if min(held_list) < S or min(counts) < width:
+            slot = torch.arange(S, device=self.device)
+            cached = slot >= S - held.unsqueeze(1)
+            fed = column < torch.tensor(counts, device=self.device).unsqueeze(1)
+            mask = torch.cat([cached, fed], 1).long()
+        first_column = min(starts)
+        adapter = self.adapter
+        saved, adapter.cache = adapter.cache, self.cache
+        sync = self.device.type == "cuda"
+        try:
+            if sync:
+                torch.cuda.synchronize(self.device)
+            began = time.perf_counter()
+            with torch.inference_mode():
+                logits = adapter.compute_logits(batch, mask, positions, width - first_column)
+            if sync:
+                torch.cuda.synchronize(self.device)
+            self.model_seconds += time.perf_counter() - began
+        finally:
+            adapter.cache = saved
+        self.num_forwards += 1
+        found = int(self.cache.get_seq_length())
+        if found != S + width:
+            name = type(adapter.model).__name__
+            raise ValueError(f"{name} did not extend the KV cache (expected {S + width} positions, "
+                             f"found {found})")
+        for row, count in zip(rows, counts):
+            row.held += count
+            row.end = S + count
+        self._length = S + width
+        return logits, first_column
+
+    def _process(self, sequence: ImageSequence, call: ForwardCall,
+                 logits: Tensor) -> Tensor | tuple[Tensor, Tensor | None]:
+        """One image's logits [rows, R, V] through ``adapter._process`` (module docstring), its
+        generated positions as the adapter numbers them."""
+        T = call.input_ids.numel()
+        first = sequence.seq_len + T - call.num_rows + 1 - sequence.prompt_len
+        sequence._seq_len += T
+        generated = torch.arange(first, first + call.num_rows, device=self.device)
+        return self.adapter._process(logits, generated, with_support=call.with_support)
+
+
+def _gather_rows(states: Tensor, rows: Tensor | None, slots: Tensor) -> Tensor:
+    """states [R, H, S, D] -> [R', H, S', D]: row rows[i] (None: every row, in order), its slots
+    slots[i] [S']."""
+    picked = states if rows is None else states.index_select(0, rows)
+    index = slots.view(slots.shape[0], 1, slots.shape[1], 1)
+    return picked.gather(2, index.expand(-1, picked.shape[1], -1, picked.shape[3]))

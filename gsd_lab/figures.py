@@ -247,7 +247,8 @@ def run_figures(
         bar = tqdm(total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method + extra,
                    unit="img", desc="figures", disable=not progress)
         cache = RunCache(model, prompts, list(sizes.seeds), filters, progress=bar, w1_draws=sizes.w1_draws)
-    distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
+    distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu(),
+                                         known=getattr(model.adapter, "distance_quantiles", None))
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
     seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}

@@ -28,13 +28,13 @@ COMMAND = ["-m", "gsd_lab", "generate", "--method", "gsd", "--group-size", "25",
 
 
 def cli_calls(calls: int, threads: int) -> list[list[int]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": str(threads)}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads)}
     tokens = []
     for i in range(calls):
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, *COMMAND], env=env, cwd=ROOT, capture_output=True, check=False,
-                              text=True, timeout=600)
+        done = subprocess.run([sys.executable, *COMMAND], env=env, cwd=ROOT, capture_output=True,
+                              check=False, text=True, timeout=600)
         wall = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(done.stderr[-3000:])
@@ -69,8 +69,9 @@ def stages(threads: int) -> None:
         timed[label] = time.perf_counter() - start
         start = time.perf_counter()
         result, _ = generate_one(model, resolved, "brick", 0)
-        print(f"resolve ({label}): {timed[label]:.2f} s; decode {time.perf_counter() - start:.2f} s, "
-              f"nfe {result.nfe}", flush=True)
+        decode = time.perf_counter() - start
+        print(f"resolve ({label}): {timed[label]:.2f} s; decode {decode:.2f} s, nfe {result.nfe}",
+              flush=True)
         timed[label + " tokens"] = result.tokens.tolist()
     same = timed["stored quantile tokens"] == timed["recomputed quantile tokens"]
     print(f"same tokens with the stored and the recomputed quantile: {same}")

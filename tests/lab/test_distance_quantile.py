@@ -25,7 +25,8 @@ def test_chunked_pairs_equal_one_difference_bit_for_bit():
     for q in (0.1, 0.9):
         assert distance_quantile(emb, q) == float(torch.quantile(whole.float(), q))
     small = emb[:300]  # all pairs below 4096 rows
-    pairs = torch.cdist(small, small).square()[torch.triu(torch.ones(300, 300, dtype=torch.bool), 1)]
+    upper = torch.triu(torch.ones(300, 300, dtype=torch.bool), 1)
+    pairs = torch.cdist(small, small).square()[upper]
     assert distance_quantile(small, 0.9) == float(torch.quantile(pairs.float(), 0.9))
 
 
@@ -36,7 +37,7 @@ def test_known_values_are_used_only_for_their_embeddings():
     assert entry["value"] == FilterSettings().resolve(emb, tokens)
     fake = {**entry, "value": 123.0}
     assert FilterSettings().resolve(emb, tokens, known=[fake]) == 123.0  # looked up, not recomputed
-    assert FilterSettings().resolve(emb.float(), tokens, known=[fake]) == 123.0  # the same values in float32
+    assert FilterSettings().resolve(emb.float(), tokens, known=[fake]) == 123.0  # same values
     other = emb.clone()
     other[0, 0] += 1e-12
     assert FilterSettings().resolve(other, tokens, known=[fake]) == entry["value"]
@@ -44,7 +45,8 @@ def test_known_values_are_used_only_for_their_embeddings():
     assert FilterSettings(distance_quantile=0.5).resolve(emb, tokens, known=[fake]) != 123.0
     assert FilterSettings().resolve(emb, tokens, seed=1, known=[fake]) == entry["value"]
     assert FilterSettings(max_embedding_distance=2.0).resolve(emb, tokens, known=[fake]) == 2.0
-    assert embeddings_digest(emb[:2]) != embeddings_digest(emb[:2].T.contiguous())  # the shape counts
+    # the shape counts, not only the bytes
+    assert embeddings_digest(emb[:2]) != embeddings_digest(emb[:2].T.contiguous())
 
 
 @pytest.fixture(scope="module")

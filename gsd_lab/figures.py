@@ -258,7 +258,8 @@ def run_figures(
                          w1_draws=sizes.w1_draws, batch_size=batch_size)
         # Batched: every guided configuration in one stream, so batches stay full.
         cache.prefetch([c.spec for c in configurations if c.guided])
-    distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu())
+    distance_threshold = filters.resolve(model.embeddings, model.image_vocabulary.cpu(),
+                                         known=getattr(model.adapter, "distance_quantiles", None))
     distance_rule = ("the released code's value" if filters.max_embedding_distance is not None else
                      f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs")
     seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}

@@ -103,23 +103,65 @@ class FilterSettings:
         """The released code's d = 0.5 for Lumina-mGPT; the quantile rule for other models."""
         return cls(max_embedding_distance=0.5) if name.startswith("lumina-mgpt") else cls()
 
-    def resolve(self, embeddings: Any, image_tokens: Any, *, seed: int = 0) -> float:
+    def resolve(self, embeddings: Any, image_tokens: Any, *, seed: int = 0,
+                known: Any = None) -> float:
         """The squared-distance threshold: given, or the quantile over pairs of distinct image
-        tokens (all pairs up to 4096 tokens, else 10^6 random pairs)."""
+        tokens (all pairs up to 4096 tokens, else 10^6 random pairs). ``known``: stored values
+        of that quantile (``distance_quantile_entry`` records, e.g. from the weights' manifest);
+        one whose embeddings digest, quantile and seed match is returned instead of recomputed."""
         import torch
 
         if self.max_embedding_distance is not None:
             return float(self.max_embedding_distance)
         emb = embeddings[image_tokens.to(embeddings.device)].detach().to(torch.float64).cpu()
-        n = emb.shape[0]
-        if n <= 4096:
-            distance = torch.cdist(emb, emb).square()
-            distance = distance[torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)]
-        else:
-            generator = torch.Generator().manual_seed(seed)
-            a, b = torch.randint(n, (2, 1_000_000), generator=generator)
-            distance = (emb[a[a != b]] - emb[b[a != b]]).square().sum(-1)
-        return float(torch.quantile(distance.float(), self.distance_quantile))
+        if known:
+            digest = embeddings_digest(emb)
+            for entry in known:
+                if (entry["embeddings_sha256"], entry["quantile"], entry["seed"]) == (
+                        digest, self.distance_quantile, seed):
+                    return float(entry["value"])
+        return distance_quantile(emb, self.distance_quantile, seed=seed)
+
+
+def embeddings_digest(emb: Any) -> str:
+    """SHA-256 of float64 embedding rows [n, D] (shape, then the little-endian bytes)."""
+    import hashlib
+
+    rows = emb.detach().cpu().double().contiguous().numpy().astype("<f8", copy=False)
+    return hashlib.sha256(repr(tuple(rows.shape)).encode() + rows.tobytes()).hexdigest()
+
+
+def distance_quantile(emb: Any, quantile: float, *, seed: int = 0) -> float:
+    """The ``quantile`` of the squared distances ||e_a - e_b||^2 between rows of ``emb`` [n, D]
+    (float64): over all pairs a < b when n <= 4096, else over 10^6 random pairs (a != b kept;
+    ``torch.Generator`` seeded ``seed``); taken in float32 as ``torch.quantile``."""
+    import torch
+
+    n = emb.shape[0]
+    if n <= 4096:
+        distance = torch.cdist(emb, emb).square()
+        distance = distance[torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)]
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        a, b = torch.randint(n, (2, 1_000_000), generator=generator)
+        keep = a != b
+        a, b = a[keep], b[keep]
+        # In chunks of rows: each row's sum is taken alone, so the values are those of one
+        # [10^6, D] difference, without its 2 x 2 GB of temporaries.
+        distance = torch.cat([(emb[a[i: i + 65536]] - emb[b[i: i + 65536]]).square().sum(-1)
+                              for i in range(0, a.numel(), 65536)])
+    return float(torch.quantile(distance.float(), quantile))
+
+
+def distance_quantile_entry(embeddings: Any, image_tokens: Any, quantile: float = 0.9,
+                            seed: int = 0) -> dict:
+    """A record of the distance quantile of these embeddings (``FilterSettings.resolve``'s
+    ``known``): the digest of the float64 rows, the quantile, the seed and the value."""
+    import torch
+
+    emb = embeddings[image_tokens.to(embeddings.device)].detach().to(torch.float64).cpu()
+    return {"embeddings_sha256": embeddings_digest(emb), "quantile": float(quantile),
+            "seed": int(seed), "value": distance_quantile(emb, float(quantile), seed=seed)}
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -313,7 +355,9 @@ def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: 
         return None
     if kind in ("dynamic", "dynamic-distance"):
         image_tokens = adapter.allowed_tokens.cpu()
-        distance = _cached(cache, ("distance", filters), lambda: filters.resolve(embeddings, image_tokens))
+        known = getattr(adapter, "distance_quantiles", None)
+        distance = _cached(cache, ("distance", filters),
+                           lambda: filters.resolve(embeddings, image_tokens, known=known))
         gap = filters.max_prob_gap if kind == "dynamic" else None
         if method.preset != "default":
             from .presets import ReleaseDistanceClusters, preset, release_distance_table

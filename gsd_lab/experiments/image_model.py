@@ -283,15 +283,22 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir:
 
 def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
     """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
-    reference is the classifier's features of the fixed held-out real crops."""
+    reference is the classifier's features of the fixed held-out real crops (computed once, at
+    the first Frechet distance)."""
     from ..quality.metrics import (classifier_features, condition_consistency,
                                    frechet_distance_features)
     from ..standin.classifier import heldout_set
     from ..standin.loading import WEIGHTS_DIR, load_classifier
 
     classifier = load_classifier(weights_dir or WEIGHTS_DIR)
-    reference_images, _ = heldout_set()
-    reference = classifier_features(classifier, reference_images)
+    cached: dict[str, Tensor] = {}
+
+    def reference() -> Tensor:
+        """Built on first use: the held-out crops take seconds to prepare (a generate needs none)."""
+        if "features" not in cached:
+            reference_images, _ = heldout_set()
+            cached["features"] = classifier_features(classifier, reference_images)
+        return cached["features"]
 
     def scores(images: list[np.ndarray], prompts: list[str]) -> np.ndarray:
         labels = [adapter.class_index(int(p) if str(p).isdigit() else p) for p in prompts]
@@ -300,6 +307,6 @@ def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
 
     def frechet(images: list[np.ndarray]) -> float:
         batch = torch.from_numpy(np.ascontiguousarray(np.stack(images)))
-        return frechet_distance_features(classifier_features(classifier, batch), reference)
+        return frechet_distance_features(classifier_features(classifier, batch), reference())
 
     return scores, frechet

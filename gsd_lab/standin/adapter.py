@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .ar import TokenLayout
 from .data import to_uint8
-from .loading import WEIGHTS_DIR, load_ar_model, load_tokenizer
+from .loading import WEIGHTS_DIR, load_ar_model, load_tokenizer, stored_distance_quantiles
 from .tokenizer import PatchVQTokenizer
 from ..models.adapter import CausalLMAdapter
 
@@ -125,4 +125,6 @@ def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path 
     adapter = StandinAdapter(model.to(device), layout, tokenizer, names, cfg_scale=cfg_scale,
                              top_k=top_k, temperature=temperature)
     adapter.set_compute_dtype(compute_dtype)
+    # The distance filter's quantile, computed once at export (GSD's resolve checks the digest).
+    adapter.distance_quantiles = stored_distance_quantiles(directory)
     return adapter

@@ -47,8 +47,22 @@ def reference_outputs(directory: Path) -> dict:
     }
 
 
+def distance_quantiles(directory: Path) -> list[dict]:
+    """GSD's distance-filter threshold for the stand-in (``FilterSettings``' default quantile of
+    squared distances between image-code input embeddings, 10^6 random pairs, seed 0), as
+    ``gsd_lab.decode.methods.distance_quantile_entry`` records: a constant of the weights, stored in
+    the manifest so that a decode need not recompute it (seconds) on every load."""
+    from ..decode.methods import FilterSettings, distance_quantile_entry
+    from .adapter import load_standin
+
+    adapter = load_standin(weights_dir=directory)
+    return [distance_quantile_entry(adapter.embeddings, adapter.allowed_tokens.cpu(),
+                                    FilterSettings().distance_quantile)]
+
+
 def save_grid(images_uint8: torch.Tensor, rows: int, path: Path, scale: int = 1) -> None:
-    """uint8 [rows * cols, H, W, 3] -> one PNG with a 2-pixel white gutter."""
+    """uint8 [rows * cols, H, W, 3] -> one PNG with a 2-pixel white gutter, stored with a
+    256-colour palette (a preview: a quarter of the RGB file's size)."""
     from PIL import Image
 
     n, h, w, _ = images_uint8.shape
@@ -61,7 +75,8 @@ def save_grid(images_uint8: torch.Tensor, rows: int, path: Path, scale: int = 1)
     img = Image.fromarray(canvas.numpy())
     if scale != 1:
         img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)
-    img.save(path)
+    img = img.quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    img.save(path, optimize=True)
 
 
 def flatness(top1: torch.Tensor) -> dict:
@@ -165,6 +180,8 @@ def export(out: Path, *, seed: int = 0, num_samples: int = 4, num_seeds: int = 3
                            "ar": "windows overlapping held-out cells; tokens inside them scored"},
         seeds={"global": seed},
     ))
+    manifest = read_json(out / "manifest.json")
+    write_json(out / "manifest.json", {**manifest, "distance_quantiles": distance_quantiles(out)})
     reference = reference_outputs(out)
     write_json(out / "reference_outputs.json", reference)
     log({"stage": "export", "reference_tokens_head": reference["tokens"][:8]})

@@ -23,6 +23,21 @@ def load_tokenizer(directory: Path = WEIGHTS_DIR) -> PatchVQTokenizer:
     return load_into(PatchVQTokenizer(config), directory / "tokenizer.safetensors").eval()
 
 
+def stored_distance_quantiles(directory: Path = WEIGHTS_DIR) -> list[dict]:
+    """The distance-filter quantiles recorded at export (``manifest.json``'s
+    ``distance_quantiles``: ``gsd_lab.decode.methods.distance_quantile_entry`` records, each keyed by
+    the digest of the embeddings it was computed from); [] when none are recorded."""
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        return []
+    entries = read_json(path).get("distance_quantiles", [])
+    keys = {"embeddings_sha256", "quantile", "seed", "value"}
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and keys <= set(e) for e in entries):
+        raise WeightFileError(f"stand-in file {path}: distance_quantiles must be a list of "
+                              f"records with {sorted(keys)}")
+    return entries
+
+
 def load_classifier(directory: Path = WEIGHTS_DIR) -> CropClassifier:
     directory = Path(directory)
     config_path = directory / "classifier_config.json"

@@ -15,7 +15,7 @@ from gsd_lab.standin.classifier import accuracy, heldout_set
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_model, load_classifier, load_tokenizer
 from gsd_lab.standin.sampling import logits_checksum, process_logits, sample_tokens
 from gsd_lab.standin.train_tokenizer import evaluate_tokenizer
-from gsd_lab.standin.weights_io import WeightFileError
+from gsd_lab.standin.weights_io import STORAGE_DTYPE, WeightFileError, load_state, save_module
 
 # Floors the stand-in must meet (issue 9; measured values are in weights/*_config.json).
 TOKENIZER_PSNR_FLOOR_DB = 24.0
@@ -35,9 +35,38 @@ def reference():
 
 def test_weights_are_small_safetensors():
     total = sum(p.stat().st_size for p in WEIGHTS_DIR.glob("*.safetensors"))
-    assert total <= 60 * 2**20
+    assert total <= 30 * 2**20  # 16-bit storage (27 MiB; 53 MiB in float32)
     for name in WEIGHT_FILES:
         assert (WEIGHTS_DIR / name).read_bytes()[8:9] == b"{"  # safetensors header, not a pickle
+
+
+def test_weights_are_stored_in_16_bit_and_load_exactly(adapter):
+    """Every floating tensor is stored float16; the float64 model holds those values exactly."""
+    for name in WEIGHT_FILES:
+        state = load_state(WEIGHTS_DIR / name)
+        assert {v.dtype for v in state.values() if v.is_floating_point()} == {STORAGE_DTYPE}, name
+    stored = load_state(WEIGHTS_DIR / "ar_model.safetensors")
+    own = adapter.model.state_dict()
+    assert own["model.embed_tokens.weight"].dtype == torch.float64
+    for key, value in stored.items():
+        assert torch.equal(own[key], value.to(own[key].dtype)), key
+
+
+def test_save_module_stores_16_bit_and_rounds_the_module(tmp_path):
+    module = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        module.weight.copy_(torch.tensor([[0.1, 1 / 3, 1e-6], [2.0, -7.3, 0.0]]))
+    save_module(module, tmp_path / "m.safetensors")
+    state = load_state(tmp_path / "m.safetensors")
+    assert state["weight"].dtype == torch.float16
+    assert torch.equal(module.weight, state["weight"].float())  # the module holds what is stored
+    third = float(module.weight.detach()[0, 1])
+    assert third != 1 / 3 and abs(third - 1 / 3) < 2e-4  # float16: 11 significant bits
+    with torch.no_grad():
+        module.weight[1, 1] = 1e5  # beyond float16's 65504
+    with pytest.raises(ValueError, match="weight does not fit"):
+        save_module(module, tmp_path / "n.safetensors")
+    assert not (tmp_path / "n.safetensors").exists()
 
 
 def test_fixed_seed_generation_and_logits_reproduce(adapter, reference):

@@ -41,7 +41,13 @@ import torch
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 RELEASE_VOCAB_SIZE = 65536
 # The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5).
-RELEASE_IDS = {"bos": 0, "end_of_turn": 8710, "image_start": 8197, "image_end": 8196, "row_end": 8803}
+RELEASE_IDS = {
+    "bos": 0,
+    "end_of_turn": 8710,
+    "image_start": 8197,
+    "image_end": 8196,
+    "row_end": 8803,
+}
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804
 META_VQGAN_MD5 = "1a559fb5dab4d351d19496ae89da1db1"  # Meta's checklist.chk for tokenizer/vqgan.ckpt
@@ -94,12 +100,23 @@ class _Checks:
         if index.is_file():
             total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
             note = "; index consistent" + (f", total_size {_size(total)}" if total else "")
-        return Verdict("files", OK, f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size} on disk{note}")
+        return Verdict(
+            "files",
+            OK,
+            f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size} on disk{note}",
+        )
 
     def architecture(self) -> Verdict:
-        from .models.lumina_mgpt import (IMAGE_ENCODER_PREFIX, architecture_mismatch, estimated_parameters,
-                                         expand_qk_norm, is_qk_norm, meta_lumina_model, stored_tensors,
-                                         stores_expanded_qk_norms)
+        from .models.lumina_mgpt import (
+            IMAGE_ENCODER_PREFIX,
+            architecture_mismatch,
+            estimated_parameters,
+            expand_qk_norm,
+            is_qk_norm,
+            meta_lumina_model,
+            stored_tensors,
+            stores_expanded_qk_norms,
+        )
 
         config = self.config
         stored: dict[str, tuple[int, ...]] = {}
@@ -115,19 +132,32 @@ class _Checks:
         expected = {k: tuple(v.shape) for k, v in meta_lumina_model(config).state_dict().items()}
         problem = architecture_mismatch(expected, stored)
         architectures = getattr(config, "architectures", None)
-        layout = ("transformers' [heads, head_dim]" if stores_expanded_qk_norms(config) else
-                  f"Lumina's per rank [model_parallel_size={getattr(config, 'model_parallel_size', 1) or 1}, "
-                  "head_dim]")
+        layout = (
+            "transformers' [heads, head_dim]"
+            if stores_expanded_qk_norms(config)
+            else f"Lumina's per rank [model_parallel_size={getattr(config, 'model_parallel_size', 1) or 1}, "
+            "head_dim]"
+        )
         if problem:
             return Verdict("architecture", FAIL, f"architectures {architectures}: {problem}")
-        known = {"ChameleonXLLMXForConditionalGeneration", "ChameleonForConditionalGeneration", "ChameleonModel"}
+        known = {
+            "ChameleonXLLMXForConditionalGeneration",
+            "ChameleonForConditionalGeneration",
+            "ChameleonModel",
+        }
         status = OK if set(architectures or ()) & known else WARN
-        return Verdict("architecture", status,
-                       f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), expanded "
-                       f"on load; {len(stored)} tensors match stock Chameleon; "
-                       f"{estimated_parameters(config):,} parameters as stored"
-                       + ("" if status == OK else "; an unknown architectures value: the q/k-norm layout is read "
-                          "as Lumina's"))
+        return Verdict(
+            "architecture",
+            status,
+            f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), expanded "
+            f"on load; {len(stored)} tensors match stock Chameleon; "
+            f"{estimated_parameters(config):,} parameters as stored"
+            + (
+                ""
+                if status == OK
+                else "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
+            ),
+        )
 
     def vocabulary(self) -> Verdict:
         from .models.lumina_mgpt import LuminaImageLayout, image_token_table
@@ -135,28 +165,55 @@ class _Checks:
         vocabulary_map = self.config.vocabulary_map
         ids, table = image_token_table(vocabulary_map, self.config.vocab_size)
         layout = self.layout = LuminaImageLayout.from_vocabulary(vocabulary_map, self.resolution)
-        detail = (f"{ids.numel()} image codes (ids {int(ids.min())}..{int(ids.max())}); {self.resolution} px: "
-                  f"{layout.latent_side} x {layout.latent_side} codes + row ends = {layout.num_image_tokens} tokens; "
-                  f"BOS {layout.bos}, end of turn {layout.end_of_turn}, image start {layout.image_start}, "
-                  f"image end {layout.image_end}, row end {layout.row_end}, size {layout.size_token}")
+        detail = (
+            f"{ids.numel()} image codes (ids {int(ids.min())}..{int(ids.max())}); {self.resolution} px: "
+            f"{layout.latent_side} x {layout.latent_side} codes + row ends = {layout.num_image_tokens} tokens; "
+            f"BOS {layout.bos}, end of turn {layout.end_of_turn}, image start {layout.image_start}, "
+            f"image end {layout.image_end}, row end {layout.row_end}, size {layout.size_token}"
+        )
         needed = layout.num_image_tokens + 64
         if needed > self.config.max_position_embeddings:
-            return Verdict("vocabulary", WARN, detail + f"; max_position_embeddings "
-                           f"{self.config.max_position_embeddings} < about {needed} positions an image needs")
+            return Verdict(
+                "vocabulary",
+                WARN,
+                detail + f"; max_position_embeddings "
+                f"{self.config.max_position_embeddings} < about {needed} positions an image needs",
+            )
         if self.config.vocab_size != RELEASE_VOCAB_SIZE:
-            return Verdict("vocabulary", OK, detail + f" (vocab_size {self.config.vocab_size}: not the 7B "
-                                                      "vocabulary, release ids not compared)")
-        wrong = [f"{k} {getattr(layout, k)} (release {v})" for k, v in RELEASE_IDS.items() if getattr(layout, k) != v]
+            return Verdict(
+                "vocabulary",
+                OK,
+                detail + f" (vocab_size {self.config.vocab_size}: not the 7B "
+                "vocabulary, release ids not compared)",
+            )
+        wrong = [
+            f"{k} {getattr(layout, k)} (release {v})"
+            for k, v in RELEASE_IDS.items()
+            if getattr(layout, k) != v
+        ]
         cells = self.resolution // 32
         if layout.size_token != RELEASE_SIZE_OFFSET + cells:
             wrong.append(f"size token {layout.size_token} (release {RELEASE_SIZE_OFFSET + cells})")
-        if (int(ids.min()), int(ids.max()), ids.numel()) != (RELEASE_CODES[0], RELEASE_CODES[1], 8192):
-            wrong.append(f"image codes {int(ids.min())}..{int(ids.max())} ({ids.numel()}), release 4..8195 (8192)")
+        if (int(ids.min()), int(ids.max()), ids.numel()) != (
+            RELEASE_CODES[0],
+            RELEASE_CODES[1],
+            8192,
+        ):
+            wrong.append(
+                f"image codes {int(ids.min())}..{int(ids.max())} ({ids.numel()}), release 4..8195 (8192)"
+            )
         if wrong:
-            return Verdict("vocabulary", FAIL, detail + "; differs from the 7B release: " + "; ".join(wrong))
+            return Verdict(
+                "vocabulary", FAIL, detail + "; differs from the 7B release: " + "; ".join(wrong)
+            )
         offset = bool((table[ids] == ids - RELEASE_CODES[0]).all())
-        return Verdict("vocabulary", OK, detail + "; the release's ids"
-                       + ("; VQ index = id - 4 for every code" if offset else "; VQ index read by name"))
+        return Verdict(
+            "vocabulary",
+            OK,
+            detail
+            + "; the release's ids"
+            + ("; VQ index = id - 4 for every code" if offset else "; VQ index read by name"),
+        )
 
     def tokenizer(self) -> Verdict:
         from .models.lumina_mgpt import tokenizer_mismatches
@@ -165,12 +222,22 @@ class _Checks:
         self.tokenizer_file = find_tokenizer_file(self.folder, self.tokenizer_arg)
         tokenizer = self.prompt_tokenizer = PromptTokenizer(self.tokenizer_file)
         problems = tokenizer_mismatches(tokenizer, self.config.vocabulary_map)
-        where = ("the checkpoint's" if self.tokenizer_file.parent == self.folder else "found beside it")
+        where = (
+            "the checkpoint's" if self.tokenizer_file.parent == self.folder else "found beside it"
+        )
         if problems:
-            return Verdict("tokenizer", FAIL, f"{self.tokenizer_file} ({where}) does not match the vocabulary map: "
-                                              + "; ".join(problems[:4]))
-        return Verdict("tokenizer", OK, f"{self.tokenizer_file} ({where}; tokenizer_config.json names "
-                                        f"{tokenizer.declared_class}); layout tokens agree with the vocabulary map")
+            return Verdict(
+                "tokenizer",
+                FAIL,
+                f"{self.tokenizer_file} ({where}) does not match the vocabulary map: "
+                + "; ".join(problems[:4]),
+            )
+        return Verdict(
+            "tokenizer",
+            OK,
+            f"{self.tokenizer_file} ({where}; tokenizer_config.json names "
+            f"{tokenizer.declared_class}); layout tokens agree with the vocabulary map",
+        )
 
     def prompt_ids(self, prompt: str) -> Verdict:
         from tokenizers import Tokenizer
@@ -184,60 +251,106 @@ class _Checks:
         text_ids = raw.encode(text, add_special_tokens=False).ids
         expected = [layout.bos, *text_ids, *layout.header]
         if ids != expected:
-            return Verdict("prompt ids", FAIL, f"the package's {len(ids)} prompt ids differ from the file's own "
-                                               f"({len(expected)}): {ids[:12]} vs {expected[:12]}")
+            return Verdict(
+                "prompt ids",
+                FAIL,
+                f"the package's {len(ids)} prompt ids differ from the file's own "
+                f"({len(expected)}): {ids[:12]} vs {expected[:12]}",
+            )
         decoded = raw.decode(text_ids, skip_special_tokens=False)
         status = OK if decoded == text else WARN
         note = "" if status == OK else f"; but they decode to {decoded!r}, not the prompt text"
-        return Verdict("prompt ids", status, f"{len(ids)} ids = tokenizers.Tokenizer.from_file's for the template "
-                                             f"+ prompt, with <s> and the image header{note}; "
-                                             + _transformers_note(self.tokenizer_file, text, text_ids))
+        return Verdict(
+            "prompt ids",
+            status,
+            f"{len(ids)} ids = tokenizers.Tokenizer.from_file's for the template "
+            f"+ prompt, with <s> and the image header{note}; "
+            + _transformers_note(self.tokenizer_file, text, text_ids),
+        )
 
-    def generation(self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str) -> Verdict:
+    def generation(
+        self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
+    ) -> Verdict:
         from .decode.loop import generate
         from .decode.methods import DecodingMethod
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if torch.device(device).type == "cpu" and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT \
-                and not force_cpu:
+        if (
+            torch.device(device).type == "cpu"
+            and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT
+            and not force_cpu
+        ):
             self.failed.add("generation")
-            return Verdict("generation", SKIP, "no GPU here (--device cuda); a 7B model on the CPU takes minutes "
-                                               "per token (--force-cpu to insist)")
+            return Verdict(
+                "generation",
+                SKIP,
+                "no GPU here (--device cuda); a 7B model on the CPU takes minutes "
+                "per token (--force-cpu to insist)",
+            )
         started = time.perf_counter()
-        self.adapter = load_lumina_mgpt(self.folder, resolution=self.resolution, device=device,
-                                        tokenizer=self.tokenizer_arg, force_cpu=force_cpu)  # VQGAN: the image item
+        self.adapter = load_lumina_mgpt(
+            self.folder,
+            resolution=self.resolution,
+            device=device,
+            tokenizer=self.tokenizer_arg,
+            force_cpu=force_cpu,
+        )  # VQGAN: the image item
         loaded = time.perf_counter() - started
         adapter = self.adapter
         rows = max(1, min(rows, adapter.layout.latent_side))
         count = rows * adapter.layout.row_length
-        result = generate(adapter, adapter.prompt_ids(prompt), DecodingMethod("ar"), num_tokens=count,
-                          uncond_prompt_ids=adapter.unconditional_prompt_ids() if adapter.uses_cfg else None,
-                          generator=torch.Generator(device=adapter.device).manual_seed(seed))
+        result = generate(
+            adapter,
+            adapter.prompt_ids(prompt),
+            DecodingMethod("ar"),
+            num_tokens=count,
+            uncond_prompt_ids=adapter.unconditional_prompt_ids() if adapter.uses_cfg else None,
+            generator=torch.Generator(device=adapter.device).manual_seed(seed),
+        )
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         row_ends = bool((tokens[:, -1] == adapter.layout.row_end).all())
         codes_ok = bool((adapter.vq_index_of_token.cpu()[tokens[:, :-1]] >= 0).all())
         self.tokens = tokens
-        detail = (f"loaded in {loaded:.1f} s on {adapter.device} ({next(adapter.model.parameters()).dtype}); "
-                  f"{count} tokens ({rows} rows) by AR in {result.wall_seconds:.2f} s, "
-                  f"{1000 * result.wall_seconds / result.nfe:.1f} ms per forward (CFG pair), "
-                  f"{len(set(tokens[:, :-1].flatten().tolist()))} distinct codes")
+        detail = (
+            f"loaded in {loaded:.1f} s on {adapter.device} ({next(adapter.model.parameters()).dtype}); "
+            f"{count} tokens ({rows} rows) by AR in {result.wall_seconds:.2f} s, "
+            f"{1000 * result.wall_seconds / result.nfe:.1f} ms per forward (CFG pair), "
+            f"{len(set(tokens[:, :-1].flatten().tolist()))} distinct codes"
+        )
         if not (row_ends and codes_ok):
-            return Verdict("generation", FAIL, detail + ": " + ("row ends misplaced" if not row_ends else
-                                                                 "a code position holds a non-image token"))
+            return Verdict(
+                "generation",
+                FAIL,
+                detail
+                + ": "
+                + (
+                    "row ends misplaced"
+                    if not row_ends
+                    else "a code position holds a non-image token"
+                ),
+            )
         return Verdict("generation", OK, detail)
 
     def image(self, vqgan_dir: str, out: Path | None) -> Verdict:
         from .models.chameleon_vqgan import find_vqgan_files, load_chameleon_vqgan
 
         yaml_path, ckpt_path = find_vqgan_files(vqgan_dir)
-        vqgan = load_chameleon_vqgan(vqgan_dir, device=self.adapter.device)  # as load_lumina_mgpt loads it
+        vqgan = load_chameleon_vqgan(
+            vqgan_dir, device=self.adapter.device
+        )  # as load_lumina_mgpt loads it
         self.adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
-        indices = self.adapter.vq_index_of_token[self.tokens[:, :-1].to(self.adapter.device)].unsqueeze(0)
+        indices = self.adapter.vq_index_of_token[
+            self.tokens[:, :-1].to(self.adapter.device)
+        ].unsqueeze(0)
         image = vqgan.decode_to_uint8(indices)[0].numpy()
         self.pixels = image
         md5 = _md5(ckpt_path)
-        checksum = ("Meta's checksum" if md5 == META_VQGAN_MD5 else f"md5 {md5}, not Meta's {META_VQGAN_MD5}")
+        checksum = (
+            "Meta's checksum"
+            if md5 == META_VQGAN_MD5
+            else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
+        )
         saved = ""
         if out is not None:
             from PIL import Image
@@ -245,9 +358,11 @@ class _Checks:
             out.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(out)
             saved = f"; saved to {out}"
-        detail = (f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x {vqgan.config.embed_dim}; "
-                  f"{self.tokens.shape[0]} rows -> {image.shape[1]} x {image.shape[0]} px, pixel std "
-                  f"{float(image.std()):.1f}{saved}")
+        detail = (
+            f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x {vqgan.config.embed_dim}; "
+            f"{self.tokens.shape[0]} rows -> {image.shape[1]} x {image.shape[0]} px, pixel std "
+            f"{float(image.std()):.1f}{saved}"
+        )
         if float(image.std()) == 0.0:
             return Verdict("image", FAIL, detail + ": a constant image")
         return Verdict("image", OK if md5 == META_VQGAN_MD5 else WARN, detail)
@@ -258,17 +373,27 @@ class _Checks:
         model, processor = load_clip(clip_dir, device=self.adapter.device)
         strip = self.pixels
         side = strip.shape[1]
-        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[:side]  # the rows repeated to a square
+        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[
+            :side
+        ]  # the rows repeated to a square
         score = float(clip_scores([square], [prompt], model, processor)[0])
         vision = model.config.vision_config
-        detail = (f"{clip_dir}: ViT with {vision.image_size} px input, patch {vision.patch_size}; CLIP score "
-                  f"{score:.2f} of the decoded rows tiled to {side} x {side} px against the prompt (a load "
-                  "check, not a quality figure)")
+        detail = (
+            f"{clip_dir}: ViT with {vision.image_size} px input, patch {vision.patch_size}; CLIP score "
+            f"{score:.2f} of the decoded rows tiled to {side} x {side} px against the prompt (a load "
+            "check, not a quality figure)"
+        )
         if not 0.0 <= score <= 100.0:
             return Verdict("clip", FAIL, detail)
         paper = (vision.image_size, vision.patch_size) == (224, 16)
-        return Verdict("clip", OK if paper else WARN,
-                       detail + ("" if paper else "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"))
+        return Verdict(
+            "clip",
+            OK if paper else WARN,
+            detail
+            + (
+                "" if paper else "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"
+            ),
+        )
 
 
 def _size(num_bytes: int) -> str:
@@ -291,17 +416,31 @@ def _transformers_note(tokenizer_file: Path, text: str, expected: list[int]) -> 
     for name in ("AutoTokenizer", "LlamaTokenizerFast"):
         try:
             cls = getattr(transformers, name)
-            ids = cls.from_pretrained(str(tokenizer_file.parent)).encode(text, add_special_tokens=False)
+            ids = cls.from_pretrained(str(tokenizer_file.parent)).encode(
+                text, add_special_tokens=False
+            )
             notes.append(f"{name} {'same' if list(ids) == expected else 'OTHER ids'}")
         except Exception as error:  # any failure of a class we do not use is only reported
             notes.append(f"{name} fails ({type(error).__name__})")
-    return f"transformers {transformers.__version__} would give: " + ", ".join(notes) + " (not used)"
+    return (
+        f"transformers {transformers.__version__} would give: " + ", ".join(notes) + " (not used)"
+    )
 
 
-def check_weights(weights: str | Path, *, resolution: int | None = None, vqgan: str | None = None,
-                  clip: str | None = None, tokenizer: str | Path | None = None, device: str | None = None,
-                  rows: int = 2, seed: int = 0, prompt: str = DEFAULT_PROMPT, out: Path | None = None,
-                  force_cpu: bool = False) -> list[Verdict]:
+def check_weights(
+    weights: str | Path,
+    *,
+    resolution: int | None = None,
+    vqgan: str | None = None,
+    clip: str | None = None,
+    tokenizer: str | Path | None = None,
+    device: str | None = None,
+    rows: int = 2,
+    seed: int = 0,
+    prompt: str = DEFAULT_PROMPT,
+    out: Path | None = None,
+    force_cpu: bool = False,
+) -> list[Verdict]:
     """Every verdict of the module docstring, in order. ``resolution``: default from the
     folder's name (``resolution_from_name``), else 768."""
     resolution = resolution or resolution_from_name(weights) or 768
@@ -327,8 +466,11 @@ def check_weights(weights: str | Path, *, resolution: int | None = None, vqgan: 
     run("vocabulary", ("files",), checks.vocabulary)
     run("tokenizer", ("files",), checks.tokenizer)
     run("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt))
-    run("generation", ("architecture", "vocabulary", "tokenizer"),
-        lambda: checks.generation(rows, seed, device, force_cpu, prompt))
+    run(
+        "generation",
+        ("architecture", "vocabulary", "tokenizer"),
+        lambda: checks.generation(rows, seed, device, force_cpu, prompt),
+    )
     if vqgan is not None:
         run("image", ("generation",), lambda: checks.image(vqgan, out))
     else:
@@ -345,20 +487,38 @@ def format_verdicts(verdicts: list[Verdict]) -> str:
     failed = [v.item for v in verdicts if v.status == FAIL]
     warned = [v.item for v in verdicts if v.status == WARN]
     summary = (f"FAILED: {', '.join(failed)}" if failed else "all checks passed") + (
-        f" ({len(warned)} warning(s): {', '.join(warned)})" if warned else "")
+        f" ({len(warned)} warning(s): {', '.join(warned)})" if warned else ""
+    )
     return "\n".join(lines + [f"verdict: {summary}"])
 
 
 def main(args: Any) -> int:
     """The ``check-weights`` command (``gsd_lab.cli``)."""
     started = time.perf_counter()
-    verdicts = check_weights(args.weights, resolution=args.resolution, vqgan=args.vqgan, clip=args.clip,
-                             tokenizer=args.tokenizer, device=args.device, rows=args.rows, seed=args.seed,
-                             prompt=args.prompt, out=args.out, force_cpu=args.force_cpu)
+    verdicts = check_weights(
+        args.weights,
+        resolution=args.resolution,
+        vqgan=args.vqgan,
+        clip=args.clip,
+        tokenizer=args.tokenizer,
+        device=args.device,
+        rows=args.rows,
+        seed=args.seed,
+        prompt=args.prompt,
+        out=args.out,
+        force_cpu=args.force_cpu,
+    )
     seconds = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"weights": str(args.weights), "seconds": seconds,
-                          "verdicts": [asdict(v) for v in verdicts]}))
+        print(
+            json.dumps(
+                {
+                    "weights": str(args.weights),
+                    "seconds": seconds,
+                    "verdicts": [asdict(v) for v in verdicts],
+                }
+            )
+        )
     else:
         print(f"check-weights {args.weights} ({seconds:.1f} s)")
         print(format_verdicts(verdicts))

@@ -41,7 +41,13 @@ from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
 # two in sync.
-MODEL_CHOICES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024", "tiny-random")
+MODEL_CHOICES = (
+    "standin",
+    "lumina-mgpt-7b-512",
+    "lumina-mgpt-7b-768",
+    "lumina-mgpt-7b-1024",
+    "tiny-random",
+)
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
@@ -50,76 +56,154 @@ PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test k
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default="standin", choices=MODEL_CHOICES,
-                       help="model to decode with (default: the embedded stand-in)")
-    group.add_argument("--weights", help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
-                                         "for the stand-in: another weights folder")
-    group.add_argument("--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt (Lumina-mGPT)")
+    group.add_argument(
+        "--model",
+        default="standin",
+        choices=MODEL_CHOICES,
+        help="model to decode with (default: the embedded stand-in)",
+    )
+    group.add_argument(
+        "--weights",
+        help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
+        "for the stand-in: another weights folder",
+    )
+    group.add_argument(
+        "--vqgan", help="folder with the Chameleon VQGAN's vqgan.yaml and vqgan.ckpt (Lumina-mGPT)"
+    )
     group.add_argument("--clip", help="local CLIP model folder for CLIP scores (Lumina-mGPT)")
-    group.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file (Lumina-mGPT; default: the "
-                                           "checkpoint's, else the Lumina-mGPT-7B-768 tokenizer next to it)")
-    group.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available for Lumina-mGPT)")
-    group.add_argument("--cfg", type=float, default=None, help="classifier-free guidance scale (model default)")
-    group.add_argument("--top-k", type=int, default=None, help="top-k of the sampling distribution, >= 1 "
-                                                               "(model default)")
-    group.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads, >= 1 (default 1 for the CPU models: batch-1 decoding of a small "
-                            "model is fastest and reproducible on one thread)")
+    group.add_argument(
+        "--tokenizer",
+        help="folder holding tokenizer.json, or the file (Lumina-mGPT; default: the "
+        "checkpoint's, else the Lumina-mGPT-7B-768 tokenizer next to it)",
+    )
+    group.add_argument(
+        "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available for Lumina-mGPT)"
+    )
+    group.add_argument(
+        "--cfg", type=float, default=None, help="classifier-free guidance scale (model default)"
+    )
+    group.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="top-k of the sampling distribution, >= 1 (model default)",
+    )
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads, >= 1 (default 1 for the CPU models: batch-1 decoding of a small "
+        "model is fastest and reproducible on one thread)",
+    )
 
 
 def _add_method_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("decoding")
     group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
-    group.add_argument("--group-size", type=int, default=None,
-                       help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
-                            "only: tokens per cluster; G = 1 would be SJD)")
-    group.add_argument("--clusters", choices=("dynamic", "rank-binned"), default=None,
-                       help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
-                            "partition (--method gsd only)")
-    group.add_argument("--residual", choices=("token", "cluster"), default="token",
-                       help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)")
-    group.add_argument("--window", type=int, default=None, help="Jacobi window: drafts per forward L >= 1 "
-                                                                "(default 16; the release preset: 15)")
+    group.add_argument(
+        "--group-size",
+        type=int,
+        default=None,
+        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
+        "only: tokens per cluster; G = 1 would be SJD)",
+    )
+    group.add_argument(
+        "--clusters",
+        choices=("dynamic", "rank-binned"),
+        default=None,
+        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
+        "partition (--method gsd only)",
+    )
+    group.add_argument(
+        "--residual",
+        choices=("token", "cluster"),
+        default="token",
+        help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)",
+    )
+    group.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="Jacobi window: drafts per forward L >= 1 (default 16; the release preset: 15)",
+    )
     _add_preset_arg(group)
-    group.add_argument("--amplify", type=float, default=1.0,
-                       help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)")
-    group.add_argument("--draft", choices=DRAFTS, default=DRAFTS[0],
-                       help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the previous "
-                            "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)")
-    group.add_argument("--relaxation-delta", type=float, default=0.0,
-                       help="the TV-optimal relaxation: each token's output within this TV "
-                            "of p (--method sjd; gsd_core.OptimalRelaxation, proofs/10)")
-    group.add_argument("--budget", type=float, default=None,
-                       help="the certified dial: the emitted tokens' distortions sum to at "
-                            "most B on every path, so the image's law is within B of the "
-                            "model's (--method sjd; proofs/11)")
-    group.add_argument("--budget-measure", choices=BUDGET_MEASURES, default="tv",
-                       help="the budget's distance")
-    group.add_argument("--budget-policy", choices=BUDGET_POLICIES, default="cap",
-                       help="cap: each token may spend min(--budget-cap, what is left); sure: "
-                            "a token spends TV(p, q), a certain acceptance, when that fits")
-    group.add_argument("--budget-cap", type=float, default=1.0,
-                       help="the most one token may spend, in (0, 1]")
+    group.add_argument(
+        "--amplify",
+        type=float,
+        default=1.0,
+        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)",
+    )
+    group.add_argument(
+        "--draft",
+        choices=DRAFTS,
+        default=DRAFTS[0],
+        help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the previous "
+        "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
+    )
+    group.add_argument(
+        "--relaxation-delta",
+        type=float,
+        default=0.0,
+        help="the TV-optimal relaxation: each token's output within this TV "
+        "of p (--method sjd; gsd_core.OptimalRelaxation, proofs/10)",
+    )
+    group.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="the certified dial: the emitted tokens' distortions sum to at "
+        "most B on every path, so the image's law is within B of the "
+        "model's (--method sjd; proofs/11)",
+    )
+    group.add_argument(
+        "--budget-measure", choices=BUDGET_MEASURES, default="tv", help="the budget's distance"
+    )
+    group.add_argument(
+        "--budget-policy",
+        choices=BUDGET_POLICIES,
+        default="cap",
+        help="cap: each token may spend min(--budget-cap, what is left); sure: "
+        "a token spends TV(p, q), a certain acceptance, when that fits",
+    )
+    group.add_argument(
+        "--budget-cap", type=float, default=1.0, help="the most one token may spend, in (0, 1]"
+    )
 
 
 def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runner", choices=("eager", "static"), default="eager",
-                        help="where the forwards run (the same method either way): eager (dynamic KV cache) "
-                             "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
-                             "docs/lumina-mgpt.md)")
-    parser.add_argument("--engine", choices=("eager", "static"), dest="runner",
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the former --runner
+    parser.add_argument(
+        "--runner",
+        choices=("eager", "static"),
+        default="eager",
+        help="where the forwards run (the same method either way): eager (dynamic KV cache) "
+        "or static (static cache, fixed window shapes, CUDA graphs on a GPU; "
+        "docs/lumina-mgpt.md)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("eager", "static"),
+        dest="runner",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )  # the former --runner
 
 
-PRESET_CHOICES = ("default", "release")  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
+PRESET_CHOICES = (
+    "default",
+    "release",
+)  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
 
 
 def _add_preset_arg(group: Any) -> None:
-    group.add_argument("--preset", choices=PRESET_CHOICES, default="default",
-                       help="default: the package's own exact variant; release: the GSD release's settings (15 "
-                            "drafts, Jacobi between generated positions 3 and side^2+side-10, random drafts at "
-                            "row ends, the bf16 distance filter, CLIP on images resized to 299 px) to set numbers "
-                            "beside the paper's (docs/lumina-mgpt.md)")
+    group.add_argument(
+        "--preset",
+        choices=PRESET_CHOICES,
+        default="default",
+        help="default: the package's own exact variant; release: the GSD release's settings (15 "
+        "drafts, Jacobi between generated positions 3 and side^2+side-10, random drafts at "
+        "row ends, the bf16 distance filter, CLIP on images resized to 299 px) to set numbers "
+        "beside the paper's (docs/lumina-mgpt.md)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,97 +214,188 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(gen)
     _add_method_args(gen)
     _add_runner_arg(gen)
-    gen.add_argument("--class", dest="class_", metavar="CLASS", default=None,
-                     help="stand-in / tiny-random class (index or name)")
+    gen.add_argument(
+        "--class",
+        dest="class_",
+        metavar="CLASS",
+        default=None,
+        help="stand-in / tiny-random class (index or name)",
+    )
     gen.add_argument("--prompt", default=None, help="text prompt (Lumina-mGPT)")
     gen.add_argument("--seed", type=int, default=0, help="generator seed, >= 0")
-    gen.add_argument("--out", type=Path, default=None,
-                     help="save the image to this file (.png or another image extension; missing folders are made)")
+    gen.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="save the image to this file (.png or another image extension; missing folders are made)",
+    )
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     fig = sub.add_parser("figures", help="regenerate every figure and results.md")
     _add_model_args(fig)
-    fig.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default: figures/)")
-    fig.add_argument("--prompts", type=Path, default=None,
-                     help="prompt file: one per line, or a TSV with a Prompt column (PartiPrompts)")
+    fig.add_argument(
+        "--out", type=Path, default=Path("figures"), help="output folder (default: figures/)"
+    )
+    fig.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="prompt file: one per line, or a TSV with a Prompt column (PartiPrompts)",
+    )
     fig.add_argument("--quick", action="store_true", help="tiny sizes (tests)")
     _add_preset_arg(fig)
-    fig.add_argument("--paper", action="store_true",
-                     help="one image per prompt (Lumina-mGPT on a GPU), each written to a result file as it is "
-                          "decoded: a re-run into the same --out resumes, torchrun shares the images between "
-                          "processes")
-    fig.add_argument("--save-images", action="store_true", help="--paper: also keep every image as a PNG")
-    fig.add_argument("--dry-run", action="store_true",
-                     help="--paper: print what would be decoded, what is done in --out and the device-hours "
-                          "left (per-forward times measured on the device now, or --forward-ms), and stop")
-    fig.add_argument("--forward-ms", type=float, default=None,
-                     help="--dry-run: milliseconds per forward pass (all methods) instead of measuring")
-    fig.add_argument("--batch-size", type=int, default=1,
-                     help="images decoded together, one forward per step for all (default 1: one "
-                          "at a time); the same tokens and NFE, wall times become each image's "
-                          "share; not with --paper")
+    fig.add_argument(
+        "--paper",
+        action="store_true",
+        help="one image per prompt (Lumina-mGPT on a GPU), each written to a result file as it is "
+        "decoded: a re-run into the same --out resumes, torchrun shares the images between "
+        "processes",
+    )
+    fig.add_argument(
+        "--save-images", action="store_true", help="--paper: also keep every image as a PNG"
+    )
+    fig.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="--paper: print what would be decoded, what is done in --out and the device-hours "
+        "left (per-forward times measured on the device now, or --forward-ms), and stop",
+    )
+    fig.add_argument(
+        "--forward-ms",
+        type=float,
+        default=None,
+        help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
+    )
+    fig.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="images decoded together, one forward per step for all (default 1: one "
+        "at a time); the same tokens and NFE, wall times become each image's "
+        "share; not with --paper",
+    )
     fig.add_argument("--no-progress", action="store_true")
-    fig.add_argument("--allow-dirty", action="store_true",
-                     help="write into the repository from a tree with uncommitted changes (development; "
-                          "the outputs then say dirty)")
+    fig.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write into the repository from a tree with uncommitted changes (development; "
+        "the outputs then say dirty)",
+    )
 
-    ev = sub.add_parser("evaluate", help="sharded, resumable evaluation over a prompt file (use torchrun)",
-                        description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
-                                    "seed + i; one result file per prompt; rank 0 merges summary.json.")
+    ev = sub.add_parser(
+        "evaluate",
+        help="sharded, resumable evaluation over a prompt file (use torchrun)",
+        description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
+        "seed + i; one result file per prompt; rank 0 merges summary.json.",
+    )
     _add_model_args(ev)
     _add_method_args(ev)
     _add_runner_arg(ev)
-    ev.add_argument("--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)")
-    ev.add_argument("--out", type=Path, required=True,
-                    help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
-                         "file resumes (finished prompts are skipped, any number of processes); anything else "
-                         "is refused, naming what differs: use a new folder for a new configuration")
+    ev.add_argument(
+        "--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)"
+    )
+    ev.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
+        "file resumes (finished prompts are skipped, any number of processes); anything else "
+        "is refused, naming what differs: use a new folder for a new configuration",
+    )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
-    nb = sub.add_parser("notebooks", help="execute the notebooks with papermill (in place, or into --out)",
-                        description="Execute notebooks/NN_*.ipynb top to bottom with papermill. Into the "
-                                    "checkout (the default) needs a clean tree; every notebook runs before "
-                                    "any is written.")
-    nb.add_argument("--only", nargs="+", metavar="PREFIX", help="notebook name prefixes, e.g. 02 04")
-    nb.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                    help="set a parameter of the notebooks that declare it; VALUE is a Python literal "
-                         "(3, [0, 1], None) or else a string (tiny-random)")
-    nb.add_argument("-r", "--raw-parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                    help="as -p, VALUE always a string (paths)")
-    nb.add_argument("--sizes", choices=sorted(NOTEBOOK_SIZES), default=None,
-                    help="tiny: tiny sizes (seconds per notebook, meaningless numbers); -p wins over it")
-    nb.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "notebooks",
-                    help="folder to write the executed notebooks to (default: notebooks/ in place)")
-    nb.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: none)")
-    nb.add_argument("--allow-dirty", action="store_true",
-                    help="write into the checkout from a tree with uncommitted changes (development; the "
-                         "notebooks then print dirty True)")
-    nb.add_argument("--dry-run", action="store_true", help="print each notebook's parameters and stop")
-    chk = sub.add_parser("check-weights", help="check downloaded Lumina-mGPT files, one verdict per item",
-                         description="Check a Lumina-mGPT download with the package's own code: files and "
-                                     "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
-                                     "tokenizer and prompt ids, a short AR generation decoded to an image "
-                                     "(--vqgan) and scored (--clip). Exit 1 when an item failed.")
+    nb = sub.add_parser(
+        "notebooks",
+        help="execute the notebooks with papermill (in place, or into --out)",
+        description="Execute notebooks/NN_*.ipynb top to bottom with papermill. Into the "
+        "checkout (the default) needs a clean tree; every notebook runs before "
+        "any is written.",
+    )
+    nb.add_argument(
+        "--only", nargs="+", metavar="PREFIX", help="notebook name prefixes, e.g. 02 04"
+    )
+    nb.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="set a parameter of the notebooks that declare it; VALUE is a Python literal "
+        "(3, [0, 1], None) or else a string (tiny-random)",
+    )
+    nb.add_argument(
+        "-r",
+        "--raw-parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="as -p, VALUE always a string (paths)",
+    )
+    nb.add_argument(
+        "--sizes",
+        choices=sorted(NOTEBOOK_SIZES),
+        default=None,
+        help="tiny: tiny sizes (seconds per notebook, meaningless numbers); -p wins over it",
+    )
+    nb.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / "notebooks",
+        help="folder to write the executed notebooks to (default: notebooks/ in place)",
+    )
+    nb.add_argument(
+        "--timeout", type=int, default=None, help="per-cell timeout in seconds (default: none)"
+    )
+    nb.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write into the checkout from a tree with uncommitted changes (development; the "
+        "notebooks then print dirty True)",
+    )
+    nb.add_argument(
+        "--dry-run", action="store_true", help="print each notebook's parameters and stop"
+    )
+    chk = sub.add_parser(
+        "check-weights",
+        help="check downloaded Lumina-mGPT files, one verdict per item",
+        description="Check a Lumina-mGPT download with the package's own code: files and "
+        "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
+        "tokenizer and prompt ids, a short AR generation decoded to an image "
+        "(--vqgan) and scored (--clip). Exit 1 when an item failed.",
+    )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
-    chk.add_argument("--resolution", type=int, choices=(512, 768, 1024), default=None,
-                     help="default: from the folder's name (...-7b-512), else 768")
-    chk.add_argument("--vqgan", help="VQGAN folder (vqgan.yaml + vqgan.ckpt, or a release layout above them)")
+    chk.add_argument(
+        "--resolution",
+        type=int,
+        choices=(512, 768, 1024),
+        default=None,
+        help="default: from the folder's name (...-7b-512), else 768",
+    )
+    chk.add_argument(
+        "--vqgan", help="VQGAN folder (vqgan.yaml + vqgan.ckpt, or a release layout above them)"
+    )
     chk.add_argument("--clip", help="local CLIP folder")
     chk.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file")
     chk.add_argument("--device", help="default cuda if available")
-    chk.add_argument("--force-cpu", action="store_true", help="load a 7B model on the CPU anyway (slow)")
+    chk.add_argument(
+        "--force-cpu", action="store_true", help="load a 7B model on the CPU anyway (slow)"
+    )
     chk.add_argument("--rows", type=int, default=2, help="image rows to generate (default 2)")
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
     chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
-    rd = sub.add_parser("readme", help="README's findings and docs/claims.md from results.json",
-                        description="Render the README's findings box and table and the claims "
-                                    "ledger (docs/claims.md) from a figures run's results.json; "
-                                    "--check exits 1 if either differs.")
-    rd.add_argument("--results", type=Path, default=None,
-                    help="default: the repository's figures/results.json")
+    rd = sub.add_parser(
+        "readme",
+        help="README's findings and docs/claims.md from results.json",
+        description="Render the README's findings box and table and the claims "
+        "ledger (docs/claims.md) from a figures run's results.json; "
+        "--check exits 1 if either differs.",
+    )
+    rd.add_argument(
+        "--results", type=Path, default=None, help="default: the repository's figures/results.json"
+    )
     rd.add_argument("--check", action="store_true", help="compare only; write nothing")
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
@@ -244,8 +419,10 @@ def _device_problem(device: str) -> str | None:
         return f"--device {device!r} is not a device: use cpu, cuda or cuda:N"
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
-            return f"--device {device}: CUDA is not available on this machine (torch.cuda.is_available() is False); " \
-                   "use --device cpu"
+            return (
+                f"--device {device}: CUDA is not available on this machine (torch.cuda.is_available() is False); "
+                "use --device cpu"
+            )
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             return f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
     elif parsed.type == "mps":
@@ -323,16 +500,24 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
             except FileNotFoundError as error:
                 fail(f"--vqgan {args.vqgan}: {error}")
         if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
-            fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
-                 "openai/clip-vit-base-patch16)")
+            fail(
+                f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
+                "openai/clip-vit-base-patch16)"
+            )
         from .models.lumina_tokenizer import find_tokenizer_file
 
         try:
-            find_tokenizer_file(resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer)
+            find_tokenizer_file(
+                resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer
+            )
         except FileNotFoundError as error:
             fail(str(error))
         return
-    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip), ("--tokenizer", args.tokenizer)):
+    for flag, value in (
+        ("--vqgan", args.vqgan),
+        ("--clip", args.clip),
+        ("--tokenizer", args.tokenizer),
+    ):
         if value is not None:
             fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
     if args.weights is not None:
@@ -345,16 +530,20 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     fixed = PRESET_WINDOWS.get(args.preset)
     if args.window is not None and fixed is not None and args.window != fixed:
-        fail(f"--preset {args.preset} fixes the window at {fixed} drafts (the release's 16-token input); "
-             f"leave --window out (got {args.window})")
+        fail(
+            f"--preset {args.preset} fixes the window at {fixed} drafts (the release's 16-token input); "
+            f"leave --window out (got {args.window})"
+        )
     args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
         fail(f"--window must be >= 1, got {args.window}")
     if not (math.isfinite(args.amplify) and args.amplify > 0):
         fail(f"--amplify must be a finite number > 0, got {args.amplify}")
     if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
-             "every cluster a single token: that is SJD, use --method sjd)")
+        fail(
+            f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
+            "every cluster a single token: that is SJD, use --method sjd)"
+        )
     if args.method != "gsd":
         for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
             if value is not None:
@@ -367,7 +556,9 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     args.group_size = DEFAULT_GROUP_SIZE if args.group_size is None else args.group_size
     args.clusters = args.clusters or DEFAULT_CLUSTERS
     if args.residual == "cluster" and args.clusters != "rank-binned":
-        fail(f"--residual cluster needs --clusters rank-binned (--clusters {args.clusters} is not a partition)")
+        fail(
+            f"--residual cluster needs --clusters rank-binned (--clusters {args.clusters} is not a partition)"
+        )
 
 
 def check_args(args: argparse.Namespace, fail: Fail) -> None:
@@ -387,11 +578,15 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command == "generate":
         if _is_lumina(args):
             if args.class_ is not None:
-                fail(f"--class is for the stand-in and tiny-random; --model {args.model} takes --prompt \"...\"")
+                fail(
+                    f'--class is for the stand-in and tiny-random; --model {args.model} takes --prompt "..."'
+                )
             if not (args.prompt or "").strip():
-                fail(f"--model {args.model} needs --prompt \"...\" (a non-empty text prompt)")
+                fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
             if args.out is not None and args.vqgan is None:
-                fail(f"--out needs pixels: --model {args.model} decodes tokens to pixels with --vqgan DIR")
+                fail(
+                    f"--out needs pixels: --model {args.model} decodes tokens to pixels with --vqgan DIR"
+                )
         elif args.prompt is not None:
             fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
         if args.out is not None:
@@ -399,11 +594,16 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command == "figures":
         if args.quick and args.paper:
             fail("--quick and --paper exclude each other")
-        for flag, value in (("--save-images", args.save_images), ("--dry-run", args.dry_run),
-                            ("--forward-ms", args.forward_ms is not None)):
+        for flag, value in (
+            ("--save-images", args.save_images),
+            ("--dry-run", args.dry_run),
+            ("--forward-ms", args.forward_ms is not None),
+        ):
             if value and not args.paper:
                 fail(f"{flag} applies to --paper only")
-        if args.forward_ms is not None and not (math.isfinite(args.forward_ms) and args.forward_ms > 0):
+        if args.forward_ms is not None and not (
+            math.isfinite(args.forward_ms) and args.forward_ms > 0
+        ):
             fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
@@ -428,21 +628,38 @@ def _load(args: argparse.Namespace):
 
     from .decode.presets import preset
 
-    return load_image_model(args.model, weights=args.weights, vqgan=args.vqgan, clip=args.clip, device=args.device,
-                            cfg_scale=args.cfg, top_k=args.top_k, tokenizer=args.tokenizer,
-                            clip_resize=preset(getattr(args, "preset", "default")).clip_resize)
+    return load_image_model(
+        args.model,
+        weights=args.weights,
+        vqgan=args.vqgan,
+        clip=args.clip,
+        device=args.device,
+        cfg_scale=args.cfg,
+        top_k=args.top_k,
+        tokenizer=args.tokenizer,
+        clip_resize=preset(getattr(args, "preset", "default")).clip_resize,
+    )
 
 
 def _method(args: argparse.Namespace) -> DecodingMethod:
     """The ``DecodingMethod`` of the flags (``_check_method_args`` ran), with the model's
     default GSD filters filled in (``FilterSettings.for_model``)."""
     gsd = args.method == "gsd"
-    return DecodingMethod(args.method, window=args.window, draft=args.draft, acceptance_scale=args.amplify,
-                          clusters=args.clusters if gsd else None, group_size=args.group_size if gsd else 0,
-                          residual=args.residual, preset=args.preset,
-                          relaxation_delta=args.relaxation_delta, budget=args.budget,
-                          budget_measure=args.budget_measure, budget_policy=args.budget_policy,
-                          budget_cap=args.budget_cap).for_model(args.model)
+    return DecodingMethod(
+        args.method,
+        window=args.window,
+        draft=args.draft,
+        acceptance_scale=args.amplify,
+        clusters=args.clusters if gsd else None,
+        group_size=args.group_size if gsd else 0,
+        residual=args.residual,
+        preset=args.preset,
+        relaxation_delta=args.relaxation_delta,
+        budget=args.budget,
+        budget_measure=args.budget_measure,
+        budget_policy=args.budget_policy,
+        budget_cap=args.budget_cap,
+    ).for_model(args.model)
 
 
 def _spec(args: argparse.Namespace):
@@ -450,7 +667,11 @@ def _spec(args: argparse.Namespace):
     from .experiments.runs import MethodSpec
 
     method = args.decoding_method
-    label = f"GSD ({method.clusters}, G={method.group_size})" if method.kind == "gsd" else method.kind.upper()
+    label = (
+        f"GSD ({method.clusters}, G={method.group_size})"
+        if method.kind == "gsd"
+        else method.kind.upper()
+    )
     return MethodSpec(label, method)
 
 
@@ -473,8 +694,12 @@ def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, A
     from .evaluate import weights_fingerprint
     from .experiments.runs import decoding_identity
 
-    identity = {"model": model.name, "weights": weights_fingerprint(model.weights_info, model.adapter.model),
-                "decoding": decoding_identity(model, spec), "seed": args.seed}
+    identity = {
+        "model": model.name,
+        "weights": weights_fingerprint(model.weights_info, model.adapter.model),
+        "decoding": decoding_identity(model, spec),
+        "seed": args.seed,
+    }
     if model.quality_config:  # e.g. the CLIP resize: it changes the scores
         identity["quality"] = model.quality_config
     return identity
@@ -496,41 +721,70 @@ def cmd_generate(args: argparse.Namespace) -> int:
     fail = args.command_parser.error
     spec = _spec(args)
     model = _load(args)
-    prompt = args.prompt if _is_lumina(args) else (args.class_ if args.class_ is not None
-                                                   else model.default_prompts[0])
+    prompt = (
+        args.prompt
+        if _is_lumina(args)
+        else (args.class_ if args.class_ is not None else model.default_prompts[0])
+    )
     _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
-    result, image = generate_one(model, resolve_for(model, method), prompt, args.seed, progress=not args.json,
-                                 runner=args.runner)
+    result, image = generate_one(
+        model,
+        resolve_for(model, method),
+        prompt,
+        args.seed,
+        progress=not args.json,
+        runner=args.runner,
+    )
     if args.out is not None:
         save_image_atomic(image, args.out)
     report = {
-        "model": model.name, "method": method.kind, "prompt": prompt, "seed": args.seed,
+        "model": model.name,
+        "method": method.kind,
+        "prompt": prompt,
+        "seed": args.seed,
         "group_size": method.group_size if method.kind == "gsd" else None,
-        "clusters": method.clusters, "residual": method.residual, "window": method.window,
-        "acceptance_scale": method.acceptance_scale, "draft": method.draft, "preset": method.preset,
+        "clusters": method.clusters,
+        "residual": method.residual,
+        "window": method.window,
+        "acceptance_scale": method.acceptance_scale,
+        "draft": method.draft,
+        "preset": method.preset,
         "runner": args.runner,
-        "nfe": result.nfe, "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
-        "model_seconds": result.model_seconds, "num_tokens": int(result.tokens.numel()),
-        "tokens": result.tokens.tolist(), "image": None if args.out is None else str(args.out),
+        "nfe": result.nfe,
+        "acceptance_rate": result.acceptance_rate,
+        "wall_seconds": result.wall_seconds,
+        "model_seconds": result.model_seconds,
+        "num_tokens": int(result.tokens.numel()),
+        "tokens": result.tokens.tolist(),
+        "image": None if args.out is None else str(args.out),
     }
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
     if method.budget is not None:
-        report.update(budget=method.budget, budget_measure=method.budget_measure,
-                      budget_policy=method.budget_policy, budget_cap=method.budget_cap,
-                      budget_spent=result.budget_spent)
+        report.update(
+            budget=method.budget,
+            budget_measure=method.budget_measure,
+            budget_policy=method.budget_policy,
+            budget_cap=method.budget_cap,
+            budget_spent=result.budget_spent,
+        )
     if args.json:
         print(json.dumps(report))
     else:
         rate = "n/a (AR)" if result.acceptance_rate is None else f"{result.acceptance_rate:.3f}"
-        print(f"{model.name} {spec.label}: {report['num_tokens']} tokens, nfe {result.nfe}, "
-              f"acceptance rate {rate}, wall {result.wall_seconds:.2f} s"
-              + (f", certified TV {result.budget_spent:.4f} of {method.budget:g}"
-                 if method.budget is not None else "")
-              + (f", image {args.out}" if args.out else ""))
+        print(
+            f"{model.name} {spec.label}: {report['num_tokens']} tokens, nfe {result.nfe}, "
+            f"acceptance rate {rate}, wall {result.wall_seconds:.2f} s"
+            + (
+                f", certified TV {result.budget_spent:.4f} of {method.budget:g}"
+                if method.budget is not None
+                else ""
+            )
+            + (f", image {args.out}" if args.out else "")
+        )
     return 0
 
 
@@ -538,7 +792,13 @@ def cmd_figures(args: argparse.Namespace) -> int:
     from .experiments.stream import context_from_environment
     from .figures import FigureSizes, paper_plan, run_figures
 
-    sizes = FigureSizes.quick() if args.quick else FigureSizes.paper() if args.paper else FigureSizes.default()
+    sizes = (
+        FigureSizes.quick()
+        if args.quick
+        else FigureSizes.paper()
+        if args.paper
+        else FigureSizes.default()
+    )
     if args.paper and args.device in (None, "cuda"):
         # One device per torchrun process (LOCAL_RANK), as evaluate does.
         context = context_from_environment()
@@ -549,22 +809,49 @@ def cmd_figures(args: argparse.Namespace) -> int:
                 args.device = f"cuda:{context.local_rank}"
     model = _load(args)
     for index, prompt in enumerate(args.prompt_list or []):
-        _check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error)
+        _check_prompt(
+            model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error
+        )
     if args.dry_run:
         import os
 
         prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
-        forward = None if args.forward_ms is None else {m: args.forward_ms / 1000 for m in ("ar", "sjd", "gsd")}
-        print(paper_plan(args.out, model, prompts, sizes, forward_seconds=forward, preset=args.preset,
-                         world_size=int(os.environ.get("WORLD_SIZE", "1"))))
+        forward = (
+            None
+            if args.forward_ms is None
+            else {m: args.forward_ms / 1000 for m in ("ar", "sjd", "gsd")}
+        )
+        print(
+            paper_plan(
+                args.out,
+                model,
+                prompts,
+                sizes,
+                forward_seconds=forward,
+                preset=args.preset,
+                world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            )
+        )
         return 0
-    result = run_figures(args.out, model=model, prompts=args.prompt_list, sizes=sizes,
-                         progress=not args.no_progress, allow_dirty=args.allow_dirty, save_images=args.save_images,
-                         preset=args.preset, batch_size=args.batch_size)
+    result = run_figures(
+        args.out,
+        model=model,
+        prompts=args.prompt_list,
+        sizes=sizes,
+        progress=not args.no_progress,
+        allow_dirty=args.allow_dirty,
+        save_images=args.save_images,
+        preset=args.preset,
+        batch_size=args.batch_size,
+    )
     if "rank" in result:
-        print(f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures")
+        print(
+            f"rank {result['rank']}: {result['decoded']} images decoded; rank 0 writes the figures"
+        )
     else:
-        print(f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s")
+        print(
+            f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s"
+        )
     return 0
 
 
@@ -592,10 +879,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def work(index: int, prompt: str) -> dict[str, Any]:
         result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
-        row: dict[str, Any] = {"seed": args.seed + index, "nfe": result.nfe,
-                               "acceptance_rate": result.acceptance_rate, "wall_seconds": result.wall_seconds,
-                               "model_seconds": result.model_seconds, "tokens": result.tokens.tolist(),
-                               "device": str(context.device)}
+        row: dict[str, Any] = {
+            "seed": args.seed + index,
+            "nfe": result.nfe,
+            "acceptance_rate": result.acceptance_rate,
+            "wall_seconds": result.wall_seconds,
+            "model_seconds": result.model_seconds,
+            "tokens": result.tokens.tolist(),
+            "device": str(context.device),
+        }
         if image is not None:
             if model.condition_scores is not None:
                 row["condition_score"] = float(model.condition_scores([image], [prompt])[0])
@@ -604,14 +896,34 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return row
 
     identity = run_identity(args, model, spec)
-    config = {"label": spec.label, "world_size": context.world_size, "device": str(context.device),
-              "runner": args.runner}
-    if model.condition_scores is not None:  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
-        config["condition_score"] = " ".join(model.quality_names.get("condition_score", "condition score").split())
-    metadata = {"weights_info": model.weights_info, "git": git_commit(), "versions": package_versions(),
-                "prompts_file": str(args.prompts)}
-    summary = evaluate(prompts, args.out, work, context, identity=identity, config=config, metadata=metadata,
-                       progress=not args.no_progress)
+    config = {
+        "label": spec.label,
+        "world_size": context.world_size,
+        "device": str(context.device),
+        "runner": args.runner,
+    }
+    if (
+        model.condition_scores is not None
+    ):  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
+        config["condition_score"] = " ".join(
+            model.quality_names.get("condition_score", "condition score").split()
+        )
+    metadata = {
+        "weights_info": model.weights_info,
+        "git": git_commit(),
+        "versions": package_versions(),
+        "prompts_file": str(args.prompts),
+    }
+    summary = evaluate(
+        prompts,
+        args.out,
+        work,
+        context,
+        identity=identity,
+        config=config,
+        metadata=metadata,
+        progress=not args.no_progress,
+    )
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))
     return 0

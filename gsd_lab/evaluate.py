@@ -112,7 +112,11 @@ class Run:
         # run.json compares equal to the one that wrote it.
         object.__setattr__(self, "identity", json.loads(_canonical(self.identity)))
         object.__setattr__(self, "prompts", [str(p) for p in self.prompts])
-        object.__setattr__(self, "run_id", _sha256(_canonical({"identity": self.identity, "prompts": self.prompts})))
+        object.__setattr__(
+            self,
+            "run_id",
+            _sha256(_canonical({"identity": self.identity, "prompts": self.prompts})),
+        )
 
     @property
     def prompts_sha256(self) -> str:
@@ -120,13 +124,21 @@ class Run:
 
     def row_fields(self, index: int) -> dict[str, Any]:
         """What every result row records about its run and prompt."""
-        return {"run_id": self.run_id, "run": self.identity, "prompts_sha256": self.prompts_sha256,
-                "index": index, "prompt": self.prompts[index]}
+        return {
+            "run_id": self.run_id,
+            "run": self.identity,
+            "prompts_sha256": self.prompts_sha256,
+            "index": index,
+            "prompt": self.prompts[index],
+        }
 
     def row_matches(self, row: dict[str, Any], index: int) -> bool:
         """True when ``row`` is prompt ``index`` of this run (same run_id, index and prompt)."""
-        return (row.get("run_id") == self.run_id and row.get("index") == index
-                and row.get("prompt") == self.prompts[index])
+        return (
+            row.get("run_id") == self.run_id
+            and row.get("index") == index
+            and row.get("prompt") == self.prompts[index]
+        )
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -139,14 +151,19 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def identity_differences(stored: dict[str, Any], current: dict[str, Any], *, partial: bool = False) -> list[str]:
+def identity_differences(
+    stored: dict[str, Any], current: dict[str, Any], *, partial: bool = False
+) -> list[str]:
     """One line per differing field ("decoding.group_size: 0 in the existing run, 50 now").
     partial: compare only the fields ``current`` has (a check before the model is loaded)."""
     old, new = _flatten(json.loads(_canonical(stored))), _flatten(json.loads(_canonical(current)))
     keys = sorted(new) if partial else sorted(set(old) | set(new))
     missing = "(absent)"
-    return [f"{key}: {json.dumps(old.get(key, missing))} in the existing run, {json.dumps(new.get(key, missing))} now"
-            for key in keys if old.get(key, missing) != new.get(key, missing)]
+    return [
+        f"{key}: {json.dumps(old.get(key, missing))} in the existing run, {json.dumps(new.get(key, missing))} now"
+        for key in keys
+        if old.get(key, missing) != new.get(key, missing)
+    ]
 
 
 def prompt_differences(stored: list[str], current: list[str]) -> str | None:
@@ -159,8 +176,10 @@ def prompt_differences(stored: list[str], current: list[str]) -> str | None:
     changed = [i for i, (a, b) in enumerate(zip(stored, current)) if a != b]
     first = changed[0]
     kind = "reordered" if sorted(stored) == sorted(current) else "edited"
-    return (f"the prompt list was {kind}: {len(changed)} of {len(current)} prompts differ; prompt {first} is "
-            f"{current[first]!r} now, {stored[first]!r} in the existing run")
+    return (
+        f"the prompt list was {kind}: {len(changed)} of {len(current)} prompts differ; prompt {first} is "
+        f"{current[first]!r} now, {stored[first]!r} in the existing run"
+    )
 
 
 def read_run(out_dir: str | Path) -> Run | None:
@@ -174,7 +193,9 @@ def read_run(out_dir: str | Path) -> Run | None:
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
         raise RunMismatch(f"{path} is unreadable ({error}); use a new --out folder") from error
     if data.get("run_id") != run.run_id:
-        raise RunMismatch(f"{path} was edited (its run_id does not match its content); use a new --out folder")
+        raise RunMismatch(
+            f"{path} was edited (its run_id does not match its content); use a new --out folder"
+        )
     return run
 
 
@@ -183,28 +204,42 @@ def _result_files(out_dir: str | Path) -> list[Path]:
     return sorted(folder.glob("[0-9]*.json")) if folder.is_dir() else []
 
 
-def check_run(out_dir: str | Path, identity: dict[str, Any], prompts: list[str], *, partial: bool = False) -> None:
+def check_run(
+    out_dir: str | Path, identity: dict[str, Any], prompts: list[str], *, partial: bool = False
+) -> None:
     """Raise ``RunMismatch`` when ``out_dir`` holds another run than (identity, prompts): its
     run.json differs (every differing field and the prompt change are named), or it holds
     result files without a run.json. partial: compare only the fields ``identity`` has."""
     stored = read_run(out_dir)
     if stored is None:
         if _result_files(out_dir):
-            raise RunMismatch(f"{Path(out_dir) / RESULTS_DIR} holds results but there is no {RUN_FILE} saying which "
-                              "run wrote them; use a new --out folder")
+            raise RunMismatch(
+                f"{Path(out_dir) / RESULTS_DIR} holds results but there is no {RUN_FILE} saying which "
+                "run wrote them; use a new --out folder"
+            )
         return
     problems = identity_differences(stored.identity, identity, partial=partial)
     prompt_change = prompt_differences(stored.prompts, [str(p) for p in prompts])
     if prompt_change:
         problems.append(prompt_change)
     if problems:
-        raise RunMismatch(f"{out_dir} holds another run (see {Path(out_dir) / RUN_FILE}); resuming would mix runs. "
-                          "What differs: " + "; ".join(problems) + ". Use a new --out folder for this configuration "
-                          "(or restore the previous one to resume it).")
+        raise RunMismatch(
+            f"{out_dir} holds another run (see {Path(out_dir) / RUN_FILE}); resuming would mix runs. "
+            "What differs: "
+            + "; ".join(problems)
+            + ". Use a new --out folder for this configuration "
+            "(or restore the previous one to resume it)."
+        )
 
 
-def start_run(out_dir: str | Path, run: Run, context: DistributedContext,
-              *, metadata: dict[str, Any] | None = None, write: bool | None = None) -> None:
+def start_run(
+    out_dir: str | Path,
+    run: Run,
+    context: DistributedContext,
+    *,
+    metadata: dict[str, Any] | None = None,
+    write: bool | None = None,
+) -> None:
     """Check ``out_dir`` against ``run`` on every rank, then write run.json if absent: on rank 0
     (``write`` None), or on every rank that passes ``write=True`` (for callers without a barrier:
     the write is atomic and the content the same). ``metadata`` (not compared): e.g. where the
@@ -213,8 +248,16 @@ def start_run(out_dir: str | Path, run: Run, context: DistributedContext,
     barrier(context)
     path = Path(out_dir) / RUN_FILE
     if (context.is_main if write is None else write) and not path.is_file():
-        atomic_write_json(path, {"run_id": run.run_id, "identity": run.identity, "prompts": run.prompts,
-                                 "prompts_sha256": run.prompts_sha256, "metadata": metadata or {}})
+        atomic_write_json(
+            path,
+            {
+                "run_id": run.run_id,
+                "identity": run.identity,
+                "prompts": run.prompts,
+                "prompts_sha256": run.prompts_sha256,
+                "metadata": metadata or {},
+            },
+        )
     Path(out_dir, RESULTS_DIR).mkdir(parents=True, exist_ok=True)
     barrier(context)
 
@@ -235,7 +278,12 @@ def is_finished(out_dir: str | Path, index: int, run: Run | None = None) -> bool
     """Prompt ``index`` has a result of ``run`` (default: the run recorded in out_dir/run.json)."""
     run = run if run is not None else read_run(out_dir)
     row = load_result(out_dir, index)
-    return run is not None and row is not None and index < len(run.prompts) and run.row_matches(row, index)
+    return (
+        run is not None
+        and row is not None
+        and index < len(run.prompts)
+        and run.row_matches(row, index)
+    )
 
 
 def run_shard(
@@ -252,10 +300,15 @@ def run_shard(
     ``start_run`` this means a file was copied in or edited by hand)."""
     from tqdm.auto import tqdm
 
-    todo = [index for index in shard_indices(len(run.prompts), context.rank, context.world_size)
-            if not is_done(run, out_dir, index)]
+    todo = [
+        index
+        for index in shard_indices(len(run.prompts), context.rank, context.world_size)
+        if not is_done(run, out_dir, index)
+    ]
     done = []
-    for index in tqdm(todo, desc=f"rank {context.rank}", disable=not progress, position=context.rank):
+    for index in tqdm(
+        todo, desc=f"rank {context.rank}", disable=not progress, position=context.rank
+    ):
         write_result(run, out_dir, index, work(index, run.prompts[index]), context)
         done.append(index)
     return done
@@ -269,9 +322,11 @@ def finished_row(run: Run, out_dir: str | Path, index: int) -> dict[str, Any] | 
     if row is None:
         return None
     if not run.row_matches(row, index):
-        raise RunMismatch(f"{result_path(out_dir, index)} is not prompt {index} of this run "
-                          f"(run_id {row.get('run_id')!r}, prompt {row.get('prompt')!r}); remove it or use a new "
-                          "--out folder")
+        raise RunMismatch(
+            f"{result_path(out_dir, index)} is not prompt {index} of this run "
+            f"(run_id {row.get('run_id')!r}, prompt {row.get('prompt')!r}); remove it or use a new "
+            "--out folder"
+        )
     return row
 
 
@@ -280,8 +335,9 @@ def is_done(run: Run, out_dir: str | Path, index: int) -> bool:
     return finished_row(run, out_dir, index) is not None
 
 
-def write_result(run: Run, out_dir: str | Path, index: int, result: dict[str, Any],
-                 context: DistributedContext) -> dict[str, Any]:
+def write_result(
+    run: Run, out_dir: str | Path, index: int, result: dict[str, Any], context: DistributedContext
+) -> dict[str, Any]:
     """Write prompt ``index``'s ``result`` atomically with the run's fields (``Run.row_fields``)
     and the rank; returns the row written."""
     row = dict(result)
@@ -292,13 +348,24 @@ def write_result(run: Run, out_dir: str | Path, index: int, result: dict[str, An
 
 def _means(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
     rows = list(rows)
-    numeric = sorted({k for row in rows for k, v in row.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"index", "rank", "seed"})
-    return {k: sum(row[k] for row in rows if k in row) / max(1, sum(k in row for row in rows)) for k in numeric}
+    numeric = sorted(
+        {
+            k
+            for row in rows
+            for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        - {"index", "rank", "seed"}
+    )
+    return {
+        k: sum(row[k] for row in rows if k in row) / max(1, sum(k in row for row in rows))
+        for k in numeric
+    }
 
 
-def merge_results(out_dir: str | Path, prompts: list[str] | None = None, *,
-                  config: dict[str, Any] | None = None) -> dict[str, Any]:
+def merge_results(
+    out_dir: str | Path, prompts: list[str] | None = None, *, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Collect the rows of the run in ``out_dir/run.json`` into ``results.jsonl`` (prompt order)
     and ``summary.json``.
 
@@ -309,7 +376,9 @@ def merge_results(out_dir: str | Path, prompts: list[str] | None = None, *,
     run = read_run(out_dir)
     if run is None:
         raise RunMismatch(f"no {RUN_FILE} in {out_dir}: nothing to merge")
-    if prompts is not None and (change := prompt_differences(run.prompts, [str(p) for p in prompts])):
+    if prompts is not None and (
+        change := prompt_differences(run.prompts, [str(p) for p in prompts])
+    ):
         raise RunMismatch(f"cannot merge {out_dir}: {change}")
     rows, missing, foreign = [], [], []
     for index in range(len(run.prompts)):
@@ -320,10 +389,20 @@ def merge_results(out_dir: str | Path, prompts: list[str] | None = None, *,
             foreign.append(index)
         else:
             rows.append(row)
-    summary = {"run_id": run.run_id, "identity": run.identity, "num_prompts": len(run.prompts),
-               "finished": len(rows), "missing": missing, "foreign": foreign,
-               "complete": not missing and not foreign, "mean": _means(rows), "config": config or {}}
-    atomic_write_text(Path(out_dir) / "results.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    summary = {
+        "run_id": run.run_id,
+        "identity": run.identity,
+        "num_prompts": len(run.prompts),
+        "finished": len(rows),
+        "missing": missing,
+        "foreign": foreign,
+        "complete": not missing and not foreign,
+        "mean": _means(rows),
+        "config": config or {},
+    }
+    atomic_write_text(
+        Path(out_dir) / "results.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    )
     atomic_write_json(Path(out_dir) / "summary.json", summary)
     return summary
 
@@ -357,7 +436,18 @@ def evaluate(
     return summary
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".json", ".yaml", ".yml", ".model", ".tiktoken")
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".model",
+    ".tiktoken",
+)
 _FULL_HASH_LIMIT = 64 * 2**20
 _EDGE_BYTES = 2**20
 
@@ -387,7 +477,10 @@ def folder_fingerprint(folder: str | Path) -> str:
     entries = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts) or path.suffix not in WEIGHT_SUFFIXES:
+        if (
+            any(part.startswith(".") for part in relative.parts)
+            or path.suffix not in WEIGHT_SUFFIXES
+        ):
             continue
         if path.is_file():
             entries.append([relative.as_posix(), path.stat().st_size, _file_digest(path)])
@@ -407,7 +500,9 @@ def parameters_fingerprint(module: torch.nn.Module) -> str:
 WEIGHT_FOLDER_KEYS = ("weights_dir", "weights", "vqgan", "clip", "tokenizer")
 
 
-def weights_fingerprint(weights_info: dict[str, Any], module: torch.nn.Module | None = None) -> dict[str, str]:
+def weights_fingerprint(
+    weights_info: dict[str, Any], module: torch.nn.Module | None = None
+) -> dict[str, str]:
     """What identifies a model's weights: a ``folder_fingerprint`` of each existing folder named
     in ``weights_info`` (keys ``WEIGHT_FOLDER_KEYS``, as ``ImageModel.weights_info`` records
     them; the path itself is left out), else the ``parameters_fingerprint`` of ``module``

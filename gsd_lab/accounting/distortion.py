@@ -77,7 +77,9 @@ def _base(rule: Rule) -> Rule:
 _ADJACENCY_CACHE: list[tuple[Tensor, Tensor, float, Tensor]] = []
 
 
-def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, chunk_rows: int = 512) -> Tensor:
+def embedding_adjacency(
+    embeddings: Tensor, max_distance: float, vocab: int, *, chunk_rows: int = 512
+) -> Tensor:
     """bool [V, V]: ||e_y - e_x||^2 <= max_distance for the first V rows of ``embeddings``, the
     decision of ``DynamicClusters``' filter (float64 differences, squared, summed over D).
 
@@ -90,17 +92,22 @@ def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, 
             return table  # the same tensor object: no comparison needed
     emb = embeddings[:vocab].detach().to(torch.float64)
     for index, (source, cached, distance, table) in enumerate(_ADJACENCY_CACHE):
-        if distance == max_distance and table.shape[0] == vocab and cached.shape == emb.shape \
-                and cached.device == emb.device and torch.equal(cached, emb):
+        if (
+            distance == max_distance
+            and table.shape[0] == vocab
+            and cached.shape == emb.shape
+            and cached.device == emb.device
+            and torch.equal(cached, emb)
+        ):
             _ADJACENCY_CACHE[index] = (embeddings, cached, distance, table)  # next time by identity
             return table
     norms = emb.square().sum(-1)
     table = torch.empty(vocab, vocab, dtype=torch.bool, device=emb.device)
     for start in range(0, vocab, chunk_rows):  # chunks of rows: O(chunk V) memory
-        rows = emb[start: start + chunk_rows]
-        scale = norms[start: start + chunk_rows, None] + norms[None, :]
+        rows = emb[start : start + chunk_rows]
+        scale = norms[start : start + chunk_rows, None] + norms[None, :]
         expanded = scale - 2 * rows @ emb.T
-        table[start: start + chunk_rows] = expanded <= max_distance
+        table[start : start + chunk_rows] = expanded <= max_distance
         near = ((expanded - max_distance).abs() <= 1e-9 * (scale + 1)).nonzero()
         if near.numel():
             x, y = near[:, 0] + start, near[:, 1]
@@ -111,8 +118,9 @@ def embedding_adjacency(embeddings: Tensor, max_distance: float, vocab: int, *, 
     return table
 
 
-def support_output_laws(p: Tensor, q: Tensor, rule: Rule, *, max_table: int | None = None,
-                        chunk_elements: int = 1 << 24) -> Tensor:
+def support_output_laws(
+    p: Tensor, q: Tensor, rule: Rule, *, max_table: int | None = None, chunk_elements: int = 1 << 24
+) -> Tensor:
     """``gsd_core.output_distribution(p, q, rule)`` for dynamic clusters or LANTERN (or Amplify
     of them), with a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V], bit for
     bit gsd_core's law.
@@ -128,16 +136,34 @@ def support_output_laws(p: Tensor, q: Tensor, rule: Rule, *, max_table: int | No
     slots = base.neighbourhoods.k if isinstance(base, Lantern) else base.offsets(vocab).numel()
     rows = max(1, chunk_elements // (width * slots))
     if n > rows:  # bounded memory
-        return torch.cat([support_output_laws(p[i: i + rows], q[i: i + rows], rule, max_table=max_table,
-                                              chunk_elements=chunk_elements) for i in range(0, n, rows)])
+        return torch.cat(
+            [
+                support_output_laws(
+                    p[i : i + rows],
+                    q[i : i + rows],
+                    rule,
+                    max_table=max_table,
+                    chunk_elements=chunk_elements,
+                )
+                for i in range(0, n, rows)
+            ]
+        )
     adjacency = None
     if isinstance(base, DynamicClusters) and base.max_embedding_distance is not None:
         if base.embeddings.shape[0] < vocab:
-            raise ValueError(f"embeddings has {base.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens")
-        if max_table is None:  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
+            raise ValueError(
+                f"embeddings has {base.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens"
+            )
+        if (
+            max_table is None
+        ):  # 128 MB of bools on a CPU; 8 GB on a GPU (Lumina-mGPT's 65,536^2: 4.3 GB)
             max_table = (1 << 33) if p.device.type == "cuda" else (1 << 27)
-        if vocab * vocab <= max_table:  # else (Lumina-mGPT: 65,536) gsd_core's filter, in chunks of tokens
-            adjacency = embedding_adjacency(base.embeddings.to(p.device), base.max_embedding_distance, vocab)
+        if (
+            vocab * vocab <= max_table
+        ):  # else (Lumina-mGPT: 65,536) gsd_core's filter, in chunks of tokens
+            adjacency = embedding_adjacency(
+                base.embeddings.to(p.device), base.max_embedding_distance, vocab
+            )
     accept = support_accept(rule, p, q, adjacency=adjacency, chunk_elements=chunk_elements)
     return output_law(rule, p, q, accept)
 
@@ -169,14 +195,24 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     for start in range(1, index.shape[1], block):
         if entry.numel() == 0:
             break
-        members = index[token, start: start + block]  # [E, B]
-        masses = torch.where(valid[token, start: start + block], p[row.unsqueeze(-1), members], 0.0)
-        sums = torch.cat([total.unsqueeze(-1), masses], -1).cumsum(-1)[:, 1:]  # S_j, one sequential scan
+        members = index[token, start : start + block]  # [E, B]
+        masses = torch.where(
+            valid[token, start : start + block], p[row.unsqueeze(-1), members], 0.0
+        )
+        sums = torch.cat([total.unsqueeze(-1), masses], -1).cumsum(-1)[
+            :, 1:
+        ]  # S_j, one sequential scan
         credit = torch.maximum(credit, torch.where(sums <= rule.delta, sums, 0.0).amax(-1))
         total = sums[:, -1]
         open_ = (credit < need[entry]) & (total <= rule.delta)
         settled_value[entry[~open_]] = credit[~open_]
-        entry, row, token, credit, total = entry[open_], row[open_], token[open_], credit[open_], total[open_]
+        entry, row, token, credit, total = (
+            entry[open_],
+            row[open_],
+            token[open_],
+            credit[open_],
+            total[open_],
+        )
     settled_value[entry] = credit  # walks that reached the end of B_k(x) still open
     terms = torch.zeros_like(gap).masked_scatter_(carries, torch.minimum(need, settled_value))
     return fixed_order_sum(terms)
@@ -200,7 +236,9 @@ def targets_and_laws(p: Tensor, q: Tensor, rule: object = None) -> tuple[Tensor,
     return p, output_distribution(p, q, rule)
 
 
-def exact_distortion(p: Tensor, q: Tensor, rule: object = None, *, max_elements: int = _MAX_ELEMENTS) -> Tensor:
+def exact_distortion(
+    p: Tensor, q: Tensor, rule: object = None, *, max_elements: int = _MAX_ELEMENTS
+) -> Tensor:
     """TV(out_i, p_i) for every row i: p, q [L, V] -> float64 [L], batched (one call per chunk
     of rows, at most ``max_elements`` // V rows at a time; one call for a decoding window).
     rule: as ``verify`` takes it (module docstring). 0 (up to rounding, ~1e-16) for SD."""
@@ -211,7 +249,7 @@ def exact_distortion(p: Tensor, q: Tensor, rule: object = None, *, max_elements:
     rows = max(1, max_elements // max(1, p.shape[-1]))
     parts = []
     for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
-        p_part, q_part = p[start: start + rows], q[start: start + rows]
+        p_part, q_part = p[start : start + rows], q[start : start + rows]
         if isinstance(rule, Lantern):
             parts.append(lantern_distortion(p_part, q_part, rule))
             continue
@@ -232,7 +270,11 @@ def emitted_distortion(p: Tensor, q: Tensor, num_accepted: int, rule: object = N
     window = q.shape[0]
     if p.shape[0] not in (window, window + 1):
         raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[0]}")
-    if isinstance(num_accepted, bool) or not isinstance(num_accepted, int) or not 0 <= num_accepted <= window:
+    if (
+        isinstance(num_accepted, bool)
+        or not isinstance(num_accepted, int)
+        or not 0 <= num_accepted <= window
+    ):
         raise ValueError(f"num_accepted must be an int in [0, {window}], got {num_accepted!r}")
     verified = min(num_accepted + 1, window)
     tv = exact_distortion(p[:verified], q[:verified], rule)
@@ -265,7 +307,7 @@ class DistortionLog:
         tv = None
         if q.shape[0] > 0:  # an AR step (L = 0) leaves its 0 in place
             tv = emitted_distortion(p, q, num_accepted, self.rule)
-            self.values[start: start + tv.numel()] = tv
+            self.values[start : start + tv.numel()] = tv
         self.seconds += time.perf_counter() - began
         return tv
 

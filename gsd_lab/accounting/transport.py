@@ -88,7 +88,9 @@ from gsd_core.rules import SD, Partition, as_rule
 
 from .distortion import _check_rows, targets_and_laws
 
-DEFAULT_DRAWS = 4  # rows solved per image in decoding runs: +22% to decoding and TV accounting on stand-in v2
+DEFAULT_DRAWS = (
+    4  # rows solved per image in decoding runs: +22% to decoding and TV accounting on stand-in v2
+)
 ROUNDING_FLOOR = 1e-12  # a row whose TV is at most this is float64 rounding of out = p
 _MAX_ITERATIONS = 10**9  # network simplex pivots; POT stops at optimality long before
 
@@ -97,7 +99,9 @@ def _check_content(content: object, tokens: object, vocab: int) -> tuple[Tensor,
     """content [K, D] float, tokens [K] distinct ids < vocab -> (float64 content, index [V]: the
     content row of each vocabulary id, -1 for ids without content)."""
     if not isinstance(content, Tensor) or content.ndim != 2 or not content.is_floating_point():
-        raise ValueError(f"content must be a float tensor [K, D] (the adapter's code_content()), got {content!r:.80}")
+        raise ValueError(
+            f"content must be a float tensor [K, D] (the adapter's code_content()), got {content!r:.80}"
+        )
     if not isinstance(tokens, Tensor) or tokens.ndim != 1 or tokens.shape[0] != content.shape[0]:
         raise ValueError(f"tokens must be ids [K] for the K = {content.shape[0]} content rows")
     if not bool(torch.isfinite(content).all()):
@@ -124,8 +128,10 @@ def _w1_of_difference(delta: Tensor, content: Tensor, index: Tensor) -> float:
     """W1 of one row's out - p (float64 [V], CPU) by POT: m * emd(delta+ / m, delta- / m)."""
     nonzero = delta != 0
     if bool((nonzero & (index < 0)).any()):
-        raise ValueError("the output law and p differ on tokens without decoded content (outside the "
-                         "adapter's allowed_tokens): W1 needs every moved token's content")
+        raise ValueError(
+            "the output law and p differ on tokens without decoded content (outside the "
+            "adapter's allowed_tokens): W1 needs every moved token's content"
+        )
     plus, minus = (delta > 0).nonzero().squeeze(-1), (delta < 0).nonzero().squeeze(-1)
     if plus.numel() == 0 or minus.numel() == 0:
         return 0.0
@@ -134,7 +140,9 @@ def _w1_of_difference(delta: Tensor, content: Tensor, index: Tensor) -> float:
     cost = content_distances(content, index[plus], index[minus])
     value, log = _emd2((a / mass_a).numpy(), (b / mass_b).numpy(), cost.numpy())
     if log["warning"] is not None:
-        raise RuntimeError(f"POT's network simplex did not reach an optimal transport: {log['warning']}")
+        raise RuntimeError(
+            f"POT's network simplex did not reach an optimal transport: {log['warning']}"
+        )
     return 0.5 * (mass_a + mass_b) * float(value)
 
 
@@ -152,14 +160,23 @@ def w1_from_laws(p: Tensor, out: Tensor, content: Tensor, tokens: Tensor) -> Ten
     content [K, D], tokens [K]: the decoded content of ids ``tokens`` (``code_content()`` and
     ``allowed_tokens``); out and p must agree on every other id (they do for a top-k model: no
     rule moves mass to a token neither p nor q carries)."""
-    if not isinstance(p, Tensor) or not isinstance(out, Tensor) or p.ndim != 2 or p.shape != out.shape:
+    if (
+        not isinstance(p, Tensor)
+        or not isinstance(out, Tensor)
+        or p.ndim != 2
+        or p.shape != out.shape
+    ):
         raise ValueError("p and out must be rows [N, V] of one shape")
     content64, index = _check_content(content, tokens, p.shape[-1])
     delta = (out.to(torch.float64) - p.to(torch.float64)).cpu()
-    return torch.tensor([_w1_of_difference(row, content64, index) for row in delta], dtype=torch.float64)
+    return torch.tensor(
+        [_w1_of_difference(row, content64, index) for row in delta], dtype=torch.float64
+    )
 
 
-def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
+def w1_distortion(
+    p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None
+) -> Tensor:
     """W1(out_i, p_i) of the one-step law of each row p, q [L, V] -> float64 [L], exact; the rule
     as ``verify`` takes it (None: SD), the rows renormalised as ``accounting.distortion`` does."""
     targets, laws = targets_and_laws(p, q, rule)
@@ -168,6 +185,7 @@ def w1_distortion(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: o
 
 # ---- the rule's own coupling ----------------------------------------------------------------------
 
+
 def substitution_defined(rule: object) -> bool:
     """Whether the rule's own randomness couples the emitted token with a Y ~ p (module docstring):
     SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN)."""
@@ -175,14 +193,18 @@ def substitution_defined(rule: object) -> bool:
     return isinstance(rule, SD) or (isinstance(rule, Partition) and rule.residual == "cluster")
 
 
-def substitution_cost(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None) -> Tensor:
+def substitution_cost(
+    p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None
+) -> Tensor:
     """S_i = sum_C min(q'(C), p'(C)) W1(q_i(. | C), p_i(. | C)) for rows p, q [L, V] -> float64 [L]:
     E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p (module docstring),
     each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
     if not substitution_defined(rule):
-        raise ValueError("the substitution cost is defined for SD or a partition with the cluster-exact residual "
-                         "(no Amplify, no LANTERN): other rules' randomness does not draw a Y ~ p "
-                         "(gsd_lab.accounting.transport docstring)")
+        raise ValueError(
+            "the substitution cost is defined for SD or a partition with the cluster-exact residual "
+            "(no Amplify, no LANTERN): other rules' randomness does not draw a Y ~ p "
+            "(gsd_lab.accounting.transport docstring)"
+        )
     targets, drafts = _check_rows(p, q)
     content64, index = _check_content(content, tokens, p.shape[-1])
     rule = as_rule(rule)
@@ -190,32 +212,48 @@ def substitution_cost(p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rul
         return torch.zeros(p.shape[0], dtype=torch.float64)  # singletons: Y = the emitted token
     labels = rule.partition_labels(targets).expand(targets.shape).cpu()
     targets, drafts = targets.cpu(), drafts.cpu()
-    return torch.tensor([_row_substitution(targets[i], drafts[i], labels[i], content64, index)
-                         for i in range(p.shape[0])], dtype=torch.float64)
+    return torch.tensor(
+        [
+            _row_substitution(targets[i], drafts[i], labels[i], content64, index)
+            for i in range(p.shape[0])
+        ],
+        dtype=torch.float64,
+    )
 
 
-def _row_substitution(p: Tensor, q: Tensor, labels: Tensor, content: Tensor, index: Tensor) -> float:
+def _row_substitution(
+    p: Tensor, q: Tensor, labels: Tensor, content: Tensor, index: Tensor
+) -> float:
     drafted = (q > 0).nonzero().squeeze(-1)
     p_mass = torch.zeros(int(labels.max()) + 1, dtype=torch.float64).index_add_(0, labels, p)
     q_mass = torch.zeros_like(p_mass).index_add_(0, labels, q)
     total = 0.0
     for cluster in torch.unique(labels[drafted]).tolist():
-        accepted = min(float(q_mass[cluster]), float(p_mass[cluster]))  # P(accept in C) = q'(C) a(C)
+        accepted = min(
+            float(q_mass[cluster]), float(p_mass[cluster])
+        )  # P(accept in C) = q'(C) a(C)
         if accepted <= 0:
             continue
         xs = drafted[labels[drafted] == cluster]
         ys = ((labels == cluster) & (p > 0)).nonzero().squeeze(-1)
         if bool((index[xs] < 0).any()) or bool((index[ys] < 0).any()):
-            raise ValueError("a drafted or target token has no decoded content (outside allowed_tokens)")
+            raise ValueError(
+                "a drafted or target token has no decoded content (outside allowed_tokens)"
+            )
         a, b = q[xs] / q[xs].sum(), p[ys] / p[ys].sum()
-        value, log = _emd2(a.numpy(), b.numpy(), content_distances(content, index[xs], index[ys]).numpy())
+        value, log = _emd2(
+            a.numpy(), b.numpy(), content_distances(content, index[xs], index[ys]).numpy()
+        )
         if log["warning"] is not None:
-            raise RuntimeError(f"POT's network simplex did not reach an optimal transport: {log['warning']}")
+            raise RuntimeError(
+                f"POT's network simplex did not reach an optimal transport: {log['warning']}"
+            )
         total += accepted * float(value)
     return total
 
 
 # ---- accounting during decoding -------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class W1Estimate:
@@ -247,16 +285,30 @@ class W1Log:
     docstring), rows held in n reservoirs and solved at ``finish``. seed: the reservoirs' own
     generator (CPU); no randomness is drawn from decoding's."""
 
-    def __init__(self, content: Tensor, tokens: Tensor, capacity: int, rule: object = None, *,
-                 draws: int | None = None, seed: int = 0) -> None:
-        if draws is not None and (isinstance(draws, bool) or not isinstance(draws, int) or draws < 1):
-            raise ValueError(f"draws must be an int >= 1 (or None: exact for every token), got {draws!r}")
+    def __init__(
+        self,
+        content: Tensor,
+        tokens: Tensor,
+        capacity: int,
+        rule: object = None,
+        *,
+        draws: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if draws is not None and (
+            isinstance(draws, bool) or not isinstance(draws, int) or draws < 1
+        ):
+            raise ValueError(
+                f"draws must be an int >= 1 (or None: exact for every token), got {draws!r}"
+            )
         self.content, self.tokens = content, tokens
         self.rule = as_rule(rule)
         self.substitution = substitution_defined(self.rule)
         self.draws = draws
         self.exact = torch.zeros(capacity, dtype=torch.float64) if draws is None else None
-        self.exact_substitution = torch.zeros(capacity, dtype=torch.float64) if draws is None else None
+        self.exact_substitution = (
+            torch.zeros(capacity, dtype=torch.float64) if draws is None else None
+        )
         self.generator = torch.Generator().manual_seed(seed)
         self.total = 0.0  # T: sum of the TVs above the floor of the tokens emitted so far
         self.held: list[tuple[int, float, Tensor, Tensor] | None] = [None] * (draws or 0)
@@ -277,7 +329,9 @@ class W1Log:
                     w1 = w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule)
                     self.exact[[start + i for i in rows]] = w1
                     if self.substitution:
-                        cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, self.rule)
+                        cost = substitution_cost(
+                            p_rows, q_rows, self.content, self.tokens, self.rule
+                        )
                         self.exact_substitution[[start + i for i in rows]] = cost
                     self.rows_solved += len(rows)
             else:
@@ -300,26 +354,53 @@ class W1Log:
         if self.draws is None:
             tokens = self.exact[:num_tokens].clone()
             mean = float(tokens.mean()) if num_tokens else 0.0
-            sub = float(self.exact_substitution[:num_tokens].mean()) if self.substitution and num_tokens else None
+            sub = (
+                float(self.exact_substitution[:num_tokens].mean())
+                if self.substitution and num_tokens
+                else None
+            )
             self.seconds += time.perf_counter() - began
-            return W1Estimate(mean, 0.0, None, self.rows_solved, tokens, sub, 0.0 if sub is not None else None,
-                              self.seconds)
+            return W1Estimate(
+                mean,
+                0.0,
+                None,
+                self.rows_solved,
+                tokens,
+                sub,
+                0.0 if sub is not None else None,
+                self.seconds,
+            )
         drawn = [h for h in self.held if h is not None]
         if not drawn:  # every row lossless up to rounding: W1 = 0 (each row below d_max x 1e-12)
             self.seconds += time.perf_counter() - began
-            return W1Estimate(0.0, 0.0, self.draws, 0, None, 0.0 if self.substitution else None,
-                              0.0 if self.substitution else None, self.seconds)
+            return W1Estimate(
+                0.0,
+                0.0,
+                self.draws,
+                0,
+                None,
+                0.0 if self.substitution else None,
+                0.0 if self.substitution else None,
+                self.seconds,
+            )
         unique = {h[0]: h for h in drawn}  # a row drawn twice is solved once
         order = sorted(unique)
         p_rows = torch.stack([unique[t][2] for t in order])
         q_rows = torch.stack([unique[t][3] for t in order])
         tv = torch.tensor([unique[t][1] for t in order], dtype=torch.float64)
-        w1 = dict(zip(order, (w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule) / tv).tolist()))
+        w1 = dict(
+            zip(
+                order,
+                (w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule) / tv).tolist(),
+            )
+        )
         mean, sem = self._estimate([w1[h[0]] for h in drawn], num_tokens)
         sub = sub_sem = None
         if self.substitution:
             cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, self.rule) / tv
-            sub, sub_sem = self._estimate([dict(zip(order, cost.tolist()))[h[0]] for h in drawn], num_tokens)
+            sub, sub_sem = self._estimate(
+                [dict(zip(order, cost.tolist()))[h[0]] for h in drawn], num_tokens
+            )
         self.rows_solved = len(order)
         self.seconds += time.perf_counter() - began
         return W1Estimate(mean, sem, self.draws, len(order), None, sub, sub_sem, self.seconds)
@@ -327,12 +408,20 @@ class W1Log:
     def _estimate(self, ratios: list[float], num_tokens: int) -> tuple[float, float | None]:
         scale = self.total / num_tokens
         values = np.asarray(ratios, dtype=np.float64)
-        sem = float(scale * values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
+        sem = (
+            float(scale * values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
+        )
         return float(scale * values.mean()), sem
 
 
-def pps_error(tv: Tensor, w1: Tensor, draws: int, *, repeats: int = 20000,
-              generator: torch.Generator | None = None) -> dict[str, float]:
+def pps_error(
+    tv: Tensor,
+    w1: Tensor,
+    draws: int,
+    *,
+    repeats: int = 20000,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
     """The estimator's error on one image whose exact per-token TV and W1 are known ([N] each,
     e.g. a run with ``w1_draws=None``): ``repeats`` simulated estimates from ``draws`` rows drawn
     as ``W1Log`` draws them (with replacement, P(t) = TV_t / T over the tokens above the floor).
@@ -346,16 +435,30 @@ def pps_error(tv: Tensor, w1: Tensor, draws: int, *, repeats: int = 20000,
     exact = float(w1.mean())
     weights = torch.where(tv > ROUNDING_FLOOR, tv, 0.0)
     if float(weights.sum()) == 0:
-        return {"exact": exact, "mean": 0.0, "rms_error": abs(exact), "relative_rms_error": math.nan,
-                "rms_reported_se": 0.0}
+        return {
+            "exact": exact,
+            "mean": 0.0,
+            "rms_error": abs(exact),
+            "relative_rms_error": math.nan,
+            "rms_reported_se": 0.0,
+        }
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    index = torch.multinomial(weights.expand(repeats, -1), draws, replacement=True, generator=generator)
+    index = torch.multinomial(
+        weights.expand(repeats, -1), draws, replacement=True, generator=generator
+    )
     ratio = (w1 / weights.clamp(min=ROUNDING_FLOOR))[index]  # [repeats, draws]
     scale = float(weights.sum()) / tv.numel()
     estimates = scale * ratio.mean(-1)
-    reported = scale * ratio.std(-1, correction=1) / math.sqrt(draws) if draws > 1 else torch.full_like(estimates, math.nan)
+    reported = (
+        scale * ratio.std(-1, correction=1) / math.sqrt(draws)
+        if draws > 1
+        else torch.full_like(estimates, math.nan)
+    )
     rms = float((estimates - exact).square().mean().sqrt())
-    return {"exact": exact, "mean": float(estimates.mean()), "rms_error": rms,
-            "relative_rms_error": rms / exact if exact > 0 else math.nan,
-            "rms_reported_se": float(reported.square().mean().sqrt())}
-
+    return {
+        "exact": exact,
+        "mean": float(estimates.mean()),
+        "rms_error": rms,
+        "relative_rms_error": rms / exact if exact > 0 else math.nan,
+        "rms_reported_se": float(reported.square().mean().sqrt()),
+    }

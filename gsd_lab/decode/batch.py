@@ -99,8 +99,9 @@ def generate_batch(
     every image. progress: True for a tqdm bar counting finished images, or an object whose
     ``update(1)`` is called as each image finishes (a bar of the caller's), or False."""
     requests = list(requests)
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                   or batch_size < 1):
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
     resolved, memo = [], {}  # one ResolvedMethod per distinct DecodingMethod (LANTERN's table)
     for i, request in enumerate(requests):
@@ -116,12 +117,16 @@ def generate_batch(
         resolved.append(method)
     generators = [id(r.generator) for r in requests if r.generator is not None]
     if len(set(generators)) < len(generators):
-        raise ValueError("two requests share one generator: the images would draw from it in turn, "
-                         "not as each decoded alone; give each request its own torch.Generator")
+        raise ValueError(
+            "two requests share one generator: the images would draw from it in turn, "
+            "not as each decoded alone; give each request its own torch.Generator"
+        )
     content = adapter.code_content() if record_w1 else None
     if record_w1 and (not record_distortion or content is None):
-        raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) "
-                         "and an adapter whose code_content() gives its codes' decoded content")
+        raise ValueError(
+            "record_w1 needs record_distortion=True (its rows are drawn by their TV) "
+            "and an adapter whose code_content() gives its codes' decoded content"
+        )
     limit = len(requests) if batch_size is None else batch_size
     runner = BatchRunner(adapter)
     waiting = deque(range(len(requests)))
@@ -135,8 +140,18 @@ def generate_batch(
         began = time.perf_counter()
         while waiting and len(active) < limit:
             index = waiting.popleft()
-            active.append(_start(runner, requests[index], resolved[index], index, record_top1,
-                                 record_distortion, content, w1_draws))
+            active.append(
+                _start(
+                    runner,
+                    requests[index],
+                    resolved[index],
+                    index,
+                    record_top1,
+                    record_distortion,
+                    content,
+                    w1_draws,
+                )
+            )
         accounting = [image.accounting() for image in active]
         model_before = runner.model_seconds
         calls = [_window_call(image) for image in active]
@@ -167,9 +182,16 @@ def generate_batch(
     return results
 
 
-def _start(runner: BatchRunner, request: DecodeRequest, resolved: ResolvedMethod, index: int,
-           record_top1: bool, record_distortion: bool, content: Tensor | None,
-           w1_draws: int | None) -> _Image:
+def _start(
+    runner: BatchRunner,
+    request: DecodeRequest,
+    resolved: ResolvedMethod,
+    index: int,
+    record_top1: bool,
+    record_distortion: bool,
+    content: Tensor | None,
+    w1_draws: int | None,
+) -> _Image:
     """An image joins: its sequence in the runner, its loop (as ``generate`` builds them)."""
     generator = request.generator
     adapter = runner.adapter
@@ -180,8 +202,14 @@ def _start(runner: BatchRunner, request: DecodeRequest, resolved: ResolvedMethod
     w1_log = None
     if content is not None:
         capacity = num_tokens + max_window(resolved.method) + 1
-        w1_log = W1Log(content, adapter.allowed_tokens, capacity, resolved.rule, draws=w1_draws,
-                       seed=generator.initial_seed())
+        w1_log = W1Log(
+            content,
+            adapter.allowed_tokens,
+            capacity,
+            resolved.rule,
+            draws=w1_draws,
+            seed=generator.initial_seed(),
+        )
     sequence = runner.add(request.prompt_ids, request.uncond_prompt_ids)
     loop = _Loop(sequence, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
     return _Image(index, loop, sequence, resolved, w1_log)
@@ -192,7 +220,7 @@ def _window_call(image: _Image) -> ForwardCall:
     loop = image.loop
     L = image.window = loop.window_size()
     loop.refill(L)
-    head = loop.adapter.prompt if loop.done == 0 else loop.out[loop.done - 1: loop.done]
+    head = loop.adapter.prompt if loop.done == 0 else loop.out[loop.done - 1 : loop.done]
     ids = torch.cat([head, loop.drafts])
     return ForwardCall(image.sequence, ids, L + 1, loop.wants_support and L > 0)
 

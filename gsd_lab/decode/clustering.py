@@ -16,7 +16,9 @@ from torch import Tensor
 from gsd_core import FixedPartition
 
 
-def kmeans(points: Tensor, num_clusters: int, *, generator: torch.Generator, iterations: int = 50) -> Tensor:
+def kmeans(
+    points: Tensor, num_clusters: int, *, generator: torch.Generator, iterations: int = 50
+) -> Tensor:
     """Labels [N] in [0, num_clusters) minimising sum_i ||x_i - mu_{label(i)}||^2 (a local optimum).
 
     points: [N, D] float. k-means++ seeding (centres drawn with probability proportional to the
@@ -25,7 +27,9 @@ def kmeans(points: Tensor, num_clusters: int, *, generator: torch.Generator, ite
     Deterministic given ``generator``.
     """
     if points.ndim != 2 or not points.is_floating_point():
-        raise ValueError(f"points must be a float tensor [N, D], got {tuple(points.shape)} {points.dtype}")
+        raise ValueError(
+            f"points must be a float tensor [N, D], got {tuple(points.shape)} {points.dtype}"
+        )
     n = points.shape[0]
     if not 1 <= num_clusters <= n:
         raise ValueError(f"num_clusters must lie in [1, {n}] for {n} points, got {num_clusters}")
@@ -54,7 +58,9 @@ def kmeans(points: Tensor, num_clusters: int, *, generator: torch.Generator, ite
             break
         labels = new_labels
         sums = torch.zeros_like(mu).index_add_(0, labels, x)
-        mu = sums / torch.bincount(labels, minlength=num_clusters).clamp(min=1).unsqueeze(1).to(x.dtype)
+        mu = sums / torch.bincount(labels, minlength=num_clusters).clamp(min=1).unsqueeze(1).to(
+            x.dtype
+        )
     return labels
 
 
@@ -80,7 +86,11 @@ def embedding_partition(
     if tokens is None:
         tokens = torch.arange(min(vocab, embeddings.shape[0]))
     tokens = torch.as_tensor(tokens, dtype=torch.int64).flatten()
-    if tokens.numel() == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= min(vocab, embeddings.shape[0]):
+    if (
+        tokens.numel() == 0
+        or int(tokens.min()) < 0
+        or int(tokens.max()) >= min(vocab, embeddings.shape[0])
+    ):
         raise ValueError(f"tokens must be non-empty ids in [0, {min(vocab, embeddings.shape[0])})")
     num_clusters = math.ceil(tokens.numel() / group_size)
     generator = torch.Generator().manual_seed(seed)

@@ -66,19 +66,29 @@ from ..engine import draw, verify
 from .methods import DRAFTS
 
 
-def maximal_coupling(previous: Tensor, previous_q: Tensor, q: Tensor, generator: torch.Generator | None) -> Tensor:
+def maximal_coupling(
+    previous: Tensor, previous_q: Tensor, q: Tensor, generator: torch.Generator | None
+) -> Tensor:
     """Drafts [M] with law q [M, V], maximally coupled to ``previous`` [M] drawn from
     ``previous_q`` [M, V]: row i keeps previous[i] = d with probability min(1, q(d)/q_prev(d)),
     else draws from norm((q - q_prev)+). A zero row of ``previous_q`` (no previous draft) draws
     from q. This is ``gsd_core.verify`` with target q and draft q_prev on M windows of one draft,
     no bonus row (``gsd_lab.engine.verify``: the same, unchecked, no host sync): 2 uniforms per
     row from ``generator``."""
-    result = verify(q.unsqueeze(-2), previous_q.unsqueeze(-2), previous.unsqueeze(-1), None, generator=generator,
-                    validate=False)
+    result = verify(
+        q.unsqueeze(-2),
+        previous_q.unsqueeze(-2),
+        previous.unsqueeze(-1),
+        None,
+        generator=generator,
+        validate=False,
+    )
     return result.tokens[..., 0]
 
 
-def gumbel_noise(rows: int, vocab: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+def gumbel_noise(
+    rows: int, vocab: int, generator: torch.Generator | None, device: torch.device
+) -> Tensor:
     """[rows, V] float64 standard Gumbel noise g = -log(E), E = -log(1 - u) ~ Exp(1), u ~ U[0, 1)."""
     uniforms = torch.rand(rows, vocab, generator=generator, dtype=torch.float64, device=device)
     return uniforms.neg_().log1p_().neg_().log_().neg_()
@@ -96,12 +106,18 @@ class DraftChain:
     positions left after a pass are re-drafted, and for "gumbel" the noise vector [V] of every
     position in the window (row i: window position i)."""
 
-    def __init__(self, scheme: str, vocab: int, device: torch.device, generator: torch.Generator | None) -> None:
+    def __init__(
+        self, scheme: str, vocab: int, device: torch.device, generator: torch.Generator | None
+    ) -> None:
         if scheme not in DRAFTS:
             raise ValueError(f"unknown draft {scheme!r}; expected one of {DRAFTS}")
         self.scheme = scheme
         self._vocab, self._device, self._generator = vocab, device, generator
-        self._noise = torch.empty(0, vocab, dtype=torch.float64, device=device) if scheme == "gumbel" else None
+        self._noise = (
+            torch.empty(0, vocab, dtype=torch.float64, device=device)
+            if scheme == "gumbel"
+            else None
+        )
 
     def truncate(self, count: int) -> None:
         """The window keeps its first ``count`` positions."""
@@ -113,7 +129,9 @@ class DraftChain:
         if self._noise is not None and count > 0:
             self._noise = torch.cat([self._noise, self._fresh_noise(count)])
 
-    def redraft(self, drafts: Tensor, q: Tensor, rows: Tensor, accepted: int) -> tuple[Tensor, Tensor]:
+    def redraft(
+        self, drafts: Tensor, q: Tensor, rows: Tensor, accepted: int
+    ) -> tuple[Tensor, Tensor]:
         """Drafts for the positions after the stop of a pass that accepted ``accepted`` < L of the
         window's L ``drafts`` (drawn from ``q`` [L, V]): rows [L - accepted, V] are this pass's
         p_{a+1..L}; row j re-drafts window position a + 1 + j (the last: the position after the
@@ -121,13 +139,15 @@ class DraftChain:
         is to be verified against: its law given the verifier's history, which is its row."""
         count = rows.shape[0]
         if self.scheme == "independent":
-            uniforms = torch.rand(count, 1, generator=self._generator, dtype=torch.float64, device=rows.device)
+            uniforms = torch.rand(
+                count, 1, generator=self._generator, dtype=torch.float64, device=rows.device
+            )
             return draw(rows, uniforms).squeeze(-1), rows
         if self.scheme == "maximal":
-            previous = torch.cat([drafts[accepted + 1:], drafts.new_zeros(1)])
-            previous_q = torch.cat([q[accepted + 1:], q.new_zeros(1, q.shape[-1])])
+            previous = torch.cat([drafts[accepted + 1 :], drafts.new_zeros(1)])
+            previous_q = torch.cat([q[accepted + 1 :], q.new_zeros(1, q.shape[-1])])
             return maximal_coupling(previous, previous_q, rows, self._generator), rows
-        self._noise = torch.cat([self._noise[accepted + 1:], self._fresh_noise(1)])
+        self._noise = torch.cat([self._noise[accepted + 1 :], self._fresh_noise(1)])
         return gumbel_argmax(rows, self._noise), rows
 
     def clear(self) -> None:

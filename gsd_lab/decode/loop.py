@@ -119,8 +119,9 @@ class DecodeResult:
         return self.tokens.numel() / self.nfe
 
 
-def _overrule_at_forced(adapter: CausalLMAdapter, done: int, accepted: int,
-                        tokens: Tensor) -> tuple[int, Tensor | None]:
+def _overrule_at_forced(
+    adapter: CausalLMAdapter, done: int, accepted: int, tokens: Tensor
+) -> tuple[int, Tensor | None]:
     """With random drafts at forced positions (``forced_drafts=False``): a draft accepted where
     another token is forced (p(draft) = 0; a rule without the gap filter can cluster it with the
     forced token) counts as rejected there, and the forced token is emitted, as the GSD release's
@@ -146,11 +147,17 @@ def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) 
         return method
     if isinstance(method, DecodingMethod):
         return method.resolve(adapter)
-    raise ValueError(f"method must be a gsd_lab.decode.methods.DecodingMethod or ResolvedMethod, got {method!r}")
+    raise ValueError(
+        f"method must be a gsd_lab.decode.methods.DecodingMethod or ResolvedMethod, got {method!r}"
+    )
 
 
-def _check_call(adapter: CausalLMAdapter, num_tokens: int, resolved: ResolvedMethod,
-                generator: torch.Generator | None) -> None:
+def _check_call(
+    adapter: CausalLMAdapter,
+    num_tokens: int,
+    resolved: ResolvedMethod,
+    generator: torch.Generator | None,
+) -> None:
     """What the method spec cannot know alone: its fit to this adapter and call."""
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
         raise ValueError(f"num_tokens must be an int >= 1, got {num_tokens!r}")
@@ -184,7 +191,7 @@ def _repeat_row_drafts(
     seq = torch.cat([history, tokens])
     # Each pass fills at most one row's worth of positions whose source is already final.
     for offset in range(0, count, row_length):
-        chunk = positions[offset: offset + row_length]
+        chunk = positions[offset : offset + row_length]
         source = chunk - row_length
         has_source = source >= 0
         seq[chunk] = torch.where(has_source, seq[source.clamp(min=0)], seq[chunk])
@@ -201,14 +208,24 @@ class _Loop:
     ``emit`` (verify or sample, one status read), ``commit`` the emitted tokens, ``redraft``
     the rejected positions. ``adapter``: what runs the forwards (the adapter or its engine)."""
 
-    def __init__(self, adapter: CausalLMAdapter | StaticEngine, resolved: ResolvedMethod,
-                 generator: torch.Generator, num_tokens: int, record_top1: bool, record_distortion: bool,
-                 w1_log: W1Log | None = None) -> None:
+    def __init__(
+        self,
+        adapter: CausalLMAdapter | StaticEngine,
+        resolved: ResolvedMethod,
+        generator: torch.Generator,
+        num_tokens: int,
+        record_top1: bool,
+        record_distortion: bool,
+        w1_log: W1Log | None = None,
+    ) -> None:
         method = resolved.method
         self.adapter, self.method, self.generator = adapter, method, generator
         self.rule = resolved.rule
         self.device, self.vocab = adapter.device, adapter.vocab_size
-        self.num_tokens, self.prompt_len = num_tokens, adapter.prompt.numel()  # the runner has started
+        self.num_tokens, self.prompt_len = (
+            num_tokens,
+            adapter.prompt.numel(),
+        )  # the runner has started
         self.max_window = max_window(method)
         settings = preset(method.preset)
         self.jacobi_positions = settings.jacobi_positions(num_tokens)
@@ -219,15 +236,20 @@ class _Loop:
         self.wants_support = uses_support(self.rule)
         capacity = num_tokens + self.max_window + 1
         self.out = torch.empty(capacity, dtype=torch.long, device=self.device)
-        self.top1 = torch.empty(capacity, dtype=torch.float64, device=self.device) if record_top1 else None
+        self.top1 = (
+            torch.empty(capacity, dtype=torch.float64, device=self.device) if record_top1 else None
+        )
         self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
         self.w1_log = w1_log
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
         # The certified dial: each window's rule from the allowances (gsd_lab.decode.budget).
-        self.dial = None if method.budget is None else BudgetDial(method.budget, method.budget_policy,
-                                                                  method.budget_cap)
+        self.dial = (
+            None
+            if method.budget is None
+            else BudgetDial(method.budget, method.budget_policy, method.budget_cap)
+        )
         self.step_rule = self.rule
         self.accepted: list[int] = []
         self.drafted: list[int] = []
@@ -255,18 +277,21 @@ class _Loop:
         start = self.done + self.drafts.numel()
         if self.method.init == "repeat_row":
             history = torch.cat([self.out[: self.done], self.drafts])
-            fresh = _repeat_row_drafts(history, start, missing, self.adapter.row_length, self.adapter,
-                                       self.generator)
+            fresh = _repeat_row_drafts(
+                history, start, missing, self.adapter.row_length, self.adapter, self.generator
+            )
         else:
             positions = torch.arange(start, start + missing, device=self.device)
-            fresh = self.adapter.random_tokens(positions, self.generator, respect_forced=self.forced_drafts)
+            fresh = self.adapter.random_tokens(
+                positions, self.generator, respect_forced=self.forced_drafts
+            )
         self.drafts = torch.cat([self.drafts, fresh])
         self.q = torch.cat([self.q, _one_hot(fresh, self.vocab)])
         self.chain.extend(missing)
 
     def forward(self, L: int) -> tuple[Tensor, Tensor | None]:
         """p [L + 1, V] over [last committed (the prompt at first), drafts], and the support."""
-        head = self.adapter.prompt if self.done == 0 else self.out[self.done - 1: self.done]
+        head = self.adapter.prompt if self.done == 0 else self.out[self.done - 1 : self.done]
         window_ids = torch.cat([head, self.drafts])
         if self.wants_support and L > 0:
             return self.adapter.forward(window_ids, num_rows=L + 1, with_support=True)
@@ -281,8 +306,10 @@ class _Loop:
         ``support`` (off CPU) does."""
         done = self.done
         if L == 0:
-            uniform = torch.rand(1, generator=self.generator, dtype=torch.float64, device=self.device)
-            self.out[done: done + 1] = draw(p[0], uniform)
+            uniform = torch.rand(
+                1, generator=self.generator, dtype=torch.float64, device=self.device
+            )
+            self.out[done : done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
             self.step_rule = self.rule if self.dial is None else self.dial.step(p, self.q)
@@ -291,8 +318,15 @@ class _Loop:
             overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
             state = None if overflow is None else self.generator.get_state()
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(p, self.q, self.drafts, self.step_rule, generator=self.generator, validate=False,
-                            support=None if support is None else support[:L])
+            result = verify(
+                p,
+                self.q,
+                self.drafts,
+                self.step_rule,
+                generator=self.generator,
+                validate=False,
+                support=None if support is None else support[:L],
+            )
             p_total = p.sum()
             parts = [p_total, result.num_accepted.to(p_total.dtype)]
             if overflow is not None:
@@ -309,22 +343,23 @@ class _Loop:
             return 0, None
         if len(values) > 2 and values[2]:  # rare: the same verify on whole rows, the same uniforms
             self.generator.set_state(state)
-            result = verify(p, self.q, self.drafts, self.step_rule, generator=self.generator,
-                            validate=False)
+            result = verify(
+                p, self.q, self.drafts, self.step_rule, generator=self.generator, validate=False
+            )
             values[1] = int(result.num_accepted)
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
         if self.dial is not None:  # a forced position is charged its allowance: a bound still
             self.dial.charge(accepted)
-        self.out[done: done + accepted + 1] = result.tokens[: accepted + 1]
+        self.out[done : done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
 
     def commit(self, p: Tensor, accepted: int, L: int, forced: Tensor | None) -> None:
         """Record the step and crop the cache to the committed tokens (all but the last);
         ``forced``: what ``emit`` returned beside the accepted count."""
         if self.top1 is not None:
-            self.top1[self.done: self.done + accepted + 1] = p[: accepted + 1].amax(-1)
+            self.top1[self.done : self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
             if self.dial is not None and L > 0:  # the rows the log reads: 0 .. min(a, L - 1)
                 self.log.rule = type(self.step_rule)(self.step_rule.delta[: min(accepted + 1, L)])
@@ -345,7 +380,7 @@ class _Loop:
         position): its law is p, distortion 0, whatever the rule's TV said of a draft it would
         have accepted. Writes and returns the corrected [E] TVs."""
         tv = torch.where(forced[: tv.numel()] >= 0, torch.zeros_like(tv), tv)
-        self.log.values[self.done: self.done + tv.numel()] = tv
+        self.log.values[self.done : self.done + tv.numel()] = tv
         return tv
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
@@ -353,7 +388,9 @@ class _Loop:
         becomes its q), drawn as the method's ``draft`` says (``gsd_lab.decode.coupling``); nothing
         left after a fully accepted window."""
         if accepted < L:
-            self.drafts, self.q = self.chain.redraft(self.drafts, self.q, p[accepted + 1:], accepted)
+            self.drafts, self.q = self.chain.redraft(
+                self.drafts, self.q, p[accepted + 1 :], accepted
+            )
         else:
             self.drafts, self.q = self.drafts[:0], self.q[:0]
             self.chain.clear()
@@ -396,7 +433,9 @@ def generate(
     engine: the former name of ``runner`` (deprecated: ``gsd_lab.engine`` is the verification).
     """
     if engine is not None:
-        warnings.warn("generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2)
+        warnings.warn(
+            "generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2
+        )
         runner = engine
     resolved = _resolve(adapter, method)
     _check_call(adapter, num_tokens, resolved, generator)
@@ -407,15 +446,25 @@ def generate(
     window = max_window(resolved.method)
     w1_log = None
     if record_w1 and resolved.method.budget is not None:
-        raise ValueError("record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
-                         "the dial changes it every step (record_distortion gives the exact TV)")
+        raise ValueError(
+            "record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
+            "the dial changes it every step (record_distortion gives the exact TV)"
+        )
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:
-            raise ValueError("record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
-                             "adapter whose code_content() gives its codes' decoded content")
-        w1_log = W1Log(content, adapter.allowed_tokens, num_tokens + window + 1, resolved.rule, draws=w1_draws,
-                       seed=generator.initial_seed())
+            raise ValueError(
+                "record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
+                "adapter whose code_content() gives its codes' decoded content"
+            )
+        w1_log = W1Log(
+            content,
+            adapter.allowed_tokens,
+            num_tokens + window + 1,
+            resolved.rule,
+            draws=w1_draws,
+            seed=generator.initial_seed(),
+        )
     adapter = runner_for(adapter, runner, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
@@ -436,7 +485,9 @@ def generate(
     if bar is not None:
         bar.close()
 
-    accounting = (loop.log.seconds if loop.log is not None else 0.0) + (w1_log.seconds if w1_log is not None else 0.0)
+    accounting = (loop.log.seconds if loop.log is not None else 0.0) + (
+        w1_log.seconds if w1_log is not None else 0.0
+    )
     wall_seconds = time.perf_counter() - wall_start - accounting
     w1 = w1_log.finish(num_tokens) if w1_log is not None else None  # after the clock: accounting
     drafted_total = sum(loop.drafted)
@@ -452,7 +503,8 @@ def generate(
         window=loop.max_window,
         top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
         distortion=loop.log.result(num_tokens) if loop.log is not None else None,
-        accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0),
+        accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0)
+        + (w1.seconds if w1 is not None else 0.0),
         draft=resolved.method.draft,
         w1=w1,
         budget_spent=loop.dial.spent if loop.dial is not None else None,

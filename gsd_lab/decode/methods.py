@@ -53,15 +53,27 @@ RESIDUALS = ("token", "cluster")
 # filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;
 # "dynamic-q": ranked by the draft q, no filter; "rank-binned": our partition of rank bins;
 # "static": k-means on the input embeddings (a fixed partition, the paper's Table 2 row A).
-CLUSTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
-                 "static")
+CLUSTER_KINDS = (
+    "dynamic",
+    "dynamic-gap",
+    "dynamic-distance",
+    "dynamic-nofilter",
+    "dynamic-q",
+    "rank-binned",
+    "static",
+)
 FILTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance")
 PARTITION_KINDS = ("rank-binned", "static")
 BUDGET_MEASURES = ("tv",)  # "w1" waits for a transport relaxation (issue 30)
 BUDGET_POLICIES = ("cap", "sure")
 # Fields left out of ``to_dict`` at these defaults, so that the keys of earlier methods stay.
-_OPTIONAL_FIELDS = {"relaxation_delta": 0.0, "budget": None, "budget_measure": "tv", "budget_policy": "cap",
-                    "budget_cap": 1.0}
+_OPTIONAL_FIELDS = {
+    "relaxation_delta": 0.0,
+    "budget": None,
+    "budget_measure": "tv",
+    "budget_policy": "cap",
+    "budget_cap": 1.0,
+}
 
 
 def _is_int(value: object) -> bool:
@@ -87,12 +99,18 @@ class FilterSettings:
 
     def __post_init__(self) -> None:
         if not (_is_number(self.max_prob_gap) and self.max_prob_gap >= 0):
-            raise ValueError(f"max_prob_gap must be a finite number >= 0, got {self.max_prob_gap!r}")
+            raise ValueError(
+                f"max_prob_gap must be a finite number >= 0, got {self.max_prob_gap!r}"
+            )
         distance = self.max_embedding_distance
         if distance is not None and not (_is_number(distance) and distance >= 0):
-            raise ValueError(f"max_embedding_distance must be a finite number >= 0 or None, got {distance!r}")
+            raise ValueError(
+                f"max_embedding_distance must be a finite number >= 0 or None, got {distance!r}"
+            )
         if not (_is_number(self.distance_quantile) and 0 < self.distance_quantile <= 1):
-            raise ValueError(f"distance_quantile must lie in (0, 1], got {self.distance_quantile!r}")
+            raise ValueError(
+                f"distance_quantile must lie in (0, 1], got {self.distance_quantile!r}"
+            )
         object.__setattr__(self, "max_prob_gap", float(self.max_prob_gap))
         object.__setattr__(self, "distance_quantile", float(self.distance_quantile))
         if distance is not None:
@@ -103,8 +121,9 @@ class FilterSettings:
         """The released code's d = 0.5 for Lumina-mGPT; the quantile rule for other models."""
         return cls(max_embedding_distance=0.5) if name.startswith("lumina-mgpt") else cls()
 
-    def resolve(self, embeddings: Any, image_tokens: Any, *, seed: int = 0,
-                known: Any = None) -> float:
+    def resolve(
+        self, embeddings: Any, image_tokens: Any, *, seed: int = 0, known: Any = None
+    ) -> float:
         """The squared-distance threshold: given, or the quantile over pairs of distinct image
         tokens (all pairs up to 4096 tokens, else 10^6 random pairs). ``known``: stored values
         of that quantile (``distance_quantile_entry`` records, e.g. from the weights' manifest);
@@ -118,7 +137,10 @@ class FilterSettings:
             digest = embeddings_digest(emb)
             for entry in known:
                 if (entry["embeddings_sha256"], entry["quantile"], entry["seed"]) == (
-                        digest, self.distance_quantile, seed):
+                    digest,
+                    self.distance_quantile,
+                    seed,
+                ):
                     return float(entry["value"])
         return distance_quantile(emb, self.distance_quantile, seed=seed)
 
@@ -148,20 +170,29 @@ def distance_quantile(emb: Any, quantile: float, *, seed: int = 0) -> float:
         a, b = a[keep], b[keep]
         # In chunks of rows: each row's sum is taken alone, so the values are those of one
         # [10^6, D] difference, without its 2 x 2 GB of temporaries.
-        distance = torch.cat([(emb[a[i: i + 65536]] - emb[b[i: i + 65536]]).square().sum(-1)
-                              for i in range(0, a.numel(), 65536)])
+        distance = torch.cat(
+            [
+                (emb[a[i : i + 65536]] - emb[b[i : i + 65536]]).square().sum(-1)
+                for i in range(0, a.numel(), 65536)
+            ]
+        )
     return float(torch.quantile(distance.float(), quantile))
 
 
-def distance_quantile_entry(embeddings: Any, image_tokens: Any, quantile: float = 0.9,
-                            seed: int = 0) -> dict:
+def distance_quantile_entry(
+    embeddings: Any, image_tokens: Any, quantile: float = 0.9, seed: int = 0
+) -> dict:
     """A record of the distance quantile of these embeddings (``FilterSettings.resolve``'s
     ``known``): the digest of the float64 rows, the quantile, the seed and the value."""
     import torch
 
     emb = embeddings[image_tokens.to(embeddings.device)].detach().to(torch.float64).cpu()
-    return {"embeddings_sha256": embeddings_digest(emb), "quantile": float(quantile),
-            "seed": int(seed), "value": distance_quantile(emb, float(quantile), seed=seed)}
+    return {
+        "embeddings_sha256": embeddings_digest(emb),
+        "quantile": float(quantile),
+        "seed": int(seed),
+        "value": distance_quantile(emb, float(quantile), seed=seed),
+    }
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -201,7 +232,9 @@ class DecodingMethod:
         _choice("init", self.init, INITS)
         _choice("draft", self.draft, DRAFTS)
         if self.kind == "ar" and self.draft != "independent":
-            raise ValueError(f"draft {self.draft!r} couples Jacobi re-drafts: methods 'sjd' and 'gsd' only (AR drafts nothing)")
+            raise ValueError(
+                f"draft {self.draft!r} couples Jacobi re-drafts: methods 'sjd' and 'gsd' only (AR drafts nothing)"
+            )
         _choice("residual", self.residual, RESIDUALS)
         self._check_acceptance()
         self._check_clusters()
@@ -212,29 +245,43 @@ class DecodingMethod:
 
     def _check_acceptance(self) -> None:
         if not (_is_number(self.acceptance_scale) and self.acceptance_scale > 0):
-            raise ValueError(f"acceptance_scale must be a finite number > 0, got {self.acceptance_scale!r}")
+            raise ValueError(
+                f"acceptance_scale must be a finite number > 0, got {self.acceptance_scale!r}"
+            )
         if self.kind == "ar" and self.acceptance_scale != 1:
-            raise ValueError("acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)")
+            raise ValueError(
+                "acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
+            )
 
     def _check_clusters(self) -> None:
         if self.kind != "gsd":
             if self.clusters is not None or self.group_size != 0:
-                raise ValueError(f"method {self.kind!r} verifies token by token: clusters and group_size belong "
-                                 f"to method 'gsd' (got clusters {self.clusters!r}, group_size {self.group_size!r})")
+                raise ValueError(
+                    f"method {self.kind!r} verifies token by token: clusters and group_size belong "
+                    f"to method 'gsd' (got clusters {self.clusters!r}, group_size {self.group_size!r})"
+                )
         else:
             if self.clusters is None:
                 raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
             _choice("clusters", self.clusters, CLUSTER_KINDS)
             if not (_is_int(self.group_size) and self.group_size >= 1):
-                raise ValueError(f"group_size (G, tokens per cluster) must be an int >= 1, got {self.group_size!r}")
+                raise ValueError(
+                    f"group_size (G, tokens per cluster) must be an int >= 1, got {self.group_size!r}"
+                )
         if self.residual == "cluster" and self.clusters not in PARTITION_KINDS:
-            raise ValueError(f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
-                             f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}")
+            raise ValueError(
+                f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
+                f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}"
+            )
         if self.filters is not None:
             if not isinstance(self.filters, FilterSettings):
-                raise ValueError(f"filters must be a FilterSettings or None, got {type(self.filters).__name__}")
+                raise ValueError(
+                    f"filters must be a FilterSettings or None, got {type(self.filters).__name__}"
+                )
             if self.clusters not in FILTER_KINDS:
-                raise ValueError(f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}")
+                raise ValueError(
+                    f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}"
+                )
 
     def _check_preset(self) -> None:
         if self.preset == "default":
@@ -243,20 +290,31 @@ class DecodingMethod:
 
         fixed = preset(self.preset).window  # raises for an unknown preset
         if fixed is not None and self.kind != "ar" and self.window != fixed:
-            raise ValueError(f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}")
+            raise ValueError(
+                f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}"
+            )
 
     def _check_lantern(self) -> None:
         if not (_is_int(self.lantern_k) and self.lantern_k >= 0):
-            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}")
+            raise ValueError(
+                f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}"
+            )
         if not (_is_number(self.lantern_delta) and 0 <= self.lantern_delta <= 1):
-            raise ValueError(f"lantern_delta must be a number in [0, 1], got {self.lantern_delta!r}")
+            raise ValueError(
+                f"lantern_delta must be a number in [0, 1], got {self.lantern_delta!r}"
+            )
         if self.lantern_delta and not self.lantern_k:
-            raise ValueError(f"lantern_delta {self.lantern_delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)")
-        if self.lantern_k and (self.kind != "sjd" or self.residual != "token" or self.acceptance_scale != 1):
+            raise ValueError(
+                f"lantern_delta {self.lantern_delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)"
+            )
+        if self.lantern_k and (
+            self.kind != "sjd" or self.residual != "token" or self.acceptance_scale != 1
+        ):
             raise ValueError(
                 "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with residual 'token' and "
                 f"acceptance_scale 1 (got method {self.kind!r}, residual {self.residual!r}, "
-                f"acceptance_scale {self.acceptance_scale!r})")
+                f"acceptance_scale {self.acceptance_scale!r})"
+            )
 
     def _check_relaxation(self) -> None:
         delta, budget, cap = self.relaxation_delta, self.budget, self.budget_cap
@@ -268,17 +326,28 @@ class DecodingMethod:
         _choice("budget policy", self.budget_policy, BUDGET_POLICIES)
         if not (_is_number(cap) and 0 < cap <= 1):
             raise ValueError(f"budget_cap must be a number in (0, 1], got {cap!r}")
-        if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != ("tv", "cap", 1.0):
-            raise ValueError("budget_measure, budget_policy and budget_cap belong to a budget: set budget=B")
+        if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != (
+            "tv",
+            "cap",
+            1.0,
+        ):
+            raise ValueError(
+                "budget_measure, budget_policy and budget_cap belong to a budget: set budget=B"
+            )
         relaxed = bool(delta) or budget is not None
-        plain_sjd = (self.kind == "sjd" and not self.lantern_k and self.acceptance_scale == 1
-                     and self.residual == "token")
+        plain_sjd = (
+            self.kind == "sjd"
+            and not self.lantern_k
+            and self.acceptance_scale == 1
+            and self.residual == "token"
+        )
         if relaxed and not plain_sjd:
             raise ValueError(
                 "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's "
                 "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and residual "
                 f"'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
-                f"acceptance_scale {self.acceptance_scale!r})")
+                f"acceptance_scale {self.acceptance_scale!r})"
+            )
         if delta and budget is not None:
             raise ValueError("relaxation_delta and budget are two ways to relax: give one")
         object.__setattr__(self, "relaxation_delta", float(delta))
@@ -292,7 +361,9 @@ class DecodingMethod:
 
     def with_filters(self, default: FilterSettings) -> "DecodingMethod":
         """This method with ``default`` filters where it uses filters and names none."""
-        return replace(self, filters=default) if self.uses_filters and self.filters is None else self
+        return (
+            replace(self, filters=default) if self.uses_filters and self.filters is None else self
+        )
 
     def for_model(self, model_name: str) -> "DecodingMethod":
         """This method with the model's default filters (``FilterSettings.for_model``) filled in."""
@@ -302,7 +373,9 @@ class DecodingMethod:
         """Every field, JSON-ready (``filters``: a dict or None); the relaxation's and the
         budget's fields only when not at their defaults (earlier methods keep their keys)."""
         data = asdict(self)
-        return {k: v for k, v in data.items() if k not in _OPTIONAL_FIELDS or v != _OPTIONAL_FIELDS[k]}
+        return {
+            k: v for k, v in data.items() if k not in _OPTIONAL_FIELDS or v != _OPTIONAL_FIELDS[k]
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DecodingMethod":
@@ -321,8 +394,14 @@ class DecodingMethod:
         every process, for run identities and caches."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
-    def resolve(self, adapter: Any, *, model_name: str = "", embeddings: Any = None,
-                cache: dict | None = None) -> "ResolvedMethod":
+    def resolve(
+        self,
+        adapter: Any,
+        *,
+        model_name: str = "",
+        embeddings: Any = None,
+        cache: dict | None = None,
+    ) -> "ResolvedMethod":
         """The runtime objects of this method for ``adapter`` (a ``CausalLMAdapter``).
 
         GSD: the gsd_core rule of ``clusters`` (``DynamicClusters``, ``RankBinnedClusters`` or a
@@ -337,8 +416,11 @@ class DecodingMethod:
         method = self.for_model(model_name)
         cache = {} if cache is None else cache
         emb = adapter.embeddings if embeddings is None else embeddings
-        return ResolvedMethod(method, clusters=_cluster_rule(method, adapter, emb, cache),
-                              lantern=_lantern_rule(method, emb, cache))
+        return ResolvedMethod(
+            method,
+            clusters=_cluster_rule(method, adapter, emb, cache),
+            lantern=_lantern_rule(method, emb, cache),
+        )
 
 
 def _cached(cache: dict, key: tuple, build: Any) -> Any:
@@ -356,17 +438,25 @@ def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: 
     if kind in ("dynamic", "dynamic-distance"):
         image_tokens = adapter.allowed_tokens.cpu()
         known = getattr(adapter, "distance_quantiles", None)
-        distance = _cached(cache, ("distance", filters),
-                           lambda: filters.resolve(embeddings, image_tokens, known=known))
+        distance = _cached(
+            cache,
+            ("distance", filters),
+            lambda: filters.resolve(embeddings, image_tokens, known=known),
+        )
         gap = filters.max_prob_gap if kind == "dynamic" else None
         if method.preset != "default":
             from .presets import ReleaseDistanceClusters, preset, release_distance_table
 
             if preset(method.preset).release_distance:
-                table = _cached(cache, ("release distance", distance),
-                                lambda: release_distance_table(embeddings, distance).to(adapter.device))
+                table = _cached(
+                    cache,
+                    ("release distance", distance),
+                    lambda: release_distance_table(embeddings, distance).to(adapter.device),
+                )
                 return ReleaseDistanceClusters(size, table, gap)
-        return DynamicClusters(size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings)
+        return DynamicClusters(
+            size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings
+        )
     if kind == "dynamic-gap":
         return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
     if kind == "dynamic-nofilter":
@@ -381,8 +471,13 @@ def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: 
 def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
     from .clustering import embedding_partition
 
-    partition = embedding_partition(embeddings.cpu(), size, seed=0, tokens=adapter.allowed_tokens.cpu(),
-                                    vocab_size=adapter.vocab_size)
+    partition = embedding_partition(
+        embeddings.cpu(),
+        size,
+        seed=0,
+        tokens=adapter.allowed_tokens.cpu(),
+        vocab_size=adapter.vocab_size,
+    )
     return type(partition)(partition.labels.to(adapter.device))
 
 
@@ -393,8 +488,11 @@ def _lantern_rule(method: DecodingMethod, embeddings: Any, cache: dict) -> objec
     from gsd_core import Lantern, latent_neighbourhoods
 
     k = method.lantern_k
-    table = _cached(cache, ("lantern", k),
-                    lambda: latent_neighbourhoods(embeddings.detach().to(torch.float64), k))
+    table = _cached(
+        cache,
+        ("lantern", k),
+        lambda: latent_neighbourhoods(embeddings.detach().to(torch.float64), k),
+    )
     return Lantern(table, method.lantern_delta)
 
 
@@ -413,19 +511,29 @@ class ResolvedMethod:
         if not isinstance(method, DecodingMethod):
             raise ValueError(f"method must be a DecodingMethod, got {type(method).__name__}")
         if (self.clusters is not None) != (method.kind == "gsd"):
-            raise ValueError(f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
-                             f"clusters {type(self.clusters).__name__})")
+            raise ValueError(
+                f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
+                f"clusters {type(self.clusters).__name__})"
+            )
         if (self.lantern is not None) != bool(method.lantern_k):
-            raise ValueError(f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})")
+            raise ValueError(
+                f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})"
+            )
         if self.lantern is not None:
             from gsd_core import Lantern
 
             if not isinstance(self.lantern, Lantern):
-                raise ValueError(f"lantern must be a gsd_core.Lantern, got {type(self.lantern).__name__}")
+                raise ValueError(
+                    f"lantern must be a gsd_core.Lantern, got {type(self.lantern).__name__}"
+                )
             hood = self.lantern.neighbourhoods
-            if self.lantern.delta != method.lantern_delta or hood.k != min(method.lantern_k, hood.vocab_size):
-                raise ValueError(f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the method's "
-                                 f"(lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})")
+            if self.lantern.delta != method.lantern_delta or hood.k != min(
+                method.lantern_k, hood.vocab_size
+            ):
+                raise ValueError(
+                    f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the method's "
+                    f"(lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
+                )
 
     @property
     def rule(self) -> Any:
@@ -440,8 +548,12 @@ class ResolvedMethod:
         return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
 
 
-def method_rule(clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0,
-                lantern: Any = None) -> Any:
+def method_rule(
+    clusters: object = None,
+    residual: str = "token",
+    acceptance_scale: float = 1.0,
+    lantern: Any = None,
+) -> Any:
     """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
     [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
     SD's singletons keep the token residual, which is the same), wrapped in
@@ -451,8 +563,10 @@ def method_rule(clusters: object = None, residual: str = "token", acceptance_sca
 
     rule = as_rule(lantern if lantern is not None else clusters)
     if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
-        raise ValueError(f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
-                         "(use residual='token', or a partition such as RankBinnedClusters or labels)")
+        raise ValueError(
+            f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+            "(use residual='token', or a partition such as RankBinnedClusters or labels)"
+        )
     if residual == "cluster" and isinstance(rule, Partition):
         rule = replace(rule, residual="cluster")
     elif residual not in RESIDUALS:

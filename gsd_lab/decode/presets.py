@@ -79,8 +79,15 @@ class DecodingPreset:
 
 PRESETS = {
     "default": DecodingPreset("default"),
-    "release": DecodingPreset("release", window=15, jacobi_tail=13, lagged_window=True, forced_drafts=False,
-                              release_distance=True, clip_resize=299),
+    "release": DecodingPreset(
+        "release",
+        window=15,
+        jacobi_tail=13,
+        lagged_window=True,
+        forced_drafts=False,
+        release_distance=True,
+        clip_resize=299,
+    ),
 }
 
 
@@ -90,11 +97,13 @@ def preset(name: str) -> DecodingPreset:
     return PRESETS[name]
 
 
-def release_distance_table(embeddings: Tensor, max_distance: float, rows: int = RELEASE_TABLE_ROWS) -> Tensor:
+def release_distance_table(
+    embeddings: Tensor, max_distance: float, rows: int = RELEASE_TABLE_ROWS
+) -> Tensor:
     """bool [R, R], R = min(rows, V): (|a|^2 + |b|^2 - 2 a.b) < max_distance over the first R
     embedding rows, every operation in bfloat16 as the release (its weights are bfloat16)."""
     a = embeddings[:rows].detach().to(torch.bfloat16)
-    squares = (a ** 2).sum(-1, keepdim=True)
+    squares = (a**2).sum(-1, keepdim=True)
     return (squares + squares.T - 2 * a @ a.T) < max_distance
 
 
@@ -122,8 +131,12 @@ class ReleaseDistanceClusters:
             p_y = p.gather(-1, index.flatten(-2)).view(index.shape)
             keep = keep & ((p_y - p_x).abs() < self.max_prob_gap)
         rows = self.adjacency.shape[0]
-        near = self.adjacency.to(p.device)[token.clamp(max=rows - 1), index.clamp(max=rows - 1)] & (token < rows)
-        in_table = ((index < rows) | ~valid).all(-1, keepdim=True)  # the release's max() <= 10000 test
+        near = self.adjacency.to(p.device)[token.clamp(max=rows - 1), index.clamp(max=rows - 1)] & (
+            token < rows
+        )
+        in_table = ((index < rows) | ~valid).all(
+            -1, keepdim=True
+        )  # the release's max() <= 10000 test
         keep = torch.where(in_table, keep & near, keep)
         return index, keep | (index == token)
 

@@ -64,8 +64,13 @@ def op_times(fn: Callable[[], object], repeats: int = 3) -> list[OpTime]:
     for _ in range(repeats):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
-        runs.append({e.key: (e.self_cpu_time_total * 1e-6, e.count)
-                     for e in prof.key_averages() if e.key.startswith("aten::")})
+        runs.append(
+            {
+                e.key: (e.self_cpu_time_total * 1e-6, e.count)
+                for e in prof.key_averages()
+                if e.key.startswith("aten::")
+            }
+        )
     rows: list[OpTime] = []
     for name in set().union(*runs):
         seconds, calls = sorted(run.get(name, (0.0, 0)) for run in runs)[len(runs) // 2]

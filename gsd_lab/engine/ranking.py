@@ -78,7 +78,8 @@ class SupportRanking:
         if self.dense:  # one stable sort of the whole rows ranks the zeros too
             self.ranked_ids = torch.sort(p, dim=-1, descending=True, stable=True).indices
             self.position_rank = torch.empty_like(self.ranked_ids).scatter_(
-                -1, self.ranked_ids, _arange_rows(p.shape, p.device))
+                -1, self.ranked_ids, _arange_rows(p.shape, p.device)
+            )
             return
         top = torch.topk(p, width, dim=-1, sorted=False)
         self._rank_support(top.values, top.indices, top.values > 0, clear=support is None)
@@ -93,7 +94,9 @@ class SupportRanking:
             values = torch.where(positive, values, 0)
         order = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True).indices
         self.ranked_ids = ids.gather(-1, order)  # ranks 0 .. S_i - 1: the support
-        self.position_rank = torch.empty_like(order).scatter_(-1, order, _arange_rows(order.shape, ids.device))
+        self.position_rank = torch.empty_like(order).scatter_(
+            -1, order, _arange_rows(order.shape, ids.device)
+        )
         # #zeros before each positive id: non-decreasing over the support; the pads (V + K - k > V)
         # exceed every zero count, so the searches stay exact.
         self.zeros_before = ids - _arange(self.width, ids.device)
@@ -113,7 +116,9 @@ class SupportRanking:
             return self.ranked_ids.gather(-1, rank)
         nth_zero = rank - self.count
         zero_id = nth_zero + torch.searchsorted(self.zeros_before, nth_zero, right=True)
-        return torch.where(nth_zero < 0, self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1)), zero_id)
+        return torch.where(
+            nth_zero < 0, self.ranked_ids.gather(-1, rank.clamp(max=self.width - 1)), zero_id
+        )
 
 
 def top_k_support_width(top_k: int | None, allowed: int) -> int:
@@ -134,23 +139,38 @@ def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tenso
     return allowed[top], (values > 0).sum(-1) > width
 
 
-def _filter(rule: DynamicClusters, p: Tensor, x: Tensor, index: Tensor, keep: Tensor,
-            adjacency: Tensor | None) -> Tensor:
+def _filter(
+    rule: DynamicClusters,
+    p: Tensor,
+    x: Tensor,
+    index: Tensor,
+    keep: Tensor,
+    adjacency: Tensor | None,
+) -> Tensor:
     """gsd_core's filters; with ``adjacency`` (bool [V, V], adjacency[x, y] = ||e_y - e_x||^2 <= d,
     built once by the caller) the distance filter is read from the table."""
     if adjacency is None:
         return rule.filter(p, x, index, keep)
     vocab = p.shape[-1]
     if adjacency.shape != (vocab, vocab) or adjacency.dtype != torch.bool:
-        raise ValueError(f"adjacency must be a bool table [V, V] = [{vocab}, {vocab}], "
-                         f"got {adjacency.dtype} {tuple(adjacency.shape)}")
+        raise ValueError(
+            f"adjacency must be a bool table [V, V] = [{vocab}, {vocab}], "
+            f"got {adjacency.dtype} {tuple(adjacency.shape)}"
+        )
     keep = dataclasses.replace(rule, max_embedding_distance=None).filter(p, x, index, keep)
     return keep & adjacency.view(-1).take(x.unsqueeze(-1) * vocab + index)  # a flat take: 4x faster
 
 
-def dynamic_masses(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor,
-                   support: Tensor | SupportSize | None = None, *, adjacency: Tensor | None = None,
-                   chunk_elements: int = 1 << 24) -> tuple[Tensor, Tensor]:
+def dynamic_masses(
+    rule: DynamicClusters,
+    p: Tensor,
+    q: Tensor,
+    tokens: Tensor,
+    support: Tensor | SupportSize | None = None,
+    *,
+    adjacency: Tensor | None = None,
+    chunk_elements: int = 1 << 24,
+) -> tuple[Tensor, Tensor]:
     """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [..., T] against rows p, q [..., V]:
     [..., T] each, bit for bit ``rule.masses``; or, for one token per row (tokens [...], the
     decoding loop's window: draft x_i against row i), [...] each. One ranking per row
@@ -159,30 +179,44 @@ def dynamic_masses(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor,
     not tokens). The windows of a chunk of T tokens lie side by side, [..., T * M] (for T = 1,
     the window itself: no reshapes on the decoding loop's path)."""
     if adjacency is not None and rule.max_embedding_distance is None:
-        raise ValueError("adjacency is the embedding filter's table, but this rule has no "
-                         "max_embedding_distance: nothing would use it")
+        raise ValueError(
+            "adjacency is the embedding filter's table, but this rule has no "
+            "max_embedding_distance: nothing would use it"
+        )
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
     vocab = p.shape[-1]
     offsets = _offsets(rule.group_size, vocab, p.device)
-    width = rule.embeddings.shape[-1] if rule.max_embedding_distance is not None and adjacency is None else 1
+    width = (
+        rule.embeddings.shape[-1]
+        if rule.max_embedding_distance is not None and adjacency is None
+        else 1
+    )
     step = max(1, chunk_elements // max(1, math.prod(p.shape[:-1]) * offsets.numel() * width))
 
     per_row = tokens.ndim == p.ndim - 1
 
     def masses(x: Tensor) -> tuple[Tensor, Tensor]:
         rank, count, slots = ranking.rank(ranking_rows, x), x.shape[-1], offsets.numel()
-        ranks = rank + offsets if count == 1 else (rank.unsqueeze(-1) + offsets).flatten(-2)  # [..., T * M]
+        ranks = (
+            rank + offsets if count == 1 else (rank.unsqueeze(-1) + offsets).flatten(-2)
+        )  # [..., T * M]
         clipped = ranks.clamp(0, vocab - 1)
         index = ranking.tokens_at(clipped)
         keep = clipped == ranks
         if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
             windows = (*x.shape, slots)
-            keep = _filter(rule, p, x, index.view(windows), keep.view(windows), adjacency).flatten(-2)
+            keep = _filter(rule, p, x, index.view(windows), keep.view(windows), adjacency).flatten(
+                -2
+            )
 
         def summed(rows: Tensor) -> Tensor:
             members = torch.where(keep, rows.gather(-1, index), 0.0)
-            return members.sum(-1, keepdim=not per_row) if count == 1 else members.view(*x.shape, slots).sum(-1)
+            return (
+                members.sum(-1, keepdim=not per_row)
+                if count == 1
+                else members.view(*x.shape, slots).sum(-1)
+            )
 
         return summed(p), summed(q)
 
@@ -190,5 +224,7 @@ def dynamic_masses(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor,
         return masses(tokens.unsqueeze(-1))
     if tokens.shape[-1] <= step:  # one chunk: no copies
         return masses(tokens)
-    parts = [masses(tokens[..., start: start + step]) for start in range(0, tokens.shape[-1], step)]
+    parts = [
+        masses(tokens[..., start : start + step]) for start in range(0, tokens.shape[-1], step)
+    ]
     return torch.cat([m for m, _ in parts], -1), torch.cat([m for _, m in parts], -1)

@@ -31,12 +31,18 @@ def host_ranges(parts: list[Tensor]) -> list[tuple[float, float] | None]:
     if all(t.ndim == 1 for t in parts) and sum(t.numel() for t in parts) <= _FEW:
         values = torch.cat(_exact_together(parts)).tolist() if parts else []
         for t in parts:
-            chunk, values = values[: t.numel()], values[t.numel():]
+            chunk, values = values[: t.numel()], values[t.numel() :]
             nan = any(v != v for v in chunk)
-            ranges.append(None if not chunk else (float("nan"),) * 2 if nan else (min(chunk), max(chunk)))
+            ranges.append(
+                None if not chunk else (float("nan"),) * 2 if nan else (min(chunk), max(chunk))
+            )
         return ranges
     filled = [t for t in parts if t.numel()]
-    values = torch.stack(_exact_together([m for t in filled for m in torch.aminmax(t)])).tolist() if filled else []
+    values = (
+        torch.stack(_exact_together([m for t in filled for m in torch.aminmax(t)])).tolist()
+        if filled
+        else []
+    )
     for t in parts:
         if t.numel():
             ranges.append((values[0], values[1]))
@@ -73,7 +79,9 @@ def judge_support(ranges: list[tuple[float, float] | None], vocab: int) -> None:
     if ranges[0] is not None:
         judge_tokens("support", vocab, *ranges[0])
     if ranges[1] is not None and ranges[1][1] > 0:
-        raise ValueError("support must hold every token id with p > 0 in its row of p[..., :L, :] "
-                         "(ids with p = 0 may be added): a row misses one")
+        raise ValueError(
+            "support must hold every token id with p > 0 in its row of p[..., :L, :] "
+            "(ids with p = 0 may be added): a row misses one"
+        )
     if ranges[2] is not None and ranges[2][0] < 0:
         raise ValueError("support must hold each token id with p > 0 once: a row repeats one")

@@ -54,23 +54,33 @@ def uses_support(rule: object) -> bool:
 
 
 def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
-    if not isinstance(support, Tensor) or support.ndim < 2 or support.shape[-2] != window or support.shape[-1] < 1:
+    if (
+        not isinstance(support, Tensor)
+        or support.ndim < 2
+        or support.shape[-2] != window
+        or support.shape[-1] < 1
+    ):
         got = tuple(support.shape) if isinstance(support, Tensor) else type(support).__name__
-        raise ValueError(f"support must be a tensor of token ids [..., L={window}, K >= 1] "
-                         f"(one row per draft), got {got}")
+        raise ValueError(
+            f"support must be a tensor of token ids [..., L={window}, K >= 1] "
+            f"(one row per draft), got {got}"
+        )
     support = check_token_tensor(support, device, "support")
     try:
         fits = torch.broadcast_shapes(support.shape[:-2], batch) == batch
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to "
-                         f"the batch shape {tuple(batch)} of p, q and draft_tokens")
+        raise ValueError(
+            f"support's batch shape {tuple(support.shape[:-2])} does not broadcast to "
+            f"the batch shape {tuple(batch)} of p, q and draft_tokens"
+        )
     return support if support.shape[:-2] == batch else support.expand(*batch, *support.shape[-2:])
 
 
-def _masses(rule: Rule, p: Tensor, q: Tensor, drafts: Tensor,
-            support: Tensor | SupportSize | None) -> tuple[Tensor, Tensor]:
+def _masses(
+    rule: Rule, p: Tensor, q: Tensor, drafts: Tensor, support: Tensor | SupportSize | None
+) -> tuple[Tensor, Tensor]:
     """(P, Q) of the drafts [..., L] against rows p, q [..., L, V]: [..., L] for dynamic clusters
     ranked by p (``ranking.dynamic_masses``), else [..., L, 1] (the rule's own ``masses`` of
     ``drafts.unsqueeze(-1)``, as gsd_core's ``verify`` takes them)."""
@@ -82,9 +92,17 @@ def _masses(rule: Rule, p: Tensor, q: Tensor, drafts: Tensor,
     return rule.masses(p, q, drafts.unsqueeze(-1))
 
 
-def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, uniforms: Tensor | None = None,
-           generator: torch.Generator | None = None, support: Tensor | None = None,
-           validate: bool = True) -> VerifyResult:
+def verify(
+    p: Tensor,
+    q: Tensor,
+    draft_tokens: Tensor,
+    rule: object = None,
+    *,
+    uniforms: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    support: Tensor | None = None,
+    validate: bool = True,
+) -> VerifyResult:
     """gsd_core.verify's window (same arguments, same result), with ``support`` and ``validate``
     (module docstring). Uniforms drawn from ``generator`` are float64, as gsd_core draws them."""
     batch, window = window_shapes(p, q, draft_tokens)
@@ -107,7 +125,9 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, u
         sizes = None
         if support is not None:
             parts += support_parts(draft_rows, support)
-        elif window > 0 and ranked_by_p(rule) is not None:  # the support sizes travel with the checks
+        elif (
+            window > 0 and ranked_by_p(rule) is not None
+        ):  # the support sizes travel with the checks
             sizes = (draft_rows > 0).sum(-1, dtype=torch.int32)
             parts.append(flat(sizes))
         ranges = host_ranges(parts + ([] if uniforms is None else [flat(uniforms)]))  # the one sync
@@ -123,9 +143,13 @@ def verify(p: Tensor, q: Tensor, draft_tokens: Tensor, rule: object = None, *, u
         if uniforms is not None and ranges[-1] is not None:
             judge_uniforms(*ranges[-1])
     draft_tokens = draft_tokens if draft_tokens.dtype == torch.int64 else draft_tokens.long()
-    draft_tokens = draft_tokens if draft_tokens.shape[:-1] == batch else draft_tokens.expand(*batch, window)
+    draft_tokens = (
+        draft_tokens if draft_tokens.shape[:-1] == batch else draft_tokens.expand(*batch, window)
+    )
     if uniforms is None:
-        uniforms = torch.rand(*batch, window + 1, generator=generator, dtype=torch.float64, device=p.device)
+        uniforms = torch.rand(
+            *batch, window + 1, generator=generator, dtype=torch.float64, device=p.device
+        )
     if window == 0:
         accept = p.new_empty(*batch, 0)
     else:

@@ -23,13 +23,21 @@ from ..decode.methods import DecodingMethod
 from .image_model import load_image_model
 from .runs import generate_one, resolve_for
 
-METHODS = {"SJD": DecodingMethod("sjd"),
-           "GSD G=3": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3),
-           "GSD G=50": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=50)}
+METHODS = {
+    "SJD": DecodingMethod("sjd"),
+    "GSD G=3": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3),
+    "GSD G=50": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=50),
+}
 
 
-def generation_batch(model_name: str, *, seeds: list[int], num_tokens: int | None = None,
-                     num_prompts: int = 2, dtype: str | None = None) -> dict[str, Any]:
+def generation_batch(
+    model_name: str,
+    *,
+    seeds: list[int],
+    num_tokens: int | None = None,
+    num_prompts: int = 2,
+    dtype: str | None = None,
+) -> dict[str, Any]:
     """Tokens (as SHA-256 of their int64 bytes, and the first 16), NFE and the top-1 probability of
     each token's target distribution (float64: a fine-grained view of the forward's rounding) per
     (method, prompt, seed), with the CPU capability and thread count they ran under."""
@@ -42,14 +50,31 @@ def generation_batch(model_name: str, *, seeds: list[int], num_tokens: int | Non
         resolved = resolve_for(model, method)
         for index, prompt in enumerate(model.default_prompts[:num_prompts]):
             for seed in seeds:
-                model_for_run = model if num_tokens == model.num_tokens else _shortened(model, num_tokens)
-                result, _ = generate_one(model_for_run, resolved, prompt, 1000 * seed + index, record_top1=True)
+                model_for_run = (
+                    model if num_tokens == model.num_tokens else _shortened(model, num_tokens)
+                )
+                result, _ = generate_one(
+                    model_for_run, resolved, prompt, 1000 * seed + index, record_top1=True
+                )
                 tokens = result.tokens.to(torch.int64).numpy()
-                runs.append({"method": label, "prompt": prompt, "seed": seed, "nfe": result.nfe,
-                             "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
-                             "first_tokens": tokens[:16].tolist(), "top1": result.top1.tolist()})
-    return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-            "compute_dtype": str(model.adapter.compute_dtype), "num_tokens": num_tokens, "runs": runs}
+                runs.append(
+                    {
+                        "method": label,
+                        "prompt": prompt,
+                        "seed": seed,
+                        "nfe": result.nfe,
+                        "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
+                        "first_tokens": tokens[:16].tolist(),
+                        "top1": result.top1.tolist(),
+                    }
+                )
+    return {
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "compute_dtype": str(model.adapter.compute_dtype),
+        "num_tokens": num_tokens,
+        "runs": runs,
+    }
 
 
 def _shortened(model: Any, num_tokens: int) -> Any:
@@ -62,16 +87,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="standin")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--num-tokens", type=int, default=None, help="tokens per generation (default: a whole image)")
+    parser.add_argument(
+        "--num-tokens",
+        type=int,
+        default=None,
+        help="tokens per generation (default: a whole image)",
+    )
     parser.add_argument("--num-prompts", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                        help="override the forward's dtype (default: the model as loaded)")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default=None,
+        help="override the forward's dtype (default: the model as loaded)",
+    )
     parser.add_argument("--out", default=None, help="write JSON here (default: stdout)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    batch = generation_batch(args.model, seeds=args.seeds, num_tokens=args.num_tokens,
-                             num_prompts=args.num_prompts, dtype=args.dtype)
+    batch = generation_batch(
+        args.model,
+        seeds=args.seeds,
+        num_tokens=args.num_tokens,
+        num_prompts=args.num_prompts,
+        dtype=args.dtype,
+    )
     text = json.dumps(batch, indent=1)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

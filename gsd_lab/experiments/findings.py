@@ -26,12 +26,14 @@ def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
 
 
 def _diff(diff: PairedDifference, decimals: int = 1) -> str:
-    """"+1.4 (SE 3.2; +- 2 SE: [-5.0, +7.8])"."""
+    """ "+1.4 (SE 3.2; +- 2 SE: [-5.0, +7.8])"."""
     if diff.se is None:
         return f"{diff.difference:+.{decimals}f} (no SE)"
     low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
-    return (f"{diff.difference:+.{decimals}f} (SE {diff.se:.{decimals}f}; +- 2 SE: "
-            f"[{low:+.{decimals}f}, {high:+.{decimals}f}])")
+    return (
+        f"{diff.difference:+.{decimals}f} (SE {diff.se:.{decimals}f}; +- 2 SE: "
+        f"[{low:+.{decimals}f}, {high:+.{decimals}f}])"
+    )
 
 
 def _fewer(diff: PairedDifference, fewer: str, same: str, more: str) -> str:
@@ -47,8 +49,10 @@ def _span(rows: list[dict[str, Any]], measure: str, other: str) -> str:
     diffs = [r["difference"] for r in picked]
     lower = sum(r["verdict"] == "yes" for r in picked)
     higher = sum(r["verdict"] == "no" for r in picked)
-    return (f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points (beyond the noise: "
-            f"GSD lower at {lower}, higher at {higher})")
+    return (
+        f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points (beyond the noise: "
+        f"GSD lower at {lower}, higher at {higher})"
+    )
 
 
 def render_findings(results: dict[str, Any]) -> str:
@@ -89,12 +93,16 @@ def render_findings(results: dict[str, Any]) -> str:
         low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)
         share = top1["pooled_share_below"]
         inside = "inside" if low <= share <= high else "outside"
-        lines.append(f"- Flatness: {share:.1%} of AR tokens have top-1 probability below "
-                     f"{top1['threshold']:g}, {inside} the paper's {low:.0%}-{high:.0%}.")
+        lines.append(
+            f"- Flatness: {share:.1%} of AR tokens have top-1 probability below "
+            f"{top1['threshold']:g}, {inside} the paper's {low:.0%}-{high:.0%}."
+        )
     commit = str(results["git"]["commit"])[:7]
-    lines.append(f"- All on the **stand-in** (`{results.get('model')}`, commit `{commit}`): "
-                 "Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
-                 "[docs/claims.md](docs/claims.md).")
+    lines.append(
+        f"- All on the **stand-in** (`{results.get('model')}`, commit `{commit}`): "
+        "Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
+        "[docs/claims.md](docs/claims.md)."
+    )
     return "\n".join(lines)
 
 
@@ -115,31 +123,50 @@ def render_table1(results: dict[str, Any]) -> str:
     for r in results["tables"]["table1"]:
         low, high = r.get("condition_score_diff_ar_low"), r.get("condition_score_diff_ar_high")
         diff = r.get("condition_score_diff_ar")
-        rows.append({
-            "method": TABLE1_LABELS.get(r["method"], r["method"]),
-            "NFE (s.e.)": f"{r['nfe']:.1f}" + (f" ({r['nfe_sem']:.1f})" if r.get("nfe_sem")
-                                                 else ""),
-            "speed-up (NFE)": f"{r['speedup_nfe']:.2f}x",
-            "speed-up (CPU wall)": f"{r['speedup_wall']:.2f}x",
-            "accepted / tested": _cell(r.get("accepted_per_tested"), ".3f"),
-            "TV": _cell(r.get("distortion"), ".3f"), "W1": _cell(r.get("w1"), ".3f"),
-            "condition score": _cell(r.get("condition_score"), ".1f"),
-            "minus AR [95% CI]": "-" if r["method"] == "AR" or diff is None
-            else f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]",
-        })
+        rows.append(
+            {
+                "method": TABLE1_LABELS.get(r["method"], r["method"]),
+                "NFE (s.e.)": f"{r['nfe']:.1f}"
+                + (f" ({r['nfe_sem']:.1f})" if r.get("nfe_sem") else ""),
+                "speed-up (NFE)": f"{r['speedup_nfe']:.2f}x",
+                "speed-up (CPU wall)": f"{r['speedup_wall']:.2f}x",
+                "accepted / tested": _cell(r.get("accepted_per_tested"), ".3f"),
+                "TV": _cell(r.get("distortion"), ".3f"),
+                "W1": _cell(r.get("w1"), ".3f"),
+                "condition score": _cell(r.get("condition_score"), ".1f"),
+                "minus AR [95% CI]": "-"
+                if r["method"] == "AR" or diff is None
+                else f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]",
+            }
+        )
     real = results["tables"].get("real_images")
     if real:
-        rows.append({"method": f"real held-out crops ({real['images']})",
-                     "condition score": _cell(real.get("condition_score"), ".1f")})
-    columns = ["method", "NFE (s.e.)", "speed-up (NFE)", "speed-up (CPU wall)",
-               "accepted / tested", "TV", "W1", "condition score", "minus AR [95% CI]"]
+        rows.append(
+            {
+                "method": f"real held-out crops ({real['images']})",
+                "condition score": _cell(real.get("condition_score"), ".1f"),
+            }
+        )
+    columns = [
+        "method",
+        "NFE (s.e.)",
+        "speed-up (NFE)",
+        "speed-up (CPU wall)",
+        "accepted / tested",
+        "TV",
+        "W1",
+        "condition score",
+        "minus AR [95% CI]",
+    ]
     config, sizes = results.get("config", {}), results.get("config", {}).get("sizes", {})
-    caption = (f"Model `{results.get('model')}` at commit `{str(results['git']['commit'])[:7]}`: "
-               f"{results['tables']['table1'][0]['images']} images per method, "
-               f"{config.get('num_tokens')} tokens "
-               f"each, CFG {config.get('cfg_scale'):g}, top-k {config.get('top_k')}, temperature "
-               f"{config.get('temperature'):g}, Jacobi window {sizes.get('window')}; W1 from "
-               f"{results['tables'].get('w1_draws')} rows per image.\n\n")
+    caption = (
+        f"Model `{results.get('model')}` at commit `{str(results['git']['commit'])[:7]}`: "
+        f"{results['tables']['table1'][0]['images']} images per method, "
+        f"{config.get('num_tokens')} tokens "
+        f"each, CFG {config.get('cfg_scale'):g}, top-k {config.get('top_k')}, temperature "
+        f"{config.get('temperature'):g}, Jacobi window {sizes.get('window')}; W1 from "
+        f"{results['tables'].get('w1_draws')} rows per image.\n\n"
+    )
     cells = [{c: row.get(c, "-") for c in columns} for row in rows]
     return caption + markdown_table(cells, columns)
 
@@ -163,8 +190,10 @@ def committed_block(text: str, start: str = START, end: str = END) -> str:
 
 def rendered_blocks(results: dict[str, Any]) -> dict[tuple[str, str], str]:
     """Every README block rendered from ``results``, by its markers."""
-    return {(START, END): render_findings(results),
-            (TABLE_START, TABLE_END): render_table1(results)}
+    return {
+        (START, END): render_findings(results),
+        (TABLE_START, TABLE_END): render_table1(results),
+    }
 
 
 def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
@@ -184,8 +213,9 @@ def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
     return [update_readme(results), ledger.write_claims(results)]
 
 
-def stale_outputs(results: dict[str, Any], readme: str | Path = README,
-                  claims: str | Path = ledger.CLAIMS_MD) -> list[str]:
+def stale_outputs(
+    results: dict[str, Any], readme: str | Path = README, claims: str | Path = ledger.CLAIMS_MD
+) -> list[str]:
     """Which of README's findings block and docs/claims.md differ from ``results``' rendering."""
     stale, text = [], Path(readme).read_text()
     blocks = rendered_blocks(results).items()

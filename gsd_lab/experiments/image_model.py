@@ -98,9 +98,16 @@ class _TinyAdapter(CausalLMAdapter):
         return self._content
 
 
-def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_classes: int = 4,
-                      cfg_scale: float | None = 2.0, top_k: int | None = None,
-                      compute_dtype: torch.dtype | None = torch.float64) -> ImageModel:
+def tiny_random_model(
+    seed: int = 0,
+    *,
+    side: int = 8,
+    num_codes: int = 64,
+    num_classes: int = 4,
+    cfg_scale: float | None = 2.0,
+    top_k: int | None = None,
+    compute_dtype: torch.dtype | None = torch.float64,
+) -> ImageModel:
     """A tiny randomly initialised class-conditional model (tests and development only).
 
     Vocabulary: class tokens 0..C-1, null class C, image codes C+1..C+K. An image is side x side
@@ -108,8 +115,15 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
     from transformers import LlamaConfig, LlamaForCausalLM
 
     vocab = num_classes + 1 + num_codes
-    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=side * side + 8)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=side * side + 8,
+    )
     # transformers initialises weights from the global generator: seed it inside a forked RNG
     # state so that the caller's global state is left as it was; then redraw them reproducibly.
     with torch.random.fork_rng(devices=[]):
@@ -117,11 +131,20 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
         model = LlamaForCausalLM(config).eval()
     _integer_init(model, seed)
     codes = torch.arange(num_classes + 1, vocab)
-    palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(torch.uint8)
+    palette = (torch.rand(vocab, 3, generator=torch.Generator().manual_seed(seed)) * 255).to(
+        torch.uint8
+    )
     # What each code decodes to: its colour on a 4 x 4 block, as pixel values in [-1, 1].
     content = (palette[codes].to(torch.float64) / 127.5 - 1).repeat(1, 16)
-    adapter = _TinyAdapter(model, codes, content, cfg_scale=cfg_scale, top_k=top_k, row_length=side,
-                           compute_dtype=compute_dtype)
+    adapter = _TinyAdapter(
+        model,
+        codes,
+        content,
+        cfg_scale=cfg_scale,
+        top_k=top_k,
+        row_length=side,
+        compute_dtype=compute_dtype,
+    )
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt)
@@ -134,8 +157,9 @@ def tiny_random_model(seed: int = 0, *, side: int = 8, num_codes: int = 64, num_
         grid = palette[tokens.reshape(side, side).cpu()]
         return grid.repeat_interleave(4, 0).repeat_interleave(4, 1).numpy()
 
-    return ImageModel(TINY_RANDOM, adapter, side * side, encode, decode,
-                      [str(c) for c in range(num_classes)])
+    return ImageModel(
+        TINY_RANDOM, adapter, side * side, encode, decode, [str(c) for c in range(num_classes)]
+    )
 
 
 def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
@@ -146,7 +170,7 @@ def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
     last bits between ``ATEN_CPU_CAPABILITY`` settings; integer draws and one multiplication
     are the same everywhere, so the tiny model is the same model on every CPU."""
     generator = torch.Generator().manual_seed(seed)
-    step = std * 3 ** 0.5 / 4096
+    step = std * 3**0.5 / 4096
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             if name.endswith("norm.weight"):
@@ -156,10 +180,20 @@ def _integer_init(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
                 param.copy_(draws.to(torch.float64) * step)
 
 
-def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan: str | None = None,
-                     clip: str | None = None, device: str | None = None, cfg_scale: float | None = None,
-                     top_k: int | None = None, seed: int = 0, float64_on_cpu: bool = True,
-                     tokenizer: str | None = None, clip_resize: int | None = None) -> ImageModel:
+def load_image_model(
+    name: str = "standin",
+    *,
+    weights: str | None = None,
+    vqgan: str | None = None,
+    clip: str | None = None,
+    device: str | None = None,
+    cfg_scale: float | None = None,
+    top_k: int | None = None,
+    seed: int = 0,
+    float64_on_cpu: bool = True,
+    tokenizer: str | None = None,
+    clip_resize: int | None = None,
+) -> ImageModel:
     """Build the ``ImageModel`` for a command-line model name (see the module docstring).
 
     cfg_scale / top_k override the model's defaults when given; ``clip``: a local CLIP folder
@@ -167,8 +201,18 @@ def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan
     float64_on_cpu: run the forward of a model on CPU in float64 (module docstring). tokenizer:
     Lumina-mGPT's tokenizer.json folder (default: found next to the weights). clip_resize: CLIP
     scores images resized to that side first (the release preset's 299; None: as decoded)."""
-    model = _load_image_model(name, weights=weights, vqgan=vqgan, clip=clip, device=device, cfg_scale=cfg_scale,
-                              top_k=top_k, seed=seed, tokenizer=tokenizer, clip_resize=clip_resize)
+    model = _load_image_model(
+        name,
+        weights=weights,
+        vqgan=vqgan,
+        clip=clip,
+        device=device,
+        cfg_scale=cfg_scale,
+        top_k=top_k,
+        seed=seed,
+        tokenizer=tokenizer,
+        clip_resize=clip_resize,
+    )
     adapter = model.adapter
     if adapter.device.type == "cpu":
         if float64_on_cpu and adapter.compute_dtype != torch.float64:
@@ -178,9 +222,19 @@ def load_image_model(name: str = "standin", *, weights: str | None = None, vqgan
     return model
 
 
-def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip: str | None, device: str | None,
-                      cfg_scale: float | None, top_k: int | None, seed: int, tokenizer: str | None,
-                      clip_resize: int | None) -> ImageModel:
+def _load_image_model(
+    name: str,
+    *,
+    weights: str | None,
+    vqgan: str | None,
+    clip: str | None,
+    device: str | None,
+    cfg_scale: float | None,
+    top_k: int | None,
+    seed: int,
+    tokenizer: str | None,
+    clip_resize: int | None,
+) -> ImageModel:
     if name == TINY_RANDOM:
         kwargs: dict[str, Any] = {}
         if cfg_scale is not None:
@@ -201,15 +255,23 @@ def _load_image_model(name: str, *, weights: str | None, vqgan: str | None, clip
         model = standin_image_model(adapter, weights_dir=weights)
         from ..standin.loading import WEIGHTS_DIR
 
-        model.weights_info = weights_info(Path(weights) if weights else WEIGHTS_DIR, "ar_model.safetensors")
+        model.weights_info = weights_info(
+            Path(weights) if weights else WEIGHTS_DIR, "ar_model.safetensors"
+        )
         return model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    adapter = load_model(name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides)
+    adapter = load_model(
+        name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides
+    )
     model = _lumina_model(name, adapter, clip, clip_resize)
     # The tokenizer actually used (the checkpoint's or a sibling 768 folder's): it decides the prompt ids.
-    model.weights_info = {"weights": str(weights), "vqgan": vqgan, "clip": clip,
-                          "tokenizer": str(adapter.tokenizer.path.parent)}
+    model.weights_info = {
+        "weights": str(weights),
+        "vqgan": vqgan,
+        "clip": clip,
+        "tokenizer": str(adapter.tokenizer.path.parent),
+    }
     return model
 
 
@@ -231,7 +293,9 @@ LUMINA_DEFAULT_PROMPTS = [
 ]
 
 
-def _lumina_model(name: str, adapter: Any, clip_dir: str | None, clip_resize: int | None = None) -> ImageModel:
+def _lumina_model(
+    name: str, adapter: Any, clip_dir: str | None, clip_resize: int | None = None
+) -> ImageModel:
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         uncond = adapter.unconditional_prompt_ids() if adapter.uses_cfg else None
         return adapter.prompt_ids(prompt), uncond
@@ -239,15 +303,23 @@ def _lumina_model(name: str, adapter: Any, clip_dir: str | None, clip_resize: in
     def decode(tokens: Tensor) -> np.ndarray:
         return adapter.decode_images(tokens)[0].cpu().numpy()
 
-    return ImageModel(name, adapter, adapter.num_image_tokens, encode,
-                      decode if adapter.vqgan is not None else None, list(LUMINA_DEFAULT_PROMPTS),
-                      condition_scores=_clip_scorer(clip_dir, adapter.device, clip_resize) if clip_dir else None,
-                      quality_names={"condition_score": "CLIP score\n(higher better)"}, quality_column="clip_score",
-                      quality_config={"clip_resize": clip_resize} if clip_dir else {})
+    return ImageModel(
+        name,
+        adapter,
+        adapter.num_image_tokens,
+        encode,
+        decode if adapter.vqgan is not None else None,
+        list(LUMINA_DEFAULT_PROMPTS),
+        condition_scores=_clip_scorer(clip_dir, adapter.device, clip_resize) if clip_dir else None,
+        quality_names={"condition_score": "CLIP score\n(higher better)"},
+        quality_column="clip_score",
+        quality_config={"clip_resize": clip_resize} if clip_dir else {},
+    )
 
 
-def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
-                 ) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
+def _clip_scorer(
+    clip_dir: str, device: Any, resize: int | None = None
+) -> Callable[[list[np.ndarray], list[str]], np.ndarray]:
     """Per-image CLIP scores against the prompts, from a local CLIP folder (quality.clip_score);
     ``resize``: images resized to resize x resize first (the release preset: 299)."""
     from ..quality.clip_score import clip_scores, load_clip
@@ -260,7 +332,9 @@ def _clip_scorer(clip_dir: str, device: Any, resize: int | None = None
     return scores
 
 
-def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None) -> ImageModel:
+def standin_image_model(
+    adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None
+) -> ImageModel:
     """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
     the stand-in's condition-consistency score (x100) and Frechet distance (``quality.metrics``)."""
 
@@ -275,18 +349,31 @@ def standin_image_model(adapter: Any, *, with_metrics: bool = True, weights_dir:
     scores = frechet = None
     if with_metrics:
         scores, frechet = _standin_metrics(adapter, weights_dir)
-    return ImageModel("standin", adapter, adapter.num_image_tokens, encode, decode, list(adapter.class_names),
-                      condition_scores=scores, frechet_distance=frechet,
-                      quality_names={"condition_score": "condition score x100\n(higher better)",
-                                     "frechet_distance": "Frechet distance, classifier\nfeatures (lower better)"})
+    return ImageModel(
+        "standin",
+        adapter,
+        adapter.num_image_tokens,
+        encode,
+        decode,
+        list(adapter.class_names),
+        condition_scores=scores,
+        frechet_distance=frechet,
+        quality_names={
+            "condition_score": "condition score x100\n(higher better)",
+            "frechet_distance": "Frechet distance, classifier\nfeatures (lower better)",
+        },
+    )
 
 
 def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
     """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
     reference is the classifier's features of the fixed held-out real crops (computed once, at
     the first Frechet distance)."""
-    from ..quality.metrics import (classifier_features, condition_consistency,
-                                   frechet_distance_features)
+    from ..quality.metrics import (
+        classifier_features,
+        condition_consistency,
+        frechet_distance_features,
+    )
     from ..standin.classifier import heldout_set
     from ..standin.loading import WEIGHTS_DIR, load_classifier
 
@@ -302,8 +389,16 @@ def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
 
     def scores(images: list[np.ndarray], prompts: list[str]) -> np.ndarray:
         labels = [adapter.class_index(int(p) if str(p).isdigit() else p) for p in prompts]
-        return np.array([condition_consistency(classifier, torch.from_numpy(np.ascontiguousarray(image))[None],
-                                               torch.tensor([label])) for image, label in zip(images, labels)])
+        return np.array(
+            [
+                condition_consistency(
+                    classifier,
+                    torch.from_numpy(np.ascontiguousarray(image))[None],
+                    torch.tensor([label]),
+                )
+                for image, label in zip(images, labels)
+            ]
+        )
 
     def frechet(images: list[np.ndarray]) -> float:
         batch = torch.from_numpy(np.ascontiguousarray(np.stack(images)))

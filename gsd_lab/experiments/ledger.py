@@ -29,37 +29,63 @@ from . import paper
 from .verdicts import NOISE_Z, PairedDifference, combined, paired_difference, verdict
 
 COLUMNS = ["claim", "paper", "here", "status", "interval", "note", "source"]
-STATUS = {"yes": "reproduced", "no": "not reproduced", "direction only": "not reproduced",
-          "noise": "noise", "not run": "not run"}
+STATUS = {
+    "yes": "reproduced",
+    "no": "not reproduced",
+    "direction only": "not reproduced",
+    "noise": "noise",
+    "not run": "not run",
+}
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "figures" / "results.json"
 CLAIMS_MD = REPO / "docs" / "claims.md"
 
 
 def interval(diff: PairedDifference, digits: int = 3) -> str:
-    """"[d - 2 SE, d + 2 SE]" (the noise band of ``verdicts.verdict``); "-" without an SE."""
+    """ "[d - 2 SE, d + 2 SE]" (the noise band of ``verdicts.verdict``); "-" without an SE."""
     if diff.se is None or diff.difference != diff.difference:
         return "-"
     low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
     return f"[{low:+.{digits}g}, {high:+.{digits}g}]"
 
 
-def _row(claim: str, paper_text: str, here: str, outcome: str, note: str, source: str,
-         diff: PairedDifference | None = None, span: str | None = None) -> dict[str, str]:
+def _row(
+    claim: str,
+    paper_text: str,
+    here: str,
+    outcome: str,
+    note: str,
+    source: str,
+    diff: PairedDifference | None = None,
+    span: str | None = None,
+) -> dict[str, str]:
     if outcome == "direction only":
         note = "right direction, another size" + (f": {note}" if note else "")
     if span is None:
         span = interval(diff) if diff is not None and outcome == "noise" else "-"
-    return {"claim": claim, "paper": paper_text, "here": here,
-            "status": STATUS.get(outcome, outcome), "interval": span, "note": note,
-            "source": source}
+    return {
+        "claim": claim,
+        "paper": paper_text,
+        "here": here,
+        "status": STATUS.get(outcome, outcome),
+        "interval": span,
+        "note": note,
+        "source": source,
+    }
 
 
 def _from_comparison(row: dict[str, str], diff: PairedDifference | None = None) -> dict[str, str]:
     """A ``paper`` comparison row (notebooks 02-04) as a ledger row; ``diff``: the paired
     difference it judged, for the interval of a "noise" verdict."""
-    return _row(row["claim"], row["paper"], row["here"], row["reproduces"], row["why not / note"],
-                row["source"], diff)
+    return _row(
+        row["claim"],
+        row["paper"],
+        row["here"],
+        row["reproduces"],
+        row["why not / note"],
+        row["source"],
+        diff,
+    )
 
 
 def _prefixed(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
@@ -72,18 +98,30 @@ def _find(rows: list[dict[str, Any]], method: str) -> dict[str, Any] | None:
 
 # ---- headline claims -----------------------------------------------------------------------------
 
+
 def quality_vs_amplify(table1: list[dict[str, Any]]) -> dict[str, str]:
     """Table 1: GSD (G = 50) loses less quality than Amplify (k = 3) (CLIP 32.075 vs 31.774)."""
     gsd, amp = _find(table1, "GSD (G=50)"), _find(table1, "Amplify (k=3)")
     diff = paired_difference(gsd, amp, paper.QUALITY)
     outcome = verdict(diff.difference, diff.se, expected_sign=1)
-    paper_text = (f"CLIP {paper.GSD50_CLIP.value} vs {paper.AMPLIFY3_CLIP.value} "
-                  f"(GSD {paper.GSD50_CLIP.value - paper.AMPLIFY3_CLIP.value:+.3f})")
-    note = {"no": "Amplify scored higher than GSD", "noise": "the proxy cannot separate them",
-            "not run": "rows or per-image quality missing"}.get(outcome, "")
-    return _row("GSD (G=50) loses less quality than Amplify (k=3)", paper_text,
-                "GSD - Amplify, condition score: " + diff.text(3), outcome, note,
-                paper.GSD50_CLIP.source, diff)
+    paper_text = (
+        f"CLIP {paper.GSD50_CLIP.value} vs {paper.AMPLIFY3_CLIP.value} "
+        f"(GSD {paper.GSD50_CLIP.value - paper.AMPLIFY3_CLIP.value:+.3f})"
+    )
+    note = {
+        "no": "Amplify scored higher than GSD",
+        "noise": "the proxy cannot separate them",
+        "not run": "rows or per-image quality missing",
+    }.get(outcome, "")
+    return _row(
+        "GSD (G=50) loses less quality than Amplify (k=3)",
+        paper_text,
+        "GSD - Amplify, condition score: " + diff.text(3),
+        outcome,
+        note,
+        paper.GSD50_CLIP.source,
+        diff,
+    )
 
 
 def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -97,18 +135,35 @@ def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, 
         outcome = combined([r["verdict"] for r in rows])
         diffs = [r["difference"] for r in rows]
         higher = sum(d > 0 for d in diffs)
-        here = (f"GSD - Amplify at {len(rows)} matched NFE: {min(diffs):+.3g} to "
-                f"{max(diffs):+.3g} (GSD higher at {higher}); verdicts "
-                + ", ".join(r["verdict"] for r in rows))
+        here = (
+            f"GSD - Amplify at {len(rows)} matched NFE: {min(diffs):+.3g} to "
+            f"{max(diffs):+.3g} (GSD higher at {higher}); verdicts "
+            + ", ".join(r["verdict"] for r in rows)
+        )
         anchor = next((r for r in rows if r["anchor"] == "GSD (G=50)"), rows[0])
-        span = (f"[{anchor['low']:+.3g}, {anchor['high']:+.3g}] at {anchor['anchor']} "
-                "(95% paired bootstrap)")
-        note = {"no": "at one point or more GSD distorts more than Amplify beyond the noise",
-                "noise": "no point separates them"}.get(outcome, "")
-        implied = (f"implied by Table 1 (CLIP at {paper.GSD50_NFE.value:g} vs "
-                   f"{paper.AMPLIFY3_NFE.value:g} NFE); distortion not measured")
-        out.append(_row(f"GSD distorts less than Amplify at matched NFE, exact {measure}", implied,
-                        here, outcome, note, "gsd_lab.experiments.matched", span=span))
+        span = (
+            f"[{anchor['low']:+.3g}, {anchor['high']:+.3g}] at {anchor['anchor']} "
+            "(95% paired bootstrap)"
+        )
+        note = {
+            "no": "at one point or more GSD distorts more than Amplify beyond the noise",
+            "noise": "no point separates them",
+        }.get(outcome, "")
+        implied = (
+            f"implied by Table 1 (CLIP at {paper.GSD50_NFE.value:g} vs "
+            f"{paper.AMPLIFY3_NFE.value:g} NFE); distortion not measured"
+        )
+        out.append(
+            _row(
+                f"GSD distorts less than Amplify at matched NFE, exact {measure}",
+                implied,
+                here,
+                outcome,
+                note,
+                "gsd_lab.experiments.matched",
+                span=span,
+            )
+        )
     return out
 
 
@@ -120,12 +175,18 @@ def theorem1_dynamic() -> dict[str, str]:
     table = counterexample_table()
     sd, dyn = Fraction(table.alpha_sd), Fraction(table.alpha_dynamic)
     outcome = "no" if dyn < sd else "yes"
-    here = (f"exact counterexample (V = 5, G = 3): {dyn} = {float(dyn):.4f} < SD's {sd} = "
-            f"{float(sd):.4f}")
-    return _row("Theorem 1 holds for the paper's dynamic clusters (acceptance >= SD's)",
-                "stated for GSD's clusters (paper.md 1.3)", here, outcome,
-                "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07)",
-                "proofs/04_dynamic_counterexample.md")
+    here = (
+        f"exact counterexample (V = 5, G = 3): {dyn} = {float(dyn):.4f} < SD's {sd} = "
+        f"{float(sd):.4f}"
+    )
+    return _row(
+        "Theorem 1 holds for the paper's dynamic clusters (acceptance >= SD's)",
+        "stated for GSD's clusters (paper.md 1.3)",
+        here,
+        outcome,
+        "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07)",
+        "proofs/04_dynamic_counterexample.md",
+    )
 
 
 def gsd_over_sjd(table1: list[dict[str, Any]]) -> dict[str, str]:
@@ -134,11 +195,18 @@ def gsd_over_sjd(table1: list[dict[str, Any]]) -> dict[str, str]:
     diff = paired_difference(gsd, sjd, "nfe")
     claimed = paper.SJD_NFE.value / paper.GSD50_NFE.value
     ours = sjd["nfe"] / gsd["nfe"] if gsd is not None and sjd is not None else float("nan")
-    outcome = verdict(diff.difference, diff.se, expected_sign=-1,
-                      size_ok=paper.within_ratio(ours, claimed))
-    return _row("GSD (G=50): NFE speed-up over SJD", f"{claimed:.2f}x",
-                f"{ours:.2f}x (GSD - SJD: {diff.text(4)} NFE)", outcome, "", paper.GSD50_NFE.source,
-                diff)
+    outcome = verdict(
+        diff.difference, diff.se, expected_sign=-1, size_ok=paper.within_ratio(ours, claimed)
+    )
+    return _row(
+        "GSD (G=50): NFE speed-up over SJD",
+        f"{claimed:.2f}x",
+        f"{ours:.2f}x (GSD - SJD: {diff.text(4)} NFE)",
+        outcome,
+        "",
+        paper.GSD50_NFE.source,
+        diff,
+    )
 
 
 def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -149,14 +217,22 @@ def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
         row = _find(table1, label)
         diff = paired_difference(row, gsd, "nfe")
         outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-        note = {"noise": "lossless coupled SJD and lossy GSD: equal forwards within the interval",
-                "no": "GSD needs fewer forwards",
-                "yes": "SCD compares with GSD G = 10 on COCO; here G = 50"}.get(outcome, "not run")
-        out.append(_row(f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)",
-                        f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) "
-                        f"{paper.SCD_GSD10_NFE.value:g} NFE",
-                        f"{label} - GSD (G=50): {diff.text(3)} NFE", outcome, note,
-                        paper.SCD_GSD10_NFE.source, diff))
+        note = {
+            "noise": "lossless coupled SJD and lossy GSD: equal forwards within the interval",
+            "no": "GSD needs fewer forwards",
+            "yes": "SCD compares with GSD G = 10 on COCO; here G = 50",
+        }.get(outcome, "not run")
+        out.append(
+            _row(
+                f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)",
+                f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) {paper.SCD_GSD10_NFE.value:g} NFE",
+                f"{label} - GSD (G=50): {diff.text(3)} NFE",
+                outcome,
+                note,
+                paper.SCD_GSD10_NFE.source,
+                diff,
+            )
+        )
     return out
 
 
@@ -166,15 +242,23 @@ def quality_vs_ar(table1: list[dict[str, Any]]) -> dict[str, str]:
     diff = paired_difference(gsd, ar, paper.QUALITY)
     outcome = verdict(abs(diff.difference), diff.se, expected_sign=1)  # "it changed", either sign
     status = {"yes": "no"}.get(outcome, outcome)
-    note = {"noise": "no change beyond the noise: what the claim predicts, within the interval",
-            "no": "quality moved beyond the noise"}.get(status, "")
-    return _row("GSD (G=50) keeps AR's quality",
-                f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
-                "GSD - AR, condition score: " + diff.text(3), status, note, paper.GSD50_CLIP.source,
-                diff)
+    note = {
+        "noise": "no change beyond the noise: what the claim predicts, within the interval",
+        "no": "quality moved beyond the noise",
+    }.get(status, "")
+    return _row(
+        "GSD (G=50) keeps AR's quality",
+        f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
+        "GSD - AR, condition score: " + diff.text(3),
+        status,
+        note,
+        paper.GSD50_CLIP.source,
+        diff,
+    )
 
 
 # ---- the ledger ---------------------------------------------------------------------------
+
 
 def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     """Every claim, headline claims first, from a figures run's ``results.json`` (as a dict)."""
@@ -199,21 +283,41 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     for label in ("SJD", "Amplify (k=3)", "MC-SJD (maximal)", "MC-SJD (Gumbel)"):
         claim = next(c for c in by_claim if c.startswith(f"{label}: NFE speed-up over AR"))
         rows.append(_from_comparison(by_claim[claim]))
-    coupled = paired_difference(_prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"),
-                                "nfe")
-    rows += [_from_comparison(r, coupled) for r in comparison
-             if r["claim"].startswith("(not in the papers)")]
+    coupled = paired_difference(
+        _prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"), "nfe"
+    )
+    rows += [
+        _from_comparison(r, coupled)
+        for r in comparison
+        if r["claim"].startswith("(not in the papers)")
+    ]
     top1 = tables.get("top1") or {}
     if top1:
-        rows += [_from_comparison(r) for r in paper.top1_comparison(
-            top1["pooled_share_below"], top1["threshold"], str(results.get("model")))]
+        rows += [
+            _from_comparison(r)
+            for r in paper.top1_comparison(
+                top1["pooled_share_below"], top1["threshold"], str(results.get("model"))
+            )
+        ]
     quality = (tables.get("replacement") or {}).get("quality")
     if quality:
-        rows += [_from_comparison(r) for r in paper.replacement_comparison(quality)
-                 if not r["claim"].startswith("(control")]
+        rows += [
+            _from_comparison(r)
+            for r in paper.replacement_comparison(quality)
+            if not r["claim"].startswith("(control")
+        ]
     rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("SJD-PAC")]
-    rows += [_row(item["analysis"], item["paper"], "-", "not run", item["why not here"],
-                  "paper.NOT_REPRODUCED") for item in paper.NOT_REPRODUCED]
+    rows += [
+        _row(
+            item["analysis"],
+            item["paper"],
+            "-",
+            "not run",
+            item["why not here"],
+            "paper.NOT_REPRODUCED",
+        )
+        for item in paper.NOT_REPRODUCED
+    ]
     return rows
 
 

@@ -53,16 +53,28 @@ def tiny_model(seed: int = 0) -> Any:
     generator_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)  # transformers initialises from the global stream
-        config = LlamaConfig(vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-                             initializer_range=0.5)
+        config = LlamaConfig(
+            vocab_size=6,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=32,
+            initializer_range=0.5,
+        )
         return LlamaForCausalLM(config).eval()
     finally:
         torch.random.set_rng_state(generator_state)
 
 
-def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tuple[int, ...] = PROMPT,
-                sequences: list[tuple[int, ...]] = SEQUENCES) -> np.ndarray:
+def exact_joint(
+    adapter: Any,
+    uncond: torch.Tensor | None = None,
+    *,
+    prompt: tuple[int, ...] = PROMPT,
+    sequences: list[tuple[int, ...]] = SEQUENCES,
+) -> np.ndarray:
     """P(sequence) of AR sampling for every sequence of ``sequences`` (default ``SEQUENCES`` [27],
     all of one length, after ``prompt``), float64, one uncached teacher-forced pass per sequence.
     Raises if it does not sum to 1 (1e-9)."""
@@ -70,7 +82,9 @@ def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tup
     joint = []
     for seq in sequences:
         adapter.start(prompt, uncond)
-        rows = adapter.forward(torch.cat([prompt, torch.tensor(seq[:-1], dtype=torch.long)]), num_rows=length)
+        rows = adapter.forward(
+            torch.cat([prompt, torch.tensor(seq[:-1], dtype=torch.long)]), num_rows=length
+        )
         joint.append(float(rows[torch.arange(length), torch.tensor(seq)].prod()))
     joint = np.array(joint)
     if abs(joint.sum() - 1) > 1e-9:
@@ -78,8 +92,9 @@ def exact_joint(adapter: Any, uncond: torch.Tensor | None = None, *, prompt: tup
     return joint
 
 
-def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
-                  ) -> np.ndarray:
+def sample_counts(
+    adapter: Any, samples: int, seed: int, method: Any, uncond: torch.Tensor | None = None
+) -> np.ndarray:
     """Counts per sequence of ``samples`` runs of ``generate`` with ``method`` (a
     ``decode.methods.DecodingMethod`` or its resolved form; one generator seeded by ``seed``)."""
     from ..decode.loop import generate
@@ -89,8 +104,14 @@ def sample_counts(adapter: Any, samples: int, seed: int, method: Any, uncond: to
     counts = np.zeros(len(SEQUENCES))
     prompt = torch.tensor(PROMPT)
     for _ in range(samples):
-        result = generate(adapter, prompt, method, num_tokens=NUM_TOKENS, generator=generator,
-                          uncond_prompt_ids=uncond)
+        result = generate(
+            adapter,
+            prompt,
+            method,
+            num_tokens=NUM_TOKENS,
+            generator=generator,
+            uncond_prompt_ids=uncond,
+        )
         counts[index[tuple(result.tokens.tolist())]] += 1
     return counts
 
@@ -136,17 +157,28 @@ class JointCheck:
     def line(self) -> str:
         """The checked-cell text: the verdict and its tolerance only (no sampled number)."""
         claim = "fit" if self.lossless_expected else "do not fit"
-        return (f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law over the "
-                f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): {self.passed}")
+        return (
+            f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law over the "
+            f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): {self.passed}"
+        )
 
 
-def check_joint(name: str, samples: int, seed: int, *, method: Any, lossless_expected: bool = True,
-                model: Any = None) -> JointCheck:
+def check_joint(
+    name: str,
+    samples: int,
+    seed: int,
+    *,
+    method: Any,
+    lossless_expected: bool = True,
+    model: Any = None,
+) -> JointCheck:
     """Decode ``samples`` times with ``generate`` and ``method`` (a ``DecodingMethod``) on the tiny
     model and test the counts against the exact AR joint law (module docstring)."""
     from ..models import CausalLMAdapter
 
-    adapter = CausalLMAdapter(model if model is not None else tiny_model(), ALLOWED, row_length=ROW_LENGTH)
+    adapter = CausalLMAdapter(
+        model if model is not None else tiny_model(), ALLOWED, row_length=ROW_LENGTH
+    )
     joint = exact_joint(adapter)
     counts = sample_counts(adapter, samples, seed, method)
     return JointCheck(name, samples, chi_square_pvalue(counts, joint), lossless_expected)
@@ -199,13 +231,16 @@ class FirstTokenCheck:
 
     def line(self) -> str:
         """The checked-cell text: the verdict and its tolerance only (no sampled number)."""
-        return (f"{self.name}: the first token of {self.samples} decodes through generate fits "
-                f"its exact one-step law (chi-square, significance {self.significance:g}): "
-                f"{self.passed}")
+        return (
+            f"{self.name}: the first token of {self.samples} decodes through generate fits "
+            f"its exact one-step law (chi-square, significance {self.significance:g}): "
+            f"{self.passed}"
+        )
 
 
-def check_first_token(name: str, samples: int, seed: int, *, method: Any,
-                      model: Any = None) -> FirstTokenCheck:
+def check_first_token(
+    name: str, samples: int, seed: int, *, method: Any, model: Any = None
+) -> FirstTokenCheck:
     """Decode ``samples`` times ``FIRST_TOKEN_LENGTH`` tokens with ``generate`` and ``method`` (a
     ``DecodingMethod``, window >= 1; lossy rules included) on the tiny model (mostly one forward
     per decode) and test the first tokens' counts against
@@ -221,7 +256,12 @@ def check_first_token(name: str, samples: int, seed: int, *, method: Any,
     generator = torch.Generator().manual_seed(seed)
     counts = np.zeros(len(ALLOWED))
     for _ in range(samples):
-        result = generate(adapter, torch.tensor(PROMPT), resolved, num_tokens=FIRST_TOKEN_LENGTH,
-                          generator=generator)
+        result = generate(
+            adapter,
+            torch.tensor(PROMPT),
+            resolved,
+            num_tokens=FIRST_TOKEN_LENGTH,
+            generator=generator,
+        )
         counts[ALLOWED.index(int(result.tokens[0]))] += 1
     return FirstTokenCheck(name, samples, chi_square_pvalue(counts, law))

@@ -57,9 +57,16 @@ def _interpolate(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
     return out
 
 
-def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distortion", reference: str = "GSD",
-                others: tuple[str, ...] = ("Amplify", "LANTERN"), *, resamples: int = 2000, level: float = 0.95,
-                seed: int = 0) -> list[dict[str, Any]]:
+def matched_nfe(
+    curves: dict[str, list[dict[str, Any]]],
+    measure: str = "distortion",
+    reference: str = "GSD",
+    others: tuple[str, ...] = ("Amplify", "LANTERN"),
+    *,
+    resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Rows comparing ``reference``'s curve with each of ``others`` at matched NFE (module
     docstring). curves: name -> table rows with ``per_image`` values (``tables.pareto_points``);
     measure: "distortion" (TV) or "w1". Each row: measure, nfe, anchor (the configuration whose
@@ -77,21 +84,34 @@ def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distort
         if not ref_rows or not other_rows:
             continue
         rows = ref_rows + other_rows
-        keys = {(tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"])) for r in rows if r.get("per_image")}
+        keys = {
+            (tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"]))
+            for r in rows
+            if r.get("per_image")
+        }
         if len(keys) != 1 or any(not r.get("per_image") for r in rows):
-            raise ValueError(f"{reference} and {other} rows must carry per-image values of the same images")
+            raise ValueError(
+                f"{reference} and {other} rows must carry per-image values of the same images"
+            )
         nfe, value = _per_image(rows, "nfe"), _per_image(rows, measure)
         if nfe is None or value is None:
             continue
         n, k = nfe.shape[1], len(ref_rows)
-        index = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed)).numpy()
+        index = torch.randint(
+            n, (resamples, n), generator=torch.Generator().manual_seed(seed)
+        ).numpy()
         nfe_b, value_b = nfe[:, index].mean(-1).T, value[:, index].mean(-1).T  # [B, configurations]
         mean_nfe, mean_value = nfe.mean(-1), value.mean(-1)
         ref, opp = slice(0, k), slice(k, len(rows))
         points, seen = [], set()
-        for anchor in range(len(rows)):  # every configuration inside the other curve's NFE range, once per NFE
+        for anchor in range(
+            len(rows)
+        ):  # every configuration inside the other curve's NFE range, once per NFE
             across = opp if anchor < k else ref
-            if mean_nfe[across].min() <= mean_nfe[anchor] <= mean_nfe[across].max() and mean_nfe[anchor] not in seen:
+            if (
+                mean_nfe[across].min() <= mean_nfe[anchor] <= mean_nfe[across].max()
+                and mean_nfe[anchor] not in seen
+            ):
                 points.append(anchor)
                 seen.add(mean_nfe[anchor])
         for anchor in sorted(points, key=lambda a: -mean_nfe[a]):
@@ -99,14 +119,27 @@ def matched_nfe(curves: dict[str, list[dict[str, Any]]], measure: str = "distort
             ref_value = float(_interpolate(mean_nfe[None, ref], mean_value[None, ref], at)[0])
             other_value = float(_interpolate(mean_nfe[None, opp], mean_value[None, opp], at)[0])
             difference = ref_value - other_value
-            boot = (_interpolate(nfe_b[:, ref], value_b[:, ref], nfe_b[:, anchor])
-                    - _interpolate(nfe_b[:, opp], value_b[:, opp], nfe_b[:, anchor]))
+            boot = _interpolate(nfe_b[:, ref], value_b[:, ref], nfe_b[:, anchor]) - _interpolate(
+                nfe_b[:, opp], value_b[:, opp], nfe_b[:, anchor]
+            )
             se = float(boot.std(ddof=1))
             low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-            out.append({"measure": MEASURES[measure], "nfe": float(at[0]), "anchor": rows[anchor]["method"],
-                        "other": other, "reference_value": ref_value, "other_value": other_value,
-                        "difference": difference, "se": se, "low": float(low), "high": float(high), "images": n,
-                        "verdict": verdict(difference, se if n > 1 else None, expected_sign=-1)})
+            out.append(
+                {
+                    "measure": MEASURES[measure],
+                    "nfe": float(at[0]),
+                    "anchor": rows[anchor]["method"],
+                    "other": other,
+                    "reference_value": ref_value,
+                    "other_value": other_value,
+                    "difference": difference,
+                    "se": se,
+                    "low": float(low),
+                    "high": float(high),
+                    "images": n,
+                    "verdict": verdict(difference, se if n > 1 else None, expected_sign=-1),
+                }
+            )
     return out
 
 
@@ -122,10 +155,22 @@ def matched_summary(rows: list[dict[str, Any]], reference: str = "GSD") -> str:
         for other in dict.fromkeys(r["other"] for r in rows if r["measure"] == measure):
             these = [r for r in rows if r["measure"] == measure and r["other"] == other]
             counts = {v: sum(r["verdict"] == v for r in these) for v in ("yes", "no", "noise")}
-            said = [f"{word} at {counts[v]}" for v, word in (("yes", "lower"), ("no", "higher"), ("noise", "within noise"))
-                    if counts[v]]
-            detail = ", ".join(f"{r['difference']:+.3g} +- {r['se']:.2g} at {r['nfe']:.1f} NFE" for r in these)
-            clauses.append(f"{reference} vs {other}: {' and '.join(said)} of {len(these)} matched points ({detail})")
+            said = [
+                f"{word} at {counts[v]}"
+                for v, word in (("yes", "lower"), ("no", "higher"), ("noise", "within noise"))
+                if counts[v]
+            ]
+            detail = ", ".join(
+                f"{r['difference']:+.3g} +- {r['se']:.2g} at {r['nfe']:.1f} NFE" for r in these
+            )
+            clauses.append(
+                f"{reference} vs {other}: {' and '.join(said)} of {len(these)} matched points ({detail})"
+            )
         parts.append(f"on {measure}, " + "; ".join(clauses))
-    return "At matched NFE (difference = " + reference + " minus the other, +- paired bootstrap SE over images): " \
-        + "; ".join(parts) + "."
+    return (
+        "At matched NFE (difference = "
+        + reference
+        + " minus the other, +- paired bootstrap SE over images): "
+        + "; ".join(parts)
+        + "."
+    )

@@ -48,11 +48,17 @@ AMPLIFY3_NFE = PaperNumber(586, "paper.md 1.4, Table 1 (Parti): Amplify (k=3) NF
 AR_CLIP = PaperNumber(32.091, "paper.md 1.4, Table 1 (Parti): vanilla AR CLIP")
 GSD50_CLIP = PaperNumber(32.075, "paper.md 1.4, Table 1 (Parti): GSD (G=50) CLIP")
 AMPLIFY3_CLIP = PaperNumber(31.774, "paper.md 1.4, Table 1 (Parti): Amplify (k=3) CLIP")
-TOP1_SHARE_RANGE = (PaperNumber(0.50, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (low end)"),
-                    PaperNumber(0.95, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (high end)"))
-SD_ACCEPTANCE_IMAGE = PaperNumber(0.40, "paper.md 1.2: SD acceptance about 40% in image AR models (70% in LLMs)")
+TOP1_SHARE_RANGE = (
+    PaperNumber(0.50, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (low end)"),
+    PaperNumber(0.95, "paper.md 1.2: 50-95% of tokens have top-1 < 5% (high end)"),
+)
+SD_ACCEPTANCE_IMAGE = PaperNumber(
+    0.40, "paper.md 1.2: SD acceptance about 40% in image AR models (70% in LLMs)"
+)
 TOP1_THRESHOLD = PaperNumber(0.05, "paper.md 1.2: the top-1 threshold")
-REPLACED_CLIP = PaperNumber(32.089, "paper.md 1.3, Fig. 4: CLIP after replacing 50% of tokens with top-100 candidates")
+REPLACED_CLIP = PaperNumber(
+    32.089, "paper.md 1.3, Fig. 4: CLIP after replacing 50% of tokens with top-100 candidates"
+)
 TABLE2_NFE = {  # paper.md 1.5, Table 2 (Parti, G not stated in the digest)
     "(A)": PaperNumber(913.80, "paper.md 1.5, Table 2: (A) static, embedding distance"),
     "(B)": PaperNumber(685.31, "paper.md 1.5, Table 2: (B) dynamic, sorted by q"),
@@ -68,11 +74,17 @@ TABLE2_CLIP = {
 
 # The lossless frontier (paper.md 4.4, 4.5; frontier.md): published on Lumina-mGPT 7B, COCO.
 SCD_AR_NFE = PaperNumber(2390, "paper.md 4.4, SCD (arXiv 2510.24211), Lumina-mGPT COCO: AR NFE")
-SCD_NFE = PaperNumber(568, "paper.md 4.4, SCD (MC-SJD, ICML 2026), Lumina-mGPT COCO: SCD NFE (4.21x)")
+SCD_NFE = PaperNumber(
+    568, "paper.md 4.4, SCD (MC-SJD, ICML 2026), Lumina-mGPT COCO: SCD NFE (4.21x)"
+)
 SCD_SJD_NFE = PaperNumber(1036, "paper.md 4.4, SCD, Lumina-mGPT COCO: SJD (L = 64) NFE")
 SCD_GSD10_NFE = PaperNumber(701, "paper.md 4.4, SCD, Lumina-mGPT COCO: lossy GSD (G = 10) NFE")
-SJD_PAC_STEP = PaperNumber(4.51, "paper.md 4.5, SJD-PAC (CVPR 2026) README, Lumina-mGPT COCO: step compression")
-SJD_PAC_STEP_PARTI = PaperNumber(4.62, "paper.md 4.5, SJD-PAC README, Lumina-mGPT Parti: step compression")
+SJD_PAC_STEP = PaperNumber(
+    4.51, "paper.md 4.5, SJD-PAC (CVPR 2026) README, Lumina-mGPT COCO: step compression"
+)
+SJD_PAC_STEP_PARTI = PaperNumber(
+    4.62, "paper.md 4.5, SJD-PAC README, Lumina-mGPT Parti: step compression"
+)
 
 COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
 
@@ -80,38 +92,54 @@ COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
 # 04 shows it; the claims ledger, `ledger.ledger`, lists them as "not run").
 NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
 NOT_REPRODUCED = [
-    {"analysis": "Fig. 3: t-SNE of the token embeddings",
-     "paper": "spread almost uniformly, hence no natural static clusters (paper.md 1.3; which table and "
-              "how many points: not found)",
-     "why not here": "a picture of Lumina-mGPT's embeddings says nothing about the stand-in's; the claim's "
-                     "consequence is tested instead: Table 2 (A), static k-means clusters of the input "
-                     "embeddings, against the dynamic rule (notebook 04)"},
-    {"analysis": "Fig. 8: one token decodes to different pixels by context",
-     "paper": "token similarity depends on context, so static clusters fit poorly (paper.md 1.3; details "
-              "not found)",
-     "why not here": "the stand-in decodes each code to a fixed patch (no context by construction), and "
-                     "Lumina-mGPT's VQGAN decoder needs weights that cannot be downloaded here"},
-    {"analysis": "the text-model contrast: SD acceptance about 70% in LLMs against about 40% in image "
-                 "models; top-1 histograms of a text model",
-     "paper": "paper.md 1.2 (which text model and data: not found)",
-     "why not here": "no text LLM's weights can be downloaded here; notebook 05 computes acceptance = "
-                     "1 - TV for any pair instead, and notebook 01 shows why flat pairs accept less"},
-    {"analysis": "latency (seconds per image) and latency speed-ups",
-     "paper": "Table 1: 4.65x latency at 3.76x NFE on Parti (paper.md 1.4), on an A100",
-     "why not here": "CPU wall time of a small model is noise-dominated and says nothing about a 7B model "
-                     "on a GPU: NFE is the hardware-independent cost (docs/lumina-mgpt.md section 5 has "
-                     "per-forward GPU times of the 7B shapes with random weights)"},
-    {"analysis": "MS-COCO FID and CLIP (5,000 captions)",
-     "paper": "Table 1, COCO rows: GSD (G=25) FID 33.55, CLIP 31.24 (paper.md 1.4)",
-     "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the Inception "
-                     "weights, none of which can be downloaded here; scripts/gpu_reproduce.sh runs the "
-                     "Parti-style CLIP evaluation when the weights are present"},
+    {
+        "analysis": "Fig. 3: t-SNE of the token embeddings",
+        "paper": "spread almost uniformly, hence no natural static clusters (paper.md 1.3; which table and "
+        "how many points: not found)",
+        "why not here": "a picture of Lumina-mGPT's embeddings says nothing about the stand-in's; the claim's "
+        "consequence is tested instead: Table 2 (A), static k-means clusters of the input "
+        "embeddings, against the dynamic rule (notebook 04)",
+    },
+    {
+        "analysis": "Fig. 8: one token decodes to different pixels by context",
+        "paper": "token similarity depends on context, so static clusters fit poorly (paper.md 1.3; details "
+        "not found)",
+        "why not here": "the stand-in decodes each code to a fixed patch (no context by construction), and "
+        "Lumina-mGPT's VQGAN decoder needs weights that cannot be downloaded here",
+    },
+    {
+        "analysis": "the text-model contrast: SD acceptance about 70% in LLMs against about 40% in image "
+        "models; top-1 histograms of a text model",
+        "paper": "paper.md 1.2 (which text model and data: not found)",
+        "why not here": "no text LLM's weights can be downloaded here; notebook 05 computes acceptance = "
+        "1 - TV for any pair instead, and notebook 01 shows why flat pairs accept less",
+    },
+    {
+        "analysis": "latency (seconds per image) and latency speed-ups",
+        "paper": "Table 1: 4.65x latency at 3.76x NFE on Parti (paper.md 1.4), on an A100",
+        "why not here": "CPU wall time of a small model is noise-dominated and says nothing about a 7B model "
+        "on a GPU: NFE is the hardware-independent cost (docs/lumina-mgpt.md section 5 has "
+        "per-forward GPU times of the 7B shapes with random weights)",
+    },
+    {
+        "analysis": "MS-COCO FID and CLIP (5,000 captions)",
+        "paper": "Table 1, COCO rows: GSD (G=25) FID 33.55, CLIP 31.24 (paper.md 1.4)",
+        "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the Inception "
+        "weights, none of which can be downloaded here; scripts/gpu_reproduce.sh runs the "
+        "Parti-style CLIP evaluation when the weights are present",
+    },
 ]
 
 
 def _row(claim: str, paper: str, here: str, verdict: str, why: str, source: str) -> dict[str, str]:
-    return {"claim": claim, "paper": paper, "here": here, "reproduces": verdict, "why not / note": why,
-            "source": source}
+    return {
+        "claim": claim,
+        "paper": paper,
+        "here": here,
+        "reproduces": verdict,
+        "why not / note": why,
+        "source": source,
+    }
 
 
 def within_ratio(ours: float, paper: float, tolerance: float = RATIO_TOLERANCE) -> bool:
@@ -125,24 +153,46 @@ def _find(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
 
 # ---- notebook 02 ---------------------------------------------------------------------------------
 
+
 def top1_comparison(share_below: float, threshold: float, model_name: str) -> list[dict[str, str]]:
     """Notebook 02: the share of generated tokens whose target top-1 probability is below 5%."""
     low, high = (n.value for n in TOP1_SHARE_RANGE)
     if threshold != TOP1_THRESHOLD.value:
-        return [_row(f"share of tokens with top-1 < {threshold:g}", f"{low:.0%}-{high:.0%} at 0.05",
-                     f"{share_below:.1%}", "not run", "the paper's threshold is 0.05", TOP1_SHARE_RANGE[0].source)]
+        return [
+            _row(
+                f"share of tokens with top-1 < {threshold:g}",
+                f"{low:.0%}-{high:.0%} at 0.05",
+                f"{share_below:.1%}",
+                "not run",
+                "the paper's threshold is 0.05",
+                TOP1_SHARE_RANGE[0].source,
+            )
+        ]
     inside = low <= share_below <= high
-    why = ("" if inside else
-           f"{model_name}'s target distributions are {'sharper' if share_below < low else 'flatter'} than "
-           "Lumina-mGPT's (another model, codebook, data and guidance): the share is a property of the model")
-    return [_row("share of tokens with top-1 < 5%", f"{low:.0%}-{high:.0%}", f"{share_below:.1%}",
-                 "yes" if inside else "no", why, TOP1_SHARE_RANGE[0].source)]
+    why = (
+        ""
+        if inside
+        else f"{model_name}'s target distributions are {'sharper' if share_below < low else 'flatter'} than "
+        "Lumina-mGPT's (another model, codebook, data and guidance): the share is a property of the model"
+    )
+    return [
+        _row(
+            "share of tokens with top-1 < 5%",
+            f"{low:.0%}-{high:.0%}",
+            f"{share_below:.1%}",
+            "yes" if inside else "no",
+            why,
+            TOP1_SHARE_RANGE[0].source,
+        )
+    ]
 
 
 # ---- notebook 03 ---------------------------------------------------------------------------------
 
-def replacement_comparison(quality: dict[str, dict[str, Any]],
-                           scores: dict[str, list[float] | None] | None = None) -> list[dict[str, str]]:
+
+def replacement_comparison(
+    quality: dict[str, dict[str, Any]], scores: dict[str, list[float] | None] | None = None
+) -> list[dict[str, str]]:
     """Notebook 03: quality after replacing 50% of tokens with top-100 candidates, against the
     unmodified images (``replacement_study(...)``: ``quality`` per variant and, for the paired
     standard error, ``scores``: per-image scores per variant, image i of each from AR image i).
@@ -154,9 +204,21 @@ def replacement_comparison(quality: dict[str, dict[str, Any]],
     paper_gap = REPLACED_CLIP.value - AR_CLIP.value
     original, top = quality.get("original", {}), quality.get("top-k", {})
     if original.get(QUALITY) is None or top.get(QUALITY) is None:
-        return [_row("top-100 replacement barely changes quality", f"CLIP {paper_gap:+.3f}", "-", "not run",
-                     "no quality metric in this run", REPLACED_CLIP.source)]
-    paired = scores is not None and scores.get("top-k") is not None and scores.get("original") is not None
+        return [
+            _row(
+                "top-100 replacement barely changes quality",
+                f"CLIP {paper_gap:+.3f}",
+                "-",
+                "not run",
+                "no quality metric in this run",
+                REPLACED_CLIP.source,
+            )
+        ]
+    paired = (
+        scores is not None
+        and scores.get("top-k") is not None
+        and scores.get("original") is not None
+    )
     if paired:
         change = paired_values(scores["top-k"], scores["original"])
     else:
@@ -164,33 +226,66 @@ def replacement_comparison(quality: dict[str, dict[str, Any]],
         se = math.hypot(*sems) if all(v is not None for v in sems) else None
         change = PairedDifference(top[QUALITY] - original[QUALITY], se, 0)
     kind = "paired" if paired else "unpaired"
-    here = f"{change.difference:+.2f}" + (f" ({kind} SE {change.se:.2f})" if change.se is not None else "")
+    here = f"{change.difference:+.2f}" + (
+        f" ({kind} SE {change.se:.2f})" if change.se is not None else ""
+    )
     # Either sign contradicts "barely changes": judge |change| as the claim "it changed".
     outcome = verdict(abs(change.difference), change.se, expected_sign=1)
     if outcome == "noise":
-        verdict_text, why = "noise", (f"no change beyond {NOISE_Z:g} {kind} standard errors: what the claim predicts, "
-                                      "but a proxy this noisy could hide a small one" if change.se is not None
-                                      else "one image: no standard error to tell a change from noise")
+        verdict_text, why = (
+            "noise",
+            (
+                f"no change beyond {NOISE_Z:g} {kind} standard errors: what the claim predicts, "
+                "but a proxy this noisy could hide a small one"
+                if change.se is not None
+                else "one image: no standard error to tell a change from noise"
+            ),
+        )
     elif change.difference < 0:
-        verdict_text, why = "no", (f"a drop beyond {NOISE_Z:g} {kind} standard errors: this model's tokens are less "
-                                   "redundant than Lumina-mGPT's, or the metric (not CLIP) is more sensitive")
+        verdict_text, why = (
+            "no",
+            (
+                f"a drop beyond {NOISE_Z:g} {kind} standard errors: this model's tokens are less "
+                "redundant than Lumina-mGPT's, or the metric (not CLIP) is more sensitive"
+            ),
+        )
     else:
-        verdict_text, why = "no", (f"a rise beyond {NOISE_Z:g} {kind} standard errors: replacing tokens with top-100 "
-                                   "candidates did not hurt (the paper's point), but the score moved, so 'barely "
-                                   "changes' does not hold; the metric (not CLIP) may favour the resampled tokens")
-    rows = [_row("top-100 replacement barely changes quality", f"CLIP {paper_gap:+.3f}", here, verdict_text, why,
-                 REPLACED_CLIP.source)]
+        verdict_text, why = (
+            "no",
+            (
+                f"a rise beyond {NOISE_Z:g} {kind} standard errors: replacing tokens with top-100 "
+                "candidates did not hurt (the paper's point), but the score moved, so 'barely "
+                "changes' does not hold; the metric (not CLIP) may favour the resampled tokens"
+            ),
+        )
+    rows = [
+        _row(
+            "top-100 replacement barely changes quality",
+            f"CLIP {paper_gap:+.3f}",
+            here,
+            verdict_text,
+            why,
+            REPLACED_CLIP.source,
+        )
+    ]
     uniform = quality.get("uniform", {})
     if uniform.get(QUALITY) is not None:
         worse = uniform[QUALITY] < top[QUALITY]
-        rows.append(_row("(control, not in the paper) uniform replacement hurts more", "-",
-                         f"{uniform[QUALITY] - original[QUALITY]:+.2f}", "-",
-                         "as expected" if worse else "unexpected: the proxy does not see the damage",
-                         "notebook 03's control"))
+        rows.append(
+            _row(
+                "(control, not in the paper) uniform replacement hurts more",
+                "-",
+                f"{uniform[QUALITY] - original[QUALITY]:+.2f}",
+                "-",
+                "as expected" if worse else "unexpected: the proxy does not see the damage",
+                "notebook 03's control",
+            )
+        )
     return rows
 
 
 # ---- notebook 04 ---------------------------------------------------------------------------------
+
 
 def _speedup(row: dict[str, Any] | None) -> float:
     return math.nan if row is None or row.get("speedup_nfe") is None else float(row["speedup_nfe"])
@@ -200,40 +295,74 @@ def _difference_text(diff: PairedDifference, unit: str = "", digits: int = 3) ->
     return diff.text(digits) + (f" {unit}" if unit and math.isfinite(diff.difference) else "")
 
 
-def _speedup_row(claim: str, row: dict[str, Any] | None, ar: dict[str, Any] | None, paper: float,
-                 size_why: str, source: str) -> dict[str, str]:
-    """"``row`` needs ``paper`` times fewer forwards than AR": the paired NFE difference to AR,
+def _speedup_row(
+    claim: str,
+    row: dict[str, Any] | None,
+    ar: dict[str, Any] | None,
+    paper: float,
+    size_why: str,
+    source: str,
+) -> dict[str, str]:
+    """ "``row`` needs ``paper`` times fewer forwards than AR": the paired NFE difference to AR,
     beyond the noise and negative, with the speed-up within ``RATIO_TOLERANCE`` of the paper's."""
     ours = _speedup(row)
     diff = paired_difference(row, ar, "nfe")
     outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(ours, paper))
-    why = {"yes": "", "not run": "row not in this run's Table 1", "direction only": size_why,
-           "noise": "NFE within two paired standard errors of AR's"}.get(outcome, "slower than AR")
-    here = "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
+    why = {
+        "yes": "",
+        "not run": "row not in this run's Table 1",
+        "direction only": size_why,
+        "noise": "NFE within two paired standard errors of AR's",
+    }.get(outcome, "slower than AR")
+    here = (
+        "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
+    )
     return _row(claim, f"{paper:.2f}x", here, outcome, why, source)
 
 
-def speed_quality_comparison(table1: list[dict[str, Any]], table2: list[dict[str, Any]]) -> list[dict[str, str]]:
+def speed_quality_comparison(
+    table1: list[dict[str, Any]], table2: list[dict[str, Any]]
+) -> list[dict[str, str]]:
     """Notebook 04: Table 1 and Table 2 (NFE ratios against AR or SJD, quality and distortion
     differences), each judged by ``verdicts.verdict`` on a paired difference (module docstring).
     Rows need ``per_image`` values (``runs.summarize``) for their standard errors."""
     ar, sjd = _find(table1, "AR"), _find(table1, "SJD")
     gsd50, amp3 = _find(table1, "GSD (G=50)"), _find(table1, "Amplify (k=3)")
     rows = []
-    for label, row, paper_nfe in (("SJD", sjd, SJD_NFE), ("GSD (G=50)", gsd50, GSD50_NFE),
-                                  ("Amplify (k=3)", amp3, AMPLIFY3_NFE)):
-        rows.append(_speedup_row(f"{label}: NFE speed-up over AR", row, ar, AR_NFE.value / paper_nfe.value,
-                                 "faster than AR but by another factor: other model, token count and acceptance",
-                                 paper_nfe.source))
+    for label, row, paper_nfe in (
+        ("SJD", sjd, SJD_NFE),
+        ("GSD (G=50)", gsd50, GSD50_NFE),
+        ("Amplify (k=3)", amp3, AMPLIFY3_NFE),
+    ):
+        rows.append(
+            _speedup_row(
+                f"{label}: NFE speed-up over AR",
+                row,
+                ar,
+                AR_NFE.value / paper_nfe.value,
+                "faster than AR but by another factor: other model, token count and acceptance",
+                paper_nfe.source,
+            )
+        )
 
     diff = paired_difference(gsd50, amp3, QUALITY)
-    paper_text = (f"CLIP {GSD50_CLIP.value - AR_CLIP.value:+.3f} vs {AMPLIFY3_CLIP.value - AR_CLIP.value:+.3f}")
+    paper_text = f"CLIP {GSD50_CLIP.value - AR_CLIP.value:+.3f} vs {AMPLIFY3_CLIP.value - AR_CLIP.value:+.3f}"
     outcome = verdict(diff.difference, diff.se, expected_sign=1)
-    why = {"yes": "", "not run": "rows or per-image quality scores missing",
-           "noise": "the two losses differ by less than two paired standard errors: more images needed"
-           }.get(outcome, "Amplify lost less quality than GSD on this model and metric")
-    rows.append(_row("quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)", paper_text,
-                     "GSD - Amplify: " + _difference_text(diff), outcome, why, GSD50_CLIP.source))
+    why = {
+        "yes": "",
+        "not run": "rows or per-image quality scores missing",
+        "noise": "the two losses differ by less than two paired standard errors: more images needed",
+    }.get(outcome, "Amplify lost less quality than GSD on this model and metric")
+    rows.append(
+        _row(
+            "quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)",
+            paper_text,
+            "GSD - Amplify: " + _difference_text(diff),
+            outcome,
+            why,
+            GSD50_CLIP.source,
+        )
+    )
 
     rows += frontier_comparison(table1)
 
@@ -244,12 +373,29 @@ def speed_quality_comparison(table1: list[dict[str, Any]], table2: list[dict[str
         paper = TABLE2_NFE[key].value / SJD_NFE.value
         ours = math.nan if row is None or t2_sjd is None else row["nfe"] / t2_sjd["nfe"]
         diff = paired_difference(row, t2_sjd, "nfe")
-        outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(1 / ours, 1 / paper))
-        why = {"yes": "", "not run": "row not in this run's Table 2",
-               "noise": "NFE within two paired standard errors of SJD's"}.get(
-            outcome, "another model: the share of drafts a cluster rescues differs")
-        here = "-" if math.isnan(ours) else f"{ours:.2f} (NFE - SJD: {_difference_text(diff, digits=4)})"
-        rows.append(_row(f"Table 2 {key}: NFE / SJD's NFE", f"{paper:.2f}", here, outcome, why, TABLE2_NFE[key].source))
+        outcome = verdict(
+            diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(1 / ours, 1 / paper)
+        )
+        why = {
+            "yes": "",
+            "not run": "row not in this run's Table 2",
+            "noise": "NFE within two paired standard errors of SJD's",
+        }.get(outcome, "another model: the share of drafts a cluster rescues differs")
+        here = (
+            "-"
+            if math.isnan(ours)
+            else f"{ours:.2f} (NFE - SJD: {_difference_text(diff, digits=4)})"
+        )
+        rows.append(
+            _row(
+                f"Table 2 {key}: NFE / SJD's NFE",
+                f"{paper:.2f}",
+                here,
+                outcome,
+                why,
+                TABLE2_NFE[key].source,
+            )
+        )
     rows += table2_ordering(found)
     return rows
 
@@ -266,33 +412,66 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     paper = SCD_AR_NFE.value / SCD_NFE.value
     for label, row in (("MC-SJD (maximal)", maximal), ("MC-SJD (Gumbel)", gumbel)):
-        rows.append(_speedup_row(f"{label}: NFE speed-up over AR (SCD)", row, ar, paper,
-                                 "another model and window (SCD: L = 64 on COCO)", SCD_NFE.source))
+        rows.append(
+            _speedup_row(
+                f"{label}: NFE speed-up over AR (SCD)",
+                row,
+                ar,
+                paper,
+                "another model and window (SCD: L = 64 on COCO)",
+                SCD_NFE.source,
+            )
+        )
     # Each coupling judged on its own (picking the faster one on the same images would bias "yes").
     paper_text = f"SCD {SCD_NFE.value:g} < GSD (G=10) {SCD_GSD10_NFE.value:g} NFE"
     for label, row in (("MC-SJD (maximal)", maximal), ("MC-SJD (Gumbel)", gumbel)):
         diff = paired_difference(row, gsd50, "nfe")
         outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-        why = {"yes": "SCD compares with GSD G = 10 on COCO; here G = 50 with the paper's filters",
-               "not run": "rows not in this run's Table 1",
-               "noise": "within two paired standard errors: on this model this lossless coupled SJD and lossy GSD "
-                        "need the same forwards"}.get(outcome, "GSD's clusters accept more than coupling on this model")
-        here = "-" if row is None or gsd50 is None else (
-            f"{label} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}")
-        rows.append(_row(f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)", paper_text, here, outcome,
-                         why, SCD_GSD10_NFE.source))
+        why = {
+            "yes": "SCD compares with GSD G = 10 on COCO; here G = 50 with the paper's filters",
+            "not run": "rows not in this run's Table 1",
+            "noise": "within two paired standard errors: on this model this lossless coupled SJD and lossy GSD "
+            "need the same forwards",
+        }.get(outcome, "GSD's clusters accept more than coupling on this model")
+        here = (
+            "-"
+            if row is None or gsd50 is None
+            else (f"{label} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}")
+        )
+        rows.append(
+            _row(
+                f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)",
+                paper_text,
+                here,
+                outcome,
+                why,
+                SCD_GSD10_NFE.source,
+            )
+        )
     if coupled_gsd is not None and gsd50 is not None:
         diff = paired_difference(coupled_gsd, gsd50, "nfe")
-        rows.append(_row("(not in the papers) coupled drafts speed up GSD (G=50) too", "-",
-                         f"{coupled_gsd['method']} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}",
-                         verdict(diff.difference, diff.se, expected_sign=-1),
-                         "same rule, coupled re-drafts: the per-step law given the history is unchanged (proofs/09)",
-                         "proofs/09_coupled_drafts.md"))
-    rows.append(_row("SJD-PAC: step compression over AR", f"{SJD_PAC_STEP.value:.2f}x", "-", "not run",
-                     "its released tree verification is not lossless (an exact transcription, "
-                     "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive "
-                     "Continuation on the chain is the maximal coupling, run as MC-SJD (maximal)",
-                     SJD_PAC_STEP.source))
+        rows.append(
+            _row(
+                "(not in the papers) coupled drafts speed up GSD (G=50) too",
+                "-",
+                f"{coupled_gsd['method']} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}",
+                verdict(diff.difference, diff.se, expected_sign=-1),
+                "same rule, coupled re-drafts: the per-step law given the history is unchanged (proofs/09)",
+                "proofs/09_coupled_drafts.md",
+            )
+        )
+    rows.append(
+        _row(
+            "SJD-PAC: step compression over AR",
+            f"{SJD_PAC_STEP.value:.2f}x",
+            "-",
+            "not run",
+            "its released tree verification is not lossless (an exact transcription, "
+            "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive "
+            "Continuation on the chain is the maximal coupling, run as MC-SJD (maximal)",
+            SJD_PAC_STEP.source,
+        )
+    )
     return rows
 
 
@@ -302,24 +481,41 @@ def table2_ordering(found: dict[str, dict[str, Any] | None]) -> list[dict[str, s
     beyond the noise and positive for "yes" (``verdicts.combined``); one row per distortion
     column the rows carry (TV; W1 where recorded)."""
     rows = []
-    paper = (f"(B) lowest CLIP: {TABLE2_CLIP['(B)'].value} vs {TABLE2_CLIP['(C)'].value} (C), "
-             f"{TABLE2_CLIP['(D)'].value} (D)")
+    paper = (
+        f"(B) lowest CLIP: {TABLE2_CLIP['(B)'].value} vs {TABLE2_CLIP['(C)'].value} (C), "
+        f"{TABLE2_CLIP['(D)'].value} (D)"
+    )
     for key, name in (("distortion", "TV"), ("w1", "W1")):
-        if key == "w1" and not all((found[k] or {}).get("w1") is not None for k in ("(B)", "(C)", "(D)")):
+        if key == "w1" and not all(
+            (found[k] or {}).get("w1") is not None for k in ("(B)", "(C)", "(D)")
+        ):
             continue
-        diffs = {other: paired_difference(found["(B)"], found[other], key) for other in ("(C)", "(D)")}
+        diffs = {
+            other: paired_difference(found["(B)"], found[other], key) for other in ("(C)", "(D)")
+        }
         outcome = combined([verdict(d.difference, d.se, expected_sign=1) for d in diffs.values()])
         here = "; ".join(f"(B) - {other}: {_difference_text(d)}" for other, d in diffs.items())
-        why = {"yes": "", "not run": "rows (B)-(D) or their per-image distortions missing",
-               "noise": "a difference within two paired standard errors: cannot tell which distorts more",
-               "no": "another row distorts more than (B) on this model"}.get(outcome, "")
-        rows.append(_row(f"Table 2: sorting by q (B) distorts the most of (B)-(D), exact {name}", paper,
-                         here, outcome, why, TABLE2_CLIP["(B)"].source))
+        why = {
+            "yes": "",
+            "not run": "rows (B)-(D) or their per-image distortions missing",
+            "noise": "a difference within two paired standard errors: cannot tell which distorts more",
+            "no": "another row distorts more than (B) on this model",
+        }.get(outcome, "")
+        rows.append(
+            _row(
+                f"Table 2: sorting by q (B) distorts the most of (B)-(D), exact {name}",
+                paper,
+                here,
+                outcome,
+                why,
+                TABLE2_CLIP["(B)"].source,
+            )
+        )
     return rows
 
 
 def nfe_below_sjd(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """"GSD needs fewer NFE than SJD", measured for every GSD row of a table: the paired difference
+    """ "GSD needs fewer NFE than SJD", measured for every GSD row of a table: the paired difference
     GSD(G) - SJD in NFE per image with its standard error and the one rule's verdict (not a
     check: a sampled inequality). The paper reports G = 50 (637 against 1035); for other G it
     reports no NFE."""
@@ -330,13 +526,26 @@ def nfe_below_sjd(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
             continue
         diff = paired_difference(row, sjd, "nfe")
         outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-        paper = f"{GSD50_NFE.value:.0f} < {SJD_NFE.value:.0f}" if row["method"] == "GSD (G=50)" else "-"
-        why = {"yes": "", "not run": "SJD or per-image NFE missing",
-               "noise": "within two paired standard errors: this run cannot tell GSD's NFE from SJD's"
-               }.get(outcome, "GSD needed more forwards than SJD on these images")
-        out.append(_row(f"{row['method']} needs fewer NFE than SJD", paper,
-                        "GSD - SJD: " + _difference_text(diff, "NFE", digits=4), outcome, why,
-                        GSD50_NFE.source if paper != "-" else "not in the paper (its Table 1 reports G = 50)"))
+        paper = (
+            f"{GSD50_NFE.value:.0f} < {SJD_NFE.value:.0f}" if row["method"] == "GSD (G=50)" else "-"
+        )
+        why = {
+            "yes": "",
+            "not run": "SJD or per-image NFE missing",
+            "noise": "within two paired standard errors: this run cannot tell GSD's NFE from SJD's",
+        }.get(outcome, "GSD needed more forwards than SJD on these images")
+        out.append(
+            _row(
+                f"{row['method']} needs fewer NFE than SJD",
+                paper,
+                "GSD - SJD: " + _difference_text(diff, "NFE", digits=4),
+                outcome,
+                why,
+                GSD50_NFE.source
+                if paper != "-"
+                else "not in the paper (its Table 1 reports G = 50)",
+            )
+        )
     return out
 
 

@@ -12,7 +12,9 @@ from .toy import Theorem1Check
 from .top1 import Top1Stats
 
 
-def _figure(ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (4.2, 3.2)) -> tuple[Figure, Any]:
+def _figure(
+    ncols: int = 1, nrows: int = 1, size: tuple[float, float] = (4.2, 3.2)
+) -> tuple[Figure, Any]:
     # A bare Figure (no pyplot state): nothing leaks into notebooks as a repr or a second draw.
     fig = Figure(figsize=(size[0] * ncols, size[1] * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
@@ -44,14 +46,21 @@ def percent(share: float) -> str:
     return f"{value:.3g}%" if value >= 10 else f"{value:.2g}%"
 
 
-def tv_against_viable(viable_counts: list[int], top1_masses: list[float], grid: np.ndarray, noise: float) -> Figure:
+def tv_against_viable(
+    viable_counts: list[int], top1_masses: list[float], grid: np.ndarray, noise: float
+) -> Figure:
     """Mean TV(p, q) of noisy pairs against the number n of viable tokens, one line per mass m of
     the base on token 0 (the other n - 1 tokens get (1 - m)/(n - 1) each, which exceeds m when
     m < 1/n: m is then not the top-1 mass, so the legend does not call it that)."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
     for mass, row in zip(top1_masses, np.asarray(grid)):
-        ax.plot(viable_counts, row, marker="o", label=f"b(token 0) = {mass:g}, others (1 - {mass:g})/(n - 1)")
+        ax.plot(
+            viable_counts,
+            row,
+            marker="o",
+            label=f"b(token 0) = {mass:g}, others (1 - {mass:g})/(n - 1)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("viable tokens n shared by p and q")
     ax.set_ylabel("TV(p, q) = 1 - acceptance")
@@ -60,15 +69,25 @@ def tv_against_viable(viable_counts: list[int], top1_masses: list[float], grid: 
     return fig
 
 
-def grouping_and_theorem1(group_sizes: list[int], tv_by_group: np.ndarray, check: Theorem1Check) -> Figure:
+def grouping_and_theorem1(
+    group_sizes: list[int], tv_by_group: np.ndarray, check: Theorem1Check
+) -> Figure:
     """Left: TV(p', q') after rank-binned grouping against G (mean and spread over pairs).
     Right: Theorem 1 drawn: TV after grouping against TV before, random pairs and partitions."""
     fig, axes = _figure(2)
     tv = np.asarray(tv_by_group)
     ax = axes[0, 0]
-    ax.plot(group_sizes, tv.mean(axis=1), marker="o", color="C0", label=f"mean over {tv.shape[1]} pairs")
-    ax.fill_between(group_sizes, np.quantile(tv, 0.1, axis=1), np.quantile(tv, 0.9, axis=1), alpha=0.25,
-                    color="C0", label="10%-90% of pairs")
+    ax.plot(
+        group_sizes, tv.mean(axis=1), marker="o", color="C0", label=f"mean over {tv.shape[1]} pairs"
+    )
+    ax.fill_between(
+        group_sizes,
+        np.quantile(tv, 0.1, axis=1),
+        np.quantile(tv, 0.9, axis=1),
+        alpha=0.25,
+        color="C0",
+        label="10%-90% of pairs",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("G: tokens per bin of the p-ranking")
     ax.set_ylabel("TV(p', q') = 1 - acceptance")
@@ -81,8 +100,11 @@ def grouping_and_theorem1(group_sizes: list[int], tv_by_group: np.ndarray, check
     ax.set_xlabel("TV(p, q): tokens")
     ax.set_ylabel("TV(p', q'): clusters")
     # The excess TV(p', q') - TV(p, q) of a trial; Theorem 1 says it is <= 0 in every trial.
-    ax.set_title(f"Theorem 1: max excess TV' - TV = {check.max_violation:.1e}\n"
-                 f"over {before.size} random pairs and partitions (<= 0: holds)", fontsize=9)
+    ax.set_title(
+        f"Theorem 1: max excess TV' - TV = {check.max_violation:.1e}\n"
+        f"over {before.size} random pairs and partitions (<= 0: holds)",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
     return fig
 
@@ -101,7 +123,10 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
     pooled), in first-seen order. The red line is the threshold; titles give the share below it."""
     if len(labels) != stats.per_image.shape[0]:
         raise ValueError(f"{stats.per_image.shape[0]} images but {len(labels)} labels")
-    groups = {label: [i for i, other in enumerate(labels) if other == label] for label in dict.fromkeys(labels)}
+    groups = {
+        label: [i for i, other in enumerate(labels) if other == label]
+        for label in dict.fromkeys(labels)
+    }
     ncols = 1 + len(groups)
     cols = min(ncols, 4)
     rows = -(-ncols // cols)
@@ -109,12 +134,17 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
     bins = np.logspace(np.log10(max(stats.pooled.min(), 1e-4)), 0, 30)
     flat_axes = axes.reshape(-1)
     panels = [("all images", stats.pooled, "C0")]
-    panels += [(label, stats.per_image[rows_of].reshape(-1), "C1") for label, rows_of in groups.items()]
+    panels += [
+        (label, stats.per_image[rows_of].reshape(-1), "C1") for label, rows_of in groups.items()
+    ]
     for ax, (title, values, color) in zip(flat_axes, panels):
         ax.hist(values, bins=bins, color=color)
         ax.axvline(stats.threshold, color="C3", lw=1, label=f"threshold {stats.threshold:g}")
         ax.set_xscale("log")
-        ax.set_title(f"{_panel_title(title)}: {percent(float((values < stats.threshold).mean()))} below", fontsize=9)
+        ax.set_title(
+            f"{_panel_title(title)}: {percent(float((values < stats.threshold).mean()))} below",
+            fontsize=9,
+        )
         ax.set_xlabel("top-1 probability of p")
         ax.set_ylabel("generated tokens")
     flat_axes[0].legend(fontsize=8)
@@ -123,7 +153,9 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
     return fig
 
 
-def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: dict[str, str] | None = None) -> Figure:
+def image_grid(
+    rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: dict[str, str] | None = None
+) -> Figure:
     """One row of images per key (e.g. original / top-k / uniform, or AR / SJD / GSD)."""
     names = list(rows)
     ncols = min(max_columns, max(len(v) for v in rows.values()))
@@ -143,12 +175,12 @@ def image_grid(rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: 
 # The better direction of every metric a figure plots ("lower" or "higher"); ``better`` raises for
 # a metric missing here, so that no panel can name the wrong corner by default.
 BETTER: dict[str, str] = {
-    "condition_score": "higher",          # stand-in condition-consistency score / CLIP score x100
+    "condition_score": "higher",  # stand-in condition-consistency score / CLIP score x100
     "clip_score": "higher",
     "condition_score_diff_ar": "higher",  # a method's score minus AR's
     "frechet_distance": "lower",
-    "distortion": "lower",                # mean TV(output law, p) per token
-    "w1": "lower",                        # mean W1(output law, p) per token, content-distance cost
+    "distortion": "lower",  # mean TV(output law, p) per token
+    "w1": "lower",  # mean W1(output law, p) per token, content-distance cost
     "nfe": "lower",
     "speedup_nfe": "higher",
 }
@@ -156,17 +188,27 @@ LOWER_IS_BETTER = tuple(key for key, direction in BETTER.items() if direction ==
 
 
 def better(key: str) -> str:
-    """"lower" or "higher": the better direction of the plotted metric ``key`` (``BETTER``).
+    """ "lower" or "higher": the better direction of the plotted metric ``key`` (``BETTER``).
     Raises ValueError for a metric without a declared direction."""
     if key not in BETTER:
         raise ValueError(f"metric {key!r} has no declared better direction: add it to plots.BETTER")
     return BETTER[key]
+
+
 # Where a point's label may go, tried in order (offset in points, horizontal and vertical alignment):
 # the first that overlaps no other label, no point and stays inside the panel is taken.
-_LABEL_SPOTS = tuple((dx, dy, ha, va) for r in (1, 2, 3) for dx, dy, ha, va in
-                     ((4 * r, 3 * r, "left", "bottom"), (4 * r, -3 * r, "left", "top"),
-                      (-4 * r, 3 * r, "right", "bottom"), (-4 * r, -3 * r, "right", "top"),
-                      (0, 5 * r, "center", "bottom"), (0, -5 * r, "center", "top")))
+_LABEL_SPOTS = tuple(
+    (dx, dy, ha, va)
+    for r in (1, 2, 3)
+    for dx, dy, ha, va in (
+        (4 * r, 3 * r, "left", "bottom"),
+        (4 * r, -3 * r, "left", "top"),
+        (-4 * r, 3 * r, "right", "bottom"),
+        (-4 * r, -3 * r, "right", "top"),
+        (0, 5 * r, "center", "bottom"),
+        (0, -5 * r, "center", "top"),
+    )
+)
 _LABEL_FONTSIZE = 7
 
 
@@ -181,15 +223,22 @@ def _zoom_range(points: dict[str, list[dict[str, Any]]]) -> tuple[float, float] 
 def _log_ticks(low: float, high: float) -> list[float]:
     """1-2-5 ticks (..., 10, 20, 50, 100, ...) inside [low, high], at least two when the range
     allows (else its ends)."""
-    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(low))) - 1, int(np.ceil(np.log10(high))) + 1)
-             for m in (1, 2, 5)]
+    ticks = [
+        m * 10.0**e
+        for e in range(int(np.floor(np.log10(low))) - 1, int(np.ceil(np.log10(high))) + 1)
+        for m in (1, 2, 5)
+    ]
     inside = [t for t in ticks if low <= t <= high]
     return inside if len(inside) >= 2 else [low, high]
 
 
 def _value_range(rows: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
-    values = [v for r in rows if r.get(key) is not None
-              for v in (r[key] - (r.get(f"{key}_sem") or 0.0), r[key] + (r.get(f"{key}_sem") or 0.0))]
+    values = [
+        v
+        for r in rows
+        if r.get(key) is not None
+        for v in (r[key] - (r.get(f"{key}_sem") or 0.0), r[key] + (r.get(f"{key}_sem") or 0.0))
+    ]
     return (min(values), max(values)) if values else None
 
 
@@ -210,8 +259,11 @@ def _place_labels(fig: Figure, requests: list[tuple[Any, str, float, float, str]
     pixels = fig.dpi / 72.0
     taken: dict[Any, list[Any]] = {}
     for ax in {ax for ax, *_ in requests}:  # every plotted point is an obstacle
-        taken[ax] = [Bbox.from_extents(x - 4, y - 4, x + 4, y + 4) for line in ax.get_lines()
-                     for x, y in ax.transData.transform(np.column_stack(line.get_data()).astype(float))]
+        taken[ax] = [
+            Bbox.from_extents(x - 4, y - 4, x + 4, y + 4)
+            for line in ax.get_lines()
+            for x, y in ax.transData.transform(np.column_stack(line.get_data()).astype(float))
+        ]
     for ax, text, x, y, color in requests:
         px, py = ax.transData.transform((x, y))
         width, height, _ = renderer.get_text_width_height_descent(text, font, ismath=False)
@@ -221,22 +273,40 @@ def _place_labels(fig: Figure, requests: list[tuple[Any, str, float, float, str]
             left = px + dx * pixels - {"left": 0.0, "center": width / 2, "right": width}[ha]
             bottom = py + dy * pixels - (height if va == "top" else 0.0)
             box = Bbox.from_bounds(left, bottom, width, height)
-            cost = sum(Bbox.intersection(box, other).width * Bbox.intersection(box, other).height
-                       for other in taken[ax] if box.overlaps(other))
-            cost += 0.0 if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1) else width * height
+            cost = sum(
+                Bbox.intersection(box, other).width * Bbox.intersection(box, other).height
+                for other in taken[ax]
+                if box.overlaps(other)
+            )
+            cost += (
+                0.0
+                if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+                else width * height
+            )
             if cost < best_cost:
                 best, best_cost = (dx, dy, ha, va, box), cost
             if cost == 0:
                 break
         dx, dy, ha, va, box = best
-        label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
-                            fontsize=_LABEL_FONTSIZE, color=color)
+        label = ax.annotate(
+            text,
+            (x, y),
+            xytext=(dx, dy),
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=_LABEL_FONTSIZE,
+            color=color,
+        )
         label.set_in_layout(False)  # placed for this layout: it must not change it
         taken[ax].append(box)
 
 
-def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str]],
-           references: dict[str, dict[str, Any]] | None = None) -> Figure:
+def pareto(
+    points: dict[str, list[dict[str, Any]]],
+    metrics: list[tuple[str, str]],
+    references: dict[str, dict[str, Any]] | None = None,
+) -> Figure:
     """NFE (x) against each quality metric (y), one line per curve (GSD over G, Amplify over k);
     error bars: +- one standard error over images where the row has ``{metric}_sem``. One row of
     panels per metric: the whole range on a log NFE axis, then a zoom (linear NFE, and the metric's
@@ -262,15 +332,25 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                     continue
                 x = [r["nfe"] for r in rows]
                 y = [r[key] for r in rows]
-                err = ([r.get(f"{key}_sem") or 0.0 for r in rows] if any(r.get(f"{key}_sem") for r in rows)
-                       else None)
-                style = dict(fmt=markers.get(name, "o"), ms=7, zorder=3) if len(rows) == 1 else dict(fmt="-o")
+                err = (
+                    [r.get(f"{key}_sem") or 0.0 for r in rows]
+                    if any(r.get(f"{key}_sem") for r in rows)
+                    else None
+                )
+                style = (
+                    dict(fmt=markers.get(name, "o"), ms=7, zorder=3)
+                    if len(rows) == 1
+                    else dict(fmt="-o")
+                )
                 ax.errorbar(x, y, yerr=err, capsize=3, color=f"C{index}", label=name, **style)
                 in_zoom = [zoom is not None and zoom[0] <= xi <= zoom[1] for xi in x]
                 shown += [r for r, inside in zip(rows, in_zoom) if inside == zoomed or not zoom]
                 if len(rows) > 1:
-                    labels += [(ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
-                               for r, xi, yi, inside in zip(rows, x, y, in_zoom) if zoomed == inside]
+                    labels += [
+                        (ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
+                        for r, xi, yi, inside in zip(rows, x, y, in_zoom)
+                        if zoomed == inside
+                    ]
             for j, (name, row) in enumerate((references or {}).items()):
                 if row is not None and row.get(key) is not None:
                     ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
@@ -294,7 +374,9 @@ def pareto(points: dict[str, list[dict[str, Any]]], metrics: list[tuple[str, str
                 corner = "down" if direction == "lower" else "up"
                 ax.set_title(f"better: {corner}-left (fewer forwards, {direction})", fontsize=9)
             if not zoom or zoomed:
-                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+                ax.legend(
+                    fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0
+                )
     _place_labels(fig, labels)
     return fig
 
@@ -313,14 +395,25 @@ def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
         if any(r.get(f"{key}_low") is not None for r in rows):
             # An interval [low, high] (e.g. a paired bootstrap against AR): asymmetric error bars.
-            errors = np.array([[v - r[f"{key}_low"], r[f"{key}_high"] - v] if r.get(f"{key}_low") is not None
-                               else [0.0, 0.0] for r, v in zip(rows, values)]).T
+            errors = np.array(
+                [
+                    [v - r[f"{key}_low"], r[f"{key}_high"] - v]
+                    if r.get(f"{key}_low") is not None
+                    else [0.0, 0.0]
+                    for r, v in zip(rows, values)
+                ]
+            ).T
             has_errors = True
         else:
             errors = [r.get(f"{key}_sem") or 0.0 for r in rows]
             has_errors = any(r.get(f"{key}_sem") for r in rows)
-        ax.barh(range(len(rows)), values, xerr=errors if has_errors else None, capsize=2,
-                color=[f"C{j % 10}" for j in range(len(rows))])
+        ax.barh(
+            range(len(rows)),
+            values,
+            xerr=errors if has_errors else None,
+            capsize=2,
+            color=[f"C{j % 10}" for j in range(len(rows))],
+        )
         if key.endswith("_diff_ar"):
             ax.axvline(0.0, color="k", lw=0.8)
         if not has_errors and key != "speedup_nfe" and key != "nfe":

@@ -33,8 +33,20 @@ import torch
 
 from .runs import GenerationRecord, MethodSpec, RunCache
 
-FIELDS = ("nfe", "acceptance_rate", "accepted_per_tested", "wall_seconds", "model_seconds", "distortion",
-          "accounting_seconds", "w1", "w1_sem", "substitution", "substitution_sem", "w1_seconds")
+FIELDS = (
+    "nfe",
+    "acceptance_rate",
+    "accepted_per_tested",
+    "wall_seconds",
+    "model_seconds",
+    "distortion",
+    "accounting_seconds",
+    "w1",
+    "w1_sem",
+    "substitution",
+    "substitution_sem",
+    "w1_seconds",
+)
 DISTORTION_RTOL = 1e-9
 
 
@@ -106,12 +118,20 @@ def identity(cache: RunCache) -> dict[str, Any]:
     recorded, rows solved per image)."""
     model = cache.model
     adapter = model.adapter
-    return {"code": code_fingerprint(), "model": model.name, "num_tokens": model.num_tokens,
-            "weights": {k: v for k, v in sorted(model.weights_info.items()) if "sha256" in k},
-            "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k,
-            "temperature": getattr(adapter, "temperature", None),
-            "filters": asdict(cache.filters), "prompts": list(cache.prompts), "seeds": list(cache.seeds),
-            "record_w1": cache.record_w1, "w1_draws": cache.w1_draws}
+    return {
+        "code": code_fingerprint(),
+        "model": model.name,
+        "num_tokens": model.num_tokens,
+        "weights": {k: v for k, v in sorted(model.weights_info.items()) if "sha256" in k},
+        "cfg_scale": adapter.cfg_scale,
+        "top_k": adapter.top_k,
+        "temperature": getattr(adapter, "temperature", None),
+        "filters": asdict(cache.filters),
+        "prompts": list(cache.prompts),
+        "seeds": list(cache.seeds),
+        "record_w1": cache.record_w1,
+        "w1_draws": cache.w1_draws,
+    }
 
 
 def save(cache: RunCache, path: str | Path, *, git: dict[str, Any] | None = None) -> Path:
@@ -127,8 +147,12 @@ def save(cache: RunCache, path: str | Path, *, git: dict[str, Any] | None = None
     index = {"identity": identity(cache), "git": git or {}, "records": entries}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, tokens=np.stack(tokens) if tokens else np.zeros((0, 0), np.int32),
-                        index=np.array(json.dumps(index)), **{f: np.array(v, np.float64) for f, v in columns.items()})
+    np.savez_compressed(
+        path,
+        tokens=np.stack(tokens) if tokens else np.zeros((0, 0), np.int32),
+        index=np.array(json.dumps(index)),
+        **{f: np.array(v, np.float64) for f, v in columns.items()},
+    )
     return path
 
 
@@ -147,9 +171,11 @@ class Loaded:
         if self.reason:
             return f"stored records not used ({self.reason}): every configuration is decoded here"
         commit = (self.git.get("commit") or "unknown")[:12]
-        return (f"{self.configurations} configurations x {self.images} images loaded from {self.path} (the figures "
-                f"run at commit {commit}, dirty {self.git.get('dirty')}, with the same gsd_core / gsd_lab sources as "
-                "this checkout); the others are decoded here")
+        return (
+            f"{self.configurations} configurations x {self.images} images loaded from {self.path} (the figures "
+            f"run at commit {commit}, dirty {self.git.get('dirty')}, with the same gsd_core / gsd_lab sources as "
+            "this checkout); the others are decoded here"
+        )
 
 
 def load(cache: RunCache, path: str | Path | None) -> Loaded:
@@ -163,9 +189,15 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
         git = index.get("git", {})
         if "code" in differs:
             commit = (git.get("commit") or "unknown")[:12]
-            return Loaded(str(path), 0, 0, git, f"made by other code: the figures run at commit {commit}, dirty "
-                                                f"{git.get('dirty')}, had other gsd_core / gsd_lab sources than "
-                                                "this checkout")
+            return Loaded(
+                str(path),
+                0,
+                0,
+                git,
+                f"made by other code: the figures run at commit {commit}, dirty "
+                f"{git.get('dirty')}, had other gsd_core / gsd_lab sources than "
+                "this checkout",
+            )
         if differs:
             return Loaded(str(path), 0, 0, git, f"made for another {', '.join(differs)}")
         tokens, columns = archive["tokens"], {f: archive[f] for f in FIELDS}
@@ -174,14 +206,27 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
     for i, entry in enumerate(index["records"]):
         values = {f: None if math.isnan(columns[f][i]) else float(columns[f][i]) for f in FIELDS}
         row_tokens = torch.from_numpy(tokens[i].astype(np.int64))
-        grouped.setdefault(entry["key"], []).append(GenerationRecord(
-            label=entry["label"], prompt=entry["prompt"], seed=entry["seed"], nfe=int(values["nfe"]),
-            acceptance_rate=values["acceptance_rate"], accepted_per_tested=values["accepted_per_tested"],
-            wall_seconds=values["wall_seconds"], model_seconds=values["model_seconds"], tokens=row_tokens,
-            image=decode(row_tokens) if decode is not None else None, distortion=values["distortion"],
-            accounting_seconds=values["accounting_seconds"] or 0.0, w1=values["w1"], w1_sem=values["w1_sem"],
-            substitution=values["substitution"], substitution_sem=values["substitution_sem"],
-            w1_seconds=values["w1_seconds"] or 0.0))
+        grouped.setdefault(entry["key"], []).append(
+            GenerationRecord(
+                label=entry["label"],
+                prompt=entry["prompt"],
+                seed=entry["seed"],
+                nfe=int(values["nfe"]),
+                acceptance_rate=values["acceptance_rate"],
+                accepted_per_tested=values["accepted_per_tested"],
+                wall_seconds=values["wall_seconds"],
+                model_seconds=values["model_seconds"],
+                tokens=row_tokens,
+                image=decode(row_tokens) if decode is not None else None,
+                distortion=values["distortion"],
+                accounting_seconds=values["accounting_seconds"] or 0.0,
+                w1=values["w1"],
+                w1_sem=values["w1_sem"],
+                substitution=values["substitution"],
+                substitution_sem=values["substitution_sem"],
+                w1_seconds=values["w1_seconds"] or 0.0,
+            )
+        )
     for key, records in grouped.items():
         cache.preload(key, records)
     images = {len(v) for v in grouped.values()}
@@ -193,16 +238,25 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
     cache and compare them with ``cache``'s records (stored or decoded): the checked-cell lines,
     one per spec. Tokens, NFE and both acceptance measures must be identical, the distortion
     within ``DISTORTION_RTOL`` relative."""
-    live = RunCache(cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, record_w1=False)
+    live = RunCache(
+        cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, record_w1=False
+    )
     lines = []
     for spec in specs:
         stored, fresh = cache.records(spec)[:images], live.records(spec)
-        same = all(torch.equal(a.tokens.cpu(), b.tokens.cpu()) and a.nfe == b.nfe
-                   and a.acceptance_rate == b.acceptance_rate and a.accepted_per_tested == b.accepted_per_tested
-                   and _close(a.distortion, b.distortion) for a, b in zip(stored, fresh))
-        lines.append(f"{spec.label}: {len(fresh)} image(s) re-decoded here equal the records (tokens, NFE, "
-                     f"acceptance identical; distortion within {DISTORTION_RTOL:g} relative): "
-                     f"{same and len(stored) == len(fresh)}")
+        same = all(
+            torch.equal(a.tokens.cpu(), b.tokens.cpu())
+            and a.nfe == b.nfe
+            and a.acceptance_rate == b.acceptance_rate
+            and a.accepted_per_tested == b.accepted_per_tested
+            and _close(a.distortion, b.distortion)
+            for a, b in zip(stored, fresh)
+        )
+        lines.append(
+            f"{spec.label}: {len(fresh)} image(s) re-decoded here equal the records (tokens, NFE, "
+            f"acceptance identical; distortion within {DISTORTION_RTOL:g} relative): "
+            f"{same and len(stored) == len(fresh)}"
+        )
     return lines
 
 

@@ -85,8 +85,10 @@ def token_log_likelihoods(model: ImageModel, prompt: str, tokens: Tensor) -> Ten
     chosen = p.gather(-1, tokens.cpu().long().unsqueeze(-1)).squeeze(-1)
     if bool((chosen <= 0).any()):
         where = torch.nonzero(chosen <= 0).flatten().tolist()[:5]
-        raise ValueError(f"tokens at positions {where} have probability 0 under the model "
-                         "(not image codes, or against a forced token)")
+        raise ValueError(
+            f"tokens at positions {where} have probability 0 under the model "
+            "(not image codes, or against a forced token)"
+        )
     return torch.log(chosen)
 
 
@@ -102,8 +104,9 @@ def content_distance(model: ImageModel, a: Tensor, b: Tensor) -> float | None:
     index[codes] = torch.arange(codes.numel())
     a, b = a.cpu().long(), b.cpu().long()
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"a and b must be token sequences of one length, got {tuple(a.shape)}, "
-                         f"{tuple(b.shape)}")
+        raise ValueError(
+            f"a and b must be token sequences of one length, got {tuple(a.shape)}, {tuple(b.shape)}"
+        )
     same = a == b
     if bool(((index[a] < 0) | (index[b] < 0))[~same].any()):
         raise ValueError("a position with a non-image token differs between the sequences")
@@ -190,8 +193,11 @@ class ReplacementResult:
         paired over images (``verdicts.paired_values``); ``NOT_RUN`` where it was not measured.
         "content_distance" is itself a distance from the original: its mean over images with
         its standard error (the paired difference against the original's zeros)."""
-        values = {"log_likelihood": self.log_likelihood, "condition_score": self.scores,
-                  "content_distance": self.content_distance}.get(measure)
+        values = {
+            "log_likelihood": self.log_likelihood,
+            "condition_score": self.scores,
+            "content_distance": self.content_distance,
+        }.get(measure)
         if values is None:
             raise ValueError(f"unknown measure {measure!r}")
         a, b = values.get(variant), values.get("original")
@@ -202,11 +208,16 @@ class ReplacementResult:
     def rows(self) -> list[dict[str, object]]:
         """One row per altered variant: changed share, and each measure's paired change against
         the original as text ("+0.12 (paired SE 0.03, n = 10)")."""
-        return [{"variant": v, "changed_share": f"{self.changed_share[v]:.3f}",
-                 "log_likelihood_change": self.change("log_likelihood", v).text(),
-                 "content_distance": self.change("content_distance", v).text(),
-                 "condition_score_change": self.change("condition_score", v).text()}
-                for v in VARIANTS[1:]]
+        return [
+            {
+                "variant": v,
+                "changed_share": f"{self.changed_share[v]:.3f}",
+                "log_likelihood_change": self.change("log_likelihood", v).text(),
+                "content_distance": self.change("content_distance", v).text(),
+                "condition_score_change": self.change("condition_score", v).text(),
+            }
+            for v in VARIANTS[1:]
+        ]
 
     def summary_lines(self) -> list[str]:
         """What the study shows, one sentence per altered variant, each change judged by the one
@@ -214,22 +225,28 @@ class ReplacementResult:
         lines = []
         for v in VARIANTS[1:]:
             parts = []
-            for measure, noun in (("log_likelihood", "its own log-likelihood per token"),
-                                  ("condition_score", "the condition score")):
+            for measure, noun in (
+                ("log_likelihood", "its own log-likelihood per token"),
+                ("condition_score", "the condition score"),
+            ):
                 change = self.change(measure, v)
                 if not math.isfinite(change.difference):
                     continue
                 outcome = verdict(change.difference, change.se, -1)
-                noise = (f"within {NOISE_Z:g} SE (noise)" if change.se is not None
-                         else "noise (no SE)")
+                noise = (
+                    f"within {NOISE_Z:g} SE (noise)" if change.se is not None else "noise (no SE)"
+                )
                 word = {"yes": "lower", "no": "higher"}.get(outcome, noise)
                 parts.append(f"{noun} {word}: {change.text()}")
             distance = self.change("content_distance", v)
             if math.isfinite(distance.difference):
                 se = "no SE" if distance.se is None else f"SE {distance.se:.3g}"
                 parts.append(f"content distance from the original {distance.difference:.3g} ({se})")
-            lines.append(f"Measured here, {v} ({self.changed_share[v]:.1%} of tokens changed): "
-                         + "; ".join(parts) + ".")
+            lines.append(
+                f"Measured here, {v} ({self.changed_share[v]:.1%} of tokens changed): "
+                + "; ".join(parts)
+                + "."
+            )
         return lines
 
 
@@ -256,8 +273,16 @@ def replacement_study(
         p = target_distributions(model, record.prompt, original).cpu()
         variants = {"original": original}
         for mode in MODES:
-            variants[mode] = replace_tokens(original, p, model, mode=mode, fraction=fraction,
-                                            top_k=top_k, generator=generator, clusters=clusters)[0]
+            variants[mode] = replace_tokens(
+                original,
+                p,
+                model,
+                mode=mode,
+                fraction=fraction,
+                top_k=top_k,
+                generator=generator,
+                clusters=clusters,
+            )[0]
         for name, tokens in variants.items():
             images[name].append(record.image if name == "original" else model.decode(tokens))
             scored = token_log_likelihoods(model, record.prompt, tokens)
@@ -271,12 +296,19 @@ def replacement_study(
         prompts=prompts,
         images=images,
         quality={name: quality[name][0] for name in VARIANTS},
-        scores={name: None if quality[name][1] is None else quality[name][1].tolist()
-                for name in VARIANTS},
+        scores={
+            name: None if quality[name][1] is None else quality[name][1].tolist()
+            for name in VARIANTS
+        },
         mean_log_prob={name: float(np.mean(v)) for name, v in log_likelihood.items()},
         changed_share={name: float(np.mean(v)) for name, v in changed.items()},
-        config={"fraction": fraction, "top_k": top_k, "cluster_size": cluster_size, "seed": seed,
-                "log_likelihood": "own rows, full softmax (no top-k), per token"},
+        config={
+            "fraction": fraction,
+            "top_k": top_k,
+            "cluster_size": cluster_size,
+            "seed": seed,
+            "log_likelihood": "own rows, full softmax (no top-k), per token",
+        },
         log_likelihood=log_likelihood,
         content_distance=distance,
     )

@@ -55,6 +55,7 @@ from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
 from ..quality.metrics import paired_bootstrap
 from .image_model import ImageModel
 
+
 @dataclass(frozen=True)
 class MethodSpec:
     """One row of a table: a ``DecodingMethod`` with a ``label`` (only a name) and a
@@ -67,7 +68,9 @@ class MethodSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, DecodingMethod):
-            raise ValueError(f"{self.label}: method must be a gsd_lab.decode.methods.DecodingMethod, got {self.method!r}")
+            raise ValueError(
+                f"{self.label}: method must be a gsd_lab.decode.methods.DecodingMethod, got {self.method!r}"
+            )
         if isinstance(self.seed_offset, bool) or not isinstance(self.seed_offset, int):
             raise ValueError(f"seed_offset must be an int, got {self.seed_offset!r}")
 
@@ -87,8 +90,13 @@ def decoding_identity(model: ImageModel, spec: MethodSpec) -> dict[str, Any]:
     adapter's CFG scale, top-k and temperature as they are now (part of the run identity of
     ``evaluate`` and ``figures --paper``)."""
     adapter = model.adapter
-    return {"method": spec.method.for_model(model.name).to_dict(), "seed_offset": spec.seed_offset,
-            "cfg_scale": adapter.cfg_scale, "top_k": adapter.top_k, "temperature": getattr(adapter, "temperature", None)}
+    return {
+        "method": spec.method.for_model(model.name).to_dict(),
+        "seed_offset": spec.seed_offset,
+        "cfg_scale": adapter.cfg_scale,
+        "top_k": adapter.top_k,
+        "temperature": getattr(adapter, "temperature", None),
+    }
 
 
 @dataclass
@@ -126,16 +134,27 @@ def generator_seed(seed: int, prompt_index: int) -> int:
     return 1_000_003 * seed + prompt_index
 
 
-def resolve_for(model: ImageModel, method: DecodingMethod, cache: dict | None = None) -> ResolvedMethod:
+def resolve_for(
+    model: ImageModel, method: DecodingMethod, cache: dict | None = None
+) -> ResolvedMethod:
     """``method``'s runtime objects on ``model`` (its default filters by name; ``cache``: one
     dict per model, see ``DecodingMethod.resolve``)."""
     return method.resolve(model.adapter, model_name=model.name, cache=cache)
 
 
-def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, prompt: str, seed: int, *,
-                 record_top1: bool = False, progress: bool = False, record_distortion: bool = False,
-                 runner: str = "eager", record_w1: bool = False,
-                 w1_draws: int | None = DEFAULT_DRAWS) -> tuple[DecodeResult, np.ndarray | None]:
+def generate_one(
+    model: ImageModel,
+    method: DecodingMethod | ResolvedMethod,
+    prompt: str,
+    seed: int,
+    *,
+    record_top1: bool = False,
+    progress: bool = False,
+    record_distortion: bool = False,
+    runner: str = "eager",
+    record_w1: bool = False,
+    w1_draws: int | None = DEFAULT_DRAWS,
+) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
@@ -144,22 +163,48 @@ def generate_one(model: ImageModel, method: DecodingMethod | ResolvedMethod, pro
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
-    result = generate(model.adapter, prompt_ids, resolved, num_tokens=model.num_tokens, generator=generator,
-                      uncond_prompt_ids=uncond_ids, record_top1=record_top1, progress=progress,
-                      record_distortion=record_distortion, runner=runner, record_w1=record_w1, w1_draws=w1_draws)
+    result = generate(
+        model.adapter,
+        prompt_ids,
+        resolved,
+        num_tokens=model.num_tokens,
+        generator=generator,
+        uncond_prompt_ids=uncond_ids,
+        record_top1=record_top1,
+        progress=progress,
+        record_distortion=record_distortion,
+        runner=runner,
+        record_w1=record_w1,
+        w1_draws=w1_draws,
+    )
     return result, (model.decode(result.tokens) if model.decode is not None else None)
 
 
-def record_of(label: str, prompt: str, seed: int, result: DecodeResult, image: np.ndarray | None) -> GenerationRecord:
+def record_of(
+    label: str, prompt: str, seed: int, result: DecodeResult, image: np.ndarray | None
+) -> GenerationRecord:
     """The ``GenerationRecord`` of one decoded image (per-image means of the distortions)."""
     w1 = result.w1
     return GenerationRecord(
-        label, prompt, seed, result.nfe, result.acceptance_rate, accepted_per_tested(result), result.wall_seconds,
-        result.model_seconds, result.tokens, image, result.top1,
-        float(result.distortion.mean()) if result.distortion is not None else None, result.accounting_seconds,
-        w1=None if w1 is None else w1.mean, w1_sem=None if w1 is None else w1.sem,
+        label,
+        prompt,
+        seed,
+        result.nfe,
+        result.acceptance_rate,
+        accepted_per_tested(result),
+        result.wall_seconds,
+        result.model_seconds,
+        result.tokens,
+        image,
+        result.top1,
+        float(result.distortion.mean()) if result.distortion is not None else None,
+        result.accounting_seconds,
+        w1=None if w1 is None else w1.mean,
+        w1_sem=None if w1 is None else w1.sem,
         substitution=None if w1 is None else w1.substitution,
-        substitution_sem=None if w1 is None else w1.substitution_sem, w1_seconds=0.0 if w1 is None else w1.seconds)
+        substitution_sem=None if w1 is None else w1.substitution_sem,
+        w1_seconds=0.0 if w1 is None else w1.seconds,
+    )
 
 
 def run_method(
@@ -185,30 +230,55 @@ def run_method(
     if resolved is None:
         resolved = resolve_for(model, spec.method)
     elif resolved.method != spec.method.for_model(model.name):
-        raise ValueError(f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} is not "
-                         f"{spec.method.for_model(model.name).key})")
+        raise ValueError(
+            f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} is not "
+            f"{spec.method.for_model(model.name).key})"
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if batch_size > 1:
-        return run_batched(model, [(spec, resolved)], prompts, seeds, batch_size, progress=progress,
-                           record_top1=record_top1, record_distortion=record_distortion,
-                           record_w1=record_w1, w1_draws=w1_draws)[0]
+        return run_batched(
+            model,
+            [(spec, resolved)],
+            prompts,
+            seeds,
+            batch_size,
+            progress=progress,
+            record_top1=record_top1,
+            record_distortion=record_distortion,
+            record_w1=record_w1,
+            w1_draws=w1_draws,
+        )[0]
     records = []
     for seed in seeds:
         for index, prompt in enumerate(prompts):
             gseed = generator_seed(seed + spec.seed_offset, index)
-            result, image = generate_one(model, resolved, prompt, gseed, record_top1=record_top1,
-                                         record_distortion=record_distortion, record_w1=record_w1,
-                                         w1_draws=w1_draws)
+            result, image = generate_one(
+                model,
+                resolved,
+                prompt,
+                gseed,
+                record_top1=record_top1,
+                record_distortion=record_distortion,
+                record_w1=record_w1,
+                w1_draws=w1_draws,
+            )
             records.append(record_of(spec.label, prompt, gseed, result, image))
             if progress is not None:
                 progress.update(1)
     return records
 
 
-def run_batched(model: ImageModel, jobs: list[tuple[MethodSpec, ResolvedMethod]],
-                prompts: list[str], seeds: Iterable[int], batch_size: int, *, progress: Any = None,
-                **options: Any) -> list[list[GenerationRecord]]:
+def run_batched(
+    model: ImageModel,
+    jobs: list[tuple[MethodSpec, ResolvedMethod]],
+    prompts: list[str],
+    seeds: Iterable[int],
+    batch_size: int,
+    *,
+    progress: Any = None,
+    **options: Any,
+) -> list[list[GenerationRecord]]:
     """``run_method``'s images of every (spec, resolved) job, decoded as one stream through
     ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
     side, so batches stay full across jobs); per job its records in ``run_method``'s order
@@ -224,10 +294,12 @@ def run_batched(model: ImageModel, jobs: list[tuple[MethodSpec, ResolvedMethod]]
                 prompt_ids, uncond_ids = model.encode(prompt)
                 generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
                 items.append((job, prompt, gseed))
-                requests.append(DecodeRequest(prompt_ids, resolved, model.num_tokens, generator,
-                                              uncond_ids))
-    results = generate_batch(model.adapter, requests, batch_size=batch_size, progress=progress,
-                             **options)
+                requests.append(
+                    DecodeRequest(prompt_ids, resolved, model.num_tokens, generator, uncond_ids)
+                )
+    results = generate_batch(
+        model.adapter, requests, batch_size=batch_size, progress=progress, **options
+    )
     decode = model.decode
     records: list[list[GenerationRecord]] = [[] for _ in jobs]
     for (job, prompt, gseed), result in zip(items, results):
@@ -242,8 +314,9 @@ def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> 
     return quality_and_scores(model, images, prompts)[0]
 
 
-def quality_and_scores(model: ImageModel, images: list[np.ndarray],
-                       prompts: list[str]) -> tuple[dict[str, float], np.ndarray | None]:
+def quality_and_scores(
+    model: ImageModel, images: list[np.ndarray], prompts: list[str]
+) -> tuple[dict[str, float], np.ndarray | None]:
     """``quality`` and the per-image condition scores [N] it averaged (None without them)."""
     out: dict[str, float] = {}
     scores = None
@@ -260,11 +333,17 @@ def quality_and_scores(model: ImageModel, images: list[np.ndarray],
 def score_summary(scores: np.ndarray) -> dict[str, float | None]:
     """condition_score: the mean of per-image scores [N]; condition_score_sem: its standard error
     (differences below about two of these are noise; None for one image)."""
-    return {"condition_score": float(scores.mean()),
-            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else None}
+    return {
+        "condition_score": float(scores.mean()),
+        "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores)))
+        if len(scores) > 1
+        else None,
+    }
 
 
-def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) -> dict[str, Any] | None:
+def real_image_baseline(
+    model: ImageModel, num_images: int, *, seed: int = 0
+) -> dict[str, Any] | None:
     """The quality proxies of real images, for the stand-in (None for other models): the
     condition score of the fixed held-out real crops (the classifier never saw them; mean and
     standard error over crops), and the Frechet distance to the held-out reference of
@@ -282,16 +361,27 @@ def real_image_baseline(model: ImageModel, num_images: int, *, seed: int = 0) ->
         return list(pixels.permute(0, 2, 3, 1).numpy())
 
     crops, labels = heldout_set()
-    scores = np.asarray(model.condition_scores(as_uint8(crops), [names[i] for i in labels.tolist()]), np.float64)
+    scores = np.asarray(
+        model.condition_scores(as_uint8(crops), [names[i] for i in labels.tolist()]), np.float64
+    )
     per_class = max(1, -(-num_images // len(names)))
     train, _ = data.class_crops("train", per_class, seed, flip=False)
-    train = train.view(len(names), per_class, *train.shape[1:]).transpose(0, 1).reshape(-1, *train.shape[1:])
-    return {"method": "real crops (held-out score; train-split Frechet)", "images": len(scores),
-            "condition_score": float(scores.mean()),
-            "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))),
-            # The Frechet distance needs two images for a covariance (tiny sizes decode one).
-            "frechet_distance": float(model.frechet_distance(as_uint8(train[:num_images]))) if num_images >= 2 else None,
-            "frechet_images": min(num_images, train.shape[0])}
+    train = (
+        train.view(len(names), per_class, *train.shape[1:])
+        .transpose(0, 1)
+        .reshape(-1, *train.shape[1:])
+    )
+    return {
+        "method": "real crops (held-out score; train-split Frechet)",
+        "images": len(scores),
+        "condition_score": float(scores.mean()),
+        "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))),
+        # The Frechet distance needs two images for a covariance (tiny sizes decode one).
+        "frechet_distance": float(model.frechet_distance(as_uint8(train[:num_images])))
+        if num_images >= 2
+        else None,
+        "frechet_images": min(num_images, train.shape[0]),
+    }
 
 
 def _sem(values: list[float]) -> float | None:
@@ -299,8 +389,13 @@ def _sem(values: list[float]) -> float | None:
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
 
 
-def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list[GenerationRecord] | None = None,
-              *, quality_row: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    model: ImageModel,
+    records: list[GenerationRecord],
+    baseline: list[GenerationRecord] | None = None,
+    *,
+    quality_row: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A table row: means over records, speed-ups against ``baseline`` (the AR records).
     ``quality_row``: the records' ``quality`` if already computed (else computed here)."""
     if not records:
@@ -323,13 +418,22 @@ def summarize(model: ImageModel, records: list[GenerationRecord], baseline: list
         if any(v is None for v in values):
             continue
         row[key], row[f"{key}_sem"] = float(np.mean(values)), _sem(values)
-        if key != "distortion":  # the estimator's share of that error: its within-image sampling noise
+        if (
+            key != "distortion"
+        ):  # the estimator's share of that error: its within-image sampling noise
             sampling = [getattr(r, f"{key}_sem") for r in records]
-            row[f"{key}_sampling_sem"] = (None if any(v is None for v in sampling)
-                                         else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling))
-    row["per_image"] = {"prompt": [r.prompt for r in records], "seed": [r.seed for r in records],
-                        "nfe": [r.nfe for r in records], "distortion": [r.distortion for r in records],
-                        "w1": [r.w1 for r in records]}
+            row[f"{key}_sampling_sem"] = (
+                None
+                if any(v is None for v in sampling)
+                else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling)
+            )
+    row["per_image"] = {
+        "prompt": [r.prompt for r in records],
+        "seed": [r.seed for r in records],
+        "nfe": [r.nfe for r in records],
+        "distortion": [r.distortion for r in records],
+        "w1": [r.w1 for r in records],
+    }
     if baseline:
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
@@ -352,23 +456,42 @@ class RunCache:
     per image (None: exact for every token; module docstring). batch_size: images per forward
     (``run_method``; 1: one image at a time)."""
 
-    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings | None = None,
-                 *, progress: Any = None, record_top1: bool = True, record_distortion: bool = True,
-                 bootstrap_resamples: int = 2000, progress_lines: bool | None = None,
-                 record_w1: bool | None = None, w1_draws: int | None = DEFAULT_DRAWS,
-                 batch_size: int = 1) -> None:
+    def __init__(
+        self,
+        model: ImageModel,
+        prompts: list[str],
+        seeds: list[int],
+        filters: FilterSettings | None = None,
+        *,
+        progress: Any = None,
+        record_top1: bool = True,
+        record_distortion: bool = True,
+        bootstrap_resamples: int = 2000,
+        progress_lines: bool | None = None,
+        record_w1: bool | None = None,
+        w1_draws: int | None = DEFAULT_DRAWS,
+        batch_size: int = 1,
+    ) -> None:
         self.model, self.prompts, self.seeds = model, prompts, seeds
         self.batch_size = batch_size
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
-        self.progress, self.record_top1, self.record_distortion = progress, record_top1, record_distortion
+        self.progress, self.record_top1, self.record_distortion = (
+            progress,
+            record_top1,
+            record_distortion,
+        )
         if record_w1 is None:
             record_w1 = record_distortion and model.adapter.code_content() is not None
         self.record_w1, self.w1_draws = record_w1, w1_draws
-        self.progress_lines = model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
+        self.progress_lines = (
+            model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
+        )
         self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
         self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
-        self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}  # scored once per configuration
+        self._quality: dict[
+            tuple, tuple[dict[str, Any], np.ndarray | None]
+        ] = {}  # scored once per configuration
         self._resolved: dict = {}  # rule objects built once (LANTERN's tables, one per k)
 
     def _concrete(self, spec: MethodSpec) -> MethodSpec:
@@ -379,7 +502,8 @@ class RunCache:
         if spec.seed_offset and shifted & set(self.seeds):
             raise ValueError(
                 f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
-                "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset")
+                "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset"
+            )
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
         """Decode every configuration of ``specs`` not decoded (or preloaded) yet, all in one
@@ -394,12 +518,21 @@ class RunCache:
                 todo.setdefault(spec.key, spec)
         if not todo:
             return
-        jobs = [(spec, resolve_for(self.model, spec.method, self._resolved))
-                for spec in todo.values()]
-        decoded = run_batched(self.model, jobs, self.prompts, self.seeds, self.batch_size,
-                              progress=self.progress, record_top1=self.record_top1,
-                              record_distortion=self.record_distortion, record_w1=self.record_w1,
-                              w1_draws=self.w1_draws)
+        jobs = [
+            (spec, resolve_for(self.model, spec.method, self._resolved)) for spec in todo.values()
+        ]
+        decoded = run_batched(
+            self.model,
+            jobs,
+            self.prompts,
+            self.seeds,
+            self.batch_size,
+            progress=self.progress,
+            record_top1=self.record_top1,
+            record_distortion=self.record_distortion,
+            record_w1=self.record_w1,
+            w1_draws=self.w1_draws,
+        )
         for key, records in zip(todo, decoded):
             self._records[key] = records
 
@@ -410,12 +543,22 @@ class RunCache:
             self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
             resolved = resolve_for(self.model, spec.method, self._resolved)
-            self._records[spec.key] = run_method(self.model, spec, self.prompts, self.seeds, resolved=resolved,
-                                                 record_top1=self.record_top1, progress=self._progress(spec.label),
-                                                 record_distortion=self.record_distortion,
-                                                 record_w1=self.record_w1, w1_draws=self.w1_draws,
-                                                 batch_size=self.batch_size)
-        return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+            self._records[spec.key] = run_method(
+                self.model,
+                spec,
+                self.prompts,
+                self.seeds,
+                resolved=resolved,
+                record_top1=self.record_top1,
+                progress=self._progress(spec.label),
+                record_distortion=self.record_distortion,
+                record_w1=self.record_w1,
+                w1_draws=self.w1_draws,
+                batch_size=self.batch_size,
+            )
+        return [
+            GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]
+        ]
 
     def decoded(self) -> dict[tuple, list[GenerationRecord]]:
         """Every configuration decoded (or preloaded) so far: key -> its records."""
@@ -426,8 +569,9 @@ class RunCache:
         (``gsd_lab.experiments.records``): ``records(spec)`` returns them instead of decoding."""
         self._stored[key] = records
 
-    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
-                       guided: bool = True) -> list[GenerationRecord]:
+    def detail_records(
+        self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
+    ) -> list[GenerationRecord]:
         """Records with tokens, top-1 vectors and images for the detail analyses (top-1
         statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
         ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
@@ -439,18 +583,28 @@ class RunCache:
         spec = self._concrete(spec)
         with guidance_scale(self.model, None):
             resolved = resolve_for(self.model, spec.method, self._resolved)
-            return run_method(self.model, spec, self.prompts[:limit], self.seeds, resolved=resolved, record_top1=True,
-                              progress=self._progress(f"{spec.label} without guidance",
-                                                      self.prompts[:limit]),
-                              batch_size=self.batch_size)
+            return run_method(
+                self.model,
+                spec,
+                self.prompts[:limit],
+                self.seeds,
+                resolved=resolved,
+                record_top1=True,
+                progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]),
+                batch_size=self.batch_size,
+            )
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
         """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
         from ..io.progress import ProgressLog, ProgressTee
 
         images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
-        log = ProgressLog(images, desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
-                                       "before it)", enabled=self.progress_lines)
+        log = ProgressLog(
+            images,
+            desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
+            "before it)",
+            enabled=self.progress_lines,
+        )
         return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
@@ -465,8 +619,9 @@ class RunCache:
         spec = self._concrete(spec)
         if spec.key not in self._quality:
             records = self.records(spec)
-            self._quality[spec.key] = quality_and_scores(self.model, [r.image for r in records],
-                                                         [r.prompt for r in records])
+            self._quality[spec.key] = quality_and_scores(
+                self.model, [r.image for r in records], [r.prompt for r in records]
+            )
         return self._quality[spec.key]
 
     def table(self, specs: list[MethodSpec], baseline: MethodSpec) -> list[dict[str, Any]]:
@@ -486,11 +641,24 @@ class RunCache:
                 row["per_image"]["condition_score"] = scores.tolist()
             if scores is not None and base_scores is not None:
                 if [r.prompt for r in records] != [r.prompt for r in base]:
-                    raise ValueError(f"{spec.label} and {baseline.label} are not paired image by image")
-                interval = paired_bootstrap(scores, base_scores, num_resamples=self.bootstrap_resamples,
-                                            generator=torch.Generator().manual_seed(0))
-                row.update({f"condition_score_diff_ar{k}": v for k, v in
-                            (("", interval.difference), ("_low", interval.low), ("_high", interval.high))})
+                    raise ValueError(
+                        f"{spec.label} and {baseline.label} are not paired image by image"
+                    )
+                interval = paired_bootstrap(
+                    scores,
+                    base_scores,
+                    num_resamples=self.bootstrap_resamples,
+                    generator=torch.Generator().manual_seed(0),
+                )
+                row.update(
+                    {
+                        f"condition_score_diff_ar{k}": v
+                        for k, v in (
+                            ("", interval.difference),
+                            ("_low", interval.low),
+                            ("_high", interval.high),
+                        )
+                    }
+                )
             rows.append(row)
         return rows
-

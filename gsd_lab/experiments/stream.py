@@ -39,15 +39,34 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..evaluate import DistributedContext, Run, check_run, finished_row, load_result, result_path, shard_indices, \
-    start_run, write_result
+from ..evaluate import (
+    DistributedContext,
+    Run,
+    check_run,
+    finished_row,
+    load_result,
+    result_path,
+    shard_indices,
+    start_run,
+    write_result,
+)
 from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
 from ..accounting.transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
 from ..decode.methods import DecodingMethod, ResolvedMethod
-from .runs import (FilterSettings, GenerationRecord, MethodSpec, RunCache, accepted_per_tested, decoding_identity,
-                   generate_one, generator_seed, resolve_for, score_summary)
+from .runs import (
+    FilterSettings,
+    GenerationRecord,
+    MethodSpec,
+    RunCache,
+    accepted_per_tested,
+    decoding_identity,
+    generate_one,
+    generator_seed,
+    resolve_for,
+    score_summary,
+)
 
 STREAM_DIR = "decoding"
 
@@ -66,7 +85,9 @@ class Configuration:
         """A folder name: the label in lower case and dashes, then a hash of what decides it."""
         slug = re.sub(r"[^a-z0-9.]+", "-", self.spec.label.lower()).strip("-")[:48]
         key = repr((self.spec.key, self.guided, self.max_prompts)).encode()
-        return f"{slug}{'' if self.guided else '-no-guidance'}-{hashlib.sha256(key).hexdigest()[:8]}"
+        return (
+            f"{slug}{'' if self.guided else '-no-guidance'}-{hashlib.sha256(key).hexdigest()[:8]}"
+        )
 
 
 def context_from_environment() -> DistributedContext:
@@ -85,12 +106,32 @@ class StreamedRunCache(RunCache):
     configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
     then use it as a ``RunCache`` for the tables."""
 
-    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int], filters: FilterSettings,
-                 out_dir: str | Path, *, weights: dict[str, str], context: DistributedContext | None = None,
-                 save_images: bool = False, record_distortion: bool = True, progress: bool = True,
-                 bootstrap_resamples: int = 2000, w1_draws: int | None = DEFAULT_DRAWS) -> None:
-        super().__init__(model, prompts, seeds, filters, record_top1=False, record_distortion=record_distortion,
-                         bootstrap_resamples=bootstrap_resamples, w1_draws=w1_draws)
+    def __init__(
+        self,
+        model: ImageModel,
+        prompts: list[str],
+        seeds: list[int],
+        filters: FilterSettings,
+        out_dir: str | Path,
+        *,
+        weights: dict[str, str],
+        context: DistributedContext | None = None,
+        save_images: bool = False,
+        record_distortion: bool = True,
+        progress: bool = True,
+        bootstrap_resamples: int = 2000,
+        w1_draws: int | None = DEFAULT_DRAWS,
+    ) -> None:
+        super().__init__(
+            model,
+            prompts,
+            seeds,
+            filters,
+            record_top1=False,
+            record_distortion=record_distortion,
+            bootstrap_resamples=bootstrap_resamples,
+            w1_draws=w1_draws,
+        )
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
@@ -110,12 +151,21 @@ class StreamedRunCache(RunCache):
         """What every row of (config, seed) depends on besides its prompt (``evaluate.Run``)."""
         with self._guidance(config):
             decoding = decoding_identity(self.model, config.spec)
-        return {"command": "figures --paper", "model": self.model.name, "weights": self.weights,
-                "decoding": decoding, "seed": seed, "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
-                "records": {"top1": self._records_top1(config), "distortion": self.record_distortion,
-                            "w1_draws": self.w1_draws if self.record_w1 else "none",
-                            "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
-                            "quality_config": self.model.quality_config}}
+        return {
+            "command": "figures --paper",
+            "model": self.model.name,
+            "weights": self.weights,
+            "decoding": decoding,
+            "seed": seed,
+            "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
+            "records": {
+                "top1": self._records_top1(config),
+                "distortion": self.record_distortion,
+                "w1_draws": self.w1_draws if self.record_w1 else "none",
+                "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
+                "quality_config": self.model.quality_config,
+            },
+        }
 
     def plan(self, configurations: list[Configuration], *, dry: bool = False) -> None:
         """Record the runs (run.json, checked against what is on disk; ``dry``: only checked,
@@ -130,8 +180,13 @@ class StreamedRunCache(RunCache):
                 else:
                     start_run(self.folder(config, seed), run, self.context, write=True)
                 self._runs[(config, seed)] = run
-        self.items = [(index, config, seed) for index in range(len(self.prompts)) for config in self.configurations
-                      if config.max_prompts is None or index < config.max_prompts for seed in self.seeds]
+        self.items = [
+            (index, config, seed)
+            for index in range(len(self.prompts))
+            for config in self.configurations
+            if config.max_prompts is None or index < config.max_prompts
+            for seed in self.seeds
+        ]
         self._done, self._nfe = set(), {config: [] for config in self.configurations}
         for index, config, seed in self.items:  # one read of what is on disk (foreign rows raise)
             row = finished_row(self._runs[(config, seed)], self.folder(config, seed), index)
@@ -147,30 +202,49 @@ class StreamedRunCache(RunCache):
         nfe = self._nfe.get(config)
         return float(np.mean(nfe)) if nfe else float(self.model.num_tokens)
 
-    def remaining(self, items: list[tuple[int, Configuration, int]] | None = None) -> list[tuple[int, Configuration, int]]:
+    def remaining(
+        self, items: list[tuple[int, Configuration, int]] | None = None
+    ) -> list[tuple[int, Configuration, int]]:
         return [item for item in (self.items if items is None else items) if not self.done(item)]
 
     # ---- decoding ----
 
     def run(self) -> int:
         """Decode this rank's unfinished items, writing each result as it is done; returns how many."""
-        mine = [self.items[i] for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)]
+        mine = [
+            self.items[i]
+            for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)
+        ]
         todo = self.remaining(mine)
-        progress = ProgressLog(len(mine), done=len(mine) - len(todo), enabled=self.show_progress,
-                               desc=f"figures --paper, rank {self.context.rank} of {self.context.world_size} "
-                                    "(decoded images)")
+        progress = ProgressLog(
+            len(mine),
+            done=len(mine) - len(todo),
+            enabled=self.show_progress,
+            desc=f"figures --paper, rank {self.context.rank} of {self.context.world_size} "
+            "(decoded images)",
+        )
         left = sum(self.estimated_forwards(config) for _, config, _ in todo)
         if self.show_progress:
-            print(progress.line(f"{len(self.configurations)} configurations x {len(self.prompts)} prompts; "
-                                f"about {left:,.0f} forwards to go"), flush=True)
+            print(
+                progress.line(
+                    f"{len(self.configurations)} configurations x {len(self.prompts)} prompts; "
+                    f"about {left:,.0f} forwards to go"
+                ),
+                flush=True,
+            )
         for index, config, seed in todo:
             row = self._decode(index, config, seed)
-            write_result(self._runs[(config, seed)], self.folder(config, seed), index, row, self.context)
+            write_result(
+                self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
+            )
             self._done.add((index, config, seed))
             left -= self.estimated_forwards(config)
             self._nfe[config].append(row["nfe"])
-            progress.advance(work=row["nfe"], remaining_work=max(left, 0.0),
-                             note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}")
+            progress.advance(
+                work=row["nfe"],
+                remaining_work=max(left, 0.0),
+                note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}",
+            )
         return len(todo)
 
     def wait(self, *, poll_seconds: float = 10.0, timeout: float | None = None) -> None:
@@ -185,8 +259,11 @@ class StreamedRunCache(RunCache):
                 raise TimeoutError(f"{len(missing)} results still missing after {duration(waited)}")
             if self.show_progress and waited - last >= 60:
                 last = waited
-                print(f"figures --paper, rank 0: waiting for {len(missing)} results of the other ranks "
-                      f"({duration(waited)})", flush=True)
+                print(
+                    f"figures --paper, rank 0: waiting for {len(missing)} results of the other ranks "
+                    f"({duration(waited)})",
+                    flush=True,
+                )
             time.sleep(poll_seconds)
 
     def _result_file(self, item: tuple[int, Configuration, int]) -> Path:
@@ -206,7 +283,9 @@ class StreamedRunCache(RunCache):
 
     def _rule(self, spec: MethodSpec) -> ResolvedMethod:
         if spec.key not in self._rules:
-            self._rules[spec.key] = resolve_for(self.model, self._concrete(spec).method, self._resolved)
+            self._rules[spec.key] = resolve_for(
+                self.model, self._concrete(spec).method, self._resolved
+            )
         return self._rules[spec.key]
 
     def _decode(self, index: int, config: Configuration, seed: int) -> dict[str, Any]:
@@ -214,26 +293,48 @@ class StreamedRunCache(RunCache):
         resolved = self._rule(spec)
         gseed = generator_seed(seed + spec.seed_offset, index)
         with self._guidance(config):
-            result, image = generate_one(self.model, resolved, prompt, gseed, record_top1=self._records_top1(config),
-                                         record_distortion=self.record_distortion, record_w1=self.record_w1,
-                                         w1_draws=self.w1_draws)
+            result, image = generate_one(
+                self.model,
+                resolved,
+                prompt,
+                gseed,
+                record_top1=self._records_top1(config),
+                record_distortion=self.record_distortion,
+                record_w1=self.record_w1,
+                w1_draws=self.w1_draws,
+            )
         row: dict[str, Any] = {
-            "label": spec.label, "generator_seed": gseed, "nfe": result.nfe, "acceptance_rate": result.acceptance_rate,
-            "accepted_per_tested": accepted_per_tested(result), "wall_seconds": result.wall_seconds,
-            "model_seconds": result.model_seconds, "accounting_seconds": result.accounting_seconds,
+            "label": spec.label,
+            "generator_seed": gseed,
+            "nfe": result.nfe,
+            "acceptance_rate": result.acceptance_rate,
+            "accepted_per_tested": accepted_per_tested(result),
+            "wall_seconds": result.wall_seconds,
+            "model_seconds": result.model_seconds,
+            "accounting_seconds": result.accounting_seconds,
             "distortion": None if result.distortion is None else float(result.distortion.mean()),
-            **({} if result.w1 is None else {"w1": result.w1.mean, "w1_sem": result.w1.sem,
-                                              "w1_seconds": result.w1.seconds,
-                                              "substitution": result.w1.substitution,
-                                              "substitution_sem": result.w1.substitution_sem}),
-            "tokens": result.tokens.tolist(), "device": str(self.model.adapter.device),
+            **(
+                {}
+                if result.w1 is None
+                else {
+                    "w1": result.w1.mean,
+                    "w1_sem": result.w1.sem,
+                    "w1_seconds": result.w1.seconds,
+                    "substitution": result.w1.substitution,
+                    "substitution_sem": result.w1.substitution_sem,
+                }
+            ),
+            "tokens": result.tokens.tolist(),
+            "device": str(self.model.adapter.device),
         }
         if result.top1 is not None:
             row["top1"] = result.top1.tolist()
         if image is not None and self.model.condition_scores is not None:
             row["condition_score"] = float(self.model.condition_scores([image], [prompt])[0])
         if image is not None and self.save_images:
-            row["image"] = save_image_atomic(image, self.folder(config, seed) / "images" / f"{index:06d}.png")
+            row["image"] = save_image_atomic(
+                image, self.folder(config, seed) / "images" / f"{index:06d}.png"
+            )
         return row
 
     # ---- reading back ----
@@ -247,36 +348,55 @@ class StreamedRunCache(RunCache):
                 if row is None or not run.row_matches(row, index):
                     if missing_ok:
                         continue
-                    raise ValueError(f"{result_path(folder, index)} is missing or not of this run: "
-                                     "the paper run is not complete (run figures --paper again to resume it)")
+                    raise ValueError(
+                        f"{result_path(folder, index)} is missing or not of this run: "
+                        "the paper run is not complete (run figures --paper again to resume it)"
+                    )
                 yield row
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         found = [c for c in self.configurations if c.spec.key == spec.key and c.guided == guided]
         if not found:
-            raise ValueError(f"{spec.label} (guided={guided}) is not a configuration of this paper run")
+            raise ValueError(
+                f"{spec.label} (guided={guided}) is not a configuration of this paper run"
+            )
         return found[0]
 
     @staticmethod
     def _record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
         return GenerationRecord(
-            row["label"], row["prompt"], row["generator_seed"], row["nfe"], row["acceptance_rate"],
-            row["accepted_per_tested"], row["wall_seconds"], row["model_seconds"],
-            torch.tensor(row["tokens"]) if full else None, None,
+            row["label"],
+            row["prompt"],
+            row["generator_seed"],
+            row["nfe"],
+            row["acceptance_rate"],
+            row["accepted_per_tested"],
+            row["wall_seconds"],
+            row["model_seconds"],
+            torch.tensor(row["tokens"]) if full else None,
+            None,
             torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
-            row["distortion"], row["accounting_seconds"], w1=row.get("w1"), w1_sem=row.get("w1_sem"),
-            substitution=row.get("substitution"), substitution_sem=row.get("substitution_sem"),
-            w1_seconds=row.get("w1_seconds", 0.0))
+            row["distortion"],
+            row["accounting_seconds"],
+            w1=row.get("w1"),
+            w1_sem=row.get("w1_sem"),
+            substitution=row.get("substitution"),
+            substitution_sem=row.get("substitution_sem"),
+            w1_seconds=row.get("w1_seconds", 0.0),
+        )
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """Scalar records of ``spec`` (no tokens, images or top-1 vectors), labelled as ``spec``."""
         config = self._config(spec)
         if spec.key not in self._records:
             self._records[spec.key] = [self._record(row, full=False) for row in self._rows(config)]
-        return [GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]]
+        return [
+            GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]
+        ]
 
-    def detail_records(self, spec: MethodSpec, limit: int | None = None, *,
-                       guided: bool = True) -> list[GenerationRecord]:
+    def detail_records(
+        self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
+    ) -> list[GenerationRecord]:
         """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded from the tokens."""
         rows = self._rows(self._config(spec, guided))
         records = []
@@ -291,10 +411,18 @@ class StreamedRunCache(RunCache):
         return records
 
     def accounting_seconds(self) -> list[float]:
-        return [row["accounting_seconds"] for config in self.configurations for row in self._rows(config)]
+        return [
+            row["accounting_seconds"]
+            for config in self.configurations
+            for row in self._rows(config)
+        ]
 
     def w1_seconds(self) -> list[float]:
-        return [row.get("w1_seconds", 0.0) for config in self.configurations for row in self._rows(config)]
+        return [
+            row.get("w1_seconds", 0.0)
+            for config in self.configurations
+            for row in self._rows(config)
+        ]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
@@ -308,15 +436,26 @@ class StreamedRunCache(RunCache):
             if per_row and all(score is not None for score in per_row):
                 scores = np.array(per_row, dtype=np.float64)
                 out.update(score_summary(scores))
-            if self.model.frechet_distance is not None and self.model.decode is not None and per_row:
-                out["frechet_distance"] = float(self.model.frechet_distance(
-                    [self.model.decode(torch.tensor(row["tokens"])) for row in self._rows(config)]))
+            if (
+                self.model.frechet_distance is not None
+                and self.model.decode is not None
+                and per_row
+            ):
+                out["frechet_distance"] = float(
+                    self.model.frechet_distance(
+                        [
+                            self.model.decode(torch.tensor(row["tokens"]))
+                            for row in self._rows(config)
+                        ]
+                    )
+                )
             self._quality[spec.key] = (out, scores)
         return self._quality[spec.key]
 
 
-def measure_forward_seconds(model: ImageModel, *, tokens: int = 48, window: int = 16,
-                            group_size: int = 50) -> dict[str, float]:
+def measure_forward_seconds(
+    model: ImageModel, *, tokens: int = 48, window: int = 16, group_size: int = 50
+) -> dict[str, float]:
     """Seconds per forward pass on the model's device, measured now on a short generation from
     the first default prompt (a CFG pair counts once): "ar", "sjd" (window drafts), "gsd"
     (dynamic clusters of ``group_size``), each including the exact-distortion accounting the
@@ -324,17 +463,26 @@ def measure_forward_seconds(model: ImageModel, *, tokens: int = 48, window: int 
     2.3k tokens (docs/lumina-mgpt.md section 6)."""
     from ..decode.loop import generate
 
-    methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=window),
-               "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=group_size)}
+    methods = {
+        "ar": DecodingMethod("ar"),
+        "sjd": DecodingMethod("sjd", window=window),
+        "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=group_size),
+    }
     prompt_ids, uncond_ids = model.encode(model.default_prompts[0])
     count = min(tokens, model.num_tokens)
     out = {}
     for name, method in methods.items():
         resolved = resolve_for(model, method)
         for seed in (0, 1):  # the first call warms up
-            result = generate(model.adapter, prompt_ids, resolved, num_tokens=count, uncond_prompt_ids=uncond_ids,
-                              record_distortion=True,
-                              generator=torch.Generator(device=model.adapter.device).manual_seed(seed))
+            result = generate(
+                model.adapter,
+                prompt_ids,
+                resolved,
+                num_tokens=count,
+                uncond_prompt_ids=uncond_ids,
+                record_distortion=True,
+                generator=torch.Generator(device=model.adapter.device).manual_seed(seed),
+            )
         out[name] = (result.wall_seconds + result.accounting_seconds) / result.nfe
     return out
 
@@ -349,6 +497,13 @@ def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) ->
         by_method[config.spec.method.kind] += cache.estimated_forwards(config)
     seconds = sum(forwards * seconds_per_forward[kind] for kind, forwards in by_method.items())
     measured = sum(1 for config in cache.configurations if cache._nfe.get(config))
-    return {"items": len(cache.items), "done": len(cache.items) - len(todo), "to_do": len(todo),
-            "forwards": sum(by_method.values()), "forwards_by_method": by_method, "device_hours": seconds / 3600,
-            "configurations_with_measured_nfe": measured, "seconds_per_forward": seconds_per_forward}
+    return {
+        "items": len(cache.items),
+        "done": len(cache.items) - len(todo),
+        "to_do": len(todo),
+        "forwards": sum(by_method.values()),
+        "forwards_by_method": by_method,
+        "device_hours": seconds / 3600,
+        "configurations_with_measured_nfe": measured,
+        "seconds_per_forward": seconds_per_forward,
+    }

@@ -25,10 +25,14 @@ from . import verdicts
 AR = MethodSpec("AR", DecodingMethod("ar"))
 SJD = MethodSpec("SJD", DecodingMethod("sjd"))
 # AR on a second seed set (the same prompts): its difference to AR is pure sampling noise.
-AR_SEED_NOISE = MethodSpec("AR, second seed set (seed noise)", DecodingMethod("ar"), seed_offset=1000)
+AR_SEED_NOISE = MethodSpec(
+    "AR, second seed set (seed noise)", DecodingMethod("ar"), seed_offset=1000
+)
 LANTERN_K = 1001
 LANTERN_DELTAS = (0.001, 0.003, 0.01, 0.1, 0.4)
-LANTERN_MAX_CPU_VOCAB = 16384  # its neighbourhood table costs O(V^2 D): 8203^2 on the stand-in takes ~15 s
+LANTERN_MAX_CPU_VOCAB = (
+    16384  # its neighbourhood table costs O(V^2 D): 8203^2 on the stand-in takes ~15 s
+)
 
 
 def lantern_affordable(vocab_size: int, device: object) -> bool:
@@ -38,12 +42,20 @@ def lantern_affordable(vocab_size: int, device: object) -> bool:
     return str(device).startswith("cuda") or vocab_size <= LANTERN_MAX_CPU_VOCAB
 
 
-def gsd(group_size: int, clusters: str = "dynamic", residual: str = "token", label: str | None = None) -> MethodSpec:
+def gsd(
+    group_size: int, clusters: str = "dynamic", residual: str = "token", label: str | None = None
+) -> MethodSpec:
     """GSD at G; the default label names the paper's rule "GSD (G=..)", other rules by kind."""
     if label is None:
-        kind = "" if clusters == "dynamic" else f" {clusters}" + ("" if residual == "token" else f" {residual}")
+        kind = (
+            ""
+            if clusters == "dynamic"
+            else f" {clusters}" + ("" if residual == "token" else f" {residual}")
+        )
         label = f"GSD{kind} (G={group_size})"
-    return MethodSpec(label, DecodingMethod("gsd", clusters=clusters, group_size=group_size, residual=residual))
+    return MethodSpec(
+        label, DecodingMethod("gsd", clusters=clusters, group_size=group_size, residual=residual)
+    )
 
 
 def amplify(k: float) -> MethodSpec:
@@ -65,26 +77,48 @@ def coupled(draft: str, group_size: int | None = None) -> MethodSpec:
     name = {"maximal": "maximal", "gumbel": "Gumbel"}[draft]
     if group_size is None:
         return MethodSpec(f"MC-SJD ({name})", DecodingMethod("sjd", draft=draft))
-    return MethodSpec(f"MC-GSD (G={group_size}, {name})",
-                      DecodingMethod("gsd", clusters="dynamic", group_size=group_size, draft=draft))
+    return MethodSpec(
+        f"MC-GSD (G={group_size}, {name})",
+        DecodingMethod("gsd", clusters="dynamic", group_size=group_size, draft=draft),
+    )
 
 
-def table1_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50), amplify_k: tuple[float, ...] = (2.0, 3.0),
-                 lantern_deltas: tuple[float, ...] = (), seed_noise: bool = False,
-                 coupled_drafts: tuple[str, ...] = (), coupled_groups: tuple[int, ...] = ()) -> list[MethodSpec]:
+def table1_specs(
+    group_sizes: tuple[int, ...] = (3, 10, 25, 50),
+    amplify_k: tuple[float, ...] = (2.0, 3.0),
+    lantern_deltas: tuple[float, ...] = (),
+    seed_noise: bool = False,
+    coupled_drafts: tuple[str, ...] = (),
+    coupled_groups: tuple[int, ...] = (),
+) -> list[MethodSpec]:
     """AR, the AR seed-noise row (``seed_noise``), SJD, MC-SJD per coupling (``coupled_drafts``),
     GSD (dynamic clusters with filters) per G, MC-GSD (maximal) per G of ``coupled_groups``,
     Amplify per k, LANTERN per delta (none of the optional rows by default; ``figures`` asks)."""
-    return ([AR] + ([AR_SEED_NOISE] if seed_noise else []) + [SJD] + [coupled(d) for d in coupled_drafts]
-            + [gsd(g) for g in group_sizes] + [coupled("maximal", g) for g in coupled_groups]
-            + [amplify(k) for k in amplify_k] + [lantern(d) for d in lantern_deltas])
+    return (
+        [AR]
+        + ([AR_SEED_NOISE] if seed_noise else [])
+        + [SJD]
+        + [coupled(d) for d in coupled_drafts]
+        + [gsd(g) for g in group_sizes]
+        + [coupled("maximal", g) for g in coupled_groups]
+        + [amplify(k) for k in amplify_k]
+        + [lantern(d) for d in lantern_deltas]
+    )
 
 
-def _frontier(coupled_drafts: tuple[str, ...], coupled_groups: tuple[int, ...]) -> dict[str, list[MethodSpec]]:
+def _frontier(
+    coupled_drafts: tuple[str, ...], coupled_groups: tuple[int, ...]
+) -> dict[str, list[MethodSpec]]:
     """The curves' lossless points (one per coupling) and the MC-GSD (maximal) curve over G."""
     points = {coupled(d).label: [coupled(d)] for d in coupled_drafts}
-    return {**points, **({"MC-GSD (maximal)": [coupled("maximal", g) for g in coupled_groups]} if coupled_groups
-                         else {})}
+    return {
+        **points,
+        **(
+            {"MC-GSD (maximal)": [coupled("maximal", g) for g in coupled_groups]}
+            if coupled_groups
+            else {}
+        ),
+    }
 
 
 def table2_specs(group_size: int = 50) -> list[MethodSpec]:
@@ -105,58 +139,87 @@ def table2_specs(group_size: int = 50) -> list[MethodSpec]:
     ]
 
 
-def pareto_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
-                 amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
-                 lantern_deltas: tuple[float, ...] = (), coupled_drafts: tuple[str, ...] = (),
-                 coupled_groups: tuple[int, ...] = ()) -> dict[str, list[MethodSpec]]:
+def pareto_specs(
+    group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
+    amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
+    lantern_deltas: tuple[float, ...] = (),
+    coupled_drafts: tuple[str, ...] = (),
+    coupled_groups: tuple[int, ...] = (),
+) -> dict[str, list[MethodSpec]]:
     """Fig. 10's curves: GSD over G, Amplify over k, LANTERN over delta (a curve when deltas are
     given), MC-GSD (maximal) over ``coupled_groups``, with AR, SJD and MC-SJD per coupling as
     single points."""
-    return {"GSD": [gsd(g) for g in group_sizes], "Amplify": [amplify(k) for k in amplify_k],
-            **({"LANTERN": [lantern(d) for d in lantern_deltas]} if lantern_deltas else {}), "AR": [AR], "SJD": [SJD],
-            **_frontier(coupled_drafts, coupled_groups)}
+    return {
+        "GSD": [gsd(g) for g in group_sizes],
+        "Amplify": [amplify(k) for k in amplify_k],
+        **({"LANTERN": [lantern(d) for d in lantern_deltas]} if lantern_deltas else {}),
+        "AR": [AR],
+        "SJD": [SJD],
+        **_frontier(coupled_drafts, coupled_groups),
+    }
 
 
-def distortion_specs(group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
-                     rank_group_sizes: tuple[int, ...] = (10, 50),
-                     amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
-                     lantern_deltas: tuple[float, ...] = LANTERN_DELTAS, coupled_drafts: tuple[str, ...] = (),
-                     coupled_groups: tuple[int, ...] = ()) -> dict[str, list[MethodSpec]]:
+def distortion_specs(
+    group_sizes: tuple[int, ...] = (3, 10, 25, 50, 100),
+    rank_group_sizes: tuple[int, ...] = (10, 50),
+    amplify_k: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0),
+    lantern_deltas: tuple[float, ...] = LANTERN_DELTAS,
+    coupled_drafts: tuple[str, ...] = (),
+    coupled_groups: tuple[int, ...] = (),
+) -> dict[str, list[MethodSpec]]:
     """The exact-distortion curves (Fig. 10's idea with the noise-free distortion as the y axis):
     GSD over G, rank bins with the token and the cluster-exact residual over G, Amplify over k,
     LANTERN over delta, MC-GSD (maximal) over ``coupled_groups``; AR, SJD and MC-SJD per coupling
     as points at distortion 0."""
-    curves = {"GSD": [gsd(g) for g in group_sizes],
-              "rank bins, token residual": [gsd(g, "rank-binned", "token") for g in rank_group_sizes],
-              "rank bins, cluster-exact residual": [gsd(g, "rank-binned", "cluster") for g in rank_group_sizes],
-              "Amplify": [amplify(k) for k in amplify_k], "LANTERN": [lantern(d) for d in lantern_deltas],
-              "AR": [AR], "SJD": [SJD], **_frontier(coupled_drafts, coupled_groups)}
+    curves = {
+        "GSD": [gsd(g) for g in group_sizes],
+        "rank bins, token residual": [gsd(g, "rank-binned", "token") for g in rank_group_sizes],
+        "rank bins, cluster-exact residual": [
+            gsd(g, "rank-binned", "cluster") for g in rank_group_sizes
+        ],
+        "Amplify": [amplify(k) for k in amplify_k],
+        "LANTERN": [lantern(d) for d in lantern_deltas],
+        "AR": [AR],
+        "SJD": [SJD],
+        **_frontier(coupled_drafts, coupled_groups),
+    }
     return {name: specs for name, specs in curves.items() if specs}
 
 
-def speed_quality_table(cache: RunCache, specs: list[MethodSpec], baseline: MethodSpec = AR) -> list[dict[str, Any]]:
+def speed_quality_table(
+    cache: RunCache, specs: list[MethodSpec], baseline: MethodSpec = AR
+) -> list[dict[str, Any]]:
     """Rows (see ``runs.summarize``) with speed-ups against AR (``baseline``: AR as decoded in this
     run, e.g. with a preset) on the same prompts and seeds."""
     return cache.table(specs, baseline)
 
 
-def pareto_points(cache: RunCache, curves: dict[str, list[MethodSpec]],
-                  baseline: MethodSpec = AR) -> dict[str, list[dict[str, Any]]]:
+def pareto_points(
+    cache: RunCache, curves: dict[str, list[MethodSpec]], baseline: MethodSpec = AR
+) -> dict[str, list[dict[str, Any]]]:
     """Per curve, the table rows of its configurations (NFE and quality) against ``baseline``."""
     return {name: cache.table(specs, baseline) for name, specs in curves.items()}
 
 
-def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, key: str = "nfe") -> tuple[float, float]:
+def paired_difference(
+    cache: RunCache, spec: MethodSpec, baseline: MethodSpec, key: str = "nfe"
+) -> tuple[float, float]:
     """Mean over images of ``key`` (a per-image field of the records: "nfe", "distortion") of
     ``spec`` minus ``baseline`` on the same prompts and seeds, and its standard error (the
     standard deviation of the per-image differences over sqrt(n); nan for one image): the one
     ``verdicts.paired_difference``, on the two configurations' records (seeds net of each
     spec's ``seed_offset``, so that the AR-against-AR row pairs with AR)."""
+
     def row(s: MethodSpec) -> dict[str, Any]:
         records = cache.records(s)
-        return {"method": s.label, "per_image": {
-            "prompt": [r.prompt for r in records], "seed": [r.seed - s.seed_offset for r in records],
-            key: [getattr(r, key) for r in records]}}
+        return {
+            "method": s.label,
+            "per_image": {
+                "prompt": [r.prompt for r in records],
+                "seed": [r.seed - s.seed_offset for r in records],
+                key: [getattr(r, key) for r in records],
+            },
+        }
 
     diff = verdicts.paired_difference(row(spec), row(baseline), key)
     if diff is verdicts.NOT_RUN:
@@ -166,7 +229,21 @@ def paired_difference(cache: RunCache, spec: MethodSpec, baseline: MethodSpec, k
 
 # The columns notebook 04's decoding tables show: those its text discusses (the rows keep every
 # column, as do ``figures/results.json`` and ``course.show_tables`` without ``columns``).
-TABLE_COLUMNS = ["method", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested",
-                 "acceptance_rate", "distortion", "distortion_sem", "w1", "condition_score",
-                 "condition_score_sem", "condition_score_diff_ar", "condition_score_diff_ar_low",
-                 "condition_score_diff_ar_high", "frechet_distance", "clip_score"]
+TABLE_COLUMNS = [
+    "method",
+    "nfe",
+    "nfe_sem",
+    "speedup_nfe",
+    "accepted_per_tested",
+    "acceptance_rate",
+    "distortion",
+    "distortion_sem",
+    "w1",
+    "condition_score",
+    "condition_score_sem",
+    "condition_score_diff_ar",
+    "condition_score_diff_ar_low",
+    "condition_score_diff_ar_high",
+    "frechet_distance",
+    "clip_score",
+]

@@ -37,11 +37,16 @@ class Top1Stats:
 
     def summary(self) -> dict[str, float]:
         shares = self.share_below
-        return {"images": int(self.per_image.shape[0]), "tokens_per_image": int(self.per_image.shape[1]),
-                "threshold": self.threshold, "pooled_share_below": self.pooled_share_below,
-                "median_share_below": float(np.median(shares)),
-                "min_share_below": float(shares.min()), "max_share_below": float(shares.max()),
-                "median_top1": float(np.median(self.pooled))}
+        return {
+            "images": int(self.per_image.shape[0]),
+            "tokens_per_image": int(self.per_image.shape[1]),
+            "threshold": self.threshold,
+            "pooled_share_below": self.pooled_share_below,
+            "median_share_below": float(np.median(shares)),
+            "min_share_below": float(shares.min()),
+            "max_share_below": float(shares.max()),
+            "median_top1": float(np.median(self.pooled)),
+        }
 
     def per_prompt(self) -> list[dict[str, float | str | int]]:
         """One row per prompt (class): its images, pooled and median per-image share below."""
@@ -51,8 +56,14 @@ class Top1Stats:
         for prompt in dict.fromkeys(self.prompts):
             mine = np.array([p == prompt for p in self.prompts])
             part = Top1Stats(self.per_image[mine], self.threshold)
-            rows.append({"prompt": prompt, "images": int(mine.sum()), "pooled_share_below": part.pooled_share_below,
-                         "median_share_below": float(np.median(part.share_below))})
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "images": int(mine.sum()),
+                    "pooled_share_below": part.pooled_share_below,
+                    "median_share_below": float(np.median(part.share_below)),
+                }
+            )
         return rows
 
 
@@ -61,5 +72,9 @@ def top1_stats(records: list[GenerationRecord], threshold: float = THRESHOLD) ->
 
     Use AR records: there each token's row is exactly its target distribution p(. | prefix)."""
     if not records or any(r.top1 is None for r in records):
-        raise ValueError("records must be non-empty and carry top1 (generate with record_top1=True)")
-    return Top1Stats(np.stack([r.top1.numpy() for r in records]), threshold, tuple(r.prompt for r in records))
+        raise ValueError(
+            "records must be non-empty and carry top1 (generate with record_top1=True)"
+        )
+    return Top1Stats(
+        np.stack([r.top1.numpy() for r in records]), threshold, tuple(r.prompt for r in records)
+    )

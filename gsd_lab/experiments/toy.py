@@ -40,7 +40,9 @@ def flat_and_peaked_pairs(vocab_size: int = 1000) -> dict[str, tuple[Tensor, Ten
         raise ValueError(f"vocab_size must be even and >= 4, got {vocab_size}")
     v = vocab_size
     p_flat = torch.full((v,), 1.0 / v, dtype=DTYPE)
-    q_flat = torch.cat([torch.full((v // 2,), 1.5 / v, dtype=DTYPE), torch.full((v // 2,), 0.5 / v, dtype=DTYPE)])
+    q_flat = torch.cat(
+        [torch.full((v // 2,), 1.5 / v, dtype=DTYPE), torch.full((v // 2,), 0.5 / v, dtype=DTYPE)]
+    )
     p_peak = torch.full((v,), 0.1 / (v - 1), dtype=DTYPE)
     p_peak[0] = 0.9
     q_peak = torch.full((v,), 0.15 / (v - 1), dtype=DTYPE)
@@ -97,8 +99,14 @@ def tv_grid(
     out = torch.empty(len(top1_masses), len(viable_counts), dtype=DTYPE)
     for i, mass in enumerate(top1_masses):
         for j, count in enumerate(viable_counts):
-            p, q = noisy_pairs(count, mass, vocab_size=vocab_size, noise=noise, num_pairs=num_pairs,
-                               generator=generator)
+            p, q = noisy_pairs(
+                count,
+                mass,
+                vocab_size=vocab_size,
+                noise=noise,
+                num_pairs=num_pairs,
+                generator=generator,
+            )
             out[i, j] = tv_distance(p, q).mean()
     return out
 
@@ -107,7 +115,9 @@ def rank_binned_tv(p: Tensor, q: Tensor, group_sizes: list[int]) -> Tensor:
     """TV(p', q') after grouping the p-ranking into bins of G tokens, per G: [len(group_sizes), ...].
 
     G = 1 is the ungrouped TV(p, q). By Theorem 1 every value is <= the G = 1 value."""
-    return torch.stack([tv_distance(*RankBinnedClusters(size).cluster_masses(p, q)[:2]) for size in group_sizes])
+    return torch.stack(
+        [tv_distance(*RankBinnedClusters(size).cluster_masses(p, q)[:2]) for size in group_sizes]
+    )
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,12 @@ class Theorem1Check:
 
 
 def theorem1_random_partitions(
-    *, vocab_size: int, num_clusters: int | None = None, num_trials: int, seed: int = 0, alpha: float = 0.3
+    *,
+    vocab_size: int,
+    num_clusters: int | None = None,
+    num_trials: int,
+    seed: int = 0,
+    alpha: float = 0.3,
 ) -> Theorem1Check:
     """Random Dirichlet(alpha) pairs and uniformly random partitions into ``num_clusters`` labels
     (None: a different number of labels per trial, uniform in 2..vocab_size).
@@ -141,7 +156,9 @@ def theorem1_random_partitions(
     return Theorem1Check(tv_distance(p, q), tv_c)
 
 
-def dirichlet_pairs(vocab_size: int, num_pairs: int, *, alpha: float, seed: int) -> tuple[Tensor, Tensor]:
+def dirichlet_pairs(
+    vocab_size: int, num_pairs: int, *, alpha: float, seed: int
+) -> tuple[Tensor, Tensor]:
     """Independent Dirichlet(alpha) pairs (p, q): [num_pairs, vocab_size] float64, seeded."""
     generator = torch.Generator().manual_seed(seed)
     conc = torch.full((2, num_pairs, vocab_size), alpha, dtype=DTYPE)
@@ -162,7 +179,12 @@ class Counterexample:
 
 
 def dynamic_counterexample(
-    *, vocab_size: int = 6, group_size: int = 3, num_trials: int = 20000, seed: int = 0, alpha: float = 0.3
+    *,
+    vocab_size: int = 6,
+    group_size: int = 3,
+    num_trials: int = 20000,
+    seed: int = 0,
+    alpha: float = 0.3,
 ) -> Counterexample:
     """Search random pairs for the largest drop of acceptance under ``DynamicClusters``.
 
@@ -177,15 +199,26 @@ def dynamic_counterexample(
 
 
 def empirical_speculative_samples(
-    p: Tensor, q: Tensor, *, num_samples: int, seed: int, clusters: object = None, residual: str = "token"
+    p: Tensor,
+    q: Tensor,
+    *,
+    num_samples: int,
+    seed: int,
+    clusters: object = None,
+    residual: str = "token",
 ) -> tuple[Tensor, float]:
     """Run one-position speculative sampling ``num_samples`` times (vectorised): draft x ~ q,
     verify against p with gsd_core.verify (the rule: ``method_rule(clusters, residual)``).
     Returns the empirical law of the emitted token [V] and the empirical acceptance rate."""
     generator = torch.Generator().manual_seed(seed)
     drafts = torch.multinomial(q.expand(num_samples, -1), 1, replacement=True, generator=generator)
-    result = verify(p.expand(num_samples, 1, -1), q.expand(num_samples, 1, -1), drafts,
-                    method_rule(clusters, residual), generator=generator)
+    result = verify(
+        p.expand(num_samples, 1, -1),
+        q.expand(num_samples, 1, -1),
+        drafts,
+        method_rule(clusters, residual),
+        generator=generator,
+    )
     counts = torch.bincount(result.tokens[:, 0], minlength=p.shape[-1]).to(DTYPE)
     return counts / num_samples, float(result.num_accepted.to(DTYPE).mean())
 
@@ -202,14 +235,25 @@ def distortion_by_cluster_size(p: Tensor, q: Tensor, cluster_sizes: list[int]) -
 
     Rules: the paper's dynamic clusters (token residual), rank-binned clusters with the token
     residual and with the cluster-exact residual. Size 1 is plain SD (TV 0 up to rounding)."""
-    out: dict[str, list[float]] = {"dynamic": [], "rank_binned_token": [], "rank_binned_cluster": []}
+    out: dict[str, list[float]] = {
+        "dynamic": [],
+        "rank_binned_token": [],
+        "rank_binned_cluster": [],
+    }
     for size in cluster_sizes:
         rules = rules_for_cluster_size(size)
         dynamic, binned = rules["dynamic"], rules["rank_binned"]
         out["dynamic"].append(float(tv_distance(output_distribution(p, q, dynamic), p).mean()))
-        out["rank_binned_token"].append(float(tv_distance(output_distribution(p, q, binned), p).mean()))
+        out["rank_binned_token"].append(
+            float(tv_distance(output_distribution(p, q, binned), p).mean())
+        )
         out["rank_binned_cluster"].append(
-            float(tv_distance(output_distribution(p, q, RankBinnedClusters(size, "cluster")), p).mean()))
+            float(
+                tv_distance(
+                    output_distribution(p, q, RankBinnedClusters(size, "cluster")), p
+                ).mean()
+            )
+        )
     return {name: torch.tensor(values, dtype=DTYPE) for name, values in out.items()}
 
 
@@ -241,7 +285,9 @@ class PartitionComparison:
         return (self.rank_binned / self.tv_tokens).mean(-1), (self.random / self.tv_tokens).mean(-1)
 
 
-def rank_bins_against_random(p: Tensor, q: Tensor, group_sizes: list[int], *, seed: int) -> PartitionComparison:
+def rank_bins_against_random(
+    p: Tensor, q: Tensor, group_sizes: list[int], *, seed: int
+) -> PartitionComparison:
     """Rank bins of G tokens of the p-ranking against random partitions into clusters of G tokens
     (a seeded random permutation cut into consecutive blocks), on the same pairs p, q [N, V].
 
@@ -256,5 +302,9 @@ def rank_bins_against_random(p: Tensor, q: Tensor, group_sizes: list[int], *, se
     for size in group_sizes:
         labels = torch.randperm(vocab, generator=generator) // size
         random_rows.append(tv_distance(group_probs(p, labels), group_probs(q, labels)))
-    return PartitionComparison(list(group_sizes), rank_binned_tv(p, q, group_sizes), torch.stack(random_rows),
-                               tv_distance(p, q))
+    return PartitionComparison(
+        list(group_sizes),
+        rank_binned_tv(p, q, group_sizes),
+        torch.stack(random_rows),
+        tv_distance(p, q),
+    )

@@ -33,7 +33,9 @@ NOISE_Z = 2.0  # a difference within two (paired) standard errors either way is 
 VERDICTS = ("yes", "direction only", "no", "noise", "not run")
 
 
-def verdict(difference: float, se: float | None, expected_sign: int, size_ok: bool | None = None) -> str:
+def verdict(
+    difference: float, se: float | None, expected_sign: int, size_ok: bool | None = None
+) -> str:
     """The module's rule: "not run", "noise", "no", "direction only" or "yes".
 
     difference: the measured signed difference (NaN: not run); se: its standard error (None or
@@ -82,7 +84,7 @@ class PairedDifference:
     n: int
 
     def text(self, digits: int = 3) -> str:
-        """"+0.123 (paired SE 0.045, n = 10)"; "-" when not run."""
+        """ "+0.123 (paired SE 0.045, n = 10)"; "-" when not run."""
         if not math.isfinite(self.difference):
             return "-"
         se = "no SE" if self.se is None else f"paired SE {self.se:.{digits}g}"
@@ -96,7 +98,9 @@ def paired_values(a: list[float], b: list[float]) -> PairedDifference:
     """Paired difference of per-image values a, b [n] (item i of both from one image's prompt and seed)."""
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if x.ndim != 1 or x.shape != y.shape or x.size == 0:
-        raise ValueError(f"a and b must be paired non-empty 1-D values, got shapes {x.shape} and {y.shape}")
+        raise ValueError(
+            f"a and b must be paired non-empty 1-D values, got shapes {x.shape} and {y.shape}"
+        )
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError("a and b must be finite (a missing per-image value cannot be paired)")
     d = x - y
@@ -112,7 +116,9 @@ def per_image(row: dict[str, Any] | None, key: str) -> list[float] | None:
     return None if values is None or any(v is None for v in values) else list(values)
 
 
-def paired_difference(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> PairedDifference:
+def paired_difference(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, key: str
+) -> PairedDifference:
     """Row a minus row b on ``key``, image by image. NOT_RUN when a row or its per-image values
     are missing; ValueError when the rows were not decoded on the same prompts and seeds."""
     x, y = per_image(a, key), per_image(b, key)
@@ -120,5 +126,7 @@ def paired_difference(a: dict[str, Any] | None, b: dict[str, Any] | None, key: s
         return NOT_RUN
     for field in ("prompt", "seed"):
         if a["per_image"].get(field) != b["per_image"].get(field):
-            raise ValueError(f"{a['method']} and {b['method']} are not paired: their images have other {field}s")
+            raise ValueError(
+                f"{a['method']} and {b['method']} are not paired: their images have other {field}s"
+            )
     return paired_values(x, y)

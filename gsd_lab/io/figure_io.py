@@ -29,7 +29,11 @@ def save_figure(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"png": out_dir / f"{name}.png", "svg": out_dir / f"{name}.svg", "json": out_dir / f"{name}.json"}
+    paths = {
+        "png": out_dir / f"{name}.png",
+        "svg": out_dir / f"{name}.svg",
+        "json": out_dir / f"{name}.json",
+    }
     # Fixed metadata keeps the SVG free of a timestamp, so regenerating gives a stable diff.
     fig.savefig(paths["png"], dpi=150, bbox_inches="tight")
     fig.savefig(paths["svg"], bbox_inches="tight", metadata={"Date": None})
@@ -41,11 +45,17 @@ def save_figure(
     return paths
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: str = ".4g",
-                   headers: dict[str, str] | None = None) -> str:
+def markdown_table(
+    rows: list[dict[str, Any]],
+    columns: list[str],
+    *,
+    floatfmt: str = ".4g",
+    headers: dict[str, str] | None = None,
+) -> str:
     """A GitHub-flavoured markdown table of ``rows`` (dicts) restricted to ``columns``; a ``|``
     inside a cell (a label such as "|dp| filter") is escaped as ``\\|``. ``headers``: the name
     shown for a column, where it differs from its key (e.g. clip_score for condition_score)."""
+
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return format(value, floatfmt)
@@ -57,8 +67,9 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str], *, floatfmt: 
     return "\n".join(lines)
 
 
-def write_results_markdown(path: str | Path, title: str, sections: list[tuple[str, str]],
-                           *, record: dict[str, Any]) -> Path:
+def write_results_markdown(
+    path: str | Path, title: str, sections: list[tuple[str, str]], *, record: dict[str, Any]
+) -> Path:
     """Write ``figures/results.md``: a title, provenance lines, then (heading, body) sections."""
     git = record.get("git", {})
     versions = record.get("versions", {})

@@ -30,8 +30,16 @@ class ProgressLog:
     """Done / total with an ETA, one line at most every ``interval`` seconds (and always for
     the first and the last item). ``total`` None: only what is done is known."""
 
-    def __init__(self, total: int | None, *, desc: str, done: int = 0, interval: float = 30.0,
-                 stream: TextIO | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        total: int | None,
+        *,
+        desc: str,
+        done: int = 0,
+        interval: float = 30.0,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.total, self.desc, self.done, self.resumed = total, desc, done, done
         self.interval, self.stream, self.enabled = interval, stream, enabled
         self.started = time.perf_counter()
@@ -39,7 +47,9 @@ class ProgressLog:
         self.remaining_work: float | None = None
         self._last_line = -float("inf")
 
-    def advance(self, n: int = 1, *, work: float = 1.0, remaining_work: float | None = None, note: str = "") -> None:
+    def advance(
+        self, n: int = 1, *, work: float = 1.0, remaining_work: float | None = None, note: str = ""
+    ) -> None:
         """``n`` more items finished in this session, costing ``work`` units together;
         ``remaining_work``: the units still to do (default: the mean per item so far times the
         items left)."""
@@ -73,8 +83,10 @@ class ProgressLog:
         resumed = f", {self.resumed} from disk"
         eta = self.eta_seconds()
         eta_text = "" if eta is None else f", ETA {duration(eta)}"
-        return (f"{self.desc}: {self.done}{todo} done{resumed}; {duration(elapsed)} elapsed{eta_text}"
-                + (f"; {note}" if note else ""))
+        return (
+            f"{self.desc}: {self.done}{todo} done{resumed}; {duration(elapsed)} elapsed{eta_text}"
+            + (f"; {note}" if note else "")
+        )
 
 
 class ProgressTee:

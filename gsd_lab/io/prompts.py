@@ -22,7 +22,9 @@ def read_prompts(path: str | Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise ValueError(
+            f"{path} is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
     lines = text.splitlines()
     first = lines[0] if lines else ""
     header = [h.strip().lower() for h in first.split("\t")]
@@ -31,7 +33,9 @@ def read_prompts(path: str | Path) -> list[str]:
         column = next(name for name in reader.fieldnames or [] if name.strip().lower() == "prompt")
         prompts = [(row.get(column) or "").strip() for row in reader]
     else:
-        prompts = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        prompts = [
+            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+        ]
     prompts = [p for p in prompts if p]
     if not prompts:
         raise ValueError(f"no prompts found in {path}")

@@ -22,8 +22,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("gsd", "torch", "transformers", "safetensors", "numpy", "scipy", "matplotlib",
-            "scikit-learn", "scikit-image")
+PACKAGES = (
+    "gsd",
+    "torch",
+    "transformers",
+    "safetensors",
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "scikit-learn",
+    "scikit-image",
+)
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,10 +50,22 @@ def git_commit(repo: Path = _REPO_ROOT) -> dict[str, Any]:
     ``changes``: up to 20 lines of ``git status --porcelain`` (what made it dirty).
     Returns {"commit": None, "dirty": None} outside a git checkout (e.g. an installed wheel)."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
-                                text=True, check=True, timeout=10).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=repo,
-                                capture_output=True, text=True, check=True, timeout=10).stdout
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     changes = [line for line in status.splitlines() if line.strip()]
@@ -56,7 +77,9 @@ def allow_dirty_from_env() -> bool:
     return os.environ.get(ALLOW_DIRTY_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def require_clean_tree(what: str, *, allow_dirty: bool = False, repo: Path = _REPO_ROOT) -> dict[str, Any]:
+def require_clean_tree(
+    what: str, *, allow_dirty: bool = False, repo: Path = _REPO_ROOT
+) -> dict[str, Any]:
     """Read the git state once; raise ``DirtyTreeError`` if the tree is dirty and not
     ``allow_dirty`` (or ``GSD_ALLOW_DIRTY=1``); with it, warn loudly. Returns ``git_commit()``.
 
@@ -65,12 +88,18 @@ def require_clean_tree(what: str, *, allow_dirty: bool = False, repo: Path = _RE
     if not git["dirty"]:
         return git
     listing = "\n  ".join(git["changes"])
-    message = (f"{what}: the checkout at {git['commit']} has uncommitted changes, so no commit reproduces "
-               f"these outputs:\n  {listing}\nCommit (or stash) first and regenerate from the clean tree")
+    message = (
+        f"{what}: the checkout at {git['commit']} has uncommitted changes, so no commit reproduces "
+        f"these outputs:\n  {listing}\nCommit (or stash) first and regenerate from the clean tree"
+    )
     if not (allow_dirty or allow_dirty_from_env()):
-        raise DirtyTreeError(message + f"; for a development run pass --allow-dirty (or set {ALLOW_DIRTY_ENV}=1).")
-    warnings.warn("DIRTY TREE: " + message + ". The outputs record dirty: true and must not be committed.",
-                  stacklevel=2)
+        raise DirtyTreeError(
+            message + f"; for a development run pass --allow-dirty (or set {ALLOW_DIRTY_ENV}=1)."
+        )
+    warnings.warn(
+        "DIRTY TREE: " + message + ". The outputs record dirty: true and must not be committed.",
+        stacklevel=2,
+    )
     return git
 
 
@@ -94,8 +123,13 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return versions
 
 
-def provenance(*, model: str, seeds: Any, config: dict[str, Any] | None = None,
-               git: dict[str, Any] | None = None) -> dict[str, Any]:
+def provenance(
+    *,
+    model: str,
+    seeds: Any,
+    config: dict[str, Any] | None = None,
+    git: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One JSON-ready record: git commit, package versions, platform, model, seeds, config.
 
     git: a ``git_commit()`` record read earlier (before outputs were written); None reads it now."""
@@ -105,10 +139,14 @@ def provenance(*, model: str, seeds: Any, config: dict[str, Any] | None = None,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git": git if git is not None else git_commit(),
         "versions": package_versions(),
-        "platform": {"system": platform.platform(), "machine": platform.machine(),
-                     "cpu_count": os.cpu_count(), "argv": sys.argv[:],
-                     "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                     "torch_threads": torch.get_num_threads()},
+        "platform": {
+            "system": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "argv": sys.argv[:],
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(),
+        },
         "model": model,
         "seeds": seeds,
         "config": config or {},

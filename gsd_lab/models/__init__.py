@@ -19,16 +19,26 @@ from .adapter import CausalLMAdapter
 MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
 
 
-def load_model(name: str, *, weights: str | None = None, vqgan: str | None = None,
-               device: str = "cpu", dtype: Any = None, **kwargs: Any):
+def load_model(
+    name: str,
+    *,
+    weights: str | None = None,
+    vqgan: str | None = None,
+    device: str = "cpu",
+    dtype: Any = None,
+    **kwargs: Any,
+):
     """Return the ready Lumina-mGPT adapter for a name "lumina-mgpt-7b-{512,768,1024}"."""
     if name == "standin":
-        raise ValueError("the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
-                         "experiments.image_model.load_image_model('standin'))")
+        raise ValueError(
+            "the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
+            "experiments.image_model.load_image_model('standin'))"
+        )
     if name.startswith("lumina-mgpt-7b-") and name in MODEL_NAMES:
         from .lumina_mgpt import load_lumina_mgpt
 
         resolution = int(name.rsplit("-", 1)[1])
-        return load_lumina_mgpt(weights, vqgan_dir=vqgan, resolution=resolution, device=device,
-                                dtype=dtype, **kwargs)
+        return load_lumina_mgpt(
+            weights, vqgan_dir=vqgan, resolution=resolution, device=device, dtype=dtype, **kwargs
+        )
     raise ValueError(f"unknown model {name!r}; expected one of {MODEL_NAMES}")

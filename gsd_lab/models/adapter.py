@@ -111,7 +111,7 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     if _numpy_ok(values):
         import numpy as np
 
-        selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k: n - k + 1]
+        selected = np.partition(values.numpy(), n - k, axis=-1)[..., n - k : n - k + 1]
         return torch.from_numpy(selected)
     return kth_largest_topk(values, k)
 
@@ -456,8 +456,17 @@ class CausalLMAdapter:
         width = batch_ids.shape[1]
         if self._padded:
             # Position ids count the real tokens of each row; padding is masked out.
-            new_mask = torch.ones_like(batch_ids) if self._seq_len else torch.cat(
-                [self._prompt_mask, torch.ones_like(batch_ids[:, self._prompt_mask.shape[1]:])], 1)
+            new_mask = (
+                torch.ones_like(batch_ids)
+                if self._seq_len
+                else torch.cat(
+                    [
+                        self._prompt_mask,
+                        torch.ones_like(batch_ids[:, self._prompt_mask.shape[1] :]),
+                    ],
+                    1,
+                )
+            )
             mask = torch.cat([self._mask, new_mask], 1)
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -width:]
         else:
@@ -525,7 +534,11 @@ class CausalLMAdapter:
     # ---- processing -------------------------------------------------------------------
 
     def _process(
-        self, logits: Tensor, generated_positions: Tensor, *, with_support: bool = False,
+        self,
+        logits: Tensor,
+        generated_positions: Tensor,
+        *,
+        with_support: bool = False,
         sync_free: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
@@ -597,7 +610,11 @@ class CausalLMAdapter:
         return None
 
     def random_tokens(
-        self, generated_positions: Tensor, generator: torch.Generator | None, *, respect_forced: bool = True
+        self,
+        generated_positions: Tensor,
+        generator: torch.Generator | None,
+        *,
+        respect_forced: bool = True,
     ) -> Tensor:
         """Uniform draws over ``allowed_tokens`` at generated positions [T]; forced where forced
         (``respect_forced=False``: uniform there too, the same draws)."""

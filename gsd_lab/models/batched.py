@@ -103,10 +103,16 @@ class ImageSequence:
     def seq_len(self) -> int:
         return self._seq_len
 
-    def random_tokens(self, generated_positions: Tensor, generator: torch.Generator | None, *,
-                      respect_forced: bool = True) -> Tensor:
-        return self.runner.adapter.random_tokens(generated_positions, generator,
-                                                 respect_forced=respect_forced)
+    def random_tokens(
+        self,
+        generated_positions: Tensor,
+        generator: torch.Generator | None,
+        *,
+        respect_forced: bool = True,
+    ) -> Tensor:
+        return self.runner.adapter.random_tokens(
+            generated_positions, generator, respect_forced=respect_forced
+        )
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor | None:
         return self.runner.adapter.forced_tokens(generated_positions)
@@ -115,8 +121,10 @@ class ImageSequence:
         """Keep the first ``length`` logical positions (P <= length <= seq_len), as
         ``CausalLMAdapter.crop``; the cache follows before the next forward."""
         if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
-            raise ValueError(f"crop length must be an int in [prompt_len={self.prompt_len}, "
-                             f"seq_len={self._seq_len}], got {length!r}")
+            raise ValueError(
+                f"crop length must be an int in [prompt_len={self.prompt_len}, "
+                f"seq_len={self._seq_len}], got {length!r}"
+            )
         removed = self._seq_len - length
         for row in self.rows:
             row.held -= removed
@@ -150,8 +158,10 @@ class BatchRunner:
         as ``adapter.start`` does (a subclass may supply a default unconditional prompt)."""
         adapter = self.adapter
         adapter.start(prompt_ids, uncond_prompt_ids)
-        rows = [_Row(ids[mask.bool()].clone())
-                for ids, mask in zip(adapter._batch_prompt, adapter._prompt_mask)]
+        rows = [
+            _Row(ids[mask.bool()].clone())
+            for ids, mask in zip(adapter._batch_prompt, adapter._prompt_mask)
+        ]
         sequence = ImageSequence(self, adapter.prompt.clone(), rows)
         self._sequences.append(sequence)
         return sequence
@@ -179,8 +189,8 @@ class BatchRunner:
         if every_row and len({row.end for row in old}) == 1:
             end = old[0].end  # every row ends at one slot: a slice
             for layer in layers:
-                layer.keys = layer.keys[:, :, end - length: end]
-                layer.values = layer.values[:, :, end - length: end]
+                layer.keys = layer.keys[:, :, end - length : end]
+                layer.values = layer.values[:, :, end - length : end]
         else:
             rows_index = None if every_row else torch.tensor(keep, device=self.device)
             ends = torch.tensor([row.end for row in old], device=self.device)
@@ -202,8 +212,10 @@ class BatchRunner:
     def _layers(self) -> list[Any]:
         layers = getattr(self.cache, "layers", None)
         if layers is None:
-            raise ValueError("batched decoding needs a transformers cache with per-layer keys and "
-                             f"values, got {type(self.cache).__name__}")
+            raise ValueError(
+                "batched decoding needs a transformers cache with per-layer keys and "
+                f"values, got {type(self.cache).__name__}"
+            )
         return [layer for layer in layers if getattr(layer, "is_initialized", False)]
 
     # ---- forward --------------------------------------------------------------------------
@@ -222,7 +234,7 @@ class BatchRunner:
             ids = self._checked_input(sequence, call)
             for row in sequence.rows:
                 if sequence.seq_len == 0:  # the prefill: this row's own prompt
-                    row_ids = torch.cat([row.prompt, ids[sequence.prompt_len:]])
+                    row_ids = torch.cat([row.prompt, ids[sequence.prompt_len :]])
                 else:
                     row_ids = ids
                 inputs.append(row_ids)
@@ -236,10 +248,11 @@ class BatchRunner:
             begins = {starts[r] - first_column for r in index}
             if len(begins) == 1:  # a view (the processing copies before writing)
                 begin = begins.pop()
-                own = logits[index[0]: index[-1] + 1, begin: begin + call.num_rows]
+                own = logits[index[0] : index[-1] + 1, begin : begin + call.num_rows]
             else:  # the prefill of prompts of other lengths
-                own = torch.stack([logits[r, starts[r] - first_column:][: call.num_rows]
-                                   for r in index])
+                own = torch.stack(
+                    [logits[r, starts[r] - first_column :][: call.num_rows] for r in index]
+                )
             results[id(sequence)] = self._process(sequence, call, own)
         return [results[id(call.sequence)] for call in calls]
 
@@ -262,8 +275,9 @@ class BatchRunner:
         S = self._length
         counts = [ids.numel() for ids in inputs]
         width = max(counts)
-        batch = torch.stack([torch.cat([ids, ids[-1:].expand(width - ids.numel())])
-                             for ids in inputs])
+        batch = torch.stack(
+            [torch.cat([ids, ids[-1:].expand(width - ids.numel())]) for ids in inputs]
+        )
         held_list = [row.held for row in rows]
         held = torch.tensor(held_list, device=self.device)
         column = torch.arange(width, device=self.device)
@@ -293,16 +307,19 @@ class BatchRunner:
         found = int(self.cache.get_seq_length())
         if found != S + width:
             name = type(adapter.model).__name__
-            raise ValueError(f"{name} did not extend the KV cache (expected {S + width} positions, "
-                             f"found {found})")
+            raise ValueError(
+                f"{name} did not extend the KV cache (expected {S + width} positions, "
+                f"found {found})"
+            )
         for row, count in zip(rows, counts):
             row.held += count
             row.end = S + count
         self._length = S + width
         return logits, first_column
 
-    def _process(self, sequence: ImageSequence, call: ForwardCall,
-                 logits: Tensor) -> Tensor | tuple[Tensor, Tensor | None]:
+    def _process(
+        self, sequence: ImageSequence, call: ForwardCall, logits: Tensor
+    ) -> Tensor | tuple[Tensor, Tensor | None]:
         """One image's logits [rows, R, V] through ``adapter._process`` (module docstring), its
         generated positions as the adapter numbers them."""
         T = call.input_ids.numel()

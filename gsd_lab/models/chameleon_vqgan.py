@@ -293,8 +293,9 @@ def load_chameleon_vqgan(
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError as error:  # torch's reader of a truncated or foreign file
-        raise ValueError(f"{ckpt_path} cannot be read as a torch checkpoint (an interrupted download?): "
-                         f"{error}") from error
+        raise ValueError(
+            f"{ckpt_path} cannot be read as a torch checkpoint (an interrupted download?): {error}"
+        ) from error
     state = decoder_state_dict(checkpoint)
     with torch.device("meta"):
         model = ChameleonVQGANDecoder(config)

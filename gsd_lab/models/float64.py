@@ -37,7 +37,9 @@ def _rms_norm_forward(self: Any, hidden_states: Tensor) -> Tensor:
 def _rotary_forward(self: Any, x: Tensor, position_ids: Tensor) -> Tensor:
     freqs = position_ids[..., None].to(DTYPE) * self.inv_freq.to(device=x.device, dtype=DTYPE)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+    return (emb.cos() * self.attention_scaling).to(x.dtype), (
+        emb.sin() * self.attention_scaling
+    ).to(x.dtype)
 
 
 def _default_inv_freq(config: Any) -> Tensor | None:
@@ -56,9 +58,17 @@ def cast_model_float64(model: torch.nn.Module) -> torch.nn.Module:
     model.to(DTYPE)
     for module in model.modules():
         name = type(module).__name__
-        if name.endswith("RMSNorm") and hasattr(module, "variance_epsilon") and hasattr(module, "weight"):
+        if (
+            name.endswith("RMSNorm")
+            and hasattr(module, "variance_epsilon")
+            and hasattr(module, "weight")
+        ):
             module.forward = types.MethodType(_rms_norm_forward, module)
-        elif name.endswith("RotaryEmbedding") and hasattr(module, "inv_freq") and hasattr(module, "attention_scaling"):
+        elif (
+            name.endswith("RotaryEmbedding")
+            and hasattr(module, "inv_freq")
+            and hasattr(module, "attention_scaling")
+        ):
             inv_freq = _default_inv_freq(getattr(module, "config", None))
             if inv_freq is not None and inv_freq.shape == module.inv_freq.shape:
                 module.inv_freq = inv_freq.to(module.inv_freq.device)

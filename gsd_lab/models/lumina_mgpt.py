@@ -53,7 +53,13 @@ import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter, cache_kwarg
-from .lumina_tokenizer import PromptTokenizer, cache_entry_name, find_tokenizer_file, hf_cache_roots, snapshot_with
+from .lumina_tokenizer import (
+    PromptTokenizer,
+    cache_entry_name,
+    find_tokenizer_file,
+    hf_cache_roots,
+    snapshot_with,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +140,9 @@ def _safetensors_index(folder: Path) -> dict[str, str] | None:
     if not index.is_file():
         return None
     try:
-        weight_map = json.loads(index.read_text(), object_pairs_hook=_no_duplicate_keys).get("weight_map")
+        weight_map = json.loads(index.read_text(), object_pairs_hook=_no_duplicate_keys).get(
+            "weight_map"
+        )
     except ValueError as error:
         raise ValueError(f"{index}: {error}") from error
     if not isinstance(weight_map, dict) or not weight_map:
@@ -256,7 +264,7 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
             f"Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
             + (
                 " (this looks like transformers' expanded [heads, head_dim] layout: set "
-                "config.json's architectures to [\"ChameleonForConditionalGeneration\"] if the "
+                'config.json\'s architectures to ["ChameleonForConditionalGeneration"] if the '
                 "weights are stored that way)"
                 if looks_expanded
                 else ""
@@ -273,11 +281,15 @@ def _open_shard(file: Path, device: str | torch.device) -> Any:
     try:
         return safe_open(str(file), framework="pt", device=str(device))
     except SafetensorError as error:
-        raise ValueError(f"{file} is not a readable safetensors file ({error}; {file.stat().st_size:,} bytes): "
-                         "an interrupted download? Download it again") from error
+        raise ValueError(
+            f"{file} is not a readable safetensors file ({error}; {file.stat().st_size:,} bytes): "
+            "an interrupted download? Download it again"
+        ) from error
 
 
-def stored_tensors(folder: Path, *, device: str | torch.device = "cpu") -> Iterator[tuple[str, str, Any]]:
+def stored_tensors(
+    folder: Path, *, device: str | torch.device = "cpu"
+) -> Iterator[tuple[str, str, Any]]:
     """(name, shard file name, open ``safe_open`` handle) for every tensor of the safetensors
     shards, file by file; use the handle before asking for the next item.
 
@@ -303,9 +315,7 @@ def stored_tensors(folder: Path, *, device: str | torch.device = "cpu") -> Itera
     if weight_map is not None:
         absent = sorted(set(weight_map) - set(stored_in))
         if absent:
-            raise ValueError(
-                f"the index lists {len(absent)} tensors no shard holds: {absent[:6]}"
-            )
+            raise ValueError(f"the index lists {len(absent)} tensors no shard holds: {absent[:6]}")
 
 
 def is_qk_norm(name: str) -> bool:
@@ -347,17 +357,24 @@ def meta_lumina_model(config: Any) -> Any:
     return model
 
 
-def architecture_mismatch(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> str | None:
+def architecture_mismatch(
+    expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]
+) -> str | None:
     """None when ``stored`` (name -> shape, q/k-norms as loaded) has exactly the tensors of
     ``expected``, else what differs: missing, unexpected and mis-shaped names (first few)."""
     missing = sorted(set(expected) - set(stored))
     unexpected = sorted(set(stored) - set(expected))
-    wrong_shape = [f"{k} {tuple(stored[k])} (expected {tuple(v)})" for k, v in expected.items()
-                   if k in stored and tuple(stored[k]) != tuple(v)]
+    wrong_shape = [
+        f"{k} {tuple(stored[k])} (expected {tuple(v)})"
+        for k, v in expected.items()
+        if k in stored and tuple(stored[k]) != tuple(v)
+    ]
     if not (missing or unexpected or wrong_shape):
         return None
-    return (f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
-            f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}")
+    return (
+        f"missing {len(missing)} {missing[:6]}, unexpected {len(unexpected)} {unexpected[:6]}, "
+        f"wrong shape {len(wrong_shape)} {wrong_shape[:4]}"
+    )
 
 
 def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
@@ -366,10 +383,14 @@ def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | t
     from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
 
     model = meta_lumina_model(config)
-    problem = architecture_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()},
-                                    {k: tuple(v.shape) for k, v in state.items()})
+    problem = architecture_mismatch(
+        {k: tuple(v.shape) for k, v in model.state_dict().items()},
+        {k: tuple(v.shape) for k, v in state.items()},
+    )
     if problem:
-        raise ValueError(f"the checkpoint does not match the Chameleon architecture of its config.json: {problem}")
+        raise ValueError(
+            f"the checkpoint does not match the Chameleon architecture of its config.json: {problem}"
+        )
     model.load_state_dict(state, strict=True, assign=True)
     logger.info(
         "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does not use it"
@@ -463,11 +484,17 @@ def tokenizer_mismatches(tokenizer: Any, vocabulary_map: dict[str, int]) -> list
     in the tokenizer differs (or is absent), and the BOS id. Empty when they agree."""
     names = [n for n in LAYOUT_TOKEN_NAMES if n in vocabulary_map]
     names += sorted(n for n in vocabulary_map if n.startswith("<reserved088"))
-    problems = [f"{name}: {tokenizer.token_to_id(name)} in the tokenizer, {vocabulary_map[name]} in the "
-                "vocabulary_map" for name in names if tokenizer.token_to_id(name) != vocabulary_map[name]]
+    problems = [
+        f"{name}: {tokenizer.token_to_id(name)} in the tokenizer, {vocabulary_map[name]} in the "
+        "vocabulary_map"
+        for name in names
+        if tokenizer.token_to_id(name) != vocabulary_map[name]
+    ]
     bos = tokenizer.bos_token_id
     if bos is not None and BOS_NAME in vocabulary_map and bos != vocabulary_map[BOS_NAME]:
-        problems.append(f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the vocabulary_map")
+        problems.append(
+            f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the vocabulary_map"
+        )
     return problems
 
 
@@ -476,9 +503,11 @@ def check_tokenizer_matches(tokenizer: Any, vocabulary_map: dict[str, int]) -> N
     (``tokenizer_mismatches``)."""
     problems = tokenizer_mismatches(tokenizer, vocabulary_map)
     if problems:
-        raise ValueError(f"{getattr(tokenizer, 'path', 'the tokenizer')} does not match the checkpoint's "
-                         f"vocabulary_map ({len(problems)} tokens differ: {'; '.join(problems[:4])}): wrong "
-                         "--tokenizer for these weights?")
+        raise ValueError(
+            f"{getattr(tokenizer, 'path', 'the tokenizer')} does not match the checkpoint's "
+            f"vocabulary_map ({len(problems)} tokens differ: {'; '.join(problems[:4])}): wrong "
+            "--tokenizer for these weights?"
+        )
 
 
 def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[Tensor, Tensor]:
@@ -524,7 +553,9 @@ def prompt_ids(tokenizer: Any, layout: LuminaImageLayout, prompt: str) -> Tensor
     turn, image start, h, w]: what the model reads before the first image code."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("prompt must be a non-empty string")
-    return text_ids_to_prompt(layout, tokenizer.encode(prompt_text(layout, prompt), add_special_tokens=False))
+    return text_ids_to_prompt(
+        layout, tokenizer.encode(prompt_text(layout, prompt), add_special_tokens=False)
+    )
 
 
 # ---- the adapter -----------------------------------------------------------------------------------

@@ -27,8 +27,23 @@ from .chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
 # Words the tiny byte-level BPE merges into one token each (the prompt template's and a few
 # caption words), written as byte-level pieces: "Ġ" is the byte-level form of a leading space.
 TINY_MERGED_WORDS = (
-    "Generate", "Ġan", "Ġimage", "Ġof", "Ġaccording", "Ġto", "Ġthe", "Ġfollowing", "Ġprompt",
-    "Ġa", "Ġred", "Ġcat", "Ġdog", "Ġblue", "Ġsky", "Ġon", "Ġwith",
+    "Generate",
+    "Ġan",
+    "Ġimage",
+    "Ġof",
+    "Ġaccording",
+    "Ġto",
+    "Ġthe",
+    "Ġfollowing",
+    "Ġprompt",
+    "Ġa",
+    "Ġred",
+    "Ġcat",
+    "Ġdog",
+    "Ġblue",
+    "Ġsky",
+    "Ġon",
+    "Ġwith",
 )
 
 
@@ -81,24 +96,47 @@ def write_tiny_tokenizer(folder: str | Path, vocabulary_map: dict[str, int]) -> 
     ``tokenizer_config.json`` labelled ``LlamaTokenizerFast`` as the release's is. transformers
     5.x's ``LlamaTokenizerFast`` reads such a file with a Metaspace pre-tokenizer and other ids
     (``gsd_lab.models.lumina_tokenizer``); the raw ``tokenizers`` ids are the right ones."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    specials = [name for name in vocabulary_map if name.startswith("<") and name.endswith(">") and len(name) > 1]
+    specials = [
+        name
+        for name in vocabulary_map
+        if name.startswith("<") and name.endswith(">") and len(name) > 1
+    ]
     merges = [m for m in _word_merges(TINY_MERGED_WORDS) if "".join(m) in vocabulary_map]
     tok = Tokenizer(models.BPE(vocab=dict(vocabulary_map), merges=merges, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in specials])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocabulary_map["<s>"])])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", vocabulary_map["<s>"])]
+    )
     tok.save(str(folder / "tokenizer.json"))
-    config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
-              "model_max_length": 4096}
+    config = {
+        "tokenizer_class": "LlamaTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "model_max_length": 4096,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     return folder / "tokenizer.json"
 
@@ -305,15 +343,26 @@ def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) 
     vocab.update({c + "</w>": i + 2 + len(letters) for i, c in enumerate(letters)})
     processor = CLIPProcessor(
         image_processor=CLIPImageProcessorPil(
-            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+            size={"shortest_edge": image_size},
+            crop_size={"height": image_size, "width": image_size},
         ),
         tokenizer=CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77),
     )
-    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-             "num_attention_heads": 2}
+    small = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+    }
     config = CLIPConfig(
-        text_config=dict(vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=0,
-                         eos_token_id=1, pad_token_id=1, **small),
+        text_config=dict(
+            vocab_size=len(vocab),
+            max_position_embeddings=77,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+            **small,
+        ),
         vision_config=dict(image_size=image_size, patch_size=8, **small),
         projection_dim=16,
     )
@@ -347,9 +396,18 @@ def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet
     ``lumina-mgpt-7b-*`` name loads it."""
     root = Path(root)
     weights = write_tiny_lumina_checkpoint(
-        root / "lumina-mgpt-7b-512", num_codes=64, hidden_size=32, num_layers=2, num_heads=4,
-        num_kv_heads=2, model_parallel_size=2, intermediate_size=64, num_shards=2, seed=seed,
-        embedding_spread=0.1, with_tokenizer=False,
+        root / "lumina-mgpt-7b-512",
+        num_codes=64,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        model_parallel_size=2,
+        intermediate_size=64,
+        num_shards=2,
+        seed=seed,
+        embedding_spread=0.1,
+        with_tokenizer=False,
     )
     tokenizer = write_tiny_tokenizer(root / "lumina-mgpt-7b-768", tiny_vocabulary_map(64)).parent
     vqgan = write_tiny_vqgan(root / "chameleon-vqgan", n_embed=64, seed=seed)

@@ -54,14 +54,19 @@ def snapshot_with(repo_cache: Path, filename: str) -> Path | None:
     ref = repo_cache / "refs" / "main"
     if ref.is_file() and (snapshots / ref.read_text().strip() / filename).is_file():
         return snapshots / ref.read_text().strip()
-    found = sorted((s for s in snapshots.iterdir() if (s / filename).is_file()), key=lambda s: s.stat().st_mtime)
+    found = sorted(
+        (s for s in snapshots.iterdir() if (s / filename).is_file()),
+        key=lambda s: s.stat().st_mtime,
+    )
     return found[-1] if found else None
 
 
 def download_hint(target: str = "DIR") -> str:
     """The command that fetches the release's tokenizer (huggingface_hub 1.x ``hf``)."""
-    return (f"hf download {TOKENIZER_REPO} tokenizer.json tokenizer_config.json special_tokens_map.json "
-            f"--local-dir {target}")
+    return (
+        f"hf download {TOKENIZER_REPO} tokenizer.json tokenizer_config.json special_tokens_map.json "
+        f"--local-dir {target}"
+    )
 
 
 def _sibling_candidates(weights: Path) -> list[Path]:
@@ -77,8 +82,11 @@ def _sibling_candidates(weights: Path) -> list[Path]:
                 candidates.append(snapshot)
             break
     if weights.parent.is_dir():
-        candidates += sorted(p for p in weights.parent.iterdir()
-                             if p.is_dir() and p != weights and _SIBLING_NAME.search(p.name))
+        candidates += sorted(
+            p
+            for p in weights.parent.iterdir()
+            if p.is_dir() and p != weights and _SIBLING_NAME.search(p.name)
+        )
         snapshot = snapshot_with(weights.parent / entry, TOKENIZER_FILE)
         if snapshot is not None:
             candidates.append(snapshot)
@@ -97,8 +105,10 @@ def find_tokenizer_file(weights: str | Path, tokenizer: str | Path | None = None
         given = Path(tokenizer).expanduser()
         path = given if given.is_file() else given / TOKENIZER_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"--tokenizer {given}: no {TOKENIZER_FILE} there. Download it with "
-                                    f"`{download_hint(str(given))}`")
+            raise FileNotFoundError(
+                f"--tokenizer {given}: no {TOKENIZER_FILE} there. Download it with "
+                f"`{download_hint(str(given))}`"
+            )
         return path
     weights = Path(weights).expanduser()
     if (weights / TOKENIZER_FILE).is_file():

@@ -93,8 +93,9 @@ def _static_layer_class() -> type:
             self.start = start
             self.length = length  # [L], shared: attention reads slots 0 .. L - 1 only
 
-        def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
-                   ) -> tuple[Tensor, Tensor]:
+        def update(
+            self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[Tensor, Tensor]:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             slots = torch.arange(key_states.shape[-2], device=key_states.device) + self.start
@@ -128,10 +129,17 @@ class StaticEngine:
     fallback should a device refuse to record the processing, and a measure of what it costs).
     """
 
-    def __init__(self, adapter: CausalLMAdapter, *, capture: str = "auto",
-                 compile_options: dict[str, Any] | None = None, capacity_step: int = 128,
-                 length_step: int | None = 256, capture_processing: bool = True,
-                 compile_cache: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        adapter: CausalLMAdapter,
+        *,
+        capture: str = "auto",
+        compile_options: dict[str, Any] | None = None,
+        capacity_step: int = 128,
+        length_step: int | None = 256,
+        capture_processing: bool = True,
+        compile_cache: str | os.PathLike[str] | None = None,
+    ) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
         if capture not in CAPTURES:
@@ -145,10 +153,15 @@ class StaticEngine:
             raise ValueError("compile_options is for capture 'compile'")
         if compile_cache is not None and capture != "compile":
             raise ValueError("compile_cache is for capture 'compile'")
-        if isinstance(capacity_step, bool) or not isinstance(capacity_step, int) or capacity_step < 1:
+        if (
+            isinstance(capacity_step, bool)
+            or not isinstance(capacity_step, int)
+            or capacity_step < 1
+        ):
             raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
-        if length_step is not None and (isinstance(length_step, bool)
-                                        or not isinstance(length_step, int) or length_step < 1):
+        if length_step is not None and (
+            isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 1
+        ):
             raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
         config = adapter.model.config
         attention = getattr(config, "_attn_implementation", None)
@@ -160,7 +173,9 @@ class StaticEngine:
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
         if kinds != {"full_attention"} or getattr(text, "sliding_window", None):
-            raise ValueError(f"the static engine needs full attention in every layer, got {sorted(kinds)}")
+            raise ValueError(
+                f"the static engine needs full attention in every layer, got {sorted(kinds)}"
+            )
         self.adapter = adapter
         self.device = device
         self.capture = capture
@@ -214,8 +229,9 @@ class StaticEngine:
             raise ValueError(f"window must be an int >= 0, got {window!r}")
         self._reserved = new_tokens
         if window > 0 and window + 1 != self._window_width:
-            self._graphs = {key: graph for key, graph in self._graphs.items()
-                            if key[0] != self._window_width}
+            self._graphs = {
+                key: graph for key, graph in self._graphs.items() if key[0] != self._window_width
+            }
             self._window_width = window + 1
 
     @property
@@ -229,8 +245,9 @@ class StaticEngine:
         layer = _static_layer_class()
         from transformers.cache_utils import Cache
 
-        self._cache = Cache(layers=[layer(capacity, self._start, self._length)
-                                    for _ in range(self._num_layers)])
+        self._cache = Cache(
+            layers=[layer(capacity, self._start, self._length) for _ in range(self._num_layers)]
+        )
         self._pad = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self._key_ok = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self._generated_offset = torch.zeros((), dtype=torch.long, device=device)
@@ -238,7 +255,13 @@ class StaticEngine:
         self._inputs: dict[int, Tensor] = {}
         self._graphs = {}
         self._compiled: Any = None
-        for buffer in (self._start, self._pad, self._key_ok, self._generated_offset, self._slot_ids):
+        for buffer in (
+            self._start,
+            self._pad,
+            self._key_ok,
+            self._generated_offset,
+            self._slot_ids,
+        ):
             torch._dynamo.mark_static_address(buffer)
         self._layout = (capacity, batch, dtype)
 
@@ -265,11 +288,20 @@ class StaticEngine:
         batch, width = rows.shape
         needed = width + self._reserved
         dtype = adapter.compute_dtype
-        if (self._layout is None or needed > self._layout[0] or batch != self._layout[1]
-                or dtype != self._layout[2]):
+        if (
+            self._layout is None
+            or needed > self._layout[0]
+            or batch != self._layout[1]
+            or dtype != self._layout[2]
+        ):
             step = self._capacity_step
             self._allocate(-(-needed // step) * step, batch, dtype)
-        settings = (adapter.cfg_scale, adapter.top_k, adapter.temperature, id(adapter.allowed_tokens))
+        settings = (
+            adapter.cfg_scale,
+            adapter.top_k,
+            adapter.temperature,
+            id(adapter.allowed_tokens),
+        )
         if settings != self._settings:  # a recorded graph holds them as constants
             self._graphs, self._settings = {}, settings
         real = adapter._prompt_mask.to(torch.bool)
@@ -315,8 +347,9 @@ class StaticEngine:
         self._pending.clear()
         return self._seconds
 
-    def forward(self, input_ids: Tensor, num_rows: int | None = None, *, with_support: bool = False
-                ) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(
+        self, input_ids: Tensor, num_rows: int | None = None, *, with_support: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """``CausalLMAdapter.forward`` on the static cache: the processed distributions [R, V] of
         the last R = ``num_rows`` (default T) of the T new tokens (a fresh tensor); with
         ``with_support``, (probs, support [R, K]): ids holding every id with p > 0 (forced rows:
@@ -363,10 +396,10 @@ class StaticEngine:
                 probs, support, overflow = self._step(ids, rows, with_support)
         else:
             probs, support, overflow = self._run(width, with_support)
-            probs = probs[T - num_rows: T]
-            support = support[T - num_rows: T] if with_support else None
+            probs = probs[T - num_rows : T]
+            support = support[T - num_rows : T] if with_support else None
             if with_support and overflow is not None:
-                overflow = overflow[T - num_rows: T]
+                overflow = overflow[T - num_rows : T]
         probs = probs.clone()  # a graph's outputs are overwritten by its next replay
         support = support.clone() if with_support else None
         self.support_overflow = overflow.any() if with_support and overflow is not None else None
@@ -377,8 +410,9 @@ class StaticEngine:
 
     # ---- the step (captured) -----------------------------------------------------------
 
-    def _step(self, ids: Tensor, num_rows: int, with_support: bool = True
-              ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def _step(
+        self, ids: Tensor, num_rows: int, with_support: bool = True
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Model and processing for ``ids`` [B, T] at slots start .. start + T - 1, from the
         engine's buffers only: (probs [num_rows, V], support [num_rows, K] or None without
         ``with_support``, overflow [num_rows] or None: ``_processed``)."""
@@ -395,12 +429,15 @@ class StaticEngine:
         mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # B,1,T,L
         if self._additive_mask:
             dtype = self._layout[2]
-            mask = torch.zeros((), dtype=dtype, device=ids.device).where(mask, torch.finfo(dtype).min)
+            mask = torch.zeros((), dtype=dtype, device=ids.device).where(
+                mask, torch.finfo(dtype).min
+            )
         logits = adapter.compute_logits(ids, mask, positions, num_rows)
-        return logits, slots[T - num_rows:] + self._generated_offset
+        return logits, slots[T - num_rows :] + self._generated_offset
 
-    def _processed(self, logits: Tensor, generated: Tensor, with_support: bool
-                   ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def _processed(
+        self, logits: Tensor, generated: Tensor, with_support: bool
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """The processing part of ``_step``: (probs, support, overflow). The support: on a CPU
         outside compilation the adapter's kept ids (as its own forward gives; numpy; overflow
         None), else with top-k the allowed ids of each row's K largest entries (``top_k_support``,
@@ -432,8 +469,9 @@ class StaticEngine:
             return self._step(ids, width)
         return self._model(ids, width)
 
-    def _run(self, width: int, with_support: bool = True
-             ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def _run(
+        self, width: int, with_support: bool = True
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """The width's forward from its input buffer: eager, replayed graph or compiled."""
         buffer = self._inputs[width]
         with torch.no_grad():
@@ -536,8 +574,9 @@ def static_engine(adapter: CausalLMAdapter) -> StaticEngine:
 ENGINES = ("eager", "static")
 
 
-def runner_for(adapter: CausalLMAdapter, engine: str | StaticEngine, *, new_tokens: int,
-               window: int) -> CausalLMAdapter | StaticEngine:
+def runner_for(
+    adapter: CausalLMAdapter, engine: str | StaticEngine, *, new_tokens: int, window: int
+) -> CausalLMAdapter | StaticEngine:
     """What ``generate`` runs its forwards on: the adapter itself (``runner="eager"``), the
     adapter's kept ``StaticEngine`` ("static") or the given one, reserved for ``new_tokens``
     slots after the prompt and windows of ``window`` drafts."""

@@ -39,7 +39,10 @@ def resized(images: list[Any], side: int) -> list[Any]:
     resizes generated images to 299 x 299 before its CLIP score."""
     from PIL import Image
 
-    return [np.asarray(Image.fromarray(np.asarray(image)).resize((side, side), Image.BILINEAR)) for image in images]
+    return [
+        np.asarray(Image.fromarray(np.asarray(image)).resize((side, side), Image.BILINEAR))
+        for image in images
+    ]
 
 
 def _as_image_list(images: Any) -> list[Any]:
@@ -54,7 +57,12 @@ def _as_image_list(images: Any) -> list[Any]:
 
 @torch.inference_mode()
 def clip_scores(
-    images: Any, texts: Sequence[str], model: Any, processor: Any, *, batch_size: int = 32,
+    images: Any,
+    texts: Sequence[str],
+    model: Any,
+    processor: Any,
+    *,
+    batch_size: int = 32,
     resize: int | None = None,
 ) -> Tensor:
     """Per-pair CLIP scores [N] (float64): max(100 * cos(image_i, text_i), 0). ``resize``: first

@@ -36,22 +36,27 @@ def _as_float_images(images: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def condition_consistency(classifier: torch.nn.Module, images: Tensor, class_indices: Tensor,
-                          batch_size: int = 256) -> float:
+def condition_consistency(
+    classifier: torch.nn.Module, images: Tensor, class_indices: Tensor, batch_size: int = 256
+) -> float:
     """100 * mean P(class = conditioning class | image) under ``classifier`` (higher is better)."""
     x = _as_float_images(images)
     labels = torch.as_tensor(class_indices).long().reshape(-1)
     if labels.numel() != x.shape[0]:
         raise ValueError(f"{labels.numel()} class indices for {x.shape[0]} images")
     classifier.eval()
-    probs = torch.cat([torch.softmax(classifier(chunk).double(), -1) for chunk in x.split(batch_size)])
+    probs = torch.cat(
+        [torch.softmax(classifier(chunk).double(), -1) for chunk in x.split(batch_size)]
+    )
     if labels.min() < 0 or labels.max() >= probs.shape[1]:
         raise ValueError(f"class indices must lie in [0, {probs.shape[1]})")
     return float(100.0 * probs.gather(1, labels[:, None]).mean())
 
 
 @torch.no_grad()
-def classifier_features(classifier: torch.nn.Module, images: Tensor, batch_size: int = 256) -> Tensor:
+def classifier_features(
+    classifier: torch.nn.Module, images: Tensor, batch_size: int = 256
+) -> Tensor:
     """Penultimate features [N, D] (float64) of ``classifier.features``."""
     x = _as_float_images(images)
     classifier.eval()
@@ -83,8 +88,10 @@ def frechet_distance(mu1: Tensor, sigma1: Tensor, mu2: Tensor, sigma2: Tensor) -
     s1, s2 = torch.as_tensor(sigma1).double(), torch.as_tensor(sigma2).double()
     d = mu1.shape[0]
     if mu2.shape != (d,) or s1.shape != (d, d) or s2.shape != (d, d):
-        raise ValueError(f"shape mismatch: mu {tuple(mu1.shape)}/{tuple(mu2.shape)}, "
-                         f"sigma {tuple(s1.shape)}/{tuple(s2.shape)}")
+        raise ValueError(
+            f"shape mismatch: mu {tuple(mu1.shape)}/{tuple(mu2.shape)}, "
+            f"sigma {tuple(s1.shape)}/{tuple(s2.shape)}"
+        )
     root1 = psd_sqrt(s1)
     cross = psd_sqrt(root1 @ s2 @ root1)
     value = (mu1 - mu2).pow(2).sum() + torch.trace(s1) + torch.trace(s2) - 2 * torch.trace(cross)
@@ -96,10 +103,13 @@ def frechet_distance_features(features_a: Tensor, features_b: Tensor) -> float:
     return frechet_distance(*gaussian_statistics(features_a), *gaussian_statistics(features_b))
 
 
-def classifier_frechet_distance(classifier: torch.nn.Module, generated: Tensor, reference: Tensor) -> float:
+def classifier_frechet_distance(
+    classifier: torch.nn.Module, generated: Tensor, reference: Tensor
+) -> float:
     """Frechet distance between the classifier's penultimate features of two image sets."""
-    return frechet_distance_features(classifier_features(classifier, generated),
-                                     classifier_features(classifier, reference))
+    return frechet_distance_features(
+        classifier_features(classifier, generated), classifier_features(classifier, reference)
+    )
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,14 @@ class BootstrapInterval:
     resamples: int
 
 
-def paired_bootstrap(a: object, b: object, *, num_resamples: int = 2000, level: float = 0.95,
-                     generator: torch.Generator | None = None) -> BootstrapInterval:
+def paired_bootstrap(
+    a: object,
+    b: object,
+    *,
+    num_resamples: int = 2000,
+    level: float = 0.95,
+    generator: torch.Generator | None = None,
+) -> BootstrapInterval:
     """Paired bootstrap of the mean difference of per-item values a, b [N] (item i of a and of b
     share an image's prompt and seed): resample the N differences d_i = a_i - b_i with replacement
     ``num_resamples`` times (one [B, N] draw, vectorised), take the (1 - level)/2 and
@@ -126,7 +142,9 @@ def paired_bootstrap(a: object, b: object, *, num_resamples: int = 2000, level: 
     a64 = torch.as_tensor(np.asarray(a, dtype=np.float64))
     b64 = torch.as_tensor(np.asarray(b, dtype=np.float64))
     if a64.ndim != 1 or a64.shape != b64.shape:
-        raise ValueError(f"a and b must be paired 1-D arrays of one length, got {tuple(a64.shape)} and {tuple(b64.shape)}")
+        raise ValueError(
+            f"a and b must be paired 1-D arrays of one length, got {tuple(a64.shape)} and {tuple(b64.shape)}"
+        )
     if a64.numel() == 0 or not bool(torch.isfinite(a64).all() and torch.isfinite(b64).all()):
         raise ValueError("a and b must be non-empty and finite")
     if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
@@ -141,5 +159,9 @@ def paired_bootstrap(a: object, b: object, *, num_resamples: int = 2000, level: 
         generator = torch.Generator().manual_seed(0)
     index = torch.randint(n, (num_resamples, n), generator=generator)
     means = diff[index].mean(-1)
-    bounds = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
-    return BootstrapInterval(float(diff.mean()), float(bounds[0]), float(bounds[1]), level, num_resamples)
+    bounds = torch.quantile(
+        means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    )
+    return BootstrapInterval(
+        float(diff.mean()), float(bounds[0]), float(bounds[1]), level, num_resamples
+    )

@@ -35,14 +35,27 @@ class StandinAdapter(CausalLMAdapter):
     unconditional prompt: ``uncond_prompt_ids()`` = [null class token]; generate
     ``num_image_tokens`` (= 16 x 16) tokens in raster order, then ``decode_images``."""
 
-    def __init__(self, model, layout: TokenLayout, tokenizer: PatchVQTokenizer, class_names: list[str],
-                 *, cfg_scale: float | None = DEFAULT_CFG_SCALE, top_k: int | None = DEFAULT_TOP_K,
-                 temperature: float = DEFAULT_TEMPERATURE) -> None:
+    def __init__(
+        self,
+        model,
+        layout: TokenLayout,
+        tokenizer: PatchVQTokenizer,
+        class_names: list[str],
+        *,
+        cfg_scale: float | None = DEFAULT_CFG_SCALE,
+        top_k: int | None = DEFAULT_TOP_K,
+        temperature: float = DEFAULT_TEMPERATURE,
+    ) -> None:
         if len(class_names) != layout.num_classes:
             raise ValueError(f"{len(class_names)} class names for {layout.num_classes} classes")
-        super().__init__(model, allowed_tokens=torch.arange(layout.codebook_size),
-                         temperature=temperature, top_k=top_k, cfg_scale=cfg_scale,
-                         row_length=layout.grid)
+        super().__init__(
+            model,
+            allowed_tokens=torch.arange(layout.codebook_size),
+            temperature=temperature,
+            top_k=top_k,
+            cfg_scale=cfg_scale,
+            row_length=layout.grid,
+        )
         self.layout = layout
         self.tokenizer = tokenizer.to(self.device)
         self.class_names = list(class_names)
@@ -81,7 +94,9 @@ class StandinAdapter(CausalLMAdapter):
 
     def prompt_ids(self, class_index: int | str) -> Tensor:
         """[class token] as a 1-D LongTensor; raises ValueError for an unknown class."""
-        return torch.tensor([self.layout.class_id(self.class_index(class_index))], device=self.device)
+        return torch.tensor(
+            [self.layout.class_id(self.class_index(class_index))], device=self.device
+        )
 
     def uncond_prompt_ids(self) -> Tensor:
         return torch.tensor([self.layout.null_class_id], device=self.device)
@@ -93,7 +108,9 @@ class StandinAdapter(CausalLMAdapter):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.shape[1] != self.num_image_tokens:
-            raise ValueError(f"tokens must be [N, {self.num_image_tokens}], got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"tokens must be [N, {self.num_image_tokens}], got {tuple(tokens.shape)}"
+            )
         if tokens.min() < 0 or tokens.max() >= self.layout.codebook_size:
             raise ValueError(f"tokens must be image codes in [0, {self.layout.codebook_size})")
         grid = self.layout.grid
@@ -101,10 +118,15 @@ class StandinAdapter(CausalLMAdapter):
         return to_uint8(images) if as_uint8 else images
 
 
-def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path | None = None,
-                 cfg_scale: float | None = DEFAULT_CFG_SCALE, top_k: int | None = DEFAULT_TOP_K,
-                 temperature: float = DEFAULT_TEMPERATURE,
-                 compute_dtype: torch.dtype | None = None) -> StandinAdapter:
+def load_standin(
+    device: str | torch.device = "cpu",
+    *,
+    weights_dir: str | Path | None = None,
+    cfg_scale: float | None = DEFAULT_CFG_SCALE,
+    top_k: int | None = DEFAULT_TOP_K,
+    temperature: float = DEFAULT_TEMPERATURE,
+    compute_dtype: torch.dtype | None = None,
+) -> StandinAdapter:
     """Load the shipped stand-in (safetensors only) and return its ready adapter.
 
     ``compute_dtype``: the model's parameter dtype; default float64 on CPU (reproducible across
@@ -117,13 +139,22 @@ def load_standin(device: str | torch.device = "cpu", *, weights_dir: str | Path 
     model, layout, cfg = load_ar_model(directory)
     tokenizer = load_tokenizer(directory)
     if tokenizer.codebook_size != layout.codebook_size:
-        raise ValueError(f"tokenizer codebook {tokenizer.codebook_size} != AR layout "
-                         f"{layout.codebook_size} in {directory}")
+        raise ValueError(
+            f"tokenizer codebook {tokenizer.codebook_size} != AR layout "
+            f"{layout.codebook_size} in {directory}"
+        )
     names = cfg.get("class_names") or [f"class_{i}" for i in range(layout.num_classes)]
     if compute_dtype is None:
         compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
-    adapter = StandinAdapter(model.to(device), layout, tokenizer, names, cfg_scale=cfg_scale,
-                             top_k=top_k, temperature=temperature)
+    adapter = StandinAdapter(
+        model.to(device),
+        layout,
+        tokenizer,
+        names,
+        cfg_scale=cfg_scale,
+        top_k=top_k,
+        temperature=temperature,
+    )
     adapter.set_compute_dtype(compute_dtype)
     # The distance filter's quantile, computed once at export (GSD's resolve checks the digest).
     adapter.distance_quantiles = stored_distance_quantiles(directory)

@@ -49,24 +49,38 @@ class TokenLayout:
         return self.codebook_size + class_index
 
     def to_dict(self) -> dict:
-        return {"codebook_size": self.codebook_size, "num_classes": self.num_classes,
-                "grid": self.grid, "vocab_size": self.vocab_size,
-                "image_token_ids": [0, self.codebook_size - 1],
-                "class_token_ids": [self.codebook_size, self.codebook_size + self.num_classes - 1],
-                "null_class_id": self.null_class_id,
-                "sequence": "[class or null] + grid*grid image codes in raster order"}
+        return {
+            "codebook_size": self.codebook_size,
+            "num_classes": self.num_classes,
+            "grid": self.grid,
+            "vocab_size": self.vocab_size,
+            "image_token_ids": [0, self.codebook_size - 1],
+            "class_token_ids": [self.codebook_size, self.codebook_size + self.num_classes - 1],
+            "null_class_id": self.null_class_id,
+            "sequence": "[class or null] + grid*grid image codes in raster order",
+        }
 
 
-def llama_config(layout: TokenLayout, hidden: int = 256, layers: int = 4, heads: int = 4,
-                 intermediate: int = 704):
+def llama_config(
+    layout: TokenLayout, hidden: int = 256, layers: int = 4, heads: int = 4, intermediate: int = 704
+):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=layout.vocab_size, hidden_size=hidden, intermediate_size=intermediate,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=layout.num_image_tokens + 1, rope_theta=10000.0,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        attention_dropout=0.0, initializer_range=0.02,
+        vocab_size=layout.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=layout.num_image_tokens + 1,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attention_dropout=0.0,
+        initializer_range=0.02,
     )
 
 
@@ -94,8 +108,10 @@ def init_code_embeddings(model, codebook: torch.Tensor, std: float) -> None:
     centred = codebook.double() - codebook.double().mean(0)
     _, _, vh = torch.linalg.svd(centred, full_matrices=False)
     if vh.shape[0] < hidden:
-        raise ValueError(f"a codebook [K={codebook.shape[0]}, D={codebook.shape[1]}] has min(K, D) = "
-                         f"{vh.shape[0]} principal components, fewer than the hidden size {hidden}")
+        raise ValueError(
+            f"a codebook [K={codebook.shape[0]}, D={codebook.shape[1]}] has min(K, D) = "
+            f"{vh.shape[0]} principal components, fewer than the hidden size {hidden}"
+        )
     projected = centred @ vh[:hidden].T
     projected = (projected * (std / projected.std())).float()
     k = codebook.shape[0]
@@ -117,8 +133,11 @@ CLASS_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0), (8, 8), (0, 8), (8, 0))
 EXTRA_SHIFTS: tuple[tuple[int, int], ...] = ((0, 0),)
 
 
-def encode_maps(tokenizer: PatchVQTokenizer, which: str = "classes",
-                shifts: tuple[tuple[int, int], ...] | None = None) -> list[list[TokenMap]]:
+def encode_maps(
+    tokenizer: PatchVQTokenizer,
+    which: str = "classes",
+    shifts: tuple[tuple[int, int], ...] | None = None,
+) -> list[list[TokenMap]]:
     """Token maps of every source of ``data.load_sources(which)``: ``data.SCALES`` x (mirrored or
     not) x pixel shifts (dy, dx) in ``shifts`` (so token grids start at sub-token offsets too;
     default ``CLASS_SHIFTS`` for the classes, ``EXTRA_SHIFTS`` for the extras), each view
@@ -137,11 +156,16 @@ def encode_maps(tokenizer: PatchVQTokenizer, which: str = "classes",
                     w = (view.pixels.shape[2] - dx) // p * p
                     if h < p or w < p:
                         continue
-                    touches = view.touches[dy: dy + h, dx: dx + w].float()[None, None]
-                    inside = view.inside[dy: dy + h, dx: dx + w].float()[None, None]
-                    codes = tokenizer.encode(view.pixels[None, :, dy: dy + h, dx: dx + w])[0]
-                    maps.append(TokenMap(codes.to(torch.int16), F.max_pool2d(touches, p)[0, 0] > 0,
-                                         -F.max_pool2d(-inside, p)[0, 0] > 0))
+                    touches = view.touches[dy : dy + h, dx : dx + w].float()[None, None]
+                    inside = view.inside[dy : dy + h, dx : dx + w].float()[None, None]
+                    codes = tokenizer.encode(view.pixels[None, :, dy : dy + h, dx : dx + w])[0]
+                    maps.append(
+                        TokenMap(
+                            codes.to(torch.int16),
+                            F.max_pool2d(touches, p)[0, 0] > 0,
+                            -F.max_pool2d(-inside, p)[0, 0] > 0,
+                        )
+                    )
         out.append(maps)
     return out
 
@@ -162,9 +186,17 @@ class TokenMapDataset:
     with no training window, e.g. the smallest scales of some images, would count too).
     """
 
-    def __init__(self, tokenizer: PatchVQTokenizer | None = None, grid: int = 16, split: str = "train",
-                 shifts: tuple[tuple[int, int], ...] | None = None, *, maps: list[list[TokenMap]] | None = None,
-                 min_scored: int = 32, like: "TokenMapDataset | None" = None):
+    def __init__(
+        self,
+        tokenizer: PatchVQTokenizer | None = None,
+        grid: int = 16,
+        split: str = "train",
+        shifts: tuple[tuple[int, int], ...] | None = None,
+        *,
+        maps: list[list[TokenMap]] | None = None,
+        min_scored: int = 32,
+        like: "TokenMapDataset | None" = None,
+    ):
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
         if maps is None:
@@ -207,8 +239,9 @@ class TokenMapDataset:
     def num_windows(self) -> int:
         return sum(int(c[-1]) for c in self.counts)
 
-    def sample_with_mask(self, batch: int, generator: torch.Generator
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample_with_mask(
+        self, batch: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(tokens [batch, grid*grid] int64, group indices [batch], scored [batch, grid*grid]
         bool); groups uniform, then a window uniform among all the group's windows (or a map
         by the ``like`` weights, then a window uniform in it)."""
@@ -220,16 +253,18 @@ class TokenMapDataset:
             if self.weights is not None:
                 j = int(torch.multinomial(self.weights[c], 1, generator=generator))
                 m, corners = self.groups[c][j]
-                top, left = corners[int(torch.randint(0, corners.shape[0], (1,), generator=generator))].tolist()
+                top, left = corners[
+                    int(torch.randint(0, corners.shape[0], (1,), generator=generator))
+                ].tolist()
             else:
                 counts = self.counts[c]
                 pick = int(torch.randint(0, int(counts[-1]), (1,), generator=generator))
                 j = int(torch.searchsorted(counts, torch.tensor(pick), right=True))
                 m, corners = self.groups[c][j]
                 top, left = corners[pick - (int(counts[j - 1]) if j else 0)].tolist()
-            out[i] = m.codes[top: top + g, left: left + g].reshape(-1).long()
+            out[i] = m.codes[top : top + g, left : left + g].reshape(-1).long()
             if self.split == "heldout":
-                scored[i] = m.inside[top: top + g, left: left + g].reshape(-1)
+                scored[i] = m.inside[top : top + g, left : left + g].reshape(-1)
         return out, groups, scored
 
     def sample(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,8 +274,13 @@ class TokenMapDataset:
         return tokens, groups
 
 
-def make_batch(tokens: torch.Tensor, classes: torch.Tensor, layout: TokenLayout,
-               class_dropout: float, generator: torch.Generator) -> torch.Tensor:
+def make_batch(
+    tokens: torch.Tensor,
+    classes: torch.Tensor,
+    layout: TokenLayout,
+    class_dropout: float,
+    generator: torch.Generator,
+) -> torch.Tensor:
     """[batch, 1 + grid*grid] input ids: class (or null with prob. class_dropout) + codes."""
     drop = torch.rand(classes.shape[0], generator=generator) < class_dropout
     cls = torch.where(drop, layout.null_class_id, classes + layout.codebook_size)
@@ -254,8 +294,9 @@ def image_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def teacher_forced_statistics(model, ids: torch.Tensor, layout: TokenLayout,
-                              scored: torch.Tensor | None = None) -> dict:
+def teacher_forced_statistics(
+    model, ids: torch.Tensor, layout: TokenLayout, scored: torch.Tensor | None = None
+) -> dict:
     """On real windows ids [B, 1 + N]: NLL of the image tokens under the conditional model
     restricted to image codes (nats), and the top-1 probability of every position's
     distribution: its median and the share below 0.05; over the positions ``scored`` [B, N]
@@ -266,11 +307,17 @@ def teacher_forced_statistics(model, ids: torch.Tensor, layout: TokenLayout,
     top1 = logp.max(-1).values.exp()
     if scored is not None:
         nll, top1 = nll[scored], top1[scored]
-    return {"nll": float(nll.mean()), "top1_median": float(top1.median()),
-            "share_top1_below_5pct": float((top1 < 0.05).double().mean()), "tokens": int(nll.numel())}
+    return {
+        "nll": float(nll.mean()),
+        "top1_median": float(top1.median()),
+        "share_top1_below_5pct": float((top1 < 0.05).double().mean()),
+        "tokens": int(nll.numel()),
+    }
 
 
-def unigram_entropy(dataset: TokenMapDataset, generator: torch.Generator, windows: int = 2000) -> float:
+def unigram_entropy(
+    dataset: TokenMapDataset, generator: torch.Generator, windows: int = 2000
+) -> float:
     """Entropy (nats) of the code frequencies in ``windows`` sampled training windows."""
     tokens, _ = dataset.sample(windows, generator)
     counts = torch.bincount(tokens.flatten()).double()
@@ -286,8 +333,9 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def selection_key(step: int, train_nll: float, heldout_nll: float, max_gap: float | None,
-                  warmup: int) -> tuple[int, float] | None:
+def selection_key(
+    step: int, train_nll: float, heldout_nll: float, max_gap: float | None, warmup: int
+) -> tuple[int, float] | None:
     """The early-stopping rank of one evaluation (smaller is better), None for one not ranked.
 
     Evaluations before the end of warm-up (step < ``warmup``) are not ranked: an untrained
@@ -299,12 +347,28 @@ def selection_key(step: int, train_nll: float, heldout_nll: float, max_gap: floa
     return (0, heldout_nll) if max_gap is None or gap <= max_gap else (1, gap)
 
 
-def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch: int = 16,
-             lr: float = 1.5e-3, seed: int = 0, class_dropout: float = 0.1,
-             uncond_fraction: float = 0.25, hidden: int = 256, layers: int = 4, heads: int = 4,
-             intermediate: int = 704, bf16: bool = False, eval_every: int = 20,
-             eval_windows: int = 128, keep_best: bool = True, max_gap: float | None = 0.9,
-             codebook_init: bool = True, log=print):
+def train_ar(
+    out: Path,
+    tokenizer: PatchVQTokenizer,
+    *,
+    steps: int = 120,
+    batch: int = 16,
+    lr: float = 1.5e-3,
+    seed: int = 0,
+    class_dropout: float = 0.1,
+    uncond_fraction: float = 0.25,
+    hidden: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    intermediate: int = 704,
+    bf16: bool = False,
+    eval_every: int = 20,
+    eval_windows: int = 128,
+    keep_best: bool = True,
+    max_gap: float | None = 0.9,
+    codebook_init: bool = True,
+    log=print,
+):
     """Train and save the AR model; every ``eval_every`` steps log the loss on fixed training
     and held-out windows and the held-out teacher-forced flatness (to tell ambiguity in the
     data from ignorance of an undertrained model).
@@ -338,19 +402,31 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch:
     entropy = unigram_entropy(dataset, val_gen)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
     warmup = min(100, steps // 10 + 1)
-    log({"stage": "ar", "params": sum(p.numel() for p in model.parameters()),
-         "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
-         "uncond_windows": uncond.num_windows if uncond is not None else 0,
-         "code_unigram_entropy": round(entropy, 4), "prep_s": round(time.time() - start, 1)})
+    log(
+        {
+            "stage": "ar",
+            "params": sum(p.numel() for p in model.parameters()),
+            "train_windows": dataset.num_windows,
+            "heldout_windows": heldout.num_windows,
+            "uncond_windows": uncond.num_windows if uncond is not None else 0,
+            "code_unigram_entropy": round(entropy, 4),
+            "prep_s": round(time.time() - start, 1),
+        }
+    )
     history, best = [], None
 
     def evaluate() -> dict:
         model.eval()
-        parts = {"train_windows": teacher_forced_statistics(model, val_ids, layout),
-                 "heldout_windows": teacher_forced_statistics(model, heldout_ids, layout, held_scored)}
+        parts = {
+            "train_windows": teacher_forced_statistics(model, val_ids, layout),
+            "heldout_windows": teacher_forced_statistics(model, heldout_ids, layout, held_scored),
+        }
         model.train()
         return parts
 
@@ -358,7 +434,9 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch:
         cur = lr_at(step, steps, lr, warmup)
         for group in opt.param_groups:
             group["lr"] = cur
-        ids = make_batch(*dataset.sample(batch - n_uncond, generator), layout, class_dropout, generator)
+        ids = make_batch(
+            *dataset.sample(batch - n_uncond, generator), layout, class_dropout, generator
+        )
         if n_uncond:
             tokens, _ = uncond.sample(n_uncond, generator)
             null = torch.full((n_uncond, 1), layout.null_class_id, dtype=torch.int64)
@@ -371,8 +449,13 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 25 == 0 or step % eval_every == 0 or step == steps - 1:
-            record = {"stage": "ar", "step": step, "loss": round(loss.item(), 4), "lr": round(cur, 6),
-                      "elapsed_s": round(time.time() - start, 1)}
+            record = {
+                "stage": "ar",
+                "step": step,
+                "loss": round(loss.item(), 4),
+                "lr": round(cur, 6),
+                "elapsed_s": round(time.time() - start, 1),
+            }
             if step % eval_every == 0 or step == steps - 1:
                 record.update(evaluate())
                 history.append(record)
@@ -380,7 +463,11 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch:
                 record["gap_nats"] = round(nll - train_nll, 4)
                 key = selection_key(step, train_nll, nll, max_gap, warmup)
                 if keep_best and key is not None and (best is None or key < best[0]):
-                    best = (key, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                    best = (
+                        key,
+                        step,
+                        {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    )
             log(record)
     wall = round(time.time() - start, 1)
     final = history[-1] if history else None
@@ -388,20 +475,51 @@ def train_ar(out: Path, tokenizer: PatchVQTokenizer, *, steps: int = 120, batch:
         model.load_state_dict(best[2])
         final = next(r for r in history if r["step"] == best[1])
         if best[0][0] == 1:
-            log({"stage": "ar", "warning": f"no evaluation after warm-up had a gap <= {max_gap} nats; "
-                 f"saved step {best[1]}, the smallest gap"})
+            log(
+                {
+                    "stage": "ar",
+                    "warning": f"no evaluation after warm-up had a gap <= {max_gap} nats; "
+                    f"saved step {best[1]}, the smallest gap",
+                }
+            )
     model.eval()
     save_module(model, out / "ar_model.safetensors")
-    write_json(out / "ar_config.json", {
-        "llama": config.to_dict(), "layout": layout.to_dict(), "class_names": list(data.CLASS_NAMES),
-        "training": {"steps": steps, "batch": batch, "lr": lr, "seed": seed,
-                     "class_dropout": class_dropout, "uncond_fraction": uncond_fraction,
-                     "bf16_autocast": bf16, "wall_seconds": wall,
-                     "threads": torch.get_num_threads(), "eval_every": eval_every,
-                     "eval_windows": eval_windows, "keep_best": keep_best, "max_gap": max_gap,
-                     "codebook_init": codebook_init, "class_shifts": [list(x) for x in CLASS_SHIFTS],
-                     "saved_step": final["step"] if final else None,
-                     "train_windows": dataset.num_windows, "heldout_windows": heldout.num_windows,
-                     "code_unigram_entropy": entropy, "final_eval": final}})
-    log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_step": final["step"] if final else None})
+    write_json(
+        out / "ar_config.json",
+        {
+            "llama": config.to_dict(),
+            "layout": layout.to_dict(),
+            "class_names": list(data.CLASS_NAMES),
+            "training": {
+                "steps": steps,
+                "batch": batch,
+                "lr": lr,
+                "seed": seed,
+                "class_dropout": class_dropout,
+                "uncond_fraction": uncond_fraction,
+                "bf16_autocast": bf16,
+                "wall_seconds": wall,
+                "threads": torch.get_num_threads(),
+                "eval_every": eval_every,
+                "eval_windows": eval_windows,
+                "keep_best": keep_best,
+                "max_gap": max_gap,
+                "codebook_init": codebook_init,
+                "class_shifts": [list(x) for x in CLASS_SHIFTS],
+                "saved_step": final["step"] if final else None,
+                "train_windows": dataset.num_windows,
+                "heldout_windows": heldout.num_windows,
+                "code_unigram_entropy": entropy,
+                "final_eval": final,
+            },
+        },
+    )
+    log(
+        {
+            "stage": "ar",
+            "done": True,
+            "wall_seconds": wall,
+            "saved_step": final["step"] if final else None,
+        }
+    )
     return model, layout

@@ -31,12 +31,17 @@ class CropClassifier(nn.Module):
         w = width
 
         def block(cin: int, cout: int) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1),
-                                 nn.GroupNorm(8, cout), nn.SiLU())
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride=2, padding=1), nn.GroupNorm(8, cout), nn.SiLU()
+            )
 
         self.body = nn.Sequential(
-            nn.Conv2d(3, w, 4, stride=2, padding=1), nn.SiLU(),
-            block(w, w), block(w, 2 * w), block(2 * w, 2 * w), block(2 * w, feature_dim),
+            nn.Conv2d(3, w, 4, stride=2, padding=1),
+            nn.SiLU(),
+            block(w, w),
+            block(w, 2 * w),
+            block(2 * w, 2 * w),
+            block(2 * w, feature_dim),
         )
         self.head = nn.Linear(feature_dim, num_classes)
         self.num_classes = num_classes
@@ -63,9 +68,18 @@ def accuracy(classifier: CropClassifier, images: torch.Tensor, labels: torch.Ten
     return float((logits.argmax(-1) == labels).float().mean())
 
 
-def train_classifier(out: Path, tokenizer, *, steps: int = 500, batch: int = 32, lr: float = 2e-3,
-                     seed: int = 0, width: int = 32, pool: int = 100,
-                     log=print) -> tuple[CropClassifier, dict]:
+def train_classifier(
+    out: Path,
+    tokenizer,
+    *,
+    steps: int = 500,
+    batch: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    width: int = 32,
+    pool: int = 100,
+    log=print,
+) -> tuple[CropClassifier, dict]:
     """Cross-entropy on training-region crops (random scale and mirror, light brightness jitter).
 
     A pool of ``pool`` 256-pixel crops per class is drawn once, with their tokenizer
@@ -79,12 +93,19 @@ def train_classifier(out: Path, tokenizer, *, steps: int = 500, batch: int = 32,
     generator = torch.Generator().manual_seed(seed + 101)
     start = time.time()
     real, labels_all = data.class_crops("train", pool, seed + 102)
-    recon = torch.cat([tokenizer.decode_tiles(tokenizer.encode(c)) for c in real.split(100)]).float()
+    recon = torch.cat(
+        [tokenizer.decode_tiles(tokenizer.encode(c)) for c in real.split(100)]
+    ).float()
     pool_images = torch.cat([real, recon])
     pool_labels = torch.cat([labels_all, labels_all])
     opt = torch.optim.AdamW(classifier.parameters(), lr=lr, weight_decay=1e-4)
-    log({"stage": "classifier", "pool_images": int(pool_images.shape[0]),
-         "prep_s": round(time.time() - start, 1)})
+    log(
+        {
+            "stage": "classifier",
+            "pool_images": int(pool_images.shape[0]),
+            "prep_s": round(time.time() - start, 1),
+        }
+    )
     for step in range(steps):
         frac = step / max(1, steps - 1)
         for group in opt.param_groups:
@@ -93,24 +114,51 @@ def train_classifier(out: Path, tokenizer, *, steps: int = 500, batch: int = 32,
         images, labels = pool_images[pick], pool_labels[pick]
         if step % 2:
             size = data.HELDOUT_CROP
-            top, left = (int(v) for v in torch.randint(0, images.shape[-1] - size + 1, (2,), generator=generator))
-            images = images[:, :, top: top + size, left: left + size]
+            top, left = (
+                int(v)
+                for v in torch.randint(0, images.shape[-1] - size + 1, (2,), generator=generator)
+            )
+            images = images[:, :, top : top + size, left : left + size]
         mirror = torch.rand(batch, generator=generator) < 0.5
         images = torch.where(mirror[:, None, None, None], images.flip(-1), images)
         # brightness jitter so that the classifier does not key on exact global intensity only
-        images = (images + 0.1 * (torch.rand(batch, 1, 1, 1, generator=generator) - 0.5)).clamp(-1, 1)
+        images = (images + 0.1 * (torch.rand(batch, 1, 1, 1, generator=generator) - 0.5)).clamp(
+            -1, 1
+        )
         classifier.train()
-        step_and_log(opt, F.cross_entropy(classifier(images), labels), stage="classifier", step=step,
-                     steps=steps, every=50, start=start, log=log)
+        step_and_log(
+            opt,
+            F.cross_entropy(classifier(images), labels),
+            stage="classifier",
+            step=step,
+            steps=steps,
+            every=50,
+            start=start,
+            log=log,
+        )
     images, labels = heldout_set()
-    recon_heldout = torch.cat([tokenizer.decode_tiles(tokenizer.encode(c)) for c in images.split(100)]).float()
-    metrics = {"heldout_accuracy": accuracy(classifier, images, labels),
-               "heldout_tiles_accuracy": accuracy(classifier, recon_heldout, labels),
-               "heldout_images": int(labels.numel()), "steps": steps, "batch": batch,
-               "seed": seed, "wall_seconds": round(time.time() - start, 1)}
+    recon_heldout = torch.cat(
+        [tokenizer.decode_tiles(tokenizer.encode(c)) for c in images.split(100)]
+    ).float()
+    metrics = {
+        "heldout_accuracy": accuracy(classifier, images, labels),
+        "heldout_tiles_accuracy": accuracy(classifier, recon_heldout, labels),
+        "heldout_images": int(labels.numel()),
+        "steps": steps,
+        "batch": batch,
+        "seed": seed,
+        "wall_seconds": round(time.time() - start, 1),
+    }
     log({"stage": "classifier", "eval": metrics})
     save_module(classifier, out / "classifier.safetensors")
-    write_json(out / "classifier_config.json",
-               {"num_classes": len(data.CLASS_NAMES), "width": width, "feature_dim": FEATURE_DIM,
-                "class_names": list(data.CLASS_NAMES), "metrics": metrics})
+    write_json(
+        out / "classifier_config.json",
+        {
+            "num_classes": len(data.CLASS_NAMES),
+            "width": width,
+            "feature_dim": FEATURE_DIM,
+            "class_names": list(data.CLASS_NAMES),
+            "metrics": metrics,
+        },
+    )
     return classifier, metrics

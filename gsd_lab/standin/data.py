@@ -96,8 +96,11 @@ def licence_note(package: str, loader: str) -> str:
         import skimage.data
 
         doc = getattr(skimage.data, loader).__doc__ or ""
-        lines = [ln.strip() for ln in doc.splitlines()
-                 if re.search(r"licen|public domain|copyright|CC0|CC-BY|creative commons", ln, re.I)]
+        lines = [
+            ln.strip()
+            for ln in doc.splitlines()
+            if re.search(r"licen|public domain|copyright|CC0|CC-BY|creative commons", ln, re.I)
+        ]
         return " ".join(lines) or "see skimage.data docstring"
     if package == "scikit-learn":
         return "CC BY 2.0 (sklearn/datasets/images/README.txt)"
@@ -124,27 +127,39 @@ def cell_edges(h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
     short side, about square cells along the long one."""
     cell = min(h, w) / CELLS_PER_SHORT_SIDE
     rows, cols = max(1, round(h / cell)), max(1, round(w / cell))
-    return (torch.linspace(0, h, rows + 1).round().long(), torch.linspace(0, w, cols + 1).round().long())
+    return (
+        torch.linspace(0, h, rows + 1).round().long(),
+        torch.linspace(0, w, cols + 1).round().long(),
+    )
 
 
-def heldout_cells(rows: int, cols: int, count: int, generator: torch.Generator) -> list[tuple[int, int]]:
+def heldout_cells(
+    rows: int, cols: int, count: int, generator: torch.Generator
+) -> list[tuple[int, int]]:
     """``count`` grid cells, pairwise at Chebyshev distance >= 2 (no shared edge or corner):
     the first random permutation of the cells (from ``generator``) whose first ``count`` cells
     qualify."""
     for _ in range(10_000):
-        pick = [divmod(int(c), cols) for c in torch.randperm(rows * cols, generator=generator)[:count]]
-        if all(max(abs(a[0] - b[0]), abs(a[1] - b[1])) >= 2 for i, a in enumerate(pick) for b in pick[i + 1:]):
+        pick = [
+            divmod(int(c), cols) for c in torch.randperm(rows * cols, generator=generator)[:count]
+        ]
+        if all(
+            max(abs(a[0] - b[0]), abs(a[1] - b[1])) >= 2
+            for i, a in enumerate(pick)
+            for b in pick[i + 1 :]
+        ):
             return sorted(pick)
     raise ValueError(f"no {count} pairwise separated cells on a {rows} x {cols} grid")
 
 
-def _heldout_mask(h: int, w: int, generator: torch.Generator
-                  ) -> tuple[torch.Tensor, tuple[tuple[int, int], ...], tuple[int, int]]:
+def _heldout_mask(
+    h: int, w: int, generator: torch.Generator
+) -> tuple[torch.Tensor, tuple[tuple[int, int], ...], tuple[int, int]]:
     ys, xs = cell_edges(h, w)
     cells = heldout_cells(len(ys) - 1, len(xs) - 1, HELDOUT_CELLS, generator)
     mask = torch.zeros(h, w, dtype=torch.bool)
     for r, c in cells:
-        mask[ys[r]: ys[r + 1], xs[c]: xs[c + 1]] = True
+        mask[ys[r] : ys[r + 1], xs[c] : xs[c + 1]] = True
     return mask, tuple(cells), (len(ys) - 1, len(xs) - 1)
 
 
@@ -156,12 +171,13 @@ def _prepare(name: str, package: str, loader: str, split_seed: int) -> SourceIma
     keep = CENTRAL_FRACTION.get(name, 1.0)
     h, w = x.shape[:2]
     top, left = round(h * (1 - keep) / 2), round(w * (1 - keep) / 2)
-    x = x[top: h - top, left: w - left]
+    x = x[top : h - top, left : w - left]
     h, w = x.shape[:2]
     scale = BASE_SHORT_SIDE / min(h, w)
     size = (round(h * scale), round(w * scale))
-    x = F.interpolate(x.permute(2, 0, 1)[None], size=size, mode="bilinear", antialias=True,
-                      align_corners=False)[0]
+    x = F.interpolate(
+        x.permute(2, 0, 1)[None], size=size, mode="bilinear", antialias=True, align_corners=False
+    )[0]
     x = torch.round(x.clamp(0.0, 1.0) * 255.0) / 255.0  # 8 bits, like a stored image
     mask, cells, grid = _heldout_mask(size[0], size[1], torch.Generator().manual_seed(split_seed))
     pixels = x.float().mul(2.0).sub(1.0).contiguous()
@@ -171,8 +187,7 @@ def _prepare(name: str, package: str, loader: str, split_seed: int) -> SourceIma
 @lru_cache(maxsize=2)
 def load_sources(which: str = "classes") -> tuple[SourceImage, ...]:
     """``"classes"`` (the AR classes, in class order), ``"extra"`` or ``"all"`` (classes + extra)."""
-    table = {"classes": CLASS_SOURCES, "extra": EXTRA_SOURCES,
-             "all": CLASS_SOURCES + EXTRA_SOURCES}
+    table = {"classes": CLASS_SOURCES, "extra": EXTRA_SOURCES, "all": CLASS_SOURCES + EXTRA_SOURCES}
     if which not in table:
         raise ValueError(f"which must be one of {sorted(table)}, got {which!r}")
     index = {name: i for i, (name, _, _) in enumerate(CLASS_SOURCES + EXTRA_SOURCES)}
@@ -210,11 +225,25 @@ def _make_view(source: SourceImage, scale: float, flip: bool) -> View:
     if size == (h, w):
         pixels, frac = source.pixels, source.heldout_mask.double()
     else:
-        pixels = F.interpolate(source.pixels[None].double(), size=size, mode="bilinear",
-                               antialias=True, align_corners=False)[0].float().clamp(-1, 1)
+        pixels = (
+            F.interpolate(
+                source.pixels[None].double(),
+                size=size,
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )[0]
+            .float()
+            .clamp(-1, 1)
+        )
         # the antialiased kernel's support is at least as wide as the mask's: conservative flags
-        frac = F.interpolate(source.heldout_mask[None, None].double(), size=size, mode="bilinear",
-                             antialias=True, align_corners=False)[0, 0]
+        frac = F.interpolate(
+            source.heldout_mask[None, None].double(),
+            size=size,
+            mode="bilinear",
+            antialias=True,
+            align_corners=False,
+        )[0, 0]
         frac = F.max_pool2d(frac[None, None], 3, stride=1, padding=1)[0, 0]
     touches, inside = frac > 1e-9, frac > 1 - 1e-9
     if size != (h, w):
@@ -228,8 +257,12 @@ def window_counts(mask: torch.Tensor, size: int) -> torch.Tensor:
     """Number of True entries of ``mask`` [H, W] in every ``size`` x ``size`` window,
     [H - size + 1, W - size + 1] (entry [i, j]: the window with top-left corner (i, j))."""
     integral = F.pad(mask.to(torch.int64).cumsum(0).cumsum(1), (1, 0, 1, 0))
-    return (integral[size:, size:] - integral[:-size, size:] - integral[size:, :-size]
-            + integral[:-size, :-size])
+    return (
+        integral[size:, size:]
+        - integral[:-size, size:]
+        - integral[size:, :-size]
+        + integral[:-size, :-size]
+    )
 
 
 def valid_corners(view: View, size: int, split: str) -> torch.Tensor:
@@ -243,16 +276,22 @@ def valid_corners(view: View, size: int, split: str) -> torch.Tensor:
     return ok.nonzero()
 
 
-def random_crops(source: SourceImage, count: int, split: str, generator: torch.Generator,
-                 size: int = IMAGE_SIZE, scales: tuple[float, ...] = SCALES,
-                 flip: bool = True) -> torch.Tensor:
+def random_crops(
+    source: SourceImage,
+    count: int,
+    split: str,
+    generator: torch.Generator,
+    size: int = IMAGE_SIZE,
+    scales: tuple[float, ...] = SCALES,
+    flip: bool = True,
+) -> torch.Tensor:
     """``count`` crops [count, 3, size, size] of ``source``'s ``split``: a scale uniform over the
     scales that have such crops, a mirror with probability 1/2 (``flip``), a uniform position."""
     if split == "heldout":
         scales = tuple(s for s in scales if s >= 1.0)  # a held-out cell holds a crop from scale 1.0
     views = {}
     for scale in scales:
-        for mirror in ((False, True) if flip else (False,)):
+        for mirror in (False, True) if flip else (False,):
             view = make_view(source, scale, mirror)
             corners = valid_corners(view, size, split)
             if corners.shape[0]:
@@ -265,13 +304,16 @@ def random_crops(source: SourceImage, count: int, split: str, generator: torch.G
         scale = usable[int(torch.randint(len(usable), (1,), generator=generator))]
         options = views[scale]
         view, corners = options[int(torch.randint(len(options), (1,), generator=generator))]
-        top, left = corners[int(torch.randint(corners.shape[0], (1,), generator=generator))].tolist()
-        crops.append(view.pixels[:, top: top + size, left: left + size])
+        top, left = corners[
+            int(torch.randint(corners.shape[0], (1,), generator=generator))
+        ].tolist()
+        crops.append(view.pixels[:, top : top + size, left : left + size])
     return torch.stack(crops)
 
 
-def class_crops(split: str, per_class: int, seed: int, size: int | None = None,
-                flip: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def class_crops(
+    split: str, per_class: int, seed: int, size: int | None = None, flip: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Crops of every class's ``split``: (images [C * per_class, 3, size, size] in [-1, 1],
     labels [C * per_class] int64). Default size: ``IMAGE_SIZE`` for training crops,
     ``HELDOUT_CROP`` for held-out crops (a held-out cell is smaller than an image)."""
@@ -286,8 +328,10 @@ def class_crops(split: str, per_class: int, seed: int, size: int | None = None,
 
 
 def package_versions() -> dict[str, str]:
-    return {pkg: importlib.metadata.version(pkg)
-            for pkg in ("scikit-image", "scikit-learn", "matplotlib")}
+    return {
+        pkg: importlib.metadata.version(pkg)
+        for pkg in ("scikit-image", "scikit-learn", "matplotlib")
+    }
 
 
 def manifest(**extra: object) -> dict:
@@ -295,24 +339,37 @@ def manifest(**extra: object) -> dict:
     sources = []
     for role, which in (("class", "classes"), ("tokenizer and null class", "extra")):
         for s in load_sources(which):
-            sources.append({
-                "role": role, "name": s.name, "package": s.package, "loader": s.loader,
-                "licence": licence_note(s.package, s.loader),
-                "raw_shape": list(s.raw_shape), "raw_sha256": s.raw_sha256,
-                "central_fraction_kept": CENTRAL_FRACTION.get(s.name, 1.0),
-                "resized_hw": [int(s.pixels.shape[1]), int(s.pixels.shape[2])],
-                "cell_grid": list(s.cell_grid), "heldout_cells": [list(c) for c in s.heldout_cells],
-                "heldout_pixels": int(s.heldout_mask.sum()),
-            })
+            sources.append(
+                {
+                    "role": role,
+                    "name": s.name,
+                    "package": s.package,
+                    "loader": s.loader,
+                    "licence": licence_note(s.package, s.loader),
+                    "raw_shape": list(s.raw_shape),
+                    "raw_sha256": s.raw_sha256,
+                    "central_fraction_kept": CENTRAL_FRACTION.get(s.name, 1.0),
+                    "resized_hw": [int(s.pixels.shape[1]), int(s.pixels.shape[2])],
+                    "cell_grid": list(s.cell_grid),
+                    "heldout_cells": [list(c) for c in s.heldout_cells],
+                    "heldout_pixels": int(s.heldout_mask.sum()),
+                }
+            )
     return {
-        "package_versions": package_versions(), "base_short_side": BASE_SHORT_SIDE,
-        "image_size": IMAGE_SIZE, "heldout_crop": HELDOUT_CROP, "scales": list(SCALES),
-        "split": (f"per image: a grid of {CELLS_PER_SHORT_SIDE} cells along the short side; "
-                  f"{HELDOUT_CELLS} cells, pairwise not touching, held out (drawn with seed "
-                  f"{SPLIT_SEED} * 1000 + source index); training crops touch no held-out pixel "
-                  "after rescaling; held-out crops lie inside a held-out cell; held-out AR "
-                  "statistics count only tokens wholly inside held-out cells"),
-        "sources": sources, **extra,
+        "package_versions": package_versions(),
+        "base_short_side": BASE_SHORT_SIDE,
+        "image_size": IMAGE_SIZE,
+        "heldout_crop": HELDOUT_CROP,
+        "scales": list(SCALES),
+        "split": (
+            f"per image: a grid of {CELLS_PER_SHORT_SIDE} cells along the short side; "
+            f"{HELDOUT_CELLS} cells, pairwise not touching, held out (drawn with seed "
+            f"{SPLIT_SEED} * 1000 + source index); training crops touch no held-out pixel "
+            "after rescaling; held-out crops lie inside a held-out cell; held-out AR "
+            "statistics count only tokens wholly inside held-out cells"
+        ),
+        "sources": sources,
+        **extra,
     }
 
 

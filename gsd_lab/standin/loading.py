@@ -32,9 +32,13 @@ def stored_distance_quantiles(directory: Path = WEIGHTS_DIR) -> list[dict]:
         return []
     entries = read_json(path).get("distance_quantiles", [])
     keys = {"embeddings_sha256", "quantile", "seed", "value"}
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and keys <= set(e) for e in entries):
-        raise WeightFileError(f"stand-in file {path}: distance_quantiles must be a list of "
-                              f"records with {sorted(keys)}")
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and keys <= set(e) for e in entries
+    ):
+        raise WeightFileError(
+            f"stand-in file {path}: distance_quantiles must be a list of "
+            f"records with {sorted(keys)}"
+        )
     return entries
 
 
@@ -43,7 +47,9 @@ def load_classifier(directory: Path = WEIGHTS_DIR) -> CropClassifier:
     config_path = directory / "classifier_config.json"
     cfg = read_json(config_path)
     try:
-        model = CropClassifier(cfg["num_classes"], width=cfg["width"], feature_dim=cfg["feature_dim"])
+        model = CropClassifier(
+            cfg["num_classes"], width=cfg["width"], feature_dim=cfg["feature_dim"]
+        )
     except (KeyError, TypeError) as err:
         raise WeightFileError(f"stand-in config file {config_path} lacks a field: {err}") from err
     return load_into(model, directory / "classifier.safetensors").eval()
@@ -66,8 +72,10 @@ def load_ar_model(directory: Path = WEIGHTS_DIR, dtype=None):
     except (KeyError, TypeError, ValueError) as err:
         raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
     if layout.vocab_size != llama.vocab_size:
-        raise WeightFileError(f"stand-in config file {config_path}: layout vocabulary "
-                              f"{layout.vocab_size} != model vocabulary {llama.vocab_size}")
+        raise WeightFileError(
+            f"stand-in config file {config_path}: layout vocabulary "
+            f"{layout.vocab_size} != model vocabulary {llama.vocab_size}"
+        )
     model = LlamaForCausalLM(llama)
     load_into(model, directory / "ar_model.safetensors")
     if dtype == torch.float64:

@@ -28,27 +28,51 @@ def run_stages(args, log) -> None:
         from .train_tokenizer import train_tokenizer
 
         config = TINY_TOKENIZER if args.tiny else TokenizerConfig()
-        train_tokenizer(out, iterations=args.tokenizer_iterations, max_patches=args.tokenizer_patches,
-                        seed=args.seed, config=config, log=log)
+        train_tokenizer(
+            out,
+            iterations=args.tokenizer_iterations,
+            max_patches=args.tokenizer_patches,
+            seed=args.seed,
+            config=config,
+            log=log,
+        )
     if "decoder" in stages:
         from .loading import load_tokenizer
         from .train_tokenizer import train_decoder
 
-        sizes = {"width": 4, "steps": args.decoder_steps, "pool": 2} if args.tiny else {"steps": args.decoder_steps}
+        sizes = (
+            {"width": 4, "steps": args.decoder_steps, "pool": 2}
+            if args.tiny
+            else {"steps": args.decoder_steps}
+        )
         train_decoder(out, load_tokenizer(out), seed=args.seed, log=log, **sizes)
     if "classifier" in stages:
         from .classifier import train_classifier
         from .loading import load_tokenizer
 
-        train_classifier(out, load_tokenizer(out), steps=args.classifier_steps, seed=args.seed,
-                         width=8 if args.tiny else 32, log=log)
+        train_classifier(
+            out,
+            load_tokenizer(out),
+            steps=args.classifier_steps,
+            seed=args.seed,
+            width=8 if args.tiny else 32,
+            log=log,
+        )
     if "ar" in stages:
         from .ar import train_ar
         from .loading import load_tokenizer
 
         sizes = TINY_AR if args.tiny else {}
-        train_ar(out, load_tokenizer(out), steps=args.steps, batch=args.batch, seed=args.seed,
-                 eval_every=args.eval_every, log=log, **sizes)
+        train_ar(
+            out,
+            load_tokenizer(out),
+            steps=args.steps,
+            batch=args.batch,
+            seed=args.seed,
+            eval_every=args.eval_every,
+            log=log,
+            **sizes,
+        )
     if "export" in stages:
         from .export import export
 

@@ -14,8 +14,14 @@ import torch
 from .ar import TokenLayout
 
 
-def process_logits(cond: torch.Tensor, uncond: torch.Tensor | None, layout: TokenLayout,
-                   cfg_scale: float | None, top_k: int | None, temperature: float) -> torch.Tensor:
+def process_logits(
+    cond: torch.Tensor,
+    uncond: torch.Tensor | None,
+    layout: TokenLayout,
+    cfg_scale: float | None,
+    top_k: int | None,
+    temperature: float,
+) -> torch.Tensor:
     """Logits [B, V] (float64) -> probabilities over image codes [B, K] (float64)."""
     logits = cond.double()
     if cfg_scale is not None:
@@ -28,9 +34,16 @@ def process_logits(cond: torch.Tensor, uncond: torch.Tensor | None, layout: Toke
 
 
 @torch.no_grad()
-def sample_tokens(model, layout: TokenLayout, class_indices: torch.Tensor, *,
-                  cfg_scale: float | None = 3.0, top_k: int | None = None, temperature: float = 1.0,
-                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    model,
+    layout: TokenLayout,
+    class_indices: torch.Tensor,
+    *,
+    cfg_scale: float | None = 3.0,
+    top_k: int | None = None,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample ``layout.num_image_tokens`` codes for each class index [B] with a KV cache.
 
     Returns (tokens [B, N] int64, top1 [B, N] float64: the largest probability of the
@@ -48,14 +61,18 @@ def sample_tokens(model, layout: TokenLayout, class_indices: torch.Tensor, *,
     top1 = torch.empty(batch, layout.num_image_tokens, dtype=torch.float64)
     import inspect
 
-    cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kwarg = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    )
     for position in range(layout.num_image_tokens):
         logits = model(input_ids=ids, use_cache=True, **{cache_kwarg: cache}).logits[:, -1]
         uncond = logits[batch:] if cfg_scale is not None else None
         probs = process_logits(logits[:batch], uncond, layout, cfg_scale, top_k, temperature)
         u = torch.rand(batch, 1, generator=generator, dtype=torch.float64)
         cdf = probs.cumsum(-1)
-        nxt = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp(max=layout.codebook_size - 1).squeeze(1)
+        nxt = (
+            torch.searchsorted(cdf, u * cdf[:, -1:]).clamp(max=layout.codebook_size - 1).squeeze(1)
+        )
         tokens[:, position] = nxt
         top1[:, position] = probs.max(-1).values
         ids = nxt[:, None]
@@ -70,6 +87,9 @@ def logits_checksum(model, layout: TokenLayout, class_index: int, tokens: torch.
     [class token] + tokens (a fixed input), to check that stored weights reproduce."""
     ids = torch.cat([torch.tensor([layout.class_id(class_index)]), tokens.long()])[None]
     logits = model(input_ids=ids).logits[0].double()
-    return {"sum": float(logits.sum()), "abs_sum": float(logits.abs().sum()),
-            "first_row_head": [float(v) for v in logits[0, :8]],
-            "last_row_head": [float(v) for v in logits[-1, :8]]}
+    return {
+        "sum": float(logits.sum()),
+        "abs_sum": float(logits.abs().sum()),
+        "first_row_head": [float(v) for v in logits[0, :8]],
+        "last_row_head": [float(v) for v in logits[-1, :8]],
+    }

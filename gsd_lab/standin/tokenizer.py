@@ -42,16 +42,24 @@ class TokenizerConfig:
         return 3 * self.patch * self.patch
 
     def to_dict(self) -> dict:
-        return {"kind": "patch_vq", "patch": self.patch, "codebook_size": self.codebook_size,
-                "downsample": self.downsample, "code_dim": self.code_dim,
-                "decoder_width": self.decoder_width}
+        return {
+            "kind": "patch_vq",
+            "patch": self.patch,
+            "codebook_size": self.codebook_size,
+            "downsample": self.downsample,
+            "code_dim": self.code_dim,
+            "decoder_width": self.decoder_width,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "TokenizerConfig":
         if d.get("kind") != "patch_vq":
             raise ValueError(f"tokenizer config kind must be 'patch_vq', got {d.get('kind')!r}")
-        return cls(patch=int(d["patch"]), codebook_size=int(d["codebook_size"]),
-                   decoder_width=int(d.get("decoder_width", 0)))
+        return cls(
+            patch=int(d["patch"]),
+            codebook_size=int(d["codebook_size"]),
+            decoder_width=int(d.get("decoder_width", 0)),
+        )
 
 
 def image_to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -67,8 +75,9 @@ def patches_to_image(patches: torch.Tensor, h: int, w: int, patch: int) -> torch
 CANDIDATES = 8
 
 
-def nearest_code(x: torch.Tensor, codebook: torch.Tensor, chunk: int = 2048,
-                 candidates: int = CANDIDATES) -> torch.Tensor:
+def nearest_code(
+    x: torch.Tensor, codebook: torch.Tensor, chunk: int = 2048, candidates: int = CANDIDATES
+) -> torch.Tensor:
     """argmin_k ||x_n - c_k||^2 for x [N, D] and codebook [K, D], -> [N] int64.
 
     ||x - c_k||^2 - ||x||^2 = ||c_k||^2 - 2 x.c_k is ranked in float32 (rounding ~1e-6 of the
@@ -96,9 +105,12 @@ class SeamDecoder(nn.Module):
         super().__init__()
         self.patch = patch
         self.net = nn.Sequential(
-            nn.Conv2d(5, width, 3, padding=1, padding_mode="replicate"), nn.SiLU(),
-            nn.Conv2d(width, width, 3, padding=1, padding_mode="replicate"), nn.SiLU(),
-            nn.Conv2d(width, 3, 3, padding=1, padding_mode="replicate"))
+            nn.Conv2d(5, width, 3, padding=1, padding_mode="replicate"),
+            nn.SiLU(),
+            nn.Conv2d(width, width, 3, padding=1, padding_mode="replicate"),
+            nn.SiLU(),
+            nn.Conv2d(width, 3, 3, padding=1, padding_mode="replicate"),
+        )
         nn.init.zeros_(self.net[-1].weight)
         nn.init.zeros_(self.net[-1].bias)
 
@@ -117,7 +129,9 @@ class PatchVQTokenizer(nn.Module):
         super().__init__()
         self.config = config
         self.register_buffer("codebook", torch.zeros(config.codebook_size, config.code_dim))
-        self.decoder = SeamDecoder(config.patch, config.decoder_width) if config.decoder_width else None
+        self.decoder = (
+            SeamDecoder(config.patch, config.decoder_width) if config.decoder_width else None
+        )
 
     @property
     def codebook_size(self) -> int:
@@ -132,7 +146,9 @@ class PatchVQTokenizer(nn.Module):
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be [B, 3, H, W], got {tuple(images.shape)}")
         if images.shape[2] % p or images.shape[3] % p:
-            raise ValueError(f"image height and width must be multiples of {p}, got {tuple(images.shape)}")
+            raise ValueError(
+                f"image height and width must be multiples of {p}, got {tuple(images.shape)}"
+            )
 
     @torch.no_grad()
     def encode(self, images: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,9 @@ class WeightFileError(ValueError):
 STORAGE_DTYPE = torch.float16
 
 
-def storage_state(state: dict[str, torch.Tensor], dtype: torch.dtype = STORAGE_DTYPE,
-                  name: str = "module") -> dict[str, torch.Tensor]:
+def storage_state(
+    state: dict[str, torch.Tensor], dtype: torch.dtype = STORAGE_DTYPE, name: str = "module"
+) -> dict[str, torch.Tensor]:
     """The floating tensors of ``state`` rounded to ``dtype`` (others unchanged); ValueError
     naming the tensor if one does not fit (non-finite, or beyond ``dtype``'s range)."""
     out = {}
@@ -30,14 +31,20 @@ def storage_state(state: dict[str, torch.Tensor], dtype: torch.dtype = STORAGE_D
             stored = value.detach().to(dtype)
             if not bool(torch.isfinite(stored).all()):
                 worst = float(value.detach().abs().max())
-                raise ValueError(f"{name}: tensor {key} does not fit {dtype} (max |w| = {worst:.4g})")
+                raise ValueError(
+                    f"{name}: tensor {key} does not fit {dtype} (max |w| = {worst:.4g})"
+                )
             value = stored
         out[key] = value.contiguous()
     return out
 
 
-def save_module(module: nn.Module, path: Path, dtype: torch.dtype = STORAGE_DTYPE,
-                metadata: dict[str, str] | None = None) -> None:
+def save_module(
+    module: nn.Module,
+    path: Path,
+    dtype: torch.dtype = STORAGE_DTYPE,
+    metadata: dict[str, str] | None = None,
+) -> None:
     """Write ``module``'s state as safetensors with floating tensors in ``dtype``, and round the
     module's own tensors to the stored values, so that what runs next equals what loads."""
     from safetensors.torch import save_file
@@ -72,7 +79,9 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise WeightFileError(f"stand-in weight file {path} is corrupted or unreadable: {err}") from err
+        raise WeightFileError(
+            f"stand-in weight file {path} is corrupted or unreadable: {err}"
+        ) from err
 
 
 def load_into(module: nn.Module, path: Path) -> nn.Module:
@@ -86,7 +95,8 @@ def load_into(module: nn.Module, path: Path) -> nn.Module:
     if missing or unexpected or bad_shapes:
         raise WeightFileError(
             f"stand-in weight file {path} does not match the model: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}, wrong shapes {bad_shapes[:5]}")
+            f"unexpected {unexpected[:5]}, wrong shapes {bad_shapes[:5]}"
+        )
     module.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
     return module
 

@@ -36,6 +36,7 @@ WALL_COLUMNS = ("wall_seconds", "speedup_wall")
 
 # ---- distributions -----------------------------------------------------------------------------
 
+
 def entropy(p: Tensor) -> Tensor:
     """Shannon entropy H(p) = -sum_x p(x) log p(x) in nats (0 log 0 = 0). p: [..., V] -> [...]."""
     p = p.to(DTYPE)
@@ -74,6 +75,7 @@ def as_tensor(values: Sequence[Fraction | float]) -> Tensor:
 WORKED_P = (8, 6, 3, 2, 1)  # notebook 05's worked example: p = weights / 20
 WORKED_Q = (4, 8, 4, 2, 2)  # q = weights / 20
 
+
 @dataclass(frozen=True)
 class SpeculativeParts:
     """One step of standard speculative sampling, term by term (exact Fractions, lists of length V).
@@ -95,7 +97,9 @@ def speculative_parts(p: Sequence[Fraction], q: Sequence[Fraction]) -> Speculati
     """The exact decomposition of ``SpeculativeParts`` for Fraction distributions p, q of equal length."""
     p, q = list(p), list(q)
     if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
-        raise ValueError("p and q must be exact distributions (Fractions summing to 1) of the same length")
+        raise ValueError(
+            "p and q must be exact distributions (Fractions summing to 1) of the same length"
+        )
     accepted = [min(a, b) for a, b in zip(p, q)]
     excess = [max(a - b, Fraction(0)) for a, b in zip(p, q)]
     reject = 1 - sum(accepted)
@@ -117,13 +121,19 @@ def plot_speculative_parts(parts: SpeculativeParts) -> Any:
     without pyplot state: ``plots.show`` displays it once, and nothing accumulates)."""
     from matplotlib.figure import Figure
 
-    panels = {"target p": parts.p, "draft q": parts.q, "accepted: min(p, q)": parts.accepted,
-              "residual mass: (p - q)+": parts.excess}
+    panels = {
+        "target p": parts.p,
+        "draft q": parts.q,
+        "accepted: min(p, q)": parts.accepted,
+        "residual mass: (p - q)+": parts.excess,
+    }
     fig = Figure(figsize=(13, 2.8), layout="constrained")
     axes = fig.subplots(1, 4, sharey=True)
     tokens = list(range(len(parts.p)))
     for ax, (title, values) in zip(axes, panels.items()):
-        ax.bar(tokens, [float(v) for v in values], color="tab:blue" if "p" == title[-1] else "tab:gray")
+        ax.bar(
+            tokens, [float(v) for v in values], color="tab:blue" if "p" == title[-1] else "tab:gray"
+        )
         ax.set_title(title)
         ax.set_xticks(tokens)
         ax.set_xlabel("token")
@@ -132,6 +142,7 @@ def plot_speculative_parts(parts: SpeculativeParts) -> Any:
 
 
 # ---- 2. from acceptance per position to tokens per forward ------------------------------------
+
 
 def prefix_length_distribution(acceptances: Sequence[Fraction | float]) -> list[Fraction | float]:
     """P(K = k), k = 0..L, for the accepted prefix K of a window of L drafts tested left to right,
@@ -179,6 +190,7 @@ def random_draft_acceptance(p: Tensor, clusters: object = None) -> Tensor:
 
 # ---- 3. one GSD cluster, step by step -----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ClusterSteps:
     """gsd_core's dynamic cluster of a drafted ``token`` (its form of the paper's Algorithm 3:
@@ -205,6 +217,7 @@ class ClusterSteps:
 
     def lines(self, p: Tensor) -> list[str]:
         """The steps as text (exact ranks and ids; probabilities rounded to 4 digits)."""
+
         def ids(mask: Tensor) -> list[int]:
             return sorted(torch.nonzero(mask).flatten().tolist(), key=lambda t: int(self.ranks[t]))
 
@@ -220,8 +233,15 @@ class ClusterSteps:
         ]
 
 
-def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor | None = None,
-                  max_prob_gap: float | None = None, max_embedding_distance: float | None = None) -> ClusterSteps:
+def cluster_steps(
+    p: Tensor,
+    token: int,
+    group_size: int,
+    *,
+    embeddings: Tensor | None = None,
+    max_prob_gap: float | None = None,
+    max_embedding_distance: float | None = None,
+) -> ClusterSteps:
     """Build ``ClusterSteps`` for one row p [V] with gsd_core's ranking and window, then the filters
     |p(y) - p(x)| <= max_prob_gap and ||e_y - e_x||^2 <= max_embedding_distance (None: no filter).
     Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
@@ -230,7 +250,9 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
     ranks = probability_ranks(p)
     offset = ranks - ranks[token]  # window: (G-1)//2 ranks above x, G//2 below, clipped
     window = (offset >= -((group_size - 1) // 2)) & (offset <= group_size // 2)
-    gap_ok = torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
+    gap_ok = (
+        torch.ones_like(window) if max_prob_gap is None else (p - p[token]).abs() <= max_prob_gap
+    )
     if max_embedding_distance is None:
         distance_ok = torch.ones_like(window)
     else:
@@ -239,11 +261,19 @@ def cluster_steps(p: Tensor, token: int, group_size: int, *, embeddings: Tensor 
         e = embeddings.to(DTYPE)
         distance_ok = (e - e[token]).square().sum(-1) <= max_embedding_distance
     members = window & gap_ok & distance_ok
-    reference = dynamic_cluster(p, token, group_size, embeddings=embeddings,
-                                max_embedding_distance=max_embedding_distance, max_prob_gap=max_prob_gap)
+    reference = dynamic_cluster(
+        p,
+        token,
+        group_size,
+        embeddings=embeddings,
+        max_embedding_distance=max_embedding_distance,
+        max_prob_gap=max_prob_gap,
+    )
     if not torch.equal(members, reference):
         raise ValueError("step-by-step cluster differs from gsd_core.dynamic_cluster")
-    return ClusterSteps(token, group_size, probability_ranks(p), window, gap_ok, distance_ok, members)
+    return ClusterSteps(
+        token, group_size, probability_ranks(p), window, gap_ok, distance_ok, members
+    )
 
 
 # ---- 4. the dynamic-cluster counterexample (proofs/04) --------------------------------------------
@@ -275,16 +305,19 @@ class CounterexampleTable:
 
     def markdown(self) -> str:
         """The table of proofs/04 (masses over ``denominator`` where that is exact)."""
+
         def over(value: Fraction) -> str:
             scaled = value * self.denominator
             if scaled.denominator == 1 and value:
                 return f"{scaled.numerator}/{self.denominator}"
             return str(value)
 
-        head = ("| x | q(x) | C(x) | p(C) | q(C) | a(x) | q(x) a(x) |\n"
-                "|---|---|---|---|---|---|---|")
-        body = [f"| {r['x']} | {over(r['q'])} | {set(r['cluster'])} | {over(r['p_cluster'])} "
-                f"| {over(r['q_cluster'])} | {r['accept']} | {r['q_accept']} |" for r in self.rows]
+        head = "| x | q(x) | C(x) | p(C) | q(C) | a(x) | q(x) a(x) |\n|---|---|---|---|---|---|---|"
+        body = [
+            f"| {r['x']} | {over(r['q'])} | {set(r['cluster'])} | {over(r['p_cluster'])} "
+            f"| {over(r['q_cluster'])} | {r['accept']} | {r['q_accept']} |"
+            for r in self.rows
+        ]
         return "\n".join([head, *body])
 
 
@@ -296,8 +329,17 @@ def counterexample_table() -> CounterexampleTable:
     for x, cluster in enumerate(COUNTEREXAMPLE_CLUSTERS):
         p_c, q_c = sum(p[y] for y in cluster), sum(q[y] for y in cluster)
         accept = min(Fraction(1), p_c / q_c) if q_c else Fraction(1)
-        rows.append({"x": x, "q": q[x], "cluster": list(cluster), "p_cluster": p_c,
-                     "q_cluster": q_c, "accept": accept, "q_accept": q[x] * accept})
+        rows.append(
+            {
+                "x": x,
+                "q": q[x],
+                "cluster": list(cluster),
+                "p_cluster": p_c,
+                "q_cluster": q_c,
+                "accept": accept,
+                "q_accept": q[x] * accept,
+            }
+        )
     pt, qt = as_tensor(p), as_tensor(q)
     rule = DynamicClusters(COUNTEREXAMPLE_GROUP_SIZE)
     core_clusters = [
@@ -305,8 +347,12 @@ def counterexample_table() -> CounterexampleTable:
         for x in range(len(p))
     ]
     return CounterexampleTable(
-        rows, sum(min(a, b) for a, b in zip(p, q)), sum(r["q_accept"] for r in rows),
-        float(acceptance_rate(pt, qt)), float(acceptance_rate(pt, qt, rule)), core_clusters,
+        rows,
+        sum(min(a, b) for a, b in zip(p, q)),
+        sum(r["q_accept"] for r in rows),
+        float(acceptance_rate(pt, qt)),
+        float(acceptance_rate(pt, qt, rule)),
+        core_clusters,
         math.lcm(sum(COUNTEREXAMPLE_P), sum(COUNTEREXAMPLE_Q)),
     )
 
@@ -324,6 +370,7 @@ def counterexample_checks(table: CounterexampleTable, tolerance: float = 1e-12) 
 
 # ---- 5. residuals and the one-cluster limit -------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ResidualComparison:
     """Exact TV(output, p) of one GSD step on a partition with the token residual (the paper's)
@@ -340,9 +387,12 @@ def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualCompari
     out_token = output_distribution(p, q, FixedPartition(labels))
     out_cluster = output_distribution(p, q, FixedPartition(labels, "cluster"))
     p_c = group_probs(p, labels)
-    return ResidualComparison(float(tv_distance(out_token, p)), float(tv_distance(out_cluster, p)),
-                              float((group_probs(out_token, labels) - p_c).abs().max()),
-                              float((group_probs(out_cluster, labels) - p_c).abs().max()))
+    return ResidualComparison(
+        float(tv_distance(out_token, p)),
+        float(tv_distance(out_cluster, p)),
+        float((group_probs(out_token, labels) - p_c).abs().max()),
+        float((group_probs(out_cluster, labels) - p_c).abs().max()),
+    )
 
 
 def single_cluster(p: Tensor, q: Tensor) -> tuple[float, Tensor]:
@@ -352,17 +402,21 @@ def single_cluster(p: Tensor, q: Tensor) -> tuple[float, Tensor]:
     return float(acceptance_rate(p, q, everything)), output_distribution(p, q, everything)
 
 
-def single_cluster_checks(p: Sequence[Fraction], q: Sequence[Fraction],
-                          tolerance: float = 1e-12) -> dict[str, bool]:
+def single_cluster_checks(
+    p: Sequence[Fraction], q: Sequence[Fraction], tolerance: float = 1e-12
+) -> dict[str, bool]:
     """Notebook 05's checks of section 7 (one cluster holding everything), by gsd_core in
     float64 against the exact values: "acceptance = 1": |alpha - 1| < tolerance; "output law =
     q": max_y |out(y) - q(y)| < tolerance."""
     acceptance, out = single_cluster(as_tensor(p), as_tensor(q))
-    return {"acceptance = 1": abs(acceptance - 1) < tolerance,
-            "output law = q": bool((out - as_tensor(q)).abs().max() < tolerance)}
+    return {
+        "acceptance = 1": abs(acceptance - 1) < tolerance,
+        "output law = q": bool((out - as_tensor(q)).abs().max() < tolerance),
+    }
 
 
 # ---- 6. LANTERN (proofs/08) ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LanternParts:
@@ -380,8 +434,12 @@ class LanternParts:
     tv: Fraction
 
 
-def lantern_parts(p: Sequence[Fraction], q: Sequence[Fraction], neighbours: Sequence[Sequence[int]],
-                  delta: Fraction) -> LanternParts:
+def lantern_parts(
+    p: Sequence[Fraction],
+    q: Sequence[Fraction],
+    neighbours: Sequence[Sequence[int]],
+    delta: Fraction,
+) -> LanternParts:
     """``LanternParts`` of p, q (exact distributions) with ``neighbours[x]``: the other tokens of
     B_k(x) nearest first (x itself excluded) and the budget ``delta``."""
     p, q = list(p), list(q)
@@ -394,12 +452,21 @@ def lantern_parts(p: Sequence[Fraction], q: Sequence[Fraction], neighbours: Sequ
                 break
             mass = total
         credited.append(mass)
-    accept = [min(Fraction(1), (p[x] + credited[x]) / q[x]) if q[x] else Fraction(0) for x in range(len(p))]
+    accept = [
+        min(Fraction(1), (p[x] + credited[x]) / q[x]) if q[x] else Fraction(0)
+        for x in range(len(p))
+    ]
     alpha = sum(a * b for a, b in zip(q, accept))
     parts = speculative_parts(p, q)
     output = [qy * ay + (1 - alpha) * ry for qy, ay, ry in zip(q, accept, parts.residual)]
-    return LanternParts(credited, accept, alpha, 1 - parts.reject_probability, output,
-                        sum(abs(a - b) for a, b in zip(output, p)) / 2)
+    return LanternParts(
+        credited,
+        accept,
+        alpha,
+        1 - parts.reject_probability,
+        output,
+        sum(abs(a - b) for a, b in zip(output, p)) / 2,
+    )
 
 
 # proofs/08's example: the per-token budget does not bound the output law. V = 8, token i + 4 is
@@ -411,15 +478,24 @@ LANTERN_NEIGHBOURS = ((4,), (5,), (6,), (7,), (0,), (1,), (2,), (3,))  # B_2(x) 
 LANTERN_DELTA = Fraction(1, 4)
 
 
-def lantern_checks(parts: LanternParts, p: Sequence[Fraction], q: Sequence[Fraction],
-                   embeddings: Tensor, k: int, delta: float, tolerance: float = 1e-15) -> dict[str, bool]:
+def lantern_checks(
+    parts: LanternParts,
+    p: Sequence[Fraction],
+    q: Sequence[Fraction],
+    embeddings: Tensor,
+    k: int,
+    delta: float,
+    tolerance: float = 1e-15,
+) -> dict[str, bool]:
     """gsd_core's float64 law of the ``Lantern`` rule (``output_distribution``, ``acceptance_rate``;
     neighbourhoods from ``embeddings`` [V, D]) against the exact ``parts``: each within ``tolerance``."""
     rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
     p_t, q_t = as_tensor(p), as_tensor(q)
     out = output_distribution(p_t, q_t, rule)
-    return {"output law": bool((out - as_tensor(parts.output)).abs().max() < tolerance),
-            "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.alpha)) < tolerance}
+    return {
+        "output law": bool((out - as_tensor(parts.output)).abs().max() < tolerance),
+        "acceptance": abs(float(acceptance_rate(p_t, q_t, rule)) - float(parts.alpha)) < tolerance,
+    }
 
 
 def lantern_identity_gap(p: Tensor, q: Tensor, embeddings: Tensor, k: int, delta: float) -> float:
@@ -436,8 +512,9 @@ EXPLORER_VOCAB = 64
 EXPLORER_NOISE = 0.5  # notebook 01's per-token log-normal noise
 
 
-def flatness_pair(viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float = EXPLORER_NOISE,
-                  seed: int = 0) -> tuple[Tensor, Tensor]:
+def flatness_pair(
+    viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float = EXPLORER_NOISE, seed: int = 0
+) -> tuple[Tensor, Tensor]:
     """One pair of notebook 01's family (``toy.noisy_pairs``) at flatness ``viable``: a base
     uniform over the first ``viable`` tokens (0 elsewhere), and p, q that base times independent
     log-normal factors exp(noise eps), renormalised. More viable tokens: flatter p and q whose
@@ -446,19 +523,30 @@ def flatness_pair(viable: int, *, vocab_size: int = EXPLORER_VOCAB, noise: float
     Returns p, q: [vocab_size] float64."""
     from ..experiments.toy import noisy_pairs
 
-    p, q = noisy_pairs(viable, 1 / viable, vocab_size=vocab_size, noise=noise, num_pairs=1,
-                       generator=torch.Generator().manual_seed(seed))
+    p, q = noisy_pairs(
+        viable,
+        1 / viable,
+        vocab_size=vocab_size,
+        noise=noise,
+        num_pairs=1,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return p[0], q[0]
 
 
 def tradeoff(p: Tensor, q: Tensor, group_size: int) -> dict[str, float]:
     """Exact acceptance and TV(output, p) of SD and of ``DynamicClusters(group_size)`` on one pair."""
     rule = DynamicClusters(group_size)
-    return {"acceptance SD": float(acceptance_rate(p, q)), "acceptance GSD": float(acceptance_rate(p, q, rule)),
-            "TV(output GSD, p)": float(tv_distance(output_distribution(p, q, rule), p))}
+    return {
+        "acceptance SD": float(acceptance_rate(p, q)),
+        "acceptance GSD": float(acceptance_rate(p, q, rule)),
+        "TV(output GSD, p)": float(tv_distance(output_distribution(p, q, rule), p)),
+    }
 
 
-def tradeoff_table(group_sizes: Sequence[int], viables: Sequence[int], seed: int = 0) -> list[dict[str, Any]]:
+def tradeoff_table(
+    group_sizes: Sequence[int], viables: Sequence[int], seed: int = 0
+) -> list[dict[str, Any]]:
     """``tradeoff`` at every (G, viable tokens) of the explorer's grid, on ``flatness_pair``:
     one row per point, exact (float64 enumeration)."""
     pairs = {n: flatness_pair(n, seed=seed) for n in viables}
@@ -469,8 +557,13 @@ def mean_sd_acceptance(viables: Sequence[int], num_pairs: int, seed: int = 0) ->
     """SD's exact acceptance 1 - TV(p, q) averaged over the ``flatness_pair`` seeds seed ..
     seed + num_pairs - 1, per number of viable tokens: the trend the explorer's single pairs
     scatter around."""
-    return [sum(float(acceptance_rate(*flatness_pair(n, seed=s))) for s in range(seed, seed + num_pairs)) / num_pairs
-            for n in viables]
+    return [
+        sum(
+            float(acceptance_rate(*flatness_pair(n, seed=s))) for s in range(seed, seed + num_pairs)
+        )
+        / num_pairs
+        for n in viables
+    ]
 
 
 def tradeoff_figure(group_size: int, viable: int, seed: int = 0) -> Any:
@@ -482,21 +575,29 @@ def tradeoff_figure(group_size: int, viable: int, seed: int = 0) -> Any:
     out = output_distribution(p, q, DynamicClusters(group_size))
     stats = tradeoff(p, q, group_size)
     order = torch.argsort(p, descending=True)
-    fig = Figure(figsize=(9, 3), layout="constrained")  # no pyplot state: one display per slider move
+    fig = Figure(
+        figsize=(9, 3), layout="constrained"
+    )  # no pyplot state: one display per slider move
     ax = fig.subplots()
     x = torch.arange(p.shape[-1], dtype=DTYPE)
-    for shift, (name, dist) in zip((-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))):
+    for shift, (name, dist) in zip(
+        (-0.27, 0.0, 0.27), (("p", p), ("q", q), (f"GSD output, G={group_size}", out))
+    ):
         ax.bar((x + shift).numpy(), dist[order].numpy(), width=0.27, label=name)
     ax.set_xlabel("tokens in p-rank order")
     ax.set_ylabel("probability")
-    ax.set_title(f"{viable} viable tokens: acceptance SD {stats['acceptance SD']:.3f}, GSD "
-                 f"{stats['acceptance GSD']:.3f}; TV(GSD output, p) {stats['TV(output GSD, p)']:.3f}", fontsize=10)
+    ax.set_title(
+        f"{viable} viable tokens: acceptance SD {stats['acceptance SD']:.3f}, GSD "
+        f"{stats['acceptance GSD']:.3f}; TV(GSD output, p) {stats['TV(output GSD, p)']:.3f}",
+        fontsize=10,
+    )
     ax.legend()
     return fig
 
 
-def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
-                      viables: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)) -> Any:
+def tradeoff_explorer(
+    group_sizes: Sequence[int] = (1, 3, 5, 9, 17), viables: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)
+) -> Any:
     """The static figures first (the second and the last flatness of the range at the middle G:
     what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
     tokens when ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders'
@@ -509,25 +610,32 @@ def tradeoff_explorer(group_sizes: Sequence[int] = (1, 3, 5, 9, 17),
         import ipywidgets
     except ImportError:
         return None
-    return ipywidgets.interactive(lambda group_size, viable: show(tradeoff_figure(group_size, viable)),
-                                  group_size=ipywidgets.SelectionSlider(options=list(group_sizes),
-                                                                        value=group_sizes[-1]),
-                                  viable=ipywidgets.SelectionSlider(options=list(viables), value=viables[-1]))
+    return ipywidgets.interactive(
+        lambda group_size, viable: show(tradeoff_figure(group_size, viable)),
+        group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),
+        viable=ipywidgets.SelectionSlider(options=list(viables), value=viables[-1]),
+    )
 
 
 # ---- tables (notebook 04) ---------------------------------------------------------------------------
+
 
 def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_COLUMNS) -> list[str]:
     """The columns of ``rows`` (in the rows' key order) that hold a scalar value in some row, minus
     ``exclude``: a table shows whatever the runs report (new columns appear without code changes);
     nested data such as a row's ``per_image`` values is not a column."""
+
     def has_value(value: Any) -> bool:
         if isinstance(value, (dict, list, tuple)):
             return False
         return value is not None and not (isinstance(value, float) and math.isnan(value))
 
-    order = list(dict.fromkeys(key for row in rows for key in row))  # the rows' key order, not the first value's
-    return [key for key in order if key not in exclude and any(has_value(row.get(key)) for row in rows)]
+    order = list(
+        dict.fromkeys(key for row in rows for key in row)
+    )  # the rows' key order, not the first value's
+    return [
+        key for key in order if key not in exclude and any(has_value(row.get(key)) for row in rows)
+    ]
 
 
 def show_tables(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
@@ -545,7 +653,9 @@ def show_tables(rows: list[dict[str, Any]], columns: list[str] | None = None) ->
         display(Markdown("CPU wall time (noise, see above):\n\n" + markdown_table(rows, wall)))
 
 
-def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha: float = 0.5) -> float:
+def residual_tv_gap_random(
+    *, vocab_size: int, num_trials: int, seed: int, alpha: float = 0.5
+) -> float:
     """max over random Dirichlet(alpha) pairs and uniformly random partitions of
     TV(out_token, p) - TV(out_cluster, p): <= 0 (up to rounding) when the cluster-exact residual is
     never the less distorting one. Exact enumeration (gsd_core.output_distribution), float64."""
@@ -555,6 +665,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
     generator = torch.Generator().manual_seed(seed + 1)
     counts = torch.randint(1, vocab_size + 1, (num_trials, 1), generator=generator)
     labels = (torch.rand(num_trials, vocab_size, generator=generator, dtype=DTYPE) * counts).long()
+
     def distortion(residual: str) -> Tensor:
         return 0.5 * (output_distribution(p, q, FixedPartition(labels, residual)) - p).abs().sum(-1)
 
@@ -562,6 +673,7 @@ def residual_tv_gap_random(*, vocab_size: int, num_trials: int, seed: int, alpha
 
 
 # ---- coupled drafts (MC-SJD / SCD): the coupling is the verification step ----------------------
+
 
 def coupling_agreement(q_old: Sequence[Fraction], q_new: Sequence[Fraction]) -> dict[str, Fraction]:
     """P(new draft = previous draft) when a position's draft d ~ q_old is re-drafted with law q_new,
@@ -575,26 +687,40 @@ def coupling_agreement(q_old: Sequence[Fraction], q_new: Sequence[Fraction]) -> 
       so P = sum_y 1 / sum_z max(q_old(z)/q_old(y), q_new(z)/q_new(y)) over y in both supports."""
     q_old, q_new = list(q_old), list(q_new)
     if len(q_old) != len(q_new) or sum(q_old) != 1 or sum(q_new) != 1 or min(q_old + q_new) < 0:
-        raise ValueError("q_old and q_new must be exact distributions (Fractions summing to 1) of the same length")
+        raise ValueError(
+            "q_old and q_new must be exact distributions (Fractions summing to 1) of the same length"
+        )
     gumbel = Fraction(0)
     for a_y, b_y in zip(q_old, q_new):
         if a_y > 0 and b_y > 0:
             gumbel += 1 / sum(max(a_z / a_y, b_z / b_y) for a_z, b_z in zip(q_old, q_new))
-    return {"independent": sum(a * b for a, b in zip(q_old, q_new)),
-            "maximal": sum(min(a, b) for a, b in zip(q_old, q_new)), "gumbel": gumbel}
+    return {
+        "independent": sum(a * b for a, b in zip(q_old, q_new)),
+        "maximal": sum(min(a, b) for a, b in zip(q_old, q_new)),
+        "gumbel": gumbel,
+    }
 
 
-def redraft_then_verify(q_old: Sequence[Fraction], q_new: Sequence[Fraction], target: Sequence[Fraction],
-                        *, declare_previous_when_kept: bool = False) -> list[Fraction]:
+def redraft_then_verify(
+    q_old: Sequence[Fraction],
+    q_new: Sequence[Fraction],
+    target: Sequence[Fraction],
+    *,
+    declare_previous_when_kept: bool = False,
+) -> list[Fraction]:
     """The exact law of the token emitted at a position whose draft d ~ q_old is re-drafted by the
     maximal coupling to q_new, then verified against ``target`` (02's step with the declared q):
     q_new, its law (proofs/09: the output is the target), or, with
     ``declare_previous_when_kept``, q_old for a kept draft and q_new for a redrawn one, as SCD's
     released code stores them (proofs/09, "What breaks it": not the target in general)."""
-    coupling = speculative_parts(list(q_new), list(q_old))  # target q_new, draft q_old: the same step
+    coupling = speculative_parts(
+        list(q_new), list(q_old)
+    )  # target q_new, draft q_old: the same step
     out = [Fraction(0)] * len(coupling.p)
-    for declared, law in ((list(q_old) if declare_previous_when_kept else list(q_new), coupling.accepted),
-                          (list(q_new), [coupling.reject_probability * r for r in coupling.residual])):
+    for declared, law in (
+        (list(q_old) if declare_previous_when_kept else list(q_new), coupling.accepted),
+        (list(q_new), [coupling.reject_probability * r for r in coupling.residual]),
+    ):
         mass = sum(law)
         if mass == 0:
             continue

@@ -51,7 +51,9 @@ def max_z_score(frequencies: Tensor, exact: Tensor, num_samples: int) -> float:
     se = torch.sqrt(f * (1 - f) / num_samples)
     gap = (f_hat - f).abs()
     degenerate = se <= 1e-15
-    z = torch.where(degenerate, torch.where(gap > 1e-12, torch.inf, 0.0), gap / se.clamp(min=1e-300))
+    z = torch.where(
+        degenerate, torch.where(gap > 1e-12, torch.inf, 0.0), gap / se.clamp(min=1e-300)
+    )
     return float(z.max())
 
 
@@ -79,15 +81,25 @@ class VerifyLawCheck:
 
     def lines(self) -> list[str]:
         """The checked-cell text: verdicts and tolerances only (no sampled number)."""
-        return [f"{self.rule}: Monte Carlo of verify ({self.num_samples} draws) against output_distribution, "
-                f"every token within {self.z:g} standard errors: {self.law_ok}",
-                f"{self.rule}: Monte Carlo acceptance against acceptance_rate, within {self.z:g} standard "
-                f"errors: {self.acceptance_ok}"]
+        return [
+            f"{self.rule}: Monte Carlo of verify ({self.num_samples} draws) against output_distribution, "
+            f"every token within {self.z:g} standard errors: {self.law_ok}",
+            f"{self.rule}: Monte Carlo acceptance against acceptance_rate, within {self.z:g} standard "
+            f"errors: {self.acceptance_ok}",
+        ]
 
 
-def check_verify_law(p: Tensor, q: Tensor, *, clusters: object = None, residual: str = "token",
-                     num_samples: int = 200_000, seed: int = 0, rule: str | None = None,
-                     z: float = Z_TOLERANCE) -> VerifyLawCheck:
+def check_verify_law(
+    p: Tensor,
+    q: Tensor,
+    *,
+    clusters: object = None,
+    residual: str = "token",
+    num_samples: int = 200_000,
+    seed: int = 0,
+    rule: str | None = None,
+    z: float = Z_TOLERANCE,
+) -> VerifyLawCheck:
     """Monte Carlo of one verification step (x ~ q, ``gsd_core.verify``) against its exact law.
 
     p, q: [V] float64; the rule is ``method_rule(clusters, residual)``. The emitted token's
@@ -95,8 +107,9 @@ def check_verify_law(p: Tensor, q: Tensor, *, clusters: object = None, residual:
     frequency with ``acceptance_rate(p, q, rule)``, each within ``z`` standard errors (module
     docstring).
     A fixed seed makes the run repeatable; the verdict does not depend on the stream."""
-    empirical, accepted = toy.empirical_speculative_samples(p, q, num_samples=num_samples, seed=seed,
-                                                            clusters=clusters, residual=residual)
+    empirical, accepted = toy.empirical_speculative_samples(
+        p, q, num_samples=num_samples, seed=seed, clusters=clusters, residual=residual
+    )
     exact = output_distribution(p, q, method_rule(clusters, residual))
     alpha = acceptance_rate(p, q, method_rule(clusters, residual)).reshape(1)
     law_z = max_z_score(empirical, exact, num_samples)
@@ -113,6 +126,7 @@ def rounded(values: Tensor | list[float], digits: int = 4) -> list[float]:
 
 # ---- decoding tables ---------------------------------------------------------------------------
 
+
 def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
     """Checked-cell lines for a decoding table (rows of ``runs.summarize``): AR's NFE equals the
     number of tokens (exact: one forward per token). Whether SJD and GSD need fewer forwards is
@@ -121,8 +135,10 @@ def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
     by_method = {r["method"]: r for r in rows}
     if "AR" not in by_method:
         return []
-    return [f"AR: NFE = {num_tokens} tokens per image (one token per forward): "
-            f"{by_method['AR']['nfe'] == num_tokens}"]
+    return [
+        f"AR: NFE = {num_tokens} tokens per image (one token per forward): "
+        f"{by_method['AR']['nfe'] == num_tokens}"
+    ]
 
 
 def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -130,21 +146,33 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
     accepted per tested draft position >= accepted per drafted position, both in [0, 1]."""
     ok = [r for r in rows if r.get("acceptance_rate") is not None]
     consistent = all(0 <= r["acceptance_rate"] <= r["accepted_per_tested"] <= 1 for r in ok)
-    return [f"accepted per drafted position <= accepted per tested position <= 1 in all {len(ok)} "
-            f"speculative rows: {consistent}"]
+    return [
+        f"accepted per drafted position <= accepted per tested position <= 1 in all {len(ok)} "
+        f"speculative rows: {consistent}"
+    ]
 
 
-def distortion_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
+def distortion_lines(
+    rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")
+) -> list[str]:
     """Checked-cell lines on the exact distortion column (mean per-token TV(one-step output law,
     p), ``accounting.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
     proofs/02) have distortion 0 up to float64 rounding (<= 1e-12) whatever tokens were drawn,
     and every distortion is a TV, in [0, 1]."""
     have = [r for r in rows if r.get("distortion") is not None]
     zero = [r for r in have if r["method"] in lossless]
-    lines = [f"lossless rows ({', '.join(r['method'] for r in zero)}): exact distortion <= 1e-12: "
-             f"{all(r['distortion'] <= 1e-12 for r in zero)}"] if zero else []
-    lines.append(f"every distortion in [0, 1] ({len(have)} rows): "
-                 f"{all(0 <= r['distortion'] <= 1 for r in have)}")
+    lines = (
+        [
+            f"lossless rows ({', '.join(r['method'] for r in zero)}): exact distortion <= 1e-12: "
+            f"{all(r['distortion'] <= 1e-12 for r in zero)}"
+        ]
+        if zero
+        else []
+    )
+    lines.append(
+        f"every distortion in [0, 1] ({len(have)} rows): "
+        f"{all(0 <= r['distortion'] <= 1 for r in have)}"
+    )
     return lines
 
 
@@ -155,8 +183,14 @@ def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD
     costs); an exact invariant of the estimator, whatever rows it drew."""
     have = [r for r in rows if r.get("w1") is not None]
     zero = [r for r in have if r["method"] in lossless]
-    lines = [f"lossless rows ({', '.join(r['method'] for r in zero)}): W1 = 0: "
-             f"{all(r['w1'] == 0 for r in zero)}"] if zero else []
+    lines = (
+        [
+            f"lossless rows ({', '.join(r['method'] for r in zero)}): W1 = 0: "
+            f"{all(r['w1'] == 0 for r in zero)}"
+        ]
+        if zero
+        else []
+    )
     lines.append(f"every W1 >= 0 ({len(have)} rows): {all(r['w1'] >= 0 for r in have)}")
     return lines
 

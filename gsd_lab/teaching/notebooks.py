@@ -49,9 +49,21 @@ KEPT_CELL_METADATA = ("tags",)
 #   tiny: seconds per notebook on a CPU (meaningless sizes: the tests and gpu_reproduce.sh's
 #         GSD_SIZES=tiny check that everything runs).
 SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"threads": 1, "num_pairs": 8, "num_model_images": 1, "seeds": [0], "max_prompts": 1,
-              "table1_groups": [3], "table1_amplify": [2.0], "table2_group": 3, "pareto_groups": [3],
-              "pareto_amplify": [2.0], "num_samples": 20_000, "distortion_pairs": 20, "decoder_check_samples": 300},
+    "tiny": {
+        "threads": 1,
+        "num_pairs": 8,
+        "num_model_images": 1,
+        "seeds": [0],
+        "max_prompts": 1,
+        "table1_groups": [3],
+        "table1_amplify": [2.0],
+        "table2_group": 3,
+        "pareto_groups": [3],
+        "pareto_amplify": [2.0],
+        "num_samples": 20_000,
+        "distortion_pairs": 20,
+        "decoder_check_samples": 300,
+    },
 }
 
 
@@ -100,7 +112,9 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def plan(paths: list[Path], parameters: dict[str, Any], sizes: str | None = None) -> list[NotebookRun]:
+def plan(
+    paths: list[Path], parameters: dict[str, Any], sizes: str | None = None
+) -> list[NotebookRun]:
     """What each notebook gets: the named ``sizes`` preset and then ``parameters``, each
     restricted to the names the notebook declares. Raises ValueError for an explicit parameter
     that no selected notebook declares (a typo would otherwise be ignored)."""
@@ -149,10 +163,17 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
     target = scratch / run.source.name
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(str(run.source), str(target), parameters=run.parameters or None,
-                                   kernel_name="python3", language="python", cwd=str(run.source.parent), progress_bar=False,
-                                   execution_timeout=timeout,
-                                   stderr_file=sys.stderr)  # progress lines and bars as they come (a log shows them)
+        papermill.execute_notebook(
+            str(run.source),
+            str(target),
+            parameters=run.parameters or None,
+            kernel_name="python3",
+            language="python",
+            cwd=str(run.source.parent),
+            progress_bar=False,
+            execution_timeout=timeout,
+            stderr_file=sys.stderr,
+        )  # progress lines and bars as they come (a log shows them)
     except papermill.PapermillExecutionError as error:
         run.error = f"{error.ename}: {error.evalue}"
     run.seconds = time.perf_counter() - start
@@ -160,10 +181,17 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
     return run
 
 
-def run_notebooks(out: Path = NOTEBOOK_DIR, *, only: list[str] | None = None,
-                  parameters: dict[str, Any] | None = None, sizes: str | None = None,
-                  allow_dirty: bool = False, timeout: int | None = None, folder: Path = NOTEBOOK_DIR,
-                  log=print) -> list[NotebookRun]:
+def run_notebooks(
+    out: Path = NOTEBOOK_DIR,
+    *,
+    only: list[str] | None = None,
+    parameters: dict[str, Any] | None = None,
+    sizes: str | None = None,
+    allow_dirty: bool = False,
+    timeout: int | None = None,
+    folder: Path = NOTEBOOK_DIR,
+    log=print,
+) -> list[NotebookRun]:
     """Execute the selected notebooks, then write them into ``out``.
 
     Into the checkout, a dirty tree is refused (``DirtyTreeError``) unless ``allow_dirty``. In
@@ -178,7 +206,9 @@ def run_notebooks(out: Path = NOTEBOOK_DIR, *, only: list[str] | None = None,
         for run in runs:
             log(f"{run.source.name}: parameters {run.parameters}")
             execute(run, Path(scratch), timeout=timeout)
-            log(f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} in {run.seconds:.0f} s")
+            log(
+                f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} in {run.seconds:.0f} s"
+            )
     failed = [run for run in runs if run.error]
     if failed and out.resolve() == folder.resolve():
         log(f"nothing written into {out}: {len(failed)} notebook(s) failed")
@@ -203,8 +233,14 @@ def main(args: Any) -> int:
             for run in plan(notebook_paths(args.only), parameters, args.sizes):
                 print(f"{run.source.name}: {run.parameters}")
             return 0
-        runs = run_notebooks(args.out, only=args.only, parameters=parameters, sizes=args.sizes,
-                             allow_dirty=args.allow_dirty, timeout=args.timeout)
+        runs = run_notebooks(
+            args.out,
+            only=args.only,
+            parameters=parameters,
+            sizes=args.sizes,
+            allow_dirty=args.allow_dirty,
+            timeout=args.timeout,
+        )
     except (ValueError, DirtyTreeError) as error:
         fail(str(error))
     failed = [run.source.name for run in runs if run.error]
@@ -213,4 +249,3 @@ def main(args: Any) -> int:
         return 1
     print(f"{len(runs)} notebook(s) written to {args.out}")
     return 0
-

@@ -247,6 +247,7 @@ def _result(image: _Image) -> DecodeResult:
         accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
         draft=image.resolved.method.draft,
         w1=w1,
+        budget_spent=loop.dial.spent if loop.dial is not None else None,
     )
 
 

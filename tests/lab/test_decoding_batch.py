@@ -76,6 +76,8 @@ METHODS = {
     "release-sjd": DecodingMethod("sjd", window=15, preset="release"),
     "release-gsd": DecodingMethod("gsd", window=15, clusters="dynamic", group_size=3,
                                   filters=FILTERS, preset="release"),
+    "relaxation": DecodingMethod("sjd", window=4, relaxation_delta=0.1),
+    "dial": DecodingMethod("sjd", window=5, budget=0.5, budget_policy="sure", budget_cap=0.3),
 }
 LENGTHS = (9, 23, 31, 40)
 
@@ -145,6 +147,9 @@ def test_a_mixed_batch_decodes_every_image_as_alone(adapter, batch_size):
         assert (result.accepted, result.drafted) == (single.accepted, single.drafted), name
         assert result.acceptance_rate == single.acceptance_rate and result.method == single.method
         assert result.window == single.window and result.draft == single.draft
+        assert (result.budget_spent is None) == (single.budget_spent is None), name
+        if single.budget_spent is not None:
+            largest = max(largest, abs(result.budget_spent - single.budget_spent))
         largest = max(largest, float((result.distortion - single.distortion).abs().max()),
                       float((result.top1 - single.top1).abs().max()))
         assert result.wall_seconds >= result.model_seconds > 0
@@ -152,6 +157,7 @@ def test_a_mixed_batch_decodes_every_image_as_alone(adapter, batch_size):
     assert largest <= 1e-12
     assert any(float(r.distortion.max()) > 0 for r in results)  # the lossy rules did distort
     assert any((r.tokens == 15).any() for r in results)  # forced tokens were emitted
+    assert any(r.budget_spent for r in results)  # the dial spent some of its budget
 
 
 def test_finished_images_leave_the_forward(adapter, monkeypatch):

@@ -133,8 +133,8 @@ def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tenso
     K = ``width`` largest entries of each row (any order). Where ``overflow`` is False (at most
     K positive entries) the ids hold every id with p > 0 once, plus zero ids: what
     ``SupportRanking`` takes, its ranking then the whole row's bit for bit. Where it is True (more
-    than K entries tied at a
-    top-k threshold) the ids miss some: the caller must rank that row another way."""
+    than K entries tied at a top-k threshold) the ids miss some: the caller must rank that
+    row another way."""
     values = p.index_select(-1, allowed)
     top = torch.topk(values, width, dim=-1, sorted=False).indices
     return allowed[top], (values > 0).sum(-1) > width

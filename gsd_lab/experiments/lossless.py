@@ -159,9 +159,8 @@ class JointCheck:
         claim = "fit" if self.lossless_expected else "do not fit"
         return (
             f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law "
-            "over the "
-            f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): "
-            f"{self.passed}"
+            f"over the {len(SEQUENCES)} sequences (chi-square, significance "
+            f"{self.significance:g}): {self.passed}"
         )
 
 

@@ -157,8 +157,8 @@ class _Mid(nn.Module):
 
 
 class Decoder(nn.Module):
-    """taming ``Decoder``: z [B, z_channels, h, w] -> pixels [B, out_ch, h*f, w*f], f =
-    2^(levels-1)."""
+    """taming ``Decoder``: z [B, z_channels, h, w] -> pixels [B, out_ch, h*f, w*f],
+    f = 2^(levels-1)."""
 
     def __init__(self, config: VQGANConfig) -> None:
         super().__init__()
@@ -220,8 +220,8 @@ class ChameleonVQGANDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode_indices(self, indices: Tensor) -> Tensor:
-        """indices: int [B, h, w] in [0, n_embed). Returns float pixels [B, out_ch, h*f, w*f] in
-        [-1, 1]."""
+        """indices: int [B, h, w] in [0, n_embed). Returns float pixels
+        [B, out_ch, h*f, w*f] in [-1, 1]."""
         if indices.ndim != 3:
             raise ValueError(f"indices must have shape [B, h, w], got {tuple(indices.shape)}")
         if indices.numel() and (
@@ -269,9 +269,8 @@ def find_vqgan_files(vqgan_dir: str | Path) -> tuple[Path, Path]:
     raise FileNotFoundError(
         f"no vqgan.yaml + vqgan.ckpt found in {root} (also looked in "
         + ", ".join(f"{layout}/" for layout in VQGAN_LAYOUTS[1:])
-        + "). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; licence accepted on "
-        "Meta's "
-        "Chameleon download page) and pass their folder as --vqgan DIR."
+        + "). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; licence accepted "
+        "on Meta's Chameleon download page) and pass their folder as --vqgan DIR."
     )
 
 
@@ -308,9 +307,8 @@ def load_chameleon_vqgan(
     if missing or unexpected:
         raise ValueError(
             f"{ckpt_path} does not match {yaml_path}: missing "
-            f"{missing[:8]}{'...' if len(missing) > 8 else ''} "
-            f"({len(missing)}), unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''} "
-            f"({len(unexpected)})"
+            f"{missing[:8]}{'...' if len(missing) > 8 else ''} ({len(missing)}), unexpected "
+            f"{unexpected[:8]}{'...' if len(unexpected) > 8 else ''} ({len(unexpected)})"
         )
     reference = model.state_dict()
     wrong = [

@@ -1,5 +1,5 @@
-"""Lumina-mGPT (Alpha-VLLM; Chameleon architecture) on stock ``transformers``, as a decoding
-adapter.
+"""Lumina-mGPT (Alpha-VLLM; Chameleon architecture) on stock ``transformers``,
+as a decoding adapter.
 
 Loading (``load_lumina_mgpt``): the released checkpoints are ``ChameleonForConditionalGeneration``
 weights except for the q/k-norms, stored per model-parallel rank as [model_parallel_size, head_dim]
@@ -29,10 +29,9 @@ All of it happens in the adapter, so verification sees exactly the distribution 
 from. The unconditional row's prompt comes in two named variants (``UNCONDITIONAL_PROMPTS``):
 
     "gsd-release" (default)  <reserved08706> <racm3:break> h w   the GSD release (junhyukso/GSD,
-    whose
-                             Jacobi sampler comes from SJD) zeroes the attention mask over the text
-                             prompt except its last token, <reserved08706>: use it to reproduce the
-                             GSD paper's numbers;
+                             whose Jacobi sampler comes from SJD) zeroes the attention mask over the
+                             text prompt except its last token, <reserved08706>: use it to reproduce
+                             the GSD paper's numbers;
     "alpha-vllm"             <racm3:break> h w                   Alpha-VLLM's Lumina-mGPT
                              ``inference_solver.py`` runs the unconditional sequence from the last
                              image start (its CFG logits processor slices ``input_ids[:, BOI:]``).
@@ -91,8 +90,8 @@ UNCONDITIONAL_PROMPTS = (GSD_RELEASE_UNCONDITIONAL, ALPHA_VLLM_UNCONDITIONAL)
 
 
 def grid_token_name(cells: int) -> str:
-    """Name of the size token for ``cells`` grid cells: <reserved{8800 + cells:05d}> (id 8804 +
-    cells)."""
+    """Name of the size token for ``cells`` grid cells: <reserved{8800 + cells:05d}>
+    (id 8804 + cells)."""
     return f"<reserved{8800 + cells:05d}>"
 
 
@@ -123,10 +122,9 @@ def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Pa
             return snapshot
     raise FileNotFoundError(
         f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, "
-        "e.g. "
-        f"`hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, *.safetensors "
-        "and "
-        "the index), and pass --weights DIR (or leave the files in the Hugging Face cache)."
+        f"e.g. `hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, "
+        "*.safetensors and the index), and pass --weights DIR "
+        "(or leave the files in the Hugging Face cache)."
     )
 
 
@@ -163,8 +161,8 @@ def _safetensors_files(folder: Path) -> list[Path]:
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise FileNotFoundError(
-                f"{folder / 'model.safetensors.index.json'} lists shards that are not there: "
-                f"{missing}"
+                f"{folder / 'model.safetensors.index.json'} "
+                f"lists shards that are not there: {missing}"
             )
         return files
     if (folder / "model.safetensors").is_file():
@@ -187,8 +185,8 @@ def read_lumina_config(folder: Path) -> Any:
     raw = json.loads((folder / "config.json").read_text())
     if raw.get("model_type") != "chameleon":
         raise ValueError(
-            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; Lumina-mGPT is "
-            "'chameleon'"
+            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; "
+            "Lumina-mGPT is 'chameleon'"
         )
     if not raw.get("vocabulary_map"):
         raise ValueError(
@@ -269,8 +267,7 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
         looks_expanded = ranks != heads and tuple(tensor.shape) == (heads, head_dim)
         raise ValueError(
             f"{name}: shape {tuple(tensor.shape)}; config.json says model_parallel_size={ranks}, "
-            "so "
-            f"Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
+            f"so Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
             + (
                 " (this looks like transformers' expanded [heads, head_dim] layout: set "
                 'config.json\'s architectures to ["ChameleonForConditionalGeneration"] if the '
@@ -388,8 +385,8 @@ def architecture_mismatch(
 
 def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
     """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
-    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and
-    shape)."""
+    whose parameters *are* the tensors of ``state``
+    (strict: every key must match in name and shape)."""
     from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
 
     model = meta_lumina_model(config)
@@ -399,13 +396,13 @@ def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | t
     )
     if problem:
         raise ValueError(
-            "the checkpoint does not match the Chameleon architecture of its config.json: "
-            f"{problem}"
+            "the checkpoint does not match the Chameleon "
+            f"architecture of its config.json: {problem}"
         )
     model.load_state_dict(state, strict=True, assign=True)
     logger.info(
-        "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does "
-        "not use it"
+        "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT "
+        "releases drop it; generation does not use it"
     )
     model.model.rotary_emb = ChameleonRotaryEmbedding(config).to(
         device
@@ -461,8 +458,8 @@ class LuminaImageLayout:
             or resolution % PIXELS_PER_GRID
         ):
             raise ValueError(
-                f"resolution must be a positive multiple of {PIXELS_PER_GRID} pixels, got "
-                f"{resolution!r}"
+                f"resolution must be a positive multiple of {PIXELS_PER_GRID} "
+                f"pixels, got {resolution!r}"
             )
         grid = resolution // PIXELS_PER_GRID
         names = {
@@ -480,8 +477,8 @@ class LuminaImageLayout:
         ]
         if absent:
             raise ValueError(
-                f"the vocabulary_map lacks the tokens {absent} (needed for "
-                f"{resolution}x{resolution} images)"
+                f"the vocabulary_map lacks the tokens {absent} "
+                f"(needed for {resolution}x{resolution} images)"
             )
         ids = {key: vocabulary_map[name] for key, name in names.items() if name in vocabulary_map}
         if bos is not None:
@@ -507,8 +504,8 @@ def tokenizer_mismatches(tokenizer: Any, vocabulary_map: dict[str, int]) -> list
     bos = tokenizer.bos_token_id
     if bos is not None and BOS_NAME in vocabulary_map and bos != vocabulary_map[BOS_NAME]:
         problems.append(
-            f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the "
-            "vocabulary_map"
+            f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} "
+            f"({BOS_NAME}) in the vocabulary_map"
         )
     return problems
 
@@ -600,8 +597,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
     ) -> None:
         if unconditional_prompt not in UNCONDITIONAL_PROMPTS:
             raise ValueError(
-                f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got "
-                f"{unconditional_prompt!r}"
+                f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, "
+                f"got {unconditional_prompt!r}"
             )
         self.unconditional_prompt = unconditional_prompt
         vocabulary_map = model.config.vocabulary_map
@@ -633,8 +630,7 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
             raise ValueError(
                 f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the "
-                "VQGAN "
-                f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
+                f"VQGAN codebook has {codebook} entries: wrong vqgan_dir for these weights?"
             )
         self.vqgan = vqgan
 
@@ -645,8 +641,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
 
     @property
     def embeddings(self) -> Tensor:
-        """Input-embedding rows [V, D] in float32 (GSD's distance filter: squared L2 <= d, d =
-        0.5)."""
+        """Input-embedding rows [V, D] in float32
+        (GSD's distance filter: squared L2 <= d, d = 0.5)."""
         if self._embeddings is None:
             self._embeddings = self.model.get_input_embeddings().weight.detach().float()
         return self._embeddings
@@ -670,8 +666,7 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         if self.tokenizer is None:
             raise ValueError(
                 "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) "
-                "(load_lumina_mgpt "
-                "finds one), or pass token ids with text_ids_to_prompt(ids)"
+                "(load_lumina_mgpt finds one), or pass token ids with text_ids_to_prompt(ids)"
             )
         return prompt_ids(self.tokenizer, self.layout, prompt)
 
@@ -712,9 +707,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor:
-        """Row end where (g + 1) % row_length == 0 inside the image, image end at g =
-        num_image_tokens,
-        end of turn after it; -1 (free) elsewhere."""
+        """Row end where (g + 1) % row_length == 0 inside the image, image end at
+        g = num_image_tokens, end of turn after it; -1 (free) elsewhere."""
         g = generated_positions
         layout = self.layout
         forced = torch.full_like(g, -1)
@@ -728,16 +722,16 @@ class LuminaMGPTAdapter(CausalLMAdapter):
 
     def image_codes(self, tokens: Any) -> Tensor:
         """Generated tokens [N] or [B, N] (N = num_image_tokens, optionally + the image end) ->
-        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not an image
-        token."""
+        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not
+        an image token."""
         tokens = torch.as_tensor(tokens).to(self.device).long()
         if tokens.ndim == 1:
             tokens = tokens.unsqueeze(0)
         n = self.num_image_tokens
         if tokens.ndim != 2 or tokens.shape[1] not in (n, n + 1):
             raise ValueError(
-                f"expected {n} image tokens per image (codes + row ends), got shape "
-                f"{tuple(tokens.shape)}"
+                f"expected {n} image tokens per image (codes + "
+                f"row ends), got shape {tuple(tokens.shape)}"
             )
         side, row = self.layout.latent_side, self.layout.row_length
         grid = tokens[:, :n].reshape(-1, side, row)
@@ -794,8 +788,8 @@ def load_lumina_mgpt(
     """
     if unconditional_prompt not in UNCONDITIONAL_PROMPTS:  # before any file is read
         raise ValueError(
-            f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got "
-            f"{unconditional_prompt!r}"
+            f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, "
+            f"got {unconditional_prompt!r}"
         )
     folder = resolve_weights_dir(weights, resolution)
     config = read_lumina_config(folder)
@@ -806,9 +800,8 @@ def load_lumina_mgpt(
     if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
         raise ValueError(
             f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take "
-            "minutes "
-            "per token and tens of GB of memory. Use a GPU (device='cuda'), or pass force_cpu=True "
-            "to insist."
+            "minutes per token and tens of GB of memory. Use a GPU "
+            "(device='cuda'), or pass force_cpu=True to insist."
         )
     layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
     # Before the weights are read: a missing or wrong tokenizer fails in a second, not after

@@ -420,8 +420,8 @@ class StaticEngine:
         return self._processed(*self._model(ids, num_rows), with_support)
 
     def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
-        """The model part of ``_step``: (logits [B, num_rows, V], generated positions
-        [num_rows])."""
+        """The model part of ``_step``:
+        (logits [B, num_rows, V], generated positions [num_rows])."""
         adapter = self.adapter
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start

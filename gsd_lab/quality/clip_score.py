@@ -27,9 +27,8 @@ def load_clip(model_dir: str | Path, *, device: str | torch.device = "cpu") -> t
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(
             f"no CLIP model in {folder}: expected config.json, weights, tokenizer and preprocessor "
-            "files, "
-            "e.g. a local copy of openai/clip-vit-base-patch16 (save_pretrained of CLIPModel and "
-            "CLIPProcessor)"
+            "files, e.g. a local copy of openai/clip-vit-base-patch16 "
+            "(save_pretrained of CLIPModel and CLIPProcessor)"
         )
     model = CLIPModel.from_pretrained(str(folder), local_files_only=True).to(device).eval()
     processor = CLIPProcessor.from_pretrained(str(folder), local_files_only=True)

@@ -144,8 +144,8 @@ def paired_bootstrap(
     b64 = torch.as_tensor(np.asarray(b, dtype=np.float64))
     if a64.ndim != 1 or a64.shape != b64.shape:
         raise ValueError(
-            f"a and b must be paired 1-D arrays of one length, got {tuple(a64.shape)} and "
-            f"{tuple(b64.shape)}"
+            "a and b must be paired 1-D arrays of one length, "
+            f"got {tuple(a64.shape)} and {tuple(b64.shape)}"
         )
     if a64.numel() == 0 or not bool(torch.isfinite(a64).all() and torch.isfinite(b64).all()):
         raise ValueError("a and b must be non-empty and finite")

@@ -135,8 +135,8 @@ class _Checks:
         layout = (
             "transformers' [heads, head_dim]"
             if stores_expanded_qk_norms(config)
-            else f"Lumina's per rank [model_parallel_size={getattr(config, 'model_parallel_size', 1) or 1}, "
-            "head_dim]"
+            else "Lumina's per rank "
+            f"[model_parallel_size={getattr(config, 'model_parallel_size', 1) or 1}, head_dim]"
         )
         if problem:
             return Verdict("architecture", FAIL, f"architectures {architectures}: {problem}")
@@ -149,8 +149,8 @@ class _Checks:
         return Verdict(
             "architecture",
             status,
-            f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), expanded "
-            f"on load; {len(stored)} tensors match stock Chameleon; "
+            f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), "
+            f"expanded on load; {len(stored)} tensors match stock Chameleon; "
             f"{estimated_parameters(config):,} parameters as stored"
             + (
                 ""
@@ -166,10 +166,11 @@ class _Checks:
         ids, table = image_token_table(vocabulary_map, self.config.vocab_size)
         layout = self.layout = LuminaImageLayout.from_vocabulary(vocabulary_map, self.resolution)
         detail = (
-            f"{ids.numel()} image codes (ids {int(ids.min())}..{int(ids.max())}); {self.resolution} px: "
-            f"{layout.latent_side} x {layout.latent_side} codes + row ends = {layout.num_image_tokens} tokens; "
-            f"BOS {layout.bos}, end of turn {layout.end_of_turn}, image start {layout.image_start}, "
-            f"image end {layout.image_end}, row end {layout.row_end}, size {layout.size_token}"
+            f"{ids.numel()} image codes (ids {int(ids.min())}..{int(ids.max())}); "
+            f"{self.resolution} px: {layout.latent_side} x {layout.latent_side} codes + row ends = "
+            f"{layout.num_image_tokens} tokens; BOS {layout.bos}, end of turn "
+            f"{layout.end_of_turn}, image start {layout.image_start}, image end "
+            f"{layout.image_end}, row end {layout.row_end}, size {layout.size_token}"
         )
         needed = layout.num_image_tokens + 64
         if needed > self.config.max_position_embeddings:
@@ -200,7 +201,8 @@ class _Checks:
             8192,
         ):
             wrong.append(
-                f"image codes {int(ids.min())}..{int(ids.max())} ({ids.numel()}), release 4..8195 (8192)"
+                f"image codes {int(ids.min())}..{int(ids.max())} "
+                f"({ids.numel()}), release 4..8195 (8192)"
             )
         if wrong:
             return Verdict(
@@ -313,10 +315,10 @@ class _Checks:
         codes_ok = bool((adapter.vq_index_of_token.cpu()[tokens[:, :-1]] >= 0).all())
         self.tokens = tokens
         detail = (
-            f"loaded in {loaded:.1f} s on {adapter.device} ({next(adapter.model.parameters()).dtype}); "
-            f"{count} tokens ({rows} rows) by AR in {result.wall_seconds:.2f} s, "
-            f"{1000 * result.wall_seconds / result.nfe:.1f} ms per forward (CFG pair), "
-            f"{len(set(tokens[:, :-1].flatten().tolist()))} distinct codes"
+            f"loaded in {loaded:.1f} s on {adapter.device} "
+            f"({next(adapter.model.parameters()).dtype}); {count} tokens ({rows} rows) by AR in "
+            f"{result.wall_seconds:.2f} s, {1000 * result.wall_seconds / result.nfe:.1f} ms per "
+            f"forward (CFG pair), {len(set(tokens[:, :-1].flatten().tolist()))} distinct codes"
         )
         if not (row_ends and codes_ok):
             return Verdict(
@@ -359,9 +361,9 @@ class _Checks:
             Image.fromarray(image).save(out)
             saved = f"; saved to {out}"
         detail = (
-            f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x {vqgan.config.embed_dim}; "
-            f"{self.tokens.shape[0]} rows -> {image.shape[1]} x {image.shape[0]} px, pixel std "
-            f"{float(image.std()):.1f}{saved}"
+            f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x "
+            f"{vqgan.config.embed_dim}; {self.tokens.shape[0]} rows -> {image.shape[1]} "
+            f"x {image.shape[0]} px, pixel std {float(image.std()):.1f}{saved}"
         )
         if float(image.std()) == 0.0:
             return Verdict("image", FAIL, detail + ": a constant image")
@@ -379,9 +381,9 @@ class _Checks:
         score = float(clip_scores([square], [prompt], model, processor)[0])
         vision = model.config.vision_config
         detail = (
-            f"{clip_dir}: ViT with {vision.image_size} px input, patch {vision.patch_size}; CLIP score "
-            f"{score:.2f} of the decoded rows tiled to {side} x {side} px against the prompt (a load "
-            "check, not a quality figure)"
+            f"{clip_dir}: ViT with {vision.image_size} px input, patch {vision.patch_size}; CLIP "
+            f"score {score:.2f} of the decoded rows tiled to {side} x {side} "
+            "px against the prompt (a load check, not a quality figure)"
         )
         if not 0.0 <= score <= 100.0:
             return Verdict("clip", FAIL, detail)

@@ -104,8 +104,8 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         "--group-size",
         type=int,
         default=None,
-        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; --method gsd "
-        "only: tokens per cluster; G = 1 would be SJD)",
+        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; "
+        "--method gsd only: tokens per cluster; G = 1 would be SJD)",
     )
     group.add_argument(
         "--clusters",
@@ -131,14 +131,15 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         "--amplify",
         type=float,
         default=1.0,
-        help="lossy relaxation: accept with min(1, k p/q), k > 0 (k = 1: exact; not for --method ar)",
+        help="lossy relaxation: accept with min(1, k p/q), "
+        "k > 0 (k = 1: exact; not for --method ar)",
     )
     group.add_argument(
         "--draft",
         choices=DRAFTS,
         default=DRAFTS[0],
-        help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the previous "
-        "draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
+        help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the "
+        "previous draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
     )
     group.add_argument(
         "--relaxation-delta",
@@ -227,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="save the image to this file (.png or another image extension; missing folders are made)",
+        help="save the image to this file (.png or another "
+        "image extension; missing folders are made)",
     )
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
@@ -298,9 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         required=True,
-        help="results folder. A re-run with the same model, weights, decoding flags, seed and prompt "
-        "file resumes (finished prompts are skipped, any number of processes); anything else "
-        "is refused, naming what differs: use a new folder for a new configuration",
+        help="results folder. A re-run with the same model, weights, decoding flags, seed and "
+        "prompt file resumes (finished prompts are skipped, any number of processes); anything "
+        "else is refused, naming what differs: use a new folder for a new configuration",
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     ev.add_argument("--no-images", action="store_true", help="do not save images")
@@ -420,8 +422,8 @@ def _device_problem(device: str) -> str | None:
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             return (
-                f"--device {device}: CUDA is not available on this machine (torch.cuda.is_available() is False); "
-                "use --device cpu"
+                f"--device {device}: CUDA is not available on this machine "
+                "(torch.cuda.is_available() is False); use --device cpu"
             )
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             return f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
@@ -501,8 +503,8 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
                 fail(f"--vqgan {args.vqgan}: {error}")
         if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
             fail(
-                f"--clip {args.clip}: no config.json there (a local CLIP model folder, e.g. a copy of "
-                "openai/clip-vit-base-patch16)"
+                f"--clip {args.clip}: no config.json there (a local CLIP model "
+                "folder, e.g. a copy of openai/clip-vit-base-patch16)"
             )
         from .models.lumina_tokenizer import find_tokenizer_file
 
@@ -531,8 +533,8 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     fixed = PRESET_WINDOWS.get(args.preset)
     if args.window is not None and fixed is not None and args.window != fixed:
         fail(
-            f"--preset {args.preset} fixes the window at {fixed} drafts (the release's 16-token input); "
-            f"leave --window out (got {args.window})"
+            f"--preset {args.preset} fixes the window at {fixed} drafts (the release's "
+            f"16-token input); leave --window out (got {args.window})"
         )
     args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
@@ -541,8 +543,8 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
         fail(f"--amplify must be a finite number > 0, got {args.amplify}")
     if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
         fail(
-            f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group size of 1 makes "
-            "every cluster a single token: that is SJD, use --method sjd)"
+            f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group "
+            "size of 1 makes every cluster a single token: that is SJD, use --method sjd)"
         )
     if args.method != "gsd":
         for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
@@ -557,7 +559,8 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     args.clusters = args.clusters or DEFAULT_CLUSTERS
     if args.residual == "cluster" and args.clusters != "rank-binned":
         fail(
-            f"--residual cluster needs --clusters rank-binned (--clusters {args.clusters} is not a partition)"
+            "--residual cluster needs --clusters rank-binned "
+            f"(--clusters {args.clusters} is not a partition)"
         )
 
 
@@ -579,13 +582,15 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if _is_lumina(args):
             if args.class_ is not None:
                 fail(
-                    f'--class is for the stand-in and tiny-random; --model {args.model} takes --prompt "..."'
+                    f"--class is for the stand-in and tiny-random; --model {args.model} takes "
+                    '--prompt "..."'
                 )
             if not (args.prompt or "").strip():
                 fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
             if args.out is not None and args.vqgan is None:
                 fail(
-                    f"--out needs pixels: --model {args.model} decodes tokens to pixels with --vqgan DIR"
+                    f"--out needs pixels: --model {args.model} "
+                    "decodes tokens to pixels with --vqgan DIR"
                 )
         elif args.prompt is not None:
             fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
@@ -850,7 +855,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"{len(result['figures'])} figures and {result['results']} written in {result['seconds']:.0f} s"
+            f"{len(result['figures'])} figures and {result['results']} "
+            f"written in {result['seconds']:.0f} s"
         )
     return 0
 

@@ -160,7 +160,8 @@ def identity_differences(
     keys = sorted(new) if partial else sorted(set(old) | set(new))
     missing = "(absent)"
     return [
-        f"{key}: {json.dumps(old.get(key, missing))} in the existing run, {json.dumps(new.get(key, missing))} now"
+        f"{key}: {json.dumps(old.get(key, missing))} in the existing "
+        f"run, {json.dumps(new.get(key, missing))} now"
         for key in keys
         if old.get(key, missing) != new.get(key, missing)
     ]
@@ -177,8 +178,8 @@ def prompt_differences(stored: list[str], current: list[str]) -> str | None:
     first = changed[0]
     kind = "reordered" if sorted(stored) == sorted(current) else "edited"
     return (
-        f"the prompt list was {kind}: {len(changed)} of {len(current)} prompts differ; prompt {first} is "
-        f"{current[first]!r} now, {stored[first]!r} in the existing run"
+        f"the prompt list was {kind}: {len(changed)} of {len(current)} prompts differ; prompt "
+        f"{first} is {current[first]!r} now, {stored[first]!r} in the existing run"
     )
 
 
@@ -214,8 +215,8 @@ def check_run(
     if stored is None:
         if _result_files(out_dir):
             raise RunMismatch(
-                f"{Path(out_dir) / RESULTS_DIR} holds results but there is no {RUN_FILE} saying which "
-                "run wrote them; use a new --out folder"
+                f"{Path(out_dir) / RESULTS_DIR} holds results but there is no {RUN_FILE} "
+                "saying which run wrote them; use a new --out folder"
             )
         return
     problems = identity_differences(stored.identity, identity, partial=partial)
@@ -224,8 +225,8 @@ def check_run(
         problems.append(prompt_change)
     if problems:
         raise RunMismatch(
-            f"{out_dir} holds another run (see {Path(out_dir) / RUN_FILE}); resuming would mix runs. "
-            "What differs: "
+            f"{out_dir} holds another run (see {Path(out_dir) / RUN_FILE}); "
+            "resuming would mix runs. What differs: "
             + "; ".join(problems)
             + ". Use a new --out folder for this configuration "
             "(or restore the previous one to resume it)."

@@ -2,8 +2,8 @@
 
 Each figure is saved as PNG + SVG + JSON sidecar (``figure_io.save_figure``); the tables go to
 ``results.md`` (and ``results.json``), the per-image decoding records to ``records.npz``
-(``experiments.records``: notebook 04 reuses them). The analyses are the functions the notebooks call
-(``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-in on 2 CPU cores,
+(``experiments.records``: notebook 04 reuses them). The analyses are the functions the notebooks
+call (``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-in on 2 CPU cores,
 ``FigureSizes.quick()`` for tests, ``FigureSizes.paper()`` for Lumina-mGPT on a GPU.
 """
 
@@ -35,13 +35,13 @@ from .accounting.transport import DEFAULT_DRAWS
 
 W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem"]
 W1_TEXT = (
-    "`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step output "
-    "law, p) with ground cost the RMS difference per coordinate between the codes' decoded content "
-    "(the adapter's `code_content()`: on the stand-in each code's patch, pixel values in [-1, 1], so W1 "
-    "reads in that scale; x 127.5 for 8-bit levels), then the mean over images; each image's mean is "
-    "estimated from {draws} rows drawn with probability proportional to their exact TV, each row's W1 "
-    "exact (POT; gsd_lab.accounting.transport): `w1_sem` its standard error over images (sampling noise included), "
-    "`w1_sampling_sem` the estimator's part of it. "
+    "`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step "
+    "output law, p) with ground cost the RMS difference per coordinate between the codes' decoded "
+    "content (the adapter's `code_content()`: on the stand-in each code's patch, pixel values in "
+    "[-1, 1], so W1 reads in that scale; x 127.5 for 8-bit levels), then the mean over images; "
+    "each image's mean is estimated from {draws} rows drawn with probability proportional to their "
+    "exact TV, each row's W1 exact (POT; gsd_lab.accounting.transport): `w1_sem` its standard "
+    "error over images (sampling noise included), `w1_sampling_sem` the estimator's part of it. "
 )
 
 
@@ -69,7 +69,8 @@ class FigureSizes:
     replacement_fraction: float = 0.5
     replacement_top_k: int = 100
     toy_pairs: int = 64
-    w1_draws: int = DEFAULT_DRAWS  # rows per image whose W1 is solved (gsd_lab.accounting.transport's estimator)
+    # rows per image whose W1 is solved (gsd_lab.accounting.transport's estimator)
+    w1_draws: int = DEFAULT_DRAWS
     streamed: bool = (
         False  # decode into result files per (configuration, prompt): resumable, sharded
     )
@@ -244,16 +245,22 @@ def paper_plan(
     estimate = gpu_hours(cache, forward_seconds)
     hours = estimate["device_hours"]
     lines = [
-        f"figures --paper plan for {model.name} ({model.num_tokens} tokens per image) into {out_dir}:",
-        f"  {len(configurations)} decoding passes per prompt: {len(configurations) - (1 if model.adapter.uses_cfg else 0)} "
+        (
+            f"figures --paper plan for {model.name} ({model.num_tokens} "
+            f"tokens per image) into {out_dir}:"
+        ),
+        f"  {len(configurations)} decoding passes per prompt: "
+        f"{len(configurations) - (1 if model.adapter.uses_cfg else 0)} "
         "configurations of the tables and curves"
         + (
             f", and AR without guidance on the first {sizes.detail_images or len(prompts)} prompts"
             if model.adapter.uses_cfg
             else ""
         ),
-        f"  {len(prompts)} prompts x {len(sizes.seeds)} seed(s): {estimate['items']} images; {estimate['done']} "
-        f"done in {out_dir}, {estimate['to_do']} to do",
+        (
+            f"  {len(prompts)} prompts x {len(sizes.seeds)} seed(s): {estimate['items']} "
+            f"images; {estimate['done']} done in {out_dir}, {estimate['to_do']} to do"
+        ),
         "  per forward ("
         + source
         + "): "
@@ -269,9 +276,12 @@ def paper_plan(
             if n
         )
         + " (forwards x time each)",
-        f"  forwards per image: measured where rows exist ({estimate['configurations_with_measured_nfe']} of "
-        f"{len(configurations)} configurations), else {model.num_tokens} (AR's: an upper bound for the others); "
-        "dry-run again after some prompts for a measured estimate",
+        (
+            "  forwards per image: measured where rows exist "
+            f"({estimate['configurations_with_measured_nfe']} of {len(configurations)} "
+            f"configurations), else {model.num_tokens} (AR's: an upper bound for the "
+            "others); dry-run again after some prompts for a measured estimate"
+        ),
     ]
     for config in configurations:
         lines.append(
@@ -394,7 +404,8 @@ def run_figures(
     distance_rule = (
         "the released code's value"
         if filters.max_embedding_distance is not None
-        else f"the {filters.distance_quantile:g} quantile of the squared distances between image-token pairs"
+        else f"the {filters.distance_quantile:g} quantile of "
+        "the squared distances between image-token pairs"
     )
     seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
     base_config = {
@@ -679,10 +690,10 @@ def run_figures(
     real_text = (
         ""
         if real is None
-        else "\n\nReal images (the proxies' reference points): `condition_score` of the fixed held-out real "
-        "crops (never seen by the classifier), `frechet_distance` of "
-        f"{real['frechet_images']} real training-split crops (the size of one method's set) to the held-out "
-        "reference.\n\n"
+        else "\n\nReal images (the proxies' reference points): `condition_score` of the fixed "
+        "held-out real crops (never seen by the classifier), `frechet_distance` of "
+        f"{real['frechet_images']} real training-split crops (the "
+        "size of one method's set) to the held-out reference.\n\n"
         + table(
             [real],
             [
@@ -698,21 +709,24 @@ def run_figures(
     sections = [
         (
             "Table 1 analogue: speed and quality",
-            "Same prompts and generator seeds for every method. NFE = forward passes per image (a CFG pair "
-            "counts once), `nfe_sem` its standard error over images; speed-ups are ratios of means against AR. "
-            "`accepted_per_tested`: accepted drafts / drafts tested (up to and including each window's first "
-            "rejection), the empirical E[min(1, p(C)/q(C))]; `acceptance_rate`: accepted drafts / all drafted "
-            "positions, counting untested positions after a rejection (a throughput measure). CPU wall time "
-            "(`wall_seconds`, `speedup_wall`) is noise-dominated on a shared CPU: quote NFE. "
-            "Amplify (k) is our definition of the naive "
-            "lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k (delta): the peer rule (Jang et al. "
-            "2025; gsd_core.lantern), neighbourhoods of k tokens in the input embeddings, budget delta. "
-            "`distortion`: the exact distortion, per image the mean over its tokens of TV(one-step output law, p) "
-            "(gsd_lab.accounting.distortion; 0 for AR and SJD), then the mean over images, `distortion_sem` its standard "
-            f"error; noise-free given the tokens. `{headers['condition_score_diff_ar']}`: mean per-image difference to AR "
-            "(same prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
-            f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is sampling noise "
-            "alone: a method's difference inside that range cannot be told from noise. Quality proxies: "
+            "Same prompts and generator seeds for every method. NFE = forward passes per image (a "
+            "CFG pair counts once), `nfe_sem` its standard error over images; speed-ups are ratios "
+            "of means against AR. `accepted_per_tested`: accepted drafts / drafts tested (up to "
+            "and including each window's first rejection), the empirical E[min(1, p(C)/q(C))]; "
+            "`acceptance_rate`: accepted drafts / all drafted positions, counting untested "
+            "positions after a rejection (a throughput measure). CPU wall time (`wall_seconds`, "
+            "`speedup_wall`) is noise-dominated on a shared CPU: quote NFE. Amplify (k) is our "
+            "definition of the naive lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k "
+            "(delta): the peer rule (Jang et al. 2025; gsd_core.lantern), neighbourhoods of k "
+            "tokens in the input embeddings, budget delta. `distortion`: the exact distortion, per "
+            "image the mean over its tokens of TV(one-step output law, p) "
+            "(gsd_lab.accounting.distortion; 0 for AR and SJD), then the mean over images, "
+            "`distortion_sem` its standard error; noise-free given the tokens. "
+            f"`{headers['condition_score_diff_ar']}`: mean per-image difference to AR (same "
+            "prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
+            f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is "
+            "sampling noise alone: a method's difference inside that "
+            "range cannot be told from noise. Quality proxies: "
             + (
                 ", ".join(
                     f"`{headers.get(m[0], m[0])}` = {' '.join(m[1].split())}" for m in metrics
@@ -730,9 +744,9 @@ def run_figures(
         ),
         (
             "Table 2 analogue: clustering ablation",
-            f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's GSD): "
-            f"|p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding distance <= "
-            f"{distance_threshold:.4g} ({distance_rule}).\n\n" + table(table2, columns),
+            f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's "
+            f"GSD): |p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding "
+            f"distance <= {distance_threshold:.4g} ({distance_rule}).\n\n" + table(table2, columns),
         ),
         (
             "Fig. 10 analogue: NFE against quality",
@@ -740,14 +754,15 @@ def run_figures(
         ),
         (
             "Exact distortion against NFE",
-            "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule against its NFE "
-            "(figure `distortion_vs_nfe`). Rank bins: our provable partition with the token-level and the "
-            "cluster-exact residual. "
+            "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule "
+            "against its NFE (figure `distortion_vs_nfe`). Rank bins: our provable "
+            "partition with the token-level and the cluster-exact residual. "
             + (W1_TEXT.format(draws=sizes.w1_draws) if has_w1 else "")
-            + "Accounting is a measurement outside decoding (its time is not in "
-            f"`wall_seconds`): {sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
-            f"image; W1's part {sum(w1_accounting):.1f} s, adding {sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} "
-            f"to the rest of this run ({seconds - sum(w1_accounting):.0f} s).\n\n"
+            + "Accounting is a measurement outside decoding (its time is not in `wall_seconds`): "
+            f"{sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
+            f"image; W1's part {sum(w1_accounting):.1f} s, adding "
+            f"{sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} to the "
+            f"rest of this run ({seconds - sum(w1_accounting):.0f} s).\n\n"
             + "\n\n".join(
                 f"**{name}**\n\n"
                 + markdown_table(
@@ -760,10 +775,13 @@ def run_figures(
         ),
         (
             "Distortion at matched NFE",
-            "GSD's distortion minus the other rule's at matched NFE: at each configuration (`anchor`) of either curve "
-            "inside the other's NFE range, both curves interpolated linearly in NFE (gsd_lab.experiments.matched); "
+            "GSD's distortion minus the other rule's at matched NFE: at each configuration "
+            "(`anchor`) of either curve "
+            "inside the other's NFE range, both curves interpolated linearly in NFE "
+            "(gsd_lab.experiments.matched); "
             "`se`, `low`, `high`: paired bootstrap over the images (the same "
-            'prompts and seeds for every rule), 95% interval; `verdict` for the claim "GSD distorts less": yes / '
+            'prompts and seeds for every rule), 95% interval; `verdict` for the claim "GSD '
+            'distorts less": yes / '
             "no beyond two standard errors, else noise.\n\n"
             + matched.matched_summary(matched_rows)
             + (
@@ -790,8 +808,9 @@ def run_figures(
         ),
         (
             "Top-1 probability of the target distribution (AR tokens)",
-            "Share of generated tokens whose target distribution has top-1 probability below the threshold "
-            "(paper: 50-95% on Lumina-mGPT). Second row: the same prompts and seeds without guidance.\n\n"
+            "Share of generated tokens whose target distribution has top-1 probability below the "
+            "threshold (paper: 50-95% on Lumina-mGPT). Second row: "
+            "the same prompts and seeds without guidance.\n\n"
             + markdown_table(
                 [{"guidance": model.adapter.cfg_scale, **stats.summary()}]
                 + ([{"guidance": "none", **stats_no_cfg.summary()}] if stats_no_cfg else []),
@@ -824,12 +843,12 @@ def run_figures(
         sections.append(
             (
                 "Fig. 4 analogue: top-100 replacement",
-                f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform draw "
-                f"from the top-{sizes.replacement_top_k} of the teacher-forced target distribution, "
-                "from GSD's cluster around the token, or uniformly at random. mean_log_prob: each "
-                "image's own log-likelihood per token (teacher-forced on the altered sequence, full "
-                "softmax); the changes against the original are paired over images "
-                "(`gsd_lab.experiments.replacement`).\n\n"
+                f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform "
+                f"draw from the top-{sizes.replacement_top_k} of the teacher-forced target "
+                "distribution, from GSD's cluster around the token, or uniformly at random. "
+                "mean_log_prob: each image's own log-likelihood per token (teacher-forced on the "
+                "altered sequence, full softmax); the changes against the original "
+                "are paired over images (`gsd_lab.experiments.replacement`).\n\n"
                 + table(rep_rows, list(rep_rows[0]))
                 + "\n\n"
                 + markdown_table(replacement.rows(), list(replacement.rows()[0])),
@@ -847,8 +866,8 @@ def run_figures(
     sections.append(
         (
             "Run",
-            f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per configuration, "
-            f"{len(configurations)} decoding passes per prompt ("
+            f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per "
+            f"configuration, {len(configurations)} decoding passes per prompt ("
             + ("AR without guidance included; " if model.adapter.uses_cfg else "")
             + f"top-1 statistics on {stats.per_image.shape[0]} images"
             + (f", replacement study on {len(replacement.prompts)}" if replacement else "")

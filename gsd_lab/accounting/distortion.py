@@ -50,8 +50,8 @@ def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
         raise ValueError("p and q must be tensors of rows [L, V]")
     if p.ndim != 2 or q.ndim != 2 or p.shape != q.shape:
         raise ValueError(
-            f"p and q must be rows of one shape [L, V] (one target and one draft row per position), "
-            f"got {tuple(p.shape)} and {tuple(q.shape)}"
+            "p and q must be rows of one shape [L, V] (one target and one draft "
+            f"row per position), got {tuple(p.shape)} and {tuple(q.shape)}"
         )
     p, q = check_pair(p, q)  # rows sum to 1 within their own precision's tolerance, >= 0, finite
     # float64, renormalised: a float32 softmax is off by ~1e-8 per row, which would otherwise
@@ -152,7 +152,8 @@ def support_output_laws(
     if isinstance(base, DynamicClusters) and base.max_embedding_distance is not None:
         if base.embeddings.shape[0] < vocab:
             raise ValueError(
-                f"embeddings has {base.embeddings.shape[0]} rows but the vocabulary has {vocab} tokens"
+                f"embeddings has {base.embeddings.shape[0]} "
+                f"rows but the vocabulary has {vocab} tokens"
             )
         if (
             max_table is None

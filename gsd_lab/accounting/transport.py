@@ -39,7 +39,8 @@ estimated from n rows drawn with replacement with probability proportional to th
 D_t (known for every token, ``gsd_lab.accounting.distortion``): J_1..J_n iid, P(J = t) = D_t / T,
 T = sum_t D_t, and
 
-    What = (T / N) * (1/n) sum_j W1_{J_j} / D_{J_j},       SE = (T / N) * sd_j(W1_J / D_J) / sqrt(n),
+    What = (T / N) * (1/n) sum_j W1_{J_j} / D_{J_j},
+    SE = (T / N) * sd_j(W1_J / D_J) / sqrt(n),
 
 unbiased (E[W1_J / D_J] = sum_t W1_t / T: Hansen-Hurwitz), each W1_{J_j} exact. Its error is that
 of a mean of n ratios "W1 per unit of moved mass" (a transport distance, between d_min and
@@ -47,11 +48,12 @@ d_max), which vary about half as much as W1 itself (coefficient of variation ~0.
 over a stand-in image's rows). Measured against the exact mean of every token on stand-in v2 images
 (``pps_error``, ``benchmarks/w1_accounting.py``): at n = 4 its RMS error is 15-29% of one image's
 mean W1 (GSD G = 10, Amplify k = 2, LANTERN), and the SE it reports matches that error; a table
-row averages 10 images, so the estimator adds ~5-9% of the row's W1 to its standard error. The draws are n independent weighted reservoirs of
-size one filled as tokens are emitted (token t replaces a reservoir's row with probability
-D_t / T_t, T_t the running total), so memory stays O(n V) and no row is revisited. Rows with
-D_t <= ``ROUNDING_FLOOR`` are not drawn (SJD's rows: its TV is float64 rounding of out = p): they
-would add at most d_max x that TV each. The reservoirs' uniforms come from their own generator,
+row averages 10 images, so the estimator adds ~5-9% of the row's W1 to its standard error. The draws
+are n independent weighted reservoirs of size one filled as tokens are emitted (token t replaces a
+reservoir's row with probability D_t / T_t, T_t the running total), so memory stays O(n V) and no
+row is revisited. Rows with D_t <= ``ROUNDING_FLOOR`` are not drawn (SJD's rows: its TV is float64
+rounding of out = p): they would add at most d_max x that TV each. The reservoirs' uniforms come
+from their own generator,
 seeded by the caller, never from decoding's: the tokens are the same with or without accounting.
 
 Substitution cost (``substitution_cost``). E[d(emitted, Y)] with Y ~ p coupled to the emitted
@@ -100,7 +102,8 @@ def _check_content(content: object, tokens: object, vocab: int) -> tuple[Tensor,
     content row of each vocabulary id, -1 for ids without content)."""
     if not isinstance(content, Tensor) or content.ndim != 2 or not content.is_floating_point():
         raise ValueError(
-            f"content must be a float tensor [K, D] (the adapter's code_content()), got {content!r:.80}"
+            "content must be a float tensor [K, D] (the adapter's "
+            f"code_content()), got {content!r:.80}"
         )
     if not isinstance(tokens, Tensor) or tokens.ndim != 1 or tokens.shape[0] != content.shape[0]:
         raise ValueError(f"tokens must be ids [K] for the K = {content.shape[0]} content rows")
@@ -118,7 +121,8 @@ def _check_content(content: object, tokens: object, vocab: int) -> tuple[Tensor,
 def content_distances(content: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     """d(x, y) = ||c_x - c_y|| / sqrt(D) for content rows ``rows`` [n1] x ``cols`` [n2]: float64
     [n1, n2]. The Gram expansion |c_x|^2 + |c_y|^2 - 2 c_x.c_y (one matmul), clamped at 0: its
-    rounding is ~eps (|c_x|^2 + |c_y|^2), so d is off by at most ~sqrt(4 eps max|c|^2) ~ 3e-8 max|c|."""
+    rounding is ~eps (|c_x|^2 + |c_y|^2), so d is off by at most
+    ~sqrt(4 eps max|c|^2) ~ 3e-8 max|c|."""
     a, b = content[rows], content[cols]
     square = (a * a).sum(-1, keepdim=True) + (b * b).sum(-1) - 2 * a @ b.T
     return square.clamp(min=0).sqrt() / math.sqrt(content.shape[1])
@@ -183,7 +187,7 @@ def w1_distortion(
     return w1_from_laws(targets, laws, content, tokens)
 
 
-# ---- the rule's own coupling ----------------------------------------------------------------------
+# ---- the rule's own coupling ---------------------------------------------------------------------
 
 
 def substitution_defined(rule: object) -> bool:
@@ -201,9 +205,9 @@ def substitution_cost(
     each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
     if not substitution_defined(rule):
         raise ValueError(
-            "the substitution cost is defined for SD or a partition with the cluster-exact residual "
-            "(no Amplify, no LANTERN): other rules' randomness does not draw a Y ~ p "
-            "(gsd_lab.accounting.transport docstring)"
+            "the substitution cost is defined for SD or a partition with the cluster-exact "
+            "residual (no Amplify, no LANTERN): other rules' randomness does "
+            "not draw a Y ~ p (gsd_lab.accounting.transport docstring)"
         )
     targets, drafts = _check_rows(p, q)
     content64, index = _check_content(content, tokens, p.shape[-1])
@@ -252,7 +256,7 @@ def _row_substitution(
     return total
 
 
-# ---- accounting during decoding -------------------------------------------------------------------
+# ---- accounting during decoding ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -339,7 +343,8 @@ class W1Log:
         self.seconds += time.perf_counter() - began
 
     def _offer(self, start: int, p: Tensor, q: Tensor, values: list[float]) -> None:
-        """Each reservoir takes row i with probability D_i / T (T: the total so far, row i included)."""
+        """Each reservoir takes row i with probability D_i / T
+        (T: the total so far, row i included)."""
         for i, weight in enumerate(values):
             if weight <= ROUNDING_FLOOR:
                 continue

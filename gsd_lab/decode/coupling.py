@@ -89,7 +89,8 @@ def maximal_coupling(
 def gumbel_noise(
     rows: int, vocab: int, generator: torch.Generator | None, device: torch.device
 ) -> Tensor:
-    """[rows, V] float64 standard Gumbel noise g = -log(E), E = -log(1 - u) ~ Exp(1), u ~ U[0, 1)."""
+    """[rows, V] float64 standard Gumbel noise g = -log(E),
+    E = -log(1 - u) ~ Exp(1), u ~ U[0, 1)."""
     uniforms = torch.rand(rows, vocab, generator=generator, dtype=torch.float64, device=device)
     return uniforms.neg_().log1p_().neg_().log_().neg_()
 

@@ -2,9 +2,10 @@
 (GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
 
 One loop serves all three; what a method is (kind, acceptance rule, residual, drafting,
-window, preset) is one ``gsd_lab.decode.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache holds the
-prompt and every committed token except the last) and a window of L drafts d_0..d_{L-1} for
-generated positions n..n+L-1, each with the distribution q_i it was drawn from.
+window, preset) is one ``gsd_lab.decode.methods.DecodingMethod``. State: the committed tokens
+x_0..x_{n-1} (the cache holds the prompt and every committed token except the last) and a window of
+L drafts d_0..d_{L-1} for generated positions n..n+L-1, each with the distribution q_i it was drawn
+from.
 
 Each iteration is one forward pass over [x_{n-1}, d_0, ..., d_{L-1}] (the first iteration
 feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L + 1 output rows
@@ -18,15 +19,16 @@ cropped to the accepted length. The positions after a rejection keep Jacobi draf
 j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
 bonus row p_L drafts position n+L), independently of the draft the position held (SJD) or
 coupled to it (``DecodingMethod.draft`` "maximal" or "gumbel", MC-SJD / SCD:
-``gsd_lab.decode.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts refill the window: uniform over the allowed
-tokens with one-hot q (``init="random"``), or the committed/drafted token one image row up
-(``init="repeat_row"``; one-hot q, random while no row is above).
+``gsd_lab.decode.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts
+refill the window: uniform over the allowed tokens with one-hot q (``init="random"``), or the
+committed/drafted token one image row up (``init="repeat_row"``; one-hot q, random while no row is
+above).
 
 With clusters=None (SJD) each committed token is an exact draw from the AR distribution
 (standard speculative sampling; a draft's q is exactly the distribution it was drawn from
 given everything verification conditions on, and drafts are independent of the current
-iteration's uniforms; with coupled drafts too: proofs/09_coupled_drafts.md). GSD's dynamic clusters are
-lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one token per
+iteration's uniforms; with coupled drafts too: proofs/09_coupled_drafts.md). GSD's dynamic clusters
+are lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one token per
 forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
 
@@ -85,8 +87,8 @@ class DecodeResult:
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
     mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
     ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
-    measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``), the
-    sum of the emitted tokens' certified charges (at most the budget).
+    measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``),
+    the sum of the emitted tokens' certified charges (at most the budget).
     """
 
     tokens: Tensor
@@ -335,8 +337,8 @@ class _Loop:
         values = status.tolist()
         if not math.isfinite(values[0]):
             raise FloatingPointError(
-                f"the model's next-token distributions are not finite (NaN or inf) at forward "
-                f"pass {len(self.accepted) + 1} of this call, generated positions {done}..{done + L}: "
+                "the model's next-token distributions are not finite (NaN or inf) at forward pass "
+                f"{len(self.accepted) + 1} of this call, generated positions {done}..{done + L}: "
                 "check the model's logits (dtype overflow, bad weights) before decoding"
             )
         if L == 0:

@@ -10,8 +10,8 @@ identity of ``evaluate`` share. Its fields:
   (kind "sjd" only; 0: no LANTERN), GSD's ``clusters`` kind (``CLUSTER_KINDS``), its group size
   ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
   model's default, ``FilterSettings.for_model``);
-- ``relaxation_delta``: the TV-optimal relaxation's per-token budget (``gsd_core.OptimalRelaxation``,
-  proofs/10; kind "sjd" only; 0: none);
+- ``relaxation_delta``: the TV-optimal relaxation's per-token budget
+  (``gsd_core.OptimalRelaxation``, proofs/10; kind "sjd" only; 0: none);
 - the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv"), spent by
   ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
   a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
@@ -233,7 +233,8 @@ class DecodingMethod:
         _choice("draft", self.draft, DRAFTS)
         if self.kind == "ar" and self.draft != "independent":
             raise ValueError(
-                f"draft {self.draft!r} couples Jacobi re-drafts: methods 'sjd' and 'gsd' only (AR drafts nothing)"
+                f"draft {self.draft!r} couples Jacobi re-drafts: "
+                "methods 'sjd' and 'gsd' only (AR drafts nothing)"
             )
         _choice("residual", self.residual, RESIDUALS)
         self._check_acceptance()
@@ -258,7 +259,8 @@ class DecodingMethod:
             if self.clusters is not None or self.group_size != 0:
                 raise ValueError(
                     f"method {self.kind!r} verifies token by token: clusters and group_size belong "
-                    f"to method 'gsd' (got clusters {self.clusters!r}, group_size {self.group_size!r})"
+                    f"to method 'gsd' (got clusters {self.clusters!r}, "
+                    f"group_size {self.group_size!r})"
                 )
         else:
             if self.clusters is None:
@@ -266,7 +268,8 @@ class DecodingMethod:
             _choice("clusters", self.clusters, CLUSTER_KINDS)
             if not (_is_int(self.group_size) and self.group_size >= 1):
                 raise ValueError(
-                    f"group_size (G, tokens per cluster) must be an int >= 1, got {self.group_size!r}"
+                    "group_size (G, tokens per cluster) must "
+                    f"be an int >= 1, got {self.group_size!r}"
                 )
         if self.residual == "cluster" and self.clusters not in PARTITION_KINDS:
             raise ValueError(
@@ -291,7 +294,8 @@ class DecodingMethod:
         fixed = preset(self.preset).window  # raises for an unknown preset
         if fixed is not None and self.kind != "ar" and self.window != fixed:
             raise ValueError(
-                f"preset {self.preset!r} fixes the window at {fixed} drafts, got window={self.window}"
+                f"preset {self.preset!r} fixes the window at "
+                f"{fixed} drafts, got window={self.window}"
             )
 
     def _check_lantern(self) -> None:
@@ -305,15 +309,16 @@ class DecodingMethod:
             )
         if self.lantern_delta and not self.lantern_k:
             raise ValueError(
-                f"lantern_delta {self.lantern_delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)"
+                f"lantern_delta {self.lantern_delta!r} needs "
+                "lantern_k > 0 (LANTERN's neighbourhoods)"
             )
         if self.lantern_k and (
             self.kind != "sjd" or self.residual != "token" or self.acceptance_scale != 1
         ):
             raise ValueError(
-                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with residual 'token' and "
-                f"acceptance_scale 1 (got method {self.kind!r}, residual {self.residual!r}, "
-                f"acceptance_scale {self.acceptance_scale!r})"
+                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with "
+                f"residual 'token' and acceptance_scale 1 (got method {self.kind!r}, residual "
+                f"{self.residual!r}, acceptance_scale {self.acceptance_scale!r})"
             )
 
     def _check_relaxation(self) -> None:
@@ -344,8 +349,8 @@ class DecodingMethod:
         if relaxed and not plain_sjd:
             raise ValueError(
                 "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's "
-                "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and residual "
-                f"'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
+                "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and "
+                f"residual 'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
                 f"acceptance_scale {self.acceptance_scale!r})"
             )
         if delta and budget is not None:
@@ -531,8 +536,8 @@ class ResolvedMethod:
                 method.lantern_k, hood.vocab_size
             ):
                 raise ValueError(
-                    f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the method's "
-                    f"(lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
+                    f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the "
+                    f"method's (lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
                 )
 
     @property

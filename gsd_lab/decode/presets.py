@@ -122,7 +122,8 @@ class ReleaseDistanceClusters:
     max_prob_gap: float | None = 0.15
 
     def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """C(x) for tokens x [..., T]: ids [..., T, M] and keep [..., T, M], as ``DynamicClusters.members``."""
+        """C(x) for tokens x [..., T]: ids [..., T, M] and keep [..., T, M], as
+        ``DynamicClusters.members``."""
         index, valid = DynamicClusters(self.group_size).members(p, q, x)
         token = x.unsqueeze(-1)
         keep = valid

@@ -43,7 +43,8 @@ def support_masses(
         raise ValueError(
             f"adjacency is the dynamic clusters' embedding filter; {type(rule).__name__} has none"
         )
-    # LANTERN gathers [N, T, k]: chunks of tokens; a partition's cluster masses are O(V) per row: all at once.
+    # LANTERN gathers [N, T, k]: chunks of tokens; a partition's cluster masses are O(V) per row:
+    # all at once.
     step = (
         max(1, chunk_elements // max(1, p.shape[0] * rule.neighbourhoods.k))
         if isinstance(rule, Lantern)

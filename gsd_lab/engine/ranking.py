@@ -132,8 +132,9 @@ def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tenso
     without a host read: (ids [R, K], overflow [R] bool), ids = the allowed ids of the
     K = ``width`` largest entries of each row (any order). Where ``overflow`` is False (at most
     K positive entries) the ids hold every id with p > 0 once, plus zero ids: what
-    ``SupportRanking`` takes, its ranking then the whole row's bit for bit. Where it is True (more than K entries tied at a
-    top-k threshold) the ids miss some: the caller must rank that row another way."""
+    ``SupportRanking`` takes, its ranking then the whole row's bit for bit. Where it is True (more
+    than K entries tied at a top-k threshold) the ids miss some: the caller must rank that
+    row another way."""
     values = p.index_select(-1, allowed)
     top = torch.topk(values, width, dim=-1, sorted=False).indices
     return allowed[top], (values > 0).sum(-1) > width

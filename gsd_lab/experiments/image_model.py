@@ -94,7 +94,8 @@ class _TinyAdapter(CausalLMAdapter):
         self._content = content
 
     def code_content(self) -> Tensor:
-        """[K, 48]: code i's 4 x 4 block of its colour, pixel values in [-1, 1] (what decode paints)."""
+        """[K, 48]: code i's 4 x 4 block of its colour, pixel values in [-1, 1]
+        (what decode paints)."""
         return self._content
 
 
@@ -265,7 +266,8 @@ def _load_image_model(
         name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides
     )
     model = _lumina_model(name, adapter, clip, clip_resize)
-    # The tokenizer actually used (the checkpoint's or a sibling 768 folder's): it decides the prompt ids.
+    # The tokenizer actually used (the checkpoint's or a sibling 768 folder's): it decides the
+    # prompt ids.
     model.weights_info = {
         "weights": str(weights),
         "vqgan": vqgan,
@@ -381,7 +383,8 @@ def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
     cached: dict[str, Tensor] = {}
 
     def reference() -> Tensor:
-        """Built on first use: the held-out crops take seconds to prepare (a generate needs none)."""
+        """Built on first use: the held-out crops take seconds to prepare
+        (a generate needs none)."""
         if "features" not in cached:
             reference_images, _ = heldout_set()
             cached["features"] = classifier_features(classifier, reference_images)

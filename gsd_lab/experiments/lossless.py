@@ -158,8 +158,9 @@ class JointCheck:
         """The checked-cell text: the verdict and its tolerance only (no sampled number)."""
         claim = "fit" if self.lossless_expected else "do not fit"
         return (
-            f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law over the "
-            f"{len(SEQUENCES)} sequences (chi-square, significance {self.significance:g}): {self.passed}"
+            f"{self.name}: {self.samples} decodes through generate {claim} AR's exact joint law "
+            f"over the {len(SEQUENCES)} sequences (chi-square, significance "
+            f"{self.significance:g}): {self.passed}"
         )
 
 

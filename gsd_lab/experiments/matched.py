@@ -164,7 +164,8 @@ def matched_summary(rows: list[dict[str, Any]], reference: str = "GSD") -> str:
                 f"{r['difference']:+.3g} +- {r['se']:.2g} at {r['nfe']:.1f} NFE" for r in these
             )
             clauses.append(
-                f"{reference} vs {other}: {' and '.join(said)} of {len(these)} matched points ({detail})"
+                f"{reference} vs {other}: {' and '.join(said)} "
+                f"of {len(these)} matched points ({detail})"
             )
         parts.append(f"on {measure}, " + "; ".join(clauses))
     return (

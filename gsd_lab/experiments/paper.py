@@ -94,39 +94,41 @@ NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
 NOT_REPRODUCED = [
     {
         "analysis": "Fig. 3: t-SNE of the token embeddings",
-        "paper": "spread almost uniformly, hence no natural static clusters (paper.md 1.3; which table and "
-        "how many points: not found)",
-        "why not here": "a picture of Lumina-mGPT's embeddings says nothing about the stand-in's; the claim's "
-        "consequence is tested instead: Table 2 (A), static k-means clusters of the input "
-        "embeddings, against the dynamic rule (notebook 04)",
+        "paper": "spread almost uniformly, hence no natural static clusters "
+        "(paper.md 1.3; which table and how many points: not found)",
+        "why not here": "a picture of Lumina-mGPT's embeddings says nothing about the stand-in's; "
+        "the claim's consequence is tested instead: Table 2 (A), static k-means clusters "
+        "of the input embeddings, against the dynamic rule (notebook 04)",
     },
     {
         "analysis": "Fig. 8: one token decodes to different pixels by context",
-        "paper": "token similarity depends on context, so static clusters fit poorly (paper.md 1.3; details "
-        "not found)",
-        "why not here": "the stand-in decodes each code to a fixed patch (no context by construction), and "
-        "Lumina-mGPT's VQGAN decoder needs weights that cannot be downloaded here",
+        "paper": "token similarity depends on context, so static clusters "
+        "fit poorly (paper.md 1.3; details not found)",
+        "why not here": "the stand-in decodes each code to a fixed patch (no context by "
+        "construction), and Lumina-mGPT's VQGAN decoder "
+        "needs weights that cannot be downloaded here",
     },
     {
-        "analysis": "the text-model contrast: SD acceptance about 70% in LLMs against about 40% in image "
-        "models; top-1 histograms of a text model",
+        "analysis": "the text-model contrast: SD acceptance about 70% in LLMs against "
+        "about 40% in image models; top-1 histograms of a text model",
         "paper": "paper.md 1.2 (which text model and data: not found)",
-        "why not here": "no text LLM's weights can be downloaded here; notebook 05 computes acceptance = "
-        "1 - TV for any pair instead, and notebook 01 shows why flat pairs accept less",
+        "why not here": "no text LLM's weights can be downloaded here; notebook 05 computes "
+        "acceptance = 1 - TV for any pair instead, and "
+        "notebook 01 shows why flat pairs accept less",
     },
     {
         "analysis": "latency (seconds per image) and latency speed-ups",
         "paper": "Table 1: 4.65x latency at 3.76x NFE on Parti (paper.md 1.4), on an A100",
-        "why not here": "CPU wall time of a small model is noise-dominated and says nothing about a 7B model "
-        "on a GPU: NFE is the hardware-independent cost (docs/lumina-mgpt.md section 5 has "
-        "per-forward GPU times of the 7B shapes with random weights)",
+        "why not here": "CPU wall time of a small model is noise-dominated and says nothing about "
+        "a 7B model on a GPU: NFE is the hardware-independent cost (docs/lumina-mgpt.md "
+        "section 5 has per-forward GPU times of the 7B shapes with random weights)",
     },
     {
         "analysis": "MS-COCO FID and CLIP (5,000 captions)",
         "paper": "Table 1, COCO rows: GSD (G=25) FID 33.55, CLIP 31.24 (paper.md 1.4)",
-        "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the Inception "
-        "weights, none of which can be downloaded here; scripts/gpu_reproduce.sh runs the "
-        "Parti-style CLIP evaluation when the weights are present",
+        "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the "
+        "Inception weights, none of which can be downloaded here; scripts/gpu_reproduce.sh "
+        "runs the Parti-style CLIP evaluation when the weights are present",
     },
 ]
 
@@ -143,7 +145,8 @@ def _row(claim: str, paper: str, here: str, verdict: str, why: str, source: str)
 
 
 def within_ratio(ours: float, paper: float, tolerance: float = RATIO_TOLERANCE) -> bool:
-    """The size test of a speed-up (> 1 means faster): within ``tolerance`` relative of the paper's."""
+    """The size test of a speed-up (> 1 means faster): within ``tolerance`` relative
+    of the paper's."""
     return math.isfinite(ours) and abs(ours / paper - 1) <= tolerance
 
 
@@ -172,8 +175,9 @@ def top1_comparison(share_below: float, threshold: float, model_name: str) -> li
     why = (
         ""
         if inside
-        else f"{model_name}'s target distributions are {'sharper' if share_below < low else 'flatter'} than "
-        "Lumina-mGPT's (another model, codebook, data and guidance): the share is a property of the model"
+        else f"{model_name}'s target distributions are "
+        f"{'sharper' if share_below < low else 'flatter'} than Lumina-mGPT's (another "
+        "model, codebook, data and guidance): the share is a property of the model"
     )
     return [
         _row(
@@ -346,12 +350,16 @@ def speed_quality_comparison(
         )
 
     diff = paired_difference(gsd50, amp3, QUALITY)
-    paper_text = f"CLIP {GSD50_CLIP.value - AR_CLIP.value:+.3f} vs {AMPLIFY3_CLIP.value - AR_CLIP.value:+.3f}"
+    paper_text = (
+        f"CLIP {GSD50_CLIP.value - AR_CLIP.value:+.3f} "
+        f"vs {AMPLIFY3_CLIP.value - AR_CLIP.value:+.3f}"
+    )
     outcome = verdict(diff.difference, diff.se, expected_sign=1)
     why = {
         "yes": "",
         "not run": "rows or per-image quality scores missing",
-        "noise": "the two losses differ by less than two paired standard errors: more images needed",
+        "noise": "the two losses differ by less than two paired "
+        "standard errors: more images needed",
     }.get(outcome, "Amplify lost less quality than GSD on this model and metric")
     rows.append(
         _row(
@@ -430,8 +438,8 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
         why = {
             "yes": "SCD compares with GSD G = 10 on COCO; here G = 50 with the paper's filters",
             "not run": "rows not in this run's Table 1",
-            "noise": "within two paired standard errors: on this model this lossless coupled SJD and lossy GSD "
-            "need the same forwards",
+            "noise": "within two paired standard errors: on this model this lossless "
+            "coupled SJD and lossy GSD need the same forwards",
         }.get(outcome, "GSD's clusters accept more than coupling on this model")
         here = (
             "-"
@@ -456,7 +464,8 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
                 "-",
                 f"{coupled_gsd['method']} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}",
                 verdict(diff.difference, diff.se, expected_sign=-1),
-                "same rule, coupled re-drafts: the per-step law given the history is unchanged (proofs/09)",
+                "same rule, coupled re-drafts: the per-step law "
+                "given the history is unchanged (proofs/09)",
                 "proofs/09_coupled_drafts.md",
             )
         )
@@ -498,7 +507,8 @@ def table2_ordering(found: dict[str, dict[str, Any] | None]) -> list[dict[str, s
         why = {
             "yes": "",
             "not run": "rows (B)-(D) or their per-image distortions missing",
-            "noise": "a difference within two paired standard errors: cannot tell which distorts more",
+            "noise": "a difference within two paired standard "
+            "errors: cannot tell which distorts more",
             "no": "another row distorts more than (B) on this model",
         }.get(outcome, "")
         rows.append(

@@ -38,8 +38,8 @@ def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) 
 
 
 def percent(share: float) -> str:
-    """A share as a percentage, 2-3 significant digits: 0.0008 -> "0.08%", 0.999 -> "99.9%" (never "0%" or
-    "100%" for a share strictly between 0 and 1)."""
+    """A share as a percentage, 2-3 significant digits: 0.0008 -> "0.08%", 0.999 -> "99.9%" (never
+    "0%" or "100%" for a share strictly between 0 and 1)."""
     if share == 0:
         return "0%"
     value = 100 * share
@@ -195,7 +195,8 @@ def better(key: str) -> str:
     return BETTER[key]
 
 
-# Where a point's label may go, tried in order (offset in points, horizontal and vertical alignment):
+# Where a point's label may go, tried in order (offset in points, horizontal and vertical
+# alignment):
 # the first that overlaps no other label, no point and stays inside the panel is taken.
 _LABEL_SPOTS = tuple(
     (dx, dy, ha, va)
@@ -384,9 +385,9 @@ def pareto(
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
     """Horizontal bars per table row, one panel per metric; error bars: the interval
     [``{metric}_low``, ``{metric}_high``] where rows have one (a 95% bootstrap interval), else
-    +- one standard error over images where the row has ``{metric}_sem`` (set-level metrics such as the Frechet distance have
-    none: the panel says so). A label that does not say which way is better gets the metric's
-    declared direction (``better``)."""
+    +- one standard error over images where the row has ``{metric}_sem`` (set-level metrics such as
+    the Frechet distance have none: the panel says so). A label that does not say which way is
+    better gets the metric's declared direction (``better``)."""
     fig, axes = _figure(len(metrics), size=(3.6, 0.35 * len(rows) + 1.2))
     labels = [r["method"] for r in rows]
     for i, (ax, (key, label)) in enumerate(zip(axes[0], metrics)):
@@ -426,8 +427,8 @@ def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
 
 def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: str) -> Figure:
     """Exact per-step quantities (distortion TV(out, p) or acceptance) against the cluster size:
-    the number of tokens in a cluster G (``toy.rules_for_cluster_size``: a dynamic window of G ranks,
-    rank bins of G tokens), so the rules are compared at equal size."""
+    the number of tokens in a cluster G (``toy.rules_for_cluster_size``: a dynamic window of G
+    ranks, rank bins of G tokens), so the rules are compared at equal size."""
     fig, axes = _figure(1)
     ax = axes[0, 0]
     for name, values in curves.items():

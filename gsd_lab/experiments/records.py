@@ -172,9 +172,9 @@ class Loaded:
             return f"stored records not used ({self.reason}): every configuration is decoded here"
         commit = (self.git.get("commit") or "unknown")[:12]
         return (
-            f"{self.configurations} configurations x {self.images} images loaded from {self.path} (the figures "
-            f"run at commit {commit}, dirty {self.git.get('dirty')}, with the same gsd_core / gsd_lab sources as "
-            "this checkout); the others are decoded here"
+            f"{self.configurations} configurations x {self.images} images loaded from {self.path} "
+            f"(the figures run at commit {commit}, dirty {self.git.get('dirty')}, with the "
+            "same gsd_core / gsd_lab sources as this checkout); the others are decoded here"
         )
 
 

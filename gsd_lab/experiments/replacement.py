@@ -25,7 +25,8 @@ Per image and variant x' of the original x (N tokens), three measures:
 - the content distance from the original: the RMS difference of the codes' decoded content
   (``adapter.code_content()``: the stand-in's patches in [-1, 1], Lumina-mGPT's VQGAN vectors),
   D(x, x') = sqrt((1/N) sum_i d(x_i, x'_i)^2) with d(a, b) = ||c_a - c_b|| / sqrt(dim) the
-  per-code cost of ``gsd_lab.accounting.transport`` (so D is the RMS pixel difference of the tiled patches);
+  per-code cost of ``gsd_lab.accounting.transport`` (so D is the RMS pixel difference of the tiled
+  patches);
 - the model's quality proxy (condition score, CLIP).
 
 Each change against the original is a paired difference over images

@@ -1,8 +1,8 @@
 """Decoding runs over prompts x seeds and their summaries: the rows of the speed/quality tables.
 
-A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster rule, the naive
-lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1; this
-definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
+A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster
+rule, the naive lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1;
+this definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
 (prompt, seed) with ``gsd_lab.decode.loop.generate`` and the same generator seed for every method;
 ``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
 and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
@@ -17,9 +17,9 @@ mean over its tokens of W1(one-step output law, p) with the content distance as 
 stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
 to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
 estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
-The records keep ``substitution`` (``gsd_lab.accounting.transport.substitution_cost``: defined only for SD,
-where it is 0, and partitions with the cluster-exact residual), but the tables do not report it:
-it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant to compare.
+The records keep ``substitution`` (``gsd_lab.accounting.transport.substitution_cost``: defined only
+for SD, where it is 0, and partitions with the cluster-exact residual), but the tables do not report
+it: it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant to compare.
 The time the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).
 
 Per-image values (``per_image`` of each row: prompt, seed, nfe, distortion, w1, condition score):
@@ -69,7 +69,8 @@ class MethodSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.method, DecodingMethod):
             raise ValueError(
-                f"{self.label}: method must be a gsd_lab.decode.methods.DecodingMethod, got {self.method!r}"
+                f"{self.label}: method must be a gsd_lab.decode.methods.DecodingMethod, "
+                f"got {self.method!r}"
             )
         if isinstance(self.seed_offset, bool) or not isinstance(self.seed_offset, int):
             raise ValueError(f"seed_offset must be an int, got {self.seed_offset!r}")
@@ -231,8 +232,8 @@ def run_method(
         resolved = resolve_for(model, spec.method)
     elif resolved.method != spec.method.for_model(model.name):
         raise ValueError(
-            f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} is not "
-            f"{spec.method.for_model(model.name).key})"
+            f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} "
+            f"is not {spec.method.for_model(model.name).key})"
         )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -501,8 +502,9 @@ class RunCache:
         shifted = {s + spec.seed_offset for s in self.seeds}
         if spec.seed_offset and shifted & set(self.seeds):
             raise ValueError(
-                f"{spec.label}: seed_offset {spec.seed_offset} maps seeds {sorted(shifted & set(self.seeds))} onto "
-                "seeds this cache already decodes, so its 'other seeds' would repeat images; use a larger offset"
+                f"{spec.label}: seed_offset {spec.seed_offset} maps seeds "
+                f"{sorted(shifted & set(self.seeds))} onto seeds this cache already decodes, "
+                "so its 'other seeds' would repeat images; use a larger offset"
             )
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
@@ -608,7 +610,8 @@ class RunCache:
         return ProgressTee(self.progress, log)
 
     def accounting_seconds(self) -> list[float]:
-        """Time spent on distortion accounting (TV and W1), per decoded image (all configurations)."""
+        """Time spent on distortion accounting (TV and W1), per decoded image (all
+        configurations)."""
         return [r.accounting_seconds for records in self._records.values() for r in records]
 
     def w1_seconds(self) -> list[float]:
@@ -629,7 +632,8 @@ class RunCache:
         has per-image condition scores, ``condition_score_diff_ar`` (mean difference to the
         baseline, image by image: same prompts and seed indices) and its 95% paired bootstrap
         interval ``condition_score_diff_ar_low`` / ``_high`` (seeded: the same on every run); the
-        per-image scores go to the row's ``per_image`` for paired comparisons between any two rows."""
+        per-image scores go to the row's ``per_image`` for paired comparisons
+        between any two rows."""
         base = self.records(baseline)
         _, base_scores = self._scored(baseline)
         rows = []

@@ -198,7 +198,8 @@ class StreamedRunCache(RunCache):
         return item in self._done
 
     def estimated_forwards(self, config: Configuration) -> float:
-        """Forwards per image of ``config``: the mean of its rows so far, else the token count (AR's)."""
+        """Forwards per image of ``config``: the mean of its rows so far, else the
+        token count (AR's)."""
         nfe = self._nfe.get(config)
         return float(np.mean(nfe)) if nfe else float(self.model.num_tokens)
 
@@ -210,7 +211,8 @@ class StreamedRunCache(RunCache):
     # ---- decoding ----
 
     def run(self) -> int:
-        """Decode this rank's unfinished items, writing each result as it is done; returns how many."""
+        """Decode this rank's unfinished items, writing each result as it is done;
+        returns how many."""
         mine = [
             self.items[i]
             for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)
@@ -243,7 +245,8 @@ class StreamedRunCache(RunCache):
             progress.advance(
                 work=row["nfe"],
                 remaining_work=max(left, 0.0),
-                note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}",
+                note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, "
+                f"prompt {index}",
             )
         return len(todo)
 
@@ -260,8 +263,8 @@ class StreamedRunCache(RunCache):
             if self.show_progress and waited - last >= 60:
                 last = waited
                 print(
-                    f"figures --paper, rank 0: waiting for {len(missing)} results of the other ranks "
-                    f"({duration(waited)})",
+                    f"figures --paper, rank 0: waiting for {len(missing)} "
+                    f"results of the other ranks ({duration(waited)})",
                     flush=True,
                 )
             time.sleep(poll_seconds)
@@ -340,7 +343,8 @@ class StreamedRunCache(RunCache):
     # ---- reading back ----
 
     def _rows(self, config: Configuration, *, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
-        """The result rows of ``config``, seed by seed, prompt by prompt (``run_method``'s order)."""
+        """The result rows of ``config``, seed by seed, prompt by prompt
+        (``run_method``'s order)."""
         for seed in self.seeds:
             run, folder = self._runs[(config, seed)], self.folder(config, seed)
             for index in range(len(run.prompts)):
@@ -397,7 +401,8 @@ class StreamedRunCache(RunCache):
     def detail_records(
         self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
     ) -> list[GenerationRecord]:
-        """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded from the tokens."""
+        """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded
+        from the tokens."""
         rows = self._rows(self._config(spec, guided))
         records = []
         for row in rows:

@@ -112,7 +112,8 @@ def tv_grid(
 
 
 def rank_binned_tv(p: Tensor, q: Tensor, group_sizes: list[int]) -> Tensor:
-    """TV(p', q') after grouping the p-ranking into bins of G tokens, per G: [len(group_sizes), ...].
+    """TV(p', q') after grouping the p-ranking into bins of G tokens, per G:
+    [len(group_sizes), ...].
 
     G = 1 is the ungrouped TV(p, q). By Theorem 1 every value is <= the G = 1 value."""
     return torch.stack(
@@ -281,7 +282,8 @@ class PartitionComparison:
     tv_tokens: Tensor
 
     def cancellation(self) -> tuple[Tensor, Tensor]:
-        """Mean TV(p', q') / TV(p, q) per G for the rank bins and the random partitions: [len(G)] each."""
+        """Mean TV(p', q') / TV(p, q) per G for the rank bins and the random
+        partitions: [len(G)] each."""
         return (self.rank_binned / self.tv_tokens).mean(-1), (self.random / self.tv_tokens).mean(-1)
 
 

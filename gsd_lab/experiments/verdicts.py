@@ -95,7 +95,8 @@ NOT_RUN = PairedDifference(math.nan, None, 0)
 
 
 def paired_values(a: list[float], b: list[float]) -> PairedDifference:
-    """Paired difference of per-image values a, b [n] (item i of both from one image's prompt and seed)."""
+    """Paired difference of per-image values a, b [n]
+    (item i of both from one image's prompt and seed)."""
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if x.ndim != 1 or x.shape != y.shape or x.size == 0:
         raise ValueError(

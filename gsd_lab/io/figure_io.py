@@ -76,10 +76,10 @@ def write_results_markdown(
     header = [
         f"# {title}",
         "",
-        f"Model: `{record.get('model')}`; seeds: `{record.get('seeds')}`; "
-        f"git commit: `{git.get('commit')}`; dirty: `{str(git.get('dirty')).lower()}`"
-        f"{' (uncommitted changes: not reproducible from the commit)' if git.get('dirty') else ''}; "
-        f"generated {record.get('created_utc')}.",
+        f"Model: `{record.get('model')}`; seeds: `{record.get('seeds')}`; git commit: "
+        f"`{git.get('commit')}`; dirty: `{str(git.get('dirty')).lower()}`"
+        f"{' (uncommitted changes: not reproducible from the commit)' if git.get('dirty') else ''}"
+        f"; generated {record.get('created_utc')}.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + ".",
         "",
     ]

@@ -63,7 +63,8 @@ class ProgressLog:
             print(self.line(note), file=self.stream or sys.stderr, flush=True)
 
     def update(self, n: int = 1) -> None:
-        """tqdm's name for ``advance(n, work=n)``: a ``ProgressLog`` can stand where a bar is expected."""
+        """tqdm's name for ``advance(n, work=n)``: a ``ProgressLog`` can stand where a
+        bar is expected."""
         self.advance(n, work=float(n))
 
     def eta_seconds(self) -> float | None:

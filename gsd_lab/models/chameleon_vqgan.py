@@ -157,7 +157,8 @@ class _Mid(nn.Module):
 
 
 class Decoder(nn.Module):
-    """taming ``Decoder``: z [B, z_channels, h, w] -> pixels [B, out_ch, h*f, w*f], f = 2^(levels-1)."""
+    """taming ``Decoder``: z [B, z_channels, h, w] -> pixels [B, out_ch, h*f, w*f],
+    f = 2^(levels-1)."""
 
     def __init__(self, config: VQGANConfig) -> None:
         super().__init__()
@@ -219,7 +220,8 @@ class ChameleonVQGANDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode_indices(self, indices: Tensor) -> Tensor:
-        """indices: int [B, h, w] in [0, n_embed). Returns float pixels [B, out_ch, h*f, w*f] in [-1, 1]."""
+        """indices: int [B, h, w] in [0, n_embed). Returns float pixels
+        [B, out_ch, h*f, w*f] in [-1, 1]."""
         if indices.ndim != 3:
             raise ValueError(f"indices must have shape [B, h, w], got {tuple(indices.shape)}")
         if indices.numel() and (
@@ -267,8 +269,8 @@ def find_vqgan_files(vqgan_dir: str | Path) -> tuple[Path, Path]:
     raise FileNotFoundError(
         f"no vqgan.yaml + vqgan.ckpt found in {root} (also looked in "
         + ", ".join(f"{layout}/" for layout in VQGAN_LAYOUTS[1:])
-        + "). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; licence accepted on Meta's "
-        "Chameleon download page) and pass their folder as --vqgan DIR."
+        + "). Get Meta's Chameleon tokenizer files (vqgan.yaml, vqgan.ckpt; licence accepted "
+        "on Meta's Chameleon download page) and pass their folder as --vqgan DIR."
     )
 
 
@@ -283,7 +285,8 @@ def decoder_state_dict(checkpoint: dict) -> dict[str, Tensor]:
 def load_chameleon_vqgan(
     vqgan_dir: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> ChameleonVQGANDecoder:
-    """Build the decoder from ``vqgan.yaml`` and load ``vqgan.ckpt`` (``torch.load(weights_only=True)``).
+    """Build the decoder from ``vqgan.yaml`` and load ``vqgan.ckpt``
+    (``torch.load(weights_only=True)``).
 
     Only ``decoder.*``, ``post_quant_conv.*`` and ``quantize.embedding.*`` are loaded (the encoder
     and loss weights are dropped); a missing or unexpected decode-path key raises ``ValueError``.
@@ -303,8 +306,9 @@ def load_chameleon_vqgan(
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
         raise ValueError(
-            f"{ckpt_path} does not match {yaml_path}: missing {missing[:8]}{'...' if len(missing) > 8 else ''} "
-            f"({len(missing)}), unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''} ({len(unexpected)})"
+            f"{ckpt_path} does not match {yaml_path}: missing "
+            f"{missing[:8]}{'...' if len(missing) > 8 else ''} ({len(missing)}), unexpected "
+            f"{unexpected[:8]}{'...' if len(unexpected) > 8 else ''} ({len(unexpected)})"
         )
     reference = model.state_dict()
     wrong = [

@@ -1,4 +1,5 @@
-"""Lumina-mGPT (Alpha-VLLM; Chameleon architecture) on stock ``transformers``, as a decoding adapter.
+"""Lumina-mGPT (Alpha-VLLM; Chameleon architecture) on stock ``transformers``,
+as a decoding adapter.
 
 Loading (``load_lumina_mgpt``): the released checkpoints are ``ChameleonForConditionalGeneration``
 weights except for the q/k-norms, stored per model-parallel rank as [model_parallel_size, head_dim]
@@ -27,10 +28,10 @@ image codes allowed; top-k 2000; temperature 1.0; the row-end token forced at th
 All of it happens in the adapter, so verification sees exactly the distribution tokens are sampled
 from. The unconditional row's prompt comes in two named variants (``UNCONDITIONAL_PROMPTS``):
 
-    "gsd-release" (default)  <reserved08706> <racm3:break> h w   the GSD release (junhyukso/GSD, whose
-                             Jacobi sampler comes from SJD) zeroes the attention mask over the text
-                             prompt except its last token, <reserved08706>: use it to reproduce the
-                             GSD paper's numbers;
+    "gsd-release" (default)  <reserved08706> <racm3:break> h w   the GSD release (junhyukso/GSD,
+                             whose Jacobi sampler comes from SJD) zeroes the attention mask over the
+                             text prompt except its last token, <reserved08706>: use it to reproduce
+                             the GSD paper's numbers;
     "alpha-vllm"             <racm3:break> h w                   Alpha-VLLM's Lumina-mGPT
                              ``inference_solver.py`` runs the unconditional sequence from the last
                              image start (its CFG logits processor slices ``input_ids[:, BOI:]``).
@@ -89,7 +90,8 @@ UNCONDITIONAL_PROMPTS = (GSD_RELEASE_UNCONDITIONAL, ALPHA_VLLM_UNCONDITIONAL)
 
 
 def grid_token_name(cells: int) -> str:
-    """Name of the size token for ``cells`` grid cells: <reserved{8800 + cells:05d}> (id 8804 + cells)."""
+    """Name of the size token for ``cells`` grid cells: <reserved{8800 + cells:05d}>
+    (id 8804 + cells)."""
     return f"<reserved{8800 + cells:05d}>"
 
 
@@ -99,7 +101,8 @@ def grid_token_name(cells: int) -> str:
 def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Path:
     """The folder holding ``config.json`` and the safetensors shards.
 
-    ``weights`` may be that folder, a Hugging Face cache entry (``models--Alpha-VLLM--Lumina-mGPT-7B-768``)
+    ``weights`` may be that folder, a Hugging Face cache entry
+    (``models--Alpha-VLLM--Lumina-mGPT-7B-768``)
     or a cache root holding one; None searches the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub,
     ~/.cache/huggingface/hub). Raises FileNotFoundError saying where to put the weights.
     """
@@ -118,9 +121,10 @@ def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Pa
         if snapshot is not None:
             return snapshot
     raise FileNotFoundError(
-        f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, e.g. "
-        f"`hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, *.safetensors and "
-        "the index), and pass --weights DIR (or leave the files in the Hugging Face cache)."
+        f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, "
+        f"e.g. `hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, "
+        "*.safetensors and the index), and pass --weights DIR "
+        "(or leave the files in the Hugging Face cache)."
     )
 
 
@@ -157,7 +161,8 @@ def _safetensors_files(folder: Path) -> list[Path]:
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise FileNotFoundError(
-                f"{folder / 'model.safetensors.index.json'} lists shards that are not there: {missing}"
+                f"{folder / 'model.safetensors.index.json'} "
+                f"lists shards that are not there: {missing}"
             )
         return files
     if (folder / "model.safetensors").is_file():
@@ -180,7 +185,8 @@ def read_lumina_config(folder: Path) -> Any:
     raw = json.loads((folder / "config.json").read_text())
     if raw.get("model_type") != "chameleon":
         raise ValueError(
-            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; Lumina-mGPT is 'chameleon'"
+            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; "
+            "Lumina-mGPT is 'chameleon'"
         )
     if not raw.get("vocabulary_map"):
         raise ValueError(
@@ -260,8 +266,8 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
     if tuple(tensor.shape) != (ranks, head_dim):
         looks_expanded = ranks != heads and tuple(tensor.shape) == (heads, head_dim)
         raise ValueError(
-            f"{name}: shape {tuple(tensor.shape)}; config.json says model_parallel_size={ranks}, so "
-            f"Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
+            f"{name}: shape {tuple(tensor.shape)}; config.json says model_parallel_size={ranks}, "
+            f"so Lumina's per-rank layout [{ranks}, head_dim={head_dim}] is expected"
             + (
                 " (this looks like transformers' expanded [heads, head_dim] layout: set "
                 'config.json\'s architectures to ["ChameleonForConditionalGeneration"] if the '
@@ -379,7 +385,8 @@ def architecture_mismatch(
 
 def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | torch.device) -> Any:
     """A ``ChameleonForConditionalGeneration`` built on the meta device, without the image encoder,
-    whose parameters *are* the tensors of ``state`` (strict: every key must match in name and shape)."""
+    whose parameters *are* the tensors of ``state``
+    (strict: every key must match in name and shape)."""
     from transformers.models.chameleon.modeling_chameleon import ChameleonRotaryEmbedding
 
     model = meta_lumina_model(config)
@@ -389,11 +396,13 @@ def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | t
     )
     if problem:
         raise ValueError(
-            f"the checkpoint does not match the Chameleon architecture of its config.json: {problem}"
+            "the checkpoint does not match the Chameleon "
+            f"architecture of its config.json: {problem}"
         )
     model.load_state_dict(state, strict=True, assign=True)
     logger.info(
-        "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT releases drop it; generation does not use it"
+        "model.vqmodel.* (image encoder) not loaded: Lumina-mGPT "
+        "releases drop it; generation does not use it"
     )
     model.model.rotary_emb = ChameleonRotaryEmbedding(config).to(
         device
@@ -449,7 +458,8 @@ class LuminaImageLayout:
             or resolution % PIXELS_PER_GRID
         ):
             raise ValueError(
-                f"resolution must be a positive multiple of {PIXELS_PER_GRID} pixels, got {resolution!r}"
+                f"resolution must be a positive multiple of {PIXELS_PER_GRID} "
+                f"pixels, got {resolution!r}"
             )
         grid = resolution // PIXELS_PER_GRID
         names = {
@@ -467,7 +477,8 @@ class LuminaImageLayout:
         ]
         if absent:
             raise ValueError(
-                f"the vocabulary_map lacks the tokens {absent} (needed for {resolution}x{resolution} images)"
+                f"the vocabulary_map lacks the tokens {absent} "
+                f"(needed for {resolution}x{resolution} images)"
             )
         ids = {key: vocabulary_map[name] for key, name in names.items() if name in vocabulary_map}
         if bos is not None:
@@ -493,7 +504,8 @@ def tokenizer_mismatches(tokenizer: Any, vocabulary_map: dict[str, int]) -> list
     bos = tokenizer.bos_token_id
     if bos is not None and BOS_NAME in vocabulary_map and bos != vocabulary_map[BOS_NAME]:
         problems.append(
-            f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} ({BOS_NAME}) in the vocabulary_map"
+            f"BOS: {bos} in the tokenizer, {vocabulary_map[BOS_NAME]} "
+            f"({BOS_NAME}) in the vocabulary_map"
         )
     return problems
 
@@ -558,7 +570,7 @@ def prompt_ids(tokenizer: Any, layout: LuminaImageLayout, prompt: str) -> Tensor
     )
 
 
-# ---- the adapter -----------------------------------------------------------------------------------
+# ---- the adapter ---------------------------------------------------------------------------------
 
 
 class LuminaMGPTAdapter(CausalLMAdapter):
@@ -585,7 +597,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
     ) -> None:
         if unconditional_prompt not in UNCONDITIONAL_PROMPTS:
             raise ValueError(
-                f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got {unconditional_prompt!r}"
+                f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, "
+                f"got {unconditional_prompt!r}"
             )
         self.unconditional_prompt = unconditional_prompt
         vocabulary_map = model.config.vocabulary_map
@@ -616,8 +629,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
         if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
             raise ValueError(
-                f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the VQGAN "
-                f"codebook has {codebook} entries: wrong vqgan_dir for these weights?"
+                f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the "
+                f"VQGAN codebook has {codebook} entries: wrong vqgan_dir for these weights?"
             )
         self.vqgan = vqgan
 
@@ -628,7 +641,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
 
     @property
     def embeddings(self) -> Tensor:
-        """Input-embedding rows [V, D] in float32 (GSD's distance filter: squared L2 <= d, d = 0.5)."""
+        """Input-embedding rows [V, D] in float32
+        (GSD's distance filter: squared L2 <= d, d = 0.5)."""
         if self._embeddings is None:
             self._embeddings = self.model.get_input_embeddings().weight.detach().float()
         return self._embeddings
@@ -651,8 +665,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         """<s> + tokens of the templated prompt + [end of turn, image start, h, w] (1-D int64)."""
         if self.tokenizer is None:
             raise ValueError(
-                "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) (load_lumina_mgpt "
-                "finds one), or pass token ids with text_ids_to_prompt(ids)"
+                "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) "
+                "(load_lumina_mgpt finds one), or pass token ids with text_ids_to_prompt(ids)"
             )
         return prompt_ids(self.tokenizer, self.layout, prompt)
 
@@ -693,8 +707,8 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
 
     def forced_tokens(self, generated_positions: Tensor) -> Tensor:
-        """Row end where (g + 1) % row_length == 0 inside the image, image end at g = num_image_tokens,
-        end of turn after it; -1 (free) elsewhere."""
+        """Row end where (g + 1) % row_length == 0 inside the image, image end at
+        g = num_image_tokens, end of turn after it; -1 (free) elsewhere."""
         g = generated_positions
         layout = self.layout
         forced = torch.full_like(g, -1)
@@ -708,14 +722,16 @@ class LuminaMGPTAdapter(CausalLMAdapter):
 
     def image_codes(self, tokens: Any) -> Tensor:
         """Generated tokens [N] or [B, N] (N = num_image_tokens, optionally + the image end) ->
-        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not an image token."""
+        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not
+        an image token."""
         tokens = torch.as_tensor(tokens).to(self.device).long()
         if tokens.ndim == 1:
             tokens = tokens.unsqueeze(0)
         n = self.num_image_tokens
         if tokens.ndim != 2 or tokens.shape[1] not in (n, n + 1):
             raise ValueError(
-                f"expected {n} image tokens per image (codes + row ends), got shape {tuple(tokens.shape)}"
+                f"expected {n} image tokens per image (codes + "
+                f"row ends), got shape {tuple(tokens.shape)}"
             )
         side, row = self.layout.latent_side, self.layout.row_length
         grid = tokens[:, :n].reshape(-1, side, row)
@@ -757,7 +773,8 @@ def load_lumina_mgpt(
     unconditional_prompt: str = GSD_RELEASE_UNCONDITIONAL,
     tokenizer: str | Path | None = None,
 ) -> LuminaMGPTAdapter:
-    """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a ``LuminaMGPTAdapter``.
+    """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a
+    ``LuminaMGPTAdapter``.
 
     device: default "cuda" if available else "cpu"; dtype: default bfloat16 on GPU, float32 on CPU.
     On CPU, models above 1e9 parameters are refused unless ``force_cpu=True`` (a 7B model needs
@@ -771,7 +788,8 @@ def load_lumina_mgpt(
     """
     if unconditional_prompt not in UNCONDITIONAL_PROMPTS:  # before any file is read
         raise ValueError(
-            f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, got {unconditional_prompt!r}"
+            f"unconditional_prompt must be one of {UNCONDITIONAL_PROMPTS}, "
+            f"got {unconditional_prompt!r}"
         )
     folder = resolve_weights_dir(weights, resolution)
     config = read_lumina_config(folder)
@@ -781,11 +799,13 @@ def load_lumina_mgpt(
     size = estimated_parameters(config)
     if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
         raise ValueError(
-            f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take minutes "
-            "per token and tens of GB of memory. Use a GPU (device='cuda'), or pass force_cpu=True to insist."
+            f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take "
+            "minutes per token and tens of GB of memory. Use a GPU "
+            "(device='cuda'), or pass force_cpu=True to insist."
         )
     layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
-    # Before the weights are read: a missing or wrong tokenizer fails in a second, not after minutes.
+    # Before the weights are read: a missing or wrong tokenizer fails in a second, not after
+    # minutes.
     prompt_tokenizer = PromptTokenizer(find_tokenizer_file(folder, tokenizer))
     check_tokenizer_matches(prompt_tokenizer, config.vocabulary_map)
     state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)

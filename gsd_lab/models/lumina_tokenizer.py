@@ -64,8 +64,8 @@ def snapshot_with(repo_cache: Path, filename: str) -> Path | None:
 def download_hint(target: str = "DIR") -> str:
     """The command that fetches the release's tokenizer (huggingface_hub 1.x ``hf``)."""
     return (
-        f"hf download {TOKENIZER_REPO} tokenizer.json tokenizer_config.json special_tokens_map.json "
-        f"--local-dir {target}"
+        f"hf download {TOKENIZER_REPO} tokenizer.json tokenizer_config.json "
+        f"special_tokens_map.json --local-dir {target}"
     )
 
 
@@ -117,10 +117,10 @@ def find_tokenizer_file(weights: str | Path, tokenizer: str | Path | None = None
         if (folder / TOKENIZER_FILE).is_file():
             return folder / TOKENIZER_FILE
     raise FileNotFoundError(
-        f"no {TOKENIZER_FILE} in {weights} nor in a Lumina-mGPT-7B-768 folder next to it or in the Hugging Face "
-        f"cache. The 512 and 1024 releases ship no tokenizer: every Lumina-mGPT 7B uses the 768 repo's. Run "
-        f"`{download_hint(str(weights.parent / 'lumina-mgpt-7b-768'))}` (found there automatically) or pass "
-        "--tokenizer DIR (Python: tokenizer=DIR)."
+        f"no {TOKENIZER_FILE} in {weights} nor in a Lumina-mGPT-7B-768 folder next to it or in the "
+        "Hugging Face cache. The 512 and 1024 releases ship no tokenizer: every Lumina-mGPT 7B "
+        f"uses the 768 repo's. Run `{download_hint(str(weights.parent / 'lumina-mgpt-7b-768'))}` "
+        "(found there automatically) or pass --tokenizer DIR (Python: tokenizer=DIR)."
     )
 
 

@@ -5,7 +5,8 @@ kernel launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
 
 ``StaticEngine(adapter)`` offers the ``CausalLMAdapter`` contract the decoding loop uses: its own
 ``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``, and the
-adapter's for everything else (``random_tokens``, ``row_length``, ...), with the same results: ``forward`` returns the distributions of ``adapter.forward`` (the same processing,
+adapter's for everything else (``random_tokens``, ``row_length``, ...), with the same results:
+``forward`` returns the distributions of ``adapter.forward`` (the same processing,
 ``adapter._process``), ``crop`` rolls back.
 
 Cache. One ``transformers`` ``StaticLayer`` per decoder layer, [B, H, C, D] keys and values
@@ -419,7 +420,8 @@ class StaticEngine:
         return self._processed(*self._model(ids, num_rows), with_support)
 
     def _model(self, ids: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
-        """The model part of ``_step``: (logits [B, num_rows, V], generated positions [num_rows])."""
+        """The model part of ``_step``:
+        (logits [B, num_rows, V], generated positions [num_rows])."""
         adapter = self.adapter
         T = ids.shape[1]
         slots = torch.arange(T, device=ids.device) + self._start

@@ -26,8 +26,9 @@ def load_clip(model_dir: str | Path, *, device: str | torch.device = "cpu") -> t
     folder = Path(model_dir).expanduser()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(
-            f"no CLIP model in {folder}: expected config.json, weights, tokenizer and preprocessor files, "
-            "e.g. a local copy of openai/clip-vit-base-patch16 (save_pretrained of CLIPModel and CLIPProcessor)"
+            f"no CLIP model in {folder}: expected config.json, weights, tokenizer and preprocessor "
+            "files, e.g. a local copy of openai/clip-vit-base-patch16 "
+            "(save_pretrained of CLIPModel and CLIPProcessor)"
         )
     model = CLIPModel.from_pretrained(str(folder), local_files_only=True).to(device).eval()
     processor = CLIPProcessor.from_pretrained(str(folder), local_files_only=True)

@@ -7,7 +7,8 @@ frechet_distance: between Gaussians N(mu1, S1), N(mu2, S2) fitted to features (t
     classifier's penultimate layer),
         d^2 = |mu1 - mu2|^2 + tr(S1) + tr(S2) - 2 tr((S1^{1/2} S2 S1^{1/2})^{1/2}),
     with the matrix square roots of the symmetric PSD matrices taken by eigen-decomposition in
-    float64 (tr (S1 S2)^{1/2} = tr (S1^{1/2} S2 S1^{1/2})^{1/2}, since the two products are similar).
+    float64 (tr (S1 S2)^{1/2} = tr (S1^{1/2} S2 S1^{1/2})^{1/2}, since the two products are
+    similar).
 paired_bootstrap: a 95% interval for the mean per-image difference of a proxy between two methods
     decoded on the same prompts and seeds (error bars against AR).
 """
@@ -143,7 +144,8 @@ def paired_bootstrap(
     b64 = torch.as_tensor(np.asarray(b, dtype=np.float64))
     if a64.ndim != 1 or a64.shape != b64.shape:
         raise ValueError(
-            f"a and b must be paired 1-D arrays of one length, got {tuple(a64.shape)} and {tuple(b64.shape)}"
+            "a and b must be paired 1-D arrays of one length, "
+            f"got {tuple(a64.shape)} and {tuple(b64.shape)}"
         )
     if a64.numel() == 0 or not bool(torch.isfinite(a64).all() and torch.isfinite(b64).all()):
         raise ValueError("a and b must be non-empty and finite")

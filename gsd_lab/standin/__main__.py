@@ -1,4 +1,5 @@
-"""``python -m gsd_lab.standin train --out DIR [--steps N] ...``: reproducible training of the stand-in."""
+"""``python -m gsd_lab.standin train --out DIR [--steps N] ...``: reproducible training
+of the stand-in."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument(
         "--stages",
         default="tokenizer,decoder,classifier,ar,export",
-        help="comma list of tokenizer,decoder,classifier,ar,export (later stages read earlier outputs)",
+        help="comma list of tokenizer,decoder,classifier,ar,export "
+        "(later stages read earlier outputs)",
     )
     tr.add_argument("--tokenizer-iterations", type=int, default=10, help="k-means iterations")
     tr.add_argument(

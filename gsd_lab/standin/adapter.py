@@ -75,7 +75,8 @@ class StandinAdapter(CausalLMAdapter):
 
     @property
     def code_vectors(self) -> Tensor:
-        """The tokenizer's code patches, [K, 3 * 16 * 16] pixel values in [-1, 1] (row i = code i)."""
+        """The tokenizer's code patches, [K, 3 * 16 * 16] pixel values in [-1, 1]
+        (row i = code i)."""
         return self.tokenizer.codebook
 
     def code_content(self) -> Tensor:
@@ -102,8 +103,8 @@ class StandinAdapter(CausalLMAdapter):
         return torch.tensor([self.layout.null_class_id], device=self.device)
 
     def decode_images(self, tokens: Tensor, as_uint8: bool = True) -> Tensor:
-        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 256, 256, 3] (or float [N, 3, 256, 256]
-        in [-1, 1] when ``as_uint8`` is False)."""
+        """tokens [N, 256] or [256] (image codes) -> uint8 [N, 256, 256, 3] (or float [N, 3, 256,
+        256] in [-1, 1] when ``as_uint8`` is False)."""
         tokens = torch.as_tensor(tokens, device=self.device).long()
         if tokens.dim() == 1:
             tokens = tokens[None]

@@ -83,9 +83,9 @@ def train_classifier(
     """Cross-entropy on training-region crops (random scale and mirror, light brightness jitter).
 
     A pool of ``pool`` 256-pixel crops per class is drawn once, with their tokenizer
-    reconstructions (the tiles, without the seam decoder), so that the classifier judges decoded samples by content, not by the
-    tokenizer's tile seams. Every other batch is a random ``data.HELDOUT_CROP`` sub-crop of its
-    images (the held-out evaluation crops are that size)."""
+    reconstructions (the tiles, without the seam decoder), so that the classifier judges decoded
+    samples by content, not by the tokenizer's tile seams. Every other batch is a random
+    ``data.HELDOUT_CROP`` sub-crop of its images (the held-out evaluation crops are that size)."""
     out = Path(out)
     with torch.random.fork_rng():
         torch.manual_seed(seed + 100)  # parameter init only

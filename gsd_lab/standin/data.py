@@ -186,7 +186,8 @@ def _prepare(name: str, package: str, loader: str, split_seed: int) -> SourceIma
 
 @lru_cache(maxsize=2)
 def load_sources(which: str = "classes") -> tuple[SourceImage, ...]:
-    """``"classes"`` (the AR classes, in class order), ``"extra"`` or ``"all"`` (classes + extra)."""
+    """``"classes"`` (the AR classes, in class order), ``"extra"`` or ``"all"``
+    (classes + extra)."""
     table = {"classes": CLASS_SOURCES, "extra": EXTRA_SOURCES, "all": CLASS_SOURCES + EXTRA_SOURCES}
     if which not in table:
         raise ValueError(f"which must be one of {sorted(table)}, got {which!r}")

@@ -238,8 +238,8 @@ def export(
                 "inputs": "real training crops and their reconstructions",
             },
             ar_training={
-                "windows": "16x16 token windows of training-region token maps: every scale, mirrored "
-                f"or not, pixel shifts {', '.join(str(tuple(x)) for x in shifts)}; "
+                "windows": "16x16 token windows of training-region token maps: every scale, "
+                f"mirrored or not, pixel shifts {', '.join(str(tuple(x)) for x in shifts)}; "
                 "extra sources (shift (0, 0)) with the null class",
                 **ar_cfg["training"],
             },

@@ -25,8 +25,8 @@ def load_tokenizer(directory: Path = WEIGHTS_DIR) -> PatchVQTokenizer:
 
 def stored_distance_quantiles(directory: Path = WEIGHTS_DIR) -> list[dict]:
     """The distance-filter quantiles recorded at export (``manifest.json``'s
-    ``distance_quantiles``: ``gsd_lab.decode.methods.distance_quantile_entry`` records, each keyed by
-    the digest of the embeddings it was computed from); [] when none are recorded."""
+    ``distance_quantiles``: ``gsd_lab.decode.methods.distance_quantile_entry`` records, each keyed
+    by the digest of the embeddings it was computed from); [] when none are recorded."""
     path = Path(directory) / "manifest.json"
     if not path.is_file():
         return []

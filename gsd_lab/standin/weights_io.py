@@ -1,4 +1,5 @@
-"""Save and load the stand-in's weights: safetensors only (never pickle), clear errors naming the file."""
+"""Save and load the stand-in's weights: safetensors only (never pickle), clear errors
+naming the file."""
 
 from __future__ import annotations
 

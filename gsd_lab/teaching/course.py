@@ -94,7 +94,8 @@ class SpeculativeParts:
 
 
 def speculative_parts(p: Sequence[Fraction], q: Sequence[Fraction]) -> SpeculativeParts:
-    """The exact decomposition of ``SpeculativeParts`` for Fraction distributions p, q of equal length."""
+    """The exact decomposition of ``SpeculativeParts`` for Fraction distributions p, q
+    of equal length."""
     p, q = list(p), list(q)
     if len(p) != len(q) or sum(p) != 1 or sum(q) != 1 or min(p + q) < 0:
         raise ValueError(
@@ -153,13 +154,15 @@ def prefix_length_distribution(acceptances: Sequence[Fraction | float]) -> list[
 
 
 def expected_accepted_prefix(acceptances: Sequence[Fraction | float]) -> Fraction | float:
-    """E[K] = sum_{k=1}^{L} P(K >= k) = sum_k a_1 ... a_k (the window of ``prefix_length_distribution``)."""
+    """E[K] = sum_{k=1}^{L} P(K >= k) = sum_k a_1 ... a_k (the window of
+    ``prefix_length_distribution``)."""
     return sum(accumulate(acceptances, lambda x, y: x * y))
 
 
 def tokens_per_forward(acceptances: Sequence[Fraction | float]) -> Fraction | float:
     """Tokens committed per forward pass: the accepted prefix plus the one token the forward adds
-    itself (the residual draw at the first rejection, or the next token after a full window): 1 + E[K]."""
+    itself (the residual draw at the first rejection, or the next token after a full window):
+    1 + E[K]."""
     return 1 + expected_accepted_prefix(acceptances)
 
 
@@ -223,13 +226,21 @@ class ClusterSteps:
 
         r = int(self.ranks[self.token])
         return [
-            f"1. rank the tokens by p (descending, ties: smaller id first): order {ids(torch.ones_like(self.window))}",
+            (
+                "1. rank the tokens by p (descending, ties: smaller id "
+                f"first): order {ids(torch.ones_like(self.window))}"
+            ),
             f"2. the draft x = {self.token} has rank {r} (p(x) = {float(p[self.token]):.4f})",
-            f"3. window: ranks {r} - {self.above} .. {r} + {self.below} (G = {self.group_size} tokens: (G-1)//2 "
-            f"above x, G//2 below, clipped at the ends): {ids(self.window)}",
+            (
+                f"3. window: ranks {r} - {self.above} .. {r} + {self.below} (G = {self.group_size} "
+                f"tokens: (G-1)//2 above x, G//2 below, clipped at the ends): {ids(self.window)}"
+            ),
             f"4. |p(y) - p(x)| filter keeps {ids(self.window & self.gap_ok)}",
             f"5. embedding-distance filter keeps {ids(self.window & self.distance_ok)}",
-            f"6. cluster C(x) = window & both filters = {ids(self.members)}; p(C) = {float(p[self.members].sum()):.4f}",
+            (
+                f"6. cluster C(x) = window & both filters = {ids(self.members)}; "
+                f"p(C) = {float(p[self.members].sum()):.4f}"
+            ),
         ]
 
 
@@ -244,7 +255,8 @@ def cluster_steps(
 ) -> ClusterSteps:
     """Build ``ClusterSteps`` for one row p [V] with gsd_core's ranking and window, then the filters
     |p(y) - p(x)| <= max_prob_gap and ||e_y - e_x||^2 <= max_embedding_distance (None: no filter).
-    Raises ValueError if the composed mask differs from ``gsd_core.dynamic_cluster`` (it must not)."""
+    Raises ValueError if the composed mask differs from
+    ``gsd_core.dynamic_cluster`` (it must not)."""
     if p.ndim != 1:
         raise ValueError(f"p must be one row [V], got shape {tuple(p.shape)}")
     ranks = probability_ranks(p)
@@ -276,7 +288,7 @@ def cluster_steps(
     )
 
 
-# ---- 4. the dynamic-cluster counterexample (proofs/04) --------------------------------------------
+# ---- 4. the dynamic-cluster counterexample (proofs/04) -------------------------------------------
 
 COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
 COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
@@ -368,7 +380,7 @@ def counterexample_checks(table: CounterexampleTable, tolerance: float = 1e-12) 
     }
 
 
-# ---- 5. residuals and the one-cluster limit -------------------------------------------------------
+# ---- 5. residuals and the one-cluster limit ------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -383,7 +395,8 @@ class ResidualComparison:
 
 
 def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualComparison:
-    """``ResidualComparison`` for p, q [V] and a partition ``labels`` [V] (gsd_core.output_distribution)."""
+    """``ResidualComparison`` for p, q [V] and a partition ``labels`` [V]
+    (gsd_core.output_distribution)."""
     out_token = output_distribution(p, q, FixedPartition(labels))
     out_cluster = output_distribution(p, q, FixedPartition(labels, "cluster"))
     p_c = group_probs(p, labels)
@@ -397,7 +410,8 @@ def residual_comparison(p: Tensor, q: Tensor, labels: Tensor) -> ResidualCompari
 
 def single_cluster(p: Tensor, q: Tensor) -> tuple[float, Tensor]:
     """One cluster holding the whole vocabulary: p(C) = q(C) = 1, so a(x) = 1 for every draft,
-    nothing is ever rejected and the output law is q itself. Returns (acceptance, output law [V])."""
+    nothing is ever rejected and the output law is q itself. Returns
+    (acceptance, output law [V])."""
     everything = FixedPartition(torch.zeros(p.shape[-1], dtype=torch.long))
     return float(acceptance_rate(p, q, everything)), output_distribution(p, q, everything)
 
@@ -415,15 +429,15 @@ def single_cluster_checks(
     }
 
 
-# ---- 6. LANTERN (proofs/08) ------------------------------------------------------------------------
+# ---- 6. LANTERN (proofs/08) ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class LanternParts:
     """One LANTERN step in exact Fractions (proofs/08), computed without gsd_core: credited mass
     m(x) = max{S_j <= delta} over the prefix sums S_j of the neighbours' p, acceptance
-    a(x) = min(1, (p(x) + m(x))/q(x)) (0 where q(x) = 0), the acceptance rate alpha = sum_x q(x) a(x),
-    alpha_SD = sum_x min(p, q), out = q a + (1 - alpha) r with r = norm((p - q)+), and its
+    a(x) = min(1, (p(x) + m(x))/q(x)) (0 where q(x) = 0), the acceptance rate alpha = sum_x q(x)
+    a(x), alpha_SD = sum_x min(p, q), out = q a + (1 - alpha) r with r = norm((p - q)+), and its
     distortion TV(out, p)."""
 
     credited: list[Fraction]
@@ -488,7 +502,8 @@ def lantern_checks(
     tolerance: float = 1e-15,
 ) -> dict[str, bool]:
     """gsd_core's float64 law of the ``Lantern`` rule (``output_distribution``, ``acceptance_rate``;
-    neighbourhoods from ``embeddings`` [V, D]) against the exact ``parts``: each within ``tolerance``."""
+    neighbourhoods from ``embeddings`` [V, D]) against the exact ``parts``: each
+    within ``tolerance``."""
     rule = Lantern(latent_neighbourhoods(embeddings.to(DTYPE), k), delta)
     p_t, q_t = as_tensor(p), as_tensor(q)
     out = output_distribution(p_t, q_t, rule)
@@ -506,7 +521,7 @@ def lantern_identity_gap(p: Tensor, q: Tensor, embeddings: Tensor, k: int, delta
     return abs(float(tv_distance(output_distribution(p, q, rule), p)) - gained)
 
 
-# ---- widgets (optional) ---------------------------------------------------------------------------
+# ---- widgets (optional) --------------------------------------------------------------------------
 
 EXPLORER_VOCAB = 64
 EXPLORER_NOISE = 0.5  # notebook 01's per-token log-normal noise
@@ -535,7 +550,8 @@ def flatness_pair(
 
 
 def tradeoff(p: Tensor, q: Tensor, group_size: int) -> dict[str, float]:
-    """Exact acceptance and TV(output, p) of SD and of ``DynamicClusters(group_size)`` on one pair."""
+    """Exact acceptance and TV(output, p) of SD and of
+    ``DynamicClusters(group_size)`` on one pair."""
     rule = DynamicClusters(group_size)
     return {
         "acceptance SD": float(acceptance_rate(p, q)),
@@ -617,7 +633,7 @@ def tradeoff_explorer(
     )
 
 
-# ---- tables (notebook 04) ---------------------------------------------------------------------------
+# ---- tables (notebook 04) ------------------------------------------------------------------------
 
 
 def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_COLUMNS) -> list[str]:
@@ -688,7 +704,8 @@ def coupling_agreement(q_old: Sequence[Fraction], q_new: Sequence[Fraction]) -> 
     q_old, q_new = list(q_old), list(q_new)
     if len(q_old) != len(q_new) or sum(q_old) != 1 or sum(q_new) != 1 or min(q_old + q_new) < 0:
         raise ValueError(
-            "q_old and q_new must be exact distributions (Fractions summing to 1) of the same length"
+            "q_old and q_new must be exact distributions "
+            "(Fractions summing to 1) of the same length"
         )
     gumbel = Fraction(0)
     for a_y, b_y in zip(q_old, q_new):

@@ -44,7 +44,8 @@ def provenance_header() -> None:
 
 
 def max_z_score(frequencies: Tensor, exact: Tensor, num_samples: int) -> float:
-    """max over entries of |f_hat - f| / sqrt(f (1 - f) / n); inf where f = 0 < f_hat (or f = 1 > f_hat).
+    """max over entries of |f_hat - f| / sqrt(f (1 - f) / n); inf where f = 0 < f_hat
+    (or f = 1 > f_hat).
 
     frequencies, exact: [K] (empirical frequencies of n independent draws, exact probabilities)."""
     f_hat, f = frequencies.to(torch.float64), exact.to(torch.float64)
@@ -82,10 +83,10 @@ class VerifyLawCheck:
     def lines(self) -> list[str]:
         """The checked-cell text: verdicts and tolerances only (no sampled number)."""
         return [
-            f"{self.rule}: Monte Carlo of verify ({self.num_samples} draws) against output_distribution, "
-            f"every token within {self.z:g} standard errors: {self.law_ok}",
-            f"{self.rule}: Monte Carlo acceptance against acceptance_rate, within {self.z:g} standard "
-            f"errors: {self.acceptance_ok}",
+            f"{self.rule}: Monte Carlo of verify ({self.num_samples} draws) against "
+            f"output_distribution, every token within {self.z:g} standard errors: {self.law_ok}",
+            f"{self.rule}: Monte Carlo acceptance against acceptance_rate, "
+            f"within {self.z:g} standard errors: {self.acceptance_ok}",
         ]
 
 

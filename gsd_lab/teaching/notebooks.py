@@ -14,9 +14,9 @@ writing into the checkout refuses a dirty tree (``--allow-dirty`` for developmen
 and every notebook's header then prints ``dirty True``); a folder outside the checkout only
 warns. Every selected notebook is executed (into a scratch folder) before any is written, so
 that writing one does not dirty the tree under the next; in place (``--out notebooks``), a
-failure writes nothing. The kernel is ``python3`` and imports this checkout's ``gsd_core`` / ``gsd_lab``
-(its root is put first on ``PYTHONPATH``). Written notebooks are normalised: kernelspec
-``python3``, no papermill or timing metadata.
+failure writes nothing. The kernel is ``python3`` and imports this checkout's
+``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Written notebooks are
+normalised: kernelspec ``python3``, no papermill or timing metadata.
 
 Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
 and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,
@@ -207,7 +207,8 @@ def run_notebooks(
             log(f"{run.source.name}: parameters {run.parameters}")
             execute(run, Path(scratch), timeout=timeout)
             log(
-                f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} in {run.seconds:.0f} s"
+                f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} "
+                f"in {run.seconds:.0f} s"
             )
     failed = [run for run in runs if run.error]
     if failed and out.resolve() == folder.resolve():

@@ -50,8 +50,8 @@ def _span(rows: list[dict[str, Any]], measure: str, other: str) -> str:
     lower = sum(r["verdict"] == "yes" for r in picked)
     higher = sum(r["verdict"] == "no" for r in picked)
     return (
-        f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points (beyond the noise: "
-        f"GSD lower at {lower}, higher at {higher})"
+        f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points; beyond the noise, "
+        f"GSD lower at {lower} of {len(picked)} and higher at {higher} of {len(picked)}"
     )
 
 
@@ -64,7 +64,7 @@ def render_findings(results: dict[str, Any]) -> str:
     amp, noise = _row(t1, "Amplify (k=3)"), _row(t1, "AR, second seed set (seed noise)")
     frontier = paired_difference(mc_max, gsd, "nfe")
     coupled = paired_difference(mc_gsd, mc_max, "nfe")
-    phrases = ("fewer forwards", "as many forwards within the noise", "more forwards")
+    phrases = ("fewer forwards", "no difference detected (the interval above)", "more forwards")
     ar_nfe, sjd_nfe, gsd_nfe = paper.AR_NFE.value, paper.SJD_NFE.value, paper.GSD50_NFE.value
 
     def quality(row: dict[str, Any]) -> str:

@@ -242,6 +242,10 @@ def test_bad_input(adapter):
                                                good.uncond_prompt_ids)] * 2)
     with pytest.raises(ValueError, match="record_w1"):
         generate_batch(adapter, [good], record_w1=True)
+    dial = DecodeRequest(good.prompt_ids, METHODS["dial"], 5, torch.Generator().manual_seed(1),
+                         good.uncond_prompt_ids)
+    with pytest.raises(ValueError, match="record_w1 with a budget"):  # as generate refuses it
+        generate_batch(adapter, [dial], record_distortion=True, record_w1=True)
     assert generate_batch(adapter, []) == []
     runner = BatchRunner(adapter)
     sequence = runner.add(*PROMPTS[0])

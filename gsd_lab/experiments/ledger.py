@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from . import paper
-from .verdicts import NOISE_Z, PairedDifference, combined, paired_difference, verdict
+from .verdicts import (
+    NOISE_Z,
+    PairedDifference,
+    combined,
+    from_text,
+    paired_difference,
+    verdict,
+)
 
 COLUMNS = ["claim", "paper", "here", "status", "interval", "note", "source"]
 STATUS = {
@@ -299,11 +306,15 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
                 top1["pooled_share_below"], top1["threshold"], str(results.get("model"))
             )
         ]
-    quality = (tables.get("replacement") or {}).get("quality")
+    replacement = tables.get("replacement") or {}
+    quality = replacement.get("quality")
     if quality:
+        # The paired change over images (notebook 03's), not the two means' unpaired one.
+        top = {r["variant"]: r for r in replacement.get("changes", [])}.get("top-k")
+        change = from_text(top["condition_score_change"]) if top else None
         rows += [
             _from_comparison(r)
-            for r in paper.replacement_comparison(quality)
+            for r in paper.replacement_comparison(quality, change=change)
             if not r["claim"].startswith("(control")
         ]
     rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("SJD-PAC")]

@@ -195,11 +195,14 @@ def top1_comparison(share_below: float, threshold: float, model_name: str) -> li
 
 
 def replacement_comparison(
-    quality: dict[str, dict[str, Any]], scores: dict[str, list[float] | None] | None = None
+    quality: dict[str, dict[str, Any]],
+    scores: dict[str, list[float] | None] | None = None,
+    change: PairedDifference | None = None,
 ) -> list[dict[str, str]]:
     """Notebook 03: quality after replacing 50% of tokens with top-100 candidates, against the
     unmodified images (``replacement_study(...)``: ``quality`` per variant and, for the paired
-    standard error, ``scores``: per-image scores per variant, image i of each from AR image i).
+    standard error, ``scores``: per-image scores per variant, image i of each from AR image i;
+    or ``change``, the paired change itself, as a figures run's results.json gives it).
 
     The claim is that quality barely changes, so a difference within the noise is the outcome
     the claim predicts, but the one rule calls it "noise" (nothing was shown): only a change
@@ -218,12 +221,14 @@ def replacement_comparison(
                 REPLACED_CLIP.source,
             )
         ]
-    paired = (
+    paired = change is not None or (
         scores is not None
         and scores.get("top-k") is not None
         and scores.get("original") is not None
     )
-    if paired:
+    if change is not None:
+        pass
+    elif paired:
         change = paired_values(scores["top-k"], scores["original"])
     else:
         sems = [q.get(f"{QUALITY}_sem") for q in (top, original)]

@@ -24,6 +24,7 @@ of exactly 0 with SE 0 is "noise" (the two sides are equal: neither is smaller).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,18 @@ class PairedDifference:
 
 
 NOT_RUN = PairedDifference(math.nan, None, 0)
+
+
+def from_text(text: str) -> PairedDifference:
+    """The inverse of ``PairedDifference.text``, to its printed digits (results.json stores the
+    text): "+0.123 (paired SE 0.045, n = 10)" -> PairedDifference(0.123, 0.045, 10)."""
+    if text == "-":
+        return NOT_RUN
+    match = re.fullmatch(r"([+-]\S+) \((?:paired SE (\S+)|no SE), n = (\d+)\)", text)
+    if match is None:
+        raise ValueError(f"not the text of a paired difference: {text!r}")
+    se = None if match[2] is None else float(match[2])
+    return PairedDifference(float(match[1]), se, int(match[3]))
 
 
 def paired_values(a: list[float], b: list[float]) -> PairedDifference:

@@ -49,23 +49,14 @@ def git_commit(repo: Path = _REPO_ROOT) -> dict[str, Any]:
 
     ``changes``: up to 20 lines of ``git status --porcelain`` (what made it dirty).
     Returns {"commit": None, "dirty": None} outside a git checkout (e.g. an installed wheel)."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=10
         ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     changes = [line for line in status.splitlines() if line.strip()]

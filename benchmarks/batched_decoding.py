@@ -31,15 +31,26 @@ at batch 10 against batch 1) showed no gain under the same load noise (summed de
 batched run saw ~35% more load): on 2 shared cores the speed-up of SJD / GSD is within the
 noise; AR, whose 1-token forwards are overhead-bound, gains most.
 
+``--stream``: the streamed runs instead (``figures --paper`` and ``evaluate``: result files on
+disk, ``gsd_lab.experiments.stream.StreamedRunCache``): the methods' configurations on the first
+``--images`` prompts of the stand-in, decoded into a fresh folder at batch 1 and at batch B,
+timed over the whole ``run()`` (decoding, the image decode from tokens, the result files). Two
+rows: "paper" records the exact TV and W1 per token (as ``figures --paper``), "evaluate" records
+nothing (as ``evaluate``, whose rows are NFE, acceptance and tokens). "same" compares every
+result file's tokens and NFE with batch 1's.
+
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]
+                                          [--stream]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -105,6 +116,46 @@ class _count_runner_forwards:
         return self.counts
 
 
+def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: int) -> dict:
+    """images/s of the streamed runs at batch 1 and ``batch`` (module docstring, ``--stream``)."""
+    from gsd_lab.evaluate import DistributedContext
+    from gsd_lab.experiments.runs import FilterSettings, MethodSpec
+    from gsd_lab.experiments.stream import Configuration, StreamedRunCache
+
+    configurations = [Configuration(MethodSpec(name, m)) for name, m in methods.items()]
+    prompts = list(model.default_prompts[:images])
+    rows = {}
+    for name, record in (("paper", True), ("evaluate", False)):
+        row, reference = {}, None
+        for size in (1, batch):
+            with tempfile.TemporaryDirectory() as out:
+                cache = StreamedRunCache(model, prompts, [0], FilterSettings.for_model(model.name),
+                                         out, weights={"benchmark": "standin"},
+                                         context=DistributedContext(0, 1, 0, "cpu"),
+                                         record_distortion=record, progress=False,
+                                         batch_size=size)
+                cache.plan(configurations)
+                began = time.perf_counter()
+                count = cache.run()
+                seconds = time.perf_counter() - began
+                files = {str(p.relative_to(out)): json.loads(p.read_text())
+                         for p in sorted(Path(out).rglob("results/*.json"))}
+            got = {k: (v["tokens"], v["nfe"]) for k, v in files.items()}
+            same = None
+            if reference is None:
+                reference = got
+            else:
+                same = got == reference
+            row[size] = dict(images=count, seconds=seconds, images_per_second=count / seconds,
+                             decoding_seconds=sum(v["wall_seconds"] for v in files.values()),
+                             accounting_seconds=sum(v["accounting_seconds"]
+                                                    for v in files.values()),
+                             same_tokens_and_nfe=same)
+        row["speedup"] = row[batch]["images_per_second"] / row[1]["images_per_second"]
+        rows[name] = row
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=16)
@@ -115,6 +166,8 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the table")
+    parser.add_argument("--stream", action="store_true",
+                        help="time the streamed runs (figures --paper, evaluate) instead")
     args = parser.parse_args()
     names = [m for m in args.methods.split(",") if m]
     unknown = sorted(set(names) - set(METHODS))
@@ -138,6 +191,24 @@ def main() -> None:
     # Warm-up (first calls allocate and load kernels).
     generate_batch(adapter, requests_for(adapter, resolved[names[0]], 2, 16), batch_size=2)
 
+    if args.stream:
+        rows = stream_rows(model, methods, args.images, args.batch)
+        if args.json:
+            print(json.dumps(dict(images=args.images, batch=args.batch, threads=args.threads,
+                                  methods=names, stream=rows), indent=2))
+            return
+        print(f"stand-in streamed runs, {args.images} prompts x {names} "
+              f"({model.num_tokens} tokens), {args.threads} thread(s); batch 1 vs {args.batch}")
+        print(f"{'run':<9} {'images':>6} {'img/s b1':>9} {'img/s bB':>9} {'speed-up':>8} "
+              f"{'s b1':>7} {'s bB':>7} {'acct s b1':>9} {'acct s bB':>9} {'same':>5}")
+        for name, row in rows.items():
+            one, many = row[1], row[args.batch]
+            print(f"{name:<9} {one['images']:>6} {one['images_per_second']:>9.3f} "
+                  f"{many['images_per_second']:>9.3f} {row['speedup']:>7.2f}x "
+                  f"{one['seconds']:>7.1f} {many['seconds']:>7.1f} "
+                  f"{one['accounting_seconds']:>9.1f} {many['accounting_seconds']:>9.1f} "
+                  f"{str(many['same_tokens_and_nfe']):>5}")
+        return
     streams = {name: requests_for(adapter, r, args.images, args.tokens)
                for name, r in resolved.items()}
     if len(names) > 1:  # image i: method i mod |methods|

@@ -7,6 +7,8 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
+          ``--batch-size`` (figures, evaluate): images per forward, default per device (1 on a
+          CPU, 8 on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
@@ -171,6 +173,17 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="images decoded together, one forward per step for all; the same tokens and NFE, "
+        "wall times become each image's share (default: per device, 1 on a CPU, 8 on a GPU: "
+        "gsd_lab.models.batched.default_batch_size; 1 with --runner static)",
+    )
+
+
 def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runner",
@@ -268,14 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
-    fig.add_argument(
-        "--batch-size",
-        type=int,
-        default=1,
-        help="images decoded together, one forward per step for all (default 1: one "
-        "at a time); the same tokens and NFE, wall times become each image's "
-        "share; not with --paper",
-    )
+    _add_batch_size_arg(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -305,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         "else is refused, naming what differs: use a new folder for a new configuration",
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
+    _add_batch_size_arg(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
     nb = sub.add_parser(
@@ -612,11 +619,11 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
-        if args.batch_size < 1:
-            fail(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.batch_size > 1 and args.paper:
-            fail("--batch-size > 1 is not supported with --paper (one result file per image)")
     if args.command in ("figures", "evaluate"):
+        if args.batch_size is not None and args.batch_size < 1:
+            fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.command == "evaluate" and (args.batch_size or 1) > 1 and args.runner == "static":
+            fail("--batch-size > 1 needs --runner eager (the static engine decodes one image)")
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -862,8 +869,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import check_run, evaluate, init_distributed
+    import torch
+
+    from .evaluate import BatchedWork, check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
+    from .experiments.stream import CHUNK_BATCHES
+    from .models.batched import default_batch_size
     from .io.figure_io import save_image_atomic
     from .io.provenance import git_commit, package_versions
 
@@ -883,8 +894,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
 
-    def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
+    batch_size = args.batch_size
+    if batch_size is None:  # the static engine decodes one image at a time
+        batch_size = 1 if args.runner == "static" else default_batch_size(context.device)
+
+    def row_of(index: int, prompt: str, result: Any, image: Any) -> dict[str, Any]:
         row: dict[str, Any] = {
             "seed": args.seed + index,
             "nfe": result.nfe,
@@ -901,12 +915,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 row["image"] = save_image_atomic(image, image_dir / f"{index:06d}.png")
         return row
 
+    def work(index: int, prompt: str) -> dict[str, Any]:
+        result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
+        return row_of(index, prompt, result, image)
+
+    def work_batch(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
+        from .decode.batch import DecodeRequest, generate_batch
+
+        requests = []
+        for index, prompt in items:  # the generator generate_one seeds for this prompt
+            generator = torch.Generator(device=model.adapter.device).manual_seed(args.seed + index)
+            prompt_ids, uncond_ids = model.encode(prompt)
+            requests.append(
+                DecodeRequest(prompt_ids, resolved, model.num_tokens, generator, uncond_ids)
+            )
+
+        def finished(position: int, result: Any) -> None:
+            index, prompt = items[position]
+            image = model.decode(result.tokens) if model.decode is not None else None
+            write(index, row_of(index, prompt, result, image))
+
+        generate_batch(model.adapter, requests, batch_size=batch_size, on_result=finished)
+
     identity = run_identity(args, model, spec)
     config = {
         "label": spec.label,
         "world_size": context.world_size,
         "device": str(context.device),
         "runner": args.runner,
+        "batch_size": batch_size,
     }
     if (
         model.condition_scores is not None
@@ -923,7 +960,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     summary = evaluate(
         prompts,
         args.out,
-        work,
+        work if batch_size == 1 else BatchedWork(work_batch, CHUNK_BATCHES * batch_size),
         context,
         identity=identity,
         config=config,

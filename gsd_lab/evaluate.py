@@ -4,7 +4,9 @@ Launch with ``torchrun --nproc_per_node N -m gsd_lab evaluate ...`` (or ``accele
 plain ``python -m gsd_lab evaluate`` is a single process). Prompt i goes to rank i mod N and is
 generated with seed ``seed + i`` (so results do not depend on N). Each finished prompt is one
 JSON file ``results/{i:06d}.json`` (and its image), written atomically (temporary file, then
-os.replace): a crash loses at most the prompt in flight. After a barrier, rank 0 merges all
+os.replace): a crash loses at most the prompts in flight. Work is one prompt at a time (a
+callable ``work(index, prompt) -> row``) or several together (``BatchedWork``: e.g. batched
+decoding, each row written as soon as its prompt is done). After a barrier, rank 0 merges all
 results into ``results.jsonl`` and ``summary.json``. Backend: NCCL when each rank has a GPU,
 gloo otherwise (CPU).
 
@@ -287,17 +289,34 @@ def is_finished(out_dir: str | Path, index: int, run: Run | None = None) -> bool
     )
 
 
+@dataclass(frozen=True)
+class BatchedWork:
+    """Work on several prompts at once. ``decode(items, write)``: items [(index, prompt)], in
+    order; it calls ``write(index, row)`` for each item as soon as that item is done (any
+    order), and returns when all are. ``chunk``: the most items given to one call (host memory,
+    and what a crash can lose: at most the unwritten items of one call)."""
+
+    decode: Callable[[list[tuple[int, str]], Callable[[int, dict[str, Any]], None]], None]
+    chunk: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
+            raise ValueError(f"BatchedWork.chunk must be an int >= 1, got {self.chunk!r}")
+
+
 def run_shard(
     run: Run,
     out_dir: str | Path,
-    work: Callable[[int, str], dict[str, Any]],
+    work: Callable[[int, str], dict[str, Any]] | BatchedWork,
     context: DistributedContext,
     *,
     progress: bool = True,
 ) -> list[int]:
-    """Run ``work(index, prompt) -> result dict`` for this rank's unfinished prompts and write
-    each result atomically (with the run's fields, ``Run.row_fields``) as soon as it is done.
-    Returns the indices run now. A result file of another run raises ``RunMismatch`` (after
+    """Run ``work(index, prompt) -> result dict`` (or a ``BatchedWork`` over chunks of them)
+    for this rank's unfinished prompts and write each result atomically (with the run's fields,
+    ``Run.row_fields``) as soon as it is done. Returns the indices run now, in the order
+    finished. The shard (``shard_indices``) and the skipping of finished prompts do not depend
+    on the kind of work. A result file of another run raises ``RunMismatch`` (after
     ``start_run`` this means a file was copied in or edited by hand)."""
     from tqdm.auto import tqdm
 
@@ -306,12 +325,35 @@ def run_shard(
         for index in shard_indices(len(run.prompts), context.rank, context.world_size)
         if not is_done(run, out_dir, index)
     ]
-    done = []
-    for index in tqdm(
-        todo, desc=f"rank {context.rank}", disable=not progress, position=context.rank
-    ):
-        write_result(run, out_dir, index, work(index, run.prompts[index]), context)
+    done: list[int] = []
+    bar = tqdm(
+        total=len(todo),
+        unit="img",
+        desc=f"rank {context.rank}",
+        disable=not progress,
+        position=context.rank,
+    )
+
+    def write(index: int, row: dict[str, Any]) -> None:
+        write_result(run, out_dir, index, row, context)
         done.append(index)
+        bar.update(1)
+
+    try:
+        if isinstance(work, BatchedWork):
+            for start in range(0, len(todo), work.chunk):
+                part = todo[start : start + work.chunk]
+                work.decode([(index, run.prompts[index]) for index in part], write)
+                missing = sorted(set(part) - set(done))
+                if missing:
+                    raise RuntimeError(
+                        f"BatchedWork.decode returned without writing prompts {missing}"
+                    )
+        else:
+            for index in todo:
+                write(index, work(index, run.prompts[index]))
+    finally:
+        bar.close()
     return done
 
 
@@ -411,7 +453,7 @@ def merge_results(
 def evaluate(
     prompts: list[str],
     out_dir: str | Path,
-    work: Callable[[int, str], dict[str, Any]],
+    work: Callable[[int, str], dict[str, Any]] | BatchedWork,
     context: DistributedContext,
     *,
     identity: dict[str, Any] | None = None,
@@ -420,8 +462,8 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any] | None:
     """Check or record the run (``identity`` + ``prompts``, see the module docstring), run this
-    rank's shard, wait for all ranks, merge on rank 0 (returns the summary there, None on
-    other ranks). Raises ``RunMismatch`` when ``out_dir`` holds another run.
+    rank's shard (``work``: ``run_shard``'s), wait for all ranks, merge on rank 0 (returns the
+    summary there, None on other ranks). Raises ``RunMismatch`` when ``out_dir`` holds another run.
 
     ``identity`` must hold everything the results depend on besides the prompts (the CLI
     passes model, weights fingerprint, decoding spec and seed); ``config``: extra, uncompared

@@ -26,6 +26,7 @@ from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
+from .models.batched import default_batch_size
 from .io.figure_io import markdown_table, save_figure, write_results_markdown
 from .decode.presets import preset as preset_settings
 from .io.progress import duration
@@ -306,7 +307,7 @@ def run_figures(
     allow_dirty: bool = False,
     save_images: bool = False,
     preset: str = "default",
-    batch_size: int = 1,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
@@ -319,18 +320,16 @@ def run_figures(
     configuration with the GSD release's settings (``decode.presets``); a rank other than 0 returns
     {"rank": r, "decoded": n} when its share is done, rank 0 writes the figures. batch_size:
     images per forward (``gsd_lab.decode.batch``: the same tokens and NFE; wall times become
-    each image's share of its batch's); 1 (default) decodes one image at a time, the papers'
-    latency setting; not with ``sizes.streamed``.
+    each image's share of its batch's); 1 decodes one image at a time, the papers' latency
+    setting; None: the device's default (``gsd_lab.models.batched.default_batch_size``: 1 on a
+    CPU, 8 on a GPU); with ``sizes.streamed`` too (``StreamedRunCache``).
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if batch_size > 1 and (sizes or FigureSizes.default()).streamed:
-        raise ValueError(
-            "batch_size > 1 is not supported for the streamed (--paper) run: it "
-            "decodes one result file per image"
-        )
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
     started = time.perf_counter()
     # Read once, before writing: the regenerated files themselves make the tree dirty.
     git = require_clean_tree(
@@ -340,6 +339,8 @@ def run_figures(
     out_dir.mkdir(parents=True, exist_ok=True)
     if model is None:
         model = load_image_model(model_name, weights=weights, vqgan=vqgan, clip=clip, device=device)
+    if batch_size is None:
+        batch_size = default_batch_size(model.adapter.device)
     sizes = sizes or FigureSizes.default()
     prompts = list(prompts or model.default_prompts)
     if sizes.max_prompts is not None:
@@ -363,6 +364,7 @@ def run_figures(
             save_images=save_images,
             progress=progress,
             w1_draws=sizes.w1_draws,
+            batch_size=batch_size,
         )
         cache.plan(configurations)
         decoded = cache.run()

@@ -28,7 +28,9 @@ Timing: per step, the wall time (minus the exact-distortion accounting) and the 
 are split equally between the images in the step, so each ``DecodeResult.wall_seconds`` is its
 share and their sum is the batch's decoding time; ``accounting_seconds`` is the image's own.
 The eager adapter only (``StaticEngine`` is batch size 1). A non-finite distribution raises
-``FloatingPointError`` for the whole call, naming the image's forward and positions.
+``FloatingPointError`` for the whole call, naming the image's forward and positions. Used by
+``figures`` (``RunCache``), ``figures --paper`` (``experiments.stream``) and ``evaluate``
+(``on_result`` writes each image's result file as it finishes).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -89,6 +91,7 @@ def generate_batch(
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
     progress: Any = False,
+    on_result: Callable[[int, DecodeResult], None] | None = None,
 ) -> list[DecodeResult]:
     """Decode every request (module docstring); returns their ``DecodeResult``s in order. A
     ``DecodingMethod`` is resolved once for all the requests naming it (``generate`` resolves
@@ -97,7 +100,9 @@ def generate_batch(
     batch_size: the most images in one forward (None: all at once); the others wait and join as
     images finish. record_top1 / record_distortion / record_w1 / w1_draws: as ``generate``, for
     every image. progress: True for a tqdm bar counting finished images, or an object whose
-    ``update(1)`` is called as each image finishes (a bar of the caller's), or False."""
+    ``update(1)`` is called as each image finishes (a bar of the caller's), or False.
+    on_result: called as ``on_result(request index, result)`` as each image finishes (e.g. to
+    write it to disk at once: ``gsd_lab.experiments.stream``)."""
     requests = list(requests)
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
@@ -177,6 +182,8 @@ def generate_batch(
             if image.loop.done >= image.loop.num_tokens:
                 runner.remove(image.sequence)
                 results[image.index] = _result(image)
+                if on_result is not None:
+                    on_result(image.index, results[image.index])
                 if bar is not None:
                     bar.update(1)
             else:

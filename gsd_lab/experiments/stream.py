@@ -20,6 +20,16 @@ stopped early has every configuration on its first prompts; process r of N
 than 0 exit when their items are done, rank 0 then waits for the result files of the others
 and writes the tables (torchrun stops every process when one fails).
 
+Batches: with ``batch_size`` B > 1 (``figures --paper --batch-size``; default per device,
+``gsd_lab.models.batched.default_batch_size``) a rank decodes its unfinished items B per
+forward through ``gsd_lab.decode.batch.generate_batch``, in the same order, in chunks of
+``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per forward), writing each
+result file as its image finishes. Every image's tokens, NFE and accepted counts are those of
+B = 1 (its generator is seeded the same; ``tests/lab/test_batched_streams.py``), the exact
+distortion and top-1 vectors agree within 1e-12 (the batched forward may round the last bit),
+``wall_seconds`` / ``model_seconds`` are the image's share of its batch's. The batch size is not
+part of a run's identity: a run started at one batch size resumes at another.
+
 Memory: the tables hold, per row, the scalars of a ``GenerationRecord`` (no tokens, images or
 top-1 vectors; 365 bytes each, measured: 12.3 MB for 21 x 1,600); tokens are read back, and
 decoded to pixels, only for the detail analyses, which use at most ``FigureSizes.detail_images``
@@ -32,7 +42,7 @@ import contextlib
 import hashlib
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -54,6 +64,7 @@ from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
 from ..accounting.transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
+from ..decode.loop import DecodeResult
 from ..decode.methods import DecodingMethod, ResolvedMethod
 from .runs import (
     FilterSettings,
@@ -69,6 +80,7 @@ from .runs import (
 )
 
 STREAM_DIR = "decoding"
+CHUNK_BATCHES = 16  # batched runs: the items given to one generate_batch call, in batches
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,10 @@ class StreamedRunCache(RunCache):
         progress: bool = True,
         bootstrap_resamples: int = 2000,
         w1_draws: int | None = DEFAULT_DRAWS,
+        batch_size: int = 1,
     ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         super().__init__(
             model,
             prompts,
@@ -135,6 +150,8 @@ class StreamedRunCache(RunCache):
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
+        self.batch_size = batch_size
+        self._left = 0.0
         self.configurations: list[Configuration] = []
         self.items: list[tuple[int, Configuration, int]] = []
         self._runs: dict[tuple[Configuration, int], Run] = {}
@@ -212,7 +229,8 @@ class StreamedRunCache(RunCache):
 
     def run(self) -> int:
         """Decode this rank's unfinished items, writing each result as it is done;
-        returns how many."""
+        returns how many. ``batch_size`` > 1: ``batch_size`` images per forward
+        (``_run_batched``)."""
         mine = [
             self.items[i]
             for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)
@@ -225,30 +243,101 @@ class StreamedRunCache(RunCache):
             desc=f"figures --paper, rank {self.context.rank} of {self.context.world_size} "
             "(decoded images)",
         )
-        left = sum(self.estimated_forwards(config) for _, config, _ in todo)
+        self._left = sum(self.estimated_forwards(config) for _, config, _ in todo)
         if self.show_progress:
             print(
                 progress.line(
                     f"{len(self.configurations)} configurations x {len(self.prompts)} prompts; "
-                    f"about {left:,.0f} forwards to go"
+                    f"about {self._left:,.0f} forwards to go"
+                    + (f"; {self.batch_size} images per forward" if self.batch_size > 1 else "")
                 ),
                 flush=True,
             )
+        if self.batch_size > 1:
+            self._run_batched(todo, progress)
+            return len(todo)
         for index, config, seed in todo:
-            row = self._decode(index, config, seed)
-            write_result(
-                self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
-            )
-            self._done.add((index, config, seed))
-            left -= self.estimated_forwards(config)
-            self._nfe[config].append(row["nfe"])
-            progress.advance(
-                work=row["nfe"],
-                remaining_work=max(left, 0.0),
-                note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, "
-                f"prompt {index}",
-            )
+            result, image = self._decode(index, config, seed)
+            self._finish((index, config, seed), result, image, progress)
         return len(todo)
+
+    def _finish(
+        self,
+        item: tuple[int, Configuration, int],
+        result: DecodeResult,
+        image: np.ndarray | None,
+        progress: ProgressLog,
+    ) -> None:
+        """Write ``item``'s result file (its row, ``_row``) and count it as done."""
+        index, config, seed = item
+        row = self._row(index, config, seed, result, image)
+        write_result(
+            self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
+        )
+        self._done.add(item)
+        self._left -= self.estimated_forwards(config)
+        self._nfe[config].append(row["nfe"])
+        progress.advance(
+            work=row["nfe"],
+            remaining_work=max(self._left, 0.0),
+            note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}",
+        )
+
+    def _run_batched(
+        self, todo: list[tuple[int, Configuration, int]], progress: ProgressLog
+    ) -> None:
+        """Decode ``todo`` in its order, ``batch_size`` images per forward through
+        ``generate_batch``, each result file written as its image finishes (``on_result``).
+
+        The items go in chunks of ``CHUNK_BATCHES * batch_size`` (bounded host memory: one
+        chunk's requests and results; a crash loses at most one chunk's unwritten images).
+        Within a chunk the items are split by guidance (the adapter's CFG setting is one for
+        every image of a forward) and decoded as one continuous batch each (an image that
+        finishes is replaced by the next waiting). top-1 vectors are recorded for a whole group
+        when any of its configurations wants them (AR) and kept in those rows only: recording
+        them draws nothing, so every image's tokens and NFE are those of batch size 1."""
+        from ..decode.batch import DecodeRequest, generate_batch
+
+        chunk = CHUNK_BATCHES * self.batch_size
+        for start in range(0, len(todo), chunk):
+            part = todo[start : start + chunk]
+            for guided in (True, False):
+                group = [item for item in part if item[1].guided == guided]
+                if not group:
+                    continue
+                with self._guidance(group[0][1]):
+                    requests = []
+                    for index, config, seed in group:
+                        prompt_ids, uncond_ids = self.model.encode(self.prompts[index])
+                        gseed = generator_seed(seed + config.spec.seed_offset, index)
+                        generator = torch.Generator(device=self.model.adapter.device)
+                        requests.append(
+                            DecodeRequest(
+                                prompt_ids,
+                                self._rule(config.spec),
+                                self.model.num_tokens,
+                                generator.manual_seed(gseed),
+                                uncond_ids,
+                            )
+                        )
+
+                    def write(position: int, result: DecodeResult, group=group) -> None:
+                        item = group[position]
+                        if not self._records_top1(item[1]):
+                            result = replace(result, top1=None)
+                        image = self.model.decode(result.tokens) if self.model.decode else None
+                        self._finish(item, result, image, progress)
+
+                    generate_batch(
+                        self.model.adapter,
+                        requests,
+                        batch_size=self.batch_size,
+                        record_top1=any(self._records_top1(c) for _, c, _ in group),
+                        record_distortion=self.record_distortion,
+                        record_w1=self.record_w1,
+                        w1_draws=self.w1_draws,
+                        on_result=write,
+                    )
 
     def wait(self, *, poll_seconds: float = 10.0, timeout: float | None = None) -> None:
         """Rank 0: return when every item has its result file (the other ranks' included)."""
@@ -291,12 +380,15 @@ class StreamedRunCache(RunCache):
             )
         return self._rules[spec.key]
 
-    def _decode(self, index: int, config: Configuration, seed: int) -> dict[str, Any]:
+    def _decode(
+        self, index: int, config: Configuration, seed: int
+    ) -> tuple[DecodeResult, np.ndarray | None]:
+        """One item decoded alone (``generate_one``): its result and image."""
         spec, prompt = config.spec, self.prompts[index]
         resolved = self._rule(spec)
         gseed = generator_seed(seed + spec.seed_offset, index)
         with self._guidance(config):
-            result, image = generate_one(
+            return generate_one(
                 self.model,
                 resolved,
                 prompt,
@@ -306,6 +398,18 @@ class StreamedRunCache(RunCache):
                 record_w1=self.record_w1,
                 w1_draws=self.w1_draws,
             )
+
+    def _row(
+        self,
+        index: int,
+        config: Configuration,
+        seed: int,
+        result: DecodeResult,
+        image: np.ndarray | None,
+    ) -> dict[str, Any]:
+        """The result file's content for ``item`` decoded as ``result`` (its image ``image``)."""
+        spec, prompt = config.spec, self.prompts[index]
+        gseed = generator_seed(seed + spec.seed_offset, index)
         row: dict[str, Any] = {
             "label": spec.label,
             "generator_seed": gseed,

@@ -57,6 +57,27 @@ from torch import Tensor
 
 from .adapter import CausalLMAdapter
 
+CPU_BATCH_SIZE = 1
+CUDA_BATCH_SIZE = 8
+
+
+def default_batch_size(device: torch.device | str) -> int:
+    """Images per forward when the user does not say (``figures``, ``evaluate``, the CLI):
+    ``CUDA_BATCH_SIZE`` (8) on a GPU, ``CPU_BATCH_SIZE`` (1) elsewhere.
+
+    Why: on a GPU a 7B forward at batch 1 is bound by reading the weights, so 8 images cost
+    little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
+    forward; the target is at most 0.3x batch 1's at batch 8); on a CPU the float64 stand-in's
+    forward is compute-bound and the per-image work (processing, verify, the exact accounting)
+    is not shared, and the streamed figures run measured no faster batched on 2 cores
+    (``benchmarks/batched_decoding.py``, ``benchmarks/results/batched_streams_standin.txt``),
+    while batch 1 keeps the papers' latency setting (wall times per image, not shares).
+    Tokens and NFE do not depend on it (``gsd_lab.decode.batch``)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return CUDA_BATCH_SIZE
+    return CPU_BATCH_SIZE
+
 
 @dataclass
 class _Row:

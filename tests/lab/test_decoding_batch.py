@@ -356,7 +356,7 @@ def test_figures_batch_size_flag_is_checked(capsys, tmp_path):
     from gsd_lab.cli import main
 
     for argv, message in ((["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-                          (["--batch-size", "4", "--paper"], "not supported with --paper")):
+                          (["--batch-size", "-4", "--paper"], "--batch-size must be >= 1, got -4")):
         with pytest.raises(SystemExit) as caught:
             main(["figures", "--model", "tiny-random", "--out", str(tmp_path / "f"), *argv])
         assert caught.value.code == 2 and message in capsys.readouterr().err

@@ -24,6 +24,16 @@ next runs. Steps, in order:
   (back-to-back replays: device time), ``forward_ms`` (the engine's forward with its host path),
   graphs of model + processing and of the model alone, static-eager and eager; the window replay
   over ``limit_ms`` (target: <= 2);
+- ``batch``: images decoded together, on both runners of ``gsd_lab.decode.batch.generate_batch``:
+  "eager" (``gsd_lab.models.batched.BatchRunner``, dynamic cache) and "static"
+  (``gsd_lab.models.static_batched.StaticBatchRunner``, the graphs per (rows, width, length)):
+  per-forward ms for 1 and ``BATCH`` (8) images (CFG pairs: 2 and 16 model rows) at widths 1
+  and 16, at the first and last position, each image's share (``per_image_ms``) and
+  ``per_image_ratio`` = the batch's per-image ms over batch 1's (target on a GPU: <= 0.3 for the
+  window at the last position, each runner its pass flag; the weight reads are shared, the
+  cache reads are not); ``tv_max_vs_eager_batch1``: the last image's window rows on each
+  runner and batch against the eager runner at batch 1 (bf16: rounding only); tiny: batch 3,
+  only that it runs;
 - ``kernels``: a profile of one window forward of the eager adapter and of static-eager (the
   kernels each launches) and of one replay: counts, device time, the top kernels;
 - ``decode_equality``: AR / SJD / GSD (G = 14, the released filters) through ``generate`` over
@@ -70,6 +80,8 @@ from gsd_lab.models.lumina_mgpt import (
 from gsd_lab.models.static import StaticEngine
 
 TV_TOLERANCE = 0.02  # static-eager against eager, bf16 (module docstring)
+BATCH = 8  # the batch of the ``batch`` step (tiny: 3)
+BATCH_TARGET = 0.3  # per-image time per forward at BATCH over batch 1's, on a GPU
 W = 16  # the window forward's width (15 drafts + 1)
 
 
@@ -333,6 +345,82 @@ class Check:
             self.passes["window_within_2x_limit"] = out["window_over_limit"] <= 2
         self.emit("speed", limit_ms=round(self.limit_ms, 3), **out)
 
+    def batch(self) -> None:
+        from gsd_lab.models.batched import BatchRunner, ForwardCall
+        from gsd_lab.models.static_batched import StaticBatchRunner
+
+        size = 3 if self.tiny else BATCH
+        repeats = self.repeats if self.tiny else 10
+        out: dict[str, Any] = {"batch": size}
+        P = self.prompt.numel()
+        tokens = self.layout.num_image_tokens
+        for context in (self.positions[0], self.positions[-1]):
+            window = self.image[context - P : context - P + W]
+            probs: dict[str, torch.Tensor] = {}
+            for kind in ("eager", "static"):
+                for images in (1, size):
+                    if kind == "eager":
+                        runner: Any = BatchRunner(self.adapter)
+                    else:
+                        runner = StaticBatchRunner(
+                            self.adapter,
+                            images=images,
+                            new_tokens=tokens + 1,
+                            window=W - 1,
+                            max_prompt=P,
+                            capture=self.capture,
+                            length_step=self.length_step,
+                        )
+                    sequences = [runner.add(self.prompt) for _ in range(images)]
+                    prefill = torch.cat([self.prompt, self.image[: context - P]])
+                    runner.forward([ForwardCall(s, prefill, 1) for s in sequences])
+                    for width in (1, W):
+                        ids = window[:width]
+
+                        def forward(
+                            runner: Any = runner,
+                            sequences: list[Any] = sequences,
+                            ids: torch.Tensor = ids,
+                            context: int = context,
+                        ) -> list[Any]:
+                            got = runner.forward(
+                                [ForwardCall(s, ids, ids.numel()) for s in sequences]
+                            )
+                            for sequence in sequences:
+                                sequence.crop(context)
+                            return got
+
+                        name = f"{kind}_batch{images}"
+                        ms = self.mean_ms(forward, repeats)
+                        out[f"{name}_forward_ms_{width}_at_{context}"] = ms
+                        out[f"{name}_per_image_ms_{width}_at_{context}"] = round(ms / images, 3)
+                    probs[name] = forward()[-1]  # the last image's window rows
+                    del runner, sequences
+                    if self.cuda:
+                        torch.cuda.empty_cache()
+                for width in (1, W):
+                    one = out[f"{kind}_batch1_per_image_ms_{width}_at_{context}"]
+                    many = out[f"{kind}_batch{size}_per_image_ms_{width}_at_{context}"]
+                    out[f"{kind}_per_image_ratio_{width}_at_{context}"] = round(many / one, 3)
+            reference = probs["eager_batch1"]
+            out[f"tv_max_vs_eager_batch1_at_{context}"] = {
+                name: round(float(0.5 * (p - reference).abs().sum(-1).max()), 6)
+                for name, p in probs.items()
+            }
+        last = self.positions[-1]
+        for kind in ("eager", "static"):
+            out[f"{kind}_per_image_over_limit"] = round(
+                out[f"{kind}_batch{size}_per_image_ms_{W}_at_{last}"] / self.limit_ms, 3
+            )
+            if self.cuda:  # the claim is the GPU's: on a CPU the forward is compute-bound
+                self.passes[f"{kind}_batch{size}_per_image_within_{BATCH_TARGET}x"] = (
+                    out[f"{kind}_per_image_ratio_{W}_at_{last}"] <= BATCH_TARGET
+                )
+        out["peak_gb"] = (
+            round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2) if self.cuda else None
+        )
+        self.emit("batch", target=BATCH_TARGET, **out)
+
     def kernels(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
@@ -489,6 +577,7 @@ class Check:
         self.guarded("limit", self.limit)
         self.guarded("correctness", self.correctness, 60 * big)
         self.guarded("speed", self.speed, 50 * big)
+        self.guarded("batch", self.batch, 45 * big)
         self.guarded("kernels", self.kernels, 15 * big)
         self.guarded("decode_equality", self.decode_equality, 60 * big)
         self.guarded("decode_image", self.decode_image, 70 * big)

@@ -180,7 +180,7 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="images decoded together, one forward per step for all; the same tokens and NFE, "
         "wall times become each image's share (default: per device, 1 on a CPU, 8 on a GPU: "
-        "gsd_lab.models.batched.default_batch_size; 1 with --runner static)",
+        "gsd_lab.models.batched.default_batch_size)",
     )
 
 
@@ -622,8 +622,6 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command in ("figures", "evaluate"):
         if args.batch_size is not None and args.batch_size < 1:
             fail(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.command == "evaluate" and (args.batch_size or 1) > 1 and args.runner == "static":
-            fail("--batch-size > 1 needs --runner eager (the static engine decodes one image)")
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -895,8 +893,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     image_dir = args.out / "images"
 
     batch_size = args.batch_size
-    if batch_size is None:  # the static engine decodes one image at a time
-        batch_size = 1 if args.runner == "static" else default_batch_size(context.device)
+    if batch_size is None:
+        batch_size = default_batch_size(context.device)
 
     def row_of(index: int, prompt: str, result: Any, image: Any) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -935,7 +933,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             image = model.decode(result.tokens) if model.decode is not None else None
             write(index, row_of(index, prompt, result, image))
 
-        generate_batch(model.adapter, requests, batch_size=batch_size, on_result=finished)
+        generate_batch(
+            model.adapter, requests, batch_size=batch_size, on_result=finished, runner=args.runner
+        )
 
     identity = run_identity(args, model, spec)
     config = {

@@ -27,7 +27,10 @@ GSD, LANTERN, coupled drafts, the release preset); windows and prompt lengths ma
 Timing: per step, the wall time (minus the exact-distortion accounting) and the model's time
 are split equally between the images in the step, so each ``DecodeResult.wall_seconds`` is its
 share and their sum is the batch's decoding time; ``accounting_seconds`` is the image's own.
-The eager adapter only (``StaticEngine`` is batch size 1). A non-finite distribution raises
+Forwards on the eager adapter (``runner="eager"``: ``BatchRunner``) or on a static cache
+(``runner="static"``: ``gsd_lab.models.static_batched.StaticBatchRunner``, per-row lengths, CUDA
+graphs per (rows, width, length) on a GPU; each image then gets the tokens and NFE of
+``generate(..., runner="static")``). A non-finite distribution raises
 ``FloatingPointError`` for the whole call, naming the image's forward and positions. Used by
 ``figures`` (``RunCache``), ``figures --paper`` (``experiments.stream``) and ``evaluate``
 (``on_result`` writes each image's result file as it finishes).
@@ -92,6 +95,7 @@ def generate_batch(
     w1_draws: int | None = DEFAULT_DRAWS,
     progress: Any = False,
     on_result: Callable[[int, DecodeResult], None] | None = None,
+    runner: str = "eager",
 ) -> list[DecodeResult]:
     """Decode every request (module docstring); returns their ``DecodeResult``s in order. A
     ``DecodingMethod`` is resolved once for all the requests naming it (``generate`` resolves
@@ -102,7 +106,9 @@ def generate_batch(
     every image. progress: True for a tqdm bar counting finished images, or an object whose
     ``update(1)`` is called as each image finishes (a bar of the caller's), or False.
     on_result: called as ``on_result(request index, result)`` as each image finishes (e.g. to
-    write it to disk at once: ``gsd_lab.experiments.stream``)."""
+    write it to disk at once: ``gsd_lab.experiments.stream``). runner: "eager" (``BatchRunner``,
+    a dynamic cache) or "static" (``gsd_lab.models.static_batched.StaticBatchRunner``: a static
+    cache, CUDA graphs per (rows, width, length) on a GPU, static-eager on a CPU)."""
     requests = list(requests)
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
@@ -138,7 +144,7 @@ def generate_batch(
             "and an adapter whose code_content() gives its codes' decoded content"
         )
     limit = len(requests) if batch_size is None else batch_size
-    runner = BatchRunner(adapter)
+    runner = _batch_runner(adapter, runner, requests, resolved, limit)
     waiting = deque(range(len(requests)))
     active: list[_Image] = []
     results: list[DecodeResult | None] = [None] * len(requests)
@@ -192,6 +198,34 @@ def generate_batch(
     if progress is True:
         bar.close()
     return results
+
+
+def _batch_runner(
+    adapter: CausalLMAdapter,
+    kind: str,
+    requests: list[DecodeRequest],
+    resolved: list[ResolvedMethod],
+    images: int,
+) -> BatchRunner:
+    """The batched forwards ``runner`` names: "eager" or "static" (sized for these requests:
+    their longest prompt row as ``adapter.start`` completes it, tokens and window)."""
+    if kind == "eager":
+        return BatchRunner(adapter)
+    if kind != "static":
+        raise ValueError(f"unknown runner {kind!r}; expected 'eager' or 'static'")
+    from ..models.static_batched import StaticBatchRunner
+
+    longest = 1
+    for request in requests:
+        adapter.start(request.prompt_ids, request.uncond_prompt_ids)
+        longest = max(longest, int(adapter._prompt_mask.sum(1).max()))
+    return StaticBatchRunner(
+        adapter,
+        images=max(1, min(images, len(requests))),
+        new_tokens=max((r.num_tokens for r in requests), default=1),
+        window=max((max_window(m.method) for m in resolved), default=0),
+        max_prompt=longest,
+    )
 
 
 def _start(

@@ -3,7 +3,8 @@
 - ``adapter``: ``CausalLMAdapter``, what ``generate`` needs from a model (processed rows p);
 - ``float64``: float64 forwards for exact tests; ``static``: the static-cache runner;
 - ``batched``: ``BatchRunner``, several images per forward (per-row cache lengths), and
-  ``default_batch_size(device)``, the batch size when none is given;
+  ``default_batch_size(device)``, the batch size when none is given; ``static_batched``:
+  ``StaticBatchRunner``, the same on a static cache (per-row lengths, graphs per shape);
 - ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``, ``lumina_tiny``): Lumina-mGPT;
   ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights.
 

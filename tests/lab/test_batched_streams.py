@@ -170,6 +170,11 @@ def test_cli_evaluate_batched_gives_the_rows_of_batch_1_and_resumes(tmp_path, ca
     resumed = _evaluate(tmp_path / "three", prompts, "--batch-size", "2")
     assert resumed[4]["tokens"] == single[4]["tokens"]
     assert (tmp_path / "three" / "results" / "000000.json").stat().st_mtime_ns == stamp
+    # The static runner batches too (StaticBatchRunner): the rows of the static path alone.
+    static = _evaluate(tmp_path / "static1", prompts, "--batch-size", "1", "--runner", "static")
+    static3 = _evaluate(tmp_path / "static3", prompts, "--batch-size", "3", "--runner", "static")
+    assert [static3[i]["tokens"] for i in range(7)] == [static[i]["tokens"] for i in range(7)]
+    assert [static3[i]["nfe"] for i in range(7)] == [static[i]["nfe"] for i in range(7)]
     # The default on the CPU is batch size 1.
     default = _evaluate(tmp_path / "default", prompts)
     assert [default[i]["tokens"] for i in range(7)] == [single[i]["tokens"] for i in range(7)]
@@ -184,7 +189,6 @@ def test_cli_batch_size_checks(capsys, tmp_path):
     base = ["evaluate", "--model", "tiny-random", "--prompts", str(prompts), "--out", str(tmp_path / "r")]
     for argv, message in (
         ([*base, "--batch-size", "0"], "--batch-size must be >= 1"),
-        ([*base, "--batch-size", "2", "--runner", "static"], "--batch-size > 1 needs --runner eager"),
         (["figures", "--batch-size", "-1", "--out", str(tmp_path / "f")], "--batch-size must be >= 1"),
     ):
         with pytest.raises(SystemExit) as exit_info:

@@ -22,6 +22,7 @@ STEPS = [
     "correctness",
     "correctness",
     "speed",
+    "batch",
     "kernels",
     "decode_equality",
     "decode_image",
@@ -66,6 +67,15 @@ def test_tiny_dry_run_writes_one_line_per_step(tmp_path):
         for w in (1, 16)
         for c in (build["positions"][0], build["positions"][-1])
     )
+    batch = next(line for line in lines if line["step"] == "batch")
+    assert batch["batch"] == 3 and batch["target"] == 0.3
+    for c in (build["positions"][0], build["positions"][-1]):
+        for kind in ("eager", "static"):
+            for w in (1, 16):
+                assert batch[f"{kind}_batch3_forward_ms_{w}_at_{c}"] > 0
+                assert batch[f"{kind}_per_image_ratio_{w}_at_{c}"] > 0
+        # float32 tiny model: every runner and batch gives the eager batch-1 rows to rounding
+        assert max(batch[f"tv_max_vs_eager_batch1_at_{c}"].values()) < 1e-4
     kernels = next(line for line in lines if line["step"] == "kernels")
     assert kernels["static_eager"]["count"] > 100 and kernels["eager"]["count"] > 100
     decode = next(line for line in lines if line["step"] == "decode_equality")

@@ -39,6 +39,15 @@ rows: "paper" records the exact TV and W1 per token (as ``figures --paper``), "e
 nothing (as ``evaluate``, whose rows are NFE, acceptance and tokens). "same" compares every
 result file's tokens and NFE with batch 1's.
 
+Measured 2026-12-01 (``--stream --images 8 --batch 8``: 24 images per run, AR / SJD / GSD G=10,
+1 thread, 2 CPU cores shared with four other jobs, load average 9-12; saved in
+``benchmarks/results/batched_streams_standin.txt``): "paper" 0.043 -> 0.056 images/s (1.30x),
+"evaluate" 0.109 -> 0.147 (1.34x), every result file's tokens and NFE those of batch 1. The
+exact accounting, whose work batching does not change, took 133 s at batch 1 and 91 s at batch
+8: the batched run saw less load, so part of the gain is noise; on these cores the streamed
+runs are at best ~1.3x faster batched, far from the issue's 1.8x (``default_batch_size``
+keeps 1 on a CPU).
+
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]
                                           [--stream]

@@ -39,14 +39,16 @@ rows: "paper" records the exact TV and W1 per token (as ``figures --paper``), "e
 nothing (as ``evaluate``, whose rows are NFE, acceptance and tokens). "same" compares every
 result file's tokens and NFE with batch 1's.
 
-Measured 2026-12-01 (``--stream --images 8 --batch 8``: 24 images per run, AR / SJD / GSD G=10,
-1 thread, 2 CPU cores shared with four other jobs, load average 9-12; saved in
-``benchmarks/results/batched_streams_standin.txt``): "paper" 0.043 -> 0.056 images/s (1.30x),
-"evaluate" 0.109 -> 0.147 (1.34x), every result file's tokens and NFE those of batch 1. The
-exact accounting, whose work batching does not change, took 133 s at batch 1 and 91 s at batch
-8: the batched run saw less load, so part of the gain is noise; on these cores the streamed
-runs are at best ~1.3x faster batched, far from the issue's 1.8x (``default_batch_size``
-keeps 1 on a CPU).
+Measured 2026-12-01 (``--stream``, AR / SJD / GSD G=10, 1 thread, 2 CPU cores shared with four
+other jobs, load average 9-12; saved in ``benchmarks/results/batched_streams_standin.txt``):
+``--images 8 --batch 8`` (24 images per run): "paper" 0.043 -> 0.056 images/s (1.30x),
+"evaluate" 0.109 -> 0.147 (1.34x); ``--images 4 --batch 4`` (12 images): 1.33x and 1.45x; every
+result file's tokens and NFE those of batch 1. The exact accounting, whose work batching does
+not change, took 133 s against 91 s (35 s against 21 s) at batch 1 against batch B: either the
+batched runs saw less load or the accounting runs faster between batched forwards (not
+separated here), so part of the "paper" gain may be noise. On these cores the streamed runs
+are about 1.3-1.45x faster batched, short of the issue's 1.8x (``default_batch_size`` keeps
+1 on a CPU).
 
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]

@@ -69,8 +69,8 @@ def default_batch_size(device: torch.device | str) -> int:
     little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
     forward; the target is at most 0.3x batch 1's at batch 8); on a CPU the float64 stand-in's
     forward is compute-bound and the per-image work (processing, verify, the exact accounting)
-    is not shared: on 2 shared cores the streamed runs gained 1.3-1.45x at batch 4-8, partly
-    load noise (``benchmarks/batched_decoding.py --stream``,
+    is not shared: on 2 shared cores the streamed runs gained 1.3-1.45x at batch 4-8 (maybe
+    partly load noise; ``benchmarks/batched_decoding.py --stream``,
     ``benchmarks/results/batched_streams_standin.txt``), and batch 1 keeps the papers' latency
     setting (each image's own wall time, not a share of its batch's), which the figures' wall-
     clock columns report.

@@ -1,15 +1,22 @@
 """Time of one ``python -m gsd_lab generate`` call on the stand-in, and where it goes.
 
-    PYTHONPATH=. python benchmarks/cli_generate.py [--calls 3] [--threads 2]
+    PYTHONPATH=. python benchmarks/cli_generate.py [--calls 5] [--threads 1] [--out FILE]
 
-1. ``--calls`` fresh processes of ``python -m gsd_lab generate --method gsd --group-size 25
-   --class brick --json`` (the issue's command), wall time of each (the target: <= 4 s per call
-   on 2 cores); their tokens must all be the same.
-2. In one process, the stages timed with ``time.perf_counter``: imports, loading the stand-in,
-   ``DecodingMethod.resolve`` with the distance-filter quantile stored in the weights' manifest
-   (a digest check), the same resolve recomputing it (the path before it was stored), and the
-   decode; the tokens of the decode with either resolve (must be equal).
-Prints one line per measurement; numbers are not asserted (they depend on the machine's load).
+Three measurements, each ``--calls`` fresh processes (a process's imports are its own), reported
+as min and median of wall time and of CPU time (user + system; on a machine shared with other
+work the CPU time says more than the wall time, which includes waiting for a core):
+
+1. the floor: ``python -c "import torch"``;
+2. the issue's command, ``python -m gsd_lab generate --method gsd --group-size 25 --class brick
+   --json`` (target: <= 4 s per call); its tokens and NFE must be the same in every call;
+3. the same work in stages, timed inside a fresh process (``--child``): import torch, import the
+   gsd_lab modules ``generate`` runs, import the ``transformers`` Llama modelling stack, load the
+   stand-in, ``resolve_for`` (the distance-filter quantile read from the weights' manifest), the
+   decode; the decode's tokens must equal the CLI's.
+
+Prints one table (the parts side by side with the total) and writes it to ``--out``
+(default ``benchmarks/results/cli_generate.txt``). Numbers are not asserted (they depend on the
+machine and its load).
 """
 
 from __future__ import annotations
@@ -17,73 +24,156 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ["-m", "gsd_lab", "generate", "--method", "gsd", "--group-size", "25", "--class", "brick",
-           "--json"]
+COMMAND = [
+    "-m",
+    "gsd_lab",
+    "generate",
+    "--method",
+    "gsd",
+    "--group-size",
+    "25",
+    "--class",
+    "brick",
+    "--json",
+]
+STAGES = (
+    "import torch",
+    "import gsd_lab (generate's modules)",
+    "import transformers Llama",
+    "load the stand-in",
+    "resolve (stored quantile)",
+    "decode",
+)
 
 
-def cli_calls(calls: int, threads: int) -> list[list[int]]:
+def _env(threads: int) -> dict[str, str]:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads)}
-    tokens = []
-    for i in range(calls):
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, *COMMAND], env=env, cwd=ROOT, capture_output=True,
-                              check=False, text=True, timeout=600)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-3000:])
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-        tokens.append(report["tokens"])
-        print(f"call {i}: {wall:.2f} s wall (decode {report['wall_seconds']:.2f} s, "
-              f"nfe {report['nfe']})", flush=True)
-    print(f"same tokens in every call: {all(t == tokens[0] for t in tokens)}")
-    return tokens
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
 
 
-def stages(threads: int) -> None:
-    start = time.perf_counter()
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_process(args: list[str], threads: int) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one fresh Python process."""
+    cpu, start = _children_cpu(), time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, *args],
+        env=_env(threads),
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=900,
+    )
+    wall, cpu = time.perf_counter() - start, _children_cpu() - cpu
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return wall, cpu, done.stdout
+
+
+def child(threads: int) -> None:
+    """The stages of one ``generate`` call, timed in this (fresh) process; one JSON line."""
+    timings: dict[str, list[float]] = {}
+    wall, cpu = time.perf_counter(), time.process_time()
+
+    def mark(stage: str) -> None:
+        nonlocal wall, cpu
+        now_wall, now_cpu = time.perf_counter(), time.process_time()
+        timings[stage] = [now_wall - wall, now_cpu - cpu]
+        wall, cpu = now_wall, now_cpu
+
     import torch
 
+    mark(STAGES[0])
+    import gsd_lab.cli  # noqa: F401
+    from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.experiments.image_model import load_image_model
     from gsd_lab.experiments.runs import generate_one, resolve_for
-    from gsd_lab.decode.methods import DecodingMethod
 
+    mark(STAGES[1])
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+    mark(STAGES[2])
     torch.set_num_threads(threads)
-    print(f"imports: {time.perf_counter() - start:.2f} s")
-    start = time.perf_counter()
     model = load_image_model("standin")
-    print(f"load the stand-in: {time.perf_counter() - start:.2f} s")
-    method = DecodingMethod("gsd", clusters="dynamic", group_size=25)
-    timed = {}
-    for label in ("stored quantile", "recomputed quantile"):
-        if label == "recomputed quantile":
-            model.adapter.distance_quantiles = []
-        start = time.perf_counter()
-        resolved = resolve_for(model, method)
-        timed[label] = time.perf_counter() - start
-        start = time.perf_counter()
-        result, _ = generate_one(model, resolved, "brick", 0)
-        decode = time.perf_counter() - start
-        print(f"resolve ({label}): {timed[label]:.2f} s; decode {decode:.2f} s, nfe {result.nfe}",
-              flush=True)
-        timed[label + " tokens"] = result.tokens.tolist()
-    same = timed["stored quantile tokens"] == timed["recomputed quantile tokens"]
-    print(f"same tokens with the stored and the recomputed quantile: {same}")
+    mark(STAGES[3])
+    resolved = resolve_for(
+        model, DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("standin")
+    )
+    mark(STAGES[4])
+    result, _ = generate_one(model, resolved, "brick", 0, progress=False)
+    mark(STAGES[5])
+    print(json.dumps({"timings": timings, "tokens": result.tokens.tolist(), "nfe": result.nfe}))
+
+
+def _row(label: str, walls: list[float], cpus: list[float] | None = None) -> str:
+    cpu = f"{min(cpus):8.2f} {statistics.median(cpus):8.2f}" if cpus else ""
+    return f"{label:42s} {min(walls):8.2f} {statistics.median(walls):8.2f} {cpu}".rstrip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="the CLI's default for the stand-in")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cli_generate.txt")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cli_calls(args.calls, args.threads)
-    stages(args.threads)
+    if args.child:
+        child(args.threads)
+        return
+    floor = [_timed_process(["-c", "import torch"], args.threads)[:2] for _ in range(args.calls)]
+    calls, reports = [], []
+    for _ in range(args.calls):
+        wall, cpu, out = _timed_process(COMMAND + ["--threads", str(args.threads)], args.threads)
+        calls.append((wall, cpu))
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    staged = []
+    for _ in range(args.calls):
+        wall, cpu, out = _timed_process(
+            [__file__, "--child", "--threads", str(args.threads)], args.threads
+        )
+        staged.append({**json.loads(out.strip().splitlines()[-1]), "total": [wall, cpu]})
+    same = all(
+        (r["tokens"], r["nfe"]) == (reports[0]["tokens"], reports[0]["nfe"])
+        for r in reports + staged
+    )
+    header = (
+        f"{' '.join(['python', *COMMAND])} --threads {args.threads}: {args.calls} fresh processes "
+        f"per row; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs usable, "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
+    )
+    lines = [
+        header,
+        f"{'seconds':42s} {'wall min':>8s} {'wall med':>8s} {'cpu min':>8s} {'cpu med':>8s}",
+        _row('floor: python -c "import torch"', *zip(*floor)),
+        _row("the CLI call (total)", *zip(*calls)),
+        _row("  its decode (the report's wall_seconds)", [r["wall_seconds"] for r in reports]),
+        "in stages (fresh process each):",
+        *(_row("  " + stage, *zip(*[s["timings"][stage] for s in staged])) for stage in STAGES),
+        _row("  process total (incl. interpreter start)", *zip(*[s["total"] for s in staged])),
+        f"nfe {reports[0]['nfe']}; the same tokens and NFE in every call and staged run: {same}",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -137,7 +137,11 @@ def load_standin(
     both naming the file.
     """
     directory = Path(weights_dir) if weights_dir is not None else WEIGHTS_DIR
-    model, layout, cfg = load_ar_model(directory)
+    if compute_dtype is None:
+        compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
+    if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
+        raise ValueError(f"compute_dtype must be a floating torch.dtype, got {compute_dtype!r}")
+    model, layout, cfg = load_ar_model(directory, dtype=compute_dtype)  # widened once, here
     tokenizer = load_tokenizer(directory)
     if tokenizer.codebook_size != layout.codebook_size:
         raise ValueError(
@@ -145,8 +149,6 @@ def load_standin(
             f"{layout.codebook_size} in {directory}"
         )
     names = cfg.get("class_names") or [f"class_{i}" for i in range(layout.num_classes)]
-    if compute_dtype is None:
-        compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
     adapter = StandinAdapter(
         model.to(device),
         layout,

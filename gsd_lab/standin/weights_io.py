@@ -85,9 +85,13 @@ def load_state(path: Path) -> dict[str, torch.Tensor]:
         ) from err
 
 
-def load_into(module: nn.Module, path: Path) -> nn.Module:
+def load_into(
+    module: nn.Module, path: Path, *, dtype: torch.dtype | None = None, assign: bool = False
+) -> nn.Module:
     """Load a safetensors file into ``module``, checking keys and shapes; stored tensors are
-    cast to the module's dtypes (float16 storage widens exactly)."""
+    cast to the module's dtypes (float16 storage widens exactly), floating ones to ``dtype``
+    when given. ``assign``: the loaded tensors replace the module's (no copy into them; for a
+    module built without initialising its parameters, whose every state entry is loaded here)."""
     state = load_state(path)
     own = module.state_dict()
     missing = sorted(set(own) - set(state))
@@ -98,7 +102,11 @@ def load_into(module: nn.Module, path: Path) -> nn.Module:
             f"stand-in weight file {path} does not match the model: missing {missing[:5]}, "
             f"unexpected {unexpected[:5]}, wrong shapes {bad_shapes[:5]}"
         )
-    module.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+    widened = {
+        k: v.to(dtype if dtype is not None and v.is_floating_point() else own[k].dtype)
+        for k, v in state.items()
+    }
+    module.load_state_dict(widened, assign=assign)
     return module
 
 

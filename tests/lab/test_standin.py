@@ -194,3 +194,35 @@ def test_garbage_and_mismatched_weights_name_the_file(tmp_path):
     (directory / "ar_config.json").write_text("{not json")
     with pytest.raises(WeightFileError, match="ar_config.json"):
         load_ar_model(directory)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fast_load_gives_the_tensors_of_init_load_and_cast(dtype):
+    """load_ar_model builds without random init and widens float16 straight to ``dtype``: every
+    parameter and buffer (rotary frequencies included) and the logits equal, bit for bit, those
+    of the plain path (randomly initialised float32 model, load, cast)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gsd_lab.models.float64 import cast_model_float64
+    from gsd_lab.standin.weights_io import load_into, read_json
+
+    config = LlamaConfig.from_dict(read_json(WEIGHTS_DIR / "ar_config.json")["llama"])
+    plain = load_into(LlamaForCausalLM(config), WEIGHTS_DIR / "ar_model.safetensors")
+    plain = (cast_model_float64(plain) if dtype == torch.float64 else plain.to(dtype)).eval()
+    fast, _, _ = load_ar_model(dtype=dtype)
+    expected = dict(plain.named_parameters()) | dict(plain.named_buffers())
+    got = dict(fast.named_parameters()) | dict(fast.named_buffers())
+    assert sorted(got) == sorted(expected)
+    for name, tensor in expected.items():
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+    ids = torch.randint(0, config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(fast(ids).logits, plain(ids).logits)
+        # negative control: one weight off by one float16 step changes the logits
+        fast.lm_head.weight[0, 0] += 2.0**-10
+        assert not torch.equal(fast(ids).logits, plain(ids).logits)
+
+
+def test_load_standin_refuses_a_non_floating_compute_dtype():
+    with pytest.raises(ValueError, match="compute_dtype"):
+        load_standin(compute_dtype=torch.int64)

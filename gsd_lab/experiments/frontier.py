@@ -3,8 +3,8 @@ naive lossy rivals and the optimal lossy rules (issue 30), and the one-step Pare
 sit under.
 
 **Configurations** (``frontier_curves``, one function, so a new rule is one more entry): the
-points MC-SJD (maximal), GSD (G), MC-GSD (G, maximal), Amplify (k = 2), LANTERN (delta = 0.1),
-and the curves of the optimal rules: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``,
+points MC-SJD (maximal), GSD (G), MC-GSD (G, maximal), the naive rivals Amplify (k = 2) and
+LANTERN (delta = 0.1) as asked (``rivals``; the figures leave LANTERN out for time), and the curves of the optimal rules: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``,
 ``DecodingMethod(relaxation_delta=d)``) from SJD (d = 0) with independent drafts and from MC-SJD
 with maximal-coupled drafts, and the certified TV dial (``budget=B``, policy "sure", maximal
 drafts) from MC-SJD (B = 0). Every configuration decodes the same images: the run's prompts x
@@ -100,9 +100,8 @@ def frontier_curves(
     """Every configuration of the frontier, by curve (a point is a curve of one configuration):
     GSD (G), and with ``coupled`` MC-SJD (maximal) and MC-GSD (G, maximal); the naive rivals
     named in ``rivals``: "amplify" (k = 2), "lantern" (delta = 0.1); the TV-optimal relaxation
-    over ``deltas`` from SJD,
-    and with ``coupled`` from MC-SJD with maximal drafts, and the TV dial over ``budgets`` from
-    MC-SJD (B = 0). Empty curves are left out."""
+    over ``deltas`` from SJD, and with ``coupled`` from MC-SJD with maximal drafts, and the TV
+    dial over ``budgets`` from MC-SJD (B = 0). Empty curves are left out."""
     gsd = tables.gsd(group_size)
     curves: dict[str, list[MethodSpec]] = {gsd.label: [gsd]}
     if coupled:

@@ -4,7 +4,8 @@ sit under.
 
 **Configurations** (``frontier_curves``, one function, so a new rule is one more entry): the
 points MC-SJD (maximal), GSD (G), MC-GSD (G, maximal), the naive rivals Amplify (k = 2) and
-LANTERN (delta = 0.1) as asked (``rivals``; the figures leave LANTERN out for time), and the curves of the optimal rules: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``,
+LANTERN (delta = 0.1) as asked (``rivals``; the figures leave LANTERN out for time), and the
+curves of the optimal rules: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``,
 ``DecodingMethod(relaxation_delta=d)``) from SJD (d = 0) with independent drafts and from MC-SJD
 with maximal-coupled drafts, and the certified TV dial (``budget=B``, policy "sure", maximal
 drafts) from MC-SJD (B = 0). Every configuration decodes the same images: the run's prompts x

@@ -20,7 +20,7 @@ import torch
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import findings, ledger, matched, plots, records, tables, toy
+from .experiments import findings, frontier, ledger, matched, plots, records, tables, toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -84,6 +84,17 @@ class FigureSizes:
         2,
     )  # the top-1 statistics: AR on these seeds (those not in seeds: extra)
     replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
+    # The frontier (experiments.frontier): its seeds (() for none; the tables' seeds are read
+    # from their cache), GSD's G, the relaxation's deltas, the TV dial's budgets, whether the
+    # naive rivals ("amplify": k = 2, "lantern": delta = 0.1) and the maximal-coupled curves
+    # are in it. LANTERN is left out by default: about 100 s more (its accounting), over the
+    # frontier's budget of about 12 minutes on the default figures job.
+    frontier_seeds: tuple[int, ...] = (0, 1, 2)
+    frontier_group: int = 50
+    frontier_deltas: tuple[float, ...] = (0.1, 0.3)
+    frontier_budgets: tuple[float, ...] = (8.0, 32.0)
+    frontier_rivals: tuple[str, ...] = ("amplify",)
+    frontier_coupled: bool = True
 
     @classmethod
     def default(cls) -> "FigureSizes":
@@ -108,6 +119,12 @@ class FigureSizes:
             pareto_coupled_groups=(),
             w1_draws=2,
             top1_seeds=(0, 1),
+            frontier_seeds=(0,),  # GSD (G=25) and SJD from the tables, one new relaxation
+            frontier_group=25,
+            frontier_deltas=(0.3,),
+            frontier_budgets=(),
+            frontier_rivals=(),
+            frontier_coupled=False,
         )
 
     @classmethod
@@ -117,9 +134,12 @@ class FigureSizes:
         full 65,536-token vocabulary costs O(V^2 D)) and no second AR seed set (another AR pass
         over every prompt). The detail analyses read back tokens and pixels, so they take a
         bounded number of images: top-1 statistics and AR without guidance on the first 256
-        prompts, the Fig. 4 replacement study on the first 64 AR images."""
+        prompts, the Fig. 4 replacement study on the first 64 AR images. No frontier: its
+        relaxation and dial rows would be new configurations on every prompt, and its cache is
+        not streamed."""
         return cls(
             seeds=(0,),
+            frontier_seeds=(),
             table1_lantern=(),
             pareto_lantern=(),
             seed_noise=False,
@@ -506,6 +526,7 @@ def run_figures(
     table2 = cache.table(t2_specs, ar_spec)
     pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
     distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
+    frontier_results = _frontier(sizes, cache, configurations, preset, bar)
     real = real_image_baseline(model, images_per_method)
     ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
     top1_caches = [cache]
@@ -636,6 +657,13 @@ def run_figures(
             "samples_by_method",
             {"methods": list(samples)},
             {"prompts": prompts},
+        )
+    if frontier_results is not None:
+        save(
+            plots.frontier(frontier_results["curves"]),
+            "frontier_nfe_vs_distortion",
+            {"frontier": frontier_results["specs"], "w1_draws": sizes.w1_draws},
+            {"curves": frontier_results["curves"], "matched": frontier_results["matched"]},
         )
     if replacement is not None:
         save(
@@ -832,6 +860,8 @@ def run_figures(
             ),
         ),
     ]
+    if frontier_results is not None:
+        sections.append(("The frontier: NFE against TV and W1", _frontier_text(frontier_results)))
     if replacement is not None:
         rep_rows = [
             {
@@ -900,7 +930,9 @@ def run_figures(
             "quality": replacement.quality,
             "mean_log_prob": replacement.mean_log_prob,
             "changes": replacement.rows(),
+            "paired_changes": replacement.paired_changes(),
         },
+        "frontier": frontier_results,
     }
     atomic_write_json(
         out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables}
@@ -923,3 +955,89 @@ def _top1_per_class(stats: Any, stats_no_cfg: Any) -> list[dict[str, Any]]:
             row["pooled_share_below_no_guidance"] = other[row["prompt"]]["pooled_share_below"]
             row["median_share_below_no_guidance"] = other[row["prompt"]]["median_share_below"]
     return rows
+
+
+def _frontier(
+    sizes: FigureSizes,
+    cache: RunCache,
+    configurations: list[Configuration],
+    preset: str,
+    bar: Any,
+) -> dict[str, Any] | None:
+    """The frontier's results (``experiments.frontier.frontier_results``) on ``sizes``'
+    frontier seeds, seed by seed shared with the tables' ``cache``; None without frontier
+    seeds or on a streamed run. Adds its images to the progress bar ``bar``."""
+    if not sizes.frontier_seeds or sizes.streamed:
+        return None
+    started = time.perf_counter()
+    curves = frontier.frontier_curves(
+        sizes.frontier_group,
+        sizes.frontier_deltas,
+        sizes.frontier_budgets,
+        rivals=sizes.frontier_rivals,
+        coupled=sizes.frontier_coupled,
+    )
+    curves = {name: _with_preset(specs, sizes, preset) for name, specs in curves.items()}
+    runs = frontier.FrontierRuns(cache, tuple(sizes.frontier_seeds), progress=bar)
+    if bar is not None:
+        bar.total += runs.images_to_decode(curves, {c.spec.key for c in configurations})
+        bar.refresh()
+    out = frontier.frontier_results(runs, curves, sizes.frontier_group)
+    out["specs"] = {name: [asdict(s) for s in specs] for name, specs in curves.items()}
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def _frontier_text(results: dict[str, Any]) -> str:
+    """results.md's frontier section: what was run, the rows per curve, the matched rows."""
+    images = len(results["prompts"]) * len(results["seeds"])
+    shared = results["shared_seeds"]
+    head = (
+        f"Every configuration on the same {images} images ({len(results['prompts'])} prompts x "
+        f"seeds {', '.join(map(str, results['seeds']))}"
+        + (f"; seed(s) {', '.join(map(str, shared))} shared with the tables" if shared else "")
+        + f"), figure `frontier_nfe_vs_distortion`; {results['seconds']:.0f} s of this run. "
+        "The TV-optimal relaxation (gsd_core.OptimalRelaxation) at per-token budget delta from "
+        "SJD (delta = 0) and, with maximal-coupled drafts, from MC-SJD; the certified TV dial "
+        f"(budget B per image, policy `{frontier.DIAL_POLICY}`, cap {frontier.DIAL_CAP:g}, "
+        "maximal drafts) from MC-SJD (B = 0); its W1 is not recorded (the decoder keeps one "
+        "rule per decode for W1). NFE at matched distortion: each optimal rule's curve read by "
+        "linear interpolation in the distortion at the reference's mean distortion; `difference`"
+        " = the reference's NFE minus the curve's there (negative: the reference needs fewer "
+        "forwards), `se`, `low`, `high`: paired bootstrap over the images; `inside`: whether "
+        "the reference lies in the curve's range (else its nearest end is read); `verdict` for "
+        '"the reference needs fewer forwards" by gsd_lab.experiments.verdicts.\n\n'
+    )
+    tables_text = "\n\n".join(
+        f"**{name}**\n\n"
+        + markdown_table(
+            rows,
+            ["method", "images", "nfe", "nfe_sem", "distortion", "distortion_sem"] + W1_COLUMNS,
+        )
+        for name, rows in results["curves"].items()
+    )
+    matched_rows = results["matched"]
+    matched_text = (
+        "\n\n"
+        + markdown_table(
+            matched_rows,
+            [
+                "measure",
+                "reference",
+                "other",
+                "distortion",
+                "reference_nfe",
+                "other_nfe",
+                "difference",
+                "se",
+                "low",
+                "high",
+                "n",
+                "inside",
+                "verdict",
+            ],
+        )
+        if matched_rows
+        else "\n\nNo matched-distortion row: the run lacks GSD or an optimal rule's curve."
+    )
+    return head + tables_text + matched_text

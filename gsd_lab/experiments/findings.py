@@ -55,6 +55,34 @@ def _span(rows: list[dict[str, Any]], measure: str, other: str) -> str:
     )
 
 
+def frontier_line(front: dict[str, Any] | None) -> str | None:
+    """The frontier's finding (``experiments.frontier``): GSD's NFE minus each optimal rule's at
+    GSD's TV and at its W1, worded by the verdict; None when the run has no frontier."""
+    from .frontier import VERDICT_WORDS
+
+    if not front or not front.get("matched"):
+        return None
+    gsd = f"GSD (G={front['group_size']})"
+    parts = []
+    for measure in ("TV", "W1"):
+        rows = [r for r in front["matched"] if r["reference"] == gsd and r["measure"] == measure]
+        if not rows:
+            continue
+        clauses = [
+            f"{r['other']} {PairedDifference(r['difference'], r['se'], r['n']).text(2)}: "
+            f"{VERDICT_WORDS[r['verdict']]}" + ("" if r["inside"] else " (outside its range)")
+            for r in rows
+        ]
+        parts.append(f"at its {measure} ({rows[0]['distortion']:.3g}), " + "; ".join(clauses))
+    if not parts:
+        return None
+    images = len(front["prompts"]) * len(front["seeds"])
+    return (
+        f"- **Against the optimal lossy rules** ({images} images; {gsd}'s NFE minus the rule's "
+        "curve read at GSD's distortion, paired SE): " + "; ".join(parts) + "."
+    )
+
+
 def render_findings(results: dict[str, Any]) -> str:
     """At most 8 lines of findings, every number read from ``results`` (a results.json dict)."""
     tables = results["tables"]
@@ -88,6 +116,9 @@ def render_findings(results: dict[str, Any]) -> str:
         f"{quality(gsd)}, Amplify {quality(amp)}, AR on other seeds {quality(noise)} (the seed "
         "noise).",
     ]
+    line = frontier_line(tables.get("frontier"))
+    if line:
+        lines.append(line)
     top1 = tables.get("top1") or {}
     if top1:
         low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)

@@ -30,7 +30,6 @@ from .verdicts import (
     NOISE_Z,
     PairedDifference,
     combined,
-    from_text,
     paired_difference,
     verdict,
 )
@@ -310,8 +309,8 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     quality = replacement.get("quality")
     if quality:
         # The paired change over images (notebook 03's), not the two means' unpaired one.
-        top = {r["variant"]: r for r in replacement.get("changes", [])}.get("top-k")
-        change = from_text(top["condition_score_change"]) if top else None
+        top = (replacement.get("paired_changes") or {}).get("top-k")
+        change = PairedDifference.from_dict(top["condition_score"]) if top else None
         rows += [
             _from_comparison(r)
             for r in paper.replacement_comparison(quality, change=change)

@@ -454,6 +454,76 @@ def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]], w1_label: str = W
     return pareto(points, metrics)
 
 
+def frontier(curves: dict[str, list[dict[str, Any]]]) -> Figure:
+    """The frontier (``experiments.frontier``): NFE (y) against the mean TV per token (left)
+    and the mean W1 per token (right, rows that carry it), one line per rule's curve, a marker
+    per single configuration; error bars +- one standard error over images on both axes. Lower
+    is better on both axes: the better corner is down-left."""
+    fig, axes = _figure(2, size=(5.0, 3.8))
+    panels = [
+        ("distortion", "mean TV(output law, p) per token"),
+        ("w1", "mean " + W1_LABEL.replace("\n", " ")),
+    ]
+    for ax, (key, label) in zip(axes[0], panels):
+        for index, (name, rows) in enumerate(curves.items()):
+            rows = [r for r in rows if r.get(key) is not None]
+            if not rows:
+                continue
+            ax.errorbar(
+                [r[key] for r in rows],
+                [r["nfe"] for r in rows],
+                xerr=[r.get(f"{key}_sem") or 0.0 for r in rows],
+                yerr=[r.get("nfe_sem") or 0.0 for r in rows],
+                fmt="-o" if len(rows) > 1 else "s",
+                ms=5 if len(rows) > 1 else 7,
+                capsize=3,
+                color=f"C{index % 10}",
+                label=name,
+            )
+        ax.set_xlabel(f"{label} ({better(key)} better)", fontsize=9)
+        ax.set_ylabel(f"NFE per image ({better('nfe')} better)")
+        ax.set_title("better: down-left (fewer forwards, lower distortion)", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    return fig
+
+
+def pareto_line(sets: dict[str, dict[str, tuple[Any, Any]]]) -> Figure:
+    """The one-step Pareto line (``experiments.frontier``): per set of rows (a panel), every
+    rule's rows at (TV(out, p), acceptance gained over SD = acceptance - (1 - T)); no rule can lie
+    above the line gain = TV (proofs/10), the TV-optimal relaxation lies on it."""
+    fig, axes = _figure(len(sets), size=(4.4, 3.6))
+    markers = "os^vDPX*<>"
+    for ax, (title, points) in zip(axes[0], sets.items()):
+        top = 0.0
+        for index, (name, (tv, gain)) in enumerate(points.items()):
+            tv, gain = np.asarray(tv).ravel(), np.asarray(gain).ravel()
+            top = max(top, float(tv.max(initial=0.0)), float(gain.max(initial=0.0)))
+            ax.scatter(
+                tv,
+                gain,
+                s=14,
+                marker=markers[index % len(markers)],
+                alpha=0.6,
+                color=f"C{index % 10}",
+                label=name,
+            )
+        ax.plot(
+            [0, top],
+            [0, top],
+            color="black",
+            lw=1,
+            ls="--",
+            label="the line: gain = TV (1 - T + TV)",
+        )
+        ax.set_xlabel(f"TV(output law, p) per step ({better('distortion')} better)")
+        ax.set_ylabel("acceptance - SD's (1 - T) (higher better)")
+        ax.set_title(f"{title}: above the line is impossible", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    return fig
+
+
 def show(fig: Figure, dpi: int = 100) -> None:
     """Display ``fig`` in a notebook as a PNG only (no text repr such as ``<Figure size ...>``,
     which changes between matplotlib versions and would break output checks)."""

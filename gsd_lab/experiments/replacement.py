@@ -220,6 +220,12 @@ class ReplacementResult:
             for v in VARIANTS[1:]
         ]
 
+    def paired_changes(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
+        """``rows``' paired changes as numbers: variant -> measure -> {"difference", "se", "n"}
+        (``PairedDifference.as_dict``; results.json keeps them, the ledger reads them)."""
+        measures = ("log_likelihood", "content_distance", "condition_score")
+        return {v: {m: self.change(m, v).as_dict() for m in measures} for v in VARIANTS[1:]}
+
     def summary_lines(self) -> list[str]:
         """What the study shows, one sentence per altered variant, each change judged by the one
         rule (``verdicts.verdict``: beyond ``NOISE_Z`` paired standard errors or noise)."""

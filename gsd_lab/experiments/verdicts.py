@@ -24,7 +24,6 @@ of exactly 0 with SE 0 is "noise" (the two sides are equal: neither is smaller).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,20 +90,21 @@ class PairedDifference:
         se = "no SE" if self.se is None else f"paired SE {self.se:.{digits}g}"
         return f"{self.difference:+.{digits}g} ({se}, n = {self.n})"
 
+    def as_dict(self) -> dict[str, float | int | None]:
+        """{"difference", "se", "n"} as results.json stores it (None for a difference not run)."""
+        finite = math.isfinite(self.difference)
+        return {"difference": self.difference if finite else None, "se": self.se, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None) -> PairedDifference:
+        """The inverse of ``as_dict`` (None or a missing difference: ``NOT_RUN``)."""
+        if values is None or values.get("difference") is None:
+            return NOT_RUN
+        se = values.get("se")
+        return cls(float(values["difference"]), None if se is None else float(se), int(values["n"]))
+
 
 NOT_RUN = PairedDifference(math.nan, None, 0)
-
-
-def from_text(text: str) -> PairedDifference:
-    """The inverse of ``PairedDifference.text``, to its printed digits (results.json stores the
-    text): "+0.123 (paired SE 0.045, n = 10)" -> PairedDifference(0.123, 0.045, 10)."""
-    if text == "-":
-        return NOT_RUN
-    match = re.fullmatch(r"([+-]\S+) \((?:paired SE (\S+)|no SE), n = (\d+)\)", text)
-    if match is None:
-        raise ValueError(f"not the text of a paired difference: {text!r}")
-    se = None if match[2] is None else float(match[2])
-    return PairedDifference(float(match[1]), se, int(match[3]))
 
 
 def paired_values(a: list[float], b: list[float]) -> PairedDifference:

@@ -86,6 +86,13 @@ def test_figures_quick_writes_sidecars(tmp_path):
         assert "sizes" in record["config"]
     results = (out / "results.md").read_text()
     assert "Table 1 analogue" in results and "| AR |" in results
+    # The frontier, quick-sized: GSD and SJD shared with the tables, one relaxation decoded.
+    assert "frontier_nfe_vs_distortion" in names and "The frontier: NFE against TV and W1" in results
+    front = json.loads((out / "results.json").read_text())["tables"]["frontier"]
+    assert front["seeds"] == [0] and front["shared_seeds"] == [0]
+    (tv_row,) = [r for r in front["matched"] if r["measure"] == "TV"]
+    assert tv_row["reference"] == "GSD (G=25)" and tv_row["n"] == 2
+    assert {"difference", "se", "n", "verdict"} <= set(tv_row)
     if model == "standin":
         assert "fig10_nfe_vs_quality" in names and "condition_score" in results
 

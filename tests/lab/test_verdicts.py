@@ -113,32 +113,38 @@ def test_matched_nfe_calls_image_noise_noise():
         matched.matched_nfe({"GSD": gsd, "Amplify": amplify}, "clip")
 
 
-def test_from_text_inverts_text_to_its_digits():
-    """results.json stores a paired change as text; from_text reads it back (the ledger does)."""
-    from gsd_lab.experiments.verdicts import NOT_RUN, PairedDifference, from_text
+def test_paired_difference_round_trips_through_its_numbers_exactly():
+    """results.json keeps a paired change as numbers (``as_dict``); ``from_dict`` reads them back
+    exactly (the ledger does), and a change not run stays NOT_RUN."""
+    import json
+
+    from gsd_lab.experiments.verdicts import NOT_RUN, PairedDifference
 
     for diff in (PairedDifference(3.9702, 2.9731, 10), PairedDifference(-0.0991, 0.126, 7),
                  PairedDifference(12.0, None, 1)):
-        back = from_text(diff.text())
-        assert back.n == diff.n and back.difference == pytest.approx(diff.difference, rel=5e-3)
-        assert (back.se is None) == (diff.se is None)
-        assert back.se is None or back.se == pytest.approx(diff.se, rel=5e-3)  # 3 significant digits
-    assert from_text("-") is NOT_RUN
-    with pytest.raises(ValueError, match="paired difference"):
-        from_text("+3.97 (SE 2.97)")
+        assert PairedDifference.from_dict(json.loads(json.dumps(diff.as_dict()))) == diff
+    assert NOT_RUN.as_dict() == {"difference": None, "se": None, "n": 0}
+    assert PairedDifference.from_dict(NOT_RUN.as_dict()) is NOT_RUN
+    assert PairedDifference.from_dict(None) is NOT_RUN
 
 
 def test_ledger_judges_top100_by_the_paired_change():
-    """The ledger's top-100 row reads the paired change of results.json's replacement study, not
-    the unpaired difference of the two means."""
+    """The ledger's top-100 row reads the paired change of results.json's replacement study (its
+    numbers, ``paired_changes``), not the unpaired difference of the two means."""
+    import copy
     import json
     from pathlib import Path
 
     from gsd_lab.experiments import ledger
 
     results = json.loads((Path(__file__).parents[2] / "figures" / "results.json").read_text())
+    replacement = copy.deepcopy(results["tables"]["replacement"])
+    changes = {"difference": -3.2468, "se": 1.1, "n": 10}
+    replacement["paired_changes"] = {"top-k": {"condition_score": changes}}
+    results["tables"]["replacement"] = replacement
     row = next(r for r in ledger.ledger(results) if r["claim"].startswith("top-100"))
-    top = {r["variant"]: r for r in results["tables"]["replacement"]["changes"]}["top-k"]
     assert "paired SE" in row["here"] and "unpaired" not in row["here"]
-    expected = top["condition_score_change"].split(" (")[0]
-    assert float(row["here"].split(" ")[0]) == pytest.approx(float(expected), abs=0.01)
+    assert float(row["here"].split(" ")[0]) == pytest.approx(changes["difference"], abs=0.01)
+    replacement["paired_changes"]["top-k"]["condition_score"] = {**changes, "difference": 5.5}
+    moved = next(r for r in ledger.ledger(results) if r["claim"].startswith("top-100"))
+    assert float(moved["here"].split(" ")[0]) == pytest.approx(5.5, abs=0.01)

@@ -167,41 +167,85 @@ def _linear_programme(y, x, c, excess, deficit, eps) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class TransportRelaxation:
     """Speculative sampling toward the transported target r (module docstring) as a gsd_core
-    rule: P(x) = r(x), Q(x) = q(x), residual norm((r - q)+). eps >= 0 in the content distance's
-    units (``gsd_lab.accounting.transport``); ``neighbours`` from ``content_neighbours``."""
+    rule: P(x) = r(x), Q(x) = q(x), residual norm((r - q)+). ``neighbours`` from
+    ``content_neighbours``; ``eps`` >= 0 in the content distance's units
+    (``gsd_lab.accounting.transport``): a float, or a floating-point tensor of one budget per row
+    that broadcasts against p's rows [...] (for ``verify``'s window [..., L, V]: [..., L]), as
+    ``gsd_core.OptimalRelaxation.delta``. A row with eps = 0 is SD bit for bit (r = p)."""
 
     neighbours: ContentNeighbours
-    eps: float
+    eps: float | Tensor
     solver: str = "greedy"
 
     def __post_init__(self) -> None:
         if not isinstance(self.neighbours, ContentNeighbours):
             raise ValueError("neighbours must be a ContentNeighbours (see content_neighbours)")
-        if (
-            isinstance(self.eps, bool)
-            or not isinstance(self.eps, (int, float))
-            or not 0 <= self.eps < math.inf
-        ):
-            raise ValueError(f"eps (a W1 budget) must be a finite number >= 0, got {self.eps!r}")
+        eps = self.eps
+        if isinstance(eps, Tensor):
+            if not eps.is_floating_point():
+                raise ValueError(f"eps must be a float or a floating-point tensor, got {eps.dtype}")
+            if eps.numel() and not bool(((eps >= 0) & (eps < math.inf)).all()):
+                raise ValueError(
+                    "eps (a W1 budget per row) must be finite and >= 0; NaN is refused"
+                )
+            object.__setattr__(self, "eps", eps.detach().to(torch.float64))
+        elif isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+            raise ValueError(f"eps (a W1 budget) must be a finite number >= 0, got {eps!r}")
+        else:
+            object.__setattr__(self, "eps", float(eps))
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
 
-    def targets(self, p: Tensor, q: Tensor) -> Tensor:
-        """r for every row of p, q [..., V]: [..., V] (one plan per row)."""
-        if p.shape[-1] != self.neighbours.index.shape[0]:
+    def budgets(self, rows: torch.Size, device: torch.device | None = None) -> Tensor:
+        """eps per row, float64 [*rows]."""
+        if not isinstance(self.eps, Tensor):
+            return torch.full(tuple(rows), self.eps, dtype=torch.float64, device=device)
+        try:
+            return torch.broadcast_to(self.eps.to(device), tuple(rows))
+        except RuntimeError:
             raise ValueError(
-                f"the neighbours cover {self.neighbours.index.shape[0]} tokens but p has a "
-                f"vocabulary of {p.shape[-1]}"
+                f"per-row eps of shape {tuple(self.eps.shape)} does not broadcast against p's "
+                f"rows {tuple(rows)}"
+            ) from None
+
+    def plan(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One plan per row of p, q [..., V]: the target r [..., V] (p's dtype), the moved mass
+        M [...] and the plan's cost [...] (float64; cost <= that row's eps). Rows with eps = 0
+        give r = p bit for bit, M = cost = 0."""
+        vocab = self.neighbours.index.shape[0]
+        if p.shape[-1] != vocab or q.shape[-1] != vocab:
+            raise ValueError(
+                f"the neighbours cover {vocab} tokens but p, q have vocabularies of "
+                f"{p.shape[-1]}, {q.shape[-1]}"
             )
-        flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.expand(p.shape).reshape(-1, p.shape[-1])
-        rows = [
-            transport_plan(a, b, self.neighbours, self.eps, self.solver)[0]
-            for a, b in zip(flat_p, flat_q)
-        ]
-        return torch.stack(rows).to(p.dtype).view(p.shape)
+        p, q = torch.broadcast_tensors(p, q)
+        rows = p.shape[:-1]
+        eps = self.budgets(rows, p.device)
+        flat_p, flat_q = p.reshape(-1, vocab), q.reshape(-1, vocab)
+        flat_eps = eps.reshape(-1)
+        targets, moved, cost = [], [], []
+        for a, b, e in zip(flat_p, flat_q, flat_eps.tolist()):
+            r, m, c = transport_plan(a, b, self.neighbours, e, self.solver)
+            targets.append(r.to(p.dtype))
+            moved.append(m)
+            cost.append(c)
+        r = torch.stack(targets).view(p.shape) if targets else p.clone()
+        r = torch.where((eps == 0).unsqueeze(-1), p, r)
+        as_rows = {"dtype": torch.float64, "device": p.device}
+        return (
+            r,
+            torch.tensor(moved, **as_rows).view(rows),
+            torch.tensor(cost, **as_rows).view(rows),
+        )
+
+    def targets(self, p: Tensor, q: Tensor) -> Tensor:
+        """r for every row of p, q [..., V]: [..., V] (``plan``'s first output)."""
+        return self.plan(p, q)[0]
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        p, q = torch.broadcast_tensors(p, q)
         return self.targets(p, q).gather(-1, x), q.gather(-1, x)
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
+        p, q = torch.broadcast_tensors(p, q)
         return token_residual(self.targets(p, q), q)

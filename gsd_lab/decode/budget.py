@@ -31,9 +31,12 @@ it emits has law r_i with W1(r_i, p_i) <= s_i. With R_i as above (s the plans' c
     "sure":  eps_i = min(c, R_i) if the plan within min(c, R_i) moves all of T_i (M_i >= T_i -
              1e-12: r_i = q_i, the acceptance is certain), else 0
 
-and the path is charged s_0 + .. + s_n as for TV. Every path's charges sum to at most B, so the
-law of the sequence is within B of the model's in W1 for the additive per-position content cost
-(proofs/13). The plans of a window are solved at once at min(c, R_0) (the most any position may
+and the path is charged s_0 + .. + s_n as for TV. Every path's charges sum to at most B and bound
+each emitted token's W1(r_i, p_i). What that certifies (proofs/13): the expected total content
+change of the step-by-step substitution along the decoder's path (Y_t ~ p(. | X_<t)) is at most
+B, and the joint law is within B / d_min in TV; the joint law's W1 for the additive per-position
+cost is NOT bounded by B in general (an exact counterexample: a model that copies its first
+token), only under a Lipschitz condition on the model. The plans of a window are solved at once at min(c, R_0) (the most any position may
 get); a position whose R_i fell below that is solved again at its own allowance.
 """
 

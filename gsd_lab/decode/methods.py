@@ -12,7 +12,13 @@ identity of ``evaluate`` share. Its fields:
   model's default, ``FilterSettings.for_model``);
 - ``relaxation_delta``: the TV-optimal relaxation's per-token budget
   (``gsd_core.OptimalRelaxation``, proofs/10; kind "sjd" only; 0: none);
-- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv"), spent by
+- ``transport_eps``: the transport relaxation's per-token W1 budget in the content distance's
+  units (``gsd_lab.decode.relaxation_w1``, proofs/12; None: none; 0 is SJD bit for bit), on each
+  code's ``transport_k`` nearest codes by decoded content (``content_neighbours`` of the adapter's
+  ``code_content()``, cached per process by the content's SHA-256, V and k); kind "sjd" only;
+- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv", or "w1": B and
+  ``budget_cap`` in content units, verified by the transport relaxation with ``transport_k``
+  neighbours, proofs/13: per-path charges bound each token's W1, not the joint W1), spent by
   ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
   a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
   min(``budget_cap``, what is left), else 0) through the relaxation; on every path the emitted
@@ -596,7 +602,9 @@ def _neighbours(method: DecodingMethod, adapter: Any) -> Any:
 class ResolvedMethod:
     """A ``DecodingMethod`` with its runtime objects: ``clusters`` (a gsd_core rule or
     partition; exactly for kind "gsd") and ``lantern`` (a ``gsd_core.Lantern``; exactly when
-    ``method.lantern_k`` > 0, with its budget). Build it with ``DecodingMethod.resolve``."""
+    ``method.lantern_k`` > 0, with its budget) and ``neighbours`` (a ``ContentNeighbours``;
+    exactly when the method transports: ``transport_eps`` or the W1 dial). Build it with
+    ``DecodingMethod.resolve``."""
 
     method: DecodingMethod
     clusters: object = None

@@ -5,7 +5,9 @@ content, by enumerating every branch of its randomness (test_budget_dial's harne
 The model is test_budget_dial's two-token table; its codes decode to the content 0 and D_12
 (d(1, 2) = D_12), so a sequence's additive content cost to another is D_12 times their Hamming
 distance, and the joint W1 between the decoder's law and the AR law is POT's ``ot.emd2`` over the
-2^4 sequences with that cost.
+2^4 sequences with that cost. That joint W1 stays within B on these two models is a measured fact
+about them: per-path budgets do not bound it in general (proofs/13, the copy-model counterexample
+at the end of this file).
 """
 
 from __future__ import annotations
@@ -271,3 +273,57 @@ def test_zero_budgets_are_sjd_through_generate(draft):
         record_distortion=True,
     )
     assert float(moved.distortion.max()) > 0
+
+
+def copy_table() -> torch.Tensor:
+    """Position 0: P(token 1) = 0.79; every later position copies the token before it (up to
+    1e-15): the model's conditionals depend on the prefix as strongly as they can."""
+    import math
+
+    table = torch.full((8, 3, 3, 3), -40.0, dtype=torch.float64)
+    table[..., 1:] = 0.0
+    table[2, :, :, 1], table[2, :, :, 2] = math.log(0.79), math.log(0.21)
+    for position in range(3, 8):
+        for token, other in ((1, 2), (2, 1)):
+            table[position, token, :, token] = math.log(1 - 1e-15)
+            table[position, token, :, other] = math.log(1e-15)
+    return table
+
+
+def test_per_path_w1_budgets_do_not_bound_the_joint_w1_in_general(monkeypatch):
+    """The counterexample of proofs/13: on a model that copies its first token, the W1 dial keeps
+    every path's spend within B, yet the joint W1 for the additive cost exceeds B (a shift of the
+    first token's law is paid again at every copied position). The per-path certificate bounds
+    the expected per-step substitution along the decoder's path, not the joint W1."""
+    adapter = ContentTableAdapter(TableLM(copy_table()), ALLOWED, row_length=1)
+    joint = exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES)
+    method = DecodingMethod(
+        "sjd", window=2, budget=0.35, budget_measure="w1", budget_cap=1.0, transport_k=1
+    )
+    law, books = enumerate_w1(monkeypatch, adapter, method)
+    assert all(spent <= 0.35 + TOL and w1 <= spent + 1e-12 for spent, w1, _ in books)
+    assert joint_w1(law, joint) > 0.35 + 0.01
+
+
+def test_cli_transport_and_w1_dial_flags(capsys):
+    """--transport-eps and --budget-measure w1 on the tiny model: reported, spent within B; a
+    transport on GSD is refused before any model loads."""
+    import json
+
+    from gsd_lab.cli import main
+
+    base = ["generate", "--model", "tiny-random", "--class", "1", "--seed", "3", "--json"]
+    base += ["--threads", "1", "--method", "sjd", "--transport-k", "4"]
+    assert main([*base, "--budget", "0.3", "--budget-measure", "w1", "--budget-cap", "0.1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["budget_measure"] == "w1" and report["transport_k"] == 4
+    assert 0 < report["budget_spent"] <= 0.3
+    assert main([*base, "--transport-eps", "0.05"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["transport_eps"] == 0.05 and report["transport_k"] == 4
+    with pytest.raises(SystemExit):
+        main(
+            ["generate", "--model", "tiny-random", "--class", "1", "--method", "gsd"]
+            + ["--transport-eps", "0.1"]
+        )
+    assert "replaces SJD" in capsys.readouterr().err

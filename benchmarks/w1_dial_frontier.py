@@ -6,7 +6,8 @@ Same prompts and generator seeds for every configuration (class i, generator see
 configuration: mean NFE (s.e.), mean W1 per emitted token (``record_w1``, the PPS estimate from
 ``DEFAULT_DRAWS`` rows per image, content distance on the [-1, 1] pixel scale), mean TV per token
 (exact), the certified spend per image (the dial), and the seconds per image outside the model's
-forward (wall_seconds - model_seconds; accounting excluded) with that overhead per forward pass.
+forward (wall_seconds - model_seconds; accounting excluded) with that overhead per forward pass, and
+the wall seconds per image.
 The transport plan's solver is ``methods.TRANSPORT_SOLVER``. A measurement script, not a test.
 
     nice -n 10 python benchmarks/w1_dial_frontier.py --classes 10
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         resolved = resolve_for(model, CONFIGS[label])
         resolve_seconds = time.perf_counter() - started
-        nfe, w1, tv, spent, outside, per_forward = [], [], [], [], [], []
+        nfe, w1, tv, spent, outside, per_forward, wall = [], [], [], [], [], [], []
         for seed in args.seeds:
             for index, prompt in enumerate(prompts):
                 result, _ = generate_one(
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 tv.append(float(result.distortion.mean()))
                 spent.append(result.budget_spent or 0.0)
                 outside.append(result.wall_seconds - result.model_seconds)
+                wall.append(result.wall_seconds)
                 per_forward.append((result.wall_seconds - result.model_seconds) / result.nfe)
         n, n_se = mean_sem(nfe)
         w, w_se = mean_sem(w1)
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{label:30s} NFE {n:6.1f} ({n_se:4.1f})  W1/token {w:.4f} ({w_se:.4f})  "
             f"TV/token {np.mean(tv):.4f}  spent/image {np.mean(spent):6.3f}  "
             f"outside model {np.mean(outside):6.2f} s/image ({1e3 * np.mean(per_forward):6.1f} "
-            f"ms/forward)  resolve {resolve_seconds:.1f} s",
+            f"ms/forward)  wall {np.mean(wall):6.2f} s/image  resolve {resolve_seconds:.1f} s",
             flush=True,
         )
     return 0

@@ -327,3 +327,66 @@ def test_cli_transport_and_w1_dial_flags(capsys):
             + ["--transport-eps", "0.1"]
         )
     assert "replaces SJD" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["cap", "sure"])
+def test_w1_dial_recorded_w1_is_exact_on_the_tiny_model(monkeypatch, policy):
+    """The W1 dial on the tiny random model (64 codes with content): each emitted token's
+    recorded W1 (``record_w1``, exact) equals POT's W1 between the window's planned target r_i and
+    p_i computed directly from the captured rows, is at most the token's charge (the plan's cost),
+    and the charges of the emitted tokens sum to ``budget_spent``."""
+    from gsd_lab.accounting.transport import w1_from_laws
+    from gsd_lab.decode import loop as decoding
+    from gsd_lab.experiments.image_model import tiny_random_model
+
+    model = tiny_random_model(top_k=20)
+    adapter = model.adapter
+    captured = []
+    commit = decoding._Loop.commit
+
+    def capturing(self, p, accepted, L, forced):
+        if L > 0:
+            captured.append((self.done, p.clone(), self.step_rule, accepted, L))
+        return commit(self, p, accepted, L, forced)
+
+    monkeypatch.setattr(decoding._Loop, "commit", capturing)
+    prompt, uncond = model.encode("1")
+    method = DecodingMethod(
+        "sjd",
+        window=5,
+        budget=0.6,
+        budget_measure="w1",
+        budget_policy=policy,
+        budget_cap=0.08 if policy == "cap" else 0.5,
+        transport_k=6 if policy == "cap" else 64,  # "sure" needs plans that move all of T
+    )
+    result = generate(
+        adapter,
+        prompt,
+        method,
+        num_tokens=40,
+        uncond_prompt_ids=uncond,
+        generator=torch.Generator().manual_seed(2),
+        record_distortion=True,
+        record_w1=True,
+        w1_draws=None,
+    )
+    content, tokens = adapter.code_content(), adapter.allowed_tokens
+    charges = 0.0
+    checked = 0
+    for start, p, rule, accepted, L in captured:
+        for i in range(min(accepted + 1, L)):
+            if start + i >= 40:
+                continue
+            target = p[i].to(torch.float64)
+            target = target / target.sum()
+            law = rule.targets[i] if float(rule.moved[i]) > 0 else target
+            direct = float(w1_from_laws(target[None], (law / law.sum())[None], content, tokens)[0])
+            recorded = float(result.w1.tokens[start + i])
+            assert recorded == pytest.approx(direct, abs=1e-9)
+            assert recorded <= float(rule.cost[i]) + 1e-9
+            charges += float(rule.cost[i])
+            checked += direct > 0
+    assert checked > 0  # the dial moved some laws
+    assert charges == pytest.approx(result.budget_spent, abs=1e-12)
+    assert result.budget_spent <= 0.6 + 1e-12

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -35,7 +36,8 @@ from gsd_core.rules import token_residual
 
 from ..accounting.transport import _check_content, content_distances
 
-SOLVERS = ("greedy", "lp")
+SOLVERS = ("ranked", "greedy", "lp")
+COST_LEVELS = 16  # the "ranked" solver's cost levels (quantiles of the neighbour table's costs)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,23 @@ class ContentNeighbours:
             or self.cost.shape != self.index.shape
         ):
             raise ValueError("cost must be a float64 tensor of index's shape [V, k]")
+
+    @cached_property
+    def padded(self) -> Tensor:
+        """``index`` as int32 with V in place of -1 (a column no row's deficit reaches)."""
+        vocab = self.index.shape[0]
+        return torch.where(self.index >= 0, self.index, vocab).to(torch.int32)
+
+    @cached_property
+    def level(self) -> Tensor:
+        """The cost level of every entry, uint8 [V, k]: level i holds the costs in
+        (b_{i-1}, b_i], b the ``COST_LEVELS`` quantiles of the finite costs (ties merged);
+        COST_LEVELS where the entry is empty. Row independent, so computed once."""
+        finite = torch.isfinite(self.cost) & (self.index >= 0)
+        costs = torch.sort(self.cost[finite]).values
+        bounds = torch.unique(costs[(torch.arange(1, COST_LEVELS) * costs.numel()) // COST_LEVELS])
+        level = torch.bucketize(self.cost, bounds)
+        return torch.where(finite, level, COST_LEVELS).to(torch.uint8)
 
 
 def content_neighbours(
@@ -106,6 +125,15 @@ def transport_plan(
     (<= eps): module docstring."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; expected one of {SOLVERS}")
+    if solver == "ranked":
+        cpu = {"device": "cpu", "dtype": torch.float64}
+        r, moved, cost = ranked_plans(
+            p.detach().to(**cpu)[None],
+            q.detach().to(**cpu)[None],
+            hood,
+            torch.tensor([float(eps)], **cpu),
+        )
+        return r[0].to(p.device), moved.item(), cost.item()
     p_np, q_np = p.detach().cpu().double().numpy(), q.detach().cpu().double().numpy()
     y, x, c, excess, deficit = _edges(p_np, q_np, hood)
     flow = np.zeros(len(c))
@@ -120,6 +148,85 @@ def transport_plan(
     np.add.at(r, x, flow)
     r = np.clip(r, 0, None)  # rounding below 0 at a drained excess token
     return torch.from_numpy(r).to(p.device), float(flow.sum()), float((flow * c).sum())
+
+
+def ranked_plans(
+    p: Tensor, q: Tensor, hood: ContentNeighbours, eps: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The "ranked" plan of every row at once: p, q float64 [N, V] and eps float64 [N] on the
+    CPU -> (r [N, V], moved M [N], cost [N]), all float64.
+
+    The live edges (y, x) (y an excess token of the row, x one of its k neighbours and a deficit
+    token of the row) are taken level by level, cheapest cost level first (``hood.level``).
+    Within a level every edge at once: each proposes min(e(y), d(x)) (e, d the remaining excess
+    and deficit); proposals leaving one y are scaled by min(1, e(y) / their sum), then those
+    entering one x by min(1, d(x) / their sum), then a row's whole level by
+    min(1, left / its cost) (left: the row's unspent budget). So every level keeps
+    sum_x f <= e(y), sum_y f <= d(x) and cost <= left, up to float64 rounding of the sums (e
+    and d are clamped at 0; the cost can pass eps by rounding only, a relative ~1e-15).
+
+    r = p - (E - e) + (D - d) with e in [0, E], d in [0, D]: r >= 0 exactly, r(y) >= q(y) - ulp at
+    an excess token, r(x) <= q(x) + ulp at a deficit token, every untouched token keeps p(x) bit
+    for bit, and r sums to 1 up to rounding. Every sum is an ``index_add_`` in one fixed order
+    (serial on the CPU), so the bits do not depend on the thread count."""
+    rows_n, vocab = p.shape
+    width = hood.index.shape[1]
+    diff = (p - q).reshape(-1)
+    every = torch.arange(rows_n * vocab)
+    source = every.masked_select(diff > 0)  # flat (row, y), row major
+    sink = every.masked_select(diff < 0)
+    sinks = sink.numel()
+    # the sink number of each (row, x) in rows of vocab + 1 (the last column: no neighbour);
+    # `sinks` where x is no deficit token of the row
+    stride = vocab + 1
+    number = torch.full((rows_n * stride,), sinks, dtype=torch.int32)
+    number[sink + sink // vocab] = torch.arange(sinks, dtype=torch.int32)
+    row, token = source // vocab, source % vocab
+    neighbour = hood.padded.index_select(0, token)
+    neighbour += (row * stride).to(torch.int32)[:, None]
+    edge_sink = number.index_select(0, neighbour.view(-1))
+    edge = (edge_sink < sinks).nonzero().squeeze(1)  # s * width + j, of the live edges
+    entry = token.index_select(0, edge // width) * width + edge % width
+    order = torch.sort(hood.level.view(-1).index_select(0, entry), stable=True)
+    edge, entry = edge.index_select(0, order.indices), entry.index_select(0, order.indices)
+    counts = torch.bincount(order.values.long(), minlength=COST_LEVELS + 1).tolist()
+    s_all = edge // width  # the source's number
+    t_all = edge_sink.index_select(0, edge)
+    c_all = hood.cost.view(-1).index_select(0, entry)
+    r_all = row.index_select(0, s_all)
+    e0, d0 = diff.index_select(0, source), diff.index_select(0, sink).neg_()
+    e, d = e0.clone(), d0.clone()
+    left = eps.clone()
+    spent = torch.zeros(rows_n, dtype=torch.float64)
+    start = 0
+    for count in counts:
+        if count == 0 or not bool((left > 0).any()):
+            start += count
+            continue
+        s, t, c, owner = (a[start : start + count] for a in (s_all, t_all, c_all, r_all))
+        start += count
+        e_s, d_t = e.index_select(0, s), d.index_select(0, t)
+        flow = torch.minimum(e_s, d_t)
+        # flow * min(1, cap / sum): fmin keeps flow where the ratio is >= 1 or NaN (0 / 0)
+        out = e.new_zeros(e.shape).index_add_(0, s, flow).index_select(0, s)
+        flow = torch.fmin(flow, flow * (e_s / out))
+        into = d.new_zeros(d.shape).index_add_(0, t, flow).index_select(0, t)
+        flow = torch.fmin(flow, flow * (d_t / into))
+        spend = spent.new_zeros(rows_n).index_add_(0, owner, flow * c)
+        over = spend > left
+        if bool(over.any()):
+            flow = flow * torch.where(over, left / spend, 1.0).index_select(0, owner)
+            spend = spent.new_zeros(rows_n).index_add_(0, owner, flow * c)
+        e.index_add_(0, s, flow, alpha=-1).clamp_(min=0)
+        d.index_add_(0, t, flow, alpha=-1).clamp_(min=0)
+        left = (left - spend).clamp_(min=0)
+        spent += spend
+    received = d0 - d
+    r = p.reshape(-1).clone()
+    r.index_add_(0, source, e0 - e, alpha=-1)
+    r.index_add_(0, sink, received)
+    moved = spent.new_zeros(rows_n).index_add_(0, sink // vocab, received)
+    return r.view(rows_n, vocab), moved, spent
 
 
 def _greedy(y, x, c, excess, deficit, eps) -> np.ndarray:
@@ -175,7 +282,7 @@ class TransportRelaxation:
 
     neighbours: ContentNeighbours
     eps: float | Tensor
-    solver: str = "greedy"
+    solver: str = "ranked"
 
     def __post_init__(self) -> None:
         if not isinstance(self.neighbours, ContentNeighbours):
@@ -223,6 +330,21 @@ class TransportRelaxation:
         eps = self.budgets(rows, p.device)
         flat_p, flat_q = p.reshape(-1, vocab), q.reshape(-1, vocab)
         flat_eps = eps.reshape(-1)
+        if self.solver == "ranked":
+            cpu = {"device": "cpu", "dtype": torch.float64}
+            r, moved, cost = ranked_plans(
+                flat_p.detach().to(**cpu),
+                flat_q.detach().to(**cpu),
+                self.neighbours,
+                flat_eps.to(**cpu),
+            )
+            r = torch.where((flat_eps.cpu() == 0).unsqueeze(-1), flat_p.cpu(), r)
+            to = {"device": p.device}
+            return (
+                r.to(device=p.device, dtype=p.dtype).view(p.shape),
+                moved.to(**to).view(rows),
+                cost.to(**to).view(rows),
+            )
         targets, moved, cost = [], [], []
         for a, b, e in zip(flat_p, flat_q, flat_eps.tolist()):
             r, m, c = transport_plan(a, b, self.neighbours, e, self.solver)

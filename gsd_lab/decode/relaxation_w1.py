@@ -10,16 +10,27 @@ the decoded-content distance d of ``gsd_lab.accounting.transport``), with
 The target becomes r = p - out_f + in_f (out_f(y) = sum_x f(y, x), in_f(x) = sum_y f(y, x)), and
 speculative sampling toward r (accept min(1, r(x)/q(x)), residual norm((r - q)+)) emits exactly r
 (proofs/02 with target r), with W1(r, p) <= sum f d <= eps (f is a transport from p to r) and
-acceptance alpha = 1 - TV(q, r) = 1 - T + M, M = sum f (the moved mass). Solvers for the plan:
+acceptance alpha = 1 - TV(q, r) = 1 - T + M, M = sum f (the moved mass). Any feasible plan gives
+these three facts; the solvers differ only in how much mass they move. Solvers for the plan:
 
+- "ranked" (the default, for decoding): every row of a window at once, in torch (``ranked_plans``):
+  the live edges by cost level, cheapest first (``COST_LEVELS`` quantiles of the neighbour
+  table's costs); within a level every edge proposes min(remaining excess, remaining deficit),
+  scaled down where a token's proposals exceed its capacity and where the level's cost exceeds the
+  row's remaining budget. Feasible, deterministic (the same bits under any thread count, and a
+  row's plan does not depend on the other rows), not optimal: its gap to "lp" and its time per
+  window are measured (``benchmarks/transport_solver_speed.py``);
 - "lp": the largest M (a linear programme on the allowed edges, scipy's HiGHS): no verifier whose
   output law is reachable from p by a plan on these edges within eps accepts more (proofs/12);
 - "greedy": edges by cost ascending (ties: y, then x), each filled as far as its two capacities
   and the remaining budget allow. Feasible, not optimal in general: its gap to "lp" is measured
   (``benchmarks/transport_relaxation_gap.py``).
 
-Both solve one row at a time on the CPU in float64 (numpy); the rule is for exact one-step laws
-and measurements, not yet wired into the decoding loop.
+"lp" and "greedy" solve one row at a time in float64 numpy (0.03-16 s a row): for exact one-step
+laws and measurements. "ranked" plans a window of 16 rows x 8192 tokens in milliseconds on the
+CPU (the rows are planned there in float64 whatever their device, so the bits do not depend on
+it). ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget per row, like
+``gsd_core.OptimalRelaxation``'s delta; a row with eps = 0 is SD bit for bit.
 """
 
 from __future__ import annotations
@@ -76,7 +87,8 @@ class ContentNeighbours:
         COST_LEVELS where the entry is empty. Row independent, so computed once."""
         finite = torch.isfinite(self.cost) & (self.index >= 0)
         costs = torch.sort(self.cost[finite]).values
-        bounds = torch.unique(costs[(torch.arange(1, COST_LEVELS) * costs.numel()) // COST_LEVELS])
+        at = (torch.arange(1, COST_LEVELS) * costs.numel()) // COST_LEVELS
+        bounds = torch.unique(costs[at]) if costs.numel() else costs
         level = torch.bucketize(self.cost, bounds)
         return torch.where(finite, level, COST_LEVELS).to(torch.uint8)
 
@@ -187,12 +199,12 @@ def ranked_plans(
     edge_sink = number.index_select(0, neighbour.view(-1))
     edge = (edge_sink < sinks).nonzero().squeeze(1)  # s * width + j, of the live edges
     entry = token.index_select(0, edge // width) * width + edge % width
-    order = torch.sort(hood.level.view(-1).index_select(0, entry), stable=True)
+    order = torch.sort(hood.level.reshape(-1).index_select(0, entry), stable=True)
     edge, entry = edge.index_select(0, order.indices), entry.index_select(0, order.indices)
     counts = torch.bincount(order.values.long(), minlength=COST_LEVELS + 1).tolist()
     s_all = edge // width  # the source's number
     t_all = edge_sink.index_select(0, edge)
-    c_all = hood.cost.view(-1).index_select(0, entry)
+    c_all = hood.cost.reshape(-1).index_select(0, entry)
     r_all = row.index_select(0, s_all)
     e0, d0 = diff.index_select(0, source), diff.index_select(0, sink).neg_()
     e, d = e0.clone(), d0.clone()
@@ -312,7 +324,8 @@ class TransportRelaxation:
         except RuntimeError:
             raise ValueError(
                 f"per-row eps of shape {tuple(self.eps.shape)} does not broadcast against p's "
-                f"rows {tuple(rows)}"
+                f"rows {tuple(rows)} (to verify a window with eps per row, verify "
+                "window_target(p, q) with plain SD)"
             ) from None
 
     def plan(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -359,6 +372,20 @@ class TransportRelaxation:
             torch.tensor(moved, **as_rows).view(rows),
             torch.tensor(cost, **as_rows).view(rows),
         )
+
+    def window_target(self, p: Tensor, q: Tensor) -> Tensor:
+        """The rows to verify a Jacobi window against with plain SD (``gsd_core.verify``'s
+        default rule): p [..., L or L+1, V], q [..., L, V] -> [..., L or L+1, V], r (``plan``)
+        on the L drafted rows and p's bonus row L unchanged (no draft there; this rule's plan
+        of it is p). One plan per row, computed once; ``verify(window_target(p, q), q, drafts)``
+        is bit for bit ``verify(p, q, drafts, self)`` for a float eps, and also serves eps per
+        row [..., L], which ``verify`` with the rule cannot: it asks the residual of the stop
+        row alone, without its index."""
+        window = q.shape[-2]
+        if p.shape[-2] not in (window, window + 1):
+            raise ValueError(f"p must have L or L + 1 rows for q's L = {window}, got {p.shape[-2]}")
+        rows = self.targets(p[..., :window, :], q)
+        return torch.cat([rows, p[..., window:, :]], -2)
 
     def targets(self, p: Tensor, q: Tensor) -> Tensor:
         """r for every row of p, q [..., V]: [..., V] (``plan``'s first output)."""

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("scipy.optimize")
 pytest.importorskip("ot")
 
-from gsd_core import acceptance_rate, output_distribution, tv_distance
+from gsd_core import acceptance_rate, output_distribution, tv_distance, verify
 from gsd_lab.accounting.transport import w1_from_laws
 from gsd_lab.decode.relaxation_w1 import (
     TransportRelaxation,
@@ -118,3 +118,50 @@ def test_a_plan_over_its_budget_fails_the_w1_check():
     assert bool((cost > small).all()) and bool((w1 > small).all())
     honest = TransportRelaxation(hood, small).plan(p, q)
     assert bool((w1_from_laws(p, honest[0], content, tokens) <= small + TOL).all())
+
+
+def test_degenerate_rows_and_tokens_without_content():
+    """Ids without content (no neighbours), a row with p = q, a single-code vocabulary (no
+    neighbour at all): nothing moves there, r = p bit for bit."""
+    content, tokens, p, q = window(2, 256, 3)
+    vocab = 260  # ids 256..259 carry no content
+    p = torch.cat([p, torch.zeros(3, 4, dtype=torch.float64)], -1)
+    q = torch.cat([q, torch.zeros(3, 4, dtype=torch.float64)], -1)
+    p[0, 257], q[0, 258] = 0.5, 0.5  # excess and deficit at ids no edge reaches
+    p[0], q[0] = p[0] / p[0].sum(), q[0] / q[0].sum()
+    q[1] = p[1]
+    hood = content_neighbours(content, tokens, vocab, 8)
+    r, moved, cost = ranked_plans(p, q, hood, torch.full((3,), 0.05, dtype=torch.float64))
+    assert r[0, 257] == p[0, 257] and r[0, 258] == p[0, 258] and moved[0] > 0
+    assert torch.equal(r[1], p[1]) and moved[1].item() == 0 and cost[1].item() == 0
+    lone = content_neighbours(content[:1], tokens[:1], vocab, 4)
+    r, moved, _ = ranked_plans(p, q, lone, torch.full((3,), 0.05, dtype=torch.float64))
+    assert torch.equal(r, p) and bool((moved == 0).all())
+
+
+@pytest.mark.parametrize("bonus", [True, False])
+def test_window_target_is_verify_with_the_rule(bonus):
+    """SD on window_target(p, q) draws exactly what verify with the rule draws (a float eps:
+    the same accept probabilities and tokens for every uniform); with eps per row verify with
+    the rule cannot run (its residual sees the stop row alone) and says what to do instead."""
+    content, tokens, p, q = window(4, 256, 6)
+    hood = content_neighbours(content, tokens, 256, 8)
+    window_p = torch.cat([p, torch.softmax(p[:1] * 3, -1)]) if bonus else p
+    g = torch.Generator().manual_seed(0)
+    for eps in (0.0, 0.01, 0.1):
+        rule = TransportRelaxation(hood, eps)
+        target = rule.window_target(window_p, q)
+        assert torch.equal(target[:6], rule.targets(p, q))
+        assert not bonus or torch.equal(target[6], window_p[6])
+        for _ in range(20):
+            drafts = torch.multinomial(q, 1, generator=g).squeeze(-1)
+            u = torch.rand(7, generator=g, dtype=torch.float64)
+            ours = verify(window_p, q, drafts, rule, uniforms=u)
+            plain = verify(target, q, drafts, uniforms=u)
+            assert torch.equal(ours.accept_probs, plain.accept_probs)
+            assert torch.equal(ours.tokens, plain.tokens)
+    per_row = TransportRelaxation(hood, torch.linspace(0, 0.1, 6, dtype=torch.float64))
+    target = per_row.window_target(window_p, q)
+    assert torch.equal(target[:6], per_row.targets(p, q))
+    with pytest.raises(ValueError, match="window_target"):
+        verify(window_p, q, drafts, per_row, uniforms=u)

@@ -27,10 +27,15 @@ these three facts; the solvers differ only in how much mass they move. Solvers f
   (``benchmarks/transport_relaxation_gap.py``).
 
 "lp" and "greedy" solve one row at a time in float64 numpy (0.03-16 s a row): for exact one-step
-laws and measurements. "ranked" plans a window of 16 rows x 8192 tokens in milliseconds on the
-CPU (the rows are planned there in float64 whatever their device, so the bits do not depend on
-it). ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget per row, like
-``gsd_core.OptimalRelaxation``'s delta; a row with eps = 0 is SD bit for bit.
+laws and measurements. "ranked" plans a window of 16 rows x 8203 ids in about 15 ms wall (7-8 ms
+of CPU) on one heavily shared core, against about 0.1 s (greedy) and 1 s (lp)
+(``benchmarks/results/transport_solver_speed_standin.txt``). It plans on the CPU in float64
+whatever the rows' device, so the bits do not depend on the device.
+
+A decoding-ready rule: ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget
+per row, like ``gsd_core.OptimalRelaxation``'s delta; a row with eps = 0 is SD bit for bit. A
+window with per-row budgets is verified as plain SD on ``window_target(p, q)`` (one plan per
+row, computed once).
 """
 
 from __future__ import annotations
@@ -173,7 +178,8 @@ def ranked_plans(
     Within a level every edge at once: each proposes min(e(y), d(x)) (e, d the remaining excess
     and deficit); proposals leaving one y are scaled by min(1, e(y) / their sum), then those
     entering one x by min(1, d(x) / their sum), then a row's whole level by
-    min(1, left / its cost) (left: the row's unspent budget). So every level keeps
+    min(1, left / its cost) (left: the row's unspent budget; a row with left = 0 stops, even on
+    edges of cost 0, so eps = 0 moves nothing). So every level keeps
     sum_x f <= e(y), sum_y f <= d(x) and cost <= left, up to float64 rounding of the sums (e
     and d are clamped at 0; the cost can pass eps by rounding only, a relative ~1e-15).
 
@@ -225,9 +231,10 @@ def ranked_plans(
         into = d.new_zeros(d.shape).index_add_(0, t, flow).index_select(0, t)
         flow = torch.fmin(flow, flow * (d_t / into))
         spend = spent.new_zeros(rows_n).index_add_(0, owner, flow * c)
-        over = spend > left
-        if bool(over.any()):
-            flow = flow * torch.where(over, left / spend, 1.0).index_select(0, owner)
+        # a spent budget stops its row, even on edges of cost 0 (as "greedy"; eps = 0 is SD)
+        factor = torch.where(left > 0, torch.where(spend > left, left / spend, 1.0), 0.0)
+        if bool((factor < 1).any()):
+            flow = flow * factor.index_select(0, owner)
             spend = spent.new_zeros(rows_n).index_add_(0, owner, flow * c)
         e.index_add_(0, s, flow, alpha=-1).clamp_(min=0)
         d.index_add_(0, t, flow, alpha=-1).clamp_(min=0)

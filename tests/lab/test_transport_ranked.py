@@ -165,3 +165,18 @@ def test_window_target_is_verify_with_the_rule(bonus):
     assert torch.equal(target[:6], per_row.targets(p, q))
     with pytest.raises(ValueError, match="window_target"):
         verify(window_p, q, drafts, per_row, uniforms=u)
+
+
+def test_a_spent_budget_stops_the_row_even_at_cost_zero():
+    """Two ids with the same content are neighbours at cost 0: a plan with eps = 0 (or one whose
+    budget is spent) moves nothing along that edge, as "greedy" and "lp"; eps > 0 does."""
+    content = torch.tensor([[0.0], [0.0], [1.0]], dtype=torch.float64)
+    hood = content_neighbours(content, torch.arange(3), 3, 1)
+    assert hood.cost[0, 0].item() == 0 and hood.index[0, 0].item() == 1
+    p = torch.tensor([[0.6, 0.1, 0.3]] * 2, dtype=torch.float64)
+    q = torch.tensor([[0.1, 0.6, 0.3]] * 2, dtype=torch.float64)
+    r, moved, cost = ranked_plans(p, q, hood, torch.tensor([0.0, 1e-9], dtype=torch.float64))
+    assert torch.equal(r[0], p[0]) and moved[0].item() == 0
+    assert moved[1].item() == pytest.approx(0.5, abs=TOL) and cost[1].item() == 0
+    for solver in ("greedy", "lp"):
+        assert transport_plan(p[0], q[0], hood, 0.0, solver)[1] == 0

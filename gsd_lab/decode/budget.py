@@ -36,8 +36,11 @@ each emitted token's W1(r_i, p_i). What that certifies (proofs/13): the expected
 change of the step-by-step substitution along the decoder's path (Y_t ~ p(. | X_<t)) is at most
 B, and the joint law is within B / d_min in TV; the joint law's W1 for the additive per-position
 cost is NOT bounded by B in general (an exact counterexample: a model that copies its first
-token), only under a Lipschitz condition on the model. The plans of a window are solved at once at min(c, R_0) (the most any position may
-get); a position whose R_i fell below that is solved again at its own allowance.
+token), only under a Lipschitz condition on the model.
+
+The plans of a window are solved at once at min(c, R_0) (the most any position may get), by
+``methods.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved again at
+its own allowance.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def transport_allowances(
     policy: str,
     cap: float,
     neighbours: object,
-    solver: str = "greedy",
+    solver: str = "ranked",
 ) -> tuple[list[float], PlannedTargets]:
     """(eps_i, the window's planned targets) for rows p, q [L, V] (float64) under the W1
     measure (module docstring): T_i ``totals``, ``left`` the budget before the window. The
@@ -132,7 +135,7 @@ class BudgetDial:
         *,
         measure: str = "tv",
         neighbours: object = None,
-        solver: str = "greedy",
+        solver: str = "ranked",
     ) -> None:
         if not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget >= 0):
             raise ValueError(f"budget must be a number >= 0, got {budget!r}")

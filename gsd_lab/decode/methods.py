@@ -73,7 +73,7 @@ PARTITION_KINDS = ("rank-binned", "static")
 BUDGET_MEASURES = ("tv", "w1")
 BUDGET_POLICIES = ("cap", "sure")
 # The transport plan's solver in decoding (gsd_lab.decode.relaxation_w1.SOLVERS).
-TRANSPORT_SOLVER = "greedy"
+TRANSPORT_SOLVER = "ranked"
 # Fields left out of ``to_dict`` at these defaults, so that the keys of earlier methods stay.
 _OPTIONAL_FIELDS = {
     "relaxation_delta": 0.0,

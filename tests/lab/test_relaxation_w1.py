@@ -41,7 +41,7 @@ def case(seed: int, vocab: int = 7):
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("solver", ["greedy", "lp"])
+@pytest.mark.parametrize("solver", ["ranked", "greedy", "lp"])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_exact_law_acceptance_and_w1_budget(seed, solver, k):
     content, tokens, p, q = case(seed)
@@ -126,7 +126,7 @@ def test_verify_runs_the_rule_and_bad_input_is_refused():
         )
 
 
-@pytest.mark.parametrize("solver", ["greedy", "lp"])
+@pytest.mark.parametrize("solver", ["ranked", "greedy", "lp"])
 def test_per_row_budgets_are_each_rows_own_plan(solver):
     """eps as a tensor [L] against a window [L, V]: row i's plan is the plan at float eps[i], bit
     for bit; a row with eps = 0 is SD bit for bit (r = p, SD's masses and residual)."""

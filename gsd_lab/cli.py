@@ -169,7 +169,23 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         "a token spends TV(p, q), a certain acceptance, when that fits",
     )
     group.add_argument(
-        "--budget-cap", type=float, default=1.0, help="the most one token may spend, in (0, 1]"
+        "--budget-cap",
+        type=float,
+        default=1.0,
+        help="the most one token may spend: in (0, 1] for tv, > 0 (content units) for w1",
+    )
+    group.add_argument(
+        "--transport-eps",
+        type=float,
+        default=None,
+        help="the transport relaxation: each token's output within this W1 of p, in the codes' "
+        "content distance (--method sjd; gsd_lab.decode.relaxation_w1, proofs/12)",
+    )
+    group.add_argument(
+        "--transport-k",
+        type=int,
+        default=16,
+        help="the transport's neighbours per code (--transport-eps or --budget-measure w1)",
     )
 
 
@@ -669,6 +685,8 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         budget_measure=args.budget_measure,
         budget_policy=args.budget_policy,
         budget_cap=args.budget_cap,
+        transport_eps=args.transport_eps,
+        transport_k=args.transport_k,
     ).for_model(args.model)
 
 
@@ -773,7 +791,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     }
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
+    if method.transport_eps is not None:
+        report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
     if method.budget is not None:
+        if method.budget_measure == "w1":
+            report["transport_k"] = method.transport_k
         report.update(
             budget=method.budget,
             budget_measure=method.budget_measure,
@@ -789,7 +811,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"{model.name} {spec.label}: {report['num_tokens']} tokens, nfe {result.nfe}, "
             f"acceptance rate {rate}, wall {result.wall_seconds:.2f} s"
             + (
-                f", certified TV {result.budget_spent:.4f} of {method.budget:g}"
+                f", certified {method.budget_measure.upper()} {result.budget_spent:.4f} of "
+                f"{method.budget:g}"
                 if method.budget is not None
                 else ""
             )

@@ -88,7 +88,7 @@ from torch import Tensor
 
 from gsd_core.rules import SD, Partition, as_rule
 
-from .distortion import _check_rows, targets_and_laws
+from .distortion import _check_rows, rows_of, targets_and_laws
 
 DEFAULT_DRAWS = (
     4  # rows solved per image in decoding runs: +22% to decoding and TV accounting on stand-in v2
@@ -315,14 +315,20 @@ class W1Log:
         )
         self.generator = torch.Generator().manual_seed(seed)
         self.total = 0.0  # T: sum of the TVs above the floor of the tokens emitted so far
-        self.held: list[tuple[int, float, Tensor, Tensor] | None] = [None] * (draws or 0)
+        self.held: list[tuple[int, float, Tensor, Tensor, object] | None] = [None] * (draws or 0)
         self.rows_solved = 0
         self.seconds = 0.0
 
-    def add(self, start: int, p: Tensor, q: Tensor, tv: Tensor) -> None:
+    def add(self, start: int, p: Tensor, q: Tensor, tv: Tensor, rule: object = None) -> None:
         """Rows of one forward pass: p [L + 1, V], q [L, V], tv [E] the exact TVs of its E emitted
-        tokens (E - 1 accepted drafts and one more; the first min(E, L) came from verified rows)."""
+        tokens (E - 1 accepted drafts and one more; the first min(E, L) came from verified rows).
+        rule: this step's rule of its verified rows 0 .. min(E, L) - 1 (None: the log's rule), so
+        a rule that changes every step (the certified dial, the transport relaxation's planned
+        targets) is kept for each held row, restricted to it (``distortion.rows_of``)."""
         began = time.perf_counter()
+        rule = self.rule if rule is None else as_rule(rule)
+        if self.substitution and not substitution_defined(rule):
+            self.substitution = False  # undefined for this row, so for the image's mean
         verified = min(tv.numel(), q.shape[0])
         if verified:
             values = tv[:verified].tolist()
@@ -330,28 +336,29 @@ class W1Log:
                 rows = [i for i, v in enumerate(values) if v > ROUNDING_FLOOR]
                 if rows:
                     p_rows, q_rows = p[rows], q[rows]
-                    w1 = w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule)
+                    row_rule = rows_of(rule, rows)
+                    w1 = w1_distortion(p_rows, q_rows, self.content, self.tokens, row_rule)
                     self.exact[[start + i for i in rows]] = w1
                     if self.substitution:
                         cost = substitution_cost(
-                            p_rows, q_rows, self.content, self.tokens, self.rule
+                            p_rows, q_rows, self.content, self.tokens, row_rule
                         )
                         self.exact_substitution[[start + i for i in rows]] = cost
                     self.rows_solved += len(rows)
             else:
-                self._offer(start, p, q, values)
+                self._offer(start, p, q, values, rule)
         self.seconds += time.perf_counter() - began
 
-    def _offer(self, start: int, p: Tensor, q: Tensor, values: list[float]) -> None:
+    def _offer(self, start: int, p: Tensor, q: Tensor, values: list[float], rule: object) -> None:
         """Each reservoir takes row i with probability D_i / T
-        (T: the total so far, row i included)."""
+        (T: the total so far, row i included), with the rule of row i."""
         for i, weight in enumerate(values):
             if weight <= ROUNDING_FLOOR:
                 continue
             self.total += weight
             uniforms = torch.rand(self.draws, generator=self.generator, dtype=torch.float64)
             for j in (uniforms * self.total < weight).nonzero().squeeze(-1).tolist():
-                self.held[j] = (start + i, weight, p[i].clone(), q[i].clone())
+                self.held[j] = (start + i, weight, p[i].clone(), q[i].clone(), rows_of(rule, [i]))
 
     def finish(self, num_tokens: int) -> W1Estimate:
         """The image's estimate over its ``num_tokens`` emitted tokens (module docstring)."""
@@ -390,22 +397,23 @@ class W1Log:
             )
         unique = {h[0]: h for h in drawn}  # a row drawn twice is solved once
         order = sorted(unique)
-        p_rows = torch.stack([unique[t][2] for t in order])
-        q_rows = torch.stack([unique[t][3] for t in order])
-        tv = torch.tensor([unique[t][1] for t in order], dtype=torch.float64)
-        w1 = dict(
-            zip(
-                order,
-                (w1_distortion(p_rows, q_rows, self.content, self.tokens, self.rule) / tv).tolist(),
+        # Each held row with its own rule (one row at a time: at most ``draws`` rows).
+        w1, cost = {}, {}
+        for t in order:
+            _, weight, p_row, q_row, rule = unique[t]
+            w1[t] = float(
+                w1_distortion(p_row[None], q_row[None], self.content, self.tokens, rule)[0]
             )
-        )
+            w1[t] /= weight
+            if self.substitution:
+                cost[t] = float(
+                    substitution_cost(p_row[None], q_row[None], self.content, self.tokens, rule)[0]
+                )
+                cost[t] /= weight
         mean, sem = self._estimate([w1[h[0]] for h in drawn], num_tokens)
         sub = sub_sem = None
         if self.substitution:
-            cost = substitution_cost(p_rows, q_rows, self.content, self.tokens, self.rule) / tv
-            sub, sub_sem = self._estimate(
-                [dict(zip(order, cost.tolist()))[h[0]] for h in drawn], num_tokens
-            )
+            sub, sub_sem = self._estimate([cost[h[0]] for h in drawn], num_tokens)
         self.rows_solved = len(order)
         self.seconds += time.perf_counter() - began
         return W1Estimate(mean, sem, self.draws, len(order), None, sub, sub_sem, self.seconds)

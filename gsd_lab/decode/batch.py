@@ -132,11 +132,6 @@ def generate_batch(
             "two requests share one generator: the images would draw from it in turn, "
             "not as each decoded alone; give each request its own torch.Generator"
         )
-    if record_w1 and any(m.method.budget is not None for m in resolved):
-        raise ValueError(
-            "record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
-            "the dial changes it every step (record_distortion gives the exact TV)"
-        )
     content = adapter.code_content() if record_w1 else None
     if record_w1 and (not record_distortion or content is None):
         raise ValueError(

@@ -1,4 +1,5 @@
-"""The certified dial: a total distortion budget B spent through the TV-optimal relaxation.
+"""The certified dial: a total distortion budget B spent through the TV-optimal relaxation
+(measure "tv") or the transport relaxation (measure "w1").
 
 A Jacobi window verifies drafts d_0 .. d_{L-1} against rows p_i, q_i (gsd_lab.decode.loop). Before
 the test, each position i gets an allowance delta_i from what is known before its own test
@@ -19,9 +20,32 @@ what they were allotted. By construction every path's charges sum to at most B, 
 the whole sequence is within B of the model's in TV (the chain-rule coupling, proofs/11). Once
 R = 0 every allowance is 0 and the rest is decoded losslessly (SD; with coupled drafts when the
 method's ``draft`` says so).
+
+Measure "w1" (B and c in the content distance's units, ``gsd_lab.accounting.transport``): each
+position's allowance eps_i is verified by the transport relaxation with budget eps_i
+(``gsd_lab.decode.relaxation_w1``, proofs/12), whose plan f_i (a function of p_i, q_i and eps_i,
+computed before the test) has cost s_i = sum f_i d <= eps_i and moves mass M_i <= T_i; the token
+it emits has law r_i with W1(r_i, p_i) <= s_i. With R_i as above (s the plans' costs),
+
+    "cap":   eps_i = min(c, R_i)
+    "sure":  eps_i = min(c, R_i) if the plan within min(c, R_i) moves all of T_i (M_i >= T_i -
+             1e-12: r_i = q_i, the acceptance is certain), else 0
+
+and the path is charged s_0 + .. + s_n as for TV. Every path's charges sum to at most B and bound
+each emitted token's W1(r_i, p_i). What that certifies (proofs/13): the expected total content
+change of the step-by-step substitution along the decoder's path (Y_t ~ p(. | X_<t)) is at most
+B, and the joint law is within B / d_min in TV; the joint law's W1 for the additive per-position
+cost is NOT bounded by B in general (an exact counterexample: a model that copies its first
+token), only under a Lipschitz condition on the model.
+
+The plans of a window are solved at once at min(c, R_0) (the most any position may get), by
+``methods.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved again at
+its own allowance.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -29,7 +53,11 @@ from torch import Tensor
 from gsd_core import OptimalRelaxation
 from gsd_core.exact import fixed_order_sum
 
+from .planned import PlannedTargets, plan_rows
+
 POLICIES = ("cap", "sure")
+MEASURES = ("tv", "w1")
+SURE_TOLERANCE = 1e-12  # "moves all of T": M >= T - this
 
 
 def allowances(
@@ -53,29 +81,94 @@ def allowances(
     return deltas, spends
 
 
-class BudgetDial:
-    """One decode's budget state: ``budget`` B, ``policy``, ``cap``; ``spent`` so far (the sum of
-    the charges of the emitted tokens). ``step`` gives a window's rule, ``charge`` books what
-    the window emitted."""
+def transport_allowances(
+    p: Tensor,
+    q: Tensor,
+    totals: list[float],
+    left: float,
+    policy: str,
+    cap: float,
+    neighbours: object,
+    solver: str = "ranked",
+) -> tuple[list[float], PlannedTargets]:
+    """(eps_i, the window's planned targets) for rows p, q [L, V] (float64) under the W1
+    measure (module docstring): T_i ``totals``, ``left`` the budget before the window. The
+    charges s_i are the plans' costs (``PlannedTargets.cost``)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown budget policy {policy!r}; expected one of {POLICIES}")
+    window = q.shape[0]
+    first = max(0.0, min(cap, left))
+    r, moved, cost = plan_rows(
+        neighbours, p, q, torch.full((window,), first, dtype=torch.float64), solver
+    )
+    deltas = []
+    for i in range(window):
+        room = max(0.0, min(cap, left))
+        if room != first:  # R_i fell below what the window was solved at: solve row i again
+            r[i : i + 1], moved[i : i + 1], cost[i : i + 1] = plan_rows(
+                neighbours,
+                p[i : i + 1],
+                q[i : i + 1],
+                torch.tensor([room], dtype=torch.float64),
+                solver,
+            )
+        delta = room
+        if policy == "sure" and not float(moved[i]) >= totals[i] - SURE_TOLERANCE:
+            delta = 0.0
+            r[i], moved[i], cost[i] = p[i].to(torch.float64), 0.0, 0.0
+        deltas.append(delta)
+        left -= float(cost[i])
+    return deltas, PlannedTargets(r, moved, cost)
 
-    def __init__(self, budget: float, policy: str = "cap", cap: float = 1.0) -> None:
+
+class BudgetDial:
+    """One decode's budget state: ``budget`` B, ``policy``, ``cap``, ``measure`` ("tv" or "w1";
+    "w1" needs the content ``neighbours`` and the plan's ``solver``); ``spent`` so far (the sum
+    of the charges of the emitted tokens). ``step`` gives a window's rule, ``charge`` books
+    what the window emitted."""
+
+    def __init__(
+        self,
+        budget: float,
+        policy: str = "cap",
+        cap: float = 1.0,
+        *,
+        measure: str = "tv",
+        neighbours: object = None,
+        solver: str = "ranked",
+    ) -> None:
         if not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget >= 0):
             raise ValueError(f"budget must be a number >= 0, got {budget!r}")
-        if not (isinstance(cap, (int, float)) and 0 < cap <= 1):
-            raise ValueError(f"budget_cap must be a number in (0, 1], got {cap!r}")
+        if measure not in MEASURES:
+            raise ValueError(f"unknown budget measure {measure!r}; expected one of {MEASURES}")
+        top = 1 if measure == "tv" else math.inf
+        if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and 0 < cap <= top):
+            raise ValueError(f"budget_cap must be a number in (0, {top}], got {cap!r}")
         if policy not in POLICIES:
             raise ValueError(f"unknown budget policy {policy!r}; expected one of {POLICIES}")
+        if measure == "w1" and neighbours is None:
+            raise ValueError("the W1 dial needs the content neighbours (content_neighbours)")
         self.budget, self.policy, self.cap = float(budget), policy, float(cap)
+        self.measure, self.neighbours, self.solver = measure, neighbours, solver
         self.spent = 0.0
         self._spends: list[float] = []
 
-    def step(self, p: Tensor, q: Tensor) -> OptimalRelaxation:
-        """The rule of one window: p [L (+1), V] target rows, q [L, V] draft rows; the
-        allowances [L] in float64 on p's device (one host read of the L totals)."""
+    def step(self, p: Tensor, q: Tensor) -> OptimalRelaxation | PlannedTargets:
+        """The rule of one window: p [L (+1), V] target rows, q [L, V] draft rows. TV: the
+        allowances [L] in float64 on p's device (one host read of the L totals); W1: the
+        window's planned targets (``PlannedTargets``: verify ``verify_rows(p)`` with SD)."""
         window = q.shape[0]
         rows = p[:window].to(torch.float64)
-        totals = (0.5 * fixed_order_sum((rows - q.to(torch.float64)).abs())).tolist()
-        deltas, self._spends = allowances(totals, self.budget - self.spent, self.policy, self.cap)
+        q64 = q.to(torch.float64)
+        totals = (0.5 * fixed_order_sum((rows - q64).abs())).tolist()
+        left = self.budget - self.spent
+        if self.measure == "w1":
+            _deltas, planned = transport_allowances(
+                rows, q64, totals, left, self.policy, self.cap, self.neighbours, self.solver
+            )
+            self._spends = planned.cost.tolist()
+            return planned
+        deltas, self._spends = allowances(totals, left, self.policy, self.cap)
         return OptimalRelaxation(
             torch.tensor(deltas, dtype=torch.float64, device=p.device).clamp(0, 1)
         )

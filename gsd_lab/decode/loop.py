@@ -57,7 +57,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..accounting.distortion import DistortionLog
+from gsd_core.rules import SD
+
+from ..accounting.distortion import DistortionLog, rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 from ..engine import draw, uses_support, verify
 from ..models.adapter import CausalLMAdapter
@@ -65,7 +67,8 @@ from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
 from .budget import BudgetDial
 from .coupling import DraftChain
-from .methods import DecodingMethod, ResolvedMethod
+from .methods import TRANSPORT_SOLVER, DecodingMethod, ResolvedMethod
+from .planned import PlannedTargets, plan_rows
 from .presets import preset
 
 
@@ -250,8 +253,17 @@ class _Loop:
         self.dial = (
             None
             if method.budget is None
-            else BudgetDial(method.budget, method.budget_policy, method.budget_cap)
+            else BudgetDial(
+                method.budget,
+                method.budget_policy,
+                method.budget_cap,
+                measure=method.budget_measure,
+                neighbours=resolved.neighbours,
+                solver=TRANSPORT_SOLVER,
+            )
         )
+        # The transport relaxation at a fixed eps: each window's plans, solved once per step.
+        self.transport = self.rule if method.transport_eps is not None else None
         self.step_rule = self.rule
         self.accepted: list[int] = []
         self.drafted: list[int] = []
@@ -314,17 +326,23 @@ class _Loop:
             self.out[done : done + 1] = draw(p[0], uniform)
             status = p.sum().view(1)
         else:
-            self.step_rule = self.rule if self.dial is None else self.dial.step(p, self.q)
+            self.step_rule = self._step_rule(p)
+            # A window's planned targets are verified as SD on the transported rows.
+            rows, rule = (
+                (self.step_rule.verify_rows(p), SD())
+                if isinstance(self.step_rule, PlannedTargets)
+                else (p, self.step_rule)
+            )
             # A static engine's fixed-width top-k support may miss ids tied at the top-k value
             # (gsd_lab.models.static): its device flag is read with the status.
             overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
             state = None if overflow is None else self.generator.get_state()
             # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
             result = verify(
-                p,
+                rows,
                 self.q,
                 self.drafts,
-                self.step_rule,
+                rule,
                 generator=self.generator,
                 validate=False,
                 support=None if support is None else support[:L],
@@ -346,7 +364,7 @@ class _Loop:
         if len(values) > 2 and values[2]:  # rare: the same verify on whole rows, the same uniforms
             self.generator.set_state(state)
             result = verify(
-                p, self.q, self.drafts, self.step_rule, generator=self.generator, validate=False
+                rows, self.q, self.drafts, rule, generator=self.generator, validate=False
             )
             values[1] = int(result.num_accepted)
         accepted, forced = int(values[1]), None
@@ -357,19 +375,35 @@ class _Loop:
         self.out[done : done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
 
+    def _step_rule(self, p: Tensor) -> object:
+        """The rule of this window: the method's, the dial's allowances, or the transport
+        relaxation's planned targets (``gsd_lab.decode.planned``)."""
+        if self.dial is not None:
+            return self.dial.step(p, self.q)
+        if self.transport is not None:
+            window = self.q.shape[0]
+            eps = torch.full((window,), self.transport.eps, dtype=torch.float64)
+            return PlannedTargets(
+                *plan_rows(
+                    self.transport.neighbours, p[:window], self.q, eps, self.transport.solver
+                )
+            )
+        return self.rule
+
     def commit(self, p: Tensor, accepted: int, L: int, forced: Tensor | None) -> None:
         """Record the step and crop the cache to the committed tokens (all but the last);
         ``forced``: what ``emit`` returned beside the accepted count."""
         if self.top1 is not None:
             self.top1[self.done : self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         if self.log is not None:
-            if self.dial is not None and L > 0:  # the rows the log reads: 0 .. min(a, L - 1)
-                self.log.rule = type(self.step_rule)(self.step_rule.delta[: min(accepted + 1, L)])
+            # The rule of the rows the logs read, 0 .. min(a, L - 1): this step's, restricted.
+            rule = rows_of(self.step_rule, slice(0, min(accepted + 1, L))) if L > 0 else self.rule
+            self.log.rule = rule
             tv = self.log.add(self.done, p, self.q, accepted)
             if tv is not None and forced is not None:
                 tv = self._forced_rows_exact(tv, forced)
             if self.w1_log is not None and tv is not None:
-                self.w1_log.add(self.done, p, self.q, tv)
+                self.w1_log.add(self.done, p, self.q, tv, rule)
         self.accepted.append(accepted)
         self.drafted.append(L)
         self.previous_done = self.done
@@ -447,11 +481,6 @@ def generate(
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     window = max_window(resolved.method)
     w1_log = None
-    if record_w1 and resolved.method.budget is not None:
-        raise ValueError(
-            "record_w1 with a budget is not implemented: the W1 log keeps one rule per decode, "
-            "the dial changes it every step (record_distortion gives the exact TV)"
-        )
     if record_w1:
         content = adapter.code_content()
         if not record_distortion or content is None:

@@ -12,7 +12,13 @@ identity of ``evaluate`` share. Its fields:
   model's default, ``FilterSettings.for_model``);
 - ``relaxation_delta``: the TV-optimal relaxation's per-token budget
   (``gsd_core.OptimalRelaxation``, proofs/10; kind "sjd" only; 0: none);
-- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv"), spent by
+- ``transport_eps``: the transport relaxation's per-token W1 budget in the content distance's
+  units (``gsd_lab.decode.relaxation_w1``, proofs/12; None: none; 0 is SJD bit for bit), on each
+  code's ``transport_k`` nearest codes by decoded content (``content_neighbours`` of the adapter's
+  ``code_content()``, cached per process by the content's SHA-256, V and k); kind "sjd" only;
+- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv", or "w1": B and
+  ``budget_cap`` in content units, verified by the transport relaxation with ``transport_k``
+  neighbours, proofs/13: per-path charges bound each token's W1, not the joint W1), spent by
   ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
   a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
   min(``budget_cap``, what is left), else 0) through the relaxation; on every path the emitted
@@ -64,8 +70,10 @@ CLUSTER_KINDS = (
 )
 FILTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance")
 PARTITION_KINDS = ("rank-binned", "static")
-BUDGET_MEASURES = ("tv",)  # "w1" waits for a transport relaxation (issue 30)
+BUDGET_MEASURES = ("tv", "w1")
 BUDGET_POLICIES = ("cap", "sure")
+# The transport plan's solver in decoding (gsd_lab.decode.relaxation_w1.SOLVERS).
+TRANSPORT_SOLVER = "ranked"
 # Fields left out of ``to_dict`` at these defaults, so that the keys of earlier methods stay.
 _OPTIONAL_FIELDS = {
     "relaxation_delta": 0.0,
@@ -73,6 +81,8 @@ _OPTIONAL_FIELDS = {
     "budget_measure": "tv",
     "budget_policy": "cap",
     "budget_cap": 1.0,
+    "transport_eps": None,
+    "transport_k": 16,
 }
 
 
@@ -223,6 +233,8 @@ class DecodingMethod:
     budget_measure: str = "tv"
     budget_policy: str = "cap"
     budget_cap: float = 1.0
+    transport_eps: float | None = None
+    transport_k: int = 16
 
     def __post_init__(self) -> None:
         _choice("method kind", self.kind, KINDS)
@@ -241,6 +253,7 @@ class DecodingMethod:
         self._check_clusters()
         self._check_lantern()
         self._check_relaxation()
+        self._check_transport()
         object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
         object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
 
@@ -329,8 +342,13 @@ class DecodingMethod:
             raise ValueError(f"budget must be a finite number >= 0 or None, got {budget!r}")
         _choice("budget measure", self.budget_measure, BUDGET_MEASURES)
         _choice("budget policy", self.budget_policy, BUDGET_POLICIES)
-        if not (_is_number(cap) and 0 < cap <= 1):
-            raise ValueError(f"budget_cap must be a number in (0, 1], got {cap!r}")
+        if self.budget_measure == "tv" and not (_is_number(cap) and 0 < cap <= 1):
+            raise ValueError(f"budget_cap (TV) must be a number in (0, 1], got {cap!r}")
+        if self.budget_measure == "w1" and not (_is_number(cap) and cap > 0):
+            raise ValueError(
+                f"budget_cap (W1, the content distance's units) must be a finite number > 0, "
+                f"got {cap!r}"
+            )
         if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != (
             "tv",
             "cap",
@@ -355,10 +373,53 @@ class DecodingMethod:
             )
         if delta and budget is not None:
             raise ValueError("relaxation_delta and budget are two ways to relax: give one")
+        if self.transport_eps is not None and (delta or budget is not None):
+            raise ValueError(
+                "transport_eps, relaxation_delta and budget are ways to relax: give one "
+                "(the W1 dial is budget_measure='w1', with transport_k neighbours)"
+            )
         object.__setattr__(self, "relaxation_delta", float(delta))
         object.__setattr__(self, "budget_cap", float(cap))
         if budget is not None:
             object.__setattr__(self, "budget", float(budget))
+
+    def _check_transport(self) -> None:
+        eps, k = self.transport_eps, self.transport_k
+        if eps is not None and not (_is_number(eps) and eps >= 0):
+            raise ValueError(
+                f"transport_eps (a W1 budget per token) must be a finite number >= 0 or None, "
+                f"got {eps!r}"
+            )
+        if not (_is_int(k) and k >= 1):
+            raise ValueError(f"transport_k (neighbours per code) must be an int >= 1, got {k!r}")
+        if k != 16 and not self.uses_transport:
+            raise ValueError(
+                "transport_k belongs to the transport relaxation: set transport_eps, or a budget "
+                "with budget_measure='w1'"
+            )
+        if eps is not None:
+            plain_sjd = (
+                self.kind == "sjd"
+                and not self.lantern_k
+                and self.acceptance_scale == 1
+                and self.residual == "token"
+            )
+            if not plain_sjd:
+                raise ValueError(
+                    "the transport relaxation (transport_eps) replaces SJD's acceptance test: use "
+                    "method 'sjd' with no LANTERN, acceptance_scale 1 and residual 'token' (got "
+                    f"method {self.kind!r}, lantern_k {self.lantern_k}, acceptance_scale "
+                    f"{self.acceptance_scale!r})"
+                )
+            object.__setattr__(self, "transport_eps", float(eps))
+
+    @property
+    def uses_transport(self) -> bool:
+        """Whether this method verifies by the transport relaxation (``transport_eps``, or the W1
+        dial): it needs the codes' content neighbours (``resolve``)."""
+        return self.transport_eps is not None or (
+            self.budget is not None and self.budget_measure == "w1"
+        )
 
     @property
     def uses_filters(self) -> bool:
@@ -425,6 +486,7 @@ class DecodingMethod:
             method,
             clusters=_cluster_rule(method, adapter, emb, cache),
             lantern=_lantern_rule(method, emb, cache),
+            neighbours=_neighbours(method, adapter),
         )
 
 
@@ -501,20 +563,64 @@ def _lantern_rule(method: DecodingMethod, embeddings: Any, cache: dict) -> objec
     return Lantern(table, method.lantern_delta)
 
 
+# Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
+# V, k): one per model's content and k, built once per process (about 10-20 s at V = 8192).
+_NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
+
+
+def _neighbours(method: DecodingMethod, adapter: Any) -> Any:
+    """The ``ContentNeighbours`` of the adapter's ``code_content()`` / ``allowed_tokens`` with
+    ``transport_k`` neighbours, for a method that transports (else None); cached by content."""
+    if not method.uses_transport:
+        return None
+    import hashlib
+
+    import torch
+
+    from .relaxation_w1 import content_neighbours
+
+    content = adapter.code_content()
+    if content is None:
+        raise ValueError(
+            "the transport relaxation (transport_eps, or budget_measure 'w1') needs an adapter "
+            "whose code_content() gives its codes' decoded content"
+        )
+    tokens = adapter.allowed_tokens.detach().cpu().long()
+    rows = content.detach().to("cpu", torch.float64).contiguous()
+    digest = hashlib.sha256(
+        repr(tuple(rows.shape)).encode() + rows.numpy().tobytes() + tokens.numpy().tobytes()
+    ).hexdigest()
+    key = (digest, int(adapter.vocab_size), method.transport_k)
+    if key not in _NEIGHBOUR_CACHE:
+        _NEIGHBOUR_CACHE[key] = content_neighbours(
+            rows, tokens, adapter.vocab_size, method.transport_k
+        )
+    return _NEIGHBOUR_CACHE[key]
+
+
 @dataclass(frozen=True)
 class ResolvedMethod:
     """A ``DecodingMethod`` with its runtime objects: ``clusters`` (a gsd_core rule or
     partition; exactly for kind "gsd") and ``lantern`` (a ``gsd_core.Lantern``; exactly when
-    ``method.lantern_k`` > 0, with its budget). Build it with ``DecodingMethod.resolve``."""
+    ``method.lantern_k`` > 0, with its budget) and ``neighbours`` (a ``ContentNeighbours``;
+    exactly when the method transports: ``transport_eps`` or the W1 dial). Build it with
+    ``DecodingMethod.resolve``."""
 
     method: DecodingMethod
     clusters: object = None
     lantern: Any = None
+    neighbours: Any = None
 
     def __post_init__(self) -> None:
         method = self.method
         if not isinstance(method, DecodingMethod):
             raise ValueError(f"method must be a DecodingMethod, got {type(method).__name__}")
+        if (self.neighbours is not None) != method.uses_transport:
+            raise ValueError(
+                "neighbours (a ContentNeighbours) must be given exactly when the method "
+                f"transports (transport_eps {method.transport_eps}, budget_measure "
+                f"{method.budget_measure!r})"
+            )
         if (self.clusters is not None) != (method.kind == "gsd"):
             raise ValueError(
                 f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
@@ -550,6 +656,10 @@ class ResolvedMethod:
             from gsd_core import OptimalRelaxation
 
             return OptimalRelaxation(method.relaxation_delta)
+        if method.transport_eps is not None:
+            from .relaxation_w1 import TransportRelaxation
+
+            return TransportRelaxation(self.neighbours, method.transport_eps, TRANSPORT_SOLVER)
         return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
 
 

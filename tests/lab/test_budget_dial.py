@@ -254,7 +254,7 @@ def test_budget_validation():
     with pytest.raises(ValueError, match="budget"):
         DecodingMethod("sjd", budget=-1.0)
     with pytest.raises(ValueError, match="budget measure"):
-        DecodingMethod("sjd", budget=1.0, budget_measure="w1")
+        DecodingMethod("sjd", budget=1.0, budget_measure="kl")
     with pytest.raises(ValueError, match="replaces SJD"):
         DecodingMethod("gsd", clusters="dynamic", group_size=3, budget=1.0)
     with pytest.raises(ValueError, match="set budget"):

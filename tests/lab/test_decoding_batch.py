@@ -242,10 +242,6 @@ def test_bad_input(adapter):
                                                good.uncond_prompt_ids)] * 2)
     with pytest.raises(ValueError, match="record_w1"):
         generate_batch(adapter, [good], record_w1=True)
-    dial = DecodeRequest(good.prompt_ids, METHODS["dial"], 5, torch.Generator().manual_seed(1),
-                         good.uncond_prompt_ids)
-    with pytest.raises(ValueError, match="record_w1 with a budget"):  # as generate refuses it
-        generate_batch(adapter, [dial], record_distortion=True, record_w1=True)
     assert generate_batch(adapter, []) == []
     runner = BatchRunner(adapter)
     sequence = runner.add(*PROMPTS[0])
@@ -258,27 +254,40 @@ def test_bad_input(adapter):
 @pytest.mark.parametrize("draws", [None, 3])
 def test_w1_accounting_is_the_same_batched(draws):
     """record_w1 (exact for every row, or estimated from reservoirs seeded by the image's
-    generator): each image's W1 and substitution estimates equal ``generate``'s to 1e-12."""
+    generator): each image's W1 and substitution estimates equal ``generate``'s to 1e-12; with
+    the rules that change every step too (the TV and W1 dials, the transport relaxation, with
+    independent and coupled drafts), whose tokens, NFE and budget_spent are each image's alone."""
     from gsd_lab.experiments.image_model import tiny_random_model
 
     model = tiny_random_model(top_k=20)
     adapter = model.adapter
     methods = [DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=4),
-               DecodingMethod("sjd", window=4, acceptance_scale=3.0), DecodingMethod("ar")]
+               DecodingMethod("sjd", window=4, acceptance_scale=3.0), DecodingMethod("ar"),
+               DecodingMethod("sjd", window=4, budget=0.5, budget_cap=0.2),
+               DecodingMethod("sjd", window=5, transport_eps=0.05, transport_k=4),
+               DecodingMethod("sjd", window=4, transport_eps=0.05, transport_k=4, draft="maximal"),
+               DecodingMethod("sjd", window=4, budget=0.4, budget_measure="w1", budget_cap=0.1,
+                              transport_k=4),
+               DecodingMethod("sjd", window=5, budget=0.4, budget_measure="w1",
+                              budget_policy="sure", transport_k=4, draft="maximal")]
     batch = []
-    for i in range(6):
+    for i in range(2 * len(methods)):
         prompt, uncond = model.encode(str(i % 4))
-        batch.append(DecodeRequest(prompt, methods[i % 3], 20 + 5 * i,
+        batch.append(DecodeRequest(prompt, methods[i % len(methods)], 20 + 5 * (i % 6),
                                    torch.Generator().manual_seed(i), uncond))
     results = generate_batch(adapter, batch, batch_size=4, record_distortion=True, record_w1=True,
                              w1_draws=draws)
     for i, (request, result) in enumerate(zip(batch, results)):
         single = alone(adapter, request, i, record_distortion=True, record_w1=True, w1_draws=draws)
         assert torch.equal(result.tokens, single.tokens) and result.nfe == single.nfe
+        assert result.budget_spent == single.budget_spent
+        if request.method.budget is not None:
+            assert result.budget_spent <= request.method.budget + 1e-12
         for field in ("mean", "sem", "substitution", "substitution_sem"):
             a, b = getattr(result.w1, field), getattr(single.w1, field)
             assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-12), field
     assert any(r.w1.mean > 0 for r in results)
+    assert any(r.budget_spent for r, q in zip(results, batch) if q.method.budget_measure == "w1")
 
 
 def test_lumina_prompts_of_other_lengths_and_forced_row_ends(tiny_release_set):

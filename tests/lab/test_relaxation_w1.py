@@ -22,8 +22,9 @@ from gsd_core import (
     tv_distance,
     verify,
 )
-from gsd_lab.decode.relaxation_w1 import TransportRelaxation, content_neighbours, transport_plan
+from gsd_core.rules import token_residual
 from gsd_lab.accounting.transport import w1_from_laws
+from gsd_lab.decode.relaxation_w1 import TransportRelaxation, content_neighbours, transport_plan
 
 TOL = 1e-12
 
@@ -40,7 +41,7 @@ def case(seed: int, vocab: int = 7):
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("solver", ["greedy", "lp"])
+@pytest.mark.parametrize("solver", ["ranked", "greedy", "lp"])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_exact_law_acceptance_and_w1_budget(seed, solver, k):
     content, tokens, p, q = case(seed)
@@ -123,3 +124,53 @@ def test_verify_runs_the_rule_and_bad_input_is_refused():
             torch.full((5,), 0.2, dtype=torch.float64),
             rule,
         )
+
+
+@pytest.mark.parametrize("solver", ["ranked", "greedy", "lp"])
+def test_per_row_budgets_are_each_rows_own_plan(solver):
+    """eps as a tensor [L] against a window [L, V]: row i's plan is the plan at float eps[i], bit
+    for bit; a row with eps = 0 is SD bit for bit (r = p, SD's masses and residual)."""
+    rows = [case(seed) for seed in (1, 2, 3, 4)]
+    content, tokens = rows[0][0], rows[0][1]
+    p = torch.stack([row[2] for row in rows])
+    q = torch.stack([row[3] for row in rows])
+    hood = content_neighbours(content, tokens, p.shape[-1], 3)
+    eps = torch.tensor([0.1, 0.0, 0.3, 0.02], dtype=torch.float64)
+    rule = TransportRelaxation(hood, eps, solver)
+    r, moved, cost = rule.plan(p, q)
+    assert r.shape == p.shape and moved.shape == cost.shape == (4,)
+    for i in range(4):
+        one, m, c = TransportRelaxation(hood, float(eps[i]), solver).plan(p[i], q[i])
+        assert torch.equal(r[i], one) and moved[i].item() == m.item() and cost[i].item() == c.item()
+        assert cost[i].item() <= eps[i].item() + TOL
+    assert torch.equal(r[1], p[1]) and moved[1].item() == 0 and cost[1].item() == 0
+    assert moved[0].item() > 0  # the control: a positive budget does move mass here
+    x = torch.arange(7).expand(4, 7)
+    credited, charged = rule.masses(p, q, x)
+    assert torch.equal(credited[1], p[1]) and torch.equal(charged, q)
+    assert torch.equal(rule.residual_weights(p, q)[1], token_residual(p[1], q[1]))
+    # a [2, 1] budget broadcasts against rows [2, 4]
+    wide = TransportRelaxation(hood, torch.tensor([[0.0], [0.1]], dtype=torch.float64), solver)
+    r2, moved2, _ = wide.plan(p.expand(2, 4, 7), q.expand(2, 4, 7))
+    assert torch.equal(r2[0], p) and bool((moved2[0] == 0).all())
+    assert torch.equal(r2[1], TransportRelaxation(hood, 0.1, solver).targets(p, q))
+
+
+def test_bad_budgets_are_refused():
+    content, tokens, p, q = case(1)
+    hood = content_neighbours(content, tokens, p.numel(), 3)
+    for bad in (
+        -0.1,
+        float("nan"),
+        float("inf"),
+        True,
+        torch.tensor([0.1, float("nan")], dtype=torch.float64),
+        torch.tensor([0.1, -1e-9], dtype=torch.float64),
+        torch.tensor([0.1, float("inf")], dtype=torch.float64),
+        torch.tensor([1, 2]),
+    ):
+        with pytest.raises(ValueError, match="eps"):
+            TransportRelaxation(hood, bad)
+    rule = TransportRelaxation(hood, torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        rule.plan(p.expand(4, 7), q.expand(4, 7))

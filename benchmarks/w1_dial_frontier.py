@@ -1,0 +1,122 @@
+"""The transport relaxation and the W1 dial against SJD, MC-SJD, GSD and MC-GSD on the stand-in:
+NFE, mean W1 per token and the decoding work outside the model, side by side.
+
+Same prompts and generator seeds for every configuration (class i, generator seed
+``generator_seed(seed, i)``, the figures' images), window 16, the figures' adapter. For each
+configuration: mean NFE (s.e.), mean W1 per emitted token (``record_w1``, the PPS estimate from
+``DEFAULT_DRAWS`` rows per image, content distance on the [-1, 1] pixel scale), mean TV per token
+(exact), the certified spend per image (the dial), and the seconds per image outside the model's
+forward (wall_seconds - model_seconds; accounting excluded) with that overhead per forward pass, and
+the wall seconds per image.
+The transport plan's solver is ``methods.TRANSPORT_SOLVER``. A measurement script, not a test.
+
+    nice -n 10 python benchmarks/w1_dial_frontier.py --classes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+import torch
+
+from gsd_lab.decode.methods import TRANSPORT_SOLVER, DecodingMethod
+
+K = 16
+CONFIGS = {
+    "SJD": DecodingMethod("sjd"),
+    "MC-SJD": DecodingMethod("sjd", draft="maximal"),
+    "GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50),
+    "MC-GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50, draft="maximal"),
+    "transport e=0.01": DecodingMethod("sjd", transport_eps=0.01, transport_k=K),
+    "transport e=0.04": DecodingMethod("sjd", transport_eps=0.04, transport_k=K),
+    "transport e=0.01 + max": DecodingMethod(
+        "sjd", transport_eps=0.01, transport_k=K, draft="maximal"
+    ),
+    "transport e=0.04 + max": DecodingMethod(
+        "sjd", transport_eps=0.04, transport_k=K, draft="maximal"
+    ),
+    "transport e=0.04 k=128 + max": DecodingMethod(
+        "sjd", transport_eps=0.04, transport_k=128, draft="maximal"
+    ),
+    "W1 dial B=1 cap .04 + max": DecodingMethod(
+        "sjd", budget=1.0, budget_measure="w1", budget_cap=0.04, transport_k=K, draft="maximal"
+    ),
+    "W1 dial B=4 cap .04 + max": DecodingMethod(
+        "sjd", budget=4.0, budget_measure="w1", budget_cap=0.04, transport_k=K, draft="maximal"
+    ),
+    "W1 dial B=4 sure .1 + max": DecodingMethod(
+        "sjd",
+        budget=4.0,
+        budget_measure="w1",
+        budget_policy="sure",
+        budget_cap=0.1,
+        transport_k=K,
+        draft="maximal",
+    ),
+}
+
+
+def mean_sem(values) -> tuple[float, float]:
+    array = np.asarray(values, dtype=np.float64)
+    sem = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
+    return float(array.mean()), sem
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from gsd_lab.experiments.image_model import load_image_model
+    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+
+    model = load_image_model("standin")
+    prompts = model.default_prompts[: args.classes]
+    print(
+        f"{model.num_tokens} tokens per image, {len(prompts) * len(args.seeds)} images, window "
+        f"16, transport solver {TRANSPORT_SOLVER}; W1 in RMS pixel units on [-1, 1]",
+        flush=True,
+    )
+    for label in args.configs:
+        started = time.perf_counter()
+        resolved = resolve_for(model, CONFIGS[label])
+        resolve_seconds = time.perf_counter() - started
+        nfe, w1, tv, spent, outside, per_forward, wall = [], [], [], [], [], [], []
+        for seed in args.seeds:
+            for index, prompt in enumerate(prompts):
+                result, _ = generate_one(
+                    model,
+                    resolved,
+                    prompt,
+                    generator_seed(seed, index),
+                    record_distortion=True,
+                    record_w1=True,
+                )
+                nfe.append(result.nfe)
+                w1.append(result.w1.mean)
+                tv.append(float(result.distortion.mean()))
+                spent.append(result.budget_spent or 0.0)
+                outside.append(result.wall_seconds - result.model_seconds)
+                wall.append(result.wall_seconds)
+                per_forward.append((result.wall_seconds - result.model_seconds) / result.nfe)
+        n, n_se = mean_sem(nfe)
+        w, w_se = mean_sem(w1)
+        print(
+            f"{label:30s} NFE {n:6.1f} ({n_se:4.1f})  W1/token {w:.4f} ({w_se:.4f})  "
+            f"TV/token {np.mean(tv):.4f}  spent/image {np.mean(spent):6.3f}  "
+            f"outside model {np.mean(outside):6.2f} s/image ({1e3 * np.mean(per_forward):6.1f} "
+            f"ms/forward)  wall {np.mean(wall):6.2f} s/image  resolve {resolve_seconds:.1f} s",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

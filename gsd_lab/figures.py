@@ -93,6 +93,8 @@ class FigureSizes:
     frontier_group: int = 50
     frontier_deltas: tuple[float, ...] = (0.1, 0.3)
     frontier_budgets: tuple[float, ...] = (8.0, 32.0)
+    frontier_transport_eps: tuple[float, ...] = (0.003, 0.03)  # W1 transport, maximal drafts
+    frontier_w1_budgets: tuple[float, ...] = (0.25,)  # the W1 dial (cap 0.04), maximal drafts
     frontier_rivals: tuple[str, ...] = ("amplify",)
     frontier_coupled: bool = True
 
@@ -123,6 +125,8 @@ class FigureSizes:
             frontier_group=25,
             frontier_deltas=(0.3,),
             frontier_budgets=(),
+            frontier_transport_eps=(),
+            frontier_w1_budgets=(),
             frontier_rivals=(),
             frontier_coupled=False,
         )
@@ -974,6 +978,8 @@ def _frontier(
         sizes.frontier_group,
         sizes.frontier_deltas,
         sizes.frontier_budgets,
+        sizes.frontier_transport_eps,
+        sizes.frontier_w1_budgets,
         rivals=sizes.frontier_rivals,
         coupled=sizes.frontier_coupled,
     )
@@ -1000,8 +1006,11 @@ def _frontier_text(results: dict[str, Any]) -> str:
         "The TV-optimal relaxation (gsd_core.OptimalRelaxation) at per-token budget delta from "
         "SJD (delta = 0) and, with maximal-coupled drafts, from MC-SJD; the certified TV dial "
         f"(budget B per image, policy `{frontier.DIAL_POLICY}`, cap {frontier.DIAL_CAP:g}, "
-        "maximal drafts) from MC-SJD (B = 0); its W1 is not recorded (the decoder keeps one "
-        "rule per decode for W1). NFE at matched distortion: each optimal rule's curve read by "
+        "maximal drafts) from MC-SJD (B = 0); the W1 transport relaxation (per-token budget eps, "
+        "k = 16 content neighbours) and the W1 dial (budget B per image, policy "
+        f"`{frontier.W1_DIAL_POLICY}`, cap {frontier.W1_DIAL_CAP:g}), both with maximal drafts "
+        "from MC-SJD (proofs/13: the W1 dial certifies the per-path substitution cost, not the "
+        "joint law's W1). NFE at matched distortion: each optimal rule's curve read by "
         "linear interpolation in the distortion at the reference's mean distortion; `difference`"
         " = the reference's NFE minus the curve's there (negative: the reference needs fewer "
         "forwards), `se`, `low`, `high`: paired bootstrap over the images; `inside`: whether "

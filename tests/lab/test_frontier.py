@@ -87,7 +87,7 @@ def test_matched_distortion_interpolates_the_curve_at_gsd_and_judges_the_sign():
 def test_w1_matching_skips_curves_without_w1_and_other_images_raise():
     curves = _curves()
     rows = frontier.matched_distortion(curves, frontier.comparisons(curves), "w1", resamples=50)
-    assert [r["other"] for r in rows] == [frontier.RELAXATION]  # the dial records no W1
+    assert [r["other"] for r in rows] == [frontier.RELAXATION]  # a curve whose rows have no W1 is skipped
     assert rows[0]["measure"] == "W1" and rows[0]["distortion"] == pytest.approx(0.02)
     bad = copy.deepcopy(curves)
     bad[frontier.RELAXATION][0]["per_image"]["seed"][3] = 99
@@ -122,6 +122,22 @@ def test_frontier_configurations_share_the_tables_keys():
         frontier.frontier_curves(rivals=("medusa",))
     new = {s.label for k, s in specs.items() if k not in table_keys}
     assert len(new) == 2 * len(sizes.frontier_deltas) + len(sizes.frontier_budgets)
+    w1_curves = frontier.frontier_curves(
+        sizes.frontier_group,
+        (),
+        (),
+        sizes.frontier_transport_eps,
+        sizes.frontier_w1_budgets,
+        rivals=(),
+    )
+    assert [s.method.transport_eps for s in w1_curves[frontier.TRANSPORT][1:]] == list(
+        sizes.frontier_transport_eps
+    )
+    assert all(s.method.draft == "maximal" for s in w1_curves[frontier.TRANSPORT])
+    dial_methods = [s.method for s in w1_curves[frontier.W1_DIAL][1:]]
+    assert [(m.budget, m.budget_measure) for m in dial_methods] == [
+        (b, "w1") for b in sizes.frontier_w1_budgets
+    ]
     quick = FigureSizes.quick()
     q_curves = frontier.frontier_curves(
         quick.frontier_group,
@@ -160,9 +176,9 @@ def test_frontier_runs_reads_shared_seeds_from_the_tables_cache(monkeypatch):
     assert _Cache.calls == [((0,), True, "GSD"), ((1, 2), True, "GSD")]
     _Cache.calls = []
     assert [r[0] for r in runs.records(dial)] == [0, 0, 1, 1, 2, 2]
-    assert _Cache.calls == [((0, 1, 2), False, dial.label)]  # no W1 under a budget
+    assert _Cache.calls == [((0,), True, dial.label), ((1, 2), True, dial.label)]  # W1 too
     curves = {"GSD": [gsd], "dial": [dial]}
-    assert runs.images_to_decode(curves, {gsd.key}) == 2 * 2 + 2 * 3
+    assert runs.images_to_decode(curves, {gsd.key}) == 2 * 2 + 2 * 3  # dial: all 3 seeds
     assert runs.images_to_decode(curves, set()) == 2 * 3 + 2 * 3
     other = frontier.FrontierRuns(_Cache(None, ["a"], [0, 5]), (0, 1))  # seed 5 is no frontier seed
     assert other.shared_seeds == () and other.own_seeds == (0, 1)
@@ -292,10 +308,11 @@ def test_invariant_lines_hold_on_honest_rows_and_catch_broken_ones():
         "relaxation rows (2): every image's mean TV per token <= delta (1e-12): True",
         "dial rows (2): every image's summed TV <= B (1e-9): True",
         f"matched rows ({len(front['matched'])}): verdicts by the one rule: True",
+        "transport and W1-dial rows (0): W1 estimated, no exact invariant",
     ]
     broken = copy.deepcopy(front)
     broken["curves"][frontier.DIAL][1]["per_image"]["distortion"][4] = 8.01 / 256  # over B
     broken["curves"][frontier.RELAXATION][1]["per_image"]["distortion"][0] = 0.1 + 1e-9
     broken["curves"][frontier.RELAXATION][0]["per_image"]["distortion"][2] = 1e-9
     broken["matched"][0]["verdict"] = "yes" if broken["matched"][0]["verdict"] != "yes" else "no"
-    assert all(line.endswith("False") for line in frontier.invariant_lines(broken, 256))
+    assert all(line.endswith("False") for line in frontier.invariant_lines(broken, 256)[:4])

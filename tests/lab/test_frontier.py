@@ -87,7 +87,9 @@ def test_matched_distortion_interpolates_the_curve_at_gsd_and_judges_the_sign():
 def test_w1_matching_skips_curves_without_w1_and_other_images_raise():
     curves = _curves()
     rows = frontier.matched_distortion(curves, frontier.comparisons(curves), "w1", resamples=50)
-    assert [r["other"] for r in rows] == [frontier.RELAXATION]  # a curve whose rows have no W1 is skipped
+    assert [r["other"] for r in rows] == [
+        frontier.RELAXATION
+    ]  # a curve whose rows have no W1 is skipped
     assert rows[0]["measure"] == "W1" and rows[0]["distortion"] == pytest.approx(0.02)
     bad = copy.deepcopy(curves)
     bad[frontier.RELAXATION][0]["per_image"]["seed"][3] = 99
@@ -104,7 +106,9 @@ def test_frontier_configurations_share_the_tables_keys():
 
     sizes = FigureSizes.default()
     t1, t2, pareto, distortion = _specs(sizes)
-    table_keys = {s.key for s in t1 + t2 + [s for c in (pareto, distortion) for v in c.values() for s in v]}
+    table_keys = {
+        s.key for s in t1 + t2 + [s for c in (pareto, distortion) for v in c.values() for s in v]
+    }
     curves = frontier.frontier_curves(
         sizes.frontier_group, sizes.frontier_deltas, sizes.frontier_budgets, rivals=frontier.RIVALS
     )
@@ -220,8 +224,9 @@ def test_a_rule_that_beats_the_line_is_caught():
     """Negative control: a fake rule that claims a lossless output (TV 0) while accepting as
     the relaxation does, or the relaxation's points with a sliver more acceptance."""
     p, q, _ = _rows()
-    relaxed = frontier.one_step_points(p, q, {"r": frontier.standard_rules(delta=0.1)[
-        "TV-optimal relaxation (delta=0.1)"]})["r"]
+    relaxed = frontier.one_step_points(
+        p, q, {"r": frontier.standard_rules(delta=0.1)["TV-optimal relaxation (delta=0.1)"]}
+    )["r"]
     fake = {
         "lossless claim": (torch.zeros_like(relaxed[0]), relaxed[1]),
         "greedy": (relaxed[0], relaxed[1] + 1e-9),
@@ -289,8 +294,16 @@ def _stored(front):
     from dataclasses import asdict
 
     specs = {
-        frontier.RELAXATION: [frontier.tables.SJD, frontier.relaxation(0.1), frontier.relaxation(0.3)],
-        frontier.DIAL: [frontier.tables.coupled("maximal"), frontier.dial(8.0), frontier.dial(32.0)],
+        frontier.RELAXATION: [
+            frontier.tables.SJD,
+            frontier.relaxation(0.1),
+            frontier.relaxation(0.3),
+        ],
+        frontier.DIAL: [
+            frontier.tables.coupled("maximal"),
+            frontier.dial(8.0),
+            frontier.dial(32.0),
+        ],
         "GSD (G=50)": [frontier.tables.gsd(50)],
     }
     return {**front, "specs": {k: [asdict(s) for s in v] for k, v in specs.items()}}

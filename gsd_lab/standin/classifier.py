@@ -78,6 +78,7 @@ def train_classifier(
     seed: int = 0,
     width: int = 32,
     pool: int = 100,
+    eval_per_class: int = 40,
     log=print,
 ) -> tuple[CropClassifier, dict]:
     """Cross-entropy on training-region crops (random scale and mirror, light brightness jitter).
@@ -85,7 +86,8 @@ def train_classifier(
     A pool of ``pool`` 256-pixel crops per class is drawn once, with their tokenizer
     reconstructions (the tiles, without the seam decoder), so that the classifier judges decoded
     samples by content, not by the tokenizer's tile seams. Every other batch is a random
-    ``data.HELDOUT_CROP`` sub-crop of its images (the held-out evaluation crops are that size)."""
+    ``data.HELDOUT_CROP`` sub-crop of its images (the held-out evaluation crops are that size).
+    Accuracy is measured on ``heldout_set(eval_per_class)``."""
     out = Path(out)
     with torch.random.fork_rng():
         torch.manual_seed(seed + 100)  # parameter init only
@@ -136,7 +138,7 @@ def train_classifier(
             start=start,
             log=log,
         )
-    images, labels = heldout_set()
+    images, labels = heldout_set(eval_per_class)
     recon_heldout = torch.cat(
         [tokenizer.decode_tiles(tokenizer.encode(c)) for c in images.split(100)]
     ).float()

@@ -16,6 +16,10 @@ from .tokenizer import TokenizerConfig
 
 TINY_TOKENIZER = TokenizerConfig(patch=16, codebook_size=64)
 TINY_AR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64}
+# Encoding crops (float64 nearest codes) dominates a tiny run: few crops per class in the
+# classifier's pool and in the held-out evaluations of the tokenizer and the classifier.
+TINY_EVAL = {"eval_per_class": 2}
+TINY_CLASSIFIER = {"width": 8, "pool": 4, **TINY_EVAL}
 
 
 def run_stages(args, log) -> None:
@@ -35,13 +39,14 @@ def run_stages(args, log) -> None:
             seed=args.seed,
             config=config,
             log=log,
+            **(TINY_EVAL if args.tiny else {}),
         )
     if "decoder" in stages:
         from .loading import load_tokenizer
         from .train_tokenizer import train_decoder
 
         sizes = (
-            {"width": 4, "steps": args.decoder_steps, "pool": 2}
+            {"width": 4, "steps": args.decoder_steps, "pool": 2, **TINY_EVAL}
             if args.tiny
             else {"steps": args.decoder_steps}
         )
@@ -55,8 +60,8 @@ def run_stages(args, log) -> None:
             load_tokenizer(out),
             steps=args.classifier_steps,
             seed=args.seed,
-            width=8 if args.tiny else 32,
             log=log,
+            **(TINY_CLASSIFIER if args.tiny else {"width": 32}),
         )
     if "ar" in stages:
         from .ar import train_ar

@@ -156,6 +156,7 @@ def train_tokenizer(
     max_patches: int = 120_000,
     seed: int = 0,
     config: TokenizerConfig = TokenizerConfig(),
+    eval_per_class: int = 10,
     log=print,
 ) -> tuple[PatchVQTokenizer, dict]:
     out = Path(out)
@@ -168,7 +169,7 @@ def train_tokenizer(
     )
     tokenizer = PatchVQTokenizer(config)
     tokenizer.codebook.copy_(codebook)
-    metrics = evaluate_tokenizer(tokenizer)
+    metrics = evaluate_tokenizer(tokenizer, per_class=eval_per_class)
     metrics.update(
         {
             "iterations": iterations,
@@ -195,6 +196,7 @@ def train_decoder(
     lr: float = 2e-3,
     pool: int = 24,
     seed: int = 0,
+    eval_per_class: int = 10,
     log=print,
 ) -> tuple[PatchVQTokenizer, dict]:
     """Train the ``SeamDecoder`` on (tiles, image) pairs and save the tokenizer with it.
@@ -202,7 +204,7 @@ def train_decoder(
     Pairs: ``pool`` training-region crops (``data.IMAGE_SIZE``) of every source and their tiles
     decode_tiles(encode(crop)); a step takes ``batch`` random ``crop``-pixel windows at patch-
     aligned offsets and minimises the mean squared error (Adam, cosine learning rate). The
-    codebook is unchanged."""
+    codebook is unchanged. Evaluated on ``eval_per_class`` held-out crops per class."""
     out = Path(out)
     start = time.time()
     generator = torch.Generator().manual_seed(seed + 10)
@@ -252,7 +254,10 @@ def train_decoder(
             digits=6,
         )
     refined.eval()
-    metrics = {**read_json(out / "tokenizer_config.json")["metrics"], **evaluate_tokenizer(refined)}
+    metrics = {
+        **read_json(out / "tokenizer_config.json")["metrics"],
+        **evaluate_tokenizer(refined, per_class=eval_per_class),
+    }
     metrics["decoder_training"] = {
         "width": width,
         "steps": steps,

@@ -1,18 +1,20 @@
 """Same tokens and NFE on any x86 instruction set and thread count (CPU models, float64 forward).
 
 A fixed batch of generations (``gsd_lab.experiments.determinism``: SJD and GSD with G = 3 and 50
-on the stand-in) runs in fresh subprocesses under ``ATEN_CPU_CAPABILITY=default`` (ATen's scalar
-kernels), ``avx2`` and the machine's own best (unset), with 1 and 2 threads. Tokens and NFE must
-be identical. A finer check: the top-1 probability of every token's target distribution must
-agree to 1e-10 relative, so a float32 step left in the forward (rounding ~1e-7, which flips
-sampling decisions: in float32 about one generation in ten differed between these settings)
-fails even when no decision happens to flip in this small batch.
+on the tiny random model and the stand-in) runs in fresh subprocesses, one per setting, under
+``ATEN_CPU_CAPABILITY=default`` (ATen's scalar kernels), ``avx2`` and the machine's own best
+(unset), with 1 and 2 threads. Tokens and NFE must be identical. A finer check: the top-1
+probability of every token's target distribution must agree to 1e-10 relative, so a float32 step
+left in the forward (rounding ~1e-7, which flips sampling decisions: in float32 about one
+generation in ten differed between these settings) fails even when no decision happens to flip
+in this small batch.
 
 Exact distortion (``gsd_lab.accounting.distortion``, ``record_distortion=True``) in the same settings, for
 GSD's dynamic clusters (with both filters: the [V, V] adjacency table), rank bins (token and
-cluster residual), Amplify and LANTERN: on the same rows (written once by the test, read by
-every subprocess) the values must be the same bits (its sums over the vocabulary are taken in
-a fixed order, ``gsd_core.exact.fixed_order_sum``; a(x) as ``verify`` takes it).
+cluster residual), Amplify and LANTERN, computed by the same subprocesses: on the same rows
+(written once by the test, read by every subprocess) the values must be the same bits (its sums
+over the vocabulary are taken in a fixed order, ``gsd_core.exact.fixed_order_sum``; a(x) as
+``verify`` takes it).
 In a decoding run the model's float64 forward itself
 differs in the last ulp between these settings (its top-1 probabilities do, within 1e-10), so
 there the tokens and NFE must be identical and the distortions agree to 1e-10 relative.
@@ -51,22 +53,29 @@ def subprocess_env(capability: str | None, threads: int) -> dict[str, str]:
     return env
 
 
-def run_batch(capability: str | None, threads: int, tmp_path: Path, model: str) -> dict:
-    env = subprocess_env(capability, threads)
-    out = tmp_path / f"{capability}_{threads}.json"
-    # 128 tokens of the stand-in (half an image) keep the 2-thread run short on a busy 2-core machine.
-    cmd = [sys.executable, "-m", "gsd_lab.experiments.determinism", "--model", model, "--seeds", "0",
-           "--num-prompts", "2", "--threads", str(threads), "--out", str(out)]
-    cmd += ["--num-tokens", "128"] if model == "standin" else []
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+@pytest.fixture(scope="module")
+def isa_batches(tmp_path_factory) -> dict[str, dict]:
+    """Per setting, one fresh subprocess runs everything the tests below compare (``ISA_BATCH``):
+    the generation batches of both models and the distortion batch, so that a subprocess's start
+    (imports of torch and transformers, model loads) is paid once per setting, not three times."""
+    folder = tmp_path_factory.mktemp("isa")
+    _distortion_rows(folder / "rows.pt")
+    return {name: run_isa_batch(cap, threads, folder) for name, (cap, threads) in SETTINGS.items()}
+
+
+def run_isa_batch(capability: str | None, threads: int, folder: Path) -> dict:
+    out = folder / f"{capability}_{threads}.json"
+    cmd = [sys.executable, "-c", ISA_BATCH, str(folder / "rows.pt"), str(threads), str(out)]
+    done = subprocess.run(cmd, env=subprocess_env(capability, threads), cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["tiny-random", "standin"])
-def test_generations_do_not_depend_on_isa_or_threads(tmp_path, model):
-    batches = {name: run_batch(cap, threads, tmp_path, model) for name, (cap, threads) in SETTINGS.items()}
+def test_generations_do_not_depend_on_isa_or_threads(isa_batches, model):
+    batches = {name: batch["generations"][model] for name, batch in isa_batches.items()}
     reference_name, reference = next(iter(batches.items()))
     assert reference["compute_dtype"] == "torch.float64"
     assert reference["capability"] == "DEFAULT" and batches["avx2, 1 thread"]["threads"] == 1
@@ -81,20 +90,25 @@ def test_generations_do_not_depend_on_isa_or_threads(tmp_path, model):
             assert worst < TOP1_RELATIVE_TOLERANCE, f"{where}: top-1 differs by {worst:.2e} (relative)"
 
 
-# Run in each subprocess: exact distortion of fixed rows, and a short decoding with
-# record_distortion (tiny-random model, 48 tokens) per method, as hex floats.
-DISTORTION_BATCH = r"""
+# Run in each subprocess: the generation batches (``gsd_lab.experiments.determinism``, seed 0,
+# 2 prompts; 128 tokens of the stand-in, half an image, keep the 2-thread run short on a busy
+# 2-core machine); exact distortion of fixed rows, and a short decoding with record_distortion
+# (tiny-random model, 48 tokens) per method, as hex floats.
+ISA_BATCH = r"""
 import hashlib, json, sys
 from dataclasses import replace
 import torch
 from gsd_core import Amplify, DynamicClusters, Lantern, RankBinnedClusters, latent_neighbourhoods
 from gsd_lab.accounting.distortion import exact_distortion
+from gsd_lab.experiments.determinism import generation_batch
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import generate_one
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings
 
 rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(threads)
+generations = {"tiny-random": generation_batch("tiny-random", seeds=[0], num_prompts=2),
+               "standin": generation_batch("standin", seeds=[0], num_prompts=2, num_tokens=128)}
 rows = torch.load(rows_path)
 p, q, emb = rows["p"], rows["q"], rows["embeddings"]
 hood = latent_neighbourhoods(emb, 40)
@@ -123,7 +137,7 @@ for name, method in decoding.items():
     out["decoding"][name] = {"nfe": result.nfe, "distortion": result.distortion.tolist(),
                              "tokens_sha256": hashlib.sha256(tokens).hexdigest()}
 with open(out_path, "w", encoding="utf-8") as handle:
-    json.dump(out, handle)
+    json.dump({"generations": generations, "distortion": out}, handle)
 """
 DISTORTION_RELATIVE_TOLERANCE = 1e-10
 
@@ -144,18 +158,8 @@ def _distortion_rows(path: Path) -> None:
     torch.save({"p": p / p.sum(-1, keepdim=True), "q": q / q.sum(-1, keepdim=True), "embeddings": embeddings}, path)
 
 
-def run_distortion_batch(capability: str | None, threads: int, tmp_path: Path) -> dict:
-    out = tmp_path / f"distortion_{capability}_{threads}.json"
-    cmd = [sys.executable, "-c", DISTORTION_BATCH, str(tmp_path / "rows.pt"), str(threads), str(out)]
-    done = subprocess.run(cmd, env=subprocess_env(capability, threads), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
-def test_exact_distortion_does_not_depend_on_isa_or_threads(tmp_path):
-    _distortion_rows(tmp_path / "rows.pt")
-    batches = {name: run_distortion_batch(cap, threads, tmp_path) for name, (cap, threads) in SETTINGS.items()}
+def test_exact_distortion_does_not_depend_on_isa_or_threads(isa_batches):
+    batches = {name: batch["distortion"] for name, batch in isa_batches.items()}
     reference_name, reference = next(iter(batches.items()))
     assert reference["capability"] == "DEFAULT" and batches["avx2, 1 thread"]["capability"] == "AVX2"
     assert len(reference["rows"]) == 14 and len(reference["decoding"]) == 4

@@ -139,6 +139,22 @@ def test_tokenizer_round_trip_and_heldout_error():
     assert metrics["heldout_tiles_psnr_db"] == pytest.approx(recorded["heldout_tiles_psnr_db"], abs=0.05)
 
 
+def test_nearest_code_does_not_depend_on_the_chunk():
+    """The codes are the float64 brute-force argmin (ties to the smallest k) whatever the number
+    of rows per chunk: one row, a chunk that does not divide N, the default, all rows at once."""
+    from gsd_lab.standin.tokenizer import nearest_code
+
+    g = torch.Generator().manual_seed(0)
+    book = torch.rand(64, 48, generator=g) * 2 - 1
+    book[5] = book[3]  # a tie: code 3 wins
+    x = torch.rand(1000, 48, generator=g, dtype=torch.float64) * 2 - 1
+    x[:10] = book[3].double()
+    brute = ((x[:, None, :] - book.double()[None]) ** 2).sum(-1).argmin(1)
+    assert (brute[:10] == 3).all() and brute.unique().numel() > 32
+    for chunk in (1, 7, 128, 1000, 4096):
+        assert torch.equal(nearest_code(x, book, chunk=chunk), brute), chunk
+
+
 def test_codebook_has_close_neighbours():
     """GSD's premise: most codes have a near-duplicate whose patch is close (PSNR > 24 dB)."""
     recorded = json.loads((WEIGHTS_DIR / "tokenizer_config.json").read_text())["metrics"]

@@ -61,9 +61,9 @@ def plan_rows(
     neighbours: object, p: Tensor, q: Tensor, eps: Tensor, solver: str
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(r [n, V] float64, moved [n], cost [n]) of rows p, q [n, V] with per-row budgets eps [n]:
-    ``TransportRelaxation(neighbours, eps, solver).plan`` where it takes per-row budgets, else
-    the per-row ``transport_plan``. Rows whose budget is 0 are p itself (no solver call)."""
-    from .relaxation_w1 import TransportRelaxation, transport_plan
+    ``TransportRelaxation(neighbours, eps, solver).plan``. Rows whose budget is 0 are p itself
+    (no solver call)."""
+    from .relaxation_w1 import TransportRelaxation
 
     p64, q64 = p.to(torch.float64), q.to(torch.float64)
     n = p64.shape[0]
@@ -74,14 +74,9 @@ def plan_rows(
     live = (eps > 0).nonzero().flatten()
     if live.numel() == 0:
         return r, moved, cost
-    if hasattr(TransportRelaxation, "plan"):  # the vectorised per-row API
-        rule = TransportRelaxation(neighbours, eps[live], solver)
-        r_live, moved_live, cost_live = rule.plan(p64[live], q64[live])
-        r[live] = r_live.to(r.device, torch.float64)
-        moved[live] = moved_live.to(torch.float64).cpu()
-        cost[live] = cost_live.to(torch.float64).cpu()
-        return r, moved, cost
-    for i in live.tolist():
-        row, mass, spent = transport_plan(p64[i], q64[i], neighbours, float(eps[i]), solver)
-        r[i], moved[i], cost[i] = row.to(r.device), mass, spent
+    rule = TransportRelaxation(neighbours, eps[live], solver)
+    r_live, moved_live, cost_live = rule.plan(p64[live], q64[live])
+    r[live] = r_live.to(r.device, torch.float64)
+    moved[live] = moved_live.to(torch.float64).cpu()
+    cost[live] = cost_live.to(torch.float64).cpu()
     return r, moved, cost

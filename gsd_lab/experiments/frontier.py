@@ -52,7 +52,7 @@ from gsd_core import acceptance_rate, output_distribution, tv_distance
 
 from ..decode.methods import DecodingMethod
 from . import tables
-from .matched import MEASURES, _interpolate
+from .matched import MEASURES, _interpolate, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
 from .verdicts import verdict
 
@@ -248,13 +248,6 @@ def comparisons(curves: dict[str, Any], group_size: int = 50) -> list[tuple[str,
     return out
 
 
-def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray | None:
-    table = [(r.get("per_image") or {}).get(key) for r in rows]
-    if any(v is None or any(x is None for x in v) for v in table):
-        return None
-    return np.asarray(table, dtype=np.float64)
-
-
 def matched_distortion(
     curves: dict[str, list[dict[str, Any]]],
     pairs: list[tuple[str, str]],
@@ -275,25 +268,18 @@ def matched_distortion(
     out = []
     for reference, other in pairs:
         ref_rows, other_rows = curves.get(reference) or [], curves.get(other) or []
-        rows = ref_rows + other_rows
         if not ref_rows or not other_rows:
             continue
-        images = {
-            (tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"]))
-            for r in rows
-            if r.get("per_image")
-        }
-        if len(images) != 1 or any(not r.get("per_image") for r in rows):
-            raise ValueError(f"{reference} and {other} rows must carry values of the same images")
-        nfe, value = _values(rows, "nfe"), _values(rows, measure)
-        if nfe is None or value is None:
+        paired = paired_curves(ref_rows, other_rows, measure, resamples, seed, (reference, other))
+        if paired is None:
             continue
-        n, k = nfe.shape[1], len(ref_rows)
-        index = torch.randint(
-            n, (resamples, n), generator=torch.Generator().manual_seed(seed)
-        ).numpy()
-        nfe_b, value_b = nfe[:, index].mean(-1).T, value[:, index].mean(-1).T  # [B, configs]
-        mean_nfe, mean_value = nfe.mean(-1), value.mean(-1)
+        rows, n, k = paired.rows, paired.n, paired.k
+        mean_nfe, mean_value, nfe_b, value_b = (
+            paired.nfe,
+            paired.value,
+            paired.nfe_b,
+            paired.value_b,
+        )
         opp = slice(k, len(rows))
         for anchor in range(k):
             at = mean_value[anchor]

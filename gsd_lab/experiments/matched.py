@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -57,6 +59,58 @@ def _interpolate(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class PairedCurves:
+    """Two curves' configurations on the same n images, reference first (``k`` rows), with a
+    paired bootstrap: nfe, value [configurations] the means over images; nfe_b, value_b
+    [resamples, configurations] the means over each resample's images (every configuration on
+    the same resampled images, so the curves' per-image effects cancel in differences)."""
+
+    rows: list[dict[str, Any]]
+    k: int
+    n: int
+    nfe: np.ndarray
+    value: np.ndarray
+    nfe_b: np.ndarray
+    value_b: np.ndarray
+
+
+def paired_curves(
+    ref_rows: list[dict[str, Any]],
+    other_rows: list[dict[str, Any]],
+    measure: str,
+    resamples: int,
+    seed: int,
+    names: tuple[str, str],
+) -> PairedCurves | None:
+    """``PairedCurves`` of the two curves' rows (None when a row lacks ``measure`` or NFE per
+    image); rows of other images raise ValueError naming ``names``."""
+    rows = ref_rows + other_rows
+    keys = {
+        (tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"]))
+        for r in rows
+        if r.get("per_image")
+    }
+    if len(keys) != 1 or any(not r.get("per_image") for r in rows):
+        raise ValueError(
+            f"{names[0]} and {names[1]} rows must carry per-image values of the same images"
+        )
+    nfe, value = _per_image(rows, "nfe"), _per_image(rows, measure)
+    if nfe is None or value is None:
+        return None
+    n = nfe.shape[1]
+    index = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed)).numpy()
+    return PairedCurves(
+        rows,
+        len(ref_rows),
+        n,
+        nfe.mean(-1),
+        value.mean(-1),
+        nfe[:, index].mean(-1).T,
+        value[:, index].mean(-1).T,
+    )
+
+
 def matched_nfe(
     curves: dict[str, list[dict[str, Any]]],
     measure: str = "distortion",
@@ -83,25 +137,16 @@ def matched_nfe(
         other_rows = curves.get(other) or []
         if not ref_rows or not other_rows:
             continue
-        rows = ref_rows + other_rows
-        keys = {
-            (tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"]))
-            for r in rows
-            if r.get("per_image")
-        }
-        if len(keys) != 1 or any(not r.get("per_image") for r in rows):
-            raise ValueError(
-                f"{reference} and {other} rows must carry per-image values of the same images"
-            )
-        nfe, value = _per_image(rows, "nfe"), _per_image(rows, measure)
-        if nfe is None or value is None:
+        paired = paired_curves(ref_rows, other_rows, measure, resamples, seed, (reference, other))
+        if paired is None:
             continue
-        n, k = nfe.shape[1], len(ref_rows)
-        index = torch.randint(
-            n, (resamples, n), generator=torch.Generator().manual_seed(seed)
-        ).numpy()
-        nfe_b, value_b = nfe[:, index].mean(-1).T, value[:, index].mean(-1).T  # [B, configurations]
-        mean_nfe, mean_value = nfe.mean(-1), value.mean(-1)
+        rows, n, k = paired.rows, paired.n, paired.k
+        mean_nfe, mean_value, nfe_b, value_b = (
+            paired.nfe,
+            paired.value,
+            paired.nfe_b,
+            paired.value_b,
+        )
         ref, opp = slice(0, k), slice(k, len(rows))
         points, seen = [], set()
         for anchor in range(

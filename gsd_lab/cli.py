@@ -961,6 +961,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
 
     identity = run_identity(args, model, spec)
+    if model.adapter.device.type != "cpu":
+        # On a GPU, batched and static forwards round differently from batch 1 eager, so the
+        # tokens can depend on them: a resumed run must keep both (on a CPU in float64 they are
+        # the same tokens, tested).
+        identity["rounding"] = {"runner": args.runner, "batch_size": batch_size}
     config = {
         "label": spec.label,
         "world_size": context.world_size,

@@ -252,10 +252,11 @@ def exact_distortion(
     parts = []
     for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
         p_part, q_part = p[start : start + rows], q[start : start + rows]
-        if isinstance(rule, Lantern):
-            parts.append(lantern_distortion(p_part, q_part, rule))
+        rule_part = rows_of(rule, slice(start, start + rows))  # a per-row rule: these rows'
+        if isinstance(rule_part, Lantern):
+            parts.append(lantern_distortion(p_part, q_part, rule_part))
             continue
-        out = one_step_output_laws(p_part, q_part, rule)
+        out = one_step_output_laws(p_part, q_part, rule_part)
         parts.append(0.5 * fixed_order_sum((out - p_part).abs()))
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=p.device)
 

@@ -32,19 +32,23 @@ are lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one t
 forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
 bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
 
-All randomness comes from ``generator`` (on the adapter's device). Batch size 1 only, as the
-papers measure latency at batch 1. Each forward pass is followed by one status read of the
+All randomness comes from ``generator`` (on the adapter's device). One image per call, as the
+papers measure latency at batch 1 (``gsd_lab.decode.batch.generate_batch``: many images per
+forward, each as it is here). Each forward pass is followed by one status read of the
 device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
 model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
 at the step it appears. verify adds one read per step (L > 0) only for ``DynamicClusters``
 ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
-widest support it ranks (``gsd_lab.engine``); every other rule adds none (measured:
-tests/lab/test_engine_costs.py).
+widest support it ranks (``gsd_lab.engine``); every other fixed rule adds none (measured:
+tests/lab/test_engine_costs.py). The rules fixed per step from the rows add reads of their own:
+a budget's allowances read the window's L totals, and the transport relaxation and the W1 dial
+plan on the CPU (p and q copied to the host every step).
 
 ``runner="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
 cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
 on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
-and the step's status read stays its only host sync, GSD's ``DynamicClusters`` included.
+and the step's status read stays its only host sync for the fixed rules, GSD's
+``DynamicClusters`` included.
 """
 
 from __future__ import annotations

@@ -564,7 +564,8 @@ def _lantern_rule(method: DecodingMethod, embeddings: Any, cache: dict) -> objec
 
 
 # Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
-# V, k): one per model's content and k, built once per process (about 10-20 s at V = 8192).
+# V, k): one per model's content and k, built once per process (10-35 s at V = 8192, measured
+# on a shared CPU).
 _NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
 
 

@@ -35,7 +35,8 @@ whatever the rows' device, so the bits do not depend on the device.
 A decoding-ready rule: ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget
 per row, like ``gsd_core.OptimalRelaxation``'s delta; a row with eps = 0 is SD bit for bit. A
 window with per-row budgets is verified as plain SD on ``window_target(p, q)`` (one plan per
-row, computed once).
+row, computed once); the decoding loop does the same through ``gsd_lab.decode.planned``
+(``PlannedTargets.verify_rows``, which also keeps each row's plan for the accounting).
 """
 
 from __future__ import annotations
@@ -81,9 +82,11 @@ class ContentNeighbours:
 
     @cached_property
     def padded(self) -> Tensor:
-        """``index`` as int32 with V in place of -1 (a column no row's deficit reaches)."""
+        """``index`` as int32 with V in place of an empty entry (index -1, or a non-finite
+        cost): a column no row's deficit reaches."""
         vocab = self.index.shape[0]
-        return torch.where(self.index >= 0, self.index, vocab).to(torch.int32)
+        live = (self.index >= 0) & torch.isfinite(self.cost)
+        return torch.where(live, self.index, vocab).to(torch.int32)
 
     @cached_property
     def level(self) -> Tensor:
@@ -187,7 +190,15 @@ def ranked_plans(
     an excess token, r(x) <= q(x) + ulp at a deficit token, every untouched token keeps p(x) bit
     for bit, and r sums to 1 up to rounding. Every sum is an ``index_add_`` in one fixed order
     (serial on the CPU), so the bits do not depend on the thread count."""
-    rows_n, vocab = p.shape
+    vocab = hood.index.shape[0]
+    if p.ndim != 2 or p.shape != q.shape or p.shape[1] != vocab:
+        raise ValueError(
+            f"p and q must be [N, V] with the neighbours' V = {vocab}, got {tuple(p.shape)} "
+            f"and {tuple(q.shape)}"
+        )
+    if eps.shape != (p.shape[0],):
+        raise ValueError(f"eps must be [N] = [{p.shape[0]}], got {tuple(eps.shape)}")
+    rows_n = p.shape[0]
     width = hood.index.shape[1]
     diff = (p - q).reshape(-1)
     every = torch.arange(rows_n * vocab)

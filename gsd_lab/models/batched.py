@@ -74,7 +74,10 @@ def default_batch_size(device: torch.device | str) -> int:
     ``benchmarks/results/batched_streams_standin.txt``), and batch 1 keeps the papers' latency
     setting (each image's own wall time, not a share of its batch's), which the figures' wall-
     clock columns report.
-    Tokens and NFE do not depend on it (``gsd_lab.decode.batch``)."""
+    Tokens and NFE do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested);
+    on a GPU batched forwards round differently from batch 1, so sampled tokens can differ by
+    rounding (``gpu_static_check`` measures the TV), and ``evaluate`` keeps a GPU run's batch
+    size and runner in its identity. The GPU default has not run on a GPU yet."""
     kind = torch.device(device).type
     if kind == "cuda":
         return CUDA_BATCH_SIZE

@@ -230,3 +230,20 @@ def test_fixed_order_sum_is_the_pairwise_tree(n):
     assert torch.equal(got, want)
     assert torch.equal(fixed_order_sum(x.transpose(0, 1).contiguous(), dim=0), got)
     assert torch.allclose(got, x.sum(1), rtol=1e-14, atol=0)
+
+
+def test_exact_distortion_chunks_a_per_row_rule_by_its_rows():
+    """A rule with one parameter per row (the relaxation's delta) is cut with the rows: chunked
+    and unchunked give the same distortions (it used to hand every chunk the whole rule)."""
+    from gsd_core import OptimalRelaxation
+
+    gen = torch.Generator().manual_seed(3)
+    p = torch.rand(5, 7, generator=gen, dtype=torch.float64)
+    q = torch.rand(5, 7, generator=gen, dtype=torch.float64)
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    rule = OptimalRelaxation(torch.tensor([0.0, 0.05, 0.1, 0.2, 1.0], dtype=torch.float64))
+    whole = exact_distortion(p, q, rule)
+    chunked = exact_distortion(p, q, rule, max_elements=14)  # 2 rows a chunk
+    assert torch.equal(whole, chunked)
+    totals = 0.5 * (p - q).abs().sum(-1)
+    assert torch.allclose(whole, torch.minimum(rule.delta, totals), atol=1e-12)

@@ -180,3 +180,20 @@ def test_a_spent_budget_stops_the_row_even_at_cost_zero():
     assert moved[1].item() == pytest.approx(0.5, abs=TOL) and cost[1].item() == 0
     for solver in ("greedy", "lp"):
         assert transport_plan(p[0], q[0], hood, 0.0, solver)[1] == 0
+
+
+def test_ranked_plans_refuses_rows_of_another_vocabulary_and_skips_infinite_costs():
+    from gsd_lab.decode.relaxation_w1 import ContentNeighbours, ranked_plans
+
+    index = torch.tensor([[1], [0], [1]], dtype=torch.int64)
+    cost = torch.tensor([[float("inf")], [0.5], [0.5]], dtype=torch.float64)
+    hood = ContentNeighbours(index, cost)
+    p = torch.tensor([[0.6, 0.2, 0.2]], dtype=torch.float64)
+    q = torch.tensor([[0.2, 0.6, 0.2]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="neighbours' V = 3"):
+        ranked_plans(p[:, :2], q[:, :2], hood, torch.tensor([1.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="eps must be"):
+        ranked_plans(p, q, hood, torch.tensor([1.0, 1.0], dtype=torch.float64))
+    # token 0 (excess) has only an infinite-cost edge to token 1: nothing can move, no NaN
+    r, moved, spent = ranked_plans(p, q, hood, torch.tensor([1.0], dtype=torch.float64))
+    assert torch.equal(r, p) and float(moved[0]) == 0.0 and float(spent[0]) == 0.0

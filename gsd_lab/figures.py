@@ -994,6 +994,23 @@ def _frontier(
     return out
 
 
+def _curve_texts() -> dict[str, str]:
+    """results.md's sentence for each optimal curve, by its name in ``frontier``."""
+    return {
+        frontier.RELAXATION: "The TV-optimal relaxation (gsd_core.OptimalRelaxation) at "
+        "per-token budget delta from SJD (delta = 0). ",
+        frontier.RELAXATION_MAXIMAL: "The same with maximal-coupled drafts, from MC-SJD. ",
+        frontier.DIAL: f"The certified TV dial (budget B per image, policy "
+        f"`{frontier.DIAL_POLICY}`, cap {frontier.DIAL_CAP:g}, maximal drafts) from MC-SJD "
+        "(B = 0). ",
+        frontier.TRANSPORT: "The W1 transport relaxation (per-token budget eps, k = 16 content "
+        "neighbours, maximal drafts) from MC-SJD (eps = 0). ",
+        frontier.W1_DIAL: f"The W1 dial (budget B per image, policy `{frontier.W1_DIAL_POLICY}`, "
+        f"cap {frontier.W1_DIAL_CAP:g}, maximal drafts) from MC-SJD; it certifies the per-path "
+        "substitution cost, not the joint law's W1 (proofs/13). ",
+    }
+
+
 def _frontier_text(results: dict[str, Any]) -> str:
     """results.md's frontier section: what was run, the rows per curve, the matched rows."""
     images = len(results["prompts"]) * len(results["seeds"])
@@ -1003,14 +1020,8 @@ def _frontier_text(results: dict[str, Any]) -> str:
         f"seeds {', '.join(map(str, results['seeds']))}"
         + (f"; seed(s) {', '.join(map(str, shared))} shared with the tables" if shared else "")
         + f"), figure `frontier_nfe_vs_distortion`; {results['seconds']:.0f} s of this run. "
-        "The TV-optimal relaxation (gsd_core.OptimalRelaxation) at per-token budget delta from "
-        "SJD (delta = 0) and, with maximal-coupled drafts, from MC-SJD; the certified TV dial "
-        f"(budget B per image, policy `{frontier.DIAL_POLICY}`, cap {frontier.DIAL_CAP:g}, "
-        "maximal drafts) from MC-SJD (B = 0); the W1 transport relaxation (per-token budget eps, "
-        "k = 16 content neighbours) and the W1 dial (budget B per image, policy "
-        f"`{frontier.W1_DIAL_POLICY}`, cap {frontier.W1_DIAL_CAP:g}), both with maximal drafts "
-        "from MC-SJD (proofs/13: the W1 dial certifies the per-path substitution cost, not the "
-        "joint law's W1). NFE at matched distortion: each optimal rule's curve read by "
+        + "".join(text for name, text in _curve_texts().items() if name in results["curves"])
+        + "NFE at matched distortion: each optimal rule's curve read by "
         "linear interpolation in the distortion at the reference's mean distortion; `difference`"
         " = the reference's NFE minus the curve's there (negative: the reference needs fewer "
         "forwards), `se`, `low`, `high`: paired bootstrap over the images; `inside`: whether "

@@ -11,8 +11,8 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables.
 - ``matched``: distortion at matched NFE, GSD's curve against another rule's (TV and W1).
 - ``frontier``: NFE against TV and W1 for GSD, MC-SJD, the rivals and the optimal lossy rules
-  (the TV-optimal relaxation, the certified dial) on 30 images, NFE at matched distortion,
-  and the one-step Pareto line every rule sits under.
+  (the TV-optimal relaxation, the certified TV dial, the W1 transport relaxation, the W1 dial)
+  on 30 images, NFE at matched distortion, and the one-step Pareto line every rule sits under.
 - ``top1``: top-1 probability statistics; ``replacement``: the top-100 replacement study (Fig. 4).
 - ``paper``: the paper's numbers and the "paper against here" tables.
 - ``lossless``: a decoder's emitted joint law against AR's, exactly enumerated on a tiny model.

@@ -158,6 +158,7 @@ def _distortion_rows(path: Path) -> None:
     torch.save({"p": p / p.sum(-1, keepdim=True), "q": q / q.sum(-1, keepdim=True), "embeddings": embeddings}, path)
 
 
+@pytest.mark.slow  # it reads the module fixture that runs the slow generation batches
 def test_exact_distortion_does_not_depend_on_isa_or_threads(isa_batches):
     batches = {name: batch["distortion"] for name, batch in isa_batches.items()}
     reference_name, reference = next(iter(batches.items()))

@@ -60,6 +60,12 @@ SIZES: dict[str, dict[str, Any]] = {
         "table2_group": 3,
         "pareto_groups": [3],
         "pareto_amplify": [2.0],
+        # One configuration per curve beyond Table 1's: LANTERN at one budget, rank bins and
+        # MC-GSD (maximal) at one G each (the defaults add 9 more images to notebook 04).
+        "table1_lantern": [0.4],
+        "pareto_lantern": [0.4],
+        "distortion_rank_groups": [3],
+        "pareto_coupled_groups": [50],
         "num_samples": 20_000,
         "distortion_pairs": 20,
         "decoder_check_samples": 300,

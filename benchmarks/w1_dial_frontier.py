@@ -9,8 +9,12 @@ configuration: mean NFE (s.e.), mean W1 per emitted token (``record_w1``, the PP
 forward (wall_seconds - model_seconds; accounting excluded) with that overhead per forward pass, and
 the wall seconds per image.
 The transport plan's solver is ``methods.TRANSPORT_SOLVER``. A measurement script, not a test.
+``--k K --eps E1 E2 ...``: instead of the fixed configurations, the transport relaxation with
+maximal drafts on K content neighbours at each eps (a wider support); the first configuration's
+``resolve`` seconds include building the K-neighbour table.
 
     nice -n 10 python benchmarks/w1_dial_frontier.py --classes 10
+    nice -n 19 python benchmarks/w1_dial_frontier.py --classes 10 --k 1024 --eps 1.0 0.2 0.05
 """
 
 from __future__ import annotations
@@ -59,6 +63,16 @@ CONFIGS = {
 }
 
 
+def wide_configs(k: int, eps_values: list[float]) -> dict[str, DecodingMethod]:
+    """The transport relaxation with maximal drafts on ``k`` content neighbours, one per eps."""
+    return {
+        f"transport e={eps:g} k={k} + max": DecodingMethod(
+            "sjd", transport_eps=eps, transport_k=k, draft="maximal"
+        )
+        for eps in eps_values
+    }
+
+
 def mean_sem(values) -> tuple[float, float]:
     array = np.asarray(values, dtype=np.float64)
     sem = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
@@ -70,8 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=None, choices=list(CONFIGS))
+    parser.add_argument("--k", type=int, default=None, help="wider support: transport_k")
+    parser.add_argument("--eps", type=float, nargs="+", default=None, help="with --k (0.04)")
     args = parser.parse_args(argv)
+    if args.k is not None and args.configs is not None:
+        parser.error("--k builds its own configurations: give --k or --configs, not both")
+    if args.k is None and args.eps is not None:
+        parser.error("--eps sets the configurations of --k: give --k with it")
+    configs = CONFIGS if args.k is None else wide_configs(args.k, args.eps or [0.04])
+    labels = list(configs) if args.configs is None else args.configs
     torch.set_num_threads(args.threads)
 
     from gsd_lab.experiments.image_model import load_image_model
@@ -84,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         f"16, transport solver {TRANSPORT_SOLVER}; W1 in RMS pixel units on [-1, 1]",
         flush=True,
     )
-    for label in args.configs:
+    for label in labels:
         started = time.perf_counter()
-        resolved = resolve_for(model, CONFIGS[label])
+        resolved = resolve_for(model, configs[label])
         resolve_seconds = time.perf_counter() - started
         nfe, w1, tv, spent, outside, per_forward, wall = [], [], [], [], [], [], []
         for seed in args.seeds:

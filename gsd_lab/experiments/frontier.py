@@ -68,11 +68,15 @@ W1_DIAL_POLICY, W1_DIAL_CAP = "cap", 0.04  # per-token W1 cap (RMS pixel on [-1,
 RIVALS = ("amplify", "lantern")  # the naive lossy rules a frontier can show as points
 
 
+def _drafts(draft: str) -> str:
+    """A label's note of the drafts: nothing for independent drafts, else ", maximal" etc."""
+    return "" if draft == "independent" else f", {draft}"
+
+
 def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
     """SJD with the TV-optimal relaxation at per-token budget ``delta`` (delta = 0: SJD's key)."""
-    suffix = "" if draft == "independent" else f", {draft}"
     return MethodSpec(
-        f"relaxation (delta={delta:g}{suffix})",
+        f"relaxation (delta={delta:g}{_drafts(draft)})",
         DecodingMethod("sjd", relaxation_delta=float(delta), draft=draft),
     )
 
@@ -80,9 +84,8 @@ def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
 def dial(budget: float, draft: str = "maximal") -> MethodSpec:
     """The certified TV dial: budget B per image, policy "sure" with cap 0.5 (``DIAL_POLICY``,
     ``DIAL_CAP``), drafts ``draft``."""
-    suffix = "" if draft == "independent" else f", {draft}"
     return MethodSpec(
-        f"TV dial (B={budget:g}{suffix})",
+        f"TV dial (B={budget:g}{_drafts(draft)})",
         DecodingMethod(
             "sjd",
             budget=float(budget),
@@ -97,9 +100,8 @@ def dial(budget: float, draft: str = "maximal") -> MethodSpec:
 def transport(eps: float, draft: str = "maximal") -> MethodSpec:
     """SJD with the W1 transport relaxation at per-token budget ``eps`` (content-distance
     units; k = 16 neighbours), drafts ``draft``."""
-    suffix = "" if draft == "independent" else f", {draft}"
     return MethodSpec(
-        f"transport (eps={eps:g}{suffix})",
+        f"transport (eps={eps:g}{_drafts(draft)})",
         DecodingMethod("sjd", transport_eps=float(eps), draft=draft),
     )
 
@@ -107,9 +109,8 @@ def transport(eps: float, draft: str = "maximal") -> MethodSpec:
 def w1_dial(budget: float, draft: str = "maximal") -> MethodSpec:
     """The W1 dial: budget B per image in content-distance units, policy "cap" with cap
     ``W1_DIAL_CAP`` per token, drafts ``draft`` (proofs/13 says what it certifies)."""
-    suffix = "" if draft == "independent" else f", {draft}"
     return MethodSpec(
-        f"W1 dial (B={budget:g}{suffix})",
+        f"W1 dial (B={budget:g}{_drafts(draft)})",
         DecodingMethod(
             "sjd",
             budget=float(budget),

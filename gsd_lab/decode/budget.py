@@ -21,6 +21,12 @@ the whole sequence is within B of the model's in TV (the chain-rule coupling, pr
 R = 0 every allowance is 0 and the rest is decoded losslessly (SD; with coupled drafts when the
 method's ``draft`` says so).
 
+A position whose token the adapter forces (a row end; known before the test, a function of the
+position) gets delta_i = 0 and spends 0: p_i is a point mass and the forced token is emitted
+whatever the rule does (with random drafts there, ``forced_drafts=False``, the loop overrules an
+accepted draft), so its law is p_i and there is no distortion to spend on. (With forced drafts
+T_i = 0 there already.)
+
 Measure "w1" (B and c in the content distance's units, ``gsd_lab.accounting.transport``): each
 position's allowance eps_i is verified by the transport relaxation with budget eps_i
 (``gsd_lab.decode.relaxation_w1``, proofs/12), whose plan f_i (a function of p_i, q_i and eps_i,
@@ -53,24 +59,34 @@ from torch import Tensor
 from gsd_core import OptimalRelaxation
 from gsd_core.exact import fixed_order_sum
 
+from .methods import BUDGET_MEASURES, BUDGET_POLICIES, TRANSPORT_SOLVER
 from .planned import PlannedTargets, plan_rows
 
-POLICIES = ("cap", "sure")
-MEASURES = ("tv", "w1")
 SURE_TOLERANCE = 1e-12  # "moves all of T": M >= T - this
 
 
+def _check_policy(policy: str) -> None:
+    if policy not in BUDGET_POLICIES:
+        raise ValueError(f"unknown budget policy {policy!r}; expected one of {BUDGET_POLICIES}")
+
+
 def allowances(
-    totals: list[float], left: float, policy: str, cap: float
+    totals: list[float],
+    left: float,
+    policy: str,
+    cap: float,
+    forced: list[bool] | None = None,
 ) -> tuple[list[float], list[float]]:
     """(delta_i, s_i) for every position of a window from T_i (``totals``), the budget ``left``
-    before the window, the policy and the per-token cap (module docstring)."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown budget policy {policy!r}; expected one of {POLICIES}")
+    before the window, the policy and the per-token cap (module docstring). ``forced``: the
+    positions whose token is forced (module docstring): delta_i = s_i = 0 there."""
+    _check_policy(policy)
     deltas, spends = [], []
-    for total in totals:
+    for i, total in enumerate(totals):
         room = max(0.0, min(cap, left))
-        if policy == "cap":
+        if forced is not None and forced[i]:
+            delta = total = 0.0
+        elif policy == "cap":
             delta = room
         else:
             delta = total if total <= room else 0.0
@@ -89,22 +105,22 @@ def transport_allowances(
     policy: str,
     cap: float,
     neighbours: object,
-    solver: str = "ranked",
-) -> tuple[list[float], PlannedTargets]:
-    """(eps_i, the window's planned targets) for rows p, q [L, V] (float64) under the W1
-    measure (module docstring): T_i ``totals``, ``left`` the budget before the window. The
-    charges s_i are the plans' costs (``PlannedTargets.cost``)."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown budget policy {policy!r}; expected one of {POLICIES}")
+    solver: str = TRANSPORT_SOLVER,
+    forced: list[bool] | None = None,
+) -> PlannedTargets:
+    """The window's planned targets for rows p, q [L, V] (float64) under the W1 measure (module
+    docstring): T_i ``totals``, ``left`` the budget before the window, ``forced`` the positions
+    whose token is forced (eps_i = 0 there). The charges s_i are the plans' costs
+    (``PlannedTargets.cost``)."""
+    _check_policy(policy)
     window = q.shape[0]
+    free = [True] * window if forced is None else [not f for f in forced]
     first = max(0.0, min(cap, left))
-    r, moved, cost = plan_rows(
-        neighbours, p, q, torch.full((window,), first, dtype=torch.float64), solver
-    )
-    deltas = []
+    solved = [first if f else 0.0 for f in free]
+    r, moved, cost = plan_rows(neighbours, p, q, torch.tensor(solved, dtype=torch.float64), solver)
     for i in range(window):
-        room = max(0.0, min(cap, left))
-        if room != first:  # R_i fell below what the window was solved at: solve row i again
+        room = max(0.0, min(cap, left)) if free[i] else 0.0
+        if room != solved[i]:  # R_i fell below what the window was solved at: solve row i again
             r[i : i + 1], moved[i : i + 1], cost[i : i + 1] = plan_rows(
                 neighbours,
                 p[i : i + 1],
@@ -112,13 +128,10 @@ def transport_allowances(
                 torch.tensor([room], dtype=torch.float64),
                 solver,
             )
-        delta = room
         if policy == "sure" and not float(moved[i]) >= totals[i] - SURE_TOLERANCE:
-            delta = 0.0
             r[i], moved[i], cost[i] = p[i].to(torch.float64), 0.0, 0.0
-        deltas.append(delta)
         left -= float(cost[i])
-    return deltas, PlannedTargets(r, moved, cost)
+    return PlannedTargets(r, moved, cost)
 
 
 class BudgetDial:
@@ -135,17 +148,18 @@ class BudgetDial:
         *,
         measure: str = "tv",
         neighbours: object = None,
-        solver: str = "ranked",
+        solver: str = TRANSPORT_SOLVER,
     ) -> None:
         if not (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget >= 0):
             raise ValueError(f"budget must be a number >= 0, got {budget!r}")
-        if measure not in MEASURES:
-            raise ValueError(f"unknown budget measure {measure!r}; expected one of {MEASURES}")
+        if measure not in BUDGET_MEASURES:
+            raise ValueError(
+                f"unknown budget measure {measure!r}; expected one of {BUDGET_MEASURES}"
+            )
         top = 1 if measure == "tv" else math.inf
         if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and 0 < cap <= top):
             raise ValueError(f"budget_cap must be a number in (0, {top}], got {cap!r}")
-        if policy not in POLICIES:
-            raise ValueError(f"unknown budget policy {policy!r}; expected one of {POLICIES}")
+        _check_policy(policy)
         if measure == "w1" and neighbours is None:
             raise ValueError("the W1 dial needs the content neighbours (content_neighbours)")
         self.budget, self.policy, self.cap = float(budget), policy, float(cap)
@@ -153,22 +167,31 @@ class BudgetDial:
         self.spent = 0.0
         self._spends: list[float] = []
 
-    def step(self, p: Tensor, q: Tensor) -> OptimalRelaxation | PlannedTargets:
-        """The rule of one window: p [L (+1), V] target rows, q [L, V] draft rows. TV: the
-        allowances [L] in float64 on p's device (one host read of the L totals); W1: the
-        window's planned targets (``PlannedTargets``: verify ``verify_rows(p)`` with SD)."""
+    def step(
+        self, p: Tensor, q: Tensor, forced: Tensor | None = None
+    ) -> OptimalRelaxation | PlannedTargets:
+        """The rule of one window: p [L (+1), V] target rows, q [L, V] draft rows, ``forced``
+        bool [L] (or None) the positions whose token is forced whatever the rule does (their
+        allowance is 0: module docstring). TV: the allowances [L] in float64 on p's device (one
+        host read of the L totals and flags); W1: the window's planned targets
+        (``PlannedTargets``: verify ``verify_rows(p)`` with SD)."""
         window = q.shape[0]
         rows = p[:window].to(torch.float64)
         q64 = q.to(torch.float64)
-        totals = (0.5 * fixed_order_sum((rows - q64).abs())).tolist()
+        tv = 0.5 * fixed_order_sum((rows - q64).abs())
+        if forced is None:
+            totals, flags = tv.tolist(), None
+        else:
+            totals, read = torch.stack([tv, forced[:window].to(tv)]).tolist()
+            flags = [flag != 0 for flag in read]
         left = self.budget - self.spent
         if self.measure == "w1":
-            _deltas, planned = transport_allowances(
-                rows, q64, totals, left, self.policy, self.cap, self.neighbours, self.solver
+            planned = transport_allowances(
+                rows, q64, totals, left, self.policy, self.cap, self.neighbours, self.solver, flags
             )
             self._spends = planned.cost.tolist()
             return planned
-        deltas, self._spends = allowances(totals, left, self.policy, self.cap)
+        deltas, self._spends = allowances(totals, left, self.policy, self.cap, flags)
         return OptimalRelaxation(
             torch.tensor(deltas, dtype=torch.float64, device=p.device).clamp(0, 1)
         )

@@ -41,7 +41,8 @@ at the step it appears. verify adds one read per step (L > 0) only for ``Dynamic
 ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
 widest support it ranks (``gsd_lab.engine``); every other fixed rule adds none (measured:
 tests/lab/test_engine_costs.py). The rules fixed per step from the rows add reads of their own:
-a budget's allowances read the window's L totals, and the transport relaxation and the W1 dial
+a budget's allowances read the window's L totals (and which positions are forced, with random
+drafts there, in the same read), and the transport relaxation and the W1 dial
 plan on the CPU (p and q copied to the host every step).
 
 ``runner="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
@@ -374,7 +375,7 @@ class _Loop:
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
-        if self.dial is not None:  # a forced position is charged its allowance: a bound still
+        if self.dial is not None:  # a forced position was allotted 0 (_step_rule): spends 0
             self.dial.charge(accepted)
         self.out[done : done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
@@ -383,7 +384,7 @@ class _Loop:
         """The rule of this window: the method's, the dial's allowances, or the transport
         relaxation's planned targets (``gsd_lab.decode.planned``)."""
         if self.dial is not None:
-            return self.dial.step(p, self.q)
+            return self.dial.step(p, self.q, self._random_forced_rows())
         if self.transport is not None:
             window = self.q.shape[0]
             eps = torch.full((window,), self.transport.eps, dtype=torch.float64)
@@ -393,6 +394,17 @@ class _Loop:
                 )
             )
         return self.rule
+
+    def _random_forced_rows(self) -> Tensor | None:
+        """With random drafts at forced positions (``forced_drafts=False``): bool [L], the
+        window's positions whose token is forced (the dial allots them 0: the token emitted
+        there is the forced one whatever the rule does); else None (a forced draft has T = 0)."""
+        if self.forced_drafts:
+            return None
+        window = self.q.shape[0]
+        positions = torch.arange(self.done, self.done + window, device=self.device)
+        forced = self.adapter.forced_tokens(positions)
+        return None if forced is None else forced >= 0
 
     def commit(self, p: Tensor, accepted: int, L: int, forced: Tensor | None) -> None:
         """Record the step and crop the cache to the committed tokens (all but the last);

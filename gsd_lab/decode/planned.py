@@ -24,9 +24,10 @@ from gsd_core.rules import token_residual
 @dataclass(frozen=True, eq=False)
 class PlannedTargets:
     """The gsd_core rule of rows whose targets are fixed: P(x) = r(x), Q(x) = q(x), residual
-    norm((r - q)+). targets r [n, V] float64, one per row of the p, q it is given (the rule of a
-    step's rows, or of some of them: ``accounting.distortion.rows_of``); moved [n]: the mass each
-    plan moved (0: r is p); cost [n]: each plan's cost, a bound on W1(r_i, p_i)."""
+    norm((r - q)+). targets r [..., n, V] (float64 in decoding), one per row of the p, q it is
+    given (the rule of a step's rows, or of some of them: ``accounting.distortion.rows_of``);
+    moved [..., n]: the mass each plan moved (0: r is p); cost [..., n]: each plan's cost, a
+    bound on W1(r_i, p_i)."""
 
     targets: Tensor
     moved: Tensor
@@ -50,11 +51,14 @@ class PlannedTargets:
 
     def verify_rows(self, p: Tensor) -> Tensor:
         """What SD verifies: p itself when no plan moved anything (so that a zero budget is SJD
-        bit for bit), else float64 [r_0 .. r_{L-1}, p_L ..] (p [L or L + 1, V])."""
+        bit for bit), else [..., r_0 .. r_{L-1}, p_L ..] in the targets' dtype (p [..., L or
+        L + 1, V], targets [..., L, V]; the window's rows: ``TransportRelaxation.window_target``
+        and the decoding loop)."""
         if not bool((self.moved > 0).any()):
             return p
-        window = self.targets.shape[0]
-        return torch.cat([self.targets.to(p.device), p[window:].to(torch.float64)])
+        window = self.targets.shape[-2]
+        bonus = p[..., window:, :].to(self.targets.dtype)
+        return torch.cat([self.targets.to(p.device), bonus], -2)
 
 
 def plan_rows(

@@ -52,6 +52,8 @@ from torch import Tensor
 from gsd_core.rules import token_residual
 
 from ..accounting.transport import _check_content, content_distances
+from .methods import TRANSPORT_SOLVER
+from .planned import PlannedTargets
 
 SOLVERS = ("ranked", "greedy", "lp")
 COST_LEVELS = 16  # the "ranked" solver's cost levels (quantiles of the neighbour table's costs)
@@ -139,7 +141,7 @@ def _edges(p: np.ndarray, q: np.ndarray, hood: ContentNeighbours) -> tuple[np.nd
 
 
 def transport_plan(
-    p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, solver: str = "greedy"
+    p: Tensor, q: Tensor, hood: ContentNeighbours, eps: float, solver: str = TRANSPORT_SOLVER
 ) -> tuple[Tensor, float, float]:
     """The target r [V] of one row p, q [V] (float64), the moved mass M and the plan's cost
     (<= eps): module docstring."""
@@ -312,7 +314,7 @@ class TransportRelaxation:
 
     neighbours: ContentNeighbours
     eps: float | Tensor
-    solver: str = "ranked"
+    solver: str = TRANSPORT_SOLVER
 
     def __post_init__(self) -> None:
         if not isinstance(self.neighbours, ContentNeighbours):
@@ -395,15 +397,15 @@ class TransportRelaxation:
         """The rows to verify a Jacobi window against with plain SD (``gsd_core.verify``'s
         default rule): p [..., L or L+1, V], q [..., L, V] -> [..., L or L+1, V], r (``plan``)
         on the L drafted rows and p's bonus row L unchanged (no draft there; this rule's plan
-        of it is p). One plan per row, computed once; ``verify(window_target(p, q), q, drafts)``
-        is bit for bit ``verify(p, q, drafts, self)`` for a float eps, and also serves eps per
-        row [..., L], which ``verify`` with the rule cannot: it asks the residual of the stop
-        row alone, without its index."""
+        of it is p): ``PlannedTargets.verify_rows`` of the plans. One plan per row, computed
+        once; ``verify(window_target(p, q), q, drafts)`` is bit for bit
+        ``verify(p, q, drafts, self)`` for a float eps, and also serves eps per row [..., L],
+        which ``verify`` with the rule cannot: it asks the residual of the stop row alone,
+        without its index."""
         window = q.shape[-2]
         if p.shape[-2] not in (window, window + 1):
             raise ValueError(f"p must have L or L + 1 rows for q's L = {window}, got {p.shape[-2]}")
-        rows = self.targets(p[..., :window, :], q)
-        return torch.cat([rows, p[..., window:, :]], -2)
+        return PlannedTargets(*self.plan(p[..., :window, :], q)).verify_rows(p)
 
     def targets(self, p: Tensor, q: Tensor) -> Tensor:
         """r for every row of p, q [..., V]: [..., V] (``plan``'s first output)."""

@@ -202,7 +202,7 @@ def test_the_budget_buys_distortion_where_plain_relaxation_exceeds_it(models, mo
     assert max(distortion for _, distortion in books) > 0.1 + 1e-3
 
 
-def _overspending(totals, left, policy, cap):
+def _overspending(totals, left, policy, cap, forced=None):
     """A wrong rule: every position of a window may use what was left before the window."""
     deltas = [max(0.0, min(cap, left))] * len(totals)
     return deltas, [min(d, t) for d, t in zip(deltas, totals)]
@@ -274,6 +274,12 @@ def test_allowances_by_hand():
         [0.2, 0.0, 0.1],
         [0.2, 0.0, 0.1],
     )
+    # a forced position is allotted 0 and spends 0; the next one gets what it would have spent
+    forced = [False, True, False]
+    assert budget.allowances([0.2, 0.5, 0.1], 0.4, "cap", 1.0, forced) == (
+        [0.4, 0.0, 0.2],
+        [0.2, 0.0, 0.1],
+    )
 
 
 def test_cli_budget_flags(capsys):
@@ -326,3 +332,46 @@ def test_cli_budget_flags(capsys):
             ]
         )
     assert "replaces SJD" in capsys.readouterr().err
+
+
+def _row_end_model():
+    """A tiny random Llama whose adapter forces token 45 (no image code) at the end of every row
+    of 6: with the release preset the fresh drafts there are random codes (T = 1)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gsd_lab.models import CausalLMAdapter
+
+    class RowEndAdapter(CausalLMAdapter):
+        def forced_tokens(self, generated_positions):
+            return torch.where((generated_positions + 1) % 6 == 0, 45, -1)
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         initializer_range=0.3)
+    model = LlamaForCausalLM(config).eval()
+    return RowEndAdapter(model, list(range(2, 42)), top_k=12, row_length=6,
+                         compute_dtype=torch.float64)
+
+
+def test_a_forced_position_spends_nothing_under_the_release_preset(monkeypatch):
+    """With random drafts at row ends (preset "release") the forced token is emitted there
+    whatever the rule does (its law is p, distortion 0), so the dial allots it 0: every decode
+    spends exactly its recorded distortion. Negative control: allotting forced positions as any
+    other (the former rule) charges more than the emitted tokens' distortion."""
+    adapter = _row_end_model()
+    method = DecodingMethod("sjd", window=15, preset="release", budget=6.0, budget_cap=1.0)
+
+    def books() -> list[tuple[float, float]]:
+        out = []
+        for seed in range(4):
+            result = generate(adapter, torch.tensor([0, 44, 3]), method, num_tokens=60,
+                              record_distortion=True, generator=torch.Generator().manual_seed(seed))
+            out.append((result.budget_spent, float(result.distortion.sum())))
+        return out
+
+    for spent, distortion in books():
+        assert 0 < spent <= 6.0 + TOL
+        assert spent == pytest.approx(distortion, abs=1e-12)
+    monkeypatch.setattr(decoding._Loop, "_random_forced_rows", lambda self: None)
+    assert any(spent > distortion + 0.1 for spent, distortion in books())

@@ -160,7 +160,7 @@ def test_tv_dial_w1_is_recorded_exactly(models, monkeypatch):
         assert spent == pytest.approx(tv, abs=1e-12)
 
 
-def _overspending(p, q, totals, left, policy, cap, neighbours, solver="greedy"):
+def _overspending(p, q, totals, left, policy, cap, neighbours, solver, forced=None):
     """A wrong rule: every position of a window may use what was left before the window."""
     from gsd_lab.decode.planned import PlannedTargets, plan_rows
 
@@ -168,7 +168,7 @@ def _overspending(p, q, totals, left, policy, cap, neighbours, solver="greedy"):
     r, moved, cost = plan_rows(
         neighbours, p, q, torch.full((q.shape[0],), room, dtype=torch.float64), solver
     )
-    return [room] * q.shape[0], PlannedTargets(r, moved, cost)
+    return PlannedTargets(r, moved, cost)
 
 
 def test_a_wrong_allowance_rule_fails(models, monkeypatch):
@@ -223,14 +223,19 @@ def test_w1_allowances_by_hand(models):
     p = torch.tensor([[0, 0.5, 0.5], [0, 0.2, 0.8], [0, 0.6, 0.4]], dtype=torch.float64)
     q = torch.tensor([[0, 0.8, 0.2], [0, 0.7, 0.3], [0, 0.5, 0.5]], dtype=torch.float64)
     totals = [0.3, 0.5, 0.1]
-    deltas, planned = budget.transport_allowances(p, q, totals, 0.3, "cap", 1.0, hood)
-    assert deltas == pytest.approx([0.3, 0.3 - D_12 * 0.3, 0.0], abs=1e-12)
+    planned = budget.transport_allowances(p, q, totals, 0.3, "cap", 1.0, hood)
     assert planned.cost.tolist() == pytest.approx([D_12 * 0.3, 0.3 - D_12 * 0.3, 0.0], abs=1e-12)
     assert planned.moved.tolist() == pytest.approx([0.3, (0.3 - D_12 * 0.3) / D_12, 0.0])
-    deltas, planned = budget.transport_allowances(p, q, totals, 0.3, "sure", 1.0, hood)
+    planned = budget.transport_allowances(p, q, totals, 0.3, "sure", 1.0, hood)
     # sure: row 0 fits (cost 0.21 moves all of T), row 1 needs 0.35 > 0.09 left: 0, row 2 0.07
-    assert deltas == pytest.approx([0.3, 0.0, 0.3 - D_12 * 0.3], abs=1e-12)
     assert planned.cost.tolist() == pytest.approx([D_12 * 0.3, 0.0, D_12 * 0.1], abs=1e-12)
+    assert planned.moved.tolist() == pytest.approx([0.3, 0.0, 0.1], abs=1e-12)
+    # a forced row is allotted 0 (r = p); the row after it gets what row 0 left
+    planned = budget.transport_allowances(
+        p, q, totals, 0.3, "cap", 1.0, hood, forced=[False, True, False]
+    )
+    assert planned.cost.tolist() == pytest.approx([D_12 * 0.3, 0.0, D_12 * 0.1], abs=1e-12)
+    assert torch.equal(planned.targets[1], p[1])
 
 
 @pytest.mark.parametrize("draft", ["independent", "maximal"])

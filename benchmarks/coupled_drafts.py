@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.experiments.runs import mean_sem
 
 CONFIGS = {  # label: the decoding method (its window set by --window)
     "AR": DecodingMethod("ar"),
@@ -37,11 +38,6 @@ CONFIGS = {  # label: the decoding method (its window set by --window)
 }
 PAIRS = [("SJD + maximal", "SJD"), ("SJD + gumbel", "SJD"), ("SJD + maximal", "SJD + gumbel"),
          ("SJD + maximal", "GSD G=50"), ("SJD + gumbel", "GSD G=50"), ("GSD G=50 + maximal", "GSD G=50")]
-
-
-def mean_sem(values: list[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,6 @@ nothing changes in the decoder: same tokens). This is a measurement script, not 
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections import defaultdict
 
@@ -32,6 +31,7 @@ import torch
 
 from gsd_lab.decode import loop as decoding
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.experiments.runs import mean_sem
 
 CONFIGS = {
     "SJD": DecodingMethod("sjd"),
@@ -78,12 +78,6 @@ class SplitLog(decoding.DistortionLog):
 
 
 KEYS = ("fresh", "redraft", "accepted", "stop", "pos 0-3", "pos 4-7", "pos 8-15", "T<.15", "T>=.15")
-
-
-def mean_sem(values) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    sem = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
-    return float(array.mean()), sem
 
 
 def main(argv: list[str] | None = None) -> int:

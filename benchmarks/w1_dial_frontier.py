@@ -20,13 +20,13 @@ maximal drafts on K content neighbours at each eps (a wider support); the first 
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import numpy as np
 import torch
 
 from gsd_lab.decode.methods import TRANSPORT_SOLVER, DecodingMethod
+from gsd_lab.experiments.runs import mean_sem
 
 K = 16
 CONFIGS = {
@@ -71,12 +71,6 @@ def wide_configs(k: int, eps_values: list[float]) -> dict[str, DecodingMethod]:
         )
         for eps in eps_values
     }
-
-
-def mean_sem(values) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    sem = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else math.nan
-    return float(array.mean()), sem
 
 
 def main(argv: list[str] | None = None) -> int:

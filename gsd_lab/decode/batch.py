@@ -108,7 +108,9 @@ def generate_batch(
     on_result: called as ``on_result(request index, result)`` as each image finishes (e.g. to
     write it to disk at once: ``gsd_lab.experiments.stream``). runner: "eager" (``BatchRunner``,
     a dynamic cache) or "static" (``gsd_lab.models.static_batched.StaticBatchRunner``: a static
-    cache, CUDA graphs per (rows, width, length) on a GPU, static-eager on a CPU)."""
+    cache, CUDA graphs per (rows, width, length) on a GPU, static-eager on a CPU). Either runner
+    checks each image's prompt with ``adapter.start`` and runs its forwards on its own cache, so
+    the adapter is left started at the last image's prompt with an empty cache."""
     requests = list(requests)
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1

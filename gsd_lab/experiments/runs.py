@@ -42,6 +42,7 @@ Two acceptance measures (per image, then averaged over images):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -388,6 +389,13 @@ def real_image_baseline(
 def _sem(values: list[float]) -> float | None:
     """Standard error of the mean over images (ddof 1); None for fewer than two."""
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
+
+
+def mean_sem(values: Iterable[float]) -> tuple[float, float]:
+    """(mean, its standard error ``_sem``; NaN for fewer than two values): for printing."""
+    values = [float(v) for v in values]
+    sem = _sem(values)
+    return float(np.mean(values)), math.nan if sem is None else sem
 
 
 def summarize(

@@ -80,6 +80,52 @@ _COMPILED_FRAMES = [0]  # (width, L) frames compiled in this process, by every e
 ATTENTION = ("sdpa", "eager")
 
 
+def int_at_least(name: str, value: Any, low: int) -> None:
+    """Refuse ``value`` unless it is an int >= low (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def static_settings(
+    what: str,
+    adapter: CausalLMAdapter,
+    capture: str,
+    captures: tuple[str, ...],
+    capacity_step: int,
+    length_step: int | None,
+) -> tuple[str, str, Any]:
+    """The checks a static-cache forward of ``adapter`` shares (``StaticEngine``,
+    ``gsd_lab.models.static_batched.StaticBatchRunner``; ``what`` names it in the errors):
+    capture among ``captures``, "graph" on CUDA only, capacity_step an int >= 1, length_step
+    one or None, sdpa or eager attention, full attention in every layer. Returns the capture
+    ("auto" resolved: "graph" on CUDA, else "none"), the attention implementation and the
+    model's text config."""
+    if capture not in captures:
+        raise ValueError(f"unknown capture {capture!r}; expected one of {captures}")
+    device = adapter.device
+    if capture == "auto":
+        capture = "graph" if device.type == "cuda" else "none"
+    if capture == "graph" and device.type != "cuda":
+        raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
+    int_at_least("capacity_step", capacity_step, 1)
+    if length_step is not None and (
+        isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 1
+    ):
+        raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
+    config = adapter.model.config
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in ATTENTION:
+        raise ValueError(
+            f"{what} prepares the attention mask for {ATTENTION} attention; the model uses "
+            f"{attention!r} (load it with attn_implementation='sdpa')"
+        )
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"} or getattr(text, "sliding_window", None):
+        raise ValueError(f"{what} needs full attention in every layer, got {sorted(kinds)}")
+    return capture, attention, text
+
+
 @functools.lru_cache(maxsize=None)
 def _static_layer_class() -> type:
     from transformers.cache_utils import StaticLayer
@@ -143,40 +189,14 @@ class StaticEngine:
     ) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
-        if capture not in CAPTURES:
-            raise ValueError(f"unknown capture {capture!r}; expected one of {CAPTURES}")
-        device = adapter.device
-        if capture == "auto":
-            capture = "graph" if device.type == "cuda" else "none"
-        if capture == "graph" and device.type != "cuda":
-            raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
+        capture, attention, text = static_settings(
+            "the static engine", adapter, capture, CAPTURES, capacity_step, length_step
+        )
         if compile_options is not None and capture != "compile":
             raise ValueError("compile_options is for capture 'compile'")
         if compile_cache is not None and capture != "compile":
             raise ValueError("compile_cache is for capture 'compile'")
-        if (
-            isinstance(capacity_step, bool)
-            or not isinstance(capacity_step, int)
-            or capacity_step < 1
-        ):
-            raise ValueError(f"capacity_step must be an int >= 1, got {capacity_step!r}")
-        if length_step is not None and (
-            isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 1
-        ):
-            raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
-        config = adapter.model.config
-        attention = getattr(config, "_attn_implementation", None)
-        if attention not in ATTENTION:
-            raise ValueError(
-                f"the static engine prepares the attention mask for {ATTENTION} attention; the "
-                f"model uses {attention!r} (load it with attn_implementation='sdpa')"
-            )
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-        if kinds != {"full_attention"} or getattr(text, "sliding_window", None):
-            raise ValueError(
-                f"the static engine needs full attention in every layer, got {sorted(kinds)}"
-            )
+        device = adapter.device
         self.adapter = adapter
         self.device = device
         self.capture = capture
@@ -224,10 +244,8 @@ class StaticEngine:
         the old width's graph only; window 0 (AR, whose forwards after the prefill are 1 token
         wide) keeps the width and graphs there are: calls alternating AR with SJD or GSD record
         each graph once (a recording inside a call would count in its wall time)."""
-        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-            raise ValueError(f"new_tokens must be an int >= 1, got {new_tokens!r}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise ValueError(f"window must be an int >= 0, got {window!r}")
+        int_at_least("new_tokens", new_tokens, 1)
+        int_at_least("window", window, 0)
         self._reserved = new_tokens
         if window > 0 and window + 1 != self._window_width:
             self._graphs = {

@@ -51,6 +51,7 @@ from torch import Tensor
 
 from .adapter import CausalLMAdapter
 from .batched import BatchRunner, ImageSequence
+from .static import int_at_least, static_settings
 
 CAPTURES = ("auto", "none", "graph")
 
@@ -122,29 +123,12 @@ class StaticBatchRunner(BatchRunner):
             ("new_tokens", new_tokens, 1),
             ("window", window, 0),
             ("max_prompt", max_prompt, 1),
-            ("capacity_step", capacity_step, 1),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if length_step is not None and (
-            isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 1
-        ):
-            raise ValueError(f"length_step must be an int >= 1 or None, got {length_step!r}")
-        if capture not in CAPTURES:
-            raise ValueError(f"unknown capture {capture!r}; expected one of {CAPTURES}")
+            int_at_least(name, value, low)
+        capture, attention, text = static_settings(
+            "the static batch runner", adapter, capture, CAPTURES, capacity_step, length_step
+        )
         device = adapter.device
-        if capture == "auto":
-            capture = "graph" if device.type == "cuda" else "none"
-        if capture == "graph" and device.type != "cuda":
-            raise ValueError(f"capture 'graph' records CUDA graphs; the model is on {device}")
-        attention = getattr(adapter.model.config, "_attn_implementation", None)
-        if attention not in ("sdpa", "eager"):
-            raise ValueError(
-                "the static batch runner prepares the attention mask for sdpa or eager "
-                f"attention; the model uses {attention!r}"
-            )
-        config = adapter.model.config
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.capture, self.images, self.window_width = capture, images, window + 1
         self.max_prompt = max_prompt
         self.rows_per_image = 2 if adapter.uses_cfg else 1

@@ -156,3 +156,46 @@ def test_bad_arguments(adapter):
     runner = StaticBatchRunner(adapter, images=1, new_tokens=4, window=2, max_prompt=3)
     with pytest.raises(ValueError, match="max_prompt"):
         runner.add(torch.tensor([0, 44, 3, 7, 9]), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("make", ["engine", "batch runner"])
+def test_the_static_paths_share_their_checks(adapter, monkeypatch, make):
+    """StaticEngine and StaticBatchRunner refuse the same settings (one helper,
+    ``gsd_lab.models.static.static_settings``), the batch runner now also a sliding window."""
+    from gsd_lab.models.static import StaticEngine
+
+    def build(**options):
+        if make == "engine":
+            return StaticEngine(adapter, **options)
+        return StaticBatchRunner(adapter, images=1, new_tokens=4, window=2, max_prompt=3, **options)
+
+    build()  # the defaults pass
+    for options, message in (
+        (dict(capture="replay"), "unknown capture"),
+        (dict(capacity_step=True), "capacity_step must be an int >= 1"),
+        (dict(length_step=0), "length_step must be an int >= 1 or None"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            build(**options)
+    monkeypatch.setattr(adapter.model.config, "sliding_window", 4, raising=False)
+    with pytest.raises(ValueError, match="full attention in every layer"):
+        build()
+
+
+def _adapter_state(adapter) -> tuple:
+    return (adapter.prompt.tolist(), adapter._batch_prompt.tolist(), adapter._prompt_mask.tolist(),
+            adapter.seq_len, int(adapter.cache.get_seq_length()), tuple(adapter._mask.shape))
+
+
+def test_the_static_batch_leaves_the_adapter_as_the_eager_batch(adapter):
+    """Both runners check each image's prompt with ``adapter.start`` (the static one also sizes
+    its cache with it first): each returns with the adapter started at the last image's prompt
+    and an empty cache, its own forwards on the runner's cache, whatever the adapter held."""
+    states = {}
+    for runner in ("eager", "static"):
+        alone(adapter, requests(2)[1])  # the adapter holds another image's cache
+        generate_batch(adapter, requests(5), batch_size=2, runner=runner)
+        states[runner] = _adapter_state(adapter)
+    assert states["static"] == states["eager"]
+    last, _uncond = PROMPTS[4 % len(PROMPTS)]
+    assert states["eager"][0] == last.tolist() and states["eager"][4] == 0

@@ -52,7 +52,7 @@ from gsd_core import acceptance_rate, output_distribution, tv_distance
 
 from ..decode.methods import DecodingMethod
 from . import tables
-from .matched import MEASURES, _interpolate, paired_curves
+from .matched import MEASURES, _interpolate, check_matching, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
 from .verdicts import verdict
 
@@ -262,10 +262,7 @@ def matched_distortion(
     curve of ``pairs`` whose rows carry ``measure``'s per-image values ("distortion": TV, "w1"):
     measure, reference, other, distortion (the reference's), reference_nfe, other_nfe (the curve
     read there), difference, se, low, high, n, inside, verdict. Rows of other images raise."""
-    if measure not in MEASURES:
-        raise ValueError(f"measure must be one of {tuple(MEASURES)}, got {measure!r}")
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 2:
-        raise ValueError(f"resamples must be an int >= 2, got {resamples!r}")
+    check_matching(measure, resamples)
     out = []
     for reference, other in pairs:
         ref_rows, other_rows = curves.get(reference) or [], curves.get(other) or []
@@ -275,12 +272,8 @@ def matched_distortion(
         if paired is None:
             continue
         rows, n, k = paired.rows, paired.n, paired.k
-        mean_nfe, mean_value, nfe_b, value_b = (
-            paired.nfe,
-            paired.value,
-            paired.nfe_b,
-            paired.value_b,
-        )
+        mean_nfe, mean_value = paired.nfe, paired.value
+        nfe_b, value_b = paired.nfe_b, paired.value_b
         opp = slice(k, len(rows))
         for anchor in range(k):
             at = mean_value[anchor]

@@ -25,9 +25,8 @@ Verdicts follow ``verdicts.verdict`` for the claim "GSD distorts less than the o
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +34,14 @@ import torch
 from .verdicts import verdict
 
 MEASURES = {"distortion": "TV", "w1": "W1"}
+
+
+def check_matching(measure: str, resamples: int) -> None:
+    """ValueError unless ``measure`` is one of ``MEASURES`` and ``resamples`` an int >= 2."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {tuple(MEASURES)}, got {measure!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 2:
+        raise ValueError(f"resamples must be an int >= 2, got {resamples!r}")
 
 
 def _per_image(rows: list[dict[str, Any]], key: str) -> np.ndarray | None:
@@ -127,10 +134,7 @@ def matched_nfe(
     NFE places the point), other, reference_value, other_value, difference, se, low, high,
     images, verdict. Curves or measures missing from the run give no rows; rows of one curve on
     other images raise ValueError."""
-    if measure not in MEASURES:
-        raise ValueError(f"measure must be one of {tuple(MEASURES)}, got {measure!r}")
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 2:
-        raise ValueError(f"resamples must be an int >= 2, got {resamples!r}")
+    check_matching(measure, resamples)
     ref_rows = curves.get(reference) or []
     out: list[dict[str, Any]] = []
     for other in others:
@@ -141,12 +145,8 @@ def matched_nfe(
         if paired is None:
             continue
         rows, n, k = paired.rows, paired.n, paired.k
-        mean_nfe, mean_value, nfe_b, value_b = (
-            paired.nfe,
-            paired.value,
-            paired.nfe_b,
-            paired.value_b,
-        )
+        mean_nfe, mean_value = paired.nfe, paired.value
+        nfe_b, value_b = paired.nfe_b, paired.value_b
         ref, opp = slice(0, k), slice(k, len(rows))
         points, seen = [], set()
         for anchor in range(

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gsd_lab.cli import main
+from gsd_lab.models.batched import default_batch_size
 
 JSON_KEYS = {"nfe", "acceptance_rate", "wall_seconds", "tokens", "model", "method", "num_tokens"}
 
@@ -86,6 +87,10 @@ def test_figures_quick_writes_sidecars(tmp_path):
         assert "sizes" in record["config"]
     results = (out / "results.md").read_text()
     assert "Table 1 analogue" in results and "| AR |" in results
+    # Batched by default on the CPU, and the wall columns say what they then are.
+    batch = json.loads((out / "results.json").read_text())["config"]["batch_size"]
+    assert batch == default_batch_size("cpu") > 1
+    assert f"decoded {batch} images of one configuration per forward" in results
     # The frontier, quick-sized: GSD and SJD shared with the tables, one relaxation decoded.
     assert "frontier_nfe_vs_distortion" in names and "The frontier: NFE against TV and W1" in results
     front = json.loads((out / "results.json").read_text())["tables"]["frontier"]

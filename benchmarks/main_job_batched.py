@@ -18,7 +18,9 @@ those of the first cell. Per configuration: the wall speed-up over AR in each ce
 figures' Table 1 reports (at batch B each image's wall is its share of its configuration's
 batched forwards). ``--mixed`` adds a cell with every configuration in one stream
 (``RunCache(mix_configurations=True)``). Cells run in one process, one after another, so load
-from other jobs on shared cores moves the numbers: note the load average.
+from other jobs on shared cores moves the numbers: note the load average. ``OMP_WAIT_POLICY``
+is PASSIVE unless set, as the CLI sets it (with the default spinning policy, the 2-thread cells
+ran 4.5x slower than one thread on cores shared with other jobs).
 
     PYTHONPATH=. python benchmarks/main_job_batched.py [--prompts 10] [--batch 8] [--threads N]
         [--configs "AR,SJD,GSD (G=25),Amplify (k=2)"] [--mixed] [--cells old,new,b1-all,bB-1]
@@ -32,11 +34,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI (gsd_lab.cli.main), before torch
+import torch  # noqa: E402
 
-from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import RunCache
-from gsd_lab.figures import FigureSizes, decoding_configurations
+from gsd_lab.experiments.image_model import load_image_model  # noqa: E402
+from gsd_lab.experiments.runs import RunCache  # noqa: E402
+from gsd_lab.figures import FigureSizes, decoding_configurations  # noqa: E402
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 
@@ -102,7 +105,8 @@ def main() -> None:
     ).stdout.strip()
     print(
         f"# commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.2f}"
+        f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.2f}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
     )
     print(
         f"stand-in figures workload: {len(specs)} configurations {labels} x {len(prompts)} "

@@ -9,7 +9,8 @@ evaluate  a prompt list sharded over processes (torchrun), resumable; merged sum
           configuration, seed or prompt list is refused (exit 2) naming what differs.
           ``--batch-size`` (figures, evaluate): images per forward, default per device (8 on a
           CPU and on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
-          ``--threads``: torch's CPU threads (default: torch's, every core).
+          ``--threads``: torch's CPU threads (default: torch's, every core; idle threads sleep,
+          ``OMP_WAIT_POLICY=PASSIVE`` unless set, so shared cores do not stall the pool).
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
@@ -1023,6 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, check every flag (``check_args``), then run the command. Usage errors and bad
     input found later (ValueError, FileNotFoundError, ``RunMismatch``) exit 2 through argparse's
     ``error`` (usage line, message, no traceback)."""
+    # Before torch loads (lazily, below): idle threads of the CPU pool sleep instead of spinning.
+    # On 2 cores shared with other jobs, a spinning 2-thread pool decoded the figures workload
+    # 4.5x slower than one thread (benchmarks/main_job_batched.py). The user's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     if args.command == "notebooks":

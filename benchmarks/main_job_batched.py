@@ -22,6 +22,17 @@ from other jobs on shared cores moves the numbers: note the load average. ``OMP_
 is PASSIVE unless set, as the CLI sets it (with the default spinning policy, the 2-thread cells
 ran 4.5x slower than one thread on cores shared with other jobs).
 
+Measured 2026-12-01 (40 images, batch 8, 2 shared cores, load 1.1-3; saved in
+``benchmarks/results/main_job_batched_standin.txt``): total 143.8 s -> 75.9 s (1.90x; target
+1.4x), decode (sum of wall_seconds) 103.5 s -> 41.1 s (2.52x; target 1.8x), accounting 38.5 s ->
+33.8 s; every image's tokens and NFE identical in all five cells. Batch 8 on one thread did as
+well (77.4 s): on these loaded cores the gain is the batching of each configuration on its own
+(AR's 1-token forwards; no image padded to a neighbour's 17-token window), the second thread
+adds little; batch 1 on 2 threads: 124.3 s; the mixed stream: 85.2 s (decode 47.1 s). With
+threads spinning (the default OMP_WAIT_POLICY) and load 3-5, the new default took 701 s
+against the old's 155 s. The wall speed-up over AR at batch 8 is a throughput ratio: SJD 0.90x,
+GSD (G=25) 0.74x, Amplify 1.05x (batch 1: 2.50x, 2.75x, 3.20x).
+
     PYTHONPATH=. python benchmarks/main_job_batched.py [--prompts 10] [--batch 8] [--threads N]
         [--configs "AR,SJD,GSD (G=25),Amplify (k=2)"] [--mixed] [--cells old,new,b1-all,bB-1]
 """
@@ -35,11 +46,11 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI (gsd_lab.cli.main), before torch
-import torch  # noqa: E402
+import torch
 
-from gsd_lab.experiments.image_model import load_image_model  # noqa: E402
-from gsd_lab.experiments.runs import RunCache  # noqa: E402
-from gsd_lab.figures import FigureSizes, decoding_configurations  # noqa: E402
+from gsd_lab.experiments.image_model import load_image_model
+from gsd_lab.experiments.runs import RunCache
+from gsd_lab.figures import FigureSizes, decoding_configurations
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 

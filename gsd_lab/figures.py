@@ -760,7 +760,9 @@ def run_figures(
                 else f"decoded {batch_size} images of one configuration per forward, an image's "
                 "`wall_seconds` is its share of those forwards (each step's time split equally "
                 f"between its images): the configuration's decoding time per image at batch "
-                f"{batch_size}, not an image's latency alone. "
+                f"{batch_size}, not an image's latency alone (a throughput ratio: AR's 1-token "
+                "forwards batch almost for free while 17-token windows are compute-bound on a "
+                "CPU, so it is not the papers' batch-1 latency speed-up). "
             )
             + "Amplify (k) is our "
             "definition of the naive lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k "

@@ -206,7 +206,8 @@ def render_table1(results: dict[str, Any]) -> str:
             if batch == 1
             else f" Decoded {batch} images of a configuration per forward: an image's CPU wall "
             "time is its share of those forwards (the configuration's time per image at batch "
-            f"{batch}), not its latency alone."
+            f"{batch}, a throughput ratio), not its latency alone: the papers' wall speed-ups "
+            "are batch-1 latency."
         )
         + "\n\n"
     )

@@ -68,6 +68,20 @@ def test_generate_errors(capsys):
         assert message in err and err.startswith("usage:") and "Traceback" not in err
 
 
+def test_cpu_models_keep_torchs_threads_unless_told(capsys):
+    """No ``--threads``: torch's thread count is left as it is (every core by default; the CPU
+    models used to be forced to one); ``--threads 1`` sets it."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        argv = ["generate", "--model", "tiny-random", "--method", "ar", "--class", "0", "--json"]
+        assert main(argv) == 0 and torch.get_num_threads() == 2
+        assert main([*argv, "--threads", "1"]) == 0 and torch.get_num_threads() == 1
+        capsys.readouterr()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_figures_quick_writes_sidecars(tmp_path):
     """On the stand-in when its weights are present (quality proxies included), else tiny-random."""
     model = "standin" if _standin_available() else "tiny-random"

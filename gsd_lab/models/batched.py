@@ -69,11 +69,11 @@ def default_batch_size(device: torch.device | str) -> int:
     Why: on a GPU a 7B forward at batch 1 is bound by reading the weights, so 8 images cost
     little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
     forward; the target is at most 0.3x batch 1's at batch 8). On a CPU the float64 stand-in's
-    forward is compute-bound, so batching alone gains little on one thread; with every core
-    (the CLI's default threads) a batch of 8 gives the cores enough rows to share, where a
-    batch-1 window of 1-17 tokens leaves most of a second thread idle
-    (``benchmarks/main_job_batched.py``: the figures workload at (batch 1, 1 thread) against
-    (batch 8, all cores), ``benchmarks/results/main_job_batched_standin.txt``). A batched
+    17-token windows are compute-bound, but AR's 1-token forwards and the per-forward overhead
+    are shared: the figures workload, each configuration batched on its own, decoded 2.5x
+    faster at batch 8 (1.9x in all, with the unbatched accounting), on one thread as on two
+    (``benchmarks/main_job_batched.py``, ``benchmarks/results/main_job_batched_standin.txt``;
+    2 shared cores). A batched
     image's ``wall_seconds`` is its share of its batch's forwards, not its own latency: the
     figures' wall columns say so (``RunCache`` batches each configuration on its own).
     Tokens and NFE do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested);

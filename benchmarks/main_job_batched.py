@@ -30,7 +30,8 @@ well (77.4 s): on these loaded cores the gain is the batching of each configurat
 (AR's 1-token forwards; no image padded to a neighbour's 17-token window), the second thread
 adds little; batch 1 on 2 threads: 124.3 s; the mixed stream: 85.2 s (decode 47.1 s). With
 threads spinning (the default OMP_WAIT_POLICY) and load 3-5, the new default took 701 s
-against the old's 155 s. The wall speed-up over AR at batch 8 is a throughput ratio: SJD 0.90x,
+against the old's 155 s. A second run (old and new only, load 1.6-2.6): total 124.8 s -> 77.7 s
+(1.60x), decode 84.2 s -> 42.0 s (2.01x), tokens and NFE identical. The wall speed-up over AR at batch 8 is a throughput ratio: SJD 0.90x,
 GSD (G=25) 0.74x, Amplify 1.05x (batch 1: 2.50x, 2.75x, 3.20x).
 
     PYTHONPATH=. python benchmarks/main_job_batched.py [--prompts 10] [--batch 8] [--threads N]

@@ -70,8 +70,8 @@ def default_batch_size(device: torch.device | str) -> int:
     little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
     forward; the target is at most 0.3x batch 1's at batch 8). On a CPU the float64 stand-in's
     17-token windows are compute-bound, but AR's 1-token forwards and the per-forward overhead
-    are shared: the figures workload, each configuration batched on its own, decoded 2.5x
-    faster at batch 8 (1.9x in all, with the unbatched accounting), on one thread as on two
+    are shared: the figures workload, each configuration batched on its own, decoded 2.0-2.5x
+    faster at batch 8 (1.6-1.9x in all, with the unbatched accounting), on one thread as on two
     (``benchmarks/main_job_batched.py``, ``benchmarks/results/main_job_batched_standin.txt``;
     2 shared cores). A batched
     image's ``wall_seconds`` is its share of its batch's forwards, not its own latency: the

@@ -7,8 +7,10 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
           into the same --out resumes the same run only: another model, weights, decoding
           configuration, seed or prompt list is refused (exit 2) naming what differs.
-          ``--batch-size`` (figures, evaluate): images per forward, default per device (1 on a
-          CPU, 8 on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
+          ``--batch-size`` (figures, evaluate): images per forward, default per device (8 on a
+          CPU and on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
+          ``--threads``: torch's CPU threads (default: torch's, every core; idle threads sleep,
+          ``OMP_WAIT_POLICY=PASSIVE`` unless set, so shared cores do not stall the pool).
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
@@ -94,8 +96,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads, >= 1 (default 1 for the CPU models: batch-1 decoding of a small "
-        "model is fastest and reproducible on one thread)",
+        help="torch CPU threads, >= 1 (default: torch's, every core; the float64 stand-in's "
+        "tokens and NFE do not depend on it)",
     )
 
 
@@ -195,7 +197,7 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="images decoded together, one forward per step for all; the same tokens and NFE, "
-        "wall times become each image's share (default: per device, 1 on a CPU, 8 on a GPU: "
+        "wall times become each image's share (default: per device, 8 on a CPU and on a GPU: "
         "gsd_lab.models.batched.default_batch_size)",
     )
 
@@ -1022,6 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, check every flag (``check_args``), then run the command. Usage errors and bad
     input found later (ValueError, FileNotFoundError, ``RunMismatch``) exit 2 through argparse's
     ``error`` (usage line, message, no traceback)."""
+    # Before torch loads (lazily, below): idle threads of the CPU pool sleep instead of spinning.
+    # On 2 cores shared with other jobs, a spinning 2-thread pool decoded the figures workload
+    # 4.5x slower than one thread (benchmarks/main_job_batched.py). The user's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     if args.command == "notebooks":
@@ -1037,11 +1043,10 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--rows must be >= 1, got {args.rows}")
         return check_weights_main(args)
     check_args(args, fail)
-    threads = args.threads or (1 if args.model in ("standin", "tiny-random") else None)
-    if threads:
+    if args.threads:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(args.threads)
     try:
         return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as error:

@@ -463,7 +463,12 @@ class RunCache:
     record_w1: None (default) records the similarity-aware distortion whenever TV is recorded
     and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
     per image (None: exact for every token; module docstring). batch_size: images per forward
-    (``run_method``; 1: one image at a time)."""
+    (``run_method``; 1: one image at a time). mix_configurations: False (default) decodes each
+    configuration's images in a batch stream of their own in ``prefetch``, so an image shares its
+    forwards only with images of its configuration and its ``wall_seconds`` (its share of them)
+    is that configuration's decoding time per image at this batch size; True streams every
+    configuration together (batches stay full, but an AR image then shares, and pays for, the
+    16-draft windows of its neighbours, and the wall columns mix methods)."""
 
     def __init__(
         self,
@@ -480,9 +485,10 @@ class RunCache:
         record_w1: bool | None = None,
         w1_draws: int | None = DEFAULT_DRAWS,
         batch_size: int = 1,
+        mix_configurations: bool = False,
     ) -> None:
         self.model, self.prompts, self.seeds = model, prompts, seeds
-        self.batch_size = batch_size
+        self.batch_size, self.mix_configurations = batch_size, mix_configurations
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = (
             progress,
@@ -516,9 +522,10 @@ class RunCache:
             )
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
-        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, all in one
-        stream of batches (``run_batched``: batches stay full across configurations); then
-        ``records`` serves them. Nothing to do at batch_size 1 (``records`` decodes as asked)."""
+        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched
+        (``run_batched``): one stream per configuration, or all in one stream with
+        ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to do at
+        batch_size 1 (``records`` decodes as asked)."""
         if self.batch_size == 1:
             return
         todo: dict[tuple, MethodSpec] = {}
@@ -531,18 +538,23 @@ class RunCache:
         jobs = [
             (spec, resolve_for(self.model, spec.method, self._resolved)) for spec in todo.values()
         ]
-        decoded = run_batched(
-            self.model,
-            jobs,
-            self.prompts,
-            self.seeds,
-            self.batch_size,
-            progress=self.progress,
-            record_top1=self.record_top1,
-            record_distortion=self.record_distortion,
-            record_w1=self.record_w1,
-            w1_draws=self.w1_draws,
-        )
+        streams = [jobs] if self.mix_configurations else [[job] for job in jobs]
+        decoded = [
+            records
+            for stream in streams
+            for records in run_batched(
+                self.model,
+                stream,
+                self.prompts,
+                self.seeds,
+                self.batch_size,
+                progress=self.progress,
+                record_top1=self.record_top1,
+                record_distortion=self.record_distortion,
+                record_w1=self.record_w1,
+                w1_draws=self.w1_draws,
+            )
+        ]
         for key, records in zip(todo, decoded):
             self._records[key] = records
 

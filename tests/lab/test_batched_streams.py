@@ -175,10 +175,11 @@ def test_cli_evaluate_batched_gives_the_rows_of_batch_1_and_resumes(tmp_path, ca
     static3 = _evaluate(tmp_path / "static3", prompts, "--batch-size", "3", "--runner", "static")
     assert [static3[i]["tokens"] for i in range(7)] == [static[i]["tokens"] for i in range(7)]
     assert [static3[i]["nfe"] for i in range(7)] == [static[i]["nfe"] for i in range(7)]
-    # The default on the CPU is batch size 1.
+    # The default on the CPU is batched (default_batch_size), with the same rows.
     default = _evaluate(tmp_path / "default", prompts)
     assert [default[i]["tokens"] for i in range(7)] == [single[i]["tokens"] for i in range(7)]
-    assert json.loads((tmp_path / "default" / "summary.json").read_text())["config"]["batch_size"] == 1
+    config = json.loads((tmp_path / "default" / "summary.json").read_text())["config"]
+    assert config["batch_size"] == default_batch_size("cpu") > 1
 
 
 def test_cli_batch_size_checks(capsys, tmp_path):
@@ -198,7 +199,10 @@ def test_cli_batch_size_checks(capsys, tmp_path):
 
 
 def test_default_batch_size_per_device():
-    assert default_batch_size("cpu") == 1
-    assert default_batch_size(torch.device("cpu")) == 1
+    """Batched by default on every device (a CPU gains with its cores: ``default_batch_size``)."""
+    from gsd_lab.models.batched import CPU_BATCH_SIZE
+
+    assert CPU_BATCH_SIZE > 1
+    assert default_batch_size("cpu") == default_batch_size(torch.device("cpu")) == CPU_BATCH_SIZE
     assert default_batch_size("cuda:1") == default_batch_size("cuda") == 8
-    assert default_batch_size("meta") == 1
+    assert default_batch_size("meta") == CPU_BATCH_SIZE

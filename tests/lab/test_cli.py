@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gsd_lab.cli import main
+from gsd_lab.models.batched import default_batch_size
 
 JSON_KEYS = {"nfe", "acceptance_rate", "wall_seconds", "tokens", "model", "method", "num_tokens"}
 
@@ -67,6 +68,20 @@ def test_generate_errors(capsys):
         assert message in err and err.startswith("usage:") and "Traceback" not in err
 
 
+def test_cpu_models_keep_torchs_threads_unless_told(capsys):
+    """No ``--threads``: torch's thread count is left as it is (every core by default; the CPU
+    models used to be forced to one); ``--threads 1`` sets it."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        argv = ["generate", "--model", "tiny-random", "--method", "ar", "--class", "0", "--json"]
+        assert main(argv) == 0 and torch.get_num_threads() == 2
+        assert main([*argv, "--threads", "1"]) == 0 and torch.get_num_threads() == 1
+        capsys.readouterr()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_figures_quick_writes_sidecars(tmp_path):
     """On the stand-in when its weights are present (quality proxies included), else tiny-random."""
     model = "standin" if _standin_available() else "tiny-random"
@@ -86,6 +101,10 @@ def test_figures_quick_writes_sidecars(tmp_path):
         assert "sizes" in record["config"]
     results = (out / "results.md").read_text()
     assert "Table 1 analogue" in results and "| AR |" in results
+    # Batched by default on the CPU, and the wall columns say what they then are.
+    batch = json.loads((out / "results.json").read_text())["config"]["batch_size"]
+    assert batch == default_batch_size("cpu") > 1
+    assert f"decoded {batch} images of one configuration per forward" in results
     # The frontier, quick-sized: GSD and SJD shared with the tables, one relaxation decoded.
     assert "frontier_nfe_vs_distortion" in names and "The frontier: NFE against TV and W1" in results
     front = json.loads((out / "results.json").read_text())["tables"]["frontier"]

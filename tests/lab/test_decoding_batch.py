@@ -225,6 +225,28 @@ def test_batched_decoding_is_lossless_on_the_exact_joint(monkeypatch):
     assert pvalue() < lossless.SIGNIFICANCE
 
 
+def test_cache_relayout_copies_the_slots_gather_would():
+    """``_gather_rows`` (one index_select over [R * H * S, D]) against ``torch.gather`` along the
+    slots: equal bit for bit, for kept row subsets, left padding (clamped slots) and a
+    non-contiguous cache; a wrong row offset would pick another row's slots."""
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        R, H, S, D = (int(torch.randint(1, n, (1,), generator=generator)) for n in (7, 4, 30, 6))
+        states = torch.randn(R, H, S, D, dtype=torch.float64, generator=generator)
+        if trial % 3 == 2:  # the same values, not contiguous
+            states = states.transpose(1, 2).contiguous().transpose(1, 2)
+        count = int(torch.randint(1, R + 1, (1,), generator=generator))
+        kept = torch.randperm(R, generator=generator)[:count].sort().values
+        rows = None if trial % 2 else kept
+        n = R if rows is None else count
+        length = int(torch.randint(1, S + 1, (1,), generator=generator))
+        ends = torch.randint(1, S + 1, (n,), generator=generator)
+        slots = (ends.unsqueeze(1) - length + torch.arange(length)).clamp(min=0)
+        picked = states if rows is None else states.index_select(0, rows)
+        expected = picked.gather(2, slots.view(n, 1, length, 1).expand(-1, H, -1, D))
+        assert torch.equal(batched._gather_rows(states, rows, slots), expected), trial
+
+
 def test_bad_input(adapter):
     good = requests(1)[0]
     with pytest.raises(ValueError, match="batch_size"):
@@ -321,8 +343,10 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
     """``RunCache(batch_size=3)`` (what ``figures --batch-size 3`` uses) against batch 1 on the
     tiny random model, configurations of the kinds the figures decode (AR on another seed set,
     GSD, LANTERN, coupled drafts), with and without guidance: the same records in the same
-    order (prompt, seed, tokens, NFE, acceptance, image), distortion and top-1 to 1e-12; batch
-    3 decodes them all in one stream (``prefetch``, as ``figures --batch-size`` does)."""
+    order (prompt, seed, tokens, NFE, acceptance, image), distortion and top-1 to 1e-12. Batch
+    3 decodes each configuration in a stream of its own (``prefetch``, as ``figures`` does), on
+    2 threads against batch 1's one (the CLI's default threads are every core);
+    ``mix_configurations`` decodes them all in one stream, with the same records."""
     from gsd_lab.experiments.image_model import tiny_random_model
     import gsd_lab.decode.batch as decoding_batch
     from gsd_lab.experiments.runs import MethodSpec, RunCache
@@ -333,8 +357,11 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
              MethodSpec("LANTERN", DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1)),
              MethodSpec("MC-SJD", DecodingMethod("sjd", draft="maximal"))]
     # W1 is checked in test_w1_accounting_is_the_same_batched.
-    caches = {size: RunCache(model, ["0", "1", "2", "3"], [0], FilterSettings(), batch_size=size,
-                             record_w1=False) for size in (1, 3)}
+    prompts = ["0", "1", "2", "3"]
+    caches = {name: RunCache(model, prompts, [0], FilterSettings(), batch_size=size,
+                             record_w1=False, mix_configurations=mixed)
+              for name, size, mixed in (("one", 1, False), ("own", 3, False),
+                                        ("mixed", 3, True))}
     calls = []
     original = decoding_batch.generate_batch
 
@@ -343,20 +370,27 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
         return original(adapter, requests, **kwargs)
 
     monkeypatch.setattr(decoding_batch, "generate_batch", counted)
-    caches[3].prefetch(specs)  # every configuration in one stream of batches
-    assert calls == [len(specs) * 4] and len(caches[3].decoded()) == len(specs)
+    torch.set_num_threads(2)  # restored by the one_thread fixture
+    caches["own"].prefetch(specs)  # one stream of batches per configuration
+    assert calls == [len(prompts)] * len(specs) and len(caches["own"].decoded()) == len(specs)
+    torch.set_num_threads(1)
+    caches["mixed"].prefetch(specs)  # every configuration in one stream
+    assert calls[len(specs):] == [len(specs) * len(prompts)]
     for spec in specs:
-        one, many = caches[1].records(spec), caches[3].records(spec)
-        assert [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in one] == \
-            [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in many], spec.label
-        for a, b in zip(one, many):
-            assert torch.equal(a.tokens, b.tokens) and np.array_equal(a.image, b.image)
-            assert torch.allclose(a.top1, b.top1, rtol=0, atol=1e-12)
-            assert (a.distortion is None) == (b.distortion is None)
-            assert a.distortion is None or abs(a.distortion - b.distortion) <= 1e-12, spec.label
-    unguided = {size: cache.detail_records(specs[0], 2, guided=False)
-                for size, cache in caches.items()}
-    assert [r.tokens.tolist() for r in unguided[1]] == [r.tokens.tolist() for r in unguided[3]]
+        one = caches["one"].records(spec)
+        for name in ("own", "mixed"):
+            many = caches[name].records(spec)
+            assert [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in one] == \
+                [(r.prompt, r.seed, r.nfe, r.acceptance_rate) for r in many], (spec.label, name)
+            for a, b in zip(one, many):
+                assert torch.equal(a.tokens, b.tokens) and np.array_equal(a.image, b.image)
+                assert torch.allclose(a.top1, b.top1, rtol=0, atol=1e-12)
+                assert (a.distortion is None) == (b.distortion is None)
+                assert a.distortion is None or abs(a.distortion - b.distortion) <= 1e-12
+    unguided = {name: cache.detail_records(specs[0], 2, guided=False)
+                for name, cache in caches.items()}
+    assert [r.tokens.tolist() for r in unguided["one"]] == \
+        [r.tokens.tolist() for r in unguided["own"]]
     with pytest.raises(ValueError, match="batch_size"):
         RunCache(model, ["0"], [0], FilterSettings(), batch_size=0).records(specs[0])
 

@@ -43,6 +43,19 @@ def test_findings_follow_the_numbers_and_the_verdicts():
     assert f"{mc['nfe']:.1f} against {gsd['nfe']:.1f}" in after
 
 
+def test_table1_names_the_batch_of_a_batched_run():
+    """A run decoded at batch B > 1 says so in README's wall column and caption (each image's
+    wall time is then its share of batched forwards); a batch-1 run keeps the plain column."""
+    results = copy.deepcopy(RESULTS)
+    results["config"]["batch_size"] = 1
+    plain = findings.render_table1(results)
+    assert "| speed-up (CPU wall) |" in plain and "per forward" not in plain
+    results["config"]["batch_size"] = 8
+    batched = findings.render_table1(results)
+    assert "| speed-up (CPU wall, batch 8) |" in batched
+    assert "Decoded 8 images of a configuration per forward" in batched
+
+
 def test_findings_box_is_at_most_eight_lines_and_names_the_stand_in():
     block = findings.render_findings(RESULTS)
     assert len(block.splitlines()) <= 8

@@ -649,9 +649,25 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         _check_output_folder(args.out, fail)
 
 
+def _quick_generate(args: argparse.Namespace) -> bool:
+    """Whether this run is a ``generate`` on the stand-in's CPU eager path, which loads quickly:
+    the float64 forward without ``transformers`` (the same logits bit for bit), no quality
+    metrics, the tokenizer only for --out (``load_image_model(quick=True)``)."""
+    return (
+        args.command == "generate"
+        and args.model == "standin"
+        and args.runner == "eager"
+        and (args.device or "cpu") == "cpu"
+    )
+
+
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
+    if _quick_generate(args):
+        return load_image_model(
+            args.model, weights=args.weights, cfg_scale=args.cfg, top_k=args.top_k, quick=True
+        )
     from .decode.presets import preset
 
     return load_image_model(
@@ -765,6 +781,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.seed,
         progress=not args.json,
         runner=args.runner,
+        decode_image=args.out is not None,
     )
     if args.out is not None:
         save_image_atomic(image, args.out)

@@ -77,6 +77,10 @@ space, ``gsd_lab.accounting.transport``); ``vocab_size`` V;
 ``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
 (a ``generate`` generator must live there).
 
+A model may bring its own KV cache: ``start`` then takes ``model.new_cache()`` instead of a
+``DynamicCache`` (it needs ``get_seq_length()`` and ``crop(-n)``; the stand-in's
+transformers-free forward, ``gsd_lab.standin.llama_forward``, does).
+
 Subclasses that compute logits differently (Lumina-mGPT: from the backbone's hidden states)
 override ``compute_logits(input_ids [B, W], attention_mask [B, cache + W] or None,
 position_ids [B, W], num_rows) -> logits [B, num_rows, V]``, which must extend ``self.cache``
@@ -408,6 +412,11 @@ class CausalLMAdapter:
         self.cache = self._new_cache()
 
     def _new_cache(self) -> Any:
+        """A fresh KV cache: the model's own when it offers one (``model.new_cache()``, e.g.
+        ``gsd_lab.standin.llama_forward``), else a ``transformers`` ``DynamicCache``."""
+        own = getattr(self.model, "new_cache", None)
+        if callable(own):
+            return own()
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)

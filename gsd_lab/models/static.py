@@ -143,6 +143,7 @@ class StaticEngine:
     ) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+        adapter.require_transformers_cache("static runner (StaticEngine)")
         if capture not in CAPTURES:
             raise ValueError(f"unknown capture {capture!r}; expected one of {CAPTURES}")
         device = adapter.device

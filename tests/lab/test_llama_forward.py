@@ -295,3 +295,15 @@ def test_command_line_generate_imports_no_transformers():
     lines = done.stdout.strip().splitlines()
     report, heavy = json.loads(lines[-2]), json.loads(lines[-1])
     assert heavy == ["torch"] and report["num_tokens"] == 256 and report["nfe"] > 0
+
+
+def test_the_batched_and_static_runners_refuse_the_fast_forward(adapters):
+    from gsd_lab.models.batched import BatchRunner
+    from gsd_lab.models.static import StaticEngine
+
+    reference, fast = adapters
+    assert fast.has_own_cache and not reference.has_own_cache
+    for runner in (BatchRunner, StaticEngine):
+        with pytest.raises(ValueError, match="brings its own cache"):
+            runner(fast)
+    BatchRunner(reference)  # negative control: the transformers model is taken

@@ -307,3 +307,30 @@ def test_the_batched_and_static_runners_refuse_the_fast_forward(adapters):
         with pytest.raises(ValueError, match="brings its own cache"):
             runner(fast)
     BatchRunner(reference)  # negative control: the transformers model is taken
+
+
+def test_python_m_generate_writes_its_image_and_exits_with_main_s_status(tmp_path, adapters):
+    """``python -m gsd_lab generate`` skips the interpreter's teardown (``gsd_lab.__main__``):
+    its JSON and its image (the tokenizer loaded for --out only) are complete, and the exit
+    status is main()'s (2 for a bad class)."""
+    import numpy as np
+    from PIL import Image
+
+    out = tmp_path / "brick.png"
+    command = [sys.executable, "-m", "gsd_lab", "generate", "--method", "sjd", "--json"]
+    done = subprocess.run(
+        [*command, "--class", "brick", "--out", str(out)],
+        capture_output=True,
+        check=False,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    reference = adapters[0].decode_images(torch.tensor(report["tokens"]))[0].numpy()
+    assert np.array_equal(np.asarray(Image.open(out).convert("RGB")), reference)
+    bad = subprocess.run(
+        [*command, "--class", "nope"], capture_output=True, check=False, text=True, cwd=ROOT
+    )
+    assert bad.returncode == 2 and "unknown class" in bad.stderr

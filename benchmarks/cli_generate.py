@@ -1,6 +1,7 @@
 """Time of one ``python -m gsd_lab generate`` call on the stand-in, and where it goes.
 
     PYTHONPATH=. python benchmarks/cli_generate.py [--calls 5] [--threads 1] [--out FILE]
+        [--before TREE]
 
 Three measurements, each ``--calls`` fresh processes (a process's imports are its own), reported
 as min and median of wall time and of CPU time (user + system; on a machine shared with other
@@ -8,11 +9,16 @@ work the CPU time says more than the wall time, which includes waiting for a cor
 
 1. the floor: ``python -c "import torch"``;
 2. the issue's command, ``python -m gsd_lab generate --method gsd --group-size 25 --class brick
-   --json`` (target: <= 4 s per call); its tokens and NFE must be the same in every call;
-3. the same work in stages, timed inside a fresh process (``--child``): import torch, import the
-   gsd_lab modules ``generate`` runs, import the ``transformers`` Llama modelling stack, load the
-   stand-in, ``resolve_for`` (the distance-filter quantile read from the weights' manifest), the
-   decode; the decode's tokens must equal the CLI's.
+   --json`` (target: <= 4 s per call); its tokens and NFE must be the same in every call. With
+   ``--before TREE`` (a checkout of another commit, e.g. ``git archive`` of main) the same
+   command from that tree too, each of its calls right after one of ours (the same load), and
+   its tokens and NFE must equal ours;
+3. the same work in stages, timed inside a fresh process (``--child``), as the command runs it:
+   import torch, import the gsd_lab modules ``generate`` runs, load the stand-in
+   (``load_image_model(quick=True)``: the float64 forward of ``gsd_lab.standin.llama_forward``,
+   no ``transformers``), ``resolve_for`` (the distance-filter quantile read from the weights'
+   manifest), the decode (tokens only, as without --out); the decode's tokens must equal the
+   CLI's, and the process must not have imported ``transformers``.
 
 Prints one table (the parts side by side with the total) and writes it to ``--out``
 (default ``benchmarks/results/cli_generate.txt``). Numbers are not asserted (they depend on the
@@ -47,15 +53,14 @@ COMMAND = [
 STAGES = (
     "import torch",
     "import gsd_lab (generate's modules)",
-    "import transformers Llama",
-    "load the stand-in",
+    "load the stand-in (quick)",
     "resolve (stored quantile)",
     "decode",
 )
 
 
-def _env(threads: int) -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+def _env(threads: int, root: Path = ROOT) -> dict[str, str]:
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
     return {
         **os.environ,
         "PYTHONPATH": path,
@@ -69,13 +74,13 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed_process(args: list[str], threads: int) -> tuple[float, float, str]:
-    """(wall s, CPU s, stdout) of one fresh Python process."""
+def _timed_process(args: list[str], threads: int, root: Path = ROOT) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one fresh Python process run in ``root``."""
     cpu, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, *args],
-        env=_env(threads),
-        cwd=ROOT,
+        env=_env(threads, root),
+        cwd=root,
         capture_output=True,
         check=False,
         text=True,
@@ -107,18 +112,17 @@ def child(threads: int) -> None:
     from gsd_lab.experiments.runs import generate_one, resolve_for
 
     mark(STAGES[1])
-    import transformers.models.llama.modeling_llama  # noqa: F401
-
-    mark(STAGES[2])
     torch.set_num_threads(threads)
-    model = load_image_model("standin")
-    mark(STAGES[3])
+    model = load_image_model("standin", quick=True)
+    mark(STAGES[2])
     resolved = resolve_for(
         model, DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("standin")
     )
+    mark(STAGES[3])
+    result, _ = generate_one(model, resolved, "brick", 0, progress=False, decode_image=False)
     mark(STAGES[4])
-    result, _ = generate_one(model, resolved, "brick", 0, progress=False)
-    mark(STAGES[5])
+    if "transformers" in sys.modules:
+        raise SystemExit("the quick generate path imported transformers")
     print(json.dumps({"timings": timings, "tokens": result.tokens.tolist(), "nfe": result.nfe}))
 
 
@@ -132,17 +136,25 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="the CLI's default for the stand-in")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cli_generate.txt")
+    parser.add_argument(
+        "--before", type=Path, help="another tree: time its CLI call too, interleaved with ours"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.threads)
         return
     floor = [_timed_process(["-c", "import torch"], args.threads)[:2] for _ in range(args.calls)]
-    calls, reports = [], []
+    calls, reports, before, before_reports = [], [], [], []
+    command = COMMAND + ["--threads", str(args.threads)]
     for _ in range(args.calls):
-        wall, cpu, out = _timed_process(COMMAND + ["--threads", str(args.threads)], args.threads)
+        wall, cpu, out = _timed_process(command, args.threads)
         calls.append((wall, cpu))
         reports.append(json.loads(out.strip().splitlines()[-1]))
+        if args.before is not None:
+            wall, cpu, out = _timed_process(command, args.threads, args.before.resolve())
+            before.append((wall, cpu))
+            before_reports.append(json.loads(out.strip().splitlines()[-1]))
     staged = []
     for _ in range(args.calls):
         wall, cpu, out = _timed_process(
@@ -151,7 +163,7 @@ def main() -> None:
         staged.append({**json.loads(out.strip().splitlines()[-1]), "total": [wall, cpu]})
     same = all(
         (r["tokens"], r["nfe"]) == (reports[0]["tokens"], reports[0]["nfe"])
-        for r in reports + staged
+        for r in reports + staged + before_reports
     )
     header = (
         f"{' '.join(['python', *COMMAND])} --threads {args.threads}: {args.calls} fresh processes "
@@ -165,10 +177,23 @@ def main() -> None:
         _row('floor: python -c "import torch"', *zip(*floor)),
         _row("the CLI call (total)", *zip(*calls)),
         _row("  its decode (the report's wall_seconds)", [r["wall_seconds"] for r in reports]),
+        *(
+            [
+                _row(f"before ({args.before.name}), interleaved", *zip(*before)),
+                _row(
+                    "  its decode (the report's wall_seconds)",
+                    [r["wall_seconds"] for r in before_reports],
+                ),
+            ]
+            if before
+            else []
+        ),
         "in stages (fresh process each):",
         *(_row("  " + stage, *zip(*[s["timings"][stage] for s in staged])) for stage in STAGES),
         _row("  process total (incl. interpreter start)", *zip(*[s["total"] for s in staged])),
-        f"nfe {reports[0]['nfe']}; the same tokens and NFE in every call and staged run: {same}",
+        f"nfe {reports[0]['nfe']}; the same tokens and NFE in every call and staged run"
+        + (" and every call before" if before else "")
+        + f": {same}",
     ]
     text = "\n".join(lines) + "\n"
     print(text, end="")

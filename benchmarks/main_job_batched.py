@@ -18,9 +18,10 @@ those of the first cell. Per configuration: the wall speed-up over AR in each ce
 figures' Table 1 reports (at batch B each image's wall is its share of its configuration's
 batched forwards). ``--mixed`` adds a cell with every configuration in one stream
 (``RunCache(mix_configurations=True)``). Cells run in one process, one after another, so load
-from other jobs on shared cores moves the numbers: note the load average. ``OMP_WAIT_POLICY``
-is PASSIVE unless set, as the CLI sets it (with the default spinning policy, the 2-thread cells
-ran 4.5x slower than one thread on cores shared with other jobs).
+from other jobs on shared cores moves the numbers: note the load average, and set
+``OMP_WAIT_POLICY`` to compare thread pools: with OpenMP's default (threads spin while waiting,
+as the CLI leaves it) the 2-thread cells ran 4.5x slower than one thread on cores shared with
+other jobs; ``PASSIVE`` (idle threads sleep) avoids that but costs ~15% on quiet cores.
 
 Measured 2026-12-01 (40 images, batch 8, 2 shared cores, load 1.1-3; saved in
 ``benchmarks/results/main_job_batched_standin.txt``): total 143.8 s -> 75.9 s (1.90x; target
@@ -46,7 +47,6 @@ import subprocess
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI (gsd_lab.cli.main), before torch
 import torch
 
 from gsd_lab.experiments.image_model import load_image_model

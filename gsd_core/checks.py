@@ -20,6 +20,24 @@ SUM_TOLERANCE = {
 }
 
 
+def broadcast_shapes(*shapes: tuple[int, ...]) -> torch.Size:
+    """The shape the given shapes broadcast to (numpy's rule: aligned from the right, each size
+    equal or 1), as ``torch.broadcast_shapes``; RuntimeError when they do not broadcast. Plain
+    Python: ``torch.broadcast_shapes`` imports torch.fx's symbolic shapes and SymPy on first use,
+    about half a second of a command-line generate."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for axis, size in enumerate(shape, ndim - len(shape)):
+            if size == 1:
+                continue
+            if out[axis] == 1:
+                out[axis] = size
+            elif out[axis] != size:
+                raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+    return torch.Size(out)
+
+
 def working_dtype(*tensors: Tensor) -> torch.dtype:
     """float64 if any input is float64, else float32 (16-bit inputs are computed in float32)."""
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
@@ -90,7 +108,7 @@ def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
     dtype."""
     _check_tensor_pair(p, q)
     try:
-        shape = torch.broadcast_shapes(p.shape, q.shape)
+        shape = broadcast_shapes(p.shape, q.shape)
     except RuntimeError:
         raise ValueError(
             f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}"
@@ -178,7 +196,7 @@ def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Siz
         raise ValueError(f"draft_tokens must have shape [..., L={window}]")
     check_token_tensor(draft_tokens, p.device, "draft_tokens")
     try:
-        batch = torch.broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+        batch = broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
     except RuntimeError:
         raise ValueError(
             f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "

@@ -9,8 +9,8 @@ evaluate  a prompt list sharded over processes (torchrun), resumable; merged sum
           configuration, seed or prompt list is refused (exit 2) naming what differs.
           ``--batch-size`` (figures, evaluate): images per forward, default per device (8 on a
           CPU and on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
-          ``--threads``: torch's CPU threads (default: torch's, every core; idle threads sleep,
-          ``OMP_WAIT_POLICY=PASSIVE`` unless set, so shared cores do not stall the pool).
+          ``--threads``: torch's CPU threads (default: torch's, every core; on cores shared with
+          other jobs use ``--threads 1`` or ``OMP_WAIT_POLICY=PASSIVE``: docs/benchmarks.md).
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
@@ -97,7 +97,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="torch CPU threads, >= 1 (default: torch's, every core; the float64 stand-in's "
-        "tokens and NFE do not depend on it)",
+        "tokens and NFE do not depend on it; on cores busy with other jobs, 1: a spinning "
+        "2-thread pool there ran 4.5x slower, docs/benchmarks.md)",
     )
 
 
@@ -651,9 +652,25 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         _check_output_folder(args.out, fail)
 
 
+def _quick_generate(args: argparse.Namespace) -> bool:
+    """Whether this run is a ``generate`` on the stand-in's CPU eager path, which loads quickly:
+    the float64 forward without ``transformers`` (the same logits bit for bit), no quality
+    metrics, the tokenizer only for --out (``load_image_model(quick=True)``)."""
+    return (
+        args.command == "generate"
+        and args.model == "standin"
+        and args.runner == "eager"
+        and (args.device or "cpu") == "cpu"
+    )
+
+
 def _load(args: argparse.Namespace):
     from .experiments.image_model import load_image_model
 
+    if _quick_generate(args):
+        return load_image_model(
+            args.model, weights=args.weights, cfg_scale=args.cfg, top_k=args.top_k, quick=True
+        )
     from .decode.presets import preset
 
     return load_image_model(
@@ -767,6 +784,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.seed,
         progress=not args.json,
         runner=args.runner,
+        decode_image=args.out is not None,
     )
     if args.out is not None:
         save_image_atomic(image, args.out)
@@ -1024,10 +1042,6 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, check every flag (``check_args``), then run the command. Usage errors and bad
     input found later (ValueError, FileNotFoundError, ``RunMismatch``) exit 2 through argparse's
     ``error`` (usage line, message, no traceback)."""
-    # Before torch loads (lazily, below): idle threads of the CPU pool sleep instead of spinning.
-    # On 2 cores shared with other jobs, a spinning 2-thread pool decoded the figures workload
-    # 4.5x slower than one thread (benchmarks/main_job_batched.py). The user's setting wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     if args.command == "notebooks":

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from gsd_core import Amplify, DynamicClusters, VerifyResult
 from gsd_core.checks import (
+    broadcast_shapes,
     check_randomness,
     check_token_tensor,
     check_uniform_tensor,
@@ -67,7 +68,7 @@ def _check_support(support: object, batch: torch.Size, window: int, device: torc
         )
     support = check_token_tensor(support, device, "support")
     try:
-        fits = torch.broadcast_shapes(support.shape[:-2], batch) == batch
+        fits = broadcast_shapes(support.shape[:-2], batch) == batch
     except RuntimeError:
         fits = False
     if not fits:

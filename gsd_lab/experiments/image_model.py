@@ -194,6 +194,7 @@ def load_image_model(
     float64_on_cpu: bool = True,
     tokenizer: str | None = None,
     clip_resize: int | None = None,
+    quick: bool = False,
 ) -> ImageModel:
     """Build the ``ImageModel`` for a command-line model name (see the module docstring).
 
@@ -201,7 +202,19 @@ def load_image_model(
     for Lumina-mGPT's CLIP score; device: default cuda when available for Lumina-mGPT, else cpu.
     float64_on_cpu: run the forward of a model on CPU in float64 (module docstring). tokenizer:
     Lumina-mGPT's tokenizer.json folder (default: found next to the weights). clip_resize: CLIP
-    scores images resized to that side first (the release preset's 299; None: as decoded)."""
+    scores images resized to that side first (the release preset's 299; None: as decoded).
+    quick: what one eager ``generate`` on the stand-in needs, loaded fast (the command line's
+    generate): the float64 forward without ``transformers`` (``standin.llama_forward``, the same
+    logits bit for bit; the eager runner only: the batched and static runners need a
+    ``transformers`` model), no quality metrics, the tokenizer loaded at its first use.
+    ValueError for another model, a non-CPU device or ``float64_on_cpu=False``."""
+    if quick:
+        if name != "standin" or (device or "cpu") != "cpu" or not float64_on_cpu:
+            raise ValueError(
+                "quick loads the stand-in in float64 on the CPU only, got model "
+                f"{name!r}, device {device!r}, float64_on_cpu={float64_on_cpu}"
+            )
+        return _quick_standin(weights, cfg_scale=cfg_scale, top_k=top_k)
     model = _load_image_model(
         name,
         weights=weights,
@@ -274,6 +287,24 @@ def _load_image_model(
         "clip": clip,
         "tokenizer": str(adapter.tokenizer.path.parent),
     }
+    return model
+
+
+def _quick_standin(
+    weights: str | None, *, cfg_scale: float | None, top_k: int | None
+) -> ImageModel:
+    """``load_image_model(quick=True)`` (its docstring)."""
+    from ..standin.adapter import load_standin
+    from ..standin.loading import WEIGHTS_DIR
+
+    overrides = {k: v for k, v in (("cfg_scale", cfg_scale), ("top_k", top_k)) if v is not None}
+    adapter = load_standin(
+        "cpu", weights_dir=weights, fast_forward=True, lazy_tokenizer=True, **overrides
+    )
+    model = standin_image_model(adapter, with_metrics=False)
+    model.weights_info = weights_info(
+        Path(weights) if weights else WEIGHTS_DIR, "ar_model.safetensors"
+    )
     return model
 
 

@@ -65,6 +65,7 @@ DECODING_SOURCES = (
     "gsd_lab/standin/adapter.py",
     "gsd_lab/standin/ar.py",
     "gsd_lab/standin/data.py",
+    "gsd_lab/standin/llama_forward.py",
     "gsd_lab/standin/loading.py",
     "gsd_lab/standin/tokenizer.py",
     "gsd_lab/standin/weights_io.py",

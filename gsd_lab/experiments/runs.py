@@ -156,9 +156,11 @@ def generate_one(
     runner: str = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
+    decode_image: bool = True,
 ) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
-    result and the decoded uint8 image (None when the model cannot decode to pixels). A
+    result and the decoded uint8 image (None when the model cannot decode to pixels, or
+    ``decode_image`` is False: tokens only, e.g. a command-line generate without --out). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
     many images. runner: ``generate``'s execution option ("eager" or "static"); record_w1 /
     w1_draws: the similarity-aware distortion (``gsd_lab.decode.loop.generate``)."""
@@ -179,7 +181,8 @@ def generate_one(
         record_w1=record_w1,
         w1_draws=w1_draws,
     )
-    return result, (model.decode(result.tokens) if model.decode is not None else None)
+    pixels = decode_image and model.decode is not None
+    return result, (model.decode(result.tokens) if pixels else None)
 
 
 def record_of(

@@ -77,6 +77,10 @@ space, ``gsd_lab.accounting.transport``); ``vocab_size`` V;
 ``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
 (a ``generate`` generator must live there).
 
+A model may bring its own KV cache: ``start`` then takes ``model.new_cache()`` instead of a
+``DynamicCache`` (it needs ``get_seq_length()`` and ``crop(-n)``; the stand-in's
+transformers-free forward, ``gsd_lab.standin.llama_forward``, does).
+
 Subclasses that compute logits differently (Lumina-mGPT: from the backbone's hidden states)
 override ``compute_logits(input_ids [B, W], attention_mask [B, cache + W] or None,
 position_ids [B, W], num_rows) -> logits [B, num_rows, V]``, which must extend ``self.cache``
@@ -407,7 +411,27 @@ class CausalLMAdapter:
         self._mask = self._prompt_mask[:, :0]
         self.cache = self._new_cache()
 
+    @property
+    def has_own_cache(self) -> bool:
+        """Whether the model brings its own KV cache (``model.new_cache()``, e.g.
+        ``gsd_lab.standin.llama_forward``) instead of using ``transformers``' cache classes."""
+        return callable(getattr(self.model, "new_cache", None))
+
+    def require_transformers_cache(self, runner: str) -> None:
+        """ValueError unless the model takes ``transformers``' cache classes (the batched and
+        static runners build their own caches from them)."""
+        if self.has_own_cache:
+            raise ValueError(
+                f"{runner} needs a transformers model (its cache classes); "
+                f"{type(self.model).__name__} brings its own cache and runs eagerly only "
+                "(load the stand-in without fast_forward)"
+            )
+
     def _new_cache(self) -> Any:
+        """A fresh KV cache: the model's own when it offers one (``has_own_cache``), else a
+        ``transformers`` ``DynamicCache``."""
+        if self.has_own_cache:
+            return self.model.new_cache()
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)

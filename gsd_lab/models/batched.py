@@ -168,6 +168,7 @@ class BatchRunner:
     def __init__(self, adapter: CausalLMAdapter) -> None:
         if not isinstance(adapter, CausalLMAdapter):
             raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
+        adapter.require_transformers_cache("the batched runner (BatchRunner)")
         self.adapter, self.device = adapter, adapter.device
         self.cache: Any = None
         self._sequences: list[ImageSequence] = []  # cache row order; removed ones until compacted

@@ -99,7 +99,9 @@ def static_settings(
     capture among ``captures``, "graph" on CUDA only, capacity_step an int >= 1, length_step
     one or None, sdpa or eager attention, full attention in every layer. Returns the capture
     ("auto" resolved: "graph" on CUDA, else "none"), the attention implementation and the
-    model's text config."""
+    model's text config. A model with a cache of its own (the stand-in's ``llama_forward``) is
+    refused: the static cache is a ``transformers`` one."""
+    adapter.require_transformers_cache(what)
     if capture not in captures:
         raise ValueError(f"unknown capture {capture!r}; expected one of {captures}")
     device = adapter.device

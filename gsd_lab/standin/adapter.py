@@ -10,20 +10,34 @@ Defaults are Lumina-mGPT's reference sampling: cfg_scale 3.0, top_k 2000 (of 819
 codes), temperature 1.0. On CPU the model runs in float64 (``compute_dtype``): last-bit
 differences between CPU kernels (AVX2 vs AVX-512, thread counts) then stay far below the
 resolution of any sampling decision, so the same seed gives the same tokens on any x86 CPU.
+
+``load_standin(fast_forward=True)`` (float64 on CPU): the model is ``llama_forward.LlamaForward``
+instead of ``transformers``' LlamaForCausalLM, the same logits bit for bit, seconds less to
+import; for the eager runner only (the batched and static runners need ``transformers``' cache
+classes). ``lazy_tokenizer=True``: the tokenizer loads at its first use (pixels, code content).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from ..models.adapter import CausalLMAdapter
 from .ar import TokenLayout
 from .data import to_uint8
-from .loading import WEIGHTS_DIR, load_ar_model, load_tokenizer, stored_distance_quantiles
-from .tokenizer import PatchVQTokenizer
-from ..models.adapter import CausalLMAdapter
+from .loading import (
+    WEIGHTS_DIR,
+    load_ar_forward,
+    load_ar_model,
+    load_tokenizer,
+    stored_distance_quantiles,
+)
+from .tokenizer import PatchVQTokenizer, TokenizerConfig
+from .weights_io import WeightFileError, read_json
 
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K: int | None = 2000
@@ -33,13 +47,15 @@ DEFAULT_TEMPERATURE = 1.0
 class StandinAdapter(CausalLMAdapter):
     """CausalLMAdapter for the stand-in. Prompt: ``prompt_ids(c)`` = [class token of c];
     unconditional prompt: ``uncond_prompt_ids()`` = [null class token]; generate
-    ``num_image_tokens`` (= 16 x 16) tokens in raster order, then ``decode_images``."""
+    ``num_image_tokens`` (= 16 x 16) tokens in raster order, then ``decode_images``.
+
+    tokenizer: the tokenizer, or a function loading it (called at its first use)."""
 
     def __init__(
         self,
         model,
         layout: TokenLayout,
-        tokenizer: PatchVQTokenizer,
+        tokenizer: PatchVQTokenizer | Callable[[], PatchVQTokenizer],
         class_names: list[str],
         *,
         cfg_scale: float | None = DEFAULT_CFG_SCALE,
@@ -57,8 +73,20 @@ class StandinAdapter(CausalLMAdapter):
             row_length=layout.grid,
         )
         self.layout = layout
-        self.tokenizer = tokenizer.to(self.device)
+        self._tokenizer: PatchVQTokenizer | None = None
+        self._load_tokenizer = None
+        if isinstance(tokenizer, PatchVQTokenizer):
+            self._tokenizer = tokenizer.to(self.device)
+        else:
+            self._load_tokenizer = tokenizer
         self.class_names = list(class_names)
+
+    @property
+    def tokenizer(self) -> PatchVQTokenizer:
+        """The patch-VQ tokenizer (on ``device``; loaded here at first use when lazy)."""
+        if self._tokenizer is None:
+            self._tokenizer = self._load_tokenizer().to(self.device)
+        return self._tokenizer
 
     @property
     def num_classes(self) -> int:
@@ -127,11 +155,17 @@ def load_standin(
     top_k: int | None = DEFAULT_TOP_K,
     temperature: float = DEFAULT_TEMPERATURE,
     compute_dtype: torch.dtype | None = None,
+    fast_forward: bool = False,
+    lazy_tokenizer: bool = False,
 ) -> StandinAdapter:
     """Load the shipped stand-in (safetensors only) and return its ready adapter.
 
     ``compute_dtype``: the model's parameter dtype; default float64 on CPU (reproducible across
-    CPUs, see the module docstring) and float32 elsewhere.
+    CPUs, see the module docstring) and float32 elsewhere. ``fast_forward``: the model is
+    ``llama_forward.LlamaForward`` (float64 on CPU only; ValueError otherwise), bit for bit the
+    float64 LlamaForCausalLM without importing ``transformers``; eager runner only.
+    ``lazy_tokenizer``: load the tokenizer at its first use (its codebook size is checked now,
+    from tokenizer_config.json).
 
     Missing files raise FileNotFoundError, corrupted ones ``WeightFileError`` (a ValueError),
     both naming the file.
@@ -141,12 +175,24 @@ def load_standin(
         compute_dtype = torch.float64 if torch.device(device).type == "cpu" else torch.float32
     if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
         raise ValueError(f"compute_dtype must be a floating torch.dtype, got {compute_dtype!r}")
-    model, layout, cfg = load_ar_model(directory, dtype=compute_dtype)  # widened once, here
-    tokenizer = load_tokenizer(directory)
-    if tokenizer.codebook_size != layout.codebook_size:
+    if fast_forward:
+        if torch.device(device).type != "cpu" or compute_dtype != torch.float64:
+            raise ValueError(
+                "fast_forward runs the stand-in in float64 on the CPU only, got device "
+                f"{device!r} and compute_dtype {compute_dtype}"
+            )
+        model, layout, cfg = load_ar_forward(directory)
+    else:
+        model, layout, cfg = load_ar_model(directory, dtype=compute_dtype)  # widened once, here
+    if lazy_tokenizer:
+        tokenizer = partial(load_tokenizer, directory)
+        codebook = _tokenizer_codebook_size(directory)
+    else:
+        tokenizer = load_tokenizer(directory)
+        codebook = tokenizer.codebook_size
+    if codebook != layout.codebook_size:
         raise ValueError(
-            f"tokenizer codebook {tokenizer.codebook_size} != AR layout "
-            f"{layout.codebook_size} in {directory}"
+            f"tokenizer codebook {codebook} != AR layout {layout.codebook_size} in {directory}"
         )
     names = cfg.get("class_names") or [f"class_{i}" for i in range(layout.num_classes)]
     adapter = StandinAdapter(
@@ -158,7 +204,17 @@ def load_standin(
         top_k=top_k,
         temperature=temperature,
     )
-    adapter.set_compute_dtype(compute_dtype)
+    if not fast_forward:  # LlamaForward is float64 already, with no float32 steps to remove
+        adapter.set_compute_dtype(compute_dtype)
     # The distance filter's quantile, computed once at export (GSD's resolve checks the digest).
     adapter.distance_quantiles = stored_distance_quantiles(directory)
     return adapter
+
+
+def _tokenizer_codebook_size(directory: Path) -> int:
+    """The codebook size of ``directory``'s tokenizer_config.json (WeightFileError if invalid)."""
+    path = directory / "tokenizer_config.json"
+    try:
+        return TokenizerConfig.from_dict(read_json(path)).codebook_size
+    except (KeyError, TypeError, ValueError) as err:
+        raise WeightFileError(f"stand-in config file {path} is invalid: {err}") from err

@@ -1,4 +1,8 @@
-"""Build the stand-in's modules from a weights directory (safetensors + JSON configs only)."""
+"""Build the stand-in's modules from a weights directory (safetensors + JSON configs only).
+
+The AR model loads as ``transformers``' LlamaForCausalLM (``load_ar_model``, every runner) or as
+``llama_forward.LlamaForward`` (``load_ar_forward``: float64 on CPU, the same logits bit for bit,
+no ``transformers`` import; the command line's ``generate`` on the stand-in)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .ar import TokenLayout
 from .classifier import CropClassifier
 from .tokenizer import PatchVQTokenizer, TokenizerConfig
 from .weights_io import WeightFileError, load_into, read_json
@@ -74,6 +79,28 @@ def _without_initialising_weights() -> Iterator[None]:
         yield
 
 
+def _read_ar_config(directory: Path) -> tuple[dict, TokenLayout]:
+    """(the ar_config.json dict, its TokenLayout); WeightFileError naming the file if invalid."""
+    config_path = directory / "ar_config.json"
+    cfg = read_json(config_path)
+    try:
+        lay = cfg["layout"]
+        layout = TokenLayout(lay["codebook_size"], lay["num_classes"], lay["grid"])
+        if not isinstance(cfg["llama"], dict):
+            raise TypeError(f"'llama' must be a dict, got {type(cfg['llama']).__name__}")
+    except (KeyError, TypeError, ValueError) as err:
+        raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
+    return cfg, layout
+
+
+def _check_vocabulary(directory: Path, layout: TokenLayout, model_vocab: int) -> None:
+    if layout.vocab_size != model_vocab:
+        raise WeightFileError(
+            f"stand-in config file {directory / 'ar_config.json'}: layout vocabulary "
+            f"{layout.vocab_size} != model vocabulary {model_vocab}"
+        )
+
+
 def load_ar_model(directory: Path = WEIGHTS_DIR, dtype: torch.dtype | None = None):
     """(LlamaForCausalLM in eval mode, TokenLayout, the ar_config.json dict); parameters cast
     to ``dtype`` when given (float64 for CPU-reproducible outputs, with ``cast_model_float64``'s
@@ -83,22 +110,15 @@ def load_ar_model(directory: Path = WEIGHTS_DIR, dtype: torch.dtype | None = Non
     from transformers.models.llama.configuration_llama import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaForCausalLM
 
-    from .ar import TokenLayout
-
     directory = Path(directory)
-    config_path = directory / "ar_config.json"
-    cfg = read_json(config_path)
+    cfg, layout = _read_ar_config(directory)
     try:
         llama = LlamaConfig.from_dict(cfg["llama"])
-        lay = cfg["layout"]
-        layout = TokenLayout(lay["codebook_size"], lay["num_classes"], lay["grid"])
     except (KeyError, TypeError, ValueError) as err:
-        raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
-    if layout.vocab_size != llama.vocab_size:
         raise WeightFileError(
-            f"stand-in config file {config_path}: layout vocabulary "
-            f"{layout.vocab_size} != model vocabulary {llama.vocab_size}"
-        )
+            f"stand-in config file {directory / 'ar_config.json'} is invalid: {err}"
+        ) from err
+    _check_vocabulary(directory, layout, llama.vocab_size)
     with _without_initialising_weights():
         model = LlamaForCausalLM(llama)
     load_into(model, directory / "ar_model.safetensors", dtype=dtype, assign=True)
@@ -108,4 +128,25 @@ def load_ar_model(directory: Path = WEIGHTS_DIR, dtype: torch.dtype | None = Non
         cast_model_float64(model)  # float64 norms and rotary too, not only the parameters
     elif dtype is not None:
         model = model.to(dtype)  # the buffers (parameters are dtype already)
+    return model.eval(), layout, cfg
+
+
+def load_ar_forward(directory: Path = WEIGHTS_DIR):
+    """(``llama_forward.LlamaForward`` in eval mode, TokenLayout, the ar_config.json dict): the
+    same model as ``load_ar_model(directory, torch.float64)``, the same logits bit for bit,
+    without importing ``transformers``. WeightFileError naming the file for a config outside
+    the forward's scope (``LlamaShape.from_dict``) or weights that do not match it."""
+    from .llama_forward import LlamaForward, LlamaShape
+
+    directory = Path(directory)
+    cfg, layout = _read_ar_config(directory)
+    try:
+        shape = LlamaShape.from_dict(cfg["llama"])
+    except ValueError as err:
+        raise WeightFileError(
+            f"stand-in config file {directory / 'ar_config.json'}: {err}"
+        ) from err
+    _check_vocabulary(directory, layout, shape.vocab_size)
+    model = LlamaForward(shape)  # parameters on the meta device, every one assigned next
+    load_into(model, directory / "ar_model.safetensors", dtype=torch.float64, assign=True)
     return model.eval(), layout, cfg

@@ -1,6 +1,6 @@
 """Time of one ``python -m gsd_lab generate`` call on the stand-in, and where it goes.
 
-    PYTHONPATH=. python benchmarks/cli_generate.py [--calls 5] [--threads 1] [--out FILE]
+    PYTHONPATH=. python benchmarks/cli_generate.py [--calls 5] [--threads N] [--out FILE]
         [--before TREE]
 
 Three measurements, each ``--calls`` fresh processes (a process's imports are its own), reported
@@ -134,7 +134,8 @@ def _row(label: str, walls: list[float], cpus: list[float] | None = None) -> str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="the CLI's default for the stand-in")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="the CLI's default: every core")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cli_generate.txt")
     parser.add_argument(
         "--before", type=Path, help="another tree: time its CLI call too, interleaved with ours"

@@ -134,8 +134,9 @@ def _row(label: str, walls: list[float], cpus: list[float] | None = None) -> str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="the CLI's default: every core")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="default: every usable CPU (torch's default, the CLI's, counts "
+                        "physical cores: the same on a machine without SMT, as here)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cli_generate.txt")
     parser.add_argument(
         "--before", type=Path, help="another tree: time its CLI call too, interleaved with ours"

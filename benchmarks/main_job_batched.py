@@ -82,7 +82,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="'all cores'")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="the new cells' threads (default: every usable CPU)")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated labels")
     parser.add_argument("--mixed", action="store_true", help="add a mixed-stream cell")
     parser.add_argument("--cells", default="old,new,b1-all,bB-1")
@@ -108,6 +109,11 @@ def main() -> None:
     }
     cells = [c.strip() for c in args.cells.split(",")] + (["mixed"] if args.mixed else [])
     table["mixed"] = (B, N, True)
+    if set(cells) - set(table) or "AR" not in labels:
+        raise SystemExit(
+            f"--cells must be among {sorted(table)} (got {cells}) and --configs must include AR, "
+            "the wall speed-ups' baseline"
+        )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         check=False,

@@ -17,6 +17,6 @@ code = main()
 if sys.argv[1:2] == ["generate"]:
     sys.stdout.flush()
     sys.stderr.flush()
-    atexit._run_exitfuncs()
+    atexit._run_exitfuncs()  # what a normal exit runs first (private, but no public twin)
     os._exit(code)
 sys.exit(code)

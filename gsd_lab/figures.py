@@ -757,9 +757,15 @@ def run_figures(
             + (
                 "each image's own decoding time (batch 1). "
                 if batch_size == 1
-                else f"decoded {batch_size} images of one configuration per forward, an image's "
-                "`wall_seconds` is its share of those forwards (each step's time split equally "
-                f"between its images): the configuration's decoding time per image at batch "
+                else f"decoded {batch_size} images "
+                + (
+                    "per forward, every configuration of a chunk of prompts in one stream (an AR "
+                    "image shares forwards with other methods' windows)"
+                    if sizes.streamed
+                    else "of one configuration per forward"
+                )
+                + ", an image's `wall_seconds` is its share of those forwards (each step's "
+                f"time split equally between its images): time per image at batch "
                 f"{batch_size}, not an image's latency alone (a throughput ratio: AR's 1-token "
                 "forwards batch almost for free while 17-token windows are compute-bound on a "
                 "CPU, so it is not the papers' batch-1 latency speed-up). "

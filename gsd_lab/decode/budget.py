@@ -182,6 +182,11 @@ class BudgetDial:
         if forced is None:
             totals, flags = tv.tolist(), None
         else:
+            if forced.dtype != torch.bool or forced.dim() != 1 or forced.shape[0] < window:
+                raise ValueError(
+                    f"forced must be a bool [>= L = {window}] tensor (True where the token is "
+                    f"forced), got {forced.dtype} {tuple(forced.shape)}"
+                )
             totals, read = torch.stack([tv, forced[:window].to(tv)]).tolist()
             flags = [flag != 0 for flag in read]
         left = self.budget - self.spent

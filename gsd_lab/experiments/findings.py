@@ -149,7 +149,8 @@ def render_table1(results: dict[str, Any]) -> str:
     ``results``: NFE (s.e.), speed-ups in NFE and CPU wall time, accepted / tested, TV, W1, the
     condition score and its difference to AR with the 95% paired-bootstrap interval. A run
     decoded at batch B > 1 names it in the wall column (each image's wall time is its share of
-    its configuration's batch-B forwards, ``gsd_lab.experiments.runs.RunCache``)."""
+    its batch-B forwards: of its configuration's in ``gsd_lab.experiments.runs.RunCache``, of a
+    chunk of prompts' configurations in the streamed run)."""
     from ..io.figure_io import markdown_table
 
     batch = int(results.get("config", {}).get("batch_size") or 1)
@@ -204,10 +205,16 @@ def render_table1(results: dict[str, Any]) -> str:
         + (
             ""
             if batch == 1
-            else f" Decoded {batch} images of a configuration per forward: an image's CPU wall "
-            "time is its share of those forwards (the configuration's time per image at batch "
-            f"{batch}, a throughput ratio), not its latency alone: the papers' wall speed-ups "
-            "are batch-1 latency."
+            else f" Decoded {batch} images "
+            + (
+                "per forward, every configuration of a chunk of prompts in one stream (the "
+                "streamed run: an AR image shares forwards with other methods' windows)"
+                if sizes.get("streamed")
+                else "of a configuration per forward"
+            )
+            + ": an image's CPU wall time is its share of those forwards (a throughput ratio at "
+            f"batch {batch}), not its latency alone: the papers' wall speed-ups are batch-1 "
+            "latency."
         )
         + "\n\n"
     )

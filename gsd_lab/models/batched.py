@@ -22,8 +22,8 @@ Only the last ``num_rows`` real positions of each row are read (``logits_to_keep
 need). ``crop`` (an image's rollback) drops the tail of its rows; finished images are
 ``remove``d; new images may be ``add``ed at any step (their rows join empty and prefill with the
 next forward: continuous batching). All of it is applied lazily before the next forward by one
-gather per layer that restores the layout (rows kept, their held slots right-aligned), or a
-slice when every row ends at the same slot.
+``index_select`` per layer that restores the layout (rows kept, their held slots right-aligned),
+or a slice when every row ends at the same slot.
 
 Arithmetic. The processing (``adapter._process``) runs per image on that image's logits: CFG
 mix, mask, top-k, softmax are row-wise and the support is the image's own, so they are the
@@ -70,10 +70,11 @@ def default_batch_size(device: torch.device | str) -> int:
     little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
     forward; the target is at most 0.3x batch 1's at batch 8). On a CPU the float64 stand-in's
     17-token windows are compute-bound, but AR's 1-token forwards and the per-forward overhead
-    are shared: the figures workload, each configuration batched on its own, decoded 2.0-2.5x
-    faster at batch 8 (1.6-1.9x in all, with the unbatched accounting), on one thread as on two
-    (``benchmarks/main_job_batched.py``, ``benchmarks/results/main_job_batched_standin.txt``;
-    2 shared cores). A batched
+    are shared: the figures workload, each configuration batched on its own, decoded 2.42x
+    faster at batch 8 on both cores than at batch 1 on one (1.87x in all, with the unbatched
+    accounting; quiet cores, OpenMP's default wait policy; ``benchmarks/main_job_batched.py``,
+    ``benchmarks/results/main_job_batched_standin.txt``). On cores busy with other jobs the
+    spinning 2-thread pool can be far slower (4.5x measured there): ``--threads 1``. A batched
     image's ``wall_seconds`` is its share of its batch's forwards, not its own latency: the
     figures' wall columns say so (``RunCache`` batches each configuration on its own).
     Tokens and NFE do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested);

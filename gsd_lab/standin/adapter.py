@@ -34,10 +34,10 @@ from .loading import (
     load_ar_forward,
     load_ar_model,
     load_tokenizer,
+    read_tokenizer_config,
     stored_distance_quantiles,
 )
-from .tokenizer import PatchVQTokenizer, TokenizerConfig
-from .weights_io import WeightFileError, read_json
+from .tokenizer import PatchVQTokenizer
 
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K: int | None = 2000
@@ -77,8 +77,13 @@ class StandinAdapter(CausalLMAdapter):
         self._load_tokenizer = None
         if isinstance(tokenizer, PatchVQTokenizer):
             self._tokenizer = tokenizer.to(self.device)
-        else:
+        elif callable(tokenizer):
             self._load_tokenizer = tokenizer
+        else:
+            raise ValueError(
+                "tokenizer must be a PatchVQTokenizer or a function loading one, got "
+                f"{type(tokenizer).__name__}"
+            )
         self.class_names = list(class_names)
 
     @property
@@ -186,7 +191,7 @@ def load_standin(
         model, layout, cfg = load_ar_model(directory, dtype=compute_dtype)  # widened once, here
     if lazy_tokenizer:
         tokenizer = partial(load_tokenizer, directory)
-        codebook = _tokenizer_codebook_size(directory)
+        codebook = read_tokenizer_config(directory).codebook_size
     else:
         tokenizer = load_tokenizer(directory)
         codebook = tokenizer.codebook_size
@@ -211,10 +216,3 @@ def load_standin(
     return adapter
 
 
-def _tokenizer_codebook_size(directory: Path) -> int:
-    """The codebook size of ``directory``'s tokenizer_config.json (WeightFileError if invalid)."""
-    path = directory / "tokenizer_config.json"
-    try:
-        return TokenizerConfig.from_dict(read_json(path)).codebook_size
-    except (KeyError, TypeError, ValueError) as err:
-        raise WeightFileError(f"stand-in config file {path} is invalid: {err}") from err

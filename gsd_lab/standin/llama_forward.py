@@ -77,7 +77,7 @@ class LlamaShape:
         except (AttributeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"the llama config lacks or mistypes a field: {err!r}") from err
         unsupported = {
-            "num_key_value_heads": (cfg.get("num_key_value_heads", heads), heads),
+            "num_key_value_heads": (cfg.get("num_key_value_heads") or heads, heads),
             "hidden_act": (cfg.get("hidden_act", "silu"), "silu"),
             "rope_type": (rope.get("rope_type", "default"), "default"),
             "partial_rotary_factor": (rope.get("partial_rotary_factor", 1.0), 1.0),
@@ -166,6 +166,9 @@ class Embedding(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    """x [..., D] -> w * (x * rsqrt(mean(x^2) + eps)), in x's dtype (float64 here, as
+    ``cast_model_float64``'s norms; the stock norm would compute in float32)."""
+
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.weight = _weight(size)
@@ -177,11 +180,15 @@ class RMSNorm(nn.Module):
 
 
 def rotate_half(x: Tensor) -> Tensor:
+    """[a, b] -> [-b, a] on the last dimension (halves of size d / 2)."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class Attention(nn.Module):
+    """One layer's self-attention: q, k, v projections [D -> H d], RoPE on q and k, the layer's
+    cache extended by k and v, sdpa (scale 1 / sqrt(d)), o projection [H d -> D]."""
+
     def __init__(self, shape: LlamaShape, layer: int) -> None:
         super().__init__()
         width = shape.num_attention_heads * shape.head_dim
@@ -219,6 +226,8 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """x [..., D] -> down(silu(gate(x)) * up(x)), gate and up [D -> F], down [F -> D]."""
+
     def __init__(self, shape: LlamaShape) -> None:
         super().__init__()
         self.gate_proj = Linear(shape.hidden_size, shape.intermediate_size)
@@ -230,6 +239,8 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """Pre-norm residual block: x + attention(RMSNorm(x)), then + MLP(RMSNorm(.))."""
+
     def __init__(self, shape: LlamaShape, layer: int) -> None:
         super().__init__()
         self.self_attn = Attention(shape, layer)
@@ -290,7 +301,7 @@ class LlamaForward(nn.Module):
 
     def __init__(self, shape: LlamaShape) -> None:
         super().__init__()
-        self.config = shape
+        self.config = shape  # what CausalLMAdapter reads as model.config (vocab_size, ...)
         self.model = Backbone(shape)
         self.lm_head = Linear(shape.hidden_size, shape.vocab_size)
         dim = shape.head_dim

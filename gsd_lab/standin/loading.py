@@ -20,14 +20,18 @@ from .weights_io import WeightFileError, load_into, read_json
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
-def load_tokenizer(directory: Path = WEIGHTS_DIR) -> PatchVQTokenizer:
-    directory = Path(directory)
-    config_path = directory / "tokenizer_config.json"
+def read_tokenizer_config(directory: Path = WEIGHTS_DIR) -> TokenizerConfig:
+    """``directory``'s tokenizer_config.json (WeightFileError naming the file if invalid)."""
+    config_path = Path(directory) / "tokenizer_config.json"
     try:
-        config = TokenizerConfig.from_dict(read_json(config_path))
+        return TokenizerConfig.from_dict(read_json(config_path))
     except (KeyError, TypeError, ValueError) as err:
         raise WeightFileError(f"stand-in config file {config_path} is invalid: {err}") from err
-    return load_into(PatchVQTokenizer(config), directory / "tokenizer.safetensors").eval()
+
+
+def load_tokenizer(directory: Path = WEIGHTS_DIR) -> PatchVQTokenizer:
+    config = read_tokenizer_config(directory)
+    return load_into(PatchVQTokenizer(config), Path(directory) / "tokenizer.safetensors").eval()
 
 
 def stored_distance_quantiles(directory: Path = WEIGHTS_DIR) -> list[dict]:

@@ -375,3 +375,16 @@ def test_a_forced_position_spends_nothing_under_the_release_preset(monkeypatch):
         assert spent == pytest.approx(distortion, abs=1e-12)
     monkeypatch.setattr(decoding._Loop, "_random_forced_rows", lambda self: None)
     assert any(spent > distortion + 0.1 for spent, distortion in books())
+
+
+def test_the_dial_refuses_forced_flags_that_are_not_a_bool_vector():
+    """Forced-token ids (-1 where free) passed for the flags would mark every free position as
+    forced: refused by dtype; a short flag vector by shape."""
+    p = torch.full((3, 4), 0.25, dtype=torch.float64)
+    q = torch.tensor([[0.7, 0.1, 0.1, 0.1]] * 2, dtype=torch.float64)
+    dial = budget.BudgetDial(0.5)
+    with pytest.raises(ValueError, match="forced must be a bool"):
+        dial.step(p, q, torch.tensor([-1, 3]))
+    with pytest.raises(ValueError, match="forced must be a bool"):
+        dial.step(p, q, torch.tensor([False]))
+    assert dial.step(p, q, torch.tensor([False, True])) is not None  # the accepted form

@@ -6,8 +6,9 @@ acceptance measures, the exact distortion and W1, wall and model time) to ``figu
 Notebook 04 then ``load``s them into its ``RunCache`` instead of decoding for minutes (pixels
 are decoded from the stored tokens, so the quality proxies are recomputed), and ``check_live``
 re-decodes the first images of a few configurations and compares them with the stored records:
-tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` (float64
-sums may differ in the last ulp between CPU kernels: README, "Reproducibility"). A stored file
+tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` relative or
+``DISTORTION_ATOL`` absolute (float64 sums may differ in the last ulp between CPU kernels and
+batch sizes: README, "Reproducibility"). A stored file
 made by other decoding code (``code_fingerprint``: any change to a source file that decoding
 reads, ``DECODING_SOURCES``, so that no configuration's table can be stale, live-checked or
 not; a plot, a CLI help text or a notebook helper can change without it), weights, settings,
@@ -48,6 +49,10 @@ FIELDS = (
     "w1_seconds",
 )
 DISTORTION_RTOL = 1e-9
+# Stored records decoded in batches against a re-decode alone: the model's batched rows round
+# differently in the last bit, which moves a lossless rule's rounding-level distortion (~4e-17)
+# by a large relative amount; issue 32's bound for batched against alone (measured <= 5e-15).
+DISTORTION_ATOL = 1e-12
 
 
 # What a stored record's numbers can depend on, relative to the folder holding gsd_core and
@@ -238,7 +243,7 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
     """Re-decode the first ``images`` images of each spec (first seed, first prompts) on a fresh
     cache and compare them with ``cache``'s records (stored or decoded): the checked-cell lines,
     one per spec. Tokens, NFE and both acceptance measures must be identical, the distortion
-    within ``DISTORTION_RTOL`` relative."""
+    within ``DISTORTION_RTOL`` relative or ``DISTORTION_ATOL`` absolute."""
     live = RunCache(
         cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, record_w1=False
     )
@@ -255,7 +260,8 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
         )
         lines.append(
             f"{spec.label}: {len(fresh)} image(s) re-decoded here equal the records (tokens, NFE, "
-            f"acceptance identical; distortion within {DISTORTION_RTOL:g} relative): "
+            f"acceptance identical; distortion within {DISTORTION_RTOL:g} relative or "
+            f"{DISTORTION_ATOL:g} absolute): "
             f"{same and len(stored) == len(fresh)}"
         )
     return lines
@@ -264,4 +270,4 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
 def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
-    return abs(a - b) <= DISTORTION_RTOL * max(abs(a), abs(b), 1e-300)
+    return abs(a - b) <= max(DISTORTION_ATOL, DISTORTION_RTOL * max(abs(a), abs(b)))

@@ -150,3 +150,14 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
     imported = {Path(line).resolve() for line in out.stdout.split()}
     missing = sorted("/".join(p.parts[-3:]) for p in imported - covered)
     assert [m for m in missing if not any(m.endswith(n) for n in not_decoding)] == []
+
+
+def test_the_live_check_tolerance_is_relative_with_an_absolute_floor():
+    """A lossless rule's rounding-level distortion (~4e-17) moves by a large relative amount
+    between a batch-8 record and a re-decode alone: within DISTORTION_ATOL; a real distortion
+    must still agree to DISTORTION_RTOL relative."""
+    assert records._close(5.67e-17, 5.87e-17)
+    assert records._close(0.1, 0.1 * (1 + 1e-10))
+    assert not records._close(0.1, 0.1 * (1 + 1e-8))
+    assert not records._close(1e-3, 1e-3 + 1e-11)
+    assert records._close(None, None) and not records._close(0.0, None)

@@ -54,6 +54,13 @@ def _reference_cache(model):
     return DynamicCache(config=model.config)
 
 
+def _python(*args: str) -> subprocess.CompletedProcess:
+    """A fresh ``python *args`` in the repository root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, check=False, text=True, cwd=ROOT, timeout=600
+    )
+
+
 def _cache_kw(model) -> str:
     from gsd_lab.models.adapter import cache_kwarg
 
@@ -284,14 +291,7 @@ def test_command_line_generate_imports_no_transformers():
         f"heavy = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r} or m in {HEAVY!r}]\n"
         "print(json.dumps(sorted(heavy) + ['torch'] * ('torch' in sys.modules)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, *args],
-        capture_output=True,
-        check=False,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    done = _python("-c", probe, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     report, heavy = json.loads(lines[-2]), json.loads(lines[-1])
@@ -321,20 +321,11 @@ def test_python_m_generate_writes_its_image_and_exits_with_main_s_status(tmp_pat
     from PIL import Image
 
     out = tmp_path / "brick.png"
-    command = [sys.executable, "-m", "gsd_lab", "generate", "--method", "sjd", "--json"]
-    done = subprocess.run(
-        [*command, "--class", "brick", "--out", str(out)],
-        capture_output=True,
-        check=False,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    command = ["-m", "gsd_lab", "generate", "--method", "sjd", "--json"]
+    done = _python(*command, "--class", "brick", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     reference = adapters[0].decode_images(torch.tensor(report["tokens"]))[0].numpy()
     assert np.array_equal(np.asarray(Image.open(out).convert("RGB")), reference)
-    bad = subprocess.run(
-        [*command, "--class", "nope"], capture_output=True, check=False, text=True, cwd=ROOT
-    )
+    bad = _python(*command, "--class", "nope")
     assert bad.returncode == 2 and "unknown class" in bad.stderr

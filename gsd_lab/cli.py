@@ -18,7 +18,8 @@ check-weights  the first command after downloading Lumina-mGPT: one verdict per 
           to an image); exit 1 when one failed (``gsd_lab.check_weights``).
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
-(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
+(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
+for pixels) and ``emu3-gen`` with ``--weights DIR`` (docs/family-*.md), ``tiny-random`` (tests only).
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -52,6 +53,9 @@ MODEL_CHOICES = (
     "lumina-mgpt-7b-1024",
     "tiny-random",
 )
+# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
+FAMILY_CHOICES = ("anole-7b", "emu3-gen")
+MODEL_CHOICES += FAMILY_CHOICES
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
@@ -437,6 +441,35 @@ def _is_lumina(args: argparse.Namespace) -> bool:
     return args.model.startswith("lumina")
 
 
+def _takes_text(args: argparse.Namespace) -> bool:
+    """Whether the model's prompts are text (Lumina-mGPT and the families), not classes."""
+    return _is_lumina(args) or args.model in FAMILY_CHOICES
+
+
+def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
+    """--weights (a folder with config.json and tokenizer.json, or --tokenizer), --vqgan (Anole
+    only: Emu3 decodes with its own VQ-VAE) and --clip of a FAMILY_CHOICES model."""
+    if not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+    folder = Path(args.weights).expanduser()
+    if not (folder / "config.json").is_file():
+        fail(f"--weights {args.weights}: no config.json there (docs/family-*.md: the download)")
+    tokenizer = Path(args.tokenizer).expanduser() if args.tokenizer else folder
+    if not (tokenizer.is_file() or (tokenizer / "tokenizer.json").is_file()):
+        fail(f"no tokenizer.json in {tokenizer} (pass --tokenizer DIR)")
+    if args.vqgan is not None:
+        if args.model == "emu3-gen":
+            fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
+        from .models.chameleon_vqgan import find_vqgan_files
+
+        try:
+            find_vqgan_files(args.vqgan)
+        except FileNotFoundError as error:
+            fail(f"--vqgan {args.vqgan}: {error}")
+    if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
+        fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder)")
+
+
 def _device_problem(device: str) -> str | None:
     """Why ``--device`` cannot be used here (None when it can)."""
     import torch
@@ -511,6 +544,9 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         fail(f"--cfg must be a finite number, got {args.cfg}")
     if args.device is not None and (problem := _device_problem(args.device)):
         fail(problem)
+    if args.model in FAMILY_CHOICES:
+        _check_family_args(args, fail)
+        return
     if _is_lumina(args):
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
@@ -605,7 +641,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.seed < 0:
             fail(f"--seed must be >= 0, got {args.seed}")
     if args.command == "generate":
-        if _is_lumina(args):
+        if _takes_text(args):
             if args.class_ is not None:
                 fail(
                     f"--class is for the stand-in and tiny-random; --model {args.model} takes "
@@ -613,7 +649,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
                 )
             if not (args.prompt or "").strip():
                 fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
-            if args.out is not None and args.vqgan is None:
+            if args.out is not None and args.vqgan is None and args.model != "emu3-gen":
                 fail(
                     f"--out needs pixels: --model {args.model} "
                     "decodes tokens to pixels with --vqgan DIR"
@@ -770,10 +806,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model = _load(args)
     prompt = (
         args.prompt
-        if _is_lumina(args)
+        if _takes_text(args)
         else (args.class_ if args.class_ is not None else model.default_prompts[0])
     )
-    _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
+    _check_prompt(model, prompt, "--prompt" if _takes_text(args) else "--class", fail)
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
@@ -927,7 +963,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(str(error))
     # The stand-in runs on the CPU unless told otherwise; Lumina-mGPT takes cuda:LOCAL_RANK.
-    context = init_distributed(args.device or (None if _is_lumina(args) else "cpu"))
+    context = init_distributed(args.device or (None if _takes_text(args) else "cpu"))
     args.device = context.device
     model = _load(args)
     for index, prompt in enumerate(prompts):

@@ -8,6 +8,8 @@ Models:
   Frechet distance on classifier features against held-out real crops (proxies).
 - ``lumina-mgpt-7b-{512,768,1024}``: real Lumina-mGPT weights from ``weights``; a prompt is text;
   quality: CLIP score when a CLIP model is available.
+- ``anole-7b`` (Chameleon / Anole, pixels with ``vqgan``) and ``emu3-gen`` (pixels through its
+  own VQ-VAE): text prompts as Lumina-mGPT (``gsd_lab.models.anole``, ``gsd_lab.models.emu3``).
 - ``tiny-random``: a randomly initialised tiny Llama over 8x8 codes with a fixed colour per code,
   for tests and development only (its numbers mean nothing).
 
@@ -341,12 +343,21 @@ def _lumina_model(
         adapter,
         adapter.num_image_tokens,
         encode,
-        decode if adapter.vqgan is not None else None,
+        decode if _can_decode(adapter) else None,
         list(LUMINA_DEFAULT_PROMPTS),
         condition_scores=_clip_scorer(clip_dir, adapter.device, clip_resize) if clip_dir else None,
         quality_names={"condition_score": "CLIP score\n(higher better)"},
         quality_column="clip_score",
         quality_config={"clip_resize": clip_resize} if clip_dir else {},
+    )
+
+
+def _can_decode(adapter: Any) -> bool:
+    """Whether the adapter turns tokens into pixels: a VQGAN loaded (Lumina-mGPT, Anole) or a
+    decoder of its own (``GridImageAdapter.decode_indices``: Emu3's VQ-VAE)."""
+    return (
+        getattr(adapter, "vqgan", None) is not None
+        or getattr(adapter, "decode_indices", None) is not None
     )
 
 

@@ -17,8 +17,10 @@ Quirks of the family (what this adapter does about them):
 - Image codes are the ids named ``IMGIMG...`` (``ChameleonImageVocabularyMapping.image_tokens``);
   the VQ index is read from the name (``bpe2img``), never from an offset.
 - Layout: no end-of-row token. prompt = <s> + text ids + <racm3:break> (image start); the image
-  is ``latent_side``^2 codes (32 x 32 for Anole's 512 x 512 images: the VQGAN maps 16 px to one
-  code), then <eoss> (image end) and </s>, both forced.
+  is ``latent_side``^2 codes, then <eoss> (image end) and </s>, both forced. ``latent_side``
+  defaults to the checkpoint's own image tokenizer: vq_config ``resolution`` / 2^(len(
+  ``channel_multiplier``) - 1), the size ``ChameleonVQVAE`` encodes images at (512 / 16 = 32 for
+  Chameleon and Anole: 1024 codes for a 512 x 512 image).
 - CFG: one scale s on logits, l = u + s (c - u), with the unconditional prompt <s> <racm3:break>
   (the text dropped). Anole's own sampler (Meta's ``chameleon`` inference code) mixes two guidance
   scales (text and image) and samples with top-p; neither is reproduced: the defaults here are the
@@ -44,7 +46,6 @@ BOS_NAME = "<s>"
 EOS_NAME = "</s>"
 IMAGE_START_NAME = "<racm3:break>"
 IMAGE_END_NAME = "<eoss>"
-ANOLE_LATENT_SIDE = 32  # 512 x 512 pixels, 16 px per code
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K = 2000
 DEFAULT_TEMPERATURE = 1.0
@@ -66,6 +67,18 @@ def chameleon_code_table(vocabulary_map: dict[str, int], vocab_size: int) -> Ten
     return table
 
 
+def vq_latent_side(config: Any) -> int:
+    """Codes per side of an image as the checkpoint's ``ChameleonVQVAE`` encodes it: vq_config
+    resolution / 2^(len(channel_multiplier) - 1) (32 for Chameleon 7B and Anole)."""
+    vq = config.vq_config
+    factor = 2 ** (len(vq.channel_multiplier) - 1)
+    if vq.resolution % factor:
+        raise ValueError(
+            f"vq_config resolution {vq.resolution} is not a multiple of its downsampling {factor}"
+        )
+    return vq.resolution // factor
+
+
 def _token(vocabulary_map: dict[str, int], name: str) -> int:
     if name not in vocabulary_map:
         raise ValueError(f"the vocabulary_map lacks {name!r} (a Chameleon vocabulary has it)")
@@ -85,7 +98,7 @@ class AnoleAdapter(GridImageAdapter):
         self,
         model: Any,
         *,
-        latent_side: int = ANOLE_LATENT_SIDE,
+        latent_side: int | None = None,
         tokenizer: Any = None,
         vqgan: Any = None,
         cfg_scale: float | None = DEFAULT_CFG_SCALE,
@@ -98,6 +111,7 @@ class AnoleAdapter(GridImageAdapter):
         table = chameleon_code_table(vocab, int(config.vocab_size))
         self.bos = _token(vocab, BOS_NAME)
         self.image_start = _token(vocab, IMAGE_START_NAME)
+        latent_side = latent_side if latent_side is not None else vq_latent_side(config)
         layout = GridLayout(
             height=latent_side,
             width=latent_side,
@@ -171,7 +185,7 @@ def load_anole(
     weights: str | Path | None,
     *,
     vqgan_dir: str | Path | None = None,
-    latent_side: int = ANOLE_LATENT_SIDE,
+    latent_side: int | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     force_cpu: bool = False,
@@ -189,7 +203,7 @@ def load_anole(
     device: default cuda when available; dtype: default bfloat16 on GPU, float32 on CPU; models
     above 1e9 parameters are refused on the CPU unless ``force_cpu``. ``vqgan_dir``: the Chameleon
     VQGAN (optional; needed for pixels). ``tokenizer``: a folder or file (default the checkpoint's
-    ``tokenizer.json``)."""
+    ``tokenizer.json``). latent_side: None reads it from the config (``vq_latent_side``)."""
     from .lumina_mgpt import (
         CPU_PARAMETER_LIMIT,
         build_lumina_model,

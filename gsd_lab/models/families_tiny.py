@@ -49,7 +49,8 @@ def save_tiny_anole(
     architectures ["ChameleonForConditionalGeneration"], q/k-norms as [heads, head_dim], the image
     encoder ``model.vqmodel.*`` included, as in the transformers-layout Anole conversion), the
     Chameleon-named vocabulary of ``lumina_tiny.tiny_vocabulary_map`` (``num_codes`` shuffled
-    ``IMGIMG...`` codes) and its ``tokenizer.json``. ``with_vqgan``: a matching tiny Chameleon
+    ``IMGIMG...`` codes) and its ``tokenizer.json``; vq_config resolution 16, so an image is
+    8 x 8 codes (``anole.vq_latent_side``; the release's 512 gives 32 x 32). ``with_vqgan``: a matching tiny Chameleon
     VQGAN (``num_codes`` codes, x2 upsampling) in ``folder/tokenizer`` (vqgan.yaml + vqgan.ckpt,
     where Meta's and GAIR's releases keep it)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
@@ -76,6 +77,7 @@ def save_tiny_anole(
             "in_channels": 3,
             "base_channels": 32,
             "channel_multiplier": [1, 2],
+            "resolution": 16,  # images of 8 x 8 codes (vq_latent_side): 64 image tokens
         },
     )
     with torch.random.fork_rng(devices=[]):  # transformers' initialisers use the global RNG

@@ -49,7 +49,7 @@ from gsd_lab.models.float64 import cast_model_float64  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 F64 = torch.float64
 ATOL = 1e-12
-SAMPLES = 300
+SAMPLES = 200
 SIGNIFICANCE = 1e-3
 
 
@@ -262,7 +262,10 @@ def test_sjd_and_mc_sjd_are_lossless(family, draft):
     """2 x 2 images (Emu3: a forced end of line at position 2), top-k 2, CFG 3: the joint law of
     the first tokens is enumerated exactly and SJD / MC-SJD samples must fit it."""
     model = family.adapter.model
+    # Emu3: a one-word negative prompt (the README's is about 200 byte tokens here: slow).
     size = {"latent_side": 2} if family.name == "anole-7b" else {"image_area": 64}
+    if family.name == "emu3-gen":
+        size["negative_prompt"] = "blurry"
     adapter = family.make_adapter(model, top_k=2, cfg_scale=3.0, **size)
     length = 3 if family.name == "anole-7b" else 4
     prompt = adapter.prompt_ids("a red cat")

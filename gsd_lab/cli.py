@@ -398,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
     chk.add_argument(
+        "--model",
+        choices=("lumina-mgpt", *FAMILY_CHOICES),
+        default="lumina-mgpt",
+        help="the checkpoint's family (default lumina-mgpt; gsd_lab.family_checks for the others)",
+    )
+    chk.add_argument(
         "--resolution",
         type=int,
         choices=(512, 768, 1024),
@@ -1091,6 +1097,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.rows < 1:
             fail(f"--rows must be >= 1, got {args.rows}")
+        if args.model in FAMILY_CHOICES:
+            from .family_checks import main as family_checks_main
+
+            return family_checks_main(args)
         return check_weights_main(args)
     check_args(args, fail)
     if args.threads:

@@ -320,3 +320,24 @@ def test_bad_input_fails_clearly(family, tmp_path):
         (tmp_path / "config.json").write_text(json.dumps({"model_type": "chameleon"}))
         with pytest.raises(ValueError, match="model_type 'chameleon'"):
             load_emu3(tmp_path)
+
+
+def test_check_weights_passes_and_catches_a_wrong_checkpoint(family, tmp_path, capsys):
+    import shutil
+
+    extra = family.cli_args[4:]  # Anole: --vqgan DIR
+    argv = ["check-weights", str(family.folder), "--model", family.name, *extra, "--json"]
+    assert main([*argv, "--out", str(tmp_path / "rows.png")]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [v["status"] for v in report["verdicts"]] == ["ok"] * 6
+    assert (tmp_path / "rows.png").is_file()
+    broken = tmp_path / "broken"
+    shutil.copytree(family.folder, broken)
+    config = json.loads((broken / "config.json").read_text())
+    text = config.get("text_config", config)
+    text["hidden_size"] = 2 * text["hidden_size"]  # no longer the stored tensors' architecture
+    (broken / "config.json").write_text(json.dumps(config))
+    assert main(["check-weights", str(broken), "--model", family.name, *extra, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    statuses = {v["item"]: v["status"] for v in report["verdicts"]}
+    assert statuses["architecture"] == "FAIL" and statuses["generation"] == "skip"

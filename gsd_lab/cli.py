@@ -19,7 +19,8 @@ check-weights  the first command after downloading Lumina-mGPT: one verdict per 
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
-for pixels) and ``emu3-gen`` with ``--weights DIR`` (docs/family-*.md), ``tiny-random`` (tests only).
+for pixels) and ``emu3-gen`` with ``--weights DIR`` (docs/family-*.md), ``tiny-random`` (tests
+only).
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -46,16 +47,16 @@ from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
 # two in sync.
+# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
+FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",
     "lumina-mgpt-7b-512",
     "lumina-mgpt-7b-768",
     "lumina-mgpt-7b-1024",
+    *FAMILY_CHOICES,
     "tiny-random",
 )
-# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
-FAMILY_CHOICES = ("anole-7b", "emu3-gen")
-MODEL_CHOICES += FAMILY_CHOICES
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2

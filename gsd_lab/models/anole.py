@@ -214,7 +214,9 @@ def load_anole(
     from .lumina_tokenizer import PromptTokenizer
 
     if weights is None:
-        raise ValueError(f"Anole needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)")
+        raise ValueError(
+            f"Anole needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)"
+        )
     folder = Path(weights).expanduser()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(

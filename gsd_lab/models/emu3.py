@@ -135,7 +135,12 @@ class Emu3Adapter(GridImageAdapter):
             height=height,
             width=width,
             row_end=_token(vocab, END_OF_LINE_NAME),
-            tail=(_token(vocab, END_OF_FRAME_NAME), _token(vocab, IMAGE_END_NAME), self.eos, self.pad),
+            tail=(
+                _token(vocab, END_OF_FRAME_NAME),
+                _token(vocab, IMAGE_END_NAME),
+                self.eos,
+                self.pad,
+            ),
         )
         super().__init__(
             model,

@@ -34,7 +34,8 @@ def test_tiny_mode_prints_one_json_line(capsys):
         for method in ("sjd", "gsd"):
             decoded = entry["decode"][method]
             assert decoded["tokens"] == 16 and 1 <= decoded["nfe"] <= 16
-        assert entry["pixels"]["shape"] == [1, 16, 16, 3] and entry["pixels"]["dtype"] == "torch.uint8"
+        assert entry["pixels"]["shape"] == [1, 16, 16, 3]
+        assert entry["pixels"]["dtype"] == "torch.uint8"
 
 
 def test_refuses_bad_arguments():

@@ -51,8 +51,8 @@ def save_tiny_anole(
     Chameleon-named vocabulary of ``lumina_tiny.tiny_vocabulary_map`` (``num_codes`` shuffled
     ``IMGIMG...`` codes) and its ``tokenizer.json``; vq_config resolution 16, so an image is
     8 x 8 codes (``anole.vq_latent_side``; the release's 512 gives 32 x 32). ``with_vqgan``: a
-    matching tiny Chameleon VQGAN (``num_codes`` codes, x2 upsampling) in ``folder/tokenizer`` (vqgan.yaml + vqgan.ckpt,
-    where Meta's and GAIR's releases keep it)."""
+    matching tiny Chameleon VQGAN (``num_codes`` codes, x2 upsampling) in ``folder/tokenizer``
+    (vqgan.yaml + vqgan.ckpt, where Meta's and GAIR's releases keep it)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     folder = Path(folder)

@@ -39,6 +39,7 @@ import transformers
 
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.models.families_tiny import TEST_CONFIG_DIMS
 
 FAMILIES = ("anole", "emu3")
 
@@ -96,9 +97,7 @@ def build_anole(tiny: bool, device: torch.device, dtype: torch.dtype) -> Any:
         from gsd_lab.models.lumina_tiny import tiny_vocabulary_map
 
         vocab = tiny_vocabulary_map(64)
-        config = ChameleonConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, num_key_value_heads=2, intermediate_size=37,
-                                 vocabulary_map=vocab,
+        config = ChameleonConfig(vocab_size=len(vocab), **TEST_CONFIG_DIMS, vocabulary_map=vocab,
                                  vq_config={"resolution": 16, "channel_multiplier": [1, 2]})
         vq = VQGANConfig(embed_dim=8, n_embed=64, z_channels=8, ch=32, ch_mult=(1, 2),
                          num_res_blocks=1, resolution=32)
@@ -119,10 +118,8 @@ def build_emu3(tiny: bool, device: torch.device, dtype: torch.dtype) -> Any:
     from gsd_lab.models.emu3 import DEFAULT_IMAGE_AREA, Emu3Adapter
 
     if tiny:
-        text = Emu3TextConfig(vocab_size=1200, hidden_size=32, num_hidden_layers=2,
-                              num_attention_heads=2, num_key_value_heads=2, intermediate_size=37,
-                              max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                              pad_token_id=0)
+        text = Emu3TextConfig(vocab_size=1200, **TEST_CONFIG_DIMS, max_position_embeddings=512,
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
         vq = {"codebook_size": 20, "temporal_downsample_factor": 1, "base_channels": 32,
               "channel_multiplier": [1, 2, 1], "hidden_size": 32, "attn_resolutions": []}
         config = Emu3Config(text_config=text, vq_config=vq,

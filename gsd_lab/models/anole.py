@@ -38,6 +38,7 @@ from torch import Tensor
 
 from .adapter import cache_kwarg
 from .grid_image import GridImageAdapter, GridLayout
+from .lumina_mgpt import LuminaMGPTAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -147,38 +148,14 @@ class AnoleAdapter(GridImageAdapter):
         text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
         return torch.tensor([self.bos, *text, self.image_start], dtype=torch.long)
 
-    def prompt_ids(self, prompt: str) -> Tensor:
-        """<s> + the tokenizer's ids of ``prompt`` (no special tokens added) + <racm3:break>."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be a non-empty string")
-        if self.tokenizer is None:
-            raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
-        return self.text_ids_to_prompt(self.tokenizer.encode(prompt, add_special_tokens=False))
-
     def unconditional_prompt_ids(self) -> Tensor:
         """The CFG row's prompt: <s> <racm3:break> (the text dropped)."""
         return torch.tensor([self.bos, self.image_start], dtype=torch.long)
 
-    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
-        """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
-        ``unconditional_prompt_ids()``."""
-        if self.uses_cfg and uncond_prompt_ids is None:
-            uncond_prompt_ids = self.unconditional_prompt_ids()
-        super().start(prompt_ids, uncond_prompt_ids)
-
-    def compute_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, num_rows: int
-    ) -> Tensor:
-        """lm_head(backbone hidden states) of the last ``num_rows`` positions [B, num_rows, V]
-        (the stock forward would mask every image-token logit)."""
-        out = self.model.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **{self._backbone_cache_kwarg: self.cache},
-        )
-        return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
+    # The backbone and lm_head, bypassing the stock forward's image-logit mask: the very method
+    # of Lumina-mGPT, which shares Chameleon's layout (it reads model, cache and
+    # _backbone_cache_kwarg, all set here as there).
+    compute_logits = LuminaMGPTAdapter.compute_logits
 
 
 def load_anole(

@@ -180,24 +180,9 @@ class Emu3Adapter(GridImageAdapter):
         text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
         return torch.tensor([self.bos, *text, *self.image_header()], dtype=torch.long)
 
-    def prompt_ids(self, prompt: str) -> Tensor:
-        """BOS + the tokenizer's ids of ``prompt`` + the image header (size h*w)."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("prompt must be a non-empty string")
-        return self.text_ids_to_prompt(
-            self._require_tokenizer().encode(prompt, add_special_tokens=False)
-        )
-
     def unconditional_prompt_ids(self) -> Tensor:
         """The CFG row's prompt: the negative prompt in the same template."""
         return self.prompt_ids(self.negative_prompt)
-
-    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
-        """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
-        ``unconditional_prompt_ids()``."""
-        if self.uses_cfg and uncond_prompt_ids is None:
-            uncond_prompt_ids = self.unconditional_prompt_ids()
-        super().start(prompt_ids, uncond_prompt_ids)
 
     # ---- pixels ----
 

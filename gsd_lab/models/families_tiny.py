@@ -23,6 +23,14 @@ import torch
 from .lumina_tiny import tiny_vocabulary_map, write_tiny_tokenizer, write_tiny_vqgan
 
 ANOLE_TINY_CODES = 64
+# The text models' dimensions in transformers' own Chameleon and Emu3 test configurations.
+TEST_CONFIG_DIMS = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "intermediate_size": 37,
+}
 
 
 def _redraw_rows(model: torch.nn.Module, names: tuple[str, ...], std: float, seed: int) -> None:
@@ -60,11 +68,7 @@ def save_tiny_anole(
     vocabulary_map = tiny_vocabulary_map(num_codes)
     config = ChameleonConfig(
         vocab_size=len(vocabulary_map),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=37,
+        **TEST_CONFIG_DIMS,
         max_position_embeddings=2048,
         bos_token_id=vocabulary_map["<s>"],
         eos_token_id=vocabulary_map["</s>"],
@@ -155,11 +159,7 @@ def save_tiny_emu3(
     vocabulary_map = _emu3_vocabulary(num_codes)
     text_config = Emu3TextConfig(
         vocab_size=len(vocabulary_map),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=37,
+        **TEST_CONFIG_DIMS,
         max_position_embeddings=512,
         pad_token_id=vocabulary_map["<|endoftext|>"],
         bos_token_id=vocabulary_map["<|extra_203|>"],

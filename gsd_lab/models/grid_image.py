@@ -76,6 +76,7 @@ class GridImageAdapter(CausalLMAdapter):
             raise ValueError("the vocabulary has no image codes")
         super().__init__(model, image_ids, row_length=layout.row_length, **kwargs)
         self.layout = layout
+        self.tokenizer: Any = None  # encode(text, add_special_tokens=False) -> ids; set by families
         self.code_of_token = code_of_token.to(self.device)
         self.decode_indices = decode_indices
         self._codebook = codebook
@@ -84,6 +85,31 @@ class GridImageAdapter(CausalLMAdapter):
     @property
     def num_image_tokens(self) -> int:
         return self.layout.num_image_tokens
+
+    # ---- prompts (each family defines text_ids_to_prompt and unconditional_prompt_ids) ----
+
+    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
+        """The family's template around already tokenised text (1-D int64)."""
+        raise NotImplementedError
+
+    def unconditional_prompt_ids(self) -> Tensor:
+        """The CFG row's default prompt (1-D int64)."""
+        raise NotImplementedError
+
+    def prompt_ids(self, prompt: str) -> Tensor:
+        """``text_ids_to_prompt`` of the tokenizer's ids of ``prompt`` (no special tokens)."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("prompt must be a non-empty string")
+        if self.tokenizer is None:
+            raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
+        return self.text_ids_to_prompt(self.tokenizer.encode(prompt, add_special_tokens=False))
+
+    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
+        """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
+        ``unconditional_prompt_ids()``."""
+        if self.uses_cfg and uncond_prompt_ids is None:
+            uncond_prompt_ids = self.unconditional_prompt_ids()
+        super().start(prompt_ids, uncond_prompt_ids)
 
     @property
     def embeddings(self) -> Tensor:

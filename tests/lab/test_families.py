@@ -342,3 +342,25 @@ def test_check_weights_passes_and_catches_a_wrong_checkpoint(family, tmp_path, c
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     statuses = {v["item"]: v["status"] for v in report["verdicts"]}
     assert statuses["architecture"] == "FAIL" and statuses["generation"] == "skip"
+
+
+def test_generate_batch_matches_generate_alone(family):
+    """Two prompts of different lengths in one batch (BatchRunner: padded rows, per-row cache
+    lengths): each image's tokens are those of ``generate`` alone with the same seed."""
+    from gsd_lab.decode.batch import DecodeRequest, generate_batch
+
+    adapter = family.adapter
+    method = DecodingMethod("gsd", window=6, clusters="dynamic", group_size=3).for_model("family")
+    prompts = [adapter.prompt_ids("a red cat"), adapter.prompt_ids("a blue sky on a dog")]
+    count = adapter.num_image_tokens
+    alone = [
+        generate(adapter, p, method, num_tokens=count, generator=torch.Generator().manual_seed(i))
+        for i, p in enumerate(prompts)
+    ]
+    requests = [
+        DecodeRequest(p, method, count, generator=torch.Generator().manual_seed(i))
+        for i, p in enumerate(prompts)
+    ]
+    batched = generate_batch(adapter, requests)
+    for one, many in zip(alone, batched):
+        assert one.tokens.tolist() == many.tokens.tolist() and one.nfe == many.nfe

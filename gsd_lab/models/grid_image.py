@@ -151,6 +151,9 @@ class GridImageAdapter(CausalLMAdapter):
                 f"expected {n} image tokens per image (codes + row ends), optionally followed by "
                 f"up to {len(layout.tail)} end tokens; got shape {tuple(tokens.shape)}"
             )
+        tail = torch.tensor(layout.tail, device=tokens.device)[: tokens.shape[1] - n]
+        if not bool((tokens[:, n:] == tail).all()):
+            raise ValueError(f"the tokens after the image must be {layout.tail[: tail.numel()]}")
         grid = tokens[:, :n].reshape(-1, layout.height, layout.row_length)
         if layout.row_end is not None:
             if not bool((grid[:, :, -1] == layout.row_end).all()):

@@ -364,3 +364,13 @@ def test_generate_batch_matches_generate_alone(family):
     batched = generate_batch(adapter, requests)
     for one, many in zip(alone, batched):
         assert one.tokens.tolist() == many.tokens.tolist() and one.nfe == many.nfe
+
+
+def test_image_codes_check_the_tail(family):
+    adapter = family.adapter
+    tokens = _generated(adapter, adapter.num_image_tokens + 2)
+    assert adapter.image_codes(tokens).shape == (1, adapter.layout.height, adapter.layout.width)
+    wrong = tokens.clone()
+    wrong[-1] = adapter.allowed_tokens[0]
+    with pytest.raises(ValueError, match="after the image"):
+        adapter.image_codes(wrong)

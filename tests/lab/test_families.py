@@ -374,3 +374,22 @@ def test_image_codes_check_the_tail(family):
     wrong[-1] = adapter.allowed_tokens[0]
     with pytest.raises(ValueError, match="after the image"):
         adapter.image_codes(wrong)
+
+
+def test_stock_chameleon_forward_masks_image_logits(tmp_path):
+    """Why Anole's adapter calls the backbone and lm_head itself: the stock forward sets every
+    image-token logit to the dtype minimum (the adapter's rows are positive there)."""
+    from transformers import ChameleonForConditionalGeneration
+
+    from gsd_lab.models.anole import AnoleAdapter
+    from gsd_lab.models.families_tiny import save_tiny_anole
+
+    folder = save_tiny_anole(tmp_path / "anole", with_vqgan=False)
+    model = ChameleonForConditionalGeneration.from_pretrained(str(folder)).eval()
+    adapter = AnoleAdapter(model, cfg_scale=None, top_k=None)
+    prompt = adapter.text_ids_to_prompt([300, 301])
+    with torch.no_grad():
+        stock = model(prompt[None]).logits[0, -1]
+    assert bool((stock[adapter.allowed_tokens] == torch.finfo(stock.dtype).min).all())
+    adapter.start(prompt)
+    assert bool((adapter.forward(prompt)[-1, adapter.allowed_tokens] > 0).all())

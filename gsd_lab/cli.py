@@ -18,7 +18,8 @@ check-weights  the first command after downloading Lumina-mGPT: one verdict per 
           to an image); exit 1 when one failed (``gsd_lab.check_weights``).
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
-(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
+(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``janus-pro-{1b,7b}`` with
+``--weights DIR`` (pixels from its own VQ model), ``tiny-random`` (tests only).
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -50,6 +51,8 @@ MODEL_CHOICES = (
     "lumina-mgpt-7b-512",
     "lumina-mgpt-7b-768",
     "lumina-mgpt-7b-1024",
+    "janus-pro-1b",
+    "janus-pro-7b",
     "tiny-random",
 )
 DEFAULT_GROUP_SIZE = 25
@@ -437,6 +440,15 @@ def _is_lumina(args: argparse.Namespace) -> bool:
     return args.model.startswith("lumina")
 
 
+def _is_janus(args: argparse.Namespace) -> bool:
+    return args.model.startswith("janus")
+
+
+def _takes_text(args: argparse.Namespace) -> bool:
+    """Models prompted by text (--prompt), loaded from --weights: Lumina-mGPT and Janus-Pro."""
+    return _is_lumina(args) or _is_janus(args)
+
+
 def _device_problem(device: str) -> str | None:
     """Why ``--device`` cannot be used here (None when it can)."""
     import torch
@@ -541,6 +553,9 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         except FileNotFoundError as error:
             fail(str(error))
         return
+    if _is_janus(args):
+        _check_janus_args(args, fail)
+        return
     for flag, value in (
         ("--vqgan", args.vqgan),
         ("--clip", args.clip),
@@ -553,6 +568,22 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--weights does not apply to --model {args.model}")
         if not Path(args.weights).expanduser().is_dir():
             fail(f"--weights {args.weights} is not a folder (the stand-in's weights folder)")
+
+
+def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
+    """Janus-Pro: --weights (the transformers conversion's folder) needed; --tokenizer optional;
+    --vqgan and --clip do not apply (pixels come from the checkpoint's own VQ model)."""
+    if not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+    from .models.janus import resolve_janus_dir
+
+    try:
+        resolve_janus_dir(args.weights, args.model)
+    except FileNotFoundError as error:
+        fail(f"--weights {args.weights}: {error}")
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+        if value is not None:
+            fail(f"{flag} does not apply to --model {args.model} (it decodes with its own VQ model)")
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
@@ -605,7 +636,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.seed < 0:
             fail(f"--seed must be >= 0, got {args.seed}")
     if args.command == "generate":
-        if _is_lumina(args):
+        if _takes_text(args):
             if args.class_ is not None:
                 fail(
                     f"--class is for the stand-in and tiny-random; --model {args.model} takes "
@@ -613,13 +644,13 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
                 )
             if not (args.prompt or "").strip():
                 fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
-            if args.out is not None and args.vqgan is None:
+            if args.out is not None and _is_lumina(args) and args.vqgan is None:
                 fail(
                     f"--out needs pixels: --model {args.model} "
                     "decodes tokens to pixels with --vqgan DIR"
                 )
         elif args.prompt is not None:
-            fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
+            fail(f"--prompt is for Lumina-mGPT and Janus; --model {args.model} takes --class")
         if args.out is not None:
             _check_output_file(args.out, fail)
     if args.command == "figures":
@@ -770,10 +801,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model = _load(args)
     prompt = (
         args.prompt
-        if _is_lumina(args)
+        if _takes_text(args)
         else (args.class_ if args.class_ is not None else model.default_prompts[0])
     )
-    _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
+    _check_prompt(model, prompt, "--prompt" if _takes_text(args) else "--class", fail)
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
@@ -927,7 +958,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(str(error))
     # The stand-in runs on the CPU unless told otherwise; Lumina-mGPT takes cuda:LOCAL_RANK.
-    context = init_distributed(args.device or (None if _is_lumina(args) else "cpu"))
+    context = init_distributed(args.device or (None if _takes_text(args) else "cpu"))
     args.device = context.device
     model = _load(args)
     for index, prompt in enumerate(prompts):

@@ -438,39 +438,67 @@ def tiny_janus_vocabulary() -> dict[str, int]:
     return {n: i for i, n in enumerate(dict.fromkeys(names))}
 
 
-def save_tiny_janus(
-    folder: str | Path,
-    *,
-    num_codes: int = 64,
-    grid: int = 4,
-    seed: int = 0,
-    head_std: float = 0.5,
-    generation: dict[str, Any] | None = None,
-) -> Path:
-    """Write a random tiny Janus checkpoint in the release layout to ``folder`` and return it:
-    ``config.json`` + ``model.safetensors`` (``save_pretrained`` of a stock
-    ``JanusForConditionalGeneration``), ``generation_config.json`` (BOS, pad, BOI ids, guidance
-    scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
-    names. For tests, and for trying the command line without weights
-    (``python -m gsd_lab generate --model janus-pro-1b --weights FOLDER``); its images mean nothing.
+# The released Janus-Pro language models (DeepSeek's language_config, as converted to
+# transformers' LlamaConfig); vision (SigLIP-L at 384 px, patch 16: 576 image tokens) and VQ-16
+# (16384 codes of dimension 8) are shared. Used for real-size shapes on random weights
+# (benchmarks/gpu_lumina_shapes.py --model janus-pro-*); check-weights compares them with a
+# checkpoint's config.json.
+RELEASE_TEXT = {
+    "janus-pro-1b": {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+                     "intermediate_size": 5632},
+    "janus-pro-7b": {"hidden_size": 4096, "num_hidden_layers": 30, "num_attention_heads": 32,
+                     "intermediate_size": 11008},
+}
 
-    The configuration is transformers' own test configuration (tests/models/janus: text hidden
-    32, 2 layers, 4 heads, intermediate 37; vision image_size 20 / patch 5, hidden 32;
-    VQ base_channels 32, channel_multiplier [1, 1]) with the changes image generation needs:
-    the VQ ``projection_dim`` equals the text hidden size (the aligner feeds the language model),
-    ``num_image_tokens`` = grid^2 matches the VQ grid (image_size / patch_size = grid), and
-    ``num_codes`` codebook entries. ``head_std``: the generation head's output weights are redrawn
-    N(0, head_std^2) (a seeded generator) so the tiny model's distributions are far from uniform.
-    ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
-    from safetensors.torch import save_file  # noqa: F401  (save_pretrained writes safetensors)
-    from transformers import GenerationConfig, JanusConfig, JanusForConditionalGeneration
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def release_config(name: str) -> Any:
+    """A ``JanusConfig`` at the released size of ``name`` ("janus-pro-1b" or "-7b"): text vocab
+    102400, 16384 max positions; vision 24 layers of width 1024 at 384 px / patch 16 (576 image
+    tokens); VQ-16 with 16384 codes of dimension 8, channel multipliers [1, 1, 2, 2, 4]; the
+    aligner and generation head at the text width."""
+    from transformers import JanusConfig
+
+    if name not in RELEASE_TEXT:
+        raise ValueError(f"unknown Janus model {name!r}; expected one of {tuple(RELEASE_TEXT)}")
+    text = RELEASE_TEXT[name]
+    hidden = text["hidden_size"]
+    return JanusConfig(
+        text_config={
+            "model_type": "llama",
+            "vocab_size": 102400,
+            "max_position_embeddings": 16384,
+            "num_key_value_heads": text["num_attention_heads"],
+            "bos_token_id": 100000,
+            "eos_token_id": 100001,
+            "pad_token_id": 100015,
+            **text,
+        },
+        vision_config={
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "image_size": 384,
+            "patch_size": 16,
+            "projection_dim": hidden,
+            "num_image_tokens": 576,
+        },
+        vq_config={
+            "embed_dim": 8,
+            "num_embeddings": 16384,
+            "projection_dim": hidden,
+            "image_token_embed_dim": hidden,
+        },
+    )
+
+
+def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
+    """The tiny ``JanusConfig`` of ``save_tiny_janus`` (its docstring), over
+    ``tiny_janus_vocabulary()``."""
+    from transformers import JanusConfig
+
     vocab = tiny_janus_vocabulary()
-    hidden = 32
-    patch = 5
-    config = JanusConfig(
+    hidden, patch = 32, 5
+    return JanusConfig(
         text_config={
             "model_type": "llama",
             "vocab_size": len(vocab),
@@ -505,6 +533,38 @@ def save_tiny_janus(
         },
         image_token_id=vocab[IMAGE_PLACEHOLDER_NAME],
     )
+
+
+def save_tiny_janus(
+    folder: str | Path,
+    *,
+    num_codes: int = 64,
+    grid: int = 4,
+    seed: int = 0,
+    head_std: float = 0.5,
+    generation: dict[str, Any] | None = None,
+) -> Path:
+    """Write a random tiny Janus checkpoint in the release layout to ``folder`` and return it:
+    ``config.json`` + ``model.safetensors`` (``save_pretrained`` of a stock
+    ``JanusForConditionalGeneration``), ``generation_config.json`` (BOS, pad, BOI ids, guidance
+    scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
+    names. For tests, and for trying the command line without weights
+    (``python -m gsd_lab generate --model janus-pro-1b --weights FOLDER``); its images mean nothing.
+
+    The configuration is transformers' own test configuration (tests/models/janus: text hidden
+    32, 2 layers, 4 heads, intermediate 37; vision image_size 20 / patch 5, hidden 32;
+    VQ base_channels 32, channel_multiplier [1, 1]) with the changes image generation needs:
+    the VQ ``projection_dim`` equals the text hidden size (the aligner feeds the language model),
+    ``num_image_tokens`` = grid^2 matches the VQ grid (image_size / patch_size = grid), and
+    ``num_codes`` codebook entries. ``head_std``: the generation head's output weights are redrawn
+    N(0, head_std^2) (a seeded generator) so the tiny model's distributions are far from uniform.
+    ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
+    from transformers import GenerationConfig, JanusForConditionalGeneration
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = tiny_janus_vocabulary()
+    config = tiny_janus_config(num_codes=num_codes, grid=grid)
     with torch.random.fork_rng(devices=[]):  # transformers' initialisers use the global RNG
         torch.manual_seed(seed)
         model = JanusForConditionalGeneration(config).eval()

@@ -262,3 +262,36 @@ def test_bad_inputs_are_named(adapter, weights, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "multi_modality"}))
     with pytest.raises(ValueError, match="deepseek-community"):
         load_janus(tmp_path, device="cpu")
+
+
+# ---- real-size shapes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["janus-pro-1b", "janus-pro-7b"])
+def test_release_configurations_decode_576_codes(name):
+    """The released sizes: 576 image tokens = the VQ decoder's 24 x 24 grid (the adapter's
+    check), 16384 codes, the aligner and head at the text width."""
+    from gsd_lab.models.janus import RELEASE_TEXT, release_config
+
+    config = release_config(name)
+    assert config.vision_config.num_image_tokens == 576 == config.vq_config.num_patches**2
+    assert config.vq_config.num_embeddings == 16384
+    hidden = RELEASE_TEXT[name]["hidden_size"]
+    assert config.text_config.hidden_size == hidden
+    assert config.vq_config.projection_dim == config.vq_config.image_token_embed_dim == hidden
+
+
+def test_shapes_benchmark_tiny_janus(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_lumina_shapes.py"
+    spec = importlib.util.spec_from_file_location("gpu_lumina_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--tiny", "--model", "janus-pro-7b", "--repeats", "1", "--window", "4"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert result["model"] == "janus-pro-7b" and result["cfg_batch"] == 2
+    assert result["vq_decode"]["pixels"] == [8, 8, 3]
+    methods = result["decoding"]["methods"]
+    assert methods["ar"]["nfe"] == 12 and 1 <= methods["gsd"]["nfe"] <= 12

@@ -21,7 +21,9 @@ image          (--vqgan) the VQGAN loaded (which layout it was found in, Meta's 
                saved with --out
 clip           (--clip) the CLIP folder loads and scores that image against the prompt
 
-Exit status 0 when nothing failed (warnings allowed), 1 otherwise. Items after a failure that
+A Janus-Pro checkpoint (config.json's model_type "janus") gets its own items
+(``gsd_lab.check_weights_janus``). Exit status 0 when nothing failed (warnings allowed), 1
+otherwise. Items after a failure that
 they depend on are skipped, saying why.
 """
 
@@ -495,21 +497,34 @@ def format_verdicts(verdicts: list[Verdict]) -> str:
 
 
 def main(args: Any) -> int:
-    """The ``check-weights`` command (``gsd_lab.cli``)."""
+    """The ``check-weights`` command (``gsd_lab.cli``); a Janus checkpoint (config.json's
+    model_type) goes to ``gsd_lab.check_weights_janus``."""
     started = time.perf_counter()
-    verdicts = check_weights(
-        args.weights,
-        resolution=args.resolution,
-        vqgan=args.vqgan,
-        clip=args.clip,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        rows=args.rows,
-        seed=args.seed,
-        prompt=args.prompt,
-        out=args.out,
-        force_cpu=args.force_cpu,
-    )
+    from .check_weights_janus import check_janus_weights, is_janus_folder
+
+    if is_janus_folder(args.weights):
+        for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip),
+                            ("--resolution", args.resolution)):
+            if value is not None:
+                args.command_parser.error(f"{flag} does not apply to a Janus checkpoint")
+        verdicts = check_janus_weights(
+            args.weights, tokenizer=args.tokenizer, device=args.device, rows=args.rows,
+            seed=args.seed, prompt=args.prompt, out=args.out, force_cpu=args.force_cpu,
+        )
+    else:
+        verdicts = check_weights(
+            args.weights,
+            resolution=args.resolution,
+            vqgan=args.vqgan,
+            clip=args.clip,
+            tokenizer=args.tokenizer,
+            device=args.device,
+            rows=args.rows,
+            seed=args.seed,
+            prompt=args.prompt,
+            out=args.out,
+            force_cpu=args.force_cpu,
+        )
     seconds = time.perf_counter() - started
     if args.json:
         print(

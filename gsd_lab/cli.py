@@ -15,7 +15,8 @@ notebooks execute the notebooks top to bottom with papermill (``teaching.noteboo
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
-          to an image); exit 1 when one failed (``gsd_lab.check_weights``).
+          to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
+          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items.
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``janus-pro-{1b,7b}`` with
@@ -389,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk = sub.add_parser(
         "check-weights",
-        help="check downloaded Lumina-mGPT files, one verdict per item",
+        help="check downloaded Lumina-mGPT (or Janus-Pro) files, one verdict per item",
         description="Check a Lumina-mGPT download with the package's own code: files and "
         "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
         "tokenizer and prompt ids, a short AR generation decoded to an image "

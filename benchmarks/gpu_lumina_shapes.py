@@ -241,6 +241,44 @@ def _ms_summary(seconds: list[float]) -> dict[str, float | int]:
             "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3), "count": len(ms)}
 
 
+def window_medians(adapter, tokens: torch.Tensor, window: int, repeats: int,
+                   device: torch.device) -> tuple[dict[int, float], dict[int, float]]:
+    """Median ms of one adapter forward of ``tokens[:1]`` and of ``tokens[:window]`` after what the
+    cache holds (cropped back after each): wall (``forward_ms``) and the model part (``model_ms``),
+    over ``repeats`` rounds after a warm-up. Sizes interleaved (1, window, 1, window, ...):
+    host-side noise hits both alike."""
+    kept = adapter.seq_len
+    wall: dict[int, list[float]] = {1: [], window: []}
+    inner: dict[int, list[float]] = {1: [], window: []}
+    for attempt in range(repeats + 1):  # the first round is a warm-up
+        for size in (1, window):
+            before = adapter.model_seconds
+            seconds, _ = _timed(functools.partial(adapter.forward, tokens[:size]), device)
+            adapter.crop(kept)
+            if attempt:
+                wall[size].append(seconds)
+                inner[size].append(adapter.model_seconds - before)
+    forward_ms = {size: 1e3 * statistics.median(times) for size, times in wall.items()}
+    model_ms = {size: 1e3 * statistics.median(times) for size, times in inner.items()}
+    return forward_ms, model_ms
+
+
+def timing_fields(kept: int, window: int, repeats: int, build_seconds: float,
+                  prefill_seconds: float, forward_ms: dict[int, float],
+                  model_ms: dict[int, float]) -> dict[str, object]:
+    """The record's shared timing fields (a CFG pair: ``cfg_batch`` 2), rounded."""
+    return {
+        "context_tokens": kept,
+        "cfg_batch": 2,
+        "window": window,
+        "repeats": repeats,
+        "build_seconds": round(build_seconds, 3),
+        "prefill_seconds": round(prefill_seconds, 4),
+        "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
+        "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
+    }
+
+
 def decode_overhead(
     adapter, layout, config, gsd_rule, window: int, num_tokens: int, seed: int, device,
     rounds: int = 3,
@@ -372,21 +410,9 @@ def run(
     prefill_seconds, _ = _timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
     kept = adapter.seq_len
 
-    # Sizes interleaved (1, window, 1, window, ...): host-side noise hits both alike.
-    wall: dict[int, list[float]] = {1: [], window: []}
-    inner: dict[int, list[float]] = {1: [], window: []}
-    probs = None
-    for attempt in range(repeats + 1):  # the first round is a warm-up
-        for size in (1, window):
-            before = adapter.model_seconds
-            window_input = tokens[generated_count : generated_count + size]
-            seconds, probs = _timed(functools.partial(adapter.forward, window_input), device)
-            adapter.crop(kept)
-            if attempt:
-                wall[size].append(seconds)
-                inner[size].append(adapter.model_seconds - before)
-    forward_ms = {size: 1e3 * statistics.median(times) for size, times in wall.items()}
-    model_ms = {size: 1e3 * statistics.median(times) for size, times in inner.items()}
+    forward_ms, model_ms = window_medians(
+        adapter, tokens[generated_count:], window, repeats, device
+    )
 
     # Verification of one window in the decoding loop's shape: p [L + 1, V] from a forward over
     # L + 1 tokens (L drafts and the bonus row), q [L, V] from another row set.
@@ -420,7 +446,7 @@ def run(
         verify_ms[name] = 1e3 * statistics.median(times)
         ops, syncs = ops_and_syncs(call)
         verify_cost[name] = {"ops": ops, "syncs": syncs}
-    del probs, p, q
+    del p, q
 
     bare_before = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
     decoding = decode_overhead(adapter, layout, config, gsd_rule, window, decode_tokens, seed,
@@ -432,14 +458,8 @@ def run(
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "vocab_size": config.vocab_size,
-        "context_tokens": kept,
-        "cfg_batch": 2,
-        "window": window,
-        "repeats": repeats,
-        "build_seconds": round(build_seconds, 3),
-        "prefill_seconds": round(prefill_seconds, 4),
-        "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
-        "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
+        **timing_fields(kept, window, repeats, build_seconds, prefill_seconds, forward_ms,
+                        model_ms),
         "window_cost_ratio": round(forward_ms[window] / forward_ms[1], 3),
         "verify_ms": {k: round(v, 3) for k, v in verify_ms.items()},
         "verify_cost": verify_cost,
@@ -508,17 +528,7 @@ def run_janus(
         lambda: adapter.forward(torch.cat([prompt, codes[:context_codes]]), num_rows=1), device
     )
     kept = adapter.seq_len
-    wall: dict[int, list[float]] = {1: [], window: []}
-    inner: dict[int, list[float]] = {1: [], window: []}
-    for attempt in range(repeats + 1):  # the first round is a warm-up
-        for size in (1, window):
-            before = adapter.model_seconds
-            part = codes[context_codes : context_codes + size]
-            seconds, _ = _timed(functools.partial(adapter.forward, part), device)
-            adapter.crop(kept)
-            if attempt:
-                wall[size].append(seconds)
-                inner[size].append(adapter.model_seconds - before)
+    forward_ms, model_ms = window_medians(adapter, codes[context_codes:], window, repeats, device)
     decoding = {}
     tokens = min(decode_tokens, n)
     gsd = DecodingMethod("gsd", window=window, group_size=10, clusters="dynamic")
@@ -543,14 +553,8 @@ def run_janus(
         "parameters": estimated_parameters(config),
         "codebook": adapter.vocab_size,
         "image_tokens": n,
-        "context_tokens": kept,
-        "cfg_batch": 2,
-        "window": window,
-        "repeats": repeats,
-        "build_seconds": round(build_seconds, 3),
-        "prefill_seconds": round(prefill_seconds, 4),
-        "forward_ms": {str(k): round(1e3 * statistics.median(v), 3) for k, v in wall.items()},
-        "model_ms": {str(k): round(1e3 * statistics.median(v), 3) for k, v in inner.items()},
+        **timing_fields(kept, window, repeats, build_seconds, prefill_seconds, forward_ms,
+                        model_ms),
         "decoding": {"tokens": tokens, "methods": decoding},
         "vq_decode": {"pixels": list(pixels.shape[1:]), "seconds": round(vq_seconds, 4)},
         "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)

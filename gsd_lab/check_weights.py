@@ -431,6 +431,29 @@ def _transformers_note(tokenizer_file: Path, text: str, expected: list[int]) -> 
     )
 
 
+class ItemRunner:
+    """Runs the items in order: ``run(item, needs, call)`` appends ``call()``'s verdict to
+    ``verdicts``, a FAIL verdict for an error it raises, or a SKIP naming the items of ``needs``
+    that failed; a failed or skipped item joins ``failed`` (shared with the checks)."""
+
+    def __init__(self, failed: set[str]) -> None:
+        self.failed, self.verdicts = failed, []
+
+    def __call__(self, item: str, needs: tuple[str, ...], call: Any) -> None:
+        blocked = [n for n in needs if n in self.failed]
+        if blocked:
+            self.failed.add(item)
+            self.verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
+            return
+        try:
+            verdict = call()
+        except (OSError, ValueError, KeyError, RuntimeError, FloatingPointError) as error:
+            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
+        if verdict.status in (FAIL, SKIP):
+            self.failed.add(item)
+        self.verdicts.append(verdict)
+
+
 def check_weights(
     weights: str | Path,
     *,
@@ -449,21 +472,8 @@ def check_weights(
     folder's name (``resolution_from_name``), else 768."""
     resolution = resolution or resolution_from_name(weights) or 768
     checks = _Checks(weights, resolution, tokenizer)
-    verdicts: list[Verdict] = []
-
-    def run(item: str, needs: tuple[str, ...], call: Any) -> None:
-        blocked = [n for n in needs if n in checks.failed]
-        if blocked:
-            checks.failed.add(item)
-            verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
-            return
-        try:
-            verdict = call()
-        except (OSError, ValueError, KeyError, RuntimeError, FloatingPointError) as error:
-            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
-        if verdict.status in (FAIL, SKIP):
-            checks.failed.add(item)
-        verdicts.append(verdict)
+    run = ItemRunner(checks.failed)
+    verdicts = run.verdicts
 
     run("files", (), checks.files)
     run("architecture", ("files",), checks.architecture)

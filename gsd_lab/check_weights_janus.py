@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .check_weights import FAIL, OK, SKIP, WARN, Verdict, _size
+from .check_weights import FAIL, OK, SKIP, WARN, ItemRunner, Verdict, _size
 
 
 def is_janus_folder(weights: str | Path) -> bool:
@@ -65,7 +65,8 @@ class _JanusChecks:
             shards[file] = shards.get(file, 0) + 1
         size = _size(sum((self.folder / f).stat().st_size for f in shards))
         count = sum(shards.values())
-        return Verdict("files", OK, f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size}")
+        detail = f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size}"
+        return Verdict("files", OK, detail)
 
     def architecture(self) -> Verdict:
         from transformers import JanusForConditionalGeneration
@@ -193,21 +194,7 @@ def check_janus_weights(
     """Every verdict of the module docstring, in order; an item whose prerequisite failed is
     skipped, saying which."""
     checks = _JanusChecks(weights, tokenizer)
-    verdicts: list[Verdict] = []
-
-    def run(item: str, needs: tuple[str, ...], call: Any) -> None:
-        blocked = [n for n in needs if n in checks.failed]
-        if blocked:
-            checks.failed.add(item)
-            verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
-            return
-        try:
-            verdict = call()
-        except (OSError, ValueError, KeyError, RuntimeError) as error:
-            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
-        if verdict.status in (FAIL, SKIP):
-            checks.failed.add(item)
-        verdicts.append(verdict)
+    run = ItemRunner(checks.failed)
 
     run("files", (), checks.files)
     run("architecture", ("files",), checks.architecture)
@@ -219,4 +206,4 @@ def check_janus_weights(
         lambda: checks.generation(rows, seed, device, force_cpu, prompt),
     )
     run("image", ("generation",), lambda: checks.image(out))
-    return verdicts
+    return run.verdicts

@@ -72,7 +72,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--weights",
-        help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
+        help="Lumina-mGPT or Janus-Pro checkpoint folder (or Hugging Face cache); "
         "for the stand-in: another weights folder",
     )
     group.add_argument(
@@ -584,7 +584,7 @@ def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
         fail(f"--weights {args.weights}: {error}")
     for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
         if value is not None:
-            fail(f"{flag} does not apply to --model {args.model} (it decodes with its own VQ model)")
+            fail(f"{flag} does not apply to --model {args.model} (its own VQ model decodes)")
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:

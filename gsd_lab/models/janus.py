@@ -5,9 +5,9 @@ adapter (``JanusAdapter``), its loader (``load_janus``) and tiny test checkpoint
 Weights: the transformers conversions ``deepseek-community/Janus-Pro-1B`` and
 ``deepseek-community/Janus-Pro-7B`` (``config.json`` with ``model_type`` "janus",
 ``generation_config.json``, safetensors, ``tokenizer.json``), loaded by
-``JanusForConditionalGeneration.from_pretrained``. DeepSeek's own repos (``deepseek-ai/Janus-Pro-*``,
-``model_type`` "multi_modality") need DeepSeek's code and are refused with a message naming the
-conversion.
+``JanusForConditionalGeneration.from_pretrained``. DeepSeek's own repos
+(``deepseek-ai/Janus-Pro-*``, ``model_type`` "multi_modality") need DeepSeek's code and are
+refused with a message naming the conversion.
 
 How stock ``JanusForConditionalGeneration.generate(generation_mode="image")`` makes an image
 (transformers 5.24, read from its source), and what the adapter does the same way:
@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .adapter import CausalLMAdapter
+from .adapter import CausalLMAdapter, cache_kwarg
 from .lumina_tokenizer import PromptTokenizer, cache_entry_name, hf_cache_roots, snapshot_with
 
 JANUS_REPOS = {
@@ -188,6 +188,8 @@ class JanusAdapter(CausalLMAdapter):
         self.tokenizer = tokenizer
         self.row_prompt_lengths: Tensor | None = None  # set by BatchRunner around a forward
         self._embeddings: Tensor | None = None
+        # compute_logits calls the language model directly: its own cache keyword.
+        self._language_cache_kwarg = cache_kwarg(model.model.language_model)
 
     @staticmethod
     def _infer_vocab_size(model: Any) -> int:
@@ -280,7 +282,7 @@ class JanusAdapter(CausalLMAdapter):
             attention_mask=attention_mask,
             position_ids=position_ids,
             use_cache=True,
-            **{self._cache_kwarg: self.cache},
+            **{self._language_cache_kwarg: self.cache},
         )
         return self.model.model.generation_head(out.last_hidden_state[:, -num_rows:, :])
 

@@ -49,25 +49,34 @@ def adapter(weights):
     return adapter
 
 
+def _stock_generate(adapter, prompt, monkeypatch, sampler, **generate_kwargs):
+    """Stock ``generate(generation_mode="image", do_sample=True)`` on ``prompt`` with
+    ``torch.multinomial`` replaced by ``sampler(probs [1, V]) -> [1, 1]``: its codes [N]."""
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples=1, **_: sampler(probs))
+    try:
+        out = adapter.model.generate(
+            input_ids=prompt[None],
+            attention_mask=torch.ones_like(prompt)[None],
+            generation_mode="image",
+            do_sample=True,
+            **generate_kwargs,
+        )
+    finally:
+        monkeypatch.undo()
+    return out[0]
+
+
 def _stock_rows(adapter, prompt, tokens, monkeypatch, **generate_kwargs):
-    """Stock ``generate(generation_mode="image")`` fed ``tokens`` [num_image_tokens]: the probs
-    [N, V] it passes to ``torch.multinomial`` at each step (its fully processed rows)."""
+    """Stock generation fed ``tokens`` [num_image_tokens]: the probs [N, V] it passes to
+    ``torch.multinomial`` at each step (its fully processed rows)."""
     rows, step = [], iter(tokens.tolist())
 
-    def record(probs, num_samples=1, **_):
+    def record(probs):
         rows.append(probs.detach().clone())
         return torch.tensor([[next(step)]])
 
-    monkeypatch.setattr(torch, "multinomial", record)
-    out = adapter.model.generate(
-        input_ids=prompt[None],
-        attention_mask=torch.ones_like(prompt)[None],
-        generation_mode="image",
-        do_sample=True,
-        **generate_kwargs,
-    )
-    monkeypatch.undo()
-    assert torch.equal(out[0], tokens)
+    out = _stock_generate(adapter, prompt, monkeypatch, record, **generate_kwargs)
+    assert torch.equal(out, tokens)
     return torch.cat(rows)
 
 
@@ -133,19 +142,11 @@ def _stock_seeded_tokens(adapter, prompt, seed, monkeypatch):
     inverse CDF of the row at one float64 uniform from a generator seeded ``seed``."""
     generator = torch.Generator().manual_seed(seed)
 
-    def inverse_cdf(probs, num_samples=1, **_):
+    def inverse_cdf(probs):
         u = torch.rand(1, generator=generator, dtype=torch.float64)
         return draw(probs.to(torch.float64)[0], u).view(1, 1)
 
-    monkeypatch.setattr(torch, "multinomial", inverse_cdf)
-    out = adapter.model.generate(
-        input_ids=prompt[None],
-        attention_mask=torch.ones_like(prompt)[None],
-        generation_mode="image",
-        do_sample=True,
-    )
-    monkeypatch.undo()
-    return out[0]
+    return _stock_generate(adapter, prompt, monkeypatch, inverse_cdf)
 
 
 def test_ar_decoding_reproduces_stock_generate(adapter, monkeypatch):
@@ -324,5 +325,6 @@ def test_check_weights_on_the_tiny_checkpoint(weights, tmp_path, capsys):
     assert main(["check-weights", str(broken), "--json", "--device", "cpu"]) == 1
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     verdicts = {v["item"]: v for v in report["verdicts"]}
-    assert verdicts["architecture"]["status"] == "FAIL" and name in verdicts["architecture"]["detail"]
+    architecture = verdicts["architecture"]
+    assert architecture["status"] == "FAIL" and name in architecture["detail"]
     assert verdicts["generation"]["status"] == "skip"

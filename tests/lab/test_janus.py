@@ -183,7 +183,7 @@ def test_static_runner_is_refused(adapter):
 # ---- lossless --------------------------------------------------------------------------------
 
 SEQUENCES = list(itertools.product(range(3), repeat=3))
-SAMPLES = 700
+SAMPLES = 500
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,8 @@ def three_codes(tmp_path_factory):
 )
 def test_sjd_and_mc_sjd_are_lossless(three_codes, method, seed):
     adapter = three_codes
-    prompt = tuple(adapter.prompt_ids("a cat").tolist())
+    # A short prompt (BOS, two characters, BOI): the law under test does not depend on it.
+    prompt = (adapter.bos_token_id, 40, 41, adapter.boi_token_id)
     joint = exact_joint(adapter, prompt=prompt, sequences=SEQUENCES)
     assert joint.max() > 2.5 / len(SEQUENCES) and (joint == 0).any()  # peaked; top-k zeros
     index = {s: i for i, s in enumerate(SEQUENCES)}

@@ -176,8 +176,11 @@ def test_ar_decoding_reproduces_stock_generate(adapter, monkeypatch):
 
 
 def test_static_runner_is_refused(adapter):
+    from gsd_lab.decode.batch import DecodeRequest, generate_batch
+
+    request = DecodeRequest(adapter.prompt_ids(PROMPT), DecodingMethod("ar"), 4)
     with pytest.raises(ValueError, match="eager runners only"):
-        adapter.require_transformers_cache("StaticBatchRunner")
+        generate_batch(adapter, [request], runner="static")
 
 
 # ---- lossless --------------------------------------------------------------------------------

@@ -15,12 +15,13 @@ notebooks execute the notebooks top to bottom with papermill (``teaching.noteboo
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
-          to an image); exit 1 when one failed (``gsd_lab.check_weights``).
+          to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
+          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items.
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
-for pixels) and ``emu3-gen`` with ``--weights DIR`` (docs/family-*.md), ``tiny-random`` (tests
-only).
+for pixels), ``emu3-gen`` and ``janus-pro-{1b,7b}`` with ``--weights DIR`` (pixels from their
+own VQ models; docs/family-*.md), ``tiny-random`` (tests only).
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -55,6 +56,8 @@ MODEL_CHOICES = (
     "lumina-mgpt-7b-768",
     "lumina-mgpt-7b-1024",
     *FAMILY_CHOICES,
+    "janus-pro-1b",
+    "janus-pro-7b",
     "tiny-random",
 )
 DEFAULT_GROUP_SIZE = 25
@@ -73,7 +76,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--weights",
-        help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
+        help="Lumina-mGPT or Janus-Pro checkpoint folder (or Hugging Face cache); "
         "for the stand-in: another weights folder",
     )
     group.add_argument(
@@ -391,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk = sub.add_parser(
         "check-weights",
-        help="check downloaded Lumina-mGPT files, one verdict per item",
+        help="check downloaded Lumina-mGPT (or Janus-Pro) files, one verdict per item",
         description="Check a Lumina-mGPT download with the package's own code: files and "
         "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
         "tokenizer and prompt ids, a short AR generation decoded to an image "
@@ -448,9 +451,13 @@ def _is_lumina(args: argparse.Namespace) -> bool:
     return args.model.startswith("lumina")
 
 
+def _is_janus(args: argparse.Namespace) -> bool:
+    return args.model.startswith("janus")
+
+
 def _takes_text(args: argparse.Namespace) -> bool:
-    """Whether the model's prompts are text (Lumina-mGPT and the families), not classes."""
-    return _is_lumina(args) or args.model in FAMILY_CHOICES
+    """Whether the model's prompts are text (Lumina-mGPT, the families, Janus-Pro), not classes."""
+    return _is_lumina(args) or args.model in FAMILY_CHOICES or _is_janus(args)
 
 
 def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
@@ -584,6 +591,9 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         except FileNotFoundError as error:
             fail(str(error))
         return
+    if _is_janus(args):
+        _check_janus_args(args, fail)
+        return
     for flag, value in (
         ("--vqgan", args.vqgan),
         ("--clip", args.clip),
@@ -596,6 +606,22 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--weights does not apply to --model {args.model}")
         if not Path(args.weights).expanduser().is_dir():
             fail(f"--weights {args.weights} is not a folder (the stand-in's weights folder)")
+
+
+def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
+    """Janus-Pro: --weights (the transformers conversion's folder) needed; --tokenizer optional;
+    --vqgan and --clip do not apply (pixels come from the checkpoint's own VQ model)."""
+    if not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+    from .models.janus import resolve_janus_dir
+
+    try:
+        resolve_janus_dir(args.weights, args.model)
+    except FileNotFoundError as error:
+        fail(f"--weights {args.weights}: {error}")
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+        if value is not None:
+            fail(f"{flag} does not apply to --model {args.model} (its own VQ model decodes)")
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
@@ -656,13 +682,15 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
                 )
             if not (args.prompt or "").strip():
                 fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
-            if args.out is not None and args.vqgan is None and args.model != "emu3-gen":
+            if args.out is not None and args.vqgan is None and (
+                _is_lumina(args) or args.model == "anole-7b"
+            ):
                 fail(
                     f"--out needs pixels: --model {args.model} "
                     "decodes tokens to pixels with --vqgan DIR"
                 )
         elif args.prompt is not None:
-            fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
+            fail(f"--prompt is for text-prompted models; --model {args.model} takes --class")
         if args.out is not None:
             _check_output_file(args.out, fail)
     if args.command == "figures":

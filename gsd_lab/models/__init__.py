@@ -9,6 +9,8 @@
   ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights;
 - ``anole`` (Chameleon / Anole, ``anole-7b``) and ``emu3`` (``emu3-gen``), on ``grid_image``'s
   ``GridImageAdapter``; ``families_tiny`` writes tiny checkpoints of both.
+- ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``load_model("janus-pro-1b",
+  weights=DIR)``; ``save_tiny_janus(DIR)`` writes a tiny random checkpoint in its layout.
 
 The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
 which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command
@@ -25,6 +27,8 @@ MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mg
 # Families of stock transformers classes: name -> loader (module, function).
 FAMILY_LOADERS = {"anole-7b": ("anole", "load_anole"), "emu3-gen": ("emu3", "load_emu3")}
 MODEL_NAMES += tuple(FAMILY_LOADERS)
+JANUS_NAMES = ("janus-pro-1b", "janus-pro-7b")
+MODEL_NAMES += JANUS_NAMES
 
 
 def load_model(
@@ -37,8 +41,9 @@ def load_model(
     **kwargs: Any,
 ):
     """Return the ready adapter for a name "lumina-mgpt-7b-{512,768,1024}", "anole-7b" (``vqgan``:
-    the Chameleon VQGAN folder) or "emu3-gen" (``vqgan`` must be None: Emu3 decodes with its own
-    VQ-VAE)."""
+    the Chameleon VQGAN folder), "emu3-gen" (``vqgan`` must be None: Emu3 decodes with its own
+    VQ-VAE) or "janus-pro-{1b,7b}" (``janus.load_janus``: ``vqgan`` does not apply, Janus decodes
+    with its own VQ model)."""
     if name == "standin":
         raise ValueError(
             "the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
@@ -55,6 +60,12 @@ def load_model(
         else:
             kwargs["vqgan_dir"] = vqgan
         return loader(weights, device=device, dtype=dtype, **kwargs)
+    if name in JANUS_NAMES:
+        if vqgan is not None:
+            raise ValueError(f"{name} decodes with its own VQ model: vqgan does not apply")
+        from .janus import load_janus
+
+        return load_janus(weights, name=name, device=device, dtype=dtype, **kwargs)
     if name.startswith("lumina-mgpt-7b-") and name in MODEL_NAMES:
         from .lumina_mgpt import load_lumina_mgpt
 

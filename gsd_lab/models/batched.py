@@ -321,6 +321,12 @@ class BatchRunner:
         first_column = min(starts)
         adapter = self.adapter
         saved, adapter.cache = adapter.cache, self.cache
+        # An adapter whose inputs depend on where each row's prompt ends (Janus: text vs image
+        # embeddings) reads each row's real prompt length from ``row_prompt_lengths``.
+        lends_lengths = hasattr(adapter, "row_prompt_lengths")
+        if lends_lengths:
+            lengths = [row.prompt.numel() for row in rows]
+            adapter.row_prompt_lengths = torch.tensor(lengths, device=self.device)
         sync = self.device.type == "cuda"
         try:
             if sync:
@@ -333,6 +339,8 @@ class BatchRunner:
             self.model_seconds += time.perf_counter() - began
         finally:
             adapter.cache = saved
+            if lends_lengths:
+                adapter.row_prompt_lengths = None
         self.num_forwards += 1
         found = int(self.cache.get_seq_length())
         if found != S + width:

@@ -13,9 +13,9 @@ measured number it shows with a span that says where the number comes from:
   (``+.1f``, ``.1%``, ``,.0f``); without one, ``.3g``. ``render`` replaces TEXT by
   ``format(value, SPEC)``: ``python -m gsd_lab readme`` writes it, and a test fails when a
   document differs from its rendering.
-- ``<!-- from: PATH -->TEXT<!-- /from -->``: numbers quoted from a committed output that is not
-  JSON (a benchmark's text output). Every numeral in TEXT must occur in the file PATH
-  (relative to the repository).
+- ``<!-- from: PATH -->TEXT<!-- /from -->``: numbers quoted from a committed file that is not
+  results.json: a benchmark's text output, or the test that asserts an exact value. Every
+  numeral in TEXT must occur in the file PATH (relative to the repository).
 - ``<!-- paper: SOURCE -->TEXT<!-- /paper -->``: values quoted from the paper or another
   publication; SOURCE names where (``paper.md 1.7``, ``arXiv 2510.24211 Table 1``).
 
@@ -166,6 +166,8 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "integer set": r"\{[\d, ]+\}",
     "tolerance (1e-12)": r"\b\d+(?:\.\d+)?e[-+]?\d+\b",
     "small integer (0-9: an index, a count, a constant)": r"(?<![\w.,])[0-9](?!\w)(?![.,]\d)(?!%)",
+    "test level, power and their z": r"\b(?:95|80)% (?:paired[- ])?(?:bootstrap |confidence )?"
+                                     r"(?:interval|power)|\b(?:1\.96|0\.8416)\b",
     "list or heading number": r"(?m)^\s*(?:#+\s*)?\d+(?:\.\d+)*[.)]?\s",
     "section reference": r"\b(?:[Ss]ection|[Ss]ec\.|[Tt]heorem|[Ll]emma|[Cc]laim|[Ss]tep|[Tt]able"
                          r"|[Ff]ig\.?|[Ff]igure|[Aa]lgorithm|[Ee]q\.?|[Pp]roof|[Cc]ell|[Nn]otebook"
@@ -221,7 +223,8 @@ def unmarked(text: str) -> list[Numeral]:
 
 # -- documents ------------------------------------------------------------------------------
 
-DOCUMENTS = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb")
+DOCUMENTS = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb",
+             "gsd_lab/standin/weights/README.md")
 
 
 RENDERED_WHOLE = ("docs/claims.md",)  # rendered entirely by ``experiments.ledger`` (its own test)

@@ -124,8 +124,10 @@ def evaluate(expr: str, names: dict[str, Any]) -> Any:
 
 
 def format_value(value: Any, fmt: str | None) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"a value span must give a number or a string, got {value!r}")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, (int, float, str)):
+        raise ValueError(f"a value span must give a number, a bool or a string, got {value!r}")
     if isinstance(value, str):
         return value
     return format(value, fmt or ".3g")
@@ -248,7 +250,10 @@ def rendered_document(path: Path, results: dict[str, Any]) -> str:
     JSON written back as Jupyter writes it: indent 1, non-ASCII kept, a final newline)."""
     text = path.read_text(encoding="utf-8")
     if path.suffix != ".ipynb":
-        return render(text, results)
+        try:
+            return render(text, results)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error!r}") from error
     if "<!-- value:" not in text:
         return text
     notebook = json.loads(text)

@@ -151,7 +151,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "fenced code": r"```.*?```",
     "inline code": r"`[^`\n]*`",
     "display math": r"\$\$.*?\$\$",
-    "inline math": r"\$[^$\n]+\$",
+    "inline math": r"\$[^$]+\$",
     "html comment": r"<!--.*?-->",
     "link target": r"\]\([^)]*\)",
     "url": r"https?://\S+",

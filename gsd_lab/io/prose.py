@@ -150,8 +150,7 @@ NUMERAL = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?")
 ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are counted
     "fenced code": r"```.*?```",
     "inline code": r"`[^`\n]*`",
-    "display math": r"\$\$.*?\$\$",
-    "inline math": r"\$[^$]+\$",
+    "math (display and inline, paired left to right)": r"\$\$.*?\$\$|\$[^$]+?\$",
     "html comment": r"<!--.*?-->",
     "link target": r"\]\([^)]*\)",
     "url": r"https?://\S+",

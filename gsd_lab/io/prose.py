@@ -162,7 +162,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "version": r"\bv\d+(?:\.\d+)*\b|\b\d+\.\d+\.\d+\b",
     "identifier with digits": r"\b[A-Za-z]+[\w-]*\d[\w-]*\b|\b\d+[A-Za-z]\w*\b",
     "setting (name = value)": r"\b[A-Za-z][\w']*\s*(?:=|<=|>=|<|>)\s*[-+]?\d[\d.,]*",
-    "proof number (01-13)": r"\b(?:0[1-9]|1[0-3])\b(?=[\s,.;:)'])",
+    "proof or notebook number (01-09)": r"\b0[1-9]\b(?=[\s,.;:)'-])",
     "exact fraction": r"\b\d+/\d+\b",
     "integer set": r"\{[\d, ]+\}",
     "tolerance (1e-12)": r"\b\d+(?:\.\d+)?e[-+]?\d+\b",
@@ -170,11 +170,15 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "test level, power and their z": r"\b(?:95|80)% (?:paired[- ])?(?:bootstrap |confidence )?"
                                      r"(?:interval|power)|\b(?:1\.96|0\.8416)\b",
     "list or heading number": r"(?m)^\s*(?:#+\s*)?\d+(?:\.\d+)*[.)]?\s",
-    "section reference": r"\b(?:[Ss]ection|[Ss]ec\.|[Tt]heorem|[Ll]emma|[Cc]laim|[Ss]tep|[Tt]able"
-                         r"|[Ff]ig\.?|[Ff]igure|[Aa]lgorithm|[Ee]q\.?|[Pp]roof|[Cc]ell|[Nn]otebook"
+    "section reference": r"\b(?:[Ss]ections?|[Ss]ec\.|[Tt]heorem|[Ll]emma|[Cc]laim|[Ss]tep|[Tt]able"
+                         r"|[Ff]ig\.?|[Ff]igure|[Aa]lgorithm|[Ee]q\.?|[Pp]roof|[Cc]ells?|[Nn]otebooks?"
                          r"|[Ii]ssue|C|paper\.md|proofs?)\s+\d+(?:\.\d+)*(?:\s*(?:and|,|-)\s*\d+)*",
 }
+PROOF_RULES = {  # in proofs/ only: "by 10", "(11, (i))", "12's" name proofs 10-13
+    "proof number (10-13, in proofs/)": r"\b1[0-3]\b(?=[\s,.;:)'])",
+}
 _ALLOWED = [(name, re.compile(pattern, re.S)) for name, pattern in ALLOWED.items()]
+_PROOF_RULES = [(name, re.compile(pattern, re.S)) for name, pattern in PROOF_RULES.items()]
 
 
 @dataclass(frozen=True)
@@ -204,13 +208,14 @@ def check_from_spans(text: str) -> list[str]:
     return problems
 
 
-def unmarked(text: str) -> list[Numeral]:
-    """Numerals of ``text`` outside every span and rendered block and not allowed by a rule."""
+def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
+    """Numerals of ``text`` outside every span and rendered block and not allowed by a rule
+    (``proofs``: a file of proofs/, where 10-13 also name proofs)."""
     original = text
     for pattern in (*RENDERED_BLOCKS, VALUE, FROM, PAPER):
         text = _blank(text, pattern)
     covered = [False] * len(text)
-    for _name, pattern in _ALLOWED:  # each rule on the same text: the order does not matter
+    for _name, pattern in _ALLOWED + (_PROOF_RULES if proofs else []):  # order does not matter
         for match in pattern.finditer(text):
             covered[match.start():match.end()] = [True] * (match.end() - match.start())
     text = "".join(" " if c and ch != "\n" else ch for ch, c in zip(text, covered))
@@ -234,6 +239,11 @@ RENDERED_WHOLE = ("docs/claims.md",)  # rendered entirely by ``experiments.ledge
 def documents(root: Path = REPO) -> list[Path]:
     found = {p for pattern in DOCUMENTS for p in root.glob(pattern)}
     return sorted(p for p in found if p.relative_to(root).as_posix() not in RENDERED_WHOLE)
+
+
+def unmarked_in(path: Path) -> list[Numeral]:
+    """``unmarked`` over a document's prose."""
+    return unmarked(markdown_of(path), proofs=path.parent.name == "proofs")
 
 
 def markdown_of(path: Path) -> str:

@@ -85,7 +85,7 @@ def test_from_spans_are_found_in_their_files():
 
 def test_no_document_has_more_hand_written_numerals_than_reviewed():
     pending = json.loads(PENDING.read_text())
-    found = {_name(p): prose.unmarked(prose.markdown_of(p)) for p in prose.documents()}
+    found = {_name(p): prose.unmarked_in(p) for p in prose.documents()}
     over = {
         name: [f"{n.line}: {n.text} | {n.context}" for n in numerals][:10]
         for name, numerals in found.items()

@@ -157,7 +157,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "path or file name": r"[\w.-]*[/\\][\w./\\-]*|\b[\w-]+\.(?:py|md|json|txt|npz|png|svg|ipynb|cff"
                          r"|toml|yml|sh|safetensors|csv)\b",
     "arXiv id": r"\b\d{4}\.\d{4,5}(?:v\d+)?\b",
-    "commit hash": r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b",
+    "commit hash": r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b|(?<=commit )[0-9a-f]{7,40}\b",
     "year": r"\b(?:19|20)\d\d\b",
     "version": r"\bv\d+(?:\.\d+)*\b|\b\d+\.\d+\.\d+\b",
     "identifier with digits": r"\b[A-Za-z]+[\w-]*\d[\w-]*\b|\b\d+[A-Za-z]\w*\b",
@@ -194,7 +194,8 @@ def _blank(text: str, pattern: re.Pattern) -> str:
 
 
 def check_from_spans(text: str) -> list[str]:
-    """Problems with ``from`` spans: a missing file, or a numeral not found in it."""
+    """Problems with ``from`` spans: a missing file, or a numeral (one no rule of ``ALLOWED``
+    explains) that does not occur in the file."""
     problems = []
     for match in FROM.finditer(text):
         path = REPO / match["path"]
@@ -202,10 +203,19 @@ def check_from_spans(text: str) -> list[str]:
             problems.append(f"from: {match['path']} is not a committed file")
             continue
         source = path.read_text(encoding="utf-8")
-        for numeral in NUMERAL.findall(match["text"]):
-            if numeral.lstrip("+-−") not in source:
+        for numeral in NUMERAL.findall(_mask_allowed(match["text"])):
+            if numeral.lstrip("+-−").rstrip(",") not in source:
                 problems.append(f"from: {numeral} does not occur in {match['path']}")
     return problems
+
+
+def _mask_allowed(text: str, proofs: bool = False) -> str:
+    """``text`` with every match of the reviewed rules blanked (newlines kept)."""
+    covered = [False] * len(text)
+    for _name, pattern in _ALLOWED + (_PROOF_RULES if proofs else []):  # order does not matter
+        for match in pattern.finditer(text):
+            covered[match.start():match.end()] = [True] * (match.end() - match.start())
+    return "".join(" " if c and ch != "\n" else ch for ch, c in zip(text, covered))
 
 
 def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
@@ -214,11 +224,7 @@ def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
     original = text
     for pattern in (*RENDERED_BLOCKS, VALUE, FROM, PAPER):
         text = _blank(text, pattern)
-    covered = [False] * len(text)
-    for _name, pattern in _ALLOWED + (_PROOF_RULES if proofs else []):  # order does not matter
-        for match in pattern.finditer(text):
-            covered[match.start():match.end()] = [True] * (match.end() - match.start())
-    text = "".join(" " if c and ch != "\n" else ch for ch, c in zip(text, covered))
+    text = _mask_allowed(text, proofs)
     lines = original.splitlines()
     out = []
     for match in NUMERAL.finditer(text):

@@ -69,7 +69,8 @@ def test_the_check_flags_hand_written_numbers_and_allows_the_reviewed_kinds():
         "GSD needs 55.6 forwards, 12% fewer.",  # measured: flagged (55.6 and 12)
         "With G = 50 and k=2, window `--window 16` (proofs/04, arXiv 2508.07747, 2025).",
         "Token 0 and 1; $\\alpha = 14/15$; commit 882ef34; v3.1; float16; 1e-12; 15/2.",
-        "<!-- value: seconds -->1016<!-- /value --> <!-- paper: paper.md 1.2 -->50-95%<!-- /paper -->",
+        "<!-- value: seconds -->1016<!-- /value -->",
+        "<!-- paper: paper.md 1.2 -->50-95%<!-- /paper -->",
         "```", "python -c 'print(0.7)'", "```",
     ])
     assert [n.text for n in prose.unmarked(text)] == ["55.6", "12"]

@@ -18,23 +18,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("transformers")
-from test_budget_dial import (  # noqa: E402
-    ALLOWED,
-    NUM_TOKENS,
-    PROMPT,
-    SEQUENCES,
-    Chooser,
-    TableAdapter,
-    TableLM,
-    context_free_table,
-    context_table,
-    patch_randomness,
-)
+import test_budget_dial as dial  # noqa: E402
 
 from gsd_lab.decode import coupling  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
@@ -51,7 +39,7 @@ def _normalised(weights: torch.Tensor) -> list[float]:
     return (w / w.sum()).tolist()
 
 
-def enumerated_coupling(chooser: Chooser, *, wrong: bool = False):
+def enumerated_coupling(chooser: dial.Chooser, *, wrong: bool = False):
     """``coupling.maximal_coupling`` with its randomness walked by ``chooser``: per row, keep the
     previous draft with probability min(1, q(d) / q_prev(d)) (never with no previous draft,
     a zero row), else draw from norm((q - q_prev)+). ``wrong``: redraw from q instead."""
@@ -72,26 +60,17 @@ def enumerated_coupling(chooser: Chooser, *, wrong: bool = False):
 
 
 def enumerate_coupled(monkeypatch, adapter, method, *, wrong=False):
-    """The decoder's exact joint law over SEQUENCES and, per branch, (spent, summed distortion)."""
-    chooser = Chooser()
-    patch_randomness(monkeypatch, adapter, chooser)
-    monkeypatch.setattr(coupling, "maximal_coupling", enumerated_coupling(chooser, wrong=wrong))
-    index = {seq: i for i, seq in enumerate(SEQUENCES)}
-    law, books = np.zeros(len(SEQUENCES)), []
-    while True:
-        result = generate(adapter, PROMPT, method, num_tokens=NUM_TOKENS, record_distortion=True,
-                          generator=torch.Generator())
-        law[index[tuple(result.tokens.tolist())]] += chooser.weight
-        books.append((result.budget_spent, float(result.distortion.sum())))
-        if not chooser.next():
-            break
-    assert abs(law.sum() - 1) < 1e-9  # every branch was walked once
-    return law, books
+    """test_budget_dial's enumeration with the coupling's draws walked too."""
+
+    def patch(mp, chooser):
+        mp.setattr(coupling, "maximal_coupling", enumerated_coupling(chooser, wrong=wrong))
+
+    return dial.enumerate_law(monkeypatch, adapter, method, patch=patch)
 
 
 MODELS = {
-    "context": (context_table, "random", 2),
-    "context-free": (context_free_table, "repeat_row", 3),
+    "context": (dial.context_table, "random", 2),
+    "context-free": (dial.context_free_table, "repeat_row", 3),
 }
 
 
@@ -99,14 +78,11 @@ MODELS = {
 def models():
     out = {}
     for name, (table, init, window) in MODELS.items():
-        adapter = TableAdapter(TableLM(table()), ALLOWED, row_length=1)
-        joint = exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES)
+        adapter = dial.TableAdapter(dial.TableLM(table()), dial.ALLOWED, row_length=1)
+        prompt = tuple(dial.PROMPT.tolist())
+        joint = exact_joint(adapter, prompt=prompt, sequences=dial.SEQUENCES)
         out[name] = (adapter, joint, init, window)
     return out
-
-
-def tv(a: np.ndarray, b: np.ndarray) -> float:
-    return 0.5 * float(np.abs(a - b).sum())
 
 
 @pytest.mark.parametrize("model", ["context", "context-free"])
@@ -117,14 +93,11 @@ def test_maximal_coupled_sjd_enumerates_to_the_ar_joint(models, monkeypatch, mod
         method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
                                 budget=budget_value)
         law, _books = enumerate_coupled(monkeypatch, adapter, method)
-        assert tv(law, joint) < TOL
+        assert dial.tv(law, joint) < TOL
 
 
 @pytest.mark.parametrize("model", ["context", "context-free"])
-@pytest.mark.parametrize(
-    "budget_value,policy,cap",
-    [(0.05, "cap", 1.0), (0.3, "cap", 0.1), (0.35, "sure", 1.0), (1.0, "cap", 1.0)],
-)
+@pytest.mark.parametrize("budget_value,policy,cap", dial.DIAL_CASES)
 def test_coupled_dial_joint_law_within_the_budget_and_every_path_within_it(
     models, monkeypatch, model, budget_value, policy, cap
 ):
@@ -132,12 +105,7 @@ def test_coupled_dial_joint_law_within_the_budget_and_every_path_within_it(
     method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
                             budget=budget_value, budget_policy=policy, budget_cap=cap)
     law, books = enumerate_coupled(monkeypatch, adapter, method)
-    assert tv(law, joint) <= budget_value + TOL
-    for spent, distortion in books:
-        assert spent <= budget_value + TOL
-        assert spent == pytest.approx(distortion, abs=1e-12)
-    if budget_value < 1:
-        assert tv(law, joint) > 0  # the dial spends: the law moved
+    dial.check_within_budget(law, joint, books, budget_value)
 
 
 def test_a_coupling_that_breaks_c1_fails_the_joint_check(models, monkeypatch):
@@ -149,7 +117,7 @@ def test_a_coupling_that_breaks_c1_fails_the_joint_check(models, monkeypatch):
         method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
                                 budget=budget_value)
         law, books = enumerate_coupled(monkeypatch, adapter, method, wrong=True)
-        assert tv(law, joint) > budget_value + 1e-3
+        assert dial.tv(law, joint) > budget_value + 1e-3
         assert all(spent <= budget_value + TOL for spent, _ in books)
 
 
@@ -170,9 +138,10 @@ def copy_table(length: int) -> torch.Tensor:
 
 
 def expected_nfe(monkeypatch, budget_value):
-    adapter = TableAdapter(TableLM(copy_table(COPY_TOKENS + 8)), ALLOWED, row_length=1)
-    chooser = Chooser()
-    patch_randomness(monkeypatch, adapter, chooser)
+    model = dial.TableLM(copy_table(COPY_TOKENS + 8))
+    adapter = dial.TableAdapter(model, dial.ALLOWED, row_length=1)
+    chooser = dial.Chooser()
+    dial.patch_randomness(monkeypatch, adapter, chooser)
     first = adapter.allowed_tokens[0]
     monkeypatch.setattr(  # fresh drafts: always the first token (a one-hot q, exact)
         adapter, "random_tokens",
@@ -181,7 +150,7 @@ def expected_nfe(monkeypatch, budget_value):
     method = DecodingMethod("sjd", window=3, budget=budget_value)
     mean, total, spends = 0.0, 0.0, []
     while True:
-        result = generate(adapter, PROMPT, method, num_tokens=COPY_TOKENS,
+        result = generate(adapter, dial.PROMPT, method, num_tokens=COPY_TOKENS,
                           record_distortion=True, generator=torch.Generator())
         mean += chooser.weight * result.nfe
         total += chooser.weight

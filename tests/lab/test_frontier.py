@@ -209,9 +209,10 @@ def test_relaxation_lies_on_the_line_and_no_rule_is_above_it(delta):
     assert frontier.line_gap(p, q, points[relaxed]) <= 1e-12
     above, checked, gap = frontier.check_rules(p, q, rules)
     assert (above, checked) == (0, 300 * len(rules)) and gap <= 1e-12
-    # A rule that accepts every token with p >= q and keeps SD's residual lies on the line
-    # (TV(out, p) = alpha - (1 - T) exactly): SD, Amplify, LANTERN. GSD's clusters and rank bins
-    # refuse some of those tokens, so they sit strictly below on some rows: the line has power.
+    # A rule that accepts every x with at least min(1, p/q) and keeps SD's residual lies on the
+    # line (TV(out, p) = alpha - (1 - T) exactly; proofs/10 Claim 3): SD, Amplify (k=2); LANTERN
+    # is on it too. GSD's clusters and rank bins accept some tokens less often, so they sit
+    # strictly below on some rows: the line has power.
     for name in ("SD", "Amplify (k=2)", "LANTERN (k=3, delta=0.1)"):
         assert frontier.line_gap(p, q, points[name]) <= 1e-12, name
     T = frontier.tv_distance(p, q)

@@ -311,6 +311,7 @@ def test_per_path_w1_budgets_do_not_bound_the_joint_w1_in_general(monkeypatch):
     law, books = enumerate_w1(monkeypatch, adapter, method)
     assert all(spent <= 0.35 + TOL and w1 <= spent + 1e-12 for spent, w1, _ in books)
     assert joint_w1(law, joint) > 0.35 + 0.01
+    assert joint_w1(law, joint) == pytest.approx(0.558, abs=5e-4)  # the value proofs/13 quotes
 
 
 def test_cli_transport_and_w1_dial_flags(capsys):

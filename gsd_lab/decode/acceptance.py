@@ -185,7 +185,9 @@ def register_acceptance(cls: type[AcceptanceSpec]) -> type[AcceptanceSpec]:
 
 def from_dict(data: dict[str, Any]) -> AcceptanceSpec:
     """The spec of a tagged dict ({"rule": name, ...}; ``AcceptanceSpec.to_dict``)."""
-    if not isinstance(data, dict) or data.get("rule") not in ACCEPTANCES:
+    if not isinstance(data, dict) or not isinstance(data.get("rule"), str) or (
+        data["rule"] not in ACCEPTANCES
+    ):
         names = sorted(ACCEPTANCES)
         raise ValueError(f"an acceptance rule is a dict with 'rule' one of {names}, got {data!r}")
     cls = ACCEPTANCES[data["rule"]]
@@ -312,21 +314,18 @@ class ClusterAcceptance(AcceptanceSpec):
         return cls(clusters or DEFAULT_CLUSTERS, size)
 
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> Any:
-        return self.rule_of(method, _cluster_rule(self, method, adapter, embeddings, cache))
-
-    def rule_of(self, method: Any, clusters: Any) -> Any:
-        """The rule of given clusters (a gsd_core rule or partition labels) for ``method``."""
+        clusters = _cluster_rule(self, method, adapter, embeddings, cache)
         return method_rule(clusters, method.residual)
 
 
 @register_acceptance
 @dataclass(frozen=True)
 class AmplifyAcceptance(AcceptanceSpec):
-    """Amplify: accept min(1, k p(C)/q(C)) around ``rule`` (SD or clusters); k = ``scale``
+    """Amplify: accept min(1, k p(C)/q(C)) around ``inner`` (SD or clusters); k = ``scale``
     > 0, not 1 (1 is the rule itself; k > 1 the lossy "Amplify")."""
 
     scale: float
-    rule: AcceptanceSpec = SDAcceptance()
+    inner: AcceptanceSpec = SDAcceptance()
 
     name: ClassVar[str] = "amplify"
     flags: ClassVar[tuple[Flag, ...]] = (
@@ -344,8 +343,8 @@ class AmplifyAcceptance(AcceptanceSpec):
             raise ValueError(f"acceptance_scale must be a finite number > 0, got {self.scale!r}")
         if self.scale == 1:
             raise ValueError("acceptance_scale 1 is the rule itself: give the rule, not Amplify")
-        if not isinstance(self.rule, AcceptanceSpec):
-            raise ValueError(f"Amplify wraps an acceptance spec, got {self.rule!r}")
+        if not isinstance(self.inner, AcceptanceSpec):
+            raise ValueError(f"Amplify wraps an acceptance spec, got {self.inner!r}")
         object.__setattr__(self, "scale", float(self.scale))
 
     def check(self, kind: str, residual: str) -> None:
@@ -353,25 +352,25 @@ class AmplifyAcceptance(AcceptanceSpec):
             raise ValueError(
                 "acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
             )
-        if not self.rule.amplifiable:
-            raise _replaces_sjd(f"rule {self.rule.name!r}", "it amplified")
-        self.rule.check(kind, residual)
+        if not self.inner.amplifiable:
+            raise _replaces_sjd(f"rule {self.inner.name!r}", "it amplified")
+        self.inner.check(kind, residual)
 
     @property
     def is_partition(self) -> bool:
-        return self.rule.is_partition
+        return self.inner.is_partition
 
     @property
     def uses_filters(self) -> bool:
-        return self.rule.uses_filters
+        return self.inner.uses_filters
 
     def legacy_fields(self) -> dict[str, Any] | None:
-        inner = self.rule.legacy_fields()
+        inner = self.inner.legacy_fields()
         return None if inner is None else {"acceptance_scale": self.scale, **inner}
 
     @classmethod
     def from_fields(cls, data: dict[str, Any]) -> "AmplifyAcceptance":
-        return cls(data["scale"], from_dict(data["rule"]))
+        return cls(data["scale"], from_dict(data["inner"]))
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "AmplifyAcceptance | None":
@@ -384,14 +383,14 @@ class AmplifyAcceptance(AcceptanceSpec):
             raise ValueError("--amplify applies to --method sjd or gsd (AR has no acceptance test)")
         return cls(scale)
 
-    def around(self, rule: AcceptanceSpec) -> "AmplifyAcceptance":
-        """This amplification of ``rule`` (the command line: --amplify with another rule)."""
-        return AmplifyAcceptance(self.scale, rule)
+    def around(self, inner: AcceptanceSpec) -> "AmplifyAcceptance":
+        """This amplification of ``inner`` (the command line: --amplify with another rule)."""
+        return AmplifyAcceptance(self.scale, inner)
 
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> Any:
         from gsd_core import Amplify
 
-        inner = self.rule.build(adapter, cache, method=method, embeddings=embeddings)
+        inner = self.inner.build(adapter, cache, method=method, embeddings=embeddings)
         return Amplify(self.scale, inner)
 
 
@@ -882,3 +881,51 @@ def method_rule(
     elif residual not in RESIDUALS:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
     return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
+
+
+# --- The command line ---------------------------------------------------------------------------
+
+
+def command_line_flags() -> list[Flag]:
+    """Every registered spec's flags, in registration order (a flag shared by two rules, such as
+    --transport-k, is declared by one)."""
+    return [flag for spec in ACCEPTANCES.values() for flag in spec.flags]
+
+
+def _named(cls: type[AcceptanceSpec], values: dict[str, Any], error: ValueError) -> ValueError:
+    """``error`` with the flags of ``cls`` that were given named in front, unless it names one."""
+    message = str(error)
+    if any(flag.name in message for flag in cls.flags):
+        return error
+    given = [f"{f.name} {values[f.dest]}" for f in cls.flags if values[f.dest] != f.default]
+    return ValueError(f"{', '.join(given) or cls.name}: {message}")
+
+
+def acceptance_from_flags(values: dict[str, Any], kind: str, residual: str) -> AcceptanceSpec:
+    """The acceptance spec of the command line's values (argparse dests, ``command_line_flags``)
+    for a method of ``kind`` and ``residual``: each registered spec reads its own flags
+    (``from_flags``), a wrapper (``around``, e.g. --amplify) wraps the rule the others give, and
+    two rules are refused. A bad value raises ``ValueError`` naming the flag."""
+    rules, wrappers = [], []
+    for cls in ACCEPTANCES.values():
+        try:
+            spec = cls.from_flags(values, kind)
+            if spec is not None and not hasattr(spec, "around"):
+                spec.check(kind, residual if spec.is_partition else "token")
+        except ValueError as error:
+            raise _named(cls, values, error) from None
+        if spec is not None:
+            (wrappers if hasattr(spec, "around") else rules).append((cls, spec))
+    if len(rules) > 1:
+        names = [
+            f.name for cls, _ in rules for f in cls.flags if values[f.dest] != f.default
+        ]
+        raise ValueError(f"{' and '.join(names)} are flags of different acceptance rules: give one")
+    rule = rules[0][1] if rules else SDAcceptance()
+    for cls, wrapper in wrappers:
+        try:
+            rule = wrapper.around(rule)
+            rule.check(kind, residual if rule.is_partition else "token")
+        except ValueError as error:
+            raise _named(cls, values, error) from None
+    return rule

@@ -221,21 +221,21 @@ class DecodingMethod:
         window: int = 16,
         init: str = "random",
         draft: str = "independent",
-        acceptance_scale: float = 1.0,
+        acceptance_scale: float = FLAT_DEFAULTS["acceptance_scale"],
         clusters: str | None = None,
         group_size: int = 0,
         residual: str = "token",
         lantern_k: int = 0,
-        lantern_delta: float = 0.0,
+        lantern_delta: float = FLAT_DEFAULTS["lantern_delta"],
         filters: FilterSettings | None = None,
         preset: str = "default",
-        relaxation_delta: float = 0.0,
+        relaxation_delta: float = FLAT_DEFAULTS["relaxation_delta"],
         budget: float | None = None,
         budget_measure: str = "tv",
         budget_policy: str = "cap",
-        budget_cap: float = 1.0,
+        budget_cap: float = FLAT_DEFAULTS["budget_cap"],
         transport_eps: float | None = None,
-        transport_k: int = 16,
+        transport_k: int = FLAT_DEFAULTS["transport_k"],
         *,
         acceptance: AcceptanceSpec | None = None,
     ) -> None:
@@ -265,7 +265,8 @@ class DecodingMethod:
         self, acceptance: AcceptanceSpec | None, flat: dict[str, Any]
     ) -> AcceptanceSpec:
         """The spec given, or the one of the flat fields; both: the spec's flat fields with the
-        ones given changed (``dataclasses.replace`` with a flat field)."""
+        ones given changed (``dataclasses.replace`` with a flat field; a flat field left out is
+        its default object itself, so one given equal to its default still counts)."""
         changed = {k: v for k, v in flat.items() if v is not FLAT_DEFAULTS[k]}
         if acceptance is None:
             return from_flat(changed, self.kind)

@@ -208,8 +208,9 @@ def _token_by_token(kind: str, clusters: object, group_size: object) -> ValueErr
     )
 
 
-def _method_got(kind: str, residual: str) -> str:
-    return f"method {kind!r}, residual {residual!r}"
+def _check_sjd_only(rule: str, kind: str, residual: str) -> None:
+    if kind != "sjd" or residual != "token":
+        raise _replaces_sjd(rule, f"method {kind!r}, residual {residual!r}")
 
 
 @register_acceptance
@@ -469,8 +470,7 @@ class RelaxationAcceptance(AcceptanceSpec):
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:
-        if kind != "sjd" or residual != "token":
-            raise _replaces_sjd("the TV-optimal relaxation (relaxation_delta)", _method_got(kind, residual))
+        _check_sjd_only("the TV-optimal relaxation (relaxation_delta)", kind, residual)
 
     def legacy_fields(self) -> dict[str, Any]:
         return {"relaxation_delta": self.delta}
@@ -530,8 +530,7 @@ class TransportAcceptance(AcceptanceSpec):
         object.__setattr__(self, "eps", float(self.eps))
 
     def check(self, kind: str, residual: str) -> None:
-        if kind != "sjd" or residual != "token":
-            raise _replaces_sjd("the transport relaxation (transport_eps)", _method_got(kind, residual))
+        _check_sjd_only("the transport relaxation (transport_eps)", kind, residual)
 
     @property
     def uses_transport(self) -> bool:
@@ -552,7 +551,8 @@ class TransportAcceptance(AcceptanceSpec):
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> Any:
         from .relaxation_w1 import TRANSPORT_SOLVER, TransportRelaxation
 
-        return TransportRelaxation(content_neighbours_of(adapter, self.k), self.eps, TRANSPORT_SOLVER)
+        neighbours = content_neighbours_of(adapter, self.k)
+        return TransportRelaxation(neighbours, self.eps, TRANSPORT_SOLVER)
 
     def windows(self, resolved: Any) -> Any:
         from .relaxation_w1 import PlannedWindows
@@ -623,8 +623,7 @@ class BudgetAcceptance(AcceptanceSpec):
         object.__setattr__(self, "cap", float(cap))
 
     def check(self, kind: str, residual: str) -> None:
-        if kind != "sjd" or residual != "token":
-            raise _replaces_sjd("the TV-optimal relaxation (a budget)", _method_got(kind, residual))
+        _check_sjd_only("the TV-optimal relaxation (a budget)", kind, residual)
 
     @property
     def uses_transport(self) -> bool:

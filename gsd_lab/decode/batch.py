@@ -258,7 +258,8 @@ def _start(
 
 
 def _window_call(image: _Image) -> ForwardCall:
-    """This step's window of ``image`` (``DecodeLoop.forward``'s input): its size, refilled drafts."""
+    """This step's window of ``image`` (``DecodeLoop.forward``'s input): its size, refilled
+    drafts."""
     loop = image.loop
     L = image.window = loop.window_size()
     loop.refill(L)

@@ -45,8 +45,8 @@ cost is NOT bounded by B in general (an exact counterexample: a model that copie
 token), only under a Lipschitz condition on the model.
 
 The plans of a window are solved at once at min(c, R_0) (the most any position may get), by
-``relaxation_w1.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved again at
-its own allowance.
+``relaxation_w1.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved
+again at its own allowance.
 """
 
 from __future__ import annotations

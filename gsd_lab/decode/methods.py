@@ -5,25 +5,15 @@ line, the experiments (``experiments.runs.MethodSpec``: a spec with a label) and
 identity of ``evaluate`` share. Its fields:
 
 - kind: "ar" (one token per forward), "sjd" (verify token by token) or "gsd" (verify clusters);
-- the acceptance rule: ``acceptance_scale`` k (min(1, k p(C)/q(C)); 1 is exact, k > 1 the lossy
-  "Amplify"), LANTERN's ``lantern_k`` tokens per neighbourhood and budget ``lantern_delta``
-  (kind "sjd" only; 0: no LANTERN), GSD's ``clusters`` kind (``CLUSTER_KINDS``), its group size
-  ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
-  model's default, ``FilterSettings.for_model``);
-- ``relaxation_delta``: the TV-optimal relaxation's per-token budget
-  (``gsd_core.OptimalRelaxation``, proofs/10; kind "sjd" only; 0: none);
-- ``transport_eps``: the transport relaxation's per-token W1 budget in the content distance's
-  units (``gsd_lab.decode.relaxation_w1``, proofs/12; None: none; 0 is SJD bit for bit), on each
-  code's ``transport_k`` nearest codes by decoded content (``content_neighbours`` of the adapter's
-  ``code_content()``, cached per process by the content's SHA-256, V and k); kind "sjd" only;
-- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv", or "w1": B and
-  ``budget_cap`` in content units, verified by the transport relaxation with ``transport_k``
-  neighbours, proofs/13: per-path charges bound each token's W1, not the joint W1), spent by
-  ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
-  a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
-  min(``budget_cap``, what is left), else 0) through the relaxation; on every path the emitted
-  tokens' distortions sum to at most B, so the image's law is within B of the model's (TV;
-  proofs/11, ``gsd_lab.decode.budget``); kind "sjd" only;
+- ``acceptance``: the acceptance rule, one spec of ``gsd_lab.decode.acceptance`` (SD, Amplify k,
+  GSD's clusters, LANTERN, the TV-optimal relaxation, the transport relaxation, the certified
+  dial; each spec's docstring states its rule). It is also given and read by the flat fields
+  of earlier methods (``acceptance_scale``, ``clusters``, ``group_size``, ``lantern_k``,
+  ``lantern_delta``, ``relaxation_delta``, ``budget``, ``budget_measure``, ``budget_policy``,
+  ``budget_cap``, ``transport_eps``, ``transport_k``: ``acceptance.from_flat``), which are
+  also what ``to_dict`` stores for the package's rules, so every earlier key stays;
+- filters: GSD's filters of the dynamic kinds (``FILTER_KINDS``; None: the model's default,
+  ``FilterSettings.for_model``);
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
 - drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
   row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
@@ -35,13 +25,13 @@ identity of ``evaluate`` share. Its fields:
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
   ``gsd_lab.decode.presets``).
 
-Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple here (validation,
-JSON and the command line's choices follow) plus its behaviour where it acts (``resolve`` for a
-rule, ``gsd_lab.decode.loop`` for drafting). ``resolve`` builds the runtime objects for one model:
-the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached), composed into
-the one rule ``verify`` takes (``ResolvedMethod.rule``). This module imports no torch until
-``resolve`` runs (or a preset other than "default" is named), so the command line checks a spec
-in milliseconds.
+Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple in
+``gsd_lab.decode.choices`` (validation, JSON and the command line's choices follow) plus its
+behaviour where it acts; adding an acceptance rule is its gsd_core rule plus one registered spec
+(``gsd_lab.decode.acceptance``). ``resolve`` builds the one rule ``verify`` takes for one model
+(``ResolvedMethod.rule``: the spec's ``build``; the LANTERN table, O(V^2 log V), and the
+distance threshold cached). This module imports no torch until ``resolve`` runs (or a preset
+other than "default" is named), so the command line checks a spec in milliseconds.
 """
 
 from __future__ import annotations

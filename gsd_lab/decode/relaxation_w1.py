@@ -467,7 +467,8 @@ class PlannedWindows:
         loop overrules a draft accepted where another token is forced)."""
         window = q.shape[0]
         eps = torch.full((window,), self.rule.eps, dtype=torch.float64)
-        return PlannedTargets(*plan_rows(self.rule.neighbours, p[:window], q, eps, self.rule.solver))
+        rule = self.rule
+        return PlannedTargets(*plan_rows(rule.neighbours, p[:window], q, eps, rule.solver))
 
     def charge(self, accepted: int) -> None:
         """Nothing: the relaxation's budget is per token, not a total."""

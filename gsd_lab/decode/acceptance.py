@@ -191,7 +191,10 @@ def from_dict(data: dict[str, Any]) -> AcceptanceSpec:
         names = sorted(ACCEPTANCES)
         raise ValueError(f"an acceptance rule is a dict with 'rule' one of {names}, got {data!r}")
     cls = ACCEPTANCES[data["rule"]]
-    return cls.from_fields({k: v for k, v in data.items() if k != "rule"})
+    try:
+        return cls.from_fields({k: v for k, v in data.items() if k != "rule"})
+    except (TypeError, KeyError) as error:  # a missing or unknown field
+        raise ValueError(f"acceptance rule {data['rule']!r}: bad fields in {data!r} ({error})")
 
 
 def _replaces_sjd(rule: str, got: str) -> ValueError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -123,6 +124,7 @@ def test_flat_fields_and_specs_are_one_method():
     # dataclasses.replace with a flat field changes the spec, also back to a default
     assert replace(amplified, acceptance_scale=1.0).acceptance == ClusterAcceptance("dynamic", 10)
     assert replace(DecodingMethod("sjd"), budget=0.5).acceptance == BudgetAcceptance(0.5)
+    assert pickle.loads(pickle.dumps(amplified)) == amplified  # workers receive methods pickled
     with pytest.raises(ValueError, match="acceptance must be a gsd_lab.decode.acceptance spec"):
         DecodingMethod("sjd", acceptance="lantern")
     with pytest.raises(AttributeError, match="no attribute 'lantern'"):
@@ -138,6 +140,13 @@ def test_specs_refuse_what_their_rule_cannot_do():
         RelaxationAcceptance(0.0)  # 0 is SD: SDAcceptance()
     with pytest.raises(ValueError, match="transport_k belongs"):
         BudgetAcceptance(1.0, k=4)
+
+
+def test_a_bad_tagged_rule_is_refused_by_name():
+    with pytest.raises(ValueError, match="acceptance rule 'lantern': bad fields"):
+        acceptance.from_dict({"rule": "lantern", "kk": 3})
+    with pytest.raises(ValueError, match="'rule' one of"):
+        acceptance.from_dict({"rule": {"rule": "sd"}})
 
 
 def test_the_registry_refuses_a_taken_name_or_flag(monkeypatch):

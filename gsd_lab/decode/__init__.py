@@ -4,6 +4,7 @@
 - ``acceptance``: the acceptance rules as specs (SD, Amplify, clusters, LANTERN, the TV and
   transport relaxations, the dial): each validates, serialises, declares its command-line flags
   and builds its gsd_core rule; ``register_acceptance`` adds one;
+- ``rule_parts``: what the specs build from (cluster rules, content neighbours, ``method_rule``);
 - ``methods``: ``DecodingMethod``, the one spec of AR, SJD, GSD, Amplify, LANTERN (kind, window,
   drafting, residual, preset and the acceptance spec) and ``ResolvedMethod``, it with its rule;
 - ``presets``: the package's exact ``default`` and the GSD release's ``release`` settings;

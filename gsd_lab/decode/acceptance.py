@@ -40,6 +40,7 @@ from .choices import (
     PARTITION_KINDS,
     RESIDUALS,
 )
+from .rule_parts import cached, cluster_rule, content_neighbours_of, method_rule
 
 DEFAULT_TRANSPORT_K = 16
 # The flat fields of earlier methods and their defaults: the first five are always stored, the
@@ -318,7 +319,7 @@ class ClusterAcceptance(AcceptanceSpec):
         return cls(clusters or DEFAULT_CLUSTERS, size)
 
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> Any:
-        clusters = _cluster_rule(self, method, adapter, embeddings, cache)
+        clusters = cluster_rule(self, method, adapter, embeddings, cache)
         return method_rule(clusters, method.residual)
 
 
@@ -435,7 +436,7 @@ class LanternAcceptance(AcceptanceSpec):
         import torch
         from gsd_core import Lantern, latent_neighbourhoods
 
-        table = _cached(
+        table = cached(
             cache,
             ("lantern", self.k),
             lambda: latent_neighbourhoods(embeddings.detach().to(torch.float64), self.k),
@@ -762,127 +763,6 @@ def flat_fields(spec: AcceptanceSpec) -> dict[str, Any]:
     """Every flat field of ``spec`` (``FLAT_FIELDS``, defaults where the rule sets none; all
     defaults for a rule stored tagged)."""
     return {**FLAT_FIELDS, **(spec.legacy_fields() or {})}
-
-
-# --- Building the rules (resolve) ---------------------------------------------------------------
-
-
-def _cached(cache: dict, key: tuple, build: Any) -> Any:
-    if key not in cache:
-        cache[key] = build()
-    return cache[key]
-
-
-def _cluster_rule(
-    spec: ClusterAcceptance, method: Any, adapter: Any, embeddings: Any, cache: dict
-) -> object:
-    from gsd_core import DynamicClusters, RankBinnedClusters
-
-    kind, size, filters = spec.clusters, spec.group_size, method.filters
-    if kind in ("dynamic", "dynamic-distance"):
-        image_tokens = adapter.allowed_tokens.cpu()
-        known = getattr(adapter, "distance_quantiles", None)
-        distance = _cached(
-            cache,
-            ("distance", filters),
-            lambda: filters.resolve(embeddings, image_tokens, known=known),
-        )
-        gap = filters.max_prob_gap if kind == "dynamic" else None
-        if method.preset != "default":
-            from .presets import ReleaseDistanceClusters, preset, release_distance_table
-
-            if preset(method.preset).release_distance:
-                table = _cached(
-                    cache,
-                    ("release distance", distance),
-                    lambda: release_distance_table(embeddings, distance).to(adapter.device),
-                )
-                return ReleaseDistanceClusters(size, table, gap)
-        return DynamicClusters(
-            size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings
-        )
-    if kind == "dynamic-gap":
-        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
-    if kind == "dynamic-nofilter":
-        return DynamicClusters(size)
-    if kind == "dynamic-q":
-        return DynamicClusters(size, rank_by="q")
-    if kind == "rank-binned":
-        return RankBinnedClusters(size)
-    return _cached(cache, ("static", size), lambda: _static_partition(adapter, embeddings, size))
-
-
-def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
-    from .clustering import embedding_partition
-
-    partition = embedding_partition(
-        embeddings.cpu(),
-        size,
-        seed=0,
-        tokens=adapter.allowed_tokens.cpu(),
-        vocab_size=adapter.vocab_size,
-    )
-    return type(partition)(partition.labels.to(adapter.device))
-
-
-# Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
-# V, k): one per model's content and k, built once per process (10-35 s at V = 8192, measured
-# on a shared CPU).
-_NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
-
-
-def content_neighbours_of(adapter: Any, k: int) -> Any:
-    """The ``ContentNeighbours`` of the adapter's ``code_content()`` / ``allowed_tokens`` with
-    ``k`` neighbours per code; cached by content."""
-    import hashlib
-
-    import torch
-
-    from .relaxation_w1 import content_neighbours
-
-    content = adapter.code_content()
-    if content is None:
-        raise ValueError(
-            "the transport relaxation (transport_eps, or budget_measure 'w1') needs an adapter "
-            "whose code_content() gives its codes' decoded content"
-        )
-    tokens = adapter.allowed_tokens.detach().cpu().long()
-    rows = content.detach().to("cpu", torch.float64).contiguous()
-    digest = hashlib.sha256(
-        repr(tuple(rows.shape)).encode() + rows.numpy().tobytes() + tokens.numpy().tobytes()
-    ).hexdigest()
-    key = (digest, int(adapter.vocab_size), k)
-    if key not in _NEIGHBOUR_CACHE:
-        _NEIGHBOUR_CACHE[key] = content_neighbours(rows, tokens, adapter.vocab_size, k)
-    return _NEIGHBOUR_CACHE[key]
-
-
-def method_rule(
-    clusters: object = None,
-    residual: str = "token",
-    acceptance_scale: float = 1.0,
-    lantern: Any = None,
-) -> Any:
-    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
-    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
-    SD's singletons keep the token residual, which is the same), wrapped in
-    ``Amplify(acceptance_scale)`` when the scale is not 1."""
-    from dataclasses import replace
-
-    from gsd_core import Amplify
-    from gsd_core.rules import Partition, as_rule
-
-    rule = as_rule(lantern if lantern is not None else clusters)
-    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
-        raise ValueError(
-            f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
-            "(use residual='token', or a partition such as RankBinnedClusters or labels)"
-        )
-    if residual == "cluster" and isinstance(rule, Partition):
-        rule = replace(rule, residual="cluster")
-    elif residual not in RESIDUALS:
-        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
-    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
 
 
 # --- The command line ---------------------------------------------------------------------------

@@ -41,14 +41,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .acceptance import (  # noqa: F401 (method_rule: re-exported, callers import it here)
-    ALWAYS_STORED,
-    AcceptanceSpec,
-    choice,
-    flat_fields,
-    from_flat,
-    method_rule,
-)
+from .acceptance import ALWAYS_STORED, AcceptanceSpec, choice, flat_fields, from_flat
 from .acceptance import FLAT_FIELDS as FLAT_DEFAULTS
 from .acceptance import from_dict as acceptance_from_dict
 from .choices import (  # noqa: F401 (re-exported: the names callers import from here)
@@ -62,6 +55,7 @@ from .choices import (  # noqa: F401 (re-exported: the names callers import from
     PARTITION_KINDS,
     RESIDUALS,
 )
+from .rule_parts import method_rule  # noqa: F401 (re-exported: callers import it here)
 
 
 def _is_int(value: object) -> bool:
@@ -415,7 +409,7 @@ class DecodingMethod:
         rule = method.acceptance.build(adapter, cache, method=method, embeddings=emb)
         neighbours = None
         if method.uses_transport:
-            from .acceptance import content_neighbours_of
+            from .rule_parts import content_neighbours_of
 
             neighbours = content_neighbours_of(adapter, method.transport_k)
         return ResolvedMethod(method, rule=rule, neighbours=neighbours)

@@ -218,7 +218,7 @@ def test_w1_allowances_by_hand(models):
     moves min(T, eps / D_12) at cost D_12 times that; "cap" gives row 1 what row 0 left, "sure"
     skips row 1 (all of T would cost 0.35) and spends on row 2."""
     adapter, _joint = models["context"]
-    from gsd_lab.decode.acceptance import content_neighbours_of
+    from gsd_lab.decode.rule_parts import content_neighbours_of
 
     hood = content_neighbours_of(adapter, 1)
     p = torch.tensor([[0, 0.5, 0.5], [0, 0.2, 0.8], [0, 0.6, 0.4]], dtype=torch.float64)

@@ -470,7 +470,9 @@ class RelaxationAcceptance(AcceptanceSpec):
 
     def __post_init__(self) -> None:
         if not (_is_number(self.delta) and 0 < self.delta <= 1):
-            raise ValueError(f"relaxation_delta must be a number in [0, 1], got {self.delta!r}")
+            raise ValueError(
+                f"relaxation_delta must be a number in (0, 1] (0 is SD), got {self.delta!r}"
+            )
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:

@@ -42,7 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .decode.methods import BUDGET_MEASURES, BUDGET_POLICIES, DRAFTS, DecodingMethod
+from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_line_flags
+from .decode.methods import DRAFTS, KINDS, RESIDUALS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
@@ -60,9 +61,6 @@ MODEL_CHOICES = (
     "janus-pro-7b",
     "tiny-random",
 )
-DEFAULT_GROUP_SIZE = 25
-DEFAULT_CLUSTERS = "dynamic"
-MIN_GSD_GROUP_SIZE = 2
 PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test keeps them in sync)
 
 
@@ -111,25 +109,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_method_args(parser: argparse.ArgumentParser) -> None:
+    """The decoding flags: the method's own (kind, window, preset, residual, drafting) and every
+    registered acceptance rule's (``decode.acceptance.command_line_flags``)."""
     group = parser.add_argument_group("decoding")
-    group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
-    group.add_argument(
-        "--group-size",
-        type=int,
-        default=None,
-        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; "
-        "--method gsd only: tokens per cluster; G = 1 would be SJD)",
-    )
-    group.add_argument(
-        "--clusters",
-        choices=("dynamic", "rank-binned"),
-        default=None,
-        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
-        "partition (--method gsd only)",
-    )
+    group.add_argument("--method", choices=KINDS, default="gsd")
     group.add_argument(
         "--residual",
-        choices=("token", "cluster"),
+        choices=RESIDUALS,
         default="token",
         help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)",
     )
@@ -141,63 +127,16 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     )
     _add_preset_arg(group)
     group.add_argument(
-        "--amplify",
-        type=float,
-        default=1.0,
-        help="lossy relaxation: accept with min(1, k p/q), "
-        "k > 0 (k = 1: exact; not for --method ar)",
-    )
-    group.add_argument(
         "--draft",
         choices=DRAFTS,
         default=DRAFTS[0],
         help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the "
         "previous draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
     )
-    group.add_argument(
-        "--relaxation-delta",
-        type=float,
-        default=0.0,
-        help="the TV-optimal relaxation: each token's output within this TV "
-        "of p (--method sjd; gsd_core.OptimalRelaxation, proofs/10)",
-    )
-    group.add_argument(
-        "--budget",
-        type=float,
-        default=None,
-        help="the certified dial: the emitted tokens' distortions sum to at "
-        "most B on every path, so the image's law is within B of the "
-        "model's (--method sjd; proofs/11)",
-    )
-    group.add_argument(
-        "--budget-measure", choices=BUDGET_MEASURES, default="tv", help="the budget's distance"
-    )
-    group.add_argument(
-        "--budget-policy",
-        choices=BUDGET_POLICIES,
-        default="cap",
-        help="cap: each token may spend min(--budget-cap, what is left); sure: "
-        "a token spends TV(p, q), a certain acceptance, when that fits",
-    )
-    group.add_argument(
-        "--budget-cap",
-        type=float,
-        default=1.0,
-        help="the most one token may spend: in (0, 1] for tv, > 0 (content units) for w1",
-    )
-    group.add_argument(
-        "--transport-eps",
-        type=float,
-        default=None,
-        help="the transport relaxation: each token's output within this W1 of p, in the codes' "
-        "content distance (--method sjd; gsd_lab.decode.relaxation_w1, proofs/12)",
-    )
-    group.add_argument(
-        "--transport-k",
-        type=int,
-        default=16,
-        help="the transport's neighbours per code (--transport-eps or --budget-measure w1)",
-    )
+    for flag in command_line_flags():
+        group.add_argument(
+            flag.name, type=flag.type, default=flag.default, choices=flag.choices, help=flag.help
+        )
 
 
 def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
@@ -247,10 +186,8 @@ def _add_preset_arg(group: Any) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gsd_lab", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_generate_parser(sub: Any) -> None:
+    """``generate``: one image, its NFE, acceptance and time."""
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
@@ -273,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
+
+def _add_figures_parser(sub: Any) -> None:
+    """``figures``: every figure and results.md."""
     fig = sub.add_parser("figures", help="regenerate every figure and results.md")
     _add_model_args(fig)
     fig.add_argument(
@@ -317,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the outputs then say dirty)",
     )
 
+
+def _add_evaluate_parser(sub: Any) -> None:
+    """``evaluate``: a sharded, resumable evaluation."""
     ev = sub.add_parser(
         "evaluate",
         help="sharded, resumable evaluation over a prompt file (use torchrun)",
@@ -341,6 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_batch_size_arg(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+
+
+def _add_notebooks_parser(sub: Any) -> None:
+    """``notebooks``: execute the notebooks with papermill."""
     nb = sub.add_parser(
         "notebooks",
         help="execute the notebooks with papermill (in place, or into --out)",
@@ -392,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument(
         "--dry-run", action="store_true", help="print each notebook's parameters and stop"
     )
+
+
+def _add_check_weights_parser(sub: Any) -> None:
+    """``check-weights``: one verdict per item of a download."""
     chk = sub.add_parser(
         "check-weights",
         help="check downloaded Lumina-mGPT (or Janus-Pro) files, one verdict per item",
@@ -428,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
     chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
+
+
+def _add_readme_parser(sub: Any) -> None:
+    """``readme``: the README's findings from results.json."""
     rd = sub.add_parser(
         "readme",
         help="README's findings, docs/claims.md and every value span from results.json",
@@ -440,6 +395,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--results", type=Path, default=None, help="default: the repository's figures/results.json"
     )
     rd.add_argument("--check", action="store_true", help="compare only; write nothing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gsd_lab", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate_parser(sub)
+    _add_figures_parser(sub)
+    _add_evaluate_parser(sub)
+    _add_notebooks_parser(sub)
+    _add_check_weights_parser(sub)
+    _add_readme_parser(sub)
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -626,6 +592,8 @@ def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
 
 
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
+    """The window and preset, then the acceptance rule of the flags (``args.acceptance``: each
+    rule's ``ValueError`` a usage error naming its flag), then the residual."""
     fixed = PRESET_WINDOWS.get(args.preset)
     if args.window is not None and fixed is not None and args.window != fixed:
         fail(
@@ -635,35 +603,24 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
         fail(f"--window must be >= 1, got {args.window}")
-    if not (math.isfinite(args.amplify) and args.amplify > 0):
-        fail(f"--amplify must be a finite number > 0, got {args.amplify}")
-    if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(
-            f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group "
-            "size of 1 makes every cluster a single token: that is SJD, use --method sjd)"
-        )
-    if args.method != "gsd":
-        for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
-            if value is not None:
-                fail(f"{flag} applies to --method gsd only (got --method {args.method})")
-        if args.residual != "token":
+    try:
+        args.acceptance = acceptance_from_flags(vars(args), args.method, args.residual)
+    except ValueError as error:
+        fail(str(error))
+    if args.residual == "cluster" and not args.acceptance.is_partition:
+        if args.method != "gsd":
             fail("--residual cluster applies to --method gsd --clusters rank-binned only")
-        if args.method == "ar" and args.amplify != 1.0:
-            fail("--amplify applies to --method sjd or gsd (AR has no acceptance test)")
-        return
-    args.group_size = DEFAULT_GROUP_SIZE if args.group_size is None else args.group_size
-    args.clusters = args.clusters or DEFAULT_CLUSTERS
-    if args.residual == "cluster" and args.clusters != "rank-binned":
         fail(
             "--residual cluster needs --clusters rank-binned "
-            f"(--clusters {args.clusters} is not a partition)"
+            f"(--clusters {args.clusters or DEFAULT_CLUSTERS} is not a partition)"
         )
 
 
 def check_args(args: argparse.Namespace, fail: Fail) -> None:
     """Check every flag of ``args`` before any model loads; ``fail(message)`` (argparse's
-    ``parser.error``: usage, message, exit 2) on the first problem. Fills in the GSD defaults
-    (--group-size 25, --clusters dynamic) for --method gsd. Reads --prompts into
+    ``parser.error``: usage, message, exit 2) on the first problem. Sets ``args.acceptance``
+    (the rule of the flags; --method gsd: --group-size 25, --clusters dynamic unless given) and
+    ``args.decoding_method``. Reads --prompts into
     ``args.prompt_list`` (figures, evaluate)."""
     _check_model_args(args, fail)
     if args.command in ("generate", "evaluate"):
@@ -761,23 +718,13 @@ def _load(args: argparse.Namespace):
 def _method(args: argparse.Namespace) -> DecodingMethod:
     """The ``DecodingMethod`` of the flags (``_check_method_args`` ran), with the model's
     default GSD filters filled in (``FilterSettings.for_model``)."""
-    gsd = args.method == "gsd"
     return DecodingMethod(
         args.method,
         window=args.window,
         draft=args.draft,
-        acceptance_scale=args.amplify,
-        clusters=args.clusters if gsd else None,
-        group_size=args.group_size if gsd else 0,
         residual=args.residual,
         preset=args.preset,
-        relaxation_delta=args.relaxation_delta,
-        budget=args.budget,
-        budget_measure=args.budget_measure,
-        budget_policy=args.budget_policy,
-        budget_cap=args.budget_cap,
-        transport_eps=args.transport_eps,
-        transport_k=args.transport_k,
+        acceptance=args.acceptance,
     ).for_model(args.model)
 
 
@@ -881,6 +828,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "tokens": result.tokens.tolist(),
         "image": None if args.out is None else str(args.out),
     }
+    if method.acceptance.legacy_fields() is None:  # a rule with no flat fields: its spec
+        report["acceptance"] = method.acceptance.to_dict()
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
     if method.transport_eps is not None:

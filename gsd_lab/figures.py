@@ -623,20 +623,20 @@ def run_figures(
             + diff_panel,
         ),
         "table1_speed_quality",
-        {"specs": [asdict(s) for s in t1_specs]},
+        {"specs": [s.to_record() for s in t1_specs]},
         {"rows": table1, "real_images": real},
     )
     save(
         plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
         "table2_clustering_ablation",
-        {"specs": [asdict(s) for s in t2_specs]},
+        {"specs": [s.to_record() for s in t2_specs]},
         {"rows": table2},
     )
     save(
         plots.distortion_vs_nfe(distortion_points),
         "distortion_vs_nfe",
         {
-            "curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()},
+            "curves": {k: [s.to_record() for s in v] for k, v in distortion_curves.items()},
             "w1_draws": sizes.w1_draws,
         },
         distortion_points,
@@ -652,7 +652,7 @@ def run_figures(
         save(
             plots.pareto(pareto, metrics, references),
             "fig10_nfe_vs_quality",
-            {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
+            {"curves": {k: [s.to_record() for s in v] for k, v in pareto_curves.items()}},
             pareto,
         )
     if model.decode is not None:
@@ -1010,7 +1010,7 @@ def _frontier(
         bar.total += runs.images_to_decode(curves, {c.spec.key for c in configurations})
         bar.refresh()
     out = frontier.frontier_results(runs, curves, sizes.frontier_group)
-    out["specs"] = {name: [asdict(s) for s in specs] for name, specs in curves.items()}
+    out["specs"] = {name: [s.to_record() for s in specs] for name, specs in curves.items()}
     out["seconds"] = time.perf_counter() - started
     return out
 

@@ -81,6 +81,15 @@ class MethodSpec:
         """Identity of the computation (the label is only a name)."""
         return self.method.key, self.seed_offset
 
+    def to_record(self) -> dict[str, Any]:
+        """JSON-ready: the label, every field of the method (``DecodingMethod.all_fields``) and
+        the seed offset (the figures' sidecars)."""
+        return {
+            "label": self.label,
+            "method": self.method.all_fields(),
+            "seed_offset": self.seed_offset,
+        }
+
     def with_method(self, **changes: Any) -> "MethodSpec":
         """This spec with some of its method's fields changed (e.g. ``window=8``)."""
         return replace(self, method=replace(self.method, **changes))

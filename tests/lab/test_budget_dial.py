@@ -380,7 +380,7 @@ def test_a_forced_position_spends_nothing_under_the_release_preset(monkeypatch):
     for spent, distortion in books():
         assert 0 < spent <= 6.0 + TOL
         assert spent == pytest.approx(distortion, abs=1e-12)
-    monkeypatch.setattr(decoding._Loop, "_random_forced_rows", lambda self: None)
+    monkeypatch.setattr(decoding.DecodeLoop, "_random_forced_rows", lambda self: None)
     assert any(spent > distortion + 0.1 for spent, distortion in books())
 
 

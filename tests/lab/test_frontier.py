@@ -292,9 +292,7 @@ def test_findings_word_the_frontier_by_its_verdicts():
 
 
 def _stored(front):
-    """A stored frontier (results.json's shape) with its specs."""
-    from dataclasses import asdict
-
+    """A stored frontier (results.json's shape) with its specs (as figures lists them)."""
     specs = {
         frontier.RELAXATION: [
             frontier.tables.SJD,
@@ -308,7 +306,7 @@ def _stored(front):
         ],
         "GSD (G=50)": [frontier.tables.gsd(50)],
     }
-    return {**front, "specs": {k: [asdict(s) for s in v] for k, v in specs.items()}}
+    return {**front, "specs": {k: [s.to_record() for s in v] for k, v in specs.items()}}
 
 
 def test_invariant_lines_hold_on_honest_rows_and_catch_broken_ones():

@@ -203,6 +203,17 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes the decoding is split over, one thread each, so that other jobs on the "
+        "same cores slow it in proportion instead of stalling it; the same records for any "
+        "number (default: the usable cores on a CPU, 1 on a GPU: gsd_lab.experiments.workers)",
+    )
+
+
 def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runner",
@@ -301,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
     _add_batch_size_arg(fig)
+    _add_workers_arg(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -641,6 +653,8 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command in ("figures", "evaluate"):
         if args.batch_size is not None and args.batch_size < 1:
             fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if getattr(args, "workers", None) is not None and args.workers < 1:
+            fail(f"--workers must be >= 1, got {args.workers}")
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -886,6 +900,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if args.threads is None and args.workers != 1 and str(model.adapter.device) == "cpu":
+        import torch
+
+        # The workers decode with one thread each; this process's own decodes (the detail
+        # analyses) too, so that a busy core does not stall a spinning team here either.
+        torch.set_num_threads(1)
     result = run_figures(
         args.out,
         model=model,
@@ -896,6 +916,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         save_images=args.save_images,
         preset=args.preset,
         batch_size=args.batch_size,
+        workers=args.workers,
     )
     if "rank" in result:
         print(

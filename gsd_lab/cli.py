@@ -343,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     _add_batch_size_arg(ev)
+    _add_workers_arg(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
     nb = sub.add_parser(
@@ -936,6 +937,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import BatchedWork, check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
     from .experiments.stream import CHUNK_BATCHES
+    from .experiments.workers import default_workers
     from .models.batched import default_batch_size
     from .io.figure_io import save_image_atomic
     from .io.provenance import git_commit, package_versions
@@ -1035,6 +1037,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config=config,
         metadata=metadata,
         progress=not args.no_progress,
+        workers=default_workers(context.device) if args.workers is None else args.workers,
     )
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))

@@ -105,3 +105,39 @@ def test_workers_argument_is_checked_and_defaults_per_device(model):
     assert workers.default_workers("cpu") == workers.usable_cores() >= 1
     assert workers.default_workers("cuda") == 1
     assert RunCache(model, PROMPTS, [0], workers=None).workers == workers.usable_cores()
+
+
+def _shard_rows(out, workers_count: int) -> tuple[dict[int, dict], set[int]]:
+    """run_shard over 7 prompts in chunks of 2 on ``workers_count`` processes: the rows written
+    (without the writer's pid) and the pids that wrote them."""
+    import json
+    import os
+
+    from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard, start_run
+
+    run = Run({"model": "test"}, [f"p{i}" for i in range(7)])
+    context = DistributedContext(0, 1, 0, "cpu")
+    start_run(out, run, context)
+
+    def decode(items, write):
+        for index, prompt in items:
+            write(index, {"nfe": index, "chunk": [i for i, _ in items], "pid": os.getpid()})
+
+    done = run_shard(
+        run, out, BatchedWork(decode, chunk=2), context, progress=False, workers=workers_count
+    )
+    assert sorted(done) == list(range(7))
+    rows = {i: json.loads((out / "results" / f"{i:06d}.json").read_text()) for i in range(7)}
+    pids = {row.pop("pid") for row in rows.values()}
+    return rows, pids
+
+
+def test_evaluate_shard_on_workers_writes_the_rows_of_one_process(tmp_path):
+    one, one_pids = _shard_rows(tmp_path / "one", 1)
+    two, two_pids = _shard_rows(tmp_path / "two", 2)
+    assert one == two and one[6]["chunk"] == [6] and one[3]["chunk"] == [2, 3]
+    import os
+
+    assert one_pids == {os.getpid()} and os.getpid() not in two_pids
+    with pytest.raises(ValueError, match="workers"):
+        _shard_rows(tmp_path / "bad", 0)

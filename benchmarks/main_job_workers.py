@@ -35,7 +35,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -43,7 +42,7 @@ from gsd_lab.accounting import transport
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import RunCache
 from gsd_lab.experiments.workers import usable_cores
-from gsd_lab.figures import FigureSizes, decoding_configurations
+from main_job_batched import figure_specs, short_commit  # benchmarks/, the script's folder
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 LOAD = (
@@ -140,23 +139,8 @@ def main() -> None:
         raise SystemExit("--prompts, --batch, --repeats, --workers and --threads must be >= 1")
     model = load_image_model("standin")
     prompts = list(model.default_prompts[: args.prompts])
-    by_label = {
-        c.spec.label: c.spec
-        for c in decoding_configurations(FigureSizes.default(), model)
-        if c.guided
-    }
-    labels = [label.strip() for label in args.configs.split(",")]
-    unknown = [label for label in labels if label not in by_label]
-    if unknown:
-        raise SystemExit(f"unknown configurations {unknown}; known: {sorted(by_label)}")
-    specs = [by_label[label] for label in labels]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    labels, specs = figure_specs(model, args.configs)
+    commit = short_commit()
     print(
         f"# commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{usable_cores()} usable cores, load average {os.getloadavg()[0]:.2f}, "

@@ -150,6 +150,17 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes the decoding is split over, one thread each, so that other jobs on the "
+        "same cores slow it in proportion instead of stalling it; the same records for any "
+        "number (default: the usable cores on a CPU, 1 on a GPU: gsd_lab.experiments.workers)",
+    )
+
+
 def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runner",
@@ -249,6 +260,7 @@ def _add_figures_parser(sub: Any) -> None:
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
     _add_batch_size_arg(fig)
+    _add_workers_arg(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -282,6 +294,7 @@ def _add_evaluate_parser(sub: Any) -> None:
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     _add_batch_size_arg(ev)
+    _add_workers_arg(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
 
@@ -670,6 +683,8 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command in ("figures", "evaluate"):
         if args.batch_size is not None and args.batch_size < 1:
             fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if getattr(args, "workers", None) is not None and args.workers < 1:
+            fail(f"--workers must be >= 1, got {args.workers}")
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -907,6 +922,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if args.threads is None and args.workers != 1 and str(model.adapter.device) == "cpu":
+        import torch
+
+        # The workers decode with one thread each; this process's own decodes (the detail
+        # analyses) too, so that a busy core does not stall a spinning team here either.
+        torch.set_num_threads(1)
     result = run_figures(
         args.out,
         model=model,
@@ -917,6 +938,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         save_images=args.save_images,
         preset=args.preset,
         batch_size=args.batch_size,
+        workers=args.workers,
     )
     if "rank" in result:
         print(
@@ -936,6 +958,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import BatchedWork, check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
     from .experiments.stream import CHUNK_BATCHES
+    from .experiments.workers import default_workers
     from .models.batched import default_batch_size
     from .io.figure_io import save_image_atomic
     from .io.provenance import git_commit, package_versions
@@ -1035,6 +1058,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config=config,
         metadata=metadata,
         progress=not args.no_progress,
+        workers=default_workers(context.device) if args.workers is None else args.workers,
     )
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))

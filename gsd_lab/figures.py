@@ -335,6 +335,7 @@ def run_figures(
     save_images: bool = False,
     preset: str = "default",
     batch_size: int | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
@@ -350,7 +351,9 @@ def run_figures(
     each image's share of its batch's, each configuration batched on its own,
     ``RunCache``); 1 decodes one image at a time, the papers' latency setting; None: the
     device's default (``gsd_lab.models.batched.default_batch_size``: 8 on a CPU and on a GPU);
-    with ``sizes.streamed`` too (``StreamedRunCache``).
+    with ``sizes.streamed`` too (``StreamedRunCache``). workers: processes the tables' and the
+    frontier's decoding is split over, one thread each (``experiments.workers``: the same
+    records for any number; None: the usable cores on a CPU; not with ``sizes.streamed``).
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
@@ -423,6 +426,7 @@ def run_figures(
             progress=bar,
             w1_draws=sizes.w1_draws,
             batch_size=batch_size,
+            workers=workers,
         )
         # Batched: each guided configuration in a batch stream of its own (RunCache).
         cache.prefetch([c.spec for c in configurations if c.guided])

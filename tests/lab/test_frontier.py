@@ -163,6 +163,10 @@ class _Cache:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
         self.record_w1 = options.get("record_w1", True)
         self.w1_draws, self.batch_size, self.progress_lines = 2, 1, False
+        self.workers = options.get("workers", 1)
+
+    def prefetch(self, specs):
+        _Cache.calls.append(("prefetch", tuple(self.seeds), self.workers, [s.label for s in specs]))
 
     def records(self, spec):
         _Cache.calls.append((tuple(self.seeds), self.record_w1, spec.label))
@@ -184,6 +188,17 @@ def test_frontier_runs_reads_shared_seeds_from_the_tables_cache(monkeypatch):
     curves = {"GSD": [gsd], "dial": [dial]}
     assert runs.images_to_decode(curves, {gsd.key}) == 2 * 2 + 2 * 3  # dial: all 3 seeds
     assert runs.images_to_decode(curves, set()) == 2 * 3 + 2 * 3
+    # rows: every distinct configuration prefetched once per cache (split over main's workers),
+    # GSD on two curves included once.
+    main.workers = 2
+    runs = frontier.FrontierRuns(main, (0, 1, 2))
+    _Cache.calls = []
+    monkeypatch.setattr(frontier, "summarize", lambda model, records, quality_row: len(records))
+    assert runs.rows({"GSD": [gsd], "dial": [gsd, dial]}) == {"GSD": [6], "dial": [6, 6]}
+    assert _Cache.calls[:2] == [
+        ("prefetch", (0,), 2, ["GSD", dial.label]),
+        ("prefetch", (1, 2), 2, ["GSD", dial.label]),
+    ]
     other = frontier.FrontierRuns(_Cache(None, ["a"], [0, 5]), (0, 1))  # seed 5 is no frontier seed
     assert other.shared_seeds == () and other.own_seeds == (0, 1)
     with pytest.raises(ValueError, match="distinct"):

@@ -157,7 +157,8 @@ def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="processes the decoding is split over, one thread each, so that other jobs on the "
         "same cores slow it in proportion instead of stalling it; the same records for any "
-        "number (default: the usable cores on a CPU, 1 on a GPU: gsd_lab.experiments.workers)",
+        "number (default: the usable cores on a CPU, shared among torchrun's ranks; 1 on a GPU: "
+        "gsd_lab.experiments.workers)",
     )
 
 
@@ -1058,7 +1059,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config=config,
         metadata=metadata,
         progress=not args.no_progress,
-        workers=default_workers(context.device) if args.workers is None else args.workers,
+        # torchrun's ranks share the cores: by default each rank takes its share of them.
+        workers=max(1, default_workers(context.device) // context.world_size)
+        if args.workers is None
+        else args.workers,
     )
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))

@@ -610,7 +610,7 @@ def run_figures(
         model.quality_names.get("condition_score", "condition score").split("\n")[0].split()
     )
     diff_panel = (
-        [("condition_score_diff_ar", f"{quality_word} - AR\n(95% paired bootstrap)")]
+        [("condition_score_diff_ar", f"{quality_word} - AR\n(+- 2 paired SE)")]
         if any(r.get("condition_score_diff_ar") is not None for r in table1)
         else []
     )
@@ -778,7 +778,8 @@ def run_figures(
             "(gsd_lab.accounting.distortion; 0 for AR and SJD), then the mean over images, "
             "`distortion_sem` its standard error; noise-free given the tokens. "
             f"`{headers['condition_score_diff_ar']}`: mean per-image difference to AR (same "
-            "prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
+            "prompts and seeds) with the interval its verdict is decided on, d +- 2 paired SE "
+            "(`_low`, `_high`); the row "
             f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is "
             "sampling noise alone: a method's difference inside that "
             "range cannot be told from noise. Quality proxies: "
@@ -834,10 +835,10 @@ def run_figures(
             "(`anchor`) of either curve "
             "inside the other's NFE range, both curves interpolated linearly in NFE "
             "(gsd_lab.experiments.matched); "
-            "`se`, `low`, `high`: paired bootstrap over the images (the same "
-            'prompts and seeds for every rule), 95% interval; `verdict` for the claim "GSD '
-            'distorts less": yes / '
-            "no beyond two standard errors, else noise.\n\n"
+            "`se`: paired bootstrap over the images (the same "
+            "prompts and seeds for every rule); `low`, `high`: difference +- 2 SE, the interval "
+            'the verdict is decided on; `verdict` for the claim "GSD distorts less": yes / '
+            "no beyond two standard errors, else no difference detected.\n\n"
             + matched.matched_summary(matched_rows)
             + (
                 "\n\n"
@@ -1045,7 +1046,8 @@ def _frontier_text(results: dict[str, Any]) -> str:
         + "NFE at matched distortion: each optimal rule's curve read by "
         "linear interpolation in the distortion at the reference's mean distortion; `difference`"
         " = the reference's NFE minus the curve's there (negative: the reference needs fewer "
-        "forwards), `se`, `low`, `high`: paired bootstrap over the images; `inside`: whether "
+        "forwards), `se`: paired bootstrap over the images, `low`, `high`: difference +- 2 SE; "
+        "`inside`: whether "
         "the reference lies in the curve's range (else its nearest end is read); `verdict` for "
         '"the reference needs fewer forwards" by gsd_lab.experiments.verdicts.\n\n'
     )

@@ -10,8 +10,24 @@ import re
 from pathlib import Path
 from typing import Any
 
+import math
+
 from . import ledger, paper
-from .verdicts import NOISE_Z, PairedDifference, paired_difference, verdict
+from .verdicts import (
+    Decision,
+    PairedDifference,
+    combined,
+    decide,
+    NOT_RUN,
+    minimum_detectable,
+    paired_difference,
+    paired_values,
+    per_image,
+    paired_ratio,
+    ratio_verdict,
+    verdict,
+    word,
+)
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
 TABLE_START, TABLE_END = "<!-- table1:start (python -m gsd_lab readme) -->", "<!-- table1:end -->"
@@ -25,116 +41,183 @@ def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
     return row
 
 
-def _diff(diff: PairedDifference, decimals: int = 1) -> str:
-    """ "+1.4 (SE 3.2; +- 2 SE: [-5.0, +7.8])"."""
-    if diff.se is None:
-        return f"{diff.difference:+.{decimals}f} (no SE)"
-    low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
-    return (
-        f"{diff.difference:+.{decimals}f} (SE {diff.se:.{decimals}f}; +- 2 SE: "
-        f"[{low:+.{decimals}f}, {high:+.{decimals}f}])"
-    )
+COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
 
 
-def _fewer(diff: PairedDifference, fewer: str, same: str, more: str) -> str:
-    """One of three phrases by the verdict on a difference in NFE (negative: fewer forwards)."""
-    outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-    return {"yes": fewer, "no": more}.get(outcome, same)
+def _signed(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}"
 
 
-def _span(rows: list[dict[str, Any]], measure: str, other: str) -> str:
+def _span(diff: PairedDifference, digits: int) -> str:
+    """ "+2.6 [-2.5, +7.7]": d [d - 2 SE, d + 2 SE], the interval every verdict decides on."""
+    return Decision("noise", diff).span(digits)
+
+
+def _detectable(diff: PairedDifference, digits: int) -> str:
+    size = minimum_detectable(diff.se)
+    return "" if size is None else f" (the run could detect |d| >= {size:.{digits}f})"
+
+
+def _judged(decision: Decision, digits: int, yes: str, no: str) -> str:
+    """The answer cell: the verdict's words, what "yes" / "no" mean here, the detectable size."""
+    outcome = decision.outcome
+    if outcome == "noise":
+        return word(outcome) + _detectable(decision.diff, digits)
+    return {"yes": f"yes: {yes}", "no": f"no: {no}"}.get(outcome, word(outcome))
+
+
+def _line(question: str, answer: str, label: str, diff: PairedDifference, digits: int) -> dict:
+    cell = "-" if not math.isfinite(diff.difference) else f"{label}: {_span(diff, digits)}"
+    return {"question": question, "answer": answer, "A - B [+- 2 SE]": cell, "n": str(diff.n)}
+
+
+def _matched_points(rows: list[dict[str, Any]], measure: str, other: str) -> tuple[str, str, int]:
+    """(answer, A - B cell, n) of "GSD distorts less than ``other`` at matched NFE"."""
     picked = [r for r in rows if r["measure"] == measure and r["other"] == other]
     if not picked:
-        return "not run"
-    diffs = [r["difference"] for r in picked]
-    lower = sum(r["verdict"] == "yes" for r in picked)
-    higher = sum(r["verdict"] == "no" for r in picked)
-    return (
-        f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points; beyond the noise, "
-        f"GSD lower at {lower} of {len(picked)} and higher at {higher} of {len(picked)}"
+        return word("not run"), "-", 0
+    outcome = combined([r["verdict"] for r in picked])
+    beyond = [f"{r['nfe']:.1f}" for r in picked if r["verdict"] != "noise"]
+    answer = {
+        "yes": "yes: GSD lower at every matched point",
+        "no": "no: GSD higher beyond the noise at " + ", ".join(beyond) + " NFE",
+    }.get(outcome, word(outcome) + f" at {len(picked) - len(beyond)} of {len(picked)} points")
+    cells = "; ".join(
+        f"{r['nfe']:.1f} NFE: " + _span(PairedDifference(r["difference"], r["se"], r["images"]), 3)
+        for r in picked
     )
+    return answer, f"GSD - {other}, {measure}: {cells}", picked[0]["images"]
 
 
-def frontier_line(front: dict[str, Any] | None) -> str | None:
-    """The frontier's finding (``experiments.frontier``): GSD's NFE minus each optimal rule's at
-    GSD's TV and at its W1, worded by the verdict; None when the run has no frontier."""
-    from .frontier import VERDICT_WORDS
-
+def frontier_lines(front: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The frontier's rows (``experiments.frontier``): at GSD's TV, GSD's NFE minus each optimal
+    rule's curve, by the verdict on "GSD needs fewer forwards"; [] when the run has none."""
     if not front or not front.get("matched"):
-        return None
+        return []
     gsd = f"GSD (G={front['group_size']})"
-    parts = []
-    for measure in ("TV", "W1"):
-        rows = [r for r in front["matched"] if r["reference"] == gsd and r["measure"] == measure]
-        if not rows:
+    out = []
+    for r in front["matched"]:
+        if r["reference"] != gsd or r["measure"] != "TV":
             continue
-        clauses = [
-            f"{r['other']} {PairedDifference(r['difference'], r['se'], r['n']).text(2)}: "
-            f"{VERDICT_WORDS[r['verdict']]}" + ("" if r["inside"] else " (outside its range)")
-            for r in rows
-        ]
-        parts.append(f"at its {measure} ({rows[0]['distortion']:.3g}), " + "; ".join(clauses))
-    if not parts:
-        return None
-    images = len(front["prompts"]) * len(front["seeds"])
-    return (
-        f"- **Against the optimal lossy rules** ({images} images; {gsd}'s NFE minus the rule's "
-        "curve read at GSD's distortion, paired SE): " + "; ".join(parts) + "."
-    )
+        diff = PairedDifference(r["difference"], r["se"], r["n"])
+        decision = Decision(r["verdict"], diff)
+        edge = "" if r["inside"] else " (GSD's TV lies outside its range: its nearest end)"
+        answer = _judged(decision, 1, "GSD needs fewer", f"the {r['other']} needs fewer") + edge
+        out.append(
+            _line(
+                f"At GSD's TV ({r['distortion']:.3f}), does GSD need fewer forwards than the "
+                f"{r['other']}?",
+                answer,
+                f"GSD - {r['other']}, NFE",
+                diff,
+                1,
+            )
+        )
+    return out
 
 
-def render_findings(results: dict[str, Any]) -> str:
-    """At most 8 lines of findings, every number read from ``results`` (a results.json dict)."""
+def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The findings table's rows, every number read from ``results`` (a results.json dict)."""
     tables = results["tables"]
     t1, matched = tables["table1"], tables.get("matched_nfe", [])
     ar, sjd, gsd = _row(t1, "AR"), _row(t1, "SJD"), _row(t1, "GSD (G=50)")
     mc_max, mc_gsd = _row(t1, "MC-SJD (maximal)"), _row(t1, "MC-GSD (G=50, maximal)")
-    amp, noise = _row(t1, "Amplify (k=3)"), _row(t1, "AR, second seed set (seed noise)")
-    frontier = paired_difference(mc_max, gsd, "nfe")
-    coupled = paired_difference(mc_gsd, mc_max, "nfe")
-    phrases = ("fewer forwards", "no difference detected (the interval above)", "more forwards")
-    ar_nfe, sjd_nfe, gsd_nfe = paper.AR_NFE.value, paper.SJD_NFE.value, paper.GSD50_NFE.value
-
-    def quality(row: dict[str, Any]) -> str:
-        return f"{row['condition_score'] - ar['condition_score']:+.1f}"
-
-    lines = [
-        "- **The lossless frontier.** Coupled-draft SJD (MC-SJD maximal, lossless) against GSD "
-        f"G = 50: {mc_max['nfe']:.1f} against {gsd['nfe']:.1f} NFE, paired difference "
-        f"{_diff(frontier)} over {gsd['images']} images: {_fewer(frontier, *phrases)}, at zero "
-        f"distortion against GSD's {gsd['distortion']:.3f} TV per token.",
-        "- **Matched NFE, GSD minus the naive Amplify rule** (negative: GSD distorts less): "
-        f"TV {_span(matched, 'TV', 'Amplify')}; W1 {_span(matched, 'W1', 'Amplify')}. "
-        f"Against LANTERN: TV {_span(matched, 'TV', 'LANTERN')}.",
-        f"- **GSD with coupled drafts (MC-GSD G = 50)** against MC-SJD: {mc_gsd['nfe']:.1f} NFE, "
-        f"{_diff(coupled)}: {_fewer(coupled, *phrases)}, at {mc_gsd['distortion']:.3f} TV per "
-        "token.",
-        f"- Speed-ups over AR in forwards: SJD {sjd['speedup_nfe']:.2f}x, GSD G = 50 "
-        f"{gsd['speedup_nfe']:.2f}x ({sjd['nfe'] / gsd['nfe']:.2f}x over SJD; the paper: "
-        f"{ar_nfe / sjd_nfe:.2f}x, {ar_nfe / gsd_nfe:.2f}x, {sjd_nfe / gsd_nfe:.2f}x), Amplify "
-        f"k = 3 {amp['speedup_nfe']:.2f}x. Quality (condition score) minus AR's: GSD "
-        f"{quality(gsd)}, Amplify {quality(amp)}, AR on other seeds {quality(noise)} (the seed "
-        "noise).",
+    amp = _row(t1, "Amplify (k=3)")
+    claimed = paper.SJD_NFE.value / paper.GSD50_NFE.value
+    over_sjd = paired_ratio(sjd, gsd, "nfe")
+    speed = decide(paired_difference(gsd, sjd, "nfe"), -1)
+    speed_answer = (
+        _judged(speed, 1, "GSD needs fewer", "GSD needs more")
+        + f"; SJD / GSD = {over_sjd.text(2)} against the paper's {claimed:.2f}x: "
+        + word(ratio_verdict(over_sjd, claimed))
+        + f"; over AR {gsd['speedup_nfe']:.2f}x (paper "
+        + f"{paper.AR_NFE.value / paper.GSD50_NFE.value:.2f}x)"
+    )
+    kept = paired_difference(gsd, ar, paper.QUALITY)
+    moved = verdict(abs(kept.difference), kept.se, 1)  # "quality changed", either sign
+    kept_answer = (
+        word("noise") + _detectable(kept, 1)
+        if moved == "noise"
+        else {"yes": "no: it moved beyond the noise"}.get(moved, word(moved))
+    )
+    quality = decide(paired_difference(gsd, amp, paper.QUALITY), 1)
+    lossless = decide(paired_difference(mc_max, gsd, "nfe"), -1)
+    coupled = decide(paired_difference(mc_gsd, mc_max, "nfe"), -1)
+    tv_answer, tv_cell, tv_n = _matched_points(matched, "TV", "Amplify")
+    rows = [
+        _line(
+            "Does GSD (G = 50) need fewer forwards than SJD, as the paper says?",
+            speed_answer,
+            "GSD - SJD, NFE",
+            speed.diff,
+            1,
+        ),
+        _line(
+            "Does GSD keep AR's quality (condition score)?",
+            kept_answer,
+            "GSD - AR, score",
+            kept,
+            1,
+        ),
+        _line(
+            "Does GSD lose less quality than Amplify (k = 3), the naive relaxation?",
+            _judged(quality, 1, "GSD scores higher", "Amplify scores higher"),
+            "GSD - Amplify, score",
+            quality.diff,
+            1,
+        ),
+        {
+            "question": "Does GSD distort less than Amplify at matched NFE (exact TV)?",
+            "answer": tv_answer,
+            "A - B [+- 2 SE]": tv_cell,
+            "n": str(tv_n),
+        },
+        _line(
+            "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?",
+            _judged(lossless, 1, "MC-SJD needs fewer", "GSD needs fewer")
+            + f"; MC-SJD is lossless, GSD distorts {gsd['distortion']:.3f} TV per token",
+            "MC-SJD - GSD, NFE",
+            lossless.diff,
+            1,
+        ),
+        _line(
+            "Do coupled drafts make GSD faster than lossless MC-SJD (MC-GSD)?",
+            _judged(coupled, 1, "MC-GSD needs fewer", "MC-SJD needs fewer")
+            + f", at {mc_gsd['distortion']:.3f} TV per token",
+            "MC-GSD - MC-SJD, NFE",
+            coupled.diff,
+            1,
+        ),
+        *frontier_lines(tables.get("frontier")),
     ]
-    line = frontier_line(tables.get("frontier"))
-    if line:
-        lines.append(line)
     top1 = tables.get("top1") or {}
     if top1:
         low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)
         share = top1["pooled_share_below"]
-        inside = "inside" if low <= share <= high else "outside"
-        lines.append(
-            f"- Flatness: {share:.1%} of AR tokens have top-1 probability below "
-            f"{top1['threshold']:g}, {inside} the paper's {low:.0%}-{high:.0%}."
+        inside = "yes" if low <= share <= high else "no"
+        rows.append(
+            {
+                "question": f"Are image tokens flat (top-1 probability below {top1['threshold']:g})"
+                "?",
+                "answer": f"{inside}: {share:.1%} of AR's tokens (the paper: {low:.0%}-{high:.0%})",
+                "A - B [+- 2 SE]": "-",
+                "n": "-",
+            }
         )
+    return rows
+
+
+def render_findings(results: dict[str, Any]) -> str:
+    """The findings block: the stand-in caveat first, then the table of ``findings_rows``."""
+    from ..io.figure_io import markdown_table
+
     commit = str(results["git"]["commit"])[:7]
-    lines.append(
-        f"- All on the **stand-in** (`{results.get('model')}`, commit `{commit}`): "
-        "Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
+    caveat = (
+        f"All on the **stand-in** (`{results.get('model')}`, commit `{commit}`), a small model "
+        "trained here: Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
         "[docs/claims.md](docs/claims.md)."
     )
-    return "\n".join(lines)
+    return caveat + "\n\n" + markdown_table(findings_rows(results), COLUMNS)
 
 
 TABLE1_LABELS = {"AR, second seed set (seed noise)": "AR, other seeds (noise)"}
@@ -144,10 +227,21 @@ def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _minus_ar(row: dict[str, Any], ar: dict[str, Any]) -> PairedDifference:
+    """The row's quality minus AR's, image by image on the same prompts (the seed-noise row is AR
+    on other seeds, so seeds are not compared: runs.RunCache.table pairs the same way)."""
+    x, y = per_image(row, paper.QUALITY), per_image(ar, paper.QUALITY)
+    if x is None or y is None:
+        return NOT_RUN
+    if row["per_image"]["prompt"] != ar["per_image"]["prompt"]:
+        raise ValueError(f"{row['method']} and AR are not paired: their images have other prompts")
+    return paired_values(x, y)
+
+
 def render_table1(results: dict[str, Any]) -> str:
     """Table 1 of the run as README shows it (the project's table renderer), every cell from
     ``results``: NFE (s.e.), speed-ups in NFE and CPU wall time, accepted / tested, TV, W1, the
-    condition score and its difference to AR with the 95% paired-bootstrap interval. A run
+    condition score and its paired difference to AR, d [d +- 2 SE] (``_span``). A run
     decoded at batch B > 1 names it in the wall column (each image's wall time is its share of
     its batch-B forwards: of its configuration's in ``gsd_lab.experiments.runs.RunCache``, of a
     chunk of prompts' configurations in the streamed run)."""
@@ -156,9 +250,9 @@ def render_table1(results: dict[str, Any]) -> str:
     batch = int(results.get("config", {}).get("batch_size") or 1)
     wall = "speed-up (CPU wall)" if batch == 1 else f"speed-up (CPU wall, batch {batch})"
     rows = []
+    ar = _row(results["tables"]["table1"], "AR")
     for r in results["tables"]["table1"]:
-        low, high = r.get("condition_score_diff_ar_low"), r.get("condition_score_diff_ar_high")
-        diff = r.get("condition_score_diff_ar")
+        diff = _minus_ar(r, ar)
         rows.append(
             {
                 "method": TABLE1_LABELS.get(r["method"], r["method"]),
@@ -170,9 +264,9 @@ def render_table1(results: dict[str, Any]) -> str:
                 "TV": _cell(r.get("distortion"), ".3f"),
                 "W1": _cell(r.get("w1"), ".3f"),
                 "condition score": _cell(r.get("condition_score"), ".1f"),
-                "minus AR [95% CI]": "-"
-                if r["method"] == "AR" or diff is None
-                else f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]",
+                "minus AR [+- 2 SE]": "-"
+                if r["method"] == "AR" or not math.isfinite(diff.difference)
+                else _span(diff, 1),
             }
         )
     real = results["tables"].get("real_images")
@@ -192,7 +286,7 @@ def render_table1(results: dict[str, Any]) -> str:
         "TV",
         "W1",
         "condition score",
-        "minus AR [95% CI]",
+        "minus AR [+- 2 SE]",
     ]
     config, sizes = results.get("config", {}), results.get("config", {}).get("sizes", {})
     caption = (

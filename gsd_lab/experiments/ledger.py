@@ -2,15 +2,18 @@
 compared with), run or not, in one table, read from a figures run's ``results.json``.
 
 Each row: the claim, the paper's number, ours (computed here from the run's rows, never typed
-in), a status and, for a difference the run cannot resolve, its interval. Statuses, from
-``verdicts.verdict`` (the one rule):
+in) with the interval its verdict was decided on (d or R, +- 2 paired SE), and the verdict in
+the one vocabulary of ``verdicts.WORDS`` (the rule is ``verdicts.verdict``; size claims are
+ratios against the paper's ratio, ``verdicts.ratio_verdict``):
 
-- "reproduced": the difference is beyond two paired standard errors with the claim's sign (and
-  size, where one is tested);
-- "not reproduced": beyond the noise against the claim, or the right sign at another size
-  ("direction only" in the note), or disproved exactly (Theorem 1 for dynamic clusters);
-- "noise": within two paired standard errors: nothing was shown either way; the interval
-  d +- 2 SE says how large a difference the run cannot exclude (an equivalence reads there);
+- "yes": beyond two paired standard errors with the claim's sign (and, for a ratio, the paper's
+  ratio inside ours +- 2 SE);
+- "direction only": the claim's sign beyond the noise, but the paper's ratio outside ours +- 2 SE;
+- "no": beyond the noise against the claim, the paper's ratio excluded without the direction
+  shown, or disproved exactly (Theorem 1 for dynamic clusters);
+- "no difference detected": within two paired standard errors: nothing was shown either way
+  (never read as "equal"); the row names the smallest difference the run could have detected
+  at 80% power;
 - "not run": not measured here, with the reason.
 
 Headline claims come first: GSD's quality against the naive Amplify relaxation, its distortion
@@ -27,70 +30,41 @@ from typing import Any
 
 from . import paper
 from .verdicts import (
-    NOISE_Z,
+    VERDICTS,
     PairedDifference,
     combined,
     paired_difference,
+    paired_ratio,
+    ratio_verdict,
     verdict,
+    word,
 )
 
-COLUMNS = ["claim", "paper", "here", "status", "interval", "note", "source"]
-STATUS = {
-    "yes": "reproduced",
-    "no": "not reproduced",
-    "direction only": "not reproduced",
-    "noise": "noise",
-    "not run": "not run",
-}
+COLUMNS = ["claim", "paper", "here", "verdict", "note", "source"]
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "figures" / "results.json"
 CLAIMS_MD = REPO / "docs" / "claims.md"
 
 
-def interval(diff: PairedDifference, digits: int = 3) -> str:
-    """ "[d - 2 SE, d + 2 SE]" (the noise band of ``verdicts.verdict``); "-" without an SE."""
-    if diff.se is None or diff.difference != diff.difference:
-        return "-"
-    low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
-    return f"[{low:+.{digits}g}, {high:+.{digits}g}]"
-
-
 def _row(
-    claim: str,
-    paper_text: str,
-    here: str,
-    outcome: str,
-    note: str,
-    source: str,
-    diff: PairedDifference | None = None,
-    span: str | None = None,
+    claim: str, paper_text: str, here: str, outcome: str, note: str, source: str
 ) -> dict[str, str]:
-    if outcome == "direction only":
-        note = "right direction, another size" + (f": {note}" if note else "")
-    if span is None:
-        span = interval(diff) if diff is not None and outcome == "noise" else "-"
+    """A ledger row; ``outcome`` is the verdict's key, shown as ``verdicts.word``."""
     return {
         "claim": claim,
         "paper": paper_text,
         "here": here,
-        "status": STATUS.get(outcome, outcome),
-        "interval": span,
+        "verdict": word(outcome),
         "note": note,
         "source": source,
+        "outcome": outcome,
     }
 
 
-def _from_comparison(row: dict[str, str], diff: PairedDifference | None = None) -> dict[str, str]:
-    """A ``paper`` comparison row (notebooks 02-04) as a ledger row; ``diff``: the paired
-    difference it judged, for the interval of a "noise" verdict."""
+def _from_comparison(row: dict[str, str]) -> dict[str, str]:
+    """A ``paper`` comparison row (notebooks 02-04) as a ledger row."""
     return _row(
-        row["claim"],
-        row["paper"],
-        row["here"],
-        row["reproduces"],
-        row["why not / note"],
-        row["source"],
-        diff,
+        row["claim"], row["paper"], row["here"], row["outcome"], row["why not / note"], row["source"]
     )
 
 
@@ -122,11 +96,10 @@ def quality_vs_amplify(table1: list[dict[str, Any]]) -> dict[str, str]:
     return _row(
         "GSD (G=50) loses less quality than Amplify (k=3)",
         paper_text,
-        "GSD - Amplify, condition score: " + diff.text(3),
+        "GSD - Amplify, condition score: " + paper.difference_text(diff, digits=1),
         outcome,
         note,
         paper.GSD50_CLIP.source,
-        diff,
     )
 
 
@@ -139,20 +112,17 @@ def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, 
         if not rows:
             continue
         outcome = combined([r["verdict"] for r in rows])
-        diffs = [r["difference"] for r in rows]
-        higher = sum(d > 0 for d in diffs)
-        here = (
-            f"GSD - Amplify at {len(rows)} matched NFE: {min(diffs):+.3g} to "
-            f"{max(diffs):+.3g} (GSD higher at {higher}); verdicts "
-            + ", ".join(r["verdict"] for r in rows)
+        here = "GSD - Amplify at matched NFE (d [+- 2 bootstrap SE]): " + "; ".join(
+            f"{r['nfe']:.1f} NFE: "
+            + paper.difference_text(PairedDifference(r["difference"], r["se"], r["images"]))
+            + f", {word(r['verdict'])}"
+            for r in rows
         )
-        anchor = next((r for r in rows if r["anchor"] == "GSD (G=50)"), rows[0])
-        span = (
-            f"[{anchor['low']:+.3g}, {anchor['high']:+.3g}] at {anchor['anchor']} "
-            "(95% paired bootstrap)"
-        )
+        deciding = [f"{r['nfe']:.1f}" for r in rows if r["verdict"] == "no"]
         note = {
-            "no": "at one point or more GSD distorts more than Amplify beyond the noise",
+            "no": "GSD distorts more than Amplify beyond the noise at "
+            + ", ".join(deciding)
+            + " NFE (the point(s) that decide the verdict)",
             "noise": "no point separates them",
         }.get(outcome, "")
         implied = (
@@ -167,7 +137,6 @@ def distortion_vs_amplify(matched_rows: list[dict[str, Any]]) -> list[dict[str, 
                 outcome,
                 note,
                 "gsd_lab.experiments.matched",
-                span=span,
             )
         )
     return out
@@ -198,20 +167,17 @@ def theorem1_dynamic() -> dict[str, str]:
 def gsd_over_sjd(table1: list[dict[str, Any]]) -> dict[str, str]:
     """Table 1: GSD (G = 50) needs 1035 / 637 = 1.62x fewer NFE than SJD."""
     gsd, sjd = _find(table1, "GSD (G=50)"), _find(table1, "SJD")
-    diff = paired_difference(gsd, sjd, "nfe")
     claimed = paper.SJD_NFE.value / paper.GSD50_NFE.value
-    ours = sjd["nfe"] / gsd["nfe"] if gsd is not None and sjd is not None else float("nan")
-    outcome = verdict(
-        diff.difference, diff.se, expected_sign=-1, size_ok=paper.within_ratio(ours, claimed)
-    )
+    ratio = paired_ratio(sjd, gsd, "nfe")
+    outcome = ratio_verdict(ratio, claimed)
+    note = {"direction only": "the paper's speed-up lies outside ours +- 2 SE"}.get(outcome, "")
     return _row(
         "GSD (G=50): NFE speed-up over SJD",
         f"{claimed:.2f}x",
-        f"{ours:.2f}x (GSD - SJD: {diff.text(4)} NFE)",
+        "SJD / GSD: " + paper.ratio_text(ratio),
         outcome,
-        "",
+        note,
         paper.GSD50_NFE.source,
-        diff,
     )
 
 
@@ -224,7 +190,7 @@ def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
         diff = paired_difference(row, gsd, "nfe")
         outcome = verdict(diff.difference, diff.se, expected_sign=-1)
         note = {
-            "noise": "lossless coupled SJD and lossy GSD: equal forwards within the interval",
+            "noise": "no difference detected between lossless coupled SJD and lossy GSD",
             "no": "GSD needs fewer forwards",
             "yes": "SCD compares with GSD G = 10 on COCO; here G = 50",
         }.get(outcome, "not run")
@@ -232,11 +198,10 @@ def frontier(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
             _row(
                 f"{label}, lossless, needs fewer forwards than lossy GSD (G=50)",
                 f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) {paper.SCD_GSD10_NFE.value:g} NFE",
-                f"{label} - GSD (G=50): {diff.text(3)} NFE",
+                f"{label} - GSD (G=50): {paper.difference_text(diff, 'NFE', digits=1)}",
                 outcome,
                 note,
                 paper.SCD_GSD10_NFE.source,
-                diff,
             )
         )
     return out
@@ -249,17 +214,16 @@ def quality_vs_ar(table1: list[dict[str, Any]]) -> dict[str, str]:
     outcome = verdict(abs(diff.difference), diff.se, expected_sign=1)  # "it changed", either sign
     status = {"yes": "no"}.get(outcome, outcome)
     note = {
-        "noise": "no change beyond the noise: what the claim predicts, within the interval",
+        "noise": "no change detected: what the claim predicts, but not a proof of equality",
         "no": "quality moved beyond the noise",
     }.get(status, "")
     return _row(
         "GSD (G=50) keeps AR's quality",
         f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
-        "GSD - AR, condition score: " + diff.text(3),
+        "GSD - AR, condition score: " + paper.difference_text(diff, digits=1),
         status,
         note,
         paper.GSD50_CLIP.source,
-        diff,
     )
 
 
@@ -276,27 +240,13 @@ def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
     rows.append(_from_comparison(by_claim["GSD (G=50): NFE speed-up over AR"]))
     rows.append(gsd_over_sjd(table1))
     rows.append(theorem1_dynamic())
-    sjd = _prefixed(table2, "SJD") or _find(table1, "SJD")
-    for r in comparison:
-        if r["claim"].startswith("Table 2 ("):  # "Table 2 (A): NFE / SJD's NFE": paired NFE
-            key = r["claim"].split(":")[0].removeprefix("Table 2 ")
-            diff = paired_difference(_prefixed(table2, key + " "), sjd, "nfe")
-            rows.append(_from_comparison(r, diff))
-        elif r["claim"].startswith("Table 2"):
-            rows.append(_from_comparison(r))
+    rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("Table 2")]
     rows += frontier(table1)
     rows.append(quality_vs_ar(table1))
     for label in ("SJD", "Amplify (k=3)", "MC-SJD (maximal)", "MC-SJD (Gumbel)"):
         claim = next(c for c in by_claim if c.startswith(f"{label}: NFE speed-up over AR"))
         rows.append(_from_comparison(by_claim[claim]))
-    coupled = paired_difference(
-        _prefixed(table1, "MC-GSD (G=50"), _find(table1, "GSD (G=50)"), "nfe"
-    )
-    rows += [
-        _from_comparison(r, coupled)
-        for r in comparison
-        if r["claim"].startswith("(not in the papers)")
-    ]
+    rows += [_from_comparison(r) for r in comparison if r["claim"].startswith("(not in the papers)")]
     top1 = tables.get("top1") or {}
     if top1:
         rows += [
@@ -341,7 +291,7 @@ def ledger_markdown(results: dict[str, Any]) -> str:
     from ..io.figure_io import markdown_table
 
     rows = ledger(results)
-    counts = {s: sum(r["status"] == s for r in rows) for s in dict.fromkeys(STATUS.values())}
+    counts = {word(v): sum(r["outcome"] == v for r in rows) for v in VERDICTS}
     images = next((r.get("images") for r in results.get("tables", {}).get("table1", [])), None)
     commit = (results.get("git") or {}).get("commit")
     head = [
@@ -351,9 +301,11 @@ def ledger_markdown(results: dict[str, Any]) -> str:
         f"commit `{commit}`, "
         f"{images} images per method) by `gsd_lab.experiments.ledger`; do not edit by hand "
         "(`python -m gsd_lab readme` rewrites it). Status by the one verdict rule "
-        "(`gsd_lab.experiments.verdicts`): reproduced / not reproduced beyond two paired "
-        "standard errors, "
-        "noise within them (the interval d +- 2 SE is what the run cannot exclude), not run (why). "
+        "(`gsd_lab.experiments.verdicts`), in one vocabulary: yes / no beyond two paired standard "
+        "errors (d +- 2 SE, printed with every number it judged), direction only (the claim's "
+        "sign, but the paper's ratio outside ours +- 2 SE), no difference detected (within "
+        "them; never read as equality: the row names the smallest difference the run could "
+        "have detected at 80% power), not run (why). "
         "Headline claims first. Every number here is from the stand-in unless stated: "
         "**Lumina-mGPT's real weights have not run.**",
         "",

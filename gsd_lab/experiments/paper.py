@@ -7,10 +7,13 @@ row states the paper's value, ours (computed from the run's rows), a verdict and
 does not reproduce, why.
 
 Verdicts: one rule, ``verdicts.verdict``, on a measured difference and its paired standard
-error (the same prompts and seeds on both sides): "noise" when the difference is within two
-standard errors (or has none), else "yes" / "no" by its sign against the claim's, and
-"direction only" when the sign is right but a size test fails (a speed-up more than
-``RATIO_TOLERANCE`` away from the paper's). "not run": a row is missing from this run.
+error (the same prompts and seeds on both sides): "noise" (shown "no difference detected", with
+the smallest difference the run could have detected) when the difference is within two
+standard errors (or has none), else "yes" / "no" by its sign against the claim's. A size claim
+(a speed-up, a ratio of NFE) is judged as a ratio against the paper's ratio
+(``verdicts.ratio_verdict``): "direction only" when R is beyond the noise on the paper's side
+of 1 but R +- 2 SE(R) excludes the paper's ratio. "not run": a row is missing from this run.
+Every row's "here" shows the interval its verdict was decided on (d or R, +- 2 SE).
 The top-1 share (notebook 02) is a property of one run's tokens, compared with the paper's
 range directly.
 
@@ -27,9 +30,20 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .verdicts import NOISE_Z, PairedDifference, combined, paired_difference, paired_values, verdict
+from .verdicts import (
+    NOISE_Z,
+    Decision,
+    PairedDifference,
+    PairedRatio,
+    combined,
+    paired_difference,
+    paired_ratio,
+    paired_values,
+    ratio_verdict,
+    verdict,
+    word,
+)
 
-RATIO_TOLERANCE = 0.2  # relative; a speed-up within 20% of the paper's counts as reproduced
 QUALITY = "condition_score"  # the stand-in's condition score, or the CLIP score on Lumina-mGPT
 
 
@@ -86,7 +100,7 @@ SJD_PAC_STEP_PARTI = PaperNumber(
     4.62, "paper.md 4.5, SJD-PAC README, Lumina-mGPT Parti: step compression"
 )
 
-COLUMNS = ["claim", "paper", "here", "reproduces", "why not / note", "source"]
+COLUMNS = ["claim", "paper", "here", "verdict", "why not / note", "source"]
 
 # The paper's analyses this package does not reproduce, with the reason: the one list (notebook
 # 04 shows it; the claims ledger, `ledger.ledger`, lists them as "not run").
@@ -133,21 +147,17 @@ NOT_REPRODUCED = [
 ]
 
 
-def _row(claim: str, paper: str, here: str, verdict: str, why: str, source: str) -> dict[str, str]:
+def _row(claim: str, paper: str, here: str, outcome: str, why: str, source: str) -> dict[str, str]:
+    """One comparison: ``outcome`` is the verdict's key ("noise", ...), ``verdict`` its words."""
     return {
         "claim": claim,
         "paper": paper,
         "here": here,
-        "reproduces": verdict,
+        "verdict": "-" if outcome == "-" else word(outcome),
         "why not / note": why,
         "source": source,
+        "outcome": outcome,
     }
-
-
-def within_ratio(ours: float, paper: float, tolerance: float = RATIO_TOLERANCE) -> bool:
-    """The size test of a speed-up (> 1 means faster): within ``tolerance`` relative
-    of the paper's."""
-    return math.isfinite(ours) and abs(ours / paper - 1) <= tolerance
 
 
 def _find(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any] | None:
@@ -235,9 +245,7 @@ def replacement_comparison(
         se = math.hypot(*sems) if all(v is not None for v in sems) else None
         change = PairedDifference(top[QUALITY] - original[QUALITY], se, 0)
     kind = "paired" if paired else "unpaired"
-    here = f"{change.difference:+.2f}" + (
-        f" ({kind} SE {change.se:.2f})" if change.se is not None else ""
-    )
+    here = difference_text(change, digits=2).replace("(n = ", f"({kind}, n = ", 1)
     # Either sign contradicts "barely changes": judge |change| as the claim "it changed".
     outcome = verdict(abs(change.difference), change.se, expected_sign=1)
     if outcome == "noise":
@@ -296,12 +304,16 @@ def replacement_comparison(
 # ---- notebook 04 ---------------------------------------------------------------------------------
 
 
-def _speedup(row: dict[str, Any] | None) -> float:
-    return math.nan if row is None or row.get("speedup_nfe") is None else float(row["speedup_nfe"])
+def difference_text(diff: PairedDifference, unit: str = "", digits: int = 3) -> str:
+    """ "+0.12 NFE [-0.3, +0.5] (n = 10)": the difference with the interval a verdict on it is
+    decided on (and, were it "noise", the size the run could have detected)."""
+    if not math.isfinite(diff.difference):
+        return "-"
+    return Decision(verdict(diff.difference, diff.se, 1), diff).text(digits, unit).split(": ", 1)[1]
 
 
-def _difference_text(diff: PairedDifference, unit: str = "", digits: int = 3) -> str:
-    return diff.text(digits) + (f" {unit}" if unit and math.isfinite(diff.difference) else "")
+def ratio_text(ratio: PairedRatio, suffix: str = "x") -> str:
+    return ratio.text(2, suffix) + (f" (n = {ratio.n})" if math.isfinite(ratio.ratio) else "")
 
 
 def _speedup_row(
@@ -312,21 +324,17 @@ def _speedup_row(
     size_why: str,
     source: str,
 ) -> dict[str, str]:
-    """ "``row`` needs ``paper`` times fewer forwards than AR": the paired NFE difference to AR,
-    beyond the noise and negative, with the speed-up within ``RATIO_TOLERANCE`` of the paper's."""
-    ours = _speedup(row)
-    diff = paired_difference(row, ar, "nfe")
-    outcome = verdict(diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(ours, paper))
+    """ "``row`` needs ``paper`` times fewer forwards than AR": the speed-up AR / ``row`` in mean
+    NFE with its paired SE, against the paper's ratio (``verdicts.ratio_verdict``)."""
+    ratio = paired_ratio(ar, row, "nfe")
+    outcome = ratio_verdict(ratio, paper)
     why = {
         "yes": "",
         "not run": "row not in this run's Table 1",
         "direction only": size_why,
-        "noise": "NFE within two paired standard errors of AR's",
-    }.get(outcome, "slower than AR")
-    here = (
-        "-" if math.isnan(ours) else f"{ours:.2f}x (NFE - AR: {_difference_text(diff, digits=4)})"
-    )
-    return _row(claim, f"{paper:.2f}x", here, outcome, why, source)
+        "noise": "the speed-up is within two paired standard errors of 1",
+    }.get(outcome, "slower than AR, or the paper's speed-up excluded")
+    return _row(claim, f"{paper:.2f}x", ratio_text(ratio), outcome, why, source)
 
 
 def speed_quality_comparison(
@@ -370,7 +378,7 @@ def speed_quality_comparison(
         _row(
             "quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)",
             paper_text,
-            "GSD - Amplify: " + _difference_text(diff),
+            "GSD - Amplify: " + difference_text(diff, digits=1),
             outcome,
             why,
             GSD50_CLIP.source,
@@ -384,26 +392,22 @@ def speed_quality_comparison(
     for key in ("(A)", "(B)", "(C)", "(D)"):
         row = found[key]
         paper = TABLE2_NFE[key].value / SJD_NFE.value
-        ours = math.nan if row is None or t2_sjd is None else row["nfe"] / t2_sjd["nfe"]
-        diff = paired_difference(row, t2_sjd, "nfe")
-        outcome = verdict(
-            diff.difference, diff.se, expected_sign=-1, size_ok=within_ratio(1 / ours, 1 / paper)
-        )
+        ratio = paired_ratio(row, t2_sjd, "nfe")
+        outcome = ratio_verdict(ratio, paper)
         why = {
             "yes": "",
             "not run": "row not in this run's Table 2",
-            "noise": "NFE within two paired standard errors of SJD's",
-        }.get(outcome, "another model: the share of drafts a cluster rescues differs")
-        here = (
-            "-"
-            if math.isnan(ours)
-            else f"{ours:.2f} (NFE - SJD: {_difference_text(diff, digits=4)})"
+            "noise": "the ratio is within two paired standard errors of 1",
+        }.get(
+            outcome,
+            "the paper's ratio lies outside ours +- 2 SE: another model, the share of drafts a "
+            "cluster rescues differs",
         )
         rows.append(
             _row(
                 f"Table 2 {key}: NFE / SJD's NFE",
                 f"{paper:.2f}",
-                here,
+                ratio_text(ratio, suffix=""),
                 outcome,
                 why,
                 TABLE2_NFE[key].source,
@@ -443,13 +447,13 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
         why = {
             "yes": "SCD compares with GSD G = 10 on COCO; here G = 50 with the paper's filters",
             "not run": "rows not in this run's Table 1",
-            "noise": "within two paired standard errors: on this model this lossless "
-            "coupled SJD and lossy GSD need the same forwards",
+            "noise": "no difference detected between this lossless coupled SJD and lossy GSD "
+            "(not a proof that they are equal: see the interval)",
         }.get(outcome, "GSD's clusters accept more than coupling on this model")
         here = (
             "-"
             if row is None or gsd50 is None
-            else (f"{label} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}")
+            else (f"{label} - GSD (G=50): {difference_text(diff, 'NFE', digits=1)}")
         )
         rows.append(
             _row(
@@ -467,7 +471,7 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
             _row(
                 "(not in the papers) coupled drafts speed up GSD (G=50) too",
                 "-",
-                f"{coupled_gsd['method']} - GSD (G=50): {_difference_text(diff, 'NFE', digits=4)}",
+                f"{coupled_gsd['method']} - GSD (G=50): {difference_text(diff, 'NFE', digits=1)}",
                 verdict(diff.difference, diff.se, expected_sign=-1),
                 "same rule, coupled re-drafts: the per-step law "
                 "given the history is unchanged (proofs/09)",
@@ -508,7 +512,7 @@ def table2_ordering(found: dict[str, dict[str, Any] | None]) -> list[dict[str, s
             other: paired_difference(found["(B)"], found[other], key) for other in ("(C)", "(D)")
         }
         outcome = combined([verdict(d.difference, d.se, expected_sign=1) for d in diffs.values()])
-        here = "; ".join(f"(B) - {other}: {_difference_text(d)}" for other, d in diffs.items())
+        here = "; ".join(f"(B) - {other}: {difference_text(d)}" for other, d in diffs.items())
         why = {
             "yes": "",
             "not run": "rows (B)-(D) or their per-image distortions missing",
@@ -553,7 +557,7 @@ def nfe_below_sjd(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
             _row(
                 f"{row['method']} needs fewer NFE than SJD",
                 paper,
-                "GSD - SJD: " + _difference_text(diff, "NFE", digits=4),
+                "GSD - SJD: " + difference_text(diff, "NFE", digits=1),
                 outcome,
                 why,
                 GSD50_NFE.source

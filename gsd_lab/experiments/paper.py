@@ -107,6 +107,7 @@ COLUMNS = ["claim", "paper", "here", "verdict", "why not / note", "source"]
 NOT_REPRODUCED_COLUMNS = ["analysis", "paper", "why not here"]
 NOT_REPRODUCED = [
     {
+        "id": "fig3_tsne_embeddings",
         "analysis": "Fig. 3: t-SNE of the token embeddings",
         "paper": "spread almost uniformly, hence no natural static clusters "
         "(paper.md 1.3; which table and how many points: not found)",
@@ -115,6 +116,7 @@ NOT_REPRODUCED = [
         "of the input embeddings, against the dynamic rule (notebook 04)",
     },
     {
+        "id": "fig8_token_context",
         "analysis": "Fig. 8: one token decodes to different pixels by context",
         "paper": "token similarity depends on context, so static clusters "
         "fit poorly (paper.md 1.3; details not found)",
@@ -123,6 +125,7 @@ NOT_REPRODUCED = [
         "needs weights that cannot be downloaded here",
     },
     {
+        "id": "text_model_contrast",
         "analysis": "the text-model contrast: SD acceptance about 70% in LLMs against "
         "about 40% in image models; top-1 histograms of a text model",
         "paper": "paper.md 1.2 (which text model and data: not found)",
@@ -131,6 +134,7 @@ NOT_REPRODUCED = [
         "notebook 01 shows why flat pairs accept less",
     },
     {
+        "id": "latency_speedup",
         "analysis": "latency (seconds per image) and latency speed-ups",
         "paper": "Table 1: 4.65x latency at 3.76x NFE on Parti (paper.md 1.4), on an A100",
         "why not here": "CPU wall time of a small model is noise-dominated and says nothing about "
@@ -138,6 +142,7 @@ NOT_REPRODUCED = [
         "section 5 has per-forward GPU times of the 7B shapes with random weights)",
     },
     {
+        "id": "coco_fid_clip",
         "analysis": "MS-COCO FID and CLIP (5,000 captions)",
         "paper": "Table 1, COCO rows: GSD (G=25) FID 33.55, CLIP 31.24 (paper.md 1.4)",
         "why not here": "needs Lumina-mGPT on a GPU, the 5,000 COCO images and captions and the "

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from . import paper_values as paper
-from . import tables, toy
+from . import frontier, tables, toy
 from .matched import MEASURES
 from .verdicts import (
     NOISE_Z,
@@ -65,7 +65,7 @@ class Evidence:
     value: float | None = None
     se: float | None = None
     n: int = 0
-    unit: str = ""
+    suffix: str = ""  # a ratio's: "x" for a speed-up
     digits: int = 1
     paper_value: float | None = None
     parts: tuple[Evidence, ...] = ()
@@ -86,7 +86,7 @@ class Evidence:
         """ "+2.6 [-2.5, +7.7]" (a ratio: "1.05x [0.98, 1.12]"); "-" when not run."""
         if self.kind == "ratio":
             ratio = PairedRatio(math.nan if self.value is None else self.value, self.se, self.n)
-            return ratio.text(2, self.unit)
+            return ratio.text(2, self.suffix)
         if self.kind == "difference":
             return Decision(self.outcome, self.diff).span(self.digits)
         return "-"
@@ -96,7 +96,7 @@ class Evidence:
         if self.outcome == "not run" and self.kind != "exact":
             return "-"
         if self.kind == "difference":
-            text = Decision(self.outcome, self.diff).text(self.digits, self.unit)
+            text = Decision(self.outcome, self.diff).text(self.digits)
             return f"{self.compared}: " + text.split(": ", 1)[1]
         if self.kind == "ratio":
             return f"{self.compared}: {self.span()} (n = {self.n})"
@@ -128,7 +128,7 @@ class Evidence:
 
 
 def _part_text(part: Evidence) -> str:
-    where = f"{part.at:.1f} NFE: " if part.at is not None else f"{part.compared}: "
+    where = f"{part.compared}, {part.at:.1f} NFE: " if part.at is not None else f"{part.compared}: "
     return where + part.span() + f", {word(part.outcome)}"
 
 
@@ -153,13 +153,14 @@ class Run:
 
 
 def difference(
-    a: dict | None, b: dict | None, key: str, sign: int, compared: str, unit: str = "", digits=1
+    a: dict | None, b: dict | None, key: str, sign: int, compared: str, digits: int = 1
 ) -> Evidence:
-    """Row a minus row b on ``key``, paired over images, judged with the claim's ``sign``."""
+    """Row a minus row b on ``key``, paired over images, judged with the claim's ``sign``;
+    ``compared`` names both and the measure ("GSD (G=50) - SJD, NFE")."""
     diff = paired_difference(a, b, key)
     outcome = verdict(diff.difference, diff.se, sign)
     value = diff.difference if math.isfinite(diff.difference) else None
-    return Evidence(outcome, "difference", compared, value, diff.se, diff.n, unit, digits)
+    return Evidence(outcome, "difference", compared, value, diff.se, diff.n, digits=digits)
 
 
 def unchanged(evidence: Evidence) -> Evidence:
@@ -170,12 +171,12 @@ def unchanged(evidence: Evidence) -> Evidence:
     return replace(evidence, outcome={"yes": "no"}.get(moved, moved))
 
 
-def ratio(a: dict | None, b: dict | None, claimed: float, compared: str, unit="x") -> Evidence:
+def ratio(a: dict | None, b: dict | None, claimed: float, compared: str, suffix="x") -> Evidence:
     """mean(a) / mean(b) in NFE against the paper's ratio ``claimed``."""
     found = paired_ratio(a, b, "nfe")
     value = found.ratio if math.isfinite(found.ratio) else None
     outcome = ratio_verdict(found, claimed)
-    return Evidence(outcome, "ratio", compared, value, found.se, found.n, unit, 2, claimed)
+    return Evidence(outcome, "ratio", compared, value, found.se, found.n, suffix, 2, claimed)
 
 
 def points(parts: list[Evidence], compared: str) -> Evidence:
@@ -193,9 +194,10 @@ def matched_points(run: Run, measure: str, other: str) -> Evidence:
         Evidence(
             verdict(r["difference"], r["se"], -1),
             "difference",
-            value=r["difference"],
-            se=r["se"],
-            n=r["images"],
+            f"at {r['anchor']}",
+            r["difference"],
+            r["se"],
+            r["images"],
             digits=3,
             at=r["nfe"],
         )
@@ -222,18 +224,18 @@ class Claim:
 
 def _quality_vs_amplify(run: Run) -> Evidence:
     return difference(
-        run.row(GSD50), run.row(AMPLIFY3), QUALITY, 1, "GSD - Amplify, condition score"
+        run.row(GSD50), run.row(AMPLIFY3), QUALITY, 1, f"{GSD50} - {AMPLIFY3}, condition score"
     )
 
 
 def _distortion_vs_amplify(measure: str) -> Callable[[Run], Evidence]:
     def judge(run: Run) -> Evidence:
         found = matched_points(run, measure, "Amplify")
-        deciding = [f"{p.at:.1f}" for p in found.parts if p.outcome == "no"]
+        deciding = [f"{p.at:.1f} NFE ({p.compared})" for p in found.parts if p.outcome == "no"]
         note = (
             "GSD distorts more than Amplify beyond the noise at "
             + ", ".join(deciding)
-            + " NFE (the point(s) that decide the verdict)"
+            + ": the point(s) that decide the verdict"
             if found.outcome == "no"
             else {"noise": "no point separates them"}.get(found.outcome, "")
         )
@@ -279,7 +281,7 @@ def _table2_ordering(measure: str) -> Callable[[Run], Evidence]:
 
 def _fewer_forwards_than_gsd(label: str) -> Callable[[Run], Evidence]:
     return lambda run: difference(
-        run.row(label), run.row(GSD50), "nfe", -1, f"{label} - {GSD50}", "NFE"
+        run.row(label), run.row(GSD50), "nfe", -1, f"{label} - {GSD50}, NFE"
     )
 
 
@@ -341,6 +343,33 @@ def _top100(run: Run) -> Evidence:
     return replacement(PairedDifference.from_dict(change[QUALITY]))
 
 
+def _fewer_than_optimal(name: str) -> Callable[[Run], Evidence]:
+    """At GSD's TV, GSD's NFE minus the optimal rule ``name``'s curve read there
+    (``frontier.matched_distortion``; bootstrap SE), for "GSD needs fewer forwards" (sign -1).
+    ``at``: GSD's TV; the note says when GSD's TV lies outside the curve (its nearest end)."""
+
+    def judge(run: Run) -> Evidence:
+        front = run.tables.get("frontier") or {}
+        gsd = tables.gsd(front.get("group_size") or PAPER_GROUP).label
+        found = next(
+            (
+                r
+                for r in front.get("matched") or []
+                if r["reference"] == gsd and r["measure"] == MEASURES["distortion"]
+                and r["other"] == name
+            ),
+            None,
+        )
+        if found is None:
+            return replace(NOT_RUN, note="no frontier in this run")
+        outcome = verdict(found["difference"], found["se"], -1)
+        edge = "" if found["inside"] else "GSD's TV lies outside its range: its nearest end"
+        return Evidence(outcome, "difference", f"GSD - {name}, NFE", found["difference"],
+                        found["se"], found["n"], at=found["distortion"], note=edge)
+
+    return judge
+
+
 def _not_run(why: str) -> Callable[[Run], Evidence]:
     return lambda run: replace(NOT_RUN, note=why)
 
@@ -379,6 +408,14 @@ _ORDERING_NOTES = {
     "not run": "rows (B)-(D) or their per-image distortions missing",
     "noise": "a difference within two paired standard errors: cannot tell which distorts more",
     "no": "another row distorts more than (B) on this model",
+}
+
+OPTIMAL_RULES = {  # the frontier's optimal lossy rules by the slug of their claim id
+    "tv_relaxation": frontier.RELAXATION,
+    "tv_relaxation_maximal": frontier.RELAXATION_MAXIMAL,
+    "tv_dial": frontier.DIAL,
+    "w1_transport": frontier.TRANSPORT,
+    "w1_dial": frontier.W1_DIAL,
 }
 
 CLAIMS: tuple[Claim, ...] = (
@@ -430,7 +467,7 @@ CLAIMS: tuple[Claim, ...] = (
         f"{GSD50} needs fewer NFE than SJD",
         f"{paper.GSD50_NFE.value:.0f} < {paper.SJD_NFE.value:.0f}",
         paper.GSD50_NFE.source,
-        lambda run: difference(run.row(GSD50), run.row(SJD), "nfe", -1, "GSD - SJD", "NFE"),
+        lambda run: difference(run.row(GSD50), run.row(SJD), "nfe", -1, f"{GSD50} - SJD, NFE"),
         {
             "noise": "within two paired standard errors: this run cannot tell GSD's NFE from SJD's",
             "no": "GSD needed more forwards than SJD on these images",
@@ -484,7 +521,7 @@ CLAIMS: tuple[Claim, ...] = (
         f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
         paper.GSD50_CLIP.source,
         lambda run: unchanged(
-            difference(run.row(GSD50), run.row(AR), QUALITY, 1, "GSD - AR, condition score")
+            difference(run.row(GSD50), run.row(AR), QUALITY, 1, f"{GSD50} - AR, condition score")
         ),
         {
             "noise": "no change detected: what the claim predicts, but not a proof of equality",
@@ -524,7 +561,7 @@ CLAIMS: tuple[Claim, ...] = (
         "-",
         "proofs/09_coupled_drafts.md",
         lambda run: difference(
-            run.row(MC_GSD50), run.row(GSD50), "nfe", -1, f"{MC_GSD50} - {GSD50}", "NFE"
+            run.row(MC_GSD50), run.row(GSD50), "nfe", -1, f"{MC_GSD50} - {GSD50}, NFE"
         ),
         {
             "yes": "same rule, coupled re-drafts: the per-step law given the history is unchanged "
@@ -538,9 +575,19 @@ CLAIMS: tuple[Claim, ...] = (
         "-",
         "proofs/09_coupled_drafts.md",
         lambda run: difference(
-            run.row(MC_GSD50), run.row(MC_MAXIMAL), "nfe", -1, "MC-GSD - MC-SJD", "NFE"
+            run.row(MC_GSD50), run.row(MC_MAXIMAL), "nfe", -1, f"{MC_GSD50} - {MC_MAXIMAL}, NFE"
         ),
         {"not run": "rows not in this run's Table 1"},
+    ),
+    *(
+        Claim(
+            f"gsd_fewer_nfe_than_{slug}",
+            f"(not in the papers) at GSD's TV, GSD needs fewer forwards than the {name}",
+            "-",
+            "gsd_lab.experiments.frontier; docs/optimal-lossy.md",
+            _fewer_than_optimal(name),
+        )
+        for slug, name in OPTIMAL_RULES.items()
     ),
     Claim(
         "top1_share_below_5pct",
@@ -608,3 +655,25 @@ def as_json(evidence: dict[str, Evidence]) -> dict[str, dict[str, Any]]:
         }
         for cid, found in evidence.items()
     }
+
+
+def row(claim_id: str, found: Evidence) -> dict[str, str]:
+    """A claim as a table row: statement, the paper's value, ours ("here": the numbers the
+    verdict was decided on), the verdict's words, why (the note), the source, its id, and the
+    verdict's key ("outcome")."""
+    claim = BY_ID[claim_id]
+    return {
+        "claim": claim.text,
+        "paper": claim.paper,
+        "here": found.measured(),
+        "verdict": word(found.outcome),
+        "note": found.note,
+        "source": claim.source,
+        "id": claim_id,
+        "outcome": found.outcome,
+    }
+
+
+def rows(evidence: dict[str, Evidence], ids: tuple[str, ...] = IDS) -> list[dict[str, str]]:
+    """``row`` for each of ``ids`` (default: every claim, in the ledger's order)."""
+    return [row(cid, evidence[cid]) for cid in ids]

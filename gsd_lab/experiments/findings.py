@@ -6,46 +6,35 @@ repository's ``figures/``) rewrites it together with the claims ledger (docs/cla
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
-import math
-
-from . import ledger, paper
-from .verdicts import (
-    Decision,
-    PairedDifference,
-    combined,
-    decide,
-    NOT_RUN,
-    minimum_detectable,
-    paired_difference,
-    paired_values,
-    per_image,
-    paired_ratio,
-    ratio_verdict,
-    verdict,
-    word,
-)
+from . import claims, ledger
+from .claims import Evidence
+from .paper_values import QUALITY, TOP1_SHARE_RANGE
+from .verdicts import NOT_RUN, Decision, PairedDifference, minimum_detectable, paired_values
+from .verdicts import per_image, word
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
 TABLE_START, TABLE_END = "<!-- table1:start (python -m gsd_lab readme) -->", "<!-- table1:end -->"
 README = ledger.REPO / "README.md"
+COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
 
 
 def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
     row = next((r for r in rows if r["method"] == method), None)
     if row is None:
-        raise ValueError(f"results.json's table1 has no row {method!r}: cannot render the findings")
+        raise ValueError(f"results.json's table1 has no row {method!r}: cannot render Table 1")
     return row
 
 
-COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
-
-
-def _signed(value: float, digits: int) -> str:
-    return f"{value:+.{digits}f}"
+def _distortion(results: dict[str, Any], label: str) -> str:
+    """ ", GSD distorts 0.124 TV per token"-style tail for a Table 1 row; "" when not run."""
+    row = next((r for r in results["tables"]["table1"] if r["method"] == label), None)
+    value = None if row is None else row.get("distortion")
+    return "" if value is None else f"{value:.3f} TV per token"
 
 
 def _span(diff: PairedDifference, digits: int) -> str:
@@ -53,153 +42,108 @@ def _span(diff: PairedDifference, digits: int) -> str:
     return Decision("noise", diff).span(digits)
 
 
-def _detectable(diff: PairedDifference, digits: int) -> str:
-    size = minimum_detectable(diff.se)
-    return "" if size is None else f" (the run could detect |d| >= {size:.{digits}f})"
+def answer(found: Evidence, yes: str, no: str) -> str:
+    """The answer cell: the verdict's words, what "yes" / "no" mean here and, for "no difference
+    detected", the smallest difference the run could have detected at 80% power."""
+    if found.outcome == "noise":
+        size = minimum_detectable(found.se)
+        if size is None:
+            return word("noise")
+        return word("noise") + f" (the run could detect |d| >= {size:.{found.digits}f})"
+    return {"yes": f"yes: {yes}", "no": f"no: {no}"}.get(found.outcome, word(found.outcome))
 
 
-def _judged(decision: Decision, digits: int, yes: str, no: str) -> str:
-    """The answer cell: the verdict's words, what "yes" / "no" mean here, the detectable size."""
-    outcome = decision.outcome
-    if outcome == "noise":
-        return word(outcome) + _detectable(decision.diff, digits)
-    return {"yes": f"yes: {yes}", "no": f"no: {no}"}.get(outcome, word(outcome))
+def line(question: str, answer_text: str, found: Evidence) -> dict[str, str]:
+    """A findings row: the question, the answer, A - B with its interval, n."""
+    measured = found.measured()
+    cell = measured if found.kind == "points" else (
+        "-" if found.value is None else f"{found.compared}: {found.span()}"
+    )
+    return {"question": question, "answer": answer_text, "A - B [+- 2 SE]": cell, "n": str(found.n)}
 
 
-def _line(question: str, answer: str, label: str, diff: PairedDifference, digits: int) -> dict:
-    cell = "-" if not math.isfinite(diff.difference) else f"{label}: {_span(diff, digits)}"
-    return {"question": question, "answer": answer, "A - B [+- 2 SE]": cell, "n": str(diff.n)}
-
-
-def _matched_points(rows: list[dict[str, Any]], measure: str, other: str) -> tuple[str, str, int]:
-    """(answer, A - B cell, n) of "GSD distorts less than ``other`` at matched NFE"."""
-    picked = [r for r in rows if r["measure"] == measure and r["other"] == other]
-    if not picked:
-        return word("not run"), "-", 0
-    outcome = combined([r["verdict"] for r in picked])
-    beyond = [f"{r['nfe']:.1f}" for r in picked if r["verdict"] != "noise"]
-    answer = {
+def _points_answer(found: Evidence) -> str:
+    beyond = [f"{p.at:.1f}" for p in found.parts if p.outcome != "noise"]
+    return {
         "yes": "yes: GSD lower at every matched point",
         "no": "no: GSD higher beyond the noise at " + ", ".join(beyond) + " NFE",
-    }.get(outcome, word(outcome) + f" at {len(picked) - len(beyond)} of {len(picked)} points")
-    cells = "; ".join(
-        f"{r['nfe']:.1f} NFE: " + _span(PairedDifference(r["difference"], r["se"], r["images"]), 3)
-        for r in picked
+    }.get(
+        found.outcome,
+        word(found.outcome) + f" at {len(found.parts) - len(beyond)} of {len(found.parts)} points",
     )
-    return answer, f"GSD - {other}, {measure}: {cells}", picked[0]["images"]
 
 
-def frontier_lines(front: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The frontier's rows (``experiments.frontier``): at GSD's TV, GSD's NFE minus each optimal
-    rule's curve, by the verdict on "GSD needs fewer forwards"; [] when the run has none."""
-    if not front or not front.get("matched"):
-        return []
-    gsd = f"GSD (G={front['group_size']})"
+def frontier_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
+    """The frontier's rows: at GSD's TV, GSD's NFE minus each optimal rule's curve (claims
+    ``gsd_fewer_nfe_than_*``), by the verdict on "GSD needs fewer forwards"; only those run."""
     out = []
-    for r in front["matched"]:
-        if r["reference"] != gsd or r["measure"] != "TV":
+    for slug, other in claims.OPTIMAL_RULES.items():
+        evidence = found[f"gsd_fewer_nfe_than_{slug}"]
+        if evidence.value is None:
             continue
-        diff = PairedDifference(r["difference"], r["se"], r["n"])
-        decision = Decision(r["verdict"], diff)
-        edge = "" if r["inside"] else " (GSD's TV lies outside its range: its nearest end)"
-        answer = _judged(decision, 1, "GSD needs fewer", f"the {r['other']} needs fewer") + edge
-        out.append(
-            _line(
-                f"At GSD's TV ({r['distortion']:.3f}), does GSD need fewer forwards than the "
-                f"{r['other']}?",
-                answer,
-                f"GSD - {r['other']}, NFE",
-                diff,
-                1,
-            )
+        edge = f" ({evidence.note})" if evidence.note else ""
+        text = answer(evidence, "GSD needs fewer", f"the {other} needs fewer") + edge
+        question = (
+            f"At GSD's TV ({evidence.at:.3f}), does GSD need fewer forwards than the {other}?"
         )
+        out.append(line(question, text, evidence))
     return out
 
 
 def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
-    """The findings table's rows, every number read from ``results`` (a results.json dict)."""
-    tables = results["tables"]
-    t1, matched = tables["table1"], tables.get("matched_nfe", [])
-    ar, sjd, gsd = _row(t1, "AR"), _row(t1, "SJD"), _row(t1, "GSD (G=50)")
-    mc_max, mc_gsd = _row(t1, "MC-SJD (maximal)"), _row(t1, "MC-GSD (G=50, maximal)")
-    amp = _row(t1, "Amplify (k=3)")
-    claimed = paper.SJD_NFE.value / paper.GSD50_NFE.value
-    over_sjd = paired_ratio(sjd, gsd, "nfe")
-    speed = decide(paired_difference(gsd, sjd, "nfe"), -1)
-    speed_answer = (
-        _judged(speed, 1, "GSD needs fewer", "GSD needs more")
-        + f"; SJD / GSD = {over_sjd.text(2)} against the paper's {claimed:.2f}x: "
-        + word(ratio_verdict(over_sjd, claimed))
-        + f"; over AR {gsd['speedup_nfe']:.2f}x (paper "
-        + f"{paper.AR_NFE.value / paper.GSD50_NFE.value:.2f}x)"
-    )
-    kept = paired_difference(gsd, ar, paper.QUALITY)
-    moved = verdict(abs(kept.difference), kept.se, 1)  # "quality changed", either sign
-    kept_answer = (
-        word("noise") + _detectable(kept, 1)
-        if moved == "noise"
-        else {"yes": "no: it moved beyond the noise"}.get(moved, word(moved))
-    )
-    quality = decide(paired_difference(gsd, amp, paper.QUALITY), 1)
-    lossless = decide(paired_difference(mc_max, gsd, "nfe"), -1)
-    coupled = decide(paired_difference(mc_gsd, mc_max, "nfe"), -1)
-    tv_answer, tv_cell, tv_n = _matched_points(matched, "TV", "Amplify")
+    """The findings table's rows, each a claim of ``claims`` by id (numbers from ``results``)."""
+    found = claims.of_results(results)
+    gsd_tv, mc_gsd_tv = _distortion(results, claims.GSD50), _distortion(results, claims.MC_GSD50)
+    over_sjd, over_ar = found["gsd_speedup_over_sjd"], found["gsd_speedup_over_ar"]
+    speed = answer(found["gsd_fewer_nfe_than_sjd"], "GSD needs fewer", "GSD needs more")
+    for over, base in ((over_sjd, "SJD"), (over_ar, "AR")):
+        if over.value is not None:
+            speed += (
+                f"; {base} / GSD = {over.span()} against the paper's {over.paper_value:.2f}x: "
+                + word(over.outcome)
+            )
+    kept = found["gsd_keeps_ar_quality"]
+    kept_answer = {"no": "no: it moved beyond the noise"}.get(kept.outcome) or answer(kept, "", "")
     rows = [
-        _line(
-            "Does GSD (G = 50) need fewer forwards than SJD, as the paper says?",
-            speed_answer,
-            "GSD - SJD, NFE",
-            speed.diff,
-            1,
-        ),
-        _line(
-            "Does GSD keep AR's quality (condition score)?",
-            kept_answer,
-            "GSD - AR, score",
-            kept,
-            1,
-        ),
-        _line(
+        line("Does GSD (G = 50) need fewer forwards than SJD, as the paper says?", speed,
+             found["gsd_fewer_nfe_than_sjd"]),
+        line("Does GSD keep AR's quality (condition score)?", kept_answer, kept),
+        line(
             "Does GSD lose less quality than Amplify (k = 3), the naive relaxation?",
-            _judged(quality, 1, "GSD scores higher", "Amplify scores higher"),
-            "GSD - Amplify, score",
-            quality.diff,
-            1,
+            answer(
+                found["gsd_quality_above_amplify"], "GSD scores higher", "Amplify scores higher"
+            ),
+            found["gsd_quality_above_amplify"],
         ),
-        {
-            "question": "Does GSD distort less than Amplify at matched NFE (exact TV)?",
-            "answer": tv_answer,
-            "A - B [+- 2 SE]": tv_cell,
-            "n": str(tv_n),
-        },
-        _line(
+        line(
+            "Does GSD distort less than Amplify at matched NFE (exact TV)?",
+            _points_answer(found["gsd_distorts_less_than_amplify_tv"]),
+            found["gsd_distorts_less_than_amplify_tv"],
+        ),
+        line(
             "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?",
-            _judged(lossless, 1, "MC-SJD needs fewer", "GSD needs fewer")
-            + f"; MC-SJD is lossless, GSD distorts {gsd['distortion']:.3f} TV per token",
-            "MC-SJD - GSD, NFE",
-            lossless.diff,
-            1,
+            answer(found["mc_sjd_maximal_fewer_nfe_than_gsd"], "MC-SJD needs fewer",
+                   "GSD needs fewer")
+            + (f"; MC-SJD is lossless, GSD distorts {gsd_tv}" if gsd_tv else ""),
+            found["mc_sjd_maximal_fewer_nfe_than_gsd"],
         ),
-        _line(
+        line(
             "Do coupled drafts make GSD faster than lossless MC-SJD (MC-GSD)?",
-            _judged(coupled, 1, "MC-GSD needs fewer", "MC-SJD needs fewer")
-            + f", at {mc_gsd['distortion']:.3f} TV per token",
-            "MC-GSD - MC-SJD, NFE",
-            coupled.diff,
-            1,
+            answer(found["coupled_gsd_fewer_nfe_than_mc_sjd"], "MC-GSD needs fewer",
+                   "MC-SJD needs fewer")
+            + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""),
+            found["coupled_gsd_fewer_nfe_than_mc_sjd"],
         ),
-        *frontier_lines(tables.get("frontier")),
+        *frontier_lines(found),
     ]
-    top1 = tables.get("top1") or {}
-    if top1:
-        low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)
-        share = top1["pooled_share_below"]
-        inside = "yes" if low <= share <= high else "no"
+    top1 = found["top1_share_below_5pct"]
+    if top1.value is not None:
+        low, high = (bound.value for bound in TOP1_SHARE_RANGE)
         rows.append(
             {
-                "question": f"Are image tokens flat (top-1 probability below {top1['threshold']:g})"
-                "?",
-                "answer": f"{inside}: {share:.1%} of AR's tokens (the paper: {low:.0%}-{high:.0%})",
+                "question": "Are image tokens flat (top-1 probability below 0.05)?",
+                "answer": f"{word(top1.outcome)}: {top1.value:.1%} of AR's tokens (the paper: "
+                f"{low:.0%}-{high:.0%})",
                 "A - B [+- 2 SE]": "-",
                 "n": "-",
             }
@@ -230,7 +174,7 @@ def _cell(value: Any, fmt: str) -> str:
 def _minus_ar(row: dict[str, Any], ar: dict[str, Any]) -> PairedDifference:
     """The row's quality minus AR's, image by image on the same prompts (the seed-noise row is AR
     on other seeds, so seeds are not compared: runs.RunCache.table pairs the same way)."""
-    x, y = per_image(row, paper.QUALITY), per_image(ar, paper.QUALITY)
+    x, y = per_image(row, QUALITY), per_image(ar, QUALITY)
     if x is None or y is None:
         return NOT_RUN
     if row["per_image"]["prompt"] != ar["per_image"]["prompt"]:

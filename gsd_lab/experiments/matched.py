@@ -14,10 +14,11 @@ Error bars: a paired bootstrap over images. One resample draws image indices wit
 and recomputes every configuration's mean NFE and mean distortion from the same images (the
 images are paired across configurations, so their shared variation cancels), then the anchor's
 NFE, both interpolations and the difference; the standard error is the spread of the resampled
-differences, the interval (low, high) the verdict's own, difference +- ``NOISE_Z`` SE. Where a per-image distortion is itself estimated
-(W1 from a few rows, ``accounting.transport``), its sampling noise is inside the per-image values
-and so inside these error bars. A resample whose anchor leaves a curve's range reads that
-curve's nearest end (``np.interp``), so points near the ends lean toward them.
+differences, the interval (low, high) the verdict's own, difference +- ``NOISE_Z`` SE. Where a
+per-image distortion is itself estimated (W1 from a few rows, ``accounting.transport``), its
+sampling noise is inside the per-image values and so inside these error bars. A resample whose
+anchor leaves a curve's range reads that curve's nearest end (``np.interp``), so points near the
+ends lean toward them.
 
 Verdicts follow ``verdicts.verdict`` for the claim "GSD distorts less than the other rule"
 (expected sign -1): "yes", "no", or "noise" (within two standard errors; shown "no difference

@@ -1158,8 +1158,7 @@ def _sections(
         violation=f"{run.toy['theorem1'].max_violation:.3g}",
     )
     sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1", toy_text))
-    claims_text = fill("claims", table=markdown_table(ledger_rows, ledger.COLUMNS))
-    sections.append(("Claims, by id", claims_text))
+    sections.append((ledger.SECTION, ledger.claims_section(ledger_rows)))
     sections.append(("Run", _run_text(run, saved, seconds, out_dir)))
     return sections
 

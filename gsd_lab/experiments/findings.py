@@ -90,6 +90,28 @@ def frontier_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
     return out
 
 
+QUESTIONS = (  # (claim id, the README's question, what "yes" means there, what "no" means)
+    (
+        "gsd_quality_above_amplify",
+        "Does GSD lose less quality than Amplify (k = 3), the naive relaxation?",
+        "GSD scores higher",
+        "Amplify scores higher",
+    ),
+    (
+        "mc_sjd_maximal_fewer_nfe_than_gsd",
+        "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?",
+        "MC-SJD needs fewer",
+        "GSD needs fewer",
+    ),
+    (
+        "coupled_gsd_fewer_nfe_than_mc_sjd",
+        "Do coupled drafts make GSD faster than lossless MC-SJD (MC-GSD)?",
+        "MC-GSD needs fewer",
+        "MC-SJD needs fewer",
+    ),
+)
+
+
 def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
     """The findings table's rows, each a claim of ``claims`` by id (numbers from ``results``)."""
     found = claims.of_results(results)
@@ -104,35 +126,23 @@ def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
             )
     kept = found["gsd_keeps_ar_quality"]
     kept_answer = {"no": "no: it moved beyond the noise"}.get(kept.outcome) or answer(kept, "", "")
+    tails = {}  # what an answer adds: the lossy side's distortion, where it was run
+    if gsd_tv:
+        tails["mc_sjd_maximal_fewer_nfe_than_gsd"] = f"; MC-SJD is lossless, GSD distorts {gsd_tv}"
+    if mc_gsd_tv:
+        tails["coupled_gsd_fewer_nfe_than_mc_sjd"] = f", at {mc_gsd_tv}"
     rows = [
         line("Does GSD (G = 50) need fewer forwards than SJD, as the paper says?", speed,
              found["gsd_fewer_nfe_than_sjd"]),
         line("Does GSD keep AR's quality (condition score)?", kept_answer, kept),
         line(
-            "Does GSD lose less quality than Amplify (k = 3), the naive relaxation?",
-            answer(
-                found["gsd_quality_above_amplify"], "GSD scores higher", "Amplify scores higher"
-            ),
-            found["gsd_quality_above_amplify"],
-        ),
-        line(
             "Does GSD distort less than Amplify at matched NFE (exact TV)?",
             _points_answer(found["gsd_distorts_less_than_amplify_tv"]),
             found["gsd_distorts_less_than_amplify_tv"],
         ),
-        line(
-            "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?",
-            answer(found["mc_sjd_maximal_fewer_nfe_than_gsd"], "MC-SJD needs fewer",
-                   "GSD needs fewer")
-            + (f"; MC-SJD is lossless, GSD distorts {gsd_tv}" if gsd_tv else ""),
-            found["mc_sjd_maximal_fewer_nfe_than_gsd"],
-        ),
-        line(
-            "Do coupled drafts make GSD faster than lossless MC-SJD (MC-GSD)?",
-            answer(found["coupled_gsd_fewer_nfe_than_mc_sjd"], "MC-GSD needs fewer",
-                   "MC-SJD needs fewer")
-            + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""),
-            found["coupled_gsd_fewer_nfe_than_mc_sjd"],
+        *(
+            line(question, answer(found[cid], yes, no) + tails.get(cid, ""), found[cid])
+            for cid, question, yes, no in QUESTIONS
         ),
         *frontier_lines(found),
     ]
@@ -296,20 +306,31 @@ def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
 
 
 def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
-    """README's rendered blocks and docs/claims.md from ``results`` (default:
-    figures/results.json)."""
+    """README's rendered blocks, docs/claims.md and figures/results.md's claims section from
+    ``results`` (default: figures/results.json)."""
     results = results if results is not None else ledger.load_results()
-    return [update_readme(results), ledger.write_claims(results)]
+    return [
+        update_readme(results),
+        ledger.write_claims(results),
+        ledger.write_results_claims(results),
+    ]
 
 
 def stale_outputs(
-    results: dict[str, Any], readme: str | Path = README, claims: str | Path = ledger.CLAIMS_MD
+    results: dict[str, Any],
+    readme: str | Path = README,
+    claims: str | Path = ledger.CLAIMS_MD,
+    results_md: str | Path = ledger.RESULTS_MD,
 ) -> list[str]:
-    """Which of README's findings block and docs/claims.md differ from ``results``' rendering."""
+    """Which of README's blocks, docs/claims.md and results.md's claims section differ from
+    ``results``' rendering."""
     stale, text = [], Path(readme).read_text()
     blocks = rendered_blocks(results).items()
     if any(committed_block(text, *markers) != block for markers, block in blocks):
         stale.append(str(readme))
     if not Path(claims).exists() or Path(claims).read_text() != ledger.ledger_markdown(results):
         stale.append(str(claims))
+    page = Path(results_md).read_text()
+    if ledger.with_claims_section(page, results) != page:
+        stale.append(str(results_md))
     return stale

@@ -21,6 +21,7 @@ ratio, ``verdicts.ratio_verdict``):
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ COLUMNS = ["claim", "paper", "here", "verdict", "note", "source", "id"]
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "figures" / "results.json"
 CLAIMS_MD = REPO / "docs" / "claims.md"
+RESULTS_MD = REPO / "figures" / "results.md"
+SECTION = "Claims, by id"  # results.md's heading for the ledger
 
 
 def ledger(results: dict[str, Any]) -> list[dict[str, str]]:
@@ -80,6 +83,39 @@ def write_claims(results: dict[str, Any], path: str | Path = CLAIMS_MD) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(ledger_markdown(results))
+    return path
+
+
+def claims_section(rows: list[dict[str, str]]) -> str:
+    """results.md's claims section body: the ledger's ``rows`` with what they are."""
+    from ..io.figure_io import markdown_table
+
+    return (
+        "Every claim by its stable id (`gsd_lab.experiments.claims`; results.json's `claims` "
+        "holds the same numbers as numbers), judged by the one rule of "
+        "`gsd_lab.experiments.verdicts`: the interval is d (or R) +- 2 paired SE; \"no "
+        "difference detected\" is never equality. The same table as docs/claims.md when this run "
+        "is the committed one.\n\n" + markdown_table(rows, COLUMNS)
+    )
+
+
+def with_claims_section(text: str, results: dict[str, Any]) -> str:
+    """results.md's ``text`` with its claims section rendered from ``results`` (replaced, or
+    inserted before "## Run" in a results.md written before claims had ids)."""
+    section = f"## {SECTION}\n\n{claims_section(ledger(results))}\n\n"
+    pattern = re.compile(r"^## " + re.escape(SECTION) + r"\n.*?(?=^## )", re.S | re.M)
+    if pattern.search(text):
+        return pattern.sub(lambda _: section, text, count=1)
+    if "\n## Run\n" not in text:
+        raise ValueError("results.md has no '## Run' section to put the claims before")
+    return text.replace("\n## Run\n", f"\n{section}## Run\n", 1)
+
+
+def write_results_claims(results: dict[str, Any], path: str | Path = RESULTS_MD) -> Path:
+    """Re-render results.md's claims section from ``results`` (no decoding: the rest of the
+    page is the figures run's)."""
+    path = Path(path)
+    path.write_text(with_claims_section(path.read_text(), results))
     return path
 
 

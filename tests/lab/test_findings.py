@@ -153,3 +153,16 @@ def test_relative_links_of_readme_and_docs_resolve():
             if target.startswith(("http://", "https://")):
                 continue
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_results_md_claims_section_is_inserted_once_then_replaced():
+    """results.md's claims section is re-rendered from results.json without decoding: inserted
+    before "## Run" on a page without one, replaced in place afterwards (never duplicated)."""
+    page = "# GSD results\n\n## Toy\n\ntoy\n\n## Run\n\n1 figure.\n"
+    first = ledger.with_claims_section(page, RESULTS)
+    assert first.index(f"## {ledger.SECTION}") < first.index("## Run")
+    assert "| theorem1_dynamic_clusters |" in first
+    assert ledger.with_claims_section(first, RESULTS) == first
+    assert first.count(f"## {ledger.SECTION}") == 1
+    with pytest.raises(ValueError, match="Run"):
+        ledger.with_claims_section("# no sections\n", RESULTS)

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from . import paper_values as paper
+from . import paper_values
 from . import frontier, tables, toy
 from .matched import MEASURES
 from .verdicts import (
@@ -46,7 +46,7 @@ from .verdicts import (
 )
 
 PAPER_GROUP = 50  # Table 1's GSD row: the paper's G
-QUALITY = paper.QUALITY
+QUALITY = paper_values.QUALITY
 AR, SJD = tables.AR.label, tables.SJD.label
 GSD50 = tables.gsd(PAPER_GROUP).label
 AMPLIFY3 = tables.amplify(3).label
@@ -258,7 +258,7 @@ def _theorem1(_: Run) -> Evidence:
 
 
 def _table2_ratio(key: str) -> Callable[[Run], Evidence]:
-    claimed = paper.TABLE2_NFE[key].value / paper.SJD_NFE.value
+    claimed = paper_values.TABLE2_NFE[key].value / paper_values.SJD_NFE.value
     return lambda run: ratio(
         run.table2(key), run.row(SJD, "table2") or run.row(SJD), claimed, f"{key} / SJD", ""
     )
@@ -289,9 +289,9 @@ def _top1(run: Run) -> Evidence:
     top1 = run.tables.get("top1") or {}
     if not top1:
         return NOT_RUN
-    low, high = (b.value for b in paper.TOP1_SHARE_RANGE)
+    low, high = (b.value for b in paper_values.TOP1_SHARE_RANGE)
     share = top1["pooled_share_below"]
-    if top1["threshold"] != paper.TOP1_THRESHOLD.value:
+    if top1["threshold"] != paper_values.TOP1_THRESHOLD.value:
         return replace(NOT_RUN, kind="share", value=share, note="the paper's threshold is 0.05")
     inside = low <= share <= high
     why = (
@@ -384,12 +384,13 @@ def _speedup_notes(size_why: str) -> dict[str, str]:
 
 
 OTHER_MODEL = "faster than AR but by another factor: other model, token count and acceptance"
-_GSD_SPEEDUP = paper.AR_NFE.value / paper.GSD50_NFE.value
-_SCD_SPEEDUP = paper.SCD_AR_NFE.value / paper.SCD_NFE.value
-_SCD_TEXT = f"SCD {paper.SCD_NFE.value:g} < GSD (G=10) {paper.SCD_GSD10_NFE.value:g} NFE"
-_TABLE2_CLIP = (
-    f"(B) lowest CLIP: {paper.TABLE2_CLIP['(B)'].value} vs {paper.TABLE2_CLIP['(C)'].value} (C), "
-    f"{paper.TABLE2_CLIP['(D)'].value} (D)"
+_GSD_SPEEDUP = paper_values.AR_NFE.value / paper_values.GSD50_NFE.value
+_SCD_SPEEDUP = paper_values.SCD_AR_NFE.value / paper_values.SCD_NFE.value
+_SCD_TEXT = (
+    f"SCD {paper_values.SCD_NFE.value:g} < GSD (G=10) {paper_values.SCD_GSD10_NFE.value:g} NFE"
+)
+_TABLE2_CLIP = "(B) lowest CLIP: {} vs {} (C), {} (D)".format(
+    *(paper_values.TABLE2_CLIP[key].value for key in ("(B)", "(C)", "(D)"))
 )
 _LOSSLESS_NOTES = {
     "noise": "no difference detected between this lossless coupled SJD and lossy GSD",
@@ -422,9 +423,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "gsd_quality_above_amplify",
         f"{GSD50} loses less quality than {AMPLIFY3}",
-        f"CLIP {paper.GSD50_CLIP.value} vs {paper.AMPLIFY3_CLIP.value} "
-        f"(GSD {paper.GSD50_CLIP.value - paper.AMPLIFY3_CLIP.value:+.3f})",
-        paper.GSD50_CLIP.source,
+        f"CLIP {paper_values.GSD50_CLIP.value} vs {paper_values.AMPLIFY3_CLIP.value} "
+        f"(GSD {paper_values.GSD50_CLIP.value - paper_values.AMPLIFY3_CLIP.value:+.3f})",
+        paper_values.GSD50_CLIP.source,
         _quality_vs_amplify,
         {
             "no": "Amplify scored higher than GSD",
@@ -436,8 +437,8 @@ CLAIMS: tuple[Claim, ...] = (
         Claim(
             f"gsd_distorts_less_than_amplify_{measure.lower()}",
             f"GSD distorts less than Amplify at matched NFE, exact {measure}",
-            f"implied by Table 1 (CLIP at {paper.GSD50_NFE.value:g} vs "
-            f"{paper.AMPLIFY3_NFE.value:g} NFE); distortion not measured",
+            f"implied by Table 1 (CLIP at {paper_values.GSD50_NFE.value:g} vs "
+            f"{paper_values.AMPLIFY3_NFE.value:g} NFE); distortion not measured",
             "gsd_lab.experiments.matched",
             _distortion_vs_amplify(measure),
         )
@@ -447,17 +448,17 @@ CLAIMS: tuple[Claim, ...] = (
         "gsd_speedup_over_ar",
         f"{GSD50}: NFE speed-up over AR",
         f"{_GSD_SPEEDUP:.2f}x",
-        paper.GSD50_NFE.source,
+        paper_values.GSD50_NFE.source,
         _speedup(GSD50, _GSD_SPEEDUP),
         _speedup_notes(OTHER_MODEL),
     ),
     Claim(
         "gsd_speedup_over_sjd",
         f"{GSD50}: NFE speed-up over SJD",
-        f"{paper.SJD_NFE.value / paper.GSD50_NFE.value:.2f}x",
-        paper.GSD50_NFE.source,
+        f"{paper_values.SJD_NFE.value / paper_values.GSD50_NFE.value:.2f}x",
+        paper_values.GSD50_NFE.source,
         lambda run: ratio(
-            run.row(SJD), run.row(GSD50), paper.SJD_NFE.value / paper.GSD50_NFE.value,
+            run.row(SJD), run.row(GSD50), paper_values.SJD_NFE.value / paper_values.GSD50_NFE.value,
             f"SJD / {GSD50}",
         ),
         {"direction only": "the paper's speed-up lies outside ours +- 2 SE"},
@@ -465,8 +466,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "gsd_fewer_nfe_than_sjd",
         f"{GSD50} needs fewer NFE than SJD",
-        f"{paper.GSD50_NFE.value:.0f} < {paper.SJD_NFE.value:.0f}",
-        paper.GSD50_NFE.source,
+        f"{paper_values.GSD50_NFE.value:.0f} < {paper_values.SJD_NFE.value:.0f}",
+        paper_values.GSD50_NFE.source,
         lambda run: difference(run.row(GSD50), run.row(SJD), "nfe", -1, f"{GSD50} - SJD, NFE"),
         {
             "noise": "within two paired standard errors: this run cannot tell GSD's NFE from SJD's",
@@ -486,8 +487,8 @@ CLAIMS: tuple[Claim, ...] = (
         Claim(
             f"table2_{key[1].lower()}_nfe_over_sjd",
             f"Table 2 {key}: NFE / SJD's NFE",
-            f"{paper.TABLE2_NFE[key].value / paper.SJD_NFE.value:.2f}",
-            paper.TABLE2_NFE[key].source,
+            f"{paper_values.TABLE2_NFE[key].value / paper_values.SJD_NFE.value:.2f}",
+            paper_values.TABLE2_NFE[key].source,
             _table2_ratio(key),
             _TABLE2_RATIO_NOTES,
         )
@@ -498,7 +499,7 @@ CLAIMS: tuple[Claim, ...] = (
             f"table2_b_distorts_most_{measure.lower()}",
             f"Table 2: sorting by q (B) distorts the most of (B)-(D), exact {measure}",
             _TABLE2_CLIP,
-            paper.TABLE2_CLIP["(B)"].source,
+            paper_values.TABLE2_CLIP["(B)"].source,
             _table2_ordering(measure),
             _ORDERING_NOTES,
         )
@@ -509,7 +510,7 @@ CLAIMS: tuple[Claim, ...] = (
             f"mc_sjd_{draft}_fewer_nfe_than_gsd",
             f"{label}, lossless, needs fewer forwards than lossy {GSD50}",
             _SCD_TEXT,
-            paper.SCD_GSD10_NFE.source,
+            paper_values.SCD_GSD10_NFE.source,
             _fewer_forwards_than_gsd(label),
             _LOSSLESS_NOTES,
         )
@@ -518,8 +519,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "gsd_keeps_ar_quality",
         f"{GSD50} keeps AR's quality",
-        f"CLIP {paper.GSD50_CLIP.value} vs AR {paper.AR_CLIP.value}",
-        paper.GSD50_CLIP.source,
+        f"CLIP {paper_values.GSD50_CLIP.value} vs AR {paper_values.AR_CLIP.value}",
+        paper_values.GSD50_CLIP.source,
         lambda run: unchanged(
             difference(run.row(GSD50), run.row(AR), QUALITY, 1, f"{GSD50} - AR, condition score")
         ),
@@ -531,17 +532,17 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "sjd_speedup_over_ar",
         "SJD: NFE speed-up over AR",
-        f"{paper.AR_NFE.value / paper.SJD_NFE.value:.2f}x",
-        paper.SJD_NFE.source,
-        _speedup(SJD, paper.AR_NFE.value / paper.SJD_NFE.value),
+        f"{paper_values.AR_NFE.value / paper_values.SJD_NFE.value:.2f}x",
+        paper_values.SJD_NFE.source,
+        _speedup(SJD, paper_values.AR_NFE.value / paper_values.SJD_NFE.value),
         _speedup_notes(OTHER_MODEL),
     ),
     Claim(
         "amplify_speedup_over_ar",
         f"{AMPLIFY3}: NFE speed-up over AR",
-        f"{paper.AR_NFE.value / paper.AMPLIFY3_NFE.value:.2f}x",
-        paper.AMPLIFY3_NFE.source,
-        _speedup(AMPLIFY3, paper.AR_NFE.value / paper.AMPLIFY3_NFE.value),
+        f"{paper_values.AR_NFE.value / paper_values.AMPLIFY3_NFE.value:.2f}x",
+        paper_values.AMPLIFY3_NFE.source,
+        _speedup(AMPLIFY3, paper_values.AR_NFE.value / paper_values.AMPLIFY3_NFE.value),
         _speedup_notes(OTHER_MODEL),
     ),
     *(
@@ -549,7 +550,7 @@ CLAIMS: tuple[Claim, ...] = (
             f"mc_sjd_{draft}_speedup_over_ar",
             f"{label}: NFE speed-up over AR (SCD)",
             f"{_SCD_SPEEDUP:.2f}x",
-            paper.SCD_NFE.source,
+            paper_values.SCD_NFE.source,
             _speedup(label, _SCD_SPEEDUP),
             _speedup_notes("another model and window (SCD: L = 64 on COCO)"),
         )
@@ -592,22 +593,22 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "top1_share_below_5pct",
         "share of tokens with top-1 < 5%",
-        f"{paper.TOP1_SHARE_RANGE[0].value:.0%}-{paper.TOP1_SHARE_RANGE[1].value:.0%}",
-        paper.TOP1_SHARE_RANGE[0].source,
+        "{:.0%}-{:.0%}".format(*(bound.value for bound in paper_values.TOP1_SHARE_RANGE)),
+        paper_values.TOP1_SHARE_RANGE[0].source,
         _top1,
     ),
     Claim(
         "top100_replacement_keeps_quality",
         "top-100 replacement barely changes quality",
-        f"CLIP {paper.REPLACED_CLIP.value - paper.AR_CLIP.value:+.3f}",
-        paper.REPLACED_CLIP.source,
+        f"CLIP {paper_values.REPLACED_CLIP.value - paper_values.AR_CLIP.value:+.3f}",
+        paper_values.REPLACED_CLIP.source,
         _top100,
     ),
     Claim(
         "sjd_pac_step_compression",
         "SJD-PAC: step compression over AR",
-        f"{paper.SJD_PAC_STEP.value:.2f}x",
-        paper.SJD_PAC_STEP.source,
+        f"{paper_values.SJD_PAC_STEP.value:.2f}x",
+        paper_values.SJD_PAC_STEP.source,
         _not_run(
             "its released tree verification is not lossless (an exact transcription, "
             "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive Continuation on "
@@ -615,9 +616,9 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     *(
-        Claim(item["id"], item["analysis"], item["paper"], "paper.NOT_REPRODUCED",
+        Claim(item["id"], item["analysis"], item["paper"], "paper_values.NOT_REPRODUCED",
               _not_run(item["why not here"]))
-        for item in paper.NOT_REPRODUCED
+        for item in paper_values.NOT_REPRODUCED
     ),
 )
 IDS = tuple(c.id for c in CLAIMS)

@@ -233,9 +233,8 @@ def _distortion_vs_amplify(measure: str) -> Callable[[Run], Evidence]:
         found = matched_points(run, measure, "Amplify")
         deciding = [f"{p.at:.1f} NFE ({p.compared})" for p in found.parts if p.outcome == "no"]
         note = (
-            "GSD distorts more than Amplify beyond the noise at "
-            + ", ".join(deciding)
-            + ": the point(s) that decide the verdict"
+            f"GSD distorts more than Amplify beyond the noise at {len(deciding)} of "
+            f"{len(found.parts)} matched points, which decide the verdict: " + ", ".join(deciding)
             if found.outcome == "no"
             else {"noise": "no point separates them"}.get(found.outcome, "")
         )

@@ -10,17 +10,19 @@ call (``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-i
 from __future__ import annotations
 
 import functools
+import string
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
-from .experiments import findings, frontier, ledger, matched, plots, records, tables, toy
+from .experiments import claims, findings, frontier, ledger, matched, plots, records, tables
+from .experiments import toy
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
@@ -35,15 +37,6 @@ from .accounting.transport import DEFAULT_DRAWS
 
 
 W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem"]
-W1_TEXT = (
-    "`w1`: the similarity-aware distortion, per image the mean over its tokens of W1(one-step "
-    "output law, p) with ground cost the RMS difference per coordinate between the codes' decoded "
-    "content (the adapter's `code_content()`: on the stand-in each code's patch, pixel values in "
-    "[-1, 1], so W1 reads in that scale; x 127.5 for 8-bit levels), then the mean over images; "
-    "each image's mean is estimated from {draws} rows drawn with probability proportional to their "
-    "exact TV, each row's W1 exact (POT; gsd_lab.accounting.transport): `w1_sem` its standard "
-    "error over images (sampling noise included), `w1_sampling_sem` the estimator's part of it. "
-)
 
 
 @dataclass(frozen=True)
@@ -319,6 +312,57 @@ def paper_plan(
     return "\n".join(lines)
 
 
+@dataclass
+class PaperRun:
+    """What the compute step of ``run_figures`` produced; the save and report steps read it."""
+
+    model: ImageModel
+    sizes: FigureSizes
+    prompts: list[str]
+    preset: str
+    batch_size: int
+    filters: FilterSettings
+    cache: RunCache
+    configurations: list[Configuration]
+    specs: dict[str, Any]  # "table1", "table2" (spec lists), "pareto", "distortion" (curves)
+    toy: dict[str, Any]
+    table1: list[dict[str, Any]]
+    table2: list[dict[str, Any]]
+    pareto: dict[str, list[dict[str, Any]]]
+    distortion_points: dict[str, list[dict[str, Any]]]
+    matched_rows: list[dict[str, Any]]
+    frontier: dict[str, Any] | None
+    real: dict[str, Any] | None
+    stats: Any
+    stats_no_cfg: Any
+    extra_seeds: tuple[int, ...]
+    replacement: Any
+
+    @property
+    def images_per_method(self) -> int:
+        return len(self.prompts) * len(self.sizes.seeds)
+
+    @property
+    def has_w1(self) -> bool:
+        return any(r.get("w1") is not None for r in self.table1)
+
+    def quality_metrics(self) -> list[tuple[str, str]]:
+        """The quality proxies the run's Table 1 has, with the model's names for them."""
+        names = self.model.quality_names
+        candidates = [
+            ("condition_score", "condition score x100 (higher better)"),
+            ("frechet_distance", "Frechet distance (lower better)"),
+        ]
+        return [
+            (key, names.get(key, default))
+            for key, default in candidates
+            if any(r.get(key) is not None for r in self.table1)
+        ]
+
+    def has_quality_difference(self) -> bool:
+        return any(r.get("condition_score_diff_ar") is not None for r in self.table1)
+
+
 def run_figures(
     out_dir: str | Path = "figures",
     *,
@@ -337,7 +381,10 @@ def run_figures(
     batch_size: int | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
+    """Run every analysis and write the figures and ``results.md`` into ``out_dir``: the compute
+    step (``_compute``: decoding and analyses), the save step (``_save_figures``), the report
+    step (``_write_report``: results.md from the template ``templates/results.md``, results.json
+    with the claims by id, README and docs/claims.md when ``out_dir`` is the repository's).
 
     An ``out_dir`` inside the checkout (e.g. the committed ``figures/``) needs a clean tree:
     ``provenance.DirtyTreeError`` otherwise, unless ``allow_dirty`` (or GSD_ALLOW_DIRTY=1), which
@@ -355,8 +402,6 @@ def run_figures(
     frontier's decoding is split over, one thread each (``experiments.workers``: the same
     records for any number; None: the usable cores on a CPU; not with ``sizes.streamed``).
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
-    from tqdm.auto import tqdm
-
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
@@ -377,15 +422,43 @@ def run_figures(
     if sizes.max_prompts is not None:
         prompts = prompts[: sizes.max_prompts]
     sizes = _affordable(sizes, model)
-    extra_seeds = _extra_top1_seeds(sizes)  # the top-1 statistics' seeds the tables do not decode
-    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
     configurations = decoding_configurations(sizes, model, preset)
-    ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
-    images_per_method = len(prompts) * len(sizes.seeds)
+    cache, bar = _decoding_cache(
+        model, prompts, sizes, configurations, out_dir, batch_size, progress, save_images, workers
+    )
+    if isinstance(cache, dict):  # a streamed run's rank other than 0: its share is decoded
+        return cache
+    run = _compute(model, prompts, sizes, preset, batch_size, cache, configurations, bar)
+    if not sizes.streamed:  # per-image records of every configuration: notebook 04 reads them
+        records.save(cache, out_dir / "records.npz", git=git)
+    seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
+    config = _base_config(run)
+    saved = _save_figures(run, _saver(out_dir, model.name, seeds, config, git))
+    seconds = time.perf_counter() - started
+    record = provenance(model=model.name, seeds=seeds, config=config, git=git)
+    return _write_report(run, out_dir, record, saved, seconds)
+
+
+def _decoding_cache(
+    model: ImageModel,
+    prompts: list[str],
+    sizes: FigureSizes,
+    configurations: list[Configuration],
+    out_dir: Path,
+    batch_size: int,
+    progress: bool,
+    save_images: bool,
+    workers: int | None,
+) -> tuple[RunCache | dict[str, int], Any]:
+    """The run cache every table reads and the progress bar (None when streamed). Streamed
+    (``sizes.streamed``): decodes this rank's share first; a rank other than 0 gets
+    {"rank", "decoded"} back instead of a cache."""
+    from tqdm.auto import tqdm
+
     filters = FilterSettings.for_model(model.name)
-    bar = None
+    images_per_method = len(prompts) * len(sizes.seeds)
     if sizes.streamed:
-        cache: RunCache = StreamedRunCache(
+        cache = StreamedRunCache(
             model,
             prompts,
             list(sizes.seeds),
@@ -400,172 +473,55 @@ def run_figures(
         cache.plan(configurations)
         decoded = cache.run()
         if not cache.context.is_main:
-            return {"rank": cache.context.rank, "decoded": decoded}
+            return {"rank": cache.context.rank, "decoded": decoded}, None
         cache.wait()
-    else:
-        extra = images_per_method * (
-            2 if model.adapter.uses_cfg else 1
-        )  # replacement (+ AR without CFG)
-        extra += (
-            len(prompts[: sizes.detail_images])
-            * len(extra_seeds)
-            * (2 if model.adapter.uses_cfg else 1)
-        )  # the top-1 statistics' other seeds
-        bar = tqdm(
-            total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method
-            + extra,
-            unit="img",
-            desc="figures",
-            disable=not progress,
-        )
-        cache = RunCache(
-            model,
-            prompts,
-            list(sizes.seeds),
-            filters,
-            progress=bar,
-            w1_draws=sizes.w1_draws,
-            batch_size=batch_size,
-            workers=workers,
-        )
-        # Batched: each guided configuration in a batch stream of its own (RunCache).
-        cache.prefetch([c.spec for c in configurations if c.guided])
-    distance_threshold = filters.resolve(
-        model.embeddings,
-        model.image_vocabulary.cpu(),
-        known=getattr(model.adapter, "distance_quantiles", None),
+        return cache, None
+    guided = 2 if model.adapter.uses_cfg else 1
+    extra = images_per_method * guided  # replacement (+ AR without CFG)
+    extra += len(prompts[: sizes.detail_images]) * len(_extra_top1_seeds(sizes)) * guided
+    bar = tqdm(
+        total=(len(configurations) - (1 if model.adapter.uses_cfg else 0)) * images_per_method
+        + extra,
+        unit="img",
+        desc="figures",
+        disable=not progress,
     )
-    distance_rule = (
-        "the released code's value"
-        if filters.max_embedding_distance is not None
-        else f"the {filters.distance_quantile:g} quantile of "
-        "the squared distances between image-token pairs"
+    cache = RunCache(
+        model,
+        prompts,
+        list(sizes.seeds),
+        filters,
+        progress=bar,
+        w1_draws=sizes.w1_draws,
+        batch_size=batch_size,
+        workers=workers,
     )
-    seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
-    base_config = {
-        "sizes": asdict(sizes),
-        "filters": asdict(filters),
-        "distance_threshold": distance_threshold,
-        "model": model.name,
-        "weights": model.weights_info,
-        "num_tokens": model.num_tokens,
-        "cfg_scale": model.adapter.cfg_scale,
-        "top_k": model.adapter.top_k,
-        "temperature": model.adapter.temperature,
-        "preset": preset,
-        "quality": model.quality_config,
-        "batch_size": batch_size,
-    }
-    saved: list[str] = []
+    # Batched: each guided configuration in a batch stream of its own (RunCache).
+    cache.prefetch([c.spec for c in configurations if c.guided])
+    return cache, bar
 
-    def save(fig: Any, name: str, config: dict[str, Any], data: dict[str, Any]) -> None:
-        save_figure(
-            fig,
-            out_dir,
-            name,
-            model=model.name,
-            seeds=seeds,
-            config={**base_config, **config},
-            data=data,
-            git=git,
-        )
-        saved.append(name)
 
-    # --- toy TV examples and Theorem 1 (model-free, exact) ---
-    pairs = toy.flat_and_peaked_pairs(1000)
-    tvs = {name: float(tv_distance(p, q)) for name, (p, q) in pairs.items()}
-    save(
-        plots.tv_flat_vs_peaked(pairs, tvs),
-        "fig6_tv_flat_vs_peaked",
-        {"vocab_size": 1000},
-        {"tv": tvs},
-    )
-    viable, masses, noise = [1, 2, 4, 16, 64, 256, 1024, 4096], [0.05, 0.5, 0.9], 0.5
-    grid = toy.tv_grid(
-        viable, masses, vocab_size=4096, noise=noise, num_pairs=sizes.toy_pairs, seed=0
-    ).numpy()
-    save(
-        plots.tv_against_viable(viable, masses, grid, noise),
-        "fig6_tv_vs_viable_tokens",
-        {"noise": noise, "vocab_size": 4096, "num_pairs": sizes.toy_pairs},
-        {"viable_counts": viable, "top1_masses": masses, "mean_tv": grid.tolist()},
-    )
-    p_noisy, q_noisy = toy.noisy_pairs(
-        1024,
-        0.05,
-        vocab_size=4096,
-        noise=noise,
-        num_pairs=sizes.toy_pairs,
-        generator=torch.Generator().manual_seed(1),
-    )
-    groups = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    tv_by_group = toy.rank_binned_tv(p_noisy, q_noisy, groups).numpy()
-    check = toy.theorem1_random_partitions(vocab_size=32, num_trials=2000, seed=0)
-    save(
-        plots.grouping_and_theorem1(groups, tv_by_group, check),
-        "theorem1_grouping_shrinks_tv",
-        {
-            "viable": 1024,
-            "top1_mass": 0.05,
-            "noise": noise,
-            "theorem1": {"vocab_size": 32, "num_clusters": "uniform in 2..32", "num_trials": 2000},
-        },
-        {
-            "group_sizes": groups,
-            "mean_tv": tv_by_group.mean(axis=1).tolist(),
-            "theorem1_max_violation": check.max_violation,
-        },
-    )
-    p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
-    sizes_d = [1, 3, 5, 9, 17, 31]  # tokens per cluster G
-    dist = toy.distortion_by_cluster_size(p_d, q_d, sizes_d)
-    acc = toy.acceptance_by_cluster_size(p_d, q_d, sizes_d)
-    save(
-        plots.distortion(
-            sizes_d, {k: v.numpy() for k, v in dist.items()}, "mean TV(output, p) per step"
-        ),
-        "gsd_distortion_vs_group_size",
-        {"vocab_size": 32, "pairs": 256, "alpha": 0.3},
-        {
-            "cluster_sizes": sizes_d,
-            "distortion": {k: v.tolist() for k, v in dist.items()},
-            "acceptance": {k: v.tolist() for k, v in acc.items()},
-        },
-    )
-
-    # --- decoding experiments ---
+def _compute(
+    model: ImageModel,
+    prompts: list[str],
+    sizes: FigureSizes,
+    preset: str,
+    batch_size: int,
+    cache: RunCache,
+    configurations: list[Configuration],
+    bar: Any,
+) -> PaperRun:
+    """The compute step: the toy examples, every table, the frontier, the top-1 statistics and
+    the replacement study (``experiments``), nothing written."""
+    t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
+    ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
     table1 = tables.speed_quality_table(cache, t1_specs, ar_spec)
     table2 = cache.table(t2_specs, ar_spec)
     pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
     distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
     frontier_results = _frontier(sizes, cache, configurations, preset, bar)
-    real = real_image_baseline(model, images_per_method)
-    ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1 vectors, images
-    top1_caches = [cache]
-    if extra_seeds:  # the statistics on more seeds than the tables (only AR: cheap)
-        top1_caches.append(
-            RunCache(
-                model,
-                prompts[: sizes.detail_images],
-                list(extra_seeds),
-                filters,
-                progress=bar,
-                record_distortion=False,
-                batch_size=batch_size,
-            )
-        )
-    stats = top1_stats(
-        [r for c in top1_caches for r in c.detail_records(ar_spec, sizes.detail_images)]
-    )
-    stats_no_cfg = None
-    if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
-        stats_no_cfg = top1_stats(
-            [
-                r
-                for c in top1_caches
-                for r in c.detail_records(ar_spec, sizes.detail_images, guided=False)
-            ]
-        )
+    real = real_image_baseline(model, len(prompts) * len(sizes.seeds))
+    stats, stats_no_cfg, ar_records = _top1(model, prompts, sizes, cache, ar_spec, batch_size, bar)
     replacement = (
         replacement_study(
             model,
@@ -580,399 +536,339 @@ def run_figures(
     if bar is not None:
         bar.update(bar.total - bar.n)
         bar.close()
-    if (
-        not sizes.streamed
-    ):  # per-image records of every configuration: notebook 04 builds its tables from them
-        records.save(cache, out_dir / "records.npz", git=git)
-
-    save(
-        plots.top1_histograms(stats, list(stats.prompts)),
-        "top1_probability_histograms",
-        {"threshold": stats.threshold},
-        {
-            "summary": stats.summary(),
-            "share_below_per_image": stats.share_below.tolist(),
-            "summary_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
-        },
+    specs = {"table1": t1_specs, "table2": t2_specs, "pareto": pareto_curves}
+    return PaperRun(
+        model=model,
+        sizes=sizes,
+        prompts=prompts,
+        preset=preset,
+        batch_size=batch_size,
+        filters=cache.filters,
+        cache=cache,
+        configurations=configurations,
+        specs={**specs, "distortion": distortion_curves},
+        toy=_toy(sizes),
+        table1=table1,
+        table2=table2,
+        pareto=pareto,
+        distortion_points=distortion_points,
+        matched_rows=[
+            row
+            for measure in ("distortion", "w1")
+            for row in matched.matched_nfe(distortion_points, measure)
+        ],
+        frontier=frontier_results,
+        real=real,
+        stats=stats,
+        stats_no_cfg=stats_no_cfg,
+        extra_seeds=_extra_top1_seeds(sizes),
+        replacement=replacement,
     )
-    quality_metrics = [
+
+
+def _top1(
+    model: ImageModel,
+    prompts: list[str],
+    sizes: FigureSizes,
+    cache: RunCache,
+    ar_spec: MethodSpec,
+    batch_size: int,
+    bar: Any,
+) -> tuple[Any, Any, list[Any]]:
+    """AR's top-1 statistics (with and, under CFG, without guidance) on the tables' seeds and
+    ``_extra_top1_seeds`` (only AR: cheap), and the AR detail records they read."""
+    ar_records = cache.detail_records(ar_spec, sizes.detail_images)  # tokens, top-1, images
+    caches = [cache]
+    extra_seeds = _extra_top1_seeds(sizes)
+    if extra_seeds:
+        caches.append(
+            RunCache(
+                model,
+                prompts[: sizes.detail_images],
+                list(extra_seeds),
+                cache.filters,
+                progress=bar,
+                record_distortion=False,
+                batch_size=batch_size,
+            )
+        )
+    stats = top1_stats([r for c in caches for r in c.detail_records(ar_spec, sizes.detail_images)])
+    stats_no_cfg = None
+    if model.adapter.uses_cfg:  # the same AR runs without guidance: how much CFG sharpens p
+        stats_no_cfg = top1_stats(
+            [
+                r
+                for c in caches
+                for r in c.detail_records(ar_spec, sizes.detail_images, guided=False)
+            ]
+        )
+    return stats, stats_no_cfg, ar_records
+
+
+def _toy(sizes: FigureSizes) -> dict[str, Any]:
+    """The model-free, exact parts: Fig. 6's TV pairs and grid, grouping's TV and Theorem 1 on
+    random partitions, GSD's distortion and acceptance against the cluster size G."""
+    pairs = toy.flat_and_peaked_pairs(1000)
+    viable, masses, noise = [1, 2, 4, 16, 64, 256, 1024, 4096], [0.05, 0.5, 0.9], 0.5
+    grid = toy.tv_grid(
+        viable, masses, vocab_size=4096, noise=noise, num_pairs=sizes.toy_pairs, seed=0
+    ).numpy()
+    p_noisy, q_noisy = toy.noisy_pairs(
+        1024,
+        0.05,
+        vocab_size=4096,
+        noise=noise,
+        num_pairs=sizes.toy_pairs,
+        generator=torch.Generator().manual_seed(1),
+    )
+    groups = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    p_d, q_d = toy.dirichlet_pairs(32, 256, alpha=0.3, seed=2)
+    cluster_sizes = [1, 3, 5, 9, 17, 31]  # tokens per cluster G
+    return {
+        "pairs": pairs,
+        "tvs": {name: float(tv_distance(p, q)) for name, (p, q) in pairs.items()},
+        "viable": viable,
+        "masses": masses,
+        "noise": noise,
+        "grid": grid,
+        "groups": groups,
+        "tv_by_group": toy.rank_binned_tv(p_noisy, q_noisy, groups).numpy(),
+        "theorem1": toy.theorem1_random_partitions(vocab_size=32, num_trials=2000, seed=0),
+        "cluster_sizes": cluster_sizes,
+        "distortion": toy.distortion_by_cluster_size(p_d, q_d, cluster_sizes),
+        "acceptance": toy.acceptance_by_cluster_size(p_d, q_d, cluster_sizes),
+    }
+
+
+def _base_config(run: PaperRun) -> dict[str, Any]:
+    """The configuration every figure's sidecar and results.json record."""
+    model = run.model
+    return {
+        "sizes": asdict(run.sizes),
+        "filters": asdict(run.filters),
+        "distance_threshold": _distance_threshold(run),
+        "model": model.name,
+        "weights": model.weights_info,
+        "num_tokens": model.num_tokens,
+        "cfg_scale": model.adapter.cfg_scale,
+        "top_k": model.adapter.top_k,
+        "temperature": model.adapter.temperature,
+        "preset": run.preset,
+        "quality": model.quality_config,
+        "batch_size": run.batch_size,
+    }
+
+
+def _distance_threshold(run: PaperRun) -> float:
+    """The dynamic rule's squared embedding-distance filter as this run resolved it."""
+    return run.filters.resolve(
+        run.model.embeddings,
+        run.model.image_vocabulary.cpu(),
+        known=getattr(run.model.adapter, "distance_quantiles", None),
+    )
+
+
+Saver = Callable[[Any, str, dict[str, Any], dict[str, Any]], None]
+
+
+def _saver(out_dir: Path, model: str, seeds: dict, config: dict, git: dict) -> Saver:
+    """save(fig, name, config, data): one figure as PNG + SVG + JSON sidecar in ``out_dir``."""
+
+    def save(fig: Any, name: str, extra: dict[str, Any], data: dict[str, Any]) -> None:
+        save_figure(
+            fig,
+            out_dir,
+            name,
+            model=model,
+            seeds=seeds,
+            config={**config, **extra},
+            data=data,
+            git=git,
+        )
+
+    return save
+
+
+def _save_figures(run: PaperRun, save: Saver) -> list[str]:
+    """The save step: every figure of the run, in order; returns their names."""
+    saved = []
+    for fig, name, config, data in [*_toy_figures(run.toy, run.sizes), *_run_figures(run)]:
+        save(fig(), name, config, data)
+        saved.append(name)
+    return saved
+
+
+def _toy_figures(toy_: dict[str, Any], sizes: FigureSizes) -> list[tuple]:
+    """(draw, name, config, data) of the four model-free figures."""
+    t = toy_
+    check = t["theorem1"]
+    return [
         (
-            "condition_score",
-            model.quality_names.get("condition_score", "condition score x100 (higher better)"),
+            lambda: plots.tv_flat_vs_peaked(t["pairs"], t["tvs"]),
+            "fig6_tv_flat_vs_peaked",
+            {"vocab_size": 1000},
+            {"tv": t["tvs"]},
         ),
         (
-            "frechet_distance",
-            model.quality_names.get("frechet_distance", "Frechet distance (lower better)"),
+            lambda: plots.tv_against_viable(t["viable"], t["masses"], t["grid"], t["noise"]),
+            "fig6_tv_vs_viable_tokens",
+            {"noise": t["noise"], "vocab_size": 4096, "num_pairs": sizes.toy_pairs},
+            {
+                "viable_counts": t["viable"],
+                "top1_masses": t["masses"],
+                "mean_tv": t["grid"].tolist(),
+            },
+        ),
+        (
+            lambda: plots.grouping_and_theorem1(t["groups"], t["tv_by_group"], check),
+            "theorem1_grouping_shrinks_tv",
+            {
+                "viable": 1024,
+                "top1_mass": 0.05,
+                "noise": t["noise"],
+                "theorem1": {
+                    "vocab_size": 32,
+                    "num_clusters": "uniform in 2..32",
+                    "num_trials": 2000,
+                },
+            },
+            {
+                "group_sizes": t["groups"],
+                "mean_tv": t["tv_by_group"].mean(axis=1).tolist(),
+                "theorem1_max_violation": check.max_violation,
+            },
+        ),
+        (
+            lambda: plots.distortion(
+                t["cluster_sizes"],
+                {k: v.numpy() for k, v in t["distortion"].items()},
+                "mean TV(output, p) per step",
+            ),
+            "gsd_distortion_vs_group_size",
+            {"vocab_size": 32, "pairs": 256, "alpha": 0.3},
+            {
+                "cluster_sizes": t["cluster_sizes"],
+                "distortion": {k: v.tolist() for k, v in t["distortion"].items()},
+                "acceptance": {k: v.tolist() for k, v in t["acceptance"].items()},
+            },
         ),
     ]
-    metrics = [m for m in quality_metrics if any(r.get(m[0]) is not None for r in table1)]
-    distortion_panel = [("distortion", "exact distortion\nmean TV(output law, p)")]
-    has_w1 = any(r.get("w1") is not None for r in table1)
-    if has_w1:
-        distortion_panel.append(("w1", "similarity-aware distortion\nmean W1(output law, p)"))
+
+
+def _bar_panels(run: PaperRun) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Table 1's and 2's bar panels after NFE: distortion (TV, W1), quality, quality - AR."""
+    distortion = [("distortion", "exact distortion\nmean TV(output law, p)")]
+    if run.has_w1:
+        distortion.append(("w1", "similarity-aware distortion\nmean W1(output law, p)"))
     quality_word = " ".join(
-        model.quality_names.get("condition_score", "condition score").split("\n")[0].split()
+        run.model.quality_names.get("condition_score", "condition score").split("\n")[0].split()
     )
-    diff_panel = (
-        [("condition_score_diff_ar", f"{quality_word} - AR\n(95% paired bootstrap)")]
-        if any(r.get("condition_score_diff_ar") is not None for r in table1)
+    difference = (
+        [("condition_score_diff_ar", f"{quality_word} - AR\n(+- 2 paired SE)")]
+        if run.has_quality_difference()
         else []
     )
-    save(
-        plots.bars(
-            table1,
-            [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")]
-            + distortion_panel
-            + metrics
-            + diff_panel,
+    return distortion, run.quality_metrics() + difference
+
+
+def _run_figures(run: PaperRun) -> list[tuple]:
+    """(draw, name, config, data) of the decoding figures the run has."""
+    distortion, quality = _bar_panels(run)
+    speed = [("nfe", "NFE per image"), ("speedup_nfe", "NFE speed-up over AR")]
+    out = [
+        (
+            lambda: plots.top1_histograms(run.stats, list(run.stats.prompts)),
+            "top1_probability_histograms",
+            {"threshold": run.stats.threshold},
+            {
+                "summary": run.stats.summary(),
+                "share_below_per_image": run.stats.share_below.tolist(),
+                "summary_without_guidance": None
+                if run.stats_no_cfg is None
+                else run.stats_no_cfg.summary(),
+            },
         ),
-        "table1_speed_quality",
-        {"specs": [s.to_record() for s in t1_specs]},
-        {"rows": table1, "real_images": real},
-    )
-    save(
-        plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
-        "table2_clustering_ablation",
-        {"specs": [s.to_record() for s in t2_specs]},
-        {"rows": table2},
-    )
-    save(
-        plots.distortion_vs_nfe(distortion_points),
-        "distortion_vs_nfe",
-        {
-            "curves": {k: [s.to_record() for s in v] for k, v in distortion_curves.items()},
-            "w1_draws": sizes.w1_draws,
-        },
-        distortion_points,
-    )
-    matched_rows = [
-        row
-        for measure in ("distortion", "w1")
-        for row in matched.matched_nfe(distortion_points, measure)
+        (
+            lambda: plots.bars(run.table1, speed + distortion + quality),
+            "table1_speed_quality",
+            {"specs": [s.to_record() for s in run.specs["table1"]]},
+            {"rows": run.table1, "real_images": run.real},
+        ),
+        (
+            lambda: plots.bars(run.table2, speed[:1] + distortion + quality),
+            "table2_clustering_ablation",
+            {"specs": [s.to_record() for s in run.specs["table2"]]},
+            {"rows": run.table2},
+        ),
+        (
+            lambda: plots.distortion_vs_nfe(run.distortion_points),
+            "distortion_vs_nfe",
+            {
+                "curves": {k: [s.to_record() for s in v] for k, v in run.specs["distortion"].items()},
+                "w1_draws": run.sizes.w1_draws,
+            },
+            run.distortion_points,
+        ),
     ]
-    if metrics:
-        noise_row = next((r for r in table1 if r["method"] == tables.AR_SEED_NOISE.label), None)
-        references = {"real crops": real, "AR, other seeds": noise_row}
-        save(
-            plots.pareto(pareto, metrics, references),
-            "fig10_nfe_vs_quality",
-            {"curves": {k: [s.to_record() for s in v] for k, v in pareto_curves.items()}},
-            pareto,
+    return out + _optional_figures(run)
+
+
+def _optional_figures(run: PaperRun) -> list[tuple]:
+    """Fig. 10 (with quality proxies), the samples (with a pixel decoder), the frontier and the
+    replacement study, where the run has them."""
+    out = []
+    if run.quality_metrics():
+        noise_row = next(
+            (r for r in run.table1 if r["method"] == tables.AR_SEED_NOISE.label), None
         )
-    if model.decode is not None:
+        references = {"real crops": run.real, "AR, other seeds": noise_row}
+        out.append(
+            (
+                lambda: plots.pareto(run.pareto, run.quality_metrics(), references),
+                "fig10_nfe_vs_quality",
+                {"curves": {k: [s.to_record() for s in v] for k, v in run.specs["pareto"].items()}},
+                run.pareto,
+            )
+        )
+    if run.model.decode is not None:
+        sizes = run.sizes
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
-        shown = _with_preset(shown, sizes, preset)
-        samples = {spec.label: [r.image for r in cache.detail_records(spec, 8)] for spec in shown}
-        save(
-            plots.image_grid(samples),
-            "samples_by_method",
-            {"methods": list(samples)},
-            {"prompts": prompts},
-        )
-    if frontier_results is not None:
-        save(
-            plots.frontier(frontier_results["curves"]),
-            "frontier_nfe_vs_distortion",
-            {"frontier": frontier_results["specs"], "w1_draws": sizes.w1_draws},
-            {"curves": frontier_results["curves"], "matched": frontier_results["matched"]},
-        )
-    if replacement is not None:
-        save(
-            plots.image_grid({k: v[:8] for k, v in replacement.images.items()}),
-            "fig4_top100_replacement",
-            replacement.config,
-            {
-                "quality": replacement.quality,
-                "mean_log_prob": replacement.mean_log_prob,
-                "changed_share": replacement.changed_share,
-            },
-        )
-
-    seconds = time.perf_counter() - started
-    record = provenance(model=model.name, seeds=seeds, config=base_config, git=git)
-    columns = [
-        "method",
-        "images",
-        "nfe",
-        "nfe_sem",
-        "speedup_nfe",
-        "accepted_per_tested",
-        "acceptance_rate",
-        "wall_seconds",
-        "speedup_wall",
-        "distortion",
-        "distortion_sem",
-    ] + (["w1", "w1_sem"] if has_w1 else [])
-    columns += [
-        c
-        for m in metrics
-        for c in ((m[0], "condition_score_sem") if m[0] == "condition_score" else (m[0],))
-    ]
-    if diff_panel:
-        columns += [
-            "condition_score_diff_ar",
-            "condition_score_diff_ar_low",
-            "condition_score_diff_ar_high",
-        ]
-    accounting, w1_accounting = cache.accounting_seconds(), cache.w1_seconds()
-    # Rows keep the key condition_score (the notebooks read it); results.md names the column
-    # after what it is (clip_score on Lumina-mGPT).
-    headers = {
-        c: c.replace("condition_score", model.quality_column)
-        for c in (
-            "condition_score",
-            "condition_score_sem",
-            "condition_score_diff_ar",
-            "condition_score_diff_ar_low",
-            "condition_score_diff_ar_high",
-        )
-    }
-    table = functools.partial(markdown_table, headers=headers)
-    real_text = (
-        ""
-        if real is None
-        else "\n\nReal images (the proxies' reference points): `condition_score` of the fixed "
-        "held-out real crops (never seen by the classifier), `frechet_distance` of "
-        f"{real['frechet_images']} real training-split crops (the "
-        "size of one method's set) to the held-out reference.\n\n"
-        + table(
-            [real],
-            [
-                "method",
-                "images",
-                "condition_score",
-                "condition_score_sem",
-                "frechet_distance",
-                "frechet_images",
-            ],
-        )
-    )
-    sections = [
-        (
-            "Table 1 analogue: speed and quality",
-            "Same prompts and generator seeds for every method. NFE = forward passes per image (a "
-            "CFG pair counts once), `nfe_sem` its standard error over images; speed-ups are ratios "
-            "of means against AR. `accepted_per_tested`: accepted drafts / drafts tested (up to "
-            "and including each window's first rejection), the empirical E[min(1, p(C)/q(C))]; "
-            "`acceptance_rate`: accepted drafts / all drafted positions, counting untested "
-            "positions after a rejection (a throughput measure). CPU wall time (`wall_seconds`, "
-            "`speedup_wall`) is noise-dominated on a shared CPU: quote NFE; "
-            + (
-                "each image's own decoding time (batch 1). "
-                if batch_size == 1
-                else f"decoded {batch_size} images "
-                + (
-                    "per forward, every configuration of a chunk of prompts in one stream (an AR "
-                    "image shares forwards with other methods' windows)"
-                    if sizes.streamed
-                    else "of one configuration per forward"
-                )
-                + ", an image's `wall_seconds` is its share of those forwards (each step's "
-                f"time split equally between its images): time per image at batch "
-                f"{batch_size}, not an image's latency alone (a throughput ratio: AR's 1-token "
-                "forwards batch almost for free while 17-token windows are compute-bound on a "
-                "CPU, so it is not the papers' batch-1 latency speed-up). "
-            )
-            + "Amplify (k) is our "
-            "definition of the naive lossy relaxation: SJD accepting with min(1, k p/q). LANTERN k "
-            "(delta): the peer rule (Jang et al. 2025; gsd_core.lantern), neighbourhoods of k "
-            "tokens in the input embeddings, budget delta. `distortion`: the exact distortion, per "
-            "image the mean over its tokens of TV(one-step output law, p) "
-            "(gsd_lab.accounting.distortion; 0 for AR and SJD), then the mean over images, "
-            "`distortion_sem` its standard error; noise-free given the tokens. "
-            f"`{headers['condition_score_diff_ar']}`: mean per-image difference to AR (same "
-            "prompts and seeds) with its 95% paired bootstrap interval (`_low`, `_high`); the row "
-            f"`{tables.AR_SEED_NOISE.label}` is AR decoded with other seeds, so its difference is "
-            "sampling noise alone: a method's difference inside that "
-            "range cannot be told from noise. Quality proxies: "
-            + (
-                ", ".join(
-                    f"`{headers.get(m[0], m[0])}` = {' '.join(m[1].split())}" for m in metrics
-                )
-                or "none for this model"
-            )
-            + (
-                f" (`{model.quality_column}` is the `condition_score` field of results.json)"
-                if model.quality_column != "condition_score" and metrics
-                else ""
-            )
-            + ".\n\n"
-            + table(table1, columns)
-            + real_text,
-        ),
-        (
-            "Table 2 analogue: clustering ablation",
-            f"GSD at G = {sizes.table2_group}. Filters of the dynamic rule (rows D and Table 1's "
-            f"GSD): |p(y) - p(x)| <= {filters.max_prob_gap} and squared input-embedding "
-            f"distance <= {distance_threshold:.4g} ({distance_rule}).\n\n" + table(table2, columns),
-        ),
-        (
-            "Fig. 10 analogue: NFE against quality",
-            "\n\n".join(f"**{name}**\n\n" + table(rows, columns) for name, rows in pareto.items()),
-        ),
-        (
-            "Exact distortion against NFE",
-            "The exact distortion (mean TV(one-step output law, p) per token) of every lossy rule "
-            "against its NFE (figure `distortion_vs_nfe`). Rank bins: our provable "
-            "partition with the token-level and the cluster-exact residual. "
-            + (W1_TEXT.format(draws=sizes.w1_draws) if has_w1 else "")
-            + "Accounting is a measurement outside decoding (its time is not in `wall_seconds`): "
-            f"{sum(accounting):.1f} s in all, {max(accounting, default=0.0):.2f} s for the slowest "
-            f"image; W1's part {sum(w1_accounting):.1f} s, adding "
-            f"{sum(w1_accounting) / (seconds - sum(w1_accounting)):.1%} to the "
-            f"rest of this run ({seconds - sum(w1_accounting):.0f} s).\n\n"
-            + "\n\n".join(
-                f"**{name}**\n\n"
-                + markdown_table(
-                    rows,
-                    ["method", "images", "nfe", "speedup_nfe", "distortion", "distortion_sem"]
-                    + (W1_COLUMNS if has_w1 else []),
-                )
-                for name, rows in distortion_points.items()
-            ),
-        ),
-        (
-            "Distortion at matched NFE",
-            "GSD's distortion minus the other rule's at matched NFE: at each configuration "
-            "(`anchor`) of either curve "
-            "inside the other's NFE range, both curves interpolated linearly in NFE "
-            "(gsd_lab.experiments.matched); "
-            "`se`, `low`, `high`: paired bootstrap over the images (the same "
-            'prompts and seeds for every rule), 95% interval; `verdict` for the claim "GSD '
-            'distorts less": yes / '
-            "no beyond two standard errors, else noise.\n\n"
-            + matched.matched_summary(matched_rows)
-            + (
-                "\n\n"
-                + markdown_table(
-                    matched_rows,
-                    [
-                        "measure",
-                        "nfe",
-                        "anchor",
-                        "other",
-                        "reference_value",
-                        "other_value",
-                        "difference",
-                        "se",
-                        "low",
-                        "high",
-                        "verdict",
-                    ],
-                )
-                if matched_rows
-                else ""
-            ),
-        ),
-        (
-            "Top-1 probability of the target distribution (AR tokens)",
-            "Share of generated tokens whose target distribution has top-1 probability below the "
-            "threshold (paper: 50-95% on Lumina-mGPT). Second row: "
-            "the same prompts and seeds without guidance.\n\n"
-            + markdown_table(
-                [{"guidance": model.adapter.cfg_scale, **stats.summary()}]
-                + ([{"guidance": "none", **stats_no_cfg.summary()}] if stats_no_cfg else []),
-                ["guidance"] + list(stats.summary()),
-            )
-            + "\n\nPer class (seeds "
-            + ", ".join(str(x) for x in sorted(set(sizes.seeds) | set(extra_seeds)))
-            + "):\n\n"
-            + markdown_table(
-                _top1_per_class(stats, stats_no_cfg),
-                ["prompt", "images", "pooled_share_below", "median_share_below"]
-                + (
-                    ["pooled_share_below_no_guidance", "median_share_below_no_guidance"]
-                    if stats_no_cfg
-                    else []
-                ),
-            ),
-        ),
-    ]
-    if frontier_results is not None:
-        sections.append(("The frontier: NFE against TV and W1", _frontier_text(frontier_results)))
-    if replacement is not None:
-        rep_rows = [
-            {
-                "variant": k,
-                **replacement.quality[k],
-                "mean_log_prob": replacement.mean_log_prob[k],
-                "changed_share": replacement.changed_share[k],
-            }
-            for k in replacement.images
-        ]
-        sections.append(
+        shown = _with_preset(shown, sizes, run.preset)
+        samples = {s.label: [r.image for r in run.cache.detail_records(s, 8)] for s in shown}
+        out.append(
             (
-                "Fig. 4 analogue: top-100 replacement",
-                f"{sizes.replacement_fraction:.0%} of each AR image's tokens replaced by a uniform "
-                f"draw from the top-{sizes.replacement_top_k} of the teacher-forced target "
-                "distribution, from GSD's cluster around the token, or uniformly at random. "
-                "mean_log_prob: each image's own log-likelihood per token (teacher-forced on the "
-                "altered sequence, full softmax); the changes against the original "
-                "are paired over images (`gsd_lab.experiments.replacement`).\n\n"
-                + table(rep_rows, list(rep_rows[0]))
-                + "\n\n"
-                + markdown_table(replacement.rows(), list(replacement.rows()[0])),
+                lambda: plots.image_grid(samples),
+                "samples_by_method",
+                {"methods": list(samples)},
+                {"prompts": run.prompts},
             )
         )
-    toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in tvs.items()]
-    sections.append(
-        (
-            "Toy TV pairs (Fig. 6 idea) and Theorem 1",
-            markdown_table(toy_rows, ["pair", "tv", "acceptance"])
-            + f"\n\nTheorem 1 on 2000 random pairs and partitions: max(TV(p', q') - TV(p, q)) = "
-            f"{check.max_violation:.3g} (must be <= 0).",
+    if run.frontier is not None:
+        front = run.frontier
+        out.append(
+            (
+                lambda: plots.frontier(front["curves"]),
+                "frontier_nfe_vs_distortion",
+                {"frontier": front["specs"], "w1_draws": run.sizes.w1_draws},
+                {"curves": front["curves"], "matched": front["matched"]},
+            )
         )
-    )
-    sections.append(
-        (
-            "Run",
-            f"{len(saved)} figures in {seconds:.0f} s; {images_per_method} images per "
-            f"configuration, {len(configurations)} decoding passes per prompt ("
-            + ("AR without guidance included; " if model.adapter.uses_cfg else "")
-            + f"top-1 statistics on {stats.per_image.shape[0]} images"
-            + (f", replacement study on {len(replacement.prompts)}" if replacement else "")
-            + f"); device `{model.adapter.device}`"
-            + (f"; result files in `{out_dir / 'decoding'}`" if sizes.streamed else "")
-            + ".",
+    if run.replacement is not None:
+        study = run.replacement
+        out.append(
+            (
+                lambda: plots.image_grid({k: v[:8] for k, v in study.images.items()}),
+                "fig4_top100_replacement",
+                study.config,
+                {
+                    "quality": study.quality,
+                    "mean_log_prob": study.mean_log_prob,
+                    "changed_share": study.changed_share,
+                },
+            )
         )
-    )
-    results = write_results_markdown(
-        out_dir / "results.md", f"GSD results ({model.name})", sections, record=record
-    )
-    all_tables = {
-        "table1": table1,
-        "table2": table2,
-        "pareto": pareto,
-        "distortion_vs_nfe": distortion_points,
-        "matched_nfe": matched_rows,
-        "w1_draws": sizes.w1_draws if has_w1 else None,
-        "real_images": real,
-        "accounting_seconds": sum(accounting),
-        "w1_seconds": sum(w1_accounting),
-        "top1": stats.summary(),
-        "top1_without_guidance": None if stats_no_cfg is None else stats_no_cfg.summary(),
-        "top1_per_class": _top1_per_class(stats, stats_no_cfg),
-        "replacement": None
-        if replacement is None
-        else {
-            "quality": replacement.quality,
-            "mean_log_prob": replacement.mean_log_prob,
-            "changes": replacement.rows(),
-            "paired_changes": replacement.paired_changes(),
-        },
-        "frontier": frontier_results,
-    }
-    atomic_write_json(
-        out_dir / "results.json", {**record, "seconds": seconds, "tables": all_tables}
-    )
-    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
-        try:
-            for path in findings.update_repository(ledger.load_results(out_dir / "results.json")):
-                print(f"wrote {path}")
-        except ValueError as error:  # e.g. --quick sizes lack a row the findings read
-            print(f"README's findings and docs/claims.md NOT updated: {error}")
-    return {"figures": saved, "results": str(results), "seconds": seconds, "tables": all_tables}
+    return out
 
 
 def _top1_per_class(stats: Any, stats_no_cfg: Any) -> list[dict[str, Any]]:
@@ -1022,67 +918,302 @@ def _frontier(
 def _curve_texts() -> dict[str, str]:
     """results.md's sentence for each optimal curve, by its name in ``frontier``."""
     return {
-        frontier.RELAXATION: "The TV-optimal relaxation (gsd_core.OptimalRelaxation) at "
-        "per-token budget delta from SJD (delta = 0). ",
-        frontier.RELAXATION_MAXIMAL: "The same with maximal-coupled drafts, from MC-SJD. ",
-        frontier.DIAL: f"The certified TV dial (budget B per image, policy "
-        f"`{frontier.DIAL_POLICY}`, cap {frontier.DIAL_CAP:g}, maximal drafts) from MC-SJD "
-        "(B = 0). ",
-        frontier.TRANSPORT: "The W1 transport relaxation (per-token budget eps, k = 16 content "
-        "neighbours, maximal drafts) from MC-SJD (eps = 0). ",
-        frontier.W1_DIAL: f"The W1 dial (budget B per image, policy `{frontier.W1_DIAL_POLICY}`, "
-        f"cap {frontier.W1_DIAL_CAP:g}, maximal drafts) from MC-SJD; it certifies the per-path "
-        "substitution cost, not the joint law's W1 (proofs/13). ",
+        frontier.RELAXATION: fill("curve_relaxation"),
+        frontier.RELAXATION_MAXIMAL: fill("curve_relaxation_maximal"),
+        frontier.DIAL: fill(
+            "curve_dial", policy=frontier.DIAL_POLICY, cap=f"{frontier.DIAL_CAP:g}"
+        ),
+        frontier.TRANSPORT: fill("curve_transport"),
+        frontier.W1_DIAL: fill(
+            "curve_w1_dial", policy=frontier.W1_DIAL_POLICY, cap=f"{frontier.W1_DIAL_CAP:g}"
+        ),
     }
+
+
+FRONTIER_COLUMNS = ["measure", "reference", "other", "distortion", "reference_nfe", "other_nfe"]
+FRONTIER_COLUMNS += ["difference", "se", "low", "high", "n", "inside", "verdict"]
 
 
 def _frontier_text(results: dict[str, Any]) -> str:
     """results.md's frontier section: what was run, the rows per curve, the matched rows."""
-    images = len(results["prompts"]) * len(results["seeds"])
     shared = results["shared_seeds"]
-    head = (
-        f"Every configuration on the same {images} images ({len(results['prompts'])} prompts x "
-        f"seeds {', '.join(map(str, results['seeds']))}"
-        + (f"; seed(s) {', '.join(map(str, shared))} shared with the tables" if shared else "")
-        + f"), figure `frontier_nfe_vs_distortion`; {results['seconds']:.0f} s of this run. "
-        + "".join(text for name, text in _curve_texts().items() if name in results["curves"])
-        + "NFE at matched distortion: each optimal rule's curve read by "
-        "linear interpolation in the distortion at the reference's mean distortion; `difference`"
-        " = the reference's NFE minus the curve's there (negative: the reference needs fewer "
-        "forwards), `se`, `low`, `high`: paired bootstrap over the images; `inside`: whether "
-        "the reference lies in the curve's range (else its nearest end is read); `verdict` for "
-        '"the reference needs fewer forwards" by gsd_lab.experiments.verdicts.\n\n'
+    columns = ["method", "images", "nfe", "nfe_sem", "distortion", "distortion_sem"] + W1_COLUMNS
+    rows = results["matched"]
+    return fill(
+        "frontier",
+        images=len(results["prompts"]) * len(results["seeds"]),
+        prompts=len(results["prompts"]),
+        seeds=", ".join(map(str, results["seeds"])),
+        shared=f"; seed(s) {', '.join(map(str, shared))} shared with the tables" if shared else "",
+        seconds=f"{results['seconds']:.0f}",
+        curves="".join(text for name, text in _curve_texts().items() if name in results["curves"]),
+        tables="\n\n".join(
+            f"**{name}**\n\n" + markdown_table(curve, columns)
+            for name, curve in results["curves"].items()
+        ),
+        matched="\n\n" + markdown_table(rows, FRONTIER_COLUMNS)
+        if rows
+        else fill("frontier_unmatched"),
     )
-    tables_text = "\n\n".join(
-        f"**{name}**\n\n"
-        + markdown_table(
-            rows,
-            ["method", "images", "nfe", "nfe_sem", "distortion", "distortion_sem"] + W1_COLUMNS,
-        )
-        for name, rows in results["curves"].items()
+
+
+# ---- the report step: results.md from the template, results.json with the claims ----------------
+
+TEMPLATE = Path(__file__).resolve().parent / "templates" / "results.md"
+
+
+@functools.cache
+def _template() -> dict[str, string.Template]:
+    """The parts of ``templates/results.md`` by name (the lines after each "@@ name" line)."""
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in TEMPLATE.read_text().split("\n"):
+        if line.startswith("@@ "):
+            current = parts.setdefault(line[3:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: string.Template("\n".join(lines).rstrip("\n")) for name, lines in parts.items()}
+
+
+def fill(part: str, **values: Any) -> str:
+    """The template's ``part`` with its placeholders filled (KeyError for a missing one)."""
+    return _template()[part].substitute(values)
+
+
+def _headers(run: PaperRun) -> dict[str, str]:
+    """results.md's column names: rows keep the key condition_score (the notebooks read it);
+    the columns name what it is (clip_score on Lumina-mGPT)."""
+    keys = ("", "_sem", "_diff_ar", "_diff_ar_low", "_diff_ar_high")
+    column = run.model.quality_column
+    return {f"condition_score{k}": f"{column}{k}" for k in keys}
+
+
+def _table_columns(run: PaperRun) -> list[str]:
+    """Table 1's and 2's columns in results.md."""
+    columns = ["method", "images", "nfe", "nfe_sem", "speedup_nfe", "accepted_per_tested"]
+    columns += ["acceptance_rate", "wall_seconds", "speedup_wall", "distortion", "distortion_sem"]
+    columns += ["w1", "w1_sem"] if run.has_w1 else []
+    for key, _ in run.quality_metrics():
+        columns += [key, "condition_score_sem"] if key == "condition_score" else [key]
+    if run.has_quality_difference():
+        columns += [f"condition_score_diff_ar{k}" for k in ("", "_low", "_high")]
+    return columns
+
+
+def _table1_text(run: PaperRun) -> str:
+    headers, sizes = _headers(run), run.sizes
+    table = functools.partial(markdown_table, headers=headers)
+    if run.batch_size == 1:
+        batch_text = fill("batch_one")
+    else:
+        how = fill("batched_streamed" if sizes.streamed else "batched_one_configuration")
+        batch_text = fill("batch_many", batch=run.batch_size, batched_how=how)
+    metrics = run.quality_metrics()
+    proxies = ", ".join(f"`{headers.get(k, k)}` = {' '.join(name.split())}" for k, name in metrics)
+    column = run.model.quality_column
+    real = run.real
+    real_columns = ["method", "images", "condition_score", "condition_score_sem"]
+    real_text = "" if real is None else fill(
+        "real_images",
+        frechet_images=real["frechet_images"],
+        table=table([real], real_columns + ["frechet_distance", "frechet_images"]),
     )
-    matched_rows = results["matched"]
-    matched_text = (
-        "\n\n"
-        + markdown_table(
-            matched_rows,
-            [
-                "measure",
-                "reference",
-                "other",
-                "distortion",
-                "reference_nfe",
-                "other_nfe",
-                "difference",
-                "se",
-                "low",
-                "high",
-                "n",
-                "inside",
-                "verdict",
-            ],
-        )
-        if matched_rows
-        else "\n\nNo matched-distortion row: the run lacks GSD or an optimal rule's curve."
+    return fill(
+        "table1",
+        batch_text=batch_text,
+        diff_column=headers["condition_score_diff_ar"],
+        seed_noise_label=tables.AR_SEED_NOISE.label,
+        proxies=proxies or "none for this model",
+        quality_column=f" (`{column}` is the `condition_score` field of results.json)"
+        if column != "condition_score" and metrics
+        else "",
+        table=table(run.table1, _table_columns(run)),
+        real_images=real_text,
     )
-    return head + tables_text + matched_text
+
+
+def _table2_text(run: PaperRun) -> str:
+    filters = run.filters
+    rule = (
+        fill("distance_released")
+        if filters.max_embedding_distance is not None
+        else fill("distance_quantile", quantile=f"{filters.distance_quantile:g}")
+    )
+    return fill(
+        "table2",
+        group=run.sizes.table2_group,
+        max_prob_gap=filters.max_prob_gap,
+        distance_threshold=f"{_distance_threshold(run):.4g}",
+        distance_rule=rule,
+        table=markdown_table(run.table2, _table_columns(run), headers=_headers(run)),
+    )
+
+
+def _distortion_text(run: PaperRun, seconds: float) -> str:
+    accounting, w1 = run.cache.accounting_seconds(), run.cache.w1_seconds()
+    columns = ["method", "images", "nfe", "speedup_nfe", "distortion", "distortion_sem"]
+    columns += W1_COLUMNS if run.has_w1 else []
+    return fill(
+        "distortion",
+        w1_text=fill("w1", draws=run.sizes.w1_draws) if run.has_w1 else "",
+        accounting=f"{sum(accounting):.1f}",
+        slowest=f"{max(accounting, default=0.0):.2f}",
+        w1_seconds=f"{sum(w1):.1f}",
+        w1_share=f"{sum(w1) / (seconds - sum(w1)):.1%}",
+        rest=f"{seconds - sum(w1):.0f}",
+        tables="\n\n".join(
+            f"**{name}**\n\n" + markdown_table(rows, columns)
+            for name, rows in run.distortion_points.items()
+        ),
+    )
+
+
+MATCHED_COLUMNS = ["measure", "nfe", "anchor", "other", "reference_value", "other_value"]
+MATCHED_COLUMNS += ["difference", "se", "low", "high", "verdict"]
+
+
+def _matched_text(run: PaperRun) -> str:
+    rows = run.matched_rows
+    return fill(
+        "matched",
+        summary=matched.matched_summary(rows),
+        table="\n\n" + markdown_table(rows, MATCHED_COLUMNS) if rows else "",
+    )
+
+
+def _top1_text(run: PaperRun) -> str:
+    stats, no_cfg = run.stats, run.stats_no_cfg
+    rows = [{"guidance": run.model.adapter.cfg_scale, **stats.summary()}]
+    rows += [{"guidance": "none", **no_cfg.summary()}] if no_cfg else []
+    per_class = ["prompt", "images", "pooled_share_below", "median_share_below"]
+    if no_cfg:
+        per_class += ["pooled_share_below_no_guidance", "median_share_below_no_guidance"]
+    return fill(
+        "top1",
+        table=markdown_table(rows, ["guidance"] + list(stats.summary())),
+        seeds=", ".join(str(x) for x in sorted(set(run.sizes.seeds) | set(run.extra_seeds))),
+        per_class=markdown_table(_top1_per_class(stats, no_cfg), per_class),
+    )
+
+
+def _replacement_text(run: PaperRun) -> str:
+    study = run.replacement
+    quality = [
+        {
+            "variant": k,
+            **study.quality[k],
+            "mean_log_prob": study.mean_log_prob[k],
+            "changed_share": study.changed_share[k],
+        }
+        for k in study.images
+    ]
+    return fill(
+        "replacement",
+        fraction=f"{run.sizes.replacement_fraction:.0%}",
+        top_k=run.sizes.replacement_top_k,
+        quality=markdown_table(quality, list(quality[0]), headers=_headers(run)),
+        changes=markdown_table(study.rows(), list(study.rows()[0])),
+    )
+
+
+def _run_text(run: PaperRun, saved: list[str], seconds: float, out_dir: Path) -> str:
+    return fill(
+        "run",
+        figures=len(saved),
+        seconds=f"{seconds:.0f}",
+        images=run.images_per_method,
+        passes=len(run.configurations),
+        cfg="AR without guidance included; " if run.model.adapter.uses_cfg else "",
+        top1_images=run.stats.per_image.shape[0],
+        replacement=f", replacement study on {len(run.replacement.prompts)}"
+        if run.replacement
+        else "",
+        device=run.model.adapter.device,
+        streamed=f"; result files in `{out_dir / 'decoding'}`" if run.sizes.streamed else "",
+    )
+
+
+def _sections(
+    run: PaperRun, saved: list[str], seconds: float, out_dir: Path, ledger_rows: list[dict]
+) -> list[tuple[str, str]]:
+    """results.md's (heading, body) sections, every body a part of the template."""
+    columns = _table_columns(run)
+    toy_rows = [{"pair": k, "tv": v, "acceptance": 1 - v} for k, v in run.toy["tvs"].items()]
+    sections = [
+        ("Table 1 analogue: speed and quality", _table1_text(run)),
+        ("Table 2 analogue: clustering ablation", _table2_text(run)),
+        (
+            "Fig. 10 analogue: NFE against quality",
+            "\n\n".join(
+                f"**{name}**\n\n" + markdown_table(rows, columns, headers=_headers(run))
+                for name, rows in run.pareto.items()
+            ),
+        ),
+        ("Exact distortion against NFE", _distortion_text(run, seconds)),
+        ("Distortion at matched NFE", _matched_text(run)),
+        ("Top-1 probability of the target distribution (AR tokens)", _top1_text(run)),
+    ]
+    if run.frontier is not None:
+        sections.append(("The frontier: NFE against TV and W1", _frontier_text(run.frontier)))
+    if run.replacement is not None:
+        sections.append(("Fig. 4 analogue: top-100 replacement", _replacement_text(run)))
+    toy_text = fill(
+        "toy",
+        table=markdown_table(toy_rows, ["pair", "tv", "acceptance"]),
+        violation=f"{run.toy['theorem1'].max_violation:.3g}",
+    )
+    sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1", toy_text))
+    sections.append((ledger.SECTION, ledger.claims_section(ledger_rows)))
+    sections.append(("Run", _run_text(run, saved, seconds, out_dir)))
+    return sections
+
+
+def _results_tables(run: PaperRun) -> dict[str, Any]:
+    """results.json's ``tables``: every table's rows with their per-image values."""
+    study = run.replacement
+    return {
+        "table1": run.table1,
+        "table2": run.table2,
+        "pareto": run.pareto,
+        "distortion_vs_nfe": run.distortion_points,
+        "matched_nfe": run.matched_rows,
+        "w1_draws": run.sizes.w1_draws if run.has_w1 else None,
+        "real_images": run.real,
+        "accounting_seconds": sum(run.cache.accounting_seconds()),
+        "w1_seconds": sum(run.cache.w1_seconds()),
+        "top1": run.stats.summary(),
+        "top1_without_guidance": None if run.stats_no_cfg is None else run.stats_no_cfg.summary(),
+        "top1_per_class": _top1_per_class(run.stats, run.stats_no_cfg),
+        "replacement": None
+        if study is None
+        else {
+            "quality": study.quality,
+            "mean_log_prob": study.mean_log_prob,
+            "changes": study.rows(),
+            "paired_changes": study.paired_changes(),
+        },
+        "frontier": run.frontier,
+    }
+
+
+def _write_report(
+    run: PaperRun, out_dir: Path, record: dict[str, Any], saved: list[str], seconds: float
+) -> dict[str, Any]:
+    """The report step: results.json (the tables and ``claims``, every claim's numbers by id),
+    results.md, and, when ``out_dir`` is the repository's figures/, README and docs/claims.md."""
+    all_tables = _results_tables(run)
+    evidence = claims.evaluate(all_tables, run.sizes.table2_group)
+    results = {**record, "seconds": seconds, "tables": all_tables}
+    results["claims"] = claims.as_json(evidence)
+    sections = _sections(run, saved, seconds, out_dir, claims.rows(evidence))
+    markdown = write_results_markdown(
+        out_dir / "results.md", f"GSD results ({run.model.name})", sections, record=record
+    )
+    atomic_write_json(out_dir / "results.json", results)
+    if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
+        try:
+            for path in findings.update_repository(ledger.load_results(out_dir / "results.json")):
+                print(f"wrote {path}")
+        except ValueError as error:  # e.g. --quick sizes lack a row the findings read
+            print(f"README's findings and docs/claims.md NOT updated: {error}")
+    return {"figures": saved, "results": str(markdown), "seconds": seconds, "tables": all_tables}

@@ -6,148 +6,196 @@ repository's ``figures/``) rewrites it together with the claims ledger (docs/cla
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
-from . import ledger, paper
-from .verdicts import NOISE_Z, PairedDifference, paired_difference, verdict
+from . import claims, ledger, tables
+from .claims import Evidence
+from .paper_values import QUALITY, TOP1_SHARE_RANGE
+from .verdicts import NOT_RUN, Decision, PairedDifference, minimum_detectable, paired_values
+from .verdicts import per_image, word
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
 TABLE_START, TABLE_END = "<!-- table1:start (python -m gsd_lab readme) -->", "<!-- table1:end -->"
 README = ledger.REPO / "README.md"
+COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
 
 
 def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
     row = next((r for r in rows if r["method"] == method), None)
     if row is None:
-        raise ValueError(f"results.json's table1 has no row {method!r}: cannot render the findings")
+        raise ValueError(f"results.json's table1 has no row {method!r}: cannot render Table 1")
     return row
 
 
-def _diff(diff: PairedDifference, decimals: int = 1) -> str:
-    """ "+1.4 (SE 3.2; +- 2 SE: [-5.0, +7.8])"."""
-    if diff.se is None:
-        return f"{diff.difference:+.{decimals}f} (no SE)"
-    low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
-    return (
-        f"{diff.difference:+.{decimals}f} (SE {diff.se:.{decimals}f}; +- 2 SE: "
-        f"[{low:+.{decimals}f}, {high:+.{decimals}f}])"
+def _distortion(results: dict[str, Any], label: str) -> str:
+    """ ", GSD distorts 0.124 TV per token"-style tail for a Table 1 row; "" when not run."""
+    row = next((r for r in results["tables"]["table1"] if r["method"] == label), None)
+    value = None if row is None else row.get("distortion")
+    return "" if value is None else f"{value:.3f} TV per token"
+
+
+def _span(diff: PairedDifference, digits: int) -> str:
+    """ "+2.6 [-2.5, +7.7]": d [d - 2 SE, d + 2 SE], the interval every verdict decides on."""
+    return Decision("noise", diff).span(digits)
+
+
+def answer(found: Evidence, yes: str, no: str) -> str:
+    """The answer cell: the verdict's words, what "yes" / "no" mean here and, for "no difference
+    detected", the smallest difference the run could have detected at 80% power."""
+    if found.outcome == "noise":
+        size = minimum_detectable(found.se)
+        if size is None:
+            return word("noise")
+        return word("noise") + f" (the run could detect |d| >= {size:.{found.digits}f})"
+    return {"yes": f"yes: {yes}", "no": f"no: {no}"}.get(found.outcome, word(found.outcome))
+
+
+def line(question: str, answer_text: str, found: Evidence) -> dict[str, str]:
+    """A findings row: the question, the answer, A - B with its interval, n."""
+    measured = found.measured()
+    cell = measured if found.kind == "points" else (
+        "-" if found.value is None else f"{found.compared}: {found.span()}"
+    )
+    return {"question": question, "answer": answer_text, "A - B [+- 2 SE]": cell, "n": str(found.n)}
+
+
+def _points_answer(found: Evidence) -> str:
+    beyond = [f"{p.at:.1f}" for p in found.parts if p.outcome != "noise"]
+    return {
+        "yes": "yes: GSD lower at every matched point",
+        "no": "no: GSD higher beyond the noise at " + ", ".join(beyond) + " NFE",
+    }.get(
+        found.outcome,
+        word(found.outcome) + f" at {len(found.parts) - len(beyond)} of {len(found.parts)} points",
     )
 
 
-def _fewer(diff: PairedDifference, fewer: str, same: str, more: str) -> str:
-    """One of three phrases by the verdict on a difference in NFE (negative: fewer forwards)."""
-    outcome = verdict(diff.difference, diff.se, expected_sign=-1)
-    return {"yes": fewer, "no": more}.get(outcome, same)
-
-
-def _span(rows: list[dict[str, Any]], measure: str, other: str) -> str:
-    picked = [r for r in rows if r["measure"] == measure and r["other"] == other]
-    if not picked:
-        return "not run"
-    diffs = [r["difference"] for r in picked]
-    lower = sum(r["verdict"] == "yes" for r in picked)
-    higher = sum(r["verdict"] == "no" for r in picked)
-    return (
-        f"{min(diffs):+.3f} to {max(diffs):+.3f} over {len(picked)} points; beyond the noise, "
-        f"GSD lower at {lower} of {len(picked)} and higher at {higher} of {len(picked)}"
-    )
-
-
-def frontier_line(front: dict[str, Any] | None) -> str | None:
-    """The frontier's finding (``experiments.frontier``): GSD's NFE minus each optimal rule's at
-    GSD's TV and at its W1, worded by the verdict; None when the run has no frontier."""
-    from .frontier import VERDICT_WORDS
-
-    if not front or not front.get("matched"):
-        return None
-    gsd = f"GSD (G={front['group_size']})"
-    parts = []
-    for measure in ("TV", "W1"):
-        rows = [r for r in front["matched"] if r["reference"] == gsd and r["measure"] == measure]
-        if not rows:
+def frontier_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
+    """The frontier's rows: at GSD's TV, GSD's NFE minus each optimal rule's curve (claims
+    ``gsd_fewer_nfe_than_*``), by the verdict on "GSD needs fewer forwards"; only those run."""
+    out = []
+    for slug, other in claims.OPTIMAL_RULES.items():
+        evidence = found[f"gsd_fewer_nfe_than_{slug}"]
+        if evidence.value is None:
             continue
-        clauses = [
-            f"{r['other']} {PairedDifference(r['difference'], r['se'], r['n']).text(2)}: "
-            f"{VERDICT_WORDS[r['verdict']]}" + ("" if r["inside"] else " (outside its range)")
-            for r in rows
-        ]
-        parts.append(f"at its {measure} ({rows[0]['distortion']:.3g}), " + "; ".join(clauses))
-    if not parts:
-        return None
-    images = len(front["prompts"]) * len(front["seeds"])
-    return (
-        f"- **Against the optimal lossy rules** ({images} images; {gsd}'s NFE minus the rule's "
-        "curve read at GSD's distortion, paired SE): " + "; ".join(parts) + "."
-    )
+        edge = f" ({evidence.note})" if evidence.note else ""
+        text = answer(evidence, "GSD needs fewer", f"the {other} needs fewer") + edge
+        question = (
+            f"At GSD's TV ({evidence.at:.3f}), does GSD need fewer forwards than the {other}?"
+        )
+        out.append(line(question, text, evidence))
+    return out
+
+
+QUESTIONS = (  # (claim id, the README's question, what "yes" means there, what "no" means)
+    (
+        "gsd_quality_above_amplify",
+        "Does GSD lose less quality than Amplify (k = 3), the naive relaxation?",
+        "GSD scores higher",
+        "Amplify scores higher",
+    ),
+    (
+        "mc_sjd_maximal_fewer_nfe_than_gsd",
+        "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?",
+        "MC-SJD needs fewer",
+        "GSD needs fewer",
+    ),
+    (
+        "coupled_gsd_fewer_nfe_than_mc_sjd",
+        "Do coupled drafts make GSD faster than lossless MC-SJD (MC-GSD)?",
+        "MC-GSD needs fewer",
+        "MC-SJD needs fewer",
+    ),
+)
+
+
+def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The findings table's rows, each a claim of ``claims`` by id (numbers from ``results``)."""
+    found = claims.of_results(results)
+    gsd_tv, mc_gsd_tv = _distortion(results, claims.GSD50), _distortion(results, claims.MC_GSD50)
+    over_sjd, over_ar = found["gsd_speedup_over_sjd"], found["gsd_speedup_over_ar"]
+    speed = answer(found["gsd_fewer_nfe_than_sjd"], "GSD needs fewer", "GSD needs more")
+    for over, base in ((over_sjd, "SJD"), (over_ar, "AR")):
+        if over.value is not None:
+            speed += (
+                f"; {base} / GSD = {over.span()} against the paper's {over.paper_value:.2f}x: "
+                + word(over.outcome)
+            )
+    kept = found["gsd_keeps_ar_quality"]
+    kept_answer = {"no": "no: it moved beyond the noise"}.get(kept.outcome) or answer(kept, "", "")
+    tails = {}  # what an answer adds: the lossy side's distortion, where it was run
+    if gsd_tv:
+        tails["mc_sjd_maximal_fewer_nfe_than_gsd"] = f"; MC-SJD is lossless, GSD distorts {gsd_tv}"
+    if mc_gsd_tv:
+        tails["coupled_gsd_fewer_nfe_than_mc_sjd"] = f", at {mc_gsd_tv}"
+    rows = [
+        line("Does GSD (G = 50) need fewer forwards than SJD, as the paper says?", speed,
+             found["gsd_fewer_nfe_than_sjd"]),
+        line("Does GSD keep AR's quality (condition score)?", kept_answer, kept),
+        line(
+            "Does GSD distort less than Amplify at matched NFE (exact TV)?",
+            _points_answer(found["gsd_distorts_less_than_amplify_tv"]),
+            found["gsd_distorts_less_than_amplify_tv"],
+        ),
+        *(
+            line(question, answer(found[cid], yes, no) + tails.get(cid, ""), found[cid])
+            for cid, question, yes, no in QUESTIONS
+        ),
+        *frontier_lines(found),
+    ]
+    top1 = found["top1_share_below_5pct"]
+    if top1.value is not None:
+        low, high = (bound.value for bound in TOP1_SHARE_RANGE)
+        rows.append(
+            {
+                "question": "Are image tokens flat (top-1 probability below 0.05)?",
+                "answer": f"{word(top1.outcome)}: {top1.value:.1%} of AR's tokens (the paper: "
+                f"{low:.0%}-{high:.0%})",
+                "A - B [+- 2 SE]": "-",
+                "n": "-",
+            }
+        )
+    return rows
 
 
 def render_findings(results: dict[str, Any]) -> str:
-    """At most 8 lines of findings, every number read from ``results`` (a results.json dict)."""
-    tables = results["tables"]
-    t1, matched = tables["table1"], tables.get("matched_nfe", [])
-    ar, sjd, gsd = _row(t1, "AR"), _row(t1, "SJD"), _row(t1, "GSD (G=50)")
-    mc_max, mc_gsd = _row(t1, "MC-SJD (maximal)"), _row(t1, "MC-GSD (G=50, maximal)")
-    amp, noise = _row(t1, "Amplify (k=3)"), _row(t1, "AR, second seed set (seed noise)")
-    frontier = paired_difference(mc_max, gsd, "nfe")
-    coupled = paired_difference(mc_gsd, mc_max, "nfe")
-    phrases = ("fewer forwards", "no difference detected (the interval above)", "more forwards")
-    ar_nfe, sjd_nfe, gsd_nfe = paper.AR_NFE.value, paper.SJD_NFE.value, paper.GSD50_NFE.value
+    """The findings block: the stand-in caveat first, then the table of ``findings_rows``."""
+    from ..io.figure_io import markdown_table
 
-    def quality(row: dict[str, Any]) -> str:
-        return f"{row['condition_score'] - ar['condition_score']:+.1f}"
-
-    lines = [
-        "- **The lossless frontier.** Coupled-draft SJD (MC-SJD maximal, lossless) against GSD "
-        f"G = 50: {mc_max['nfe']:.1f} against {gsd['nfe']:.1f} NFE, paired difference "
-        f"{_diff(frontier)} over {gsd['images']} images: {_fewer(frontier, *phrases)}, at zero "
-        f"distortion against GSD's {gsd['distortion']:.3f} TV per token.",
-        "- **Matched NFE, GSD minus the naive Amplify rule** (negative: GSD distorts less): "
-        f"TV {_span(matched, 'TV', 'Amplify')}; W1 {_span(matched, 'W1', 'Amplify')}. "
-        f"Against LANTERN: TV {_span(matched, 'TV', 'LANTERN')}.",
-        f"- **GSD with coupled drafts (MC-GSD G = 50)** against MC-SJD: {mc_gsd['nfe']:.1f} NFE, "
-        f"{_diff(coupled)}: {_fewer(coupled, *phrases)}, at {mc_gsd['distortion']:.3f} TV per "
-        "token.",
-        f"- Speed-ups over AR in forwards: SJD {sjd['speedup_nfe']:.2f}x, GSD G = 50 "
-        f"{gsd['speedup_nfe']:.2f}x ({sjd['nfe'] / gsd['nfe']:.2f}x over SJD; the paper: "
-        f"{ar_nfe / sjd_nfe:.2f}x, {ar_nfe / gsd_nfe:.2f}x, {sjd_nfe / gsd_nfe:.2f}x), Amplify "
-        f"k = 3 {amp['speedup_nfe']:.2f}x. Quality (condition score) minus AR's: GSD "
-        f"{quality(gsd)}, Amplify {quality(amp)}, AR on other seeds {quality(noise)} (the seed "
-        "noise).",
-    ]
-    line = frontier_line(tables.get("frontier"))
-    if line:
-        lines.append(line)
-    top1 = tables.get("top1") or {}
-    if top1:
-        low, high = (bound.value for bound in paper.TOP1_SHARE_RANGE)
-        share = top1["pooled_share_below"]
-        inside = "inside" if low <= share <= high else "outside"
-        lines.append(
-            f"- Flatness: {share:.1%} of AR tokens have top-1 probability below "
-            f"{top1['threshold']:g}, {inside} the paper's {low:.0%}-{high:.0%}."
-        )
     commit = str(results["git"]["commit"])[:7]
-    lines.append(
-        f"- All on the **stand-in** (`{results.get('model')}`, commit `{commit}`): "
-        "Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
+    caveat = (
+        f"All on the **stand-in** (`{results.get('model')}`, commit `{commit}`), a small model "
+        "trained here: Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
         "[docs/claims.md](docs/claims.md)."
     )
-    return "\n".join(lines)
+    return caveat + "\n\n" + markdown_table(findings_rows(results), COLUMNS)
 
 
-TABLE1_LABELS = {"AR, second seed set (seed noise)": "AR, other seeds (noise)"}
+TABLE1_LABELS = {tables.AR_SEED_NOISE.label: "AR, other seeds (noise)"}  # shorter in README
 
 
 def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _minus_ar(row: dict[str, Any], ar: dict[str, Any]) -> PairedDifference:
+    """The row's quality minus AR's, image by image on the same prompts (the seed-noise row is AR
+    on other seeds, so seeds are not compared: runs.RunCache.table pairs the same way)."""
+    x, y = per_image(row, QUALITY), per_image(ar, QUALITY)
+    if x is None or y is None:
+        return NOT_RUN
+    if row["per_image"]["prompt"] != ar["per_image"]["prompt"]:
+        raise ValueError(f"{row['method']} and AR are not paired: their images have other prompts")
+    return paired_values(x, y)
+
+
 def render_table1(results: dict[str, Any]) -> str:
     """Table 1 of the run as README shows it (the project's table renderer), every cell from
     ``results``: NFE (s.e.), speed-ups in NFE and CPU wall time, accepted / tested, TV, W1, the
-    condition score and its difference to AR with the 95% paired-bootstrap interval. A run
+    condition score and its paired difference to AR, d [d +- 2 SE] (``_span``). A run
     decoded at batch B > 1 names it in the wall column (each image's wall time is its share of
     its batch-B forwards: of its configuration's in ``gsd_lab.experiments.runs.RunCache``, of a
     chunk of prompts' configurations in the streamed run)."""
@@ -156,9 +204,9 @@ def render_table1(results: dict[str, Any]) -> str:
     batch = int(results.get("config", {}).get("batch_size") or 1)
     wall = "speed-up (CPU wall)" if batch == 1 else f"speed-up (CPU wall, batch {batch})"
     rows = []
+    ar = _row(results["tables"]["table1"], "AR")
     for r in results["tables"]["table1"]:
-        low, high = r.get("condition_score_diff_ar_low"), r.get("condition_score_diff_ar_high")
-        diff = r.get("condition_score_diff_ar")
+        diff = _minus_ar(r, ar)
         rows.append(
             {
                 "method": TABLE1_LABELS.get(r["method"], r["method"]),
@@ -170,9 +218,9 @@ def render_table1(results: dict[str, Any]) -> str:
                 "TV": _cell(r.get("distortion"), ".3f"),
                 "W1": _cell(r.get("w1"), ".3f"),
                 "condition score": _cell(r.get("condition_score"), ".1f"),
-                "minus AR [95% CI]": "-"
-                if r["method"] == "AR" or diff is None
-                else f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]",
+                "minus AR [+- 2 SE]": "-"
+                if r["method"] == "AR" or not math.isfinite(diff.difference)
+                else _span(diff, 1),
             }
         )
     real = results["tables"].get("real_images")
@@ -192,7 +240,7 @@ def render_table1(results: dict[str, Any]) -> str:
         "TV",
         "W1",
         "condition score",
-        "minus AR [95% CI]",
+        "minus AR [+- 2 SE]",
     ]
     config, sizes = results.get("config", {}), results.get("config", {}).get("sizes", {})
     caption = (
@@ -258,20 +306,31 @@ def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
 
 
 def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
-    """README's rendered blocks and docs/claims.md from ``results`` (default:
-    figures/results.json)."""
+    """README's rendered blocks, docs/claims.md and figures/results.md's claims section from
+    ``results`` (default: figures/results.json)."""
     results = results if results is not None else ledger.load_results()
-    return [update_readme(results), ledger.write_claims(results)]
+    return [
+        update_readme(results),
+        ledger.write_claims(results),
+        ledger.write_results_claims(results),
+    ]
 
 
 def stale_outputs(
-    results: dict[str, Any], readme: str | Path = README, claims: str | Path = ledger.CLAIMS_MD
+    results: dict[str, Any],
+    readme: str | Path = README,
+    claims: str | Path = ledger.CLAIMS_MD,
+    results_md: str | Path = ledger.RESULTS_MD,
 ) -> list[str]:
-    """Which of README's findings block and docs/claims.md differ from ``results``' rendering."""
+    """Which of README's blocks, docs/claims.md and results.md's claims section differ from
+    ``results``' rendering."""
     stale, text = [], Path(readme).read_text()
     blocks = rendered_blocks(results).items()
     if any(committed_block(text, *markers) != block for markers, block in blocks):
         stale.append(str(readme))
     if not Path(claims).exists() or Path(claims).read_text() != ledger.ledger_markdown(results):
         stale.append(str(claims))
+    page = Path(results_md).read_text()
+    if ledger.with_claims_section(page, results) != page:
+        stale.append(str(results_md))
     return stale

@@ -54,7 +54,7 @@ from ..decode.methods import DecodingMethod
 from . import tables
 from .matched import MEASURES, _interpolate, check_matching, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
-from .verdicts import verdict
+from .verdicts import NOISE_Z, verdict, word
 
 RELAXATION = "TV-optimal relaxation"
 RELAXATION_MAXIMAL = "TV-optimal relaxation, maximal drafts"
@@ -264,7 +264,6 @@ def matched_distortion(
     measure: str = "distortion",
     *,
     resamples: int = 2000,
-    level: float = 0.95,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """NFE at matched distortion (module docstring): one row per reference configuration and
@@ -292,7 +291,8 @@ def matched_distortion(
                 value_b[:, opp], nfe_b[:, opp], value_b[:, anchor]
             )
             se = float(boot.std(ddof=1)) if n > 1 else None
-            low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+            spread = NOISE_Z * (se or 0.0)  # low / high: the interval the verdict decides on
+            low, high = difference - spread, difference + spread
             out.append(
                 {
                     "measure": MEASURES[measure],
@@ -313,22 +313,23 @@ def matched_distortion(
     return out
 
 
+# The claim judged is "the reference needs fewer forwards" (expected sign -1).
 VERDICT_WORDS = {
-    "yes": "fewer forwards, beyond noise",
-    "no": "more forwards, beyond noise",
-    "noise": "within noise",
-    "not run": "not run",
+    "yes": "yes (fewer forwards)",
+    "no": "no (more forwards)",
+    "noise": word("noise"),
+    "not run": word("not run"),
 }
 
 
 def matched_sentence(row: dict[str, Any]) -> str:
     """One matched-distortion row in words, e.g. "GSD (G=50) - TV-optimal relaxation at TV 0.121:
-    -4.2 NFE (SE 1.3, n = 30): fewer forwards, beyond noise"."""
+    -4.2 NFE [-6.8, -1.6] (n = 30): yes (fewer forwards)"."""
     where = "" if row["inside"] else " (outside the curve's range: its nearest end)"
-    se = "no SE" if row["se"] is None else f"SE {row['se']:.1f}"
+    span = "no SE" if row["se"] is None else f"[{row['low']:+.1f}, {row['high']:+.1f}]"
     return (
         f"{row['reference']} - {row['other']} at {row['measure']} {row['distortion']:.3g}{where}: "
-        f"{row['difference']:+.1f} NFE ({se}, n = {row['n']}): {VERDICT_WORDS[row['verdict']]}"
+        f"{row['difference']:+.1f} NFE {span} (n = {row['n']}): {VERDICT_WORDS[row['verdict']]}"
     )
 
 

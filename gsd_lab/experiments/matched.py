@@ -14,13 +14,15 @@ Error bars: a paired bootstrap over images. One resample draws image indices wit
 and recomputes every configuration's mean NFE and mean distortion from the same images (the
 images are paired across configurations, so their shared variation cancels), then the anchor's
 NFE, both interpolations and the difference; the standard error is the spread of the resampled
-differences, the interval their quantiles. Where a per-image distortion is itself estimated
-(W1 from a few rows, ``accounting.transport``), its sampling noise is inside the per-image values
-and so inside these error bars. A resample whose anchor leaves a curve's range reads that
-curve's nearest end (``np.interp``), so points near the ends lean toward them.
+differences, the interval (low, high) the verdict's own, difference +- ``NOISE_Z`` SE. Where a
+per-image distortion is itself estimated (W1 from a few rows, ``accounting.transport``), its
+sampling noise is inside the per-image values and so inside these error bars. A resample whose
+anchor leaves a curve's range reads that curve's nearest end (``np.interp``), so points near the
+ends lean toward them.
 
 Verdicts follow ``verdicts.verdict`` for the claim "GSD distorts less than the other rule"
-(expected sign -1): "yes", "no", or "noise" (within two standard errors).
+(expected sign -1): "yes", "no", or "noise" (within two standard errors; shown "no difference
+detected", ``verdicts.WORDS``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .verdicts import verdict
+from .verdicts import NOISE_Z, verdict
 
 MEASURES = {"distortion": "TV", "w1": "W1"}
 
@@ -125,7 +127,6 @@ def matched_nfe(
     others: tuple[str, ...] = ("Amplify", "LANTERN"),
     *,
     resamples: int = 2000,
-    level: float = 0.95,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Rows comparing ``reference``'s curve with each of ``others`` at matched NFE (module
@@ -168,7 +169,8 @@ def matched_nfe(
                 nfe_b[:, opp], value_b[:, opp], nfe_b[:, anchor]
             )
             se = float(boot.std(ddof=1))
-            low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+            spread = NOISE_Z * (se or 0.0)  # low / high: the interval the verdict decides on
+            low, high = difference - spread, difference + spread
             out.append(
                 {
                     "measure": MEASURES[measure],
@@ -201,12 +203,17 @@ def matched_summary(rows: list[dict[str, Any]], reference: str = "GSD") -> str:
             these = [r for r in rows if r["measure"] == measure and r["other"] == other]
             counts = {v: sum(r["verdict"] == v for r in these) for v in ("yes", "no", "noise")}
             said = [
-                f"{word} at {counts[v]}"
-                for v, word in (("yes", "lower"), ("no", "higher"), ("noise", "within noise"))
+                f"{phrase} at {counts[v]}"
+                for v, phrase in (
+                    ("yes", "lower"),
+                    ("no", "higher"),
+                    ("noise", "no difference detected"),
+                )
                 if counts[v]
             ]
             detail = ", ".join(
-                f"{r['difference']:+.3g} +- {r['se']:.2g} at {r['nfe']:.1f} NFE" for r in these
+                f"{r['difference']:+.3g} [{r['low']:+.3g}, {r['high']:+.3g}] at {r['nfe']:.1f} NFE"
+                for r in these
             )
             clauses.append(
                 f"{reference} vs {other}: {' and '.join(said)} "
@@ -216,7 +223,7 @@ def matched_summary(rows: list[dict[str, Any]], reference: str = "GSD") -> str:
     return (
         "At matched NFE (difference = "
         + reference
-        + " minus the other, +- paired bootstrap SE over images): "
+        + " minus the other [+- 2 paired bootstrap SE over images]): "
         + "; ".join(parts)
         + "."
     )

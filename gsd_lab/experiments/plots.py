@@ -384,7 +384,7 @@ def pareto(
 
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
     """Horizontal bars per table row, one panel per metric; error bars: the interval
-    [``{metric}_low``, ``{metric}_high``] where rows have one (a 95% bootstrap interval), else
+    [``{metric}_low``, ``{metric}_high``] where rows have one (d +- 2 paired SE), else
     +- one standard error over images where the row has ``{metric}_sem`` (set-level metrics such as
     the Frechet distance have none: the panel says so). A label that does not say which way is
     better gets the metric's declared direction (``better``)."""
@@ -395,7 +395,7 @@ def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
             label += f" ({better(key)} better)"
         values = [r.get(key) if r.get(key) is not None else np.nan for r in rows]
         if any(r.get(f"{key}_low") is not None for r in rows):
-            # An interval [low, high] (e.g. a paired bootstrap against AR): asymmetric error bars.
+            # An interval [low, high] (e.g. d +- 2 paired SE against AR).
             errors = np.array(
                 [
                     [v - r[f"{key}_low"], r[f"{key}_high"] - v]

@@ -26,8 +26,9 @@ Per-image values (``per_image`` of each row: prompt, seed, nfe, distortion, w1, 
 what paired comparisons (``verdicts``, ``matched``) need, image by image.
 
 Error bars against AR (``RunCache.table``): for a per-image proxy (the condition score) the
-difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with a 95% paired
-bootstrap interval over images (``{metric}_diff_ar_low`` / ``_high``; ``metrics.paired_bootstrap``).
+difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with the interval
+every verdict decides on, d +- 2 paired SE (``{metric}_diff_ar_low`` / ``_high``;
+``verdicts.interval``).
 The AR-against-AR seed noise is the same difference for AR decoded with another seed set
 (``MethodSpec.seed_offset``), and ``real_image_baseline`` scores real held-out crops.
 
@@ -53,8 +54,8 @@ from torch import Tensor
 from ..decode.loop import DecodeResult, generate
 from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
-from ..quality.metrics import paired_bootstrap
 from .image_model import ImageModel
+from .verdicts import interval, paired_values
 
 
 @dataclass(frozen=True)
@@ -528,7 +529,6 @@ class RunCache:
         progress: Any = None,
         record_top1: bool = True,
         record_distortion: bool = True,
-        bootstrap_resamples: int = 2000,
         progress_lines: bool | None = None,
         record_w1: bool | None = None,
         w1_draws: int | None = DEFAULT_DRAWS,
@@ -554,7 +554,6 @@ class RunCache:
         self.progress_lines = (
             model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         )
-        self.bootstrap_resamples = bootstrap_resamples
         self._records: dict[tuple, list[GenerationRecord]] = {}
         self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
         self._quality: dict[
@@ -710,8 +709,8 @@ class RunCache:
     def table(self, specs: list[MethodSpec], baseline: MethodSpec) -> list[dict[str, Any]]:
         """One ``summarize`` row per spec, with speed-ups against ``baseline`` and, where the model
         has per-image condition scores, ``condition_score_diff_ar`` (mean difference to the
-        baseline, image by image: same prompts and seed indices) and its 95% paired bootstrap
-        interval ``condition_score_diff_ar_low`` / ``_high`` (seeded: the same on every run); the
+        baseline, image by image: same prompts and seed indices) and its interval d +- 2 paired
+        SE ``condition_score_diff_ar_low`` / ``_high`` (None for one image); the
         per-image scores go to the row's ``per_image`` for paired comparisons
         between any two rows."""
         base = self.records(baseline)
@@ -728,20 +727,13 @@ class RunCache:
                     raise ValueError(
                         f"{spec.label} and {baseline.label} are not paired image by image"
                     )
-                interval = paired_bootstrap(
-                    scores,
-                    base_scores,
-                    num_resamples=self.bootstrap_resamples,
-                    generator=torch.Generator().manual_seed(0),
-                )
+                diff = paired_values(scores.tolist(), base_scores.tolist())
+                low, high = interval(diff) or (None, None)
                 row.update(
                     {
-                        f"condition_score_diff_ar{k}": v
-                        for k, v in (
-                            ("", interval.difference),
-                            ("_low", interval.low),
-                            ("_high", interval.high),
-                        )
+                        "condition_score_diff_ar": diff.difference,
+                        "condition_score_diff_ar_low": low,
+                        "condition_score_diff_ar_high": high,
                     }
                 )
             rows.append(row)

@@ -131,7 +131,6 @@ class StreamedRunCache(RunCache):
         save_images: bool = False,
         record_distortion: bool = True,
         progress: bool = True,
-        bootstrap_resamples: int = 2000,
         w1_draws: int | None = DEFAULT_DRAWS,
         batch_size: int = 1,
     ) -> None:
@@ -144,7 +143,6 @@ class StreamedRunCache(RunCache):
             filters,
             record_top1=False,
             record_distortion=record_distortion,
-            bootstrap_resamples=bootstrap_resamples,
             w1_draws=w1_draws,
         )
         self.root = Path(out_dir) / STREAM_DIR

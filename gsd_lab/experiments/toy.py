@@ -8,6 +8,7 @@ with probability 1 - TV(p, q); a partition into clusters accepts with 1 - TV(p',
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 from torch import Tensor
@@ -26,6 +27,27 @@ from gsd_core import (
 from ..decode.methods import method_rule
 
 DTYPE = torch.float64
+
+# proofs/04's counterexample: p, q as integer weights over 15, and its clusters C(x), x = 0..4,
+# written out by hand (G = 3: one rank each side of x in the p-ranking 0..4, clipped at its ends)
+# so that the exact table does not depend on gsd_core.
+COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)
+COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)
+COUNTEREXAMPLE_CLUSTERS = ((0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4))
+COUNTEREXAMPLE_GROUP_SIZE = 3
+
+
+def counterexample_acceptance() -> tuple[Fraction, Fraction]:
+    """proofs/04 in Fractions: (alpha_SD, alpha_dyn), alpha_SD = sum_x min(p(x), q(x)) and
+    alpha_dyn = sum_x q(x) min(1, p(C(x)) / q(C(x))) over the hand-written clusters."""
+    p = [Fraction(w, sum(COUNTEREXAMPLE_P)) for w in COUNTEREXAMPLE_P]
+    q = [Fraction(w, sum(COUNTEREXAMPLE_Q)) for w in COUNTEREXAMPLE_Q]
+    alpha_sd = sum((min(a, b) for a, b in zip(p, q)), Fraction(0))
+    alpha_dyn = Fraction(0)
+    for x, cluster in enumerate(COUNTEREXAMPLE_CLUSTERS):
+        p_c, q_c = sum(p[y] for y in cluster), sum(q[y] for y in cluster)
+        alpha_dyn += q[x] * (min(Fraction(1), p_c / q_c) if q_c else Fraction(1))
+    return alpha_sd, alpha_dyn
 
 
 def flat_and_peaked_pairs(vocab_size: int = 1000) -> dict[str, tuple[Tensor, Tensor]]:

@@ -19,18 +19,39 @@ bootstrap standard deviation where the statistic is not a plain mean (an interpo
 
 So a verdict is never "yes" or "no" on a difference the run cannot resolve, and a difference
 of exactly 0 with SE 0 is "noise" (the two sides are equal: neither is smaller).
+
+One vocabulary and one interval everywhere a verdict is shown (README, claims.md, notebooks,
+results.md): ``WORDS[v]`` ("noise" reads "no difference detected", never "same" or "equal"),
+printed with the interval it was decided on, d +- ``NOISE_Z`` SE (``interval``), and for
+"noise" the smallest difference the run could have detected, ``minimum_detectable(se)``:
+(``NOISE_Z`` + z_power) SE, the true |d| at which the test above fires with probability
+``POWER`` (normal approximation, the far tail ignored). ``Decision.text`` writes all three.
+
+A claim about a size (a speed-up, a ratio of NFE) is judged as a ratio against the paper's ratio
+(``ratio_verdict``): the ratio of the two means R = mean(a) / mean(b) with its paired
+delta-method SE, SE(R) = sd(a_i - R b_i) / (sqrt(n) mean(b)); "yes" when R is beyond the noise
+on the paper's side of 1 and the paper's ratio lies inside R +- ``NOISE_Z`` SE(R).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 NOISE_Z = 2.0  # a difference within two (paired) standard errors either way is noise
 VERDICTS = ("yes", "direction only", "no", "noise", "not run")
+WORDS = {  # how a verdict reads wherever it is shown
+    "yes": "yes",
+    "direction only": "direction only",
+    "no": "no",
+    "noise": "no difference detected",
+    "not run": "not run",
+}
+POWER = 0.8  # the power at which ``minimum_detectable`` states what a "noise" run could have seen
 
 
 def verdict(
@@ -144,3 +165,131 @@ def paired_difference(
                 f"{a['method']} and {b['method']} are not paired: their images have other {field}s"
             )
     return paired_values(x, y)
+
+
+def word(outcome: str) -> str:
+    """How ``outcome`` (one of ``VERDICTS``) reads wherever a verdict is shown."""
+    if outcome not in WORDS:
+        raise ValueError(f"unknown verdict {outcome!r}; expected one of {VERDICTS}")
+    return WORDS[outcome]
+
+
+def interval(diff: PairedDifference) -> tuple[float, float] | None:
+    """(d - ``NOISE_Z`` SE, d + ``NOISE_Z`` SE): the interval ``verdict`` decides on; None
+    without a finite SE or difference."""
+    if diff.se is None or not math.isfinite(diff.se) or not math.isfinite(diff.difference):
+        return None
+    return diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
+
+
+def minimum_detectable(se: float | None, power: float = POWER) -> float | None:
+    """The true |difference| that ``verdict``'s test (|d| > ``NOISE_Z`` SE) detects with
+    probability ``power``: (``NOISE_Z`` + Phi^-1(power)) SE (None without an SE).
+
+    >>> round(minimum_detectable(1.0), 4)
+    2.8416"""
+    if not 0 < power < 1:
+        raise ValueError(f"power must be in (0, 1), got {power!r}")
+    if se is None or not math.isfinite(se):
+        return None
+    return (NOISE_Z + NormalDist().inv_cdf(power)) * se
+
+
+def _signed(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict with the paired difference it was decided on."""
+
+    outcome: str
+    diff: PairedDifference
+
+    @property
+    def word(self) -> str:
+        return word(self.outcome)
+
+    def span(self, digits: int = 1) -> str:
+        """ "+2.6 [-2.5, +7.7]": d and d +- 2 SE; "+2.6 (no SE)"; "-" when not run."""
+        if not math.isfinite(self.diff.difference):
+            return "-"
+        bounds = interval(self.diff)
+        if bounds is None:
+            return f"{_signed(self.diff.difference, digits)} (no SE)"
+        low, high = (_signed(b, digits) for b in bounds)
+        return f"{_signed(self.diff.difference, digits)} [{low}, {high}]"
+
+    def text(self, digits: int = 1, unit: str = "") -> str:
+        """ "no difference detected: +2.6 NFE [-2.5, +7.7] (n = 10; detectable at 80% power:
+        |d| >= 7.4)"; the other verdicts without the detectable size."""
+        if self.outcome == "not run" or not math.isfinite(self.diff.difference):
+            return "not run"
+        unit = f" {unit}" if unit else ""
+        head = self.span(digits).replace(" [", f"{unit} [", 1) if unit else self.span(digits)
+        extra = f"n = {self.diff.n}"
+        detectable = minimum_detectable(self.diff.se)
+        if self.outcome == "noise" and detectable is not None:
+            extra += f"; detectable at {POWER:.0%} power: |d| >= {detectable:.{digits}f}"
+        return f"{self.word}: {head} ({extra})"
+
+
+def decide(diff: PairedDifference, expected_sign: int, size_ok: bool | None = None) -> Decision:
+    """``verdict`` on ``diff`` kept with ``diff``."""
+    return Decision(verdict(diff.difference, diff.se, expected_sign, size_ok), diff)
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """R = mean(a) / mean(b) over n paired images with its delta-method SE (None for n < 2)."""
+
+    ratio: float
+    se: float | None
+    n: int
+
+    def text(self, digits: int = 2, suffix: str = "x") -> str:
+        """ "4.60x [4.31, 4.89]" (R +- 2 SE); "-" when not run."""
+        if not math.isfinite(self.ratio):
+            return "-"
+        if self.se is None:
+            return f"{self.ratio:.{digits}f}{suffix} (no SE)"
+        low, high = self.ratio - NOISE_Z * self.se, self.ratio + NOISE_Z * self.se
+        return f"{self.ratio:.{digits}f}{suffix} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+RATIO_NOT_RUN = PairedRatio(math.nan, None, 0)
+
+
+def paired_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> PairedRatio:
+    """mean(a) / mean(b) of two rows' per-image ``key`` values (the same images, as
+    ``paired_difference``), SE(R) = sd(a_i - R b_i, ddof 1) / (sqrt(n) mean(b))."""
+    if paired_difference(a, b, key) is NOT_RUN:
+        return RATIO_NOT_RUN
+    x = np.asarray(per_image(a, key), dtype=np.float64)
+    y = np.asarray(per_image(b, key), dtype=np.float64)
+    if y.mean() <= 0:
+        raise ValueError(f"{b['method']}'s mean {key} must be positive for a ratio")
+    ratio = float(x.mean() / y.mean())
+    residual = x - ratio * y
+    se = float(residual.std(ddof=1) / (math.sqrt(x.size) * y.mean())) if x.size > 1 else None
+    return PairedRatio(ratio, se, int(x.size))
+
+
+def ratio_verdict(ours: PairedRatio, paper: float) -> str:
+    """A size claim, "the ratio is ``paper``", judged on ``ours``: the direction by ``verdict``
+    on R - 1 (expected: the paper's side of 1), the size by whether ``paper`` lies inside
+    R +- ``NOISE_Z`` SE(R). "yes": both; "direction only": the direction without the size;
+    "noise": neither side of 1 shown, the paper's ratio not excluded; "no": the direction
+    contradicted, or the paper's ratio excluded without the direction shown."""
+    if not math.isfinite(ours.ratio):
+        return "not run"
+    if paper == 1:
+        raise ValueError("a paper ratio of 1 states no direction")
+    sign = 1 if paper > 1 else -1
+    size_ok = ours.se is not None and abs(ours.ratio - paper) <= NOISE_Z * ours.se
+    direction = verdict(ours.ratio - 1, ours.se, sign)
+    if direction == "yes":
+        return "yes" if size_ok else "direction only"
+    if direction == "noise":
+        return "noise" if size_ok else "no"
+    return direction

@@ -30,6 +30,13 @@ from gsd_core import (
     tv_distance,
 )
 
+from ..experiments.toy import (  # proofs/04's p, q and hand-written clusters
+    COUNTEREXAMPLE_CLUSTERS,
+    COUNTEREXAMPLE_GROUP_SIZE,
+    COUNTEREXAMPLE_P,
+    COUNTEREXAMPLE_Q,
+)
+
 DTYPE = torch.float64
 WALL_COLUMNS = ("wall_seconds", "speedup_wall")
 
@@ -290,12 +297,6 @@ def cluster_steps(
 
 # ---- 4. the dynamic-cluster counterexample (proofs/04) -------------------------------------------
 
-COUNTEREXAMPLE_P = (5, 4, 3, 2, 1)  # p = weights / 15
-COUNTEREXAMPLE_Q = (5, 5, 3, 2, 0)  # q = weights / 15
-# proofs/04's clusters C(x), x = 0..4, written out by hand (G = 3: one rank each side of x in the
-# p-ranking 0, 1, 2, 3, 4, clipped at its ends), so that the table does not depend on gsd_core.
-COUNTEREXAMPLE_CLUSTERS = ((0, 1), (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4))
-COUNTEREXAMPLE_GROUP_SIZE = 3
 
 
 @dataclass(frozen=True)

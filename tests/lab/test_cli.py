@@ -114,6 +114,17 @@ def test_figures_quick_writes_sidecars(tmp_path):
     assert {"difference", "se", "n", "verdict"} <= set(tv_row)
     if model == "standin":
         assert "fig10_nfe_vs_quality" in names and "condition_score" in results
+    # Every claim by id, its numbers as numbers: what claims.evaluate gives on the stored tables.
+    from gsd_lab.experiments import claims
+
+    stored = json.loads((out / "results.json").read_text())
+    assert sorted(stored["claims"]) == sorted(claims.IDS)  # results.json sorts its keys
+    assert stored["claims"] == json.loads(json.dumps(claims.as_json(claims.of_results(stored))))
+    table2 = stored["claims"]["table2_d_nfe_over_sjd"]  # quick sizes: Table 2 at G = 25
+    assert table2["kind"] == "ratio" and table2["n"] == 2 and isinstance(table2["value"], float)
+    assert table2["low"] <= table2["value"] <= table2["high"]
+    assert stored["claims"]["gsd_speedup_over_ar"]["outcome"] == "not run"  # no G = 50 row
+    assert "## Claims, by id" in results and "| table2_d_nfe_over_sjd |" in results
 
 
 @pytest.mark.skipif(not _standin_available(), reason="stand-in weights not in gsd_lab/standin/weights yet")

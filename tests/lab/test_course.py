@@ -11,7 +11,7 @@ import torch
 
 from gsd_core import DynamicClusters, FixedPartition, dynamic_cluster
 from gsd_lab.teaching import course
-from gsd_lab.experiments import paper, toy
+from gsd_lab.experiments import paper, tables, toy
 
 
 def test_entropy_and_effective_vocabulary():
@@ -241,16 +241,11 @@ def test_rank_bins_against_random_partitions():
 
 # ---- paper ---------------------------------------------------------------------------------------
 
-def test_within_ratio():
-    assert paper.within_ratio(2.2, 2.31) and not paper.within_ratio(1.3, 2.31)
-    assert not paper.within_ratio(float("nan"), 2.31)
-
-
 def test_top1_comparison():
-    assert paper.top1_comparison(0.7, 0.05, "m")[0]["reproduces"] == "yes"
+    assert paper.top1_comparison(0.7, 0.05, "m")[0]["outcome"] == "yes"
     row = paper.top1_comparison(0.17, 0.05, "standin")[0]
-    assert row["reproduces"] == "no" and "sharper" in row["why not / note"]
-    assert paper.top1_comparison(0.7, 0.1, "m")[0]["reproduces"] == "not run"
+    assert row["outcome"] == "no" and "sharper" in row["why not / note"]
+    assert paper.top1_comparison(0.7, 0.1, "m")[0]["outcome"] == "not run"
 
 
 def test_replacement_comparison_is_paired_and_never_calls_no_change_a_reproduction():
@@ -258,17 +253,17 @@ def test_replacement_comparison_is_paired_and_never_calls_no_change_a_reproducti
                "top-k": {"condition_score": 49.0, "condition_score_sem": 2.0},
                "uniform": {"condition_score": 20.0, "condition_score_sem": 2.0}}
     rows = paper.replacement_comparison(quality)
-    assert rows[0]["reproduces"] == "noise" and "unpaired" in rows[0]["here"]
+    assert rows[0]["outcome"] == "noise" and "unpaired" in rows[0]["here"]
     assert rows[1]["why not / note"] == "as expected"
     # Paired: the same images before and after; a -1 shift on every image with little spread is decisive.
     scores = {"original": [50.0, 60.0, 40.0, 55.0], "top-k": [49.0, 59.1, 38.9, 54.0], "uniform": None}
     drop = paper.replacement_comparison(quality, scores)[0]
-    assert drop["reproduces"] == "no" and drop["why not / note"].startswith("a drop") and "paired" in drop["here"]
+    assert drop["outcome"] == "no" and drop["why not / note"].startswith("a drop") and "paired" in drop["here"]
     rise = paper.replacement_comparison(quality, {**scores, "top-k": [70.0, 80.0, 60.5, 75.0]})[0]
-    assert rise["reproduces"] == "no" and rise["why not / note"].startswith("a rise")
+    assert rise["outcome"] == "no" and rise["why not / note"].startswith("a rise")
     noisy = paper.replacement_comparison(quality, {**scores, "top-k": [55.0, 55.0, 45.0, 50.0]})[0]
-    assert noisy["reproduces"] == "noise"
-    assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["reproduces"] == "not run"
+    assert noisy["outcome"] == "noise"
+    assert paper.replacement_comparison({"original": {}, "top-k": {}})[0]["outcome"] == "not run"
 
 
 def _table_row(method, nfe, score, distortion=0.0):
@@ -285,27 +280,30 @@ def test_speed_quality_comparison_from_paired_rows():
     sjd = _table_row("SJD", [112, 108, 111, 109], [50.0, 52.0, 48.0, 51.0])
     gsd = _table_row("GSD (G=50)", [69, 67, 70, 66], [49.5, 51.5, 47.6, 50.4])
     amp = _table_row("Amplify (k=3)", [61, 59, 60, 60], [40.0, 41.0, 39.0, 40.5])
-    table2 = [sjd, _table_row("(A) static", [100, 99, 101, 100], [50.0] * 4, [0.10, 0.11, 0.12, 0.10]),
-              _table_row("(B) dynamic q", [75, 76, 74, 75], [45.0] * 4, [0.30, 0.32, 0.31, 0.29]),
-              _table_row("(C) dynamic p", [68, 69, 67, 68], [49.0] * 4, [0.20, 0.21, 0.22, 0.19]),
-              _table_row("(D) paper", [68, 67, 69, 68], [49.5] * 4, [0.18, 0.20, 0.19, 0.21])]
-    rows = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}
-    assert rows["SJD: NFE speed-up over AR"]["reproduces"] == "yes"  # 2.33x against 2.31x
-    assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "yes"  # 3.76x
-    assert "GSD (G=50) needs fewer forwards than SJD" not in rows  # the same pair as Table 2 (D)'s row
-    assert rows["quality loss vs AR: GSD (G=50) smaller than Amplify (k=3)"]["reproduces"] == "yes"
-    ordering = rows["Table 2: sorting by q (B) distorts the most of (B)-(D), exact TV"]
-    assert ordering["reproduces"] == "yes" and "paired SE" in ordering["here"]
-    assert rows["Table 2 (A): NFE / SJD's NFE"]["here"].startswith(f"{100 / 110:.2f}")
+    labels = {key: spec.label for key, spec in tables.table2_rows(50).items()}
+    table2 = [sjd, _table_row(labels["(A)"], [100, 99, 101, 100], [50.0] * 4, [0.10, 0.11, 0.12, 0.10]),
+              _table_row(labels["(B)"], [75, 76, 74, 75], [45.0] * 4, [0.30, 0.32, 0.31, 0.29]),
+              _table_row(labels["(C)"], [68, 69, 67, 68], [49.0] * 4, [0.20, 0.21, 0.22, 0.19]),
+              _table_row(labels["(D)"], [68, 67, 69, 68], [49.5] * 4, [0.18, 0.20, 0.19, 0.21])]
+    rows = {r["id"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}
+    assert rows["sjd_speedup_over_ar"]["outcome"] == "yes"  # 2.33x against 2.31x
+    assert rows["gsd_speedup_over_ar"]["outcome"] == "yes"  # 3.76x
+    assert "gsd_fewer_nfe_than_sjd" not in rows  # nfe_below_sjd's row
+    assert rows["gsd_quality_above_amplify"]["outcome"] == "yes"
+    ordering = rows["table2_b_distorts_most_tv"]
+    assert ordering["outcome"] == "yes" and "(B) - (C): +0.1" in ordering["here"]
+    assert rows["table2_a_nfe_over_sjd"]["here"].startswith(f"(A) / SJD: {100 / 110:.2f}")
+    # Table 2 (B) is judged against the paper's ratio 685.31 / 1035, not against SJD alone.
+    assert rows["table2_b_nfe_over_sjd"]["paper"] == f"{685.31 / 1035:.2f}"
     # One image's difference of the other sign on the ordering: within the noise, not "yes".
     table2[2]["per_image"]["distortion"] = [0.30, 0.32, 0.31, 0.05]
-    ordering = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}[
-        "Table 2: sorting by q (B) distorts the most of (B)-(D), exact TV"]
-    assert ordering["reproduces"] == "noise"
+    ordering = {r["id"]: r for r in paper.speed_quality_comparison([ar, sjd, gsd, amp], table2)}[
+        "table2_b_distorts_most_tv"]
+    assert ordering["outcome"] == "noise" and ordering["verdict"] == "no difference detected"
     # A missing row is reported, not invented.
-    rows = {r["claim"]: r for r in paper.speed_quality_comparison([ar, sjd], [])}
-    assert rows["GSD (G=50): NFE speed-up over AR"]["reproduces"] == "not run"
-    assert rows["Table 2 (D): NFE / SJD's NFE"]["reproduces"] == "not run"
+    rows = {r["id"]: r for r in paper.speed_quality_comparison([ar, sjd], [])}
+    assert rows["gsd_speedup_over_ar"]["outcome"] == "not run"
+    assert rows["table2_d_nfe_over_sjd"]["outcome"] == "not run"
 
 
 def test_frontier_comparison_from_paired_rows():
@@ -315,23 +313,24 @@ def test_frontier_comparison_from_paired_rows():
               _table_row("MC-SJD (Gumbel)", [90, 91, 89, 90], [50.0] * 4),
               _table_row("GSD (G=50)", [75, 76, 74, 75], [49.0] * 4),
               _table_row("MC-GSD (G=50, maximal)", [58, 57, 59, 58], [49.0] * 4)]
-    rows = {r["claim"]: r for r in paper.frontier_comparison(table1)}
-    assert rows["MC-SJD (maximal): NFE speed-up over AR (SCD)"]["reproduces"] == "yes"  # 4.20x against 4.21x
-    assert rows["MC-SJD (Gumbel): NFE speed-up over AR (SCD)"]["reproduces"] == "direction only"
-    claim = "MC-SJD (maximal), lossless, needs fewer forwards than lossy GSD (G=50)"
-    assert rows[claim]["reproduces"] == "yes" and rows[claim]["here"].startswith("MC-SJD (maximal) - GSD (G=50): -14")
+    rows = {r["id"]: r for r in paper.frontier_comparison(table1)}
+    assert rows["mc_sjd_maximal_speedup_over_ar"]["outcome"] == "yes"  # 4.20x against 4.21x
+    assert rows["mc_sjd_gumbel_speedup_over_ar"]["outcome"] == "direction only"
+    claim = "mc_sjd_maximal_fewer_nfe_than_gsd"
+    assert rows[claim]["outcome"] == "yes"
+    assert rows[claim]["here"].startswith("MC-SJD (maximal) - GSD (G=50), NFE: -14")
     # Each coupling is judged on its own: the slower Gumbel chain is a "no" here, not hidden by the faster one.
-    assert rows["MC-SJD (Gumbel), lossless, needs fewer forwards than lossy GSD (G=50)"]["reproduces"] == "no"
-    assert rows["(not in the papers) coupled drafts speed up GSD (G=50) too"]["reproduces"] == "yes"
-    assert rows["SJD-PAC: step compression over AR"]["reproduces"] == "not run"
+    assert rows["mc_sjd_gumbel_fewer_nfe_than_gsd"]["outcome"] == "no"
+    assert rows["coupled_drafts_speed_up_gsd"]["outcome"] == "yes"
+    assert rows["sjd_pac_step_compression"]["outcome"] == "not run"
     # A run without the rows says so; a slower coupled SJD is a "no"; a tie within the noise is "noise".
-    missing = {r["claim"]: r for r in paper.frontier_comparison(table1[:2])}
-    assert missing[claim]["reproduces"] == "not run"
+    missing = {r["id"]: r for r in paper.frontier_comparison(table1[:2])}
+    assert missing[claim]["outcome"] == "not run"
     gsd = table1[4]
     slower = paper.frontier_comparison([ar, _table_row("MC-SJD (maximal)", [80, 81, 79, 80], [50.0] * 4), gsd])
-    assert {r["claim"]: r for r in slower}[claim]["reproduces"] == "no"
+    assert {r["id"]: r for r in slower}[claim]["outcome"] == "no"
     tie = paper.frontier_comparison([ar, _table_row("MC-SJD (maximal)", [76, 74, 75, 76], [50.0] * 4), gsd])
-    assert {r["claim"]: r for r in tie}[claim]["reproduces"] == "noise"
+    assert {r["id"]: r for r in tie}[claim]["outcome"] == "noise"
     assert paper.SCD_AR_NFE.value / paper.SCD_NFE.value == pytest.approx(4.21, abs=5e-3)  # paper.md 4.4
 
 
@@ -341,12 +340,14 @@ def test_nfe_below_sjd_is_a_measured_inequality():
     close = _table_row("GSD (G=3)", [110, 109, 112, 108], [0.0] * 4)  # -0.25 NFE, paired SE 0.75
     worse = _table_row("GSD (G=10)", [115, 111, 114, 112], [0.0] * 4)
     rows = {r["claim"]: r for r in paper.nfe_below_sjd([sjd, clear, close, worse])}
-    assert rows["GSD (G=50) needs fewer NFE than SJD"]["reproduces"] == "yes"
+    assert rows["GSD (G=50) needs fewer NFE than SJD"]["outcome"] == "yes"
     assert rows["GSD (G=50) needs fewer NFE than SJD"]["paper"] == "637 < 1035"
-    assert rows["GSD (G=3) needs fewer NFE than SJD"]["reproduces"] == "noise"
-    assert rows["GSD (G=10) needs fewer NFE than SJD"]["reproduces"] == "no"
-    assert "paired SE" in rows["GSD (G=3) needs fewer NFE than SJD"]["here"]
-    assert paper.nfe_below_sjd([clear])[0]["reproduces"] == "not run"
+    assert rows["GSD (G=3) needs fewer NFE than SJD"]["outcome"] == "noise"
+    assert rows["GSD (G=10) needs fewer NFE than SJD"]["outcome"] == "no"
+    # -0.25 NFE, paired SE 0.75: the interval d +- 2 SE and what the run could have detected
+    assert "-0.2 [-1.8, +1.2]" in rows["GSD (G=3) needs fewer NFE than SJD"]["here"]
+    assert "detectable at 80% power" in rows["GSD (G=3) needs fewer NFE than SJD"]["here"]
+    assert paper.nfe_below_sjd([clear])[0]["outcome"] == "not run"
 
 
 def test_paper_numbers_match_the_reference_ratios():

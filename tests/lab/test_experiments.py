@@ -311,7 +311,7 @@ def test_table_rows_carry_paired_differences_to_ar_and_seed_noise(tiny):
 
     # A per-image proxy for the tiny model: the mean pixel value (its numbers mean nothing).
     scored = dataclasses.replace(tiny, condition_scores=lambda images, prompts: np.array([i.mean() for i in images]))
-    cache = RunCache(scored, ["0", "1", "2", "3"], [0], FilterSettings(), bootstrap_resamples=500)
+    cache = RunCache(scored, ["0", "1", "2", "3"], [0], FilterSettings())
     rows = {r["method"]: r for r in cache.table([tables.AR, tables.AR_SEED_NOISE, tables.SJD], tables.AR)}
     ar, noise = rows["AR"], rows[tables.AR_SEED_NOISE.label]
     assert ar["condition_score_diff_ar"] == 0.0 and ar["condition_score_diff_ar_low"] == 0.0

@@ -9,6 +9,7 @@ import pytest
 
 from gsd_lab.cli import main
 from gsd_lab.experiments import findings, ledger, paper
+from gsd_lab.experiments.verdicts import NOISE_Z, WORDS, minimum_detectable, paired_difference
 
 RESULTS = ledger.load_results()
 
@@ -32,15 +33,42 @@ def test_findings_follow_the_numbers_and_the_verdicts():
     table1 = results["tables"]["table1"]
     mc = next(r for r in table1 if r["method"] == "MC-SJD (maximal)")
     gsd = next(r for r in table1 if r["method"] == "GSD (G=50)")
-    before = findings.render_findings(results)
-    assert f"{gsd['nfe']:.1f} NFE" in before or f"against {gsd['nfe']:.1f}" in before
-    # MC-SJD far below GSD on every image: the phrase must change from the noise to "fewer".
+    question = "Does a lossless decoder (MC-SJD, coupled drafts) need fewer forwards than GSD?"
+
+    def lossless_row(results):
+        return next(r for r in findings.findings_rows(results) if r["question"] == question)
+
+    before = lossless_row(results)
+    diff = paired_difference(mc, gsd, "nfe")
+    low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
+    assert before["A - B [+- 2 SE]"] == (
+        f"MC-SJD (maximal) - GSD (G=50), NFE: {diff.difference:+.1f} [{low:+.1f}, {high:+.1f}]"
+    )
+    assert before["n"] == str(gsd["images"])
+    # MC-SJD far below GSD on every image: the answer must change to "yes".
     mc["per_image"]["nfe"] = [v - 30 - i % 2 for i, v in enumerate(gsd["per_image"]["nfe"])]
     mc["nfe"] = sum(mc["per_image"]["nfe"]) / len(mc["per_image"]["nfe"])
-    after = findings.render_findings(results)
-    assert after != before
-    assert "against GSD G = 50" in after and "fewer forwards, at zero distortion" in after
-    assert f"{mc['nfe']:.1f} against {gsd['nfe']:.1f}" in after
+    after = lossless_row(results)
+    assert after["answer"].startswith("yes: MC-SJD needs fewer")
+    assert after["A - B [+- 2 SE]"].startswith("MC-SJD (maximal) - GSD (G=50), NFE: -30.5 [")
+    # And far above: "no".
+    mc["per_image"]["nfe"] = [v + 30 + i % 2 for i, v in enumerate(gsd["per_image"]["nfe"])]
+    assert lossless_row(results)["answer"].startswith("no: GSD needs fewer")
+
+
+def test_a_noise_answer_names_what_the_run_could_have_detected():
+    """Never "equal": a difference within the noise reads "no difference detected" with the
+    smallest difference detectable at 80% power, (NOISE_Z + z_0.8) SE."""
+    results = copy.deepcopy(RESULTS)
+    table1 = results["tables"]["table1"]
+    gsd = next(r for r in table1 if r["method"] == "GSD (G=50)")
+    mc = next(r for r in table1 if r["method"] == "MC-SJD (maximal)")
+    mc["per_image"]["nfe"] = [v + (1 if i % 2 else -1) for i, v in enumerate(gsd["per_image"]["nfe"])]
+    diff = paired_difference(mc, gsd, "nfe")
+    row = next(r for r in findings.findings_rows(results) if r["question"].startswith("Does a lossless"))
+    assert row["answer"].startswith(f"no difference detected (the run could detect |d| >= "
+                                    f"{minimum_detectable(diff.se):.1f})")
+    assert "same" not in row["answer"] and "equal" not in row["answer"]
 
 
 def test_table1_names_the_batch_of_a_batched_run():
@@ -56,17 +84,25 @@ def test_table1_names_the_batch_of_a_batched_run():
     assert "Decoded 8 images of a configuration per forward" in batched
 
 
-def test_findings_box_is_at_most_eight_lines_and_names_the_stand_in():
+def test_findings_are_a_table_after_the_stand_in_caveat():
     block = findings.render_findings(RESULTS)
-    assert len(block.splitlines()) <= 8
-    assert "stand-in" in block and "have not run" in block
+    first, rest = block.split("\n\n", 1)
+    assert "stand-in" in first and "have not run" in first  # the caveat comes first
+    header = rest.splitlines()[0]
+    assert header == "| " + " | ".join(findings.COLUMNS) + " |"
+    rows = findings.findings_rows(RESULTS)
+    assert len(rest.splitlines()) == len(rows) + 2
+    for row in rows:  # every answer opens with a word of the one vocabulary
+        assert any(row["answer"].startswith(w) for w in WORDS.values()), row["answer"]
 
 
-def test_missing_row_is_a_clear_error():
+def test_a_missing_row_is_not_run_not_invented():
     results = copy.deepcopy(RESULTS)
     results["tables"]["table1"] = [r for r in results["tables"]["table1"] if r["method"] != "SJD"]
-    with pytest.raises(ValueError, match="'SJD'"):
-        findings.render_findings(results)
+    row = findings.findings_rows(results)[0]
+    assert row["question"].startswith("Does GSD (G = 50) need fewer forwards than SJD")
+    assert row["answer"].startswith("not run") and row["A - B [+- 2 SE]"] == "-"
+    assert "not run" in findings.render_findings(results)
 
 
 def test_replace_block_needs_its_markers():
@@ -76,30 +112,34 @@ def test_replace_block_needs_its_markers():
     assert findings.replace_block(text, "new") == f"a\n{findings.START}\nnew\n{findings.END}\nb"
 
 
-def test_ledger_has_every_claim_headline_first_with_known_statuses():
+def test_ledger_has_every_claim_headline_first_with_known_verdicts():
     rows = ledger.ledger(RESULTS)
-    assert {r["status"] for r in rows} <= set(ledger.STATUS.values())
-    assert rows[0]["claim"].startswith("GSD (G=50) loses less quality than Amplify")
-    claims = [r["claim"] for r in rows]
-    theorem = next(r for r in rows if r["claim"].startswith("Theorem 1"))
-    assert theorem["status"] == "not reproduced" and "898/975" in theorem["here"]
-    assert claims.index(theorem["claim"]) < claims.index("SJD: NFE speed-up over AR")
+    assert {r["verdict"] for r in rows} <= set(WORDS.values())
+    ids = [r["id"] for r in rows]
+    assert len(set(ids)) == len(ids) and ids[0] == "gsd_quality_above_amplify"
+    theorem = rows[ids.index("theorem1_dynamic_clusters")]
+    assert theorem["verdict"] == "no" and "898/975" in theorem["here"]
+    assert ids.index("theorem1_dynamic_clusters") < ids.index("sjd_speedup_over_ar")
     for item in paper.NOT_REPRODUCED:
-        assert next(r for r in rows if r["claim"] == item["analysis"])["status"] == "not run"
-    for r in rows:  # a noise verdict on a paired difference states what the run cannot exclude
-        if r["status"] == "noise" and "MC-SJD" in r["claim"]:
-            assert r["interval"].startswith("[")
+        assert rows[ids.index(item["id"])]["verdict"] == "not run"
+        assert rows[ids.index(item["id"])]["claim"] == item["analysis"]
+    for r in rows:  # a verdict on a paired difference shows the interval it was decided on
+        if "MC-SJD" in r["claim"] and r["outcome"] != "not run":
+            assert " [" in r["here"] and "(n = " in r["here"], r["here"]
+        if r["outcome"] == "noise" and "MC-SJD" in r["claim"]:
+            assert "detectable at 80% power" in r["here"]
 
 
 def test_ledger_without_a_run_is_not_run_except_the_exact_counterexample():
     rows = ledger.ledger({"tables": {}})
-    assert {r["status"] for r in rows if not r["claim"].startswith("Theorem 1")} == {"not run"}
+    assert {r["verdict"] for r in rows if r["id"] != "theorem1_dynamic_clusters"} == {"not run"}
 
 
 def test_show_ledger_prints_the_table(capsys):
-    paper.show_ledger(RESULTS)
+    ledger.show_ledger(RESULTS)
     out = capsys.readouterr().out
-    assert out.startswith("| claim | paper | here | status |") and "Theorem 1" in out
+    assert out.startswith("| claim | paper | here | verdict | note | source | id |")
+    assert "| theorem1_dynamic_clusters |" in out
 
 
 def test_relative_links_of_readme_and_docs_resolve():
@@ -113,3 +153,16 @@ def test_relative_links_of_readme_and_docs_resolve():
             if target.startswith(("http://", "https://")):
                 continue
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_results_md_claims_section_is_inserted_once_then_replaced():
+    """results.md's claims section is re-rendered from results.json without decoding: inserted
+    before "## Run" on a page without one, replaced in place afterwards (never duplicated)."""
+    page = "# GSD results\n\n## Toy\n\ntoy\n\n## Run\n\n1 figure.\n"
+    first = ledger.with_claims_section(page, RESULTS)
+    assert first.index(f"## {ledger.SECTION}") < first.index("## Run")
+    assert "| theorem1_dynamic_clusters |" in first
+    assert ledger.with_claims_section(first, RESULTS) == first
+    assert first.count(f"## {ledger.SECTION}") == 1
+    with pytest.raises(ValueError, match="Run"):
+        ledger.with_claims_section("# no sections\n", RESULTS)

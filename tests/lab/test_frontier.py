@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gsd_lab.experiments import findings, frontier, ledger, plots, toy
+from gsd_lab.experiments import claims, findings, frontier, ledger, plots, toy
 from gsd_lab.experiments.runs import MethodSpec
 
 
@@ -288,22 +288,28 @@ def _front(gsd_nfe):
 
 
 def test_findings_word_the_frontier_by_its_verdicts():
+    """README's frontier rows are the claims gsd_fewer_nfe_than_* (one per optimal rule at
+    GSD's TV), each answered by its verdict with the interval it was decided on."""
     results = copy.deepcopy(ledger.load_results())
     results["tables"].pop("frontier", None)  # the committed run's own frontier: rendered below
-    assert findings.frontier_line(None) is None
-    base = findings.render_findings(results)
+    assert findings.frontier_lines(claims.of_results(results)) == []
+    base = findings.findings_rows(results)
     results["tables"]["frontier"] = _front(50.0)
-    fast = findings.render_findings(results)
-    line = findings.frontier_line(results["tables"]["frontier"])
-    assert line in fast.splitlines() and len(fast.splitlines()) == len(base.splitlines()) + 1
-    assert len(fast.splitlines()) <= 8
-    assert "30 images" in line and "at its TV (0.12)" in line and "at its W1 (0.02)" in line
-    assert "fewer forwards, beyond noise" in line and "(outside its range)" in line
+    fast = findings.frontier_lines(claims.of_results(results))
+    tv = [r for r in results["tables"]["frontier"]["matched"] if r["measure"] == "TV"]
+    assert len(fast) == len(tv) and len(findings.findings_rows(results)) == len(base) + len(tv)
+    assert all(r["answer"].startswith("yes: GSD needs fewer") and r["n"] == "30" for r in fast)
+    outside = [row for row, m in zip(fast, tv) if not m["inside"]]
+    assert outside and all("outside its range" in row["answer"] for row in outside)
+    assert all(f"At GSD's TV ({m['distortion']:.3f})" in row["question"] for row, m in zip(fast, tv))
     results["tables"]["frontier"] = _front(75.0)
-    slow = findings.frontier_line(results["tables"]["frontier"])
-    assert "more forwards, beyond noise" in slow and "fewer forwards" not in slow
-    number = next(r for r in results["tables"]["frontier"]["matched"] if r["measure"] == "TV")
-    assert f"{number['difference']:+.2g}" in slow
+    slow = findings.frontier_lines(claims.of_results(results))
+    assert all(r["answer"].startswith("no: the ") and "GSD needs fewer" not in r["answer"]
+               for r in slow)
+    for row, m in zip(slow, (r for r in results["tables"]["frontier"]["matched"]
+                             if r["measure"] == "TV")):
+        assert f": {m['difference']:+.1f} [{m['difference'] - 2 * m['se']:+.1f}, " in row[
+            "A - B [+- 2 SE]"]
 
 
 def _stored(front):

@@ -135,16 +135,23 @@ def test_ledger_judges_top100_by_the_paired_change():
     import json
     from pathlib import Path
 
-    from gsd_lab.experiments import ledger
+    from gsd_lab.experiments import claims, ledger
+    from gsd_lab.experiments.verdicts import minimum_detectable
 
     results = json.loads((Path(__file__).parents[2] / "figures" / "results.json").read_text())
     replacement = copy.deepcopy(results["tables"]["replacement"])
     changes = {"difference": -3.2468, "se": 1.1, "n": 10}
     replacement["paired_changes"] = {"top-k": {"condition_score": changes}}
     results["tables"]["replacement"] = replacement
-    row = next(r for r in ledger.ledger(results) if r["claim"].startswith("top-100"))
-    assert "paired SE" in row["here"] and "unpaired" not in row["here"]
-    assert float(row["here"].split(" ")[0]) == pytest.approx(changes["difference"], abs=0.01)
-    replacement["paired_changes"]["top-k"]["condition_score"] = {**changes, "difference": 5.5}
-    moved = next(r for r in ledger.ledger(results) if r["claim"].startswith("top-100"))
-    assert float(moved["here"].split(" ")[0]) == pytest.approx(5.5, abs=0.01)
+    claim = "top100_replacement_keeps_quality"
+    row = next(r for r in ledger.ledger(results) if r["id"] == claim)
+    assert "(paired)" in row["here"] and "unpaired" not in row["here"]
+    # The interval the verdict was decided on, d +- 2 SE, is the paired change's.
+    assert "-3.25 [-5.45, -1.05] (n = 10)" in row["here"] and row["outcome"] == "no"
+    stored = claims.as_json(claims.of_results(results))[claim]
+    assert stored["value"] == changes["difference"] and stored["se"] == changes["se"]
+    assert stored["low"] == pytest.approx(-3.2468 - 2.2) and stored["high"] == pytest.approx(-1.0468)
+    replacement["paired_changes"]["top-k"]["condition_score"] = {**changes, "difference": 0.5}
+    moved = claims.as_json(claims.of_results(results))[claim]
+    assert moved["value"] == 0.5 and moved["outcome"] == "noise"
+    assert moved["detectable"] == pytest.approx(minimum_detectable(1.1))

@@ -804,7 +804,9 @@ def _run_figures(run: PaperRun) -> list[tuple]:
             lambda: plots.distortion_vs_nfe(run.distortion_points),
             "distortion_vs_nfe",
             {
-                "curves": {k: [s.to_record() for s in v] for k, v in run.specs["distortion"].items()},
+                "curves": {
+                    k: [s.to_record() for s in v] for k, v in run.specs["distortion"].items()
+                },
                 "w1_draws": run.sizes.w1_draws,
             },
             run.distortion_points,

@@ -196,7 +196,7 @@ def main() -> None:
                 )
     for rep in range(args.repeats):
         r = {key[1:]: value["total"] for key, value in results.items() if key[0] == rep}
-        line = [f"repeat {rep}:"]
+        line = []
         if ("old", False) in r and ("new", False) in r:
             line.append(f"new / old time alone {r['new', False] / r['old', False]:.2f}")
         if ("old", True) in r and ("new", True) in r:
@@ -204,7 +204,7 @@ def main() -> None:
         for kind in kinds:
             if (kind, True) in r:
                 line.append(f"{kind} loaded / alone {r[kind, True] / r[kind, False]:.2f}")
-        print(", ".join(line), flush=True)
+        print(f"repeat {rep}: " + ", ".join(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .decode.methods import BUDGET_MEASURES, BUDGET_POLICIES, DRAFTS, DecodingMethod
+from .decode.methods import BUDGET_MEASURES, BUDGET_POLICIES, DRAFTS, VERIFIERS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
@@ -145,6 +145,13 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         default=DRAFTS[0],
         help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the "
         "previous draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
+    )
+    group.add_argument(
+        "--verifier",
+        choices=VERIFIERS,
+        default=VERIFIERS[0],
+        help="how a window is verified: token (left to right) or block (the accepted prefix "
+        "decided jointly, Sun et al. 2024; lossless; --method sjd with --draft independent only)",
     )
     group.add_argument(
         "--relaxation-delta",
@@ -694,6 +701,7 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         args.method,
         window=args.window,
         draft=args.draft,
+        verifier=getattr(args, "verifier", "token"),
         acceptance_scale=args.amplify,
         clusters=args.clusters if gsd else None,
         group_size=args.group_size if gsd else 0,
@@ -800,6 +808,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "acceptance_scale": method.acceptance_scale,
         "draft": method.draft,
         "preset": method.preset,
+        **({} if method.verifier == "token" else {"verifier": method.verifier}),
         "runner": args.runner,
         "nfe": result.nfe,
         "acceptance_rate": result.acceptance_rate,

@@ -54,6 +54,10 @@ from typing import Any
 KINDS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
 DRAFTS = ("independent", "maximal", "gumbel")
+# How a window is verified: "token" (``gsd_core.verify``, left to right) or "block"
+# (``gsd_core.verify_block``: the accepted prefix decided jointly, lossless with independent
+# drafts only, proofs/14).
+VERIFIERS = ("token", "block")
 RESIDUALS = ("token", "cluster")
 # "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
 # filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;
@@ -83,6 +87,7 @@ _OPTIONAL_FIELDS = {
     "budget_cap": 1.0,
     "transport_eps": None,
     "transport_k": 16,
+    "verifier": "token",
 }
 
 
@@ -235,6 +240,7 @@ class DecodingMethod:
     budget_cap: float = 1.0
     transport_eps: float | None = None
     transport_k: int = 16
+    verifier: str = "token"
 
     def __post_init__(self) -> None:
         _choice("method kind", self.kind, KINDS)
@@ -254,8 +260,26 @@ class DecodingMethod:
         self._check_lantern()
         self._check_relaxation()
         self._check_transport()
+        self._check_verifier()
         object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
         object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
+
+    def _check_verifier(self) -> None:
+        """Block verification (``gsd_core.verify_block``) is SJD's exact rule only, with
+        independent drafts: its proof needs the window's drafts to have the joint law
+        prod_i q_i given the history, which coupled drafts break (proofs/14)."""
+        _choice("verifier", self.verifier, VERIFIERS)
+        if self.verifier == "token":
+            return
+        plain = self.kind == "sjd" and self.draft == "independent" and replace(
+            self, verifier="token"
+        ) == DecodingMethod("sjd", window=self.window, init=self.init, preset=self.preset)
+        if not plain:
+            raise ValueError(
+                "verifier 'block' is lossless SJD only: method 'sjd' with draft 'independent' "
+                "and no relaxation, budget, LANTERN or acceptance scale; with coupled drafts "
+                "its exactness is not proved (proofs/14_block_verification.md)"
+            )
 
     def _check_acceptance(self) -> None:
         if not (_is_number(self.acceptance_scale) and self.acceptance_scale > 0):

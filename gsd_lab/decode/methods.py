@@ -30,6 +30,9 @@ identity of ``evaluate`` share. Its fields:
   draft it held (MC-SJD / SCD, ``decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
   and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
   "repeat_row": the token one image row up);
+- ``verifier`` (``VERIFIERS``): "token" (``gsd_core.verify``, left to right) or "block"
+  (``gsd_core.verify_block``, Sun et al.'s block verification; kind "sjd" with independent
+  drafts and no relaxation only: with coupled drafts it is not lossless, proofs/14);
 - window: drafts L per forward (ignored by AR);
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
@@ -55,8 +58,8 @@ KINDS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
 DRAFTS = ("independent", "maximal", "gumbel")
 # How a window is verified: "token" (``gsd_core.verify``, left to right) or "block"
-# (``gsd_core.verify_block``: the accepted prefix decided jointly, lossless with independent
-# drafts only, proofs/14).
+# (``gsd_core.verify_block``: the accepted prefix decided jointly; lossless with independent
+# drafts, not with coupled ones, proofs/14).
 VERIFIERS = ("token", "block")
 RESIDUALS = ("token", "cluster")
 # "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
@@ -267,7 +270,8 @@ class DecodingMethod:
     def _check_verifier(self) -> None:
         """Block verification (``gsd_core.verify_block``) is SJD's exact rule only, with
         independent drafts: its proof needs the window's drafts to have the joint law
-        prod_i q_i given the history, which coupled drafts break (proofs/14)."""
+        prod_i q_i given the history, which coupled drafts break, and with maximal or Gumbel
+        drafts the decode is not lossless (proofs/14, an exact counterexample)."""
         _choice("verifier", self.verifier, VERIFIERS)
         if self.verifier == "token":
             return
@@ -278,7 +282,7 @@ class DecodingMethod:
             raise ValueError(
                 "verifier 'block' is lossless SJD only: method 'sjd' with draft 'independent' "
                 "and no relaxation, budget, LANTERN or acceptance scale; with coupled drafts "
-                "its exactness is not proved (proofs/14_block_verification.md)"
+                "it is not lossless (proofs/14_block_verification.md)"
             )
 
     def _check_acceptance(self) -> None:

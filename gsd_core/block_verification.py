@@ -21,8 +21,10 @@ Pr[tau > i, x_i = y | s] = min(q_i(y), w_i p_i(y)) and Pr[tau = i, emitted y | s
 (w_i p_i(y) - q_i(y))_+: their sum is w_i p_i(y), the target's law times Pr[tau >= i | s].
 The drafts' joint law must be the product of the declared rows, prod_i q_i(x_i | x_{<i}), and the
 uniforms fresh: not the case for coupled Jacobi drafts (proofs/14). With L = 1 this is ``verify``
-exactly (h_1 = w_1 = min(1, p_0(x_0) / q_0(x_0))). Its expected accepted length is at least
-token-wise verification's for the same draft laws (Sun et al., Theorem 2), not draft by draft.
+exactly (h_1 = w_1 = min(1, p_0(x_0) / q_0(x_0))). For the same draft laws it accepts at least
+i drafts at least as often as token-wise verification, for every i (w_i >= prod_{j<i} a_j on every
+path; proofs/14, claim 3), so its expected accepted length is at least as large; not draft by
+draft.
 
 ``window_law`` gives the exact law of one window (both verifiers) by enumerating every draft
 path of a tree model, for tests.

@@ -50,9 +50,8 @@ def block_weights(p: Tensor, q: Tensor, draft_tokens: Tensor) -> tuple[Tensor, T
     """Steps 1-3 of the module docstring, unchecked: (w [..., L + 1], h [..., L]) for
     p [..., L + 1, V], q [..., L, V], draft_tokens [..., L]; h[..., i - 1] is h_i.
 
-    The weights in closed form: with C_i = prod_{j < i} p_j(x_j) / q_j(x_j), the recursion
-    w_{i+1} = min(1, w_i r_i) gives w_i = C_i / max_{k <= i} C_k, computed in logs (a product of
-    ratios could overflow): log w_i = S_i - max_{k <= i} S_k, S_i = sum_{j < i} log r_j.
+    The weights by their recursion, one elementwise step per position (L steps over the batch):
+    products and minima only, correctly rounded, so the same bits on every CPU.
 
     >>> p = torch.tensor([[0.5, 0.5], [0.9, 0.1], [0.5, 0.5]], dtype=torch.float64)
     >>> q = torch.tensor([[0.25, 0.75], [0.5, 0.5]], dtype=torch.float64)
@@ -66,14 +65,16 @@ def block_weights(p: Tensor, q: Tensor, draft_tokens: Tensor) -> tuple[Tensor, T
     x = draft_tokens.unsqueeze(-1)
     p_x, q_x = p[..., :window, :].gather(-1, x).squeeze(-1), q.gather(-1, x).squeeze(-1)
     ratio = torch.where(q_x > 0, p_x / q_x.clamp(min=torch.finfo(q_x.dtype).tiny), 0)  # [..., L]
-    walk = F.pad(ratio.log().cumsum(-1), (1, 0))  # S_0 = 0, S_1 .. S_L: [..., L + 1]
-    weights = (walk - walk.cummax(-1).values).exp()  # -inf - finite = -inf: w = 0 after a zero
+    weights = [ratio.new_ones(*ratio.shape[:-1], 1)]  # w_0 = 1
+    for i in range(window):  # w_{i+1} = min(1, w_i r_i)
+        weights.append((weights[i] * ratio[..., i : i + 1]).clamp(max=1))
+    weights = torch.cat(weights, -1)  # [..., L + 1]
     excess = (weights[..., :window, None] * p[..., :window, :] - q).clamp(min=0)
     rho = fixed_order_sum(excess)  # [..., L]
     denominator = rho + (1 - weights[..., :window])  # >= rho in floats too: h <= 1
     tiny = torch.finfo(rho.dtype).tiny
     stop = torch.where(denominator > 0, rho / denominator.clamp(min=tiny), 0)  # 0 / 0 -> 0
-    h = torch.cat([stop[..., 1:], weights[..., window:]], -1)  # h_1 .. h_{L-1}, h_L = w_L
+    h = torch.cat([stop[..., 1:], weights[..., window:]], -1)[..., :window]  # h_1 .. h_L = w_L
     return weights, h
 
 

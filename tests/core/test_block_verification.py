@@ -166,3 +166,11 @@ def test_verify_block_refuses_a_window_without_the_bonus_row():
                                                                       dtype=torch.float64)
     with pytest.raises(ValueError, match="bonus row"):
         verify_block(p, q, torch.tensor([0, 1]), generator=torch.Generator())
+
+
+def test_an_empty_window_draws_from_the_bonus_row():
+    p = torch.tensor([[[0.0, 0.0, 1.0, 0.0]]], dtype=torch.float64).expand(3, 1, 4)
+    result = verify_block(p, torch.empty(3, 0, 4, dtype=torch.float64),
+                          torch.empty(3, 0, dtype=torch.long), generator=torch.Generator())
+    assert result.tokens.tolist() == [[2]] * 3 and result.num_accepted.tolist() == [0] * 3
+    assert result.accept_probs.shape == (3, 0)

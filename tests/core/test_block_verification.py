@@ -83,8 +83,7 @@ def test_a_biased_block_verifier_is_caught(monkeypatch):
         assert (window_law(target, draft, "block")[0] - exact).abs().max() > 1e-3
 
     def leading_run(p, q, x):
-        _, h = bv.block_weights(p, q, x)
-        return token_accepted_law(p, q, x) * 0 + _run_law(h)
+        return _run_law(bv.block_weights(p, q, x)[1])
 
     with monkeypatch.context() as patch:
         patch.setattr(bv, "block_accepted_law", leading_run)

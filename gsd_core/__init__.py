@@ -7,6 +7,8 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
 - ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)), and its
   residual (SD, GSD's clusters and partitions, Amplify; LANTERN in ``lantern``);
 - ``verification``: ``verify``, a whole window of drafts left to right;
+- ``block_verification``: ``verify_block``, the window's accepted prefix decided jointly
+  (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
 - ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration;
 - ``relaxation``: the TV-optimal relaxation, the most accepting rule within a TV budget;
 - ``checks``: the input checks (``check_window``).
@@ -14,6 +16,7 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
 gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
 """
 
+from .block_verification import verify_block, window_law
 from .checks import check_window
 from .exact import acceptance_rate, output_distribution, residual_distribution, tv_distance
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
@@ -28,4 +31,5 @@ __all__ = [
     "acceptance_rate", "check_window", "dynamic_cluster",
     "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks",
     "residual_distribution", "sample_categorical", "tv_distance", "verify",
+    "verify_block", "window_law",
 ]

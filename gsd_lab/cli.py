@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_line_flags
-from .decode.methods import DRAFTS, KINDS, RESIDUALS, DecodingMethod
+from .decode.methods import DRAFTS, KINDS, RESIDUALS, VERIFIERS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
@@ -132,6 +132,13 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         default=DRAFTS[0],
         help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the "
         "previous draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
+    )
+    group.add_argument(
+        "--verifier",
+        choices=VERIFIERS,
+        default=VERIFIERS[0],
+        help="how a window is verified: token (left to right) or block (the accepted prefix "
+        "decided jointly, Sun et al. 2024; lossless; --method sjd with --draft independent only)",
     )
     for flag in command_line_flags():
         group.add_argument(
@@ -738,6 +745,7 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         args.method,
         window=args.window,
         draft=args.draft,
+        verifier=getattr(args, "verifier", "token"),
         residual=args.residual,
         preset=args.preset,
         acceptance=args.acceptance,
@@ -835,6 +843,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "acceptance_scale": method.acceptance_scale,
         "draft": method.draft,
         "preset": method.preset,
+        **({} if method.verifier == "token" else {"verifier": method.verifier}),
         "runner": args.runner,
         "nfe": result.nfe,
         "acceptance_rate": result.acceptance_rate,

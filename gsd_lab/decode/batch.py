@@ -131,6 +131,11 @@ def generate_batch(
         else:
             method = resolve_method(adapter, request.method)
         check_call(adapter, request.num_tokens, method, request.generator)
+        if method.method.verifier != "token":
+            raise ValueError(
+                f"requests[{i}]: verifier {method.method.verifier!r} is decoded one image at a "
+                "time (gsd_lab.decode.loop.generate); generate_batch verifies token by token only"
+            )
         resolved.append(method)
     generators = [id(r.generator) for r in requests if r.generator is not None]
     if len(set(generators)) < len(generators):

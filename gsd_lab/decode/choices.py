@@ -9,6 +9,10 @@ behaviour where it acts (``acceptance`` for a rule, ``loop`` / ``coupling`` for 
 KINDS = ("ar", "sjd", "gsd")
 INITS = ("random", "repeat_row")
 DRAFTS = ("independent", "maximal", "gumbel")
+# How a window is verified: "token" (``gsd_core.verify``, left to right) or "block"
+# (``gsd_core.verify_block``: the accepted prefix decided jointly; lossless with independent
+# drafts, not with coupled ones, proofs/14).
+VERIFIERS = ("token", "block")
 RESIDUALS = ("token", "cluster")
 # "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
 # filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;

@@ -24,6 +24,10 @@ refill the window: uniform over the allowed tokens with one-hot q (``init="rando
 committed/drafted token one image row up (``init="repeat_row"``; one-hot q, random while no row is
 above).
 
+``DecodingMethod.verifier="block"`` verifies the window with ``gsd_core.verify_block`` instead
+(Sun et al.'s block verification: the last passing prefix, then the modified residual; lossless
+with independent drafts, proofs/14; its input checks read the rows on the host).
+
 With clusters=None (SJD) each committed token is an exact draw from the AR distribution
 (standard speculative sampling; a draft's q is exactly the distribution it was drawn from
 given everything verification conditions on, and drafts are independent of the current
@@ -61,6 +65,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from gsd_core.block_verification import verify_block
 
 from ..accounting.distortion import DistortionLog, rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
@@ -363,16 +369,18 @@ class DecodeLoop:
             # (gsd_lab.models.static): its device flag is read with the status.
             overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
             state = None if overflow is None else self.generator.get_state()
-            # The adapter guarantees valid rows (validate=False; a NaN row is caught below).
-            result = verify(
-                rows,
-                self.q,
-                self.drafts,
-                rule,
-                generator=self.generator,
-                validate=False,
-                support=None if support is None else support[:L],
-            )
+            if self.method.verifier == "block":  # the prefix decided jointly (proofs/14)
+                result = verify_block(p, self.q, self.drafts, generator=self.generator)
+            else:  # the adapter guarantees valid rows (validate=False; NaN rows caught below)
+                result = verify(
+                    rows,
+                    self.q,
+                    self.drafts,
+                    rule,
+                    generator=self.generator,
+                    validate=False,
+                    support=None if support is None else support[:L],
+                )
             p_total = p.sum()
             parts = [p_total, result.num_accepted.to(p_total.dtype)]
             if overflow is not None:

@@ -20,6 +20,9 @@ identity of ``evaluate`` share. Its fields:
   draft it held (MC-SJD / SCD, ``decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
   and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
   "repeat_row": the token one image row up);
+- ``verifier`` (``VERIFIERS``): "token" (``gsd_core.verify``, left to right) or "block"
+  (``gsd_core.verify_block``, Sun et al.'s block verification; kind "sjd" with independent
+  drafts and no relaxation only: with coupled drafts it is not lossless, proofs/14);
 - window: drafts L per forward (ignored by AR);
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
@@ -41,7 +44,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .acceptance import ALWAYS_STORED, AcceptanceSpec, choice, flat_fields, from_flat
+from .acceptance import (ALWAYS_STORED, AcceptanceSpec, SDAcceptance, choice, flat_fields,
+                         from_flat)
 from .acceptance import FLAT_FIELDS as FLAT_DEFAULTS
 from .acceptance import from_dict as acceptance_from_dict
 from .choices import (  # noqa: F401 (re-exported: the names callers import from here)
@@ -54,6 +58,7 @@ from .choices import (  # noqa: F401 (re-exported: the names callers import from
     KINDS,
     PARTITION_KINDS,
     RESIDUALS,
+    VERIFIERS,
 )
 from .rule_parts import method_rule  # noqa: F401 (re-exported: callers import it here)
 
@@ -198,6 +203,7 @@ class DecodingMethod:
     filters: FilterSettings | None
     preset: str
     acceptance: AcceptanceSpec
+    verifier: str
 
     def __init__(
         self,
@@ -222,6 +228,7 @@ class DecodingMethod:
         transport_k: int = FLAT_DEFAULTS["transport_k"],
         *,
         acceptance: AcceptanceSpec | None = None,
+        verifier: str = "token",
     ) -> None:
         flat = dict(
             acceptance_scale=acceptance_scale,
@@ -243,7 +250,25 @@ class DecodingMethod:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "acceptance", self._acceptance(acceptance, flat))
+        object.__setattr__(self, "verifier", verifier)
         self._check()
+        self._check_verifier()
+
+    def _check_verifier(self) -> None:
+        """Block verification (``gsd_core.verify_block``) is SJD's exact rule only, with
+        independent drafts: its proof needs the window's drafts to have the joint law
+        prod_i q_i given the history, which coupled drafts break, and with maximal or Gumbel
+        drafts the decode is not lossless (proofs/14, an exact counterexample)."""
+        choice("verifier", self.verifier, VERIFIERS)
+        if self.verifier == "token":
+            return
+        if not (self.kind == "sjd" and self.draft == "independent"
+                and isinstance(self.acceptance, SDAcceptance)):
+            raise ValueError(
+                "verifier 'block' is lossless SJD only: method 'sjd' with draft 'independent' "
+                "and no relaxation, budget, LANTERN or acceptance scale; with coupled drafts "
+                "it is not lossless (proofs/14_block_verification.md)"
+            )
 
     def _acceptance(
         self, acceptance: AcceptanceSpec | None, flat: dict[str, Any]
@@ -350,6 +375,8 @@ class DecodingMethod:
             "filters": None if self.filters is None else asdict(self.filters),
             "preset": self.preset,
         }
+        if self.verifier != "token":  # only when set: the keys of earlier methods stay
+            data["verifier"] = self.verifier
         flat = self.acceptance.legacy_fields()
         if flat is None:
             return {**data, "acceptance": self.acceptance.to_dict()}
@@ -415,7 +442,8 @@ class DecodingMethod:
         return ResolvedMethod(method, rule=rule, neighbours=neighbours)
 
 
-_METHOD_FIELDS = {"kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance"}
+_METHOD_FIELDS = {"kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance",
+                  "verifier"}
 
 
 @dataclass(frozen=True, init=False)

@@ -21,6 +21,7 @@ from gsd_core import (
     output_distribution,
     residual_distribution,
     verify,
+    verify_block,
 )
 
 ORDER_DEPENDENT = ("scatter_add", "index_add", "index_put", "index_reduce", "scatter_reduce", "topk", "put_")
@@ -49,6 +50,8 @@ def test_no_order_dependent_ops(name):
         output_distribution(p[:, :window], q, rule)
         residual_distribution(p[:, :window], q, rule)
         group_probs(p, torch.arange(vocab) % 3)
+        if rule is None:  # block verification is SD's
+            verify_block(p, q, drafts, generator=gen)
     used = {e.name for e in prof.events()}
     assert not [op for op in used if any(bad in op for bad in ORDER_DEPENDENT)], sorted(used)
 

@@ -32,6 +32,7 @@ def run_json(capsys, *args: str) -> dict:
                                          ["--method", "gsd", "--group-size", "10"],
                                          ["--method", "gsd", "--clusters", "rank-binned", "--residual", "cluster"],
                                          ["--method", "sjd", "--draft", "maximal"],
+                                         ["--method", "sjd", "--verifier", "block"],
                                          ["--method", "gsd", "--group-size", "10", "--draft", "gumbel"]])
 def test_generate_json_tiny(capsys, method_args):
     report = run_json(capsys, "--model", "tiny-random", "--class", "1", "--seed", "3", *method_args)
@@ -60,7 +61,9 @@ def test_generate_errors(capsys):
     """Usage errors exit 2 through argparse (usage line, the flag named); more in test_cli_checks.py."""
     for argv, message in ((["--model", "lumina-mgpt-7b-768", "--prompt", "a cat"], "--weights"),
                           (["--model", "tiny-random", "--method", "sjd", "--residual", "cluster"], "rank-binned"),
-                          (["--model", "tiny-random", "--class", "9"], "--class '9': tiny-random has classes")):
+                          (["--model", "tiny-random", "--class", "9"], "--class '9': tiny-random has classes"),
+                          (["--model", "tiny-random", "--method", "sjd", "--verifier", "block", "--draft",
+                            "maximal"], "verifier 'block' is lossless SJD only")):
         with pytest.raises(SystemExit) as caught:
             main(["generate", *argv])
         assert caught.value.code == 2

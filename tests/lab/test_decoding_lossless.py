@@ -6,7 +6,7 @@ SJD's samples are compared with it by a chi-square test (PyTorch's recipe: cells
 expected count below 5 pooled; significance 1e-3; fixed seeds, so the outcome is
 deterministic), for windows 1, 2 and longer than the generation (capped by the loop at the
 N - 1 tokens still needed before the bonus token), with CFG + top-k (zero-probability drafts),
-and with repeat-row drafts. A negative control (verifying against the wrong q) must fail the
+and with repeat-row drafts; with token-wise and with block verification. A negative control (verifying against the wrong q) must fail the
 same test. The test catches gross errors; subtler ones (a q slightly flatter than the true one)
 need far more samples, which is why test_decoding.py also checks q by construction.
 """
@@ -46,30 +46,40 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_sjd_matches_the_exact_ar_joint(model, case):
+# Block verification with one draft is ``verify`` (tests/core/test_block_verification.py).
+VERIFIED = [(case, "token") for case in CASES] + [(c, "block") for c in CASES if c != "window1"]
+
+
+@pytest.mark.parametrize("case, verifier", VERIFIED)
+def test_sjd_matches_the_exact_ar_joint(model, case, verifier):
+    """Both verifiers: token by token (``gsd_core.verify``) and block verification
+    (``gsd_core.verify_block``, proofs/14; seeds offset by 30)."""
     adapter_kwargs, generate_kwargs, seed = CASES[case]
     adapter = CausalLMAdapter(model, ALLOWED, **adapter_kwargs)
     uncond = torch.tensor([4]) if "cfg_scale" in adapter_kwargs else None
     joint = exact_joint(adapter, uncond)
     assert joint.max() > 2.5 / len(SEQUENCES)  # far from uniform, so the test has power
-    counts = sample_counts(adapter, SAMPLES, seed, DecodingMethod("sjd", **generate_kwargs), uncond)
+    method = DecodingMethod("sjd", verifier=verifier, **generate_kwargs)
+    seed += 30 if verifier == "block" else 0
+    counts = sample_counts(adapter, SAMPLES, seed, method, uncond)
     assert chi_square_pvalue(counts, joint) > SIGNIFICANCE
 
 
-@pytest.mark.parametrize("window", [1, 8])
-def test_negative_control_wrong_q_fails(model, monkeypatch, window):
+@pytest.mark.parametrize("window, verifier", [(1, "token"), (8, "token"), (8, "block")])
+def test_negative_control_wrong_q_fails(model, monkeypatch, window, verifier):
     """Verifying every draft as if it had been drawn from the target (q := p) accepts it
     always: the output then follows the drafts, and the same test must reject it."""
-    real_verify = decoding.verify
+    name = "verify" if verifier == "token" else "verify_block"
+    real_verify = getattr(decoding, name)
 
     def wrong_q_verify(p, q, drafts, *args, **kwargs):
         return real_verify(p, p[..., : q.shape[-2], :], drafts, *args, **kwargs)
 
-    monkeypatch.setattr(decoding, "verify", wrong_q_verify)
+    monkeypatch.setattr(decoding, name, wrong_q_verify)
     adapter = CausalLMAdapter(model, ALLOWED)
     joint = exact_joint(adapter)
-    counts = sample_counts(adapter, SAMPLES, 21 + window, DecodingMethod("sjd", window=window))
+    method = DecodingMethod("sjd", window=window, verifier=verifier)
+    counts = sample_counts(adapter, SAMPLES, 21 + window, method)
     assert chi_square_pvalue(counts, joint) < SIGNIFICANCE
 
 

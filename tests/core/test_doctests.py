@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["gsd_core.checks", "gsd_core.exact", "gsd_core.lantern", "gsd_core.rules",
-           "gsd_core.verification"]
+MODULES = ["gsd_core.checks", "gsd_core.exact", "gsd_core.lantern", "gsd_core.multidraft",
+           "gsd_core.rules", "gsd_core.verification"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -97,7 +97,9 @@ def draw_without_replacement(q: Tensor, first: Tensor, k: int, uniforms: Tensor)
     return torch.stack(candidates, -1)
 
 
-def recursive_rejection(p: Tensor, q: Tensor, candidates: Tensor, uniforms: Tensor) -> MultiDraftResult:
+def recursive_rejection(
+    p: Tensor, q: Tensor, candidates: Tensor, uniforms: Tensor
+) -> MultiDraftResult:
     """RRS (module docstring): p [..., V] target; q [..., k, V], row j the law of candidate j
     given the ones before it; candidates [..., k]; uniforms [..., k + 1] in [0, 1) (u_1 .. u_k
     test, u_{k+1} draws). The residual's weights (r_j - q_j)+ are those of ``token_residual``

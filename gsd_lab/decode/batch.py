@@ -127,6 +127,11 @@ def generate_batch(
         else:
             method = _resolve(adapter, request.method)
         _check_call(adapter, request.num_tokens, method, request.generator)
+        if method.method.candidates > 1:
+            raise ValueError(
+                f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
+                "runs in generate (eager) only; the batched runners have no tree forward"
+            )
         resolved.append(method)
     generators = [id(r.generator) for r in requests if r.generator is not None]
     if len(set(generators)) < len(generators):

@@ -31,6 +31,10 @@ identity of ``evaluate`` share. Its fields:
   and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
   "repeat_row": the token one image row up);
 - window: drafts L per forward (ignored by AR);
+- ``candidates`` k (1: one draft per position): k candidates for the first undecided position,
+  each followed by the window's other drafts, verified in one tree forward by recursive rejection
+  sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); plain SJD
+  (any ``draft``), the eager runner only;
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
   ``gsd_lab.decode.presets``).
@@ -83,6 +87,7 @@ _OPTIONAL_FIELDS = {
     "budget_cap": 1.0,
     "transport_eps": None,
     "transport_k": 16,
+    "candidates": 1,
 }
 
 
@@ -235,6 +240,7 @@ class DecodingMethod:
     budget_cap: float = 1.0
     transport_eps: float | None = None
     transport_k: int = 16
+    candidates: int = 1
 
     def __post_init__(self) -> None:
         _choice("method kind", self.kind, KINDS)
@@ -254,8 +260,32 @@ class DecodingMethod:
         self._check_lantern()
         self._check_relaxation()
         self._check_transport()
+        self._check_candidates()
         object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
         object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
+
+    def _check_candidates(self) -> None:
+        """k candidates at the first undecided position, verified by recursive rejection
+        sampling in one tree forward (``gsd_lab.decode.loop``, proofs/15): plain SJD only."""
+        if not (_is_int(self.candidates) and self.candidates >= 1):
+            raise ValueError(f"candidates must be an int >= 1, got {self.candidates!r}")
+        if self.candidates == 1:
+            return
+        plain = (
+            self.kind == "sjd"
+            and self.acceptance_scale == 1
+            and self.lantern_k == 0
+            and self.relaxation_delta == 0
+            and self.budget is None
+            and self.transport_eps is None
+            and self.preset == "default"
+        )
+        if not plain:
+            raise ValueError(
+                "candidates > 1 (multiple drafts, recursive rejection sampling) is exact for "
+                "plain SJD only: kind 'sjd', acceptance_scale 1, no LANTERN, relaxation, budget "
+                "or transport, preset 'default'"
+            )
 
     def _check_acceptance(self) -> None:
         if not (_is_number(self.acceptance_scale) and self.acceptance_scale > 0):

@@ -159,6 +159,9 @@ def keep_branch(adapter: CausalLMAdapter, branch: int) -> None:
     cache_before, head, head_tokens, k, depth = state[:5]
     if not 0 <= branch < k:
         raise ValueError(f"branch must be in [0, {k}), got {branch!r}")
+    if adapter._cache_length() != cache_before + head + k * depth:
+        adapter._tree = None
+        raise ValueError("the cache changed since forward_tree() (start() or a forward ran)")
     start = cache_before + head
     if branch > 0:
         source = slice(start + branch * depth, start + (branch + 1) * depth)

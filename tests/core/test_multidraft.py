@@ -135,3 +135,16 @@ def test_negative_control_non_recursive_residual_is_lossy():
     wrong = _law_with_residual_from_p(p, q, 2)
     assert (wrong - p).abs().sum() / 2 > 0.05
     assert torch.allclose(multidraft_law(p, q, 2)[0], p, atol=TOL, rtol=0)
+
+
+def test_negative_control_candidates_declared_with_the_row_drawn_from():
+    """Candidates drawn without replacement but verified as if i.i.d. (q_j = q): lossy."""
+    p = torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64)
+    q = torch.tensor([0.05, 0.9, 0.05], dtype=torch.float64)
+    wrong = torch.zeros_like(p)
+    for tup in [(a, b) for a in range(3) for b in range(3) if a != b]:
+        x = torch.tensor(tup)
+        prob = float(torch.prod(without_replacement_rows(q, x)[torch.arange(2), x]))
+        wrong += prob * stage_law(p, q.expand(2, 3), tup)[0]
+    assert (wrong - p).abs().sum() / 2 > 0.1
+    assert torch.allclose(multidraft_law(p, q, 2)[0], p, atol=TOL, rtol=0)

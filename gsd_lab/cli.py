@@ -190,6 +190,14 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         default=16,
         help="the transport's neighbours per code (--transport-eps or --budget-measure w1)",
     )
+    group.add_argument(
+        "--candidates",
+        type=int,
+        default=1,
+        help="k candidates for the first undecided position, verified by recursive rejection "
+        "sampling in one tree forward (--method sjd, eager runner, batch size 1; lossless, "
+        "proofs/15)",
+    )
 
 
 def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
@@ -706,6 +714,7 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         budget_cap=args.budget_cap,
         transport_eps=args.transport_eps,
         transport_k=args.transport_k,
+        candidates=args.candidates,
     ).for_model(args.model)
 
 
@@ -811,6 +820,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     }
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
+    if method.candidates > 1:
+        report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
     if method.transport_eps is not None:
         report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
     if method.budget is not None:

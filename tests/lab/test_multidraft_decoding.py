@@ -275,3 +275,19 @@ def test_refusals(table_adapter):
         generate_batch(adapter, [request])
     assert "candidates" not in DecodingMethod("sjd").to_dict()  # earlier keys unchanged
     assert DecodingMethod.from_dict(method.to_dict()) == method
+
+
+def test_command_line_generate_with_candidates(capsys):
+    import json
+
+    from gsd_lab.cli import main
+
+    args = ["generate", "--model", "tiny-random", "--class", "1", "--seed", "3", "--method", "sjd",
+            "--candidates", "2", "--json", "--threads", "1"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["candidates"] == 2 and len(report["tokens"]) == 64
+    assert len(report["tokens_processed"]) == report["nfe"]
+    with pytest.raises(SystemExit) as caught:
+        main(["generate", "--model", "tiny-random", "--method", "gsd", "--candidates", "2"])
+    assert caught.value.code == 2 and "candidates" in capsys.readouterr().err

@@ -33,8 +33,6 @@ static runners have fixed-shape caches and no tree forward (``generate`` refuses
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import Tensor
 
@@ -92,56 +90,21 @@ def forward_tree(
         raise ValueError("keep_branch() must follow forward_tree() before the next forward")
     k, depth = branches.shape
     head_ids = torch.as_tensor(head_ids, device=adapter.device)
-    batch_size = adapter._batch_prompt.shape[0]
-    if adapter._seq_len == 0:
-        head_batch = adapter._prefill_batch(head_ids)
-    else:
-        head_batch = head_ids.unsqueeze(0).expand(batch_size, -1)
-    head = head_batch.shape[1]
+    head_batch, head_mask, head_positions = adapter._layout(head_ids)
+    batch_size, head = head_batch.shape
     flat = branches.reshape(1, -1).expand(batch_size, -1)
     batch_ids = torch.cat([head_batch, flat], 1)  # [B, W]
     cache_before = adapter._cache_length()
     width = batch_ids.shape[1]
-    if adapter._padded:
-        head_mask = (
-            torch.ones_like(head_batch)
-            if adapter._seq_len
-            else torch.cat(
-                [
-                    adapter._prompt_mask,
-                    torch.ones_like(head_batch[:, adapter._prompt_mask.shape[1] :]),
-                ],
-                1,
-            )
-        )
-        padding = torch.cat([adapter._mask, head_mask, torch.ones_like(flat)], 1)  # [B, S]
-        head_positions = (padding[:, : cache_before + head].cumsum(1) - 1).clamp(min=0)[:, -head:]
-    else:
-        padding = None
-        head_positions = torch.arange(cache_before, cache_before + head, device=adapter.device)
-        head_positions = head_positions.unsqueeze(0).expand(batch_size, -1)
+    # The padding of the cached prompt (CFG), then real tokens: [B, S], or None.
+    padding = None if head_mask is None else torch.cat([head_mask, torch.ones_like(flat)], 1)
     offsets = torch.arange(1, depth + 1, device=adapter.device).repeat(k)  # [k L]
     positions = torch.cat([head_positions, head_positions[:, -1:] + offsets], 1)  # [B, W]
     visible = tree_mask(cache_before, head, k, depth, adapter.device)  # [W, S]
     mask = visible.expand(batch_size, 1, width, cache_before + width)
     if padding is not None:
         mask = mask & padding.to(torch.bool)[:, None, None, :]
-    num_rows = 1 + k * depth
-    sync = adapter.device.type == "cuda"
-    if sync:
-        torch.cuda.synchronize(adapter.device)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        logits = adapter.compute_logits(batch_ids, mask, positions, num_rows)
-    if sync:
-        torch.cuda.synchronize(adapter.device)
-    adapter.model_seconds += time.perf_counter() - start
-    adapter.num_forwards += 1
-    if adapter._cache_length() != cache_before + width:
-        raise ValueError(
-            f"{type(adapter.model).__name__} did not extend the KV cache by the tree's {width} "
-            "positions"
-        )
+    logits = adapter._timed_logits(batch_ids, mask, positions, 1 + k * depth)
     # Row 0 predicts generated position g0 (the first undecided one); row (j, t) g0 + 1 + t.
     g0 = adapter._seq_len + head_ids.numel() - adapter.prompt_len
     generated = torch.cat([torch.tensor([g0]), g0 + 1 + torch.arange(depth).repeat(k)])

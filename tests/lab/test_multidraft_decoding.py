@@ -26,7 +26,7 @@ import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("scipy.stats")
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import gsd_lab.decode.loop as loop_module  # noqa: E402
 import gsd_lab.models.tree as tree  # noqa: E402
@@ -35,6 +35,7 @@ from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
+from test_coupled_drafts_lossless import TableAdapter, TableLM, _Output  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -126,27 +127,11 @@ def test_tree_needs_its_branch_kept_first():
 
 # --- 2. the decode's joint law ----------------------------------------------------------------
 
-class _Output:
-    def __init__(self, logits: torch.Tensor) -> None:
-        self.logits = logits
-
-
-class TreeTableLM(torch.nn.Module):
+class TreeTableLM(TableLM):
     """Logits of the token at position t + 1 after the query token at position t:
     ``table[t + 1, x_t, x_{t-1}]`` [T, V, V, V] (float64), x_{t-1} the id of the key at position
     t - 1 that the query may see (the 4-D mask's, else causal; x_t itself at t = 0). Ids and
     positions live in the KV cache (keys: ids, values: positions), so rollback is exercised."""
-
-    def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = torch.nn.Parameter(table, requires_grad=False)
-        self.head = torch.nn.Linear(1, table.shape[-1], bias=False)
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.head
-
-    def get_output_embeddings(self) -> torch.nn.Module:
-        return self.head
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
                 use_cache=True, **kwargs):
@@ -165,11 +150,6 @@ class TreeTableLM(torch.nn.Module):
         first = match.to(torch.float64).argmax(-1)  # the first matching key
         before = torch.where(match.any(-1), key_ids.gather(1, first), input_ids)
         return _Output(self.table[position_ids + 1, input_ids, before])
-
-
-class TableAdapter(CausalLMAdapter):
-    def _new_cache(self):
-        return DynamicCache()
 
 
 def two_back_table() -> torch.Tensor:

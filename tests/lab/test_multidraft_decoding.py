@@ -253,6 +253,12 @@ def test_refusals(table_adapter):
     request = DecodeRequest(PROMPT, method, NUM_TOKENS, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="candidates"):
         generate_batch(adapter, [request])
+    def compute_logits(self, *args):  # a subclass computing its logits its own way (Lumina)
+        return CausalLMAdapter.compute_logits(self, *args)
+
+    own_logits = type("OwnLogits", (TableAdapter,), {"compute_logits": compute_logits})
+    with pytest.raises(ValueError, match="compute_logits"):
+        generate(own_logits(adapter.model, ALLOWED), PROMPT, method, num_tokens=NUM_TOKENS)
     assert "candidates" not in DecodingMethod("sjd").to_dict()  # earlier keys unchanged
     assert DecodingMethod.from_dict(method.to_dict()) == method
 

@@ -31,6 +31,7 @@ on an H200. ``--tiny`` runs the same measurements on a tiny model on the CPU (us
 
     python benchmarks/gpu_lumina_shapes.py            # on a GPU machine
     python benchmarks/gpu_lumina_shapes.py --tiny     # CPU smoke run
+    python benchmarks/gpu_lumina_shapes.py --model janus-pro-7b   # Janus-Pro 7B shapes (run_janus)
 """
 
 from __future__ import annotations
@@ -240,6 +241,44 @@ def _ms_summary(seconds: list[float]) -> dict[str, float | int]:
             "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3), "count": len(ms)}
 
 
+def window_medians(adapter, tokens: torch.Tensor, window: int, repeats: int,
+                   device: torch.device) -> tuple[dict[int, float], dict[int, float]]:
+    """Median ms of one adapter forward of ``tokens[:1]`` and of ``tokens[:window]`` after what the
+    cache holds (cropped back after each): wall (``forward_ms``) and the model part (``model_ms``),
+    over ``repeats`` rounds after a warm-up. Sizes interleaved (1, window, 1, window, ...):
+    host-side noise hits both alike."""
+    kept = adapter.seq_len
+    wall: dict[int, list[float]] = {1: [], window: []}
+    inner: dict[int, list[float]] = {1: [], window: []}
+    for attempt in range(repeats + 1):  # the first round is a warm-up
+        for size in (1, window):
+            before = adapter.model_seconds
+            seconds, _ = _timed(functools.partial(adapter.forward, tokens[:size]), device)
+            adapter.crop(kept)
+            if attempt:
+                wall[size].append(seconds)
+                inner[size].append(adapter.model_seconds - before)
+    forward_ms = {size: 1e3 * statistics.median(times) for size, times in wall.items()}
+    model_ms = {size: 1e3 * statistics.median(times) for size, times in inner.items()}
+    return forward_ms, model_ms
+
+
+def timing_fields(kept: int, window: int, repeats: int, build_seconds: float,
+                  prefill_seconds: float, forward_ms: dict[int, float],
+                  model_ms: dict[int, float]) -> dict[str, object]:
+    """The record's shared timing fields (a CFG pair: ``cfg_batch`` 2), rounded."""
+    return {
+        "context_tokens": kept,
+        "cfg_batch": 2,
+        "window": window,
+        "repeats": repeats,
+        "build_seconds": round(build_seconds, 3),
+        "prefill_seconds": round(prefill_seconds, 4),
+        "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
+        "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
+    }
+
+
 def decode_overhead(
     adapter, layout, config, gsd_rule, window: int, num_tokens: int, seed: int, device,
     rounds: int = 3,
@@ -371,21 +410,9 @@ def run(
     prefill_seconds, _ = _timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
     kept = adapter.seq_len
 
-    # Sizes interleaved (1, window, 1, window, ...): host-side noise hits both alike.
-    wall: dict[int, list[float]] = {1: [], window: []}
-    inner: dict[int, list[float]] = {1: [], window: []}
-    probs = None
-    for attempt in range(repeats + 1):  # the first round is a warm-up
-        for size in (1, window):
-            before = adapter.model_seconds
-            window_input = tokens[generated_count : generated_count + size]
-            seconds, probs = _timed(functools.partial(adapter.forward, window_input), device)
-            adapter.crop(kept)
-            if attempt:
-                wall[size].append(seconds)
-                inner[size].append(adapter.model_seconds - before)
-    forward_ms = {size: 1e3 * statistics.median(times) for size, times in wall.items()}
-    model_ms = {size: 1e3 * statistics.median(times) for size, times in inner.items()}
+    forward_ms, model_ms = window_medians(
+        adapter, tokens[generated_count:], window, repeats, device
+    )
 
     # Verification of one window in the decoding loop's shape: p [L + 1, V] from a forward over
     # L + 1 tokens (L drafts and the bonus row), q [L, V] from another row set.
@@ -419,7 +446,7 @@ def run(
         verify_ms[name] = 1e3 * statistics.median(times)
         ops, syncs = ops_and_syncs(call)
         verify_cost[name] = {"ops": ops, "syncs": syncs}
-    del probs, p, q
+    del p, q
 
     bare_before = bare_forwards(adapter, layout, config, window, seed, device, count=4 if tiny else 24)
     decoding = decode_overhead(adapter, layout, config, gsd_rule, window, decode_tokens, seed,
@@ -431,14 +458,8 @@ def run(
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": estimated_parameters(config),
         "vocab_size": config.vocab_size,
-        "context_tokens": kept,
-        "cfg_batch": 2,
-        "window": window,
-        "repeats": repeats,
-        "build_seconds": round(build_seconds, 3),
-        "prefill_seconds": round(prefill_seconds, 4),
-        "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
-        "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
+        **timing_fields(kept, window, repeats, build_seconds, prefill_seconds, forward_ms,
+                        model_ms),
         "window_cost_ratio": round(forward_ms[window] / forward_ms[1], 3),
         "verify_ms": {k: round(v, 3) for k, v in verify_ms.items()},
         "verify_cost": verify_cost,
@@ -451,6 +472,96 @@ def run(
     }
     result["total_seconds"] = round(time.perf_counter() - total_start, 2)
     return result
+
+
+JANUS_MODELS = ("janus-pro-1b", "janus-pro-7b")
+
+
+def run_janus(
+    name: str, tiny: bool, window: int, repeats: int, seed: int, decode_tokens: int
+) -> dict:
+    """Janus-Pro at its released size (``gsd_lab.models.janus.release_config``) with random
+    weights (bfloat16, built on the GPU), through ``JanusAdapter`` (CFG 5, the stock defaults;
+    ``--tiny``: the tiny test configuration on the CPU): ``forward_ms`` / ``model_ms`` of a 1-
+    and a ``window``-token window of codes after a ~32-token prompt and ``context_codes`` codes
+    (median of ``repeats``, cropped back after each), ``decoding`` (AR, SJD, GSD over
+    ``decode_tokens`` codes: nfe, wall and model seconds) and ``vq_decode`` (one image of 576
+    codes, or the tiny grid, through ``JanusVQVAE.decode``: its pixel shape and seconds)."""
+    from gsd_lab.models.janus import (JanusAdapter, estimated_parameters, release_config,
+                                      tiny_janus_config)
+    from transformers import GenerationConfig, JanusForConditionalGeneration
+
+    total_start = time.perf_counter()
+    device = torch.device("cpu" if tiny else "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --tiny on the CPU")
+    dtype = torch.float32 if tiny else torch.bfloat16
+    config = tiny_janus_config() if tiny else release_config(name)
+    build_start = time.perf_counter()
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(dtype)
+        with torch.random.fork_rng(devices=[]), torch.device(device):
+            torch.manual_seed(seed)
+            model = JanusForConditionalGeneration(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    text = config.text_config
+    boi = 3 if tiny else 100016
+    model.generation_config = GenerationConfig(
+        bos_token_id=text.bos_token_id, pad_token_id=text.pad_token_id,
+        generation_kwargs={"boi_token_id": boi}, guidance_scale=5.0,
+    )
+    adapter = JanusAdapter(model)
+    build_seconds = _timed(lambda: None, device)[0] + time.perf_counter() - build_start
+    generator = torch.Generator(device=device).manual_seed(seed)
+    low = 7 if tiny else 1000  # ordinary text ids (random weights: which ones does not matter)
+    body = torch.randint(low, text.vocab_size if tiny else 90000, (30,), generator=generator,
+                         device=device)
+    prompt = torch.cat([torch.tensor([text.bos_token_id], device=device), body,
+                        torch.tensor([boi], device=device)])
+    n = adapter.num_image_tokens
+    context_codes = max(1, min(n - window - 1, n // 2 if tiny else 500))
+    codes = adapter.random_tokens(torch.arange(context_codes + window, device=device), generator)
+    adapter.start(prompt)
+    prefill_seconds, _ = _timed(
+        lambda: adapter.forward(torch.cat([prompt, codes[:context_codes]]), num_rows=1), device
+    )
+    kept = adapter.seq_len
+    forward_ms, model_ms = window_medians(adapter, codes[context_codes:], window, repeats, device)
+    decoding = {}
+    tokens = min(decode_tokens, n)
+    gsd = DecodingMethod("gsd", window=window, group_size=10, clusters="dynamic")
+    for method in (DecodingMethod("ar"), DecodingMethod("sjd", window=window), gsd):
+        forwards, model_before = adapter.num_forwards, adapter.model_seconds
+        seconds, out = _timed(
+            lambda: generate(adapter, prompt, method, num_tokens=tokens,
+                             generator=torch.Generator(device=device).manual_seed(seed)),
+            device,
+        )
+        decoding[method.kind] = {
+            "nfe": adapter.num_forwards - forwards,
+            "wall_seconds": round(seconds, 3),
+            "model_seconds": round(adapter.model_seconds - model_before, 3),
+        }
+    image_codes = adapter.random_tokens(torch.arange(n, device=device), generator)
+    vq_seconds, pixels = _timed(lambda: adapter.decode_images(image_codes), device)
+    return {
+        **run_header("gpu_lumina_shapes", tiny, device),
+        "model": name,
+        "dtype": str(dtype).replace("torch.", ""),
+        "parameters": estimated_parameters(config),
+        "codebook": adapter.vocab_size,
+        "image_tokens": n,
+        **timing_fields(kept, window, repeats, build_seconds, prefill_seconds, forward_ms,
+                        model_ms),
+        "decoding": {"tokens": tokens, "methods": decoding},
+        "vq_decode": {"pixels": list(pixels.shape[1:]), "seconds": round(vq_seconds, 4)},
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if device.type == "cuda"
+        else None,
+        "total_seconds": round(time.perf_counter() - total_start, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -471,10 +582,21 @@ def main(argv: list[str] | None = None) -> dict:
         default=None,
         help="tokens per generate call in the decoding part (default 128; tiny 12)",
     )
+    parser.add_argument(
+        "--model",
+        choices=("lumina-mgpt-7b-768", *JANUS_MODELS),
+        default="lumina-mgpt-7b-768",
+        help="the family measured (default Lumina-mGPT; Janus-Pro: run_janus, --context unused)",
+    )
     args = parser.parse_args(argv)
     decode_tokens = args.decode_tokens or (12 if args.tiny else 128)
     if args.window < 1 or args.repeats < 1 or decode_tokens < 2:
         parser.error("--window and --repeats must be >= 1, --decode-tokens >= 2")
+    if args.model in JANUS_MODELS:
+        result = run_janus(args.model, args.tiny, args.window, args.repeats, args.seed,
+                           decode_tokens)
+        print(json.dumps(result), flush=True)
+        return result
     context = args.context if args.context is not None else (48 if args.tiny else 2300)
     result = run(args.tiny, context, args.window, args.repeats, args.seed, decode_tokens)
     print(json.dumps(result), flush=True)

@@ -56,6 +56,32 @@ from gsd_lab.figures import FigureSizes, decoding_configurations
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 
 
+def figure_specs(model, configs: str) -> tuple[list[str], list]:
+    """(labels, specs) of the figures' guided configurations named in ``configs`` (comma-separated
+    labels, as ``decoding_configurations(FigureSizes.default())`` names them)."""
+    by_label = {
+        c.spec.label: c.spec
+        for c in decoding_configurations(FigureSizes.default(), model)
+        if c.guided
+    }
+    labels = [label.strip() for label in configs.split(",")]
+    unknown = [label for label in labels if label not in by_label]
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown}; known: {sorted(by_label)}")
+    return labels, [by_label[label] for label in labels]
+
+
+def short_commit() -> str:
+    """This checkout's commit, short."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+    ).stdout.strip()
+
+
 def run_cell(model, specs, prompts, batch: int, threads: int, mixed: bool) -> dict:
     torch.set_num_threads(threads)
     cache = RunCache(
@@ -90,16 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     model = load_image_model("standin")
     prompts = list(model.default_prompts[: args.prompts])
-    by_label = {
-        c.spec.label: c.spec
-        for c in decoding_configurations(FigureSizes.default(), model)
-        if c.guided
-    }
-    labels = [label.strip() for label in args.configs.split(",")]
-    unknown = [label for label in labels if label not in by_label]
-    if unknown:
-        raise SystemExit(f"unknown configurations {unknown}; known: {sorted(by_label)}")
-    specs = [by_label[label] for label in labels]
+    labels, specs = figure_specs(model, args.configs)
     B, N = args.batch, args.threads
     table = {
         "old": (1, 1, False),
@@ -114,13 +131,7 @@ def main() -> None:
             f"--cells must be among {sorted(table)} (got {cells}) and --configs must include AR, "
             "the wall speed-ups' baseline"
         )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    ).stdout.strip()
+    commit = short_commit()
     print(
         f"# commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.2f}, "

@@ -8,7 +8,7 @@ configuration: mean NFE (s.e.), mean W1 per emitted token (``record_w1``, the PP
 (exact), the certified spend per image (the dial), and the seconds per image outside the model's
 forward (wall_seconds - model_seconds; accounting excluded) with that overhead per forward pass, and
 the wall seconds per image.
-The transport plan's solver is ``methods.TRANSPORT_SOLVER``. A measurement script, not a test.
+The transport plan's solver is ``relaxation_w1.TRANSPORT_SOLVER``. A measurement script, not a test.
 ``--k K --eps E1 E2 ...``: instead of the fixed configurations, the transport relaxation with
 maximal drafts on K content neighbours at each eps (a wider support); the first configuration's
 ``resolve`` seconds include building the K-neighbour table.
@@ -25,7 +25,8 @@ import time
 import numpy as np
 import torch
 
-from gsd_lab.decode.methods import TRANSPORT_SOLVER, DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.relaxation_w1 import TRANSPORT_SOLVER
 from gsd_lab.experiments.runs import mean_sem
 
 K = 16

@@ -21,7 +21,9 @@ image          (--vqgan) the VQGAN loaded (which layout it was found in, Meta's 
                saved with --out
 clip           (--clip) the CLIP folder loads and scores that image against the prompt
 
-Exit status 0 when nothing failed (warnings allowed), 1 otherwise. Items after a failure that
+A Janus-Pro checkpoint (config.json's model_type "janus") gets its own items
+(``gsd_lab.check_weights_janus``). Exit status 0 when nothing failed (warnings allowed), 1
+otherwise. Items after a failure that
 they depend on are skipped, saying why.
 """
 
@@ -429,6 +431,29 @@ def _transformers_note(tokenizer_file: Path, text: str, expected: list[int]) -> 
     )
 
 
+class ItemRunner:
+    """Runs the items in order: ``run(item, needs, call)`` appends ``call()``'s verdict to
+    ``verdicts``, a FAIL verdict for an error it raises, or a SKIP naming the items of ``needs``
+    that failed; a failed or skipped item joins ``failed`` (shared with the checks)."""
+
+    def __init__(self, failed: set[str]) -> None:
+        self.failed, self.verdicts = failed, []
+
+    def __call__(self, item: str, needs: tuple[str, ...], call: Any) -> None:
+        blocked = [n for n in needs if n in self.failed]
+        if blocked:
+            self.failed.add(item)
+            self.verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
+            return
+        try:
+            verdict = call()
+        except (OSError, ValueError, KeyError, RuntimeError, FloatingPointError) as error:
+            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
+        if verdict.status in (FAIL, SKIP):
+            self.failed.add(item)
+        self.verdicts.append(verdict)
+
+
 def check_weights(
     weights: str | Path,
     *,
@@ -447,21 +472,8 @@ def check_weights(
     folder's name (``resolution_from_name``), else 768."""
     resolution = resolution or resolution_from_name(weights) or 768
     checks = _Checks(weights, resolution, tokenizer)
-    verdicts: list[Verdict] = []
-
-    def run(item: str, needs: tuple[str, ...], call: Any) -> None:
-        blocked = [n for n in needs if n in checks.failed]
-        if blocked:
-            checks.failed.add(item)
-            verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
-            return
-        try:
-            verdict = call()
-        except (OSError, ValueError, KeyError, RuntimeError, FloatingPointError) as error:
-            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
-        if verdict.status in (FAIL, SKIP):
-            checks.failed.add(item)
-        verdicts.append(verdict)
+    run = ItemRunner(checks.failed)
+    verdicts = run.verdicts
 
     run("files", (), checks.files)
     run("architecture", ("files",), checks.architecture)
@@ -495,21 +507,34 @@ def format_verdicts(verdicts: list[Verdict]) -> str:
 
 
 def main(args: Any) -> int:
-    """The ``check-weights`` command (``gsd_lab.cli``)."""
+    """The ``check-weights`` command (``gsd_lab.cli``); a Janus checkpoint (config.json's
+    model_type) goes to ``gsd_lab.check_weights_janus``."""
     started = time.perf_counter()
-    verdicts = check_weights(
-        args.weights,
-        resolution=args.resolution,
-        vqgan=args.vqgan,
-        clip=args.clip,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        rows=args.rows,
-        seed=args.seed,
-        prompt=args.prompt,
-        out=args.out,
-        force_cpu=args.force_cpu,
-    )
+    from .check_weights_janus import check_janus_weights, is_janus_folder
+
+    if is_janus_folder(args.weights):
+        for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip),
+                            ("--resolution", args.resolution)):
+            if value is not None:
+                args.command_parser.error(f"{flag} does not apply to a Janus checkpoint")
+        verdicts = check_janus_weights(
+            args.weights, tokenizer=args.tokenizer, device=args.device, rows=args.rows,
+            seed=args.seed, prompt=args.prompt, out=args.out, force_cpu=args.force_cpu,
+        )
+    else:
+        verdicts = check_weights(
+            args.weights,
+            resolution=args.resolution,
+            vqgan=args.vqgan,
+            clip=args.clip,
+            tokenizer=args.tokenizer,
+            device=args.device,
+            rows=args.rows,
+            seed=args.seed,
+            prompt=args.prompt,
+            out=args.out,
+            force_cpu=args.force_cpu,
+        )
     seconds = time.perf_counter() - started
     if args.json:
         print(

@@ -15,10 +15,13 @@ notebooks execute the notebooks top to bottom with papermill (``teaching.noteboo
           from a clean tree, or into --out; ``-p name value`` sets a parameter.
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
-          to an image); exit 1 when one failed (``gsd_lab.check_weights``).
+          to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
+          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items.
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
-(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``tiny-random`` (tests only).
+(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
+for pixels), ``emu3-gen`` and ``janus-pro-{1b,7b}`` with ``--weights DIR`` (pixels from their
+own VQ models; docs/family-*.md), ``tiny-random`` (tests only).
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -39,22 +42,25 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .decode.methods import BUDGET_MEASURES, BUDGET_POLICIES, DRAFTS, DecodingMethod
+from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_line_flags
+from .decode.methods import DRAFTS, KINDS, RESIDUALS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
 # flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
 # two in sync.
+# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
+FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",
     "lumina-mgpt-7b-512",
     "lumina-mgpt-7b-768",
     "lumina-mgpt-7b-1024",
+    *FAMILY_CHOICES,
+    "janus-pro-1b",
+    "janus-pro-7b",
     "tiny-random",
 )
-DEFAULT_GROUP_SIZE = 25
-DEFAULT_CLUSTERS = "dynamic"
-MIN_GSD_GROUP_SIZE = 2
 PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test keeps them in sync)
 
 
@@ -68,7 +74,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--weights",
-        help="Lumina-mGPT checkpoint folder (or Hugging Face cache); "
+        help="Lumina-mGPT or Janus-Pro checkpoint folder (or Hugging Face cache); "
         "for the stand-in: another weights folder",
     )
     group.add_argument(
@@ -103,25 +109,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_method_args(parser: argparse.ArgumentParser) -> None:
+    """The decoding flags: the method's own (kind, window, preset, residual, drafting) and every
+    registered acceptance rule's (``decode.acceptance.command_line_flags``)."""
     group = parser.add_argument_group("decoding")
-    group.add_argument("--method", choices=("ar", "sjd", "gsd"), default="gsd")
-    group.add_argument(
-        "--group-size",
-        type=int,
-        default=None,
-        help=f"GSD group size G >= {MIN_GSD_GROUP_SIZE} (default {DEFAULT_GROUP_SIZE}; "
-        "--method gsd only: tokens per cluster; G = 1 would be SJD)",
-    )
-    group.add_argument(
-        "--clusters",
-        choices=("dynamic", "rank-binned"),
-        default=None,
-        help="GSD clusters: the paper's dynamic rule with filters (default) or our rank-binned "
-        "partition (--method gsd only)",
-    )
+    group.add_argument("--method", choices=KINDS, default="gsd")
     group.add_argument(
         "--residual",
-        choices=("token", "cluster"),
+        choices=RESIDUALS,
         default="token",
         help="resampling after a rejection (cluster: cluster-exact, --clusters rank-binned only)",
     )
@@ -133,63 +127,16 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     )
     _add_preset_arg(group)
     group.add_argument(
-        "--amplify",
-        type=float,
-        default=1.0,
-        help="lossy relaxation: accept with min(1, k p/q), "
-        "k > 0 (k = 1: exact; not for --method ar)",
-    )
-    group.add_argument(
         "--draft",
         choices=DRAFTS,
         default=DRAFTS[0],
         help="how the Jacobi re-drafts are drawn: independent (SJD, GSD), or coupled to the "
         "previous draft (maximal or gumbel: MC-SJD / SCD, lossless for SJD; not for --method ar)",
     )
-    group.add_argument(
-        "--relaxation-delta",
-        type=float,
-        default=0.0,
-        help="the TV-optimal relaxation: each token's output within this TV "
-        "of p (--method sjd; gsd_core.OptimalRelaxation, proofs/10)",
-    )
-    group.add_argument(
-        "--budget",
-        type=float,
-        default=None,
-        help="the certified dial: the emitted tokens' distortions sum to at "
-        "most B on every path, so the image's law is within B of the "
-        "model's (--method sjd; proofs/11)",
-    )
-    group.add_argument(
-        "--budget-measure", choices=BUDGET_MEASURES, default="tv", help="the budget's distance"
-    )
-    group.add_argument(
-        "--budget-policy",
-        choices=BUDGET_POLICIES,
-        default="cap",
-        help="cap: each token may spend min(--budget-cap, what is left); sure: "
-        "a token spends TV(p, q), a certain acceptance, when that fits",
-    )
-    group.add_argument(
-        "--budget-cap",
-        type=float,
-        default=1.0,
-        help="the most one token may spend: in (0, 1] for tv, > 0 (content units) for w1",
-    )
-    group.add_argument(
-        "--transport-eps",
-        type=float,
-        default=None,
-        help="the transport relaxation: each token's output within this W1 of p, in the codes' "
-        "content distance (--method sjd; gsd_lab.decode.relaxation_w1, proofs/12)",
-    )
-    group.add_argument(
-        "--transport-k",
-        type=int,
-        default=16,
-        help="the transport's neighbours per code (--transport-eps or --budget-measure w1)",
-    )
+    for flag in command_line_flags():
+        group.add_argument(
+            flag.name, type=flag.type, default=flag.default, choices=flag.choices, help=flag.help
+        )
     group.add_argument(
         "--candidates",
         type=int,
@@ -208,6 +155,17 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
         help="images decoded together, one forward per step for all; the same tokens and NFE, "
         "wall times become each image's share (default: per device, 8 on a CPU and on a GPU: "
         "gsd_lab.models.batched.default_batch_size)",
+    )
+
+
+def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes the decoding is split over, one thread each, so that other jobs on the "
+        "same cores slow it in proportion instead of stalling it; the same records for any "
+        "number (default: the usable cores on a CPU, 1 on a GPU: gsd_lab.experiments.workers)",
     )
 
 
@@ -247,10 +205,8 @@ def _add_preset_arg(group: Any) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gsd_lab", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_generate_parser(sub: Any) -> None:
+    """``generate``: one image, its NFE, acceptance and time."""
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
     _add_model_args(gen)
     _add_method_args(gen)
@@ -273,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
+
+def _add_figures_parser(sub: Any) -> None:
+    """``figures``: every figure and results.md."""
     fig = sub.add_parser("figures", help="regenerate every figure and results.md")
     _add_model_args(fig)
     fig.add_argument(
@@ -309,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
     _add_batch_size_arg(fig)
+    _add_workers_arg(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -317,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the outputs then say dirty)",
     )
 
+
+def _add_evaluate_parser(sub: Any) -> None:
+    """``evaluate``: a sharded, resumable evaluation."""
     ev = sub.add_parser(
         "evaluate",
         help="sharded, resumable evaluation over a prompt file (use torchrun)",
@@ -339,8 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
     _add_batch_size_arg(ev)
+    _add_workers_arg(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
+
+
+def _add_notebooks_parser(sub: Any) -> None:
+    """``notebooks``: execute the notebooks with papermill."""
     nb = sub.add_parser(
         "notebooks",
         help="execute the notebooks with papermill (in place, or into --out)",
@@ -392,15 +360,25 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument(
         "--dry-run", action="store_true", help="print each notebook's parameters and stop"
     )
+
+
+def _add_check_weights_parser(sub: Any) -> None:
+    """``check-weights``: one verdict per item of a download."""
     chk = sub.add_parser(
         "check-weights",
-        help="check downloaded Lumina-mGPT files, one verdict per item",
+        help="check downloaded Lumina-mGPT (or Janus-Pro) files, one verdict per item",
         description="Check a Lumina-mGPT download with the package's own code: files and "
         "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
         "tokenizer and prompt ids, a short AR generation decoded to an image "
         "(--vqgan) and scored (--clip). Exit 1 when an item failed.",
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
+    chk.add_argument(
+        "--model",
+        choices=("lumina-mgpt", *FAMILY_CHOICES),
+        default="lumina-mgpt",
+        help="the checkpoint's family (default lumina-mgpt; gsd_lab.family_checks for the others)",
+    )
     chk.add_argument(
         "--resolution",
         type=int,
@@ -422,17 +400,33 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--prompt", default="a lighthouse on a rocky coast at sunset")
     chk.add_argument("--out", type=Path, default=None, help="save the decoded rows to this PNG")
     chk.add_argument("--json", action="store_true", help="one JSON object instead of text")
+
+
+def _add_readme_parser(sub: Any) -> None:
+    """``readme``: the README's findings from results.json."""
     rd = sub.add_parser(
         "readme",
-        help="README's findings and docs/claims.md from results.json",
-        description="Render the README's findings box and table and the claims "
-        "ledger (docs/claims.md) from a figures run's results.json; "
-        "--check exits 1 if either differs.",
+        help="README's findings, docs/claims.md and every value span from results.json",
+        description="Render the README's findings box and table, the claims "
+        "ledger (docs/claims.md) and the value spans of README, docs, proofs and notebook "
+        "markdown (gsd_lab.io.prose) from a figures run's results.json; "
+        "--check exits 1 if any differs.",
     )
     rd.add_argument(
         "--results", type=Path, default=None, help="default: the repository's figures/results.json"
     )
     rd.add_argument("--check", action="store_true", help="compare only; write nothing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gsd_lab", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate_parser(sub)
+    _add_figures_parser(sub)
+    _add_evaluate_parser(sub)
+    _add_notebooks_parser(sub)
+    _add_check_weights_parser(sub)
+    _add_readme_parser(sub)
     for command, command_parser in sub.choices.items():
         command_parser.set_defaults(command_parser=command_parser)
     return parser
@@ -443,6 +437,39 @@ Fail = Callable[[str], NoReturn]
 
 def _is_lumina(args: argparse.Namespace) -> bool:
     return args.model.startswith("lumina")
+
+
+def _is_janus(args: argparse.Namespace) -> bool:
+    return args.model.startswith("janus")
+
+
+def _takes_text(args: argparse.Namespace) -> bool:
+    """Whether the model's prompts are text (Lumina-mGPT, the families, Janus-Pro), not classes."""
+    return _is_lumina(args) or args.model in FAMILY_CHOICES or _is_janus(args)
+
+
+def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
+    """--weights (a folder with config.json and tokenizer.json, or --tokenizer), --vqgan (Anole
+    only: Emu3 decodes with its own VQ-VAE) and --clip of a FAMILY_CHOICES model."""
+    if not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+    folder = Path(args.weights).expanduser()
+    if not (folder / "config.json").is_file():
+        fail(f"--weights {args.weights}: no config.json there (docs/family-*.md: the download)")
+    tokenizer = Path(args.tokenizer).expanduser() if args.tokenizer else folder
+    if not (tokenizer.is_file() or (tokenizer / "tokenizer.json").is_file()):
+        fail(f"no tokenizer.json in {tokenizer} (pass --tokenizer DIR)")
+    if args.vqgan is not None:
+        if args.model == "emu3-gen":
+            fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
+        from .models.chameleon_vqgan import find_vqgan_files
+
+        try:
+            find_vqgan_files(args.vqgan)
+        except FileNotFoundError as error:
+            fail(f"--vqgan {args.vqgan}: {error}")
+    if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
+        fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder)")
 
 
 def _device_problem(device: str) -> str | None:
@@ -519,6 +546,9 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         fail(f"--cfg must be a finite number, got {args.cfg}")
     if args.device is not None and (problem := _device_problem(args.device)):
         fail(problem)
+    if args.model in FAMILY_CHOICES:
+        _check_family_args(args, fail)
+        return
     if _is_lumina(args):
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
@@ -549,6 +579,9 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         except FileNotFoundError as error:
             fail(str(error))
         return
+    if _is_janus(args):
+        _check_janus_args(args, fail)
+        return
     for flag, value in (
         ("--vqgan", args.vqgan),
         ("--clip", args.clip),
@@ -563,7 +596,25 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--weights {args.weights} is not a folder (the stand-in's weights folder)")
 
 
+def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
+    """Janus-Pro: --weights (the transformers conversion's folder) needed; --tokenizer optional;
+    --vqgan and --clip do not apply (pixels come from the checkpoint's own VQ model)."""
+    if not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
+    from .models.janus import resolve_janus_dir
+
+    try:
+        resolve_janus_dir(args.weights, args.model)
+    except FileNotFoundError as error:
+        fail(f"--weights {args.weights}: {error}")
+    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
+        if value is not None:
+            fail(f"{flag} does not apply to --model {args.model} (its own VQ model decodes)")
+
+
 def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
+    """The window and preset, then the acceptance rule of the flags (``args.acceptance``: each
+    rule's ``ValueError`` a usage error naming its flag), then the residual."""
     fixed = PRESET_WINDOWS.get(args.preset)
     if args.window is not None and fixed is not None and args.window != fixed:
         fail(
@@ -573,35 +624,24 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
     args.window = args.window if args.window is not None else (fixed or 16)
     if args.window < 1:
         fail(f"--window must be >= 1, got {args.window}")
-    if not (math.isfinite(args.amplify) and args.amplify > 0):
-        fail(f"--amplify must be a finite number > 0, got {args.amplify}")
-    if args.group_size is not None and args.group_size < MIN_GSD_GROUP_SIZE:
-        fail(
-            f"--group-size must be >= {MIN_GSD_GROUP_SIZE}, got {args.group_size} (a group "
-            "size of 1 makes every cluster a single token: that is SJD, use --method sjd)"
-        )
-    if args.method != "gsd":
-        for flag, value in (("--group-size", args.group_size), ("--clusters", args.clusters)):
-            if value is not None:
-                fail(f"{flag} applies to --method gsd only (got --method {args.method})")
-        if args.residual != "token":
+    try:
+        args.acceptance = acceptance_from_flags(vars(args), args.method, args.residual)
+    except ValueError as error:
+        fail(str(error))
+    if args.residual == "cluster" and not args.acceptance.is_partition:
+        if args.method != "gsd":
             fail("--residual cluster applies to --method gsd --clusters rank-binned only")
-        if args.method == "ar" and args.amplify != 1.0:
-            fail("--amplify applies to --method sjd or gsd (AR has no acceptance test)")
-        return
-    args.group_size = DEFAULT_GROUP_SIZE if args.group_size is None else args.group_size
-    args.clusters = args.clusters or DEFAULT_CLUSTERS
-    if args.residual == "cluster" and args.clusters != "rank-binned":
         fail(
             "--residual cluster needs --clusters rank-binned "
-            f"(--clusters {args.clusters} is not a partition)"
+            f"(--clusters {args.clusters or DEFAULT_CLUSTERS} is not a partition)"
         )
 
 
 def check_args(args: argparse.Namespace, fail: Fail) -> None:
     """Check every flag of ``args`` before any model loads; ``fail(message)`` (argparse's
-    ``parser.error``: usage, message, exit 2) on the first problem. Fills in the GSD defaults
-    (--group-size 25, --clusters dynamic) for --method gsd. Reads --prompts into
+    ``parser.error``: usage, message, exit 2) on the first problem. Sets ``args.acceptance``
+    (the rule of the flags; --method gsd: --group-size 25, --clusters dynamic unless given) and
+    ``args.decoding_method``. Reads --prompts into
     ``args.prompt_list`` (figures, evaluate)."""
     _check_model_args(args, fail)
     if args.command in ("generate", "evaluate"):
@@ -613,7 +653,7 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
         if args.seed < 0:
             fail(f"--seed must be >= 0, got {args.seed}")
     if args.command == "generate":
-        if _is_lumina(args):
+        if _takes_text(args):
             if args.class_ is not None:
                 fail(
                     f"--class is for the stand-in and tiny-random; --model {args.model} takes "
@@ -621,13 +661,15 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
                 )
             if not (args.prompt or "").strip():
                 fail(f'--model {args.model} needs --prompt "..." (a non-empty text prompt)')
-            if args.out is not None and args.vqgan is None:
+            if args.out is not None and args.vqgan is None and (
+                _is_lumina(args) or args.model == "anole-7b"
+            ):
                 fail(
                     f"--out needs pixels: --model {args.model} "
                     "decodes tokens to pixels with --vqgan DIR"
                 )
         elif args.prompt is not None:
-            fail(f"--prompt is for Lumina-mGPT; --model {args.model} takes --class")
+            fail(f"--prompt is for text-prompted models; --model {args.model} takes --class")
         if args.out is not None:
             _check_output_file(args.out, fail)
     if args.command == "figures":
@@ -649,6 +691,8 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
     if args.command in ("figures", "evaluate"):
         if args.batch_size is not None and args.batch_size < 1:
             fail(f"--batch-size must be >= 1, got {args.batch_size}")
+        if getattr(args, "workers", None) is not None and args.workers < 1:
+            fail(f"--workers must be >= 1, got {args.workers}")
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -697,23 +741,13 @@ def _load(args: argparse.Namespace):
 def _method(args: argparse.Namespace) -> DecodingMethod:
     """The ``DecodingMethod`` of the flags (``_check_method_args`` ran), with the model's
     default GSD filters filled in (``FilterSettings.for_model``)."""
-    gsd = args.method == "gsd"
     return DecodingMethod(
         args.method,
         window=args.window,
         draft=args.draft,
-        acceptance_scale=args.amplify,
-        clusters=args.clusters if gsd else None,
-        group_size=args.group_size if gsd else 0,
         residual=args.residual,
         preset=args.preset,
-        relaxation_delta=args.relaxation_delta,
-        budget=args.budget,
-        budget_measure=args.budget_measure,
-        budget_policy=args.budget_policy,
-        budget_cap=args.budget_cap,
-        transport_eps=args.transport_eps,
-        transport_k=args.transport_k,
+        acceptance=args.acceptance,
         candidates=args.candidates,
     ).for_model(args.model)
 
@@ -779,10 +813,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model = _load(args)
     prompt = (
         args.prompt
-        if _is_lumina(args)
+        if _takes_text(args)
         else (args.class_ if args.class_ is not None else model.default_prompts[0])
     )
-    _check_prompt(model, prompt, "--prompt" if _is_lumina(args) else "--class", fail)
+    _check_prompt(model, prompt, "--prompt" if _takes_text(args) else "--class", fail)
     if args.out is not None and model.decode is None:
         fail(f"--out: --model {args.model} cannot decode tokens to pixels here")
     method = spec.method
@@ -818,6 +852,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "tokens": result.tokens.tolist(),
         "image": None if args.out is None else str(args.out),
     }
+    if method.acceptance.legacy_fields() is None:  # a rule with no flat fields: its spec
+        report["acceptance"] = method.acceptance.to_dict()
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
     if method.candidates > 1:
@@ -897,6 +933,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if args.threads is None and args.workers != 1 and str(model.adapter.device) == "cpu":
+        import torch
+
+        # The workers decode with one thread each; this process's own decodes (the detail
+        # analyses) too, so that a busy core does not stall a spinning team here either.
+        torch.set_num_threads(1)
     result = run_figures(
         args.out,
         model=model,
@@ -907,6 +949,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         save_images=args.save_images,
         preset=args.preset,
         batch_size=args.batch_size,
+        workers=args.workers,
     )
     if "rank" in result:
         print(
@@ -926,6 +969,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import BatchedWork, check_run, evaluate, init_distributed
     from .experiments.runs import generate_one, resolve_for
     from .experiments.stream import CHUNK_BATCHES
+    from .experiments.workers import default_workers
     from .models.batched import default_batch_size
     from .io.figure_io import save_image_atomic
     from .io.provenance import git_commit, package_versions
@@ -938,7 +982,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     except ValueError as error:
         fail(str(error))
     # The stand-in runs on the CPU unless told otherwise; Lumina-mGPT takes cuda:LOCAL_RANK.
-    context = init_distributed(args.device or (None if _is_lumina(args) else "cpu"))
+    context = init_distributed(args.device or (None if _takes_text(args) else "cpu"))
     args.device = context.device
     model = _load(args)
     for index, prompt in enumerate(prompts):
@@ -1025,6 +1069,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config=config,
         metadata=metadata,
         progress=not args.no_progress,
+        workers=default_workers(context.device) if args.workers is None else args.workers,
     )
     if summary is not None:
         print(json.dumps({k: summary[k] for k in ("num_prompts", "finished", "complete", "mean")}))
@@ -1035,12 +1080,17 @@ def cmd_readme(args: argparse.Namespace) -> int:
     """README's findings block and docs/claims.md from results.json (``experiments.findings``)."""
     from .experiments import findings, ledger
 
+    from .io import prose
+
     results = ledger.load_results(args.results or ledger.RESULTS)
     if not args.check:
         for path in findings.update_repository(results):
             print(f"wrote {path}")
+        for path in prose.update_documents(results):  # value spans in README, docs, proofs
+            print(f"wrote {path}")
         return 0
     stale = findings.stale_outputs(results)
+    stale += [str(p.relative_to(prose.REPO)) for p in prose.stale_documents(results)]
     for name in stale:
         print(f"{name} differs from the rendering of the results (python -m gsd_lab readme)")
     return 1 if stale else 0
@@ -1066,6 +1116,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.rows < 1:
             fail(f"--rows must be >= 1, got {args.rows}")
+        if args.model in FAMILY_CHOICES:
+            from .family_checks import main as family_checks_main
+
+            return family_checks_main(args)
         return check_weights_main(args)
     check_args(args, fail)
     if args.threads:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,20 +312,30 @@ def run_shard(
     context: DistributedContext,
     *,
     progress: bool = True,
+    workers: int = 1,
 ) -> list[int]:
     """Run ``work(index, prompt) -> result dict`` (or a ``BatchedWork`` over chunks of them)
     for this rank's unfinished prompts and write each result atomically (with the run's fields,
     ``Run.row_fields``) as soon as it is done. Returns the indices run now, in the order
     finished. The shard (``shard_indices``) and the skipping of finished prompts do not depend
     on the kind of work. A result file of another run raises ``RunMismatch`` (after
-    ``start_run`` this means a file was copied in or edited by hand)."""
+    ``start_run`` this means a file was copied in or edited by hand).
+
+    workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
+    are run on that many forked processes with one intra-op thread each
+    (``gsd_lab.experiments.workers``' reasons); the chunks are the same for any number of
+    workers, so every result file is the same."""
     from tqdm.auto import tqdm
 
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     todo = [
         index
         for index in shard_indices(len(run.prompts), context.rank, context.world_size)
         if not is_done(run, out_dir, index)
     ]
+    size = work.chunk if isinstance(work, BatchedWork) else 1
+    chunks = [todo[start : start + size] for start in range(0, len(todo), size)]
     done: list[int] = []
     bar = tqdm(
         total=len(todo),
@@ -333,27 +344,57 @@ def run_shard(
         disable=not progress,
         position=context.rank,
     )
+    global _SHARD
+    _SHARD = (run, out_dir, work, context)
+    forked = (
+        workers > 1
+        and len(chunks) > 1
+        and torch.device(context.device or "cpu").type == "cpu"
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
+    try:
+        if forked:
+            context_fork = multiprocessing.get_context("fork")
+            with context_fork.Pool(min(workers, len(chunks)), initializer=_one_thread) as pool:
+                for indices in pool.imap_unordered(_run_chunk, chunks):
+                    done.extend(indices)
+                    bar.update(len(indices))
+        else:
+            for part in chunks:
+                done.extend(_run_chunk(part, bar))
+    finally:
+        _SHARD = None
+        bar.close()
+    return done
+
+
+# (run, out_dir, work, context) of the shard being run: forked workers inherit it.
+_SHARD: tuple | None = None
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _run_chunk(part: list[int], bar: Any = None) -> list[int]:
+    """Run and write the prompts ``part`` of ``_SHARD``; returns them in the order finished."""
+    run, out_dir, work, context = _SHARD
+    done: list[int] = []
 
     def write(index: int, row: dict[str, Any]) -> None:
         write_result(run, out_dir, index, row, context)
         done.append(index)
-        bar.update(1)
+        if bar is not None:
+            bar.update(1)
 
-    try:
-        if isinstance(work, BatchedWork):
-            for start in range(0, len(todo), work.chunk):
-                part = todo[start : start + work.chunk]
-                work.decode([(index, run.prompts[index]) for index in part], write)
-                missing = sorted(set(part) - set(done))
-                if missing:
-                    raise RuntimeError(
-                        f"BatchedWork.decode returned without writing prompts {missing}"
-                    )
-        else:
-            for index in todo:
-                write(index, work(index, run.prompts[index]))
-    finally:
-        bar.close()
+    if isinstance(work, BatchedWork):
+        work.decode([(index, run.prompts[index]) for index in part], write)
+        missing = sorted(set(part) - set(done))
+        if missing:
+            raise RuntimeError(f"BatchedWork.decode returned without writing prompts {missing}")
+    else:
+        for index in part:
+            write(index, work(index, run.prompts[index]))
     return done
 
 
@@ -460,6 +501,7 @@ def evaluate(
     config: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     progress: bool = True,
+    workers: int = 1,
 ) -> dict[str, Any] | None:
     """Check or record the run (``identity`` + ``prompts``, see the module docstring), run this
     rank's shard (``work``: ``run_shard``'s), wait for all ranks, merge on rank 0 (returns the
@@ -467,12 +509,13 @@ def evaluate(
 
     ``identity`` must hold everything the results depend on besides the prompts (the CLI
     passes model, weights fingerprint, decoding spec and seed); ``config``: extra, uncompared
-    fields for summary.json (e.g. world_size); ``metadata``: uncompared fields for run.json."""
+    fields for summary.json (e.g. world_size); ``metadata``: uncompared fields for run.json.
+    workers: processes this rank's chunks run on (``run_shard``)."""
     if not prompts:
         raise ValueError("no prompts to evaluate")
     run = Run(identity or {}, prompts)
     start_run(out_dir, run, context, metadata=metadata)
-    run_shard(run, out_dir, work, context, progress=progress)
+    run_shard(run, out_dir, work, context, progress=progress, workers=workers)
     barrier(context)
     summary = merge_results(out_dir, config=config) if context.is_main else None
     barrier(context)

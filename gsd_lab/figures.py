@@ -335,6 +335,7 @@ def run_figures(
     save_images: bool = False,
     preset: str = "default",
     batch_size: int | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run every analysis and write the figures and ``results.md`` into ``out_dir``.
 
@@ -350,7 +351,9 @@ def run_figures(
     each image's share of its batch's, each configuration batched on its own,
     ``RunCache``); 1 decodes one image at a time, the papers' latency setting; None: the
     device's default (``gsd_lab.models.batched.default_batch_size``: 8 on a CPU and on a GPU);
-    with ``sizes.streamed`` too (``StreamedRunCache``).
+    with ``sizes.streamed`` too (``StreamedRunCache``). workers: processes the tables' and the
+    frontier's decoding is split over, one thread each (``experiments.workers``: the same
+    records for any number; None: the usable cores on a CPU; not with ``sizes.streamed``).
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     from tqdm.auto import tqdm
 
@@ -423,6 +426,7 @@ def run_figures(
             progress=bar,
             w1_draws=sizes.w1_draws,
             batch_size=batch_size,
+            workers=workers,
         )
         # Batched: each guided configuration in a batch stream of its own (RunCache).
         cache.prefetch([c.spec for c in configurations if c.guided])
@@ -623,20 +627,20 @@ def run_figures(
             + diff_panel,
         ),
         "table1_speed_quality",
-        {"specs": [asdict(s) for s in t1_specs]},
+        {"specs": [s.to_record() for s in t1_specs]},
         {"rows": table1, "real_images": real},
     )
     save(
         plots.bars(table2, [("nfe", "NFE per image")] + distortion_panel + metrics + diff_panel),
         "table2_clustering_ablation",
-        {"specs": [asdict(s) for s in t2_specs]},
+        {"specs": [s.to_record() for s in t2_specs]},
         {"rows": table2},
     )
     save(
         plots.distortion_vs_nfe(distortion_points),
         "distortion_vs_nfe",
         {
-            "curves": {k: [asdict(s) for s in v] for k, v in distortion_curves.items()},
+            "curves": {k: [s.to_record() for s in v] for k, v in distortion_curves.items()},
             "w1_draws": sizes.w1_draws,
         },
         distortion_points,
@@ -652,7 +656,7 @@ def run_figures(
         save(
             plots.pareto(pareto, metrics, references),
             "fig10_nfe_vs_quality",
-            {"curves": {k: [asdict(s) for s in v] for k, v in pareto_curves.items()}},
+            {"curves": {k: [s.to_record() for s in v] for k, v in pareto_curves.items()}},
             pareto,
         )
     if model.decode is not None:
@@ -1010,7 +1014,7 @@ def _frontier(
         bar.total += runs.images_to_decode(curves, {c.spec.key for c in configurations})
         bar.refresh()
     out = frontier.frontier_results(runs, curves, sizes.frontier_group)
-    out["specs"] = {name: [asdict(s) for s in specs] for name, specs in curves.items()}
+    out["specs"] = {name: [s.to_record() for s in specs] for name, specs in curves.items()}
     out["seconds"] = time.perf_counter() - started
     return out
 

@@ -30,7 +30,6 @@ tested (tests/lab/test_reproducible_isa.py).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import torch
@@ -286,25 +285,12 @@ def emitted_distortion(p: Tensor, q: Tensor, num_accepted: int, rule: object = N
     return tv
 
 
-# Fields of a rule that hold one value per row (OptimalRelaxation's delta, TransportRelaxation's
-# eps, PlannedTargets' targets, moved and cost) when they are tensors with a row dimension.
-_PER_ROW_FIELDS = ("delta", "eps", "targets", "moved", "cost")
-
-
 def rows_of(rule: object, index: slice | list[int]) -> object:
-    """The rule of some of the rows it was built for: each per-row tensor field (``delta``,
-    ``eps``, ``targets``, ``moved``, ``cost``) indexed along its first dimension; a rule with
-    one parameter for every row (SD, GSD, LANTERN, a float delta) is itself."""
-    if rule is None or not dataclasses.is_dataclass(rule):
-        return rule
-    changes = {
-        f.name: getattr(rule, f.name)[index]
-        for f in dataclasses.fields(rule)
-        if f.name in _PER_ROW_FIELDS
-        and isinstance(getattr(rule, f.name), Tensor)
-        and getattr(rule, f.name).ndim >= 1
-    }
-    return dataclasses.replace(rule, **changes) if changes else rule
+    """The rule of some of the rows it was built for: the rule's own ``of_rows(index)`` where it
+    has a parameter per row (``OptimalRelaxation``'s delta, ``TransportRelaxation``'s eps,
+    ``PlannedTargets``); a rule with one parameter for every row (SD, GSD, LANTERN) is itself."""
+    of_rows = getattr(rule, "of_rows", None)
+    return rule if of_rows is None else of_rows(index)
 
 
 class DistortionLog:

@@ -2,7 +2,7 @@
 
 ``generate_batch(adapter, requests)`` decodes each ``DecodeRequest`` (its prompt, method, number
 of tokens and generator) exactly as ``gsd_lab.decode.loop.generate`` decodes it alone: each image
-runs ``generate``'s own loop (``gsd_lab.decode.loop._Loop``: window, refill, emit, commit,
+runs ``generate``'s own loop (``gsd_lab.decode.loop.DecodeLoop``: window, refill, emit, commit,
 redraft) with its own generator, rule and stopping; only the forward is shared. A step is
 
     for each active image i: L_i = window size, refill its window (draws from generator i);
@@ -46,11 +46,19 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from .loop import DecodeResult, _check_call, _Loop, _resolve, max_window
-from .methods import DecodingMethod, ResolvedMethod
+from ..accounting.transport import DEFAULT_DRAWS
 from ..models.adapter import CausalLMAdapter
 from ..models.batched import BatchRunner, ForwardCall, ImageSequence
-from ..accounting.transport import DEFAULT_DRAWS, W1Log
+from .loop import (
+    DecodeLoop,
+    DecodeResult,
+    check_call,
+    check_w1,
+    max_window,
+    resolve_method,
+    w1_log_for,
+)
+from .methods import DecodingMethod, ResolvedMethod
 
 
 @dataclass(frozen=True)
@@ -70,18 +78,14 @@ class _Image:
     """An image in flight: its request's index, loop, sequence and clocks."""
 
     index: int
-    loop: _Loop
+    loop: DecodeLoop
     sequence: ImageSequence
-    resolved: ResolvedMethod
-    w1_log: W1Log | None
     wall: float = 0.0
     model: float = 0.0
     window: int = 0  # L of the current step
 
     def accounting(self) -> float:
-        log = self.loop.log
-        w1 = self.w1_log
-        return (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
+        return self.loop.accounting_seconds()
 
 
 def generate_batch(
@@ -122,11 +126,11 @@ def generate_batch(
             raise ValueError(f"requests[{i}] must be a DecodeRequest, got {type(request).__name__}")
         if isinstance(request.method, DecodingMethod):
             if request.method not in memo:
-                memo[request.method] = _resolve(adapter, request.method)
+                memo[request.method] = resolve_method(adapter, request.method)
             method = memo[request.method]
         else:
-            method = _resolve(adapter, request.method)
-        _check_call(adapter, request.num_tokens, method, request.generator)
+            method = resolve_method(adapter, request.method)
+        check_call(adapter, request.num_tokens, method, request.generator)
         if method.method.candidates > 1:
             raise ValueError(
                 f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
@@ -140,11 +144,8 @@ def generate_batch(
             "not as each decoded alone; give each request its own torch.Generator"
         )
     content = adapter.code_content() if record_w1 else None
-    if record_w1 and (not record_distortion or content is None):
-        raise ValueError(
-            "record_w1 needs record_distortion=True (its rows are drawn by their TV) "
-            "and an adapter whose code_content() gives its codes' decoded content"
-        )
+    if record_w1:
+        check_w1(record_distortion, content)
     limit = len(requests) if batch_size is None else batch_size
     runner = _batch_runner(adapter, runner, requests, resolved, limit)
     waiting = deque(range(len(requests)))
@@ -166,6 +167,7 @@ def generate_batch(
                     index,
                     record_top1,
                     record_distortion,
+                    record_w1,
                     content,
                     w1_draws,
                 )
@@ -237,6 +239,7 @@ def _start(
     index: int,
     record_top1: bool,
     record_distortion: bool,
+    record_w1: bool,
     content: Tensor | None,
     w1_draws: int | None,
 ) -> _Image:
@@ -248,23 +251,20 @@ def _start(
         generator.seed()
     num_tokens = request.num_tokens
     w1_log = None
-    if content is not None:
-        capacity = num_tokens + max_window(resolved.method) + 1
-        w1_log = W1Log(
-            content,
-            adapter.allowed_tokens,
-            capacity,
-            resolved.rule,
-            draws=w1_draws,
-            seed=generator.initial_seed(),
+    if record_w1:
+        w1_log = w1_log_for(
+            content, adapter, num_tokens, resolved, record_distortion, w1_draws, generator
         )
     sequence = runner.add(request.prompt_ids, request.uncond_prompt_ids)
-    loop = _Loop(sequence, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
-    return _Image(index, loop, sequence, resolved, w1_log)
+    loop = DecodeLoop(
+        sequence, resolved, generator, num_tokens, record_top1, record_distortion, w1_log
+    )
+    return _Image(index, loop, sequence)
 
 
 def _window_call(image: _Image) -> ForwardCall:
-    """This step's window of ``image`` (``_Loop.forward``'s input): its size, refilled drafts."""
+    """This step's window of ``image`` (``DecodeLoop.forward``'s input): its size, refilled
+    drafts."""
     loop = image.loop
     L = image.window = loop.window_size()
     loop.refill(L)
@@ -274,29 +274,9 @@ def _window_call(image: _Image) -> ForwardCall:
 
 
 def _result(image: _Image) -> DecodeResult:
-    """The image's ``DecodeResult``, as ``generate`` assembles it."""
-    loop, w1_log = image.loop, image.w1_log
-    num_tokens = loop.num_tokens
-    w1 = w1_log.finish(num_tokens) if w1_log is not None else None
-    drafted_total = sum(loop.drafted)
-    log_seconds = loop.log.seconds if loop.log is not None else 0.0
-    return DecodeResult(
-        tokens=loop.out[:num_tokens].cpu(),
-        nfe=len(loop.accepted),
-        accepted=loop.accepted,
-        drafted=loop.drafted,
-        acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
-        wall_seconds=image.wall,
-        model_seconds=image.model,
-        method=image.resolved.method.kind,
-        window=loop.max_window,
-        top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
-        distortion=loop.log.result(num_tokens) if loop.log is not None else None,
-        accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
-        draft=image.resolved.method.draft,
-        w1=w1,
-        budget_spent=loop.dial.spent if loop.dial is not None else None,
-    )
+    """The image's ``DecodeResult``, as ``generate`` assembles it (``DecodeLoop.result``)."""
+    loop = image.loop
+    return loop.result(nfe=len(loop.accepted), wall_seconds=image.wall, model_seconds=image.model)
 
 
 def _progress_bar(total: int):

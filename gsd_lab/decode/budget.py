@@ -45,8 +45,8 @@ cost is NOT bounded by B in general (an exact counterexample: a model that copie
 token), only under a Lipschitz condition on the model.
 
 The plans of a window are solved at once at min(c, R_0) (the most any position may get), by
-``methods.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved again at
-its own allowance.
+``relaxation_w1.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved
+again at its own allowance.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ from torch import Tensor
 from gsd_core import OptimalRelaxation
 from gsd_core.exact import fixed_order_sum
 
-from .methods import BUDGET_MEASURES, BUDGET_POLICIES, TRANSPORT_SOLVER
-from .planned import PlannedTargets, plan_rows
+from .choices import BUDGET_MEASURES, BUDGET_POLICIES
+from .planned import PlannedTargets
+from .relaxation_w1 import TRANSPORT_SOLVER, plan_rows
 
 SURE_TOLERANCE = 1e-12  # "moves all of T": M >= T - this
 
@@ -200,6 +201,12 @@ class BudgetDial:
         return OptimalRelaxation(
             torch.tensor(deltas, dtype=torch.float64, device=p.device).clamp(0, 1)
         )
+
+    def for_window(
+        self, p: Tensor, q: Tensor, forced: Tensor | None = None
+    ) -> OptimalRelaxation | PlannedTargets:
+        """The decoding loop's hook (``AcceptanceSpec.windows``): ``step``."""
+        return self.step(p, q, forced)
 
     def charge(self, accepted: int) -> float:
         """Book the window's emitted positions 0 .. min(accepted, L - 1) (the bonus row spends 0);

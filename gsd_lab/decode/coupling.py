@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 
 from ..engine import draw, verify
-from .methods import DRAFTS
+from .choices import DRAFTS
 
 
 def maximal_coupling(

@@ -77,10 +77,8 @@ from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
 from ..models.tree import check_tree_adapter, forward_tree, keep_branch
-from .budget import BudgetDial
 from .coupling import DraftChain
-from .methods import TRANSPORT_SOLVER, DecodingMethod, ResolvedMethod
-from .planned import PlannedTargets, plan_rows
+from .methods import DecodingMethod, ResolvedMethod
 from .presets import preset
 
 
@@ -161,7 +159,10 @@ def _overrule_at_forced(
     return first, forced
 
 
-def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) -> ResolvedMethod:
+def resolve_method(
+    adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod
+) -> ResolvedMethod:
+    """``method`` resolved for ``adapter`` (a ``ResolvedMethod`` as given)."""
     if not isinstance(adapter, CausalLMAdapter):
         raise ValueError(f"adapter must be a CausalLMAdapter, got {type(adapter).__name__}")
     if isinstance(method, ResolvedMethod):
@@ -173,7 +174,7 @@ def _resolve(adapter: CausalLMAdapter, method: DecodingMethod | ResolvedMethod) 
     )
 
 
-def _check_call(
+def check_call(
     adapter: CausalLMAdapter,
     num_tokens: int,
     resolved: ResolvedMethod,
@@ -223,7 +224,46 @@ def _repeat_row_drafts(
     return drafts
 
 
-class _Loop:
+def check_w1(record_distortion: bool, content: Tensor | None) -> None:
+    """Refuse ``record_w1`` without the distortion log or the adapter's ``code_content()``."""
+    if not record_distortion or content is None:
+        raise ValueError(
+            "record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
+            "adapter whose code_content() gives its codes' decoded content"
+        )
+
+
+def w1_log_for(
+    content: Tensor | None,
+    adapter: CausalLMAdapter,
+    num_tokens: int,
+    resolved: ResolvedMethod,
+    record_distortion: bool,
+    draws: int | None,
+    generator: torch.Generator,
+) -> W1Log:
+    """The W1 log of one decode (``record_w1``): rows drawn by their TV with a generator of its
+    own seeded ``generator.initial_seed()``; ``content`` the adapter's ``code_content()``."""
+    check_w1(record_distortion, content)
+    return W1Log(
+        content,
+        adapter.allowed_tokens,
+        num_tokens + max_window(resolved.method) + 1,
+        resolved.rule,
+        draws=draws,
+        seed=generator.initial_seed(),
+    )
+
+
+def verification(rule: object, p: Tensor) -> tuple[Tensor, object]:
+    """The rows and rule ``verify`` takes for a window's rule and its rows p [L + 1, V]: the
+    rule's own ``verification(p)`` where it has one (planned targets: SD on the transported
+    rows, ``gsd_lab.decode.planned``), else p and the rule."""
+    own = getattr(rule, "verification", None)
+    return (p, rule) if own is None else own(p)
+
+
+class DecodeLoop:
     """The state of one ``generate`` call (module docstring) and its steps, one job each: the
     ``window_size`` of this step, ``refill`` the window with fresh drafts, ``forward`` it,
     ``emit`` (verify or sample, one status read), ``commit`` the emitted tokens, ``redraft``
@@ -265,21 +305,9 @@ class _Loop:
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
-        # The certified dial: each window's rule from the allowances (gsd_lab.decode.budget).
-        self.dial = (
-            None
-            if method.budget is None
-            else BudgetDial(
-                method.budget,
-                method.budget_policy,
-                method.budget_cap,
-                measure=method.budget_measure,
-                neighbours=resolved.neighbours,
-                solver=TRANSPORT_SOLVER,
-            )
-        )
-        # The transport relaxation at a fixed eps: each window's plans, solved once per step.
-        self.transport = self.rule if method.transport_eps is not None else None
+        # A rule whose targets change per window (the certified dial, gsd_lab.decode.budget; the
+        # transport relaxation's plans, solved once per step): its windows of this decode.
+        self.windows = method.acceptance.windows(resolved)
         self.step_rule = self.rule
         self.accepted: list[int] = []
         self.drafted: list[int] = []
@@ -349,12 +377,7 @@ class _Loop:
             status = p.sum().view(1)
         else:
             self.step_rule = self._step_rule(p)
-            # A window's planned targets are verified as SD on the transported rows.
-            rows, rule = (
-                (self.step_rule.verify_rows(p), SD())
-                if isinstance(self.step_rule, PlannedTargets)
-                else (p, self.step_rule)
-            )
+            rows, rule = verification(self.step_rule, p)
             # A static engine's fixed-width top-k support may miss ids tied at the top-k value
             # (gsd_lab.models.static): its device flag is read with the status.
             overflow = None if support is None else getattr(self.adapter, "support_overflow", None)
@@ -392,24 +415,16 @@ class _Loop:
         accepted, forced = int(values[1]), None
         if not self.forced_drafts:
             accepted, forced = _overrule_at_forced(self.adapter, done, accepted, result.tokens)
-        if self.dial is not None:  # a forced position was allotted 0 (_step_rule): spends 0
-            self.dial.charge(accepted)
+        if self.windows is not None:  # a forced position was allotted 0 (_step_rule): spends 0
+            self.windows.charge(accepted)
         self.out[done : done + accepted + 1] = result.tokens[: accepted + 1]
         return accepted, forced
 
     def _step_rule(self, p: Tensor) -> object:
-        """The rule of this window: the method's, the dial's allowances, or the transport
-        relaxation's planned targets (``gsd_lab.decode.planned``)."""
-        if self.dial is not None:
-            return self.dial.step(p, self.q, self._random_forced_rows())
-        if self.transport is not None:
-            window = self.q.shape[0]
-            eps = torch.full((window,), self.transport.eps, dtype=torch.float64)
-            return PlannedTargets(
-                *plan_rows(
-                    self.transport.neighbours, p[:window], self.q, eps, self.transport.solver
-                )
-            )
+        """The rule of this window: the method's, or its windows' (the dial's allowances, the
+        transport relaxation's planned targets: ``AcceptanceSpec.windows``)."""
+        if self.windows is not None:
+            return self.windows.for_window(p, self.q, self._random_forced_rows())
         return self.rule
 
     def _random_forced_rows(self) -> Tensor | None:
@@ -451,6 +466,37 @@ class _Loop:
         tv = torch.where(forced[: tv.numel()] >= 0, torch.zeros_like(tv), tv)
         self.log.values[self.done : self.done + tv.numel()] = tv
         return tv
+
+    def accounting_seconds(self) -> float:
+        """The time spent in the distortion and W1 logs so far (a measurement, not decoding)."""
+        log, w1 = self.log, self.w1_log
+        return (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
+
+    def result(self, *, nfe: int, wall_seconds: float, model_seconds: float) -> DecodeResult:
+        """The ``DecodeResult`` of a finished decode, given its forwards and clocks (the W1
+        estimate is finished here, after the caller's clock: accounting)."""
+        num_tokens = self.num_tokens
+        w1 = self.w1_log.finish(num_tokens) if self.w1_log is not None else None
+        drafted_total = sum(self.drafted)
+        log_seconds = self.log.seconds if self.log is not None else 0.0
+        return DecodeResult(
+            tokens=self.out[:num_tokens].cpu(),
+            nfe=nfe,
+            accepted=self.accepted,
+            drafted=self.drafted,
+            acceptance_rate=sum(self.accepted) / drafted_total if drafted_total else None,
+            wall_seconds=wall_seconds,
+            model_seconds=model_seconds,
+            method=self.method.kind,
+            window=self.max_window,
+            top1=self.top1[:num_tokens].cpu() if self.top1 is not None else None,
+            distortion=self.log.result(num_tokens) if self.log is not None else None,
+            accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
+            draft=self.method.draft,
+            w1=w1,
+            budget_spent=self.windows.spent if self.windows is not None else None,
+            tokens_processed=self.processed if self.candidates > 1 else None,
+        )
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
         """Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (that row
@@ -563,28 +609,17 @@ def generate(
             "generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2
         )
         runner = engine
-    resolved = _resolve(adapter, method)
-    _check_call(adapter, num_tokens, resolved, generator)
+    resolved = resolve_method(adapter, method)
+    check_call(adapter, num_tokens, resolved, generator)
     if generator is None:
         generator = torch.Generator(device=adapter.device)
         generator.seed()
-    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     window = max_window(resolved.method)
     w1_log = None
     if record_w1:
         content = adapter.code_content()
-        if not record_distortion or content is None:
-            raise ValueError(
-                "record_w1 needs record_distortion=True (its rows are drawn by their TV) and an "
-                "adapter whose code_content() gives its codes' decoded content"
-            )
-        w1_log = W1Log(
-            content,
-            adapter.allowed_tokens,
-            num_tokens + window + 1,
-            resolved.rule,
-            draws=w1_draws,
-            seed=generator.initial_seed(),
+        w1_log = w1_log_for(
+            content, adapter, num_tokens, resolved, record_distortion, w1_draws, generator
         )
     if resolved.method.candidates > 1:
         if runner != "eager":
@@ -593,13 +628,16 @@ def generate(
                 f"static runner has fixed window shapes (got runner={runner!r})"
             )
         check_tree_adapter(adapter)
+    # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     adapter = runner_for(adapter, runner, new_tokens=num_tokens + window + 1, window=window)
 
     wall_start = time.perf_counter()
     model_seconds_before = adapter.model_seconds
     forwards_before = adapter.num_forwards
     adapter.start(prompt_ids, uncond_prompt_ids)
-    loop = _Loop(adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log)
+    loop = DecodeLoop(
+        adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log
+    )
     bar = _progress_bar(num_tokens, resolved.method.kind) if progress else None
     while loop.done < num_tokens:
         L = loop.window_size()
@@ -617,31 +655,11 @@ def generate(
             bar.update(min(accepted + 1, bar.total - bar.n))
     if bar is not None:
         bar.close()
-
-    accounting = (loop.log.seconds if loop.log is not None else 0.0) + (
-        w1_log.seconds if w1_log is not None else 0.0
-    )
-    wall_seconds = time.perf_counter() - wall_start - accounting
-    w1 = w1_log.finish(num_tokens) if w1_log is not None else None  # after the clock: accounting
-    drafted_total = sum(loop.drafted)
-    return DecodeResult(
-        tokens=loop.out[:num_tokens].cpu(),
+    wall_seconds = time.perf_counter() - wall_start - loop.accounting_seconds()
+    return loop.result(
         nfe=adapter.num_forwards - forwards_before,
-        accepted=loop.accepted,
-        drafted=loop.drafted,
-        acceptance_rate=sum(loop.accepted) / drafted_total if drafted_total else None,
         wall_seconds=wall_seconds,
         model_seconds=adapter.model_seconds - model_seconds_before,
-        method=resolved.method.kind,
-        window=loop.max_window,
-        top1=loop.top1[:num_tokens].cpu() if loop.top1 is not None else None,
-        distortion=loop.log.result(num_tokens) if loop.log is not None else None,
-        accounting_seconds=(loop.log.seconds if loop.log is not None else 0.0)
-        + (w1.seconds if w1 is not None else 0.0),
-        draft=resolved.method.draft,
-        w1=w1,
-        budget_spent=loop.dial.spent if loop.dial is not None else None,
-        tokens_processed=loop.processed if resolved.method.candidates > 1 else None,
     )
 
 

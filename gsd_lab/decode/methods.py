@@ -5,25 +5,15 @@ line, the experiments (``experiments.runs.MethodSpec``: a spec with a label) and
 identity of ``evaluate`` share. Its fields:
 
 - kind: "ar" (one token per forward), "sjd" (verify token by token) or "gsd" (verify clusters);
-- the acceptance rule: ``acceptance_scale`` k (min(1, k p(C)/q(C)); 1 is exact, k > 1 the lossy
-  "Amplify"), LANTERN's ``lantern_k`` tokens per neighbourhood and budget ``lantern_delta``
-  (kind "sjd" only; 0: no LANTERN), GSD's ``clusters`` kind (``CLUSTER_KINDS``), its group size
-  ``group_size`` G and the ``filters`` of the dynamic kinds (``FILTER_KINDS``; None: the
-  model's default, ``FilterSettings.for_model``);
-- ``relaxation_delta``: the TV-optimal relaxation's per-token budget
-  (``gsd_core.OptimalRelaxation``, proofs/10; kind "sjd" only; 0: none);
-- ``transport_eps``: the transport relaxation's per-token W1 budget in the content distance's
-  units (``gsd_lab.decode.relaxation_w1``, proofs/12; None: none; 0 is SJD bit for bit), on each
-  code's ``transport_k`` nearest codes by decoded content (``content_neighbours`` of the adapter's
-  ``code_content()``, cached per process by the content's SHA-256, V and k); kind "sjd" only;
-- the certified dial: ``budget`` B (None: none) in ``budget_measure`` ("tv", or "w1": B and
-  ``budget_cap`` in content units, verified by the transport relaxation with ``transport_k``
-  neighbours, proofs/13: per-path charges bound each token's W1, not the joint W1), spent by
-  ``budget_policy`` ("cap": each position's allowance min(``budget_cap``, what is left); "sure":
-  a position gets exactly TV(p_i, q_i), a certain acceptance, when that is at most
-  min(``budget_cap``, what is left), else 0) through the relaxation; on every path the emitted
-  tokens' distortions sum to at most B, so the image's law is within B of the model's (TV;
-  proofs/11, ``gsd_lab.decode.budget``); kind "sjd" only;
+- ``acceptance``: the acceptance rule, one spec of ``gsd_lab.decode.acceptance`` (SD, Amplify k,
+  GSD's clusters, LANTERN, the TV-optimal relaxation, the transport relaxation, the certified
+  dial; each spec's docstring states its rule). It is also given and read by the flat fields
+  of earlier methods (``acceptance_scale``, ``clusters``, ``group_size``, ``lantern_k``,
+  ``lantern_delta``, ``relaxation_delta``, ``budget``, ``budget_measure``, ``budget_policy``,
+  ``budget_cap``, ``transport_eps``, ``transport_k``: ``acceptance.from_flat``), which are
+  also what ``to_dict`` stores for the package's rules, so every earlier key stays;
+- filters: GSD's filters of the dynamic kinds (``FILTER_KINDS``; None: the model's default,
+  ``FilterSettings.for_model``);
 - residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
 - drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
   row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
@@ -33,62 +23,43 @@ identity of ``evaluate`` share. Its fields:
 - window: drafts L per forward (ignored by AR);
 - ``candidates`` k (1: one draft per position): k candidates for the first undecided position,
   each followed by the window's other drafts, verified in one tree forward by recursive rejection
-  sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); plain SJD
-  (any ``draft``), the eager runner only;
+  sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); kind "sjd"
+  with the SD rule (any ``draft``), the eager runner only; stored by ``to_dict`` only when > 1;
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
   ``gsd_lab.decode.presets``).
 
-Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple here (validation,
-JSON and the command line's choices follow) plus its behaviour where it acts (``resolve`` for a
-rule, ``gsd_lab.decode.loop`` for drafting). ``resolve`` builds the runtime objects for one model:
-the gsd_core cluster rule and the ``gsd_core.Lantern`` table (O(V^2 log V), cached), composed into
-the one rule ``verify`` takes (``ResolvedMethod.rule``). This module imports no torch until
-``resolve`` runs (or a preset other than "default" is named), so the command line checks a spec
-in milliseconds.
+Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple in
+``gsd_lab.decode.choices`` (validation, JSON and the command line's choices follow) plus its
+behaviour where it acts; adding an acceptance rule is its gsd_core rule plus one registered spec
+(``gsd_lab.decode.acceptance``). ``resolve`` builds the one rule ``verify`` takes for one model
+(``ResolvedMethod.rule``: the spec's ``build``; the LANTERN table, O(V^2 log V), and the
+distance threshold cached). This module imports no torch until ``resolve`` runs (or a preset
+other than "default" is named), so the command line checks a spec in milliseconds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-KINDS = ("ar", "sjd", "gsd")
-INITS = ("random", "repeat_row")
-DRAFTS = ("independent", "maximal", "gumbel")
-RESIDUALS = ("token", "cluster")
-# "dynamic": the paper's rule (rank window of G tokens by p, probability-gap and distance
-# filters); "dynamic-gap" / "dynamic-distance": one filter; "dynamic-nofilter": no filter;
-# "dynamic-q": ranked by the draft q, no filter; "rank-binned": our partition of rank bins;
-# "static": k-means on the input embeddings (a fixed partition, the paper's Table 2 row A).
-CLUSTER_KINDS = (
-    "dynamic",
-    "dynamic-gap",
-    "dynamic-distance",
-    "dynamic-nofilter",
-    "dynamic-q",
-    "rank-binned",
-    "static",
+from .acceptance import ALWAYS_STORED, AcceptanceSpec, choice, flat_fields, from_flat
+from .acceptance import FLAT_FIELDS as FLAT_DEFAULTS
+from .acceptance import from_dict as acceptance_from_dict
+from .choices import (  # noqa: F401 (re-exported: the names callers import from here)
+    BUDGET_MEASURES,
+    BUDGET_POLICIES,
+    CLUSTER_KINDS,
+    DRAFTS,
+    FILTER_KINDS,
+    INITS,
+    KINDS,
+    PARTITION_KINDS,
+    RESIDUALS,
 )
-FILTER_KINDS = ("dynamic", "dynamic-gap", "dynamic-distance")
-PARTITION_KINDS = ("rank-binned", "static")
-BUDGET_MEASURES = ("tv", "w1")
-BUDGET_POLICIES = ("cap", "sure")
-# The transport plan's solver in decoding (gsd_lab.decode.relaxation_w1.SOLVERS).
-TRANSPORT_SOLVER = "ranked"
-# Fields left out of ``to_dict`` at these defaults, so that the keys of earlier methods stay.
-_OPTIONAL_FIELDS = {
-    "relaxation_delta": 0.0,
-    "budget": None,
-    "budget_measure": "tv",
-    "budget_policy": "cap",
-    "budget_cap": 1.0,
-    "transport_eps": None,
-    "transport_k": 16,
-    "candidates": 1,
-}
+from .rule_parts import method_rule  # noqa: F401 (re-exported: callers import it here)
 
 
 def _is_int(value: object) -> bool:
@@ -210,111 +181,133 @@ def distance_quantile_entry(
     }
 
 
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {choices}")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DecodingMethod:
-    """A decoding method (module docstring). Invalid combinations raise ``ValueError`` naming
-    the field; numbers are normalised (``acceptance_scale=2`` equals ``2.0``), so equal methods
-    have equal ``key``s."""
+    """A decoding method (module docstring): ``kind``, ``window``, ``init``, ``draft``,
+    ``residual``, ``filters``, ``preset`` and the ``acceptance`` rule, one spec of
+    ``gsd_lab.decode.acceptance``. Invalid combinations raise ``ValueError`` naming the field;
+    numbers are normalised (``acceptance_scale=2`` equals ``2.0``), so equal methods have equal
+    ``key``s.
+
+    The acceptance rule is given as a spec (``acceptance=LanternAcceptance(1001, 0.1)``) or by
+    the flat fields earlier methods had (``lantern_k=1001, lantern_delta=0.1``;
+    ``acceptance.FLAT_FIELDS``), which are read into the spec and read back from it as
+    attributes (``method.lantern_k``). ``dataclasses.replace`` takes either."""
 
     kind: str
-    window: int = 16
-    init: str = "random"
-    draft: str = "independent"
-    acceptance_scale: float = 1.0
-    clusters: str | None = None
-    group_size: int = 0
-    residual: str = "token"
-    lantern_k: int = 0
-    lantern_delta: float = 0.0
-    filters: FilterSettings | None = None
-    preset: str = "default"
-    relaxation_delta: float = 0.0
-    budget: float | None = None
-    budget_measure: str = "tv"
-    budget_policy: str = "cap"
-    budget_cap: float = 1.0
-    transport_eps: float | None = None
-    transport_k: int = 16
-    candidates: int = 1
+    window: int
+    init: str
+    draft: str
+    residual: str
+    filters: FilterSettings | None
+    preset: str
+    acceptance: AcceptanceSpec
+    candidates: int
 
-    def __post_init__(self) -> None:
-        _choice("method kind", self.kind, KINDS)
-        if not (_is_int(self.window) and self.window >= 1):
-            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
-        self._check_preset()
-        _choice("init", self.init, INITS)
-        _choice("draft", self.draft, DRAFTS)
-        if self.kind == "ar" and self.draft != "independent":
-            raise ValueError(
-                f"draft {self.draft!r} couples Jacobi re-drafts: "
-                "methods 'sjd' and 'gsd' only (AR drafts nothing)"
-            )
-        _choice("residual", self.residual, RESIDUALS)
-        self._check_acceptance()
-        self._check_clusters()
-        self._check_lantern()
-        self._check_relaxation()
-        self._check_transport()
+    def __init__(
+        self,
+        kind: str,
+        window: int = 16,
+        init: str = "random",
+        draft: str = "independent",
+        acceptance_scale: float = FLAT_DEFAULTS["acceptance_scale"],
+        clusters: str | None = None,
+        group_size: int = 0,
+        residual: str = "token",
+        lantern_k: int = 0,
+        lantern_delta: float = FLAT_DEFAULTS["lantern_delta"],
+        filters: FilterSettings | None = None,
+        preset: str = "default",
+        relaxation_delta: float = FLAT_DEFAULTS["relaxation_delta"],
+        budget: float | None = None,
+        budget_measure: str = "tv",
+        budget_policy: str = "cap",
+        budget_cap: float = FLAT_DEFAULTS["budget_cap"],
+        transport_eps: float | None = None,
+        transport_k: int = FLAT_DEFAULTS["transport_k"],
+        *,
+        acceptance: AcceptanceSpec | None = None,
+        candidates: int = 1,
+    ) -> None:
+        flat = dict(
+            acceptance_scale=acceptance_scale,
+            clusters=clusters,
+            group_size=group_size,
+            lantern_k=lantern_k,
+            lantern_delta=lantern_delta,
+            relaxation_delta=relaxation_delta,
+            budget=budget,
+            budget_measure=budget_measure,
+            budget_policy=budget_policy,
+            budget_cap=budget_cap,
+            transport_eps=transport_eps,
+            transport_k=transport_k,
+        )
+        for name, value in (("kind", kind), ("window", window), ("init", init)):
+            object.__setattr__(self, name, value)
+        for name, value in (("draft", draft), ("residual", residual), ("filters", filters)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "preset", preset)
+        object.__setattr__(self, "acceptance", self._acceptance(acceptance, flat))
+        object.__setattr__(self, "candidates", candidates)
+        self._check()
         self._check_candidates()
-        object.__setattr__(self, "acceptance_scale", float(self.acceptance_scale))
-        object.__setattr__(self, "lantern_delta", float(self.lantern_delta))
 
     def _check_candidates(self) -> None:
         """k candidates at the first undecided position, verified by recursive rejection
         sampling in one tree forward (``gsd_lab.decode.loop``, proofs/15): plain SJD only."""
         if not (_is_int(self.candidates) and self.candidates >= 1):
             raise ValueError(f"candidates must be an int >= 1, got {self.candidates!r}")
-        if self.candidates == 1:
-            return
         plain = (
-            self.kind == "sjd"
-            and self.acceptance_scale == 1
-            and self.lantern_k == 0
-            and self.relaxation_delta == 0
-            and self.budget is None
-            and self.transport_eps is None
-            and self.preset == "default"
+            self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
         )
-        if not plain:
+        if self.candidates > 1 and not plain:
             raise ValueError(
                 "candidates > 1 (multiple drafts, recursive rejection sampling) is exact for "
-                "plain SJD only: kind 'sjd', acceptance_scale 1, no LANTERN, relaxation, budget "
-                "or transport, preset 'default'"
+                "plain SJD only: kind 'sjd' with the SD acceptance rule (no Amplify, LANTERN, "
+                f"relaxation, budget or transport), preset 'default'; got kind {self.kind!r}, "
+                f"acceptance {self.acceptance.name!r}, preset {self.preset!r}"
             )
 
-    def _check_acceptance(self) -> None:
-        if not (_is_number(self.acceptance_scale) and self.acceptance_scale > 0):
+    def _acceptance(
+        self, acceptance: AcceptanceSpec | None, flat: dict[str, Any]
+    ) -> AcceptanceSpec:
+        """The spec given, or the one of the flat fields; both: the spec's flat fields with the
+        ones given changed (``dataclasses.replace`` with a flat field; a flat field left out is
+        its default object itself, so one given equal to its default still counts)."""
+        changed = {k: v for k, v in flat.items() if v is not FLAT_DEFAULTS[k]}
+        if acceptance is None:
+            return from_flat(changed, self.kind)
+        if not isinstance(acceptance, AcceptanceSpec):
             raise ValueError(
-                f"acceptance_scale must be a finite number > 0, got {self.acceptance_scale!r}"
+                "acceptance must be a gsd_lab.decode.acceptance spec (AcceptanceSpec), got "
+                f"{type(acceptance).__name__}"
             )
-        if self.kind == "ar" and self.acceptance_scale != 1:
+        if not changed:
+            return acceptance
+        if acceptance.legacy_fields() is None:
             raise ValueError(
-                "acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
+                f"the flat fields {sorted(changed)} do not apply to acceptance rule "
+                f"{acceptance.name!r}: give its spec"
             )
+        return from_flat({**acceptance.legacy_fields(), **changed}, self.kind)
 
-    def _check_clusters(self) -> None:
-        if self.kind != "gsd":
-            if self.clusters is not None or self.group_size != 0:
-                raise ValueError(
-                    f"method {self.kind!r} verifies token by token: clusters and group_size belong "
-                    f"to method 'gsd' (got clusters {self.clusters!r}, "
-                    f"group_size {self.group_size!r})"
-                )
-        else:
-            if self.clusters is None:
-                raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
-            _choice("clusters", self.clusters, CLUSTER_KINDS)
-            if not (_is_int(self.group_size) and self.group_size >= 1):
-                raise ValueError(
-                    "group_size (G, tokens per cluster) must "
-                    f"be an int >= 1, got {self.group_size!r}"
-                )
-        if self.residual == "cluster" and self.clusters not in PARTITION_KINDS:
+    def _check(self) -> None:
+        choice("method kind", self.kind, KINDS)
+        if not (_is_int(self.window) and self.window >= 1):
+            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        self._check_preset()
+        choice("init", self.init, INITS)
+        choice("draft", self.draft, DRAFTS)
+        if self.kind == "ar" and self.draft != "independent":
+            raise ValueError(
+                f"draft {self.draft!r} couples Jacobi re-drafts: "
+                "methods 'sjd' and 'gsd' only (AR drafts nothing)"
+            )
+        choice("residual", self.residual, RESIDUALS)
+        rule = self.acceptance
+        rule.check(self.kind, self.residual if rule.is_partition else "token")
+        if self.residual == "cluster" and not rule.is_partition:
             raise ValueError(
                 f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
                 f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}"
@@ -324,7 +317,7 @@ class DecodingMethod:
                 raise ValueError(
                     f"filters must be a FilterSettings or None, got {type(self.filters).__name__}"
                 )
-            if self.clusters not in FILTER_KINDS:
+            if not rule.uses_filters:
                 raise ValueError(
                     f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}"
                 )
@@ -341,119 +334,21 @@ class DecodingMethod:
                 f"{fixed} drafts, got window={self.window}"
             )
 
-    def _check_lantern(self) -> None:
-        if not (_is_int(self.lantern_k) and self.lantern_k >= 0):
-            raise ValueError(
-                f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.lantern_k!r}"
-            )
-        if not (_is_number(self.lantern_delta) and 0 <= self.lantern_delta <= 1):
-            raise ValueError(
-                f"lantern_delta must be a number in [0, 1], got {self.lantern_delta!r}"
-            )
-        if self.lantern_delta and not self.lantern_k:
-            raise ValueError(
-                f"lantern_delta {self.lantern_delta!r} needs "
-                "lantern_k > 0 (LANTERN's neighbourhoods)"
-            )
-        if self.lantern_k and (
-            self.kind != "sjd" or self.residual != "token" or self.acceptance_scale != 1
-        ):
-            raise ValueError(
-                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with "
-                f"residual 'token' and acceptance_scale 1 (got method {self.kind!r}, residual "
-                f"{self.residual!r}, acceptance_scale {self.acceptance_scale!r})"
-            )
-
-    def _check_relaxation(self) -> None:
-        delta, budget, cap = self.relaxation_delta, self.budget, self.budget_cap
-        if not (_is_number(delta) and 0 <= delta <= 1):
-            raise ValueError(f"relaxation_delta must be a number in [0, 1], got {delta!r}")
-        if budget is not None and not (_is_number(budget) and budget >= 0):
-            raise ValueError(f"budget must be a finite number >= 0 or None, got {budget!r}")
-        _choice("budget measure", self.budget_measure, BUDGET_MEASURES)
-        _choice("budget policy", self.budget_policy, BUDGET_POLICIES)
-        if self.budget_measure == "tv" and not (_is_number(cap) and 0 < cap <= 1):
-            raise ValueError(f"budget_cap (TV) must be a number in (0, 1], got {cap!r}")
-        if self.budget_measure == "w1" and not (_is_number(cap) and cap > 0):
-            raise ValueError(
-                f"budget_cap (W1, the content distance's units) must be a finite number > 0, "
-                f"got {cap!r}"
-            )
-        if budget is None and (self.budget_measure, self.budget_policy, float(cap)) != (
-            "tv",
-            "cap",
-            1.0,
-        ):
-            raise ValueError(
-                "budget_measure, budget_policy and budget_cap belong to a budget: set budget=B"
-            )
-        relaxed = bool(delta) or budget is not None
-        plain_sjd = (
-            self.kind == "sjd"
-            and not self.lantern_k
-            and self.acceptance_scale == 1
-            and self.residual == "token"
-        )
-        if relaxed and not plain_sjd:
-            raise ValueError(
-                "the TV-optimal relaxation (relaxation_delta > 0 or a budget) replaces SJD's "
-                "acceptance test: use method 'sjd' with no LANTERN, acceptance_scale 1 and "
-                f"residual 'token' (got method {self.kind!r}, lantern_k {self.lantern_k}, "
-                f"acceptance_scale {self.acceptance_scale!r})"
-            )
-        if delta and budget is not None:
-            raise ValueError("relaxation_delta and budget are two ways to relax: give one")
-        if self.transport_eps is not None and (delta or budget is not None):
-            raise ValueError(
-                "transport_eps, relaxation_delta and budget are ways to relax: give one "
-                "(the W1 dial is budget_measure='w1', with transport_k neighbours)"
-            )
-        object.__setattr__(self, "relaxation_delta", float(delta))
-        object.__setattr__(self, "budget_cap", float(cap))
-        if budget is not None:
-            object.__setattr__(self, "budget", float(budget))
-
-    def _check_transport(self) -> None:
-        eps, k = self.transport_eps, self.transport_k
-        if eps is not None and not (_is_number(eps) and eps >= 0):
-            raise ValueError(
-                f"transport_eps (a W1 budget per token) must be a finite number >= 0 or None, "
-                f"got {eps!r}"
-            )
-        if not (_is_int(k) and k >= 1):
-            raise ValueError(f"transport_k (neighbours per code) must be an int >= 1, got {k!r}")
-        if k != 16 and not self.uses_transport:
-            raise ValueError(
-                "transport_k belongs to the transport relaxation: set transport_eps, or a budget "
-                "with budget_measure='w1'"
-            )
-        if eps is not None:
-            plain_sjd = (
-                self.kind == "sjd"
-                and not self.lantern_k
-                and self.acceptance_scale == 1
-                and self.residual == "token"
-            )
-            if not plain_sjd:
-                raise ValueError(
-                    "the transport relaxation (transport_eps) replaces SJD's acceptance test: use "
-                    "method 'sjd' with no LANTERN, acceptance_scale 1 and residual 'token' (got "
-                    f"method {self.kind!r}, lantern_k {self.lantern_k}, acceptance_scale "
-                    f"{self.acceptance_scale!r})"
-                )
-            object.__setattr__(self, "transport_eps", float(eps))
+    def __getattr__(self, name: str) -> Any:
+        """The flat fields of earlier methods (``acceptance.FLAT_FIELDS``), read from the spec."""
+        if name in FLAT_DEFAULTS:
+            return flat_fields(self.acceptance)[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def uses_transport(self) -> bool:
         """Whether this method verifies by the transport relaxation (``transport_eps``, or the W1
         dial): it needs the codes' content neighbours (``resolve``)."""
-        return self.transport_eps is not None or (
-            self.budget is not None and self.budget_measure == "w1"
-        )
+        return self.acceptance.uses_transport
 
     @property
     def uses_filters(self) -> bool:
-        return self.clusters in FILTER_KINDS
+        return self.acceptance.uses_filters
 
     def with_filters(self, default: FilterSettings) -> "DecodingMethod":
         """This method with ``default`` filters where it uses filters and names none."""
@@ -466,23 +361,47 @@ class DecodingMethod:
         return self.with_filters(FilterSettings.for_model(model_name))
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, JSON-ready (``filters``: a dict or None); the relaxation's and the
-        budget's fields only when not at their defaults (earlier methods keep their keys)."""
-        data = asdict(self)
-        return {
-            k: v for k, v in data.items() if k not in _OPTIONAL_FIELDS or v != _OPTIONAL_FIELDS[k]
+        """JSON-ready: the method's fields (``filters``: a dict or None) and its acceptance rule,
+        as the flat fields earlier methods stored (``acceptance.ALWAYS_STORED`` always, the
+        others when set: the keys of earlier methods stay) or, for a rule with none, tagged
+        ({"acceptance": {"rule": name, ...}})."""
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "window": self.window,
+            "init": self.init,
+            "draft": self.draft,
+            "residual": self.residual,
+            "filters": None if self.filters is None else asdict(self.filters),
+            "preset": self.preset,
         }
+        if self.candidates != 1:  # stored only when set: the keys of earlier methods stay
+            data["candidates"] = self.candidates
+        flat = self.acceptance.legacy_fields()
+        if flat is None:
+            return {**data, "acceptance": self.acceptance.to_dict()}
+        stored = {name: FLAT_DEFAULTS[name] for name in ALWAYS_STORED}
+        return {**data, **stored, **flat}
+
+    def all_fields(self) -> dict[str, Any]:
+        """Every field with every flat field (``acceptance.FLAT_FIELDS``, defaults included),
+        as the figures' JSON sidecars list a method (and "acceptance", tagged, for a rule with
+        no flat fields)."""
+        return {**self.to_dict(), **flat_fields(self.acceptance)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DecodingMethod":
         """The inverse of ``to_dict`` (missing fields take their defaults; unknown ones raise)."""
         if not isinstance(data, dict):
             raise ValueError(f"a decoding method is a dict, got {type(data).__name__}")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        unknown = sorted(set(data) - _METHOD_FIELDS - set(FLAT_DEFAULTS))
         if unknown:
             raise ValueError(f"unknown decoding method fields {unknown}")
-        filters = data.get("filters")
-        return cls(**{**data, "filters": None if filters is None else FilterSettings(**filters)})
+        data = dict(data)
+        filters = data.pop("filters", None)
+        filters = None if filters is None else FilterSettings(**filters)
+        if "acceptance" in data:
+            data["acceptance"] = acceptance_from_dict(data["acceptance"])
+        return cls(**data, filters=filters)
 
     @property
     def key(self) -> str:
@@ -498,7 +417,8 @@ class DecodingMethod:
         embeddings: Any = None,
         cache: dict | None = None,
     ) -> "ResolvedMethod":
-        """The runtime objects of this method for ``adapter`` (a ``CausalLMAdapter``).
+        """The runtime rule of this method for ``adapter`` (a ``CausalLMAdapter``): its
+        acceptance spec's ``build``.
 
         GSD: the gsd_core rule of ``clusters`` (``DynamicClusters``, ``RankBinnedClusters`` or a
         ``FixedPartition`` from k-means, seed 0) with filters ``self.filters`` or, when None,
@@ -512,209 +432,112 @@ class DecodingMethod:
         method = self.for_model(model_name)
         cache = {} if cache is None else cache
         emb = adapter.embeddings if embeddings is None else embeddings
-        return ResolvedMethod(
-            method,
-            clusters=_cluster_rule(method, adapter, emb, cache),
-            lantern=_lantern_rule(method, emb, cache),
-            neighbours=_neighbours(method, adapter),
-        )
+        rule = method.acceptance.build(adapter, cache, method=method, embeddings=emb)
+        neighbours = None
+        if method.uses_transport:
+            from .rule_parts import content_neighbours_of
+
+            neighbours = content_neighbours_of(adapter, method.transport_k)
+        return ResolvedMethod(method, rule=rule, neighbours=neighbours)
 
 
-def _cached(cache: dict, key: tuple, build: Any) -> Any:
-    if key not in cache:
-        cache[key] = build()
-    return cache[key]
+_METHOD_FIELDS = {
+    "kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance", "candidates"
+}
 
 
-def _cluster_rule(method: DecodingMethod, adapter: Any, embeddings: Any, cache: dict) -> object:
-    from gsd_core import DynamicClusters, RankBinnedClusters
-
-    kind, size, filters = method.clusters, method.group_size, method.filters
-    if kind is None:
-        return None
-    if kind in ("dynamic", "dynamic-distance"):
-        image_tokens = adapter.allowed_tokens.cpu()
-        known = getattr(adapter, "distance_quantiles", None)
-        distance = _cached(
-            cache,
-            ("distance", filters),
-            lambda: filters.resolve(embeddings, image_tokens, known=known),
-        )
-        gap = filters.max_prob_gap if kind == "dynamic" else None
-        if method.preset != "default":
-            from .presets import ReleaseDistanceClusters, preset, release_distance_table
-
-            if preset(method.preset).release_distance:
-                table = _cached(
-                    cache,
-                    ("release distance", distance),
-                    lambda: release_distance_table(embeddings, distance).to(adapter.device),
-                )
-                return ReleaseDistanceClusters(size, table, gap)
-        return DynamicClusters(
-            size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings
-        )
-    if kind == "dynamic-gap":
-        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
-    if kind == "dynamic-nofilter":
-        return DynamicClusters(size)
-    if kind == "dynamic-q":
-        return DynamicClusters(size, rank_by="q")
-    if kind == "rank-binned":
-        return RankBinnedClusters(size)
-    return _cached(cache, ("static", size), lambda: _static_partition(adapter, embeddings, size))
-
-
-def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
-    from .clustering import embedding_partition
-
-    partition = embedding_partition(
-        embeddings.cpu(),
-        size,
-        seed=0,
-        tokens=adapter.allowed_tokens.cpu(),
-        vocab_size=adapter.vocab_size,
-    )
-    return type(partition)(partition.labels.to(adapter.device))
-
-
-def _lantern_rule(method: DecodingMethod, embeddings: Any, cache: dict) -> object:
-    if not method.lantern_k:
-        return None
-    import torch
-    from gsd_core import Lantern, latent_neighbourhoods
-
-    k = method.lantern_k
-    table = _cached(
-        cache,
-        ("lantern", k),
-        lambda: latent_neighbourhoods(embeddings.detach().to(torch.float64), k),
-    )
-    return Lantern(table, method.lantern_delta)
-
-
-# Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
-# V, k): one per model's content and k, built once per process (10-35 s at V = 8192, measured
-# on a shared CPU).
-_NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
-
-
-def _neighbours(method: DecodingMethod, adapter: Any) -> Any:
-    """The ``ContentNeighbours`` of the adapter's ``code_content()`` / ``allowed_tokens`` with
-    ``transport_k`` neighbours, for a method that transports (else None); cached by content."""
-    if not method.uses_transport:
-        return None
-    import hashlib
-
-    import torch
-
-    from .relaxation_w1 import content_neighbours
-
-    content = adapter.code_content()
-    if content is None:
-        raise ValueError(
-            "the transport relaxation (transport_eps, or budget_measure 'w1') needs an adapter "
-            "whose code_content() gives its codes' decoded content"
-        )
-    tokens = adapter.allowed_tokens.detach().cpu().long()
-    rows = content.detach().to("cpu", torch.float64).contiguous()
-    digest = hashlib.sha256(
-        repr(tuple(rows.shape)).encode() + rows.numpy().tobytes() + tokens.numpy().tobytes()
-    ).hexdigest()
-    key = (digest, int(adapter.vocab_size), method.transport_k)
-    if key not in _NEIGHBOUR_CACHE:
-        _NEIGHBOUR_CACHE[key] = content_neighbours(
-            rows, tokens, adapter.vocab_size, method.transport_k
-        )
-    return _NEIGHBOUR_CACHE[key]
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ResolvedMethod:
-    """A ``DecodingMethod`` with its runtime objects: ``clusters`` (a gsd_core rule or
-    partition; exactly for kind "gsd") and ``lantern`` (a ``gsd_core.Lantern``; exactly when
-    ``method.lantern_k`` > 0, with its budget) and ``neighbours`` (a ``ContentNeighbours``;
-    exactly when the method transports: ``transport_eps`` or the W1 dial). Build it with
-    ``DecodingMethod.resolve``."""
+    """A ``DecodingMethod`` with its runtime ``rule``: the one gsd_core rule ``verify`` and
+    ``accounting.distortion`` take (``OptimalRelaxation(relaxation_delta)`` for the relaxation;
+    with a budget SD, which ``decode.budget.BudgetDial`` replaces window by window). Build it
+    with ``DecodingMethod.resolve``, or from the parts of the package's rules: ``clusters`` (a
+    gsd_core rule or partition; exactly for kind "gsd"), ``lantern`` (a ``gsd_core.Lantern``;
+    exactly when ``method.lantern_k`` > 0, with its budget) and ``neighbours`` (a
+    ``ContentNeighbours``; exactly when the method transports: ``transport_eps`` or the W1
+    dial), which are also read back as attributes."""
 
     method: DecodingMethod
-    clusters: object = None
-    lantern: Any = None
-    neighbours: Any = None
+    rule: Any
+    neighbours: Any
 
-    def __post_init__(self) -> None:
-        method = self.method
+    def __init__(
+        self,
+        method: DecodingMethod,
+        rule: Any = None,
+        *,
+        clusters: object = None,
+        lantern: Any = None,
+        neighbours: Any = None,
+    ) -> None:
         if not isinstance(method, DecodingMethod):
             raise ValueError(f"method must be a DecodingMethod, got {type(method).__name__}")
-        if (self.neighbours is not None) != method.uses_transport:
+        if (neighbours is not None) != method.uses_transport:
             raise ValueError(
                 "neighbours (a ContentNeighbours) must be given exactly when the method "
                 f"transports (transport_eps {method.transport_eps}, budget_measure "
                 f"{method.budget_measure!r})"
             )
-        if (self.clusters is not None) != (method.kind == "gsd"):
-            raise ValueError(
-                f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
-                f"clusters {type(self.clusters).__name__})"
-            )
-        if (self.lantern is not None) != bool(method.lantern_k):
-            raise ValueError(
-                f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})"
-            )
-        if self.lantern is not None:
-            from gsd_core import Lantern
-
-            if not isinstance(self.lantern, Lantern):
-                raise ValueError(
-                    f"lantern must be a gsd_core.Lantern, got {type(self.lantern).__name__}"
-                )
-            hood = self.lantern.neighbourhoods
-            if self.lantern.delta != method.lantern_delta or hood.k != min(
-                method.lantern_k, hood.vocab_size
-            ):
-                raise ValueError(
-                    f"the Lantern rule (k {hood.k}, delta {self.lantern.delta}) is not the "
-                    f"method's (lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
-                )
+        if rule is None:
+            rule = _rule_of_parts(method, clusters, lantern, neighbours)
+        elif clusters is not None or lantern is not None:
+            raise ValueError("give the rule or its parts (clusters, lantern), not both")
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "neighbours", neighbours)
 
     @property
-    def rule(self) -> Any:
-        """The one gsd_core rule ``verify`` and ``accounting.distortion`` take (``method_rule``);
-        ``OptimalRelaxation(relaxation_delta)`` for the relaxation. With a budget: SD, which
-        ``decode.budget.BudgetDial`` replaces step by step with the step's allowances."""
-        method = self.method
-        if method.relaxation_delta:
-            from gsd_core import OptimalRelaxation
+    def clusters(self) -> object:
+        """GSD's cluster rule (inside any Amplify; None for other kinds)."""
+        if self.method.kind != "gsd":
+            return None
+        from gsd_core import Amplify
 
-            return OptimalRelaxation(method.relaxation_delta)
-        if method.transport_eps is not None:
-            from .relaxation_w1 import TransportRelaxation
+        rule = self.rule
+        while isinstance(rule, Amplify):
+            rule = rule.rule
+        return rule
 
-            return TransportRelaxation(self.neighbours, method.transport_eps, TRANSPORT_SOLVER)
-        return method_rule(self.clusters, method.residual, method.acceptance_scale, self.lantern)
+    @property
+    def lantern(self) -> Any:
+        """The ``gsd_core.Lantern`` of a LANTERN method, else None."""
+        return self.rule if self.method.lantern_k else None
 
 
-def method_rule(
-    clusters: object = None,
-    residual: str = "token",
-    acceptance_scale: float = 1.0,
-    lantern: Any = None,
-) -> Any:
-    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
-    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
-    SD's singletons keep the token residual, which is the same), wrapped in
-    ``Amplify(acceptance_scale)`` when the scale is not 1."""
-    from gsd_core import Amplify
-    from gsd_core.rules import Partition, as_rule
-
-    rule = as_rule(lantern if lantern is not None else clusters)
-    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
+def _rule_of_parts(method: DecodingMethod, clusters: Any, lantern: Any, neighbours: Any) -> Any:
+    """The rule of the package's specs from given parts (``ResolvedMethod``), each checked."""
+    if (clusters is not None) != (method.kind == "gsd"):
         raise ValueError(
-            f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
-            "(use residual='token', or a partition such as RankBinnedClusters or labels)"
+            f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
+            f"clusters {type(clusters).__name__})"
         )
-    if residual == "cluster" and isinstance(rule, Partition):
-        rule = replace(rule, residual="cluster")
-    elif residual not in RESIDUALS:
-        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
-    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
+    if (lantern is not None) != bool(method.lantern_k):
+        raise ValueError(
+            f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})"
+        )
+    spec = method.acceptance
+    if lantern is not None:
+        from gsd_core import Lantern
+
+        if not isinstance(lantern, Lantern):
+            raise ValueError(f"lantern must be a gsd_core.Lantern, got {type(lantern).__name__}")
+        if not spec.matches(lantern):
+            hood = lantern.neighbourhoods
+            raise ValueError(
+                f"the Lantern rule (k {hood.k}, delta {lantern.delta}) is not the "
+                f"method's (lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
+            )
+        return lantern
+    if spec.legacy_fields() is None:
+        raise ValueError(
+            f"acceptance rule {spec.name!r} has no parts: resolve the method, or give its rule"
+        )
+    if method.transport_eps is not None:
+        from .relaxation_w1 import TRANSPORT_SOLVER, TransportRelaxation
+
+        return TransportRelaxation(neighbours, method.transport_eps, TRANSPORT_SOLVER)
+    if method.relaxation_delta:
+        from gsd_core import OptimalRelaxation
+
+        return OptimalRelaxation(method.relaxation_delta)
+    return method_rule(clusters, method.residual, method.acceptance_scale)

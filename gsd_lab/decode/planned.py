@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core.rules import token_residual
+from gsd_core.rules import SD, token_residual
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,6 +49,14 @@ class PlannedTargets:
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return token_residual(self._rows(p), q)
 
+    def of_rows(self, index: slice | list[int]) -> "PlannedTargets":
+        """The rule of some of its rows (``accounting.distortion.rows_of``)."""
+        return PlannedTargets(self.targets[index], self.moved[index], self.cost[index])
+
+    def verification(self, p: Tensor) -> tuple[Tensor, SD]:
+        """What the decoding loop verifies for this window: ``verify_rows(p)`` with SD."""
+        return self.verify_rows(p), SD()
+
     def verify_rows(self, p: Tensor) -> Tensor:
         """What SD verifies: p itself when no plan moved anything (so that a zero budget is SJD
         bit for bit), else [..., r_0 .. r_{L-1}, p_L ..] in the targets' dtype (p [..., L or
@@ -59,28 +67,3 @@ class PlannedTargets:
         window = self.targets.shape[-2]
         bonus = p[..., window:, :].to(self.targets.dtype)
         return torch.cat([self.targets.to(p.device), bonus], -2)
-
-
-def plan_rows(
-    neighbours: object, p: Tensor, q: Tensor, eps: Tensor, solver: str
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(r [n, V] float64, moved [n], cost [n]) of rows p, q [n, V] with per-row budgets eps [n]:
-    ``TransportRelaxation(neighbours, eps, solver).plan``. Rows whose budget is 0 are p itself
-    (no solver call)."""
-    from .relaxation_w1 import TransportRelaxation
-
-    p64, q64 = p.to(torch.float64), q.to(torch.float64)
-    n = p64.shape[0]
-    r = p64.clone()
-    moved = torch.zeros(n, dtype=torch.float64)
-    cost = torch.zeros(n, dtype=torch.float64)
-    eps = eps.to(torch.float64).cpu()
-    live = (eps > 0).nonzero().flatten()
-    if live.numel() == 0:
-        return r, moved, cost
-    rule = TransportRelaxation(neighbours, eps[live], solver)
-    r_live, moved_live, cost_live = rule.plan(p64[live], q64[live])
-    r[live] = r_live.to(r.device, torch.float64)
-    moved[live] = moved_live.to(torch.float64).cpu()
-    cost[live] = cost_live.to(torch.float64).cpu()
-    return r, moved, cost

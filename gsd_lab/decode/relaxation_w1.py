@@ -52,8 +52,10 @@ from torch import Tensor
 from gsd_core.rules import token_residual
 
 from ..accounting.transport import _check_content, content_distances
-from .methods import TRANSPORT_SOLVER
 from .planned import PlannedTargets
+
+# The transport plan's solver in decoding (one of ``SOLVERS``).
+TRANSPORT_SOLVER = "ranked"
 
 SOLVERS = ("ranked", "greedy", "lp")
 COST_LEVELS = 16  # the "ranked" solver's cost levels (quantiles of the neighbour table's costs)
@@ -335,6 +337,13 @@ class TransportRelaxation:
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
 
+    def of_rows(self, index: slice | list[int]) -> "TransportRelaxation":
+        """The rule of some of the rows it was built for (a per-row eps indexed along its
+        first dimension; a float eps is every row's): ``accounting.distortion.rows_of``."""
+        if isinstance(self.eps, Tensor) and self.eps.ndim >= 1:
+            return TransportRelaxation(self.neighbours, self.eps[index], self.solver)
+        return self
+
     def budgets(self, rows: torch.Size, device: torch.device | None = None) -> Tensor:
         """eps per row, float64 [*rows]."""
         if not isinstance(self.eps, Tensor):
@@ -418,3 +427,48 @@ class TransportRelaxation:
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         p, q = torch.broadcast_tensors(p, q)
         return token_residual(self.targets(p, q), q)
+
+
+def plan_rows(
+    neighbours: object, p: Tensor, q: Tensor, eps: Tensor, solver: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(r [n, V] float64, moved [n], cost [n]) of rows p, q [n, V] with per-row budgets eps [n]:
+    ``TransportRelaxation(neighbours, eps, solver).plan``. Rows whose budget is 0 are p itself
+    (no solver call)."""
+    p64, q64 = p.to(torch.float64), q.to(torch.float64)
+    n = p64.shape[0]
+    r = p64.clone()
+    moved = torch.zeros(n, dtype=torch.float64)
+    cost = torch.zeros(n, dtype=torch.float64)
+    eps = eps.to(torch.float64).cpu()
+    live = (eps > 0).nonzero().flatten()
+    if live.numel() == 0:
+        return r, moved, cost
+    rule = TransportRelaxation(neighbours, eps[live], solver)
+    r_live, moved_live, cost_live = rule.plan(p64[live], q64[live])
+    r[live] = r_live.to(r.device, torch.float64)
+    moved[live] = moved_live.to(torch.float64).cpu()
+    cost[live] = cost_live.to(torch.float64).cpu()
+    return r, moved, cost
+
+
+class PlannedWindows:
+    """The transport relaxation's windows in one decode (``AcceptanceSpec.windows``): each
+    window's plans solved once, at the rule's eps on every drafted row, as ``PlannedTargets``
+    (verified as SD on the transported rows); nothing to charge."""
+
+    spent = None
+
+    def __init__(self, rule: TransportRelaxation) -> None:
+        self.rule = rule
+
+    def for_window(self, p: Tensor, q: Tensor, forced: Tensor | None) -> PlannedTargets:
+        """p [L + 1, V], q [L, V] -> the window's planned targets (``forced`` is not read: the
+        loop overrules a draft accepted where another token is forced)."""
+        window = q.shape[0]
+        eps = torch.full((window,), self.rule.eps, dtype=torch.float64)
+        rule = self.rule
+        return PlannedTargets(*plan_rows(rule.neighbours, p[:window], q, eps, rule.solver))
+
+    def charge(self, accepted: int) -> None:
+        """Nothing: the relaxation's budget is per token, not a total."""

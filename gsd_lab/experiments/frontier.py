@@ -206,6 +206,7 @@ class FrontierRuns:
                 w1_draws=main.w1_draws,
                 batch_size=main.batch_size,
                 progress_lines=main.progress_lines,
+                workers=main.workers,
             )
         return self._caches[seeds]
 
@@ -229,7 +230,15 @@ class FrontierRuns:
 
     def rows(self, curves: dict[str, list[MethodSpec]]) -> dict[str, list[dict[str, Any]]]:
         """Per curve, one ``runs.summarize`` row per configuration (NFE, TV ``distortion``,
-        ``w1``, their standard errors over images, ``per_image`` values); no quality proxies."""
+        ``w1``, their standard errors over images, ``per_image`` values); no quality proxies.
+        Every distinct configuration of the curves is decoded first, in one ``prefetch`` per
+        cache (split over its workers; a configuration on two curves, or one the tables
+        decoded, is decoded once: the caches key by ``MethodSpec.key``)."""
+        unique = list({s.key: s for specs in curves.values() for s in specs}.values())
+        if self.shared_seeds:
+            self.main.prefetch(unique)
+        if self.own_seeds:
+            self._cache(self.own_seeds).prefetch(unique)
         return {
             name: [summarize(self.main.model, self.records(s), quality_row={}) for s in specs]
             for name, specs in curves.items()

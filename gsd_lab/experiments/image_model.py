@@ -8,6 +8,10 @@ Models:
   Frechet distance on classifier features against held-out real crops (proxies).
 - ``lumina-mgpt-7b-{512,768,1024}``: real Lumina-mGPT weights from ``weights``; a prompt is text;
   quality: CLIP score when a CLIP model is available.
+- ``anole-7b`` (Chameleon / Anole, pixels with ``vqgan``) and ``emu3-gen`` (pixels through its
+  own VQ-VAE): text prompts as Lumina-mGPT (``gsd_lab.models.anole``, ``gsd_lab.models.emu3``).
+- ``janus-pro-{1b,7b}``: Janus-Pro weights (the transformers conversion) from ``weights``; a
+  prompt is text; no quality proxy yet.
 - ``tiny-random``: a randomly initialised tiny Llama over 8x8 codes with a fixed colour per code,
   for tests and development only (its numbers mean nothing).
 
@@ -275,6 +279,9 @@ def _load_image_model(
         return model
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("janus-"):
+        adapter = load_model(name, weights=weights, device=device, tokenizer=tokenizer, **overrides)
+        return _janus_model(name, adapter, weights)
     adapter = load_model(
         name, weights=weights, vqgan=vqgan, device=device, tokenizer=tokenizer, **overrides
     )
@@ -341,13 +348,41 @@ def _lumina_model(
         adapter,
         adapter.num_image_tokens,
         encode,
-        decode if adapter.vqgan is not None else None,
+        decode if _can_decode(adapter) else None,
         list(LUMINA_DEFAULT_PROMPTS),
         condition_scores=_clip_scorer(clip_dir, adapter.device, clip_resize) if clip_dir else None,
         quality_names={"condition_score": "CLIP score\n(higher better)"},
         quality_column="clip_score",
         quality_config={"clip_resize": clip_resize} if clip_dir else {},
     )
+
+
+def _can_decode(adapter: Any) -> bool:
+    """Whether the adapter turns tokens into pixels: a VQGAN loaded (Lumina-mGPT, Anole) or a
+    decoder of its own (``GridImageAdapter.decode_indices``: Emu3's VQ-VAE)."""
+    return (
+        getattr(adapter, "vqgan", None) is not None
+        or getattr(adapter, "decode_indices", None) is not None
+    )
+
+
+def _janus_model(name: str, adapter: Any, weights: str | None) -> ImageModel:
+    """``ImageModel`` of a ``JanusAdapter``: text prompts (``prompt_ids``), the stock
+    unconditional row under CFG, pixels through the checkpoint's ``JanusVQVAE``; no quality
+    proxy (no CLIP wired for Janus yet)."""
+
+    def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
+        ids = adapter.prompt_ids(prompt)
+        return ids, (adapter.unconditional_prompt_ids(ids) if adapter.uses_cfg else None)
+
+    def decode(tokens: Tensor) -> np.ndarray:
+        return adapter.decode_images(tokens)[0].cpu().numpy()
+
+    model = ImageModel(
+        name, adapter, adapter.num_image_tokens, encode, decode, list(LUMINA_DEFAULT_PROMPTS)
+    )
+    model.weights_info = {"weights": str(weights), "tokenizer": str(adapter.tokenizer.path)}
+    return model
 
 
 def _clip_scorer(

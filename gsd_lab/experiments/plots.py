@@ -480,7 +480,8 @@ def frontier(curves: dict[str, list[dict[str, Any]]]) -> Figure:
                 color=f"C{index % 10}",
                 label=name,
             )
-        ax.set_xlabel(f"{label} ({better(key)} better)", fontsize=9)
+        # two lines: side by side, the panels' one-line labels overlapped
+        ax.set_xlabel(f"{label}\n({better(key)} better)", fontsize=9)
         ax.set_ylabel(f"NFE per image ({better('nfe')} better)")
         ax.set_title("better: down-left (fewer forwards, lower distortion)", fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()

@@ -81,6 +81,15 @@ class MethodSpec:
         """Identity of the computation (the label is only a name)."""
         return self.method.key, self.seed_offset
 
+    def to_record(self) -> dict[str, Any]:
+        """JSON-ready: the label, every field of the method (``DecodingMethod.all_fields``) and
+        the seed offset (the figures' sidecars)."""
+        return {
+            "label": self.label,
+            "method": self.method.all_fields(),
+            "seed_offset": self.seed_offset,
+        }
+
     def with_method(self, **changes: Any) -> "MethodSpec":
         """This spec with some of its method's fields changed (e.g. ``window=8``)."""
         return replace(self, method=replace(self.method, **changes))
@@ -274,6 +283,56 @@ def run_method(
     return records
 
 
+BatchItem = tuple[int, str, int]  # (job index, prompt, generator seed)
+
+
+def batch_items(
+    jobs: list[tuple[MethodSpec, ResolvedMethod]], prompts: list[str], seeds: Iterable[int]
+) -> list[BatchItem]:
+    """The images of ``run_batched``'s jobs in its order: job, then seed, then prompt, each as
+    (job index, prompt, generator seed ``generator_seed(seed + offset, prompt index)``)."""
+    seeds = list(seeds)
+    return [
+        (job, prompt, generator_seed(seed + spec.seed_offset, index))
+        for job, (spec, _) in enumerate(jobs)
+        for seed in seeds
+        for index, prompt in enumerate(prompts)
+    ]
+
+
+def decode_items(
+    model: ImageModel,
+    jobs: list[tuple[MethodSpec, ResolvedMethod]],
+    items: list[BatchItem],
+    batch_size: int,
+    *,
+    progress: Any = None,
+    **options: Any,
+) -> list[GenerationRecord]:
+    """The records of ``items`` (``batch_items``), in their order, decoded as one stream through
+    ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
+    side). options: ``generate_batch``'s record_* and w1_draws."""
+    from ..decode.batch import DecodeRequest, generate_batch
+
+    requests = []
+    for job, prompt, gseed in items:
+        prompt_ids, uncond_ids = model.encode(prompt)
+        generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
+        requests.append(
+            DecodeRequest(prompt_ids, jobs[job][1], model.num_tokens, generator, uncond_ids)
+        )
+    results = generate_batch(
+        model.adapter, requests, batch_size=batch_size, progress=progress, **options
+    )
+    decode = model.decode
+    return [
+        record_of(
+            jobs[job][0].label, prompt, gseed, result, decode(result.tokens) if decode else None
+        )
+        for (job, prompt, gseed), result in zip(items, results)
+    ]
+
+
 def run_batched(
     model: ImageModel,
     jobs: list[tuple[MethodSpec, ResolvedMethod]],
@@ -288,28 +347,11 @@ def run_batched(
     ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
     side, so batches stay full across jobs); per job its records in ``run_method``'s order
     (seed, then prompt). options: ``generate_batch``'s record_* and w1_draws."""
-    from ..decode.batch import DecodeRequest, generate_batch
-
-    seeds = list(seeds)
-    items, requests = [], []
-    for job, (spec, resolved) in enumerate(jobs):
-        for seed in seeds:
-            for index, prompt in enumerate(prompts):
-                gseed = generator_seed(seed + spec.seed_offset, index)
-                prompt_ids, uncond_ids = model.encode(prompt)
-                generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
-                items.append((job, prompt, gseed))
-                requests.append(
-                    DecodeRequest(prompt_ids, resolved, model.num_tokens, generator, uncond_ids)
-                )
-    results = generate_batch(
-        model.adapter, requests, batch_size=batch_size, progress=progress, **options
-    )
-    decode = model.decode
+    items = batch_items(jobs, prompts, seeds)
+    decoded = decode_items(model, jobs, items, batch_size, progress=progress, **options)
     records: list[list[GenerationRecord]] = [[] for _ in jobs]
-    for (job, prompt, gseed), result in zip(items, results):
-        image = decode(result.tokens) if decode else None
-        records[job].append(record_of(jobs[job][0].label, prompt, gseed, result, image))
+    for (job, _, _), record in zip(items, decoded):
+        records[job].append(record)
     return records
 
 
@@ -471,7 +513,10 @@ class RunCache:
     forwards only with images of its configuration and its ``wall_seconds`` (its share of them)
     is that configuration's decoding time per image at this batch size; True streams every
     configuration together (batches stay full, but an AR image then shares, and pays for, the
-    16-draft windows of its neighbours, and the wall columns mix methods)."""
+    16-draft windows of its neighbours, and the wall columns mix methods). workers: processes
+    that ``prefetch`` splits the configurations' images over, one intra-op thread each
+    (``gsd_lab.experiments.workers``: the same records for any number; None: the usable cores on
+    a CPU); 1 (default) decodes in this process."""
 
     def __init__(
         self,
@@ -489,8 +534,13 @@ class RunCache:
         w1_draws: int | None = DEFAULT_DRAWS,
         batch_size: int = 1,
         mix_configurations: bool = False,
+        workers: int | None = 1,
     ) -> None:
+        from .workers import check_workers, default_workers
+
         self.model, self.prompts, self.seeds = model, prompts, seeds
+        check_workers(workers)
+        self.workers = default_workers(model.adapter.device) if workers is None else workers
         self.batch_size, self.mix_configurations = batch_size, mix_configurations
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
         self.progress, self.record_top1, self.record_distortion = (
@@ -525,11 +575,14 @@ class RunCache:
             )
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
-        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched
-        (``run_batched``): one stream per configuration, or all in one stream with
-        ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to do at
-        batch_size 1 (``records`` decodes as asked)."""
-        if self.batch_size == 1:
+        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched: its
+        images in units over ``workers`` processes (``workers.run_jobs``: one stream per
+        configuration of at most ``UNIT_BATCHES`` x batch_size images), or all in one stream
+        with ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to
+        do at batch_size 1 with one worker (``records`` decodes as asked)."""
+        from .workers import run_jobs
+
+        if self.batch_size == 1 and self.workers == 1:
             return
         todo: dict[tuple, MethodSpec] = {}
         for spec in map(self._concrete, specs):
@@ -541,23 +594,27 @@ class RunCache:
         jobs = [
             (spec, resolve_for(self.model, spec.method, self._resolved)) for spec in todo.values()
         ]
-        streams = [jobs] if self.mix_configurations else [[job] for job in jobs]
-        decoded = [
-            records
-            for stream in streams
-            for records in run_batched(
+        options = {
+            "progress": self.progress,
+            "record_top1": self.record_top1,
+            "record_distortion": self.record_distortion,
+            "record_w1": self.record_w1,
+            "w1_draws": self.w1_draws,
+        }
+        if self.mix_configurations:
+            decoded = run_batched(
+                self.model, jobs, self.prompts, self.seeds, self.batch_size, **options
+            )
+        else:
+            decoded = run_jobs(
                 self.model,
-                stream,
+                jobs,
                 self.prompts,
                 self.seeds,
                 self.batch_size,
-                progress=self.progress,
-                record_top1=self.record_top1,
-                record_distortion=self.record_distortion,
-                record_w1=self.record_w1,
-                w1_draws=self.w1_draws,
+                workers=self.workers,
+                **options,
             )
-        ]
         for key, records in zip(todo, decoded):
             self._records[key] = records
 

@@ -6,7 +6,11 @@
   ``default_batch_size(device)``, the batch size when none is given; ``static_batched``:
   ``StaticBatchRunner``, the same on a static cache (per-row lengths, graphs per shape);
 - ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``, ``lumina_tiny``): Lumina-mGPT;
-  ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights.
+  ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights;
+- ``anole`` (Chameleon / Anole, ``anole-7b``) and ``emu3`` (``emu3-gen``), on ``grid_image``'s
+  ``GridImageAdapter``; ``families_tiny`` writes tiny checkpoints of both.
+- ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``load_model("janus-pro-1b",
+  weights=DIR)``; ``save_tiny_janus(DIR)`` writes a tiny random checkpoint in its layout.
 
 The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
 which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command
@@ -20,6 +24,11 @@ from typing import Any
 from .adapter import CausalLMAdapter
 
 MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
+# Families of stock transformers classes: name -> loader (module, function).
+FAMILY_LOADERS = {"anole-7b": ("anole", "load_anole"), "emu3-gen": ("emu3", "load_emu3")}
+MODEL_NAMES += tuple(FAMILY_LOADERS)
+JANUS_NAMES = ("janus-pro-1b", "janus-pro-7b")
+MODEL_NAMES += JANUS_NAMES
 
 
 def load_model(
@@ -31,12 +40,32 @@ def load_model(
     dtype: Any = None,
     **kwargs: Any,
 ):
-    """Return the ready Lumina-mGPT adapter for a name "lumina-mgpt-7b-{512,768,1024}"."""
+    """Return the ready adapter for a name "lumina-mgpt-7b-{512,768,1024}", "anole-7b" (``vqgan``:
+    the Chameleon VQGAN folder), "emu3-gen" (``vqgan`` must be None: Emu3 decodes with its own
+    VQ-VAE) or "janus-pro-{1b,7b}" (``janus.load_janus``: ``vqgan`` does not apply, Janus decodes
+    with its own VQ model)."""
     if name == "standin":
         raise ValueError(
             "the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
             "experiments.image_model.load_image_model('standin'))"
         )
+    if name in FAMILY_LOADERS:
+        import importlib
+
+        module, function = FAMILY_LOADERS[name]
+        loader = getattr(importlib.import_module(f".{module}", __name__), function)
+        if name == "emu3-gen":
+            if vqgan is not None:
+                raise ValueError("emu3-gen decodes with its own VQ-VAE: vqgan does not apply")
+        else:
+            kwargs["vqgan_dir"] = vqgan
+        return loader(weights, device=device, dtype=dtype, **kwargs)
+    if name in JANUS_NAMES:
+        if vqgan is not None:
+            raise ValueError(f"{name} decodes with its own VQ model: vqgan does not apply")
+        from .janus import load_janus
+
+        return load_janus(weights, name=name, device=device, dtype=dtype, **kwargs)
     if name.startswith("lumina-mgpt-7b-") and name in MODEL_NAMES:
         from .lumina_mgpt import load_lumina_mgpt
 

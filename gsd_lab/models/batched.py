@@ -74,7 +74,9 @@ def default_batch_size(device: torch.device | str) -> int:
     faster at batch 8 on both cores than at batch 1 on one (1.87x in all, with the unbatched
     accounting; quiet cores, OpenMP's default wait policy; ``benchmarks/main_job_batched.py``,
     ``benchmarks/results/main_job_batched_standin.txt``). On cores busy with other jobs the
-    spinning 2-thread pool can be far slower (4.5x measured there): ``--threads 1``. A batched
+    spinning 2-thread pool can be far slower (4.5x measured there): the figures job and
+    ``evaluate`` therefore split their images over worker processes with one thread each by
+    default (``gsd_lab.experiments.workers``, ``benchmarks/main_job_workers.py``). A batched
     image's ``wall_seconds`` is its share of its batch's forwards, not its own latency: the
     figures' wall columns say so (``RunCache`` batches each configuration on its own).
     Tokens and NFE do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested);
@@ -321,6 +323,12 @@ class BatchRunner:
         first_column = min(starts)
         adapter = self.adapter
         saved, adapter.cache = adapter.cache, self.cache
+        # An adapter whose inputs depend on where each row's prompt ends (Janus: text vs image
+        # embeddings) reads each row's real prompt length from ``row_prompt_lengths``.
+        lends_lengths = hasattr(adapter, "row_prompt_lengths")
+        if lends_lengths:
+            lengths = [row.prompt.numel() for row in rows]
+            adapter.row_prompt_lengths = torch.tensor(lengths, device=self.device)
         sync = self.device.type == "cuda"
         try:
             if sync:
@@ -333,6 +341,8 @@ class BatchRunner:
             self.model_seconds += time.perf_counter() - began
         finally:
             adapter.cache = saved
+            if lends_lengths:
+                adapter.row_prompt_lengths = None
         self.num_forwards += 1
         found = int(self.cache.get_seq_length())
         if found != S + width:

@@ -121,11 +121,14 @@ def patch_randomness(monkeypatch, adapter, chooser: Chooser) -> None:
 
 
 def enumerate_law(
-    monkeypatch, adapter, method: DecodingMethod
+    monkeypatch, adapter, method: DecodingMethod, patch=None
 ) -> tuple[np.ndarray, list[tuple[float, float]]]:
-    """The decoder's exact joint law over SEQUENCES and, per branch, (spent, summed distortion)."""
+    """The decoder's exact joint law over SEQUENCES and, per branch, (spent, summed distortion).
+    ``patch(monkeypatch, chooser)``: more draws to walk (test_budget_dial_exact's coupling)."""
     chooser = Chooser()
     patch_randomness(monkeypatch, adapter, chooser)
+    if patch is not None:
+        patch(monkeypatch, chooser)
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     law, books = np.zeros(len(SEQUENCES)), []
     while True:
@@ -169,11 +172,11 @@ def test_the_enumeration_gives_sjd_s_joint_law_exactly(models, monkeypatch):
         assert tv(law, joint) < TOL
 
 
+DIAL_CASES = [(0.05, "cap", 1.0), (0.3, "cap", 0.1), (0.35, "sure", 1.0), (1.0, "cap", 1.0)]
+
+
 @pytest.mark.parametrize("model", ["context", "context-free"])
-@pytest.mark.parametrize(
-    "budget_value,policy,cap",
-    [(0.05, "cap", 1.0), (0.3, "cap", 0.1), (0.35, "sure", 1.0), (1.0, "cap", 1.0)],
-)
+@pytest.mark.parametrize("budget_value,policy,cap", DIAL_CASES)
 def test_joint_law_within_the_budget_and_every_path_within_it(
     models, monkeypatch, model, budget_value, policy, cap
 ):
@@ -182,14 +185,18 @@ def test_joint_law_within_the_budget_and_every_path_within_it(
         "sjd", window=2, budget=budget_value, budget_policy=policy, budget_cap=cap
     )
     law, books = enumerate_law(monkeypatch, adapter, method)
+    check_within_budget(law, joint, books, budget_value)
+
+
+def check_within_budget(law, joint, books, budget_value) -> None:
+    """Joint TV within B; on every path spent within B and equal to the emitted tokens' exact
+    distortions; below B = 1 the law moved (the dial spends)."""
     assert tv(law, joint) <= budget_value + TOL
     for spent, distortion in books:
         assert spent <= budget_value + TOL
-        assert spent == pytest.approx(
-            distortion, abs=1e-12
-        )  # charged = what the emitted tokens spent
+        assert spent == pytest.approx(distortion, abs=1e-12)
     if budget_value < 1:
-        assert tv(law, joint) > 0  # the dial spends: the law moved
+        assert tv(law, joint) > 0
 
 
 def test_the_budget_buys_distortion_where_plain_relaxation_exceeds_it(models, monkeypatch):
@@ -373,7 +380,7 @@ def test_a_forced_position_spends_nothing_under_the_release_preset(monkeypatch):
     for spent, distortion in books():
         assert 0 < spent <= 6.0 + TOL
         assert spent == pytest.approx(distortion, abs=1e-12)
-    monkeypatch.setattr(decoding._Loop, "_random_forced_rows", lambda self: None)
+    monkeypatch.setattr(decoding.DecodeLoop, "_random_forced_rows", lambda self: None)
     assert any(spent > distortion + 0.1 for spent, distortion in books())
 
 

@@ -73,7 +73,7 @@ GENERATE_CASES = {
     "cluster residual, dynamic": (["--residual", "cluster"], "--residual cluster needs --clusters rank-binned"),
     "seed -1": (["--seed", "-1"], "--seed must be >= 0, got -1"),
     "device unknown": (["--device", "gpu"], "--device 'gpu' is not a device"),
-    "prompt for the stand-in": (["--prompt", "a cat"], "--prompt is for Lumina-mGPT"),
+    "prompt for the stand-in": (["--prompt", "a cat"], "--prompt is for text-prompted models"),
     "weights for tiny-random": (["--model", "tiny-random", "--weights", "."], "--weights does not apply"),
     "vqgan for the stand-in": (["--vqgan", "."], "--vqgan applies to the Lumina-mGPT models only"),
     "stand-in weights missing": (["--weights", "/nonexistent/folder"], "--weights /nonexistent/folder is not a folder"),

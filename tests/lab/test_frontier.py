@@ -163,6 +163,10 @@ class _Cache:
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
         self.record_w1 = options.get("record_w1", True)
         self.w1_draws, self.batch_size, self.progress_lines = 2, 1, False
+        self.workers = options.get("workers", 1)
+
+    def prefetch(self, specs):
+        _Cache.calls.append(("prefetch", tuple(self.seeds), self.workers, [s.label for s in specs]))
 
     def records(self, spec):
         _Cache.calls.append((tuple(self.seeds), self.record_w1, spec.label))
@@ -184,6 +188,17 @@ def test_frontier_runs_reads_shared_seeds_from_the_tables_cache(monkeypatch):
     curves = {"GSD": [gsd], "dial": [dial]}
     assert runs.images_to_decode(curves, {gsd.key}) == 2 * 2 + 2 * 3  # dial: all 3 seeds
     assert runs.images_to_decode(curves, set()) == 2 * 3 + 2 * 3
+    # rows: every distinct configuration prefetched once per cache (split over main's workers),
+    # GSD on two curves included once.
+    main.workers = 2
+    runs = frontier.FrontierRuns(main, (0, 1, 2))
+    _Cache.calls = []
+    monkeypatch.setattr(frontier, "summarize", lambda model, records, quality_row: len(records))
+    assert runs.rows({"GSD": [gsd], "dial": [gsd, dial]}) == {"GSD": [6], "dial": [6, 6]}
+    assert _Cache.calls[:2] == [
+        ("prefetch", (0,), 2, ["GSD", dial.label]),
+        ("prefetch", (1, 2), 2, ["GSD", dial.label]),
+    ]
     other = frontier.FrontierRuns(_Cache(None, ["a"], [0, 5]), (0, 1))  # seed 5 is no frontier seed
     assert other.shared_seeds == () and other.own_seeds == (0, 1)
     with pytest.raises(ValueError, match="distinct"):
@@ -209,9 +224,10 @@ def test_relaxation_lies_on_the_line_and_no_rule_is_above_it(delta):
     assert frontier.line_gap(p, q, points[relaxed]) <= 1e-12
     above, checked, gap = frontier.check_rules(p, q, rules)
     assert (above, checked) == (0, 300 * len(rules)) and gap <= 1e-12
-    # A rule that accepts every token with p >= q and keeps SD's residual lies on the line
-    # (TV(out, p) = alpha - (1 - T) exactly): SD, Amplify, LANTERN. GSD's clusters and rank bins
-    # refuse some of those tokens, so they sit strictly below on some rows: the line has power.
+    # A rule that accepts every x with at least min(1, p/q) and keeps SD's residual lies on the
+    # line (TV(out, p) = alpha - (1 - T) exactly; proofs/10 Claim 3): SD, Amplify (k=2); LANTERN
+    # is on it too. GSD's clusters and rank bins accept some tokens less often, so they sit
+    # strictly below on some rows: the line has power.
     for name in ("SD", "Amplify (k=2)", "LANTERN (k=3, delta=0.1)"):
         assert frontier.line_gap(p, q, points[name]) <= 1e-12, name
     T = frontier.tv_distance(p, q)
@@ -291,9 +307,7 @@ def test_findings_word_the_frontier_by_its_verdicts():
 
 
 def _stored(front):
-    """A stored frontier (results.json's shape) with its specs."""
-    from dataclasses import asdict
-
+    """A stored frontier (results.json's shape) with its specs (as figures lists them)."""
     specs = {
         frontier.RELAXATION: [
             frontier.tables.SJD,
@@ -307,7 +321,7 @@ def _stored(front):
         ],
         "GSD (G=50)": [frontier.tables.gsd(50)],
     }
-    return {**front, "specs": {k: [asdict(s) for s in v] for k, v in specs.items()}}
+    return {**front, "specs": {k: [s.to_record() for s in v] for k, v in specs.items()}}
 
 
 def test_invariant_lines_hold_on_honest_rows_and_catch_broken_ones():

@@ -319,3 +319,26 @@ def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path)
     row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0
     assert float(result.distortion[row_ends].abs().max()) == 0.0 and float(result.distortion.max()) > 0
     assert float(result.w1.tokens[row_ends].abs().max()) == 0.0 and result.w1.mean > 0
+
+
+def test_content_check_is_cached_by_identity_and_gives_the_same_values():
+    """The float64 content and the token index are built once per content object (a run solves
+    a few rows per image against one table); another object is checked again."""
+    from gsd_lab.accounting import transport
+
+    p, q, content = _rows(7, vocab=12, rows=5)
+    tokens = torch.arange(12)
+    laws = one_step_output_laws(p, q, DynamicClusters(group_size=3))
+    transport._CONTENT_CACHE.clear()
+    first = w1_from_laws(p, laws, content, tokens)
+    assert len(transport._CONTENT_CACHE) == 1
+    cached64 = transport._CONTENT_CACHE[0][3]
+    again = w1_from_laws(p, laws, content, tokens)
+    assert transport._CONTENT_CACHE[0][3] is cached64 and len(transport._CONTENT_CACHE) == 1
+    assert torch.equal(first, again)
+    transport._CONTENT_CACHE.clear()
+    assert torch.equal(first, w1_from_laws(p, laws, content.clone(), tokens.clone()))
+    broken = content.clone()
+    broken[0, 0] = math.nan  # a new object: checked, not served from the cache
+    with pytest.raises(ValueError, match="non-finite"):
+        w1_from_laws(p, laws, broken, tokens)

@@ -1,0 +1,131 @@
+"""The runtime pieces the package's acceptance specs build (``gsd_lab.decode.acceptance``):
+GSD's cluster rule of a cluster kind, the static k-means partition, the content neighbour tables
+of the transport relaxation (cached per process) and ``method_rule``, the composition of
+clusters, residual and Amplify. Torch is imported when a piece is built, not with the module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .choices import RESIDUALS
+
+
+def cached(cache: dict, key: tuple, build: Any) -> Any:
+    """``cache[key]``, built by ``build()`` the first time."""
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
+def cluster_rule(spec: Any, method: Any, adapter: Any, embeddings: Any, cache: dict) -> object:
+    """The gsd_core rule of a ``ClusterAcceptance`` (its kind and G) for ``method`` (filters,
+    preset) on ``adapter``: ``DynamicClusters``, the release's distance clusters,
+    ``RankBinnedClusters`` or the static partition (``cache``: thresholds, tables)."""
+    from gsd_core import DynamicClusters, RankBinnedClusters
+
+    kind, size, filters = spec.clusters, spec.group_size, method.filters
+    if kind in ("dynamic", "dynamic-distance"):
+        image_tokens = adapter.allowed_tokens.cpu()
+        known = getattr(adapter, "distance_quantiles", None)
+        distance = cached(
+            cache,
+            ("distance", filters),
+            lambda: filters.resolve(embeddings, image_tokens, known=known),
+        )
+        gap = filters.max_prob_gap if kind == "dynamic" else None
+        if method.preset != "default":
+            from .presets import ReleaseDistanceClusters, preset, release_distance_table
+
+            if preset(method.preset).release_distance:
+                table = cached(
+                    cache,
+                    ("release distance", distance),
+                    lambda: release_distance_table(embeddings, distance).to(adapter.device),
+                )
+                return ReleaseDistanceClusters(size, table, gap)
+        return DynamicClusters(
+            size, max_embedding_distance=distance, max_prob_gap=gap, embeddings=embeddings
+        )
+    if kind == "dynamic-gap":
+        return DynamicClusters(size, max_prob_gap=filters.max_prob_gap)
+    if kind == "dynamic-nofilter":
+        return DynamicClusters(size)
+    if kind == "dynamic-q":
+        return DynamicClusters(size, rank_by="q")
+    if kind == "rank-binned":
+        return RankBinnedClusters(size)
+    return cached(cache, ("static", size), lambda: _static_partition(adapter, embeddings, size))
+
+
+def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
+    from .clustering import embedding_partition
+
+    partition = embedding_partition(
+        embeddings.cpu(),
+        size,
+        seed=0,
+        tokens=adapter.allowed_tokens.cpu(),
+        vocab_size=adapter.vocab_size,
+    )
+    return type(partition)(partition.labels.to(adapter.device))
+
+
+# Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
+# V, k): one per model's content and k, built once per process (10-35 s at V = 8192, measured
+# on a shared CPU).
+_NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
+
+
+def content_neighbours_of(adapter: Any, k: int) -> Any:
+    """The ``ContentNeighbours`` of the adapter's ``code_content()`` / ``allowed_tokens`` with
+    ``k`` neighbours per code; cached by content."""
+    import hashlib
+
+    import torch
+
+    from .relaxation_w1 import content_neighbours
+
+    content = adapter.code_content()
+    if content is None:
+        raise ValueError(
+            "the transport relaxation (transport_eps, or budget_measure 'w1') needs an adapter "
+            "whose code_content() gives its codes' decoded content"
+        )
+    tokens = adapter.allowed_tokens.detach().cpu().long()
+    rows = content.detach().to("cpu", torch.float64).contiguous()
+    digest = hashlib.sha256(
+        repr(tuple(rows.shape)).encode() + rows.numpy().tobytes() + tokens.numpy().tobytes()
+    ).hexdigest()
+    key = (digest, int(adapter.vocab_size), k)
+    if key not in _NEIGHBOUR_CACHE:
+        _NEIGHBOUR_CACHE[key] = content_neighbours(rows, tokens, adapter.vocab_size, k)
+    return _NEIGHBOUR_CACHE[key]
+
+
+def method_rule(
+    clusters: object = None,
+    residual: str = "token",
+    acceptance_scale: float = 1.0,
+    lantern: Any = None,
+) -> Any:
+    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
+    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
+    SD's singletons keep the token residual, which is the same), wrapped in
+    ``Amplify(acceptance_scale)`` when the scale is not 1."""
+    from dataclasses import replace
+
+    from gsd_core import Amplify
+    from gsd_core.rules import Partition, as_rule
+
+    rule = as_rule(lantern if lantern is not None else clusters)
+    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
+        raise ValueError(
+            f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+            "(use residual='token', or a partition such as RankBinnedClusters or labels)"
+        )
+    if residual == "cluster" and isinstance(rule, Partition):
+        rule = replace(rule, residual="cluster")
+    elif residual not in RESIDUALS:
+        raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
+    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)

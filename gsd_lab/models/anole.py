@@ -1,0 +1,239 @@
+"""Chameleon / Anole (``ChameleonForConditionalGeneration``, stock ``transformers``) text-to-image
+as a decoding adapter.
+
+Anole (GAIR, ``GAIR/Anole-7b-v0.1``; a transformers-layout conversion is ``leloy/Anole-7b-v0.1-hf``)
+is Chameleon 7B fine-tuned to emit image tokens; Meta's Chameleon release has the same
+architecture and vocabulary but was not trained to (its image-output head is suppressed), so only
+Anole weights make images worth looking at. Both load here the same way.
+
+Quirks of the family (what this adapter does about them):
+
+- The stock ``forward`` sets every image-token logit to the dtype minimum (no config switch):
+  logits are ``lm_head(model.model(...).last_hidden_state)``, as for Lumina-mGPT, which shares
+  the layout. Non-image logits are identical to the stock forward's.
+- No VQ decoder in the class (``model.vqmodel`` is the image *encoder*, never loaded here): pixels
+  come from the Chameleon VQGAN (``chameleon_vqgan``, ``--vqgan DIR``: ``vqgan.yaml`` +
+  ``vqgan.ckpt``, the file Meta's release and Anole ship).
+- Image codes are the ids named ``IMGIMG...`` (``ChameleonImageVocabularyMapping.image_tokens``);
+  the VQ index is read from the name (``bpe2img``), never from an offset.
+- Layout: no end-of-row token. prompt = <s> + text ids + <racm3:break> (image start); the image
+  is ``latent_side``^2 codes, then <eoss> (image end) and </s>, both forced. ``latent_side``
+  defaults to the checkpoint's own image tokenizer: vq_config ``resolution`` / 2^(len(
+  ``channel_multiplier``) - 1), the size ``ChameleonVQVAE`` encodes images at (512 / 16 = 32 for
+  Chameleon and Anole: 1024 codes for a 512 x 512 image).
+- CFG: one scale s on logits, l = u + s (c - u), with the unconditional prompt <s> <racm3:break>
+  (the text dropped). Anole's own sampler (Meta's ``chameleon`` inference code) mixes two guidance
+  scales (text and image) and samples with top-p; neither is reproduced: the defaults here are the
+  GSD paper's Lumina-mGPT settings (s = 3.0, top-k 2000, temperature 1.0), named as such.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .adapter import cache_kwarg
+from .grid_image import GridImageAdapter, GridLayout
+from .lumina_mgpt import LuminaMGPTAdapter
+
+logger = logging.getLogger(__name__)
+
+HF_REPO = "leloy/Anole-7b-v0.1-hf"
+BOS_NAME = "<s>"
+EOS_NAME = "</s>"
+IMAGE_START_NAME = "<racm3:break>"
+IMAGE_END_NAME = "<eoss>"
+DEFAULT_CFG_SCALE = 3.0
+DEFAULT_TOP_K = 2000
+DEFAULT_TEMPERATURE = 1.0
+
+
+def chameleon_code_table(vocabulary_map: dict[str, int], vocab_size: int) -> Tensor:
+    """int64 [vocab_size]: the VQ index of each ``IMGIMG...`` id (stock
+    ``ChameleonImageVocabularyMapping.bpe2img``, read from the names), -1 elsewhere."""
+    from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
+
+    mapping = ChameleonImageVocabularyMapping(vocabulary_map)
+    table = torch.full((vocab_size,), -1, dtype=torch.long)
+    for token, code in mapping.bpe2img.items():
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"image token id {token} outside the vocabulary [0, {vocab_size})")
+        table[token] = code
+    if not mapping.bpe2img:
+        raise ValueError("the vocabulary_map has no image tokens (names starting with IMGIMG)")
+    return table
+
+
+def vq_latent_side(config: Any) -> int:
+    """Codes per side of an image as the checkpoint's ``ChameleonVQVAE`` encodes it: vq_config
+    resolution / 2^(len(channel_multiplier) - 1) (32 for Chameleon 7B and Anole)."""
+    vq = config.vq_config
+    factor = 2 ** (len(vq.channel_multiplier) - 1)
+    if vq.resolution % factor:
+        raise ValueError(
+            f"vq_config resolution {vq.resolution} is not a multiple of its downsampling {factor}"
+        )
+    return vq.resolution // factor
+
+
+def _token(vocabulary_map: dict[str, int], name: str) -> int:
+    if name not in vocabulary_map:
+        raise ValueError(f"the vocabulary_map lacks {name!r} (a Chameleon vocabulary has it)")
+    return int(vocabulary_map[name])
+
+
+class AnoleAdapter(GridImageAdapter):
+    """Chameleon / Anole text-to-image (module docstring: logits from the backbone and
+    ``lm_head``, image codes only, <eoss> and </s> forced after the last code, one-scale CFG
+    with the unconditional prompt <s> <racm3:break>, top-k, temperature).
+
+    model: ``ChameleonForConditionalGeneration`` (its ``vqmodel`` may be None). tokenizer: an
+    object with ``encode(text, add_special_tokens=False) -> list[int]`` (``PromptTokenizer``), or
+    None (then ``text_ids_to_prompt`` only). vqgan: a ``ChameleonVQGANDecoder`` or None."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        latent_side: int | None = None,
+        tokenizer: Any = None,
+        vqgan: Any = None,
+        cfg_scale: float | None = DEFAULT_CFG_SCALE,
+        top_k: int | None = DEFAULT_TOP_K,
+        temperature: float = DEFAULT_TEMPERATURE,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
+        config = model.config
+        vocab = dict(config.vocabulary_map or {})
+        table = chameleon_code_table(vocab, int(config.vocab_size))
+        self.bos = _token(vocab, BOS_NAME)
+        self.image_start = _token(vocab, IMAGE_START_NAME)
+        latent_side = latent_side if latent_side is not None else vq_latent_side(config)
+        layout = GridLayout(
+            height=latent_side,
+            width=latent_side,
+            row_end=None,
+            tail=(_token(vocab, IMAGE_END_NAME), _token(vocab, EOS_NAME)),
+        )
+        codebook = None
+        if vqgan is not None:
+            size = getattr(getattr(vqgan, "config", None), "n_embed", None)
+            if size is not None and int(table.max()) >= size:
+                raise ValueError(
+                    f"the vocabulary has VQ codes up to {int(table.max())} but the VQGAN codebook "
+                    f"has {size} entries: wrong --vqgan for these weights?"
+                )
+            codebook = vqgan.quantize.embedding.weight
+        super().__init__(
+            model,
+            layout,
+            table,
+            decode_indices=None if vqgan is None else vqgan.decode_to_uint8,
+            codebook=codebook,
+            cfg_scale=cfg_scale,
+            top_k=top_k,
+            temperature=temperature,
+            compute_dtype=compute_dtype,
+        )
+        self.tokenizer = tokenizer
+        self.vqgan = vqgan
+        self._backbone_cache_kwarg = cache_kwarg(model.model)
+
+    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
+        """<s> + ``text_ids`` + <racm3:break> (1-D int64)."""
+        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+        return torch.tensor([self.bos, *text, self.image_start], dtype=torch.long)
+
+    def unconditional_prompt_ids(self) -> Tensor:
+        """The CFG row's prompt: <s> <racm3:break> (the text dropped)."""
+        return torch.tensor([self.bos, self.image_start], dtype=torch.long)
+
+    # The backbone and lm_head, bypassing the stock forward's image-logit mask: the very method
+    # of Lumina-mGPT, which shares Chameleon's layout (it reads model, cache and
+    # _backbone_cache_kwarg, all set here as there).
+    compute_logits = LuminaMGPTAdapter.compute_logits
+
+
+def load_anole(
+    weights: str | Path | None,
+    *,
+    vqgan_dir: str | Path | None = None,
+    latent_side: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    force_cpu: bool = False,
+    cfg_scale: float | None = DEFAULT_CFG_SCALE,
+    top_k: int | None = DEFAULT_TOP_K,
+    temperature: float = DEFAULT_TEMPERATURE,
+    tokenizer: str | Path | None = None,
+) -> AnoleAdapter:
+    """Load a Chameleon-layout checkpoint in the stock transformers layout (``config.json`` with
+    ``model_type`` "chameleon" and a ``vocabulary_map``, safetensors, ``tokenizer.json``) as an
+    ``AnoleAdapter``; the image encoder ``model.vqmodel.*`` is not loaded. Strict: every text
+    tensor must match the config's architecture (``lumina_mgpt.build_lumina_model``; q/k-norms in
+    transformers' [heads, head_dim] layout when ``architectures`` names a stock class).
+
+    device: default cuda when available; dtype: default bfloat16 on GPU, float32 on CPU; models
+    above 1e9 parameters are refused on the CPU unless ``force_cpu``. ``vqgan_dir``: the Chameleon
+    VQGAN (optional; needed for pixels). ``tokenizer``: a folder or file (default the checkpoint's
+    ``tokenizer.json``). latent_side: None reads it from the config (``vq_latent_side``)."""
+    from .lumina_mgpt import (
+        CPU_PARAMETER_LIMIT,
+        build_lumina_model,
+        estimated_parameters,
+        read_lumina_config,
+        read_lumina_state_dict,
+    )
+    from .lumina_tokenizer import PromptTokenizer
+
+    if weights is None:
+        raise ValueError(
+            f"Anole needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)"
+        )
+    folder = Path(weights).expanduser()
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no config.json in {folder}: download the weights with "
+            f"`hf download {HF_REPO} --local-dir {folder}` on a machine with internet"
+        )
+    tokenizer_file = Path(tokenizer).expanduser() if tokenizer is not None else folder
+    if tokenizer_file.is_dir():
+        tokenizer_file = tokenizer_file / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"no tokenizer file {tokenizer_file} (the release ships one)")
+    config = read_lumina_config(folder)
+    device = torch.device(device if device is not None else _default_device())
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    size = estimated_parameters(config)
+    if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
+        raise ValueError(
+            f"{folder} holds a {size / 1e9:.1f}B-parameter model; on the CPU that takes minutes "
+            "per token. Use a GPU (device='cuda') or pass force_cpu=True."
+        )
+    prompt_tokenizer = PromptTokenizer(tokenizer_file)
+    state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)
+    model = build_lumina_model(config, state, device=device)
+    del state
+    vqgan = None
+    if vqgan_dir is not None:
+        from .chameleon_vqgan import load_chameleon_vqgan
+
+        vqgan = load_chameleon_vqgan(vqgan_dir, device=device)
+    return AnoleAdapter(
+        model,
+        latent_side=latent_side,
+        tokenizer=prompt_tokenizer,
+        vqgan=vqgan,
+        cfg_scale=cfg_scale,
+        top_k=top_k,
+        temperature=temperature,
+    )
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"

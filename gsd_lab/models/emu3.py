@@ -1,0 +1,312 @@
+"""Emu3 (BAAI; ``Emu3ForConditionalGeneration`` and ``Emu3VQVAE``, stock ``transformers``)
+text-to-image as a decoding adapter.
+
+Weights: ``BAAI/Emu3-Gen-hf`` (the transformers-layout conversion of ``BAAI/Emu3-Gen``; about 8B
+parameters with its VQ-VAE). Loaded with the stock ``Emu3ForConditionalGeneration.from_pretrained``
+(text model, ``lm_head`` and the VQ-VAE whose decoder makes the pixels).
+
+Quirks of the family (what this adapter does about them):
+
+- The stock forward's logits cover the whole vocabulary, unmasked: the adapter uses them as they
+  are (``CausalLMAdapter.compute_logits``).
+- Image codes are the ids named ``<|visual token NNNNNN|>`` (``Emu3ImageVocabularyMapping``; the
+  VQ index is read from the name, ``img2bpe``).
+- Layout (``Emu3Processor(..., return_for_image_generation=True)``): prompt = BOS + text +
+  <|image start|> + the text "{h}*{w}" + <|image token|>, with (h, w) latent rows and columns from
+  the processor's ``calculate_generate_size`` (ratio 1:1: h = w = round(sqrt(image_area) / f), f
+  the VQ-VAE's spatial factor; the processor's default area 518400 gives 90 x 90 at f = 8). The
+  image is h rows of w codes each followed by the end-of-line token <|extra_200|>, then
+  <|extra_201|> (end of frame), <|image end|>, EOS, then padding: all forced, as the stock
+  ``prefix_allowed_tokens_fn`` of transformers' Emu3 documentation forces them
+  (``(offset) % (w + 1) == 0`` counted from <|image token|>).
+- CFG with a negative prompt: stock ``generate(negative_prompt_ids=...)`` runs
+  ``UnbatchedClassifierFreeGuidanceLogitsProcessor``, which scores only the last position with
+  its own unconditional cache. A Jacobi window needs every position's unconditional row, so the
+  adapter runs the negative prompt as the second row of its CFG batch (shared generated tokens,
+  left padding masked). The stock processor mixes log-softmaxes,
+  s (log p_c - log p_u) + log p_u; the adapter mixes logits, u + s (c - u): the two differ by a
+  constant per row, which softmax, top-k and temperature ignore (equal distributions to float
+  precision, tested).
+- Sampling settings come from the checkpoint's ``generation_config.json`` where it sets them
+  (``guidance_scale``, ``top_k``, ``temperature``), else BAAI's Emu3 README values: guidance 3.0,
+  top-k 2048, temperature 1.0. The negative prompt defaults to the README's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .grid_image import GridImageAdapter, GridLayout
+
+HF_REPO = "BAAI/Emu3-Gen-hf"
+DEFAULT_IMAGE_AREA = 518400  # Emu3Processor's default image_area (720 x 720 pixels)
+DEFAULT_CFG_SCALE = 3.0
+DEFAULT_TOP_K = 2048
+DEFAULT_TEMPERATURE = 1.0
+NEGATIVE_PROMPT = (
+    "lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+    "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
+    "username, blurry."
+)
+IMAGE_START_NAME = "<|image start|>"
+IMAGE_END_NAME = "<|image end|>"
+IMAGE_WRAPPER_NAME = "<|image token|>"
+END_OF_LINE_NAME = "<|extra_200|>"
+END_OF_FRAME_NAME = "<|extra_201|>"
+VISUAL_PREFIX = "<|visual token"
+
+
+def emu3_code_table(vocabulary_map: dict[str, int], vocab_size: int) -> Tensor:
+    """int64 [vocab_size]: the VQ index of each ``<|visual token NNNNNN|>`` id (stock
+    ``Emu3ImageVocabularyMapping.img2bpe``, read from the names), -1 elsewhere."""
+    from transformers.models.emu3.modeling_emu3 import Emu3ImageVocabularyMapping
+
+    mapping = Emu3ImageVocabularyMapping(vocabulary_map)
+    if not mapping.image_tokens:
+        raise ValueError(f"the vocabulary_map has no image tokens (names {VISUAL_PREFIX}...|>)")
+    table = torch.full((vocab_size,), -1, dtype=torch.long)
+    for code, token in mapping.img2bpe.items():
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"image token id {token} outside the vocabulary [0, {vocab_size})")
+        table[token] = code
+    return table
+
+
+def latent_size(image_area: int, spatial_factor: int) -> tuple[int, int]:
+    """(h, w) latent rows and columns of a 1:1 image of ``image_area`` pixels, as
+    ``Emu3Processor.calculate_generate_size("1:1", image_area, spatial_factor)``."""
+    if not isinstance(image_area, int) or isinstance(image_area, bool) or image_area < 1:
+        raise ValueError(f"image_area must be an int >= 1 (pixels), got {image_area!r}")
+    side = int(round(math.sqrt(image_area) / spatial_factor))
+    if side < 1:
+        raise ValueError(
+            f"image_area {image_area} is below one latent code ({spatial_factor} px squared)"
+        )
+    return side, side
+
+
+def _token(vocabulary_map: dict[str, int], name: str) -> int:
+    if name not in vocabulary_map:
+        raise ValueError(f"the vocabulary_map lacks {name!r} (an Emu3 vocabulary has it)")
+    return int(vocabulary_map[name])
+
+
+class Emu3Adapter(GridImageAdapter):
+    """Emu3 text-to-image (module docstring): stock logits, visual tokens only, the end-of-line
+    token forced after every row and <|extra_201|>, <|image end|>, EOS, padding after the image,
+    CFG against a negative prompt as the second row of every forward, top-k, temperature.
+
+    model: ``Emu3ForConditionalGeneration``. tokenizer: ``encode(text, add_special_tokens=False)
+    -> list[int]`` (``PromptTokenizer``) or None (``text_ids_to_prompt`` only). image_processor:
+    an ``Emu3ImageProcessor`` for pixels (its ``postprocess``), default the stock one."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        image_area: int = DEFAULT_IMAGE_AREA,
+        tokenizer: Any = None,
+        image_processor: Any = None,
+        negative_prompt: str = NEGATIVE_PROMPT,
+        cfg_scale: float | None = DEFAULT_CFG_SCALE,
+        top_k: int | None = DEFAULT_TOP_K,
+        temperature: float = DEFAULT_TEMPERATURE,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
+        config = model.config
+        text = config.text_config
+        vocab = dict(config.vocabulary_map or {})
+        table = emu3_code_table(vocab, int(text.vocab_size))
+        height, width = latent_size(image_area, model.model.vqmodel.spatial_scale_factor)
+        self.bos, self.eos, self.pad = text.bos_token_id, text.eos_token_id, text.pad_token_id
+        for name in ("bos", "eos", "pad"):
+            if getattr(self, name) is None:
+                raise ValueError(f"the text config has no {name}_token_id")
+        self.image_start = _token(vocab, IMAGE_START_NAME)
+        self.image_wrapper = _token(vocab, IMAGE_WRAPPER_NAME)
+        layout = GridLayout(
+            height=height,
+            width=width,
+            row_end=_token(vocab, END_OF_LINE_NAME),
+            tail=(
+                _token(vocab, END_OF_FRAME_NAME),
+                _token(vocab, IMAGE_END_NAME),
+                self.eos,
+                self.pad,
+            ),
+        )
+        super().__init__(
+            model,
+            layout,
+            table,
+            decode_indices=self._decode_indices,
+            codebook=model.model.vqmodel.quantize.embedding.weight,
+            cfg_scale=cfg_scale,
+            top_k=top_k,
+            temperature=temperature,
+            compute_dtype=compute_dtype,
+        )
+        self.tokenizer = tokenizer
+        self.negative_prompt = negative_prompt
+        if image_processor is None:
+            from transformers import Emu3ImageProcessor
+
+            image_processor = Emu3ImageProcessor()
+        self.image_processor = image_processor
+
+    # ---- prompts ----
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
+        return self.tokenizer
+
+    def image_header(self) -> list[int]:
+        """<|image start|> + ids of "{h}*{w}" + <|image token|>."""
+        size = self._require_tokenizer().encode(
+            f"{self.layout.height}*{self.layout.width}", add_special_tokens=False
+        )
+        return [self.image_start, *size, self.image_wrapper]
+
+    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
+        """BOS + ``text_ids`` + ``image_header()`` (1-D int64)."""
+        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+        return torch.tensor([self.bos, *text, *self.image_header()], dtype=torch.long)
+
+    def unconditional_prompt_ids(self) -> Tensor:
+        """The CFG row's prompt: the negative prompt in the same template."""
+        return self.prompt_ids(self.negative_prompt)
+
+    # ---- pixels ----
+
+    def _decode_indices(self, indices: Tensor) -> Tensor:
+        """VQ indices [B, h, w] -> uint8 [B, H, W, 3]: ``Emu3VQVAE.decode`` then the image
+        processor's ``postprocess`` (its rescale and normalisation undone)."""
+        vqmodel = self.model.model.vqmodel
+        with torch.inference_mode():
+            pixels = vqmodel.decode(indices.to(self.device))
+        # The PIL form: stock postprocess's "np" form concatenates the images' channels.
+        out = self.image_processor.postprocess(list(pixels.float().cpu()))["pixel_values"]
+        return torch.stack([torch.from_numpy(np.asarray(image).copy()) for image in out])
+
+
+def read_image_area(folder: Path) -> int:
+    """``image_area`` from ``processor_config.json`` in ``folder`` when it sets one (the tiny
+    checkpoints do, to keep images small; the release's does not), else Emu3Processor's default
+    518400."""
+    path = folder / "processor_config.json"
+    if path.is_file():
+        area = json.loads(path.read_text()).get("image_area")
+        if area is not None:
+            return int(area)
+    return DEFAULT_IMAGE_AREA
+
+
+def emu3_parameters(config: Any) -> int:
+    """About how many parameters the text model has (untied embeddings and head 2 V d, per layer
+    4 d^2 attention at most and 3 d f MLP): for the CPU guard only."""
+    text = config.text_config
+    d, f = text.hidden_size, text.intermediate_size
+    return 2 * text.vocab_size * d + text.num_hidden_layers * (4 * d * d + 3 * d * f)
+
+
+def load_emu3(
+    weights: str | Path | None,
+    *,
+    image_area: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    force_cpu: bool = False,
+    cfg_scale: float | None = None,
+    top_k: int | None = None,
+    temperature: float | None = None,
+    tokenizer: str | Path | None = None,
+    negative_prompt: str = NEGATIVE_PROMPT,
+) -> Emu3Adapter:
+    """Load an Emu3 checkpoint in the transformers layout (``config.json``, safetensors,
+    ``tokenizer.json``; optional ``generation_config.json`` and ``preprocessor_config.json``) with
+    ``Emu3ForConditionalGeneration.from_pretrained`` as an ``Emu3Adapter``.
+
+    cfg_scale / top_k / temperature: None takes the checkpoint's generation config, else the
+    README defaults (module docstring). image_area: pixels of the square image (None:
+    ``read_image_area``). device: default cuda when available; dtype: default bfloat16 on GPU,
+    float32 on CPU; above 1e9 parameters the CPU is refused unless ``force_cpu``."""
+    from transformers import Emu3Config, Emu3ForConditionalGeneration, Emu3ImageProcessor
+
+    from .lumina_tokenizer import PromptTokenizer
+
+    if weights is None:
+        raise ValueError(f"Emu3 needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)")
+    folder = Path(weights).expanduser()
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no config.json in {folder}: download the weights with "
+            f"`hf download {HF_REPO} --local-dir {folder}` on a machine with internet"
+        )
+    raw = json.loads((folder / "config.json").read_text())
+    if raw.get("model_type") != "emu3":
+        raise ValueError(
+            f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; Emu3 is 'emu3'"
+        )
+    tokenizer_file = Path(tokenizer).expanduser() if tokenizer is not None else folder
+    if tokenizer_file.is_dir():
+        tokenizer_file = tokenizer_file / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"no tokenizer file {tokenizer_file} (the release ships one)")
+    config = Emu3Config.from_pretrained(str(folder))
+    device = torch.device(device if device is not None else _default_device())
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    size = emu3_parameters(config)
+    if device.type == "cpu" and size > 1_000_000_000 and not force_cpu:
+        raise ValueError(
+            f"{folder} holds a model of about {size / 1e9:.1f}B parameters; on the CPU that takes "
+            "minutes per token. Use a GPU (device='cuda') or pass force_cpu=True."
+        )
+    settings = _generation_settings(folder)
+    model = Emu3ForConditionalGeneration.from_pretrained(str(folder), dtype=dtype).to(device)
+    processor = (
+        Emu3ImageProcessor.from_pretrained(str(folder))
+        if (folder / "preprocessor_config.json").is_file()
+        else None
+    )
+    return Emu3Adapter(
+        model.eval(),
+        image_area=image_area if image_area is not None else read_image_area(folder),
+        tokenizer=PromptTokenizer(tokenizer_file),
+        image_processor=processor,
+        negative_prompt=negative_prompt,
+        cfg_scale=cfg_scale if cfg_scale is not None else settings["guidance_scale"],
+        top_k=top_k if top_k is not None else settings["top_k"],
+        temperature=temperature if temperature is not None else settings["temperature"],
+    )
+
+
+def _generation_settings(folder: Path) -> dict[str, Any]:
+    """guidance_scale, top_k, temperature from ``generation_config.json`` where set (a top-k of
+    0 means none), else the README defaults."""
+    settings: dict[str, Any] = {
+        "guidance_scale": DEFAULT_CFG_SCALE,
+        "top_k": DEFAULT_TOP_K,
+        "temperature": DEFAULT_TEMPERATURE,
+    }
+    path = folder / "generation_config.json"
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        for key in settings:
+            if raw.get(key) is not None:
+                settings[key] = raw[key]
+        if settings["top_k"] == 0:
+            settings["top_k"] = None
+    return settings
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"

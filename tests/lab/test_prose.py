@@ -1,0 +1,96 @@
+"""Numbers in prose (``gsd_lab.io.prose``): every rendered document equals its rendering from the
+committed ``figures/results.json``, every ``from`` span's numerals occur in its file, and no
+document has more hand-written numerals than the reviewed count in ``numerals_pending.json``
+(a ratchet: a document not listed must have none; lower a count when you convert numbers, never
+raise it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gsd_lab.io import prose
+
+PENDING = Path(__file__).with_name("numerals_pending.json")
+RESULTS = {
+    "tables": {"t": [{"method": "A", "nfe": 12.345}, {"method": "B", "nfe": 10.0}]},
+    "seconds": 1016.4,
+    "git": {"commit": "882ef34c7746"},
+}
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(prose.REPO).as_posix()
+
+
+def test_every_document_equals_its_rendering():
+    results = prose.load_results()
+    stale = [_name(p) for p in prose.stale_documents(results)]
+    assert stale == [], f"re-render with python -m gsd_lab readme: {stale}"
+
+
+def test_the_documents_hold_rendered_spans():
+    """The check is not vacuous: the converted documents carry value spans."""
+    for name in ("docs/lossless-frontier.md", "docs/optimal-lossy.md", "docs/standin.md",
+                 "docs/reproducibility.md"):
+        assert prose.VALUE.search((prose.REPO / name).read_text()), name
+
+
+def test_render_replaces_the_text_and_keeps_the_marker():
+    text = ('a <!-- value: row(tables.t, "A").nfe - row(tables.t, "B").nfe fmt=+.1f -->0<!-- /value'
+            ' --> b <!-- value: seconds fmt=,.0f -->x<!-- /value --> `<!-- value: short(git.commit)'
+            ' -->?<!-- /value -->`')
+    out = prose.render(text, RESULTS)
+    assert out == ('a <!-- value: row(tables.t, "A").nfe - row(tables.t, "B").nfe fmt=+.1f -->+2.3'
+                   '<!-- /value --> b <!-- value: seconds fmt=,.0f -->1,016<!-- /value --> '
+                   '`<!-- value: short(git.commit) -->882ef34<!-- /value -->`')
+    assert prose.render(out, RESULTS) == out  # idempotent
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["tables.missing", "__import__('os')", "tables.t[0].nfe.__class__", "open('x')",
+     "tables.t[5]"],
+)
+def test_bad_expressions_are_refused(expr):
+    with pytest.raises((KeyError, IndexError, ValueError, AttributeError)):
+        prose.render(f"<!-- value: {expr} -->?<!-- /value -->", RESULTS)
+
+
+def test_detectable_is_two_plus_z80_standard_errors():
+    assert prose.evaluate("detectable(1.0)", {}) == pytest.approx(2.8416)
+
+
+def test_the_check_flags_hand_written_numbers_and_allows_the_reviewed_kinds():
+    text = "\n".join([
+        "GSD needs 55.6 forwards, 12% fewer.",  # measured: flagged (55.6 and 12)
+        "With G = 50 and k=2, window `--window 16` (proofs/04, arXiv 2508.07747, 2025).",
+        "Token 0 and 1; $\\alpha = 14/15$; commit 882ef34; v3.1; float16; 1e-12; 15/2.",
+        "<!-- value: seconds -->1016<!-- /value -->",
+        "<!-- paper: paper.md 1.2 -->50-95%<!-- /paper -->",
+        "```", "python -c 'print(0.7)'", "```",
+    ])
+    assert [n.text for n in prose.unmarked(text)] == ["55.6", "12"]
+
+
+def test_from_spans_are_found_in_their_files():
+    problems = []
+    for path in prose.documents():
+        problems += [f"{_name(path)}: {p}" for p in prose.check_from_spans(prose.markdown_of(path))]
+    assert problems == []
+    assert prose.check_from_spans("<!-- from: README.md -->0.123456789<!-- /from -->")
+
+
+def test_no_document_has_more_hand_written_numerals_than_reviewed():
+    pending = json.loads(PENDING.read_text())
+    found = {_name(p): prose.unmarked_in(p) for p in prose.documents()}
+    over = {
+        name: [f"{n.line}: {n.text} | {n.context}" for n in numerals][:10]
+        for name, numerals in found.items()
+        if len(numerals) > pending.get(name, 0)
+    }
+    assert over == {}, "render, quote (from/paper span) or remove these numerals"
+    assert set(pending) <= set(found)  # no stale entries

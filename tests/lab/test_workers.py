@@ -1,0 +1,143 @@
+"""gsd_lab.experiments.workers: a run's images split over worker processes give the records of
+the in-process run, bit for bit, for any number of workers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.experiments import workers
+from gsd_lab.experiments.image_model import tiny_random_model
+from gsd_lab.experiments.runs import MethodSpec, RunCache, resolve_for, run_batched
+
+PROMPTS = ["0", "1", "2", "3"]
+SPECS = [
+    MethodSpec("AR", DecodingMethod("ar")),
+    MethodSpec("SJD", DecodingMethod("sjd", window=4)),
+    MethodSpec("GSD", DecodingMethod("gsd", window=4, clusters="dynamic", group_size=3)),
+    MethodSpec("Amplify", DecodingMethod("sjd", window=4, acceptance_scale=2.0)),
+]
+# Everything a record holds that does not time the run: compared bit for bit.
+EXACT = (
+    "label",
+    "prompt",
+    "seed",
+    "nfe",
+    "acceptance_rate",
+    "accepted_per_tested",
+    "distortion",
+    "w1",
+    "w1_sem",
+    "substitution",
+    "substitution_sem",
+)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_random_model()
+
+
+def _records(model, workers_count: int, seeds=(0,)) -> dict[str, list]:
+    cache = RunCache(
+        model, PROMPTS, list(seeds), batch_size=2, record_top1=True, workers=workers_count
+    )
+    cache.prefetch(SPECS)
+    return {spec.label: cache.records(spec) for spec in SPECS}
+
+
+def _assert_same(records, reference) -> None:
+    assert list(records) == list(reference)
+    for label in reference:
+        assert len(records[label]) == len(reference[label])
+        for a, b in zip(records[label], reference[label]):
+            for field in EXACT:
+                assert getattr(a, field) == getattr(b, field), (label, field)
+            assert torch.equal(a.tokens, b.tokens)
+            assert torch.equal(a.top1, b.top1)
+            assert (a.image == b.image).all()
+
+
+def test_plan_units_depends_on_the_jobs_and_the_batch_only():
+    size = workers.UNIT_BATCHES * 2
+    units = workers.plan_units([10, 3, 0], 2)
+    assert units == [
+        workers.Unit(0, 0, size),
+        workers.Unit(0, size, 10),
+        workers.Unit(1, 0, 3),
+    ]
+
+
+def test_one_two_and_three_workers_give_the_same_records(model, one_thread, monkeypatch):
+    # Units of one batch: 4 images per configuration at batch 2 are two units each, eight in
+    # all, handed to the workers in an order that depends on how fast each finishes.
+    monkeypatch.setattr(workers, "UNIT_BATCHES", 1)
+    one = _records(model, 1)
+    assert len(workers.plan_units([len(PROMPTS)] * len(SPECS), 2)) == 8
+    assert any(r.distortion for r in one["GSD"]) and any(r.w1 for r in one["GSD"])
+    _assert_same(_records(model, 2), one)
+    _assert_same(_records(model, 3), one)
+
+
+def test_a_configuration_in_one_unit_is_the_stream_run_batched_decodes(model, one_thread):
+    # 4 images per configuration (one unit each): the stream of the one-process path before
+    # the workers, so a run within one unit per configuration records what it recorded.
+    split = _records(model, 2)
+    for spec in SPECS:
+        stream = run_batched(
+            model,
+            [(spec, resolve_for(model, spec.method))],
+            PROMPTS,
+            [0],
+            2,
+            record_top1=True,
+            record_distortion=True,
+            record_w1=True,
+        )[0]
+        _assert_same({spec.label: split[spec.label]}, {spec.label: stream})
+
+
+def test_workers_argument_is_checked_and_defaults_per_device(model):
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="workers"):
+            RunCache(model, PROMPTS, [0], workers=bad)
+    assert workers.default_workers("cpu") == workers.usable_cores() >= 1
+    assert workers.default_workers("cuda") == 1
+    assert RunCache(model, PROMPTS, [0], workers=None).workers == workers.usable_cores()
+
+
+def _shard_rows(out, workers_count: int) -> tuple[dict[int, dict], set[int]]:
+    """run_shard over 7 prompts in chunks of 2 on ``workers_count`` processes: the rows written
+    (without the writer's pid) and the pids that wrote them."""
+    import json
+    import os
+
+    from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard, start_run
+
+    run = Run({"model": "test"}, [f"p{i}" for i in range(7)])
+    context = DistributedContext(0, 1, 0, "cpu")
+    start_run(out, run, context)
+
+    def decode(items, write):
+        for index, prompt in items:
+            write(index, {"nfe": index, "chunk": [i for i, _ in items], "pid": os.getpid()})
+
+    done = run_shard(
+        run, out, BatchedWork(decode, chunk=2), context, progress=False, workers=workers_count
+    )
+    assert sorted(done) == list(range(7))
+    rows = {i: json.loads((out / "results" / f"{i:06d}.json").read_text()) for i in range(7)}
+    pids = {row.pop("pid") for row in rows.values()}
+    return rows, pids
+
+
+def test_evaluate_shard_on_workers_writes_the_rows_of_one_process(tmp_path):
+    one, one_pids = _shard_rows(tmp_path / "one", 1)
+    two, two_pids = _shard_rows(tmp_path / "two", 2)
+    assert one == two and one[6]["chunk"] == [6] and one[3]["chunk"] == [2, 3]
+    import os
+
+    assert one_pids == {os.getpid()} and os.getpid() not in two_pids
+    with pytest.raises(ValueError, match="workers"):
+        _shard_rows(tmp_path / "bad", 0)

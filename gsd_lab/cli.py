@@ -144,6 +144,14 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             flag.name, type=flag.type, default=flag.default, choices=flag.choices, help=flag.help
         )
+    group.add_argument(
+        "--candidates",
+        type=int,
+        default=1,
+        help="k candidates for the first undecided position, verified by recursive rejection "
+        "sampling in one tree forward (--method sjd, eager runner, batch size 1; lossless, "
+        "proofs/15)",
+    )
 
 
 def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
@@ -749,6 +757,7 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         residual=args.residual,
         preset=args.preset,
         acceptance=args.acceptance,
+        candidates=args.candidates,
     ).for_model(args.model)
 
 
@@ -857,6 +866,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         report["acceptance"] = method.acceptance.to_dict()
     if method.relaxation_delta:
         report["relaxation_delta"] = method.relaxation_delta
+    if method.candidates > 1:
+        report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
     if method.transport_eps is not None:
         report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
     if method.budget is not None:

@@ -136,6 +136,11 @@ def generate_batch(
                 f"requests[{i}]: verifier {method.method.verifier!r} is decoded one image at a "
                 "time (gsd_lab.decode.loop.generate); generate_batch verifies token by token only"
             )
+        if method.method.candidates > 1:
+            raise ValueError(
+                f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
+                "runs in generate (eager) only; the batched runners have no tree forward"
+            )
         resolved.append(method)
     generators = [id(r.generator) for r in requests if r.generator is not None]
     if len(set(generators)) < len(generators):

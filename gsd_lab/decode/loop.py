@@ -67,6 +67,13 @@ import torch
 from torch import Tensor
 
 from gsd_core.block_verification import verify_block
+from gsd_core.multidraft import (
+    draw_without_replacement,
+    one_hot,
+    recursive_rejection,
+    without_replacement_rows,
+)
+from gsd_core.rules import SD
 
 from ..accounting.distortion import DistortionLog, rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
@@ -74,6 +81,7 @@ from ..engine import draw, uses_support, verify
 from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
+from ..models.tree import check_tree_adapter, forward_tree, keep_branch
 from .coupling import DraftChain
 from .methods import DecodingMethod, ResolvedMethod
 from .presets import preset
@@ -98,7 +106,10 @@ class DecodeResult:
     mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
     ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
     measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``),
-    the sum of the emitted tokens' certified charges (at most the budget).
+    the sum of the emitted tokens' certified charges (at most the budget). tokens_processed:
+    with candidates > 1, the input tokens of each forward pass (a tree forward reads 1 + k L, the
+    first the prompt instead of 1); None otherwise (there it is drafted + 1, the first forward
+    drafted + the prompt).
     """
 
     tokens: Tensor
@@ -116,6 +127,7 @@ class DecodeResult:
     draft: str = "independent"
     w1: W1Estimate | None = None
     budget_spent: float | None = None
+    tokens_processed: list[int] | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -305,6 +317,11 @@ class DecodeLoop:
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
+        # Multiple drafts (``DecodingMethod.candidates``, ``tree_step``): how many of the window's
+        # leading drafts were drawn from a model row (the rest are fresh, one-hot q).
+        self.candidates = method.candidates
+        self.row_drafts = 0
+        self.processed: list[int] = []
 
     def window_size(self) -> int:
         """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
@@ -322,6 +339,7 @@ class DecodeLoop:
         """Keep the first L drafts; draw fresh ones (one-hot q) for the positions still empty."""
         self.drafts, self.q = self.drafts[:L], self.q[:L]
         self.chain.truncate(L)
+        self.row_drafts = min(self.row_drafts, L)
         missing = L - self.drafts.numel()
         if missing <= 0:
             return
@@ -484,6 +502,7 @@ class DecodeLoop:
             draft=self.method.draft,
             w1=w1,
             budget_spent=self.windows.spent if self.windows is not None else None,
+            tokens_processed=self.processed if self.candidates > 1 else None,
         )
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
@@ -494,9 +513,66 @@ class DecodeLoop:
             self.drafts, self.q = self.chain.redraft(
                 self.drafts, self.q, p[accepted + 1 :], accepted
             )
+            self.row_drafts = L - accepted
         else:
             self.drafts, self.q = self.drafts[:0], self.q[:0]
             self.chain.clear()
+            self.row_drafts = 0
+
+    def tree_step(self, L: int) -> tuple[Tensor, int]:
+        """One forward with k = ``candidates`` candidates for the first undecided position n
+        (L >= 1), proofs/15. Candidate x_1 is the window's draft d_0; x_2 .. x_k are drawn
+        without replacement from the row d_0 was drawn from (q_j = that row with x_1 .. x_{j-1}
+        removed, renormalised), or, for a fresh d_0 (one-hot q), uniformly without replacement
+        from the allowed tokens and declared one-hot (given candidates). Branch j is
+        [x_j, d_1, .., d_{L-1}]; all k branches run in one tree forward
+        (``gsd_lab.models.tree``). Position n: recursive rejection sampling of the candidates
+        against p_0 (``gsd_core.multidraft``); if x_j is accepted, d_1 .. d_{L-1} are verified
+        along branch j's rows (SD, the bonus row last); else the token drawn from the last
+        residual stops the step (branch 0's rows re-draft the positions after it). The cache
+        keeps the chosen branch. Writes the emitted tokens; returns (p [L + 1, V]: p_0 and the
+        chosen branch's rows, for ``commit`` and ``redraft``; the accepted count, candidate
+        included). Two host reads: the candidate's verdict, then the branch's count."""
+        k, done, gen = self.candidates, self.done, self.generator
+        first = self.drafts[0]
+        extra = torch.rand(k - 1, generator=gen, dtype=torch.float64, device=self.device)
+        if self.row_drafts > 0:
+            source = self.q[0]
+            candidates = draw_without_replacement(source, first, k, extra)
+            declared = without_replacement_rows(source, candidates)
+        else:
+            source = torch.zeros(self.vocab, dtype=torch.float64, device=self.device)
+            source[self.adapter.allowed_tokens] = 1.0
+            candidates = draw_without_replacement(source, first, k, extra)
+            # Given candidates: one-hot q_j; an absent one (allowed tokens exhausted) q_j = 0.
+            present = without_replacement_rows(source, candidates).sum(-1, keepdim=True) > 0
+            declared = one_hot(candidates, self.vocab) * present
+        branches = torch.cat([candidates.unsqueeze(-1), self.drafts[1:].expand(k, -1)], -1)
+        head = self.adapter.prompt if done == 0 else self.out[done - 1 : done]
+        p0, rows = forward_tree(self.adapter, head, branches)
+        self.processed.append(head.numel() + k * L)
+        uniforms = torch.rand(k + 1, generator=gen, dtype=torch.float64, device=self.device)
+        verdict = recursive_rejection(p0, declared, candidates, uniforms)
+        status = torch.stack([p0.sum() + rows.sum(), verdict.accepted.to(torch.float64)])
+        total, index = status.tolist()
+        if not math.isfinite(total):
+            raise FloatingPointError(
+                "the model's next-token distributions are not finite (NaN or inf) at forward pass "
+                f"{len(self.accepted) + 1} of this call, generated positions {done}..{done + L}"
+            )
+        index = int(index)
+        branch = index if index < k else 0
+        keep_branch(self.adapter, branch)
+        p = torch.cat([p0.unsqueeze(0), rows[branch]])
+        self.out[done : done + 1] = verdict.token
+        if index == k:
+            return p, 0
+        result = verify(
+            rows[branch], self.q[1:], self.drafts[1:], SD(), generator=gen, validate=False
+        )
+        accepted = int(result.num_accepted)
+        self.out[done + 1 : done + accepted + 2] = result.tokens[: accepted + 1]
+        return p, accepted + 1
 
 
 def generate(
@@ -552,6 +628,13 @@ def generate(
         w1_log = w1_log_for(
             content, adapter, num_tokens, resolved, record_distortion, w1_draws, generator
         )
+    if resolved.method.candidates > 1:
+        if runner != "eager":
+            raise ValueError(
+                "candidates > 1 (a token tree per forward) runs on the eager runner only; the "
+                f"static runner has fixed window shapes (got runner={runner!r})"
+            )
+        check_tree_adapter(adapter)
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
     adapter = runner_for(adapter, runner, new_tokens=num_tokens + window + 1, window=window)
 
@@ -566,8 +649,13 @@ def generate(
     while loop.done < num_tokens:
         L = loop.window_size()
         loop.refill(L)
-        p, support = loop.forward(L)
-        accepted, forced = loop.emit(p, support, L)
+        if loop.candidates > 1 and L > 0:
+            (p, accepted), forced = loop.tree_step(L), None
+        else:
+            p, support = loop.forward(L)
+            accepted, forced = loop.emit(p, support, L)
+            if loop.candidates > 1:  # an AR step (L = 0): the head alone
+                loop.processed.append(adapter.prompt.numel() if loop.done == 0 else 1)
         loop.commit(p, accepted, L, forced)
         loop.redraft(p, accepted, L)
         if bar is not None:

@@ -24,6 +24,10 @@ identity of ``evaluate`` share. Its fields:
   (``gsd_core.verify_block``, Sun et al.'s block verification; kind "sjd" with independent
   drafts and no relaxation only: with coupled drafts it is not lossless, proofs/14);
 - window: drafts L per forward (ignored by AR);
+- ``candidates`` k (1: one draft per position): k candidates for the first undecided position,
+  each followed by the window's other drafts, verified in one tree forward by recursive rejection
+  sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); kind "sjd"
+  with the SD rule (any ``draft``), the eager runner only; stored by ``to_dict`` only when > 1;
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
   ``gsd_lab.decode.presets``).
@@ -204,6 +208,7 @@ class DecodingMethod:
     preset: str
     acceptance: AcceptanceSpec
     verifier: str
+    candidates: int
 
     def __init__(
         self,
@@ -229,6 +234,7 @@ class DecodingMethod:
         *,
         acceptance: AcceptanceSpec | None = None,
         verifier: str = "token",
+        candidates: int = 1,
     ) -> None:
         flat = dict(
             acceptance_scale=acceptance_scale,
@@ -251,8 +257,10 @@ class DecodingMethod:
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "acceptance", self._acceptance(acceptance, flat))
         object.__setattr__(self, "verifier", verifier)
+        object.__setattr__(self, "candidates", candidates)
         self._check()
         self._check_verifier()
+        self._check_candidates()
 
     def _check_verifier(self) -> None:
         """Block verification (``gsd_core.verify_block``) is SJD's exact rule only, with
@@ -268,6 +276,27 @@ class DecodingMethod:
                 "verifier 'block' is lossless SJD only: method 'sjd' with draft 'independent' "
                 "and no relaxation, budget, LANTERN or acceptance scale; with coupled drafts "
                 "it is not lossless (proofs/14_block_verification.md)"
+            )
+
+    def _check_candidates(self) -> None:
+        """k candidates at the first undecided position, verified by recursive rejection
+        sampling in one tree forward (``gsd_lab.decode.loop``, proofs/15): plain SJD only."""
+        if not (_is_int(self.candidates) and self.candidates >= 1):
+            raise ValueError(f"candidates must be an int >= 1, got {self.candidates!r}")
+        plain = (
+            self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
+        )
+        if self.candidates > 1 and self.verifier != "token":
+            raise ValueError(
+                "candidates > 1 verifies the chosen branch token by token; verifier "
+                f"{self.verifier!r} with multiple candidates is not built (nor proved)"
+            )
+        if self.candidates > 1 and not plain:
+            raise ValueError(
+                "candidates > 1 (multiple drafts, recursive rejection sampling) is exact for "
+                "plain SJD only: kind 'sjd' with the SD acceptance rule (no Amplify, LANTERN, "
+                f"relaxation, budget or transport), preset 'default'; got kind {self.kind!r}, "
+                f"acceptance {self.acceptance.name!r}, preset {self.preset!r}"
             )
 
     def _acceptance(
@@ -377,6 +406,8 @@ class DecodingMethod:
         }
         if self.verifier != "token":  # only when set: the keys of earlier methods stay
             data["verifier"] = self.verifier
+        if self.candidates != 1:  # stored only when set: the keys of earlier methods stay
+            data["candidates"] = self.candidates
         flat = self.acceptance.legacy_fields()
         if flat is None:
             return {**data, "acceptance": self.acceptance.to_dict()}
@@ -442,8 +473,10 @@ class DecodingMethod:
         return ResolvedMethod(method, rule=rule, neighbours=neighbours)
 
 
-_METHOD_FIELDS = {"kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance",
-                  "verifier"}
+_METHOD_FIELDS = {
+    "kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance", "verifier",
+    "candidates",
+}
 
 
 @dataclass(frozen=True, init=False)

@@ -471,6 +471,21 @@ class CausalLMAdapter:
             raise ValueError("call start(prompt_ids) before forward()")
         input_ids, num_rows = self._checked_input(input_ids, num_rows)
         T = input_ids.numel()
+        batch_ids, mask, positions = self._layout(input_ids)
+        logits = self._timed_logits(batch_ids, mask, positions, num_rows)
+        if self._padded:
+            self._mask = mask
+        first_row = self._seq_len + T - num_rows
+        self._seq_len += T
+        # Row j predicts logical position first_row + j + 1 = generated position (that - P).
+        offset = first_row + 1 - self.prompt_len
+        generated = torch.arange(offset, offset + num_rows, device=self.device)
+        return self._process(logits, generated, with_support=with_support)
+
+    def _layout(self, input_ids: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
+        """What a forward appending ``input_ids`` [T] feeds the model: batch ids [B, W] (the
+        padded prompts first at the prefill), the 2-D attention mask [B, cache + W] (padded CFG
+        prompts only, else None) and position ids [B, W] (counting each row's real tokens)."""
         batch_size = self._batch_prompt.shape[0]
         if self._seq_len == 0:
             batch_ids = self._prefill_batch(input_ids)
@@ -497,6 +512,15 @@ class CausalLMAdapter:
             mask = None
             positions = torch.arange(cache_before, cache_before + width, device=self.device)
             positions = positions.unsqueeze(0).expand(batch_size, -1)
+        return batch_ids, mask, positions
+
+    def _timed_logits(
+        self, batch_ids: Tensor, mask: Tensor | None, positions: Tensor, num_rows: int
+    ) -> Tensor:
+        """``compute_logits`` as one forward pass: timed into ``model_seconds``
+        (CUDA-synchronised), counted in ``num_forwards``; ValueError unless the cache grew by
+        the batch's width W (batch_ids [B, W])."""
+        cache_before, width = self._cache_length(), batch_ids.shape[1]
         sync = self.device.type == "cuda"
         if sync:
             torch.cuda.synchronize(self.device)
@@ -513,14 +537,7 @@ class CausalLMAdapter:
                 f"{cache_before + width} positions, found {self._cache_length()}); "
                 "decoding needs a model that uses the cache it is given"
             )
-        if self._padded:
-            self._mask = mask
-        first_row = self._seq_len + T - num_rows
-        self._seq_len += T
-        # Row j predicts logical position first_row + j + 1 = generated position (that - P).
-        offset = first_row + 1 - self.prompt_len
-        generated = torch.arange(offset, offset + num_rows, device=self.device)
-        return self._process(logits, generated, with_support=with_support)
+        return logits
 
     def _checked_input(self, input_ids: Any, num_rows: int | None) -> tuple[Tensor, int]:
         """``forward``'s arguments checked: (input_ids [T] on the device, num_rows in [1, T])."""

@@ -271,8 +271,17 @@ def attention_mask_4d(
     attention_mask: Tensor | None, batch: int, width: int, past: int
 ) -> Tensor | None:
     """transformers' sdpa mask for a dynamic cache (module docstring): None, or bool
-    [B, 1, W, past + W] (key j visible to query i iff j <= past + i and attention_mask[b, j])."""
+    [B, 1, W, past + W] (key j visible to query i iff j <= past + i and attention_mask[b, j]).
+    A 4-D ``attention_mask`` (bool [B, 1, W, past + W], e.g. a token tree's,
+    ``gsd_lab.models.adapter.tree_mask``) is used as given, as transformers does."""
     length = past + width
+    if attention_mask is not None and attention_mask.ndim == 4:
+        if tuple(attention_mask.shape) != (batch, 1, width, length):
+            raise ValueError(
+                f"a 4-D attention_mask must be [{batch}, 1, {width}, {length}], got "
+                f"{list(attention_mask.shape)}"
+            )
+        return attention_mask.to(torch.bool)
     padding = None if attention_mask is None else attention_mask.to(torch.bool)
     if padding is not None and padding.shape[-1] != length:
         raise ValueError(

@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["gsd_core.block_verification", "gsd_core.checks", "gsd_core.exact", "gsd_core.lantern",
+           "gsd_core.multidraft",
            "gsd_core.rules", "gsd_core.verification"]
 
 

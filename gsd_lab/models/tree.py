@@ -1,0 +1,141 @@
+"""One forward pass over a token tree, and the KV-cache rollback to one of its branches.
+
+The multi-draft decoder (``gsd_lab.decode.loop``, ``DecodingMethod(candidates=k)``) verifies k
+candidates for the first undecided position n, each followed by the window's drafts for
+n+1 .. n+L-1, in ONE forward of a ``CausalLMAdapter``. The input is
+
+    [head (T0 tokens: the last committed token, or the prompt at the first forward),
+     branch 0 (L tokens), branch 1 (L tokens), ..., branch k-1 (L tokens)]      W = T0 + k L
+
+Branch j's token t sits at logical position (head's last) + 1 + t in every branch (its RoPE
+position; all branches share positions) and attends to the cache, the head and branch j's
+tokens 0..t only: the 4-D boolean mask ``tree_mask`` [B, 1, W, S], S = cache + W (key s visible
+to query i; AND the CFG padding of the cached prompt). Every row is then exactly the row a plain
+forward of that branch's own prefix computes (the same keys, values and positions; tested to
+float64 rounding in ``tests/lab/test_multidraft_decoding.py``).
+
+Rows returned: p_0 [V], the head's last row (the law of position n, shared by all branches),
+and rows [k, L, V], row (j, t) the law of position n + 1 + t after branch j's tokens 0..t (row
+(j, L-1) is branch j's bonus row). ``keep_branch(adapter, j)`` then rolls the cache back to
+[cache, head, branch j]: branch j's L entries are copied onto branch 0's slots in every layer (in
+place, non-overlapping for j > 0) and the other (k - 1) L entries are cropped, so the cache holds
+exactly what a plain forward over [head, branch j] leaves; the decoder's usual ``crop`` then keeps
+the accepted part. Cost: one forward over T0 + k L tokens (``tokens processed``) and a copy of L
+entries per layer.
+
+Models: any whose forward takes a 4-D boolean ``attention_mask`` as given (transformers' Llama
+family does: ``masking_utils`` returns a 4-D mask as is; the stand-in's
+``gsd_lab.standin.llama_forward`` does) and whose cache is ``transformers.DynamicCache`` (layers
+with ``keys`` / ``values``) or the stand-in's ``KVCache``. Subclasses that override
+``compute_logits`` (Lumina-mGPT) are not covered: ``forward_tree`` refuses them. The batched and
+static runners have fixed-shape caches and no tree forward (``generate`` refuses the option).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .adapter import CausalLMAdapter
+
+
+def tree_mask(past: int, head: int, branches: int, depth: int, device: torch.device) -> Tensor:
+    """Visibility [W, past + W] bool, W = head + branches * depth: the cached keys and the head's
+    earlier tokens (causal) for the head; for token t of branch j, the cache, the whole head and
+    branch j's tokens 0..t (module docstring)."""
+    width = head + branches * depth
+    new = torch.zeros(width, width, dtype=torch.bool, device=device)
+    new[:head, :head] = torch.ones(head, head, dtype=torch.bool, device=device).tril()
+    new[head:, :head] = True
+    chain = torch.ones(depth, depth, dtype=torch.bool, device=device).tril()
+    new[head:, head:] = torch.block_diag(*([chain] * branches))
+    cached = torch.ones(width, past, dtype=torch.bool, device=device)
+    return torch.cat([cached, new], 1)
+
+
+def _kv_tensors(cache: object) -> list[Tensor]:
+    """The key and value tensors [B, H, S, d] of every layer of a ``DynamicCache`` or the
+    stand-in's ``KVCache``; ValueError for any other cache."""
+    if isinstance(getattr(cache, "keys", None), list):  # gsd_lab.standin.llama_forward.KVCache
+        return [t for t in cache.keys + cache.values if t is not None]
+    layers = getattr(cache, "layers", None)
+    if layers is None or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        raise ValueError(
+            f"a token tree's rollback needs a DynamicCache or the stand-in's KVCache, got "
+            f"{type(cache).__name__}"
+        )
+    return [t for layer in layers if layer.is_initialized for t in (layer.keys, layer.values)]
+
+
+def check_tree_adapter(adapter: CausalLMAdapter) -> None:
+    """ValueError unless ``forward_tree`` can run on ``adapter`` (module docstring)."""
+    if type(adapter).compute_logits is not CausalLMAdapter.compute_logits:
+        raise ValueError(
+            f"candidates > 1 needs a tree forward; {type(adapter).__name__} computes its logits "
+            "its own way (compute_logits) and has none"
+        )
+
+
+def forward_tree(
+    adapter: CausalLMAdapter, head_ids: Tensor, branches: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One forward pass over ``head_ids`` [T0] and ``branches`` [k, L] (module docstring):
+    returns (p_0 [V], rows [k, L, V]), float64, processed as ``CausalLMAdapter.forward``'s rows
+    are. Counted as one forward (``num_forwards``, ``model_seconds``). The cache then holds the
+    tree: call ``keep_branch`` before anything else touches the adapter."""
+    check_tree_adapter(adapter)
+    if adapter._prompt is None:
+        raise ValueError("call start(prompt_ids) before forward_tree()")
+    if getattr(adapter, "_tree", None) is not None:
+        raise ValueError("keep_branch() must follow forward_tree() before the next forward")
+    k, depth = branches.shape
+    head_ids = torch.as_tensor(head_ids, device=adapter.device)
+    head_batch, head_mask, head_positions = adapter._layout(head_ids)
+    batch_size, head = head_batch.shape
+    flat = branches.reshape(1, -1).expand(batch_size, -1)
+    batch_ids = torch.cat([head_batch, flat], 1)  # [B, W]
+    cache_before = adapter._cache_length()
+    width = batch_ids.shape[1]
+    # The padding of the cached prompt (CFG), then real tokens: [B, S], or None.
+    padding = None if head_mask is None else torch.cat([head_mask, torch.ones_like(flat)], 1)
+    offsets = torch.arange(1, depth + 1, device=adapter.device).repeat(k)  # [k L]
+    positions = torch.cat([head_positions, head_positions[:, -1:] + offsets], 1)  # [B, W]
+    visible = tree_mask(cache_before, head, k, depth, adapter.device)  # [W, S]
+    mask = visible.expand(batch_size, 1, width, cache_before + width)
+    if padding is not None:
+        mask = mask & padding.to(torch.bool)[:, None, None, :]
+    logits = adapter._timed_logits(batch_ids, mask, positions, 1 + k * depth)
+    # Row 0 predicts generated position g0 (the first undecided one); row (j, t) g0 + 1 + t.
+    g0 = adapter._seq_len + head_ids.numel() - adapter.prompt_len
+    generated = torch.cat([torch.tensor([g0]), g0 + 1 + torch.arange(depth).repeat(k)])
+    probs = adapter._process(logits, generated.to(adapter.device))
+    adapter._tree = (cache_before, head, head_ids.numel(), k, depth, padding)
+    return probs[0], probs[1:].view(k, depth, -1)
+
+
+def keep_branch(adapter: CausalLMAdapter, branch: int) -> None:
+    """Roll the cache back from the tree of the last ``forward_tree`` to [cache, head, branch]
+    (module docstring); the adapter's logical sequence is then the head and that branch."""
+    state = getattr(adapter, "_tree", None)
+    if state is None:
+        raise ValueError("keep_branch() needs a forward_tree() before it")
+    cache_before, head, head_tokens, k, depth = state[:5]
+    if not 0 <= branch < k:
+        raise ValueError(f"branch must be in [0, {k}), got {branch!r}")
+    if adapter._cache_length() != cache_before + head + k * depth:
+        adapter._tree = None
+        raise ValueError("the cache changed since forward_tree() (start() or a forward ran)")
+    start = cache_before + head
+    if branch > 0:
+        source = slice(start + branch * depth, start + (branch + 1) * depth)
+        with torch.inference_mode():
+            for tensor in _kv_tensors(adapter.cache):
+                tensor[..., start : start + depth, :] = tensor[..., source, :]
+    removed = (k - 1) * depth
+    if removed:
+        adapter.cache.crop(-removed)
+    padding = state[5]
+    if adapter._padded:
+        adapter._mask = padding[:, : start + depth]
+    adapter._seq_len += head_tokens + depth
+    adapter._tree = None

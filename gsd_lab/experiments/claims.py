@@ -19,12 +19,19 @@ Kinds of evidence and their rule:
   ``verdicts.combined``;
 - "share": a run property inside the paper's range; "exact": proved in Fractions;
 - "none": not run here, with the reason.
+
+The lossless decoders beyond MC-SJD (block verification, multiple drafts; issue 39) were measured
+by their own benchmarks, not by the figures run: their claims read the committed benchmark files
+(``committed``, under ``BENCHMARK_RESULTS``; "not run" when a file is absent) and are judged by
+the same ``verdicts.verdict``, whatever ``tables`` holds.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from . import paper_values
@@ -40,6 +47,7 @@ from .verdicts import (
     minimum_detectable,
     paired_difference,
     paired_ratio,
+    paired_values,
     ratio_verdict,
     verdict,
     word,
@@ -369,6 +377,77 @@ def _fewer_than_optimal(name: str) -> Callable[[Run], Evidence]:
     return judge
 
 
+# ---- claims read from committed benchmark files (issue 39) --------------------------------------
+
+BENCHMARK_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+BLOCK_FILE = "lossless_beyond_standin.json"  # benchmarks/lossless_beyond.py
+BLOCK_LABEL = "SJD + block verification"
+MULTIDRAFT_FILES = {  # candidates k -> the file of benchmarks/multidraft.py that measured it
+    2: "multidraft_standin.json",
+    4: "multidraft_standin.json",
+    8: "multidraft_standin_k8.json",
+}
+MULTIDRAFT_AGAINST = {  # claim slug -> (the file's paired difference, the row it is against)
+    "mc_sjd": ("difference_to_mc_sjd", MC_MAXIMAL),
+    "mc_gsd": ("moonshot", MC_GSD50),
+}
+
+
+def committed(name: str) -> dict[str, Any] | None:
+    """The committed benchmark file ``BENCHMARK_RESULTS / name`` as a dict; None when absent."""
+    path = BENCHMARK_RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _where(name: str) -> str:
+    return f"benchmarks/results/{name}"
+
+
+def _from_file(
+    diff: PairedDifference, compared: str, name: str, processed: float
+) -> Evidence:
+    """A paired NFE difference read from a benchmark file, judged for "fewer forwards" (-1); the
+    note names the tokens processed per forward and the file."""
+    outcome = verdict(diff.difference, diff.se, -1)
+    note = f"{processed:.1f} tokens processed per forward ({_where(name)})"
+    return Evidence(outcome, "difference", compared, diff.difference, diff.se, diff.n, note=note)
+
+
+def _block_fewer_nfe_than_mc_sjd(_: Run) -> Evidence:
+    """Block verification (independent drafts) minus MC-SJD (maximal), NFE, image by image: the
+    file's block decodes against the stored MC-SJD records it was paired with."""
+    data = committed(BLOCK_FILE)
+    if data is None:
+        return replace(NOT_RUN, note=f"{_where(BLOCK_FILE)} absent (benchmarks/lossless_beyond.py)")
+    block = data["per_image"]["block"]
+    diff = paired_values([r["nfe"] for r in block], data["per_image"]["stored_nfe"][MC_MAXIMAL])
+    processed = data["summary"][BLOCK_LABEL]["processed_per_forward"]
+    return _from_file(diff, f"{BLOCK_LABEL} - {MC_MAXIMAL}, NFE", BLOCK_FILE, processed)
+
+
+def _multidraft_fewer_nfe(k: int, against: str) -> Callable[[Run], Evidence]:
+    """k candidates per position (maximal drafts) minus MC-SJD or MC-GSD, NFE: the paired
+    difference and SE the benchmark file stores for the row (n: the row's images)."""
+    key, other = MULTIDRAFT_AGAINST[against]
+    name = MULTIDRAFT_FILES[k]
+
+    def judge(_: Run) -> Evidence:
+        data = committed(name)
+        row = ((data or {}).get("rows") or {}).get(f"MC-SJD, {k} candidates")
+        if row is None:
+            return replace(NOT_RUN, note=f"{_where(name)} absent or without k = {k} "
+                           "(benchmarks/multidraft.py)")
+        found = row[key]
+        if found.get("scale", 1.0) != 1.0 or not other.startswith(found.get("against", other)):
+            raise ValueError(f"{_where(name)}: {key} is not a plain difference to {other}")
+        diff = PairedDifference(found["difference"], found["se"], int(row.get("images",
+                                                                              data["images"])))
+        compared = f"{MC_MAXIMAL}, {k} candidates - {other}, NFE"
+        return _from_file(diff, compared, name, row["tokens_processed_per_forward"])
+
+    return judge
+
+
 def _not_run(why: str) -> Callable[[Run], Evidence]:
     return lambda run: replace(NOT_RUN, note=why)
 
@@ -578,6 +657,27 @@ CLAIMS: tuple[Claim, ...] = (
             run.row(MC_GSD50), run.row(MC_MAXIMAL), "nfe", -1, f"{MC_GSD50} - {MC_MAXIMAL}, NFE"
         ),
         {"not run": "rows not in this run's Table 1"},
+    ),
+    Claim(
+        "block_verification_fewer_nfe_than_mc_sjd",
+        f"(not in the papers) {BLOCK_LABEL} (independent drafts, lossless) needs fewer forwards "
+        f"than {MC_MAXIMAL}",
+        "-",
+        f"{_where(BLOCK_FILE)}; proofs/14_block_verification.md",
+        _block_fewer_nfe_than_mc_sjd,
+    ),
+    *(
+        Claim(
+            f"multidraft_k{k}_fewer_nfe_than_{against}",
+            f"(not in the papers) {MC_MAXIMAL} with {k} candidates per position (lossless) needs "
+            f"fewer forwards than {'' if against == 'mc_sjd' else 'lossy '}"
+            f"{MULTIDRAFT_AGAINST[against][1]}",
+            "-",
+            f"{_where(MULTIDRAFT_FILES[k])}; proofs/15_multiple_drafts.md",
+            _multidraft_fewer_nfe(k, against),
+        )
+        for against in MULTIDRAFT_AGAINST
+        for k in MULTIDRAFT_FILES
     ),
     *(
         Claim(

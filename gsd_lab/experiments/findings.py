@@ -112,6 +112,31 @@ QUESTIONS = (  # (claim id, the README's question, what "yes" means there, what 
 )
 
 
+BEYOND = "Does a lossless decoder beyond MC-SJD need fewer forwards?"
+
+
+def beyond_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
+    """Issue 39's rows, read from the committed benchmark files (``claims.committed``): block
+    verification (independent drafts) against MC-SJD, then k candidates per position (maximal
+    drafts) against MC-SJD and against MC-GSD; each answer ends with its tokens processed per
+    forward and the file (the evidence's note)."""
+    asked = [("block_verification_fewer_nfe_than_mc_sjd", "block verification vs MC-SJD",
+              "block verification needs fewer", "MC-SJD needs fewer")]
+    for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
+        short = other.split(" ")[0] + ("" if other == claims.MC_MAXIMAL else ", lossy")
+        asked += [
+            (f"multidraft_k{k}_fewer_nfe_than_{against}", f"k = {k} drafts vs {short}",
+             f"k = {k} needs fewer", f"{other.split(' ')[0]} needs fewer")
+            for k in claims.MULTIDRAFT_FILES
+        ]
+    out = []
+    for cid, what, yes, no in asked:
+        evidence = found[cid]
+        tail = f"; {evidence.note}" if evidence.note else ""
+        out.append(line(f"{BEYOND} ({what})", answer(evidence, yes, no) + tail, evidence))
+    return out
+
+
 def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
     """The findings table's rows, each a claim of ``claims`` by id (numbers from ``results``)."""
     found = claims.of_results(results)
@@ -144,6 +169,7 @@ def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
             line(question, answer(found[cid], yes, no) + tails.get(cid, ""), found[cid])
             for cid, question, yes, no in QUESTIONS
         ),
+        *beyond_lines(found),
         *frontier_lines(found),
     ]
     top1 = found["top1_share_below_5pct"]

@@ -4,11 +4,13 @@ number can drift), and the rendering reads the results rather than a template.""
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 
 import pytest
 
 from gsd_lab.cli import main
-from gsd_lab.experiments import findings, ledger, paper
+from gsd_lab.experiments import claims, findings, ledger, paper
 from gsd_lab.experiments.verdicts import NOISE_Z, WORDS, minimum_detectable, paired_difference
 
 RESULTS = ledger.load_results()
@@ -130,7 +132,8 @@ def test_ledger_has_every_claim_headline_first_with_known_verdicts():
             assert "detectable at 80% power" in r["here"]
 
 
-def test_ledger_without_a_run_is_not_run_except_the_exact_counterexample():
+def test_ledger_without_a_run_is_not_run_except_the_exact_counterexample(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)  # no committed benchmark files
     rows = ledger.ledger({"tables": {}})
     assert {r["verdict"] for r in rows if r["id"] != "theorem1_dynamic_clusters"} == {"not run"}
 
@@ -166,3 +169,87 @@ def test_results_md_claims_section_is_inserted_once_then_replaced():
     assert first.count(f"## {ledger.SECTION}") == 1
     with pytest.raises(ValueError, match="Run"):
         ledger.with_claims_section("# no sections\n", RESULTS)
+
+
+BEYOND_IDS = (
+    "block_verification_fewer_nfe_than_mc_sjd",
+    *(f"multidraft_k{k}_fewer_nfe_than_{a}" for a in claims.MULTIDRAFT_AGAINST
+      for k in claims.MULTIDRAFT_FILES),
+)
+
+
+def _beyond(results=RESULTS):
+    return [r for r in findings.findings_rows(results) if r["question"].startswith(findings.BEYOND)]
+
+
+def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypatch):
+    """Issue 39's rows read benchmarks/results/ (not results.json): block verification against
+    MC-SJD paired image by image from lossless_beyond_standin.json, k candidates against MC-SJD
+    and MC-GSD from the multidraft files' paired differences; each names its file and its tokens
+    processed per forward, and a changed copy of a file changes its row."""
+    rows = _beyond()
+    assert [r["question"].split("? (")[1] for r in rows] == [
+        "block verification vs MC-SJD)", "k = 2 drafts vs MC-SJD)", "k = 4 drafts vs MC-SJD)",
+        "k = 8 drafts vs MC-SJD)", "k = 2 drafts vs MC-GSD, lossy)",
+        "k = 4 drafts vs MC-GSD, lossy)", "k = 8 drafts vs MC-GSD, lossy)",
+    ]
+    block = json.loads((claims.BENCHMARK_RESULTS / claims.BLOCK_FILE).read_text())
+    mine = {"nfe": [r["nfe"] for r in block["per_image"]["block"]], "prompt": None, "seed": None}
+    theirs = {"nfe": block["per_image"]["stored_nfe"][claims.MC_MAXIMAL], "prompt": None,
+              "seed": None}
+    diff = paired_difference({"per_image": mine}, {"per_image": theirs}, "nfe")
+    low, high = diff.difference - NOISE_Z * diff.se, diff.difference + NOISE_Z * diff.se
+    assert rows[0]["A - B [+- 2 SE]"] == (
+        f"SJD + block verification - MC-SJD (maximal), NFE: {diff.difference:+.1f} "
+        f"[{low:+.1f}, {high:+.1f}]"
+    )
+    processed = block["summary"][claims.BLOCK_LABEL]["processed_per_forward"]
+    assert rows[0]["answer"].endswith(
+        f"; {processed:.1f} tokens processed per forward (benchmarks/results/{claims.BLOCK_FILE})"
+    )
+    k8 = json.loads((claims.BENCHMARK_RESULTS / claims.MULTIDRAFT_FILES[8]).read_text())
+    found = k8["rows"]["MC-SJD, 8 candidates"]["moonshot"]
+    assert rows[-1]["A - B [+- 2 SE]"].endswith(f"NFE: {found['difference']:+.1f} "
+                                                f"[{found['difference'] - NOISE_Z * found['se']:+.1f}, "
+                                                f"{found['difference'] + NOISE_Z * found['se']:+.1f}]")
+    # Modified copies: block far below MC-SJD on every image, k = 2 far above MC-SJD.
+    for name in {claims.BLOCK_FILE, *claims.MULTIDRAFT_FILES.values()}:
+        shutil.copy(claims.BENCHMARK_RESULTS / name, tmp_path / name)
+    for i, (r, v) in enumerate(zip(block["per_image"]["block"], theirs["nfe"])):
+        r["nfe"] = v - 30 - i % 2
+    (tmp_path / claims.BLOCK_FILE).write_text(json.dumps(block))
+    two = json.loads((tmp_path / claims.MULTIDRAFT_FILES[2]).read_text())
+    two["rows"]["MC-SJD, 2 candidates"]["difference_to_mc_sjd"] = {"difference": 9.0, "se": 1.0}
+    two["rows"]["MC-SJD, 2 candidates"]["tokens_processed_per_forward"] = 31.25
+    (tmp_path / claims.MULTIDRAFT_FILES[2]).write_text(json.dumps(two))
+    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)
+    changed = _beyond()
+    assert changed[0]["answer"].startswith("yes: block verification needs fewer")
+    assert changed[0]["A - B [+- 2 SE]"].endswith("NFE: -30.5 [-30.7, -30.3]")
+    assert changed[1]["answer"] == (
+        "no: MC-SJD needs fewer; 31.2 tokens processed per forward "
+        f"(benchmarks/results/{claims.MULTIDRAFT_FILES[2]})"
+    )
+    assert changed[1]["A - B [+- 2 SE]"].endswith("NFE: +9.0 [+7.0, +11.0]")
+    unchanged = (2, 3, 5, 6)  # k = 4 and 8 rows: unchanged numbers (k = 2's file changed)
+    assert [changed[i] for i in unchanged] == [rows[i] for i in unchanged]
+    assert changed[4]["A - B [+- 2 SE]"] == rows[4]["A - B [+- 2 SE]"]
+    assert "31.2 tokens processed per forward" in changed[4]["answer"]
+
+
+def test_beyond_mc_sjd_rows_are_not_run_without_their_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)
+    rows = _beyond()
+    assert len(rows) == len(BEYOND_IDS)
+    for row in rows:
+        assert row["answer"].startswith("not run; benchmarks/results/") and " absent" in row["answer"]
+        assert row["A - B [+- 2 SE]"] == "-" and row["n"] == "0"
+    found = claims.of_results(RESULTS)
+    assert {found[cid].outcome for cid in BEYOND_IDS} == {"not run"}
+    # one file back: only its rows are run
+    shutil.copy(RESULTS_DIR / claims.MULTIDRAFT_FILES[8], tmp_path / claims.MULTIDRAFT_FILES[8])
+    run = [cid for cid in BEYOND_IDS if claims.of_results(RESULTS)[cid].outcome != "not run"]
+    assert run == ["multidraft_k8_fewer_nfe_than_mc_sjd", "multidraft_k8_fewer_nfe_than_mc_gsd"]
+
+
+RESULTS_DIR = claims.BENCHMARK_RESULTS

@@ -16,14 +16,21 @@ unit, the stream ``RunCache`` decoded before), else consecutive chunks of that m
 is decoded as one ``runs.decode_items`` stream, so an image's batch neighbours, and with them
 the last bits of its batched forward (the recorded TV and W1 of lossless rules are rounding,
 ~1e-17), depend on the unit plan alone, never on the number of workers or on which worker ran
-it; the records are merged in unit order. Tokens, NFE and acceptance do not depend on the batch
-at all (``gsd_lab.decode.batch``).
+it; the records are merged in unit order. Tokens, NFE and acceptance depend on the batch only
+through those last bits: a uniform within ~1e-16 of an acceptance threshold could decide
+otherwise (the caveat ``gsd_lab.decode.batch`` documents), which the tests have not met. A job
+with more than ``UNIT_BATCHES`` x B images is decoded in several units, so its batch composition
+(and with it those last bits) differs from the single stream per configuration decoded before
+the workers; at most ``UNIT_BATCHES`` x B images per job it is that stream.
 
 Processes are forked (the model, its resolved rules and the caches built so far are shared
 copy-on-write; nothing is loaded again) after the parent has built the embedding filter's
 table once (``accounting.distortion.embedding_adjacency``, ~4 s on the stand-in); each worker
 sets one intra-op thread and returns its unit's ``GenerationRecord``s by pickle. On a GPU, or
-with one worker, the units are decoded in this process, in order.
+with one worker, the units are decoded in this process, in order; on a CPU with one intra-op
+thread too (the previous count restored afterwards), since float64 sums split over another
+number of threads can differ in the last bits: the same records for any number of workers,
+one included.
 """
 
 from __future__ import annotations
@@ -154,10 +161,18 @@ def run_jobs(
     _RUN = (model, jobs, items, units, batch_size, options)
     try:
         if in_process:
-            for index in range(len(units)):
-                done[index] = _decode_unit(index)[1]
-                if progress is not None:
-                    progress.update(len(done[index]))
+            on_cpu = torch.device(model.adapter.device).type == "cpu"
+            threads = torch.get_num_threads()
+            if on_cpu:  # as each worker decodes (module docstring)
+                torch.set_num_threads(1)
+            try:
+                for index in range(len(units)):
+                    done[index] = _decode_unit(index)[1]
+                    if progress is not None:
+                        progress.update(len(done[index]))
+            finally:
+                if on_cpu:
+                    torch.set_num_threads(threads)
         else:
             _warm_caches(model, jobs)
             context = multiprocessing.get_context("fork")

@@ -80,6 +80,34 @@ def test_one_two_and_three_workers_give_the_same_records(model, one_thread, monk
     _assert_same(_records(model, 3), one)
 
 
+def test_one_worker_decodes_on_one_thread_as_the_workers_do(model, monkeypatch):
+    # No one_thread fixture: this process starts at 2 intra-op threads (the default on a
+    # many-core machine), and workers=1 must still decode as each worker does, on one thread,
+    # then restore the count; its records equal two workers' bit for bit.
+    monkeypatch.setattr(workers, "UNIT_BATCHES", 1)
+    threads = torch.get_num_threads()
+    seen: list[int] = []
+    decode_items = workers.decode_items
+
+    def counting(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return decode_items(*args, **kwargs)
+
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(workers, "decode_items", counting)
+        one = _records(model, 1)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2  # restored
+        monkeypatch.setattr(workers, "decode_items", decode_items)
+        two = _records(model, 2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert any(r.distortion for r in one["GSD"]) and any(r.w1 for r in one["GSD"])
+    _assert_same(two, one)
+
+
 def test_a_configuration_in_one_unit_is_the_stream_run_batched_decodes(model, one_thread):
     # 4 images per configuration (one unit each): the stream of the one-process path before
     # the workers, so a run within one unit per configuration records what it recorded.

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.experiments.verdicts import paired_values, verdict
+from gsd_lab.experiments.verdicts import POWER, minimum_detectable, paired_values, verdict, word
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = {  # label here: (frontier curve, index of the configuration on it)
@@ -164,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['tokens_per_forward']:8.3f} {row['gpu_seconds_7b']:9.3f}")
     lines.append(f"tokens processed per forward (block): "
                  f"{summary[BLOCK]['processed_per_forward']:.3f}")
-    for v in verdicts:
+    for v in verdicts:  # the one vocabulary (verdicts.WORDS); JSON keeps the verdict's key
         diff = "-" if v["difference"] is None else f"{v['difference']:+.2f} (SE {v['se']:.2f})"
-        lines.append(f"{v['claim']:55s} {diff:18s} {v['verdict']}")
+        shown = word(v["verdict"])
+        detectable = minimum_detectable(v["se"])
+        if v["verdict"] == "noise" and detectable is not None:
+            shown += f" (detectable at {POWER:.0%} power: |d| >= {detectable:.2f})"
+        lines.append(f"{v['claim']:55s} {diff:18s} {shown}")
     stem.with_suffix(".txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all(math.isfinite(s["nfe"]) for s in summary.values()) else 1

@@ -22,13 +22,14 @@ from gsd_core import tv_distance
 
 from .evaluate import weights_fingerprint
 from .experiments import claims, findings, frontier, ledger, matched, plots, records, tables
-from .experiments import toy
+from .experiments import toy, verdicts
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
 from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .models.batched import default_batch_size
+from .io import prose
 from .io.figure_io import markdown_table, save_figure, write_results_markdown
 from .decode.presets import preset as preset_settings
 from .io.progress import duration
@@ -605,6 +606,9 @@ def _top1(
     return stats, stats_no_cfg, ar_records
 
 
+THEOREM1_TRIALS = 2000  # random (pair, partition) draws of the toy's Theorem 1 check
+
+
 def _toy(sizes: FigureSizes) -> dict[str, Any]:
     """The model-free, exact parts: Fig. 6's TV pairs and grid, grouping's TV and Theorem 1 on
     random partitions, GSD's distortion and acceptance against the cluster size G."""
@@ -633,7 +637,9 @@ def _toy(sizes: FigureSizes) -> dict[str, Any]:
         "grid": grid,
         "groups": groups,
         "tv_by_group": toy.rank_binned_tv(p_noisy, q_noisy, groups).numpy(),
-        "theorem1": toy.theorem1_random_partitions(vocab_size=32, num_trials=2000, seed=0),
+        "theorem1": toy.theorem1_random_partitions(
+            vocab_size=32, num_trials=THEOREM1_TRIALS, seed=0
+        ),
         "cluster_sizes": cluster_sizes,
         "distortion": toy.distortion_by_cluster_size(p_d, q_d, cluster_sizes),
         "acceptance": toy.acceptance_by_cluster_size(p_d, q_d, cluster_sizes),
@@ -729,7 +735,7 @@ def _toy_figures(toy_: dict[str, Any], sizes: FigureSizes) -> list[tuple]:
                 "theorem1": {
                     "vocab_size": 32,
                     "num_clusters": "uniform in 2..32",
-                    "num_trials": 2000,
+                    "num_trials": THEOREM1_TRIALS,
                 },
             },
             {
@@ -917,15 +923,27 @@ def _frontier(
     return out
 
 
-def _curve_texts() -> dict[str, str]:
-    """results.md's sentence for each optimal curve, by its name in ``frontier``."""
+def _transport_k(specs: dict[str, list[dict[str, Any]]]) -> str:
+    """The neighbours per code (``transport_k``) of the transport curve's relaxed configurations,
+    as recorded in the frontier's ``specs`` ("?" where none is recorded)."""
+    ks = sorted({
+        s["method"]["transport_k"]
+        for s in specs.get(frontier.TRANSPORT, [])
+        if s["method"].get("transport_eps") is not None
+    })
+    return ", ".join(map(str, ks)) or "?"
+
+
+def _curve_texts(specs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """results.md's sentence for each optimal curve, by its name in ``frontier`` (``specs``: the
+    frontier's recorded configurations, which give the transport curve's k)."""
     return {
         frontier.RELAXATION: fill("curve_relaxation"),
         frontier.RELAXATION_MAXIMAL: fill("curve_relaxation_maximal"),
         frontier.DIAL: fill(
             "curve_dial", policy=frontier.DIAL_POLICY, cap=f"{frontier.DIAL_CAP:g}"
         ),
-        frontier.TRANSPORT: fill("curve_transport"),
+        frontier.TRANSPORT: fill("curve_transport", k=_transport_k(specs)),
         frontier.W1_DIAL: fill(
             "curve_w1_dial", policy=frontier.W1_DIAL_POLICY, cap=f"{frontier.W1_DIAL_CAP:g}"
         ),
@@ -933,7 +951,22 @@ def _curve_texts() -> dict[str, str]:
 
 
 FRONTIER_COLUMNS = ["measure", "reference", "other", "distortion", "reference_nfe", "other_nfe"]
-FRONTIER_COLUMNS += ["difference", "se", "low", "high", "n", "inside", "verdict"]
+FRONTIER_COLUMNS += ["difference", "se", "low", "high", "n", "inside", "verdict", "detectable"]
+
+
+def _worded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as results.md shows them: ``verdict`` in the one vocabulary (``verdicts.word``), and
+    on a "no difference detected" row ``detectable``, the smallest |difference| the run could
+    have detected (``verdicts.minimum_detectable`` of its SE). results.json keeps the keys."""
+    shown = []
+    for row in rows:
+        detectable = verdicts.minimum_detectable(row.get("se"))
+        shown.append({
+            **row,
+            "verdict": verdicts.word(row["verdict"]),
+            "detectable": detectable if row["verdict"] == "noise" else None,
+        })
+    return shown
 
 
 def _frontier_text(results: dict[str, Any]) -> str:
@@ -948,12 +981,16 @@ def _frontier_text(results: dict[str, Any]) -> str:
         seeds=", ".join(map(str, results["seeds"])),
         shared=f"; seed(s) {', '.join(map(str, shared))} shared with the tables" if shared else "",
         seconds=f"{results['seconds']:.0f}",
-        curves="".join(text for name, text in _curve_texts().items() if name in results["curves"]),
+        curves="".join(
+            text
+            for name, text in _curve_texts(results.get("specs", {})).items()
+            if name in results["curves"]
+        ),
         tables="\n\n".join(
             f"**{name}**\n\n" + markdown_table(curve, columns)
             for name, curve in results["curves"].items()
         ),
-        matched="\n\n" + markdown_table(rows, FRONTIER_COLUMNS)
+        matched="\n\n" + markdown_table(_worded(rows), FRONTIER_COLUMNS)
         if rows
         else fill("frontier_unmatched"),
     )
@@ -1009,7 +1046,9 @@ def _table1_text(run: PaperRun) -> str:
         batch_text = fill("batch_one")
     else:
         how = fill("batched_streamed" if sizes.streamed else "batched_one_configuration")
-        batch_text = fill("batch_many", batch=run.batch_size, batched_how=how)
+        batch_text = fill(  # a window of W drafts is a forward of W + 1 tokens (models/static)
+            "batch_many", batch=run.batch_size, batched_how=how, window_tokens=sizes.window + 1
+        )
     metrics = run.quality_metrics()
     proxies = ", ".join(f"`{headers.get(k, k)}` = {' '.join(name.split())}" for k, name in metrics)
     column = run.model.quality_column
@@ -1071,7 +1110,7 @@ def _distortion_text(run: PaperRun, seconds: float) -> str:
 
 
 MATCHED_COLUMNS = ["measure", "nfe", "anchor", "other", "reference_value", "other_value"]
-MATCHED_COLUMNS += ["difference", "se", "low", "high", "verdict"]
+MATCHED_COLUMNS += ["difference", "se", "low", "high", "verdict", "detectable"]
 
 
 def _matched_text(run: PaperRun) -> str:
@@ -1079,7 +1118,7 @@ def _matched_text(run: PaperRun) -> str:
     return fill(
         "matched",
         summary=matched.matched_summary(rows),
-        table="\n\n" + markdown_table(rows, MATCHED_COLUMNS) if rows else "",
+        table="\n\n" + markdown_table(_worded(rows), MATCHED_COLUMNS) if rows else "",
     )
 
 
@@ -1163,6 +1202,7 @@ def _sections(
         "toy",
         table=markdown_table(toy_rows, ["pair", "tv", "acceptance"]),
         violation=f"{run.toy['theorem1'].max_violation:.3g}",
+        trials=run.toy["theorem1"].tv_tokens.numel(),
     )
     sections.append(("Toy TV pairs (Fig. 6 idea) and Theorem 1", toy_text))
     sections.append((ledger.SECTION, ledger.claims_section(ledger_rows)))
@@ -1198,11 +1238,33 @@ def _results_tables(run: PaperRun) -> dict[str, Any]:
     }
 
 
+def update_documents(results_json: Path) -> list[Path]:
+    """What ``python -m gsd_lab readme`` writes, from ``results_json``: README's findings block,
+    docs/claims.md and results.md's claims section (``findings.update_repository``), then the
+    value spans of README, docs, proofs and notebook markdown (``prose.update_documents``). A
+    part that cannot be rendered from this run (e.g. --quick sizes lack a row) is reported and
+    left as it was; the paths written."""
+    loaded, written = ledger.load_results(results_json), []
+    try:
+        written += findings.update_repository(loaded)
+    except ValueError as error:
+        print(f"README's findings and docs/claims.md NOT updated: {error}")
+    try:  # every span is evaluated before any document is written
+        written += prose.update_documents(loaded)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+        print(f"value spans in README, docs, proofs and notebooks NOT updated: {error!r}")
+    for path in written:
+        print(f"wrote {path}")
+    return written
+
+
 def _write_report(
     run: PaperRun, out_dir: Path, record: dict[str, Any], saved: list[str], seconds: float
 ) -> dict[str, Any]:
     """The report step: results.json (the tables and ``claims``, every claim's numbers by id),
-    results.md, and, when ``out_dir`` is the repository's figures/, README and docs/claims.md."""
+    results.md, and, when ``out_dir`` is the repository's figures/, what ``python -m gsd_lab
+    readme`` writes: README's findings block, docs/claims.md (``findings.update_repository``) and
+    the value spans of README, docs, proofs and notebook markdown (``prose.update_documents``)."""
     all_tables = _results_tables(run)
     evidence = claims.evaluate(all_tables, run.sizes.table2_group)
     results = {**record, "seconds": seconds, "tables": all_tables}
@@ -1213,9 +1275,5 @@ def _write_report(
     )
     atomic_write_json(out_dir / "results.json", results)
     if Path(out_dir).resolve() == (ledger.REPO / "figures").resolve():  # README, ledger follow
-        try:
-            for path in findings.update_repository(ledger.load_results(out_dir / "results.json")):
-                print(f"wrote {path}")
-        except ValueError as error:  # e.g. --quick sizes lack a row the findings read
-            print(f"README's findings and docs/claims.md NOT updated: {error}")
+        update_documents(out_dir / "results.json")
     return {"figures": saved, "results": str(markdown), "seconds": seconds, "tables": all_tables}

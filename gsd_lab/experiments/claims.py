@@ -555,11 +555,13 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "theorem1_dynamic_clusters",
-        "Theorem 1 holds for the paper's dynamic clusters (acceptance >= SD's)",
-        "stated for GSD's clusters (paper.md 1.3)",
+        "Theorem 1's conclusion (acceptance >= SD's) carries over to this package's "
+        "DynamicClusters (window clipped at the ends, no filters)",
+        "stated for any partition of the vocabulary (paper.md 1.7); dynamic clusters are not one",
         "proofs/04_dynamic_counterexample.md",
         _theorem1,
-        {"no": "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07)"},
+        {"no": "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07); "
+         "the release's slice with its filters was not checked"},
     ),
     *(
         Claim(

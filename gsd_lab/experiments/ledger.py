@@ -11,7 +11,7 @@ ratio, ``verdicts.ratio_verdict``):
   ratio inside ours +- 2 SE);
 - "direction only": the claim's sign beyond the noise, but the paper's ratio outside ours +- 2 SE;
 - "no": beyond the noise against the claim, the paper's ratio excluded without the direction
-  shown, or disproved exactly (Theorem 1 for dynamic clusters);
+  shown, or disproved exactly (Theorem 1's conclusion for the package's dynamic clusters);
 - "no difference detected": within two paired standard errors: nothing was shown either way
   (never read as "equal"); the row names the smallest difference the run could have detected
   at 80% power;

@@ -8,8 +8,9 @@ weights README) marks every measured number it shows with a span that says where
   ``git``, ...), e.g. ``tables.frontier.seconds`` or ``row(tables.table1, "SJD").nfe``, with
   ``+ - * /``, numbers and ``FUNCTIONS``: ``row(rows, method)``, the row of that method;
   ``paired(a, b, key)``, ``verdicts.paired_difference`` (``.difference``, ``.se``, ``.n``);
-  ``short(commit)``, its first 7 characters; ``detectable(se)``, (2 + 0.8416) x se, the
-  smallest true difference a two-SE test detects with 80% power; ``load(path)``, another
+  ``short(commit)``, its first 7 characters; ``detectable(se)``,
+  ``verdicts.minimum_detectable(se)``, the smallest true difference the verdicts' two-SE test
+  detects with 80% power; ``load(path)``, another
   committed JSON output. SPEC is a Python format spec (``+.1f``, ``.1%``, ``,.0f``; default
   ``.3g``; a bool renders as yes / no). ``render`` replaces TEXT by ``format(value, SPEC)``;
   ``python -m gsd_lab readme`` writes every document, and a test fails when one differs from
@@ -70,11 +71,11 @@ def _paired(a: dict[str, Any], b: dict[str, Any], key: str):
     return paired_difference(a, b, key)
 
 
-DETECTABLE_Z = 2.0 + 0.8416  # two-SE test (verdicts.NOISE_Z) at 80% power
-
-
 def _detectable(se: float) -> float:
-    return DETECTABLE_Z * se
+    """``verdicts.minimum_detectable``: (NOISE_Z + z_power) x se at ``verdicts.POWER``."""
+    from ..experiments.verdicts import minimum_detectable
+
+    return minimum_detectable(se)
 
 
 def _load(path: str) -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .check_weights import FAIL, OK, SKIP, Verdict, format_verdicts
+from .check_weights import FAIL, OK, ItemRunner, Verdict, format_verdicts
 
 MODEL_TYPES = {"anole-7b": "chameleon", "emu3-gen": "emu3"}
 LAYOUT_NAMES = {
@@ -260,21 +260,10 @@ def check_family_weights(
     if vqgan is not None and model == "emu3-gen":
         raise ValueError("--vqgan does not apply to emu3-gen (it decodes with its own VQ-VAE)")
     checks = _FamilyChecks(model, weights, tokenizer, vqgan)
-    verdicts: list[Verdict] = []
-
-    def run(item: str, needs: tuple[str, ...], call: Any) -> None:
-        blocked = [n for n in needs if n in checks.failed]
-        if blocked:
-            checks.failed.add(item)
-            verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
-            return
-        try:
-            verdict = call()
-        except (OSError, ValueError, KeyError, RuntimeError) as error:
-            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
-        if verdict.status in (FAIL, SKIP):
-            checks.failed.add(item)
-        verdicts.append(verdict)
+    # The one runner of Lumina, Janus and the families: an error an item raises (including the
+    # FloatingPointError ``generate`` raises on non-finite logits) is that item's FAIL verdict.
+    run = ItemRunner(checks.failed)
+    verdicts = run.verdicts
 
     run("files", (), checks.files)
     run("architecture", ("files",), checks.architecture)

@@ -393,3 +393,20 @@ def test_stock_chameleon_forward_masks_image_logits(tmp_path):
     assert bool((stock[adapter.allowed_tokens] == torch.finfo(stock.dtype).min).all())
     adapter.start(prompt)
     assert bool((adapter.forward(prompt)[-1, adapter.allowed_tokens] > 0).all())
+
+
+def test_check_weights_non_finite_logits_is_a_fail_verdict(family, monkeypatch, capsys):
+    """``generate`` raises FloatingPointError on non-finite logits: a FAIL verdict, no traceback
+    (the families run items through ``check_weights.ItemRunner``, as Lumina and Janus do)."""
+    import gsd_lab.decode.loop as loop
+
+    def non_finite(*args, **kwargs):
+        raise FloatingPointError("non-finite logits at position 0")
+
+    monkeypatch.setattr(loop, "generate", non_finite)
+    extra = family.cli_args[4:]
+    argv = ["check-weights", str(family.folder), "--model", family.name, *extra, "--json"]
+    assert main(argv) == 1
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    statuses = {v["item"]: v["status"] for v in report["verdicts"]}
+    assert statuses["generation"] == "FAIL" and statuses["image"] == "skip"

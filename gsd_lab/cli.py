@@ -374,30 +374,36 @@ def _add_check_weights_parser(sub: Any) -> None:
     """``check-weights``: one verdict per item of a download."""
     chk = sub.add_parser(
         "check-weights",
-        help="check downloaded Lumina-mGPT (or Janus-Pro) files, one verdict per item",
-        description="Check a Lumina-mGPT download with the package's own code: files and "
-        "shards, q/k-norm layout, architectures, vocabulary and image layout, the "
-        "tokenizer and prompt ids, a short AR generation decoded to an image "
-        "(--vqgan) and scored (--clip). Exit 1 when an item failed.",
+        help="check a downloaded checkpoint (Lumina-mGPT, Janus-Pro, anole-7b, emu3-gen), one "
+        "verdict per item",
+        description="Check a download with the package's own code, one verdict per item; exit 1 "
+        "when an item failed. Lumina-mGPT (the default): files and shards, q/k-norm layout, "
+        "architectures, vocabulary and image layout, the tokenizer and prompt ids, a short AR "
+        "generation decoded to an image (--vqgan) and scored (--clip). Janus-Pro: detected from "
+        "the folder (config.json's model_type \"janus\"; gsd_lab.check_weights_janus). "
+        "--model anole-7b | emu3-gen: files, architecture, vocabulary, tokenizer, a short AR "
+        "generation and its image (anole-7b: --vqgan, the Chameleon VQGAN; emu3-gen: its own "
+        "VQ-VAE), gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only.",
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
     chk.add_argument(
         "--model",
         choices=("lumina-mgpt", *FAMILY_CHOICES),
         default="lumina-mgpt",
-        help="the checkpoint's family (default lumina-mgpt; gsd_lab.family_checks for the others)",
+        help="the checkpoint's family (default lumina-mgpt, which also detects a Janus-Pro "
+        "folder; anole-7b and emu3-gen: gsd_lab.family_checks)",
     )
     chk.add_argument(
         "--resolution",
         type=int,
         choices=(512, 768, 1024),
         default=None,
-        help="default: from the folder's name (...-7b-512), else 768",
+        help="Lumina-mGPT only; default: from the folder's name (...-7b-512), else 768",
     )
     chk.add_argument(
         "--vqgan", help="VQGAN folder (vqgan.yaml + vqgan.ckpt, or a release layout above them)"
     )
-    chk.add_argument("--clip", help="local CLIP folder")
+    chk.add_argument("--clip", help="local CLIP folder (Lumina-mGPT only)")
     chk.add_argument("--tokenizer", help="folder holding tokenizer.json, or the file")
     chk.add_argument("--device", help="default cuda if available")
     chk.add_argument(
@@ -645,6 +651,31 @@ def _check_method_args(args: argparse.Namespace, fail: Fail) -> None:
         )
 
 
+def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
+    """``--verifier block`` and ``--candidates k > 1`` are decoded one image at a time by
+    ``decode.loop.generate`` (``decode.batch.generate_batch`` refuses both; candidates > 1 on
+    the eager runner only): refused here, before the model loads. ``evaluate`` decodes with
+    ``generate`` only at ``--batch-size 1`` (its default is batched:
+    ``models.batched.default_batch_size``); ``figures`` has no such flags."""
+    one_at_a_time = [
+        flag
+        for flag, given in (
+            ("--verifier block", getattr(args, "verifier", "token") != "token"),
+            (f"--candidates {getattr(args, 'candidates', 1)}", getattr(args, "candidates", 1) > 1),
+        )
+        if given
+    ]
+    if not one_at_a_time:
+        return
+    if args.batch_size != 1:
+        fail(
+            f"{one_at_a_time[0]} decodes one image at a time: {args.command} needs --batch-size 1 "
+            f"(got {args.batch_size if args.batch_size is not None else 'the default, batched'})"
+        )
+    if getattr(args, "candidates", 1) > 1 and getattr(args, "runner", "eager") != "eager":
+        fail(f"--candidates {args.candidates} runs on --runner eager only (no tree forward)")
+
+
 def check_args(args: argparse.Namespace, fail: Fail) -> None:
     """Check every flag of ``args`` before any model loads; ``fail(message)`` (argparse's
     ``parser.error``: usage, message, exit 2) on the first problem. Sets ``args.acceptance``
@@ -696,11 +727,18 @@ def check_args(args: argparse.Namespace, fail: Fail) -> None:
             fail(f"--forward-ms must be a number > 0, got {args.forward_ms}")
         if args.forward_ms is not None and not args.dry_run:
             fail("--forward-ms applies to --dry-run only")
+        if args.paper and args.workers is not None:
+            # The streamed run (StreamedRunCache) decodes in this process; torchrun shares it.
+            fail(
+                "--workers does not apply to --paper (a streamed run decodes in this process; "
+                "torchrun shares its images between processes)"
+            )
     if args.command in ("figures", "evaluate"):
         if args.batch_size is not None and args.batch_size < 1:
             fail(f"--batch-size must be >= 1, got {args.batch_size}")
         if getattr(args, "workers", None) is not None and args.workers < 1:
             fail(f"--workers must be >= 1, got {args.workers}")
+        _check_one_image_at_a_time(args, fail)
         from .io.prompts import read_prompts
 
         args.prompt_list = None
@@ -943,11 +981,13 @@ def cmd_figures(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    if args.threads is None and args.workers != 1 and str(model.adapter.device) == "cpu":
+    if args.threads is None and not sizes.streamed and str(model.adapter.device) == "cpu":
         import torch
 
-        # The workers decode with one thread each; this process's own decodes (the detail
-        # analyses) too, so that a busy core does not stall a spinning team here either.
+        # The workers decode with one thread each (experiments.workers; workers=1 in this
+        # process on one thread too); this process's own decodes (the detail analyses) too, so
+        # that a busy core does not stall a spinning team here either. A streamed run (--paper)
+        # has no workers and keeps torch's thread count.
         torch.set_num_threads(1)
     result = run_figures(
         args.out,
@@ -1131,6 +1171,10 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--rows must be >= 1, got {args.rows}")
         if args.model in FAMILY_CHOICES:
             from .family_checks import main as family_checks_main
+
+            for flag, value in (("--clip", args.clip), ("--resolution", args.resolution)):
+                if value is not None:  # not read by family_checks: refused, not ignored
+                    fail(f"{flag} does not apply to --model {args.model} (Lumina-mGPT only)")
 
             return family_checks_main(args)
         return check_weights_main(args)

@@ -156,6 +156,65 @@ def test_figures_and_evaluate_checks(capsys, no_model_load, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_one_image_at_a_time_flags_refused_before_loading(capsys, no_model_load, tmp_path):
+    # generate_batch refuses --verifier block and --candidates k > 1; evaluate's default batch
+    # size is batched, so they need --batch-size 1, named before the model loads.
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("0\n")
+    evaluate = ["evaluate", "--model", "tiny-random", "--prompts", str(prompts),
+                "--out", str(tmp_path / "r"), "--method", "sjd"]
+    for flags, named in ((["--verifier", "block"], "--verifier block"),
+                         (["--candidates", "2"], "--candidates 2")):
+        for batch in ([], ["--batch-size", "4"]):
+            err = _usage_error(capsys, [*evaluate, *flags, *batch])
+            assert named in err and "--batch-size 1" in err
+        with pytest.raises(AssertionError, match="a model was loaded"):  # the checks pass
+            main([*evaluate, *flags, "--batch-size", "1"])
+    err = _usage_error(capsys, [*evaluate, "--candidates", "2", "--batch-size", "1", "--runner", "static"])
+    assert "--candidates 2" in err and "--runner eager" in err
+
+
+def test_figures_paper_refuses_workers(capsys, no_model_load, tmp_path):
+    err = _usage_error(capsys, ["figures", "--paper", "--workers", "2", "--out", str(tmp_path)])
+    assert "--workers does not apply to --paper" in err
+
+
+@pytest.mark.parametrize("paper", [True, False])
+def test_figures_threads_one_only_when_not_streamed(monkeypatch, tmp_path, paper):
+    # The streamed --paper run has no workers: it keeps torch's thread count; the other runs
+    # decode on one thread (experiments.workers), this process's own decodes too.
+    import types
+
+    import gsd_lab.cli as cli
+    import gsd_lab.figures as figures
+
+    seen = []
+    model = types.SimpleNamespace(adapter=types.SimpleNamespace(device="cpu"))
+    monkeypatch.setattr(cli, "_load", lambda args: model)
+
+    def run_figures(out, **kwargs):
+        seen.append(torch.get_num_threads())
+        return {"figures": [], "results": "results.md", "seconds": 0.0}
+
+    monkeypatch.setattr(figures, "run_figures", run_figures)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        mode = ["--paper", "--device", "cpu"] if paper else ["--quick"]
+        assert main(["figures", "--model", "tiny-random", *mode, "--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2 if paper else 1]
+
+
+def test_family_check_weights_refuses_lumina_only_flags(capsys, tmp_path):
+    for model in ("anole-7b", "emu3-gen"):
+        for flags in (["--clip", str(tmp_path)], ["--resolution", "512"]):
+            argv = ["check-weights", str(tmp_path), "--model", model, *flags]
+            err = _usage_error(capsys, argv)
+            assert f"{flags[0]} does not apply to --model {model}" in err
+
+
 def test_bad_flag_in_a_subprocess_exits_2_without_traceback():
     done = subprocess.run([sys.executable, "-m", "gsd_lab", "generate", "--group-size", "-1"],
                           capture_output=True, text=True, timeout=120)

@@ -171,7 +171,7 @@ def test_the_whole_decode_is_exact_where_proved(seed):
 
 @pytest.mark.parametrize("draft", ["maximal", "gumbel"])
 def test_block_verification_with_coupled_drafts_is_not_lossless(draft):
-    """proofs/14, part 2: with maximal or Gumbel coupled drafts block verification leaves the AR
+    """proofs/14, claim 4: with maximal or Gumbel coupled drafts block verification leaves the AR
     joint (V = 2, N = 4, window 2), which is why ``DecodingMethod`` refuses the combination."""
     model = _table_model(0, 2, 4)
     joint = _ar_joint(model, 2, 4)

@@ -10,7 +10,8 @@ weights README) marks every measured number it shows with a span that says where
   ``paired(a, b, key)``, ``verdicts.paired_difference`` (``.difference``, ``.se``, ``.n``);
   ``short(commit)``, its first 7 characters; ``detectable(se)``,
   ``verdicts.minimum_detectable(se)``, the smallest true difference the verdicts' two-SE test
-  detects with 80% power; ``load(path)``, another
+  detects with 80% power; ``word(verdict)``, ``verdicts.word`` (the one vocabulary: a stored
+  "noise" reads "no difference detected"); ``load(path)``, another
   committed JSON output. SPEC is a Python format spec (``+.1f``, ``.1%``, ``,.0f``; default
   ``.3g``; a bool renders as yes / no). ``render`` replaces TEXT by ``format(value, SPEC)``;
   ``python -m gsd_lab readme`` writes every document, and a test fails when one differs from
@@ -78,6 +79,13 @@ def _detectable(se: float) -> float:
     return minimum_detectable(se)
 
 
+def _word(outcome: str) -> str:
+    """``verdicts.word``: a verdict's key as it reads ("noise": "no difference detected")."""
+    from ..experiments.verdicts import word
+
+    return word(outcome)
+
+
 def _load(path: str) -> Any:
     target = (REPO / path).resolve()
     if REPO not in target.parents or target.suffix != ".json":
@@ -86,7 +94,7 @@ def _load(path: str) -> Any:
 
 
 FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,
-             "detectable": _detectable, "load": _load, "abs": abs, "min": min, "max": max,
+             "detectable": _detectable, "word": _word, "load": _load, "abs": abs, "min": min, "max": max,
              "len": len, "sqrt": math.sqrt}
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}

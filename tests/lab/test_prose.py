@@ -97,3 +97,20 @@ def test_no_document_has_more_hand_written_numerals_than_reviewed():
     }
     assert over == {}, "render, quote (from/paper span) or remove these numerals"
     assert set(pending) <= set(found)  # no stale entries
+
+
+def test_word_renders_a_stored_verdict_in_the_one_vocabulary():
+    from gsd_lab.experiments.verdicts import WORDS
+
+    for key, shown in WORDS.items():
+        assert prose.evaluate(f"word({key!r})", {}) == shown
+    with pytest.raises(ValueError, match="unknown verdict"):
+        prose.evaluate("word('same')", {})
+
+
+def test_no_document_shows_a_verdict_key_outside_the_vocabulary():
+    """A value span that renders a stored verdict goes through ``word``: "noise" never shows."""
+    for path in prose.documents():
+        for match in prose.VALUE.finditer(prose.markdown_of(path)):
+            if match["expr"].strip().endswith(".verdict"):
+                raise AssertionError(f"{path.name}: {match['expr']} renders a raw verdict key")

@@ -16,7 +16,8 @@ notebooks execute the notebooks top to bottom with papermill (``teaching.noteboo
 check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
           q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
           to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
-          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items.
+          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items;
+          ``--model anole-7b|emu3-gen`` ``gsd_lab.family_checks``'s (--clip, --resolution refused).
 
 Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
 (and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
@@ -170,10 +171,11 @@ def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=None,
-        help="processes the decoding is split over, one thread each, so that other jobs on the "
-        "same cores slow it in proportion instead of stalling it; the same records for any "
-        "number (default: the usable cores on a CPU, shared among torchrun's ranks; 1 on a GPU: "
-        "gsd_lab.experiments.workers)",
+        help="processes the decoding is split over, one thread each (1: this process, one "
+        "thread too), so that other jobs on the same cores slow it in proportion instead of "
+        "stalling it; the same records for any number (default: the usable cores on a CPU, "
+        "shared among torchrun's ranks; 1 on a GPU: gsd_lab.experiments.workers; figures "
+        "--paper: refused, torchrun shares its streamed run)",
     )
 
 

@@ -324,7 +324,10 @@ def run_shard(
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
     are run on that many forked processes with one intra-op thread each
     (``gsd_lab.experiments.workers``' reasons); the chunks are the same for any number of
-    workers, so every result file is the same."""
+    workers, so every result file is the same. Otherwise on a CPU (workers = 1, one chunk, no
+    fork) the chunks run in this process on one intra-op thread too (the previous count
+    restored afterwards): float64 sums split over another number of threads can differ in the
+    last bits."""
     from tqdm.auto import tqdm
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -360,8 +363,16 @@ def run_shard(
                     done.extend(indices)
                     bar.update(len(indices))
         else:
-            for part in chunks:
-                done.extend(_run_chunk(part, bar))
+            on_cpu = torch.device(context.device or "cpu").type == "cpu"
+            threads = torch.get_num_threads()
+            if on_cpu:  # as each forked worker runs (_one_thread)
+                torch.set_num_threads(1)
+            try:
+                for part in chunks:
+                    done.extend(_run_chunk(part, bar))
+            finally:
+                if on_cpu:
+                    torch.set_num_threads(threads)
     finally:
         _SHARD = None
         bar.close()

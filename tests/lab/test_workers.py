@@ -169,3 +169,26 @@ def test_evaluate_shard_on_workers_writes_the_rows_of_one_process(tmp_path):
     assert one_pids == {os.getpid()} and os.getpid() not in two_pids
     with pytest.raises(ValueError, match="workers"):
         _shard_rows(tmp_path / "bad", 0)
+
+
+def test_evaluate_shard_in_process_runs_on_one_thread(tmp_path):
+    # workers=1 on a CPU: the chunks run in this process on one thread, as a forked worker
+    # does, and the thread count is restored afterwards.
+    from gsd_lab.evaluate import DistributedContext, Run, run_shard, start_run
+
+    run = Run({"model": "test"}, ["p0", "p1"])
+    context = DistributedContext(0, 1, 0, "cpu")
+    start_run(tmp_path, run, context)
+    seen: list[int] = []
+
+    def work(index, prompt):
+        seen.append(torch.get_num_threads())
+        return {"nfe": index}
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert sorted(run_shard(run, tmp_path, work, context, progress=False, workers=1)) == [0, 1]
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -48,6 +48,17 @@ PEAK_FLOPS = 989e12  # H200 dense bf16 FLOP / s (NVIDIA's data sheet, without sp
 BYTES_PER_PARAMETER = 2  # bf16
 
 
+def _said(row: dict) -> str:
+    """A stored verdict in the one vocabulary; "no difference detected" names the smallest
+    difference the run could have detected (80% power)."""
+    from gsd_lab.experiments.verdicts import minimum_detectable, word
+
+    text = word(row["verdict"])
+    if row["verdict"] == "noise":
+        text += f" (detectable: |d| >= {minimum_detectable(row['se']):.2f})"
+    return text
+
+
 def stored_frontier() -> dict:
     """The frontier table of ``figures/results.json``: MC-SJD and MC-GSD rows (per image)."""
     results = json.loads((ROOT / "figures" / "results.json").read_text())
@@ -188,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['accepted_per_forward']:.2f}, processed/forward "
             f"{row['tokens_processed_per_forward']:.1f}, modelled read times "
             f"{row['modelled_read_times']:.1f}, wall {row['wall_seconds']:.1f} s; target "
-            f"(< 0.9 MC-SJD) {t['difference']:+.2f} +- {t['se']:.2f}: {t['verdict']}; moonshot "
-            f"(<= MC-GSD) {m['difference']:+.2f} +- {m['se']:.2f}: {m['verdict']}"
+            f"(< 0.9 MC-SJD) {t['difference']:+.2f} +- {t['se']:.2f}: {_said(t)}; moonshot "
+            f"(<= MC-GSD) {m['difference']:+.2f} +- {m['se']:.2f}: {_said(m)}"
         )
     path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -94,8 +94,8 @@ def _load(path: str) -> Any:
 
 
 FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,
-             "detectable": _detectable, "word": _word, "load": _load, "abs": abs, "min": min, "max": max,
-             "len": len, "sqrt": math.sqrt}
+             "detectable": _detectable, "word": _word, "load": _load, "abs": abs, "min": min,
+             "max": max, "len": len, "sqrt": math.sqrt}
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
 

@@ -843,10 +843,12 @@ def _optional_figures(run: PaperRun) -> list[tuple]:
         shown = [tables.AR, tables.SJD, tables.gsd(max(sizes.table1_groups))]
         shown += [tables.amplify(max(sizes.table1_amplify))] if sizes.table1_amplify else []
         shown = _with_preset(shown, sizes, run.preset)
-        samples = {s.label: [r.image for r in run.cache.detail_records(s, 8)] for s in shown}
+        records = {s.label: run.cache.detail_records(s, 8) for s in shown}
+        samples = {label: [r.image for r in rs] for label, rs in records.items()}
+        columns = _sample_columns(records)
         out.append(
             (
-                lambda: plots.image_grid(samples),
+                lambda: plots.image_grid(samples, columns=columns),
                 "samples_by_method",
                 {"methods": list(samples)},
                 {"prompts": run.prompts},
@@ -932,6 +934,17 @@ def _transport_k(specs: dict[str, list[dict[str, Any]]]) -> str:
         if s["method"].get("transport_eps") is not None
     })
     return ", ".join(map(str, ks)) or "?"
+
+
+def _sample_columns(records: dict[str, list[Any]]) -> list[str]:
+    """The samples figure's column labels, "prompt (first 24 characters), seed s": every row
+    (method) shows the same prompts and seeds in the same order, else ValueError."""
+    keys = {label: [(r.prompt, r.seed) for r in rs] for label, rs in records.items()}
+    first = next(iter(keys.values()))
+    if any(k[: len(first)] != first[: len(k)] for k in keys.values()):
+        raise ValueError(f"the sample rows show different prompts or seeds: {keys}")
+    longest = max(keys.values(), key=len)
+    return [f"{prompt[:24]}, seed {seed}" for prompt, seed in longest]
 
 
 def _curve_texts(specs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:

@@ -154,11 +154,18 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
 
 
 def image_grid(
-    rows: dict[str, list[np.ndarray]], max_columns: int = 8, titles: dict[str, str] | None = None
+    rows: dict[str, list[np.ndarray]],
+    max_columns: int = 8,
+    titles: dict[str, str] | None = None,
+    columns: list[str] | None = None,
 ) -> Figure:
-    """One row of images per key (e.g. original / top-k / uniform, or AR / SJD / GSD)."""
+    """One row of images per key (e.g. original / top-k / uniform, or AR / SJD / GSD), the key
+    (or ``titles[key]``) on the row's left; ``columns``: a label over each column (e.g. the prompt
+    and seed its images share), one per shown column."""
     names = list(rows)
     ncols = min(max_columns, max(len(v) for v in rows.values()))
+    if columns is not None and len(columns) < ncols:
+        raise ValueError(f"{len(columns)} column labels for {ncols} columns")
     fig, axes = _figure(ncols, len(names), size=(1.3, 1.45))
     for r, name in enumerate(names):
         for c in range(ncols):
@@ -169,6 +176,8 @@ def image_grid(
                 ax.imshow(rows[name][c], interpolation="nearest")
             if c == 0:
                 ax.set_ylabel((titles or {}).get(name, name), fontsize=8)
+            if r == 0 and columns is not None:
+                ax.set_title(columns[c], fontsize=7)
     return fig
 
 

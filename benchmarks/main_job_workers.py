@@ -26,11 +26,16 @@ content check per row (before) and with it cached (``transport._check_content``)
 
     PYTHONPATH=. python benchmarks/main_job_workers.py [--prompts 4] [--batch 8] [--repeats 1]
         [--workers N] [--threads N] [--load-threads 2] [--configs ...] [--w1-rows 8]
+        [--json benchmarks/results/main_job_workers_standin.json]
+
+``--json PATH`` also writes what it printed as JSON (``sidecar``), the file docs/benchmarks.md's
+section "The main job on quiet cores" renders its numbers from.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -134,6 +139,7 @@ def main() -> None:
     parser.add_argument("--w1-rows", type=int, default=8, help="0: skip the accounting part")
     parser.add_argument("--cells", default="new,old", help="new, old or both, in this order")
     parser.add_argument("--no-load", action="store_true", help="the alone cells only")
+    parser.add_argument("--json", default=None, help="also write the results as JSON here")
     args = parser.parse_args()
     if min(args.prompts, args.batch, args.repeats, args.workers, args.threads) < 1:
         raise SystemExit("--prompts, --batch, --repeats, --workers and --threads must be >= 1")
@@ -141,6 +147,9 @@ def main() -> None:
     prompts = list(model.default_prompts[: args.prompts])
     labels, specs = figure_specs(model, args.configs)
     commit = short_commit()
+    header = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "usable_cores": usable_cores(), "load_average": os.getloadavg()[0],
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     print(
         f"# commit {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{usable_cores()} usable cores, load average {os.getloadavg()[0]:.2f}, "
@@ -154,9 +163,12 @@ def main() -> None:
         f"loaded = beside a {args.load_threads}-thread float64 matmul loop",
         flush=True,
     )
+    accounting = None
     if args.w1_rows:
         torch.set_num_threads(1)
         before, after, same = w1_rows(model, args.w1_rows)
+        accounting = {"rows": args.w1_rows, "checked_s": before, "cached_s": after,
+                      "speedup": before / after, "same": same}
         print(
             f"W1 accounting, {args.w1_rows} rows of top-2000 laws (Amplify k=2), one thread: "
             f"content checked per row {before:.2f} s, cached {after:.2f} s "
@@ -174,6 +186,7 @@ def main() -> None:
     )
     results: dict[tuple[int, str, bool], dict] = {}
     first = None
+    cells = []
     for rep in range(args.repeats):
         for loaded in loads:
             for kind in kinds:
@@ -187,6 +200,13 @@ def main() -> None:
                         load.wait()
                 results[rep, kind, loaded] = out
                 first = first or out["identity"]
+                cells.append({"repeat": rep, "cell": kind, "loaded": loaded,
+                              "total_s": out["total"], "decode_s": out["decode"],
+                              "acct_s": out["acct"], "images": out["images"],
+                              "images_per_s": out["images"] / out["total"],
+                              "same": out["identity"] == first,
+                              "load_average": os.getloadavg()[0],
+                              "difference": difference(out["identity"], first)})
                 print(
                     f"{rep:>3} {kind:<4} {'loaded' if loaded else 'alone':<6} "
                     f"{out['total']:>8.1f} {out['decode']:>9.1f} {out['acct']:>7.1f} "
@@ -205,6 +225,32 @@ def main() -> None:
             if (kind, True) in r:
                 line.append(f"{kind} loaded / alone {r[kind, True] / r[kind, False]:.2f}")
         print(f"repeat {rep}: " + ", ".join(line), flush=True)
+    if args.json:
+        workload = {"configs": labels, "prompts": len(prompts), "seeds": [0],
+                    "images": len(specs) * len(prompts), "batch": args.batch,
+                    "old_threads": args.threads, "new_workers": args.workers,
+                    "load_threads": args.load_threads}
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(json.dumps(sidecar(header, workload, accounting, cells), indent=1) + "\n")
+
+
+def sidecar(header: dict, workload: dict, accounting: dict | None, cells: list[dict]) -> dict:
+    """The run as JSON: ``header`` (commit, date, cores, load), the workload, the accounting
+    part, every cell, and per repeat the ratios of total seconds the text prints
+    (``new_over_old_alone``, ``new_over_old_loaded``, ``<cell>_loaded_over_alone``)."""
+    ratios = []
+    for rep in sorted({c["repeat"] for c in cells}):
+        total = {(c["cell"], c["loaded"]): c["total_s"] for c in cells if c["repeat"] == rep}
+        ratio = {"repeat": rep}
+        for loaded, name in ((False, "alone"), (True, "loaded")):
+            if ("old", loaded) in total and ("new", loaded) in total:
+                ratio[f"new_over_old_{name}"] = total["new", loaded] / total["old", loaded]
+        for kind in dict.fromkeys(c["cell"] for c in cells):
+            if (kind, True) in total and (kind, False) in total:
+                ratio[f"{kind}_loaded_over_alone"] = total[kind, True] / total[kind, False]
+        ratios.append(ratio)
+    return {**header, "workload": workload, "w1_accounting": accounting, "cells": cells,
+            "ratios": ratios}
 
 
 if __name__ == "__main__":

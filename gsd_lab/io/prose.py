@@ -12,7 +12,8 @@ weights README) marks every measured number it shows with a span that says where
   ``verdicts.minimum_detectable(se)``, the smallest true difference the verdicts' two-SE test
   detects with 80% power; ``word(verdict)``, ``verdicts.word`` (the one vocabulary: a stored
   "noise" reads "no difference detected"); ``load(path)``, another
-  committed JSON output. SPEC is a Python format spec (``+.1f``, ``.1%``, ``,.0f``; default
+  committed JSON output (a ``.jsonl`` log: the list of its records). SPEC is a Python format
+  spec (``+.1f``, ``.1%``, ``,.0f``; default
   ``.3g``; a bool renders as yes / no). ``render`` replaces TEXT by ``format(value, SPEC)``;
   ``python -m gsd_lab readme`` writes every document, and a test fails when one differs from
   its rendering.
@@ -87,10 +88,15 @@ def _word(outcome: str) -> str:
 
 
 def _load(path: str) -> Any:
+    """A committed JSON output (``.json``), or a JSON-lines log (``.jsonl``: the list of its
+    records, e.g. ``load("...train_log.jsonl")[-1]``, its last record)."""
     target = (REPO / path).resolve()
-    if REPO not in target.parents or target.suffix != ".json":
+    if REPO not in target.parents or target.suffix not in (".json", ".jsonl"):
         raise ValueError(f"load() reads a committed JSON file in the repository, got {path!r}")
-    return json.loads(target.read_text(encoding="utf-8"))
+    text = target.read_text(encoding="utf-8")
+    if target.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text)
 
 
 FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,

@@ -19,7 +19,8 @@ weights README) marks every measured number it shows with a span that says where
   its rendering.
 - ``<!-- from: PATH -->TEXT<!-- /from -->``: numbers quoted from another committed file: a
   benchmark's text output, or the test that asserts an exact value. Every numeral in TEXT that
-  no rule below explains must occur in PATH (a substring check: weak for short numerals).
+  no rule below explains must occur in PATH (a substring check: weak for short numerals;
+  thousands separators may be written ``_`` or left out there, as in code).
 - ``<!-- paper: SOURCE -->TEXT<!-- /paper -->``: values quoted from the paper or another
   publication; SOURCE names where (``paper.md 1.7``). Not checked against the source.
 
@@ -226,7 +227,10 @@ def check_from_spans(text: str) -> list[str]:
             continue
         source = path.read_text(encoding="utf-8")
         for numeral in NUMERAL.findall(_mask_allowed(match["text"])):
-            if numeral.lstrip("+-−").rstrip(",") not in source:
+            bare = numeral.lstrip("+-−").rstrip(",")
+            # 7,013,158,912 may be written 7_013_158_912 or 7013158912 in code
+            if not any(form in source for form in {bare, bare.replace(",", "_"),
+                                                      bare.replace(",", "")}):
                 problems.append(f"from: {numeral} does not occur in {match['path']}")
     return problems
 

@@ -114,3 +114,20 @@ def test_no_document_shows_a_verdict_key_outside_the_vocabulary():
         for match in prose.VALUE.finditer(prose.markdown_of(path)):
             if match["expr"].strip().endswith(".verdict"):
                 raise AssertionError(f"{path.name}: {match['expr']} renders a raw verdict key")
+
+
+def test_from_spans_accept_code_spellings_of_a_large_number(tmp_path, monkeypatch):
+    """7,013,158,912 in prose matches ``7_013_158_912`` or ``7013158912`` in its file; a number
+    the file does not hold is still reported (negative control)."""
+    monkeypatch.setattr(prose, "REPO", tmp_path)
+    (tmp_path / "t.py").write_text("assert n == 7_013_158_912\nassert m == 39294851\n")
+    assert prose.check_from_spans("<!-- from: t.py -->7,013,158,912 and 39,294,851<!-- /from -->") == []
+    assert prose.check_from_spans("<!-- from: t.py -->7,013,666,816<!-- /from -->") == [
+        "from: 7,013,666,816 does not occur in t.py"]
+
+
+def test_load_reads_a_jsonl_log_as_its_records():
+    records = prose.evaluate('load("benchmarks/results/gpu_lumina_shapes_h200.jsonl")', {})
+    assert isinstance(records, list) and len(records) >= 1 and "forward_ms" in records[-1]
+    with pytest.raises(ValueError, match="committed JSON"):
+        prose.evaluate('load("README.md")', {})

@@ -235,8 +235,15 @@ def check_from_spans(text: str) -> list[str]:
     return problems
 
 
+_CODE_FIRST = ("fenced code", "inline code")  # blanked before the other rules look: a ``$`` in
+# code (``$OUT``) must not pair with a later ``$`` as math and hide the prose between them
+
+
 def _mask_allowed(text: str, proofs: bool = False) -> str:
-    """``text`` with every match of the reviewed rules blanked (newlines kept)."""
+    """``text`` with every match of the reviewed rules blanked (newlines kept); code first."""
+    for name, pattern in _ALLOWED:
+        if name in _CODE_FIRST:
+            text = _blank(text, pattern)
     covered = [False] * len(text)
     for _name, pattern in _ALLOWED + (_PROOF_RULES if proofs else []):  # order does not matter
         for match in pattern.finditer(text):

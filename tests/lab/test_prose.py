@@ -131,3 +131,8 @@ def test_load_reads_a_jsonl_log_as_its_records():
     assert isinstance(records, list) and len(records) >= 1 and "forward_ms" in records[-1]
     with pytest.raises(ValueError, match="committed JSON"):
         prose.evaluate('load("README.md")', {})
+
+
+def test_a_dollar_in_code_does_not_open_math_that_hides_prose():
+    text = "Write to `$OUT/x.jsonl`.\n\nGSD needs 55.6 forwards.\n\nThen $E = N - 13$ holds."
+    assert [n.text for n in prose.unmarked(text)] == ["55.6"]

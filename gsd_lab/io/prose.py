@@ -30,9 +30,8 @@ and fenced), LaTeX math (exact; each proof's test checks it), links and file nam
 hashes, arXiv ids, years, versions, section, list and proof numbers, identifiers with digits
 (W1, top-1, float16, 7B), settings written ``name = value`` (``G = 50``, ``k=2``), integer
 fractions and sets, tolerances (1e-12), single digits. Everything else is reported: a
-hand-written measured number is to be rendered, quoted from its file, or removed. The test
-(tests/lab/test_prose.py) holds a reviewed count per document of numerals not yet converted
-(tests/lab/numerals_pending.json, a ratchet: counts may only fall).
+hand-written measured number is to be rendered, quoted from its file, or removed; the test
+(tests/lab/test_prose.py) allows none in any document.
 """
 
 from __future__ import annotations

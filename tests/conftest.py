@@ -7,6 +7,10 @@
 - "thorough": 2000 examples, for occasional local runs (HYPOTHESIS_PROFILE=thorough).
 
 HYPOTHESIS_PROFILE=<name> overrides the choice.
+
+Under pytest-xdist (scripts/test.sh: one worker process per core) each worker's torch gets its
+share of the usable cores for intra-op threads, set before torch is imported: more threads than
+cores makes OpenMP's spinning threads stall each other. An explicit OMP_NUM_THREADS wins.
 """
 
 import os
@@ -17,6 +21,11 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile(
     "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+_workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+if _workers:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (_cores or 1) // int(_workers))))
 
 _profile = os.environ.get("HYPOTHESIS_PROFILE")
 if _profile:

@@ -31,14 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import (
-    broadcast_shapes,
-    check_choice,
-    check_count,
-    check_labels,
-    check_pair,
-    check_tokens,
-)
+from .checks import check_choice, check_count, check_labels, check_pair, check_tokens
 
 
 @runtime_checkable
@@ -170,7 +163,8 @@ class FixedPartition(Partition):
             raise ValueError(f"partition labels cover {vocab} tokens but p has a vocabulary of "
                              f"{p.shape[-1]}")
         members = self._members.to(p.device)  # [..., K, M]
-        batch = broadcast_shapes(p.shape[:-1], members.shape[:-2])
+        batch = p.shape[:-1] if members.ndim == 2 else torch.broadcast_shapes(  # per-row labels
+            p.shape[:-1], members.shape[:-2])
         index = members.clamp(max=vocab - 1).flatten(-2).expand(*batch, -1)  # [..., K * M]
         valid = members < vocab
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_pair, check_tokens, check_uniform_tensor, check_window, judge_uniforms
+from .checks import check_pair, check_tokens, check_uniforms, check_window
 from .rules import Rule, as_rule, mass_ratio, window_rule
 
 
@@ -64,13 +64,11 @@ def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
         or weights.shape[-1] < 1
     ):
         raise ValueError("weights must be a floating-point tensor [..., V] of weights, V >= 1")
-    check_uniform_tensor(uniform, None, weights.device, "uniform", "weights")
+    check_uniforms(uniform, None, weights.device, "uniform", "weights")
     if weights.numel() and not bool(torch.isfinite(weights).all()):
         raise ValueError("weights contain NaN or inf: cannot sample")
     if weights.numel() and (float(weights.min()) < 0 or float(weights.sum(-1).min()) <= 0):
         raise ValueError("weights must be >= 0 with a positive total in every row")
-    if uniform.numel():
-        judge_uniforms(*torch.stack(torch.aminmax(uniform)).double().tolist())
     return draw(weights, uniform.unsqueeze(-1)).squeeze(-1)
 
 

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core.rules import token_residual
+from gsd_core import token_residual
 
 from ..accounting.transport import _check_content, content_distances
 from .planned import PlannedTargets

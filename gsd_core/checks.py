@@ -31,7 +31,8 @@ def check_probabilities(x: object, name: str = "p") -> Tensor:
     """``x`` [..., V] checked as probability rows, returned in float32 or float64."""
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
+        raise ValueError(
+            f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, "
                          f"got shape {tuple(x.shape)}")

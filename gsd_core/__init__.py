@@ -17,13 +17,15 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
 - ``block_verification``: ``verify_block``, the window's accepted prefix decided jointly
   (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
 - ``multidraft``: several candidates for one position, recursive rejection sampling (proofs/15);
-- ``checks``: the input checks (``check_window``, ``check_pair``, ``SUM_TOLERANCE``).
+- ``checks``: the input checks (``check_window``, ``check_pair``, ``check_tokens``,
+  ``check_uniforms``; ``SUM_TOLERANCE``, ``working_dtype``).
 
 gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
 """
 
 from .block_verification import verify_block, window_law
-from .checks import SUM_TOLERANCE, check_pair, check_window, working_dtype
+from .checks import (SUM_TOLERANCE, check_pair, check_tokens, check_uniforms, check_window,
+                     working_dtype)
 from .exact import (acceptance_rate, fixed_order_sum, output_distribution, output_law,
                     residual_distribution, tv_distance)
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
@@ -40,10 +42,11 @@ __all__ = [
     "SD", "SUM_TOLERANCE", "Amplify", "DynamicClusters", "FixedPartition", "Lantern",
     "LatentNeighbourhoods", "MultiDraftResult", "OptimalRelaxation", "Partition",
     "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability", "acceptance_rate",
-    "as_rule", "check_pair", "check_window", "draw", "draw_without_replacement",
-    "dynamic_cluster", "fixed_order_sum", "group_probs", "latent_neighbourhoods", "mass_ratio",
-    "member_masses", "multidraft_law", "one_hot", "output_distribution", "output_law",
-    "probability_ranks", "recursive_rejection", "residual_distribution", "resolve_window",
-    "sample_categorical", "token_residual", "tv_distance", "verify", "verify_block",
-    "window_law", "window_rule", "without_replacement_rows", "working_dtype",
+    "as_rule", "check_pair", "check_tokens", "check_uniforms", "check_window", "draw",
+    "draw_without_replacement", "dynamic_cluster", "fixed_order_sum", "group_probs",
+    "latent_neighbourhoods", "mass_ratio", "member_masses", "multidraft_law", "one_hot",
+    "output_distribution", "output_law", "probability_ranks", "recursive_rejection",
+    "residual_distribution", "resolve_window", "sample_categorical", "token_residual",
+    "tv_distance", "verify", "verify_block", "window_law", "window_rule",
+    "without_replacement_rows", "working_dtype"
 ]

@@ -1,15 +1,16 @@
 """The engine's input checks, split for its one host sync: shape, dtype and device checks that
-read no values (``window_shapes``, ``check_token_tensor``, ``check_uniform_tensor``,
-``check_randomness``), then verdicts on the few scalars the sync reads back (``judge_*``: row-sum
-extrema and minima, id and uniform ranges). They refuse what ``gsd_core.check_window`` refuses,
-with its messages (tests/lab/test_engine_checks.py)."""
+read no value and no op (``window_shapes``, ``check_token_tensor``, ``check_uniform_tensor``,
+``check_randomness``; where one fails, gsd_core's own check runs and names the problem), then
+verdicts on the few scalars the sync reads back (``judge_*``: row-sum extrema and minima, id
+and uniform ranges). They refuse what ``gsd_core.check_window`` refuses, with its messages
+(tests/lab/test_engine_checks.py)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from gsd_core import SUM_TOLERANCE, working_dtype
+from gsd_core import SUM_TOLERANCE, check_tokens, check_uniforms, check_window, working_dtype
 
 __all__ = ["broadcast_shapes", "check_randomness", "check_token_tensor", "check_uniform_tensor",
            "judge_probabilities", "judge_tokens", "judge_uniforms", "window_shapes",
@@ -33,68 +34,47 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> torch.Size:
     return torch.Size(out)
 
 
-def _float_rows(x: object, name: str) -> None:
-    if not isinstance(x, Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
-    if x.ndim < 1 or x.shape[-1] < 1:
-        raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, "
-                         f"got shape {tuple(x.shape)}")
-
-
-def _same_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
-    if x.device != device:
-        raise ValueError(f"{name} is on {x.device} but {reference} is on {device}: "
-                         "put them on one device")
+def _ids(x: Tensor) -> bool:
+    """An integer dtype, as gsd_core's checks read it (not floating, complex or bool)."""
+    return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
 
 
 def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Size, int]:
-    """The window's shape checks (no values read): the batch shape and the number L of drafts."""
-    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
-        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
-    window = q.shape[-2]
-    if p.shape[-2] not in (window, window + 1):
-        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or (
-            draft_tokens.shape[-1] != window):
-        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
-    _float_rows(p, "p")
-    _float_rows(q, "q")
-    if p.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
-    _same_device(q, p.device, "q")
-    check_token_tensor(draft_tokens, p.device, "draft_tokens")
-    try:
-        batch = broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
-    except RuntimeError:
-        raise ValueError(
-            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
-            f"drafts {tuple(draft_tokens.shape)}") from None
-    return batch, window
+    """The batch shape and the number L of drafts of a window whose shapes, dtypes and devices
+    pass ``gsd_core.check_window``'s checks, read without a value; otherwise that check runs and
+    names the problem."""
+    if (isinstance(p, Tensor) and isinstance(q, Tensor) and isinstance(draft_tokens, Tensor)
+            and min(p.ndim, q.ndim) >= 2 and draft_tokens.ndim >= 1
+            and p.is_floating_point() and q.is_floating_point()
+            and p.shape[-1] == q.shape[-1] >= 1 and p.shape[-2] - q.shape[-2] in (0, 1)
+            and draft_tokens.shape[-1] == q.shape[-2] and _ids(draft_tokens)
+            and p.device == q.device == draft_tokens.device):
+        try:
+            batch = broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
+            return batch, q.shape[-2]
+        except RuntimeError:
+            pass
+    check_window(p, q, draft_tokens)
+    raise AssertionError("gsd_core.check_window passed a window window_shapes refuses")
 
 
 def check_token_tensor(tokens: object, device: torch.device, name: str = "token") -> Tensor:
     """Token ids as an int64 tensor on ``device``; values unchecked (``judge_tokens``)."""
-    if not isinstance(tokens, Tensor):
-        raise ValueError(f"{name} must be an int or an integer tensor, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
-    _same_device(tokens, device, name)
+    if not (isinstance(tokens, Tensor) and _ids(tokens) and tokens.device == device):
+        check_tokens(tokens, 0, device, name)  # names the problem before reading a value
+        raise AssertionError(f"gsd_core.check_tokens passed {name}, check_token_tensor did not")
     return tokens if tokens.dtype == torch.int64 else tokens.long()
 
 
 def check_uniform_tensor(uniforms: object, shape: tuple[int, ...] | None, device: torch.device,
                          name: str = "uniforms", reference: str = "p") -> Tensor:
-    """dtype (float32 or float64), shape (None: any) and device of uniforms; values unchecked."""
-    if not isinstance(uniforms, Tensor) or uniforms.dtype not in (torch.float32, torch.float64):
-        kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
-        raise ValueError(f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got "
-                         f"{kind} (a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)")
-    if shape is not None and tuple(uniforms.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
-    _same_device(uniforms, device, name, reference)
+    """dtype (float32 or float64), shape (None: any) and device of uniforms; values unchecked
+    (``judge_uniforms``)."""
+    if not (isinstance(uniforms, Tensor) and uniforms.dtype in (torch.float32, torch.float64)
+            and (shape is None or tuple(uniforms.shape) == tuple(shape))
+            and uniforms.device == device):
+        check_uniforms(uniforms, shape, device, name, reference)  # names the problem
+        raise AssertionError(f"gsd_core.check_uniforms passed {name}, check_uniform_tensor did not")
     return uniforms
 
 

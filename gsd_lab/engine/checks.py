@@ -103,11 +103,12 @@ def judge_probabilities(name: str, dtype: torch.dtype, low_sum: float, high_sum:
 
 
 def judge_tokens(name: str, vocab_size: int, low: float, high: float) -> None:
+    """Raise gsd_core's error unless the ids' range [low, high] lies in [0, vocab_size)."""
     if low < 0 or high >= vocab_size:
-        raise ValueError(
-            f"{name} has ids out of range [0, {vocab_size}): min {int(low)}, max {int(high)}")
+        check_tokens(torch.tensor([int(low), int(high)]), vocab_size, torch.device("cpu"), name)
 
 
 def judge_uniforms(low: float, high: float) -> None:
+    """Raise gsd_core's error unless the uniforms' range [low, high] lies in [0, 1)."""
     if not (low >= 0 and high < 1):  # NaN fails both comparisons
-        raise ValueError(f"uniforms must lie in [0, 1) and not be NaN: min {low}, max {high}")
+        check_uniforms(torch.tensor([low, high], dtype=torch.float64), None, torch.device("cpu"))

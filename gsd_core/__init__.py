@@ -4,32 +4,49 @@ arXiv 2508.07747).
 Probabilities in, probabilities out: p is the target, q the draft distribution, both [..., V]
 (the last dimension the vocabulary, leading dimensions batch). Read in this order:
 
-- ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)), and its
-  residual (SD, GSD's clusters and partitions, Amplify; LANTERN in ``lantern``);
-- ``verification``: ``verify``, a whole window of drafts left to right;
+- ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)) (``mass_ratio``),
+  and its residual (``token_residual``: norm((p - q)+)): SD, GSD's clusters and partitions
+  (``Partition``), Amplify; ``as_rule`` reads None / labels / a rule;
+- ``lantern``: LANTERN's latent neighbourhoods and its rule;
+- ``relaxation``: the TV-optimal relaxation, the most accepting rule within a TV budget;
+- ``verification``: ``verify``, a whole window of drafts left to right (``resolve_window``: its
+  stop and draw given every a_i; ``draw``: the inverse-CDF draw);
+- ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration
+  (``output_law``), summed in one fixed order (``fixed_order_sum``) so the bits do not depend
+  on the CPU or thread count;
 - ``block_verification``: ``verify_block``, the window's accepted prefix decided jointly
   (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
-- ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration;
-- ``relaxation``: the TV-optimal relaxation, the most accepting rule within a TV budget;
-- ``checks``: the input checks (``check_window``).
+- ``multidraft``: several candidates for one position, recursive rejection sampling (proofs/15);
+- ``checks``: the input checks (``check_window``, ``check_pair``, ``check_tokens``,
+  ``check_uniforms``; ``SUM_TOLERANCE``, ``working_dtype``).
 
 gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
 """
 
 from .block_verification import verify_block, window_law
-from .checks import check_window
-from .exact import acceptance_rate, output_distribution, residual_distribution, tv_distance
+from .checks import (SUM_TOLERANCE, check_pair, check_tokens, check_uniforms, check_window,
+                     working_dtype)
+from .exact import (acceptance_rate, fixed_order_sum, output_distribution, output_law,
+                    residual_distribution, tv_distance)
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
+from .multidraft import (MultiDraftResult, draw_without_replacement, multidraft_law, one_hot,
+                         recursive_rejection, without_replacement_rows)
 from .relaxation import OptimalRelaxation
-from .rules import (SD, Amplify, DynamicClusters, FixedPartition, RankBinnedClusters, Rule,
-                    dynamic_cluster, group_probs, probability_ranks)
-from .verification import VerifyResult, accept_probability, sample_categorical, verify
+from .rules import (SD, Amplify, DynamicClusters, FixedPartition, Partition, RankBinnedClusters,
+                    Rule, as_rule, dynamic_cluster, group_probs, mass_ratio, member_masses,
+                    probability_ranks, token_residual, window_rule)
+from .verification import (VerifyResult, accept_probability, draw, resolve_window,
+                           sample_categorical, verify)
 
 __all__ = [
-    "SD", "Amplify", "DynamicClusters", "FixedPartition", "Lantern", "LatentNeighbourhoods",
-    "OptimalRelaxation", "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability",
-    "acceptance_rate", "check_window", "dynamic_cluster",
-    "group_probs", "latent_neighbourhoods", "output_distribution", "probability_ranks",
-    "residual_distribution", "sample_categorical", "tv_distance", "verify",
-    "verify_block", "window_law",
+    "SD", "SUM_TOLERANCE", "Amplify", "DynamicClusters", "FixedPartition", "Lantern",
+    "LatentNeighbourhoods", "MultiDraftResult", "OptimalRelaxation", "Partition",
+    "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability", "acceptance_rate",
+    "as_rule", "check_pair", "check_tokens", "check_uniforms", "check_window", "draw",
+    "draw_without_replacement", "dynamic_cluster", "fixed_order_sum", "group_probs",
+    "latent_neighbourhoods", "mass_ratio", "member_masses", "multidraft_law", "one_hot",
+    "output_distribution", "output_law", "probability_ranks", "recursive_rejection",
+    "residual_distribution", "resolve_window", "sample_categorical", "token_residual",
+    "tv_distance", "verify", "verify_block", "window_law", "window_rule",
+    "without_replacement_rows", "working_dtype"
 ]

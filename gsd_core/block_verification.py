@@ -38,12 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_window
+from .checks import check_choice, check_window
 from .exact import fixed_order_sum
 from .rules import mass_ratio, token_residual
 from .verification import VerifyResult, draw
-
-VERIFIERS = ("block", "token")
 
 
 def block_weights(p: Tensor, q: Tensor, draft_tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -176,8 +174,7 @@ def window_law(target: list[Tensor], draft: list[Tensor], verifier: str = "block
     prod_i p_i(z_i | z_{<i}), iff the verifier is lossless: proofs/14); accepted[i] is the
     probability that i drafts are accepted (the expected accepted length: sum_i i accepted[i]).
     O(V^L) draft paths: for tests on small models."""
-    if verifier not in VERIFIERS:
-        raise ValueError(f"verifier must be one of {VERIFIERS}, got {verifier!r}")
+    check_choice(verifier, "verifier", ("block", "token"))
     window, vocab = len(draft), target[0].shape[-1]
     if window < 1:
         raise ValueError("window_law needs L >= 1 drafts")

@@ -12,30 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SUM_TOLERANCE = {
-    torch.float64: 1e-9,
-    torch.float32: 1e-4,
-    torch.float16: 2e-2,
-    torch.bfloat16: 2e-2,
-}
-
-
-def broadcast_shapes(*shapes: tuple[int, ...]) -> torch.Size:
-    """The shape the given shapes broadcast to (numpy's rule: aligned from the right, each size
-    equal or 1), as ``torch.broadcast_shapes``; RuntimeError when they do not broadcast. Plain
-    Python: ``torch.broadcast_shapes`` imports torch.fx's symbolic shapes and SymPy on first use,
-    about half a second of a command-line generate."""
-    ndim = max((len(shape) for shape in shapes), default=0)
-    out = [1] * ndim
-    for shape in shapes:
-        for axis, size in enumerate(shape, ndim - len(shape)):
-            if size == 1:
-                continue
-            if out[axis] == 1:
-                out[axis] = size
-            elif out[axis] != size:
-                raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
-    return torch.Size(out)
+SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2,
+                 torch.bfloat16: 2e-2}
 
 
 def working_dtype(*tensors: Tensor) -> torch.dtype:
@@ -43,166 +21,86 @@ def working_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def check_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
+def _same_device(x: Tensor, device: torch.device, name: str, reference: str = "p") -> None:
     if x.device != device:
-        raise ValueError(
-            f"{name} is on {x.device} but {reference} is on {device}: put them on one device"
-        )
-
-
-def check_probability_tensor(x: object, name: str) -> Tensor:
-    """The checks that need no values: a floating-point tensor [..., V], V >= 1."""
-    if not isinstance(x, Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must be a floating-point torch.Tensor of probabilities, got {got}"
-        )
-    if x.ndim < 1 or x.shape[-1] < 1:
-        raise ValueError(
-            f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def judge_probabilities(
-    name: str, dtype: torch.dtype, low_sum: float, high_sum: float, low_entry: float
-) -> None:
-    """Raise unless row sums in [low_sum, high_sum] are 1 within ``dtype``'s tolerance and the
-    smallest entry ``low_entry`` is >= 0 (NaN and inf fail). The engine calls this too."""
-    if not all(v == v and abs(v) != float("inf") for v in (low_sum, high_sum, low_entry)):
-        raise ValueError(f"{name} contains NaN or inf")
-    if low_entry < 0:
-        raise ValueError(f"{name} has negative entries: not a probability distribution")
-    worst, tol = max(abs(low_sum - 1), abs(high_sum - 1)), SUM_TOLERANCE[dtype]
-    if worst > tol:
-        raise ValueError(
-            f"{name} rows must sum to 1 over the last dimension (tolerance {tol:g} for {dtype}); "
-            f"worst row is off by {worst:.3g} (renormalise with p / p.sum(-1, keepdim=True))"
-        )
+        raise ValueError(f"{name} is on {x.device} but {reference} is on {device}: "
+                         "put them on one device")
 
 
 def check_probabilities(x: object, name: str = "p") -> Tensor:
     """``x`` [..., V] checked as probability rows, returned in float32 or float64."""
-    x = check_probability_tensor(x, name)
-    if x.numel():
-        sums = x.sum(-1)
-        judge_probabilities(
-            name, x.dtype, *torch.stack([sums.min(), sums.max(), x.min()]).double().tolist()
-        )
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
-
-
-def _check_tensor_pair(p: object, q: object) -> None:
-    """p and q: floating-point tensors [..., V] with one vocabulary size, on one device."""
-    check_probability_tensor(p, "p")
-    check_probability_tensor(q, "q")
-    if p.shape[-1] != q.shape[-1]:
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(
-            f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}"
-        )
-    check_device(q, p.device, "q")
+            f"{name} must be a floating-point torch.Tensor of probabilities, got {got}")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, "
+                         f"got shape {tuple(x.shape)}")
+    if x.numel():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or inf")
+        if bool((x < 0).any()):
+            raise ValueError(f"{name} has negative entries: not a probability distribution")
+        worst, tol = float((x.sum(-1).double() - 1).abs().max()), SUM_TOLERANCE[x.dtype]
+        if worst > tol:
+            raise ValueError(
+                f"{name} rows must sum to 1 over the last dimension (tolerance {tol:g} for "
+                f"{x.dtype}); worst row is off by {worst:.3g} (renormalise with "
+                "p / p.sum(-1, keepdim=True))")
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def check_pair(p: object, q: object) -> tuple[Tensor, Tensor]:
     """Target p and draft q [..., V]: checked, on one device, broadcast to one shape, in one
     dtype."""
-    _check_tensor_pair(p, q)
-    try:
-        shape = broadcast_shapes(p.shape, q.shape)
-    except RuntimeError:
-        raise ValueError(
-            f"p and q shapes do not broadcast: {tuple(p.shape)} vs {tuple(q.shape)}"
-        ) from None
+    if isinstance(p, Tensor) and isinstance(q, Tensor):
+        _same_device(q, p.device, "q")
     p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
     dtype = working_dtype(p, q)
-    return p.to(dtype).expand(shape), q.to(dtype).expand(shape)
+    try:  # the native op (torch.broadcast_shapes imports SymPy on first use)
+        return tuple(torch.broadcast_tensors(p.to(dtype), q.to(dtype)))
+    except RuntimeError:
+        raise ValueError(f"p and q shapes do not broadcast: {tuple(p.shape)} vs "
+                         f"{tuple(q.shape)}") from None
 
 
-def check_token_tensor(tokens: object, device: torch.device, name: str = "token") -> Tensor:
-    """Token ids as an int64 tensor on ``device`` (a Python int is made there); values unchecked."""
+def check_tokens(tokens: object, vocab_size: int, device: torch.device, name: str = "token"
+                 ) -> Tensor:
+    """Token ids as an int64 tensor on ``device`` (a Python int is made there), each in
+    [0, vocab_size)."""
     if isinstance(tokens, int) and not isinstance(tokens, bool):
-        return torch.tensor(tokens, device=device)
+        tokens = torch.tensor(tokens, device=device)
     if not isinstance(tokens, Tensor):
         raise ValueError(f"{name} must be an int or an integer tensor, got {type(tokens).__name__}")
     if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
-    check_device(tokens, device, name)
-    return tokens if tokens.dtype == torch.int64 else tokens.long()
-
-
-def judge_tokens(name: str, vocab_size: int, low: float, high: float) -> None:
-    if low < 0 or high >= vocab_size:
-        raise ValueError(
-            f"{name} has ids out of range [0, {vocab_size}): min {int(low)}, max {int(high)}"
-        )
-
-
-def check_tokens(
-    tokens: object, vocab_size: int, device: torch.device, name: str = "token"
-) -> Tensor:
-    """Token ids as an int64 tensor on ``device``, each in [0, vocab_size)."""
-    tokens = check_token_tensor(tokens, device, name)
+    _same_device(tokens, device, name)
     if tokens.numel():
-        judge_tokens(name, vocab_size, *torch.stack(torch.aminmax(tokens)).tolist())
-    return tokens
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} has ids out of range [0, {vocab_size}): min {low}, max {high}")
+    return tokens.long()
 
 
-def check_uniform_tensor(
-    uniforms: object,
-    shape: tuple[int, ...] | None,
-    device: torch.device,
-    name: str = "uniforms",
-    reference: str = "p",
-) -> Tensor:
-    """dtype (float32 or float64), shape (None: any) and device of uniforms; values unchecked."""
+def check_uniforms(uniforms: object, shape: tuple[int, ...] | None, device: torch.device,
+                   name: str = "uniforms", reference: str = "p") -> Tensor:
+    """U[0, 1) draws: float32 or float64, of ``shape`` (None: any), on ``device``."""
     if not isinstance(uniforms, Tensor) or uniforms.dtype not in (torch.float32, torch.float64):
         kind = uniforms.dtype if isinstance(uniforms, Tensor) else type(uniforms).__name__
-        raise ValueError(
-            f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got {kind} "
-            "(a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)"
-        )
+        raise ValueError(f"{name} must be a float32 or float64 tensor of U[0, 1) draws, got "
+                         f"{kind} (a 16-bit uniform has steps of 2^-8 to 2^-11 near 1)")
     if shape is not None and tuple(uniforms.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(uniforms.shape)}")
-    check_device(uniforms, device, name, reference)
+    _same_device(uniforms, device, name, reference)
+    if uniforms.numel():
+        low, high = (float(v) for v in torch.aminmax(uniforms))
+        if not (low >= 0 and high < 1):  # NaN fails both comparisons
+            raise ValueError(f"uniforms must lie in [0, 1) and not be NaN: min {low}, max {high}")
     return uniforms
-
-
-def judge_uniforms(low: float, high: float) -> None:
-    if not (low >= 0 and high < 1):  # NaN fails both comparisons
-        raise ValueError(f"uniforms must lie in [0, 1) and not be NaN: min {low}, max {high}")
-
-
-def check_randomness(uniforms: object, generator: object, device: torch.device) -> None:
-    """One source of randomness: uniforms or a generator (on p's device type), not both."""
-    if uniforms is not None and generator is not None:
-        raise ValueError("give uniforms or a generator, not both (the generator would be ignored)")
-    if generator is not None and torch.device(generator.device).type != device.type:
-        raise ValueError(f"generator is on {generator.device} but p is on {device}")
-
-
-def window_shapes(p: object, q: object, draft_tokens: object) -> tuple[torch.Size, int]:
-    """Shape checks of a window (no values read): the batch shape and the number L of drafts."""
-    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
-        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
-    _check_tensor_pair(p, q)
-    window = q.shape[-2]
-    if p.shape[-2] not in (window, window + 1):
-        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
-    if (
-        not isinstance(draft_tokens, Tensor)
-        or draft_tokens.ndim < 1
-        or draft_tokens.shape[-1] != window
-    ):
-        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
-    check_token_tensor(draft_tokens, p.device, "draft_tokens")
-    try:
-        batch = broadcast_shapes(p.shape[:-2], q.shape[:-2], draft_tokens.shape[:-1])
-    except RuntimeError:
-        raise ValueError(
-            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
-            f"drafts {tuple(draft_tokens.shape)}"
-        ) from None
-    return batch, window
 
 
 def check_window(
@@ -214,21 +112,39 @@ def check_window(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """``verify``'s input checks (its docstring gives the shapes): returns (p, q, draft_tokens,
     uniforms) with p and q in the working dtype and the batch dimensions broadcast and expanded."""
-    batch, window = window_shapes(p, q, draft_tokens)
-    check_randomness(uniforms, generator, p.device)
+    if not isinstance(p, Tensor) or not isinstance(q, Tensor) or p.ndim < 2 or q.ndim < 2:
+        raise ValueError("p and q must be tensors of shape [..., L, V] (p may have L + 1 rows)")
+    window = q.shape[-2]
+    if p.shape[-2] not in (window, window + 1):
+        raise ValueError(f"p must have L or L + 1 rows for L = {window} drafts, got {p.shape[-2]}")
+    if not isinstance(draft_tokens, Tensor) or draft_tokens.ndim < 1 or (
+            draft_tokens.shape[-1] != window):
+        raise ValueError(f"draft_tokens must have shape [..., L={window}]")
+    if uniforms is not None and generator is not None:
+        raise ValueError("give uniforms or a generator, not both (the generator would be ignored)")
+    if generator is not None and torch.device(generator.device).type != p.device.type:
+        raise ValueError(f"generator is on {generator.device} but p is on {p.device}")
+    for x, name in ((q, "q"), (draft_tokens, "draft_tokens"), (uniforms, "uniforms")):
+        if isinstance(x, Tensor):  # devices first: a value check would read a meta tensor
+            _same_device(x, p.device, name)
+    rows = [check_probabilities(p, "p"), check_probabilities(q, "q")]
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"p and q must share the vocabulary size (last dim): {p.shape[-1]} vs {q.shape[-1]}")
+    drafts = check_tokens(draft_tokens, p.shape[-1], p.device, "draft_tokens")
+    try:  # the batch dimensions: one entry of each row and draft stands for them
+        batch = torch.broadcast_tensors(p[..., :1, :1], q[..., :1, :1], drafts[..., :1, None]
+                                        )[0].shape[:-2]
+    except RuntimeError:
+        raise ValueError(
+            f"batch shapes do not match: p {tuple(p.shape)}, q {tuple(q.shape)}, "
+            f"drafts {tuple(draft_tokens.shape)}") from None
     if uniforms is not None:
-        check_uniform_tensor(uniforms, (*batch, window + 1), p.device)
-        if uniforms.numel():
-            judge_uniforms(*torch.stack(torch.aminmax(uniforms)).double().tolist())
-    p, q = check_probabilities(p, "p"), check_probabilities(q, "q")
-    draft_tokens = check_tokens(draft_tokens, p.shape[-1], p.device, "draft_tokens")
-    dtype, vocab = working_dtype(p, q), p.shape[-1]
-    return (
-        p.to(dtype).expand(*batch, p.shape[-2], vocab),
-        q.to(dtype).expand(*batch, window, vocab),
-        draft_tokens.expand(*batch, window),
-        uniforms,
-    )
+        check_uniforms(uniforms, (*batch, window + 1), p.device)
+    dtype, vocab = working_dtype(*rows), p.shape[-1]
+    return (rows[0].to(dtype).expand(*batch, p.shape[-2], vocab),
+            rows[1].to(dtype).expand(*batch, window, vocab), drafts.expand(*batch, window),
+            uniforms)
 
 
 def check_labels(labels: object) -> Tensor:
@@ -238,8 +154,7 @@ def check_labels(labels: object) -> Tensor:
         raise ValueError("partition labels must be an integer tensor of cluster ids, one per token")
     if labels.ndim < 1 or labels.numel() == 0:
         raise ValueError(
-            f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}"
-        )
+            f"partition labels must have shape [..., V], V >= 1, got {tuple(labels.shape)}")
     labels = labels.long()
     low, high = torch.stack(torch.aminmax(labels)).tolist()
     if low < 0:

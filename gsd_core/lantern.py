@@ -47,12 +47,8 @@ class LatentNeighbourhoods:
 
     def __post_init__(self) -> None:
         index, valid = self.index, self.valid
-        if (
-            not isinstance(index, Tensor)
-            or index.dtype != torch.int64
-            or index.ndim != 2
-            or index.shape[1] < 1
-        ):
+        if not (isinstance(index, Tensor) and index.dtype == torch.int64 and index.ndim == 2
+                and index.shape[1] >= 1):
             raise ValueError("index must be an int64 tensor [V, k], k >= 1")
         if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != index.shape:
             raise ValueError(f"valid must be a bool tensor of index's shape {tuple(index.shape)}")
@@ -77,25 +73,18 @@ def latent_neighbourhoods(
     """The k-token latent neighbourhoods B_k(x) of all V tokens from ``embeddings`` [V, D].
 
     Distances d(x, y) = ||e_x - e_y||_2 in float64, computed directly (no |a|^2 + |b|^2 - 2ab
-    expansion, so ties and thresholds are exact for integer embeddings); each row is stably
-    sorted, so equal distances keep id order, with x forced first. k is clipped to V. A token
-    y != x is valid iff d(x, y) <= max_distance (None: all are). Memory: ``chunk_elements``
-    distances at a time (rows in chunks); O(V^2 log V) time, once per embedding table."""
-    if (
-        not isinstance(embeddings, Tensor)
-        or embeddings.ndim != 2
-        or not embeddings.is_floating_point()
-    ):
-        raise ValueError(
-            "embeddings must be a float tensor [V, D], "
-            f"got {getattr(embeddings, 'shape', embeddings)!r}"
-        )
+    expansion: ties and thresholds exact for integer embeddings); rows stably sorted (equal
+    distances in id order), x forced first; k clipped to V. y != x is valid iff
+    d(x, y) <= max_distance (None: all are). ``chunk_elements`` distances at a time."""
+    if not (isinstance(embeddings, Tensor) and embeddings.ndim == 2
+            and embeddings.is_floating_point()):
+        raise ValueError("embeddings must be a float tensor [V, D], "
+                         f"got {getattr(embeddings, 'shape', embeddings)!r}")
     if embeddings.shape[0] < 1:
         raise ValueError("embeddings must have at least one row (token)")
     check_count(k, "k")
-    if max_distance is not None and not (
-        isinstance(max_distance, (int, float)) and max_distance >= 0
-    ):
+    if max_distance is not None and not (isinstance(max_distance, (int, float))
+                                         and max_distance >= 0):
         raise ValueError(f"max_distance must be a number >= 0 or None, got {max_distance!r}")
     emb = embeddings.to(torch.float64)
     if not bool(torch.isfinite(emb).all()):
@@ -110,9 +99,8 @@ def latent_neighbourhoods(
         dist[torch.arange(rows.numel(), device=emb.device), rows] = -1.0  # x itself first
         order = torch.sort(dist, dim=-1, stable=True)
         index_parts.append(order.indices[:, :k])
-        valid_parts.append(
-            order.values[:, :k] <= (math.inf if max_distance is None else float(max_distance))
-        )
+        valid_parts.append(order.values[:, :k] <= (math.inf if max_distance is None
+                                                   else float(max_distance)))
     return LatentNeighbourhoods(torch.cat(index_parts), torch.cat(valid_parts))
 
 
@@ -126,24 +114,19 @@ class Lantern:
 
     def __post_init__(self) -> None:
         if not isinstance(self.neighbourhoods, LatentNeighbourhoods):
-            raise ValueError(
-                "neighbourhoods must be a LatentNeighbourhoods (see latent_neighbourhoods)"
-            )
+            raise ValueError("neighbourhoods must be a LatentNeighbourhoods "
+                             "(see latent_neighbourhoods)")
         delta = self.delta
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0 <= delta <= 1):
             raise ValueError(
                 f"delta must be a number in [0, 1] (a total-variation budget), got {delta!r}; "
-                "LANTERN++'s relative budget (the released code's delta > 1) is not implemented"
-            )
+                "LANTERN++'s relative budget (the released code's delta > 1) is not implemented")
 
     def tables(self, vocab: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """(index, valid) [V, k] on ``device``; the vocabulary must be the table's."""
         hood = self.neighbourhoods
         if hood.vocab_size != vocab:
-            raise ValueError(
-                f"the neighbourhoods cover {hood.vocab_size} tokens "
-                f"but p has a vocabulary of {vocab}"
-            )
+            raise ValueError(f"the neighbourhoods cover {hood.vocab_size} tokens but p has {vocab}")
         return hood.index.to(device), hood.valid.to(device)
 
     def credited(self, p: Tensor, x: Tensor) -> Tensor:

@@ -50,17 +50,14 @@ class OptimalRelaxation:
         delta = self.delta
         if isinstance(delta, Tensor):
             if not delta.is_floating_point():
-                raise ValueError(
-                    f"delta must be a float or a floating-point tensor, got {delta.dtype}"
-                )
+                raise ValueError(f"delta must be a float or a floating-point tensor, got "
+                                 f"{delta.dtype}")
             if delta.numel() and not bool(((delta >= 0) & (delta <= 1)).all()):
-                raise ValueError(
-                    "delta (a total-variation budget per row) must lie in [0, 1]; NaN is refused"
-                )
+                raise ValueError("delta (a total-variation budget per row) must lie in [0, 1]; "
+                                 "NaN is refused")
         elif isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta <= 1:
-            raise ValueError(
-                f"delta (a total-variation budget) must be a number in [0, 1], got {delta!r}"
-            )
+            raise ValueError(f"delta (a total-variation budget) must be a number in [0, 1], got "
+                             f"{delta!r}")
         else:
             object.__setattr__(self, "delta", float(delta))
 
@@ -76,14 +73,11 @@ class OptimalRelaxation:
         total = 0.5 * fixed_order_sum((p - q).abs(), keepdim=True)
         if isinstance(self.delta, Tensor):
             try:
-                delta = (
-                    self.delta.to(device=p.device, dtype=p.dtype).unsqueeze(-1).expand(total.shape)
-                )
+                delta = self.delta.to(device=p.device, dtype=p.dtype).unsqueeze(-1).expand(
+                    total.shape)
             except RuntimeError:
-                raise ValueError(
-                    f"per-row delta of shape {tuple(self.delta.shape)} does not broadcast "
-                    f"against p's rows {tuple(p.shape[:-1])}"
-                ) from None
+                raise ValueError(f"per-row delta of shape {tuple(self.delta.shape)} does not "
+                                 f"broadcast against p's rows {tuple(p.shape[:-1])}") from None
         else:  # a tensor: a float over a tensor is computed as float * (1 / tensor), rounded twice
             delta = torch.full_like(total, self.delta)
         ratio = delta / total.clamp(min=torch.finfo(p.dtype).tiny)

@@ -31,14 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import (
-    broadcast_shapes,
-    check_choice,
-    check_count,
-    check_labels,
-    check_pair,
-    check_tokens,
-)
+from .checks import check_choice, check_count, check_labels, check_pair, check_tokens
 
 
 @runtime_checkable
@@ -149,11 +142,8 @@ def member_table(labels: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class FixedPartition(Partition):
     """A partition of the vocabulary that does not depend on p: integer labels [V] (or [..., V],
-    one partition per row), label[y] = the cluster of token y.
-
-    residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact, proofs/03). Cluster masses
-    are sums over a member table [..., K, M] (each cluster's tokens in id order, padded), built
-    once: a fixed order of additions, no scatter-add."""
+    one partition per row), label[y] = the cluster of token y. residual: "token"
+    (norm((p - q)+)) or "cluster" (cluster-exact, proofs/03). Masses: sums over ``member_table``."""
 
     labels: Tensor
     residual: str = "token"
@@ -167,10 +157,10 @@ class FixedPartition(Partition):
     def cluster_masses(self, p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         vocab = self.labels.shape[-1]
         if p.shape[-1] != vocab:
-            raise ValueError(f"partition labels cover {vocab} tokens but p has a vocabulary of "
-                             f"{p.shape[-1]}")
+            raise ValueError(f"partition labels cover {vocab} tokens but p has {p.shape[-1]}")
         members = self._members.to(p.device)  # [..., K, M]
-        batch = broadcast_shapes(p.shape[:-1], members.shape[:-2])
+        batch = p.shape[:-1] if members.ndim == 2 else torch.broadcast_shapes(  # per-row labels
+            p.shape[:-1], members.shape[:-2])
         index = members.clamp(max=vocab - 1).flatten(-2).expand(*batch, -1)  # [..., K * M]
         valid = members < vocab
 
@@ -260,12 +250,10 @@ class DynamicClusters:
         check_count(self.group_size, "group_size (G, tokens per cluster)")
         check_choice(self.rank_by, "rank_by", ("p", "q"))
         emb = self.embeddings
-        if emb is not None and (
-            not isinstance(emb, Tensor) or emb.ndim != 2 or not emb.is_floating_point()
-        ):
-            raise ValueError(
-                f"embeddings must be a float tensor [V, D], got {getattr(emb, 'shape', emb)!r}"
-            )
+        if emb is not None and not (isinstance(emb, Tensor) and emb.ndim == 2
+                                    and emb.is_floating_point()):
+            raise ValueError(f"embeddings must be a float tensor [V, D], got "
+                             f"{getattr(emb, 'shape', emb)!r}")
         if self.max_embedding_distance is not None and emb is None:
             raise ValueError("max_embedding_distance needs embeddings (a [V, D] tensor)")
         for name in ("max_embedding_distance", "max_prob_gap"):
@@ -275,11 +263,8 @@ class DynamicClusters:
 
     def offsets(self, vocab: int, device: torch.device | None = None) -> Tensor:
         """Rank offsets of the window's slots, -(G-1)//2 .. G//2, each side at most V - 1. [M]."""
-        above, below = (
-            min((self.group_size - 1) // 2, vocab - 1),
-            min(self.group_size // 2, vocab - 1),
-        )
-        return torch.arange(-above, below + 1, device=device)
+        size, last = self.group_size, vocab - 1
+        return torch.arange(-min((size - 1) // 2, last), min(size // 2, last) + 1, device=device)
 
     def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
         """C(x) for tokens x [..., T] as ids [..., T, M] and keep [..., T, M] (slot j holds the
@@ -299,10 +284,8 @@ class DynamicClusters:
             keep = keep & ((p_y - p_x).abs() <= self.max_prob_gap)
         if self.max_embedding_distance is not None:
             if self.embeddings.shape[0] < p.shape[-1]:
-                raise ValueError(
-                    f"embeddings has {self.embeddings.shape[0]} rows but the vocabulary "
-                    f"has {p.shape[-1]} tokens"
-                )
+                raise ValueError(f"embeddings has {self.embeddings.shape[0]} rows but the "
+                                 f"vocabulary has {p.shape[-1]} tokens")
             emb = self.embeddings.to(p.device)
             diff = emb[index].to(torch.float64) - emb[x].to(torch.float64).unsqueeze(-2)
             keep = keep & (diff.square().sum(-1) <= self.max_embedding_distance)
@@ -327,11 +310,8 @@ class Amplify:
 
     def __post_init__(self) -> None:
         scale = self.scale
-        if (
-            isinstance(scale, bool)
-            or not isinstance(scale, (int, float))
-            or not 0 < scale < math.inf
-        ):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
+                0 < scale < math.inf):
             raise ValueError(f"the Amplify scale k must be a finite real number > 0, got {scale!r}")
         object.__setattr__(self, "rule", as_rule(self.rule))
 
@@ -350,10 +330,8 @@ def window_rule(rule: object) -> Rule:
     while isinstance(inner, Amplify):
         inner = inner.rule
     if isinstance(inner, FixedPartition) and inner.labels.ndim > 1:
-        raise ValueError(
-            f"verify takes one partition of the vocabulary, labels [V]; got labels of shape "
-            f"{tuple(inner.labels.shape)} (one partition per row is for the exact laws)"
-        )
+        raise ValueError(f"verify takes one partition of the vocabulary, labels [V]; got labels of "
+                         f"shape {tuple(inner.labels.shape)} (one per row: for the exact laws)")
     return rule
 
 
@@ -365,10 +343,8 @@ def as_rule(rule: object) -> Rule:
         return FixedPartition(rule)
     if isinstance(rule, Rule):
         return rule
-    raise ValueError(
-        "rule must be None (SD), integer partition labels [V], or a rule such as DynamicClusters, "
-        f"RankBinnedClusters, FixedPartition, Lantern or Amplify; got {type(rule).__name__}"
-    )
+    raise ValueError("rule must be None (SD), integer partition labels [V], or a rule such as "
+                     f"DynamicClusters or Amplify (``Rule``); got {type(rule).__name__}")
 
 
 def group_probs(p: Tensor, labels: Tensor) -> Tensor:
@@ -379,17 +355,10 @@ def group_probs(p: Tensor, labels: Tensor) -> Tensor:
     return FixedPartition(labels).cluster_masses(p, p)[0]
 
 
-def dynamic_cluster(
-    p: Tensor,
-    token: Tensor | int,
-    group_size: int,
-    *,
-    embeddings: Tensor | None = None,
-    max_embedding_distance: float | None = None,
-    max_prob_gap: float | None = None,
-    rank_by: str = "p",
-    q: Tensor | None = None,
-) -> Tensor:
+def dynamic_cluster(p: Tensor, token: Tensor | int, group_size: int, *,
+                    embeddings: Tensor | None = None, max_embedding_distance: float | None = None,
+                    max_prob_gap: float | None = None, rank_by: str = "p", q: Tensor | None = None
+                    ) -> Tensor:
     """The paper's dynamic cluster C(x) of ``token`` (``DynamicClusters``) as a bool mask [..., V].
     p (q, for rank_by="q"): [..., V]; token: int or int tensor [...] (broadcast)."""
     if rank_by == "q" and q is None:

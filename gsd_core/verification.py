@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_pair, check_tokens, check_uniform_tensor, check_window, judge_uniforms
+from .checks import check_pair, check_tokens, check_uniforms, check_window
 from .rules import Rule, as_rule, mass_ratio, window_rule
 
 
@@ -48,29 +48,21 @@ def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     total = cdf[..., -1:]
     uniform = uniform if uniform.dtype == cdf.dtype else uniform.to(cdf.dtype)
     drawn = torch.searchsorted(cdf, uniform * total, right=True)  # first y with cdf(y) > u * total
-    last = torch.searchsorted(
-        cdf, total.contiguous()
-    )  # first y with cdf(y) = total: positive weight
+    last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: weight > 0
     return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)  # the clamp: NaN rows
 
 
 def sample_categorical(weights: Tensor, uniform: Tensor) -> Tensor:
     """``draw`` with checks: weights [..., V] >= 0, finite, with a positive total per row;
     uniform [...] in [0, 1). Returns int64 [...]."""
-    if (
-        not isinstance(weights, Tensor)
-        or not weights.is_floating_point()
-        or weights.ndim < 1
-        or weights.shape[-1] < 1
-    ):
+    if not (isinstance(weights, Tensor) and weights.is_floating_point() and weights.ndim >= 1
+            and weights.shape[-1] >= 1):
         raise ValueError("weights must be a floating-point tensor [..., V] of weights, V >= 1")
-    check_uniform_tensor(uniform, None, weights.device, "uniform", "weights")
+    check_uniforms(uniform, None, weights.device, "uniform", "weights")
     if weights.numel() and not bool(torch.isfinite(weights).all()):
         raise ValueError("weights contain NaN or inf: cannot sample")
     if weights.numel() and (float(weights.min()) < 0 or float(weights.sum(-1).min()) <= 0):
         raise ValueError("weights must be >= 0 with a positive total in every row")
-    if uniform.numel():
-        judge_uniforms(*torch.stack(torch.aminmax(uniform)).double().tolist())
     return draw(weights, uniform.unsqueeze(-1)).squeeze(-1)
 
 
@@ -138,13 +130,8 @@ def verify(
     p, q, draft_tokens, uniforms = check_window(p, q, draft_tokens, uniforms, generator)
     rule, window = window_rule(rule), q.shape[-2]
     if uniforms is None:
-        uniforms = torch.rand(
-            *draft_tokens.shape[:-1],
-            window + 1,
-            generator=generator,
-            dtype=torch.float64,
-            device=p.device,
-        )
+        uniforms = torch.rand(*draft_tokens.shape[:-1], window + 1, generator=generator,
+                              dtype=torch.float64, device=p.device)
     # P(x_i) and Q(x_i), the masses the rule credits and charges each draft: [..., L, 1]
     credited, charged = rule.masses(p[..., :window, :], q, draft_tokens.unsqueeze(-1))
     accept = mass_ratio(credited, charged).squeeze(-1)  # a_i = min(1, P_i / Q_i), 0 if Q_i = 0

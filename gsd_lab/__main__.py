@@ -1,8 +1,8 @@
 """``python -m gsd_lab``: see ``gsd_lab.cli``.
 
 A ``generate`` ends without the interpreter's teardown: once its report is printed (and its
-image written and closed) nothing is left to release, and unloading torch's modules takes about
-0.4 s, a tenth of issue 32's 4 s for the whole call (``benchmarks/cli_generate.py``). The
+image written and closed) nothing is left to release, and unloading torch's modules is a
+measurable share of the call (``benchmarks/cli_generate.py``). The
 streams are flushed and the atexit handlers run first; the exit status is main()'s. Every other
 command exits normally.
 """

@@ -35,10 +35,10 @@ import time
 import torch
 from torch import Tensor
 
-from gsd_core import Amplify, DynamicClusters, Lantern, output_distribution
-from gsd_core.checks import check_pair
-from gsd_core.exact import fixed_order_sum, output_law
-from gsd_core.rules import Rule, as_rule
+from gsd_core import (
+    Amplify, DynamicClusters, Lantern, Rule, as_rule, check_pair, fixed_order_sum,
+    output_distribution, output_law,
+)
 
 from ..engine import support_accept
 

@@ -86,7 +86,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core.rules import SD, Partition, as_rule
+from gsd_core import SD, Partition, as_rule
 
 from .distortion import _check_rows, rows_of, targets_and_laws
 

@@ -56,8 +56,7 @@ import math
 import torch
 from torch import Tensor
 
-from gsd_core import OptimalRelaxation
-from gsd_core.exact import fixed_order_sum
+from gsd_core import OptimalRelaxation, fixed_order_sum
 
 from .choices import BUDGET_MEASURES, BUDGET_POLICIES
 from .planned import PlannedTargets

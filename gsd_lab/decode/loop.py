@@ -66,14 +66,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core.block_verification import verify_block
-from gsd_core.multidraft import (
-    draw_without_replacement,
-    one_hot,
-    recursive_rejection,
+from gsd_core import (
+    SD, draw_without_replacement, one_hot, recursive_rejection, verify_block,
     without_replacement_rows,
 )
-from gsd_core.rules import SD
 
 from ..accounting.distortion import DistortionLog, rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log

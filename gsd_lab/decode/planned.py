@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core.rules import SD, token_residual
+from gsd_core import SD, token_residual
 
 
 @dataclass(frozen=True, eq=False)

@@ -47,8 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters
-from gsd_core.rules import member_masses
+from gsd_core import DynamicClusters, member_masses
 
 RELEASE_TABLE_ROWS = 10_000  # embed_tokens[:10000]
 RELEASE_EXTRA_FORWARDS = 5  # image start, two size tokens, image end, end of turn

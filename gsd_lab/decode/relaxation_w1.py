@@ -26,10 +26,9 @@ these three facts; the solvers differ only in how much mass they move. Solvers f
   and the remaining budget allow. Feasible, not optimal in general: its gap to "lp" is measured
   (``benchmarks/transport_relaxation_gap.py``).
 
-"lp" and "greedy" solve one row at a time in float64 numpy (0.03-16 s a row): for exact one-step
-laws and measurements. "ranked" plans a window of 16 rows x 8203 ids in 15-27 ms wall (7-11 ms
-of CPU) on one heavily shared core, against about 0.1 s (greedy) and 1 s (lp)
-(``benchmarks/results/transport_solver_speed_standin.txt``). It plans on the CPU in float64
+"lp" and "greedy" solve one row at a time in float64 numpy: for exact one-step laws and
+measurements. "ranked" plans a whole window, faster than either (measured side by side in
+``benchmarks/results/transport_solver_speed_standin.txt``). It plans on the CPU in float64
 whatever the rows' device, so the bits do not depend on the device.
 
 A decoding-ready rule: ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget
@@ -49,7 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core.rules import token_residual
+from gsd_core import token_residual
 
 from ..accounting.transport import _check_content, content_distances
 from .planned import PlannedTargets

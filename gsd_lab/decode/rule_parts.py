@@ -116,7 +116,7 @@ def method_rule(
     from dataclasses import replace
 
     from gsd_core import Amplify
-    from gsd_core.rules import Partition, as_rule
+    from gsd_core import Partition, as_rule
 
     rule = as_rule(lantern if lantern is not None else clusters)
     if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:

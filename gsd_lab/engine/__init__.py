@@ -4,6 +4,8 @@
   ``validate=False`` none, but one for dynamic clusters ranked by p without ``support=``) and
   those clusters ranked on the support of p;
 - ``draw``: gsd_core's inverse-CDF draw without checks;
+- ``checks``: the input checks split for that one host sync (shapes first, then verdicts on the
+  values read back; ``readback``: the fused read);
 - ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs
   (``accounting``);
 - ``profiling``: ops and host syncs a call costs, and where its CPU time goes (imported apart).
@@ -12,7 +14,7 @@ Costs (ops, syncs) are pinned by tests/lab/test_engine_costs.py; equality with g
 tests/lab/test_engine.py.
 """
 
-from gsd_core.verification import draw
+from gsd_core import draw
 
 from .accounting import support_accept, support_masses
 from .verify import ranked_by_p, uses_support, verify

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gsd_core import Amplify, DynamicClusters, Lantern
-from gsd_core.rules import Rule, as_rule, mass_ratio
+from gsd_core import Amplify, DynamicClusters, Lantern, Rule, as_rule, mass_ratio
 
 from .ranking import dynamic_masses
 

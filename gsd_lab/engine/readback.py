@@ -1,14 +1,14 @@
 """The engine's value checks, fused into one host sync: every argument is reduced on its device to
 a few scalars (row-sum extrema, minima, id ranges), and those travel to the host together.
-The verdicts are gsd_core's (``gsd_core.checks.judge_*``), so the engine refuses exactly what
-the reference refuses."""
+The verdicts are ``checks.judge_*``: the engine refuses what gsd_core refuses, with its messages
+(tests/lab/test_engine_checks.py)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from gsd_core.checks import judge_tokens
+from .checks import judge_tokens
 
 _FEW = 4096  # up to this many values travel to the host as they are, without reductions
 

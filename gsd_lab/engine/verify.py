@@ -22,8 +22,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gsd_core import Amplify, DynamicClusters, VerifyResult
-from gsd_core.checks import (
+from gsd_core import (
+    Amplify, DynamicClusters, Rule, VerifyResult, mass_ratio, resolve_window, window_rule,
+)
+
+from .checks import (
     broadcast_shapes,
     check_randomness,
     check_token_tensor,
@@ -34,9 +37,6 @@ from gsd_core.checks import (
     window_shapes,
     working_dtype,
 )
-from gsd_core.rules import Rule, mass_ratio, window_rule
-from gsd_core.verification import resolve_window
-
 from .ranking import SupportSize, dynamic_masses
 from .readback import flat, host_ranges, judge_support, probability_parts, support_parts
 

@@ -139,7 +139,7 @@ class KVCache:
 
 def _weight(*shape: int) -> nn.Parameter:
     """An unset float64 parameter on the meta device (``loading.load_ar_forward`` assigns it). No
-    random init: on the meta device that would import torch._dynamo (about half a second)."""
+    random init: on the meta device that would import torch._dynamo (a slow import)."""
     return nn.Parameter(torch.empty(shape, dtype=DTYPE, device="meta"))
 
 

@@ -190,33 +190,3 @@ def test_inputs_are_never_modified_in_place():
     dynamic_cluster(p, drafts[:, :1].expand(3, 5), 4)
     for now, before in zip((p, q, drafts, u, labels, emb), originals):
         assert torch.equal(now, before)
-
-
-@pytest.mark.parametrize(
-    "shapes",
-    [
-        (),
-        ((3,),),
-        ((2, 1, 4), (3, 1)),
-        ((0,), (1,)),
-        ((5, 0, 2), (1, 2)),
-        ((1,), (4, 1, 1), (1, 6, 1), (7,)),
-        ((), (2, 3)),
-    ],
-)
-def test_broadcast_shapes_is_torch_s(shapes):
-    """``gsd_core.checks.broadcast_shapes`` (plain Python: torch's imports SymPy) gives torch's
-    result, zero sizes and mixed ranks included."""
-    from gsd_core.checks import broadcast_shapes
-
-    assert broadcast_shapes(*shapes) == torch.broadcast_shapes(*shapes)
-
-
-@pytest.mark.parametrize("shapes", [((0,), (3,)), ((2, 3), (4, 3)), ((2,), (1, 3))])
-def test_broadcast_shapes_refuses_what_torch_refuses(shapes):
-    from gsd_core.checks import broadcast_shapes
-
-    with pytest.raises(RuntimeError):
-        torch.broadcast_shapes(*shapes)
-    with pytest.raises(RuntimeError, match="do not broadcast"):
-        broadcast_shapes(*shapes)

@@ -56,7 +56,8 @@ import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter, cache_kwarg
-from .lumina_tokenizer import PromptTokenizer, cache_entry_name, hf_cache_roots, snapshot_with
+from .loading import device_and_dtype, find_checkpoint, refuse_large_on_cpu, tokenizer_file
+from .lumina_tokenizer import PromptTokenizer
 
 JANUS_REPOS = {
     "janus-pro-1b": "deepseek-community/Janus-Pro-1B",
@@ -331,26 +332,9 @@ def resolve_janus_dir(weights: str | Path | None, name: str = "janus-pro-1b") ->
     """The folder holding ``config.json``: ``weights`` itself, a Hugging Face cache entry
     (``models--deepseek-community--Janus-Pro-1B``) or a cache root holding one; None searches
     the Hugging Face cache. ``FileNotFoundError`` saying what to download."""
-    repo = JANUS_REPOS.get(name)
-    if repo is None:
+    if name not in JANUS_REPOS:
         raise ValueError(f"unknown Janus model {name!r}; expected one of {tuple(JANUS_REPOS)}")
-    entry = cache_entry_name(repo)
-    if weights is not None:
-        root = Path(weights).expanduser()
-        if (root / "config.json").is_file():
-            return root
-        entries, where = [root / entry, root], str(root)
-    else:
-        entries = [r / entry for r in hf_cache_roots()]
-        where = "the Hugging Face cache"
-    for candidate in entries:
-        snapshot = snapshot_with(candidate, "config.json")
-        if snapshot is not None:
-            return snapshot
-    raise FileNotFoundError(
-        f"no Janus weights found in {where}. Download {repo} (the transformers conversion) on a "
-        f"machine with internet, e.g. `hf download {repo} --local-dir DIR`, and pass --weights DIR"
-    )
+    return find_checkpoint(weights, JANUS_REPOS[name], "Janus")
 
 
 def read_janus_config(folder: Path) -> dict[str, Any]:
@@ -402,23 +386,11 @@ def load_janus(
     folder = resolve_janus_dir(weights, name)
     read_janus_config(folder)
     config = JanusConfig.from_pretrained(str(folder))
-    device = torch.device(
-        device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    device, dtype = device_and_dtype(device, dtype)
+    refuse_large_on_cpu(
+        folder, device, lambda: estimated_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
     )
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if device.type == "cpu" and not force_cpu:
-        size = estimated_parameters(config)
-        if size > CPU_PARAMETER_LIMIT:
-            raise ValueError(
-                f"{folder} holds a {size / 1e9:.1f}B-parameter model; use a GPU "
-                "(device='cuda') or force_cpu=True"
-            )
-    path = Path(tokenizer).expanduser() if tokenizer is not None else folder
-    path = path if path.is_file() else path / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no tokenizer.json at {path} (it ships with the checkpoint)")
-    prompt_tokenizer = PromptTokenizer(path)
+    prompt_tokenizer = PromptTokenizer(tokenizer_file(folder, tokenizer))
     model = JanusForConditionalGeneration.from_pretrained(str(folder), dtype=dtype)
     model = model.to(device).eval()
     settings = stock_sampling(model.generation_config)

@@ -107,10 +107,13 @@ def write_byte_tokenizer(
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE(vocab=dict(vocabulary_map), merges=merges or [], unk_token=unk_token))
+    bpe = models.BPE(vocab=dict(vocabulary_map), merges=merges or [], unk_token=unk_token)
+    tok = Tokenizer(bpe)
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     digits = pre_tokenizers.Split(Regex(r"\d"), behavior="isolated")
-    tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if split_digits else byte_level
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence([digits, byte_level]) if split_digits else byte_level
+    )
     tok.decoder = decoders.ByteLevel()
     specials = [n for n in vocabulary_map if n.startswith("<") and n.endswith(">") and len(n) > 1]
     tok.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in specials])

@@ -5,12 +5,16 @@
 - ``batched``: ``BatchRunner``, several images per forward (per-row cache lengths), and
   ``default_batch_size(device)``, the batch size when none is given; ``static_batched``:
   ``StaticBatchRunner``, the same on a static cache (per-row lengths, graphs per shape);
-- ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``, ``lumina_tiny``): Lumina-mGPT;
+- ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``): Lumina-mGPT;
   ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights;
 - ``anole`` (Chameleon / Anole, ``anole-7b``) and ``emu3`` (``emu3-gen``), on ``grid_image``'s
-  ``GridImageAdapter``; ``families_tiny`` writes tiny checkpoints of both.
+  ``GridImageAdapter``;
 - ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``load_model("janus-pro-1b",
-  weights=DIR)``; ``save_tiny_janus(DIR)`` writes a tiny random checkpoint in its layout.
+  weights=DIR)``;
+- ``tiny_checkpoints``: tiny random checkpoints of every family in its release file layout
+  (``write_tiny_release_set``, ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``),
+  so that the command line, ``check-weights`` and the GPU scripts' ``--tiny`` mode run without
+  downloading weights; the tests use them too.
 
 The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
 which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command

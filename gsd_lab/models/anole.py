@@ -29,7 +29,6 @@ Quirks of the family (what this adapter does about them):
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,9 @@ import torch
 from torch import Tensor
 
 from .adapter import cache_kwarg
-from .grid_image import GridImageAdapter, GridLayout
+from .grid_image import GridImageAdapter, GridLayout, code_table, vocabulary_id
+from .loading import device_and_dtype, find_checkpoint, refuse_large_on_cpu, tokenizer_file
 from .lumina_mgpt import LuminaMGPTAdapter
-
-logger = logging.getLogger(__name__)
 
 HF_REPO = "leloy/Anole-7b-v0.1-hf"
 BOS_NAME = "<s>"
@@ -58,14 +56,7 @@ def chameleon_code_table(vocabulary_map: dict[str, int], vocab_size: int) -> Ten
     from transformers.models.chameleon.modeling_chameleon import ChameleonImageVocabularyMapping
 
     mapping = ChameleonImageVocabularyMapping(vocabulary_map)
-    table = torch.full((vocab_size,), -1, dtype=torch.long)
-    for token, code in mapping.bpe2img.items():
-        if not 0 <= token < vocab_size:
-            raise ValueError(f"image token id {token} outside the vocabulary [0, {vocab_size})")
-        table[token] = code
-    if not mapping.bpe2img:
-        raise ValueError("the vocabulary_map has no image tokens (names starting with IMGIMG)")
-    return table
+    return code_table(mapping.bpe2img, vocab_size, "names starting with IMGIMG")
 
 
 def vq_latent_side(config: Any) -> int:
@@ -78,12 +69,6 @@ def vq_latent_side(config: Any) -> int:
             f"vq_config resolution {vq.resolution} is not a multiple of its downsampling {factor}"
         )
     return vq.resolution // factor
-
-
-def _token(vocabulary_map: dict[str, int], name: str) -> int:
-    if name not in vocabulary_map:
-        raise ValueError(f"the vocabulary_map lacks {name!r} (a Chameleon vocabulary has it)")
-    return int(vocabulary_map[name])
 
 
 class AnoleAdapter(GridImageAdapter):
@@ -110,52 +95,40 @@ class AnoleAdapter(GridImageAdapter):
         config = model.config
         vocab = dict(config.vocabulary_map or {})
         table = chameleon_code_table(vocab, int(config.vocab_size))
-        self.bos = _token(vocab, BOS_NAME)
-        self.image_start = _token(vocab, IMAGE_START_NAME)
-        latent_side = latent_side if latent_side is not None else vq_latent_side(config)
-        layout = GridLayout(
-            height=latent_side,
-            width=latent_side,
-            row_end=None,
-            tail=(_token(vocab, IMAGE_END_NAME), _token(vocab, EOS_NAME)),
+        self.bos, self.image_start, image_end, eos = (
+            vocabulary_id(vocab, name, "Chameleon")
+            for name in (BOS_NAME, IMAGE_START_NAME, IMAGE_END_NAME, EOS_NAME)
         )
-        codebook = None
-        if vqgan is not None:
-            size = getattr(getattr(vqgan, "config", None), "n_embed", None)
-            if size is not None and int(table.max()) >= size:
-                raise ValueError(
-                    f"the vocabulary has VQ codes up to {int(table.max())} but the VQGAN codebook "
-                    f"has {size} entries: wrong --vqgan for these weights?"
-                )
-            codebook = vqgan.quantize.embedding.weight
+        latent_side = latent_side if latent_side is not None else vq_latent_side(config)
+        layout = GridLayout(latent_side, latent_side, row_end=None, tail=(image_end, eos))
         super().__init__(
             model,
             layout,
             table,
-            decode_indices=None if vqgan is None else vqgan.decode_to_uint8,
-            codebook=codebook,
+            tokenizer=tokenizer,
             cfg_scale=cfg_scale,
             top_k=top_k,
             temperature=temperature,
             compute_dtype=compute_dtype,
         )
-        self.tokenizer = tokenizer
-        self.vqgan = vqgan
+        self.vqgan = None
+        if vqgan is not None:
+            self.attach_vqgan(vqgan)
         self._backbone_cache_kwarg = cache_kwarg(model.model)
 
-    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
-        """<s> + ``text_ids`` + <racm3:break> (1-D int64)."""
-        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
-        return torch.tensor([self.bos, *text, self.image_start], dtype=torch.long)
+    def image_header(self) -> list[int]:
+        """<racm3:break> (the image start): a prompt is <s> + text + <racm3:break>."""
+        return [self.image_start]
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The CFG row's prompt: <s> <racm3:break> (the text dropped)."""
-        return torch.tensor([self.bos, self.image_start], dtype=torch.long)
+        return self.text_ids_to_prompt([])
 
-    # The backbone and lm_head, bypassing the stock forward's image-logit mask: the very method
-    # of Lumina-mGPT, which shares Chameleon's layout (it reads model, cache and
-    # _backbone_cache_kwarg, all set here as there).
+    # The backbone and lm_head, bypassing the stock forward's image-logit mask, and the Chameleon
+    # VQGAN: the very methods of Lumina-mGPT, which shares Chameleon's layout (they read model,
+    # cache, _backbone_cache_kwarg and code_of_token, all set here as there).
     compute_logits = LuminaMGPTAdapter.compute_logits
+    attach_vqgan = LuminaMGPTAdapter.attach_vqgan
 
 
 def load_anole(
@@ -180,7 +153,8 @@ def load_anole(
     device: default cuda when available; dtype: default bfloat16 on GPU, float32 on CPU; models
     above 1e9 parameters are refused on the CPU unless ``force_cpu``. ``vqgan_dir``: the Chameleon
     VQGAN (optional; needed for pixels). ``tokenizer``: a folder or file (default the checkpoint's
-    ``tokenizer.json``). latent_side: None reads it from the config (``vq_latent_side``)."""
+    ``tokenizer.json``). latent_side: None reads it from the config (``vq_latent_side``).
+    weights: the folder, or None for the Hugging Face cache (``loading.find_checkpoint``)."""
     from .lumina_mgpt import (
         CPU_PARAMETER_LIMIT,
         build_lumina_model,
@@ -190,32 +164,13 @@ def load_anole(
     )
     from .lumina_tokenizer import PromptTokenizer
 
-    if weights is None:
-        raise ValueError(
-            f"Anole needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)"
-        )
-    folder = Path(weights).expanduser()
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no config.json in {folder}: download the weights with "
-            f"`hf download {HF_REPO} --local-dir {folder}` on a machine with internet"
-        )
-    tokenizer_file = Path(tokenizer).expanduser() if tokenizer is not None else folder
-    if tokenizer_file.is_dir():
-        tokenizer_file = tokenizer_file / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise FileNotFoundError(f"no tokenizer file {tokenizer_file} (the release ships one)")
+    folder = find_checkpoint(weights, HF_REPO, "Anole")
+    prompt_tokenizer = PromptTokenizer(tokenizer_file(folder, tokenizer))
     config = read_lumina_config(folder)
-    device = torch.device(device if device is not None else _default_device())
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    size = estimated_parameters(config)
-    if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
-        raise ValueError(
-            f"{folder} holds a {size / 1e9:.1f}B-parameter model; on the CPU that takes minutes "
-            "per token. Use a GPU (device='cuda') or pass force_cpu=True."
-        )
-    prompt_tokenizer = PromptTokenizer(tokenizer_file)
+    device, dtype = device_and_dtype(device, dtype)
+    refuse_large_on_cpu(
+        folder, device, lambda: estimated_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
+    )
     state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)
     model = build_lumina_model(config, state, device=device)
     del state
@@ -233,7 +188,3 @@ def load_anole(
         top_k=top_k,
         temperature=temperature,
     )
-
-
-def _default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"

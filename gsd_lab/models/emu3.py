@@ -43,13 +43,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .grid_image import GridImageAdapter, GridLayout
+from .grid_image import GridImageAdapter, GridLayout, code_table, vocabulary_id
+from .loading import device_and_dtype, find_checkpoint, refuse_large_on_cpu, tokenizer_file
 
 HF_REPO = "BAAI/Emu3-Gen-hf"
 DEFAULT_IMAGE_AREA = 518400  # Emu3Processor's default image_area (720 x 720 pixels)
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K = 2048
 DEFAULT_TEMPERATURE = 1.0
+CPU_PARAMETER_LIMIT = 1_000_000_000  # above this, loading on CPU needs force_cpu=True
 NEGATIVE_PROMPT = (
     "lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
     "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
@@ -69,14 +71,8 @@ def emu3_code_table(vocabulary_map: dict[str, int], vocab_size: int) -> Tensor:
     from transformers.models.emu3.modeling_emu3 import Emu3ImageVocabularyMapping
 
     mapping = Emu3ImageVocabularyMapping(vocabulary_map)
-    if not mapping.image_tokens:
-        raise ValueError(f"the vocabulary_map has no image tokens (names {VISUAL_PREFIX}...|>)")
-    table = torch.full((vocab_size,), -1, dtype=torch.long)
-    for code, token in mapping.img2bpe.items():
-        if not 0 <= token < vocab_size:
-            raise ValueError(f"image token id {token} outside the vocabulary [0, {vocab_size})")
-        table[token] = code
-    return table
+    code_of_token = {token: code for code, token in mapping.img2bpe.items()}
+    return code_table(code_of_token, vocab_size, f"names {VISUAL_PREFIX}...|>")
 
 
 def latent_size(image_area: int, spatial_factor: int) -> tuple[int, int]:
@@ -90,12 +86,6 @@ def latent_size(image_area: int, spatial_factor: int) -> tuple[int, int]:
             f"image_area {image_area} is below one latent code ({spatial_factor} px squared)"
         )
     return side, side
-
-
-def _token(vocabulary_map: dict[str, int], name: str) -> int:
-    if name not in vocabulary_map:
-        raise ValueError(f"the vocabulary_map lacks {name!r} (an Emu3 vocabulary has it)")
-    return int(vocabulary_map[name])
 
 
 class Emu3Adapter(GridImageAdapter):
@@ -129,31 +119,25 @@ class Emu3Adapter(GridImageAdapter):
         for name in ("bos", "eos", "pad"):
             if getattr(self, name) is None:
                 raise ValueError(f"the text config has no {name}_token_id")
-        self.image_start = _token(vocab, IMAGE_START_NAME)
-        self.image_wrapper = _token(vocab, IMAGE_WRAPPER_NAME)
-        layout = GridLayout(
-            height=height,
-            width=width,
-            row_end=_token(vocab, END_OF_LINE_NAME),
-            tail=(
-                _token(vocab, END_OF_FRAME_NAME),
-                _token(vocab, IMAGE_END_NAME),
-                self.eos,
-                self.pad,
-            ),
+        names = (IMAGE_START_NAME, IMAGE_WRAPPER_NAME, END_OF_LINE_NAME, END_OF_FRAME_NAME)
+        self.image_start, self.image_wrapper, end_of_line, end_of_frame = (
+            vocabulary_id(vocab, name, "Emu3") for name in names
         )
+        image_end = vocabulary_id(vocab, IMAGE_END_NAME, "Emu3")
+        tail = (end_of_frame, image_end, self.eos, self.pad)
+        layout = GridLayout(height, width, row_end=end_of_line, tail=tail)
         super().__init__(
             model,
             layout,
             table,
             decode_indices=self._decode_indices,
             codebook=model.model.vqmodel.quantize.embedding.weight,
+            tokenizer=tokenizer,
             cfg_scale=cfg_scale,
             top_k=top_k,
             temperature=temperature,
             compute_dtype=compute_dtype,
         )
-        self.tokenizer = tokenizer
         self.negative_prompt = negative_prompt
         if image_processor is None:
             from transformers import Emu3ImageProcessor
@@ -163,22 +147,10 @@ class Emu3Adapter(GridImageAdapter):
 
     # ---- prompts ----
 
-    def _require_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
-        return self.tokenizer
-
     def image_header(self) -> list[int]:
         """<|image start|> + ids of "{h}*{w}" + <|image token|>."""
-        size = self._require_tokenizer().encode(
-            f"{self.layout.height}*{self.layout.width}", add_special_tokens=False
-        )
+        size = self.encode(f"{self.layout.height}*{self.layout.width}")
         return [self.image_start, *size, self.image_wrapper]
-
-    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
-        """BOS + ``text_ids`` + ``image_header()`` (1-D int64)."""
-        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
-        return torch.tensor([self.bos, *text, *self.image_header()], dtype=torch.long)
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The CFG row's prompt: the negative prompt in the same template."""
@@ -237,39 +209,24 @@ def load_emu3(
     cfg_scale / top_k / temperature: None takes the checkpoint's generation config, else the
     README defaults (module docstring). image_area: pixels of the square image (None:
     ``read_image_area``). device: default cuda when available; dtype: default bfloat16 on GPU,
-    float32 on CPU; above 1e9 parameters the CPU is refused unless ``force_cpu``."""
+    float32 on CPU; above 1e9 parameters the CPU is refused unless ``force_cpu``. weights: the
+    folder, or None for the Hugging Face cache (``loading.find_checkpoint``)."""
     from transformers import Emu3Config, Emu3ForConditionalGeneration, Emu3ImageProcessor
 
     from .lumina_tokenizer import PromptTokenizer
 
-    if weights is None:
-        raise ValueError(f"Emu3 needs --weights DIR (e.g. `hf download {HF_REPO} --local-dir DIR`)")
-    folder = Path(weights).expanduser()
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no config.json in {folder}: download the weights with "
-            f"`hf download {HF_REPO} --local-dir {folder}` on a machine with internet"
-        )
+    folder = find_checkpoint(weights, HF_REPO, "Emu3")
     raw = json.loads((folder / "config.json").read_text())
     if raw.get("model_type") != "emu3":
         raise ValueError(
             f"{folder / 'config.json'} has model_type {raw.get('model_type')!r}; Emu3 is 'emu3'"
         )
-    tokenizer_file = Path(tokenizer).expanduser() if tokenizer is not None else folder
-    if tokenizer_file.is_dir():
-        tokenizer_file = tokenizer_file / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise FileNotFoundError(f"no tokenizer file {tokenizer_file} (the release ships one)")
+    prompt_tokenizer = PromptTokenizer(tokenizer_file(folder, tokenizer))
     config = Emu3Config.from_pretrained(str(folder))
-    device = torch.device(device if device is not None else _default_device())
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    size = emu3_parameters(config)
-    if device.type == "cpu" and size > 1_000_000_000 and not force_cpu:
-        raise ValueError(
-            f"{folder} holds a model of about {size / 1e9:.1f}B parameters; on the CPU that takes "
-            "minutes per token. Use a GPU (device='cuda') or pass force_cpu=True."
-        )
+    device, dtype = device_and_dtype(device, dtype)
+    refuse_large_on_cpu(
+        folder, device, lambda: emu3_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
+    )
     settings = _generation_settings(folder)
     model = Emu3ForConditionalGeneration.from_pretrained(str(folder), dtype=dtype).to(device)
     processor = (
@@ -280,7 +237,7 @@ def load_emu3(
     return Emu3Adapter(
         model.eval(),
         image_area=image_area if image_area is not None else read_image_area(folder),
-        tokenizer=PromptTokenizer(tokenizer_file),
+        tokenizer=prompt_tokenizer,
         image_processor=processor,
         negative_prompt=negative_prompt,
         cfg_scale=cfg_scale if cfg_scale is not None else settings["guidance_scale"],
@@ -306,7 +263,3 @@ def _generation_settings(folder: Path) -> dict[str, Any]:
         if settings["top_k"] == 0:
             settings["top_k"] = None
     return settings
-
-
-def _default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"

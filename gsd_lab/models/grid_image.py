@@ -10,9 +10,11 @@ Generated position g (0-based, the first image code is g = 0), N = ``num_image_t
     g >= N + len(tail)                               -> tail[-1] (forced)
 
 N = height * (width + 1) with an end-of-row token, height * width without. Tokens map to VQ
-indices by a table read from each family's vocabulary *by name* (never by an id offset);
-``image_codes`` checks the row ends and that every code position holds an image code.
-The families (``anole``: Chameleon / Anole; ``emu3``: Emu3) subclass it.
+indices by a table read from each family's vocabulary *by name* (never by an id offset;
+``code_table``, special tokens by ``vocabulary_id``); ``image_codes`` checks the row ends and
+that every code position holds an image code. A prompt is BOS + text + the family's
+``image_header()``. The families (``lumina_mgpt``: Lumina-mGPT; ``anole``: Chameleon /
+Anole; ``emu3``: Emu3) subclass it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,27 @@ import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter
+
+
+def vocabulary_id(vocabulary_map: dict[str, int], name: str, family: str) -> int:
+    """The id of token ``name``; ``ValueError`` when the vocabulary lacks it."""
+    if name not in vocabulary_map:
+        raise ValueError(f"the vocabulary_map lacks {name!r} (a {family} vocabulary has it)")
+    return int(vocabulary_map[name])
+
+
+def code_table(code_of_token: dict[int, int], vocab_size: int, naming: str) -> Tensor:
+    """int64 [vocab_size]: ``code_of_token[t]`` (a VQ index) at each image-code id t, -1
+    elsewhere. ``ValueError`` for an id outside the vocabulary or no image code at all
+    (``naming``: how the family names its image tokens)."""
+    if not code_of_token:
+        raise ValueError(f"the vocabulary_map has no image tokens ({naming})")
+    table = torch.full((vocab_size,), -1, dtype=torch.long)
+    for token, code in code_of_token.items():
+        if not 0 <= token < vocab_size:
+            raise ValueError(f"image token id {token} outside the vocabulary [0, {vocab_size})")
+        table[token] = code
+    return table
 
 
 @dataclass(frozen=True)
@@ -55,20 +78,26 @@ class GridLayout:
 
 
 class GridImageAdapter(CausalLMAdapter):
-    """``CausalLMAdapter`` over a ``GridLayout`` (module docstring).
+    """``CausalLMAdapter`` over a ``GridLayout`` (module docstring), or a layout with its fields
+    (``lumina_mgpt.LuminaImageLayout``).
 
     code_of_token: int64 [V] table, the VQ index of each image-code id and -1 elsewhere.
     decode_indices: VQ indices [B, height, width] -> uint8 images [B, H, W, 3], or None (no
-    decoder). codebook: the VQ codebook [K_vq, D] (``code_content``), or None."""
+    decoder). codebook: the VQ codebook [K_vq, D] (``code_content``), or None. tokenizer:
+    ``encode(text, add_special_tokens=False) -> list[int]`` (``PromptTokenizer``) or None (then
+    token ids through ``text_ids_to_prompt`` only). Families set ``bos`` (the BOS id)."""
+
+    bos: int
 
     def __init__(
         self,
         model: Any,
-        layout: GridLayout,
+        layout: GridLayout | Any,
         code_of_token: Tensor,
         *,
         decode_indices: Callable[[Tensor], Tensor] | None = None,
         codebook: Tensor | None = None,
+        tokenizer: Any = None,
         **kwargs: Any,
     ) -> None:
         image_ids = torch.nonzero(code_of_token >= 0).flatten()
@@ -76,7 +105,7 @@ class GridImageAdapter(CausalLMAdapter):
             raise ValueError("the vocabulary has no image codes")
         super().__init__(model, image_ids, row_length=layout.row_length, **kwargs)
         self.layout = layout
-        self.tokenizer: Any = None  # encode(text, add_special_tokens=False) -> ids; set by families
+        self.tokenizer = tokenizer
         self.code_of_token = code_of_token.to(self.device)
         self.decode_indices = decode_indices
         self._codebook = codebook
@@ -86,23 +115,36 @@ class GridImageAdapter(CausalLMAdapter):
     def num_image_tokens(self) -> int:
         return self.layout.num_image_tokens
 
-    # ---- prompts (each family defines text_ids_to_prompt and unconditional_prompt_ids) ----
+    # ---- prompts (each family defines image_header and unconditional_prompt_ids) ----
+
+    def image_header(self) -> list[int]:
+        """The family's tokens between the text and the first image code."""
+        raise NotImplementedError
 
     def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
-        """The family's template around already tokenised text (1-D int64)."""
-        raise NotImplementedError
+        """BOS + ``text_ids`` (already tokenised) + ``image_header()`` (1-D int64)."""
+        text = [int(t) for t in torch.as_tensor(text_ids).flatten().tolist()]
+        return torch.tensor([self.bos, *text, *self.image_header()], dtype=torch.long)
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The CFG row's default prompt (1-D int64)."""
         raise NotImplementedError
 
+    def prompt_text(self, prompt: str) -> str:
+        """The family's text template around ``prompt`` (none by default)."""
+        return prompt
+
     def prompt_ids(self, prompt: str) -> Tensor:
-        """``text_ids_to_prompt`` of the tokenizer's ids of ``prompt`` (no special tokens)."""
+        """``text_ids_to_prompt`` of the tokenizer's ids of ``prompt_text(prompt)``."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("prompt must be a non-empty string")
+        return self.text_ids_to_prompt(self.encode(self.prompt_text(prompt)))
+
+    def encode(self, text: str) -> list[int]:
+        """The tokenizer's ids of ``text`` (no special tokens added)."""
         if self.tokenizer is None:
             raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
-        return self.text_ids_to_prompt(self.tokenizer.encode(prompt, add_special_tokens=False))
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
         """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
@@ -157,7 +199,7 @@ class GridImageAdapter(CausalLMAdapter):
         grid = tokens[:, :n].reshape(-1, layout.height, layout.row_length)
         if layout.row_end is not None:
             if not bool((grid[:, :, -1] == layout.row_end).all()):
-                raise ValueError(f"end-of-row token {layout.row_end} missing after some row")
+                raise ValueError(f"row-end token {layout.row_end} missing after some row")
             grid = grid[:, :, :-1]
         if int(grid.min()) < 0 or int(grid.max()) >= self.code_of_token.numel():
             raise ValueError("image tokens out of the vocabulary range")
@@ -170,6 +212,9 @@ class GridImageAdapter(CausalLMAdapter):
         """Generated tokens [N] or [B, N] -> uint8 images [B, H, W, 3] through the family's VQ
         decoder."""
         if self.decode_indices is None:
-            raise ValueError("no VQ decoder loaded: this adapter cannot turn tokens into pixels")
+            raise ValueError(
+                "no VQ decoder loaded (no VQGAN: pass vqgan_dir / --vqgan, the folder with "
+                "vqgan.yaml and vqgan.ckpt): this adapter cannot turn tokens into pixels"
+            )
         return self.decode_indices(self.image_codes(tokens))
 

@@ -1,6 +1,6 @@
 """Janus / Janus-Pro (DeepSeek) text-to-image on stock ``transformers`` classes, as a decoding
-adapter (``JanusAdapter``), its loader (``load_janus``) and tiny test checkpoints
-(``save_tiny_janus``).
+adapter (``JanusAdapter``), its loader (``load_janus``) and the released sizes
+(``release_config``; tiny checkpoints: ``tiny_checkpoints.save_tiny_janus``).
 
 Weights: the transformers conversions ``deepseek-community/Janus-Pro-1B`` and
 ``deepseek-community/Janus-Pro-7B`` (``config.json`` with ``model_type`` "janus",
@@ -56,7 +56,8 @@ import torch
 from torch import Tensor
 
 from .adapter import CausalLMAdapter, cache_kwarg
-from .lumina_tokenizer import PromptTokenizer, cache_entry_name, hf_cache_roots, snapshot_with
+from .loading import device_and_dtype, find_checkpoint, refuse_large_on_cpu, tokenizer_file
+from .lumina_tokenizer import PromptTokenizer
 
 JANUS_REPOS = {
     "janus-pro-1b": "deepseek-community/Janus-Pro-1B",
@@ -67,7 +68,7 @@ STOCK_GUIDANCE_SCALE = 5.0  # JanusForConditionalGeneration.generate's default
 TRANSFORMERS_TOP_K = 50  # GenerationConfig's default top-k, applied by generate when sampling
 CPU_PARAMETER_LIMIT = 3_000_000_000  # above this, loading on CPU needs force_cpu=True
 
-# Special tokens of the tiny checkpoints (names as in Janus-Pro's tokenizer).
+# Janus-Pro's special-token names (its tokenizer's; the tiny checkpoints use them too).
 BOS_NAME = "<｜begin▁of▁sentence｜>"
 EOS_NAME = "<｜end▁of▁sentence｜>"
 PAD_NAME = "<｜▁pad▁｜>"
@@ -331,26 +332,9 @@ def resolve_janus_dir(weights: str | Path | None, name: str = "janus-pro-1b") ->
     """The folder holding ``config.json``: ``weights`` itself, a Hugging Face cache entry
     (``models--deepseek-community--Janus-Pro-1B``) or a cache root holding one; None searches
     the Hugging Face cache. ``FileNotFoundError`` saying what to download."""
-    repo = JANUS_REPOS.get(name)
-    if repo is None:
+    if name not in JANUS_REPOS:
         raise ValueError(f"unknown Janus model {name!r}; expected one of {tuple(JANUS_REPOS)}")
-    entry = cache_entry_name(repo)
-    if weights is not None:
-        root = Path(weights).expanduser()
-        if (root / "config.json").is_file():
-            return root
-        entries, where = [root / entry, root], str(root)
-    else:
-        entries = [r / entry for r in hf_cache_roots()]
-        where = "the Hugging Face cache"
-    for candidate in entries:
-        snapshot = snapshot_with(candidate, "config.json")
-        if snapshot is not None:
-            return snapshot
-    raise FileNotFoundError(
-        f"no Janus weights found in {where}. Download {repo} (the transformers conversion) on a "
-        f"machine with internet, e.g. `hf download {repo} --local-dir DIR`, and pass --weights DIR"
-    )
+    return find_checkpoint(weights, JANUS_REPOS[name], "Janus")
 
 
 def read_janus_config(folder: Path) -> dict[str, Any]:
@@ -402,23 +386,11 @@ def load_janus(
     folder = resolve_janus_dir(weights, name)
     read_janus_config(folder)
     config = JanusConfig.from_pretrained(str(folder))
-    device = torch.device(
-        device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    device, dtype = device_and_dtype(device, dtype)
+    refuse_large_on_cpu(
+        folder, device, lambda: estimated_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
     )
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if device.type == "cpu" and not force_cpu:
-        size = estimated_parameters(config)
-        if size > CPU_PARAMETER_LIMIT:
-            raise ValueError(
-                f"{folder} holds a {size / 1e9:.1f}B-parameter model; use a GPU "
-                "(device='cuda') or force_cpu=True"
-            )
-    path = Path(tokenizer).expanduser() if tokenizer is not None else folder
-    path = path if path.is_file() else path / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no tokenizer.json at {path} (it ships with the checkpoint)")
-    prompt_tokenizer = PromptTokenizer(path)
+    prompt_tokenizer = PromptTokenizer(tokenizer_file(folder, tokenizer))
     model = JanusForConditionalGeneration.from_pretrained(str(folder), dtype=dtype)
     model = model.to(device).eval()
     settings = stock_sampling(model.generation_config)
@@ -427,17 +399,7 @@ def load_janus(
     return JanusAdapter(model, tokenizer=prompt_tokenizer, **settings)
 
 
-# ---- tiny checkpoints ---------------------------------------------------------------------
-
-
-def tiny_janus_vocabulary() -> dict[str, int]:
-    """Text vocabulary of the tiny checkpoints: Janus-Pro's special-token names (ids 0..5), <unk>,
-    then the 256 characters of the byte-level alphabet."""
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    names = [BOS_NAME, EOS_NAME, PAD_NAME, BOI_NAME, EOI_NAME, IMAGE_PLACEHOLDER_NAME, "<unk>"]
-    names += sorted(ByteLevel.alphabet())
-    return {n: i for i, n in enumerate(dict.fromkeys(names))}
+# ---- the released sizes --------------------------------------------------------------------
 
 
 # The released Janus-Pro language models (DeepSeek's language_config, as converted to
@@ -491,114 +453,3 @@ def release_config(name: str) -> Any:
             "image_token_embed_dim": hidden,
         },
     )
-
-
-def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
-    """The tiny ``JanusConfig`` of ``save_tiny_janus`` (its docstring), over
-    ``tiny_janus_vocabulary()``."""
-    from transformers import JanusConfig
-
-    vocab = tiny_janus_vocabulary()
-    hidden, patch = 32, 5
-    return JanusConfig(
-        text_config={
-            "model_type": "llama",
-            "vocab_size": len(vocab),
-            "hidden_size": hidden,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "intermediate_size": 37,
-            "hidden_act": "gelu",
-            "max_position_embeddings": 512,
-            "pad_token_id": vocab[PAD_NAME],
-            "bos_token_id": vocab[BOS_NAME],
-            "eos_token_id": vocab[EOS_NAME],
-        },
-        vision_config={
-            "image_size": grid * patch,
-            "patch_size": patch,
-            "num_image_tokens": grid * grid,
-            "hidden_size": hidden,
-            "projection_dim": hidden,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "mlp_ratio": 2,
-        },
-        vq_config={
-            "embed_dim": 12,
-            "num_embeddings": num_codes,
-            "latent_channels": 12,
-            "base_channels": 32,
-            "channel_multiplier": [1, 1],
-            "projection_dim": hidden,
-            "image_token_embed_dim": hidden,
-        },
-        image_token_id=vocab[IMAGE_PLACEHOLDER_NAME],
-    )
-
-
-def save_tiny_janus(
-    folder: str | Path,
-    *,
-    num_codes: int = 64,
-    grid: int = 4,
-    seed: int = 0,
-    head_std: float = 0.5,
-    generation: dict[str, Any] | None = None,
-) -> Path:
-    """Write a random tiny Janus checkpoint in the release layout to ``folder`` and return it:
-    ``config.json`` + ``model.safetensors`` (``save_pretrained`` of a stock
-    ``JanusForConditionalGeneration``), ``generation_config.json`` (BOS, pad, BOI ids, guidance
-    scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
-    names. For tests, and for trying the command line without weights
-    (``python -m gsd_lab generate --model janus-pro-1b --weights FOLDER``); its images mean nothing.
-
-    The configuration is transformers' own test configuration (tests/models/janus: text hidden
-    32, 2 layers, 4 heads, intermediate 37; vision image_size 20 / patch 5, hidden 32;
-    VQ base_channels 32, channel_multiplier [1, 1]) with the changes image generation needs:
-    the VQ ``projection_dim`` equals the text hidden size (the aligner feeds the language model),
-    ``num_image_tokens`` = grid^2 matches the VQ grid (image_size / patch_size = grid), and
-    ``num_codes`` codebook entries. ``head_std``: the generation head's output weights are redrawn
-    N(0, head_std^2) (a seeded generator) so the tiny model's distributions are far from uniform.
-    ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
-    from transformers import GenerationConfig, JanusForConditionalGeneration
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = tiny_janus_vocabulary()
-    config = tiny_janus_config(num_codes=num_codes, grid=grid)
-    with torch.random.fork_rng(devices=[]):  # transformers' initialisers use the global RNG
-        torch.manual_seed(seed)
-        model = JanusForConditionalGeneration(config).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        head = model.model.generation_head.vision_head
-        head.weight.copy_(head_std * torch.randn(head.weight.shape, generator=generator))
-        table = model.model.generation_embeddings.weight
-        table.copy_(torch.randn(table.shape, generator=generator))
-    model.generation_config = GenerationConfig(
-        bos_token_id=vocab[BOS_NAME],
-        eos_token_id=vocab[EOS_NAME],
-        pad_token_id=vocab[PAD_NAME],
-        guidance_scale=STOCK_GUIDANCE_SCALE,
-        generation_kwargs={"boi_token_id": vocab[BOI_NAME]},
-        **(generation or {}),
-    )
-    model.save_pretrained(str(folder))
-    _write_tiny_tokenizer(folder, vocab)
-    return folder
-
-
-def _write_tiny_tokenizer(folder: Path, vocab: dict[str, int]) -> None:
-    """A byte-level BPE ``tokenizer.json`` (no merges) over ``vocab``, the ``<...>`` names as
-    special tokens, and a ``tokenizer_config.json`` naming BOS."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.BPE(vocab=dict(vocab), merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    specials = [n for n in vocab if n.startswith("<") and n.endswith(">") and len(n) > 1]
-    tok.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in specials])
-    tok.save(str(folder / "tokenizer.json"))
-    config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": BOS_NAME, "pad_token": PAD_NAME}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False))

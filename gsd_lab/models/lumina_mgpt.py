@@ -53,14 +53,10 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from .adapter import CausalLMAdapter, cache_kwarg
-from .lumina_tokenizer import (
-    PromptTokenizer,
-    cache_entry_name,
-    find_tokenizer_file,
-    hf_cache_roots,
-    snapshot_with,
-)
+from .adapter import cache_kwarg
+from .grid_image import GridImageAdapter
+from .loading import device_and_dtype, find_checkpoint, refuse_large_on_cpu
+from .lumina_tokenizer import PromptTokenizer, find_tokenizer_file
 
 logger = logging.getLogger(__name__)
 
@@ -99,33 +95,10 @@ def grid_token_name(cells: int) -> str:
 
 
 def resolve_weights_dir(weights: str | Path | None, resolution: int = 768) -> Path:
-    """The folder holding ``config.json`` and the safetensors shards.
-
-    ``weights`` may be that folder, a Hugging Face cache entry
-    (``models--Alpha-VLLM--Lumina-mGPT-7B-768``)
-    or a cache root holding one; None searches the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub,
-    ~/.cache/huggingface/hub). Raises FileNotFoundError saying where to put the weights.
-    """
-    repo = HF_REPO_TEMPLATE.format(resolution=resolution)
-    cache_name = cache_entry_name(repo)
-    if weights is not None:  # only where the user pointed, never elsewhere
-        root = Path(weights).expanduser()
-        if (root / "config.json").is_file():
-            return root
-        entries, where = [root / cache_name, root], str(root)
-    else:
-        entries = [r / cache_name for r in hf_cache_roots()]
-        where = "the Hugging Face cache (" + ", ".join(str(r) for r in hf_cache_roots()) + ")"
-    for entry in entries:
-        snapshot = snapshot_with(entry, "config.json")
-        if snapshot is not None:
-            return snapshot
-    raise FileNotFoundError(
-        f"no Lumina-mGPT weights found in {where}. Download {repo} on a machine with internet, "
-        f"e.g. `hf download {repo} --local-dir DIR` (huggingface_hub >= 1.0; config.json, "
-        "*.safetensors and the index), and pass --weights DIR "
-        "(or leave the files in the Hugging Face cache)."
-    )
+    """The folder holding ``config.json`` and the safetensors shards: ``weights`` itself, a
+    Hugging Face cache entry (``models--Alpha-VLLM--Lumina-mGPT-7B-768``) or a cache root holding
+    one; None searches the Hugging Face cache (``loading.find_checkpoint``)."""
+    return find_checkpoint(weights, HF_REPO_TEMPLATE.format(resolution=resolution), "Lumina-mGPT")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -413,10 +386,6 @@ def build_lumina_model(config: Any, state: dict[str, Tensor], *, device: str | t
     return model.eval()
 
 
-def _default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 # ---- image layout --------------------------------------------------------------------------------
 
 
@@ -432,6 +401,18 @@ class LuminaImageLayout:
     image_end: int
     row_end: int
     size_token: int
+
+    @property
+    def height(self) -> int:
+        """Latent rows (= latent_side), as ``grid_image.GridLayout``."""
+        return self.latent_side
+
+    width = height  # codes per latent row
+
+    @property
+    def tail(self) -> tuple[int, int]:
+        """Tokens forced after the last row: the image end, then end of turn (repeated)."""
+        return (self.image_end, self.end_of_turn)
 
     @property
     def row_length(self) -> int:
@@ -573,15 +554,13 @@ def prompt_ids(tokenizer: Any, layout: LuminaImageLayout, prompt: str) -> Tensor
 # ---- the adapter ---------------------------------------------------------------------------------
 
 
-class LuminaMGPTAdapter(CausalLMAdapter):
-    """``CausalLMAdapter`` for Lumina-mGPT text-to-image: logits from the backbone and ``lm_head``
+class LuminaMGPTAdapter(GridImageAdapter):
+    """``GridImageAdapter`` for Lumina-mGPT text-to-image: logits from the backbone and ``lm_head``
     (no image-logit masking), image codes only, the row-end token forced at every row end, the
-    image-end token after the last row, CFG / top-k / temperature as the GSD reference.
-    ``unconditional_prompt``: "gsd-release" (default) or "alpha-vllm" (module docstring).
-
-    Generated position g (0-based, counted from the first code) is a row end iff
-    (g + 1) % (latent_side + 1) == 0; g = num_image_tokens is the image end, later ones end of turn.
-    """
+    image end after the last row and end of turn after it (``LuminaImageLayout.tail``), CFG /
+    top-k / temperature as the GSD reference. ``unconditional_prompt``: "gsd-release" (default)
+    or "alpha-vllm" (module docstring). vqgan: a ``ChameleonVQGANDecoder`` or None
+    (``attach_vqgan`` later)."""
 
     def __init__(
         self,
@@ -601,78 +580,50 @@ class LuminaMGPTAdapter(CausalLMAdapter):
                 f"got {unconditional_prompt!r}"
             )
         self.unconditional_prompt = unconditional_prompt
-        vocabulary_map = model.config.vocabulary_map
-        image_ids, self.vq_index_of_token = image_token_table(
-            vocabulary_map, model.config.vocab_size
-        )
+        _, table = image_token_table(model.config.vocabulary_map, model.config.vocab_size)
         super().__init__(
             model,
-            image_ids,
+            layout,
+            table,
+            tokenizer=tokenizer,
             temperature=temperature,
             top_k=top_k,
             cfg_scale=cfg_scale,
-            row_length=layout.row_length,
         )
-        self.layout = layout
-        self.tokenizer = tokenizer
-        self.vq_index_of_token = self.vq_index_of_token.to(self.device)
+        self.bos = layout.bos
         self.vqgan = None
         if vqgan is not None:
             self.attach_vqgan(vqgan)
-        self._embeddings: Tensor | None = None
         # compute_logits calls the backbone directly: its own cache keyword, checked once here.
         self._backbone_cache_kwarg = cache_kwarg(model.model)
 
+    @property
+    def vq_index_of_token(self) -> Tensor:
+        """int64 [V]: the VQ index of each image-code id, -1 elsewhere (``code_of_token``)."""
+        return self.code_of_token
+
     def attach_vqgan(self, vqgan: Any) -> None:
-        """Decode images with ``vqgan``; raises ``ValueError`` when its codebook is smaller than
-        the vocabulary's VQ codes (another model's VQGAN)."""
+        """Decode images with ``vqgan`` (a ``ChameleonVQGANDecoder``; its codebook is
+        ``code_content``'s); raises ``ValueError`` when its codebook is smaller than the
+        vocabulary's VQ codes (another model's VQGAN)."""
         codebook = getattr(getattr(vqgan, "config", None), "n_embed", None)
-        if codebook is not None and int(self.vq_index_of_token.max()) >= codebook:
+        if codebook is not None and int(self.code_of_token.max()) >= codebook:
             raise ValueError(
-                f"the vocabulary has VQ codes up to {int(self.vq_index_of_token.max())} but the "
-                f"VQGAN codebook has {codebook} entries: wrong vqgan_dir for these weights?"
+                f"the vocabulary has VQ codes up to {int(self.code_of_token.max())} but the "
+                f"VQGAN codebook has {codebook} entries: wrong --vqgan for these weights?"
             )
         self.vqgan = vqgan
-
-    @property
-    def num_image_tokens(self) -> int:
-        """Tokens to generate for one image: codes plus row ends (2352 at 768 x 768)."""
-        return self.layout.num_image_tokens
-
-    @property
-    def embeddings(self) -> Tensor:
-        """Input-embedding rows [V, D] in float32
-        (GSD's distance filter: squared L2 <= d, d = 0.5)."""
-        if self._embeddings is None:
-            self._embeddings = self.model.get_input_embeddings().weight.detach().float()
-        return self._embeddings
-
-    def code_content(self) -> Tensor | None:
-        """Each image code's VQGAN codebook vector (``quantize.embedding``), float [K, embed_dim],
-        row i for token ``allowed_tokens[i]`` (its VQ index ``vq_index_of_token``): what the decoder
-        turns into pixels. None without a loaded VQGAN."""
-        if self.vqgan is None:
-            return None
-        codebook = self.vqgan.quantize.embedding.weight.detach()
-        return codebook[self.vq_index_of_token[self.allowed_tokens].to(codebook.device)]
+        self.decode_indices = vqgan.decode_to_uint8
+        self._codebook = vqgan.quantize.embedding.weight
 
     # ---- prompts ----
 
     def prompt_text(self, prompt: str) -> str:
         return prompt_text(self.layout, prompt)
 
-    def prompt_ids(self, prompt: str) -> Tensor:
-        """<s> + tokens of the templated prompt + [end of turn, image start, h, w] (1-D int64)."""
-        if self.tokenizer is None:
-            raise ValueError(
-                "no tokenizer: build the adapter with tokenizer=PromptTokenizer(path) "
-                "(load_lumina_mgpt finds one), or pass token ids with text_ids_to_prompt(ids)"
-            )
-        return prompt_ids(self.tokenizer, self.layout, prompt)
-
-    def text_ids_to_prompt(self, text_ids: Any) -> Tensor:
-        """<s> + ``text_ids`` + [end of turn, image start, h, w], for already tokenised prompts."""
-        return text_ids_to_prompt(self.layout, text_ids)
+    def image_header(self) -> list[int]:
+        """[end of turn, image start, h, w]: a prompt is <s> + text + this header."""
+        return self.layout.header
 
     def unconditional_prompt_ids(self) -> Tensor:
         """The unconditional row's prompt (no text): [end of turn, image start, h, w] for
@@ -682,13 +633,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
         if self.unconditional_prompt == ALPHA_VLLM_UNCONDITIONAL:
             header = header[1:]
         return torch.tensor(header, dtype=torch.long)
-
-    def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:
-        """As ``CausalLMAdapter.start``; with CFG the unconditional prompt defaults to
-        ``unconditional_prompt_ids()``."""
-        if self.uses_cfg and uncond_prompt_ids is None:
-            uncond_prompt_ids = self.unconditional_prompt_ids()
-        super().start(prompt_ids, uncond_prompt_ids)
 
     # ---- logits ----
 
@@ -705,57 +649,6 @@ class LuminaMGPTAdapter(CausalLMAdapter):
             **{self._backbone_cache_kwarg: self.cache},
         )
         return self.model.lm_head(out.last_hidden_state[:, -num_rows:, :])
-
-    def forced_tokens(self, generated_positions: Tensor) -> Tensor:
-        """Row end where (g + 1) % row_length == 0 inside the image, image end at
-        g = num_image_tokens, end of turn after it; -1 (free) elsewhere."""
-        g = generated_positions
-        layout = self.layout
-        forced = torch.full_like(g, -1)
-        forced = torch.where(
-            (g < self.num_image_tokens) & ((g + 1) % layout.row_length == 0), layout.row_end, forced
-        )
-        forced = torch.where(g == self.num_image_tokens, layout.image_end, forced)
-        return torch.where(g > self.num_image_tokens, layout.end_of_turn, forced)
-
-    # ---- pixels ----
-
-    def image_codes(self, tokens: Any) -> Tensor:
-        """Generated tokens [N] or [B, N] (N = num_image_tokens, optionally + the image end) ->
-        VQ indices [B, side, side]. Raises if row ends are misplaced or a code is not
-        an image token."""
-        tokens = torch.as_tensor(tokens).to(self.device).long()
-        if tokens.ndim == 1:
-            tokens = tokens.unsqueeze(0)
-        n = self.num_image_tokens
-        if tokens.ndim != 2 or tokens.shape[1] not in (n, n + 1):
-            raise ValueError(
-                f"expected {n} image tokens per image (codes + "
-                f"row ends), got shape {tuple(tokens.shape)}"
-            )
-        side, row = self.layout.latent_side, self.layout.row_length
-        grid = tokens[:, :n].reshape(-1, side, row)
-        if not bool((grid[:, :, -1] == self.layout.row_end).all()):
-            raise ValueError(f"row-end token {self.layout.row_end} missing at the end of some row")
-        if tokens.shape[1] == n + 1 and not bool((tokens[:, n] == self.layout.image_end).all()):
-            raise ValueError(f"token {n} must be the image end {self.layout.image_end}")
-        codes = grid[:, :, :-1]
-        if codes.numel() and (
-            int(codes.min()) < 0 or int(codes.max()) >= self.vq_index_of_token.numel()
-        ):
-            raise ValueError("image tokens out of the vocabulary range")
-        indices = self.vq_index_of_token[codes]
-        if bool((indices < 0).any()):
-            raise ValueError("some image positions hold tokens that are not image codes")
-        return indices
-
-    def decode_images(self, tokens: Any) -> Tensor:
-        """Generated tokens [N] or [B, N] -> uint8 images [B, H, W, 3] through the VQGAN decoder."""
-        if self.vqgan is None:
-            raise ValueError(
-                "no VQGAN loaded: pass vqgan_dir (the folder with vqgan.yaml and vqgan.ckpt)"
-            )
-        return self.vqgan.decode_to_uint8(self.image_codes(tokens))
 
 
 def load_lumina_mgpt(
@@ -793,16 +686,10 @@ def load_lumina_mgpt(
         )
     folder = resolve_weights_dir(weights, resolution)
     config = read_lumina_config(folder)
-    device = torch.device(device if device is not None else _default_device())
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    size = estimated_parameters(config)
-    if device.type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
-        raise ValueError(
-            f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would take "
-            "minutes per token and tens of GB of memory. Use a GPU "
-            "(device='cuda'), or pass force_cpu=True to insist."
-        )
+    device, dtype = device_and_dtype(device, dtype)
+    refuse_large_on_cpu(
+        folder, device, lambda: estimated_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
+    )
     layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
     # Before the weights are read: a missing or wrong tokenizer fails in a second, not after
     # minutes.

@@ -20,7 +20,7 @@ def tiny_release_set(tmp_path_factory):
     """A tiny checkpoint set in the release layouts, written once per test session: Lumina-mGPT
     (config, 2 safetensors shards + index, per-rank q/k-norms, tokenizer with the vocabulary
     map), the Chameleon VQGAN (vqgan.yaml + vqgan.ckpt) and CLIP (save_pretrained).
-    Fields: weights, vqgan, clip (``gsd_lab.models.lumina_tiny.TinyReleaseSet``)."""
-    from gsd_lab.models.lumina_tiny import write_tiny_release_set
+    Fields: weights, vqgan, clip (``gsd_lab.models.tiny_checkpoints.TinyReleaseSet``)."""
+    from gsd_lab.models.tiny_checkpoints import write_tiny_release_set
 
     return write_tiny_release_set(tmp_path_factory.mktemp("tiny-release-set"))

@@ -101,7 +101,7 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, cap
 
 def test_a_bad_vqgan_fails_the_image_item_only(tiny_release_set, tmp_path, capsys, no_hf_cache):
     """Another model's VQGAN, a truncated one: the model's items pass, the image item names it."""
-    from gsd_lab.models.lumina_tiny import write_tiny_vqgan
+    from gsd_lab.models.tiny_checkpoints import write_tiny_vqgan
 
     small = write_tiny_vqgan(tmp_path / "small-vqgan" / "ckpts" / "chameleon" / "tokenizer", n_embed=32)
     code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(small.parents[2]),

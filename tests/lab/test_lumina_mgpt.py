@@ -16,7 +16,7 @@ from gsd_lab.models.lumina_mgpt import (
     load_lumina_mgpt,
     resolve_weights_dir,
 )
-from gsd_lab.models.lumina_tiny import (
+from gsd_lab.models.tiny_checkpoints import (
     tiny_vocabulary_map,
     write_tiny_lumina_checkpoint,
     write_tiny_vqgan,

@@ -19,7 +19,7 @@ from gsd_lab.models.lumina_mgpt import (
     load_lumina_mgpt,
     read_lumina_config,
 )
-from gsd_lab.models.lumina_tiny import write_tiny_lumina_checkpoint
+from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint
 
 RESOLUTION = 64  # a 4 x 4 latent: 20 image tokens
 HEADS, KV_HEADS, RANKS, HEAD_DIM = 4, 2, 2, 16

@@ -22,7 +22,8 @@ weights README) marks every measured number it shows with a span that says where
   no rule below explains must occur in PATH (a substring check: weak for short numerals;
   thousands separators may be written ``_`` or left out there, as in code).
 - ``<!-- paper: SOURCE -->TEXT<!-- /paper -->``: values quoted from the paper or another
-  publication; SOURCE names where (``paper.md 1.7``). Not checked against the source.
+  publication; SOURCE names a public source (``GSD paper (arXiv 2508.07747), Table 1``), never
+  a file outside this repository. Not checked against the source.
 
 ``unmarked(text)`` lists the numerals outside these spans (and outside the blocks that
 ``experiments.findings`` renders) that no reviewed rule of ``ALLOWED`` explains: code (inline

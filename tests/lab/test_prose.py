@@ -6,6 +6,7 @@ with its source, or remove it).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,16 @@ def test_load_reads_a_jsonl_log_as_its_records():
 def test_a_dollar_in_code_does_not_open_math_that_hides_prose():
     text = "Write to `$OUT/x.jsonl`.\n\nGSD needs 55.6 forwards.\n\nThen $E = N - 13$ holds."
     assert [n.text for n in prose.unmarked(text)] == ["55.6"]
+
+
+def test_paper_spans_name_public_sources():
+    """A paper span's source is where a reader can look: a publication or a public repository,
+    not the team's notes outside this repository (``paper.md``, ``reference/...``)."""
+    private = re.compile(r"paper\.md|reference/|shared/")
+    found = {
+        _name(p): [m["source"] for m in prose.PAPER.finditer(p.read_text(encoding="utf-8"))
+                   if private.search(m["source"])]
+        for p in prose.documents()
+    }
+    assert not {k: v for k, v in found.items() if v}, found
+    assert private.search("paper.md 1.2") and not private.search("GSD paper (arXiv 2508.07747)")

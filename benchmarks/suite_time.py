@@ -1,0 +1,74 @@
+"""The test suite as CI runs it, timed: a fresh clone of a commit, ``CI=true bash .ci/run``
+(installation, then ``scripts/test.sh``), and the pytest summary written to a JSON file that the
+README renders (issue 41: ``scripts/test.sh`` in at most 12 minutes of pytest on 2 cores).
+
+    python benchmarks/suite_time.py [--commit HEAD] [--out benchmarks/results/suite_time.json]
+
+Written: the commit, the usable cores, the load average before and after, pytest's own count
+line (passed, failed, skipped, errors) and its seconds, and the wall seconds of the whole run
+(installation included). The exit status is the suite's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = re.compile(r"=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s(?: \([\d:]+\))? =+\s*$", re.M)
+
+
+def pytest_summary(log: str) -> dict[str, object]:
+    """The counts and seconds of pytest's last summary line, e.g. "1493 passed, 1 skipped in
+    945.48s (0:15:45)" -> {"passed": 1493, "skipped": 1, "seconds": 945.48}."""
+    found = list(SUMMARY.finditer(log))
+    if not found:
+        raise ValueError("no pytest summary line in the log")
+    last = found[-1]
+    counts = {word.rstrip("s") if word != "passed" else word: int(n)
+              for n, word in re.findall(r"(\d+) (\w+)", last["counts"])}
+    return {**counts, "seconds": float(last["seconds"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commit", default="HEAD")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "suite_time.json"))
+    args = parser.parse_args(argv)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", args.commit], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "gsd"
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
+        load_before, start = os.getloadavg()[0], time.monotonic()
+        run = subprocess.run(["bash", ".ci/run"], cwd=clone, capture_output=True, text=True,
+                             env={**os.environ, "CI": "true"})
+        wall, load_after = time.monotonic() - start, os.getloadavg()[0]
+    log = run.stdout + run.stderr
+    sys.stdout.write(log[-6000:])
+    record = {
+        "commit": commit,
+        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "cores": len(os.sched_getaffinity(0)),
+        "load_average_before": round(load_before, 2),
+        "load_average_after": round(load_after, 2),
+        "returncode": run.returncode,
+        "pytest": pytest_summary(log),
+        "wall_seconds_with_installation": round(wall, 1),
+    }
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(record, indent=1))
+    return run.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard
 from gsd_lab.experiments import stream
 from gsd_lab.experiments.image_model import tiny_random_model
-from gsd_lab.experiments.runs import FilterSettings, MethodSpec
+from gsd_lab.experiments.runs import FilterSettings, MethodSpec, Recording
 from gsd_lab.experiments.stream import Configuration, StreamedRunCache
 from gsd_lab.models.batched import default_batch_size
 
@@ -48,8 +48,7 @@ def _cache(model, out: Path, batch_size: int, rank: int = 0, world: int = 1) -> 
         weights={"parameters_sha256": "test"},
         context=DistributedContext(rank, world, rank, "cpu"),
         progress=False,
-        w1_draws=4,
-        batch_size=batch_size,
+        recording=Recording(distortion=True, w1=None, w1_draws=4, batch_size=batch_size),
     )
     cache.plan(CONFIGURATIONS)
     return cache

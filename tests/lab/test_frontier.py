@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gsd_lab.experiments import claims, findings, frontier, ledger, plots, toy
-from gsd_lab.experiments.runs import MethodSpec
+from gsd_lab.experiments.runs import MethodSpec, Recording
 
 
 def _curve(points, noise, images=30, seed=0):
@@ -161,15 +161,14 @@ class _Cache:
 
     def __init__(self, model, prompts, seeds, filters=None, **options):
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
-        self.record_w1 = options.get("record_w1", True)
-        self.w1_draws, self.batch_size, self.progress_lines = 2, 1, False
-        self.workers = options.get("workers", 1)
+        self.recording = options.get("recording", Recording(distortion=True, w1=True, w1_draws=2))
+        self.progress_lines, self.workers = False, options.get("workers", 1)
 
     def prefetch(self, specs):
         _Cache.calls.append(("prefetch", tuple(self.seeds), self.workers, [s.label for s in specs]))
 
     def records(self, spec):
-        _Cache.calls.append((tuple(self.seeds), self.record_w1, spec.label))
+        _Cache.calls.append((tuple(self.seeds), self.recording.w1, spec.label))
         return [(seed, p, spec.label) for seed in self.seeds for p in self.prompts]
 
 

@@ -2,11 +2,13 @@
 
 A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster
 rule, the naive lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1;
-this definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
-(prompt, seed) with ``gsd_lab.decode.loop.generate`` and the same generator seed for every method;
-``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
-and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
-the exact distortion, quality proxies.
+this definition is ours, the paper's was not found; LANTERN). One run path decodes every image:
+``decode_items`` turns (label, method, prompt, generator seed) items into records as one frozen
+``Recording`` says (what to record, batch size), for ``run_method``, ``RunCache`` (in this process
+or over ``workers``), the streamed runs (``stream``) and ``evaluate``; the generator seed of a
+(prompt, seed) is the same for every method. ``summarize`` turns the records into a table row:
+mean NFE, NFE speed-up over AR, mean wall time and its speed-up (CPU wall time is
+noise-dominated: quote NFE), the two acceptance measures, the exact distortion, quality proxies.
 
 Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
 p) (``accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
@@ -458,8 +460,7 @@ def real_image_baseline(
     return {
         "method": "real crops (held-out score; train-split Frechet)",
         "images": len(scores),
-        "condition_score": float(scores.mean()),
-        "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))),
+        **score_summary(scores),
         # The Frechet distance needs two images for a covariance (tiny sizes decode one).
         "frechet_distance": float(model.frechet_distance(as_uint8(train[:num_images])))
         if num_images >= 2
@@ -667,7 +668,8 @@ class RunCache:
         recording = Recording(top1=True, batch_size=self.recording.batch_size)
         with guidance_scale(self.model, None):
             progress = self._progress(f"{spec.label} without guidance", prompts)
-            return decode_items(self.model, self._items(spec, prompts), recording, progress=progress)
+            items = self._items(spec, prompts)
+            return decode_items(self.model, items, recording, progress=progress)
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
         """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""

@@ -20,13 +20,14 @@ stopped early has every configuration on its first prompts; process r of N
 than 0 exit when their items are done, rank 0 then waits for the result files of the others
 and writes the tables (torchrun stops every process when one fails).
 
-Batches: with ``batch_size`` B > 1 (``figures --paper --batch-size``; default per device,
-``gsd_lab.models.batched.default_batch_size``) a rank decodes its unfinished items B per
-forward through ``gsd_lab.decode.batch.generate_batch``, in the same order, in chunks of
-``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per forward), writing each
-result file as its image finishes. Every image's tokens, NFE and accepted counts are those of
-B = 1 (its generator is seeded the same; ``tests/lab/test_batched_streams.py``), the exact
-distortion and top-1 vectors agree within 1e-12 (the batched forward may round the last bit),
+Batches: a rank decodes its unfinished items through the one run path
+(``runs.decode_items``, ``Recording.batch_size`` B images per forward: ``figures --paper
+--batch-size``; default per device, ``gsd_lab.models.batched.default_batch_size``), in the same
+order, in chunks of ``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per
+forward), writing each result file as its image finishes. Every image's tokens, NFE and
+accepted counts are those of B = 1 (its generator is seeded the same;
+``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors agree within
+1e-12 (the batched forward may round the last bit),
 ``wall_seconds`` / ``model_seconds`` are the image's share of its batch's. The batch size is not
 part of a run's identity: a run started at one batch size resumes at another.
 
@@ -401,7 +402,9 @@ class StreamedRunCache(RunCache):
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         key = self._concrete(spec).key
         found = [
-            c for c in self.configurations if self._concrete(c.spec).key == key and c.guided == guided
+            c
+            for c in self.configurations
+            if self._concrete(c.spec).key == key and c.guided == guided
         ]
         if not found:
             raise ValueError(

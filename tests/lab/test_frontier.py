@@ -124,6 +124,13 @@ def test_frontier_configurations_share_the_tables_keys():
     }
     with pytest.raises(ValueError, match="rivals"):
         frontier.frontier_curves(rivals=("medusa",))
+    # An optimal rule's curve starts at the lossless configuration under its table key, never
+    # under a second name that would decode it again: the relaxation at delta 0 is SJD's key
+    # (MC-SJD's with maximal drafts), the dials' and the transport's zero points are MC-SJD.
+    sjd, mc_sjd = frontier.tables.SJD.key, frontier.tables.coupled("maximal").key
+    assert frontier.relaxation(0.0).key == sjd
+    assert frontier.relaxation(0.0, "maximal").key == mc_sjd
+    assert {curves[name][0].key for name in frontier.OPTIMAL if name in curves} == {sjd, mc_sjd}
     new = {s.label for k, s in specs.items() if k not in table_keys}
     assert len(new) == 2 * len(sizes.frontier_deltas) + len(sizes.frontier_budgets)
     w1_curves = frontier.frontier_curves(

@@ -317,8 +317,8 @@ def run_shard(
     for this rank's unfinished prompts and write each result atomically (with the run's fields,
     ``Run.row_fields``) as soon as it is done. Returns the indices run now, chunk by chunk,
     each chunk's in the order finished. The shard (``shard_indices``) and the skipping of
-    finished prompts do not depend on the kind of work. A result file of another run raises ``RunMismatch`` (after
-    ``start_run`` this means a file was copied in or edited by hand).
+    finished prompts do not depend on the kind of work. A result file of another run raises
+    ``RunMismatch`` (after ``start_run`` this means a file was copied in or edited by hand).
 
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
     are run on that many forked processes with one intra-op thread each

@@ -1069,6 +1069,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         def finished(position: int, record: Any) -> None:
             index, prompt = items[position]
             write(index, row_of(index, prompt, record))
+            record.image = None  # host memory: pixels only until the row is written
 
         decode_items(model, runs, recording, on_record=finished)
 

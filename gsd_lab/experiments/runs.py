@@ -582,6 +582,7 @@ class RunCache:
         # scored once per configuration
         self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}
         self._resolved: dict = {}  # rule objects built once (LANTERN's tables, one per k)
+        self._rules: dict[str, ResolvedMethod] = {}  # per concrete method key
 
     def _concrete(self, spec: MethodSpec) -> MethodSpec:
         return replace(spec, method=spec.method.with_filters(self.filters))
@@ -595,13 +596,18 @@ class RunCache:
                 "so its 'other seeds' would repeat images; use a larger offset"
             )
 
+    def _rule(self, spec: MethodSpec) -> ResolvedMethod:
+        """``spec``'s method with this cache's filters, resolved once."""
+        method = self._concrete(spec).method
+        if method.key not in self._rules:
+            self._rules[method.key] = resolve_for(self.model, method, self._resolved)
+        return self._rules[method.key]
+
     def _items(self, spec: MethodSpec, prompts: list[str] | None = None) -> list[RunItem]:
         """The images of (concrete) ``spec`` on this cache's seeds and ``prompts`` (default:
         all)."""
-        resolved = resolve_for(self.model, spec.method, self._resolved)
-        return run_items(
-            self.model, spec, resolved, self.prompts if prompts is None else prompts, self.seeds
-        )
+        prompts = self.prompts if prompts is None else prompts
+        return run_items(self.model, spec, self._rule(spec), prompts, self.seeds)
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
         """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched: its

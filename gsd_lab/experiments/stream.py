@@ -63,9 +63,8 @@ from ..evaluate import (
 )
 from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
-from ..accounting.transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
-from ..decode.methods import DecodingMethod, ResolvedMethod
+from ..decode.methods import DecodingMethod
 from .runs import (
     FilterSettings,
     GenerationRecord,
@@ -141,7 +140,6 @@ class StreamedRunCache(RunCache):
         self.configurations: list[Configuration] = []
         self.items: list[tuple[int, Configuration, int]] = []
         self._runs: dict[tuple[Configuration, int], Run] = {}
-        self._rules: dict[tuple, ResolvedMethod] = {}
         self._nfe: dict[Configuration, list[int]] = {}
         self._done: set[tuple[int, Configuration, int]] = set()
 
@@ -292,6 +290,7 @@ class StreamedRunCache(RunCache):
                     if not self._records_top1(group[position][1]):
                         record.top1 = None
                     self._finish(group[position], record, progress)
+                    record.image = None  # host memory: pixels only until the row is written
 
                 with self._guidance(group[0][1]):
                     recording = replace(self.recording, top1=top1)
@@ -330,13 +329,6 @@ class StreamedRunCache(RunCache):
 
     def _records_top1(self, config: Configuration) -> bool:
         return config.spec.method.kind == "ar"  # top-1 statistics are read from AR tokens only
-
-    def _rule(self, spec: MethodSpec) -> ResolvedMethod:
-        if spec.key not in self._rules:
-            self._rules[spec.key] = resolve_for(
-                self.model, self._concrete(spec).method, self._resolved
-            )
-        return self._rules[spec.key]
 
     def _row(
         self,

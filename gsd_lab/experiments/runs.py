@@ -394,16 +394,12 @@ def decode_jobs(
     return out
 
 
-def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> dict[str, float]:
-    """The model's quality proxies over a set of images (empty when the model has none):
-    condition_score (mean over images) with its standard error, frechet_distance (set level)."""
-    return quality_and_scores(model, images, prompts)[0]
-
-
 def quality_and_scores(
     model: ImageModel, images: list[np.ndarray], prompts: list[str]
 ) -> tuple[dict[str, float], np.ndarray | None]:
-    """``quality`` and the per-image condition scores [N] it averaged (None without them)."""
+    """The model's quality proxies over a set of images (empty when the model has none):
+    condition_score (mean over images) with its standard error, frechet_distance (set level);
+    and the per-image condition scores [N] averaged (None without them)."""
     out: dict[str, float] = {}
     scores = None
     if not images or any(image is None for image in images):
@@ -530,7 +526,8 @@ def summarize(
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
     if quality_row is None:
-        quality_row = quality(model, [r.image for r in records], [r.prompt for r in records])
+        images, prompts = [r.image for r in records], [r.prompt for r in records]
+        quality_row = quality_and_scores(model, images, prompts)[0]
     row.update(quality_row)
     return row
 

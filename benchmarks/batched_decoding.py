@@ -131,7 +131,7 @@ class _count_runner_forwards:
 def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: int) -> dict:
     """images/s of the streamed runs at batch 1 and ``batch`` (module docstring, ``--stream``)."""
     from gsd_lab.evaluate import DistributedContext
-    from gsd_lab.experiments.runs import FilterSettings, MethodSpec
+    from gsd_lab.experiments.runs import FilterSettings, MethodSpec, Recording
     from gsd_lab.experiments.stream import Configuration, StreamedRunCache
 
     configurations = [Configuration(MethodSpec(name, m)) for name, m in methods.items()]
@@ -144,8 +144,8 @@ def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: i
                 cache = StreamedRunCache(model, prompts, [0], FilterSettings.for_model(model.name),
                                          out, weights={"benchmark": "standin"},
                                          context=DistributedContext(0, 1, 0, "cpu"),
-                                         record_distortion=record, progress=False,
-                                         batch_size=size)
+                                         progress=False, recording=Recording(
+                                             distortion=record, w1=None, batch_size=size))
                 cache.plan(configurations)
                 began = time.perf_counter()
                 count = cache.run()

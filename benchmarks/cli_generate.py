@@ -109,7 +109,7 @@ def child(threads: int) -> None:
     import gsd_lab.cli  # noqa: F401
     from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
 
     mark(STAGES[1])
     torch.set_num_threads(threads)
@@ -119,7 +119,7 @@ def child(threads: int) -> None:
         model, DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("standin")
     )
     mark(STAGES[3])
-    result, _ = generate_one(model, resolved, "brick", 0, progress=False, decode_image=False)
+    result, _ = generate_one(model, resolved, "brick", 0, Recording(images=False))
     mark(STAGES[4])
     if "transformers" in sys.modules:
         raise SystemExit("the quick generate path imported transformers")

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 
     model = load_image_model("standin")
     prompts = model.default_prompts[: args.classes]
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, prompt in enumerate(prompts):
                 gseed = generator_seed(seed, index)
                 started = time.perf_counter()
-                result, _ = generate_one(model, resolved, prompt, gseed, record_distortion=method.kind == "gsd")
+                result, _ = generate_one(model, resolved, prompt, gseed, Recording(distortion=method.kind == "gsd"))
                 records[label].append({"prompt": prompt, "seed": gseed, "nfe": result.nfe,
                                        "distortion": float(result.distortion.mean()) if method.kind == "gsd" else 0.0,
                                        "seconds": time.perf_counter() - started})

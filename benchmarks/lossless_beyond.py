@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 
     results = json.loads((ROOT / "figures/results.json").read_text())
     frontier = results["tables"]["frontier"]
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     maximal = resolve_for(model, DecodingMethod("sjd", window=window, draft="maximal"))
     for seed, i, prompt in images[: args.check]:
         result, _ = generate_one(model, maximal, prompt, generator_seed(seed, i),
-                                 decode_image=False)
+                                 Recording(images=False))
         stored = rows["MC-SJD (maximal)"]["per_image"]["nfe"][len(checks)]
         checks.append({"prompt": prompt, "seed": generator_seed(seed, i), "nfe_alone": result.nfe,
                        "nfe_stored": stored})
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     for seed, i, prompt in images:
         result, _ = generate_one(model, block, prompt, generator_seed(seed, i),
-                                 record_distortion=True, decode_image=False)
+                                 Recording(distortion=True, images=False))
         per_image.append({
             "prompt": prompt, "seed": generator_seed(seed, i), "nfe": result.nfe,
             "distortion": float(result.distortion.mean()),

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import RunCache
+from gsd_lab.experiments.runs import Recording, RunCache
 from gsd_lab.figures import FigureSizes, decoding_configurations
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
@@ -85,7 +85,8 @@ def short_commit() -> str:
 def run_cell(model, specs, prompts, batch: int, threads: int, mixed: bool) -> dict:
     torch.set_num_threads(threads)
     cache = RunCache(
-        model, prompts, [0], batch_size=batch, record_top1=False, mix_configurations=mixed
+        model, prompts, [0], recording=Recording(distortion=True, w1=None, batch_size=batch),
+        mix_configurations=mixed
     )
     began = time.perf_counter()
     cache.prefetch(specs)

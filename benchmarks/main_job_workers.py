@@ -45,7 +45,7 @@ import torch
 
 from gsd_lab.accounting import transport
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import RunCache
+from gsd_lab.experiments.runs import Recording, RunCache
 from gsd_lab.experiments.workers import usable_cores
 from main_job_batched import figure_specs, short_commit  # benchmarks/, the script's folder
 
@@ -70,7 +70,8 @@ def start_load(threads: int, seconds: float) -> subprocess.Popen:
 
 def run_cell(model, specs, prompts, batch: int, threads: int, workers: int) -> dict:
     torch.set_num_threads(threads)
-    cache = RunCache(model, prompts, [0], batch_size=batch, record_top1=False, workers=workers)
+    cache = RunCache(model, prompts, [0], recording=Recording(distortion=True, w1=None, batch_size=batch),
+                     workers=workers)
     began = time.perf_counter()
     cache.prefetch(specs)
     flat = [r for spec in specs for r in cache.records(spec)]

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import RunCache
+from gsd_lab.experiments.runs import Recording, RunCache
 from main_job_batched import figure_specs, short_commit  # benchmarks/, the script's folder
 
 
@@ -25,7 +25,8 @@ def main() -> None:
     labels, specs = figure_specs(model, sys.argv[1] if len(sys.argv) > 1 else
                                  "GSD (G=25),Amplify (k=2)")
     print(f"# commit {short_commit()}; {labels} x 4 prompts, batch 4, one thread")
-    cache = RunCache(model, list(model.default_prompts[:4]), [0], batch_size=4, record_top1=False)
+    cache = RunCache(model, list(model.default_prompts[:4]), [0],
+                     recording=Recording(distortion=True, w1=None, batch_size=4))
     profile = cProfile.Profile()
     profile.enable()
     cache.prefetch(specs)

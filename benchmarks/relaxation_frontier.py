@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     decoding.DistortionLog = SplitLog  # the measurement hook (module docstring)
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 
     model = load_image_model("standin")
     prompts = model.default_prompts[: args.classes]
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, prompt in enumerate(prompts):
                 started = time.perf_counter()
                 result, _ = generate_one(
-                    model, resolved, prompt, generator_seed(seed, index), record_distortion=True
+                    model, resolved, prompt, generator_seed(seed, index), Recording(distortion=True)
                 )
                 seconds.append(time.perf_counter() - started)
                 nfe.append(result.nfe)

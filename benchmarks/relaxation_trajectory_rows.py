@@ -29,7 +29,7 @@ class Log(decoding.DistortionLog):
 decoding.DistortionLog = Log
 torch.set_num_threads(1)
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 
 model = load_image_model("standin")
 for label, m in [
@@ -40,7 +40,7 @@ for label, m in [
     nfe = []
     r = resolve_for(model, m)
     for i, prompt in enumerate(model.default_prompts[:5]):
-        res, _ = generate_one(model, r, prompt, generator_seed(0, i), record_distortion=True)
+        res, _ = generate_one(model, r, prompt, generator_seed(0, i), Recording(distortion=True))
         nfe.append(res.nfe)
     a = np.array([(t, v, top, acc) for t, v, top, acc in rows], dtype=float)
     n = 5

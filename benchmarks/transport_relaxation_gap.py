@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     decoding.DistortionLog = RowLog
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
 
     model = load_image_model("standin")
     generate_one(
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_for(model, DecodingMethod("sjd")),
         model.default_prompts[0],
         0,
-        record_distortion=True,
+        Recording(distortion=True),
     )
     pick = np.random.default_rng(0).choice(
         len(RowLog.rows), size=min(args.rows, len(RowLog.rows)), replace=False

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(line)
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
 
     model = load_image_model("standin")
     started = time.perf_counter()
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_for(model, DecodingMethod("sjd")),
         model.default_prompts[0],
         0,
-        record_distortion=True,
+        Recording(distortion=True),
     )
     decode_ms = 1e3 * (time.perf_counter() - started) / len(WindowLog.windows)
     pick = np.random.default_rng(0).choice(

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import generate_one, generator_seed, resolve_for
+    from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 
     model = load_image_model("standin")
     prompts = model.default_prompts[: args.classes]
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     resolved,
                     prompt,
                     generator_seed(seed, index),
-                    record_distortion=True,
-                    record_w1=True,
+                    Recording(distortion=True, w1=True),
                 )
                 nfe.append(result.nfe)
                 w1.append(result.w1.mean)

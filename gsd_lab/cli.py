@@ -854,7 +854,7 @@ def _check_prompt(model: Any, prompt: str, flag: str, fail: Fail) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .experiments.runs import generate_one, resolve_for
+    from .experiments.runs import Recording, generate_one, resolve_for
     from .io.figure_io import save_image_atomic
 
     fail = args.command_parser.error
@@ -874,9 +874,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         resolve_for(model, method),
         prompt,
         args.seed,
+        Recording(images=args.out is not None, runner=args.runner),
         progress=not args.json,
-        runner=args.runner,
-        decode_image=args.out is not None,
     )
     if args.out is not None:
         save_image_atomic(image, args.out)
@@ -1016,10 +1015,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import torch
-
     from .evaluate import BatchedWork, check_run, evaluate, init_distributed
-    from .experiments.runs import generate_one, resolve_for
+    from .experiments.runs import Recording, RunItem, decode_items, resolve_for
     from .experiments.stream import CHUNK_BATCHES
     from .experiments.workers import default_workers
     from .models.batched import default_batch_size
@@ -1046,46 +1043,35 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if batch_size is None:
         batch_size = default_batch_size(context.device)
 
-    def row_of(index: int, prompt: str, result: Any, image: Any) -> dict[str, Any]:
+    recording = Recording(batch_size=batch_size, runner=args.runner)
+
+    def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
         row: dict[str, Any] = {
             "seed": args.seed + index,
-            "nfe": result.nfe,
-            "acceptance_rate": result.acceptance_rate,
-            "wall_seconds": result.wall_seconds,
-            "model_seconds": result.model_seconds,
-            "tokens": result.tokens.tolist(),
+            "nfe": record.nfe,
+            "acceptance_rate": record.acceptance_rate,
+            "wall_seconds": record.wall_seconds,
+            "model_seconds": record.model_seconds,
+            "tokens": record.tokens.tolist(),
             "device": str(context.device),
         }
-        if image is not None:
+        if record.image is not None:
             if model.condition_scores is not None:
-                row["condition_score"] = float(model.condition_scores([image], [prompt])[0])
+                row["condition_score"] = float(model.condition_scores([record.image], [prompt])[0])
             if not args.no_images:
-                row["image"] = save_image_atomic(image, image_dir / f"{index:06d}.png")
+                row["image"] = save_image_atomic(record.image, image_dir / f"{index:06d}.png")
         return row
 
-    def work(index: int, prompt: str) -> dict[str, Any]:
-        result, image = generate_one(model, resolved, prompt, args.seed + index, runner=args.runner)
-        return row_of(index, prompt, result, image)
+    def work(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
+        # prompt i's generator is seeded seed + i (the module docstring of evaluate)
+        runs = [RunItem(spec.label, resolved, prompt, args.seed + i) for i, prompt in items]
 
-    def work_batch(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
-        from .decode.batch import DecodeRequest, generate_batch
-
-        requests = []
-        for index, prompt in items:  # the generator generate_one seeds for this prompt
-            generator = torch.Generator(device=model.adapter.device).manual_seed(args.seed + index)
-            prompt_ids, uncond_ids = model.encode(prompt)
-            requests.append(
-                DecodeRequest(prompt_ids, resolved, model.num_tokens, generator, uncond_ids)
-            )
-
-        def finished(position: int, result: Any) -> None:
+        def finished(position: int, record: Any) -> None:
             index, prompt = items[position]
-            image = model.decode(result.tokens) if model.decode is not None else None
-            write(index, row_of(index, prompt, result, image))
+            write(index, row_of(index, prompt, record))
+            record.image = None  # host memory: pixels only until the row is written
 
-        generate_batch(
-            model.adapter, requests, batch_size=batch_size, on_result=finished, runner=args.runner
-        )
+        decode_items(model, runs, recording, on_record=finished)
 
     identity = run_identity(args, model, spec)
     if model.adapter.device.type != "cpu":
@@ -1115,7 +1101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     summary = evaluate(
         prompts,
         args.out,
-        work if batch_size == 1 else BatchedWork(work_batch, CHUNK_BATCHES * batch_size),
+        BatchedWork(work, 1 if batch_size == 1 else CHUNK_BATCHES * batch_size),
         context,
         identity=identity,
         config=config,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,10 +315,10 @@ def run_shard(
 ) -> list[int]:
     """Run ``work(index, prompt) -> result dict`` (or a ``BatchedWork`` over chunks of them)
     for this rank's unfinished prompts and write each result atomically (with the run's fields,
-    ``Run.row_fields``) as soon as it is done. Returns the indices run now, in the order
-    finished. The shard (``shard_indices``) and the skipping of finished prompts do not depend
-    on the kind of work. A result file of another run raises ``RunMismatch`` (after
-    ``start_run`` this means a file was copied in or edited by hand).
+    ``Run.row_fields``) as soon as it is done. Returns the indices run now, chunk by chunk,
+    each chunk's in the order finished. The shard (``shard_indices``) and the skipping of
+    finished prompts do not depend on the kind of work. A result file of another run raises
+    ``RunMismatch`` (after ``start_run`` this means a file was copied in or edited by hand).
 
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
     are run on that many forked processes with one intra-op thread each
@@ -330,6 +329,8 @@ def run_shard(
     last bits."""
     from tqdm.auto import tqdm
 
+    from .experiments.workers import run_units
+
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     todo = [
@@ -339,7 +340,6 @@ def run_shard(
     ]
     size = work.chunk if isinstance(work, BatchedWork) else 1
     chunks = [todo[start : start + size] for start in range(0, len(todo), size)]
-    done: list[int] = []
     bar = tqdm(
         total=len(todo),
         unit="img",
@@ -347,66 +347,35 @@ def run_shard(
         disable=not progress,
         position=context.rank,
     )
-    global _SHARD
-    _SHARD = (run, out_dir, work, context)
-    forked = (
-        workers > 1
-        and len(chunks) > 1
-        and torch.device(context.device or "cpu").type == "cpu"
-        and "fork" in multiprocessing.get_all_start_methods()
-    )
-    try:
-        if forked:
-            context_fork = multiprocessing.get_context("fork")
-            with context_fork.Pool(min(workers, len(chunks)), initializer=_one_thread) as pool:
-                for indices in pool.imap_unordered(_run_chunk, chunks):
-                    done.extend(indices)
-                    bar.update(len(indices))
+
+    def run_chunk(position: int, bar: Any) -> list[int]:
+        """Run and write the prompts of chunk ``position``; returns them in the order
+        finished."""
+        part, done = chunks[position], []
+
+        def write(index: int, row: dict[str, Any]) -> None:
+            write_result(run, out_dir, index, row, context)
+            done.append(index)
+            if bar is not None:
+                bar.update(1)
+
+        if isinstance(work, BatchedWork):
+            work.decode([(index, run.prompts[index]) for index in part], write)
+            missing = sorted(set(part) - set(done))
+            if missing:
+                raise RuntimeError(f"BatchedWork.decode returned without writing prompts {missing}")
         else:
-            on_cpu = torch.device(context.device or "cpu").type == "cpu"
-            threads = torch.get_num_threads()
-            if on_cpu:  # as each forked worker runs (_one_thread)
-                torch.set_num_threads(1)
-            try:
-                for part in chunks:
-                    done.extend(_run_chunk(part, bar))
-            finally:
-                if on_cpu:
-                    torch.set_num_threads(threads)
+            for index in part:
+                write(index, work(index, run.prompts[index]))
+        return done
+
+    try:
+        done = run_units(
+            run_chunk, len(chunks), workers=workers, device=context.device or "cpu", progress=bar
+        )
     finally:
-        _SHARD = None
         bar.close()
-    return done
-
-
-# (run, out_dir, work, context) of the shard being run: forked workers inherit it.
-_SHARD: tuple | None = None
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
-def _run_chunk(part: list[int], bar: Any = None) -> list[int]:
-    """Run and write the prompts ``part`` of ``_SHARD``; returns them in the order finished."""
-    run, out_dir, work, context = _SHARD
-    done: list[int] = []
-
-    def write(index: int, row: dict[str, Any]) -> None:
-        write_result(run, out_dir, index, row, context)
-        done.append(index)
-        if bar is not None:
-            bar.update(1)
-
-    if isinstance(work, BatchedWork):
-        work.decode([(index, run.prompts[index]) for index in part], write)
-        missing = sorted(set(part) - set(done))
-        if missing:
-            raise RuntimeError(f"BatchedWork.decode returned without writing prompts {missing}")
-    else:
-        for index in part:
-            write(index, work(index, run.prompts[index]))
-    return done
+    return [index for part in done for index in part]
 
 
 def finished_row(run: Run, out_dir: str | Path, index: int) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from .experiments import claims, findings, frontier, ledger, matched, plots, rec
 from .experiments import toy, verdicts
 from .experiments.image_model import ImageModel, load_image_model
 from .experiments.replacement import replacement_study
-from .experiments.runs import FilterSettings, MethodSpec, RunCache, real_image_baseline
+from .experiments.runs import FilterSettings, MethodSpec, Recording, RunCache, real_image_baseline
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .models.batched import default_batch_size
@@ -467,9 +467,10 @@ def _decoding_cache(
             out_dir,
             weights=weights_fingerprint(model.weights_info, model.adapter.model),
             save_images=save_images,
+            recording=Recording(
+                distortion=True, w1=None, w1_draws=sizes.w1_draws, batch_size=batch_size
+            ),
             progress=progress,
-            w1_draws=sizes.w1_draws,
-            batch_size=batch_size,
         )
         cache.plan(configurations)
         decoded = cache.run()
@@ -492,9 +493,10 @@ def _decoding_cache(
         prompts,
         list(sizes.seeds),
         filters,
+        recording=Recording(
+            top1=True, distortion=True, w1=None, w1_draws=sizes.w1_draws, batch_size=batch_size
+        ),
         progress=bar,
-        w1_draws=sizes.w1_draws,
-        batch_size=batch_size,
         workers=workers,
     )
     # Batched: each guided configuration in a batch stream of its own (RunCache).
@@ -588,9 +590,8 @@ def _top1(
                 prompts[: sizes.detail_images],
                 list(extra_seeds),
                 cache.filters,
+                recording=Recording(top1=True, batch_size=batch_size),
                 progress=bar,
-                record_distortion=False,
-                batch_size=batch_size,
             )
         )
     stats = top1_stats([r for c in caches for r in c.detail_records(ar_spec, sizes.detail_images)])

@@ -26,7 +26,7 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``determinism``: a fixed batch whose tokens and NFE must not depend on ISA or threads.
 - ``records``: a figures run's per-image records on disk, reused by notebook 04.
 - ``stream``: the resumable, sharded decoding runs of ``figures --paper``.
-- ``workers``: a run's decoding split over worker processes with one intra-op thread each
-  (``figures`` and ``evaluate``, ``--workers``).
+- ``workers``: work split over worker processes with one intra-op thread each (``runs``'
+  configurations and ``evaluate``'s chunks, ``--workers``).
 - ``plots``: matplotlib figures for all of the above.
 """

@@ -21,7 +21,7 @@ import torch
 
 from ..decode.methods import DecodingMethod
 from .image_model import load_image_model
-from .runs import generate_one, resolve_for
+from .runs import Recording, generate_one, resolve_for
 
 METHODS = {
     "SJD": DecodingMethod("sjd"),
@@ -54,7 +54,7 @@ def generation_batch(
                     model if num_tokens == model.num_tokens else _shortened(model, num_tokens)
                 )
                 result, _ = generate_one(
-                    model_for_run, resolved, prompt, 1000 * seed + index, record_top1=True
+                    model_for_run, resolved, prompt, 1000 * seed + index, Recording(top1=True)
                 )
                 tokens = result.tokens.to(torch.int64).numpy()
                 runs.append(

@@ -41,7 +41,7 @@ T = TV(p, q), any rule whose output law r has TV(r, p) = t accepts with probabil
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -200,11 +200,8 @@ class FrontierRuns:
                 main.prompts,
                 list(seeds),
                 main.filters,
+                recording=replace(main.recording, top1=False),
                 progress=self.progress,
-                record_top1=False,
-                record_w1=main.record_w1,
-                w1_draws=main.w1_draws,
-                batch_size=main.batch_size,
                 progress_lines=main.progress_lines,
                 workers=main.workers,
             )

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .runs import GenerationRecord, MethodSpec, RunCache
+from .runs import GenerationRecord, MethodSpec, Recording, RunCache
 
 FIELDS = (
     "nfe",
@@ -135,8 +135,8 @@ def identity(cache: RunCache) -> dict[str, Any]:
         "filters": asdict(cache.filters),
         "prompts": list(cache.prompts),
         "seeds": list(cache.seeds),
-        "record_w1": cache.record_w1,
-        "w1_draws": cache.w1_draws,
+        "record_w1": cache.recording.w1,
+        "w1_draws": cache.recording.w1_draws,
     }
 
 
@@ -244,8 +244,9 @@ def check_live(cache: RunCache, specs: list[MethodSpec], images: int = 1) -> lis
     cache and compare them with ``cache``'s records (stored or decoded): the checked-cell lines,
     one per spec. Tokens, NFE and both acceptance measures must be identical, the distortion
     within ``DISTORTION_RTOL`` relative or ``DISTORTION_ATOL`` absolute."""
+    recording = Recording(top1=True, distortion=True)
     live = RunCache(
-        cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, record_w1=False
+        cache.model, cache.prompts[:images], cache.seeds[:1], cache.filters, recording=recording
     )
     lines = []
     for spec in specs:

@@ -2,11 +2,13 @@
 
 A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster
 rule, the naive lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1;
-this definition is ours, the paper's was not found; LANTERN). ``run_method`` generates one image per
-(prompt, seed) with ``gsd_lab.decode.loop.generate`` and the same generator seed for every method;
-``summarize`` turns the records into a table row: mean NFE, NFE speed-up over AR, mean wall time
-and its speed-up (CPU wall time is noise-dominated: quote NFE), the two acceptance measures,
-the exact distortion, quality proxies.
+this definition is ours, the paper's was not found; LANTERN). One run path decodes every image:
+``decode_items`` turns (label, method, prompt, generator seed) items into records as one frozen
+``Recording`` says (what to record, batch size), for ``run_method``, ``RunCache`` (in this process
+or over ``workers``), the streamed runs (``stream``) and ``evaluate``; the generator seed of a
+(prompt, seed) is the same for every method. ``summarize`` turns the records into a table row:
+mean NFE, NFE speed-up over AR, mean wall time and its speed-up (CPU wall time is
+noise-dominated: quote NFE), the two acceptance measures, the exact distortion, quality proxies.
 
 Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
 p) (``accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
@@ -44,8 +46,8 @@ Two acceptance measures (per image, then averaged over images):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from dataclasses import astuple, dataclass, replace
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -56,6 +58,7 @@ from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
 from .image_model import ImageModel
 from .verdicts import interval, paired_values
+from .workers import check_workers, default_workers, plan_units, run_units, warm_caches
 
 
 @dataclass(frozen=True)
@@ -154,45 +157,90 @@ def resolve_for(
     return method.resolve(model.adapter, model_name=model.name, cache=cache)
 
 
+@dataclass(frozen=True)
+class Recording:
+    """What a run records per image besides its tokens and NFE, and how it decodes them: one
+    frozen settings object for every run path (``decode_items``, ``RunCache``, the streamed
+    runs, ``evaluate``).
+
+    top1 / distortion / w1 / w1_draws: ``generate``'s record_top1, record_distortion (exact TV),
+    record_w1 (the similarity-aware distortion; None: whenever distortion is recorded and the
+    adapter knows its codes' content, ``for_model``) and w1_draws (None: exact for every token).
+    images: decode the tokens to pixels (when the model can). batch_size: images per forward (1:
+    one at a time through ``generate``; else ``generate_batch``: each image's tokens and NFE as
+    alone, its wall_seconds and model_seconds its share of the batch's). runner: "eager" or
+    "static" (``generate``'s execution option)."""
+
+    top1: bool = False
+    distortion: bool = False
+    w1: bool | None = False
+    w1_draws: int | None = DEFAULT_DRAWS
+    images: bool = True
+    batch_size: int = 1
+    runner: str = "eager"
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {size!r}")
+
+    def for_model(self, model: ImageModel) -> "Recording":
+        """This recording with ``w1`` None decided for ``model`` (class docstring)."""
+        if self.w1 is not None:
+            return self
+        return replace(self, w1=self.distortion and model.adapter.code_content() is not None)
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments ``generate`` and ``generate_batch`` take for it."""
+        return {
+            "record_top1": self.top1,
+            "record_distortion": self.distortion,
+            "record_w1": bool(self.w1),
+            "w1_draws": self.w1_draws,
+            "runner": self.runner,
+        }
+
+
+class RunItem(NamedTuple):
+    """One image to decode: its label, resolved method, prompt and generator seed."""
+
+    label: str
+    method: ResolvedMethod
+    prompt: str
+    seed: int
+
+
 def generate_one(
     model: ImageModel,
     method: DecodingMethod | ResolvedMethod,
     prompt: str,
     seed: int,
+    recording: Recording = Recording(),
     *,
-    record_top1: bool = False,
     progress: bool = False,
-    record_distortion: bool = False,
-    runner: str = "eager",
-    record_w1: bool = False,
-    w1_draws: int | None = DEFAULT_DRAWS,
-    decode_image: bool = True,
 ) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels, or
-    ``decode_image`` is False: tokens only, e.g. a command-line generate without --out). A
+    ``recording.images`` is False: tokens only, e.g. a command-line generate without --out). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images. runner: ``generate``'s execution option ("eager" or "static"); record_w1 /
-    w1_draws: the similarity-aware distortion (``gsd_lab.decode.loop.generate``)."""
+    many images. progress: ``generate``'s token bar."""
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
-    generator = torch.Generator(device=model.adapter.device).manual_seed(seed)
     result = generate(
         model.adapter,
         prompt_ids,
         resolved,
         num_tokens=model.num_tokens,
-        generator=generator,
+        generator=torch.Generator(device=model.adapter.device).manual_seed(seed),
         uncond_prompt_ids=uncond_ids,
-        record_top1=record_top1,
         progress=progress,
-        record_distortion=record_distortion,
-        runner=runner,
-        record_w1=record_w1,
-        w1_draws=w1_draws,
+        **recording.for_model(model).options(),
     )
-    pixels = decode_image and model.decode is not None
-    return result, (model.decode(result.tokens) if pixels else None)
+    return result, _pixels(model, result, recording)
+
+
+def _pixels(model: ImageModel, result: DecodeResult, recording: Recording) -> np.ndarray | None:
+    return model.decode(result.tokens) if recording.images and model.decode is not None else None
 
 
 def record_of(
@@ -222,150 +270,136 @@ def record_of(
     )
 
 
-def run_method(
+def decode_items(
+    model: ImageModel,
+    items: list[RunItem],
+    recording: Recording,
+    *,
+    progress: Any = None,
+    on_record: Callable[[int, GenerationRecord], None] | None = None,
+) -> list[GenerationRecord]:
+    """The one run path: the records of ``items``, in their order, as ``recording`` says (at
+    batch size 1 each image alone through ``generate``; else one stream through
+    ``generate_batch``, ``recording.batch_size`` images per forward, images of different
+    methods side by side). progress: advanced by one per image; on_record: called as
+    ``on_record(position, record)`` as each image finishes (e.g. to write it to disk at once)."""
+    recording = recording.for_model(model)
+    records: list[GenerationRecord | None] = [None] * len(items)
+
+    def finish(position: int, result: DecodeResult) -> None:
+        item = items[position]
+        record = record_of(
+            item.label, item.prompt, item.seed, result, _pixels(model, result, recording)
+        )
+        records[position] = record
+        if on_record is not None:
+            on_record(position, record)
+        if progress is not None:
+            progress.update(1)
+
+    if recording.batch_size == 1:
+        alone = replace(recording, images=False)  # pixels in ``finish``
+        for position, item in enumerate(items):
+            finish(position, generate_one(model, item.method, item.prompt, item.seed, alone)[0])
+        return records
+    from ..decode.batch import DecodeRequest, generate_batch
+
+    requests = []
+    for item in items:
+        prompt_ids, uncond_ids = model.encode(item.prompt)
+        generator = torch.Generator(device=model.adapter.device).manual_seed(item.seed)
+        requests.append(
+            DecodeRequest(prompt_ids, item.method, model.num_tokens, generator, uncond_ids)
+        )
+    generate_batch(
+        model.adapter,
+        requests,
+        batch_size=recording.batch_size,
+        on_result=finish,
+        **recording.options(),
+    )
+    return records
+
+
+def run_items(
     model: ImageModel,
     spec: MethodSpec,
+    resolved: ResolvedMethod,
     prompts: list[str],
     seeds: Iterable[int],
-    *,
-    resolved: ResolvedMethod | None = None,
-    record_top1: bool = False,
-    progress: Any = None,
-    record_distortion: bool = False,
-    record_w1: bool = False,
-    w1_draws: int | None = DEFAULT_DRAWS,
-    batch_size: int = 1,
-) -> list[GenerationRecord]:
-    """One image per (seed + spec.seed_offset, prompt) with ``spec``; ``progress``: a tqdm bar to
-    advance (or None); ``resolved``: ``spec.method`` already resolved on ``model`` (else
-    resolved here); record_w1 / w1_draws: the similarity-aware distortion (``generate``).
-    batch_size > 1: the images decoded together, ``batch_size`` per forward
-    (``gsd_lab.decode.batch.generate_batch``: each image's tokens and NFE as alone; its
-    wall_seconds and model_seconds its share of the batch's), records in the same order."""
-    if resolved is None:
-        resolved = resolve_for(model, spec.method)
-    elif resolved.method != spec.method.for_model(model.name):
+) -> list[RunItem]:
+    """``spec``'s images in a run's order: seed, then prompt, each with the generator seed
+    ``generator_seed(seed + spec.seed_offset, prompt index)`` shared by every method."""
+    if resolved.method != spec.method.for_model(model.name):
         raise ValueError(
             f"{spec.label}: resolved is another method than the spec's ({resolved.method.key} "
             f"is not {spec.method.for_model(model.name).key})"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if batch_size > 1:
-        return run_batched(
-            model,
-            [(spec, resolved)],
-            prompts,
-            seeds,
-            batch_size,
-            progress=progress,
-            record_top1=record_top1,
-            record_distortion=record_distortion,
-            record_w1=record_w1,
-            w1_draws=w1_draws,
-        )[0]
-    records = []
-    for seed in seeds:
-        for index, prompt in enumerate(prompts):
-            gseed = generator_seed(seed + spec.seed_offset, index)
-            result, image = generate_one(
-                model,
-                resolved,
-                prompt,
-                gseed,
-                record_top1=record_top1,
-                record_distortion=record_distortion,
-                record_w1=record_w1,
-                w1_draws=w1_draws,
-            )
-            records.append(record_of(spec.label, prompt, gseed, result, image))
-            if progress is not None:
-                progress.update(1)
-    return records
-
-
-BatchItem = tuple[int, str, int]  # (job index, prompt, generator seed)
-
-
-def batch_items(
-    jobs: list[tuple[MethodSpec, ResolvedMethod]], prompts: list[str], seeds: Iterable[int]
-) -> list[BatchItem]:
-    """The images of ``run_batched``'s jobs in its order: job, then seed, then prompt, each as
-    (job index, prompt, generator seed ``generator_seed(seed + offset, prompt index)``)."""
-    seeds = list(seeds)
     return [
-        (job, prompt, generator_seed(seed + spec.seed_offset, index))
-        for job, (spec, _) in enumerate(jobs)
+        RunItem(spec.label, resolved, prompt, generator_seed(seed + spec.seed_offset, index))
         for seed in seeds
         for index, prompt in enumerate(prompts)
     ]
 
 
-def decode_items(
+def run_method(
     model: ImageModel,
-    jobs: list[tuple[MethodSpec, ResolvedMethod]],
-    items: list[BatchItem],
-    batch_size: int,
-    *,
-    progress: Any = None,
-    **options: Any,
-) -> list[GenerationRecord]:
-    """The records of ``items`` (``batch_items``), in their order, decoded as one stream through
-    ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
-    side). options: ``generate_batch``'s record_* and w1_draws."""
-    from ..decode.batch import DecodeRequest, generate_batch
-
-    requests = []
-    for job, prompt, gseed in items:
-        prompt_ids, uncond_ids = model.encode(prompt)
-        generator = torch.Generator(device=model.adapter.device).manual_seed(gseed)
-        requests.append(
-            DecodeRequest(prompt_ids, jobs[job][1], model.num_tokens, generator, uncond_ids)
-        )
-    results = generate_batch(
-        model.adapter, requests, batch_size=batch_size, progress=progress, **options
-    )
-    decode = model.decode
-    return [
-        record_of(
-            jobs[job][0].label, prompt, gseed, result, decode(result.tokens) if decode else None
-        )
-        for (job, prompt, gseed), result in zip(items, results)
-    ]
-
-
-def run_batched(
-    model: ImageModel,
-    jobs: list[tuple[MethodSpec, ResolvedMethod]],
+    spec: MethodSpec,
     prompts: list[str],
     seeds: Iterable[int],
-    batch_size: int,
+    recording: Recording = Recording(),
     *,
+    resolved: ResolvedMethod | None = None,
     progress: Any = None,
-    **options: Any,
+) -> list[GenerationRecord]:
+    """One image per (seed + spec.seed_offset, prompt) with ``spec`` (``run_items``' order),
+    decoded as ``recording`` says (``decode_items``); ``progress``: a tqdm bar to advance (or
+    None); ``resolved``: ``spec.method`` already resolved on ``model`` (else resolved here)."""
+    resolved = resolve_for(model, spec.method) if resolved is None else resolved
+    items = run_items(model, spec, resolved, prompts, seeds)
+    return decode_items(model, items, recording, progress=progress)
+
+
+def decode_jobs(
+    model: ImageModel,
+    jobs: list[list[RunItem]],
+    recording: Recording,
+    *,
+    workers: int | None = 1,
+    progress: Any = None,
 ) -> list[list[GenerationRecord]]:
-    """``run_method``'s images of every (spec, resolved) job, decoded as one stream through
-    ``generate_batch`` (``batch_size`` images per forward, images of different jobs side by
-    side, so batches stay full across jobs); per job its records in ``run_method``'s order
-    (seed, then prompt). options: ``generate_batch``'s record_* and w1_draws."""
-    items = batch_items(jobs, prompts, seeds)
-    decoded = decode_items(model, jobs, items, batch_size, progress=progress, **options)
-    records: list[list[GenerationRecord]] = [[] for _ in jobs]
-    for (job, _, _), record in zip(items, decoded):
-        records[job].append(record)
-    return records
+    """Per job (a configuration's ``run_items``) its records, decoded unit by unit
+    (``workers.plan_units``: each job's images in streams of at most ``UNIT_BATCHES`` batches)
+    on ``workers`` processes (``workers.run_units``). The records are the same for any
+    ``workers`` (tested), except ``wall_seconds`` / ``model_seconds`` / ``accounting_seconds``,
+    which time them."""
+    units = plan_units([len(job) for job in jobs], recording.batch_size)
 
+    def unit(index: int, bar: Any) -> list[GenerationRecord]:
+        job, start, stop = astuple(units[index])
+        return decode_items(model, jobs[job][start:stop], recording, progress=bar)
 
-def quality(model: ImageModel, images: list[np.ndarray], prompts: list[str]) -> dict[str, float]:
-    """The model's quality proxies over a set of images (empty when the model has none):
-    condition_score (mean over images) with its standard error, frechet_distance (set level)."""
-    return quality_and_scores(model, images, prompts)[0]
+    methods = list({id(job[0].method): job[0].method for job in jobs if job}.values())
+    done = run_units(
+        unit,
+        len(units),
+        workers=workers,
+        device=model.adapter.device,
+        progress=progress,
+        prepare=lambda: warm_caches(getattr(model.adapter, "vocab_size", None), methods),
+    )
+    out: list[list[GenerationRecord]] = [[] for _ in jobs]
+    for part, records in zip(units, done):
+        out[part.job].extend(records)
+    return out
 
 
 def quality_and_scores(
     model: ImageModel, images: list[np.ndarray], prompts: list[str]
 ) -> tuple[dict[str, float], np.ndarray | None]:
-    """``quality`` and the per-image condition scores [N] it averaged (None without them)."""
+    """The model's quality proxies over a set of images (empty when the model has none):
+    condition_score (mean over images) with its standard error, frechet_distance (set level);
+    and the per-image condition scores [N] averaged (None without them)."""
     out: dict[str, float] = {}
     scores = None
     if not images or any(image is None for image in images):
@@ -422,8 +456,7 @@ def real_image_baseline(
     return {
         "method": "real crops (held-out score; train-split Frechet)",
         "images": len(scores),
-        "condition_score": float(scores.mean()),
-        "condition_score_sem": float(scores.std(ddof=1) / np.sqrt(len(scores))),
+        **score_summary(scores),
         # The Frechet distance needs two images for a covariance (tiny sizes decode one).
         "frechet_distance": float(model.frechet_distance(as_uint8(train[:num_images])))
         if num_images >= 2
@@ -493,7 +526,8 @@ def summarize(
         row["speedup_nfe"] = float(np.mean([r.nfe for r in baseline])) / nfe
         row["speedup_wall"] = float(np.mean([r.wall_seconds for r in baseline])) / wall
     if quality_row is None:
-        quality_row = quality(model, [r.image for r in records], [r.prompt for r in records])
+        images, prompts = [r.image for r in records], [r.prompt for r in records]
+        quality_row = quality_and_scores(model, images, prompts)[0]
     row.update(quality_row)
     return row
 
@@ -503,21 +537,19 @@ class RunCache:
     ``filters``: GSD's filters for the specs that name none (default: the model's,
     ``FilterSettings.for_model``).
 
-    ``progress``: a tqdm bar to advance per image (or None). ``progress_lines`` (default: on for
-    Lumina-mGPT, whose images take minutes): a line per configuration at most every 30 s on
-    stderr with its images done / to do and ETA, and how many configurations are done.
-    record_w1: None (default) records the similarity-aware distortion whenever TV is recorded
-    and the model's adapter knows its codes' content (``code_content()``); w1_draws: rows solved
-    per image (None: exact for every token; module docstring). batch_size: images per forward
-    (``run_method``; 1: one image at a time). mix_configurations: False (default) decodes each
-    configuration's images in a batch stream of their own in ``prefetch``, so an image shares its
-    forwards only with images of its configuration and its ``wall_seconds`` (its share of them)
-    is that configuration's decoding time per image at this batch size; True streams every
-    configuration together (batches stay full, but an AR image then shares, and pays for, the
-    16-draft windows of its neighbours, and the wall columns mix methods). workers: processes
-    that ``prefetch`` splits the configurations' images over, one intra-op thread each
-    (``gsd_lab.experiments.workers``: the same records for any number; None: the usable cores on
-    a CPU); 1 (default) decodes in this process."""
+    ``recording``: what each image records and its batch size (``Recording``; default: top-1,
+    TV, and W1 where the model knows its codes' content, one image at a time). ``progress``: a
+    tqdm bar to advance per image (or None). ``progress_lines`` (default: on for Lumina-mGPT,
+    whose images take minutes): a line per configuration at most every 30 s on stderr with its
+    images done / to do and ETA, and how many configurations are done. mix_configurations: False
+    (default) decodes each configuration's images in a batch stream of their own in
+    ``prefetch``, so an image shares its forwards only with images of its configuration and its
+    ``wall_seconds`` (its share of them) is that configuration's decoding time per image at this
+    batch size; True streams every configuration together (batches stay full, but an AR image
+    then shares, and pays for, the 16-draft windows of its neighbours, and the wall columns mix
+    methods). workers: processes that ``prefetch`` splits the configurations' images over, one
+    intra-op thread each (``decode_jobs``: the same records for any number; None: the usable
+    cores on a CPU); 1 (default) decodes in this process."""
 
     def __init__(
         self,
@@ -526,40 +558,28 @@ class RunCache:
         seeds: list[int],
         filters: FilterSettings | None = None,
         *,
+        recording: Recording = Recording(top1=True, distortion=True, w1=None),
         progress: Any = None,
-        record_top1: bool = True,
-        record_distortion: bool = True,
         progress_lines: bool | None = None,
-        record_w1: bool | None = None,
-        w1_draws: int | None = DEFAULT_DRAWS,
-        batch_size: int = 1,
         mix_configurations: bool = False,
         workers: int | None = 1,
     ) -> None:
-        from .workers import check_workers, default_workers
-
         self.model, self.prompts, self.seeds = model, prompts, seeds
         check_workers(workers)
         self.workers = default_workers(model.adapter.device) if workers is None else workers
-        self.batch_size, self.mix_configurations = batch_size, mix_configurations
+        self.recording = recording.for_model(model)
+        self.mix_configurations = mix_configurations
         self.filters = FilterSettings.for_model(model.name) if filters is None else filters
-        self.progress, self.record_top1, self.record_distortion = (
-            progress,
-            record_top1,
-            record_distortion,
-        )
-        if record_w1 is None:
-            record_w1 = record_distortion and model.adapter.code_content() is not None
-        self.record_w1, self.w1_draws = record_w1, w1_draws
+        self.progress = progress
         self.progress_lines = (
             model.name.startswith("lumina-mgpt") if progress_lines is None else progress_lines
         )
         self._records: dict[tuple, list[GenerationRecord]] = {}
         self._stored: dict[str, list[GenerationRecord]] = {}  # preloaded, by repr(key)
-        self._quality: dict[
-            tuple, tuple[dict[str, Any], np.ndarray | None]
-        ] = {}  # scored once per configuration
+        # scored once per configuration
+        self._quality: dict[tuple, tuple[dict[str, Any], np.ndarray | None]] = {}
         self._resolved: dict = {}  # rule objects built once (LANTERN's tables, one per k)
+        self._rules: dict[str, ResolvedMethod] = {}  # per concrete method key
 
     def _concrete(self, spec: MethodSpec) -> MethodSpec:
         return replace(spec, method=spec.method.with_filters(self.filters))
@@ -573,15 +593,25 @@ class RunCache:
                 "so its 'other seeds' would repeat images; use a larger offset"
             )
 
+    def _rule(self, spec: MethodSpec) -> ResolvedMethod:
+        """``spec``'s method with this cache's filters, resolved once."""
+        method = self._concrete(spec).method
+        if method.key not in self._rules:
+            self._rules[method.key] = resolve_for(self.model, method, self._resolved)
+        return self._rules[method.key]
+
+    def _items(self, spec: MethodSpec, prompts: list[str] | None = None) -> list[RunItem]:
+        """The images of (concrete) ``spec`` on this cache's seeds and ``prompts`` (default:
+        all)."""
+        prompts = self.prompts if prompts is None else prompts
+        return run_items(self.model, spec, self._rule(spec), prompts, self.seeds)
+
     def prefetch(self, specs: list[MethodSpec]) -> None:
         """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched: its
-        images in units over ``workers`` processes (``workers.run_jobs``: one stream per
-        configuration of at most ``UNIT_BATCHES`` x batch_size images), or all in one stream
-        with ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to
-        do at batch_size 1 with one worker (``records`` decodes as asked)."""
-        from .workers import run_jobs
-
-        if self.batch_size == 1 and self.workers == 1:
+        images in units over ``workers`` processes (``decode_jobs``), or all in one stream with
+        ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to do at
+        batch size 1 with one worker (``records`` decodes as asked)."""
+        if self.recording.batch_size == 1 and self.workers == 1:
             return
         todo: dict[tuple, MethodSpec] = {}
         for spec in map(self._concrete, specs):
@@ -590,53 +620,29 @@ class RunCache:
                 todo.setdefault(spec.key, spec)
         if not todo:
             return
-        jobs = [
-            (spec, resolve_for(self.model, spec.method, self._resolved)) for spec in todo.values()
-        ]
-        options = {
-            "progress": self.progress,
-            "record_top1": self.record_top1,
-            "record_distortion": self.record_distortion,
-            "record_w1": self.record_w1,
-            "w1_draws": self.w1_draws,
-        }
+        jobs = [self._items(spec) for spec in todo.values()]
         if self.mix_configurations:
-            decoded = run_batched(
-                self.model, jobs, self.prompts, self.seeds, self.batch_size, **options
-            )
+            mixed = [item for job in jobs for item in job]
+            records = iter(decode_items(self.model, mixed, self.recording, progress=self.progress))
+            decoded = [[next(records) for _ in job] for job in jobs]
         else:
-            decoded = run_jobs(
-                self.model,
-                jobs,
-                self.prompts,
-                self.seeds,
-                self.batch_size,
-                workers=self.workers,
-                **options,
+            decoded = decode_jobs(
+                self.model, jobs, self.recording, workers=self.workers, progress=self.progress
             )
-        for key, records in zip(todo, decoded):
-            self._records[key] = records
+        self._records.update(zip(todo, decoded))
+
+    def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
+        """The records of (concrete) ``spec`` when neither decoded nor preloaded yet."""
+        progress = self._progress(spec.label)
+        return decode_items(self.model, self._items(spec), self.recording, progress=progress)
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        """``spec``'s records (decoded once per key, or preloaded), labelled as ``spec``."""
         spec = self._concrete(spec)
         self._check_offset(spec)
-        if spec.key not in self._records and repr(spec.key) in self._stored:
-            self._records[spec.key] = self._stored[repr(spec.key)]
         if spec.key not in self._records:
-            resolved = resolve_for(self.model, spec.method, self._resolved)
-            self._records[spec.key] = run_method(
-                self.model,
-                spec,
-                self.prompts,
-                self.seeds,
-                resolved=resolved,
-                record_top1=self.record_top1,
-                progress=self._progress(spec.label),
-                record_distortion=self.record_distortion,
-                record_w1=self.record_w1,
-                w1_draws=self.w1_draws,
-                batch_size=self.batch_size,
-            )
+            stored = self._stored.get(repr(spec.key))
+            self._records[spec.key] = self._decode(spec) if stored is None else stored
         return [
             GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]
         ]
@@ -656,24 +662,17 @@ class RunCache:
         """Records with tokens, top-1 vectors and images for the detail analyses (top-1
         statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
         ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
-        ``limit`` prompts (every seed)."""
+        ``limit`` prompts (every seed), with top-1 vectors only."""
         if guided:
             return self.records(spec)[:limit]
         from .image_model import guidance_scale
 
-        spec = self._concrete(spec)
+        spec, prompts = self._concrete(spec), self.prompts[:limit]
+        recording = Recording(top1=True, batch_size=self.recording.batch_size)
         with guidance_scale(self.model, None):
-            resolved = resolve_for(self.model, spec.method, self._resolved)
-            return run_method(
-                self.model,
-                spec,
-                self.prompts[:limit],
-                self.seeds,
-                resolved=resolved,
-                record_top1=True,
-                progress=self._progress(f"{spec.label} without guidance", self.prompts[:limit]),
-                batch_size=self.batch_size,
-            )
+            progress = self._progress(f"{spec.label} without guidance", prompts)
+            items = self._items(spec, prompts)
+            return decode_items(self.model, items, recording, progress=progress)
 
     def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
         """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""

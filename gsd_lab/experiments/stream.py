@@ -20,13 +20,14 @@ stopped early has every configuration on its first prompts; process r of N
 than 0 exit when their items are done, rank 0 then waits for the result files of the others
 and writes the tables (torchrun stops every process when one fails).
 
-Batches: with ``batch_size`` B > 1 (``figures --paper --batch-size``; default per device,
-``gsd_lab.models.batched.default_batch_size``) a rank decodes its unfinished items B per
-forward through ``gsd_lab.decode.batch.generate_batch``, in the same order, in chunks of
-``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per forward), writing each
-result file as its image finishes. Every image's tokens, NFE and accepted counts are those of
-B = 1 (its generator is seeded the same; ``tests/lab/test_batched_streams.py``), the exact
-distortion and top-1 vectors agree within 1e-12 (the batched forward may round the last bit),
+Batches: a rank decodes its unfinished items through the one run path
+(``runs.decode_items``, ``Recording.batch_size`` B images per forward: ``figures --paper
+--batch-size``; default per device, ``gsd_lab.models.batched.default_batch_size``), in the same
+order, in chunks of ``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per
+forward), writing each result file as its image finishes. Every image's tokens, NFE and
+accepted counts are those of B = 1 (its generator is seeded the same;
+``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors agree within
+1e-12 (the batched forward may round the last bit),
 ``wall_seconds`` / ``model_seconds`` are the image's share of its batch's. The batch size is not
 part of a run's identity: a run started at one batch size resumes at another.
 
@@ -62,18 +63,17 @@ from ..evaluate import (
 )
 from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
-from ..accounting.transport import DEFAULT_DRAWS
 from .image_model import ImageModel, guidance_scale
-from ..decode.loop import DecodeResult
-from ..decode.methods import DecodingMethod, ResolvedMethod
+from ..decode.methods import DecodingMethod
 from .runs import (
     FilterSettings,
     GenerationRecord,
     MethodSpec,
+    Recording,
     RunCache,
-    accepted_per_tested,
+    RunItem,
+    decode_items,
     decoding_identity,
-    generate_one,
     generator_seed,
     resolve_for,
     score_summary,
@@ -129,31 +129,17 @@ class StreamedRunCache(RunCache):
         weights: dict[str, str],
         context: DistributedContext | None = None,
         save_images: bool = False,
-        record_distortion: bool = True,
+        recording: Recording = Recording(distortion=True, w1=None),
         progress: bool = True,
-        w1_draws: int | None = DEFAULT_DRAWS,
-        batch_size: int = 1,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        super().__init__(
-            model,
-            prompts,
-            seeds,
-            filters,
-            record_top1=False,
-            record_distortion=record_distortion,
-            w1_draws=w1_draws,
-        )
+        super().__init__(model, prompts, seeds, filters, recording=recording)
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
-        self.batch_size = batch_size
         self._left = 0.0
         self.configurations: list[Configuration] = []
         self.items: list[tuple[int, Configuration, int]] = []
         self._runs: dict[tuple[Configuration, int], Run] = {}
-        self._rules: dict[tuple, ResolvedMethod] = {}
         self._nfe: dict[Configuration, list[int]] = {}
         self._done: set[tuple[int, Configuration, int]] = set()
 
@@ -175,8 +161,8 @@ class StreamedRunCache(RunCache):
             "generator_seed": "1000003 * (seed + seed_offset) + prompt index",
             "records": {
                 "top1": self._records_top1(config),
-                "distortion": self.record_distortion,
-                "w1_draws": self.w1_draws if self.record_w1 else "none",
+                "distortion": self.recording.distortion,
+                "w1_draws": self.recording.w1_draws if self.recording.w1 else "none",
                 "quality": sorted(self.model.quality_names) if self.model.condition_scores else [],
                 "quality_config": self.model.quality_config,
             },
@@ -227,8 +213,7 @@ class StreamedRunCache(RunCache):
 
     def run(self) -> int:
         """Decode this rank's unfinished items, writing each result as it is done;
-        returns how many. ``batch_size`` > 1: ``batch_size`` images per forward
-        (``_run_batched``)."""
+        returns how many (``_run``)."""
         mine = [
             self.items[i]
             for i in shard_indices(len(self.items), self.context.rank, self.context.world_size)
@@ -242,33 +227,25 @@ class StreamedRunCache(RunCache):
             "(decoded images)",
         )
         self._left = sum(self.estimated_forwards(config) for _, config, _ in todo)
+        batch = self.recording.batch_size
         if self.show_progress:
             print(
                 progress.line(
                     f"{len(self.configurations)} configurations x {len(self.prompts)} prompts; "
                     f"about {self._left:,.0f} forwards to go"
-                    + (f"; {self.batch_size} images per forward" if self.batch_size > 1 else "")
+                    + (f"; {batch} images per forward" if batch > 1 else "")
                 ),
                 flush=True,
             )
-        if self.batch_size > 1:
-            self._run_batched(todo, progress)
-            return len(todo)
-        for index, config, seed in todo:
-            result, image = self._decode(index, config, seed)
-            self._finish((index, config, seed), result, image, progress)
+        self._run(todo, progress)
         return len(todo)
 
     def _finish(
-        self,
-        item: tuple[int, Configuration, int],
-        result: DecodeResult,
-        image: np.ndarray | None,
-        progress: ProgressLog,
+        self, item: tuple[int, Configuration, int], record: GenerationRecord, progress: ProgressLog
     ) -> None:
         """Write ``item``'s result file (its row, ``_row``) and count it as done."""
         index, config, seed = item
-        row = self._row(index, config, seed, result, image)
+        row = self._row(index, config, seed, record)
         write_result(
             self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
         )
@@ -281,61 +258,43 @@ class StreamedRunCache(RunCache):
             note=f"{config.spec.label}{'' if config.guided else ' (no guidance)'}, prompt {index}",
         )
 
-    def _run_batched(
-        self, todo: list[tuple[int, Configuration, int]], progress: ProgressLog
-    ) -> None:
-        """Decode ``todo`` in its order, ``batch_size`` images per forward through
-        ``generate_batch``, each result file written as its image finishes (``on_result``).
+    def _run(self, todo: list[tuple[int, Configuration, int]], progress: ProgressLog) -> None:
+        """Decode ``todo`` in its order through the run path (``runs.decode_items``,
+        ``batch_size`` images per forward), each result file written as its image finishes.
 
         The items go in chunks of ``CHUNK_BATCHES * batch_size`` (bounded host memory: one
-        chunk's requests and results; a crash loses at most one chunk's unwritten images).
-        Within a chunk the items are split by guidance (the adapter's CFG setting is one for
-        every image of a forward) and decoded as one continuous batch each (an image that
-        finishes is replaced by the next waiting). top-1 vectors are recorded for a whole group
+        chunk's records; a crash loses at most one chunk's unwritten images). Within a chunk
+        the items are split by guidance (the adapter's CFG setting is one for every image of a
+        forward) and decoded as one stream each. top-1 vectors are recorded for a whole group
         when any of its configurations wants them (AR) and kept in those rows only: recording
-        them draws nothing, so every image's tokens and NFE are those of batch size 1."""
-        from ..decode.batch import DecodeRequest, generate_batch
-
-        chunk = CHUNK_BATCHES * self.batch_size
+        them draws nothing, so every image's tokens and NFE are the same either way."""
+        chunk = CHUNK_BATCHES * self.recording.batch_size
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
             for guided in (True, False):
                 group = [item for item in part if item[1].guided == guided]
                 if not group:
                     continue
-                with self._guidance(group[0][1]):
-                    requests = []
-                    for index, config, seed in group:
-                        prompt_ids, uncond_ids = self.model.encode(self.prompts[index])
-                        gseed = generator_seed(seed + config.spec.seed_offset, index)
-                        generator = torch.Generator(device=self.model.adapter.device)
-                        requests.append(
-                            DecodeRequest(
-                                prompt_ids,
-                                self._rule(config.spec),
-                                self.model.num_tokens,
-                                generator.manual_seed(gseed),
-                                uncond_ids,
-                            )
-                        )
-
-                    def write(position: int, result: DecodeResult, group=group) -> None:
-                        item = group[position]
-                        if not self._records_top1(item[1]):
-                            result = replace(result, top1=None)
-                        image = self.model.decode(result.tokens) if self.model.decode else None
-                        self._finish(item, result, image, progress)
-
-                    generate_batch(
-                        self.model.adapter,
-                        requests,
-                        batch_size=self.batch_size,
-                        record_top1=any(self._records_top1(c) for _, c, _ in group),
-                        record_distortion=self.record_distortion,
-                        record_w1=self.record_w1,
-                        w1_draws=self.w1_draws,
-                        on_result=write,
+                items = [
+                    RunItem(
+                        config.spec.label,
+                        self._rule(config.spec),
+                        self.prompts[index],
+                        generator_seed(seed + config.spec.seed_offset, index),
                     )
+                    for index, config, seed in group
+                ]
+                top1 = any(self._records_top1(c) for _, c, _ in group)
+
+                def write(position: int, record: GenerationRecord, group=group) -> None:
+                    if not self._records_top1(group[position][1]):
+                        record.top1 = None
+                    self._finish(group[position], record, progress)
+                    record.image = None  # host memory: pixels only until the row is written
+
+                with self._guidance(group[0][1]):
+                    recording = replace(self.recording, top1=top1)
+                    decode_items(self.model, items, recording, on_record=write)
 
     def wait(self, *, poll_seconds: float = 10.0, timeout: float | None = None) -> None:
         """Rank 0: return when every item has its result file (the other ranks' included)."""
@@ -371,69 +330,41 @@ class StreamedRunCache(RunCache):
     def _records_top1(self, config: Configuration) -> bool:
         return config.spec.method.kind == "ar"  # top-1 statistics are read from AR tokens only
 
-    def _rule(self, spec: MethodSpec) -> ResolvedMethod:
-        if spec.key not in self._rules:
-            self._rules[spec.key] = resolve_for(
-                self.model, self._concrete(spec).method, self._resolved
-            )
-        return self._rules[spec.key]
-
-    def _decode(
-        self, index: int, config: Configuration, seed: int
-    ) -> tuple[DecodeResult, np.ndarray | None]:
-        """One item decoded alone (``generate_one``): its result and image."""
-        spec, prompt = config.spec, self.prompts[index]
-        resolved = self._rule(spec)
-        gseed = generator_seed(seed + spec.seed_offset, index)
-        with self._guidance(config):
-            return generate_one(
-                self.model,
-                resolved,
-                prompt,
-                gseed,
-                record_top1=self._records_top1(config),
-                record_distortion=self.record_distortion,
-                record_w1=self.record_w1,
-                w1_draws=self.w1_draws,
-            )
-
     def _row(
         self,
         index: int,
         config: Configuration,
         seed: int,
-        result: DecodeResult,
-        image: np.ndarray | None,
+        record: GenerationRecord,
     ) -> dict[str, Any]:
-        """The result file's content for ``item`` decoded as ``result`` (its image ``image``)."""
-        spec, prompt = config.spec, self.prompts[index]
-        gseed = generator_seed(seed + spec.seed_offset, index)
+        """The result file's content for ``item`` decoded as ``record``."""
+        prompt, image = self.prompts[index], record.image
         row: dict[str, Any] = {
-            "label": spec.label,
-            "generator_seed": gseed,
-            "nfe": result.nfe,
-            "acceptance_rate": result.acceptance_rate,
-            "accepted_per_tested": accepted_per_tested(result),
-            "wall_seconds": result.wall_seconds,
-            "model_seconds": result.model_seconds,
-            "accounting_seconds": result.accounting_seconds,
-            "distortion": None if result.distortion is None else float(result.distortion.mean()),
+            "label": config.spec.label,
+            "generator_seed": record.seed,
+            "nfe": record.nfe,
+            "acceptance_rate": record.acceptance_rate,
+            "accepted_per_tested": record.accepted_per_tested,
+            "wall_seconds": record.wall_seconds,
+            "model_seconds": record.model_seconds,
+            "accounting_seconds": record.accounting_seconds,
+            "distortion": record.distortion,
             **(
                 {}
-                if result.w1 is None
+                if record.w1 is None
                 else {
-                    "w1": result.w1.mean,
-                    "w1_sem": result.w1.sem,
-                    "w1_seconds": result.w1.seconds,
-                    "substitution": result.w1.substitution,
-                    "substitution_sem": result.w1.substitution_sem,
+                    "w1": record.w1,
+                    "w1_sem": record.w1_sem,
+                    "w1_seconds": record.w1_seconds,
+                    "substitution": record.substitution,
+                    "substitution_sem": record.substitution_sem,
                 }
             ),
-            "tokens": result.tokens.tolist(),
+            "tokens": record.tokens.tolist(),
             "device": str(self.model.adapter.device),
         }
-        if result.top1 is not None:
-            row["top1"] = result.top1.tolist()
+        if record.top1 is not None:
+            row["top1"] = record.top1.tolist()
         if image is not None and self.model.condition_scores is not None:
             row["condition_score"] = float(self.model.condition_scores([image], [prompt])[0])
         if image is not None and self.save_images:
@@ -461,7 +392,12 @@ class StreamedRunCache(RunCache):
                 yield row
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
-        found = [c for c in self.configurations if c.spec.key == spec.key and c.guided == guided]
+        key = self._concrete(spec).key
+        found = [
+            c
+            for c in self.configurations
+            if self._concrete(c.spec).key == key and c.guided == guided
+        ]
         if not found:
             raise ValueError(
                 f"{spec.label} (guided={guided}) is not a configuration of this paper run"
@@ -491,14 +427,10 @@ class StreamedRunCache(RunCache):
             w1_seconds=row.get("w1_seconds", 0.0),
         )
 
-    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
-        """Scalar records of ``spec`` (no tokens, images or top-1 vectors), labelled as ``spec``."""
-        config = self._config(spec)
-        if spec.key not in self._records:
-            self._records[spec.key] = [self._record(row, full=False) for row in self._rows(config)]
-        return [
-            GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]
-        ]
+    def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
+        """Scalar records of ``spec`` read from its result files (no tokens, images or top-1
+        vectors): ``RunCache.records`` serves them."""
+        return [self._record(row, full=False) for row in self._rows(self._config(spec))]
 
     def detail_records(
         self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
@@ -516,20 +448,6 @@ class StreamedRunCache(RunCache):
                 record.image = self.model.decode(record.tokens)
             records.append(record)
         return records
-
-    def accounting_seconds(self) -> list[float]:
-        return [
-            row["accounting_seconds"]
-            for config in self.configurations
-            for row in self._rows(config)
-        ]
-
-    def w1_seconds(self) -> list[float]:
-        return [
-            row.get("w1_seconds", 0.0)
-            for config in self.configurations
-            for row in self._rows(config)
-        ]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet

@@ -16,7 +16,7 @@ from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard
 from gsd_lab.experiments import stream
 from gsd_lab.experiments.image_model import tiny_random_model
-from gsd_lab.experiments.runs import FilterSettings, MethodSpec
+from gsd_lab.experiments.runs import FilterSettings, MethodSpec, Recording
 from gsd_lab.experiments.stream import Configuration, StreamedRunCache
 from gsd_lab.models.batched import default_batch_size
 
@@ -48,8 +48,7 @@ def _cache(model, out: Path, batch_size: int, rank: int = 0, world: int = 1) -> 
         weights={"parameters_sha256": "test"},
         context=DistributedContext(rank, world, rank, "cpu"),
         progress=False,
-        w1_draws=4,
-        batch_size=batch_size,
+        recording=Recording(distortion=True, w1=None, w1_draws=4, batch_size=batch_size),
     )
     cache.plan(CONFIGURATIONS)
     return cache
@@ -105,6 +104,35 @@ def test_a_batched_paper_stream_writes_the_files_of_batch_1_and_resumes(model, t
     # The tables read the batched run as the single one.
     for spec in SPECS:
         assert [r.nfe for r in again.records(spec)] == [r.nfe for r in _cache(model, one, 1).records(spec)]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_streamed_run_records_what_the_in_process_cache_records(model, tmp_path, batch_size):
+    """One run path: a streamed run's rows, read back, are the records of an in-process
+    ``RunCache`` with the same ``Recording``, bit for bit (every field but the clocks; tokens and
+    top-1 through ``detail_records``), guided configurations and AR without guidance alike. At
+    batch 3 the two stream the images in other batches (the stream mixes configurations within
+    a chunk), so only tokens, NFE and acceptance are compared exactly there."""
+    from gsd_lab.experiments.runs import RunCache
+
+    streamed = _cache(model, tmp_path, batch_size)
+    assert streamed.run() == 14
+    cache = RunCache(model, PROMPTS, [0], streamed.filters, recording=streamed.recording)
+    exact = ("label", "prompt", "seed", "nfe", "acceptance_rate", "accepted_per_tested")
+    if batch_size == 1:
+        exact += ("distortion", "w1", "w1_sem", "substitution", "substitution_sem")
+    for spec in SPECS:
+        mine, theirs = cache.records(spec), streamed.records(spec)
+        assert len(mine) == len(theirs) == len(PROMPTS)
+        assert [[getattr(r, f) for f in exact] for r in theirs] == [
+            [getattr(r, f) for f in exact] for r in mine
+        ], spec.label
+        assert all(torch.equal(a.tokens, b.tokens) for a, b in
+                   zip(streamed.detail_records(spec), mine))
+    unguided = cache.detail_records(SPECS[0], 2, guided=False)
+    assert [r.tokens.tolist() for r in streamed.detail_records(SPECS[0], 2, guided=False)] == [
+        r.tokens.tolist() for r in unguided
+    ]
 
 
 def test_a_batched_shard_decodes_the_items_of_the_same_shard(model, tmp_path):

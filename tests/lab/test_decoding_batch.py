@@ -349,7 +349,7 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
     ``mix_configurations`` decodes them all in one stream, with the same records."""
     from gsd_lab.experiments.image_model import tiny_random_model
     import gsd_lab.decode.batch as decoding_batch
-    from gsd_lab.experiments.runs import MethodSpec, RunCache
+    from gsd_lab.experiments.runs import MethodSpec, Recording, RunCache
 
     model = tiny_random_model(top_k=20)
     specs = [MethodSpec("AR other seeds", DecodingMethod("ar"), seed_offset=100),
@@ -358,8 +358,8 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
              MethodSpec("MC-SJD", DecodingMethod("sjd", draft="maximal"))]
     # W1 is checked in test_w1_accounting_is_the_same_batched.
     prompts = ["0", "1", "2", "3"]
-    caches = {name: RunCache(model, prompts, [0], FilterSettings(), batch_size=size,
-                             record_w1=False, mix_configurations=mixed)
+    caches = {name: RunCache(model, prompts, [0], FilterSettings(), mix_configurations=mixed,
+                             recording=Recording(top1=True, distortion=True, batch_size=size))
               for name, size, mixed in (("one", 1, False), ("own", 3, False),
                                         ("mixed", 3, True))}
     calls = []
@@ -392,7 +392,7 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
     assert [r.tokens.tolist() for r in unguided["one"]] == \
         [r.tokens.tolist() for r in unguided["own"]]
     with pytest.raises(ValueError, match="batch_size"):
-        RunCache(model, ["0"], [0], FilterSettings(), batch_size=0).records(specs[0])
+        Recording(batch_size=0)
 
 
 def test_figures_batch_size_flag_is_checked(capsys, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gsd_lab.experiments import claims, findings, frontier, ledger, plots, toy
-from gsd_lab.experiments.runs import MethodSpec
+from gsd_lab.experiments.runs import MethodSpec, Recording
 
 
 def _curve(points, noise, images=30, seed=0):
@@ -124,6 +124,13 @@ def test_frontier_configurations_share_the_tables_keys():
     }
     with pytest.raises(ValueError, match="rivals"):
         frontier.frontier_curves(rivals=("medusa",))
+    # An optimal rule's curve starts at the lossless configuration under its table key, never
+    # under a second name that would decode it again: the relaxation at delta 0 is SJD's key
+    # (MC-SJD's with maximal drafts), the dials' and the transport's zero points are MC-SJD.
+    sjd, mc_sjd = frontier.tables.SJD.key, frontier.tables.coupled("maximal").key
+    assert frontier.relaxation(0.0).key == sjd
+    assert frontier.relaxation(0.0, "maximal").key == mc_sjd
+    assert {curves[name][0].key for name in frontier.OPTIMAL if name in curves} == {sjd, mc_sjd}
     new = {s.label for k, s in specs.items() if k not in table_keys}
     assert len(new) == 2 * len(sizes.frontier_deltas) + len(sizes.frontier_budgets)
     w1_curves = frontier.frontier_curves(
@@ -161,15 +168,14 @@ class _Cache:
 
     def __init__(self, model, prompts, seeds, filters=None, **options):
         self.model, self.prompts, self.seeds, self.filters = model, prompts, seeds, filters
-        self.record_w1 = options.get("record_w1", True)
-        self.w1_draws, self.batch_size, self.progress_lines = 2, 1, False
-        self.workers = options.get("workers", 1)
+        self.recording = options.get("recording", Recording(distortion=True, w1=True, w1_draws=2))
+        self.progress_lines, self.workers = False, options.get("workers", 1)
 
     def prefetch(self, specs):
         _Cache.calls.append(("prefetch", tuple(self.seeds), self.workers, [s.label for s in specs]))
 
     def records(self, spec):
-        _Cache.calls.append((tuple(self.seeds), self.record_w1, spec.label))
+        _Cache.calls.append((tuple(self.seeds), self.recording.w1, spec.label))
         return [(seed, p, spec.label) for seed in self.seeds for p in self.prompts]
 
 

@@ -231,7 +231,7 @@ def test_gsd_end_to_end_decodes_to_an_image(weights):
     assert model.embeddings.shape == (64, 32) and model.adapter.code_content().shape == (64, 12)
     method = DecodingMethod("gsd", window=8, group_size=3, clusters="dynamic")
     result, image = generate_one(
-        model, resolve_for(model, method), PROMPT, 0, progress=False, decode_image=True
+        model, resolve_for(model, method), PROMPT, 0, progress=False
     )
     assert result.tokens.numel() == 16 and result.nfe < 16
     assert image.shape == (8, 8, 3) and image.dtype == np.uint8

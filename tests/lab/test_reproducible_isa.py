@@ -125,7 +125,7 @@ from gsd_core import Amplify, DynamicClusters, Lantern, RankBinnedClusters, late
 from gsd_lab.accounting.distortion import exact_distortion
 from gsd_lab.experiments.determinism import generation_batch
 from gsd_lab.experiments.image_model import load_image_model
-from gsd_lab.experiments.runs import generate_one
+from gsd_lab.experiments.runs import Recording, generate_one
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings
 
 rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -155,7 +155,7 @@ decoding = {"gsd": DecodingMethod("gsd", clusters="dynamic", group_size=50,
             "lantern": DecodingMethod("sjd", lantern_k=20, lantern_delta=0.1)}
 for name, method in decoding.items():
     resolved = method.resolve(model.adapter, embeddings=model_emb)
-    result, _ = generate_one(model, resolved, model.default_prompts[0], 7, record_distortion=True)
+    result, _ = generate_one(model, resolved, model.default_prompts[0], 7, Recording(distortion=True))
     tokens = result.tokens.to(torch.int64).numpy().tobytes()
     out["decoding"][name] = {"nfe": result.nfe, "distortion": result.distortion.tolist(),
                              "tokens_sha256": hashlib.sha256(tokens).hexdigest()}

@@ -280,14 +280,15 @@ def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens
 def test_streamed_paper_runs_record_w1_in_their_result_rows(tmp_path):
     from gsd_lab.experiments import tables
     from gsd_lab.experiments.image_model import tiny_random_model
-    from gsd_lab.experiments.runs import FilterSettings
+    from gsd_lab.experiments.runs import FilterSettings, Recording
     from gsd_lab.experiments.stream import Configuration, StreamedRunCache
 
     torch.set_num_threads(1)
     model = tiny_random_model(0)
     specs = [tables.AR, tables.amplify(2.0)]
     cache = StreamedRunCache(model, ["0", "1"], [0], FilterSettings(), tmp_path, weights={"test": "tiny"},
-                             progress=False, w1_draws=2)
+                             progress=False,
+                             recording=Recording(distortion=True, w1=None, w1_draws=2))
     cache.plan([Configuration(spec) for spec in specs])
     assert cache.run() == 4
     rows = {r["method"]: r for r in cache.table(specs, tables.AR)}

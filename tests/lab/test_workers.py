@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.experiments import workers
+from gsd_lab.experiments import runs, workers
 from gsd_lab.experiments.image_model import tiny_random_model
-from gsd_lab.experiments.runs import MethodSpec, RunCache, resolve_for, run_batched
+from gsd_lab.experiments.runs import MethodSpec, Recording, RunCache, resolve_for, run_items
 
 PROMPTS = ["0", "1", "2", "3"]
 SPECS = [
@@ -40,9 +40,8 @@ def model():
 
 
 def _records(model, workers_count: int, seeds=(0,)) -> dict[str, list]:
-    cache = RunCache(
-        model, PROMPTS, list(seeds), batch_size=2, record_top1=True, workers=workers_count
-    )
+    recording = Recording(top1=True, distortion=True, w1=None, batch_size=2)
+    cache = RunCache(model, PROMPTS, list(seeds), recording=recording, workers=workers_count)
     cache.prefetch(SPECS)
     return {spec.label: cache.records(spec) for spec in SPECS}
 
@@ -87,7 +86,7 @@ def test_one_worker_decodes_on_one_thread_as_the_workers_do(model, monkeypatch):
     monkeypatch.setattr(workers, "UNIT_BATCHES", 1)
     threads = torch.get_num_threads()
     seen: list[int] = []
-    decode_items = workers.decode_items
+    decode_items = runs.decode_items
 
     def counting(*args, **kwargs):
         seen.append(torch.get_num_threads())
@@ -95,11 +94,11 @@ def test_one_worker_decodes_on_one_thread_as_the_workers_do(model, monkeypatch):
 
     torch.set_num_threads(2)
     try:
-        monkeypatch.setattr(workers, "decode_items", counting)
+        monkeypatch.setattr(runs, "decode_items", counting)
         one = _records(model, 1)
         assert seen and set(seen) == {1}
         assert torch.get_num_threads() == 2  # restored
-        monkeypatch.setattr(workers, "decode_items", decode_items)
+        monkeypatch.setattr(runs, "decode_items", decode_items)
         two = _records(model, 2)
         assert torch.get_num_threads() == 2
     finally:
@@ -108,21 +107,14 @@ def test_one_worker_decodes_on_one_thread_as_the_workers_do(model, monkeypatch):
     _assert_same(two, one)
 
 
-def test_a_configuration_in_one_unit_is_the_stream_run_batched_decodes(model, one_thread):
+def test_a_configuration_in_one_unit_is_one_stream_of_decode_items(model, one_thread):
     # 4 images per configuration (one unit each): the stream of the one-process path before
     # the workers, so a run within one unit per configuration records what it recorded.
     split = _records(model, 2)
+    recording = Recording(top1=True, distortion=True, w1=True, batch_size=2)
     for spec in SPECS:
-        stream = run_batched(
-            model,
-            [(spec, resolve_for(model, spec.method))],
-            PROMPTS,
-            [0],
-            2,
-            record_top1=True,
-            record_distortion=True,
-            record_w1=True,
-        )[0]
+        items = run_items(model, spec, resolve_for(model, spec.method), PROMPTS, [0])
+        stream = runs.decode_items(model, items, recording)
         _assert_same({spec.label: split[spec.label]}, {spec.label: stream})
 
 

@@ -218,8 +218,26 @@ def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
 @singledispatch
 def rows_of(rule: object, index: slice | list[int]) -> object:
     """The rule of some of the rows it was built for (``index`` along the rows' first dimension).
-    Generic: the rule itself, a rule with one parameter for every row (SD, GSD, LANTERN); a rule
-    with a parameter per row registers ``slice_rows`` (or its own)."""
+    Generic: the rule itself, for a rule that holds no tensor (its parameters are every row's:
+    SD, rank bins, LANTERN). A rule holding tensors registers ``slice_rows`` (they run over its
+    rows), ``shared_rows`` (every row shares them: an embedding table) or its own; unregistered,
+    it is refused, since which of the two it is cannot be told from the tensors."""
+    held = sorted(
+        name
+        for name, value in getattr(rule, "__dict__", {}).items()
+        if isinstance(value, Tensor) and value.ndim >= 1
+    )
+    if held:
+        raise ValueError(
+            f"{type(rule).__name__} holds tensors {held} but registers no rows_of: register "
+            "gsd_lab.engine.capabilities.rows_of for it (slice_rows if they run over the rows it "
+            "was built for, shared_rows if every row shares them)"
+        )
+    return rule
+
+
+def shared_rows(rule: Any, index: slice | list[int]) -> Any:
+    """``rows_of`` for a rule whose tensors every row shares: the rule itself."""
     return rule
 
 
@@ -236,6 +254,7 @@ def slice_rows(rule: Any, index: slice | list[int]) -> Any:
 
 
 rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
+rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
 
 
 @rows_of.register

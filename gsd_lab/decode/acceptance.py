@@ -25,8 +25,8 @@ with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its m
 stored tagged, ``{"acceptance": {"rule": name, ...}}``. What the engine and the accounting ask of
 a rule beyond gsd_core's interface (fast paths, support masses, row slicing, couplings) are
 optional capabilities registered by the rule's class in ``gsd_lab.engine.capabilities``, next to
-the rule and its spec; a rule without them takes the documented generic path. This module imports no torch until a
-rule is built.
+the rule and its spec; a rule without them takes the documented generic path. This module
+imports no torch until a rule is built.
 """
 
 from __future__ import annotations

@@ -57,9 +57,7 @@ def unscaled(rule: object) -> object:
     return rule
 
 
-@unscaled.register
-def _(rule: Amplify) -> object:
-    return unscaled(rule.rule)
+unscaled.register(Amplify, lambda rule: unscaled(rule.rule))
 
 
 # --- verify's window -----------------------------------------------------------------------------
@@ -72,14 +70,8 @@ def uses_support(rule: object) -> bool:
     return False
 
 
-@uses_support.register
-def _(rule: DynamicClusters) -> bool:
-    return rule.rank_by == "p"
-
-
-@uses_support.register
-def _(rule: Amplify) -> bool:
-    return uses_support(rule.rule)
+uses_support.register(DynamicClusters, lambda rule: rule.rank_by == "p")
+uses_support.register(Amplify, lambda rule: uses_support(rule.rule))
 
 
 @singledispatch
@@ -169,19 +161,9 @@ def member_slots(rule: object, vocab: int) -> int | None:
     return None
 
 
-@member_slots.register
-def _(rule: DynamicClusters, vocab: int) -> int:
-    return rule.offsets(vocab).numel()
-
-
-@member_slots.register
-def _(rule: Lantern, vocab: int) -> int:
-    return rule.neighbourhoods.k
-
-
-@member_slots.register
-def _(rule: Amplify, vocab: int) -> int | None:
-    return member_slots(rule.rule, vocab)
+member_slots.register(DynamicClusters, lambda rule, vocab: rule.offsets(vocab).numel())
+member_slots.register(Lantern, lambda rule, vocab: rule.neighbourhoods.k)
+member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
 
 
 @singledispatch
@@ -199,9 +181,7 @@ def _(rule: DynamicClusters) -> tuple[Tensor, float] | None:
     return rule.embeddings, rule.max_embedding_distance
 
 
-@embedding_filter.register
-def _(rule: Amplify) -> tuple[Tensor, float] | None:
-    return embedding_filter(rule.rule)
+embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
 
 
 @singledispatch
@@ -255,12 +235,9 @@ def slice_rows(rule: Any, index: slice | list[int]) -> Any:
 
 rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
 rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
-
-
-@rows_of.register
-def _(rule: FixedPartition, index: slice | list[int]) -> FixedPartition:
-    # labels [V] are every row's partition; labels [..., V] one partition per row
-    return rule if rule.labels.ndim < 2 else replace(rule, labels=rule.labels[index])
+rows_of.register(  # labels [V]: every row's partition; labels [..., V]: one partition per row
+    FixedPartition, lambda rule, index: slice_rows(rule, index) if rule.labels.ndim > 1 else rule
+)
 
 
 @rows_of.register
@@ -282,14 +259,8 @@ def cluster_residual(rule: object) -> object:
     )
 
 
-@cluster_residual.register
-def _(rule: SD) -> SD:
-    return rule
-
-
-@cluster_residual.register
-def _(rule: Partition) -> Partition:
-    return replace(rule, residual="cluster")
+cluster_residual.register(SD, lambda rule: rule)
+cluster_residual.register(Partition, lambda rule: replace(rule, residual="cluster"))
 
 
 LabelsOf = Callable[[Tensor], "Tensor | None"]
@@ -305,11 +276,7 @@ def coupling(rule: object) -> LabelsOf | None:
     return None
 
 
-@coupling.register
-def _(rule: SD) -> LabelsOf:
-    return lambda p: None
-
-
-@coupling.register
-def _(rule: Partition) -> LabelsOf | None:
-    return rule.partition_labels if rule.residual == "cluster" else None
+coupling.register(SD, lambda rule: lambda p: None)
+coupling.register(
+    Partition, lambda rule: rule.partition_labels if rule.residual == "cluster" else None
+)

@@ -111,3 +111,37 @@ def test_a_missing_capability_is_refused_by_name():
     assert partition.residual == "cluster" and substitution_defined(partition)
     assert not substitution_defined(Amplify(2.0, partition)) and substitution_defined(None)
     assert not substitution_defined(method_rule(torch.tensor([0, 0, 1, 1, 2, 2])))
+
+
+def _imports(path) -> set[str]:
+    """The gsd_lab modules a file imports, at module level or deferred (resolved absolute)."""
+    import ast
+
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            name = f"{base}.{node.module}" if node.level else node.module
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("gsd_lab")}
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_no_import_cycle_between_the_weight_checks_nor_back_from_the_engine():
+    modules = {
+        path.relative_to(ROOT).with_suffix("").as_posix().replace("/", "."): path
+        for path in (ROOT / "gsd_lab").rglob("*.py")
+    }
+    graph = {name: _imports(path) & set(modules) for name, path in modules.items()}
+    checks = ["gsd_lab.check_weights", "gsd_lab.check_weights_janus", "gsd_lab.family_checks"]
+    for name in checks:  # each reads the shared module, none another family's
+        assert "gsd_lab.weight_checks" in graph[name], name
+        assert not graph[name] & (set(checks) - {name, "gsd_lab.check_weights_janus"}), name
+    assert "gsd_lab.check_weights" not in graph["gsd_lab.check_weights_janus"]  # the old cycle
+    engine = {name for name in modules if name.startswith("gsd_lab.engine")}
+    for name in engine:  # the capabilities' layer imports nothing above it
+        assert not {m for m in graph[name] if not m.startswith("gsd_lab.engine")}, name

@@ -33,14 +33,26 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
+from .weight_checks import (
+    DEFAULT_PROMPT,
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    ItemRunner,
+    Verdict,
+    ar_rows,
+    report,
+    size_text,
+    stored_shards,
+)
+
 RELEASE_VOCAB_SIZE = 65536
 # The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5).
 RELEASE_IDS = {
@@ -53,14 +65,6 @@ RELEASE_IDS = {
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804
 META_VQGAN_MD5 = "1a559fb5dab4d351d19496ae89da1db1"  # Meta's checklist.chk for tokenizer/vqgan.ckpt
-DEFAULT_PROMPT = "a lighthouse on a rocky coast at sunset"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    item: str
-    status: str
-    detail: str
 
 
 def resolution_from_name(folder: str | Path) -> int | None:
@@ -87,25 +91,21 @@ class _Checks:
     # ---- items ----
 
     def files(self) -> Verdict:
-        from .models.lumina_mgpt import read_lumina_config, resolve_weights_dir, stored_tensors
+        from .models.lumina_mgpt import read_lumina_config, resolve_weights_dir
 
         self.folder = resolve_weights_dir(self.weights, self.resolution)
         self.config = read_lumina_config(self.folder)
-        shards: dict[str, int] = {}
-        count = 0
-        for _, file, _ in stored_tensors(self.folder):
-            shards[file] = shards.get(file, 0) + 1
-            count += 1
-        size = _size(sum((self.folder / f).stat().st_size for f in shards))
+        shapes, shards, size = stored_shards(self.folder)
         index = self.folder / "model.safetensors.index.json"
         note = ""
         if index.is_file():
             total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
-            note = "; index consistent" + (f", total_size {_size(total)}" if total else "")
+            note = "; index consistent" + (f", total_size {size_text(total)}" if total else "")
         return Verdict(
             "files",
             OK,
-            f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size} on disk{note}",
+            f"{self.folder}: {len(shards)} shard(s), {len(shapes)} tensors, {size_text(size)} on "
+            f"disk{note}",
         )
 
     def architecture(self) -> Verdict:
@@ -275,8 +275,6 @@ class _Checks:
     def generation(
         self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
     ) -> Verdict:
-        from .decode.loop import generate
-        from .decode.methods import DecodingMethod
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -304,14 +302,7 @@ class _Checks:
         adapter = self.adapter
         rows = max(1, min(rows, adapter.layout.latent_side))
         count = rows * adapter.layout.row_length
-        result = generate(
-            adapter,
-            adapter.prompt_ids(prompt),
-            DecodingMethod("ar"),
-            num_tokens=count,
-            uncond_prompt_ids=adapter.unconditional_prompt_ids() if adapter.uses_cfg else None,
-            generator=torch.Generator(device=adapter.device).manual_seed(seed),
-        )
+        result = ar_rows(adapter, prompt, count, seed, cfg=adapter.uses_cfg)
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         row_ends = bool((tokens[:, -1] == adapter.layout.row_end).all())
         codes_ok = bool((adapter.vq_index_of_token.cpu()[tokens[:, :-1]] >= 0).all())
@@ -400,10 +391,6 @@ class _Checks:
         )
 
 
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / 1e9:.2f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.2f} MB"
-
-
 def _md5(path: Path) -> str:
     digest = hashlib.md5()
     with path.open("rb") as handle:
@@ -431,29 +418,6 @@ def _transformers_note(tokenizer_file: Path, text: str, expected: list[int]) -> 
     )
 
 
-class ItemRunner:
-    """Runs the items in order: ``run(item, needs, call)`` appends ``call()``'s verdict to
-    ``verdicts``, a FAIL verdict for an error it raises, or a SKIP naming the items of ``needs``
-    that failed; a failed or skipped item joins ``failed`` (shared with the checks)."""
-
-    def __init__(self, failed: set[str]) -> None:
-        self.failed, self.verdicts = failed, []
-
-    def __call__(self, item: str, needs: tuple[str, ...], call: Any) -> None:
-        blocked = [n for n in needs if n in self.failed]
-        if blocked:
-            self.failed.add(item)
-            self.verdicts.append(Verdict(item, SKIP, f"needs {', '.join(blocked)}"))
-            return
-        try:
-            verdict = call()
-        except (OSError, ValueError, KeyError, RuntimeError, FloatingPointError) as error:
-            verdict = Verdict(item, FAIL, f"{type(error).__name__}: {error}")
-        if verdict.status in (FAIL, SKIP):
-            self.failed.add(item)
-        self.verdicts.append(verdict)
-
-
 def check_weights(
     weights: str | Path,
     *,
@@ -473,18 +437,18 @@ def check_weights(
     resolution = resolution or resolution_from_name(weights) or 768
     checks = _Checks(weights, resolution, tokenizer)
     run = ItemRunner(checks.failed)
-    verdicts = run.verdicts
-
-    run("files", (), checks.files)
-    run("architecture", ("files",), checks.architecture)
-    run("vocabulary", ("files",), checks.vocabulary)
-    run("tokenizer", ("files",), checks.tokenizer)
-    run("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt))
-    run(
-        "generation",
-        ("architecture", "vocabulary", "tokenizer"),
-        lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-    )
+    verdicts = run.all([
+        ("files", (), checks.files),
+        ("architecture", ("files",), checks.architecture),
+        ("vocabulary", ("files",), checks.vocabulary),
+        ("tokenizer", ("files",), checks.tokenizer),
+        ("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt)),
+        (
+            "generation",
+            ("architecture", "vocabulary", "tokenizer"),
+            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
+        ),
+    ])
     if vqgan is not None:
         run("image", ("generation",), lambda: checks.image(vqgan, out))
     else:
@@ -493,17 +457,6 @@ def check_weights(
     if clip is not None:
         run("clip", ("image",), lambda: checks.clip(clip, prompt))
     return verdicts
-
-
-def format_verdicts(verdicts: list[Verdict]) -> str:
-    width = max(len(v.item) for v in verdicts)
-    lines = [f"  {v.status:<4}  {v.item:<{width}}  {v.detail}" for v in verdicts]
-    failed = [v.item for v in verdicts if v.status == FAIL]
-    warned = [v.item for v in verdicts if v.status == WARN]
-    summary = (f"FAILED: {', '.join(failed)}" if failed else "all checks passed") + (
-        f" ({len(warned)} warning(s): {', '.join(warned)})" if warned else ""
-    )
-    return "\n".join(lines + [f"verdict: {summary}"])
 
 
 def main(args: Any) -> int:
@@ -535,18 +488,4 @@ def main(args: Any) -> int:
             out=args.out,
             force_cpu=args.force_cpu,
         )
-    seconds = time.perf_counter() - started
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "weights": str(args.weights),
-                    "seconds": seconds,
-                    "verdicts": [asdict(v) for v in verdicts],
-                }
-            )
-        )
-    else:
-        print(f"check-weights {args.weights} ({seconds:.1f} s)")
-        print(format_verdicts(verdicts))
-    return 1 if any(v.status == FAIL for v in verdicts) else 0
+    return report(args, verdicts, started)

@@ -25,7 +25,19 @@ from typing import Any
 
 import torch
 
-from .check_weights import FAIL, OK, SKIP, WARN, ItemRunner, Verdict, _size
+from .weight_checks import (
+    DEFAULT_PROMPT,
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    ItemRunner,
+    Verdict,
+    ar_rows,
+    size_text,
+    stored_shards,
+    tokenizer_json,
+)
 
 
 def is_janus_folder(weights: str | Path) -> bool:
@@ -55,29 +67,21 @@ class _JanusChecks:
         from transformers import JanusConfig
 
         from .models.janus import read_janus_config
-        from .models.lumina_mgpt import stored_tensors
 
         self.folder = Path(self.weights).expanduser()
         read_janus_config(self.folder)
         self.config = JanusConfig.from_pretrained(str(self.folder))
-        shards: dict[str, int] = {}
-        for _, file, _ in stored_tensors(self.folder):
-            shards[file] = shards.get(file, 0) + 1
-        size = _size(sum((self.folder / f).stat().st_size for f in shards))
-        count = sum(shards.values())
-        detail = f"{self.folder}: {len(shards)} shard(s), {count} tensors, {size}"
-        return Verdict("files", OK, detail)
+        self.shapes, shards, size = stored_shards(self.folder)
+        detail = f"{self.folder}: {len(shards)} shard(s), {len(self.shapes)} tensors"
+        return Verdict("files", OK, f"{detail}, {size_text(size)}")
 
     def architecture(self) -> Verdict:
         from transformers import JanusForConditionalGeneration
 
         from .models.janus import RELEASE_TEXT
-        from .models.lumina_mgpt import architecture_mismatch, stored_tensors
+        from .models.lumina_mgpt import architecture_mismatch
 
-        stored = {
-            name: tuple(handle.get_slice(name).get_shape())
-            for name, _, handle in stored_tensors(self.folder)
-        }
+        stored = self.shapes
         with torch.device("meta"):
             model = JanusForConditionalGeneration(self.config)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -125,9 +129,7 @@ class _JanusChecks:
         from .models.janus import BOI_NAME
         from .models.lumina_tokenizer import PromptTokenizer
 
-        arg = self.tokenizer_arg
-        path = Path(arg).expanduser() if arg is not None else self.folder
-        path = path if path.is_file() else path / "tokenizer.json"
+        path = tokenizer_json(self.tokenizer_arg, self.folder)
         tokenizer = PromptTokenizer(path)
         bos, pad, boi = self.ids
         names = {i: tokenizer.tokenizer.id_to_token(i) for i in (bos, pad, boi)}
@@ -138,8 +140,6 @@ class _JanusChecks:
 
     def generation(self, rows: int, seed: int, device: str | None, force_cpu: bool,
                    prompt: str) -> Verdict:
-        from .decode.loop import generate
-        from .decode.methods import DecodingMethod
         from .models.janus import CPU_PARAMETER_LIMIT, estimated_parameters, load_janus
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -152,10 +152,7 @@ class _JanusChecks:
         )
         loaded = time.perf_counter() - started
         count = max(1, min(rows, adapter.row_length)) * adapter.row_length
-        result = generate(
-            adapter, adapter.prompt_ids(prompt), DecodingMethod("ar"), num_tokens=count,
-            generator=torch.Generator(device=adapter.device).manual_seed(seed),
-        )
+        result = ar_rows(adapter, prompt, count, seed)
         self.tokens = result.tokens
         detail = (
             f"loaded in {loaded:.1f} s on {adapter.device} "
@@ -187,23 +184,22 @@ def check_janus_weights(
     device: str | None = None,
     rows: int = 2,
     seed: int = 0,
-    prompt: str = "a lighthouse on a rocky coast at sunset",
+    prompt: str = DEFAULT_PROMPT,
     out: Path | None = None,
     force_cpu: bool = False,
 ) -> list[Verdict]:
     """Every verdict of the module docstring, in order; an item whose prerequisite failed is
     skipped, saying which."""
     checks = _JanusChecks(weights, tokenizer)
-    run = ItemRunner(checks.failed)
-
-    run("files", (), checks.files)
-    run("architecture", ("files",), checks.architecture)
-    run("generation cfg", ("files",), checks.generation_config)
-    run("tokenizer", ("generation cfg",), checks.tokenizer)
-    run(
-        "generation",
-        ("architecture", "generation cfg", "tokenizer"),
-        lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-    )
-    run("image", ("generation",), lambda: checks.image(out))
-    return run.verdicts
+    return ItemRunner(checks.failed).all([
+        ("files", (), checks.files),
+        ("architecture", ("files",), checks.architecture),
+        ("generation cfg", ("files",), checks.generation_config),
+        ("tokenizer", ("generation cfg",), checks.tokenizer),
+        (
+            "generation",
+            ("architecture", "generation cfg", "tokenizer"),
+            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
+        ),
+        ("image", ("generation",), lambda: checks.image(out)),
+    ])

@@ -277,18 +277,6 @@ def load_result(out_dir: str | Path, index: int) -> dict[str, Any] | None:
         return None
 
 
-def is_finished(out_dir: str | Path, index: int, run: Run | None = None) -> bool:
-    """Prompt ``index`` has a result of ``run`` (default: the run recorded in out_dir/run.json)."""
-    run = run if run is not None else read_run(out_dir)
-    row = load_result(out_dir, index)
-    return (
-        run is not None
-        and row is not None
-        and index < len(run.prompts)
-        and run.row_matches(row, index)
-    )
-
-
 @dataclass(frozen=True)
 class BatchedWork:
     """Work on several prompts at once. ``decode(items, write)``: items [(index, prompt)], in

@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .check_weights import FAIL, OK, ItemRunner, Verdict, format_verdicts
+from .weight_checks import (
+    DEFAULT_PROMPT,
+    FAIL,
+    OK,
+    SKIP,
+    ItemRunner,
+    Verdict,
+    ar_rows,
+    report,
+    stored_shards,
+    tokenizer_json,
+)
 
 MODEL_TYPES = {"anole-7b": "chameleon", "emu3-gen": "emu3"}
 LAYOUT_NAMES = {
@@ -76,8 +86,6 @@ class _FamilyChecks:
         self.failed: set[str] = set()
 
     def files(self) -> Verdict:
-        from .models.lumina_mgpt import stored_tensors
-
         path = self.folder / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"no config.json in {self.folder}")
@@ -88,12 +96,7 @@ class _FamilyChecks:
         if not raw.get("vocabulary_map"):
             raise ValueError("config.json has no vocabulary_map (the image token ids)")
         self.config = self._config()
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        shards: set[str] = set()
-        for name, file, handle in stored_tensors(self.folder):
-            self.shapes[name] = tuple(handle.get_slice(name).get_shape())
-            shards.add(file)
-        size = sum((self.folder / f).stat().st_size for f in shards)
+        self.shapes, shards, size = stored_shards(self.folder)
         return Verdict(
             "files", OK, f"{len(shards)} shard(s), {len(self.shapes)} tensors, {size:,} bytes"
         )
@@ -162,8 +165,7 @@ class _FamilyChecks:
     def tokenizer(self) -> Verdict:
         from .models.lumina_tokenizer import PromptTokenizer
 
-        given = Path(self.tokenizer_arg).expanduser() if self.tokenizer_arg else self.folder
-        path = given / "tokenizer.json" if given.is_dir() else given
+        path = tokenizer_json(self.tokenizer_arg, self.folder)
         tokenizer = PromptTokenizer(path)
         vocab = dict(self.config.vocabulary_map)
         differ = [
@@ -178,8 +180,6 @@ class _FamilyChecks:
     def generation(
         self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
     ) -> Verdict:
-        from .decode.loop import generate
-        from .decode.methods import DecodingMethod
         from .models import load_model
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -201,13 +201,7 @@ class _FamilyChecks:
         adapter = self.adapter
         rows = max(1, min(rows, adapter.layout.height))
         count = rows * adapter.layout.row_length
-        result = generate(
-            adapter,
-            adapter.prompt_ids(prompt),
-            DecodingMethod("ar"),
-            num_tokens=count,
-            generator=torch.Generator(device=adapter.device).manual_seed(seed),
-        )
+        result = ar_rows(adapter, prompt, count, seed)
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         layout = adapter.layout
         if layout.row_end is not None and not bool((tokens[:, -1] == layout.row_end).all()):
@@ -250,7 +244,7 @@ def check_family_weights(
     device: str | None = None,
     rows: int = 2,
     seed: int = 0,
-    prompt: str = "a lighthouse on a rocky coast at sunset",
+    prompt: str = DEFAULT_PROMPT,
     out: Path | None = None,
     force_cpu: bool = False,
 ) -> list[Verdict]:
@@ -260,22 +254,18 @@ def check_family_weights(
     if vqgan is not None and model == "emu3-gen":
         raise ValueError("--vqgan does not apply to emu3-gen (it decodes with its own VQ-VAE)")
     checks = _FamilyChecks(model, weights, tokenizer, vqgan)
-    # The one runner of Lumina, Janus and the families: an error an item raises (including the
-    # FloatingPointError ``generate`` raises on non-finite logits) is that item's FAIL verdict.
-    run = ItemRunner(checks.failed)
-    verdicts = run.verdicts
-
-    run("files", (), checks.files)
-    run("architecture", ("files",), checks.architecture)
-    run("vocabulary", ("files",), checks.vocabulary)
-    run("tokenizer", ("files",), checks.tokenizer)
-    run(
-        "generation",
-        ("architecture", "vocabulary", "tokenizer"),
-        lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-    )
-    run("image", ("generation",), lambda: checks.image(out))
-    return verdicts
+    return ItemRunner(checks.failed).all([
+        ("files", (), checks.files),
+        ("architecture", ("files",), checks.architecture),
+        ("vocabulary", ("files",), checks.vocabulary),
+        ("tokenizer", ("files",), checks.tokenizer),
+        (
+            "generation",
+            ("architecture", "vocabulary", "tokenizer"),
+            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
+        ),
+        ("image", ("generation",), lambda: checks.image(out)),
+    ])
 
 
 def main(args: Any) -> int:
@@ -296,11 +286,4 @@ def main(args: Any) -> int:
         )
     except ValueError as error:
         args.command_parser.error(str(error))
-    seconds = time.perf_counter() - started
-    if args.json:
-        print(json.dumps({"weights": str(args.weights), "model": args.model, "seconds": seconds,
-                          "verdicts": [asdict(v) for v in verdicts]}))
-    else:
-        print(f"check-weights {args.weights} --model {args.model} ({seconds:.1f} s)")
-        print(format_verdicts(verdicts))
-    return 1 if any(v.status == FAIL for v in verdicts) else 0
+    return report(args, verdicts, started, model=args.model)

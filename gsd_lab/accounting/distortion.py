@@ -12,7 +12,8 @@ everywhere in gsd_core), then taken to float64 and renormalised, so that the rou
 float32 softmax (~1e-8 a row) is not counted as distortion. The method is a gsd_core rule, as
 ``verify`` takes it (``decode.methods.ResolvedMethod.rule`` builds it from a decoding method):
 None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or cluster residual),
-``Amplify(k, rule)``, ``Lantern``.
+``Amplify(k, rule)``, ``Lantern``, or any rule: what a rule's class registers in
+``gsd_lab.engine.capabilities`` picks the path below, else gsd_core's enumeration of the law.
 
 Cost: dynamic clusters O(K G) per row and LANTERN O(K k), K the support of q (one token for
 fresh one-hot drafts, the top-k for Jacobi re-drafts: ``gsd_lab.engine.support_accept``), after
@@ -36,11 +37,11 @@ import torch
 from torch import Tensor
 
 from gsd_core import (
-    Amplify, DynamicClusters, Lantern, Rule, as_rule, check_pair, fixed_order_sum,
-    output_distribution, output_law,
+    Lantern, Rule, as_rule, check_pair, fixed_order_sum, output_distribution, output_law,
 )
 
 from ..engine import support_accept
+from ..engine.capabilities import direct_tv, embedding_filter, member_slots, rows_of
 
 _MAX_ELEMENTS = 1 << 22  # probabilities per chunk of rows
 
@@ -58,13 +59,6 @@ def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
     # show up as distortion of every method, standard SD included.
     p, q = p.to(torch.float64), q.to(torch.float64)
     return p / fixed_order_sum(p, keepdim=True), q / fixed_order_sum(q, keepdim=True)
-
-
-def _base(rule: Rule) -> Rule:
-    """The rule inside any ``Amplify``."""
-    while isinstance(rule, Amplify):
-        rule = rule.rule
-    return rule
 
 
 # --- Laws on the support of q (what makes accounting affordable at V = 8192) ---
@@ -121,19 +115,23 @@ def embedding_adjacency(
 def support_output_laws(
     p: Tensor, q: Tensor, rule: Rule, *, max_table: int | None = None, chunk_elements: int = 1 << 24
 ) -> Tensor:
-    """``gsd_core.output_distribution(p, q, rule)`` for dynamic clusters or LANTERN (or Amplify
-    of them), with a(x) on the support of q only: rows p, q [N, V] float64 -> [N, V], bit for
-    bit gsd_core's law.
+    """``gsd_core.output_distribution(p, q, rule)`` for a rule with ``member_slots`` (dynamic
+    clusters, LANTERN, Amplify of them), with a(x) on the support of q only: rows p, q [N, V]
+    float64 -> [N, V], bit for bit gsd_core's law.
 
     Member tables [N, K, M] (K the widest support of q, M the window's slots or LANTERN's k) of
-    at most ``chunk_elements`` entries: rows in chunks. The dynamic rule's embedding filter
+    at most ``chunk_elements`` entries: rows in chunks. An embedding filter (``embedding_filter``)
     reads a one-off [V, V] table (``embedding_adjacency``) when V^2 <= ``max_table`` (default
     2^27 bools on a CPU, V <= 11585, the stand-in's 8203; 2^33 on a GPU), else gsd_core's
     filter on the embedding differences (O(N K M D) time)."""
     n, vocab = p.shape
-    base = _base(rule)
+    slots = member_slots(rule, vocab)
+    if slots is None:
+        raise ValueError(
+            f"{type(rule).__name__} has no members per token (capabilities.member_slots): its "
+            "law is gsd_core.output_distribution's"
+        )
     width = max(1, int((q > 0).sum(-1).max())) if n else 1
-    slots = base.neighbourhoods.k if isinstance(base, Lantern) else base.offsets(vocab).numel()
     rows = max(1, chunk_elements // (width * slots))
     if n > rows:  # bounded memory
         return torch.cat(
@@ -148,12 +146,12 @@ def support_output_laws(
                 for i in range(0, n, rows)
             ]
         )
-    adjacency = None
-    if isinstance(base, DynamicClusters) and base.max_embedding_distance is not None:
-        if base.embeddings.shape[0] < vocab:
+    adjacency, filter_ = None, embedding_filter(rule)
+    if filter_ is not None:
+        embeddings, max_distance = filter_
+        if embeddings.shape[0] < vocab:
             raise ValueError(
-                f"embeddings has {base.embeddings.shape[0]} "
-                f"rows but the vocabulary has {vocab} tokens"
+                f"embeddings has {embeddings.shape[0]} rows but the vocabulary has {vocab} tokens"
             )
         if (
             max_table is None
@@ -162,9 +160,7 @@ def support_output_laws(
         if (
             vocab * vocab <= max_table
         ):  # else (Lumina-mGPT: 65,536) gsd_core's filter, in chunks of tokens
-            adjacency = embedding_adjacency(
-                base.embeddings.to(p.device), base.max_embedding_distance, vocab
-            )
+            adjacency = embedding_adjacency(embeddings.to(p.device), max_distance, vocab)
     accept = support_accept(rule, p, q, adjacency=adjacency, chunk_elements=chunk_elements)
     return output_law(rule, p, q, accept)
 
@@ -219,6 +215,11 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     return fixed_order_sum(terms)
 
 
+@direct_tv.register
+def _(rule: Lantern, p: Tensor, q: Tensor) -> Tensor:
+    return lantern_distortion(p, q, rule)  # proofs/08's identity: no law needed
+
+
 def one_step_output_laws(p: Tensor, q: Tensor, rule: object = None) -> Tensor:
     """The exact law out_i of the token verified position i emits, for rows p, q [L, V]:
     ``gsd_core.output_distribution`` row by row, in float64. Returns [L, V]; O(L V) memory
@@ -232,7 +233,7 @@ def targets_and_laws(p: Tensor, q: Tensor, rule: object = None) -> tuple[Tensor,
     distortion compares with its p (TV here, W1 in ``gsd_lab.accounting.transport``)."""
     p, q = _check_rows(p, q)
     rule = as_rule(rule)
-    if isinstance(_base(rule), (DynamicClusters, Lantern)):
+    if member_slots(rule, p.shape[-1]) is not None:
         return p, support_output_laws(p, q, rule)
     return p, output_distribution(p, q, rule)
 
@@ -252,11 +253,11 @@ def exact_distortion(
     for start in range(0, p.shape[0], rows):  # chunks of rows: bounded memory for long runs
         p_part, q_part = p[start : start + rows], q[start : start + rows]
         rule_part = rows_of(rule, slice(start, start + rows))  # a per-row rule: these rows'
-        if isinstance(rule_part, Lantern):
-            parts.append(lantern_distortion(p_part, q_part, rule_part))
-            continue
-        out = one_step_output_laws(p_part, q_part, rule_part)
-        parts.append(0.5 * fixed_order_sum((out - p_part).abs()))
+        tv = direct_tv(rule_part, p_part, q_part)
+        if tv is None:
+            out = one_step_output_laws(p_part, q_part, rule_part)
+            tv = 0.5 * fixed_order_sum((out - p_part).abs())
+        parts.append(tv)
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=p.device)
 
 
@@ -283,14 +284,6 @@ def emitted_distortion(p: Tensor, q: Tensor, num_accepted: int, rule: object = N
     if num_accepted == window and p.shape[0] == window + 1:
         tv = torch.cat([tv, tv.new_zeros(1)])
     return tv
-
-
-def rows_of(rule: object, index: slice | list[int]) -> object:
-    """The rule of some of the rows it was built for: the rule's own ``of_rows(index)`` where it
-    has a parameter per row (``OptimalRelaxation``'s delta, ``TransportRelaxation``'s eps,
-    ``PlannedTargets``); a rule with one parameter for every row (SD, GSD, LANTERN) is itself."""
-    of_rows = getattr(rule, "of_rows", None)
-    return rule if of_rows is None else of_rows(index)
 
 
 class DistortionLog:

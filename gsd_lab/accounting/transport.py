@@ -86,9 +86,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gsd_core import SD, Partition, as_rule
+from gsd_core import as_rule
 
-from .distortion import _check_rows, rows_of, targets_and_laws
+from ..engine.capabilities import coupling, rows_of
+from .distortion import _check_rows, targets_and_laws
 
 DEFAULT_DRAWS = (
     4  # rows solved per image in decoding runs: +22% to decoding and TV accounting on stand-in v2
@@ -213,9 +214,9 @@ def w1_distortion(
 
 def substitution_defined(rule: object) -> bool:
     """Whether the rule's own randomness couples the emitted token with a Y ~ p (module docstring):
-    SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN)."""
-    rule = as_rule(rule)
-    return isinstance(rule, SD) or (isinstance(rule, Partition) and rule.residual == "cluster")
+    SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN): the
+    rules with a ``gsd_lab.engine.capabilities.coupling``."""
+    return coupling(as_rule(rule)) is not None
 
 
 def substitution_cost(
@@ -232,10 +233,10 @@ def substitution_cost(
         )
     targets, drafts = _check_rows(p, q)
     content64, index = _check_content(content, tokens, p.shape[-1])
-    rule = as_rule(rule)
-    if isinstance(rule, SD):
+    labels = coupling(as_rule(rule))(targets)
+    if labels is None:
         return torch.zeros(p.shape[0], dtype=torch.float64)  # singletons: Y = the emitted token
-    labels = rule.partition_labels(targets).expand(targets.shape).cpu()
+    labels = labels.expand(targets.shape).cpu()
     targets, drafts = targets.cpu(), drafts.cpu()
     return torch.tensor(
         [
@@ -345,7 +346,7 @@ class W1Log:
         tokens (E - 1 accepted drafts and one more; the first min(E, L) came from verified rows).
         rule: this step's rule of its verified rows 0 .. min(E, L) - 1 (None: the log's rule), so
         a rule that changes every step (the certified dial, the transport relaxation's planned
-        targets) is kept for each held row, restricted to it (``distortion.rows_of``)."""
+        targets) is kept for each held row, restricted to it (``engine.capabilities.rows_of``)."""
         began = time.perf_counter()
         rule = self.rule if rule is None else as_rule(rule)
         if self.substitution and not substitution_defined(rule):

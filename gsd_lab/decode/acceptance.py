@@ -22,8 +22,11 @@ The specs of the package also give the flat fields earlier methods were stored w
 budget*, transport_*), so that ``DecodingMethod.to_dict`` and every stored run key stay as they
 were; ``from_flat`` reads them back. A new rule is its gsd_core rule plus one spec registered
 with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its methods are
-stored tagged, ``{"acceptance": {"rule": name, ...}}``. This module imports no torch until a
-rule is built.
+stored tagged, ``{"acceptance": {"rule": name, ...}}``. What the engine and the accounting ask of
+a rule beyond gsd_core's interface (fast paths, support masses, row slicing, couplings) are
+optional capabilities registered by the rule's class in ``gsd_lab.engine.capabilities``, next to
+the rule and its spec; a rule without them takes the documented generic path. This module
+imports no torch until a rule is built.
 """
 
 from __future__ import annotations
@@ -443,10 +446,19 @@ class LanternAcceptance(AcceptanceSpec):
         )
         return Lantern(table, self.delta)
 
-    def matches(self, lantern: Any) -> bool:
-        """Whether a ``gsd_core.Lantern`` is this spec's (its k and delta)."""
+    def check_rule(self, lantern: Any) -> None:
+        """Refuse a rule given for this spec (``ResolvedMethod(lantern=...)``) that is not a
+        ``gsd_core.Lantern`` with its k and delta."""
+        from gsd_core import Lantern
+
+        if not isinstance(lantern, Lantern):
+            raise ValueError(f"lantern must be a gsd_core.Lantern, got {type(lantern).__name__}")
         hood = lantern.neighbourhoods
-        return lantern.delta == self.delta and hood.k == min(self.k, hood.vocab_size)
+        if lantern.delta != self.delta or hood.k != min(self.k, hood.vocab_size):
+            raise ValueError(
+                f"the Lantern rule (k {hood.k}, delta {lantern.delta}) is not the "
+                f"method's (lantern_k {self.k}, lantern_delta {self.delta})"
+            )
 
 
 @register_acceptance

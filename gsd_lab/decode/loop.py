@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -585,7 +584,6 @@ def generate(
     runner: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
-    engine: str | StaticEngine | None = None,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
@@ -605,13 +603,7 @@ def generate(
     None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
     its own seeded with ``generator.initial_seed()`` (``gsd_lab.accounting.transport``; no draw from
     ``generator``, so again the same tokens). Batch size 1.
-    engine: the former name of ``runner`` (deprecated: ``gsd_lab.engine`` is the verification).
     """
-    if engine is not None:
-        warnings.warn(
-            "generate(engine=...) is now generate(runner=...)", FutureWarning, stacklevel=2
-        )
-        runner = engine
     resolved = resolve_method(adapter, method)
     check_call(adapter, num_tokens, resolved, generator)
     if generator is None:

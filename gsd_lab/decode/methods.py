@@ -271,7 +271,7 @@ class DecodingMethod:
         if self.verifier == "token":
             return
         if not (self.kind == "sjd" and self.draft == "independent"
-                and isinstance(self.acceptance, SDAcceptance)):
+                and self.acceptance == SDAcceptance()):
             raise ValueError(
                 "verifier 'block' is lossless SJD only: method 'sjd' with draft 'independent' "
                 "and no relaxation, budget, LANTERN or acceptance scale; with coupled drafts "
@@ -524,12 +524,9 @@ class ResolvedMethod:
         """GSD's cluster rule (inside any Amplify; None for other kinds)."""
         if self.method.kind != "gsd":
             return None
-        from gsd_core import Amplify
+        from ..engine.capabilities import unscaled
 
-        rule = self.rule
-        while isinstance(rule, Amplify):
-            rule = rule.rule
-        return rule
+        return unscaled(self.rule)
 
     @property
     def lantern(self) -> Any:
@@ -550,16 +547,7 @@ def _rule_of_parts(method: DecodingMethod, clusters: Any, lantern: Any, neighbou
         )
     spec = method.acceptance
     if lantern is not None:
-        from gsd_core import Lantern
-
-        if not isinstance(lantern, Lantern):
-            raise ValueError(f"lantern must be a gsd_core.Lantern, got {type(lantern).__name__}")
-        if not spec.matches(lantern):
-            hood = lantern.neighbourhoods
-            raise ValueError(
-                f"the Lantern rule (k {hood.k}, delta {lantern.delta}) is not the "
-                f"method's (lantern_k {method.lantern_k}, lantern_delta {method.lantern_delta})"
-            )
+        spec.check_rule(lantern)
         return lantern
     if spec.legacy_fields() is None:
         raise ValueError(

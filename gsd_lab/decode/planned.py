@@ -20,12 +20,14 @@ from torch import Tensor
 
 from gsd_core import SD, token_residual
 
+from ..engine.capabilities import rows_of, slice_rows
+
 
 @dataclass(frozen=True, eq=False)
 class PlannedTargets:
     """The gsd_core rule of rows whose targets are fixed: P(x) = r(x), Q(x) = q(x), residual
     norm((r - q)+). targets r [..., n, V] (float64 in decoding), one per row of the p, q it is
-    given (the rule of a step's rows, or of some of them: ``accounting.distortion.rows_of``);
+    given (the rule of a step's rows, or of some of them: ``engine.capabilities.rows_of``);
     moved [..., n]: the mass each plan moved (0: r is p); cost [..., n]: each plan's cost, a
     bound on W1(r_i, p_i)."""
 
@@ -49,10 +51,6 @@ class PlannedTargets:
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return token_residual(self._rows(p), q)
 
-    def of_rows(self, index: slice | list[int]) -> "PlannedTargets":
-        """The rule of some of its rows (``accounting.distortion.rows_of``)."""
-        return PlannedTargets(self.targets[index], self.moved[index], self.cost[index])
-
     def verification(self, p: Tensor) -> tuple[Tensor, SD]:
         """What the decoding loop verifies for this window: ``verify_rows(p)`` with SD."""
         return self.verify_rows(p), SD()
@@ -67,3 +65,6 @@ class PlannedTargets:
         window = self.targets.shape[-2]
         bonus = p[..., window:, :].to(self.targets.dtype)
         return torch.cat([self.targets.to(p.device), bonus], -2)
+
+
+rows_of.register(PlannedTargets, slice_rows)  # every tensor field has a row per target row

@@ -49,6 +49,8 @@ from torch import Tensor
 
 from gsd_core import DynamicClusters, member_masses
 
+from ..engine.capabilities import rows_of, shared_rows
+
 RELEASE_TABLE_ROWS = 10_000  # embed_tokens[:10000]
 RELEASE_EXTRA_FORWARDS = 5  # image start, two size tokens, image end, end of turn
 
@@ -147,3 +149,6 @@ class ReleaseDistanceClusters:
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return DynamicClusters(self.group_size).residual_weights(p, q)  # the token residual
+
+
+rows_of.register(ReleaseDistanceClusters, shared_rows)  # adjacency [R, R]: the vocabulary's

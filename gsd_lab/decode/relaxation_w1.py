@@ -51,6 +51,7 @@ from torch import Tensor
 from gsd_core import token_residual
 
 from ..accounting.transport import _check_content, content_distances
+from ..engine.capabilities import rows_of, slice_rows
 from .planned import PlannedTargets
 
 # The transport plan's solver in decoding (one of ``SOLVERS``).
@@ -336,13 +337,6 @@ class TransportRelaxation:
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
 
-    def of_rows(self, index: slice | list[int]) -> "TransportRelaxation":
-        """The rule of some of the rows it was built for (a per-row eps indexed along its
-        first dimension; a float eps is every row's): ``accounting.distortion.rows_of``."""
-        if isinstance(self.eps, Tensor) and self.eps.ndim >= 1:
-            return TransportRelaxation(self.neighbours, self.eps[index], self.solver)
-        return self
-
     def budgets(self, rows: torch.Size, device: torch.device | None = None) -> Tensor:
         """eps per row, float64 [*rows]."""
         if not isinstance(self.eps, Tensor):
@@ -426,6 +420,9 @@ class TransportRelaxation:
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         p, q = torch.broadcast_tensors(p, q)
         return token_residual(self.targets(p, q), q)
+
+
+rows_of.register(TransportRelaxation, slice_rows)  # eps: a float, or one budget per row
 
 
 def plan_rows(

@@ -104,28 +104,19 @@ def content_neighbours_of(adapter: Any, k: int) -> Any:
 
 
 def method_rule(
-    clusters: object = None,
-    residual: str = "token",
-    acceptance_scale: float = 1.0,
-    lantern: Any = None,
+    clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0
 ) -> Any:
-    """The gsd_core rule of a method's parts: ``lantern`` or ``clusters`` (None, partition labels
-    [V] or a rule), with the cluster-exact residual for residual="cluster" (partitions only;
-    SD's singletons keep the token residual, which is the same), wrapped in
-    ``Amplify(acceptance_scale)`` when the scale is not 1."""
-    from dataclasses import replace
-
+    """The gsd_core rule of a method's parts: ``clusters`` (None, partition labels [V] or a
+    rule), with the cluster-exact residual for residual="cluster" (partitions only; SD's
+    singletons keep the token residual, which is the same: ``capabilities.cluster_residual``),
+    wrapped in ``Amplify(acceptance_scale)`` when the scale is not 1."""
     from gsd_core import Amplify
-    from gsd_core import Partition, as_rule
+    from gsd_core import as_rule
 
-    rule = as_rule(lantern if lantern is not None else clusters)
-    if residual == "cluster" and not isinstance(rule, Partition) and clusters is not None:
-        raise ValueError(
-            f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
-            "(use residual='token', or a partition such as RankBinnedClusters or labels)"
-        )
-    if residual == "cluster" and isinstance(rule, Partition):
-        rule = replace(rule, residual="cluster")
-    elif residual not in RESIDUALS:
+    from ..engine.capabilities import cluster_residual
+
+    if residual not in RESIDUALS:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
+    rule = as_rule(clusters)
+    rule = cluster_residual(rule) if residual == "cluster" else rule
     return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)

@@ -8,6 +8,9 @@
   values read back; ``readback``: the fused read);
 - ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs
   (``accounting``);
+- ``capabilities``: what the lab asks of a rule beyond gsd_core's (fast paths, support
+  masses, row slicing, residuals, couplings), one generic function each, dispatched on the
+  rule's class;
 - ``profiling``: ops and host syncs a call costs, and where its CPU time goes (imported apart).
 
 Costs (ops, syncs) are pinned by tests/lab/test_engine_costs.py; equality with gsd_core by
@@ -16,7 +19,8 @@ tests/lab/test_engine.py.
 
 from gsd_core import draw
 
-from .accounting import support_accept, support_masses
-from .verify import ranked_by_p, uses_support, verify
+from .accounting import support_accept
+from .capabilities import support_masses, uses_support
+from .verify import verify
 
-__all__ = ["draw", "ranked_by_p", "support_accept", "support_masses", "uses_support", "verify"]
+__all__ = ["draw", "support_accept", "support_masses", "uses_support", "verify"]

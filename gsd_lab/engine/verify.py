@@ -1,8 +1,9 @@
 """``verify`` shaped for an accelerator: gsd_core's rule, a fixed number of ops, host syncs counted.
 
 The result is gsd_core.verify's bit for bit, given the same uniforms (tests/lab/test_engine.py):
-the accept probabilities come from the same ops (gsd_core's own rules, or, for dynamic
-clusters ranked by p, ``ranking.dynamic_masses``), and the stop row, residual and draw are
+the accept probabilities come from the same ops (gsd_core's own rules, or a rule's registered
+fast path, ``capabilities.window_masses``: ``ranking.dynamic_masses`` for dynamic clusters
+ranked by p), and the stop row, residual and draw are
 gsd_core's ``resolve_window``. What differs is the cost, measured in tests/lab/test_engine_costs.py
 (top-level aten ops and host syncs on a window of the decoding loop's shape):
 
@@ -22,10 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gsd_core import (
-    Amplify, DynamicClusters, Rule, VerifyResult, mass_ratio, resolve_window, window_rule,
-)
+from gsd_core import VerifyResult, mass_ratio, resolve_window, window_rule
 
+from .capabilities import uses_support, window_masses
 from .checks import (
     broadcast_shapes,
     check_randomness,
@@ -37,21 +37,8 @@ from .checks import (
     window_shapes,
     working_dtype,
 )
-from .ranking import SupportSize, dynamic_masses
+from .ranking import SupportSize
 from .readback import flat, host_ranges, judge_support, probability_parts, support_parts
-
-
-def ranked_by_p(rule: object) -> DynamicClusters | None:
-    """The ``DynamicClusters`` ranking by p inside ``rule`` (through ``Amplify``), if any: the
-    rule for which ``verify`` uses ``support`` and may read a support size."""
-    while isinstance(rule, Amplify):
-        rule = rule.rule
-    return rule if isinstance(rule, DynamicClusters) and rule.rank_by == "p" else None
-
-
-def uses_support(rule: object) -> bool:
-    """Whether ``verify(..., rule, support=ids)`` uses the ids (other rules ignore them)."""
-    return ranked_by_p(rule) is not None
 
 
 def _check_support(support: object, batch: torch.Size, window: int, device: torch.device) -> Tensor:
@@ -77,20 +64,6 @@ def _check_support(support: object, batch: torch.Size, window: int, device: torc
             f"the batch shape {tuple(batch)} of p, q and draft_tokens"
         )
     return support if support.shape[:-2] == batch else support.expand(*batch, *support.shape[-2:])
-
-
-def _masses(
-    rule: Rule, p: Tensor, q: Tensor, drafts: Tensor, support: Tensor | SupportSize | None
-) -> tuple[Tensor, Tensor]:
-    """(P, Q) of the drafts [..., L] against rows p, q [..., L, V]: [..., L] for dynamic clusters
-    ranked by p (``ranking.dynamic_masses``), else [..., L, 1] (the rule's own ``masses`` of
-    ``drafts.unsqueeze(-1)``, as gsd_core's ``verify`` takes them)."""
-    if isinstance(rule, Amplify):
-        credited, charged = _masses(rule.rule, p, q, drafts, support)
-        return rule.scale * credited, charged  # the ops of gsd_core's Amplify.masses
-    if ranked_by_p(rule) is not None:
-        return dynamic_masses(rule, p, q, drafts, support)
-    return rule.masses(p, q, drafts.unsqueeze(-1))
 
 
 def verify(
@@ -126,9 +99,7 @@ def verify(
         sizes = None
         if support is not None:
             parts += support_parts(draft_rows, support)
-        elif (
-            window > 0 and ranked_by_p(rule) is not None
-        ):  # the support sizes travel with the checks
+        elif window > 0 and uses_support(rule):  # the support sizes travel with the checks
             sizes = (draft_rows > 0).sum(-1, dtype=torch.int32)
             parts.append(flat(sizes))
         ranges = host_ranges(parts + ([] if uniforms is None else [flat(uniforms)]))  # the one sync
@@ -154,6 +125,6 @@ def verify(
     if window == 0:
         accept = p.new_empty(*batch, 0)
     else:
-        accept = mass_ratio(*_masses(rule, draft_rows, q, draft_tokens, support))
+        accept = mass_ratio(*window_masses(rule, draft_rows, q, draft_tokens, support))
         accept = accept if accept.ndim == draft_tokens.ndim else accept.squeeze(-1)
     return resolve_window(p, q, draft_tokens, accept, uniforms, rule)

@@ -190,37 +190,6 @@ def dirichlet_pairs(
     return pq[0], pq[1]
 
 
-@dataclass(frozen=True)
-class Counterexample:
-    """A pair where the dynamic clusters accept *less* often than plain SD."""
-
-    p: Tensor
-    q: Tensor
-    group_size: int
-    acceptance_sd: float
-    acceptance_dynamic: float
-
-
-def dynamic_counterexample(
-    *,
-    vocab_size: int = 6,
-    group_size: int = 3,
-    num_trials: int = 20000,
-    seed: int = 0,
-    alpha: float = 0.3,
-) -> Counterexample:
-    """Search random pairs for the largest drop of acceptance under ``DynamicClusters``.
-
-    Dynamic clusters overlap (C(x) depends on the drafted x), so Theorem 1's partition argument
-    does not apply: a token x with p(x) >= q(x) (always accepted by SD) can share its cluster with
-    a y that q over-weights, and then min(1, p(C)/q(C)) < 1. Exact acceptance by enumeration."""
-    p, q = dirichlet_pairs(vocab_size, num_trials, alpha=alpha, seed=seed)
-    sd = acceptance_rate(p, q)
-    dyn = acceptance_rate(p, q, DynamicClusters(group_size))
-    worst = int((sd - dyn).argmax())
-    return Counterexample(p[worst], q[worst], group_size, float(sd[worst]), float(dyn[worst]))
-
-
 def empirical_speculative_samples(
     p: Tensor,
     q: Tensor,

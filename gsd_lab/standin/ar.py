@@ -347,6 +347,104 @@ def selection_key(
     return (0, heldout_nll) if max_gap is None or gap <= max_gap else (1, gap)
 
 
+@dataclass(frozen=True)
+class _Probe:
+    """The fixed windows every evaluation scores: training windows ``train_ids`` and held-out
+    windows ``heldout_ids`` (scored where ``heldout_scored``), drawn once by their own
+    generator (seed + 202), which then measures the codes' unigram ``entropy``."""
+
+    train_ids: torch.Tensor
+    heldout_ids: torch.Tensor
+    heldout_scored: torch.Tensor
+    entropy: float
+
+    @classmethod
+    def draw(
+        cls, dataset: TokenMapDataset, heldout: TokenMapDataset, layout: TokenLayout,
+        windows: int, seed: int,
+    ) -> "_Probe":
+        gen = torch.Generator().manual_seed(seed + 202)
+        train_ids = make_batch(*dataset.sample(windows, gen), layout, 0.0, gen)
+        tokens, classes, scored = heldout.sample_with_mask(windows, gen)
+        heldout_ids = make_batch(tokens, classes, layout, 0.0, gen)
+        return cls(train_ids, heldout_ids, scored, unigram_entropy(dataset, gen))
+
+    def evaluate(self, model, layout: TokenLayout) -> dict:
+        model.eval()
+        parts = {
+            "train_windows": teacher_forced_statistics(model, self.train_ids, layout),
+            "heldout_windows": teacher_forced_statistics(
+                model, self.heldout_ids, layout, self.heldout_scored
+            ),
+        }
+        model.train()
+        return parts
+
+
+def _initial_model(config, tokenizer: PatchVQTokenizer, seed: int, codebook_init: bool):
+    """The untrained model: parameters from seed + 200 (the global RNG restored after)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 200)  # parameter init only
+        model = build_model(config)
+    if codebook_init:
+        init_code_embeddings(model, tokenizer.codebook, config.initializer_range)
+    return model
+
+
+def _optimizer(model, lr: float) -> torch.optim.AdamW:
+    """AdamW, weight decay 0.05 on the matrices, none on the vectors."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def _training_batch(
+    dataset: TokenMapDataset, uncond: TokenMapDataset | None, batch: int, n_uncond: int,
+    layout: TokenLayout, class_dropout: float, generator: torch.Generator,
+) -> torch.Tensor:
+    """One batch of input ids: batch - n_uncond class windows, then n_uncond extra windows with
+    the null class."""
+    ids = make_batch(*dataset.sample(batch - n_uncond, generator), layout, class_dropout, generator)
+    if n_uncond:
+        tokens, _ = uncond.sample(n_uncond, generator)
+        null = torch.full((n_uncond, 1), layout.null_class_id, dtype=torch.int64)
+        ids = torch.cat([ids, torch.cat([null, tokens], dim=1)])
+    return ids
+
+
+def _step(model, opt: torch.optim.Optimizer, ids: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """One optimiser step on ``ids`` (gradients clipped to norm 1); the loss before it."""
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = image_token_loss(model, ids)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def _restore_best(model, history: list[dict], best: tuple | None, max_gap, log) -> dict | None:
+    """Load the selected evaluation's parameters (``best``: (key, step, state)) into ``model``
+    and return its record; the last record when none was selected."""
+    if best is None:
+        return history[-1] if history else None
+    model.load_state_dict(best[2])
+    if best[0][0] == 1:
+        log(
+            {
+                "stage": "ar",
+                "warning": f"no evaluation after warm-up had a gap <= {max_gap} nats; "
+                f"saved step {best[1]}, the smallest gap",
+            }
+        )
+    return next(r for r in history if r["step"] == best[1])
+
+
 def train_ar(
     out: Path,
     tokenizer: PatchVQTokenizer,
@@ -389,24 +487,10 @@ def train_ar(
     n_uncond = round(batch * uncond_fraction) if uncond is not None else 0
     layout = TokenLayout(tokenizer.codebook_size, dataset.num_classes)
     config = llama_config(layout, hidden, layers, heads, intermediate)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed + 200)  # parameter init only
-        model = build_model(config)
-    if codebook_init:
-        init_code_embeddings(model, tokenizer.codebook, config.initializer_range)
+    model = _initial_model(config, tokenizer, seed, codebook_init)
     generator = torch.Generator().manual_seed(seed + 201)
-    val_gen = torch.Generator().manual_seed(seed + 202)
-    val_ids = make_batch(*dataset.sample(eval_windows, val_gen), layout, 0.0, val_gen)
-    held_tokens, held_classes, held_scored = heldout.sample_with_mask(eval_windows, val_gen)
-    heldout_ids = make_batch(held_tokens, held_classes, layout, 0.0, val_gen)
-    entropy = unigram_entropy(dataset, val_gen)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.95),
-    )
+    probe = _Probe.draw(dataset, heldout, layout, eval_windows, seed)
+    opt = _optimizer(model, lr)
     warmup = min(100, steps // 10 + 1)
     log(
         {
@@ -415,40 +499,19 @@ def train_ar(
             "train_windows": dataset.num_windows,
             "heldout_windows": heldout.num_windows,
             "uncond_windows": uncond.num_windows if uncond is not None else 0,
-            "code_unigram_entropy": round(entropy, 4),
+            "code_unigram_entropy": round(probe.entropy, 4),
             "prep_s": round(time.time() - start, 1),
         }
     )
     history, best = [], None
-
-    def evaluate() -> dict:
-        model.eval()
-        parts = {
-            "train_windows": teacher_forced_statistics(model, val_ids, layout),
-            "heldout_windows": teacher_forced_statistics(model, heldout_ids, layout, held_scored),
-        }
-        model.train()
-        return parts
-
     for step in range(steps):
         cur = lr_at(step, steps, lr, warmup)
         for group in opt.param_groups:
             group["lr"] = cur
-        ids = make_batch(
-            *dataset.sample(batch - n_uncond, generator), layout, class_dropout, generator
-        )
-        if n_uncond:
-            tokens, _ = uncond.sample(n_uncond, generator)
-            null = torch.full((n_uncond, 1), layout.null_class_id, dtype=torch.int64)
-            ids = torch.cat([ids, torch.cat([null, tokens], dim=1)])
-        model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = image_token_loss(model, ids)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 25 == 0 or step % eval_every == 0 or step == steps - 1:
+        ids = _training_batch(dataset, uncond, batch, n_uncond, layout, class_dropout, generator)
+        loss = _step(model, opt, ids, bf16)
+        evaluates = step % eval_every == 0 or step == steps - 1
+        if step % 25 == 0 or evaluates:
             record = {
                 "stage": "ar",
                 "step": step,
@@ -456,70 +519,39 @@ def train_ar(
                 "lr": round(cur, 6),
                 "elapsed_s": round(time.time() - start, 1),
             }
-            if step % eval_every == 0 or step == steps - 1:
-                record.update(evaluate())
+            if evaluates:
+                record.update(probe.evaluate(model, layout))
                 history.append(record)
                 nll, train_nll = record["heldout_windows"]["nll"], record["train_windows"]["nll"]
                 record["gap_nats"] = round(nll - train_nll, 4)
                 key = selection_key(step, train_nll, nll, max_gap, warmup)
                 if keep_best and key is not None and (best is None or key < best[0]):
-                    best = (
-                        key,
-                        step,
-                        {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    )
+                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best = (key, step, state)
             log(record)
     wall = round(time.time() - start, 1)
-    final = history[-1] if history else None
-    if keep_best and best is not None:
-        model.load_state_dict(best[2])
-        final = next(r for r in history if r["step"] == best[1])
-        if best[0][0] == 1:
-            log(
-                {
-                    "stage": "ar",
-                    "warning": f"no evaluation after warm-up had a gap <= {max_gap} nats; "
-                    f"saved step {best[1]}, the smallest gap",
-                }
-            )
+    final = _restore_best(model, history, best if keep_best else None, max_gap, log)
     model.eval()
     save_module(model, out / "ar_model.safetensors")
+    saved_step = final["step"] if final else None
+    training = {
+        "steps": steps, "batch": batch, "lr": lr, "seed": seed, "class_dropout": class_dropout,
+        "uncond_fraction": uncond_fraction, "bf16_autocast": bf16, "wall_seconds": wall,
+        "threads": torch.get_num_threads(), "eval_every": eval_every,
+        "eval_windows": eval_windows, "keep_best": keep_best, "max_gap": max_gap,
+        "codebook_init": codebook_init, "class_shifts": [list(x) for x in CLASS_SHIFTS],
+        "saved_step": saved_step, "train_windows": dataset.num_windows,
+        "heldout_windows": heldout.num_windows, "code_unigram_entropy": probe.entropy,
+        "final_eval": final,
+    }
     write_json(
         out / "ar_config.json",
         {
             "llama": config.to_dict(),
             "layout": layout.to_dict(),
             "class_names": list(data.CLASS_NAMES),
-            "training": {
-                "steps": steps,
-                "batch": batch,
-                "lr": lr,
-                "seed": seed,
-                "class_dropout": class_dropout,
-                "uncond_fraction": uncond_fraction,
-                "bf16_autocast": bf16,
-                "wall_seconds": wall,
-                "threads": torch.get_num_threads(),
-                "eval_every": eval_every,
-                "eval_windows": eval_windows,
-                "keep_best": keep_best,
-                "max_gap": max_gap,
-                "codebook_init": codebook_init,
-                "class_shifts": [list(x) for x in CLASS_SHIFTS],
-                "saved_step": final["step"] if final else None,
-                "train_windows": dataset.num_windows,
-                "heldout_windows": heldout.num_windows,
-                "code_unigram_entropy": entropy,
-                "final_eval": final,
-            },
+            "training": training,
         },
     )
-    log(
-        {
-            "stage": "ar",
-            "done": True,
-            "wall_seconds": wall,
-            "saved_step": final["step"] if final else None,
-        }
-    )
+    log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_step": saved_step})
     return model, layout

@@ -59,16 +59,6 @@ def save_module(
     save_file(state, str(path), metadata=metadata)
 
 
-def convert_file(path: Path, dtype: torch.dtype = STORAGE_DTYPE) -> dict[str, int]:
-    """Rewrite a safetensors file with its floating tensors in ``dtype``; bytes before/after."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    before = path.stat().st_size
-    save_file(storage_state(load_state(path), dtype, str(path)), str(path))
-    return {"bytes_before": before, "bytes_after": path.stat().st_size}
-
-
 def load_state(path: Path) -> dict[str, torch.Tensor]:
     """Read a safetensors file; FileNotFoundError or WeightFileError naming the file."""
     from safetensors import SafetensorError

@@ -149,3 +149,34 @@ def test_the_command_line_offers_the_new_rule(registered, capsys):
         main([*base, "--test-shift", "0.5", "--relaxation-delta", "0.1"])
     assert caught.value.code == 2
     assert "--relaxation-delta and --test-shift" in capsys.readouterr().err
+
+
+def test_a_new_rule_goes_through_the_exact_accounting(registered, tiny):
+    """With no capability registered, the accounting takes the generic paths: the exact TV by
+    gsd_core's enumeration of the law (checked against the formula out = q a + (1 - alpha) r),
+    W1 of that law, and no substitution cost (the rule couples no Y ~ p)."""
+    from gsd_lab.accounting.distortion import exact_distortion
+    from gsd_lab.accounting.transport import substitution_defined
+
+    g = torch.Generator().manual_seed(0)
+    p, q = torch.rand(2, 3, 8, generator=g, dtype=torch.float64).softmax(-1)
+    accept = ((p + 0.1) / q).clamp(max=1.0)
+    alpha = (q * accept).sum(-1, keepdim=True)
+    excess = (p - q).clamp(min=0)
+    out = q * accept + (1 - alpha) * excess / excess.sum(-1, keepdim=True)
+    formula = 0.5 * (out - p).abs().sum(-1)
+    tv = exact_distortion(p, q, ShiftedSD(0.1))
+    torch.testing.assert_close(tv, formula, rtol=0, atol=1e-12)
+    assert bool((tv > 1e-3).all()) and float(exact_distortion(p, q).abs().max()) < 1e-15
+    assert not substitution_defined(ShiftedSD(0.1))
+
+    prompt, uncond = tiny.encode("1")
+    method = DecodingMethod("sjd", window=4, acceptance=ShiftedAcceptance(0.5))
+    result = generate(
+        tiny.adapter, prompt, method, num_tokens=NUM_TOKENS, uncond_prompt_ids=uncond,
+        generator=torch.Generator().manual_seed(0), record_distortion=True, record_w1=True,
+        w1_draws=None,
+    )
+    assert torch.equal(result.tokens, _decode(tiny, method, 0))  # accounting draws nothing
+    assert float(result.distortion.max()) > 1e-3  # the lossy rule distorts, by its exact TV
+    assert result.w1.draws is None and result.w1.mean > 0 and result.w1.substitution is None

@@ -431,10 +431,3 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
     assert any(asked)
 
 
-def test_engine_is_the_deprecated_name_of_runner(model):
-    adapter = CausalLMAdapter(model, ALLOWED)
-    method = DecodingMethod("sjd", window=4)
-    new = generate(adapter, PROMPT, method, num_tokens=12, generator=gen(1), runner="eager")
-    with pytest.warns(FutureWarning, match="runner"):
-        old = generate(adapter, PROMPT, method, num_tokens=12, generator=gen(1), engine="eager")
-    assert torch.equal(new.tokens, old.tokens) and new.nfe == old.nfe

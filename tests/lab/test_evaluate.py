@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from gsd_lab.evaluate import (DistributedContext, RunMismatch, evaluate, init_distributed, is_finished,
+from gsd_lab.evaluate import (DistributedContext, RunMismatch, evaluate, init_distributed, load_result,
                               merge_results, result_path, shard_indices)
 
 PROMPTS = [f"prompt {i}" for i in range(7)]
@@ -75,8 +75,8 @@ def test_two_gloo_processes_crash_resume_and_merge(tmp_path):
     # Run 1: rank 1 dies at prompt 3 (after finishing prompt 1); finished results stay on disk.
     with pytest.raises(Exception):
         _run(tmp_path, crash_at=3)
-    assert is_finished(tmp_path, 1) and not is_finished(tmp_path, 3)
-    done_before = {i for i in range(7) if is_finished(tmp_path, i)}
+    assert load_result(tmp_path, 1) is not None and load_result(tmp_path, 3) is None
+    done_before = {i for i in range(7) if load_result(tmp_path, i) is not None}
     _calls(tmp_path)
     # Run 2: only the unfinished prompts are computed, each on rank i mod 2; rank 0 merges.
     _run(tmp_path)

@@ -1,0 +1,282 @@
+"""What the lab asks of a rule beyond gsd_core's ``masses`` and ``residual_weights``: optional
+capabilities, one generic function each, dispatched on the rule's class
+(``functools.singledispatch``; a subclass gets its base's registration).
+
+A rule that registers none of them still verifies, decodes and is accounted for exactly, by the
+generic path each documents (gsd_core's own ``masses``, gsd_core's enumeration of the law), or is
+refused with a ValueError naming what it lacks (``cluster_residual``); none answers silently for
+a rule it does not know. Amplify's scaling is one registration per capability (its rule's
+answer, scaled where masses are concerned), so no caller unwraps it.
+
+    unscaled(rule)              the rule under Amplify's scaling        generic: the rule itself
+    uses_support(rule)          verify reads ``support=`` ids           generic: False
+    window_masses(...)          (P, Q) of verify's drafts               generic: rule.masses
+    support_masses(...)         (P, Q) of tokens on q's support         generic: rule.masses
+    member_slots(rule, V)       members per token, M (support laws)     generic: None (enumerate)
+    embedding_filter(rule)      (embeddings, d) of a [V, V] table       generic: None
+    direct_tv(rule, p, q)       TV(out, p) without the law              generic: None (the law's)
+    rows_of(rule, index)        the rule of some of its rows            generic: the rule itself
+    cluster_residual(rule)      the rule with the cluster-exact residual generic: ValueError
+    coupling(rule)              the clusters coupling the emitted token with a Y ~ p
+                                                                        generic: None (undefined)
+
+A rule with a parameter per row (a tensor whose first dimension runs over the rows it was built
+for) registers ``slice_rows`` for ``rows_of``: it slices every tensor field of the dataclass, so
+a new per-row field is sliced without a list of names. gsd_core's rules are registered here
+(they are used without specs too); a lab or outside rule registers next to its rule and spec
+(``decode.planned``, ``decode.relaxation_w1``; LANTERN's TV in ``accounting.distortion``;
+tests/lab/test_acceptance_extension.py):
+
+    @capabilities.rows_of.register(MyRule)
+    def _(rule, index): ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from functools import singledispatch
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, OptimalRelaxation
+from gsd_core.rules import Partition
+
+from .ranking import SupportSize, dynamic_masses
+
+Masses = tuple[Tensor, Tensor]
+
+
+# --- Amplify's scaling ---------------------------------------------------------------------------
+
+
+@singledispatch
+def unscaled(rule: object) -> object:
+    """The rule under any ``Amplify`` (GSD's clusters of an amplified method)."""
+    return rule
+
+
+unscaled.register(Amplify, lambda rule: unscaled(rule.rule))
+
+
+# --- verify's window -----------------------------------------------------------------------------
+
+
+@singledispatch
+def uses_support(rule: object) -> bool:
+    """Whether ``engine.verify(..., rule, support=ids)`` uses the ids (and may read a support
+    size in its one host sync); other rules ignore them."""
+    return False
+
+
+uses_support.register(DynamicClusters, lambda rule: rule.rank_by == "p")
+uses_support.register(Amplify, lambda rule: uses_support(rule.rule))
+
+
+@singledispatch
+def window_masses(
+    rule: Any, p: Tensor, q: Tensor, drafts: Tensor, support: Tensor | SupportSize | None
+) -> Masses:
+    """(P, Q) of the drafts [..., L] against rows p, q [..., L, V], bit for bit the rule's own
+    ``masses``: [..., L, 1] (``masses`` of ``drafts.unsqueeze(-1)``, as gsd_core's ``verify``
+    takes them), or [..., L] from a registered fast path. ``support``: ``uses_support``."""
+    return rule.masses(p, q, drafts.unsqueeze(-1))
+
+
+@window_masses.register
+def _(rule: DynamicClusters, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Masses:
+    if rule.rank_by == "p":  # ranked on the support of p (``ranking``)
+        return dynamic_masses(rule, p, q, drafts, support)
+    return rule.masses(p, q, drafts.unsqueeze(-1))
+
+
+@window_masses.register
+def _(rule: Amplify, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Masses:
+    credited, charged = window_masses(rule.rule, p, q, drafts, support)
+    return rule.scale * credited, charged  # the ops of gsd_core's Amplify.masses
+
+
+# --- a(x) on the support of q (the exact accounting) ---------------------------------------------
+
+
+@singledispatch
+def support_masses(
+    rule: Any,
+    p: Tensor,
+    q: Tensor,
+    tokens: Tensor,
+    *,
+    adjacency: Tensor | None = None,
+    chunk_elements: int = 1 << 24,
+) -> Masses:
+    """(P, Q) [N, T] of tokens [N, T] against rows p, q [N, V], bit for bit the rule's own
+    ``masses``, at most ``chunk_elements`` gathered entries at a time where the rule gathers
+    members. ``adjacency``: the bool table [V, V] of ``embedding_filter``. Generic: the rule's
+    ``masses`` of all tokens at once (a partition's cluster masses are O(V) per row)."""
+    _no_adjacency(rule, adjacency)
+    if tokens.shape[-1] == 0:
+        return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
+    return rule.masses(p, q, tokens)
+
+
+def _no_adjacency(rule: object, adjacency: Tensor | None) -> None:
+    if adjacency is not None:
+        raise ValueError(
+            f"adjacency is the dynamic clusters' embedding filter; {type(rule).__name__} has none"
+        )
+
+
+@support_masses.register
+def _(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
+      chunk_elements: int = 1 << 24) -> Masses:
+    return dynamic_masses(rule, p, q, tokens, adjacency=adjacency, chunk_elements=chunk_elements)
+
+
+@support_masses.register
+def _(rule: Lantern, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
+      chunk_elements: int = 1 << 24) -> Masses:
+    _no_adjacency(rule, adjacency)
+    step = max(1, chunk_elements // max(1, p.shape[0] * rule.neighbourhoods.k))  # [N, T, k]
+    parts = [rule.masses(p, q, tokens[:, i : i + step]) for i in range(0, tokens.shape[-1], step)]
+    if not parts:
+        return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
+    return torch.cat([c for c, _ in parts], -1), torch.cat([m for _, m in parts], -1)
+
+
+@support_masses.register
+def _(rule: Amplify, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
+      chunk_elements: int = 1 << 24) -> Masses:
+    credited, charged = support_masses(
+        rule.rule, p, q, tokens, adjacency=adjacency, chunk_elements=chunk_elements
+    )
+    return rule.scale * credited, charged
+
+
+@singledispatch
+def member_slots(rule: object, vocab: int) -> int | None:
+    """M, the members gathered per token (``support_masses``): a rule with M has its one-step
+    law computed on the support of q (``accounting.distortion.support_output_laws``); None: by
+    gsd_core's enumeration over the vocabulary."""
+    return None
+
+
+member_slots.register(DynamicClusters, lambda rule, vocab: rule.offsets(vocab).numel())
+member_slots.register(Lantern, lambda rule, vocab: rule.neighbourhoods.k)
+member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
+
+
+@singledispatch
+def embedding_filter(rule: object) -> tuple[Tensor, float] | None:
+    """(embeddings [V', D], d): the rule keeps y in C(x) only where ||e_y - e_x||^2 <= d, read by
+    the accounting from a one-off [V, V] table (``accounting.distortion.embedding_adjacency``,
+    passed to ``support_masses`` as ``adjacency``); None: no such filter."""
+    return None
+
+
+@embedding_filter.register
+def _(rule: DynamicClusters) -> tuple[Tensor, float] | None:
+    if rule.max_embedding_distance is None:
+        return None
+    return rule.embeddings, rule.max_embedding_distance
+
+
+embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
+
+
+@singledispatch
+def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
+    """TV(out_i, p_i) [N] for rows p, q [N, V] float64 without the law out_i, where a rule has an
+    identity for it (LANTERN: ``accounting.distortion.lantern_distortion``); None: TV of the law.
+    Not through Amplify (the identities are the rule's own)."""
+    return None
+
+
+# --- the rows a rule was built for ---------------------------------------------------------------
+
+
+@singledispatch
+def rows_of(rule: object, index: slice | list[int]) -> object:
+    """The rule of some of the rows it was built for (``index`` along the rows' first dimension).
+    Generic: the rule itself, for a rule that holds no tensor (its parameters are every row's:
+    SD, rank bins, LANTERN). A rule holding tensors registers ``slice_rows`` (they run over its
+    rows), ``shared_rows`` (every row shares them: an embedding table) or its own; unregistered,
+    it is refused, since which of the two it is cannot be told from the tensors."""
+    held = sorted(
+        name
+        for name, value in getattr(rule, "__dict__", {}).items()
+        if isinstance(value, Tensor) and value.ndim >= 1
+    )
+    if held:
+        raise ValueError(
+            f"{type(rule).__name__} holds tensors {held} but registers no rows_of: register "
+            "gsd_lab.engine.capabilities.rows_of for it (slice_rows if they run over the rows it "
+            "was built for, shared_rows if every row shares them)"
+        )
+    return rule
+
+
+def shared_rows(rule: Any, index: slice | list[int]) -> Any:
+    """``rows_of`` for a rule whose tensors every row shares: the rule itself."""
+    return rule
+
+
+def slice_rows(rule: Any, index: slice | list[int]) -> Any:
+    """``rows_of`` for a dataclass rule whose tensor fields of one dimension or more run over its
+    rows: every such field indexed, whatever its name; scalars and other fields kept (the rule
+    itself when nothing is sliced)."""
+    sliced = {
+        f.name: value[index]
+        for f in fields(rule)
+        if isinstance(value := getattr(rule, f.name), Tensor) and value.ndim >= 1
+    }
+    return replace(rule, **sliced) if sliced else rule
+
+
+rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
+rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
+rows_of.register(  # labels [V]: every row's partition; labels [..., V]: one partition per row
+    FixedPartition, lambda rule, index: slice_rows(rule, index) if rule.labels.ndim > 1 else rule
+)
+
+
+@rows_of.register
+def _(rule: Amplify, index: slice | list[int]) -> Amplify:
+    inner = rows_of(rule.rule, index)
+    return rule if inner is rule.rule else replace(rule, rule=inner)
+
+
+# --- residuals and couplings ---------------------------------------------------------------------
+
+
+@singledispatch
+def cluster_residual(rule: object) -> object:
+    """The rule with the cluster-exact residual (proofs/05): a partition's clusters; SD's
+    singletons keep the token residual, which is the same. Refused for any other rule."""
+    raise ValueError(
+        f"the cluster-exact residual needs a partition; {type(rule).__name__} is not one "
+        "(use residual='token', or a partition such as RankBinnedClusters or labels)"
+    )
+
+
+cluster_residual.register(SD, lambda rule: rule)
+cluster_residual.register(Partition, lambda rule: replace(rule, residual="cluster"))
+
+
+LabelsOf = Callable[[Tensor], "Tensor | None"]
+
+
+@singledispatch
+def coupling(rule: object) -> LabelsOf | None:
+    """Where the rule's own randomness couples the emitted token with a Y ~ p
+    (``accounting.transport``'s substitution cost): a function of the target rows p [..., V]
+    giving each token's cluster [..., V] (Y is drawn from p in the emitted token's cluster), or
+    None for singletons (Y is the emitted token). None where it does not: generic, and under
+    Amplify or LANTERN."""
+    return None
+
+
+coupling.register(SD, lambda rule: lambda p: None)
+coupling.register(
+    Partition, lambda rule: rule.partition_labels if rule.residual == "cluster" else None
+)

@@ -15,7 +15,7 @@ SPEC.loader.exec_module(suite_time)
 def test_the_last_summary_line_gives_counts_and_seconds():
     log = (
         "=== 3 passed in 1.00s ===\n...\n"
-        "============ 1493 passed, 1 skipped, 1 warning, 2 errors in 945.48s (0:15:45) ============\n"
+        "====== 1493 passed, 1 skipped, 1 warning, 2 errors in 945.48s (0:15:45) ======\n"
     )
     assert suite_time.pytest_summary(log) == {
         "passed": 1493, "skipped": 1, "warning": 1, "error": 2, "seconds": 945.48

@@ -2,7 +2,8 @@
 
 - ``verify``: gsd_core.verify's window with fused validation (one host sync; with
   ``validate=False`` none, but one for dynamic clusters ranked by p without ``support=``) and
-  those clusters ranked on the support of p;
+  those clusters ranked on the support of p (``ranking``: dynamic clusters read off one sort
+  of each row's support, bit for bit gsd_core's);
 - ``draw``: gsd_core's inverse-CDF draw without checks;
 - ``checks``: the input checks split for that one host sync (shapes first, then verdicts on the
   values read back; ``readback``: the fused read);

@@ -106,9 +106,11 @@ def judge_tokens(name: str, vocab_size: int, low: float, high: float) -> None:
     """Raise gsd_core's error unless the ids' range [low, high] lies in [0, vocab_size)."""
     if low < 0 or high >= vocab_size:
         check_tokens(torch.tensor([int(low), int(high)]), vocab_size, torch.device("cpu"), name)
+        raise AssertionError(f"gsd_core.check_tokens passed a range judge_tokens refuses: {name}")
 
 
 def judge_uniforms(low: float, high: float) -> None:
     """Raise gsd_core's error unless the uniforms' range [low, high] lies in [0, 1)."""
     if not (low >= 0 and high < 1):  # NaN fails both comparisons
         check_uniforms(torch.tensor([low, high], dtype=torch.float64), None, torch.device("cpu"))
+        raise AssertionError("gsd_core.check_uniforms passed a range judge_uniforms refuses")

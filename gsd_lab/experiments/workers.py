@@ -39,6 +39,7 @@ import torch
 
 from ..accounting.distortion import embedding_adjacency
 from ..decode.methods import ResolvedMethod
+from ..engine.capabilities import embedding_filter
 
 UNIT_BATCHES = 4  # a unit holds at most UNIT_BATCHES x batch_size images of one job
 
@@ -153,17 +154,12 @@ def run_units(
 def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
     """Build, in this process, the embedding filter's [V, V] table that each method's accounting
     reads, so that forked workers inherit it instead of building one each."""
-    from gsd_core import Amplify, DynamicClusters
-
     for resolved in methods:
-        rule = resolved.rule
-        while isinstance(rule, Amplify):
-            rule = rule.rule
+        found = embedding_filter(resolved.rule)
         if (
-            isinstance(rule, DynamicClusters)
-            and rule.max_embedding_distance is not None
+            found is not None
             and isinstance(vocab, int)
             and vocab * vocab <= 1 << 27  # the CPU table's bound (support_output_laws)
-            and rule.embeddings.shape[0] >= vocab
+            and found[0].shape[0] >= vocab
         ):
-            embedding_adjacency(rule.embeddings, rule.max_embedding_distance, vocab)
+            embedding_adjacency(*found, vocab)

@@ -11,6 +11,10 @@
   ``GridImageAdapter``;
 - ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``load_model("janus-pro-1b",
   weights=DIR)``;
+- ``tree``: one forward over a token tree (k candidate branches) and the cache rollback to one
+  branch, for the multi-draft decoder;
+- ``loading``: what every family's loader does first (find the checkpoint folder and its
+  tokenizer, pick device and dtype, refuse a model too large for the CPU);
 - ``tiny_checkpoints``: tiny random checkpoints of every family in its release file layout
   (``write_tiny_release_set``, ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``),
   so that the command line, ``check-weights`` and the GPU scripts' ``--tiny`` mode run without

@@ -143,7 +143,11 @@ class GridImageAdapter(CausalLMAdapter):
     def encode(self, text: str) -> list[int]:
         """The tokenizer's ids of ``text`` (no special tokens added)."""
         if self.tokenizer is None:
-            raise ValueError("no tokenizer: pass token ids to text_ids_to_prompt instead")
+            raise ValueError(
+                f"no tokenizer: build {type(self).__name__} with tokenizer=... (the family's "
+                "loader finds the checkpoint's tokenizer.json), or pass token ids to "
+                "text_ids_to_prompt instead"
+            )
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def start(self, prompt_ids: Any, uncond_prompt_ids: Any = None) -> None:

@@ -50,6 +50,13 @@ BAD = {  # name: (p, q, draft_tokens, uniforms, generator)
     "uniform NaN": (P, Q, D, torch.tensor([0.5, float("nan"), 0.5]), None),
     "uniforms device": (P, Q, D, U.to(META), None),
     "two sources": (P, Q, D, U, torch.Generator().manual_seed(0)),
+    "p complex": (P.to(torch.complex128), Q, D, U, None),
+    "drafts bool": (P, Q, torch.tensor([True, False]), U, None),
+    "q negative": (P, _set(Q, -0.2), D, U, None),
+    "p off float16": (P.half() * 1.05, Q, D, U, None),
+    "uniform NaN float32": (P, Q, D, torch.tensor([0.5, float("nan"), 0.5]).float(), None),
+    "p inf and vocabularies": (_set(P, float("inf")), Q[:, :3] / Q[:, :3].sum(-1, keepdim=True),
+                               D, U, None),
 }
 
 
@@ -71,7 +78,8 @@ def test_the_engine_refuses_what_gsd_core_refuses_with_its_message(name):
 def test_a_good_window_passes_both():
     """Negative control: the bank's base window is valid."""
     gsd_core.check_window(P, Q, D, U)
-    assert torch.equal(verify(P, Q, D, uniforms=U).tokens, gsd_core.verify(P, Q, D, uniforms=U).tokens)
+    expected = gsd_core.verify(P, Q, D, uniforms=U).tokens
+    assert torch.equal(verify(P, Q, D, uniforms=U).tokens, expected)
 
 
 @pytest.mark.parametrize("shapes", [(), ((3,),), ((2, 1, 4), (3, 1)), ((0,), (1,)),

@@ -115,7 +115,8 @@ def test_from_spans_accept_code_spellings_of_a_large_number(tmp_path, monkeypatc
     the file does not hold is still reported (negative control)."""
     monkeypatch.setattr(prose, "REPO", tmp_path)
     (tmp_path / "t.py").write_text("assert n == 7_013_158_912\nassert m == 39294851\n")
-    assert prose.check_from_spans("<!-- from: t.py -->7,013,158,912 and 39,294,851<!-- /from -->") == []
+    span = "<!-- from: t.py -->7,013,158,912 and 39,294,851<!-- /from -->"
+    assert prose.check_from_spans(span) == []
     assert prose.check_from_spans("<!-- from: t.py -->7,013,666,816<!-- /from -->") == [
         "from: 7,013,666,816 does not occur in t.py"]
 

@@ -15,6 +15,53 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``cli`` (``python -m gsd_lab``), ``figures``, ``evaluate`` (sharded runs), ``check_weights``
   (Lumina-mGPT), ``check_weights_janus`` and ``family_checks`` (the families' weight checks), on
   ``weight_checks`` (what they share).
+
+The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
+``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between
+versions.
+
+- decoding: ``generate`` (one image), ``generate_batch`` with ``DecodeRequest`` (several per
+  forward), ``DecodingMethod`` (what to run), ``DecodeResult`` (tokens, NFE, acceptance,
+  distortion, times);
+- a new acceptance rule: its gsd_core-style rule plus one ``AcceptanceSpec`` registered with
+  ``register_acceptance`` (tests/lab/test_acceptance_extension.py);
+- models: ``load_model`` (adapters by name), ``load_image_model`` (adapter, prompts, decoder
+  and quality proxies), ``CausalLMAdapter`` (the interface a new model implements);
+- runs: ``RunCache`` (configurations x prompts x seeds, with worker processes) and its
+  ``Recording`` settings;
+- the engine's ``verify``: gsd_core's ``verify``, bit for bit, with one host sync.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+PUBLIC = {  # name: the module that defines it
+    "generate": "gsd_lab.decode.loop",
+    "DecodeResult": "gsd_lab.decode.loop",
+    "generate_batch": "gsd_lab.decode.batch",
+    "DecodeRequest": "gsd_lab.decode.batch",
+    "DecodingMethod": "gsd_lab.decode.methods",
+    "AcceptanceSpec": "gsd_lab.decode.acceptance",
+    "register_acceptance": "gsd_lab.decode.acceptance",
+    "load_model": "gsd_lab.models",
+    "CausalLMAdapter": "gsd_lab.models.adapter",
+    "load_image_model": "gsd_lab.experiments.image_model",
+    "RunCache": "gsd_lab.experiments.runs",
+    "Recording": "gsd_lab.experiments.runs",
+    "verify": "gsd_lab.engine",
+}
+__all__ = sorted(PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'gsd_lab' has no attribute {name!r}")
+    return getattr(importlib.import_module(PUBLIC[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *PUBLIC])

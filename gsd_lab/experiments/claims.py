@@ -557,7 +557,8 @@ CLAIMS: tuple[Claim, ...] = (
         "theorem1_dynamic_clusters",
         "Theorem 1's conclusion (acceptance >= SD's) carries over to this package's "
         "DynamicClusters (window clipped at the ends, no filters)",
-        "stated for any partition of the vocabulary (paper.md 1.7); dynamic clusters are not one",
+        "stated for any partition of the vocabulary (GSD paper (arXiv 2508.07747), Theorem 1); "
+        "dynamic clusters are not one",
         "proofs/04_dynamic_counterexample.md",
         _theorem1,
         {"no": "holds for fixed partitions and partitions chosen from p alone (proofs/01, 05, 07); "

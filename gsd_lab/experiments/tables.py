@@ -5,10 +5,10 @@ tables are decoded once).
 
 The peer rule LANTERN (``gsd_core.lantern``) runs with k = ``LANTERN_K`` = 1001: the paper's and
 its code's default of 1000 neighbours, plus the drafted token itself (our k counts it), and the
-budgets delta: Table 1 uses the code's default 0.1 and its high-speed 0.4 (paper.md 4.1); the
-curves sweep ``LANTERN_DELTAS``, down to 0.001, because on the stand-in even delta = 0.01 more
-than halves SJD's NFE, so only small budgets reach the NFE range of GSD for a comparison of
-distortion at equal speed.
+budgets delta: Table 1 uses the code's default 0.1 and its high-speed 0.4 (LANTERN, arXiv
+2410.03355); the curves sweep ``LANTERN_DELTAS``, down to 0.001, because on the stand-in even
+delta = 0.01 more than halves SJD's NFE, so only small budgets reach the NFE range of GSD for a
+comparison of distortion at equal speed.
 
 The lossless frontier: SJD with coupled re-drafts (MC-SJD / SCD, ``gsd_lab.decode.coupling``,
 proofs/09), maximal and Gumbel, as rows and points, and the paper's GSD rule with maximally

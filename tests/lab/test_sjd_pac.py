@@ -1,7 +1,7 @@
 """SJD-PAC (Kang et al., CVPR 2026, arXiv 2603.18599; code KangJialiang/SJD-PAC, read at commit
 4fbc099): a documented finding, not a shipped method. Its released verification is not lossless.
 
-SJD-PAC adds to SJD (paper.md 4.5) *Adaptive Continuation* (AC: after the first rejection, every
+SJD-PAC adds to SJD (SJD-PAC (arXiv 2603.18599)) *Adaptive Continuation* (AC: after the first rejection, every
 later draft d of the window is tested against this pass's stale row s with a fresh uniform; kept
 if u < s(d)/q(d), else redrawn from (s - q)+; s becomes its q) and *Proactive Drafting* (PD: after
 a rejection, a K-ary tree of depth D over the next D - 1 positions, then a chain, verified in one

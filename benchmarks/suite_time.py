@@ -5,8 +5,8 @@ README renders (issue 41: ``scripts/test.sh`` in at most 12 minutes of pytest on
     python benchmarks/suite_time.py [--commit HEAD] [--out benchmarks/results/suite_time.json]
 
 Written: the commit, the usable cores, the load average before and after, pytest's own count
-line (passed, failed, skipped, errors) and its seconds, and the wall seconds of the whole run
-(installation included). The exit status is the suite's.
+line (passed, failed, skipped, errors) and its seconds, its slowest items, and the wall seconds
+of the whole run (installation included). The exit status is the suite's.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def pytest_summary(log: str) -> dict[str, object]:
     return {**counts, "seconds": float(last["seconds"])}
 
 
+def slowest(log: str) -> list[str]:
+    """The lines of pytest's "slowest N durations" block ("137.08s setup tests/...")."""
+    block = re.search(r"=+ slowest \d+ durations =+\n(?P<lines>.*?)\n=+", log, re.S)
+    return block["lines"].splitlines() if block else []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", default="HEAD")
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": round(load_after, 2),
         "returncode": run.returncode,
         "pytest": pytest_summary(log),
+        "slowest": slowest(log),
         "wall_seconds_with_installation": round(wall, 1),
     }
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -10,7 +10,10 @@ HYPOTHESIS_PROFILE=<name> overrides the choice.
 
 Under pytest-xdist (scripts/test.sh: one worker process per core) each worker's torch gets its
 share of the usable cores for intra-op threads, set before torch is imported: more threads than
-cores makes OpenMP's spinning threads stall each other. An explicit OMP_NUM_THREADS wins.
+cores makes OpenMP's spinning threads stall each other. An explicit OMP_NUM_THREADS wins. The
+files that take longest (``LONGEST_FIRST``, from the durations CI prints) are collected first,
+so that the workers start on them and finish together instead of one waiting on the other's
+last long file (xdist's ``--dist loadfile`` hands out files in collection order).
 """
 
 import os
@@ -26,6 +29,29 @@ _workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
 if _workers:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (_cores or 1) // int(_workers))))
+
+LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks, figures --quick
+    "tests/lab/test_lumina_end_to_end.py",
+    "notebooks/04_speedup_and_quality.ipynb",
+    "tests/lab/test_cli.py",
+    "notebooks/03_top100_replacement.ipynb",
+    "notebooks/02_top1_probability_histograms.ipynb",
+    "tests/lab/test_standin_training.py",
+    "tests/lab/test_reproducible_isa.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Items of the ``LONGEST_FIRST`` files first, in that order; the rest keep theirs."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+
+    def key(item):
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        return rank.get(path, len(rank))
+
+    items.sort(key=key)  # stable: the order within a file and among the rest is kept
+
 
 _profile = os.environ.get("HYPOTHESIS_PROFILE")
 if _profile:

@@ -449,6 +449,15 @@ class StreamedRunCache(RunCache):
             records.append(record)
         return records
 
+    def accounting_seconds(self) -> list[float]:
+        """Distortion accounting time per image, every planned configuration (guided or not),
+        read from the result rows: not only the configurations the tables have read so far."""
+        return [row["accounting_seconds"] for c in self.configurations for row in self._rows(c)]
+
+    def w1_seconds(self) -> list[float]:
+        """The W1 part of ``accounting_seconds``, per image, every planned configuration."""
+        return [row.get("w1_seconds", 0.0) for c in self.configurations for row in self._rows(c)]
+
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
         distance, a set statistic of the stand-in, from images decoded again from the tokens)."""

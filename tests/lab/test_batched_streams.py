@@ -117,6 +117,8 @@ def test_a_streamed_run_records_what_the_in_process_cache_records(model, tmp_pat
 
     streamed = _cache(model, tmp_path, batch_size)
     assert streamed.run() == 14
+    # every planned row's accounting time, before the tables read any configuration
+    assert len(streamed.accounting_seconds()) == len(streamed.w1_seconds()) == 14
     cache = RunCache(model, PROMPTS, [0], streamed.filters, recording=streamed.recording)
     exact = ("label", "prompt", "seed", "nfe", "acceptance_rate", "accepted_per_tested")
     if batch_size == 1:

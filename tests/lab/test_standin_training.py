@@ -10,7 +10,9 @@ from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin import data
 from gsd_lab.standin.__main__ import main
 
-TINY = ["--tiny", "--tokenizer-iterations", "2", "--tokenizer-patches", "3000", "--decoder-steps", "2"]
+# One thread: beside another xdist worker, a 2-thread pool stalls (and the setting outlives main).
+TINY = ["--tiny", "--threads", "1", "--tokenizer-iterations", "2", "--tokenizer-patches", "3000",
+        "--decoder-steps", "2"]
 
 
 AR_ARGS = ["--steps", "2", "--batch", "2", "--eval-every", "1"]

@@ -20,13 +20,15 @@ flags (``flags``, read back by ``from_flags``) and builds the gsd_core rule ``ve
 The specs of the package also give the flat fields earlier methods were stored with
 (``legacy_fields``: acceptance_scale, clusters, group_size, lantern_*, relaxation_delta,
 budget*, transport_*), so that ``DecodingMethod.to_dict`` and every stored run key stay as they
-were; ``from_flat`` reads them back. A new rule is its gsd_core rule plus one spec registered
-with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its methods are
-stored tagged, ``{"acceptance": {"rule": name, ...}}``. What the engine and the accounting ask of
-a rule beyond gsd_core's interface (fast paths, support masses, row slicing, couplings) are
-optional capabilities registered by the rule's class in ``gsd_lab.engine.capabilities``, next to
-the rule and its spec; a rule without them takes the documented generic path. This module
-imports no torch until a rule is built.
+were; ``from_flat`` reads them back.
+
+How to add a rule: two places, its gsd_core-style rule (``masses``, ``residual_weights``) and one
+spec registered with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its
+methods are stored tagged, ``{"acceptance": {"rule": name, ...}}``. A rule holding tensors
+defines ``rows(index)``, the rule of some of its rows (the accounting reads rows in chunks).
+Fast paths, support masses and couplings are optional capabilities
+(``gsd_lab.engine.capabilities``); without them a rule takes the documented generic path. This
+module imports no torch until a rule is built.
 """
 
 from __future__ import annotations

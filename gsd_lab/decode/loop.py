@@ -70,7 +70,8 @@ from gsd_core import (
     without_replacement_rows,
 )
 
-from ..accounting.distortion import DistortionLog, rows_of
+from ..accounting.distortion import DistortionLog
+from ..engine.capabilities import rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 from ..engine import draw, uses_support, verify
 from ..models.adapter import CausalLMAdapter
@@ -104,7 +105,7 @@ class DecodeResult:
     the sum of the emitted tokens' certified charges (at most the budget). tokens_processed:
     with candidates > 1, the input tokens of each forward pass (a tree forward reads 1 + k L, the
     first the prompt instead of 1); None otherwise (there it is drafted + 1, the first forward
-    drafted + the prompt).
+    drafted + the prompt). verifier: the method's ("token", or "block": a prefix decided jointly).
     """
 
     tokens: Tensor
@@ -123,6 +124,7 @@ class DecodeResult:
     w1: W1Estimate | None = None
     budget_spent: float | None = None
     tokens_processed: list[int] | None = None
+    verifier: str = "token"
 
     @property
     def overhead_seconds(self) -> float:
@@ -495,6 +497,7 @@ class DecodeLoop:
             distortion=self.log.result(num_tokens) if self.log is not None else None,
             accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
             draft=self.method.draft,
+            verifier=self.method.verifier,
             w1=w1,
             budget_spent=self.windows.spent if self.windows is not None else None,
             tokens_processed=self.processed if self.candidates > 1 else None,

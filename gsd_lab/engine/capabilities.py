@@ -20,15 +20,16 @@ answer, scaled where masses are concerned), so no caller unwraps it.
     coupling(rule)              the clusters coupling the emitted token with a Y ~ p
                                                                         generic: None (undefined)
 
-A rule with a parameter per row (a tensor whose first dimension runs over the rows it was built
-for) registers ``slice_rows`` for ``rows_of``: it slices every tensor field of the dataclass, so
-a new per-row field is sliced without a list of names. gsd_core's rules are registered here
-(they are used without specs too); a lab or outside rule registers next to its rule and spec
-(``decode.planned``, ``decode.relaxation_w1``; LANTERN's TV in ``accounting.distortion``;
-tests/lab/test_acceptance_extension.py):
+A rule holding tensors says how its rows slice. ``rows_of`` first asks the rule itself: a class
+that defines a method ``rows(index)`` answers (duck-typed, so an outside rule needs nothing
+besides its gsd_core rule and its spec: tests/lab/test_acceptance_extension.py); then the
+registry: ``slice_rows`` for a dataclass whose tensor fields run over its rows (every such field
+sliced, a new one included), ``shared_rows`` for tensors every row shares. gsd_core's rules are
+registered here (they hold no lab method); a lab rule may register next to its rule and spec
+(``decode.planned``, ``decode.relaxation_w1``):
 
-    @capabilities.rows_of.register(MyRule)
-    def _(rule, index): ...
+    class MyRule:
+        def rows(self, index): return MyRule(self.weight[index])
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, OptimalRelaxation
-from gsd_core.rules import Partition
+from gsd_core import (
+    SD,
+    Amplify,
+    DynamicClusters,
+    FixedPartition,
+    Lantern,
+    OptimalRelaxation,
+    Partition,
+)
 
 from .ranking import SupportSize, dynamic_masses
 
@@ -195,13 +203,20 @@ def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
 # --- the rows a rule was built for ---------------------------------------------------------------
 
 
-@singledispatch
 def rows_of(rule: object, index: slice | list[int]) -> object:
-    """The rule of some of the rows it was built for (``index`` along the rows' first dimension).
-    Generic: the rule itself, for a rule that holds no tensor (its parameters are every row's:
-    SD, rank bins, LANTERN). A rule holding tensors registers ``slice_rows`` (they run over its
-    rows), ``shared_rows`` (every row shares them: an embedding table) or its own; unregistered,
-    it is refused, since which of the two it is cannot be told from the tensors."""
+    """The rule of some of the rows it was built for (``index`` along the rows' first dimension):
+    the rule's own ``rows(index)`` where its class defines one, else its registration
+    (``rows_of.register``), else the rule itself for a rule that holds no tensor (its parameters
+    are every row's: SD, rank bins, LANTERN). A rule holding tensors with neither is refused,
+    since whether they run over the rows or are shared cannot be told from the tensors."""
+    own = getattr(type(rule), "rows", None)
+    if callable(own):
+        return own(rule, index)
+    return _registered_rows(rule, index)
+
+
+@singledispatch
+def _registered_rows(rule: object, index: slice | list[int]) -> object:
     held = sorted(
         name
         for name, value in getattr(rule, "__dict__", {}).items()
@@ -209,11 +224,15 @@ def rows_of(rule: object, index: slice | list[int]) -> object:
     )
     if held:
         raise ValueError(
-            f"{type(rule).__name__} holds tensors {held} but registers no rows_of: register "
-            "gsd_lab.engine.capabilities.rows_of for it (slice_rows if they run over the rows it "
-            "was built for, shared_rows if every row shares them)"
+            f"{type(rule).__name__} holds tensors {held} but has no rows method and registers no "
+            "rows_of: define rows(index) on it, or register gsd_lab.engine.capabilities.rows_of "
+            "(slice_rows if they run over the rows it was built for, shared_rows if every row "
+            "shares them)"
         )
     return rule
+
+
+rows_of.register = _registered_rows.register  # type: ignore[attr-defined]
 
 
 def shared_rows(rule: Any, index: slice | list[int]) -> Any:
@@ -235,9 +254,15 @@ def slice_rows(rule: Any, index: slice | list[int]) -> Any:
 
 rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
 rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
-rows_of.register(  # labels [V]: every row's partition; labels [..., V]: one partition per row
-    FixedPartition, lambda rule, index: slice_rows(rule, index) if rule.labels.ndim > 1 else rule
-)
+
+
+@rows_of.register
+def _(rule: FixedPartition, index: slice | list[int]) -> FixedPartition:
+    """labels [V] or [1, V]: every row's partition (broadcast), kept whole; [N, V], N > 1: one
+    partition per row, sliced."""
+    if rule.labels.ndim == 1 or rule.labels.shape[0] == 1:
+        return rule
+    return slice_rows(rule, index)
 
 
 @rows_of.register

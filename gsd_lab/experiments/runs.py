@@ -41,6 +41,7 @@ Two acceptance measures (per image, then averaged over images):
 - ``accepted_per_tested`` = accepted / tested, tested = accepted + the rejected position (one per
   window that rejected): the empirical probability that a *tested* draft is accepted, the
   quantity E[min(1, p(C)/q(C))] (= 1 - TV for singletons) that notebooks 01 and 05 compute.
+  None for block verification (it decides a window's prefix jointly, not draft by draft).
 """
 
 from __future__ import annotations
@@ -139,7 +140,10 @@ class GenerationRecord:
 
 
 def accepted_per_tested(result: DecodeResult) -> float | None:
-    """accepted / tested over the windows of one generation (module docstring); None for AR."""
+    """accepted / tested over the windows of one generation (module docstring); None for AR, and
+    for block verification, which accepts a prefix jointly and tests no draft on its own."""
+    if result.verifier == "block":
+        return None
     tested = sum(a + (1 if a < d else 0) for a, d in zip(result.accepted, result.drafted) if d > 0)
     return sum(result.accepted) / tested if tested else None
 

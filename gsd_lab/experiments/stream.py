@@ -14,17 +14,18 @@ files, same refusal of a folder holding another run (``RunMismatch`` naming what
 re-run skips every result already on disk, so a crash costs at most the images in flight and
 nothing is counted twice: the tables read exactly one row per (configuration, seed, prompt).
 
-Order and sharding: the work items are (prompt, configuration, seed), prompt-major, so a run
-stopped early has every configuration on its first prompts; process r of N
-(torchrun's RANK / WORLD_SIZE) takes items r, r + N, ... No collective is used: ranks other
-than 0 exit when their items are done, rank 0 then waits for the result files of the others
-and writes the tables (torchrun stops every process when one fails).
+Order and sharding: the work items are listed prompt-major (prompt, then configuration, then
+seed); process r of N (torchrun's RANK / WORLD_SIZE) takes items r, r + N, ... of that list. No
+collective is used: ranks other than 0 exit when their items are done, rank 0 then waits for the
+result files of the others and writes the tables (torchrun stops every process when one fails).
 
-Batches: a rank decodes its unfinished items through the one run path
-(``runs.decode_items``, ``Recording.batch_size`` B images per forward: ``figures --paper
---batch-size``; default per device, ``gsd_lab.models.batched.default_batch_size``), in the same
-order, in chunks of ``CHUNK_BATCHES`` x B items (split by guidance: CFG is one setting per
-forward), writing each result file as its image finishes. Every image's tokens, NFE and
+Batches: a rank decodes its unfinished items through the one run path (``runs.decode_items``,
+``Recording.batch_size`` B images per forward: ``figures --paper --batch-size``; default per
+device, ``gsd_lab.models.batched.default_batch_size``) in chunks of ``CHUNK_BATCHES`` x B items
+taken in list order. Within a chunk the guided items are decoded first, then the unguided ones
+(CFG is one setting per forward), so a run stopped early has its first chunks' prompts on every
+configuration, not an exact prefix of the list. Each result file is written as its image
+finishes. Every image's tokens, NFE and
 accepted counts are those of B = 1 (its generator is seeded the same;
 ``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors agree within
 1e-12 (the batched forward may round the last bit),
@@ -194,6 +195,13 @@ class StreamedRunCache(RunCache):
             if row is not None:
                 self._done.add((index, config, seed))
                 self._nfe[config].append(row["nfe"])
+
+    def prefetch(self, specs: list[MethodSpec]) -> None:
+        """A no-op for the planned configurations: ``plan`` and ``run`` decode them into result
+        files, which ``records`` reads (``RunCache.prefetch`` would decode them again in memory,
+        beside the files). A spec that is no guided configuration of the plan is refused."""
+        for spec in specs:
+            self._config(spec)
 
     def done(self, item: tuple[int, Configuration, int]) -> bool:
         return item in self._done

@@ -1,8 +1,9 @@
 """A new acceptance rule is two places: its gsd_core-style rule and one spec (issue 38).
 
-Here, outside the package: ``ShiftedSD``, a toy lossy rule (accept min(1, (p(x) + s) / q(x)),
-residual norm((p - q)+)), and ``ShiftedAcceptance``, its spec, registered with
-``register_acceptance``. With nothing else changed it decodes through ``generate`` and
+Here, outside the package: ``ShiftedSD``, a toy lossy rule (accept min(1, (p(x) + s_i) / q(x)),
+residual norm((p - q)+)) holding a tensor of shifts that its own ``rows`` method slices (what
+``engine.capabilities.rows_of`` asks a rule first, so nothing is registered for it), and
+``ShiftedAcceptance``, its spec, registered with ``register_acceptance``. With nothing else changed it decodes through ``generate`` and
 ``generate_batch`` (the same tokens), serialises tagged, and the command line offers its flag and
 refuses a bad value naming it. Negative controls: the rule changes the tokens of SJD, and an
 unregistered rule is unknown to ``from_dict`` and the parser."""
@@ -27,17 +28,26 @@ from gsd_lab.decode.methods import DecodingMethod
 NUM_TOKENS = 24
 
 
-@dataclass(frozen=True)
-class ShiftedSD:
-    """The toy rule, in gsd_core's interface: P(x) = p(x) + shift, Q(x) = q(x)."""
+ROWS_ASKED: list[object] = []  # the indices ShiftedSD.rows was asked for
 
-    shift: float
+
+@dataclass(frozen=True, eq=False)
+class ShiftedSD:
+    """The toy rule, in gsd_core's interface: P(x) = p_i(x) + shift_i, Q(x) = q_i(x); shift [N]
+    one per row, or [1] for every row."""
+
+    shift: Tensor
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        return p.gather(-1, x) + self.shift, q.gather(-1, x)
+        return p.gather(-1, x) + self.shift.to(p.dtype).unsqueeze(-1), q.gather(-1, x)
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:
         return token_residual(p, q)
+
+    def rows(self, index: slice | list[int]) -> ShiftedSD:
+        """The rule of some of its rows: a shift [1] is every row's, a shift [N] is sliced."""
+        ROWS_ASKED.append(index)
+        return self if self.shift.numel() == 1 else ShiftedSD(self.shift[index])
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ class ShiftedAcceptance(AcceptanceSpec):
             raise ValueError(f"shift must lie in (0, 1], got {self.shift!r}")
 
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> ShiftedSD:
-        return ShiftedSD(self.shift)
+        return ShiftedSD(torch.tensor([self.shift], dtype=torch.float64))
 
 
 @pytest.fixture
@@ -165,18 +175,26 @@ def test_a_new_rule_goes_through_the_exact_accounting(registered, tiny):
     excess = (p - q).clamp(min=0)
     out = q * accept + (1 - alpha) * excess / excess.sum(-1, keepdim=True)
     formula = 0.5 * (out - p).abs().sum(-1)
-    tv = exact_distortion(p, q, ShiftedSD(0.1))
+    tv = exact_distortion(p, q, ShiftedSD(torch.tensor([0.1], dtype=torch.float64)))
     torch.testing.assert_close(tv, formula, rtol=0, atol=1e-12)
     assert bool((tv > 1e-3).all()) and float(exact_distortion(p, q).abs().max()) < 1e-15
-    assert not substitution_defined(ShiftedSD(0.1))
+    assert not substitution_defined(ShiftedSD(torch.tensor([0.1], dtype=torch.float64)))
+    per_row = ShiftedSD(torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64))  # shift [3]
+    ROWS_ASKED.clear()
+    chunked = exact_distortion(p, q, per_row, max_elements=8)  # a row a chunk: its own rows
+    assert ROWS_ASKED == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    torch.testing.assert_close(chunked, exact_distortion(p, q, per_row), rtol=0, atol=1e-15)
+    assert float(chunked[0]) < 1e-15 < float(chunked[2])  # shift 0 is SD; shift 0.2 distorts
 
     prompt, uncond = tiny.encode("1")
     method = DecodingMethod("sjd", window=4, acceptance=ShiftedAcceptance(0.5))
+    ROWS_ASKED.clear()
     result = generate(
         tiny.adapter, prompt, method, num_tokens=NUM_TOKENS, uncond_prompt_ids=uncond,
         generator=torch.Generator().manual_seed(0), record_distortion=True, record_w1=True,
         w1_draws=None,
     )
+    assert ROWS_ASKED  # the loop asked the rule for its window's rows (no registration)
     assert torch.equal(result.tokens, _decode(tiny, method, 0))  # accounting draws nothing
     assert float(result.distortion.max()) > 1e-3  # the lossy rule distorts, by its exact TV
     assert result.w1.draws is None and result.w1.mean > 0 and result.w1.substitution is None

@@ -236,3 +236,14 @@ def test_default_batch_size_per_device():
     assert default_batch_size("cpu") == default_batch_size(torch.device("cpu")) == CPU_BATCH_SIZE
     assert default_batch_size("cuda:1") == default_batch_size("cuda") == 8
     assert default_batch_size("meta") == CPU_BATCH_SIZE
+
+
+def test_prefetch_decodes_nothing_and_refuses_an_unplanned_configuration(model, tmp_path):
+    """The plan decodes into result files: ``prefetch`` of planned configurations decodes nothing
+    (no records in memory, no files), and one outside the plan is refused by name."""
+    cache = _cache(model, tmp_path, batch_size=2)
+    cache.prefetch(SPECS)
+    assert cache.decoded() == {} and _rows(tmp_path) == {}
+    unplanned = MethodSpec("SJD-8", DecodingMethod("sjd", window=8))
+    with pytest.raises(ValueError, match="SJD-8 .* is not a configuration of this paper run"):
+        cache.prefetch([unplanned])

@@ -63,6 +63,18 @@ def test_row_slicing_takes_every_per_row_field_including_a_new_one():
     assert rows_of(shared, [1]) is shared  # labels [V]: every row's partition
 
 
+def test_labels_of_one_row_broadcast_and_are_kept_whole():
+    """labels [1, V] broadcast over every row: rows 2.. of them are the one row, not an
+    IndexError (the old slicing indexed the single row with the caller's row index)."""
+    p, q = _rows(4, 6, 3)
+    one = FixedPartition(torch.tensor([[0, 0, 1, 1, 2, 2]]))
+    assert rows_of(one, [3]) is one and rows_of(one, slice(2, 4)) is one
+    chunked = exact_distortion(p, q, one, max_elements=6)  # one row a chunk: rows_of per chunk
+    torch.testing.assert_close(chunked, exact_distortion(p, q, one), rtol=0, atol=1e-15)
+    many = FixedPartition(torch.tensor([[0, 0, 1, 1, 2, 2], [0, 1, 1, 2, 2, 2]]))
+    assert rows_of(many, [1]).labels.shape == (1, 6)  # N > 1: sliced (negative control)
+
+
 @dataclass(frozen=True)
 class PerRowShift:
     """An outside rule with a parameter per row: P(x) = p(x) + shift_i, Q(x) = q(x)."""
@@ -87,7 +99,8 @@ rows_of.register(SlicedShift, slice_rows)
 def test_a_rule_holding_tensors_must_say_how_its_rows_slice():
     p, q = _rows(5, 7, 1)
     shift = torch.linspace(0.0, 0.2, 5, dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"PerRowShift holds tensors \['shift'\] but registers no"):
+    refused = r"PerRowShift holds tensors \['shift'\] but has no rows method"
+    with pytest.raises(ValueError, match=refused):
         exact_distortion(p, q, PerRowShift(shift), max_elements=2 * 7)  # 2 rows a chunk
     rule = SlicedShift(shift)
     chunked = exact_distortion(p, q, rule, max_elements=2 * 7)

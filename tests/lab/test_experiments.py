@@ -124,6 +124,25 @@ def test_two_acceptance_measures(tiny):
     assert 0 <= rows[1]["acceptance_rate"] <= rows[1]["accepted_per_tested"] <= 1
 
 
+def test_block_verification_reports_no_accepted_per_tested(tiny):
+    """Block verification accepts a prefix jointly, testing no draft alone: no accepted / tested
+    (None, nan in the records), while its acceptance rate and SJD's measure stay."""
+    from dataclasses import replace
+
+    from gsd_lab.decode.loop import DecodeResult
+    from gsd_lab.experiments.runs import accepted_per_tested
+
+    token = DecodeResult(torch.zeros(9, dtype=torch.long), 4, [1, 4, 0, 0], [4, 4, 4, 0], 5 / 12,
+                         1.0, 1.0, "sjd", 4)
+    assert accepted_per_tested(token) == pytest.approx(5 / 7)  # negative control
+    assert accepted_per_tested(replace(token, verifier="block")) is None
+    cache = RunCache(tiny, ["0"], [0], FilterSettings())
+    block = MethodSpec("block", DecodingMethod("sjd", window=4, verifier="block"))
+    record = cache.records(block)[0]
+    assert record.accepted_per_tested is None and 0 < record.acceptance_rate <= 1
+    assert cache.table([block], block)[0]["accepted_per_tested"] is None
+
+
 def test_rules_for_cluster_size_have_that_many_members():
     p = torch.softmax(torch.randn(40, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
     middle = torch.argsort(p, descending=True)[20]  # ranked in the middle: a full window

@@ -61,13 +61,6 @@ class OptimalRelaxation:
         else:
             object.__setattr__(self, "delta", float(delta))
 
-    def of_rows(self, index: slice | list[int]) -> "OptimalRelaxation":
-        """The rule of some of the rows it was built for: a per-row delta indexed along its
-        first dimension; a float delta is every row's (the rule itself)."""
-        if isinstance(self.delta, Tensor) and self.delta.ndim >= 1:
-            return OptimalRelaxation(self.delta[index])
-        return self
-
     def mixing(self, p: Tensor, q: Tensor) -> Tensor:
         """lam = min(1, delta / T) per row, T = TV(p, q) (1 where T = 0): [..., 1]."""
         total = 0.5 * fixed_order_sum((p - q).abs(), keepdim=True)

@@ -508,7 +508,7 @@ _EDGE_BYTES = 2**20
 
 def _file_digest(path: Path) -> str:
     """SHA-256 of the file (files above 64 MiB: of its size, first and last MiB, which tells
-    apart any two checkpoints met in practice without reading 14 GB)."""
+    apart any two checkpoints met in practice without reading a whole multi-GB checkpoint)."""
     size = path.stat().st_size
     digest = hashlib.sha256()
     with path.open("rb") as handle:

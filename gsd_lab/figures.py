@@ -81,8 +81,8 @@ class FigureSizes:
     # The frontier (experiments.frontier): its seeds (() for none; the tables' seeds are read
     # from their cache), GSD's G, the relaxation's deltas, the TV dial's budgets, whether the
     # naive rivals ("amplify": k = 2, "lantern": delta = 0.1) and the maximal-coupled curves
-    # are in it. LANTERN is left out by default: about 100 s more (its accounting), over the
-    # frontier's budget of about 12 minutes on the default figures job.
+    # are in it. LANTERN is left out by default: its accounting would exceed the frontier's
+    # share of the default figures job.
     frontier_seeds: tuple[int, ...] = (0, 1, 2)
     frontier_group: int = 50
     frontier_deltas: tuple[float, ...] = (0.1, 0.3)
@@ -106,9 +106,9 @@ class FigureSizes:
             table2_group=25,
             pareto_groups=(3, 25),
             pareto_amplify=(2.0,),
-            # No LANTERN: its k = 1001 neighbourhood table over the stand-in's vocabulary and its
-            # rows took 27 s of 264 (cProfile, loaded 2-core CPU); nbval's notebook 04 (its live
-            # check) builds that table, test_experiments decodes LANTERN rows through the tables.
+            # No LANTERN: its k = 1001 neighbourhood table over the stand-in's vocabulary is a
+            # large share of the quick run; nbval's notebook 04 (its live check) builds that
+            # table, test_experiments decodes LANTERN rows through the tables.
             table1_lantern=(),
             pareto_lantern=(),
             distortion_rank_groups=(25,),

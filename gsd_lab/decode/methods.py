@@ -160,7 +160,7 @@ def distance_quantile(emb: Any, quantile: float, *, seed: int = 0) -> float:
         keep = a != b
         a, b = a[keep], b[keep]
         # In chunks of rows: each row's sum is taken alone, so the values are those of one
-        # [10^6, D] difference, without its 2 x 2 GB of temporaries.
+        # [10^6, D] difference, without its temporaries of that size.
         distance = torch.cat(
             [
                 (emb[a[i : i + 65536]] - emb[b[i : i + 65536]]).square().sum(-1)
@@ -460,7 +460,7 @@ class DecodingMethod:
         distance filter uses). ``embeddings`` [V, D]: the rows that define distances (default
         ``adapter.embeddings``). ``cache``: a dict kept by the caller for one adapter and one set
         of embeddings, so that the LANTERN table, the distance threshold and the k-means
-        partition are built once (LANTERN at V = 8192 takes about 12 s)."""
+        partition are built once (LANTERN's is O(V^2 D))."""
         method = self.for_model(model_name)
         cache = {} if cache is None else cache
         emb = adapter.embeddings if embeddings is None else embeddings

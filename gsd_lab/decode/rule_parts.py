@@ -72,8 +72,7 @@ def _static_partition(adapter: Any, embeddings: Any, size: int) -> object:
 
 
 # Content neighbour tables, keyed by (SHA-256 of the float64 content rows and their token ids,
-# V, k): one per model's content and k, built once per process (10-35 s at V = 8192, measured
-# on a shared CPU).
+# V, k): one per model's content and k, built once per process.
 _NEIGHBOUR_CACHE: dict[tuple[str, int, int], Any] = {}
 
 

@@ -543,9 +543,9 @@ class RunCache:
 
     ``recording``: what each image records and its batch size (``Recording``; default: top-1,
     TV, and W1 where the model knows its codes' content, one image at a time). ``progress``: a
-    tqdm bar to advance per image (or None). ``progress_lines`` (default: on for Lumina-mGPT,
-    whose images take minutes): a line per configuration at most every 30 s on stderr with its
-    images done / to do and ETA, and how many configurations are done. mix_configurations: False
+    tqdm bar to advance per image (or None). ``progress_lines`` (default: on for Lumina-mGPT):
+    a line per configuration on stderr, at most every ``ProgressLog`` interval, with its images
+    done / to do and ETA, and how many configurations are done. mix_configurations: False
     (default) decodes each configuration's images in a batch stream of their own in
     ``prefetch``, so an image shares its forwards only with images of its configuration and its
     ``wall_seconds`` (its share of them) is that configuration's decoding time per image at this

@@ -33,9 +33,8 @@ accepted counts are those of B = 1 (its generator is seeded the same;
 part of a run's identity: a run started at one batch size resumes at another.
 
 Memory: the tables hold, per row, the scalars of a ``GenerationRecord`` (no tokens, images or
-top-1 vectors; 365 bytes each, measured: 12.3 MB for 21 x 1,600); tokens are read back, and
-decoded to pixels, only for the detail analyses, which use at most ``FigureSizes.detail_images``
-prompts.
+top-1 vectors); tokens are read back, and decoded to pixels, only for the detail analyses, which
+use at most ``FigureSizes.detail_images`` prompts.
 """
 
 from __future__ import annotations
@@ -471,7 +470,7 @@ class StreamedRunCache(RunCache):
         distance, a set statistic of the stand-in, from images decoded again from the tokens)."""
         if spec.key not in self._quality:
             config = self._config(spec)
-            # One score per row kept, not the rows (their tokens: ~85 kB each in Python at 768 px).
+            # One score per row kept, not the rows (their tokens are large in Python).
             per_row = [row.get("condition_score") for row in self._rows(config)]
             out: dict[str, Any] = {}
             scores = None

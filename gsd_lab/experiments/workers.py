@@ -20,7 +20,7 @@ those last bits: a uniform within ~1e-16 of an acceptance threshold could decide
 
 Processes are forked (the model, its resolved rules and the caches built so far are shared
 copy-on-write; nothing is loaded again), after ``prepare`` (e.g. ``warm_caches``: the
-embedding filter's table built once, ~4 s on the stand-in); each worker sets one intra-op
+embedding filter's table built once); each worker sets one intra-op
 thread and returns its unit's result by pickle. On a GPU, or with one worker, the units run in
 this process, in order; on a CPU with one intra-op thread too (the previous count restored
 afterwards), since float64 sums split over another number of threads can differ in the last

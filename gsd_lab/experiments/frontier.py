@@ -84,17 +84,15 @@ def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
 def dial(budget: float, draft: str = "maximal") -> MethodSpec:
     """The certified TV dial: budget B per image, policy "sure" with cap 0.5 (``DIAL_POLICY``,
     ``DIAL_CAP``), drafts ``draft``."""
-    return MethodSpec(
-        f"TV dial (B={budget:g}{_drafts(draft)})",
-        DecodingMethod(
-            "sjd",
-            budget=float(budget),
-            budget_measure="tv",
-            budget_policy=DIAL_POLICY,
-            budget_cap=DIAL_CAP,
-            draft=draft,
-        ),
-    )
+    return _dial("TV dial", "tv", DIAL_POLICY, DIAL_CAP, budget, draft)
+
+
+def _dial(name: str, measure: str, policy: str, cap: float, budget: float, draft: str
+          ) -> MethodSpec:
+    """SJD with the certified dial: budget B in ``measure``, ``policy`` and per-token ``cap``."""
+    method = DecodingMethod("sjd", budget=float(budget), budget_measure=measure,
+                            budget_policy=policy, budget_cap=cap, draft=draft)
+    return MethodSpec(f"{name} (B={budget:g}{_drafts(draft)})", method)
 
 
 def transport(eps: float, draft: str = "maximal") -> MethodSpec:
@@ -109,17 +107,7 @@ def transport(eps: float, draft: str = "maximal") -> MethodSpec:
 def w1_dial(budget: float, draft: str = "maximal") -> MethodSpec:
     """The W1 dial: budget B per image in content-distance units, policy "cap" with cap
     ``W1_DIAL_CAP`` per token, drafts ``draft`` (proofs/13 says what it certifies)."""
-    return MethodSpec(
-        f"W1 dial (B={budget:g}{_drafts(draft)})",
-        DecodingMethod(
-            "sjd",
-            budget=float(budget),
-            budget_measure="w1",
-            budget_policy=W1_DIAL_POLICY,
-            budget_cap=W1_DIAL_CAP,
-            draft=draft,
-        ),
-    )
+    return _dial("W1 dial", "w1", W1_DIAL_POLICY, W1_DIAL_CAP, budget, draft)
 
 
 def frontier_curves(
@@ -270,10 +258,7 @@ def matched_distortion(
     check_matching(measure, resamples)
     out = []
     for reference, other in pairs:
-        ref_rows, other_rows = curves.get(reference) or [], curves.get(other) or []
-        if not ref_rows or not other_rows:
-            continue
-        paired = paired_curves(ref_rows, other_rows, measure, resamples, seed, (reference, other))
+        paired = paired_curves(curves, (reference, other), measure, resamples, seed)
         if paired is None:
             continue
         rows, n, k = paired.rows, paired.n, paired.k

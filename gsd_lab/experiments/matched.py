@@ -85,15 +85,18 @@ class PairedCurves:
 
 
 def paired_curves(
-    ref_rows: list[dict[str, Any]],
-    other_rows: list[dict[str, Any]],
+    curves: dict[str, list[dict[str, Any]]],
+    names: tuple[str, str],
     measure: str,
     resamples: int,
     seed: int,
-    names: tuple[str, str],
 ) -> PairedCurves | None:
-    """``PairedCurves`` of the two curves' rows (None when a row lacks ``measure`` or NFE per
-    image); rows of other images raise ValueError naming ``names``."""
+    """``PairedCurves`` of the curves named ``names`` (reference, other) in ``curves`` (None
+    when either has no rows, or a row lacks ``measure`` or NFE per image); rows of other images
+    raise ValueError naming them."""
+    ref_rows, other_rows = curves.get(names[0]) or [], curves.get(names[1]) or []
+    if not ref_rows or not other_rows:
+        return None
     rows = ref_rows + other_rows
     keys = {
         (tuple(r["per_image"]["prompt"]), tuple(r["per_image"]["seed"]))
@@ -136,13 +139,9 @@ def matched_nfe(
     images, verdict. Curves or measures missing from the run give no rows; rows of one curve on
     other images raise ValueError."""
     check_matching(measure, resamples)
-    ref_rows = curves.get(reference) or []
     out: list[dict[str, Any]] = []
     for other in others:
-        other_rows = curves.get(other) or []
-        if not ref_rows or not other_rows:
-            continue
-        paired = paired_curves(ref_rows, other_rows, measure, resamples, seed, (reference, other))
+        paired = paired_curves(curves, (reference, other), measure, resamples, seed)
         if paired is None:
             continue
         rows, n, k = paired.rows, paired.n, paired.k

@@ -1,61 +1,46 @@
 """Autoregressive (AR), Speculative Jacobi (SJD, arXiv 2410.01699) and Grouped Speculative
-(GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1.
+(GSD, arXiv 2508.07747) decoding over a ``CausalLMAdapter``, batch size 1 (as the papers measure
+latency; ``decode.batch.generate_batch``: many images per forward, each as it is here).
 
-One loop serves all three; what a method is (kind, acceptance rule, residual, drafting,
-window, preset) is one ``gsd_lab.decode.methods.DecodingMethod``. State: the committed tokens
-x_0..x_{n-1} (the cache holds the prompt and every committed token except the last) and a window of
-L drafts d_0..d_{L-1} for generated positions n..n+L-1, each with the distribution q_i it was drawn
-from.
+One loop serves all three; a method (kind, acceptance rule, residual, drafting, window, preset)
+is one ``decode.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-1} (the cache
+holds the prompt and all but the last) and a window of L drafts d_0..d_{L-1} for positions
+n..n+L-1, each with the law q_i it was drawn from.
 
-Each iteration is one forward pass over [x_{n-1}, d_0, ..., d_{L-1}] (the first iteration
-feeds [prompt, d_0, ...]: the prefill is part of it and counted in nfe). Its L + 1 output rows
-p_0..p_L are the target distributions of positions n..n+L given the drafts before them.
-``gsd_lab.engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit) accepts a
-prefix d_0..d_{a-1} (position i accepts with probability min(1, p_i(C)/q_i(C)), C = {d_i} for
-SJD, the GSD cluster otherwise; the rule is ``ResolvedMethod.rule`` of the method)
-and emits one more token: drawn from the residual of row a at a rejection, or from the bonus
-row p_L when all L are accepted. So every forward commits a + 1 >= 1 tokens. The cache is
-cropped to the accepted length. The positions after a rejection keep Jacobi drafts: for
-j = a+1..L a new draft is sampled from this iteration's p_j and that row becomes its q (the
-bonus row p_L drafts position n+L), independently of the draft the position held (SJD) or
-coupled to it (``DecodingMethod.draft`` "maximal" or "gumbel", MC-SJD / SCD:
-``gsd_lab.decode.coupling``; the new draft's law is still p_j, the q verify is given); fresh drafts
-refill the window: uniform over the allowed tokens with one-hot q (``init="random"``), or the
-committed/drafted token one image row up (``init="repeat_row"``; one-hot q, random while no row is
-above).
+Each iteration is one forward over [x_{n-1}, d_0, ..., d_{L-1}] (the first feeds the prompt:
+the prefill is counted in nfe); its rows p_0..p_L are the targets of positions n..n+L.
+``engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit; the rule is
+``ResolvedMethod.rule``) accepts a prefix d_0..d_{a-1} (position i with probability
+min(1, p_i(C)/q_i(C)), C = {d_i} for SJD, the GSD cluster otherwise) and emits one more token:
+from the residual of row a at a rejection, or from the bonus row p_L. So every forward commits
+a + 1 >= 1 tokens; the cache is cropped to them. Positions j = a+1..L are re-drafted from this
+pass's p_j, which becomes their q (p_L drafts position n+L): independently (SJD) or coupled to
+the draft held (``draft`` "maximal" / "gumbel", MC-SJD / SCD: ``decode.coupling``; the law is
+still p_j). Fresh drafts refill the window with one-hot q: uniform over the allowed tokens
+(``init="random"``) or the token one image row up (``init="repeat_row"``; random without a row
+above). ``verifier="block"`` verifies with ``gsd_core.verify_block`` (Sun et al.: the last
+passing prefix, then the modified residual; lossless with independent drafts, proofs/14; its
+input checks read the rows on the host).
 
-``DecodingMethod.verifier="block"`` verifies the window with ``gsd_core.verify_block`` instead
-(Sun et al.'s block verification: the last passing prefix, then the modified residual; lossless
-with independent drafts, proofs/14; its input checks read the rows on the host).
+SJD is exact (each token an exact draw from the AR law: a draft's q is its law given everything
+verification conditions on, and drafts are independent of the iteration's uniforms; coupled
+drafts too, proofs/09); GSD's dynamic clusters are lossy by design. AR is the loop with L = 0.
+The window is capped at the tokens still needed minus one (the bonus row gives the last), so
+L = 0 steps occur at the end of SJD/GSD too.
 
-With clusters=None (SJD) each committed token is an exact draw from the AR distribution
-(standard speculative sampling; a draft's q is exactly the distribution it was drawn from
-given everything verification conditions on, and drafts are independent of the current
-iteration's uniforms; with coupled drafts too: proofs/09_coupled_drafts.md). GSD's dynamic clusters
-are lossy by design (see gsd_core). Kind "ar" is the same loop with L = 0: one token per
-forward, sampled from p_0. The window is capped at the tokens still needed minus one (the
-bonus row supplies the last), so L = 0 steps can occur at the very end of SJD/GSD too.
+All randomness comes from ``generator`` (on the adapter's device). Host syncs: one status read
+per forward (the accepted count and sum(p); a non-finite p raises ``FloatingPointError`` naming
+the forward and positions). verify adds one per step only for ``DynamicClusters`` ranking by p
+without the adapter's support of p (CPU adapters give one): the widest support it ranks
+(``gsd_lab.engine``; tests/lab/test_engine_costs.py). Rules fixed per step add their own: a
+budget reads the window's L totals (and its forced positions), the transport relaxation and
+the W1 dial plan on the CPU (p and q copied to the host each step).
 
-All randomness comes from ``generator`` (on the adapter's device). One image per call, as the
-papers measure latency at batch 1 (``gsd_lab.decode.batch.generate_batch``: many images per
-forward, each as it is here). Each forward pass is followed by one status read of the
-device (the accepted count and the sum of p); a non-finite distribution (NaN or inf from the
-model) raises ``FloatingPointError`` naming the forward pass and the generated positions,
-at the step it appears. verify adds one read per step (L > 0) only for ``DynamicClusters``
-ranking by p without the adapter's support of p (the adapter computes one on CPU only): the
-widest support it ranks (``gsd_lab.engine``); every other fixed rule adds none (measured:
-tests/lab/test_engine_costs.py). The rules fixed per step from the rows add reads of their own:
-a budget's allowances read the window's L totals (and which positions are forced, with random
-drafts there, in the same read), and the transport relaxation and the W1 dial
-plan on the CPU (p and q copied to the host every step).
-
-``runner="static"`` runs the same loop on ``gsd_lab.models.static.StaticEngine`` (a static KV
-cache rolled back by cache position, fixed window shapes, the forward captured as a CUDA graph
-on a GPU): same draws, same tokens where the arithmetic is the same (that module's docstring),
-and the step's status read stays its only host sync for the fixed rules, GSD's
+``runner="static"`` runs the loop on ``models.static.StaticEngine`` (a static KV cache rolled
+back by position, fixed window shapes, a CUDA graph on a GPU): same draws, same tokens where the
+arithmetic is the same, and the status read stays its only sync for the fixed rules, GSD's
 ``DynamicClusters`` included.
 """
-
 from __future__ import annotations
 
 import math

@@ -2,23 +2,19 @@
 naive lossy rivals and the optimal lossy rules (issue 30), and the one-step Pareto line they all
 sit under.
 
-**Configurations** (``frontier_curves``, one function, so a new rule is one more entry): the
-points MC-SJD (maximal), GSD (G), MC-GSD (G, maximal), the naive rivals Amplify (k = 2) and
-LANTERN (delta = 0.1) as asked (``rivals``; the figures leave LANTERN out for time), and the
-curves of the optimal rules: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``,
-``DecodingMethod(relaxation_delta=d)``) from SJD (d = 0) with independent drafts and from MC-SJD
-with maximal-coupled drafts, and the certified TV dial (``budget=B``, policy "sure", maximal
-drafts) from MC-SJD (B = 0); the W1 transport relaxation (``DecodingMethod(transport_eps=e)``,
-``gsd_lab.decode.relaxation_w1``, k = 16 content neighbours) and the W1 dial (``budget=B``,
-``budget_measure="w1"``, policy "cap", cap ``W1_DIAL_CAP``), both with maximal drafts from
-MC-SJD (eps = 0, B = 0). Every configuration decodes the same images: the run's prompts x
-``seeds`` (the figures: 10 classes x seeds 0, 1, 2).
+**Configurations** (``frontier_curves``: a new rule is one more entry): the points MC-SJD
+(maximal), GSD (G), MC-GSD (G, maximal), the ``rivals`` Amplify (k = 2) and LANTERN
+(delta = 0.1); the curves of the optimal rules from their lossless end: the TV-optimal relaxation
+(``relaxation_delta``) from SJD and, with maximal drafts, from MC-SJD; the certified TV dial
+(``budget``, policy "sure"), the W1 transport relaxation (``transport_eps``, k = 16 content
+neighbours) and the W1 dial (``budget_measure="w1"``, policy "cap", cap ``W1_DIAL_CAP``), all
+with maximal drafts from MC-SJD. Every configuration decodes the same images, the run's
+prompts x ``seeds``.
 
-**Runs** (``FrontierRuns``): the figures' ``RunCache`` already decodes seed 0 of every
-configuration of its tables; a configuration's key (``MethodSpec.key``: the method with its
-filters, the seed offset) is the same here, so those images are read from that cache and only
-the other seeds (and the new configurations) are decoded, in caches of their own. Every row
-records TV and W1 (the W1 log keeps each row's own rule, so dials and transport included).
+**Runs** (``FrontierRuns``): a configuration's key (``MethodSpec.key``) is the one of the
+figures' ``RunCache``, so the images of its seeds are read from that cache and only the other
+seeds (and new configurations) are decoded, in caches of their own. Every row records TV and W1
+(the W1 log keeps each row's own rule, dials and transport included).
 
 **Matched distortion** (``matched_distortion``): at the reference point's mean distortion (GSD
 G = 50's TV, then its W1), each optimal rule's curve is read by linear interpolation in the

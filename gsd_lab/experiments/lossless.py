@@ -21,11 +21,10 @@ accepted count in the loop moves it (tests/lab/test_notebook04_checks_power.py).
 Which drafts a check uses decides which bugs it can see. With uniformly random drafts (one-hot
 q = e_x, x uniform over the K allowed tokens), resampling from p instead of the residual
 norm((p - q)+) is still lossless on average over x (the emitted law is p(y)/K + (1 - 1/K) p(y)
-= p(y)), so that classic bug shows only at Jacobi re-drafts: measured, it passes 1000 decodes
-with window 2 (p-values 0.017 to 0.54 over 3 seeds) and 3000 decodes for 3 seeds of 4. Drafts
-that repeat the previous token (``init="repeat_row"`` with ``ROW_LENGTH`` = 1 token per row)
-have a non-uniform draft law, and the same bug fails at 1000 decodes (p-values below 1e-5 over
-3 seeds; tests/lab/test_notebook_checks_power.py).
+= p(y)), so that classic bug shows only at Jacobi re-drafts and passes checks of a few thousand
+decodes. Drafts that repeat the previous token (``init="repeat_row"`` with ``ROW_LENGTH`` = 1
+token per row) have a non-uniform draft law, where the same bug fails the check
+(tests/lab/test_notebook_checks_power.py).
 """
 
 from __future__ import annotations

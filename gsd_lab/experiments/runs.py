@@ -1,49 +1,40 @@
 """Decoding runs over prompts x seeds and their summaries: the rows of the speed/quality tables.
 
-A ``MethodSpec`` labels one ``gsd_lab.decode.methods.DecodingMethod`` (AR, SJD, GSD with a cluster
-rule, the naive lossy "Amplify" relaxation: SJD whose acceptance test is min(1, k p(x)/q(x)), k > 1;
-this definition is ours, the paper's was not found; LANTERN). One run path decodes every image:
-``decode_items`` turns (label, method, prompt, generator seed) items into records as one frozen
-``Recording`` says (what to record, batch size), for ``run_method``, ``RunCache`` (in this process
-or over ``workers``), the streamed runs (``stream``) and ``evaluate``; the generator seed of a
-(prompt, seed) is the same for every method. ``summarize`` turns the records into a table row:
-mean NFE, NFE speed-up over AR, mean wall time and its speed-up (CPU wall time is
-noise-dominated: quote NFE), the two acceptance measures, the exact distortion, quality proxies.
+A ``MethodSpec`` labels one ``decode.methods.DecodingMethod`` (AR, SJD, GSD, LANTERN, and the
+naive lossy "Amplify": SJD accepting with min(1, k p(x)/q(x)), k > 1, our definition: the
+paper's was not found). One run path decodes every image: ``decode_items`` turns (label,
+method, prompt, generator seed) items into records as one frozen ``Recording`` says (what to
+record, batch size), for ``run_method``, ``RunCache`` (here or over ``workers``), ``stream`` and
+``evaluate``; a (prompt, seed)'s generator seed is the same for every method. ``summarize``
+makes a table row: mean NFE and its speed-up over AR, mean wall time and its speed-up (CPU wall
+time is noise-dominated: quote NFE), the two acceptance measures, the distortions, quality
+proxies, and ``per_image`` values (prompt, seed, nfe, distortion, w1, condition score) for the
+paired comparisons (``verdicts``, ``matched``).
 
-Exact distortion (``distortion``): per image the mean over its tokens of TV(one-step output law,
-p) (``accounting.distortion``; 0 for AR and SJD), then the mean over images with its standard error
-(``distortion_sem``). Noise-free given the tokens: what a lossy rule trades for speed.
-Similarity-aware distortion (``w1``, where the model knows its codes' content): per image the
-mean over its tokens of W1(one-step output law, p) with the content distance as ground cost
-(``gsd_lab.accounting.transport``: the RMS difference per coordinate of the decoded content; on the
-stand-in pixel values in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion
-to their TV (exact when ``w1_draws`` is None); ``w1_sem`` its standard error over images (the
-estimator's sampling noise included), ``w1_sampling_sem`` the sampling part alone.
-The records keep ``substitution`` (``gsd_lab.accounting.transport.substitution_cost``: defined only
-for SD, where it is 0, and partitions with the cluster-exact residual), but the tables do not report
-it: it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant to compare.
-The time the accounting takes is kept out of ``wall_seconds`` (``DecodeResult.accounting_seconds``).
-
-Per-image values (``per_image`` of each row: prompt, seed, nfe, distortion, w1, condition score):
-what paired comparisons (``verdicts``, ``matched``) need, image by image.
+Distortions, per image the mean over its tokens, then the mean over images with its standard
+error (``_sem``); the accounting's time is kept out of ``wall_seconds``:
+- ``distortion``: TV(one-step output law, p) (``accounting.distortion``; 0 for AR and SJD), exact
+  and noise-free given the tokens: what a lossy rule trades for speed;
+- ``w1`` (where the model knows its codes' content): W1(one-step output law, p), ground cost the
+  RMS difference per coordinate of the decoded content (``accounting.transport``; on the
+  stand-in pixels in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion to
+  their TV (exact when None); ``w1_sem`` includes the estimator's noise, ``w1_sampling_sem`` is
+  that part alone. The records keep ``substitution`` (``transport.substitution_cost``), the tables
+  do not: it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant for.
 
 Error bars against AR (``RunCache.table``): for a per-image proxy (the condition score) the
 difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with the interval
-every verdict decides on, d +- 2 paired SE (``{metric}_diff_ar_low`` / ``_high``;
-``verdicts.interval``).
-The AR-against-AR seed noise is the same difference for AR decoded with another seed set
-(``MethodSpec.seed_offset``), and ``real_image_baseline`` scores real held-out crops.
+every verdict decides on, d +- 2 paired SE (``_low`` / ``_high``; ``verdicts.interval``). The
+seed noise is the same difference for AR on another seed set (``MethodSpec.seed_offset``);
+``real_image_baseline`` scores real held-out crops.
 
 Two acceptance measures (per image, then averaged over images):
-- ``acceptance_rate`` = accepted / drafted: drafts accepted over all draft positions of all
-  windows, counting the positions after a window's first rejection that were never tested
-  (``DecodeResult.acceptance_rate``). It is a throughput measure, not 1 - TV.
-- ``accepted_per_tested`` = accepted / tested, tested = accepted + the rejected position (one per
-  window that rejected): the empirical probability that a *tested* draft is accepted, the
-  quantity E[min(1, p(C)/q(C))] (= 1 - TV for singletons) that notebooks 01 and 05 compute.
-  None for block verification (it decides a window's prefix jointly, not draft by draft).
+- ``acceptance_rate`` = accepted / drafted, counting the never-tested positions after a window's
+  first rejection (``DecodeResult.acceptance_rate``): a throughput measure, not 1 - TV;
+- ``accepted_per_tested`` = accepted / tested, tested = accepted + one per window that rejected:
+  the empirical E[min(1, p(C)/q(C))] (= 1 - TV for singletons) of notebooks 01 and 05. None for
+  block verification (it decides a window's prefix jointly, not draft by draft).
 """
-
 from __future__ import annotations
 
 import math

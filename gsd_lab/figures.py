@@ -265,52 +265,40 @@ def paper_plan(
             f"measured now on {model.adapter.device}",
         )
     estimate = gpu_hours(cache, forward_seconds)
-    hours = estimate["device_hours"]
-    lines = [
-        (
-            f"figures --paper plan for {model.name} ({model.num_tokens} "
-            f"tokens per image) into {out_dir}:"
-        ),
-        f"  {len(configurations)} decoding passes per prompt: "
-        f"{len(configurations) - (1 if model.adapter.uses_cfg else 0)} "
-        "configurations of the tables and curves"
-        + (
-            f", and AR without guidance on the first {sizes.detail_images or len(prompts)} prompts"
-            if model.adapter.uses_cfg
-            else ""
-        ),
-        (
-            f"  {len(prompts)} prompts x {len(sizes.seeds)} seed(s): {estimate['items']} "
-            f"images; {estimate['done']} done in {out_dir}, {estimate['to_do']} to do"
-        ),
-        "  per forward ("
-        + source
-        + "): "
-        + ", ".join(f"{k.upper()} {1000 * v:.1f} ms" for k, v in forward_seconds.items()),
-        f"  left: about {estimate['forwards']:,.0f} forwards = {hours:,.1f} device-hours "
-        f"({duration(hours * 3600)} on one device"
-        + (f", {duration(hours * 3600 / world_size)} on {world_size}" if world_size > 1 else "")
-        + ")",
-        "    = "
-        + " + ".join(
-            f"{k.upper()} {n:,.0f} x {1000 * forward_seconds[k]:.1f} ms"
+    seconds = estimate["device_hours"] * 3600
+    cfg = model.adapter.uses_cfg
+    per_forward = {k.upper(): f"{1000 * v:.1f} ms" for k, v in forward_seconds.items()}
+    return fill(
+        "plan",
+        model=model.name,
+        tokens=model.num_tokens,
+        out_dir=out_dir,
+        passes=len(configurations),
+        configurations=len(configurations) - (1 if cfg else 0),
+        no_guidance=fill("plan_no_guidance", prompts=sizes.detail_images or len(prompts))
+        if cfg
+        else "",
+        prompts=len(prompts),
+        seeds=len(sizes.seeds),
+        **{k: estimate[k] for k in ("items", "done", "to_do")},
+        source=source,
+        per_forward=", ".join(f"{k} {v}" for k, v in per_forward.items()),
+        forwards=f"{estimate['forwards']:,.0f}",
+        hours=f"{estimate['device_hours']:,.1f}",
+        one=duration(seconds),
+        world=f", {duration(seconds / world_size)} on {world_size}" if world_size > 1 else "",
+        terms=" + ".join(
+            f"{k.upper()} {n:,.0f} x {per_forward[k.upper()]}"
             for k, n in estimate["forwards_by_method"].items()
             if n
-        )
-        + " (forwards x time each)",
-        (
-            "  forwards per image: measured where rows exist "
-            f"({estimate['configurations_with_measured_nfe']} of {len(configurations)} "
-            f"configurations), else {model.num_tokens} (AR's: an upper bound for the "
-            "others); dry-run again after some prompts for a measured estimate"
         ),
-    ]
-    for config in configurations:
-        lines.append(
-            f"    {config.spec.label}{'' if config.guided else ' (no guidance)'}: "
-            f"{cache.estimated_forwards(config):,.0f} forwards per image"
-        )
-    return "\n".join(lines)
+        measured=estimate["configurations_with_measured_nfe"],
+        per_configuration="\n".join(
+            f"    {c.spec.label}{'' if c.guided else ' (no guidance)'}: "
+            f"{cache.estimated_forwards(c):,.0f} forwards per image"
+            for c in configurations
+        ),
+    )
 
 
 @dataclass

@@ -44,9 +44,7 @@ W1_COLUMNS = ["w1", "w1_sem", "w1_sampling_sem"]
 class FigureSizes:
     """How much to run. seeds x prompts images per decoding configuration."""
 
-    seeds: tuple[int, ...] = (
-        0,
-    )  # 10 classes x 1 seed: each image costs seconds in float64 on a CPU
+    seeds: tuple[int, ...] = (0,)  # the stand-in's 10 classes x 1 seed
     max_prompts: int | None = None
     table1_groups: tuple[int, ...] = (3, 10, 25, 50)
     table1_amplify: tuple[float, ...] = (2.0, 3.0)
@@ -66,17 +64,12 @@ class FigureSizes:
     toy_pairs: int = 64
     # rows per image whose W1 is solved (gsd_lab.accounting.transport's estimator)
     w1_draws: int = DEFAULT_DRAWS
-    streamed: bool = (
-        False  # decode into result files per (configuration, prompt): resumable, sharded
-    )
-    detail_images: int | None = (
-        None  # top-1 statistics, AR without guidance: first N prompts (None: all)
-    )
-    top1_seeds: tuple[int, ...] = (
-        0,
-        1,
-        2,
-    )  # the top-1 statistics: AR on these seeds (those not in seeds: extra)
+    # Decode into result files per (configuration, prompt): resumable, sharded.
+    streamed: bool = False
+    # The top-1 statistics and AR without guidance: the first N prompts (None: all), AR on
+    # top1_seeds (those not in seeds: extra).
+    detail_images: int | None = None
+    top1_seeds: tuple[int, ...] = (0, 1, 2)
     replacement_images: int | None = None  # the Fig. 4 study: first N AR images (None: all)
     # The frontier (experiments.frontier): its seeds (() for none; the tables' seeds are read
     # from their cache), GSD's G, the relaxation's deltas, the TV dial's budgets, whether the

@@ -149,9 +149,8 @@ def matched_nfe(
         nfe_b, value_b = paired.nfe_b, paired.value_b
         ref, opp = slice(0, k), slice(k, len(rows))
         points, seen = [], set()
-        for anchor in range(
-            len(rows)
-        ):  # every configuration inside the other curve's NFE range, once per NFE
+        # every configuration inside the other curve's NFE range, once per NFE
+        for anchor in range(len(rows)):
             across = opp if anchor < k else ref
             if (
                 mean_nfe[across].min() <= mean_nfe[anchor] <= mean_nfe[across].max()

@@ -217,20 +217,14 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
                 label=entry["label"],
                 prompt=entry["prompt"],
                 seed=entry["seed"],
-                nfe=int(values["nfe"]),
-                acceptance_rate=values["acceptance_rate"],
-                accepted_per_tested=values["accepted_per_tested"],
-                wall_seconds=values["wall_seconds"],
-                model_seconds=values["model_seconds"],
                 tokens=row_tokens,
                 image=decode(row_tokens) if decode is not None else None,
-                distortion=values["distortion"],
-                accounting_seconds=values["accounting_seconds"] or 0.0,
-                w1=values["w1"],
-                w1_sem=values["w1_sem"],
-                substitution=values["substitution"],
-                substitution_sem=values["substitution_sem"],
-                w1_seconds=values["w1_seconds"] or 0.0,
+                **{  # every field of FIELDS; those never None as their type
+                    **values,
+                    "nfe": int(values["nfe"]),
+                    "accounting_seconds": values["accounting_seconds"] or 0.0,
+                    "w1_seconds": values["w1_seconds"] or 0.0,
+                },
             )
         )
     for key, records in grouped.items():

@@ -41,15 +41,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from gsd_core import (
-    SD,
-    Amplify,
-    DynamicClusters,
-    FixedPartition,
-    Lantern,
-    OptimalRelaxation,
-    Partition,
-)
+from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, OptimalRelaxation
+from gsd_core import Partition
 
 from .ranking import SupportSize, dynamic_masses
 

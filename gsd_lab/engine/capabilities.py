@@ -15,7 +15,7 @@ answer, scaled where masses are concerned), so no caller unwraps it.
     member_slots(rule, V)       members per token, M (support laws)     generic: None (enumerate)
     embedding_filter(rule)      (embeddings, d) of a [V, V] table       generic: None
     direct_tv(rule, p, q)       TV(out, p) without the law              generic: None (the law's)
-    rows_of(rule, index)        the rule of some of its rows            generic: the rule itself
+    rows_of(rule, index)        the rule of some of its rows            generic: rule.rows or itself
     cluster_residual(rule)      the rule with the cluster-exact residual generic: ValueError
     coupling(rule)              the clusters coupling the emitted token with a Y ~ p
                                                                         generic: None (undefined)

@@ -309,12 +309,9 @@ def run_shard(
     ``RunMismatch`` (after ``start_run`` this means a file was copied in or edited by hand).
 
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
-    are run on that many forked processes with one intra-op thread each
-    (``gsd_lab.experiments.workers``' reasons); the chunks are the same for any number of
-    workers, so every result file is the same. Otherwise on a CPU (workers = 1, one chunk, no
-    fork) the chunks run in this process on one intra-op thread too (the previous count
-    restored afterwards): float64 sums split over another number of threads can differ in the
-    last bits."""
+    run on that many forked processes, one intra-op thread each; otherwise in this process, on
+    one intra-op thread too on a CPU (``experiments.workers.run_units``: the chunks, and so every
+    result file, are the same for any number of workers)."""
     from tqdm.auto import tqdm
 
     from .experiments.workers import run_units

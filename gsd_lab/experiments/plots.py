@@ -193,7 +193,6 @@ BETTER: dict[str, str] = {
     "nfe": "lower",
     "speedup_nfe": "higher",
 }
-LOWER_IS_BETTER = tuple(key for key, direction in BETTER.items() if direction == "lower")
 
 
 def better(key: str) -> str:

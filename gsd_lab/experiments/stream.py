@@ -25,12 +25,11 @@ device, ``gsd_lab.models.batched.default_batch_size``) in chunks of ``CHUNK_BATC
 taken in list order. Within a chunk the guided items are decoded first, then the unguided ones
 (CFG is one setting per forward), so a run stopped early has its first chunks' prompts on every
 configuration, not an exact prefix of the list. Each result file is written as its image
-finishes. Every image's tokens, NFE and
-accepted counts are those of B = 1 (its generator is seeded the same;
-``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors agree within
-1e-12 (the batched forward may round the last bit),
-``wall_seconds`` / ``model_seconds`` are the image's share of its batch's. The batch size is not
-part of a run's identity: a run started at one batch size resumes at another.
+finishes. Every image's tokens, NFE and accepted counts are those of B = 1 (its generator is
+seeded the same; ``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors
+agree within 1e-12 (the batched forward may round the last bit), ``wall_seconds`` /
+``model_seconds`` are the image's share of its batch's. The batch size is not part of a run's
+identity: a run started at one batch size resumes at another.
 
 Memory: the tables hold, per row, the scalars of a ``GenerationRecord`` (no tokens, images or
 top-1 vectors); tokens are read back, and decoded to pixels, only for the detail analyses, which

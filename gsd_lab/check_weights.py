@@ -48,7 +48,11 @@ from .weight_checks import (
     ItemRunner,
     Verdict,
     ar_rows,
+    default_device,
+    refuse_flags,
     report,
+    run_options,
+    save_png,
     size_text,
     stored_shards,
 )
@@ -277,7 +281,7 @@ class _Checks:
     ) -> Verdict:
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = default_device(device)
         if (
             torch.device(device).type == "cpu"
             and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT
@@ -346,13 +350,7 @@ class _Checks:
             if md5 == META_VQGAN_MD5
             else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
         )
-        saved = ""
-        if out is not None:
-            from PIL import Image
-
-            out.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(image).save(out)
-            saved = f"; saved to {out}"
+        saved = save_png(image, out)
         detail = (
             f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x "
             f"{vqgan.config.embed_dim}; {self.tokens.shape[0]} rows -> {image.shape[1]} "
@@ -466,26 +464,14 @@ def main(args: Any) -> int:
     from .check_weights_janus import check_janus_weights, is_janus_folder
 
     if is_janus_folder(args.weights):
-        for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip),
-                            ("--resolution", args.resolution)):
-            if value is not None:
-                args.command_parser.error(f"{flag} does not apply to a Janus checkpoint")
-        verdicts = check_janus_weights(
-            args.weights, tokenizer=args.tokenizer, device=args.device, rows=args.rows,
-            seed=args.seed, prompt=args.prompt, out=args.out, force_cpu=args.force_cpu,
-        )
+        refuse_flags(args, ("--vqgan", "--clip", "--resolution"), "a Janus checkpoint")
+        verdicts = check_janus_weights(args.weights, **run_options(args))
     else:
         verdicts = check_weights(
             args.weights,
             resolution=args.resolution,
             vqgan=args.vqgan,
             clip=args.clip,
-            tokenizer=args.tokenizer,
-            device=args.device,
-            rows=args.rows,
-            seed=args.seed,
-            prompt=args.prompt,
-            out=args.out,
-            force_cpu=args.force_cpu,
+            **run_options(args),
         )
     return report(args, verdicts, started)

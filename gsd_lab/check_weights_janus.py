@@ -34,6 +34,8 @@ from .weight_checks import (
     ItemRunner,
     Verdict,
     ar_rows,
+    default_device,
+    save_png,
     size_text,
     stored_shards,
     tokenizer_json,
@@ -142,7 +144,7 @@ class _JanusChecks:
                    prompt: str) -> Verdict:
         from .models.janus import CPU_PARAMETER_LIMIT, estimated_parameters, load_janus
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = default_device(device)
         size = estimated_parameters(self.config)
         if torch.device(device).type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
             return Verdict("generation", SKIP, "no GPU here (--device cuda; --force-cpu to insist)")
@@ -169,12 +171,7 @@ class _JanusChecks:
         codes[: self.tokens.numel()] = self.tokens.cpu()
         pixels = adapter.decode_images(codes)[0].cpu().numpy()
         detail = f"{pixels.shape[1]} x {pixels.shape[0]} pixels decoded by JanusVQVAE"
-        if out is not None:
-            from .io.figure_io import save_image_atomic
-
-            save_image_atomic(pixels, out)
-            detail += f", saved to {out}"
-        return Verdict("image", OK, detail)
+        return Verdict("image", OK, detail + save_png(pixels, out))
 
 
 def check_janus_weights(

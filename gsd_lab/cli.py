@@ -47,10 +47,8 @@ from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_
 from .decode.methods import DRAFTS, KINDS, RESIDUALS, VERIFIERS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
-# gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
-# flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
-# two in sync.
-# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
+# gsd_lab.models.MODEL_NAMES + ("tiny-random",) and FAMILY_LOADERS, spelled out so that parsing
+# and checking the flags imports no torch. Tests keep them in sync.
 FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",
@@ -104,8 +102,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="torch CPU threads, >= 1 (default: torch's, every core; the float64 stand-in's "
-        "tokens and NFE do not depend on it; on cores busy with other jobs, 1: a spinning "
-        "2-thread pool there ran 4.5x slower, docs/benchmarks.md)",
+        "tokens and NFE do not depend on it; on cores busy with other jobs, 1: "
+        "docs/benchmarks.md)",
     )
 
 
@@ -155,7 +153,8 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
+def _add_batching_args(parser: argparse.ArgumentParser) -> None:
+    """--batch-size and --workers (figures, evaluate)."""
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -164,9 +163,6 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
         "wall times become each image's share (default: per device, 8 on a CPU and on a GPU: "
         "gsd_lab.models.batched.default_batch_size)",
     )
-
-
-def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=int,
@@ -179,7 +175,10 @@ def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
+def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    """The model, decoding and runner flags (generate, evaluate)."""
+    _add_model_args(parser)
+    _add_method_args(parser)
     parser.add_argument(
         "--runner",
         choices=("eager", "static"),
@@ -197,10 +196,7 @@ def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
     )  # the former --runner
 
 
-PRESET_CHOICES = (
-    "default",
-    "release",
-)  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
+PRESET_CHOICES = ("default", "release")  # decode.presets.PRESETS, spelled out (no torch import)
 
 
 def _add_preset_arg(group: Any) -> None:
@@ -218,9 +214,7 @@ def _add_preset_arg(group: Any) -> None:
 def _add_generate_parser(sub: Any) -> None:
     """``generate``: one image, its NFE, acceptance and time."""
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
-    _add_model_args(gen)
-    _add_method_args(gen)
-    _add_runner_arg(gen)
+    _add_decoding_args(gen)
     gen.add_argument(
         "--class",
         dest="class_",
@@ -277,8 +271,7 @@ def _add_figures_parser(sub: Any) -> None:
         default=None,
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
-    _add_batch_size_arg(fig)
-    _add_workers_arg(fig)
+    _add_batching_args(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -296,9 +289,7 @@ def _add_evaluate_parser(sub: Any) -> None:
         description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
         "seed + i; one result file per prompt; rank 0 merges summary.json.",
     )
-    _add_model_args(ev)
-    _add_method_args(ev)
-    _add_runner_arg(ev)
+    _add_decoding_args(ev)
     ev.add_argument(
         "--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)"
     )
@@ -311,8 +302,7 @@ def _add_evaluate_parser(sub: Any) -> None:
         "else is refused, naming what differs: use a new folder for a new configuration",
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
-    _add_batch_size_arg(ev)
-    _add_workers_arg(ev)
+    _add_batching_args(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
 
@@ -475,9 +465,14 @@ def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
     tokenizer = Path(args.tokenizer).expanduser() if args.tokenizer else folder
     if not (tokenizer.is_file() or (tokenizer / "tokenizer.json").is_file()):
         fail(f"no tokenizer.json in {tokenizer} (pass --tokenizer DIR)")
+    if args.vqgan is not None and args.model == "emu3-gen":
+        fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
+    _check_vqgan_clip(args, fail)
+
+
+def _check_vqgan_clip(args: argparse.Namespace, fail: Fail) -> None:
+    """--vqgan: a folder where ``find_vqgan_files`` finds the VQGAN; --clip: a local CLIP folder."""
     if args.vqgan is not None:
-        if args.model == "emu3-gen":
-            fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
         from .models.chameleon_vqgan import find_vqgan_files
 
         try:
@@ -485,7 +480,10 @@ def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
         except FileNotFoundError as error:
             fail(f"--vqgan {args.vqgan}: {error}")
     if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
-        fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder)")
+        fail(
+            f"--clip {args.clip}: no config.json there (a local CLIP model "
+            "folder, e.g. a copy of openai/clip-vit-base-patch16)"
+        )
 
 
 def _device_problem(device: str) -> str | None:
@@ -569,29 +567,15 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
         from .models.lumina_mgpt import resolve_weights_dir
-
-        try:
-            resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1]))
-        except FileNotFoundError as error:
-            fail(f"--weights {args.weights}: {error}")
-        if args.vqgan is not None:
-            from .models.chameleon_vqgan import find_vqgan_files
-
-            try:
-                find_vqgan_files(args.vqgan)
-            except FileNotFoundError as error:
-                fail(f"--vqgan {args.vqgan}: {error}")
-        if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
-            fail(
-                f"--clip {args.clip}: no config.json there (a local CLIP model "
-                "folder, e.g. a copy of openai/clip-vit-base-patch16)"
-            )
         from .models.lumina_tokenizer import find_tokenizer_file
 
         try:
-            find_tokenizer_file(
-                resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer
-            )
+            folder = resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1]))
+        except FileNotFoundError as error:
+            fail(f"--weights {args.weights}: {error}")
+        _check_vqgan_clip(args, fail)
+        try:
+            find_tokenizer_file(folder, args.tokenizer)
         except FileNotFoundError as error:
             fail(str(error))
         return
@@ -962,8 +946,6 @@ def cmd_figures(args: argparse.Namespace) -> int:
             model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error
         )
     if args.dry_run:
-        import os
-
         prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
         forward = (
             None
@@ -1039,10 +1021,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
 
-    batch_size = args.batch_size
-    if batch_size is None:
-        batch_size = default_batch_size(context.device)
-
+    batch_size = args.batch_size or default_batch_size(context.device)
     recording = Recording(batch_size=batch_size, runner=args.runner)
 
     def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
@@ -1086,9 +1065,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "runner": args.runner,
         "batch_size": batch_size,
     }
-    if (
-        model.condition_scores is not None
-    ):  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
+    if model.condition_scores is not None:  # what the rows' condition_score is (e.g. CLIP score)
         config["condition_score"] = " ".join(
             model.quality_names.get("condition_score", "condition score").split()
         )
@@ -1153,18 +1130,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "readme":
         return cmd_readme(args)
     if args.command == "check-weights":
-        from .check_weights import main as check_weights_main
-
         if args.rows < 1:
             fail(f"--rows must be >= 1, got {args.rows}")
         if args.model in FAMILY_CHOICES:
             from .family_checks import main as family_checks_main
 
-            for flag, value in (("--clip", args.clip), ("--resolution", args.resolution)):
-                if value is not None:  # not read by family_checks: refused, not ignored
-                    fail(f"{flag} does not apply to --model {args.model} (Lumina-mGPT only)")
-
             return family_checks_main(args)
+        from .check_weights import main as check_weights_main
+
         return check_weights_main(args)
     check_args(args, fail)
     if args.threads:

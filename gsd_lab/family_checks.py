@@ -35,7 +35,11 @@ from .weight_checks import (
     ItemRunner,
     Verdict,
     ar_rows,
+    default_device,
+    refuse_flags,
     report,
+    run_options,
+    save_png,
     stored_shards,
     tokenizer_json,
 )
@@ -182,7 +186,7 @@ class _FamilyChecks:
     ) -> Verdict:
         from .models import load_model
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = default_device(device)
         started = time.perf_counter()
         try:
             self.adapter = load_model(
@@ -222,16 +226,11 @@ class _FamilyChecks:
         if adapter.decode_indices is None:
             return Verdict("image", SKIP, "no --vqgan (Anole decodes with the Chameleon VQGAN)")
         pixels = adapter.decode_indices(self.codes[None])[0].cpu().numpy()
-        if out is not None:
-            from PIL import Image
-
-            out.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(pixels).save(out)
         return Verdict(
             "image",
             OK,
             f"{self.codes.shape[0]} x {self.codes.shape[1]} codes -> {pixels.shape[1]} x "
-            f"{pixels.shape[0]} pixels" + (f", saved to {out}" if out is not None else ""),
+            f"{pixels.shape[0]} pixels" + save_png(pixels, out),
         )
 
 
@@ -269,21 +268,13 @@ def check_family_weights(
 
 
 def main(args: Any) -> int:
-    """``check-weights --model anole-7b|emu3-gen`` (``gsd_lab.cli``)."""
+    """``check-weights --model anole-7b|emu3-gen`` (``gsd_lab.cli``); --clip and --resolution,
+    Lumina-mGPT's, are refused."""
     started = time.perf_counter()
+    refuse_flags(args, ("--clip", "--resolution"), f"--model {args.model} (Lumina-mGPT only)")
     try:
-        verdicts = check_family_weights(
-            args.model,
-            args.weights,
-            vqgan=args.vqgan,
-            tokenizer=args.tokenizer,
-            device=args.device,
-            rows=args.rows,
-            seed=args.seed,
-            prompt=args.prompt,
-            out=args.out,
-            force_cpu=args.force_cpu,
-        )
+        verdicts = check_family_weights(args.model, args.weights, vqgan=args.vqgan,
+                                        **run_options(args))
     except ValueError as error:
         args.command_parser.error(str(error))
     return report(args, verdicts, started, model=args.model)

@@ -57,6 +57,39 @@ class ItemRunner:
         return self.verdicts
 
 
+RUN_FLAGS = ("tokenizer", "device", "rows", "seed", "prompt", "out", "force_cpu")
+
+
+def run_options(args: Any) -> dict[str, Any]:
+    """The ``check-weights`` flags every family's checks take (``RUN_FLAGS``), by name."""
+    return {name: getattr(args, name) for name in RUN_FLAGS}
+
+
+def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:
+    """Usage error (exit 2) for the first of ``flags`` (e.g. "--clip") given that does not apply
+    ``where``: refused, not ignored."""
+    for flag in flags:
+        if getattr(args, flag[2:]) is not None:
+            args.command_parser.error(f"{flag} does not apply to {where}")
+
+
+def default_device(device: str | None) -> str:
+    """``device``, else cuda where available, else cpu."""
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def save_png(pixels: Any, out: Any) -> str:
+    """"" when ``out`` is None, else ``pixels`` (uint8 [H, W, 3]) written to ``out`` and
+    "; saved to OUT"."""
+    if out is None:
+        return ""
+    from .io.figure_io import save_image_atomic
+
+    return f"; saved to {save_image_atomic(pixels, out)}"
+
+
 def size_text(num_bytes: int) -> str:
     return f"{num_bytes / 1e9:.2f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.2f} MB"
 

@@ -1,35 +1,21 @@
-"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights}`` (also
-``gsd-lab``).
+"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights,
+readme}`` (also ``gsd-lab``); each command's ``--help`` describes its flags.
 
-generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
-          one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
+generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``).
 figures   every figure and results table into a folder (PNG + SVG + JSON sidecars, results.md).
-evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
-          into the same --out resumes the same run only: another model, weights, decoding
-          configuration, seed or prompt list is refused (exit 2) naming what differs.
-          ``--batch-size`` (figures, evaluate): images per forward, default per device (8 on a
-          CPU and on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
-          ``--threads``: torch's CPU threads (default: torch's, every core; on cores shared with
-          other jobs use ``--threads 1`` or ``OMP_WAIT_POLICY=PASSIVE``: docs/benchmarks.md).
-notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
-          from a clean tree, or into --out; ``-p name value`` sets a parameter.
-check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
-          q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
-          to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
-          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items;
-          ``--model anole-7b|emu3-gen`` ``gsd_lab.family_checks``'s (--clip, --resolution refused).
-
-Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
-(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
-for pixels), ``emu3-gen`` and ``janus-pro-{1b,7b}`` with ``--weights DIR`` (pixels from their
-own VQ models; docs/family-*.md), ``tiny-random`` (tests only).
+evaluate  a prompt list sharded over processes (torchrun), resumable: a re-run into the same
+          --out resumes the same run only (another configuration is refused, exit 2).
+notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``).
+check-weights  one verdict per item of a download, exit 1 when one failed: Lumina-mGPT
+          (``gsd_lab.check_weights``), a Janus-Pro folder (``gsd_lab.check_weights_janus``),
+          ``--model anole-7b|emu3-gen`` (``gsd_lab.family_checks``).
+readme    the README's findings and every rendered value span from results.json.
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
 cannot be written ends with argparse's usage message, the flag named, and exit status 2, never
 a traceback. Errors found once the model is loaded (an unknown class, a bad checkpoint) exit 2
-the same way, before anything is generated. ``--method gsd`` needs ``--group-size >= 2``: group
-sizes 0 and 1 make every cluster a single token, which is SJD (use ``--method sjd``).
+the same way, before anything is generated.
 """
 
 from __future__ import annotations
@@ -368,14 +354,11 @@ def _add_check_weights_parser(sub: Any) -> None:
         "check-weights",
         help="check a downloaded checkpoint (Lumina-mGPT, Janus-Pro, anole-7b, emu3-gen), one "
         "verdict per item",
-        description="Check a download with the package's own code, one verdict per item; exit 1 "
-        "when an item failed. Lumina-mGPT (the default): files and shards, q/k-norm layout, "
-        "architectures, vocabulary and image layout, the tokenizer and prompt ids, a short AR "
-        "generation decoded to an image (--vqgan) and scored (--clip). Janus-Pro: detected from "
-        "the folder (config.json's model_type \"janus\"; gsd_lab.check_weights_janus). "
-        "--model anole-7b | emu3-gen: files, architecture, vocabulary, tokenizer, a short AR "
-        "generation and its image (anole-7b: --vqgan, the Chameleon VQGAN; emu3-gen: its own "
-        "VQ-VAE), gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only.",
+        description="Check a download with the package's own code, one verdict per item (files, "
+        "architecture, vocabulary, tokenizer, a short AR generation and its image); exit 1 when "
+        "an item failed. Lumina-mGPT (the default; gsd_lab.check_weights), Janus-Pro (detected "
+        "from config.json's model_type; gsd_lab.check_weights_janus), --model anole-7b | "
+        "emu3-gen (gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only).",
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
     chk.add_argument(

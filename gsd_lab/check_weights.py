@@ -151,19 +151,15 @@ class _Checks:
             "ChameleonForConditionalGeneration",
             "ChameleonModel",
         }
-        status = OK if set(architectures or ()) & known else WARN
-        return Verdict(
-            "architecture",
-            status,
+        detail = (
             f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), "
             f"expanded on load; {len(stored)} tensors match stock Chameleon; "
             f"{estimated_parameters(config):,} parameters as stored"
-            + (
-                ""
-                if status == OK
-                else "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
-            ),
         )
+        if set(architectures or ()) & known:
+            return Verdict("architecture", OK, detail)
+        note = "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
+        return Verdict("architecture", WARN, detail + note)
 
     def vocabulary(self) -> Verdict:
         from .models.lumina_mgpt import LuminaImageLayout, image_token_table
@@ -201,11 +197,7 @@ class _Checks:
         cells = self.resolution // 32
         if layout.size_token != RELEASE_SIZE_OFFSET + cells:
             wrong.append(f"size token {layout.size_token} (release {RELEASE_SIZE_OFFSET + cells})")
-        if (int(ids.min()), int(ids.max()), ids.numel()) != (
-            RELEASE_CODES[0],
-            RELEASE_CODES[1],
-            8192,
-        ):
+        if (int(ids.min()), int(ids.max()), ids.numel()) != (*RELEASE_CODES, 8192):
             wrong.append(
                 f"image codes {int(ids.min())}..{int(ids.max())} "
                 f"({ids.numel()}), release 4..8195 (8192)"
@@ -215,13 +207,8 @@ class _Checks:
                 "vocabulary", FAIL, detail + "; differs from the 7B release: " + "; ".join(wrong)
             )
         offset = bool((table[ids] == ids - RELEASE_CODES[0]).all())
-        return Verdict(
-            "vocabulary",
-            OK,
-            detail
-            + "; the release's ids"
-            + ("; VQ index = id - 4 for every code" if offset else "; VQ index read by name"),
-        )
+        index = "VQ index = id - 4 for every code" if offset else "VQ index read by name"
+        return Verdict("vocabulary", OK, f"{detail}; the release's ids; {index}")
 
     def tokenizer(self) -> Verdict:
         from .models.lumina_mgpt import tokenizer_mismatches
@@ -317,39 +304,25 @@ class _Checks:
             f"{result.wall_seconds:.2f} s, {1000 * result.wall_seconds / result.nfe:.1f} ms per "
             f"forward (CFG pair), {len(set(tokens[:, :-1].flatten().tolist()))} distinct codes"
         )
-        if not (row_ends and codes_ok):
-            return Verdict(
-                "generation",
-                FAIL,
-                detail
-                + ": "
-                + (
-                    "row ends misplaced"
-                    if not row_ends
-                    else "a code position holds a non-image token"
-                ),
-            )
+        if not row_ends:
+            return Verdict("generation", FAIL, detail + ": row ends misplaced")
+        if not codes_ok:
+            return Verdict("generation", FAIL, f"{detail}: a code position holds a non-image token")
         return Verdict("generation", OK, detail)
 
     def image(self, vqgan_dir: str, out: Path | None) -> Verdict:
         from .models.chameleon_vqgan import find_vqgan_files, load_chameleon_vqgan
 
         yaml_path, ckpt_path = find_vqgan_files(vqgan_dir)
-        vqgan = load_chameleon_vqgan(
-            vqgan_dir, device=self.adapter.device
-        )  # as load_lumina_mgpt loads it
-        self.adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
-        indices = self.adapter.vq_index_of_token[
-            self.tokens[:, :-1].to(self.adapter.device)
-        ].unsqueeze(0)
-        image = vqgan.decode_to_uint8(indices)[0].numpy()
+        adapter = self.adapter
+        vqgan = load_chameleon_vqgan(vqgan_dir, device=adapter.device)  # as load_lumina_mgpt
+        adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
+        indices = adapter.vq_index_of_token[self.tokens[:, :-1].to(adapter.device)]
+        image = vqgan.decode_to_uint8(indices.unsqueeze(0))[0].numpy()
         self.pixels = image
         md5 = _md5(ckpt_path)
-        checksum = (
-            "Meta's checksum"
-            if md5 == META_VQGAN_MD5
-            else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
-        )
+        meta = md5 == META_VQGAN_MD5
+        checksum = "Meta's checksum" if meta else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
         saved = save_png(image, out)
         detail = (
             f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x "
@@ -358,7 +331,7 @@ class _Checks:
         )
         if float(image.std()) == 0.0:
             return Verdict("image", FAIL, detail + ": a constant image")
-        return Verdict("image", OK if md5 == META_VQGAN_MD5 else WARN, detail)
+        return Verdict("image", OK if meta else WARN, detail)
 
     def clip(self, clip_dir: str, prompt: str) -> Verdict:
         from .quality.clip_score import clip_scores, load_clip
@@ -366,9 +339,7 @@ class _Checks:
         model, processor = load_clip(clip_dir, device=self.adapter.device)
         strip = self.pixels
         side = strip.shape[1]
-        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[
-            :side
-        ]  # the rows repeated to a square
+        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[:side]  # rows to a square
         score = float(clip_scores([square], [prompt], model, processor)[0])
         vision = model.config.vision_config
         detail = (
@@ -378,15 +349,10 @@ class _Checks:
         )
         if not 0.0 <= score <= 100.0:
             return Verdict("clip", FAIL, detail)
-        paper = (vision.image_size, vision.patch_size) == (224, 16)
-        return Verdict(
-            "clip",
-            OK if paper else WARN,
-            detail
-            + (
-                "" if paper else "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"
-            ),
-        )
+        if (vision.image_size, vision.patch_size) == (224, 16):
+            return Verdict("clip", OK, detail)
+        note = "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"
+        return Verdict("clip", WARN, detail + note)
 
 
 def _md5(path: Path) -> str:

@@ -26,11 +26,12 @@ Classifier-free guidance (``cfg_scale`` not None): conditional and unconditional
 forward of batch 2, sharing every generated token; ``uncond_prompt_ids`` (required) may have
 another length: the shorter prompt is left-padded, the padding masked out of attention and
 position ids count only real tokens (both rows see the generated tokens at the same relative
-offsets; the cache then holds seq_len plus the padding). The stand-in passes [null class token]. For Lumina-mGPT
-the GSD release (junhyukso/GSD, from SJD) masks the text prompt except its last token
-``<reserved08706>``, the same computation as ``uncond_prompt_ids = prompt_ids[-1:]`` (RoPE sees
-only relative positions); Alpha-VLLM's ``inference_solver.py`` starts the unconditional row at
-the image start (``LuminaMGPTAdapter(unconditional_prompt="gsd-release" | "alpha-vllm")``).
+offsets; the cache then holds seq_len plus the padding). The stand-in passes [null class
+token]. For Lumina-mGPT the GSD release (junhyukso/GSD, from SJD) masks the text prompt except
+its last token ``<reserved08706>``, the same computation as ``uncond_prompt_ids =
+prompt_ids[-1:]`` (RoPE sees only relative positions); Alpha-VLLM's ``inference_solver.py``
+starts the unconditional row at the image start
+(``LuminaMGPTAdapter(unconditional_prompt="gsd-release" | "alpha-vllm")``).
 
 Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_logits`` and
 ``forced_tokens`` take the rows' generated positions [R] and may be overridden (call
@@ -48,9 +49,10 @@ probabilities bit for bit as the plain formula (tested).
 
 Support (``with_support=True``, for ``gsd_core.verify(support=)``): ids [R, K] int64, every id
 with p > 0 listed exactly once (ids with p = 0 may be added or repeated): the ids whose
-processed logit is not -inf (softmax is exactly 0 there), ascending, padded to the widest row with one of the row's -inf
-ids; forced rows list the forced id, then (forced + 1) mod V. Under top-k, K is about k (ties widen a row). None on
-non-CPU devices (the widest row would need a host sync) and when a row keeps all V ids.
+processed logit is not -inf (softmax is exactly 0 there), ascending, padded to the widest row
+with one of the row's -inf ids; forced rows list the forced id, then (forced + 1) mod V. Under
+top-k, K is about k (ties widen a row). None on non-CPU devices (the widest row would need a
+host sync) and when a row keeps all V ids.
 
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).
@@ -92,8 +94,9 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
 
     An order statistic is one exact value whatever the algorithm: on CPU numpy's selection
-    (``np.partition``, introselect on plain values, cheaper than ``torch.topk``), elsewhere ``kth_largest_topk`` (a sorted ``torch.topk``, no host
-    sync). NaN counts as the largest value in both."""
+    (``np.partition``, introselect on plain values, cheaper than ``torch.topk``), elsewhere
+    ``kth_largest_topk`` (a sorted ``torch.topk``, no host sync). NaN counts as the largest
+    value in both."""
     n = values.shape[-1]
     if _numpy_ok(values):
         import numpy as np
@@ -113,8 +116,9 @@ def kth_largest_topk(values: Tensor, k: int) -> Tensor:
 def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
     """In place: -inf where values < threshold (broadcast), everything else (NaN included) kept
     bit for bit; returns ``values``. On CPU a branch-free numpy form, cheaper than
-    ``masked_fill_`` on randomly kept entries: min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
-    (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
+    ``masked_fill_`` on randomly kept entries: min(x, b) with b = -inf where masked and NaN
+    elsewhere, as ``fmin`` ignores a NaN operand (fmin(x, NaN) = x exactly, -0.0 and NaN x
+    included)."""
     if not _numpy_ok(values):
         return values.masked_fill_(values < threshold, -torch.inf)
     import numpy as np

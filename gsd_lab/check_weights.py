@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from .weight_checks import (
-    DEFAULT_PROMPT,
     FAIL,
     OK,
     SKIP,
@@ -49,9 +48,9 @@ from .weight_checks import (
     Verdict,
     ar_rows,
     default_device,
+    RunOptions,
     refuse_flags,
     report,
-    run_options,
     save_png,
     size_text,
     stored_shards,
@@ -80,8 +79,9 @@ def resolution_from_name(folder: str | Path) -> int | None:
 class _Checks:
     """State shared by the items (the folder, config, loaded adapter, decoded image)."""
 
-    def __init__(self, weights: str | Path, resolution: int, tokenizer: str | Path | None) -> None:
-        self.weights, self.resolution, self.tokenizer_arg = weights, resolution, tokenizer
+    def __init__(self, weights: str | Path, resolution: int, run: RunOptions) -> None:
+        self.weights, self.resolution, self.run = weights, resolution, run
+        self.tokenizer_arg = run.tokenizer
         self.folder: Path | None = None
         self.config: Any = None
         self.adapter: Any = None
@@ -263,16 +263,14 @@ class _Checks:
             + _transformers_note(self.tokenizer_file, text, text_ids),
         )
 
-    def generation(
-        self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
-    ) -> Verdict:
+    def generation(self) -> Verdict:
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
-        device = default_device(device)
+        run, device = self.run, default_device(self.run.device)
         if (
             torch.device(device).type == "cpu"
             and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT
-            and not force_cpu
+            and not run.force_cpu
         ):
             self.failed.add("generation")
             return Verdict(
@@ -287,13 +285,13 @@ class _Checks:
             resolution=self.resolution,
             device=device,
             tokenizer=self.tokenizer_arg,
-            force_cpu=force_cpu,
+            force_cpu=run.force_cpu,
         )  # VQGAN: the image item
         loaded = time.perf_counter() - started
         adapter = self.adapter
-        rows = max(1, min(rows, adapter.layout.latent_side))
+        rows = max(1, min(run.rows, adapter.layout.latent_side))
         count = rows * adapter.layout.row_length
-        result = ar_rows(adapter, prompt, count, seed, cfg=adapter.uses_cfg)
+        result = ar_rows(adapter, run.prompt, count, run.seed, cfg=adapter.uses_cfg)
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         row_ends = bool((tokens[:, -1] == adapter.layout.row_end).all())
         codes_ok = bool((adapter.vq_index_of_token.cpu()[tokens[:, :-1]] >= 0).all())
@@ -388,38 +386,29 @@ def check_weights(
     resolution: int | None = None,
     vqgan: str | None = None,
     clip: str | None = None,
-    tokenizer: str | Path | None = None,
-    device: str | None = None,
-    rows: int = 2,
-    seed: int = 0,
-    prompt: str = DEFAULT_PROMPT,
-    out: Path | None = None,
-    force_cpu: bool = False,
+    run: RunOptions = RunOptions(),
 ) -> list[Verdict]:
     """Every verdict of the module docstring, in order. ``resolution``: default from the
     folder's name (``resolution_from_name``), else 768."""
     resolution = resolution or resolution_from_name(weights) or 768
-    checks = _Checks(weights, resolution, tokenizer)
-    run = ItemRunner(checks.failed)
-    verdicts = run.all([
+    checks = _Checks(weights, resolution, run)
+    prompt = run.prompt
+    items = ItemRunner(checks.failed)
+    verdicts = items.all([
         ("files", (), checks.files),
         ("architecture", ("files",), checks.architecture),
         ("vocabulary", ("files",), checks.vocabulary),
         ("tokenizer", ("files",), checks.tokenizer),
         ("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt)),
-        (
-            "generation",
-            ("architecture", "vocabulary", "tokenizer"),
-            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-        ),
+        ("generation", ("architecture", "vocabulary", "tokenizer"), checks.generation),
     ])
     if vqgan is not None:
-        run("image", ("generation",), lambda: checks.image(vqgan, out))
+        items("image", ("generation",), lambda: checks.image(vqgan, run.out))
     else:
         checks.failed.add("image")
         verdicts.append(Verdict("image", SKIP, "no --vqgan"))
     if clip is not None:
-        run("clip", ("image",), lambda: checks.clip(clip, prompt))
+        items("clip", ("image",), lambda: checks.clip(clip, prompt))
     return verdicts
 
 
@@ -431,13 +420,13 @@ def main(args: Any) -> int:
 
     if is_janus_folder(args.weights):
         refuse_flags(args, ("--vqgan", "--clip", "--resolution"), "a Janus checkpoint")
-        verdicts = check_janus_weights(args.weights, **run_options(args))
+        verdicts = check_janus_weights(args.weights, RunOptions.from_args(args))
     else:
         verdicts = check_weights(
             args.weights,
             resolution=args.resolution,
             vqgan=args.vqgan,
             clip=args.clip,
-            **run_options(args),
+            run=RunOptions.from_args(args),
         )
     return report(args, verdicts, started)

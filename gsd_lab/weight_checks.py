@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,12 +57,24 @@ class ItemRunner:
         return self.verdicts
 
 
-RUN_FLAGS = ("tokenizer", "device", "rows", "seed", "prompt", "out", "force_cpu")
+@dataclass(frozen=True)
+class RunOptions:
+    """What every family's checks take besides the folder (the ``check-weights`` flags): the
+    tokenizer (a file or folder; default the checkpoint's), the device (default cuda where
+    available), the image rows, seed and prompt of the AR decode, the PNG to save, and
+    ``force_cpu`` (load a model above the CPU limit anyway)."""
 
+    tokenizer: str | Path | None = None
+    device: str | None = None
+    rows: int = 2
+    seed: int = 0
+    prompt: str = DEFAULT_PROMPT
+    out: Path | None = None
+    force_cpu: bool = False
 
-def run_options(args: Any) -> dict[str, Any]:
-    """The ``check-weights`` flags every family's checks take (``RUN_FLAGS``), by name."""
-    return {name: getattr(args, name) for name in RUN_FLAGS}
+    @classmethod
+    def from_args(cls, args: Any) -> "RunOptions":
+        return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
 
 
 def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:

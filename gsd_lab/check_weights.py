@@ -174,21 +174,14 @@ class _Checks:
             f"{layout.end_of_turn}, image start {layout.image_start}, image end "
             f"{layout.image_end}, row end {layout.row_end}, size {layout.size_token}"
         )
-        needed = layout.num_image_tokens + 64
-        if needed > self.config.max_position_embeddings:
-            return Verdict(
-                "vocabulary",
-                WARN,
-                detail + f"; max_position_embeddings "
-                f"{self.config.max_position_embeddings} < about {needed} positions an image needs",
-            )
+        needed, positions = layout.num_image_tokens + 64, self.config.max_position_embeddings
+        if needed > positions:
+            note = f"max_position_embeddings {positions} < about {needed} positions an image needs"
+            return Verdict("vocabulary", WARN, f"{detail}; {note}")
         if self.config.vocab_size != RELEASE_VOCAB_SIZE:
-            return Verdict(
-                "vocabulary",
-                OK,
-                detail + f" (vocab_size {self.config.vocab_size}: not the 7B "
-                "vocabulary, release ids not compared)",
-            )
+            size = self.config.vocab_size
+            note = f" (vocab_size {size}: not the 7B vocabulary, release ids not compared)"
+            return Verdict("vocabulary", OK, detail + note)
         wrong = [
             f"{k} {getattr(layout, k)} (release {v})"
             for k, v in RELEASE_IDS.items()
@@ -198,14 +191,11 @@ class _Checks:
         if layout.size_token != RELEASE_SIZE_OFFSET + cells:
             wrong.append(f"size token {layout.size_token} (release {RELEASE_SIZE_OFFSET + cells})")
         if (int(ids.min()), int(ids.max()), ids.numel()) != (*RELEASE_CODES, 8192):
-            wrong.append(
-                f"image codes {int(ids.min())}..{int(ids.max())} "
-                f"({ids.numel()}), release 4..8195 (8192)"
-            )
+            codes = f"{int(ids.min())}..{int(ids.max())} ({ids.numel()})"
+            wrong.append(f"image codes {codes}, release 4..8195 (8192)")
         if wrong:
-            return Verdict(
-                "vocabulary", FAIL, detail + "; differs from the 7B release: " + "; ".join(wrong)
-            )
+            note = "; differs from the 7B release: " + "; ".join(wrong)
+            return Verdict("vocabulary", FAIL, detail + note)
         offset = bool((table[ids] == ids - RELEASE_CODES[0]).all())
         index = "VQ index = id - 4 for every code" if offset else "VQ index read by name"
         return Verdict("vocabulary", OK, f"{detail}; the release's ids; {index}")
@@ -217,22 +207,13 @@ class _Checks:
         self.tokenizer_file = find_tokenizer_file(self.folder, self.tokenizer_arg)
         tokenizer = self.prompt_tokenizer = PromptTokenizer(self.tokenizer_file)
         problems = tokenizer_mismatches(tokenizer, self.config.vocabulary_map)
-        where = (
-            "the checkpoint's" if self.tokenizer_file.parent == self.folder else "found beside it"
-        )
+        file = self.tokenizer_file
+        where = "the checkpoint's" if file.parent == self.folder else "found beside it"
         if problems:
-            return Verdict(
-                "tokenizer",
-                FAIL,
-                f"{self.tokenizer_file} ({where}) does not match the vocabulary map: "
-                + "; ".join(problems[:4]),
-            )
-        return Verdict(
-            "tokenizer",
-            OK,
-            f"{self.tokenizer_file} ({where}; tokenizer_config.json names "
-            f"{tokenizer.declared_class}); layout tokens agree with the vocabulary map",
-        )
+            detail = f"{file} ({where}) does not match the vocabulary map: "
+            return Verdict("tokenizer", FAIL, detail + "; ".join(problems[:4]))
+        detail = f"{file} ({where}; tokenizer_config.json names {tokenizer.declared_class})"
+        return Verdict("tokenizer", OK, detail + "; layout tokens agree with the vocabulary map")
 
     def prompt_ids(self, prompt: str) -> Verdict:
         from tokenizers import Tokenizer
@@ -246,12 +227,9 @@ class _Checks:
         text_ids = raw.encode(text, add_special_tokens=False).ids
         expected = [layout.bos, *text_ids, *layout.header]
         if ids != expected:
-            return Verdict(
-                "prompt ids",
-                FAIL,
-                f"the package's {len(ids)} prompt ids differ from the file's own "
-                f"({len(expected)}): {ids[:12]} vs {expected[:12]}",
-            )
+            detail = f"the package's {len(ids)} prompt ids differ from the file's own "
+            detail += f"({len(expected)}): {ids[:12]} vs {expected[:12]}"
+            return Verdict("prompt ids", FAIL, detail)
         decoded = raw.decode(text_ids, skip_special_tokens=False)
         status = OK if decoded == text else WARN
         note = "" if status == OK else f"; but they decode to {decoded!r}, not the prompt text"
@@ -272,13 +250,8 @@ class _Checks:
             and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT
             and not run.force_cpu
         ):
-            self.failed.add("generation")
-            return Verdict(
-                "generation",
-                SKIP,
-                "no GPU here (--device cuda); a 7B model on the CPU takes minutes "
-                "per token (--force-cpu to insist)",
-            )
+            why = "a 7B model on the CPU takes minutes per token (--force-cpu to insist)"
+            return Verdict("generation", SKIP, f"no GPU here (--device cuda); {why}")
         started = time.perf_counter()
         self.adapter = load_lumina_mgpt(
             self.folder,

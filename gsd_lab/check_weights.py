@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from .weight_checks import (
-    DEFAULT_PROMPT,
     FAIL,
     OK,
     SKIP,
@@ -48,7 +47,11 @@ from .weight_checks import (
     ItemRunner,
     Verdict,
     ar_rows,
+    default_device,
+    RunOptions,
+    refuse_flags,
     report,
+    save_png,
     size_text,
     stored_shards,
 )
@@ -76,8 +79,9 @@ def resolution_from_name(folder: str | Path) -> int | None:
 class _Checks:
     """State shared by the items (the folder, config, loaded adapter, decoded image)."""
 
-    def __init__(self, weights: str | Path, resolution: int, tokenizer: str | Path | None) -> None:
-        self.weights, self.resolution, self.tokenizer_arg = weights, resolution, tokenizer
+    def __init__(self, weights: str | Path, resolution: int, run: RunOptions) -> None:
+        self.weights, self.resolution, self.run = weights, resolution, run
+        self.tokenizer_arg = run.tokenizer
         self.folder: Path | None = None
         self.config: Any = None
         self.adapter: Any = None
@@ -147,19 +151,15 @@ class _Checks:
             "ChameleonForConditionalGeneration",
             "ChameleonModel",
         }
-        status = OK if set(architectures or ()) & known else WARN
-        return Verdict(
-            "architecture",
-            status,
+        detail = (
             f"architectures {architectures}; q/k-norms stored as {sorted(qk_shapes)} ({layout}), "
             f"expanded on load; {len(stored)} tensors match stock Chameleon; "
             f"{estimated_parameters(config):,} parameters as stored"
-            + (
-                ""
-                if status == OK
-                else "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
-            ),
         )
+        if set(architectures or ()) & known:
+            return Verdict("architecture", OK, detail)
+        note = "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
+        return Verdict("architecture", WARN, detail + note)
 
     def vocabulary(self) -> Verdict:
         from .models.lumina_mgpt import LuminaImageLayout, image_token_table
@@ -174,21 +174,14 @@ class _Checks:
             f"{layout.end_of_turn}, image start {layout.image_start}, image end "
             f"{layout.image_end}, row end {layout.row_end}, size {layout.size_token}"
         )
-        needed = layout.num_image_tokens + 64
-        if needed > self.config.max_position_embeddings:
-            return Verdict(
-                "vocabulary",
-                WARN,
-                detail + f"; max_position_embeddings "
-                f"{self.config.max_position_embeddings} < about {needed} positions an image needs",
-            )
+        needed, positions = layout.num_image_tokens + 64, self.config.max_position_embeddings
+        if needed > positions:
+            note = f"max_position_embeddings {positions} < about {needed} positions an image needs"
+            return Verdict("vocabulary", WARN, f"{detail}; {note}")
         if self.config.vocab_size != RELEASE_VOCAB_SIZE:
-            return Verdict(
-                "vocabulary",
-                OK,
-                detail + f" (vocab_size {self.config.vocab_size}: not the 7B "
-                "vocabulary, release ids not compared)",
-            )
+            size = self.config.vocab_size
+            note = f" (vocab_size {size}: not the 7B vocabulary, release ids not compared)"
+            return Verdict("vocabulary", OK, detail + note)
         wrong = [
             f"{k} {getattr(layout, k)} (release {v})"
             for k, v in RELEASE_IDS.items()
@@ -197,27 +190,15 @@ class _Checks:
         cells = self.resolution // 32
         if layout.size_token != RELEASE_SIZE_OFFSET + cells:
             wrong.append(f"size token {layout.size_token} (release {RELEASE_SIZE_OFFSET + cells})")
-        if (int(ids.min()), int(ids.max()), ids.numel()) != (
-            RELEASE_CODES[0],
-            RELEASE_CODES[1],
-            8192,
-        ):
-            wrong.append(
-                f"image codes {int(ids.min())}..{int(ids.max())} "
-                f"({ids.numel()}), release 4..8195 (8192)"
-            )
+        if (int(ids.min()), int(ids.max()), ids.numel()) != (*RELEASE_CODES, 8192):
+            codes = f"{int(ids.min())}..{int(ids.max())} ({ids.numel()})"
+            wrong.append(f"image codes {codes}, release 4..8195 (8192)")
         if wrong:
-            return Verdict(
-                "vocabulary", FAIL, detail + "; differs from the 7B release: " + "; ".join(wrong)
-            )
+            note = "; differs from the 7B release: " + "; ".join(wrong)
+            return Verdict("vocabulary", FAIL, detail + note)
         offset = bool((table[ids] == ids - RELEASE_CODES[0]).all())
-        return Verdict(
-            "vocabulary",
-            OK,
-            detail
-            + "; the release's ids"
-            + ("; VQ index = id - 4 for every code" if offset else "; VQ index read by name"),
-        )
+        index = "VQ index = id - 4 for every code" if offset else "VQ index read by name"
+        return Verdict("vocabulary", OK, f"{detail}; the release's ids; {index}")
 
     def tokenizer(self) -> Verdict:
         from .models.lumina_mgpt import tokenizer_mismatches
@@ -226,22 +207,13 @@ class _Checks:
         self.tokenizer_file = find_tokenizer_file(self.folder, self.tokenizer_arg)
         tokenizer = self.prompt_tokenizer = PromptTokenizer(self.tokenizer_file)
         problems = tokenizer_mismatches(tokenizer, self.config.vocabulary_map)
-        where = (
-            "the checkpoint's" if self.tokenizer_file.parent == self.folder else "found beside it"
-        )
+        file = self.tokenizer_file
+        where = "the checkpoint's" if file.parent == self.folder else "found beside it"
         if problems:
-            return Verdict(
-                "tokenizer",
-                FAIL,
-                f"{self.tokenizer_file} ({where}) does not match the vocabulary map: "
-                + "; ".join(problems[:4]),
-            )
-        return Verdict(
-            "tokenizer",
-            OK,
-            f"{self.tokenizer_file} ({where}; tokenizer_config.json names "
-            f"{tokenizer.declared_class}); layout tokens agree with the vocabulary map",
-        )
+            detail = f"{file} ({where}) does not match the vocabulary map: "
+            return Verdict("tokenizer", FAIL, detail + "; ".join(problems[:4]))
+        detail = f"{file} ({where}; tokenizer_config.json names {tokenizer.declared_class})"
+        return Verdict("tokenizer", OK, detail + "; layout tokens agree with the vocabulary map")
 
     def prompt_ids(self, prompt: str) -> Verdict:
         from tokenizers import Tokenizer
@@ -255,12 +227,9 @@ class _Checks:
         text_ids = raw.encode(text, add_special_tokens=False).ids
         expected = [layout.bos, *text_ids, *layout.header]
         if ids != expected:
-            return Verdict(
-                "prompt ids",
-                FAIL,
-                f"the package's {len(ids)} prompt ids differ from the file's own "
-                f"({len(expected)}): {ids[:12]} vs {expected[:12]}",
-            )
+            detail = f"the package's {len(ids)} prompt ids differ from the file's own "
+            detail += f"({len(expected)}): {ids[:12]} vs {expected[:12]}"
+            return Verdict("prompt ids", FAIL, detail)
         decoded = raw.decode(text_ids, skip_special_tokens=False)
         status = OK if decoded == text else WARN
         note = "" if status == OK else f"; but they decode to {decoded!r}, not the prompt text"
@@ -272,37 +241,30 @@ class _Checks:
             + _transformers_note(self.tokenizer_file, text, text_ids),
         )
 
-    def generation(
-        self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
-    ) -> Verdict:
+    def generation(self) -> Verdict:
         from .models.lumina_mgpt import CPU_PARAMETER_LIMIT, estimated_parameters, load_lumina_mgpt
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        run, device = self.run, default_device(self.run.device)
         if (
             torch.device(device).type == "cpu"
             and estimated_parameters(self.config) > CPU_PARAMETER_LIMIT
-            and not force_cpu
+            and not run.force_cpu
         ):
-            self.failed.add("generation")
-            return Verdict(
-                "generation",
-                SKIP,
-                "no GPU here (--device cuda); a 7B model on the CPU takes minutes "
-                "per token (--force-cpu to insist)",
-            )
+            why = "a 7B model on the CPU takes minutes per token (--force-cpu to insist)"
+            return Verdict("generation", SKIP, f"no GPU here (--device cuda); {why}")
         started = time.perf_counter()
         self.adapter = load_lumina_mgpt(
             self.folder,
             resolution=self.resolution,
             device=device,
             tokenizer=self.tokenizer_arg,
-            force_cpu=force_cpu,
+            force_cpu=run.force_cpu,
         )  # VQGAN: the image item
         loaded = time.perf_counter() - started
         adapter = self.adapter
-        rows = max(1, min(rows, adapter.layout.latent_side))
+        rows = max(1, min(run.rows, adapter.layout.latent_side))
         count = rows * adapter.layout.row_length
-        result = ar_rows(adapter, prompt, count, seed, cfg=adapter.uses_cfg)
+        result = ar_rows(adapter, run.prompt, count, run.seed, cfg=adapter.uses_cfg)
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         row_ends = bool((tokens[:, -1] == adapter.layout.row_end).all())
         codes_ok = bool((adapter.vq_index_of_token.cpu()[tokens[:, :-1]] >= 0).all())
@@ -313,46 +275,26 @@ class _Checks:
             f"{result.wall_seconds:.2f} s, {1000 * result.wall_seconds / result.nfe:.1f} ms per "
             f"forward (CFG pair), {len(set(tokens[:, :-1].flatten().tolist()))} distinct codes"
         )
-        if not (row_ends and codes_ok):
-            return Verdict(
-                "generation",
-                FAIL,
-                detail
-                + ": "
-                + (
-                    "row ends misplaced"
-                    if not row_ends
-                    else "a code position holds a non-image token"
-                ),
-            )
+        if not row_ends:
+            return Verdict("generation", FAIL, detail + ": row ends misplaced")
+        if not codes_ok:
+            return Verdict("generation", FAIL, f"{detail}: a code position holds a non-image token")
         return Verdict("generation", OK, detail)
 
     def image(self, vqgan_dir: str, out: Path | None) -> Verdict:
         from .models.chameleon_vqgan import find_vqgan_files, load_chameleon_vqgan
 
         yaml_path, ckpt_path = find_vqgan_files(vqgan_dir)
-        vqgan = load_chameleon_vqgan(
-            vqgan_dir, device=self.adapter.device
-        )  # as load_lumina_mgpt loads it
-        self.adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
-        indices = self.adapter.vq_index_of_token[
-            self.tokens[:, :-1].to(self.adapter.device)
-        ].unsqueeze(0)
-        image = vqgan.decode_to_uint8(indices)[0].numpy()
+        adapter = self.adapter
+        vqgan = load_chameleon_vqgan(vqgan_dir, device=adapter.device)  # as load_lumina_mgpt
+        adapter.attach_vqgan(vqgan)  # its codebook against the vocabulary's codes
+        indices = adapter.vq_index_of_token[self.tokens[:, :-1].to(adapter.device)]
+        image = vqgan.decode_to_uint8(indices.unsqueeze(0))[0].numpy()
         self.pixels = image
         md5 = _md5(ckpt_path)
-        checksum = (
-            "Meta's checksum"
-            if md5 == META_VQGAN_MD5
-            else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
-        )
-        saved = ""
-        if out is not None:
-            from PIL import Image
-
-            out.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(image).save(out)
-            saved = f"; saved to {out}"
+        meta = md5 == META_VQGAN_MD5
+        checksum = "Meta's checksum" if meta else f"md5 {md5}, not Meta's {META_VQGAN_MD5}"
+        saved = save_png(image, out)
         detail = (
             f"{ckpt_path} ({checksum}); codebook {vqgan.config.n_embed} x "
             f"{vqgan.config.embed_dim}; {self.tokens.shape[0]} rows -> {image.shape[1]} "
@@ -360,7 +302,7 @@ class _Checks:
         )
         if float(image.std()) == 0.0:
             return Verdict("image", FAIL, detail + ": a constant image")
-        return Verdict("image", OK if md5 == META_VQGAN_MD5 else WARN, detail)
+        return Verdict("image", OK if meta else WARN, detail)
 
     def clip(self, clip_dir: str, prompt: str) -> Verdict:
         from .quality.clip_score import clip_scores, load_clip
@@ -368,9 +310,7 @@ class _Checks:
         model, processor = load_clip(clip_dir, device=self.adapter.device)
         strip = self.pixels
         side = strip.shape[1]
-        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[
-            :side
-        ]  # the rows repeated to a square
+        square = np.tile(strip, (-(-side // strip.shape[0]), 1, 1))[:side]  # rows to a square
         score = float(clip_scores([square], [prompt], model, processor)[0])
         vision = model.config.vision_config
         detail = (
@@ -380,15 +320,10 @@ class _Checks:
         )
         if not 0.0 <= score <= 100.0:
             return Verdict("clip", FAIL, detail)
-        paper = (vision.image_size, vision.patch_size) == (224, 16)
-        return Verdict(
-            "clip",
-            OK if paper else WARN,
-            detail
-            + (
-                "" if paper else "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"
-            ),
-        )
+        if (vision.image_size, vision.patch_size) == (224, 16):
+            return Verdict("clip", OK, detail)
+        note = "; SJD's evaluation used openai/clip-vit-base-patch16 (224 px, 16)"
+        return Verdict("clip", WARN, detail + note)
 
 
 def _md5(path: Path) -> str:
@@ -424,38 +359,29 @@ def check_weights(
     resolution: int | None = None,
     vqgan: str | None = None,
     clip: str | None = None,
-    tokenizer: str | Path | None = None,
-    device: str | None = None,
-    rows: int = 2,
-    seed: int = 0,
-    prompt: str = DEFAULT_PROMPT,
-    out: Path | None = None,
-    force_cpu: bool = False,
+    run: RunOptions = RunOptions(),
 ) -> list[Verdict]:
     """Every verdict of the module docstring, in order. ``resolution``: default from the
     folder's name (``resolution_from_name``), else 768."""
     resolution = resolution or resolution_from_name(weights) or 768
-    checks = _Checks(weights, resolution, tokenizer)
-    run = ItemRunner(checks.failed)
-    verdicts = run.all([
+    checks = _Checks(weights, resolution, run)
+    prompt = run.prompt
+    items = ItemRunner(checks.failed)
+    verdicts = items.all([
         ("files", (), checks.files),
         ("architecture", ("files",), checks.architecture),
         ("vocabulary", ("files",), checks.vocabulary),
         ("tokenizer", ("files",), checks.tokenizer),
         ("prompt ids", ("vocabulary", "tokenizer"), lambda: checks.prompt_ids(prompt)),
-        (
-            "generation",
-            ("architecture", "vocabulary", "tokenizer"),
-            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-        ),
+        ("generation", ("architecture", "vocabulary", "tokenizer"), checks.generation),
     ])
     if vqgan is not None:
-        run("image", ("generation",), lambda: checks.image(vqgan, out))
+        items("image", ("generation",), lambda: checks.image(vqgan, run.out))
     else:
         checks.failed.add("image")
         verdicts.append(Verdict("image", SKIP, "no --vqgan"))
     if clip is not None:
-        run("clip", ("image",), lambda: checks.clip(clip, prompt))
+        items("clip", ("image",), lambda: checks.clip(clip, prompt))
     return verdicts
 
 
@@ -466,26 +392,14 @@ def main(args: Any) -> int:
     from .check_weights_janus import check_janus_weights, is_janus_folder
 
     if is_janus_folder(args.weights):
-        for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip),
-                            ("--resolution", args.resolution)):
-            if value is not None:
-                args.command_parser.error(f"{flag} does not apply to a Janus checkpoint")
-        verdicts = check_janus_weights(
-            args.weights, tokenizer=args.tokenizer, device=args.device, rows=args.rows,
-            seed=args.seed, prompt=args.prompt, out=args.out, force_cpu=args.force_cpu,
-        )
+        refuse_flags(args, ("--vqgan", "--clip", "--resolution"), "a Janus checkpoint")
+        verdicts = check_janus_weights(args.weights, RunOptions.from_args(args))
     else:
         verdicts = check_weights(
             args.weights,
             resolution=args.resolution,
             vqgan=args.vqgan,
             clip=args.clip,
-            tokenizer=args.tokenizer,
-            device=args.device,
-            rows=args.rows,
-            seed=args.seed,
-            prompt=args.prompt,
-            out=args.out,
-            force_cpu=args.force_cpu,
+            run=RunOptions.from_args(args),
         )
     return report(args, verdicts, started)

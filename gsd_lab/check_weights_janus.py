@@ -26,14 +26,16 @@ from typing import Any
 import torch
 
 from .weight_checks import (
-    DEFAULT_PROMPT,
     FAIL,
     OK,
     SKIP,
     WARN,
     ItemRunner,
+    RunOptions,
     Verdict,
     ar_rows,
+    default_device,
+    save_png,
     size_text,
     stored_shards,
     tokenizer_json,
@@ -54,8 +56,8 @@ def is_janus_folder(weights: str | Path) -> bool:
 
 
 class _JanusChecks:
-    def __init__(self, weights: str | Path, tokenizer: str | Path | None) -> None:
-        self.weights, self.tokenizer_arg = weights, tokenizer
+    def __init__(self, weights: str | Path, run: RunOptions) -> None:
+        self.weights, self.run, self.tokenizer_arg = weights, run, run.tokenizer
         self.folder: Path | None = None
         self.config: Any = None
         self.adapter: Any = None
@@ -138,21 +140,20 @@ class _JanusChecks:
             return Verdict("tokenizer", FAIL, f"{detail}; BOI should be {BOI_NAME!r}")
         return Verdict("tokenizer", OK, detail)
 
-    def generation(self, rows: int, seed: int, device: str | None, force_cpu: bool,
-                   prompt: str) -> Verdict:
+    def generation(self) -> Verdict:
         from .models.janus import CPU_PARAMETER_LIMIT, estimated_parameters, load_janus
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        run, device = self.run, default_device(self.run.device)
         size = estimated_parameters(self.config)
-        if torch.device(device).type == "cpu" and size > CPU_PARAMETER_LIMIT and not force_cpu:
+        if torch.device(device).type == "cpu" and size > CPU_PARAMETER_LIMIT and not run.force_cpu:
             return Verdict("generation", SKIP, "no GPU here (--device cuda; --force-cpu to insist)")
         started = time.perf_counter()
         self.adapter = adapter = load_janus(
-            self.folder, device=device, tokenizer=self.tokenizer_arg, force_cpu=force_cpu
+            self.folder, device=device, tokenizer=self.tokenizer_arg, force_cpu=run.force_cpu
         )
         loaded = time.perf_counter() - started
-        count = max(1, min(rows, adapter.row_length)) * adapter.row_length
-        result = ar_rows(adapter, prompt, count, seed)
+        count = max(1, min(run.rows, adapter.row_length)) * adapter.row_length
+        result = ar_rows(adapter, run.prompt, count, run.seed)
         self.tokens = result.tokens
         detail = (
             f"loaded in {loaded:.1f} s on {adapter.device} "
@@ -163,43 +164,24 @@ class _JanusChecks:
             return Verdict("generation", FAIL, f"{detail}: codes outside the codebook")
         return Verdict("generation", OK, detail)
 
-    def image(self, out: Path | None) -> Verdict:
+    def image(self) -> Verdict:
         adapter = self.adapter
         codes = torch.full((adapter.num_image_tokens,), int(self.tokens[0]), dtype=torch.long)
         codes[: self.tokens.numel()] = self.tokens.cpu()
         pixels = adapter.decode_images(codes)[0].cpu().numpy()
         detail = f"{pixels.shape[1]} x {pixels.shape[0]} pixels decoded by JanusVQVAE"
-        if out is not None:
-            from .io.figure_io import save_image_atomic
-
-            save_image_atomic(pixels, out)
-            detail += f", saved to {out}"
-        return Verdict("image", OK, detail)
+        return Verdict("image", OK, detail + save_png(pixels, self.run.out))
 
 
-def check_janus_weights(
-    weights: str | Path,
-    *,
-    tokenizer: str | Path | None = None,
-    device: str | None = None,
-    rows: int = 2,
-    seed: int = 0,
-    prompt: str = DEFAULT_PROMPT,
-    out: Path | None = None,
-    force_cpu: bool = False,
-) -> list[Verdict]:
+def check_janus_weights(weights: str | Path, run: RunOptions = RunOptions()) -> list[Verdict]:
     """Every verdict of the module docstring, in order; an item whose prerequisite failed is
     skipped, saying which."""
-    checks = _JanusChecks(weights, tokenizer)
+    checks = _JanusChecks(weights, run)
     return ItemRunner(checks.failed).all([
         ("files", (), checks.files),
         ("architecture", ("files",), checks.architecture),
         ("generation cfg", ("files",), checks.generation_config),
         ("tokenizer", ("generation cfg",), checks.tokenizer),
-        (
-            "generation",
-            ("architecture", "generation cfg", "tokenizer"),
-            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-        ),
-        ("image", ("generation",), lambda: checks.image(out)),
+        ("generation", ("architecture", "generation cfg", "tokenizer"), checks.generation),
+        ("image", ("generation",), checks.image),
     ])

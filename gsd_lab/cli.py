@@ -1,35 +1,21 @@
-"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights}`` (also
-``gsd-lab``).
+"""Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights,
+readme}`` (also ``gsd-lab``); each command's ``--help`` describes its flags.
 
-generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``:
-          one JSON object with nfe, acceptance_rate, wall_seconds, tokens, ...).
+generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``).
 figures   every figure and results table into a folder (PNG + SVG + JSON sidecars, results.md).
-evaluate  a prompt list sharded over processes (torchrun), resumable; merged summary. A re-run
-          into the same --out resumes the same run only: another model, weights, decoding
-          configuration, seed or prompt list is refused (exit 2) naming what differs.
-          ``--batch-size`` (figures, evaluate): images per forward, default per device (8 on a
-          CPU and on a GPU: ``models.batched.default_batch_size``); the same tokens and NFE.
-          ``--threads``: torch's CPU threads (default: torch's, every core; on cores shared with
-          other jobs use ``--threads 1`` or ``OMP_WAIT_POLICY=PASSIVE``: docs/benchmarks.md).
-notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``): in place
-          from a clean tree, or into --out; ``-p name value`` sets a parameter.
-check-weights  the first command after downloading Lumina-mGPT: one verdict per item (files,
-          q/k-norm layout, vocabulary, tokenizer and prompt ids, a short AR generation decoded
-          to an image); exit 1 when one failed (``gsd_lab.check_weights``). A Janus-Pro folder
-          (config.json's model_type "janus") gets ``gsd_lab.check_weights_janus``'s items;
-          ``--model anole-7b|emu3-gen`` ``gsd_lab.family_checks``'s (--clip, --resolution refused).
-
-Models: ``standin`` (default, embedded), ``lumina-mgpt-7b-{512,768,1024}`` with ``--weights DIR``
-(and ``--vqgan DIR`` for pixels, ``--clip DIR`` for CLIP scores), ``anole-7b`` (``--vqgan DIR``
-for pixels), ``emu3-gen`` and ``janus-pro-{1b,7b}`` with ``--weights DIR`` (pixels from their
-own VQ models; docs/family-*.md), ``tiny-random`` (tests only).
+evaluate  a prompt list sharded over processes (torchrun), resumable: a re-run into the same
+          --out resumes the same run only (another configuration is refused, exit 2).
+notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``).
+check-weights  one verdict per item of a download, exit 1 when one failed: Lumina-mGPT
+          (``gsd_lab.check_weights``), a Janus-Pro folder (``gsd_lab.check_weights_janus``),
+          ``--model anole-7b|emu3-gen`` (``gsd_lab.family_checks``).
+readme    the README's findings and every rendered value span from results.json.
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
 cannot be written ends with argparse's usage message, the flag named, and exit status 2, never
 a traceback. Errors found once the model is loaded (an unknown class, a bad checkpoint) exit 2
-the same way, before anything is generated. ``--method gsd`` needs ``--group-size >= 2``: group
-sizes 0 and 1 make every cluster a single token, which is SJD (use ``--method sjd``).
+the same way, before anything is generated.
 """
 
 from __future__ import annotations
@@ -47,10 +33,8 @@ from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_
 from .decode.methods import DRAFTS, KINDS, RESIDUALS, VERIFIERS, DecodingMethod
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
-# gsd_lab.models.MODEL_NAMES + ("tiny-random",), spelled out so that parsing and checking the
-# flags imports no torch (seconds): a bad flag fails in well under a second. A test keeps the
-# two in sync.
-# Families of stock transformers classes (gsd_lab.models.FAMILY_LOADERS; a test keeps them in sync).
+# gsd_lab.models.MODEL_NAMES + ("tiny-random",) and FAMILY_LOADERS, spelled out so that parsing
+# and checking the flags imports no torch. Tests keep them in sync.
 FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",
@@ -104,8 +88,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="torch CPU threads, >= 1 (default: torch's, every core; the float64 stand-in's "
-        "tokens and NFE do not depend on it; on cores busy with other jobs, 1: a spinning "
-        "2-thread pool there ran 4.5x slower, docs/benchmarks.md)",
+        "tokens and NFE do not depend on it; on cores busy with other jobs, 1: "
+        "docs/benchmarks.md)",
     )
 
 
@@ -155,7 +139,8 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
+def _add_batching_args(parser: argparse.ArgumentParser) -> None:
+    """--batch-size and --workers (figures, evaluate)."""
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -164,9 +149,6 @@ def _add_batch_size_arg(parser: argparse.ArgumentParser) -> None:
         "wall times become each image's share (default: per device, 8 on a CPU and on a GPU: "
         "gsd_lab.models.batched.default_batch_size)",
     )
-
-
-def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=int,
@@ -179,7 +161,10 @@ def _add_workers_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
+def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    """The model, decoding and runner flags (generate, evaluate)."""
+    _add_model_args(parser)
+    _add_method_args(parser)
     parser.add_argument(
         "--runner",
         choices=("eager", "static"),
@@ -197,10 +182,7 @@ def _add_runner_arg(parser: argparse.ArgumentParser) -> None:
     )  # the former --runner
 
 
-PRESET_CHOICES = (
-    "default",
-    "release",
-)  # gsd_lab.decode.presets.PRESETS, spelled out (no torch import to parse)
+PRESET_CHOICES = ("default", "release")  # decode.presets.PRESETS, spelled out (no torch import)
 
 
 def _add_preset_arg(group: Any) -> None:
@@ -218,9 +200,7 @@ def _add_preset_arg(group: Any) -> None:
 def _add_generate_parser(sub: Any) -> None:
     """``generate``: one image, its NFE, acceptance and time."""
     gen = sub.add_parser("generate", help="generate one image and report nfe, acceptance, time")
-    _add_model_args(gen)
-    _add_method_args(gen)
-    _add_runner_arg(gen)
+    _add_decoding_args(gen)
     gen.add_argument(
         "--class",
         dest="class_",
@@ -277,8 +257,7 @@ def _add_figures_parser(sub: Any) -> None:
         default=None,
         help="--dry-run: milliseconds per forward pass (all methods) instead of measuring",
     )
-    _add_batch_size_arg(fig)
-    _add_workers_arg(fig)
+    _add_batching_args(fig)
     fig.add_argument("--no-progress", action="store_true")
     fig.add_argument(
         "--allow-dirty",
@@ -296,9 +275,7 @@ def _add_evaluate_parser(sub: Any) -> None:
         description="Sharded, resumable evaluation: prompt i runs on rank i mod N with seed "
         "seed + i; one result file per prompt; rank 0 merges summary.json.",
     )
-    _add_model_args(ev)
-    _add_method_args(ev)
-    _add_runner_arg(ev)
+    _add_decoding_args(ev)
     ev.add_argument(
         "--prompts", type=Path, required=True, help="prompt file (one per line or PartiPrompts TSV)"
     )
@@ -311,8 +288,7 @@ def _add_evaluate_parser(sub: Any) -> None:
         "else is refused, naming what differs: use a new folder for a new configuration",
     )
     ev.add_argument("--seed", type=int, default=0, help="base seed >= 0: prompt i uses seed + i")
-    _add_batch_size_arg(ev)
-    _add_workers_arg(ev)
+    _add_batching_args(ev)
     ev.add_argument("--no-images", action="store_true", help="do not save images")
     ev.add_argument("--no-progress", action="store_true")
 
@@ -378,14 +354,11 @@ def _add_check_weights_parser(sub: Any) -> None:
         "check-weights",
         help="check a downloaded checkpoint (Lumina-mGPT, Janus-Pro, anole-7b, emu3-gen), one "
         "verdict per item",
-        description="Check a download with the package's own code, one verdict per item; exit 1 "
-        "when an item failed. Lumina-mGPT (the default): files and shards, q/k-norm layout, "
-        "architectures, vocabulary and image layout, the tokenizer and prompt ids, a short AR "
-        "generation decoded to an image (--vqgan) and scored (--clip). Janus-Pro: detected from "
-        "the folder (config.json's model_type \"janus\"; gsd_lab.check_weights_janus). "
-        "--model anole-7b | emu3-gen: files, architecture, vocabulary, tokenizer, a short AR "
-        "generation and its image (anole-7b: --vqgan, the Chameleon VQGAN; emu3-gen: its own "
-        "VQ-VAE), gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only.",
+        description="Check a download with the package's own code, one verdict per item (files, "
+        "architecture, vocabulary, tokenizer, a short AR generation and its image); exit 1 when "
+        "an item failed. Lumina-mGPT (the default; gsd_lab.check_weights), Janus-Pro (detected "
+        "from config.json's model_type; gsd_lab.check_weights_janus), --model anole-7b | "
+        "emu3-gen (gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only).",
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
     chk.add_argument(
@@ -475,9 +448,14 @@ def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
     tokenizer = Path(args.tokenizer).expanduser() if args.tokenizer else folder
     if not (tokenizer.is_file() or (tokenizer / "tokenizer.json").is_file()):
         fail(f"no tokenizer.json in {tokenizer} (pass --tokenizer DIR)")
+    if args.vqgan is not None and args.model == "emu3-gen":
+        fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
+    _check_vqgan_clip(args, fail)
+
+
+def _check_vqgan_clip(args: argparse.Namespace, fail: Fail) -> None:
+    """--vqgan: a folder where ``find_vqgan_files`` finds the VQGAN; --clip: a local CLIP folder."""
     if args.vqgan is not None:
-        if args.model == "emu3-gen":
-            fail("--vqgan does not apply to --model emu3-gen (it decodes with its own VQ-VAE)")
         from .models.chameleon_vqgan import find_vqgan_files
 
         try:
@@ -485,7 +463,10 @@ def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
         except FileNotFoundError as error:
             fail(f"--vqgan {args.vqgan}: {error}")
     if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
-        fail(f"--clip {args.clip}: no config.json there (a local CLIP model folder)")
+        fail(
+            f"--clip {args.clip}: no config.json there (a local CLIP model "
+            "folder, e.g. a copy of openai/clip-vit-base-patch16)"
+        )
 
 
 def _device_problem(device: str) -> str | None:
@@ -569,29 +550,15 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
         from .models.lumina_mgpt import resolve_weights_dir
-
-        try:
-            resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1]))
-        except FileNotFoundError as error:
-            fail(f"--weights {args.weights}: {error}")
-        if args.vqgan is not None:
-            from .models.chameleon_vqgan import find_vqgan_files
-
-            try:
-                find_vqgan_files(args.vqgan)
-            except FileNotFoundError as error:
-                fail(f"--vqgan {args.vqgan}: {error}")
-        if args.clip is not None and not (Path(args.clip).expanduser() / "config.json").is_file():
-            fail(
-                f"--clip {args.clip}: no config.json there (a local CLIP model "
-                "folder, e.g. a copy of openai/clip-vit-base-patch16)"
-            )
         from .models.lumina_tokenizer import find_tokenizer_file
 
         try:
-            find_tokenizer_file(
-                resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1])), args.tokenizer
-            )
+            folder = resolve_weights_dir(args.weights, int(args.model.rsplit("-", 1)[1]))
+        except FileNotFoundError as error:
+            fail(f"--weights {args.weights}: {error}")
+        _check_vqgan_clip(args, fail)
+        try:
+            find_tokenizer_file(folder, args.tokenizer)
         except FileNotFoundError as error:
             fail(str(error))
         return
@@ -962,8 +929,6 @@ def cmd_figures(args: argparse.Namespace) -> int:
             model, prompt, f"--prompts {args.prompts}: prompt {index}", args.command_parser.error
         )
     if args.dry_run:
-        import os
-
         prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
         forward = (
             None
@@ -1039,10 +1004,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
 
-    batch_size = args.batch_size
-    if batch_size is None:
-        batch_size = default_batch_size(context.device)
-
+    batch_size = args.batch_size or default_batch_size(context.device)
     recording = Recording(batch_size=batch_size, runner=args.runner)
 
     def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
@@ -1086,9 +1048,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "runner": args.runner,
         "batch_size": batch_size,
     }
-    if (
-        model.condition_scores is not None
-    ):  # what the rows' condition_score is (Lumina-mGPT: the CLIP score)
+    if model.condition_scores is not None:  # what the rows' condition_score is (e.g. CLIP score)
         config["condition_score"] = " ".join(
             model.quality_names.get("condition_score", "condition score").split()
         )
@@ -1153,18 +1113,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "readme":
         return cmd_readme(args)
     if args.command == "check-weights":
-        from .check_weights import main as check_weights_main
-
         if args.rows < 1:
             fail(f"--rows must be >= 1, got {args.rows}")
         if args.model in FAMILY_CHOICES:
             from .family_checks import main as family_checks_main
 
-            for flag, value in (("--clip", args.clip), ("--resolution", args.resolution)):
-                if value is not None:  # not read by family_checks: refused, not ignored
-                    fail(f"{flag} does not apply to --model {args.model} (Lumina-mGPT only)")
-
             return family_checks_main(args)
+        from .check_weights import main as check_weights_main
+
         return check_weights_main(args)
     check_args(args, fail)
     if args.threads:

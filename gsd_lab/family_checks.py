@@ -28,14 +28,17 @@ from typing import Any
 import torch
 
 from .weight_checks import (
-    DEFAULT_PROMPT,
     FAIL,
     OK,
     SKIP,
     ItemRunner,
+    RunOptions,
     Verdict,
     ar_rows,
+    default_device,
+    refuse_flags,
     report,
+    save_png,
     stored_shards,
     tokenizer_json,
 )
@@ -73,11 +76,9 @@ def emu3_loaded_name(name: str) -> str:
 
 
 class _FamilyChecks:
-    def __init__(
-        self, model: str, weights: str | Path, tokenizer: str | Path | None, vqgan: str | None
-    ) -> None:
+    def __init__(self, model: str, weights: str | Path, run: RunOptions, vqgan: str | None) -> None:
         self.model, self.folder = model, Path(weights).expanduser()
-        self.tokenizer_arg = tokenizer
+        self.run, self.tokenizer_arg = run, run.tokenizer
         # load_model's vqgan: the Chameleon VQGAN for Anole; Emu3 has its own VQ-VAE.
         self._vqgan_kwargs = {"vqgan": vqgan} if model == "anole-7b" else {}
         self.config: Any = None
@@ -177,20 +178,18 @@ class _FamilyChecks:
             return Verdict("tokenizer", FAIL, f"{path} disagrees with the vocabulary: {differ[:4]}")
         return Verdict("tokenizer", OK, f"{path}: layout token ids agree with the vocabulary")
 
-    def generation(
-        self, rows: int, seed: int, device: str | None, force_cpu: bool, prompt: str
-    ) -> Verdict:
+    def generation(self) -> Verdict:
         from .models import load_model
 
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        run = self.run
         started = time.perf_counter()
         try:
             self.adapter = load_model(
                 self.model,
                 weights=str(self.folder),
-                device=device,
+                device=default_device(run.device),
                 tokenizer=self.tokenizer_arg,
-                force_cpu=force_cpu,
+                force_cpu=run.force_cpu,
                 **self._vqgan_kwargs,
             )
         except ValueError as error:
@@ -199,9 +198,9 @@ class _FamilyChecks:
             raise
         loaded = time.perf_counter() - started
         adapter = self.adapter
-        rows = max(1, min(rows, adapter.layout.height))
+        rows = max(1, min(run.rows, adapter.layout.height))
         count = rows * adapter.layout.row_length
-        result = ar_rows(adapter, prompt, count, seed)
+        result = ar_rows(adapter, run.prompt, count, run.seed)
         tokens = result.tokens.view(rows, adapter.layout.row_length)
         layout = adapter.layout
         if layout.row_end is not None and not bool((tokens[:, -1] == layout.row_end).all()):
@@ -217,21 +216,16 @@ class _FamilyChecks:
             f"{result.wall_seconds:.2f} s, {len(set(codes.flatten().tolist()))} distinct codes",
         )
 
-    def image(self, out: Path | None) -> Verdict:
+    def image(self) -> Verdict:
         adapter = self.adapter
         if adapter.decode_indices is None:
             return Verdict("image", SKIP, "no --vqgan (Anole decodes with the Chameleon VQGAN)")
         pixels = adapter.decode_indices(self.codes[None])[0].cpu().numpy()
-        if out is not None:
-            from PIL import Image
-
-            out.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(pixels).save(out)
         return Verdict(
             "image",
             OK,
             f"{self.codes.shape[0]} x {self.codes.shape[1]} codes -> {pixels.shape[1]} x "
-            f"{pixels.shape[0]} pixels" + (f", saved to {out}" if out is not None else ""),
+            f"{pixels.shape[0]} pixels" + save_png(pixels, self.run.out),
         )
 
 
@@ -240,50 +234,32 @@ def check_family_weights(
     weights: str | Path,
     *,
     vqgan: str | None = None,
-    tokenizer: str | Path | None = None,
-    device: str | None = None,
-    rows: int = 2,
-    seed: int = 0,
-    prompt: str = DEFAULT_PROMPT,
-    out: Path | None = None,
-    force_cpu: bool = False,
+    run: RunOptions = RunOptions(),
 ) -> list[Verdict]:
     """Every verdict of the module docstring, in order, for ``model`` "anole-7b" or "emu3-gen"."""
     if model not in MODEL_TYPES:
         raise ValueError(f"model must be one of {tuple(MODEL_TYPES)}, got {model!r}")
     if vqgan is not None and model == "emu3-gen":
         raise ValueError("--vqgan does not apply to emu3-gen (it decodes with its own VQ-VAE)")
-    checks = _FamilyChecks(model, weights, tokenizer, vqgan)
+    checks = _FamilyChecks(model, weights, run, vqgan)
     return ItemRunner(checks.failed).all([
         ("files", (), checks.files),
         ("architecture", ("files",), checks.architecture),
         ("vocabulary", ("files",), checks.vocabulary),
         ("tokenizer", ("files",), checks.tokenizer),
-        (
-            "generation",
-            ("architecture", "vocabulary", "tokenizer"),
-            lambda: checks.generation(rows, seed, device, force_cpu, prompt),
-        ),
-        ("image", ("generation",), lambda: checks.image(out)),
+        ("generation", ("architecture", "vocabulary", "tokenizer"), checks.generation),
+        ("image", ("generation",), checks.image),
     ])
 
 
 def main(args: Any) -> int:
-    """``check-weights --model anole-7b|emu3-gen`` (``gsd_lab.cli``)."""
+    """``check-weights --model anole-7b|emu3-gen`` (``gsd_lab.cli``); --clip and --resolution,
+    Lumina-mGPT's, are refused."""
     started = time.perf_counter()
+    refuse_flags(args, ("--clip", "--resolution"), f"--model {args.model} (Lumina-mGPT only)")
     try:
-        verdicts = check_family_weights(
-            args.model,
-            args.weights,
-            vqgan=args.vqgan,
-            tokenizer=args.tokenizer,
-            device=args.device,
-            rows=args.rows,
-            seed=args.seed,
-            prompt=args.prompt,
-            out=args.out,
-            force_cpu=args.force_cpu,
-        )
+        run = RunOptions.from_args(args)
+        verdicts = check_family_weights(args.model, args.weights, vqgan=args.vqgan, run=run)
     except ValueError as error:
         args.command_parser.error(str(error))
     return report(args, verdicts, started, model=args.model)

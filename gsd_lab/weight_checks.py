@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,6 +55,51 @@ class ItemRunner:
         for item, needs, call in items:
             self(item, needs, call)
         return self.verdicts
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What every family's checks take besides the folder (the ``check-weights`` flags): the
+    tokenizer (a file or folder; default the checkpoint's), the device (default cuda where
+    available), the image rows, seed and prompt of the AR decode, the PNG to save, and
+    ``force_cpu`` (load a model above the CPU limit anyway)."""
+
+    tokenizer: str | Path | None = None
+    device: str | None = None
+    rows: int = 2
+    seed: int = 0
+    prompt: str = DEFAULT_PROMPT
+    out: Path | None = None
+    force_cpu: bool = False
+
+    @classmethod
+    def from_args(cls, args: Any) -> "RunOptions":
+        return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
+
+
+def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:
+    """Usage error (exit 2) for the first of ``flags`` (e.g. "--clip") given that does not apply
+    ``where``: refused, not ignored."""
+    for flag in flags:
+        if getattr(args, flag[2:]) is not None:
+            args.command_parser.error(f"{flag} does not apply to {where}")
+
+
+def default_device(device: str | None) -> str:
+    """``device``, else cuda where available, else cpu."""
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def save_png(pixels: Any, out: Any) -> str:
+    """"" when ``out`` is None, else ``pixels`` (uint8 [H, W, 3]) written to ``out`` and
+    "; saved to OUT"."""
+    if out is None:
+        return ""
+    from .io.figure_io import save_image_atomic
+
+    return f"; saved to {save_image_atomic(pixels, out)}"
 
 
 def size_text(num_bytes: int) -> str:

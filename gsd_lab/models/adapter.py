@@ -6,38 +6,32 @@ Contract (``gsd_lab.decode.loop.generate`` relies on it; the stand-in and Lumina
 subclass it). Batch size 1; V = ``vocab_size`` (the model's output vocabulary).
 
 Sequence. ``start(prompt_ids, uncond_prompt_ids=None)`` resets the cache (a fresh
-``DynamicCache``) and remembers the prompt (P = ``prompt_len`` tokens, ``prompt``). The
-*logical sequence* is the prompt followed by generated tokens; ``seq_len`` counts its tokens
-held in the cache. The token at logical position P + g is *generated position* g (g = 0 is
-the first new token).
+``DynamicCache``, or ``model.new_cache()`` where the model brings one with
+``get_seq_length()`` and ``crop(-n)``, as ``gsd_lab.standin.llama_forward``) and remembers the
+prompt (P = ``prompt_len`` tokens). The *logical sequence* is the prompt then the generated
+tokens; ``seq_len`` counts those in the cache; logical position P + g is *generated position* g.
 
 ``forward(input_ids [T], num_rows=None, *, with_support=False) -> probs [R, V]`` (float64,
-R = num_rows or T; with ``with_support``, the pair (probs, support), see ``kept_ids``):
-appends ``input_ids`` at logical positions seq_len .. seq_len + T - 1 (the first call after
-``start`` must begin with the whole prompt, so the prefill and the first window share one
-forward pass) and returns, for the last R input positions j, the distribution of the token
-at position j + 1 after all processing. That distribution is *exactly* the one tokens are
-sampled from: the decoder samples from it and verifies against it (a mismatch makes SJD
-silently lossy; cf. Hugging Face #32867, #47932). Each call is one forward pass of the model
-(``num_forwards`` counts them; a CFG pair is one batched pass), its model part timed in
-``model_seconds`` (CUDA-synchronised on GPU).
+R = num_rows or T; with ``with_support`` the pair (probs, support)): appends ``input_ids`` at
+logical positions seq_len .. seq_len + T - 1 (the first call after ``start`` begins with the
+whole prompt, so prefill and first window share one forward) and returns, for the last R input
+positions j, the distribution of the token at j + 1 after all processing: *exactly* the one
+tokens are sampled from and verified against (a mismatch makes SJD silently lossy; cf. Hugging
+Face #32867, #47932). One call is one forward (``num_forwards``; a CFG pair is one batched
+pass), its model part timed in ``model_seconds`` (CUDA-synchronised on GPU).
+``crop(length)``: keep the first ``length`` logical positions (P <= length <= seq_len), so
+rejected drafts are rolled back without recomputing the prefix.
 
-``crop(length)``: keep the first ``length`` logical positions (P <= length <= seq_len) in the
-cache, dropping the rest (``DynamicCache.crop`` with a negative count), so rejected drafts
-are rolled back without recomputing the prefix.
-
-Classifier-free guidance (``cfg_scale`` not None). The conditional and unconditional
-sequences run as one forward pass of batch 2. They share every generated token and differ
-only in their prompts: ``uncond_prompt_ids`` (required) may have another length; the shorter
-prompt is left-padded and the padding masked out of attention, with position ids counting
-only real tokens (so both rows see the generated tokens at the same relative offsets; the
-cache then holds seq_len plus the conditional row's padding). The stand-in passes
-[null class token]. For Lumina-mGPT, the GSD release (junhyukso/GSD, from SJD) zeroes the
-attention mask over the text prompt except its last token ``<reserved08706>``, the same
-computation as ``uncond_prompt_ids = prompt_ids[-1:]`` (RoPE sees only relative positions);
-Alpha-VLLM's ``inference_solver.py`` instead starts the unconditional row at the image start.
-``LuminaMGPTAdapter`` offers both (``unconditional_prompt="gsd-release"``, the default, or
-``"alpha-vllm"``).
+Classifier-free guidance (``cfg_scale`` not None): conditional and unconditional rows run as one
+forward of batch 2, sharing every generated token; ``uncond_prompt_ids`` (required) may have
+another length: the shorter prompt is left-padded, the padding masked out of attention and
+position ids count only real tokens (both rows see the generated tokens at the same relative
+offsets; the cache then holds seq_len plus the padding). The stand-in passes [null class
+token]. For Lumina-mGPT the GSD release (junhyukso/GSD, from SJD) masks the text prompt except
+its last token ``<reserved08706>``, the same computation as ``uncond_prompt_ids =
+prompt_ids[-1:]`` (RoPE sees only relative positions); Alpha-VLLM's ``inference_solver.py``
+starts the unconditional row at the image start
+(``LuminaMGPTAdapter(unconditional_prompt="gsd-release" | "alpha-vllm")``).
 
 Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_logits`` and
 ``forced_tokens`` take the rows' generated positions [R] and may be overridden (call
@@ -48,43 +42,35 @@ Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_lo
      ``temperature``;
   3. softmax (float64);
   4. rows whose generated position has a forced token (``forced_tokens`` [R] -> ids, -1 where
-     free; e.g. Lumina's end-of-row token, which need not be an allowed token) become one-hot.
+     free; e.g. Lumina's end-of-row token, which need not be allowed) become one-hot.
 Steps 1-2 work in place on one fresh float64 tensor; on CPU the top-k threshold and mask use
-numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``). Every form gives
-the same probabilities bit for bit (tested against the plain formula), so the same tokens for a
-seed; on the stand-in's 17 x 8203 window rows processing takes about 1.2 ms instead of 5-9 ms.
+numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``), the same
+probabilities bit for bit as the plain formula (tested).
 
-Support (``forward(..., with_support=True)``, for ``gsd_core.verify(support=)``): ids [R, K]
-int64 per row, every id with p > 0 listed exactly once (ids with p = 0 may be added or
-repeated): the ids whose processed logit is not -inf (softmax gives exactly 0 at -inf), in
-increasing order, padded to the widest row with one of the row's -inf ids; forced rows list the
-forced id once, then (forced + 1) mod V. Under top-k, K is about k (ties with the k-th value
-widen a row). None on non-CPU devices (finding the widest row would need a host sync) and when
-a row keeps all V ids (nothing to restrict). About 0.2 ms on the stand-in's 17 x 8203 rows.
+Support (``with_support=True``, for ``gsd_core.verify(support=)``): ids [R, K] int64, every id
+with p > 0 listed exactly once (ids with p = 0 may be added or repeated): the ids whose
+processed logit is not -inf (softmax is exactly 0 there), ascending, padded to the widest row
+with one of the row's -inf ids; forced rows list the forced id, then (forced + 1) mod V. Under
+top-k, K is about k (ties widen a row). None on non-CPU devices (the widest row would need a
+host sync) and when a row keeps all V ids.
 
 ``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
 the forced token where one is forced (random Jacobi initialisation, with one-hot q).
 
-Compute dtype (``compute_dtype``, ``set_compute_dtype``): None runs the model as given;
-torch.float64 casts it in place and removes the float32 steps of Llama-family modules
-(``gsd_lab.models.float64``), so that on a CPU the tokens and NFE do not depend on the
-instruction set (``ATEN_CPU_CAPABILITY``) or the thread count. The CPU models of the
-experiments (the stand-in, tiny models) use it.
+``compute_dtype`` (``set_compute_dtype``): None runs the model as given; torch.float64 casts it
+in place without the float32 steps of Llama-family modules (``gsd_lab.models.float64``), so that
+CPU tokens and NFE depend neither on the instruction set nor on the thread count (the
+experiments' CPU models).
 
 ``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``code_content()``
-[K, D] or None: what each allowed code decodes to (the similarity-aware distortion's ground
-space, ``gsd_lab.accounting.transport``); ``vocab_size`` V;
-``row_length``: tokens per image row (including any end-of-row token) or None; ``device``
-(a ``generate`` generator must live there).
-
-A model may bring its own KV cache: ``start`` then takes ``model.new_cache()`` instead of a
-``DynamicCache`` (it needs ``get_seq_length()`` and ``crop(-n)``; the stand-in's
-transformers-free forward, ``gsd_lab.standin.llama_forward``, does).
+[K, D] or None: what each allowed code decodes to (``gsd_lab.accounting.transport``'s ground
+space); ``row_length``: tokens per image row (end-of-row token included) or None; ``device``
+(where a ``generate`` generator lives).
 
 Subclasses that compute logits differently (Lumina-mGPT: from the backbone's hidden states)
 override ``compute_logits(input_ids [B, W], attention_mask [B, cache + W] or None,
 position_ids [B, W], num_rows) -> logits [B, num_rows, V]``, which must extend ``self.cache``
-by W positions (checked: a model that ignores the cache raises ``ValueError``).
+by W positions (a model that ignores the cache raises ``ValueError``).
 """
 
 from __future__ import annotations
@@ -108,9 +94,9 @@ def kth_largest(values: Tensor, k: int) -> Tensor:
     """The k-th largest entry of each row of ``values`` [..., n], as [..., 1] (1 <= k <= n).
 
     An order statistic is one exact value whatever the algorithm: on CPU numpy's selection
-    (``np.partition``, introselect on plain values, about 7x faster than ``torch.topk`` on
-    17 x 8192 float64 rows), elsewhere ``kth_largest_topk`` (a sorted ``torch.topk``, no host
-    sync). NaN counts as the largest value in both."""
+    (``np.partition``, introselect on plain values, cheaper than ``torch.topk``), elsewhere
+    ``kth_largest_topk`` (a sorted ``torch.topk``, no host sync). NaN counts as the largest
+    value in both."""
     n = values.shape[-1]
     if _numpy_ok(values):
         import numpy as np
@@ -129,10 +115,10 @@ def kth_largest_topk(values: Tensor, k: int) -> Tensor:
 
 def mask_below_(values: Tensor, threshold: Tensor) -> Tensor:
     """In place: -inf where values < threshold (broadcast), everything else (NaN included) kept
-    bit for bit; returns ``values``. On CPU a branch-free numpy form, about 2.5x faster than
-    ``masked_fill_`` when a quarter of the entries is kept at random (top-k 2000 of 8192):
-    min(x, b) with b = -inf where masked and NaN elsewhere, as ``fmin`` ignores a NaN operand
-    (fmin(x, NaN) = x exactly, -0.0 and NaN x included)."""
+    bit for bit; returns ``values``. On CPU a branch-free numpy form, cheaper than
+    ``masked_fill_`` on randomly kept entries: min(x, b) with b = -inf where masked and NaN
+    elsewhere, as ``fmin`` ignores a NaN operand (fmin(x, NaN) = x exactly, -0.0 and NaN x
+    included)."""
     if not _numpy_ok(values):
         return values.masked_fill_(values < threshold, -torch.inf)
     import numpy as np
@@ -152,10 +138,10 @@ def kept_ids(logits: Tensor) -> Tensor | None:
 
     softmax(l)(y) = 0 exactly where l(y) = -inf, so every id with p > 0 appears once and the
     padding has p = 0 (a NaN or +inf logit is kept: its row is NaN and the decoder raises).
-    The ascending order is for ``verify``, which sorts the support by id first: torch's CPU sort
-    of an already-sorted [16, 2000] int64 row set is about 5x cheaper than of a shuffled one.
+    The ascending order is for ``verify``, which sorts the support by id first (cheaper on
+    sorted rows).
     None when a row keeps all V ids (no restriction: ``verify`` then finds the support itself).
-    One comparison and a flat ``np.flatnonzero`` (2-D ``np.nonzero`` is ~7x slower); the row
+    One comparison and a flat ``np.flatnonzero`` (cheaper than a 2-D ``np.nonzero``); the row
     counts are read off the sorted flat indices by a search (no second pass over [R, V])."""
     import numpy as np
 

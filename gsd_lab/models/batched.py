@@ -25,26 +25,20 @@ next forward: continuous batching). All of it is applied lazily before the next 
 ``index_select`` per layer that restores the layout (rows kept, their held slots right-aligned),
 or a slice when every row ends at the same slot.
 
-Arithmetic. The processing (``adapter._process``) runs per image on that image's logits: CFG
-mix, mask, top-k, softmax are row-wise and the support is the image's own, so they are the
-single-image values bit for bit given the same logits. The model's logits are not guaranteed
-bit-identical to a batch-1 forward: the matmuls see more rows and attention sees masked slots
-(exact zeros) and another key length, which in float64 may round the last bit differently. The
-decoder's tokens are then the same unless a uniform falls within ~1e-16 of a decision threshold
-(as between CPUs, ``gsd_lab.models.float64``). Measured (float64, CPU, 1 thread): the largest
-|p batched - p alone| over the test's rows is about 1e-15, the exact distortion differs by at
-most ~5e-15, and every token and NFE matched in every test and benchmark run
-(``tests/lab/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). Bit-identity would
-need a row-wise model: torch's float64 ``linear`` on a CPU already rounds a row differently for
-1-2 rows than for 5 or more (and again at a few hundred), so batch-1 decoding itself sees such
-differences between its 1-token and 17-token windows; no row-wise path is added. With no padding
-at all (every row holding as many positions and feeding as many tokens) no mask is passed, as
-the adapter does.
+Arithmetic. The processing (``adapter._process``) is row-wise on each image's own logits and
+support: the single-image values bit for bit given the same logits. The model's batched logits
+are not guaranteed bit-identical to a batch-1 forward (more matmul rows, masked slots giving
+exact zeros, another key length may round the last float64 bit differently), so tokens agree
+unless a uniform falls within rounding of a decision threshold (as between CPUs,
+``gsd_lab.models.float64``); every token and NFE matched in the tests and benchmarks
+(``tests/lab/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path is
+added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
+many, so batch-1 decoding sees such differences between its 1- and 17-token windows. With no
+padding at all no mask is passed, as the adapter does.
 
-Costs: one extra copy of the cache per layer per step (when rows end at different slots:
-``_gather_rows``);
-padding rows compute but are dropped. ``num_forwards`` and ``model_seconds`` count the runner's
-own batched forwards.
+Costs: one copy of the cache per layer per step when rows end at different slots
+(``_gather_rows``); padding rows compute but are dropped. ``num_forwards`` and
+``model_seconds`` count the runner's own batched forwards.
 """
 
 from __future__ import annotations
@@ -67,22 +61,14 @@ def default_batch_size(device: torch.device | str) -> int:
     ``evaluate``, the CLI): ``CUDA_BATCH_SIZE`` (8) on a GPU, ``CPU_BATCH_SIZE`` (8) elsewhere.
 
     Why: on a GPU a 7B forward at batch 1 is bound by reading the weights, so 8 images cost
-    little more than one (``benchmarks/gpu_static_check.py`` measures the per-image time per
-    forward; the target is at most 0.3x batch 1's at batch 8). On a CPU the float64 stand-in's
-    17-token windows are compute-bound, but AR's 1-token forwards and the per-forward overhead
-    are shared: the figures workload, each configuration batched on its own, decoded 2.42x
-    faster at batch 8 on both cores than at batch 1 on one (1.87x in all, with the unbatched
-    accounting; quiet cores, OpenMP's default wait policy; ``benchmarks/main_job_batched.py``,
-    ``benchmarks/results/main_job_batched_standin.txt``). On cores busy with other jobs the
-    spinning 2-thread pool can be far slower (4.5x measured there): the figures job and
-    ``evaluate`` therefore split their images over worker processes with one thread each by
-    default (``gsd_lab.experiments.workers``, ``benchmarks/main_job_workers.py``). A batched
-    image's ``wall_seconds`` is its share of its batch's forwards, not its own latency: the
-    figures' wall columns say so (``RunCache`` batches each configuration on its own).
-    Tokens and NFE do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested);
-    on a GPU batched forwards round differently from batch 1, so sampled tokens can differ by
-    rounding (``gpu_static_check`` measures the TV), and ``evaluate`` keeps a GPU run's batch
-    size and runner in its identity. The GPU default has not run on a GPU yet."""
+    little more than one (``benchmarks/gpu_static_check.py``). On a CPU AR's 1-token forwards
+    and the per-forward overhead are shared (``benchmarks/results/main_job_batched_standin.txt``);
+    on cores busy with other jobs the figures job and ``evaluate`` split their images over
+    one-thread worker processes instead (``gsd_lab.experiments.workers``). A batched image's
+    ``wall_seconds`` is its share of its batch's forwards, not its own latency. Tokens and NFE
+    do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested); on a GPU batched
+    forwards round differently from batch 1, so ``evaluate`` keeps a GPU run's batch size and
+    runner in its identity. The GPU default has not run on a GPU yet."""
     kind = torch.device(device).type
     if kind == "cuda":
         return CUDA_BATCH_SIZE
@@ -372,7 +358,7 @@ class BatchRunner:
 def _gather_rows(states: Tensor, rows: Tensor | None, slots: Tensor) -> Tensor:
     """states [R, H, S, D] -> [R', H, S', D]: row rows[i] (None: every row, in order), its slots
     slots[i] [S']. One ``index_select`` of whole D-vectors from states seen as [R * H * S, D]
-    (a copy, the same values as ``gather`` along S, about 4x faster on a CPU)."""
+    (a copy, the same values as ``gather`` along S, cheaper on a CPU)."""
     _, heads, length, dim = states.shape
     count, kept = slots.shape
     if rows is None:

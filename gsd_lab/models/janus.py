@@ -123,18 +123,11 @@ def special_ids(generation_config: Any) -> tuple[int, int, int]:
 
 
 class JanusAdapter(CausalLMAdapter):
-    """``CausalLMAdapter`` for Janus / Janus-Pro text-to-image (quirks in the module docstring):
-
-    - V = K codebook entries, all allowed; a generated token is a VQ index, embedded by
-      ``generation_aligner(generation_embeddings(.))``; the prompt by the text embeddings;
-    - logits ``generation_head(h)`` [B, R, K] of the language model's hidden states h [B, R, D];
-    - CFG: the unconditional prompt is the prompt with every id but BOS and BOI replaced by the
-      pad id (``unconditional_prompt_ids``), the same length, attended throughout;
-    - nothing forced; ``row_length`` = sqrt(num_image_tokens) (24) for repeat-row drafts;
-    - ``embeddings`` [K, D]: the aligned generation embeddings (what the language model reads
-      for each code; GSD's distance filter); ``code_content()`` [K, embed_dim]: the
-      L2-normalised VQ codebook rows the decoder reads;
-    - ``decode_images``: ``JanusVQVAE.decode`` -> uint8 [B, H, W, 3].
+    """``CausalLMAdapter`` for Janus / Janus-Pro text-to-image (the module docstring's quirks):
+    V = K codes, all allowed, nothing forced; logits ``generation_head(h)`` [B, R, K];
+    ``embeddings`` [K, D]: the aligned generation embeddings the language model reads (GSD's
+    distance filter); ``code_content()`` [K, embed_dim]: the L2-normalised VQ codebook rows;
+    ``decode_images`` -> uint8 [B, H, W, 3].
 
     model: a ``JanusForConditionalGeneration`` in eval mode. bos / pad / boi: the special ids
     (``special_ids(model.generation_config)`` when None). cfg_scale None: no guidance (the

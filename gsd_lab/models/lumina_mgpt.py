@@ -37,9 +37,9 @@ from. The unconditional row's prompt comes in two named variants (``UNCONDITIONA
                              image start (its CFG logits processor slices ``input_ids[:, BOI:]``).
 
 Neither is "the" Lumina-mGPT reference: the first is the GSD fork's choice, the second the model
-authors' own inference code. Loading (strict): a key stored in two shards, a key the index puts in
-another shard than the one holding it, and q/k-norm tensors in a layout the config does not name
-all raise ``ValueError`` (see ``expand_qk_norm``, ``stores_expanded_qk_norms``).
+authors' own inference code. Loading is strict: a key in two shards, a key the index puts in
+another shard, and q/k-norms in a layout the config does not name raise ``ValueError``
+(``expand_qk_norm``, ``stores_expanded_qk_norms``).
 """
 
 from __future__ import annotations
@@ -669,9 +669,8 @@ def load_lumina_mgpt(
     """Load a Lumina-mGPT checkpoint (local folder or Hugging Face cache) as a
     ``LuminaMGPTAdapter``.
 
-    device: default "cuda" if available else "cpu"; dtype: default bfloat16 on GPU, float32 on CPU.
-    On CPU, models above 1e9 parameters are refused unless ``force_cpu=True`` (a 7B model needs
-    28 GB in float32 and minutes per token). ``vqgan_dir``: folder with ``vqgan.yaml`` +
+    device, dtype, force_cpu: as ``loading.device_and_dtype`` and ``refuse_large_on_cpu`` (above
+    1e9 parameters the CPU is refused). ``vqgan_dir``: folder with ``vqgan.yaml`` +
     ``vqgan.ckpt`` (optional; needed by ``decode_images``). ``unconditional_prompt``: the CFG
     row's prompt, "gsd-release" (default, reproduces the GSD paper) or "alpha-vllm".
     ``tokenizer``: a folder holding ``tokenizer.json`` (or the file); default the checkpoint's,
@@ -691,8 +690,7 @@ def load_lumina_mgpt(
         folder, device, lambda: estimated_parameters(config), CPU_PARAMETER_LIMIT, force_cpu
     )
     layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
-    # Before the weights are read: a missing or wrong tokenizer fails in a second, not after
-    # minutes.
+    # Before the weights are read: a missing or wrong tokenizer fails before the long read.
     prompt_tokenizer = PromptTokenizer(find_tokenizer_file(folder, tokenizer))
     check_tokenizer_matches(prompt_tokenizer, config.vocabulary_map)
     state = read_lumina_state_dict(folder, config, device=device, dtype=dtype)

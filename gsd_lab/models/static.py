@@ -1,64 +1,49 @@
 """A static-shape forward for ``generate(..., runner="static")``: a KV cache of fixed size, rollback
 by cache position, two window shapes, and the window forward (model + logits processing)
-captured as a CUDA graph or compiled. For a GPU, where an eager 7B forward is bound by its ~700
-kernel launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
+captured as a CUDA graph or compiled. For a GPU, where an eager 7B forward is bound by its kernel
+launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
 
-``StaticEngine(adapter)`` offers the ``CausalLMAdapter`` contract the decoding loop uses: its own
-``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``, and the
-adapter's for everything else (``random_tokens``, ``row_length``, ...), with the same results:
-``forward`` returns the distributions of ``adapter.forward`` (the same processing,
-``adapter._process``), ``crop`` rolls back.
+``StaticEngine(adapter)`` offers the ``CausalLMAdapter`` contract the decoding loop uses (its own
+``start``, ``forward``, ``crop``, ``prompt``, ``num_forwards``, ``model_seconds``; the adapter's
+for the rest) with the same results: ``forward`` returns ``adapter.forward``'s distributions
+(``adapter._process``), ``crop`` rolls back.
 
-Cache. One ``transformers`` ``StaticLayer`` per decoder layer, [B, H, C, D] keys and values
-(B = 2 for a CFG pair), C slots = the batch prompt's width + the tokens ``reserve``d, rounded up
-to ``capacity_step``; allocated at the first prefill and kept across ``start`` calls (a captured
-graph holds their addresses). ``SlotLayer`` writes a forward's T new keys at slots
-start .. start + T - 1, ``start`` one 0-d device tensor shared by all layers and set before each
-forward (gpt-fast's ``input_pos``): the stock layer advances a counter of its own instead, and
-transformers 5.17's cannot be cropped. So rollback costs nothing: ``crop`` moves a host integer,
-and the next forward overwrites the stale slots. Stale slots are never read: the attention mask
-is one fixed [B, C] buffer of key slots (False at a CFG row's left padding, set at ``start``),
-combined in the forward with causality over slots (slot k is visible to the query at slot s iff
-k <= s), passed to the model as a prepared 4-D mask (bool for sdpa, additive for eager
-attention; transformers uses a 4-D mask as given); position ids are slot minus the row's
-padding, as the adapter's. Attention reads the first L slots only (the layers return a view,
-the mask is sliced): L = the slots in use after the forward rounded up to ``length_step``.
+Cache. One ``StaticLayer`` per decoder layer, keys and values [B, H, C, D] (B = 2 for a CFG
+pair), C = the batch prompt's width + the tokens ``reserve``d, rounded up to ``capacity_step``;
+allocated at the first prefill and kept across ``start`` calls (a captured graph holds their
+addresses). ``SlotLayer`` writes a forward's T keys at slots start .. start + T - 1, ``start`` a
+0-d device tensor shared by all layers (gpt-fast's ``input_pos``; the stock layer keeps its own
+counter and cannot be cropped). Rollback moves a host integer; the next forward overwrites the
+stale slots, which are never read: the mask is a fixed [B, C] buffer of key slots (False at a
+CFG row's left padding) combined with causality over slots (k visible to s iff k <= s), passed
+as a prepared 4-D mask (bool for sdpa, additive for eager); position ids are slot minus the
+row's padding. Attention reads the first L slots: the slots in use rounded up to ``length_step``.
 
-Shapes. The prefill (prompt + first window) runs eagerly at its own length. After it a forward of
-T tokens runs at one of two fixed widths: 1 (AR steps, the last SJD/GSD steps) or W = window + 1;
-a shorter window (the image's tail) is padded at its end with its last token, whose rows are
-computed and dropped (causal: they cannot change the rows before them) and whose keys land in
-slots after the window (stale, overwritten later). A wider T runs eagerly at its own width.
+Shapes. The prefill (prompt + first window) runs eagerly. After it a forward of T tokens runs at
+width 1 (AR steps, the last SJD/GSD steps) or W = window + 1; a shorter window is padded at its
+end with its last token (causal: the padded rows, dropped, cannot change the rows before them;
+their keys land in stale slots). A wider T runs eagerly at its own width.
 
-Capture (``capture``): "graph" (CUDA; "auto" picks it there): each (width, L)'s forward recorded
-once as a ``torch.cuda.CUDAGraph`` (warmed up on a side stream at the live slots, which only
-rewrites the slots that forward writes) and replayed, its kernels the eager ones; "compile":
-``torch.compile(fullgraph=True, dynamic=False)`` per (width, L), ``mode="reduce-overhead"``
-(inductor kernels inside CUDA graphs) on CUDA (``compile_options`` overrides, e.g. a test backend);
-"none" ("auto" on a CPU): the same static shapes run eagerly (static-eager). The captured region
-is the model (alone with ``capture_processing=False``, the processing then eager after the
-replay) and the logits processing (``adapter._process(..., sync_free=True)``: CFG, allowed
-tokens, top-k by ``torch.topk``, temperature, softmax, forced rows) and the support handed to
-GSD's ``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
-(``engine.ranking.top_k_support``; ids with p = 0 may be added, and verify's result does not
-depend on them), forced rows replaced as ``forced_support`` does, found without a host read,
-unlike the kept ids, whose width varies; with it a flag ``support_overflow``, set where a row
-keeps more than K ids (ties at the k-th value), which the decoding loop reads with its status
-and then verifies again on whole rows with the same uniforms. Static-eager on a CPU hands over
-the adapter's kept ids (exact, numpy; the captured forms cannot trace them). Outside it per
-forward: the input ids copied into the width's buffer (1-2 kernels), ``start`` set (1), the replay
-(1), the outputs copied out (1, 2 with the support; the next replay overwrites the graph's
-own), and no host sync: ``verify`` and the draws run eagerly after it, queued behind the replay,
-and the loop's one status read per step is the only sync (model time on CUDA comes from events,
-read once per ``generate`` call).
+Capture. "graph" (CUDA; "auto" there): each (width, L)'s forward recorded once as a
+``torch.cuda.CUDAGraph`` (warmed up on a side stream) and replayed, its kernels the eager ones;
+"compile": ``torch.compile(fullgraph=True, dynamic=False)`` per (width, L),
+``mode="reduce-overhead"`` on CUDA (``compile_options`` overrides); "none" ("auto" on a CPU): the
+same static shapes run eagerly (static-eager). The captured region is the model and the logits
+processing (``adapter._process(..., sync_free=True)``, top-k by ``torch.topk``: the values of
+the CPU's numpy selection; with ``capture_processing=False`` the model only) and the support for
+``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
+(``engine.ranking.top_k_support``; extra ids have p = 0), forced rows as ``forced_support``,
+found without a host read. ``support_overflow`` flags a row keeping
+more than K ids (ties at the k-th value); the loop reads it with its status and verifies again
+on whole rows with the same uniforms. Static-eager on a CPU hands over the adapter's exact kept
+ids. No host sync per forward: ``verify`` and the draws queue behind the replay, and the loop's
+one status read per step is the only sync (CUDA model time from events, read once per call).
 
 Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention
-runs over L slots (the masked ones contribute exact zeros) and the padded tail's matmuls
-have more rows: in float64 on a CPU the distributions agree to rounding (tests: same tokens for
-AR, SJD, GSD). "graph" replays static-eager's kernels: the same bits as static-eager on the same
-device. "compile" runs inductor's fused kernels: in bf16 on a GPU their rounding differs from
-eager's, so the tokens can differ from the eager paths' (as between any two kernel choices);
-top-k uses ``torch.topk``, the same values as the CPU's numpy selection.
+runs over L slots (masked ones contribute exact zeros) and the padded tail's matmuls have more
+rows: in float64 on a CPU the same tokens for AR, SJD, GSD (tested). "graph" replays
+static-eager's kernels (the same bits on the same device); "compile" runs inductor's fused
+kernels, whose bf16 rounding on a GPU can change tokens (as any two kernel choices can).
 """
 
 from __future__ import annotations
@@ -165,17 +150,13 @@ class StaticEngine:
     capture: "auto" ("graph" on CUDA, else "none"), "none", "graph" (CUDA only) or "compile".
     compile_options: keyword arguments for ``torch.compile`` with capture "compile" (default
     ``fullgraph=True, dynamic=False``, plus ``mode="reduce-overhead"`` on CUDA).
-    capacity_step: cache slots are allocated in multiples of it (prompts of nearby lengths
-    reuse the cache and the captured graphs). length_step: attention reads the first L slots,
-    L = the slots in use after the forward rounded up to a multiple of it (at most the
-    capacity): one graph per (width, L), so at most 2 C / length_step + 2 of them; None reads
-    all C slots (one graph per width). compile_cache: a file for inductor's compiled artifacts
-    (capture "compile"): loaded before the first compilation when it exists, rewritten after
-    each (a warm start in a later process, or on another machine with the same torch and
-    device; inductor's own on-disk cache, ``TORCHINDUCTOR_CACHE_DIR``, serves later processes
-    on the same machine). capture_processing: False captures the model
-    only, the logits processing then running eagerly after each replay (no host sync either; a
-    fallback should a device refuse to record the processing, and a measure of what it costs).
+    capacity_step: cache slots come in multiples of it (nearby prompt lengths reuse the cache
+    and graphs). length_step: attention reads L = the slots in use rounded up to a multiple of
+    it (at most C): one graph per (width, L), at most 2 C / length_step + 2; None reads all C.
+    compile_cache: a file of inductor's compiled artifacts (capture "compile"), loaded before
+    the first compilation and rewritten after each (a warm start in another process or machine
+    with the same torch and device). capture_processing: False captures the model only, the
+    processing then eager after each replay (a fallback should a device refuse to record it).
     """
 
     def __init__(

@@ -1,22 +1,20 @@
 """Tiny random checkpoints in each family's release file layout: Lumina-mGPT (with the Chameleon
 VQGAN and a CLIP), Chameleon / Anole, Emu3 and Janus-Pro.
 
-What they are for: running every path that reads released weights without downloading them.
-``python -m gsd_lab generate --model NAME --weights DIR`` and ``python -m gsd_lab check-weights
-DIR`` read these folders exactly as they read the releases (``write_tiny_release_set`` writes
-a folder set that passes every ``check-weights`` item), the GPU scripts' ``--tiny`` mode
-(``benchmarks/gpu_lumina_shapes.py``, ``gpu_family_shapes.py``) builds its models from the
-configurations here, and the tests load them to compare the adapters with stock transformers.
-Their images mean nothing. Nothing is downloaded; each folder is a few hundred kB to a few MB,
-written in seconds on a CPU.
+What they are for: running every path that reads released weights without downloading them:
+``python -m gsd_lab generate --model NAME --weights DIR`` and ``check-weights DIR`` read these
+folders exactly as they read the releases (``write_tiny_release_set`` passes every
+``check-weights`` item), the GPU scripts' ``--tiny`` mode builds its models from the
+configurations here, and the tests compare the adapters with stock transformers on them. Their
+images mean nothing.
 
 - ``write_tiny_lumina_checkpoint``, ``write_tiny_tokenizer``, ``write_tiny_vqgan``,
   ``write_tiny_clip``, ``write_tiny_release_set``: Lumina-mGPT (``config.json`` with
-  ``model_type`` "chameleon", the Lumina extra keys and a ``vocabulary_map`` named as
-  Chameleon's; safetensors shards with an index; q/k-norms stored per model-parallel rank; no
-  ``model.vqmodel.*``; a byte-level BPE ``tokenizer.json`` labelled ``LlamaTokenizerFast`` as
-  the release's), a VQGAN in taming layout (``vqgan.yaml``, a Lightning-style ``vqgan.ckpt``
-  with encoder and loss keys) and a CLIP (``save_pretrained`` of model and processor);
+  ``model_type`` "chameleon", the Lumina extra keys and a Chameleon-named ``vocabulary_map``;
+  safetensors shards with an index; q/k-norms per model-parallel rank; no ``model.vqmodel.*``;
+  a byte-level BPE ``tokenizer.json`` labelled ``LlamaTokenizerFast`` as the release's), a VQGAN
+  in taming layout (``vqgan.yaml``, a Lightning-style ``vqgan.ckpt`` with encoder and loss
+  keys) and a CLIP (``save_pretrained`` of model and processor);
 - ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``: ``save_pretrained`` of the
   stock transformers class, a byte-level ``tokenizer.json`` over the family's token names and,
   where the release ships them, generation and processor configs. The text models have the
@@ -51,6 +49,26 @@ ANOLE_TINY_CODES = 64
 
 
 # ---- shared pieces ----------------------------------------------------------------------------
+
+
+def _new_folder(folder: str | Path) -> Path:
+    """``folder`` as a Path, made with its parents if missing."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _save_stock(
+    folder: Path, model_class: Any, config: Any, stds: dict[str, float], seed: int,
+    generation_config: Any = None,
+) -> None:
+    """Write ``model_class(config)`` (built seeded, eval mode) with the parameters ``stds``
+    redrawn (``_redraw``) and ``generation_config`` (when given) with ``save_pretrained``."""
+    model = _seeded(lambda: model_class(config).eval(), seed)
+    _redraw(model, stds, seed)
+    if generation_config is not None:
+        model.generation_config = generation_config
+    model.save_pretrained(str(folder))
 
 
 def _seeded(build: Callable[[], Any], seed: int) -> Any:
@@ -105,8 +123,7 @@ def write_byte_tokenizer(
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers import processors
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     bpe = models.BPE(vocab=dict(vocabulary_map), merges=merges or [], unk_token=unk_token)
     tok = Tokenizer(bpe)
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -232,8 +249,7 @@ def write_tiny_lumina_checkpoint(
     from safetensors.torch import save_file
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     vocabulary_map = tiny_vocabulary_map(num_codes)
     num_kv_heads = num_kv_heads or num_heads
     head_dim = hidden_size // num_heads
@@ -325,8 +341,7 @@ def write_tiny_vqgan(
     ``{"state_dict": ...}`` with the decode path, a stand-in encoder / quant_conv and loss keys."""
     import yaml
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     config = VQGANConfig(
         embed_dim=embed_dim,
         n_embed=n_embed,
@@ -386,8 +401,7 @@ def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) 
         CLIPTokenizer,
     )
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     vocab.update({c: i + 2 for i, c in enumerate(letters)})
@@ -440,7 +454,7 @@ def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet
     release ships, with its byte-level tokenizer in ``root/lumina-mgpt-7b-768`` (tokenizer files
     only, where ``hf download Alpha-VLLM/Lumina-mGPT-7B-768 tokenizer.json ...`` puts them: the
     loader finds it there), a matching tiny VQGAN (64 codes, x2 upsampling: a 512 x 512 model
-    decodes to 64 x 64 pixels) and a tiny CLIP under ``root`` (about 2 MB, seconds on a CPU).
+    decodes to 64 x 64 pixels) and a tiny CLIP under ``root``.
     The Lumina vocabulary has the size tokens of every resolution up to 1024, so any
     ``lumina-mgpt-7b-*`` name loads it."""
     root = Path(root)
@@ -487,8 +501,7 @@ def save_tiny_anole(
     vqgan.ckpt, where Meta's and GAIR's releases keep it)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     vocabulary_map = tiny_vocabulary_map(num_codes)
     config = ChameleonConfig(
         vocab_size=len(vocabulary_map),
@@ -508,9 +521,9 @@ def save_tiny_anole(
             "resolution": 16,  # images of 8 x 8 codes (vq_latent_side): 64 image tokens
         },
     )
-    model = _seeded(lambda: ChameleonForConditionalGeneration(config).eval(), seed)
-    _redraw(model, {"model.embed_tokens.weight": init_std, "lm_head.weight": init_std}, seed)
-    model.save_pretrained(folder)
+    rows = ("model.embed_tokens.weight", "lm_head.weight")
+    stds = dict.fromkeys(rows, init_std)
+    _save_stock(folder, ChameleonForConditionalGeneration, config, stds, seed)
     write_tiny_tokenizer(folder, vocabulary_map)
     if with_vqgan:
         write_tiny_vqgan(folder / "tokenizer", n_embed=num_codes, seed=seed)
@@ -552,8 +565,7 @@ def save_tiny_emu3(
         GenerationConfig,
     )
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     vocabulary_map = _emu3_vocabulary(num_codes)
     text_config = Emu3TextConfig(
         vocab_size=len(vocabulary_map),
@@ -572,10 +584,9 @@ def save_tiny_emu3(
         "attn_resolutions": [],
     }
     config = Emu3Config(text_config=text_config, vq_config=vq_config, vocabulary_map=vocabulary_map)
-    model = _seeded(lambda: Emu3ForConditionalGeneration(config).eval(), seed)
     rows = ("model.text_model.embed_tokens.weight", "lm_head.weight")
-    _redraw(model, dict.fromkeys(rows, init_std), seed)
-    model.save_pretrained(folder)
+    stds = dict.fromkeys(rows, init_std)
+    _save_stock(folder, Emu3ForConditionalGeneration, config, stds, seed)
     GenerationConfig(
         bos_token_id=text_config.bos_token_id,
         eos_token_id=text_config.eos_token_id,
@@ -670,26 +681,22 @@ def save_tiny_janus(
     scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
     names.
 
-    The configuration is transformers' own test configuration (tests/models/janus: text hidden
-    32, 2 layers, 4 heads, intermediate 37; vision image_size 20 / patch 5, hidden 32;
-    VQ base_channels 32, channel_multiplier [1, 1]) with the changes image generation needs:
-    the VQ ``projection_dim`` equals the text hidden size (the aligner feeds the language model),
-    ``num_image_tokens`` = grid^2 matches the VQ grid (image_size / patch_size = grid), and
-    ``num_codes`` codebook entries. ``head_std``: the generation head's output weights are redrawn
-    N(0, head_std^2) (a seeded generator) so the tiny model's distributions are far from uniform.
+    The configuration (``tiny_janus_config``) is transformers' own test configuration
+    (tests/models/janus) with what image generation needs: the VQ ``projection_dim`` equals the
+    text hidden size (the aligner feeds the language model), ``num_image_tokens`` = grid^2
+    matches the VQ grid, and ``num_codes`` codebook entries. ``head_std``: the generation head's
+    output weights are redrawn N(0, head_std^2) so the distributions are far from uniform.
     ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
     from .janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _new_folder(folder)
     vocab = tiny_janus_vocabulary()
     config = tiny_janus_config(num_codes=num_codes, grid=grid)
-    model = _seeded(lambda: JanusForConditionalGeneration(config).eval(), seed)
     stds = {"model.generation_head.vision_head.weight": head_std}
-    _redraw(model, {**stds, "model.generation_embeddings.weight": 1.0}, seed)
-    model.generation_config = GenerationConfig(
+    stds["model.generation_embeddings.weight"] = 1.0
+    generation_config = GenerationConfig(
         bos_token_id=vocab[BOS_NAME],
         eos_token_id=vocab[EOS_NAME],
         pad_token_id=vocab[PAD_NAME],
@@ -697,7 +704,7 @@ def save_tiny_janus(
         generation_kwargs={"boi_token_id": vocab[BOI_NAME]},
         **(generation or {}),
     )
-    model.save_pretrained(str(folder))
+    _save_stock(folder, JanusForConditionalGeneration, config, stds, seed, generation_config)
     tokenizer_config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": BOS_NAME}
     tokenizer_config["pad_token"] = PAD_NAME
     write_byte_tokenizer(folder, vocab, tokenizer_config, unk_token="<unk>")

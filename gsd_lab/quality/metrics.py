@@ -9,15 +9,10 @@ frechet_distance: between Gaussians N(mu1, S1), N(mu2, S2) fitted to features (t
     with the matrix square roots of the symmetric PSD matrices taken by eigen-decomposition in
     float64 (tr (S1 S2)^{1/2} = tr (S1^{1/2} S2 S1^{1/2})^{1/2}, since the two products are
     similar).
-paired_bootstrap: a 95% interval for the mean per-image difference of a proxy between two methods
-    decoded on the same prompts and seeds (error bars against AR).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -110,60 +105,4 @@ def classifier_frechet_distance(
     """Frechet distance between the classifier's penultimate features of two image sets."""
     return frechet_distance_features(
         classifier_features(classifier, generated), classifier_features(classifier, reference)
-    )
-
-
-@dataclass(frozen=True)
-class BootstrapInterval:
-    """mean(a - b) over paired items and its bootstrap percentile interval [low, high] at
-    ``level`` (low = high = None with fewer than 2 pairs)."""
-
-    difference: float
-    low: float | None
-    high: float | None
-    level: float
-    resamples: int
-
-
-def paired_bootstrap(
-    a: object,
-    b: object,
-    *,
-    num_resamples: int = 2000,
-    level: float = 0.95,
-    generator: torch.Generator | None = None,
-) -> BootstrapInterval:
-    """Paired bootstrap of the mean difference of per-item values a, b [N] (item i of a and of b
-    share an image's prompt and seed): resample the N differences d_i = a_i - b_i with replacement
-    ``num_resamples`` times (one [B, N] draw, vectorised), take the (1 - level)/2 and
-    (1 + level)/2 quantiles of the resampled means. Pairing removes the prompt-to-prompt
-    variation that both share, so the interval is narrower than one from two independent sets.
-    ``generator``: the resampling's randomness; None means a fresh ``torch.Generator`` seeded 0
-    (never the global RNG), so the same inputs always give the same interval."""
-    a64 = torch.as_tensor(np.asarray(a, dtype=np.float64))
-    b64 = torch.as_tensor(np.asarray(b, dtype=np.float64))
-    if a64.ndim != 1 or a64.shape != b64.shape:
-        raise ValueError(
-            "a and b must be paired 1-D arrays of one length, "
-            f"got {tuple(a64.shape)} and {tuple(b64.shape)}"
-        )
-    if a64.numel() == 0 or not bool(torch.isfinite(a64).all() and torch.isfinite(b64).all()):
-        raise ValueError("a and b must be non-empty and finite")
-    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
-        raise ValueError(f"num_resamples must be an int >= 1, got {num_resamples!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    diff = a64 - b64
-    n = diff.numel()
-    if n < 2:
-        return BootstrapInterval(float(diff.mean()), None, None, level, num_resamples)
-    if generator is None:
-        generator = torch.Generator().manual_seed(0)
-    index = torch.randint(n, (num_resamples, n), generator=generator)
-    means = diff[index].mean(-1)
-    bounds = torch.quantile(
-        means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    )
-    return BootstrapInterval(
-        float(diff.mean()), float(bounds[0]), float(bounds[1]), level, num_resamples
     )

@@ -101,17 +101,6 @@ class StandinAdapter(CausalLMAdapter):
     def num_image_tokens(self) -> int:
         return self.layout.num_image_tokens
 
-    @property
-    def image_token_embeddings(self) -> Tensor:
-        """The AR model's input-embedding rows of the image codes, [K, D]."""
-        return self.embeddings[: self.layout.codebook_size]
-
-    @property
-    def code_vectors(self) -> Tensor:
-        """The tokenizer's code patches, [K, 3 * 16 * 16] pixel values in [-1, 1]
-        (row i = code i)."""
-        return self.tokenizer.codebook
-
     def code_content(self) -> Tensor:
         """Each code's decoded patch, [K, 3 * P * P] pixel values in [-1, 1] (row i = code i =
         ``allowed_tokens[i]``): the tokenizer's codebook clamped to [-1, 1], exactly the patch its

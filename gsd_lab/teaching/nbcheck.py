@@ -153,6 +153,22 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _column_lines(
+    rows: list[dict[str, Any]], key: str, lossless: tuple[str, ...], zero: tuple[str, Any],
+    bound: tuple[str, Any],
+) -> list[str]:
+    """"lossless rows (...): ZERO_TEXT: bool" (when any) and "every BOUND_TEXT (n rows): bool"
+    over the rows that carry ``key``; ``zero`` and ``bound`` are (text, value -> bool)."""
+    have = [r for r in rows if r.get(key) is not None]
+    held = [r for r in have if r["method"] in lossless]
+    lines = []
+    if held:
+        names = ", ".join(r["method"] for r in held)
+        lines.append(f"lossless rows ({names}): {zero[0]}: {all(zero[1](r[key]) for r in held)}")
+    lines.append(f"every {bound[0]} ({len(have)} rows): {all(bound[1](r[key]) for r in have)}")
+    return lines
+
+
 def distortion_lines(
     rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")
 ) -> list[str]:
@@ -160,21 +176,9 @@ def distortion_lines(
     p), ``accounting.distortion``): the lossless rows (AR; SJD, standard speculative sampling,
     proofs/02) have distortion 0 up to float64 rounding (<= 1e-12) whatever tokens were drawn,
     and every distortion is a TV, in [0, 1]."""
-    have = [r for r in rows if r.get("distortion") is not None]
-    zero = [r for r in have if r["method"] in lossless]
-    lines = (
-        [
-            f"lossless rows ({', '.join(r['method'] for r in zero)}): exact distortion <= 1e-12: "
-            f"{all(r['distortion'] <= 1e-12 for r in zero)}"
-        ]
-        if zero
-        else []
-    )
-    lines.append(
-        f"every distortion in [0, 1] ({len(have)} rows): "
-        f"{all(0 <= r['distortion'] <= 1 for r in have)}"
-    )
-    return lines
+    zero = ("exact distortion <= 1e-12", lambda d: d <= 1e-12)
+    bound = ("distortion in [0, 1]", lambda d: 0 <= d <= 1)
+    return _column_lines(rows, "distortion", lossless, zero, bound)
 
 
 def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD")) -> list[str]:
@@ -182,18 +186,8 @@ def w1_lines(rows: list[dict[str, Any]], lossless: tuple[str, ...] = ("AR", "SJD
     ``accounting.transport``): exactly 0 for the lossless rows (no row of theirs carries more TV
     than float64 rounding, so none is drawn) and >= 0 everywhere (estimates are means of transport
     costs); an exact invariant of the estimator, whatever rows it drew."""
-    have = [r for r in rows if r.get("w1") is not None]
-    zero = [r for r in have if r["method"] in lossless]
-    lines = (
-        [
-            f"lossless rows ({', '.join(r['method'] for r in zero)}): W1 = 0: "
-            f"{all(r['w1'] == 0 for r in zero)}"
-        ]
-        if zero
-        else []
-    )
-    lines.append(f"every W1 >= 0 ({len(have)} rows): {all(r['w1'] >= 0 for r in have)}")
-    return lines
+    zero, bound = ("W1 = 0", lambda w: w == 0), ("W1 >= 0", lambda w: w >= 0)
+    return _column_lines(rows, "w1", lossless, zero, bound)
 
 
 def format_rows(rows: list[dict[str, Any]], columns: list[str], digits: int = 3) -> str:

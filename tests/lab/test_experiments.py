@@ -293,32 +293,6 @@ def test_method_spec_lantern_and_seed_offset_validation():
     assert "MC-GSD (maximal)" in tables.pareto_specs(coupled_groups=(50,))
 
 
-def test_paired_bootstrap_intervals():
-    import numpy as np
-
-    from gsd_lab.quality.metrics import paired_bootstrap
-
-    g = torch.Generator().manual_seed(0)
-    base = torch.randn(40, generator=g, dtype=torch.float64).numpy() * 10
-    shifted = paired_bootstrap(base + 2.0, base, generator=torch.Generator().manual_seed(1))
-    assert shifted.difference == pytest.approx(2.0) and shifted.low == pytest.approx(2.0)
-    assert shifted.high == pytest.approx(2.0)  # a constant difference: no spread at all
-    noisy = base + 1.0 + torch.randn(40, generator=g, dtype=torch.float64).numpy()
-    interval = paired_bootstrap(noisy, base, generator=torch.Generator().manual_seed(1))
-    assert interval.low < interval.difference < interval.high and interval.low > 0
-    # About +- 2 standard errors of the mean difference (the paired one, not the sets' spread).
-    sem = np.std(noisy - base, ddof=1) / np.sqrt(40)
-    assert 3 * sem < interval.high - interval.low < 5 * sem
-    again = paired_bootstrap(noisy, base, generator=torch.Generator().manual_seed(1))
-    assert (again.low, again.high) == (interval.low, interval.high)
-    assert paired_bootstrap([1.0], [0.5]).low is None
-    for bad in (dict(a=[1.0, 2.0], b=[1.0]), dict(a=[], b=[]), dict(a=[1.0, float("nan")], b=[0.0, 0.0])):
-        with pytest.raises(ValueError):
-            paired_bootstrap(bad["a"], bad["b"])
-    with pytest.raises(ValueError, match="level"):
-        paired_bootstrap([1.0, 2.0], [0.0, 0.0], level=1.0)
-
-
 def test_table_rows_carry_paired_differences_to_ar_and_seed_noise(tiny):
     import dataclasses
 

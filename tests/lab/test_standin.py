@@ -106,13 +106,12 @@ def test_adapter_interface(adapter):
     assert adapter.num_classes == len(data.CLASS_NAMES) == len(adapter.class_names)
     assert adapter.num_image_tokens == 256 and adapter.row_length == 16
     assert adapter.layout.codebook_size == 8192 and adapter.top_k == 2000
-    assert adapter.image_token_embeddings.shape[0] == adapter.layout.codebook_size
     assert torch.equal(adapter.allowed_tokens, torch.arange(adapter.layout.codebook_size))
     assert adapter.prompt_ids("coffee").tolist() == [adapter.layout.codebook_size + 1]
     assert adapter.uncond_prompt_ids().tolist() == [adapter.layout.null_class_id]
     images = adapter.decode_images(torch.zeros(2, 256, dtype=torch.long))
     assert images.shape == (2, 256, 256, 3) and images.dtype == torch.uint8
-    assert adapter.tokenizer.patch == 16 and adapter.code_vectors.shape == (8192, 16 * 16 * 3)
+    assert adapter.tokenizer.patch == 16 and adapter.code_content().shape == (8192, 16 * 16 * 3)
     with pytest.raises(ValueError):
         adapter.prompt_ids(adapter.num_classes)
     with pytest.raises(ValueError):

@@ -9,12 +9,13 @@ call (``gsd_lab.experiments``). Sizes: ``FigureSizes.default()`` for the stand-i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import string
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -319,6 +320,7 @@ class PaperRun:
     stats_no_cfg: Any
     extra_seeds: tuple[int, ...]
     replacement: Any
+    stage_seconds: dict[str, float]  # wall time of each step (``_stage``), results.json's
 
     @property
     def images_per_method(self) -> int:
@@ -343,6 +345,17 @@ class PaperRun:
 
     def has_quality_difference(self) -> bool:
         return any(r.get("condition_score_diff_ar") is not None for r in self.table1)
+
+
+@contextlib.contextmanager
+def _stage(stages: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the wall time of the block to ``stages[name]`` (results.json's ``stage_seconds``:
+    where the main job's time goes)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
 
 
 def run_figures(
@@ -405,17 +418,21 @@ def run_figures(
         prompts = prompts[: sizes.max_prompts]
     sizes = _affordable(sizes, model)
     configurations = decoding_configurations(sizes, model, preset)
-    cache, bar = _decoding_cache(
-        model, prompts, sizes, configurations, out_dir, batch_size, progress, save_images, workers
-    )
+    stages: dict[str, float] = {}
+    with _stage(stages, "decoding"):
+        cache, bar = _decoding_cache(
+            model, prompts, sizes, configurations, out_dir, batch_size, progress, save_images,
+            workers,
+        )
     if isinstance(cache, dict):  # a streamed run's rank other than 0: its share is decoded
         return cache
-    run = _compute(model, prompts, sizes, preset, batch_size, cache, configurations, bar)
-    if not sizes.streamed:  # per-image records of every configuration: notebook 04 reads them
-        records.save(cache, out_dir / "records.npz", git=git)
-    seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
-    config = _base_config(run)
-    saved = _save_figures(run, _saver(out_dir, model.name, seeds, config, git))
+    run = _compute(model, prompts, sizes, preset, batch_size, cache, configurations, bar, stages)
+    with _stage(stages, "saving"):
+        if not sizes.streamed:  # per-image records of every configuration: notebook 04 reads them
+            records.save(cache, out_dir / "records.npz", git=git)
+        seeds = {"generation_seeds": list(sizes.seeds), "prompts": prompts}
+        config = _base_config(run)
+        saved = _save_figures(run, _saver(out_dir, model.name, seeds, config, git))
     seconds = time.perf_counter() - started
     record = provenance(model=model.name, seeds=seeds, config=config, git=git)
     return _write_report(run, out_dir, record, saved, seconds)
@@ -494,29 +511,39 @@ def _compute(
     cache: RunCache,
     configurations: list[Configuration],
     bar: Any,
+    stages: dict[str, float],
 ) -> PaperRun:
     """The compute step: the toy examples, every table, the frontier, the top-1 statistics and
-    the replacement study (``experiments``), nothing written."""
+    the replacement study (``experiments``), nothing written; each step's wall time added to
+    ``stages``."""
     t1_specs, t2_specs, pareto_curves, distortion_curves = _specs(sizes, preset)
     ar_spec = configurations[0].spec  # AR (with the preset), the baseline of every table
-    table1 = tables.speed_quality_table(cache, t1_specs, ar_spec)
-    table2 = cache.table(t2_specs, ar_spec)
-    pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
-    distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
-    frontier_results = _frontier(sizes, cache, configurations, preset, bar)
-    real = real_image_baseline(model, len(prompts) * len(sizes.seeds))
-    stats, stats_no_cfg, ar_records = _top1(model, prompts, sizes, cache, ar_spec, batch_size, bar)
-    replacement = (
-        replacement_study(
-            model,
-            ar_records[: sizes.replacement_images],
-            fraction=sizes.replacement_fraction,
-            top_k=sizes.replacement_top_k,
-            seed=0,
+    with _stage(stages, "tables"):
+        table1 = tables.speed_quality_table(cache, t1_specs, ar_spec)
+        table2 = cache.table(t2_specs, ar_spec)
+        pareto = tables.pareto_points(cache, pareto_curves, ar_spec)
+        distortion_points = tables.pareto_points(cache, distortion_curves, ar_spec)
+    with _stage(stages, "frontier"):
+        frontier_results = _frontier(sizes, cache, configurations, preset, bar)
+    with _stage(stages, "top-1"):
+        real = real_image_baseline(model, len(prompts) * len(sizes.seeds))
+        stats, stats_no_cfg, ar_records = _top1(
+            model, prompts, sizes, cache, ar_spec, batch_size, bar
         )
-        if model.decode
-        else None
-    )
+    with _stage(stages, "replacement"):
+        replacement = (
+            replacement_study(
+                model,
+                ar_records[: sizes.replacement_images],
+                fraction=sizes.replacement_fraction,
+                top_k=sizes.replacement_top_k,
+                seed=0,
+            )
+            if model.decode
+            else None
+        )
+    with _stage(stages, "toy"):
+        toy_results = _toy(sizes)
     if bar is not None:
         bar.update(bar.total - bar.n)
         bar.close()
@@ -531,7 +558,7 @@ def _compute(
         cache=cache,
         configurations=configurations,
         specs={**specs, "distortion": distortion_curves},
-        toy=_toy(sizes),
+        toy=toy_results,
         table1=table1,
         table2=table2,
         pareto=pareto,
@@ -547,6 +574,7 @@ def _compute(
         stats_no_cfg=stats_no_cfg,
         extra_seeds=_extra_top1_seeds(sizes),
         replacement=replacement,
+        stage_seconds=stages,
     )
 
 
@@ -1262,7 +1290,8 @@ def _write_report(
     the value spans of README, docs, proofs and notebook markdown (``prose.update_documents``)."""
     all_tables = _results_tables(run)
     evidence = claims.evaluate(all_tables, run.sizes.table2_group)
-    results = {**record, "seconds": seconds, "tables": all_tables}
+    results = {**record, "seconds": seconds, "stage_seconds": run.stage_seconds}
+    results["tables"] = all_tables
     results["claims"] = claims.as_json(evidence)
     sections = _sections(run, saved, seconds, out_dir, claims.rows(evidence))
     markdown = write_results_markdown(

@@ -128,6 +128,10 @@ def test_figures_quick_writes_sidecars(tmp_path):
     assert table2["low"] <= table2["value"] <= table2["high"]
     assert stored["claims"]["gsd_speedup_over_ar"]["outcome"] == "not run"  # no G = 50 row
     assert "## Claims, by id" in results and "| table2_d_nfe_over_sjd |" in results
+    # Where the job's time went: every step timed, together within the run's wall time.
+    stages = stored["stage_seconds"]
+    assert {"decoding", "frontier", "replacement", "toy"} <= set(stages)
+    assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= stored["seconds"]
 
 
 @pytest.mark.skipif(not _standin_available(), reason="stand-in weights not in gsd_lab/standin/weights yet")

@@ -56,9 +56,9 @@ from gsd_core import (
 )
 
 from ..accounting.distortion import DistortionLog
-from ..engine.capabilities import rows_of
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 from ..engine import draw, uses_support, verify
+from ..engine.capabilities import rows_of
 from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for

@@ -38,7 +38,7 @@ behaviour where it acts; adding an acceptance rule is its gsd_core rule plus one
 (``gsd_lab.decode.acceptance``). ``resolve`` builds the one rule ``verify`` takes for one model
 (``ResolvedMethod.rule``: the spec's ``build``; the LANTERN table, O(V^2 log V), and the
 distance threshold cached). This module imports no torch until ``resolve`` runs (or a preset
-other than "default" is named), so the command line checks a spec in milliseconds.
+other than "default" is named), so the command line checks a spec without importing torch.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def chi_square_pvalue(counts: np.ndarray, pmf: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class JointCheck:
-    """Outcome of ``check_joint``: the decoder's counts against AR's exact joint law."""
+    """Outcome of ``check_joint`` (and of ``check_first_token``): the decoder's counts against
+    an exact law (AR's joint, or the first token's)."""
 
     name: str
     samples: int

@@ -3,7 +3,7 @@
 ``python -m gsd_lab figures`` decodes every configuration of notebook 04's tables (and more) on
 the same prompts and seeds; ``save`` writes what each image's row needs (tokens, NFE, the two
 acceptance measures, the exact distortion and W1, wall and model time) to ``figures/records.npz``.
-Notebook 04 then ``load``s them into its ``RunCache`` instead of decoding for minutes (pixels
+Notebook 04 then ``load``s them into its ``RunCache`` instead of decoding them again (pixels
 are decoded from the stored tokens, so the quality proxies are recomputed), and ``check_live``
 re-decodes the first images of a few configurations and compares them with the stored records:
 tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` relative or

@@ -3,8 +3,9 @@ proportion instead of stalling it.
 
 Why processes. torch's CPU default runs one OpenMP team over every core, whose threads spin at
 each barrier; when another process takes one of those cores, the team waits for its slowest
-thread at every operation, so the figures job ran ~10x slower beside one CPU-bound 2-thread
-process (issue 41), and ``OMP_WAIT_POLICY=PASSIVE`` costs 15-40% on quiet cores. Independent
+thread at every operation, so the figures job stalled beside one CPU-bound 2-thread process
+(issue 41), and ``OMP_WAIT_POLICY=PASSIVE`` is slower on quiet cores (``docs/benchmarks.md``
+holds the measurements). Independent
 processes with one thread each share nothing per operation: a worker that loses its core for a
 while delays only its own images.
 

@@ -145,7 +145,11 @@ def nfe_invariants(rows: list[dict[str, Any]], num_tokens: int) -> list[str]:
 def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Checked-cell lines relating the two acceptance measures of each row (exact relations):
     accepted per tested draft position >= accepted per drafted position, both in [0, 1]."""
-    ok = [r for r in rows if r.get("acceptance_rate") is not None]
+    ok = [  # block verification accepts blocks: it has no accepted-per-tested measure (None)
+        r
+        for r in rows
+        if r.get("acceptance_rate") is not None and r.get("accepted_per_tested") is not None
+    ]
     consistent = all(0 <= r["acceptance_rate"] <= r["accepted_per_tested"] <= 1 for r in ok)
     return [
         f"accepted per drafted position <= accepted per tested position <= 1 in all {len(ok)} "

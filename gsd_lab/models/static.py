@@ -29,14 +29,14 @@ Capture. "graph" (CUDA; "auto" there): each (width, L)'s forward recorded once a
 "compile": ``torch.compile(fullgraph=True, dynamic=False)`` per (width, L),
 ``mode="reduce-overhead"`` on CUDA (``compile_options`` overrides); "none" ("auto" on a CPU): the
 same static shapes run eagerly (static-eager). The captured region is the model and the logits
-processing (``adapter._process(..., sync_free=True)``, top-k by ``torch.topk``: the values of
-the CPU's numpy selection; with ``capture_processing=False`` the model only) and the support for
+processing (``adapter._process(..., sync_free=True)``, top-k by ``torch.topk``: the values of the
+CPU's numpy selection; with ``capture_processing=False`` the model only) and the support for
 ``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
 (``engine.ranking.top_k_support``; extra ids have p = 0, so verify's result does not depend on
-them), forced rows as ``forced_support``, found without a host read. ``support_overflow`` flags
-a row keeping more than K ids (ties at the k-th value); the loop reads it with its status and
-verifies again on whole rows with the same uniforms. Static-eager on a CPU hands over the adapter's exact kept
-ids. No host sync per forward: ``verify`` and the draws queue behind the replay, and the loop's
+them), forced rows as ``forced_support``, found without a host read. ``support_overflow`` flags a
+row keeping more than K ids (ties at the k-th value); the loop reads it with its status and verifies
+again on whole rows with the same uniforms. Static-eager on a CPU hands over the adapter's exact
+kept ids. No host sync per forward: ``verify`` and the draws queue behind the replay, and the loop's
 one status read per step is the only sync (CUDA model time from events, read once per call).
 
 Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention

@@ -6,8 +6,9 @@ figures run records them, and keeps what the logs were given: every forward pass
 (``DistortionLog.add``) and the rows the W1 reservoirs held at the end (``W1Log.finish``). Then
 times, on those rows, the accounting of this checkout ("new") against the accounting at
 ``--base`` ("old": gsd_lab/accounting/{distortion,transport}.py and gsd_lab/engine/accounting.py
-read from git into private modules), interleaved ``--repeats`` times (old, new, old, new, ...:
-the fastest of each is kept, so that other jobs' load falls on both alike):
+read from git into private modules), interleaved ``--repeats`` times (old then new, new then
+old, ...: the fastest of each is kept, so that other jobs' load and the first run's allocations
+fall on both alike):
 
 - TV: ``emitted_distortion`` of every forward pass (what ``DistortionLog.add`` computes);
 - W1: ``w1_distortion`` of every held row (what ``W1Log.finish`` computes, a row once).
@@ -15,9 +16,11 @@ the fastest of each is kept, so that other jobs' load falls on both alike):
 Printed per configuration: rows, old s, new s, old / new, and the largest |old - new| of the TV
 (must be 0: the laws are the same bits) and of the W1 (must be <= 1e-12); the one-off embedding
 table of the distance filter is built before the clocks start (once per process in a run).
-Times are wall seconds on a shared machine: the load average is printed with them.
+Times are wall seconds on a shared machine: the load average is printed with them. LANTERN's TV
+is computed by the same code on both sides (``lantern_distortion``), a control: its old / new
+shows the noise of the clocks.
 
-    PYTHONPATH=. python benchmarks/accounting_speed.py [--images 2] [--repeats 2] [--base main]
+    PYTHONPATH=. python benchmarks/accounting_speed.py [--images 2] [--repeats 3] [--base main]
         [--configs "GSD (G=100);..."] [--out benchmarks/results/accounting_speed_standin.txt]
 """
 
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     parser.add_argument("--images", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--base", default="main", help="the old code's commit")
     parser.add_argument("--out", help="also write the printed lines here (and .json beside it)")
     args = parser.parse_args(argv)
@@ -194,12 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         ):
             old_module = old_distortion if what == "TV" else old_transport
             new_module = new_distortion if what == "TV" else new_transport
-            old_times, new_times = [], []
-            for _ in range(args.repeats):
-                seconds, old_values = run(old_module)
-                old_times.append(seconds)
-                seconds, new_values = run(new_module)
-                new_times.append(seconds)
+            times: dict[str, list[float]] = {"old": [], "new": []}
+            values = {}
+            for repeat in range(args.repeats):  # old first, then new first, ...
+                for side in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
+                    seconds, values[side] = run(old_module if side == "old" else new_module)
+                    times[side].append(seconds)
+            old_times, new_times, old_values, new_values = (
+                times["old"], times["new"], values["old"], values["new"]
+            )
             diff = float((old_values - new_values).abs().max()) if old_values.numel() else 0.0
             cell = {
                 "configuration": label,

@@ -154,8 +154,38 @@ def _filter(
     if rule.max_embedding_distance is None:
         return keep
     if adjacency is not None:
-        near = adjacency.view(-1).take(x.unsqueeze(-1) * p.shape[-1] + members)
+        bits = packed_adjacency(adjacency)  # 8 pairs a byte: 8x fewer cache lines per lookup
+        byte = bits.view(-1).take(x.unsqueeze(-1) * bits.shape[-1] + (members >> 3))
+        near = (byte >> (members & 7).to(torch.uint8)) & 1 != 0
     else:
         unfiltered = dataclasses.replace(rule, max_prob_gap=None)
         near = unfiltered.filter(p, x, members, torch.ones_like(members, dtype=torch.bool))
     return near if keep is None else keep & near
+
+
+# (table as passed, its bits); the tables of the last two filters (~8.4 MB each at V = 8203)
+_PACKED_CACHE: list[tuple[Tensor, Tensor]] = []
+
+
+def packed_adjacency(adjacency: Tensor, *, chunk_rows: int = 4096) -> Tensor:
+    """The bool table [V, V] with 8 pairs a byte: uint8 [V, ceil(V / 8)], bit y % 8 of byte
+    [x, y // 8] is adjacency[x, y]. Cached by the identity of the table
+    (``accounting.distortion.embedding_adjacency`` returns its cached object); callers must not
+    modify a table in place."""
+    for table, bits in _PACKED_CACHE:
+        if table is adjacency:
+            return bits
+    vocab = adjacency.shape[-1]
+    weights = torch.tensor([1 << bit for bit in range(8)], dtype=torch.uint8)
+    weights = weights.to(adjacency.device)
+    bits = torch.empty(
+        adjacency.shape[0], -(-vocab // 8), dtype=torch.uint8, device=adjacency.device
+    )
+    for start in range(0, adjacency.shape[0], chunk_rows):  # bounded temporaries on a GPU
+        rows = F.pad(adjacency[start : start + chunk_rows].to(torch.uint8), (0, -vocab % 8))
+        bits[start : start + chunk_rows] = (rows.view(rows.shape[0], -1, 8) * weights).sum(
+            -1, dtype=torch.uint8
+        )
+    _PACKED_CACHE.insert(0, (adjacency, bits))
+    del _PACKED_CACHE[2:]
+    return bits

@@ -294,3 +294,20 @@ def test_support_law_of_nested_amplify_is_gsd_cores():
     p, q, emb = _rows(8, vocab=30, rows=6)
     rule = Amplify(1.5, Amplify(2.0, DynamicClusters(5, max_prob_gap=0.05)))
     assert torch.equal(support_output_laws(p, q, rule), output_distribution(p, q, rule))
+
+
+@pytest.mark.parametrize("vocab", [1, 8, 13])
+def test_packed_adjacency_holds_each_pair_in_its_bit(vocab):
+    """engine.accounting.packed_adjacency: bit y % 8 of byte [x, y // 8] is table[x, y] (V not a
+    multiple of 8 included); cached by the table's identity, a new table packed anew."""
+    from gsd_lab.engine.accounting import packed_adjacency
+
+    table = torch.rand(vocab, vocab, generator=torch.Generator().manual_seed(vocab)) < 0.5
+    bits = packed_adjacency(table, chunk_rows=3)
+    assert bits.shape == (vocab, -(-vocab // 8)) and bits.dtype == torch.uint8
+    y = torch.arange(vocab)
+    unpacked = (bits[:, y // 8] >> (y % 8).to(torch.uint8)) & 1 != 0
+    assert torch.equal(unpacked, table)
+    assert packed_adjacency(table) is bits
+    flipped = ~table
+    assert torch.equal((packed_adjacency(flipped)[:, y // 8] >> (y % 8).to(torch.uint8)) & 1 != 0, flipped)

@@ -17,6 +17,8 @@ r: one gather of a [K, M] block from a strided view (``Tensor.unfold``), no sear
 The zero padding stands where gsd_core clips the window (a slot it does not keep adds 0 either
 way), the filters are gsd_core's on the same members, and P, Q are summed over the M slots by
 the same op on the same [..., M] values, so they are ``DynamicClusters.masses`` bit for bit.
+The distance filter's table is read 8 pairs a byte (``packed_adjacency``): its lookups, random
+within a table row, were the largest cost left.
 """
 
 from __future__ import annotations

@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown configurations {unknown}; known: {sorted(specs)}")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    commit = git("rev-parse", "HEAD").strip()  # the code measured, read once
     lines, cells = [], []
 
     def say(line: str) -> None:
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(line)
 
     say(
-        f"# commit {git('rev-parse', '--short', 'HEAD').strip()}{' (dirty)' if dirty else ''} "
+        f"# commit {commit[:7]}{' (dirty)' if dirty else ''} "
         f"against base {base[:7]} ({args.base}); stand-in, {args.images} images per "
         f"configuration (prompts 0..{args.images - 1}, seeds 0..{args.images - 1}), one thread, "
         f"fastest of {args.repeats} interleaved runs; load average "
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
         Path(args.out).with_suffix(".json").write_text(json.dumps({
-            "commit": git("rev-parse", "HEAD").strip(),
+            "commit": commit,
             "dirty": dirty,
             "base": base,
             "images": args.images,

@@ -247,3 +247,67 @@ def test_exact_distortion_chunks_a_per_row_rule_by_its_rows():
     assert torch.equal(whole, chunked)
     totals = 0.5 * (p - q).abs().sum(-1)
     assert torch.allclose(whole, torch.minimum(rule.delta, totals), atol=1e-12)
+
+
+@pytest.mark.parametrize("group_size", [1, 2, 7, 39, 40, 100])
+@pytest.mark.parametrize("filters", ["none", "gap", "distance", "both"])
+@pytest.mark.parametrize("rank_by", ["p", "q"])
+def test_ranked_window_masses_are_gsd_cores_masses(group_size, filters, rank_by):
+    """engine.accounting's windows of one full ranking: DynamicClusters.masses bit for bit, with
+    windows wider than the vocabulary (G = 100 > V = 40: clipped at both ends), in chunks of a
+    few tokens, with the distance filter tabled and not; a table that keeps nothing changes the
+    masses (the filter is read), and a table of the wrong shape is refused."""
+    from gsd_lab.accounting.distortion import embedding_adjacency
+    from gsd_lab.engine.accounting import ranked_window_masses
+
+    vocab = 40
+    p, q, _ = _rows(7, vocab=vocab, rows=5)
+    p = torch.where(p >= p.topk(22, -1).values[:, -1:], p, 0.0)  # zeros: ranked in id order
+    p = p / p.sum(-1, keepdim=True)
+    q[1] = torch.nn.functional.one_hot(torch.tensor(3), vocab).double()
+    emb = torch.randint(-2, 3, (vocab, 3), generator=torch.Generator().manual_seed(2)).double()
+    gap = 0.03 if filters in ("gap", "both") else None
+    distance = 3.0 if filters in ("distance", "both") else None
+    rule = DynamicClusters(group_size, distance, gap, emb if distance else None, rank_by)
+    tokens = torch.topk(q, vocab, dim=-1).indices[:, :31]  # every id but a few, in q's order
+    want = rule.masses(p, q, tokens)
+    table = embedding_adjacency(emb, distance, vocab) if distance else None
+    for chunk in (1 << 24, 7 * group_size, 1):
+        for adjacency in ({None, table} if distance else {None}):
+            got = ranked_window_masses(rule, p, q, tokens, adjacency=adjacency, chunk_elements=chunk)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    if distance and group_size > 1:
+        nothing = torch.zeros(vocab, vocab, dtype=torch.bool)
+        credited, _ = ranked_window_masses(rule, p, q, tokens, adjacency=nothing)
+        assert not torch.equal(credited, want[0])
+        with pytest.raises(ValueError, match="bool table"):
+            ranked_window_masses(rule, p, q, tokens, adjacency=nothing[1:])
+    elif not distance:
+        with pytest.raises(ValueError, match="no max_embedding_distance"):
+            ranked_window_masses(rule, p, q, tokens, adjacency=torch.ones(vocab, vocab).bool())
+
+
+def test_support_law_of_nested_amplify_is_gsd_cores():
+    """Amplify of Amplify of dynamic clusters: each scale applied as gsd_core applies it."""
+    from gsd_lab.accounting.distortion import support_output_laws
+
+    p, q, emb = _rows(8, vocab=30, rows=6)
+    rule = Amplify(1.5, Amplify(2.0, DynamicClusters(5, max_prob_gap=0.05)))
+    assert torch.equal(support_output_laws(p, q, rule), output_distribution(p, q, rule))
+
+
+@pytest.mark.parametrize("vocab", [1, 8, 13])
+def test_packed_adjacency_holds_each_pair_in_its_bit(vocab):
+    """engine.accounting.packed_adjacency: bit y % 8 of byte [x, y // 8] is table[x, y] (V not a
+    multiple of 8 included); cached by the table's identity, a new table packed anew."""
+    from gsd_lab.engine.accounting import packed_adjacency
+
+    table = torch.rand(vocab, vocab, generator=torch.Generator().manual_seed(vocab)) < 0.5
+    bits = packed_adjacency(table, chunk_rows=3)
+    assert bits.shape == (vocab, -(-vocab // 8)) and bits.dtype == torch.uint8
+    y = torch.arange(vocab)
+    unpacked = (bits[:, y // 8] >> (y % 8).to(torch.uint8)) & 1 != 0
+    assert torch.equal(unpacked, table)
+    assert packed_adjacency(table) is bits
+    flipped = ~table
+    assert torch.equal((packed_adjacency(flipped)[:, y // 8] >> (y % 8).to(torch.uint8)) & 1 != 0, flipped)

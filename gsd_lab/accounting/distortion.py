@@ -16,7 +16,7 @@ None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or clu
 ``gsd_lab.engine.capabilities`` picks the path below, else gsd_core's enumeration of the law.
 
 Cost: dynamic clusters O(V log V + K G) per row (one full ranking, then G slots per token:
-``gsd_lab.engine.accounting.ranked_window_masses``) and LANTERN O(K k), K the support of q (one
+``gsd_lab.engine.windows.ranked_window_masses``) and LANTERN O(K k), K the support of q (one
 token for fresh one-hot drafts, the top-k for Jacobi re-drafts: ``gsd_lab.engine.support_accept``),
 after a one-off [V, V] bool table of the embedding filter; partitions O(V log V) (gsd_core's own
 law); LANTERN's distortion alone by proofs/08's identity (``lantern_distortion``). Rows go through

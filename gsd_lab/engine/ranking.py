@@ -11,7 +11,6 @@ ops, so P and Q are the reference's bit for bit (tests/lab/test_engine.py).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -140,28 +139,6 @@ def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tenso
     return allowed[top], (values > 0).sum(-1) > width
 
 
-def _filter(
-    rule: DynamicClusters,
-    p: Tensor,
-    x: Tensor,
-    index: Tensor,
-    keep: Tensor,
-    adjacency: Tensor | None,
-) -> Tensor:
-    """gsd_core's filters; with ``adjacency`` (bool [V, V], adjacency[x, y] = ||e_y - e_x||^2 <= d,
-    built once by the caller) the distance filter is read from the table."""
-    if adjacency is None:
-        return rule.filter(p, x, index, keep)
-    vocab = p.shape[-1]
-    if adjacency.shape != (vocab, vocab) or adjacency.dtype != torch.bool:
-        raise ValueError(
-            f"adjacency must be a bool table [V, V] = [{vocab}, {vocab}], "
-            f"got {adjacency.dtype} {tuple(adjacency.shape)}"
-        )
-    keep = dataclasses.replace(rule, max_embedding_distance=None).filter(p, x, index, keep)
-    return keep & adjacency.view(-1).take(x.unsqueeze(-1) * vocab + index)  # a flat take: 4x faster
-
-
 def dynamic_masses(
     rule: DynamicClusters,
     p: Tensor,
@@ -169,7 +146,6 @@ def dynamic_masses(
     tokens: Tensor,
     support: Tensor | SupportSize | None = None,
     *,
-    adjacency: Tensor | None = None,
     chunk_elements: int = 1 << 24,
 ) -> tuple[Tensor, Tensor]:
     """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [..., T] against rows p, q [..., V]:
@@ -179,20 +155,11 @@ def dynamic_masses(
     chunks, at most ``chunk_elements`` gathered entries at a time (a loop over chunks of tokens,
     not tokens). The windows of a chunk of T tokens lie side by side, [..., T * M] (for T = 1,
     the window itself: no reshapes on the decoding loop's path)."""
-    if adjacency is not None and rule.max_embedding_distance is None:
-        raise ValueError(
-            "adjacency is the embedding filter's table, but this rule has no "
-            "max_embedding_distance: nothing would use it"
-        )
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
     vocab = p.shape[-1]
     offsets = _offsets(rule.group_size, vocab, p.device)
-    width = (
-        rule.embeddings.shape[-1]
-        if rule.max_embedding_distance is not None and adjacency is None
-        else 1
-    )
+    width = rule.embeddings.shape[-1] if rule.max_embedding_distance is not None else 1
     step = max(1, chunk_elements // max(1, math.prod(p.shape[:-1]) * offsets.numel() * width))
 
     per_row = tokens.ndim == p.ndim - 1
@@ -207,9 +174,7 @@ def dynamic_masses(
         keep = clipped == ranks
         if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
             windows = (*x.shape, slots)
-            keep = _filter(rule, p, x, index.view(windows), keep.view(windows), adjacency).flatten(
-                -2
-            )
+            keep = rule.filter(p, x, index.view(windows), keep.view(windows)).flatten(-2)
 
         def summed(rows: Tensor) -> Tensor:
             members = torch.where(keep, rows.gather(-1, index), 0.0)

@@ -5,8 +5,8 @@ figures' configurations, separated by ";") ONCE, with the exact TV and W1 record
 figures run records them, and keeps what the logs were given: every forward pass's rows
 (``DistortionLog.add``) and the rows the W1 reservoirs held at the end (``W1Log.finish``). Then
 times, on those rows, the accounting of this checkout ("new") against the accounting at
-``--base`` ("old": gsd_lab/accounting/{distortion,transport}.py and gsd_lab/engine/accounting.py
-read from git into private modules), interleaved ``--repeats`` times (old then new, new then
+``--base`` ("old": gsd_lab/accounting/{distortion,transport}.py and the engine modules they
+dispatch through, ``ENGINE``, read from git into private modules), interleaved ``--repeats`` times (old then new, new then
 old, ...: the fastest of each is kept, so that other jobs' load and the first run's allocations
 fall on both alike):
 
@@ -75,9 +75,28 @@ def module_at(commit: str, path: str, name: str, replace: dict[str, str]) -> Mod
 OLD_ACCEPT = "from ..engine._old_accounting import support_accept"
 
 
+ENGINE = ("ranking", "windows", "capabilities", "accounting")  # the old engine, in import order
+
+
+def old_engine(commit: str) -> None:
+    """That commit's engine modules the accounting reads (``ENGINE``, those it has) as
+    ``gsd_lab.engine._old_<name>``, each importing the others' old copies: else an old
+    ``accounting`` would dispatch through today's ``capabilities`` and time the new code."""
+    present = [m for m in ENGINE if git("ls-tree", commit, f"gsd_lab/engine/{m}.py").strip()]
+    for name in present:
+        path = f"gsd_lab/engine/{name}.py"
+        source = git("show", f"{commit}:{path}")
+        imports = {
+            f"from .{other} import": f"from ._old_{other} import"
+            for other in present
+            if f"from .{other} import" in source
+        }
+        module_at(commit, path, f"gsd_lab.engine._old_{name}", imports)
+
+
 def old_modules(commit: str) -> tuple[ModuleType, ModuleType]:
-    """(distortion, transport) as of ``commit``, on that commit's engine.accounting."""
-    module_at(commit, "gsd_lab/engine/accounting.py", "gsd_lab.engine._old_accounting", {})
+    """(distortion, transport) as of ``commit``, on that commit's engine (``old_engine``)."""
+    old_engine(commit)
     distortion = module_at(
         commit,
         "gsd_lab/accounting/distortion.py",

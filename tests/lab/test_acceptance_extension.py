@@ -4,8 +4,8 @@ Here, outside the package: ``ShiftedSD``, a toy lossy rule (accept min(1, (p(x) 
 residual norm((p - q)+)) holding a tensor of shifts that its own ``rows`` method slices (what
 ``engine.capabilities.rows_of`` asks a rule first, so nothing is registered for it), and
 ``ShiftedAcceptance``, its spec, registered with ``register_acceptance``. With nothing else
-changed it decodes through ``generate`` and ``generate_batch`` (the same tokens), serialises tagged, and the command line offers its flag and
-refuses a bad value naming it. Negative controls: the rule changes the tokens of SJD, and an
+changed it decodes through ``generate`` and ``generate_batch`` (the same tokens), serialises
+tagged, and the command line offers its flag and refuses a bad value naming it. Negative controls: the rule changes the tokens of SJD, and an
 unregistered rule is unknown to ``from_dict`` and the parser."""
 
 from __future__ import annotations

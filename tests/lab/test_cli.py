@@ -130,7 +130,8 @@ def test_figures_quick_writes_sidecars(tmp_path):
     assert "## Claims, by id" in results and "| table2_d_nfe_over_sjd |" in results
     # Where the job's time went: every step timed, together within the run's wall time.
     stages = stored["stage_seconds"]
-    assert {"decoding", "frontier", "replacement", "toy"} <= set(stages)
+    steps = {"decoding", "tables", "frontier", "top-1", "replacement", "toy", "saving"}
+    assert set(stages) == steps
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= stored["seconds"]
 
 

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                              env={**os.environ, "CI": "true"})
         wall, load_after = time.monotonic() - start, os.getloadavg()[0]
     log = run.stdout + run.stderr
-    sys.stdout.write(log[-6000:])
+    sys.stdout.write(run.stdout[-6000:])  # pytest's summary (pip's warnings go to stderr)
     record = {
         "commit": commit,
         "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "returncode": run.returncode,
         "pytest": pytest_summary(log),
         "slowest": slowest(log),
+        "failures": [line for line in log.splitlines() if line.startswith(("FAILED ", "ERROR "))],
         "wall_seconds_with_installation": round(wall, 1),
     }
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

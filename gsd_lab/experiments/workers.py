@@ -41,6 +41,7 @@ import torch
 from ..accounting.distortion import embedding_adjacency
 from ..decode.methods import ResolvedMethod
 from ..engine.capabilities import embedding_filter
+from ..engine.windows import packed_adjacency
 
 UNIT_BATCHES = 4  # a unit holds at most UNIT_BATCHES x batch_size images of one job
 
@@ -154,7 +155,8 @@ def run_units(
 
 def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
     """Build, in this process, the embedding filter's [V, V] table that each method's accounting
-    reads, so that forked workers inherit it instead of building one each."""
+    reads, and its packed bits (``engine.windows.packed_adjacency``, cached by the table's
+    identity), so that forked workers inherit both instead of building them each."""
     for resolved in methods:
         found = embedding_filter(resolved.rule)
         if (
@@ -163,4 +165,4 @@ def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
             and vocab * vocab <= 1 << 27  # the CPU table's bound (support_output_laws)
             and found[0].shape[0] >= vocab
         ):
-            embedding_adjacency(*found, vocab)
+            packed_adjacency(embedding_adjacency(*found, vocab))

@@ -947,14 +947,15 @@ def _transport_k(specs: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def _sample_columns(records: dict[str, list[Any]]) -> list[str]:
-    """The samples figure's column labels, "prompt (first 24 characters), seed s": every row
+    """The samples figure's column labels, "prompt (first 24 characters)\nseed s" (two lines, so
+    that long class names do not run into the next column's): every row
     (method) shows the same prompts and seeds in the same order, else ValueError."""
     keys = {label: [(r.prompt, r.seed) for r in rs] for label, rs in records.items()}
     first = next(iter(keys.values()))
     if any(k[: len(first)] != first[: len(k)] for k in keys.values()):
         raise ValueError(f"the sample rows show different prompts or seeds: {keys}")
     longest = max(keys.values(), key=len)
-    return [f"{prompt[:24]}, seed {seed}" for prompt, seed in longest]
+    return [f"{prompt[:24]}\nseed {seed}" for prompt, seed in longest]
 
 
 def _curve_texts(specs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:

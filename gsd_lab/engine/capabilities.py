@@ -45,9 +45,7 @@ from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, Opti
 from gsd_core import Partition
 
 from .ranking import SupportSize, dynamic_masses
-from .windows import ranked_window_masses
-
-Masses = tuple[Tensor, Tensor]
+from .windows import Masses, ranked_window_masses
 
 
 # --- Amplify's scaling ---------------------------------------------------------------------------
@@ -129,13 +127,8 @@ def _no_adjacency(rule: object, adjacency: Tensor | None) -> None:
         )
 
 
-@support_masses.register
-def _(rule: DynamicClusters, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
-      chunk_elements: int = 1 << 24) -> Masses:
-    # The windows of every support token overlap: one full ranking per row serves them all.
-    return ranked_window_masses(
-        rule, p, q, tokens, adjacency=adjacency, chunk_elements=chunk_elements
-    )
+# The windows of every support token overlap: one full ranking per row serves them all.
+support_masses.register(DynamicClusters, ranked_window_masses)
 
 
 @support_masses.register

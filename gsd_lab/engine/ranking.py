@@ -11,7 +11,6 @@ ops, so P and Q are the reference's bit for bit (tests/lab/test_engine.py).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -143,54 +142,22 @@ def dynamic_masses(
     rule: DynamicClusters,
     p: Tensor,
     q: Tensor,
-    tokens: Tensor,
+    drafts: Tensor,
     support: Tensor | SupportSize | None = None,
-    *,
-    chunk_elements: int = 1 << 24,
 ) -> tuple[Tensor, Tensor]:
-    """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [..., T] against rows p, q [..., V]:
-    [..., T] each, bit for bit ``rule.masses``; or, for one token per row (tokens [...], the
-    decoding loop's window: draft x_i against row i), [...] each. One ranking per row
-    (``support`` as in ``SupportRanking``, for rows ranked by p), then windows of the tokens in
-    chunks, at most ``chunk_elements`` gathered entries at a time (a loop over chunks of tokens,
-    not tokens). The windows of a chunk of T tokens lie side by side, [..., T * M] (for T = 1,
-    the window itself: no reshapes on the decoding loop's path)."""
+    """(p(C(x_i)), q(C(x_i))) of ``DynamicClusters`` for one draft per row, the decoding loop's
+    window (draft x_i against row i): drafts [...] against rows p, q [..., V], [...] each, bit for
+    bit ``rule.masses``. One ranking per row (``support`` as in ``SupportRanking``, for rows
+    ranked by p), then the M members at ranks rank(x_i) + offsets, clipped to [0, V)."""
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
     vocab = p.shape[-1]
-    offsets = _offsets(rule.group_size, vocab, p.device)
-    width = rule.embeddings.shape[-1] if rule.max_embedding_distance is not None else 1
-    step = max(1, chunk_elements // max(1, math.prod(p.shape[:-1]) * offsets.numel() * width))
-
-    per_row = tokens.ndim == p.ndim - 1
-
-    def masses(x: Tensor) -> tuple[Tensor, Tensor]:
-        rank, count, slots = ranking.rank(ranking_rows, x), x.shape[-1], offsets.numel()
-        ranks = (
-            rank + offsets if count == 1 else (rank.unsqueeze(-1) + offsets).flatten(-2)
-        )  # [..., T * M]
-        clipped = ranks.clamp(0, vocab - 1)
-        index = ranking.tokens_at(clipped)
-        keep = clipped == ranks
-        if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
-            windows = (*x.shape, slots)
-            keep = rule.filter(p, x, index.view(windows), keep.view(windows)).flatten(-2)
-
-        def summed(rows: Tensor) -> Tensor:
-            members = torch.where(keep, rows.gather(-1, index), 0.0)
-            return (
-                members.sum(-1, keepdim=not per_row)
-                if count == 1
-                else members.view(*x.shape, slots).sum(-1)
-            )
-
-        return summed(p), summed(q)
-
-    if per_row:
-        return masses(tokens.unsqueeze(-1))
-    if tokens.shape[-1] <= step:  # one chunk: no copies
-        return masses(tokens)
-    parts = [
-        masses(tokens[..., start : start + step]) for start in range(0, tokens.shape[-1], step)
-    ]
-    return torch.cat([m for m, _ in parts], -1), torch.cat([m for _, m in parts], -1)
+    x = drafts.unsqueeze(-1)  # [..., 1]
+    ranks = ranking.rank(ranking_rows, x) + _offsets(rule.group_size, vocab, p.device)  # [..., M]
+    clipped = ranks.clamp(0, vocab - 1)
+    members = ranking.tokens_at(clipped)
+    keep = clipped == ranks
+    if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
+        keep = rule.filter(p, x, members.unsqueeze(-2), keep.unsqueeze(-2)).squeeze(-2)
+    p_mass, q_mass = (torch.where(keep, rows.gather(-1, members), 0.0).sum(-1) for rows in (p, q))
+    return p_mass, q_mass

@@ -153,7 +153,7 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
     consistent = all(0 <= r["acceptance_rate"] <= r["accepted_per_tested"] <= 1 for r in ok)
     return [
         f"accepted per drafted position <= accepted per tested position <= 1 in all {len(ok)} "
-        f"speculative rows: {consistent}"
+        f"rows reporting both (speculative, token-verified): {consistent}"
     ]
 
 

@@ -74,6 +74,6 @@ def test_sample_columns_name_prompt_and_seed_and_refuse_mismatched_rows():
 
     same = {"AR": [rec("astronaut", 0), rec("coffee", 1)],
             "SJD": [rec("astronaut", 0), rec("coffee", 1)]}
-    assert figures._sample_columns(same) == ["astronaut, seed 0", "coffee, seed 1"]
+    assert figures._sample_columns(same) == ["astronaut\nseed 0", "coffee\nseed 1"]
     with pytest.raises(ValueError, match="different prompts or seeds"):
         figures._sample_columns({"AR": [rec("astronaut", 0)], "SJD": [rec("coffee", 0)]})

@@ -148,7 +148,7 @@ def dynamic_masses(
     """(p(C(x_i)), q(C(x_i))) of ``DynamicClusters`` for one draft per row, the decoding loop's
     window (draft x_i against row i): drafts [...] against rows p, q [..., V], [...] each, bit for
     bit ``rule.masses``. One ranking per row (``support`` as in ``SupportRanking``, for rows
-    ranked by p), then the M members at ranks rank(x_i) + offsets, clipped to [0, V)."""
+    ranked by p), then the M members at ranks rank(x_i) + offsets (slots outside [0, V) dropped)."""
     ranking_rows = q if rule.rank_by == "q" else p
     ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
     vocab = p.shape[-1]

@@ -39,10 +39,10 @@ def ranked_window_masses(
     """(p(C(x)), q(C(x))) of ``DynamicClusters`` for tokens [N, T] against rows p, q [N, V]:
     [N, T] each, bit for bit ``rule.masses`` (module docstring). ``adjacency``: the bool table
     [V, V] of the embedding filter (``accounting.distortion.embedding_adjacency``), else
-    gsd_core's filter on the embedding differences. Windows [2, N, T', M] in chunks of T' tokens,
-    N T' M <= ``chunk_elements`` (times D without the table) where one token allows it (T' >= 1
-    always): memory ~2 N T' M float64 plus a few int64 index blocks of that size, beside the
-    rows' full ranking (a few [N, V])."""
+    gsd_core's filter on the embedding differences. Windows [2, N, T', M] in chunks of T' >= 1
+    tokens, N T' M (x D without the table) <= ``chunk_elements`` where one token allows it:
+    memory ~2 N T' M of p's dtype (plus N T' M D float64 differences without the table) and a
+    few int64 index blocks of N T' M, beside the rows' full ranking (a few [N, V])."""
     if adjacency is not None and rule.max_embedding_distance is None:
         raise ValueError(
             "adjacency is the embedding filter's table, but this rule has no "

@@ -58,7 +58,7 @@ def _images(n: int) -> list[np.ndarray]:
 
 
 def test_samples_grid_labels_rows_and_columns():
-    columns = ["astronaut, seed 0", "coffee, seed 0", "rocket, seed 0"]
+    columns = ["astronaut\nseed 0", "coffee\nseed 0", "rocket\nseed 0"]
     fig = plots.image_grid({"AR": _images(3), "GSD (G=50)": _images(3)}, columns=columns)
     axes = np.array(fig.axes).reshape(2, 3)
     assert [ax.get_ylabel() for ax in axes[:, 0]] == ["AR", "GSD (G=50)"]

@@ -6,7 +6,8 @@ weights README) marks every measured number it shows with a span that says where
 - ``<!-- value: EXPR fmt=SPEC -->TEXT<!-- /value -->``: a *rendered* value. EXPR is read from
   ``figures/results.json`` (its top-level keys are names: ``tables``, ``config``, ``seconds``,
   ``git``, ...), e.g. ``tables.frontier.seconds`` or ``row(tables.table1, "SJD").nfe``, with
-  ``+ - * /``, numbers and ``FUNCTIONS``: ``row(rows, method)``, the row of that method;
+  ``+ - * /``, one comparison (``< <= > >=``: a bool, rendered yes / no), numbers and
+  ``FUNCTIONS``: ``row(rows, method)``, the row of that method;
   ``paired(a, b, key)``, ``verdicts.paired_difference`` (``.difference``, ``.se``, ``.n``);
   ``short(commit)``, its first 7 characters; ``detectable(se)``,
   ``verdicts.minimum_detectable(se)``, the smallest true difference the verdicts' two-SE test
@@ -105,6 +106,8 @@ FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,
              "max": max, "len": len, "sqrt": math.sqrt}
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_COMPARISONS = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+                ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 
 
 def evaluate(expr: str, names: dict[str, Any]) -> Any:
@@ -135,6 +138,10 @@ def evaluate(expr: str, names: dict[str, Any]) -> Any:
             return -value if isinstance(node.op, ast.USub) else value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and (
+            type(node.ops[0]) in _COMPARISONS
+        ):
+            return _COMPARISONS[type(node.ops[0])](ev(node.left), ev(node.comparators[0]))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             if node.func.id not in FUNCTIONS:
                 raise ValueError(f"unknown function {node.func.id!r} in {expr!r}")

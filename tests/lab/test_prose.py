@@ -48,10 +48,18 @@ def test_render_replaces_the_text_and_keeps_the_marker():
     assert prose.render(out, RESULTS) == out  # idempotent
 
 
+def test_one_comparison_renders_yes_or_no():
+    # RESULTS has seconds = 1016: a target of a quarter hour is met, one of 1000 s is not.
+    assert prose.render("<!-- value: seconds <= 15 * 60 -->?<!-- /value -->", RESULTS).endswith(
+        "-->no<!-- /value -->")
+    assert prose.render("<!-- value: seconds > 1000 -->?<!-- /value -->", RESULTS).endswith(
+        "-->yes<!-- /value -->")
+
+
 @pytest.mark.parametrize(
     "expr",
     ["tables.missing", "__import__('os')", "tables.t[0].nfe.__class__", "open('x')",
-     "tables.t[5]"],
+     "tables.t[5]", "0 < seconds < 2000", "seconds == 1016", "seconds in [1016]"],
 )
 def test_bad_expressions_are_refused(expr):
     with pytest.raises((KeyError, IndexError, ValueError, AttributeError)):

@@ -5,8 +5,10 @@ README renders (issue 41: ``scripts/test.sh`` in at most 12 minutes of pytest on
     python benchmarks/suite_time.py [--commit HEAD] [--out benchmarks/results/suite_time.json]
 
 Written: the commit, the usable cores, the load average before and after, pytest's own count
-line (passed, failed, skipped, errors) and its seconds, its slowest items, and the wall seconds
-of the whole run (installation included). The exit status is the suite's.
+line (passed, failed, skipped, errors) and its seconds, its slowest items, the wall seconds
+of the whole run (installation included) and ATEN_CPU_CAPABILITY when set (the suite under
+another instruction set: ``ATEN_CPU_CAPABILITY=avx2 python benchmarks/suite_time.py --out
+benchmarks/results/suite_time_avx2.json``). The exit status is the suite's.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         "commit": commit,
         "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "cores": len(os.sched_getaffinity(0)),
+        # torch's CPU kernels: ATEN_CPU_CAPABILITY as set for the run, else the machine's best.
+        "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", "default (the best)"),
         "load_average_before": round(load_before, 2),
         "load_average_after": round(load_after, 2),
         "returncode": run.returncode,

@@ -39,8 +39,10 @@ EXACT = ("nfe", "acceptance_rate", "accepted_per_tested")
 MEASURES = ("distortion", "w1", "w1_sem", "substitution", "substitution_sem")
 RTOL = 1e-9
 ATOL = 1e-12  # records.DISTORTION_ATOL: a lossless row's distortion is rounding, ~1e-17
-# results.json keys that are timings or provenance, not results of the decoding.
-NOT_COMPARED = ("seconds", "wall", "time", "created_utc", "git", "platform", "versions", "per_s")
+# results.json's timings and provenance, not results of the decoding: these top-level keys, and
+# any key ending in "seconds" or naming a wall-clock ratio.
+NOT_COMPARED = ("seconds", "stage_seconds", "created_utc", "git", "platform", "versions")
+WALL_CLOCK = ("seconds", "speedup_wall")
 
 
 def _relative(a: np.ndarray, b: np.ndarray) -> float:
@@ -77,7 +79,7 @@ def compare_records(mine: Path, other: Path) -> dict[str, Any]:
 def _leaves(data: Any, path: str = "") -> Iterator[tuple[str, float]]:
     if isinstance(data, dict):
         for key, value in data.items():
-            if not any(word in str(key) for word in NOT_COMPARED):
+            if not (path == "" and key in NOT_COMPARED) and not str(key).endswith(WALL_CLOCK):
                 yield from _leaves(value, f"{path}.{key}" if path else str(key))
     elif isinstance(data, list):
         for i, value in enumerate(data):
@@ -96,7 +98,10 @@ def compare_results(mine: Path, other: Path) -> dict[str, Any]:
         y = b[key]
         if x == y or (math.isnan(x) and math.isnan(y)):
             continue
-        relative = abs(x - y) / max(abs(x), abs(y))
+        if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
+            relative = math.inf  # a NaN or inf against anything else
+        else:
+            relative = abs(x - y) / max(abs(x), abs(y))
         largest = max(largest, relative)
         if relative > RTOL:
             differing.append({"field": key, "committed": x, "other": y, "relative": relative})
@@ -104,8 +109,15 @@ def compare_results(mine: Path, other: Path) -> dict[str, Any]:
         "numbers": len(a),
         "identical": sum(1 for k in a if a[k] == b[k]),
         "max_relative_difference": largest,
+        "rtol": RTOL,
+        "atol": ATOL,
+        "largest_value_beyond_rtol": max(
+            (max(abs(d["committed"]), abs(d["other"])) for d in differing), default=0.0
+        ),
         "beyond_rtol_and_atol": sum(
-            1 for d in differing if abs(d["committed"] - d["other"]) > ATOL
+            1
+            for d in differing
+            if math.isinf(d["relative"]) or abs(d["committed"] - d["other"]) > ATOL
         ),
         "beyond_rtol": differing,
     }
@@ -127,11 +139,14 @@ def main() -> int:
             command = [sys.executable, "-m", "gsd_lab", "figures", "--out", str(other)]
             subprocess.run([*command, "--no-progress"], cwd=ROOT, env=env, check=True)
         platform = json.loads((other / "results.json").read_text())["platform"]
+        mine = json.loads((committed / "results.json").read_text())["platform"]
+        if platform["torch_cpu_capability"] == mine["torch_cpu_capability"]:
+            raise SystemExit(
+                f"both runs used {mine['torch_cpu_capability']}: nothing would be compared"
+            )
         result = {
             "capability": platform["torch_cpu_capability"],
-            "committed_capability": json.loads((committed / "results.json").read_text())[
-                "platform"
-            ]["torch_cpu_capability"],
+            "committed_capability": mine["torch_cpu_capability"],
             "committed_run": json.loads((committed / "results.json").read_text())["git"],
             "other_run": json.loads((other / "results.json").read_text())["git"],
             "records": compare_records(committed / "records.npz", other / "records.npz"),

@@ -49,7 +49,7 @@ def test_render_replaces_the_text_and_keeps_the_marker():
 
 
 def test_one_comparison_renders_yes_or_no():
-    # RESULTS has seconds = 1016: a target of a quarter hour is met, one of 1000 s is not.
+    # RESULTS has seconds = 1016.4: above a quarter hour (900 s), above 1000 s.
     assert prose.render("<!-- value: seconds <= 15 * 60 -->?<!-- /value -->", RESULTS).endswith(
         "-->no<!-- /value -->")
     assert prose.render("<!-- value: seconds > 1000 -->?<!-- /value -->", RESULTS).endswith(

@@ -9,7 +9,8 @@ own best kernels) and writes the comparison (``--out``, JSON):
   measures identical (counted), the largest relative difference of each exact measure (TV, W1
   and their SEs, the substitution and its SE);
 - results.json: every numeric leaf outside timings and provenance, the largest relative difference,
-  the leaves beyond ``RTOL`` and how many of them are beyond ``ATOL`` too (docs/reproducibility.md:
+  the leaves beyond ``RTOL`` and how many beyond ``ATOL`` too (the live check's tolerances,
+  ``records.DISTORTION_RTOL`` / ``DISTORTION_ATOL``; docs/reproducibility.md:
   within a decoding p may differ in the last ulp between ISAs, so a distortion may move in its
   last digits while tokens do not move; a lossless row's rounding-level TV, ~1e-17, by a lot).
 
@@ -34,11 +35,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from gsd_lab.experiments.records import DISTORTION_ATOL as ATOL
+from gsd_lab.experiments.records import DISTORTION_RTOL as RTOL
+
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = ("nfe", "acceptance_rate", "accepted_per_tested")
 MEASURES = ("distortion", "w1", "w1_sem", "substitution", "substitution_sem")
-RTOL = 1e-9
-ATOL = 1e-12  # records.DISTORTION_ATOL: a lossless row's distortion is rounding, ~1e-17
 # results.json's timings and provenance, not results of the decoding: these top-level keys, and
 # any key ending in "seconds" or naming a wall-clock ratio.
 NOT_COMPARED = ("seconds", "stage_seconds", "created_utc", "git", "platform", "versions")
@@ -138,17 +140,15 @@ def main() -> int:
             env = {**os.environ, "ATEN_CPU_CAPABILITY": args.capability, "PYTHONPATH": str(ROOT)}
             command = [sys.executable, "-m", "gsd_lab", "figures", "--out", str(other)]
             subprocess.run([*command, "--no-progress"], cwd=ROOT, env=env, check=True)
-        platform = json.loads((other / "results.json").read_text())["platform"]
-        mine = json.loads((committed / "results.json").read_text())["platform"]
-        if platform["torch_cpu_capability"] == mine["torch_cpu_capability"]:
-            raise SystemExit(
-                f"both runs used {mine['torch_cpu_capability']}: nothing would be compared"
-            )
+        theirs, mine = (json.loads((d / "results.json").read_text()) for d in (other, committed))
+        capability = theirs["platform"]["torch_cpu_capability"]
+        if capability == mine["platform"]["torch_cpu_capability"]:
+            raise SystemExit(f"both runs used {capability}: nothing would be compared")
         result = {
-            "capability": platform["torch_cpu_capability"],
-            "committed_capability": mine["torch_cpu_capability"],
-            "committed_run": json.loads((committed / "results.json").read_text())["git"],
-            "other_run": json.loads((other / "results.json").read_text())["git"],
+            "capability": capability,
+            "committed_capability": mine["platform"]["torch_cpu_capability"],
+            "committed_run": mine["git"],
+            "other_run": theirs["git"],
             "records": compare_records(committed / "records.npz", other / "records.npz"),
             "results_json": compare_results(committed / "results.json", other / "results.json"),
         }

@@ -7,9 +7,9 @@ README renders (issue 41: ``scripts/test.sh`` in at most 12 minutes of pytest on
 Written: the commit, the usable cores, the load average before and after, pytest's own count
 line (passed, failed, skipped, errors) and its seconds, its slowest items, the wall seconds
 of the whole run (installation included) and ATEN_CPU_CAPABILITY ("default (the best)" when
-unset; the suite under
-another instruction set: ``ATEN_CPU_CAPABILITY=avx2 python benchmarks/suite_time.py --out
-benchmarks/results/suite_time_avx2.json``). The exit status is the suite's.
+unset; the suite under another instruction set: ``ATEN_CPU_CAPABILITY=avx2 python
+benchmarks/suite_time.py --out benchmarks/results/suite_time_avx2.json``). The exit status is
+the suite's.
 """
 
 from __future__ import annotations

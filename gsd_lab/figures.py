@@ -948,8 +948,8 @@ def _transport_k(specs: dict[str, list[dict[str, Any]]]) -> str:
 
 def _sample_columns(records: dict[str, list[Any]]) -> list[str]:
     """The samples figure's column labels, "prompt (first 24 characters)\nseed s" (two lines, so
-    that long class names do not run into the next column's): every row
-    (method) shows the same prompts and seeds in the same order, else ValueError."""
+    that long class names do not run into the next column's): every row (method) shows the same
+    prompts and seeds in the same order, else ValueError."""
     keys = {label: [(r.prompt, r.seed) for r in rs] for label, rs in records.items()}
     first = next(iter(keys.values()))
     if any(k[: len(first)] != first[: len(k)] for k in keys.values()):

@@ -47,9 +47,9 @@ result file's tokens and NFE those of batch 1. The exact accounting, whose work 
 not change, took 133 s against 91 s (35 s against 21 s) at batch 1 against batch B: either the
 batched runs saw less load or the accounting runs faster between batched forwards (not
 separated here), so part of the "paper" gain may be noise. On these cores the streamed runs
-are about 1.3-1.45x faster batched on one thread, short of the issue's 1.8x; batching pays on
-a CPU with the second core (``benchmarks/main_job_batched.py``: the figures workload at batch 8
-on every core against batch 1 on one thread, the defaults since then and before).
+are about 1.3-1.45x faster batched on one thread, short of a 1.8x target; batching pays on
+a CPU with the second core (``benchmarks/archive/main_job_batched.py``: the figures workload at
+batch 8 on every core against batch 1 on one thread).
 
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]

@@ -15,7 +15,7 @@ GSD runs twice: as the loop does it (the adapter's top-k support handed to ``ver
 then ranks those ids only) and with that support withheld (``verify`` finds it in all V); the
 two must emit the same tokens (printed) and differ only in verify's time.
 
-Target (issue 12): at most 10% of the wall time outside the model for each method. Overhead per
+Target: at most 10% of the wall time outside the model for each method. Overhead per
 forward is split into the adapter's processing (``_process``: the CFG mix, the allowed-token
 mask / top-k / temperature, the support's ids for GSD, softmax and the rest, printed on their
 own line), ``gsd_core.verify``, the loop's draws (``sample_categorical``: AR's token and the

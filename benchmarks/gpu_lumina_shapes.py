@@ -11,8 +11,8 @@ prefills a CFG pair to ``--context`` tokens and times (CUDA-synchronised, median
   processing; the two sizes interleaved), the cache cropped back after each; ``model_ms[T]``:
   the model part alone;
 - ``verify_ms``: the engine's ``verify`` (``gsd_lab.engine``, gsd_core's result) of one window, SJD (clusters None) and GSD (dynamic clusters,
-  G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the case of issue 12's
-  op bound), on the adapter's real [window + 1, 65536]
+  G = 14, d = 0.5 on the input embeddings, delta = 0.15; and unfiltered, the op-bound
+  case), on the adapter's real [window + 1, 65536]
   distributions; ``verify_cost``: top-level aten ops and host syncs of those calls (each op is a
   kernel launch or a view on the GPU; ``gsd_lab.engine.profiling``), and the GSD call also given the
   support of p (``support=``) and without validation (``validate=False``, as the loop calls it);
@@ -430,7 +430,7 @@ def run(
     support = torch.topk(rows, width, dim=-1).indices
     variants = {
         "sjd": dict(rule=None),
-        "gsd_unfiltered": dict(rule=DynamicClusters(14)),  # issue 12's op-bound case
+        "gsd_unfiltered": dict(rule=DynamicClusters(14)),  # the op-bound case
         "gsd": dict(rule=gsd_rule),
         "gsd_support": dict(rule=gsd_rule, support=support),
         "gsd_support_novalidate": dict(rule=gsd_rule, support=support, validate=False),

@@ -1,5 +1,5 @@
 """The main job's decoding at the old CPU default against the new, alone and beside a competing
-CPU-bound process, side by side in one run (issue 41; successor of ``main_job_batched.py``).
+CPU-bound process, side by side in one run.
 
 Cells (each a fresh ``RunCache`` that ``prefetch``es every configuration, then reads its records):
 

@@ -1,6 +1,6 @@
 """The test suite as CI runs it, timed: a fresh clone of a commit, ``CI=true bash .ci/run``
 (installation, then ``scripts/test.sh``), and the pytest summary written to a JSON file that the
-README renders (issue 41: ``scripts/test.sh`` in at most 12 minutes of pytest on 2 cores).
+README renders (the target: ``scripts/test.sh`` in at most 12 minutes of pytest on 2 cores).
 
     python benchmarks/suite_time.py [--commit HEAD] [--out benchmarks/results/suite_time.json]
 

@@ -2,15 +2,20 @@
 (gsd_lab.decode.relaxation_w1): seconds per window of 16 rows and moved mass M relative to the LP
 (the most any plan on the same neighbour edges moves), for "ranked" (all rows at once, torch),
 "greedy" and "lp" (one row at a time, numpy / HiGHS), at a few W1 budgets eps. One thread.
+``--gap``: the optimality gaps instead, greedy against the LP on the same neighbour support and a
+k-neighbour support against a wider one, as M (acceptance is 1 - T + M).
 
-Rows: one SJD decode (class 0, generator seed 0, the figures' adapter), as
-``transport_relaxation_gap.py``: ``--rows`` of its verified (p, q) rows drawn with a fixed seed
-form one window. Per eps: each solver's time for the window (ranked: the median of ``--repeats``
-runs) and the median and worst over rows of M / M_lp. Then "ranked" on every full window of the
-decode (all 16 rows, verified or not, as ``verify`` plans them). Times are wall seconds on a
-shared machine: the load average is printed with them. A measurement script, not a test.
+Rows: one SJD decode (class 0, generator seed 0, the figures' adapter), read by ``generate``'s
+``on_window`` hook: ``--rows`` of its verified (p, q) rows drawn with a fixed seed form one
+window. Per eps: each solver's time for the window (ranked: the median of ``--repeats`` runs)
+and the median and worst over rows of M / M_lp. Then "ranked" on every full window of the decode
+(all 16 rows, verified or not, as ``verify`` plans them). ``--gap`` prints per eps the mean M of
+each solver and support (``--k``: several), the mean T, and the seconds per row. Times are wall
+seconds on a shared machine: the load average is printed with them. A measurement script, not a
+test.
 
     python benchmarks/transport_solver_speed.py --out benchmarks/results/transport_solver_speed_standin.txt
+    python benchmarks/transport_solver_speed.py --gap --rows 16
 """
 
 from __future__ import annotations
@@ -18,30 +23,28 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import ClassVar
 
 import numpy as np
 import torch
 
-from gsd_lab.decode import loop as decoding
+from gsd_lab.decode.loop import VerifiedWindow
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.decode.relaxation_w1 import (
-    COST_LEVELS,
-    content_neighbours,
-    ranked_plans,
-    transport_plan,
+    COST_LEVELS, content_neighbours, ranked_plans, transport_plan,
 )
 
 
-class WindowLog(decoding.DistortionLog):
-    rows: ClassVar[list[tuple[torch.Tensor, torch.Tensor]]] = []
-    windows: ClassVar[list[tuple[torch.Tensor, torch.Tensor]]] = []
+class Rows:
+    """The verified (p, q) rows and every window of a decode: an ``on_window`` hook."""
 
-    def add(self, start, p, q, num_accepted):
-        for i in range(min(num_accepted + 1, q.shape[0])):
-            WindowLog.rows.append((p[i].double().cpu(), q[i].double().cpu()))
-        WindowLog.windows.append((p.double().cpu(), q.double().cpu()))
-        return super().add(start, p, q, num_accepted)
+    def __init__(self) -> None:
+        self.rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.windows: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, window: VerifiedWindow) -> None:
+        p, q = window.p.double().cpu(), window.q.double().cpu()
+        self.rows += [(p[i], q[i]) for i in range(min(window.accepted + 1, q.shape[0]))]
+        self.windows.append((p, q))
 
 
 def normalised(p: torch.Tensor) -> torch.Tensor:
@@ -54,16 +57,51 @@ def ratios(moved: np.ndarray, best: np.ndarray) -> str:
     return f"{np.median(share):6.3f} {share.min():6.3f}"
 
 
+def gap(
+    rows: Rows, p: torch.Tensor, q: torch.Tensor, hoods: dict, eps_values: list[float]
+) -> None:
+    """Per eps: the mean M of greedy and LP plans on each support, and their seconds per row."""
+    totals = 0.5 * (p - q).abs().sum(-1)
+    print(
+        f"{p.shape[0]} rows of {len(rows.rows)} verified; mean T = TV(p, q) = "
+        f"{totals.mean():.4f}; fresh one-hot drafts among them: {int((q.amax(-1) == 1).sum())}"
+    )
+    print(
+        f"{'eps':>6s} "
+        + " ".join(f"{'M ' + s + ' k=' + str(k):>16s}" for k in hoods for s in ("greedy", "lp"))
+        + "   s/row (greedy, lp) per k"
+    )
+    for eps in eps_values:
+        cells, times = [], []
+        for hood in hoods.values():
+            for solver in ("greedy", "lp"):
+                started = time.perf_counter()
+                moved = [transport_plan(a, b, hood, eps, solver)[1] for a, b in zip(p, q)]
+                times.append((time.perf_counter() - started) / p.shape[0])
+                cells.append(np.mean(moved))
+        print(
+            f"{eps:6.3f} " + " ".join(f"{c:16.4f}" for c in cells) + "   "
+            + " ".join(f"{t:.2f}" for t in times),
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gap", action="store_true", help="the optimality gaps instead")
     parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--eps", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 0.01, 0.04])
-    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--eps", type=float, nargs="+", default=None,
+                        help="default 3e-4 1e-3 3e-3 0.01 0.04; with --gap 0.01 0.04 0.1")
+    parser.add_argument("--k", type=int, nargs="+", default=None,
+                        help="default 16; with --gap 16 128 (the speed takes one)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", help="also write the printed lines to this file")
     args = parser.parse_args(argv)
+    ks = args.k or ([16, 128] if args.gap else [16])
+    if not args.gap and len(ks) != 1:
+        parser.error("the solvers' speed takes one --k")
+    eps_values = args.eps or ([0.01, 0.04, 0.1] if args.gap else [3e-4, 1e-3, 3e-3, 0.01, 0.04])
     torch.set_num_threads(1)
-    decoding.DistortionLog = WindowLog
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -74,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
 
     model = load_image_model("standin")
+    rows = Rows()
     started = time.perf_counter()
     generate_one(
         model,
@@ -81,22 +120,26 @@ def main(argv: list[str] | None = None) -> int:
         model.default_prompts[0],
         0,
         Recording(distortion=True),
+        on_window=rows,
     )
-    decode_ms = 1e3 * (time.perf_counter() - started) / len(WindowLog.windows)
+    decode_ms = 1e3 * (time.perf_counter() - started) / len(rows.windows)
     pick = np.random.default_rng(0).choice(
-        len(WindowLog.rows), size=min(args.rows, len(WindowLog.rows)), replace=False
+        len(rows.rows), size=min(args.rows, len(rows.rows)), replace=False
     )
-    p = normalised(torch.stack([WindowLog.rows[i][0] for i in sorted(pick)]))
-    q = torch.stack([WindowLog.rows[i][1] for i in sorted(pick)])
+    p = normalised(torch.stack([rows.rows[i][0] for i in sorted(pick)]))
+    q = torch.stack([rows.rows[i][1] for i in sorted(pick)])
     adapter = model.adapter
-    hood = content_neighbours(
-        adapter.code_content(), adapter.allowed_tokens, adapter.vocab_size, args.k
-    )
+    content, tokens = adapter.code_content(), adapter.allowed_tokens
+    hoods = {k: content_neighbours(content, tokens, adapter.vocab_size, k) for k in ks}
+    if args.gap:
+        gap(rows, p, q, hoods, eps_values)
+        return 0
+    hood = hoods[ks[0]]
     _ = hood.level  # computed once per neighbour table, not per window
     totals = 0.5 * (p - q).abs().sum(-1)
     say(
-        f"stand-in SJD decode (class 0, seed 0): {len(WindowLog.rows)} verified rows, "
-        f"{len(WindowLog.windows)} windows; V = {p.shape[-1]}, k = {args.k}, "
+        f"stand-in SJD decode (class 0, seed 0): {len(rows.rows)} verified rows, "
+        f"{len(rows.windows)} windows; V = {p.shape[-1]}, k = {ks[0]}, "
         f"{COST_LEVELS} cost levels, 1 thread; load average {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} cores"
     )
@@ -113,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'lp ms':>9s}   "
         f"{'ranked/lp med worst':>20s}   {'greedy/lp med worst':>20s}   {'mean M_lp':>9s}"
     )
-    for eps in args.eps:
+    for eps in eps_values:
         budgets = torch.full((p.shape[0],), eps, dtype=torch.float64)
         ranked_plans(p, q, hood, budgets)
         times, cpu = [], []
@@ -140,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for eps in (1e-3, 0.01):
         times, cpu = [], []
-        for wp, wq in WindowLog.windows:
+        for wp, wq in rows.windows:
             wp = normalised(wp[: wq.shape[0]])  # p has one row more: the bonus token's
             budgets = torch.full((wq.shape[0],), eps, dtype=torch.float64)
             started, process = time.perf_counter(), time.process_time()
@@ -149,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu.append(time.process_time() - process)
         times, cpu = 1e3 * np.array(times), 1e3 * np.array(cpu)
         say(
-            f"ranked on all {len(times)} windows of the decode ({WindowLog.windows[0][1].shape[0]} "
+            f"ranked on all {len(times)} windows of the decode ({rows.windows[0][1].shape[0]} "
             f"rows each), eps = {eps}: wall median {np.median(times):.1f} ms, 90th percentile "
             f"{np.quantile(times, 0.9):.1f} ms, fastest {times.min():.1f} ms per window; process "
             f"CPU median {np.median(cpu):.1f} ms; load average {os.getloadavg()[0]:.1f}"

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -85,7 +86,8 @@ class DecodeResult:
     tokens; ``gsd_lab.accounting.distortion``), when ``record_distortion``; w1: the similarity-aware
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
     mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
-    ``record_w1``; accounting_seconds: the time both took, excluded from wall_seconds (a
+    ``record_w1``; accounting_seconds: the time both took (and an ``on_window`` hook), excluded
+    from wall_seconds (a
     measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``),
     the sum of the emitted tokens' certified charges (at most the budget). tokens_processed:
     with candidates > 1, the input tokens of each forward pass (a tree forward reads 1 + k L, the
@@ -123,6 +125,25 @@ class DecodeResult:
     @property
     def tokens_per_forward(self) -> float:
         return self.tokens.numel() / self.nfe
+
+
+@dataclass(frozen=True)
+class VerifiedWindow:
+    """One forward pass as ``generate``'s ``on_window`` hook sees it, after its tokens are
+    emitted: ``start`` the first position it emits; p [L + 1, V] its rows (targets of positions
+    start .. start + L); q [L, V] the window's draft laws (L = 0: an AR step); ``accepted`` the
+    drafts accepted (accepted + 1 tokens emitted); tv [accepted + 1] their exact TVs with
+    ``record_distortion`` (``DistortionLog.add``), else None (None at L = 0 too). The tensors are
+    the loop's own: read or copy them, never write."""
+
+    start: int
+    p: Tensor
+    q: Tensor
+    accepted: int
+    tv: Tensor | None
+
+
+WindowHook = Callable[[VerifiedWindow], None]
 
 
 def _overrule_at_forced(
@@ -265,6 +286,7 @@ class DecodeLoop:
         record_top1: bool,
         record_distortion: bool,
         w1_log: W1Log | None = None,
+        on_window: WindowHook | None = None,
     ) -> None:
         method = resolved.method
         self.adapter, self.method, self.generator = adapter, method, generator
@@ -289,6 +311,8 @@ class DecodeLoop:
         )
         self.log = DistortionLog(capacity, self.device, self.rule) if record_distortion else None
         self.w1_log = w1_log
+        self.on_window = on_window
+        self.hook_seconds = 0.0
         self.drafts = torch.empty(0, dtype=torch.long, device=self.device)
         self.q = torch.empty(0, self.vocab, dtype=torch.float64, device=self.device)
         self.chain = DraftChain(method.draft, self.vocab, self.device, generator)
@@ -432,6 +456,7 @@ class DecodeLoop:
         ``forced``: what ``emit`` returned beside the accepted count."""
         if self.top1 is not None:
             self.top1[self.done : self.done + accepted + 1] = p[: accepted + 1].amax(-1)
+        tv = None
         if self.log is not None:
             # The rule of the rows the logs read, 0 .. min(a, L - 1): this step's, restricted.
             rule = rows_of(self.step_rule, slice(0, min(accepted + 1, L))) if L > 0 else self.rule
@@ -441,6 +466,10 @@ class DecodeLoop:
                 tv = self._forced_rows_exact(tv, forced)
             if self.w1_log is not None and tv is not None:
                 self.w1_log.add(self.done, p, self.q, tv, rule)
+        if self.on_window is not None:
+            began = time.perf_counter()
+            self.on_window(VerifiedWindow(self.done, p, self.q, accepted, tv))
+            self.hook_seconds += time.perf_counter() - began
         self.accepted.append(accepted)
         self.drafted.append(L)
         self.previous_done = self.done
@@ -457,9 +486,11 @@ class DecodeLoop:
         return tv
 
     def accounting_seconds(self) -> float:
-        """The time spent in the distortion and W1 logs so far (a measurement, not decoding)."""
+        """The time spent in the distortion and W1 logs and the ``on_window`` hook so far (a
+        measurement, not decoding)."""
         log, w1 = self.log, self.w1_log
-        return (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
+        logs = (log.seconds if log is not None else 0.0) + (w1.seconds if w1 is not None else 0.0)
+        return logs + self.hook_seconds
 
     def result(self, *, nfe: int, wall_seconds: float, model_seconds: float) -> DecodeResult:
         """The ``DecodeResult`` of a finished decode, given its forwards and clocks (the W1
@@ -480,7 +511,8 @@ class DecodeLoop:
             window=self.max_window,
             top1=self.top1[:num_tokens].cpu() if self.top1 is not None else None,
             distortion=self.log.result(num_tokens) if self.log is not None else None,
-            accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0),
+            accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0)
+            + self.hook_seconds,
             draft=self.method.draft,
             verifier=self.method.verifier,
             w1=w1,
@@ -572,6 +604,7 @@ def generate(
     runner: str | StaticEngine = "eager",
     record_w1: bool = False,
     w1_draws: int | None = DEFAULT_DRAWS,
+    on_window: WindowHook | None = None,
 ) -> DecodeResult:
     """Generate ``num_tokens`` tokens after ``prompt_ids`` by ``method`` (module docstring).
 
@@ -590,7 +623,10 @@ def generate(
     ``DecodeResult.w1``, W1(law, p) per emitted token, exact for every token when ``w1_draws`` is
     None, else estimated from ``w1_draws`` rows drawn in proportion to their TV by a generator of
     its own seeded with ``generator.initial_seed()`` (``gsd_lab.accounting.transport``; no draw from
-    ``generator``, so again the same tokens). Batch size 1.
+    ``generator``, so again the same tokens). on_window: called with each forward pass's
+    ``VerifiedWindow`` after its tokens are emitted (L = 0 steps included), to measure what a
+    window held; it draws nothing, so the same tokens and NFE, and its time counts in
+    ``accounting_seconds``, not in wall_seconds. Batch size 1.
     """
     resolved = resolve_method(adapter, method)
     check_call(adapter, num_tokens, resolved, generator)
@@ -619,7 +655,8 @@ def generate(
     forwards_before = adapter.num_forwards
     adapter.start(prompt_ids, uncond_prompt_ids)
     loop = DecodeLoop(
-        adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log
+        adapter, resolved, generator, num_tokens, record_top1, record_distortion, w1_log,
+        on_window,
     )
     bar = _progress_bar(num_tokens, resolved.method.kind) if progress else None
     while loop.done < num_tokens:

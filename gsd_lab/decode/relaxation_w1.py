@@ -24,7 +24,7 @@ these three facts; the solvers differ only in how much mass they move. Solvers f
   output law is reachable from p by a plan on these edges within eps accepts more (proofs/12);
 - "greedy": edges by cost ascending (ties: y, then x), each filled as far as its two capacities
   and the remaining budget allow. Feasible, not optimal in general: its gap to "lp" is measured
-  (``benchmarks/transport_relaxation_gap.py``).
+  (``benchmarks/transport_solver_speed.py --gap``).
 
 "lp" and "greedy" solve one row at a time in float64 numpy: for exact one-step laws and
 measurements. "ranked" plans a whole window, faster than either (measured side by side in

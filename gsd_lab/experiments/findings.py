@@ -116,7 +116,7 @@ BEYOND = "Does a lossless decoder beyond MC-SJD need fewer forwards?"
 
 
 def beyond_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
-    """Issue 39's rows, read from the committed benchmark files (``claims.committed``): block
+    """The lossless decoders beyond MC-SJD, read from the committed benchmark files (``claims.committed``): block
     verification (independent drafts) against MC-SJD, then k candidates per position (maximal
     drafts) against MC-SJD and against MC-GSD; each answer ends with its tokens processed per
     forward and the file (the evidence's note)."""

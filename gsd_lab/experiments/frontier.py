@@ -1,5 +1,5 @@
 """The frontier: NFE against distortion (TV and W1) for GSD, the lossless coupled drafts, the
-naive lossy rivals and the optimal lossy rules (issue 30), and the one-step Pareto line they all
+naive lossy rivals and the optimal lossy rules, and the one-step Pareto line they all
 sit under.
 
 **Configurations** (``frontier_curves``: a new rule is one more entry): the points MC-SJD

@@ -51,7 +51,7 @@ FIELDS = (
 DISTORTION_RTOL = 1e-9
 # Stored records decoded in batches against a re-decode alone: the model's batched rows round
 # differently in the last bit, which moves a lossless rule's rounding-level distortion by a large
-# relative amount; issue 32's bound for batched against alone.
+# relative amount; this is the bound for batched against alone.
 DISTORTION_ATOL = 1e-12
 
 

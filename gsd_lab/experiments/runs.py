@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..decode.loop import DecodeResult, generate
+from ..decode.loop import DecodeResult, WindowHook, generate
 from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
 from .image_model import ImageModel
@@ -213,12 +213,13 @@ def generate_one(
     recording: Recording = Recording(),
     *,
     progress: bool = False,
+    on_window: WindowHook | None = None,
 ) -> tuple[DecodeResult, np.ndarray | None]:
     """Decode one image for ``prompt`` with a generator seeded by ``seed``; returns the decoding
     result and the decoded uint8 image (None when the model cannot decode to pixels, or
     ``recording.images`` is False: tokens only, e.g. a command-line generate without --out). A
     ``DecodingMethod`` is resolved here (``resolve_for``): pass the resolved one when decoding
-    many images. progress: ``generate``'s token bar."""
+    many images. progress, on_window: ``generate``'s token bar and per-window hook."""
     resolved = resolve_for(model, method) if isinstance(method, DecodingMethod) else method
     prompt_ids, uncond_ids = model.encode(prompt)
     result = generate(
@@ -229,6 +230,7 @@ def generate_one(
         generator=torch.Generator(device=model.adapter.device).manual_seed(seed),
         uncond_prompt_ids=uncond_ids,
         progress=progress,
+        on_window=on_window,
         **recording.for_model(model).options(),
     )
     return result, _pixels(model, result, recording)

@@ -1,13 +1,10 @@
 """Work split over worker processes, one intra-op thread each: a busy core slows the job in
 proportion instead of stalling it.
 
-Why processes. torch's CPU default runs one OpenMP team over every core, whose threads spin at
-each barrier; when another process takes one of those cores, the team waits for its slowest
-thread at every operation, so the figures job stalled beside one CPU-bound 2-thread process
-(issue 41), and ``OMP_WAIT_POLICY=PASSIVE`` is slower on quiet cores (``docs/benchmarks.md``
-holds the measurements). Independent
-processes with one thread each share nothing per operation: a worker that loses its core for a
-while delays only its own images.
+Why processes: one OpenMP team over every core stalls at each barrier when another process
+takes one of its cores; independent one-thread processes share nothing per operation, so a
+worker that loses its core delays only its own images (``docs/benchmarks.md``, "The CPU thread
+pool" and "Worker processes").
 
 Units. ``run_units(task, count)`` runs ``task(0) .. task(count - 1)`` and returns their results
 in index order. The callers fix their units before any worker starts (``plan_units``: a run's

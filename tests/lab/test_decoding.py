@@ -431,3 +431,31 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
     assert any(asked)
 
 
+
+
+@pytest.mark.parametrize("kind", ["sjd", "gsd", "tree", "ar"])
+def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
+    """The hook is called once per forward pass, in order, with the loop's rows, counts and
+    TVs; with and without it the same tokens, NFE and distortions."""
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
+    method = {"sjd": DecodingMethod("sjd", window=5),
+              "gsd": DecodingMethod("gsd", window=5, clusters="dynamic-nofilter", group_size=4),
+              "tree": DecodingMethod("sjd", window=4, draft="maximal", candidates=3),
+              "ar": DecodingMethod("ar")}[kind]
+    seen = []
+    plain = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4), record_distortion=True)
+    hooked = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4), record_distortion=True,
+                      on_window=seen.append)
+    assert torch.equal(plain.tokens, hooked.tokens) and plain.nfe == hooked.nfe
+    assert torch.equal(plain.distortion, hooked.distortion) and plain.accepted == hooked.accepted
+    assert len(seen) == hooked.nfe
+    assert [w.accepted for w in seen] == hooked.accepted
+    assert [w.q.shape[0] for w in seen] == hooked.drafted
+    assert [w.start for w in seen] == [sum(a + 1 for a in hooked.accepted[:i]) for i in range(len(seen))]
+    for window in seen:
+        assert window.p.shape == (window.q.shape[0] + 1, VOCAB)
+        if window.q.shape[0] == 0:
+            assert window.tv is None
+        else:
+            emitted = hooked.distortion[window.start : window.start + window.accepted + 1]
+            assert torch.equal(window.tv, emitted)

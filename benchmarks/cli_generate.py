@@ -8,7 +8,7 @@ as min and median of wall time and of CPU time (user + system; on a machine shar
 work the CPU time says more than the wall time, which includes waiting for a core):
 
 1. the floor: ``python -c "import torch"``;
-2. the issue's command, ``python -m gsd_lab generate --method gsd --group-size 25 --class brick
+2. the measured command, ``python -m gsd_lab generate --method gsd --group-size 25 --class brick
    --json`` (target: <= 4 s per call); its tokens and NFE must be the same in every call. With
    ``--before TREE`` (a checkout of another commit, e.g. ``git archive`` of main) the same
    command from that tree too, each of its calls right after one of ours (the same load), and

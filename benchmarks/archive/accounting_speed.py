@@ -1,4 +1,4 @@
-"""The exact accounting, old against new, on the same rows side by side in one run (issue 41).
+"""The exact accounting, old against new, on the same rows side by side in one run.
 
 Decodes ``--images`` stand-in images of each configuration in ``--configs`` (labels of the
 figures' configurations, separated by ";") ONCE, with the exact TV and W1 recorded as the
@@ -20,7 +20,7 @@ Times are wall seconds on a shared machine: the load average is printed with the
 is computed by the same code on both sides (``lantern_distortion``), a control: its old / new
 shows the noise of the clocks.
 
-    PYTHONPATH=. python benchmarks/accounting_speed.py [--images 2] [--repeats 3] [--base main]
+    PYTHONPATH=. python benchmarks/archive/accounting_speed.py [--images 2] [--repeats 3] [--base main]
         [--configs "GSD (G=100);..."] [--out benchmarks/results/accounting_speed_standin.txt]
 """
 
@@ -43,7 +43,7 @@ from gsd_lab.accounting import transport as new_transport
 from gsd_lab.decode import loop as decoding
 from gsd_lab.figures import FigureSizes, decoding_configurations
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIGS = (
     "GSD (G=100);(D2) dynamic, p + distance filter only (G=50);"
     "(B) dynamic, sorted by draft q (G=50);LANTERN k=1001 (delta=0.01)"

@@ -11,7 +11,7 @@ standard error, and for each pair (A, B) of interest the mean paired difference 
 with its standard error (the s.e. of the per-image differences); GSD rows also give the mean
 exact distortion (``record_distortion``). ``--json`` writes every image's record.
 
-    nice -n 10 python benchmarks/coupled_drafts.py --classes 10 --seeds 0 --json out.json
+    nice -n 10 python benchmarks/archive/coupled_drafts.py --classes 10 --seeds 0 --json out.json
 """
 
 from __future__ import annotations

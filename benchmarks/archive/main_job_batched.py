@@ -35,7 +35,7 @@ against the old's 155 s. A second run (old and new only, load 1.6-2.6): total 12
 (1.60x), decode 84.2 s -> 42.0 s (2.01x), tokens and NFE identical. The wall speed-up over AR at batch 8 is a throughput ratio: SJD 0.90x,
 GSD (G=25) 0.74x, Amplify 1.05x (batch 1: 2.50x, 2.75x, 3.20x).
 
-    PYTHONPATH=. python benchmarks/main_job_batched.py [--prompts 10] [--batch 8] [--threads N]
+    PYTHONPATH=. python benchmarks/archive/main_job_batched.py [--prompts 10] [--batch 8] [--threads N]
         [--configs "AR,SJD,GSD (G=25),Amplify (k=2)"] [--mixed] [--cells old,new,b1-all,bB-1]
 """
 

@@ -1,9 +1,9 @@
 """cProfile of the main job's decoding and accounting at figures scale: the figures' guided
 configurations named in argv[1] (default "GSD (G=25),Amplify (k=2)") on the first 4 stand-in
 prompts, seed 0, batch 4, one thread, exact TV and W1 recorded as in figures; prints the top
-functions by own time and by cumulative time (where the time goes: issue 41).
+functions by own time and by cumulative time (where the time goes).
 
-    PYTHONPATH=. python benchmarks/profile_main_job.py ["GSD (G=25),Amplify (k=2)"]
+    PYTHONPATH=. python benchmarks/archive/profile_main_job.py ["GSD (G=25),Amplify (k=2)"]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, RunCache
-from main_job_batched import figure_specs, short_commit  # benchmarks/, the script's folder
+from main_job_batched import figure_specs, short_commit  # the script's folder
 
 
 def main() -> None:

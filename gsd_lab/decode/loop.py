@@ -86,13 +86,13 @@ class DecodeResult:
     tokens; ``gsd_lab.accounting.distortion``), when ``record_distortion``; w1: the similarity-aware
     distortion, W1(one-step output law, p) with the codes' content distance as ground cost, its
     mean per emitted token exact or estimated (``gsd_lab.accounting.transport.W1Estimate``), when
-    ``record_w1``; accounting_seconds: the time both took (and an ``on_window`` hook), excluded
-    from wall_seconds (a
-    measurement, not part of the method). budget_spent: with a budget (``gsd_lab.decode.budget``),
-    the sum of the emitted tokens' certified charges (at most the budget). tokens_processed:
-    with candidates > 1, the input tokens of each forward pass (a tree forward reads 1 + k L, the
-    first the prompt instead of 1); None otherwise (there it is drafted + 1, the first forward
-    drafted + the prompt). verifier: the method's ("token", or "block": a prefix decided jointly).
+    ``record_w1``; accounting_seconds: the time both took (and an ``on_window`` hook's), excluded
+    from wall_seconds (a measurement, not part of the method). budget_spent: with a budget
+    (``gsd_lab.decode.budget``), the sum of the emitted tokens' certified charges (at most the
+    budget). tokens_processed: with candidates > 1, the input tokens of each forward pass (a tree
+    forward reads 1 + k L, the first the prompt instead of 1); None otherwise (there it is
+    drafted + 1, the first forward drafted + the prompt). verifier: the method's ("token", or
+    "block": a prefix decided jointly).
     """
 
     tokens: Tensor
@@ -511,8 +511,9 @@ class DecodeLoop:
             window=self.max_window,
             top1=self.top1[:num_tokens].cpu() if self.top1 is not None else None,
             distortion=self.log.result(num_tokens) if self.log is not None else None,
-            accounting_seconds=log_seconds + (w1.seconds if w1 is not None else 0.0)
-            + self.hook_seconds,
+            accounting_seconds=(
+                log_seconds + self.hook_seconds + (w1.seconds if w1 is not None else 0.0)
+            ),
             draft=self.method.draft,
             verifier=self.method.verifier,
             w1=w1,

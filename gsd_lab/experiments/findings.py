@@ -116,10 +116,10 @@ BEYOND = "Does a lossless decoder beyond MC-SJD need fewer forwards?"
 
 
 def beyond_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
-    """The lossless decoders beyond MC-SJD, read from the committed benchmark files (``claims.committed``): block
-    verification (independent drafts) against MC-SJD, then k candidates per position (maximal
-    drafts) against MC-SJD and against MC-GSD; each answer ends with its tokens processed per
-    forward and the file (the evidence's note)."""
+    """The lossless decoders beyond MC-SJD, read from the committed benchmark files
+    (``claims.committed``): block verification (independent drafts) against MC-SJD, then k
+    candidates per position (maximal drafts) against MC-SJD and against MC-GSD; each answer ends
+    with its tokens processed per forward and the file (the evidence's note)."""
     asked = [("block_verification_fewer_nfe_than_mc_sjd", "block verification vs MC-SJD",
               "block verification needs fewer", "MC-SJD needs fewer")]
     for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():

@@ -1,4 +1,4 @@
-"""A new acceptance rule is two places: its gsd_core-style rule and one spec (issue 38).
+"""A new acceptance rule is two places: its gsd_core-style rule and one spec.
 
 Here, outside the package: ``ShiftedSD``, a toy lossy rule (accept min(1, (p(x) + s_i) / q(x)),
 residual norm((p - q)+)) holding a tensor of shifts that its own ``rows`` method slices (what

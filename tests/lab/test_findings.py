@@ -183,7 +183,7 @@ def _beyond(results=RESULTS):
 
 
 def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypatch):
-    """Issue 39's rows read benchmarks/results/ (not results.json): block verification against
+    """The lossless decoders' rows read benchmarks/results/ (not results.json): block verification against
     MC-SJD paired image by image from lossless_beyond_standin.json, k candidates against MC-SJD
     and MC-GSD from the multidraft files' paired differences; each names its file and its tokens
     processed per forward, and a changed copy of a file changes its row."""

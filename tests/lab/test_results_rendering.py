@@ -1,4 +1,4 @@
-"""results.md's renderer and the samples figure (issue 42): the matched and frontier tables print
+"""results.md's renderer and the samples figure: the matched and frontier tables print
 the one verdict vocabulary (``verdicts.WORDS``), never the stored key "noise"; the samples grid
 labels its rows (methods) and its columns (prompt and seed)."""
 

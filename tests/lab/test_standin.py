@@ -17,7 +17,7 @@ from gsd_lab.standin.sampling import logits_checksum, process_logits, sample_tok
 from gsd_lab.standin.train_tokenizer import evaluate_tokenizer
 from gsd_lab.standin.weights_io import STORAGE_DTYPE, WeightFileError, load_state, save_module
 
-# Floors the stand-in must meet (issue 9; measured values are in weights/*_config.json).
+# Floors the stand-in must meet (measured values are in weights/*_config.json).
 TOKENIZER_PSNR_FLOOR_DB = 24.0
 CLASSIFIER_ACCURACY_FLOOR = 0.85
 WEIGHT_FILES = ("ar_model.safetensors", "tokenizer.safetensors", "classifier.safetensors")

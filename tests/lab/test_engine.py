@@ -4,10 +4,10 @@ Hypothesis draws windows with ties, zeros, sparse supports (the engine's top-K p
 and equal drafts, batches (and one p broadcast over them), L = 0, bonus rows or none, float64,
 float32 and bfloat16 rows, float32 or float64 uniforms, and every rule (SD, dynamic clusters by p
 and by q with both filters, the release's distance clusters, rank bins and fixed partitions with
-either residual, LANTERN, Amplify of each); the engine, with and without ``support`` and validation, must return
-gsd_core.verify's result in every bit given the same uniforms. Then the accounting's a(x) on
-the support of q against gsd_core's, the engine's own checks (support, 16-bit read-backs), and
-its behaviour on NaN rows without validation.
+either residual, LANTERN, Amplify of each); the engine, with and without ``support`` and
+validation, must return gsd_core.verify's result in every bit given the same uniforms. Then the
+accounting's a(x) on the support of q against gsd_core's, the engine's own checks (support,
+16-bit read-backs), and its behaviour on NaN rows without validation.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def rules(draw: st.DrawFn, vocab: int) -> object:
                                      max_size=vocab)), dtype=torch.float64)
     size = draw(st.integers(1, vocab + 2))
     residual = draw(st.sampled_from(["token", "cluster"]))
-    kind = draw(st.sampled_from(["sd", "dynamic", "dynamic-filters", "dynamic-q", "bins", "labels", "lantern",
-                                 "release"]))
+    kind = draw(st.sampled_from(["sd", "dynamic", "dynamic-filters", "dynamic-q", "bins", "labels",
+                                 "lantern", "release"]))
     rule = {
         "sd": lambda: None,
         "dynamic": lambda: DynamicClusters(size),
@@ -92,10 +92,11 @@ def _release_rule(draw: st.DrawFn, vocab: int, size: int) -> ReleaseDistanceClus
     """The release's clusters with a table of R <= V rows (or none) and a bound near R: ties
     ranked the release's way, the plain ratio where a window's ids stop in [R, bound]."""
     rows_ = draw(st.integers(1, vocab))
-    table = torch.tensor(draw(st.lists(st.booleans(), min_size=rows_ * rows_, max_size=rows_ * rows_)))
+    cells = rows_ * rows_
+    table = torch.tensor(draw(st.lists(st.booleans(), min_size=cells, max_size=cells)))
+    table = table.view(rows_, rows_) if draw(st.booleans()) else None
     bound = draw(st.integers(max(0, rows_ - 2), rows_ + 2))
-    gap = draw(st.sampled_from([None, 0.0, 0.1]))
-    return ReleaseDistanceClusters(size, table.view(rows_, rows_) if draw(st.booleans()) else None, gap, bound)
+    return ReleaseDistanceClusters(size, table, draw(st.sampled_from([None, 0.0, 0.1])), bound)
 
 
 @st.composite

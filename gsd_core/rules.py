@@ -228,7 +228,11 @@ class DynamicClusters:
     (a filter is skipped when its bound is None; ``embeddings`` [V', D], V' >= V). x always
     stays. rank_by="q" ranks by the draft (Table 2's ablation); the filters still use p. Token
     residual only. The release's ``logit_sort[idx-7 : idx+7]`` (ascending sort) is G = 14; it
-    filters with strict ``<`` and skips the distance filter for ids above 10000.
+    filters with strict ``<``, ranks ties the other way round, skips the distance filter for
+    ids above 10000 and takes the plain ratio at id 10000 (gsd_lab's ReleaseDistanceClusters).
+
+    Ties: of tokens with equal p (q for rank_by="q") the smaller id ranks first, one stable
+    descending sort (``probability_order``); the zeros follow the support in id order.
 
     The masses credited and charged for a draft x = 2, the lowest of three ranks, with G = 3:
     C(2) = {1, 2}, P = 0.3 + 0.2, Q = 0.3 + 0.5, so a(2) = min(1, P / Q) = 0.625.
@@ -238,6 +242,14 @@ class DynamicClusters:
     >>> credited, charged = DynamicClusters(3).masses(p, q, torch.tensor([2]))
     >>> credited, charged
     (tensor([0.5000], dtype=torch.float64), tensor([0.8000], dtype=torch.float64))
+
+    The tie order: tokens 1 and 2 tie for the top, so token 1 ranks first and token 2 second;
+    with G = 2 (x and the rank below it) C(1) = {1, 2} and C(2) = {2, 0}:
+
+    >>> tied = torch.tensor([0.2, 0.4, 0.4], dtype=torch.float64)
+    >>> DynamicClusters(2).members(tied, tied, torch.tensor([1, 2]))[0]
+    tensor([[1, 2],
+            [2, 0]])
     """
 
     group_size: int

@@ -28,16 +28,22 @@ distance filter compares float64 squared distances ||e_y - e_x||^2 <= d of the i
   release's rule finds p(C) = 0 and rejects; a rule that would accept a p = 0 draft at a forced
   position, one without the gap filter, is overruled the same way: ``generate``'s
   ``forced_drafts=False``);
-- the distance filter as the release computes it (``ReleaseDistanceClusters``): the table
-  |a|^2 + |b|^2 - 2 a.b over ``embed_tokens[:10000]`` in bfloat16, kept where < d (strict), the
-  gap filter |p(y) - p(x)| < 0.15 (strict), and no distance filter for a window holding an id
-  outside the table (the release's ``max() <= 10000`` test);
+- GSD's window and filters as the release computes them (``ReleaseDistanceClusters``): the 14
+  ids around x in one ascending stable sort of p, so that of tied tokens the larger id ranks
+  higher (PyTorch's CUDA sort is stable for rows of more than 4096 entries, its
+  ``should_use_small_sort``, as the release's 65,536 logits, although its ``sort(dim=-1)`` asks
+  for no stability); the table |a|^2 + |b|^2 - 2 a.b over ``embed_tokens[:10000]`` in bfloat16,
+  kept where < d (strict); the gap filter |p(y) - p(x)| < 0.15 (strict); no distance filter for a
+  window holding an id above 10000 (the release's ``max() <= 10000`` test); and the plain ratio
+  p(x)/q(x) where the release's ``try`` fails and it falls back to that ratio: a window holding id
+  10000 (an IndexError: the table's rows are 0 .. 9999) or an empty one (x among the 7 tokens
+  lowest in the sort: the slice's start is negative);
 - CLIP on images resized to 299 x 299 (bilinear) first, as SJD's evaluation script does.
 
-Not reproduced: the release drops a drafted token from its own cluster when its bfloat16
-self-distance |a|^2 + |a|^2 - 2 a.a rounds to >= d (here the token always stays in its
-cluster), and falls back to the plain ratio p(x)/q(x) when a window holds id 10000 exactly
-(an indexing error it catches).
+Not reproduced: the release sorts its logits, this rule p = softmax(logits), so their orders
+differ where distinct logits round to equal p; and the release drops a drafted token from its
+own cluster when its bfloat16 self-distance |a|^2 + |a|^2 - 2 a.a rounds to >= d (here the token
+always stays in its cluster; the release's ratio then divides by q(C) = 0 where q is one-hot).
 """
 
 from __future__ import annotations
@@ -110,41 +116,62 @@ def release_distance_table(
 
 @dataclass(frozen=True)
 class ReleaseDistanceClusters:
-    """GSD's dynamic clusters with the release's filters (module docstring): the rank window of
-    ``DynamicClusters(group_size)`` (by p), then |p(y) - p(x)| < max_prob_gap and, when every
-    window member lies in the table, ``adjacency[x, y]``. The drafted token is always a member.
+    """GSD's dynamic clusters as the release computes them (junhyukso/GSD
+    ``scheduler/jacobi_iteration_lumina_mgpt.py``, ``SpeculativeSampler.__call__``). With
+    ``ascending`` the ids of p [..., V] in one stable ascending sort and c the position of x:
+
+        W(x) = ascending[c - G//2 : c + G - G//2]     (empty where c < G//2: the start is < 0)
+        C(x) = {x} | {y in W(x) : |p(y) - p(x)| < max_prob_gap, adjacency[x, y]}
+
+    Ties: of tokens with equal p the larger id ranks higher (``DynamicClusters``: the smaller).
+    The distance filter applies where max W(x) < R (``adjacency`` [R, R]), none where
+    max W(x) > ``id_bound`` (the release's ``max() <= 10000``; no table: none anywhere), and
+    C(x) = {x}, the plain ratio p(x) / q(x), where the release raises and falls back to it: W(x)
+    empty (``.max()`` of nothing), or R <= max W(x) <= id_bound (an IndexError: id 10000 exactly).
+    Members in slot order, ascending. V >= G (the release: 65,536 ids, G = 14).
 
     adjacency: ``release_distance_table(embed_tokens, d)``. A ``gsd_core`` rule (``masses``,
     ``residual_weights``: the token residual), token-dependent and overlapping like
     ``DynamicClusters``."""
 
     group_size: int
-    adjacency: Tensor
+    adjacency: Tensor | None
     max_prob_gap: float | None = 0.15
+    id_bound: int = RELEASE_TABLE_ROWS
 
     def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """C(x) for tokens x [..., T]: ids [..., T, M] and keep [..., T, M], as
-        ``DynamicClusters.members``."""
-        index, valid = DynamicClusters(self.group_size).members(p, q, x)
+        """C(x) for tokens x [..., T]: ids [..., T, G] and keep [..., T, G]."""
+        vocab, size = p.shape[-1], self.group_size
+        if vocab < size:
+            raise ValueError(f"the release's window needs V >= G, got V = {vocab}, G = {size}")
+        ascending = torch.sort(p, dim=-1, stable=True).indices  # the release's logit_sort
+        start = ascending.argsort(-1).gather(-1, x) - size // 2  # [..., T]
+        slots = start.unsqueeze(-1) + torch.arange(size, device=p.device)  # [..., T, G]
+        # A negative start wraps past the stop (V >= G): the release's slice is empty.
+        in_slice = (start >= 0).unsqueeze(-1) & (slots < vocab)
+        index = ascending.gather(-1, slots.clamp(0, vocab - 1).flatten(-2)).view(slots.shape)
         token = x.unsqueeze(-1)
-        keep = valid
+        keep = in_slice
         if self.max_prob_gap is not None:
             p_x = p.gather(-1, x).unsqueeze(-1)
             p_y = p.gather(-1, index.flatten(-2)).view(index.shape)
             keep = keep & ((p_y - p_x).abs() < self.max_prob_gap)
-        rows = self.adjacency.shape[0]
-        near = self.adjacency.to(p.device)[token.clamp(max=rows - 1), index.clamp(max=rows - 1)] & (
-            token < rows
-        )
-        in_table = ((index < rows) | ~valid).all(
-            -1, keepdim=True
-        )  # the release's max() <= 10000 test
-        keep = torch.where(in_table, keep & near, keep)
-        return index, keep | (index == token)
+        fallback = ~in_slice.any(-1, keepdim=True)
+        if self.adjacency is not None:
+            rows = self.adjacency.shape[0]
+            largest = torch.where(in_slice, index, -1).amax(-1, keepdim=True)
+            filtered = largest <= self.id_bound
+            missing = filtered & (largest >= rows)  # the release's IndexError (x is in W(x))
+            table = self.adjacency.to(p.device)
+            near = table[token.clamp(max=rows - 1), index.clamp(max=rows - 1)]
+            keep = torch.where(filtered & ~missing, keep & near, keep)
+            fallback = fallback | missing
+        keep = keep | (in_slice & (index == token))  # x stays (module docstring)
+        first = torch.arange(size, device=p.device) == 0
+        return torch.where(fallback & first, token, index), torch.where(fallback, first, keep)
 
     def masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each, summed over these members
-        as gsd_core's ``DynamicClusters`` sums its own (``member_masses``)."""
+        """(p(C(x)), q(C(x))) for tokens x [..., T]: [..., T] each (``member_masses``)."""
         return member_masses(p, q, *self.members(p, q, x))
 
     def residual_weights(self, p: Tensor, q: Tensor) -> Tensor:

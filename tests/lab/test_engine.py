@@ -3,11 +3,11 @@
 Hypothesis draws windows with ties, zeros, sparse supports (the engine's top-K path), one-hot
 and equal drafts, batches (and one p broadcast over them), L = 0, bonus rows or none, float64,
 float32 and bfloat16 rows, float32 or float64 uniforms, and every rule (SD, dynamic clusters by p
-and by q with both filters, rank bins and fixed partitions with either residual, LANTERN,
-Amplify of each); the engine, with and without ``support`` and validation, must return
-gsd_core.verify's result in every bit given the same uniforms. Then the accounting's a(x) on
-the support of q against gsd_core's, the engine's own checks (support, 16-bit read-backs), and
-its behaviour on NaN rows without validation.
+and by q with both filters, the release's distance clusters, rank bins and fixed partitions with
+either residual, LANTERN, Amplify of each); the engine, with and without ``support`` and
+validation, must return gsd_core.verify's result in every bit given the same uniforms. Then the
+accounting's a(x) on the support of q against gsd_core's, the engine's own checks (support,
+16-bit read-backs), and its behaviour on NaN rows without validation.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from gsd_core import (
     accept_probability,
     latent_neighbourhoods,
 )
+from gsd_lab.decode.presets import ReleaseDistanceClusters
 from gsd_lab.engine import support_accept, support_masses, uses_support, verify
 from gsd_lab.engine.readback import host_ranges
 
@@ -69,7 +70,8 @@ def rules(draw: st.DrawFn, vocab: int) -> object:
                                      max_size=vocab)), dtype=torch.float64)
     size = draw(st.integers(1, vocab + 2))
     residual = draw(st.sampled_from(["token", "cluster"]))
-    kind = draw(st.sampled_from(["sd", "dynamic", "dynamic-filters", "dynamic-q", "bins", "labels", "lantern"]))
+    kind = draw(st.sampled_from(["sd", "dynamic", "dynamic-filters", "dynamic-q", "bins", "labels",
+                                 "lantern", "release"]))
     rule = {
         "sd": lambda: None,
         "dynamic": lambda: DynamicClusters(size),
@@ -81,8 +83,20 @@ def rules(draw: st.DrawFn, vocab: int) -> object:
                                                                     max_size=vocab))), residual),
         "lantern": lambda: Lantern(latent_neighbourhoods(emb, draw(st.integers(1, vocab))),
                                    draw(st.sampled_from([0.0, 0.2, 1.0]))),
+        "release": lambda: _release_rule(draw, vocab, min(size, vocab)),
     }[kind]()
     return Amplify(draw(st.sampled_from([0.5, 2.0])), rule) if draw(st.booleans()) else rule
+
+
+def _release_rule(draw: st.DrawFn, vocab: int, size: int) -> ReleaseDistanceClusters:
+    """The release's clusters with a table of R <= V rows (or none) and a bound near R: ties
+    ranked the release's way, the plain ratio where a window's ids stop in [R, bound]."""
+    rows_ = draw(st.integers(1, vocab))
+    cells = rows_ * rows_
+    table = torch.tensor(draw(st.lists(st.booleans(), min_size=cells, max_size=cells)))
+    table = table.view(rows_, rows_) if draw(st.booleans()) else None
+    bound = draw(st.integers(max(0, rows_ - 2), rows_ + 2))
+    return ReleaseDistanceClusters(size, table, draw(st.sampled_from([None, 0.0, 0.1])), bound)
 
 
 @st.composite
@@ -149,6 +163,28 @@ def test_accounting_masses_on_the_support_of_q_are_gsd_cores(case, chunk):
     assert torch.equal(got[0], want[0].gather(-1, tokens)) and torch.equal(got[1], want[1].gather(-1, tokens))
     exact = accept_probability(p, q, torch.arange(vocab), rule)
     assert torch.equal(support_accept(rule, p, q, chunk_elements=chunk), torch.where(q > 0, exact, 0.0))
+
+
+@settings(max_examples=80)
+@given(windows(), st.data(), st.booleans())
+def test_the_release_clusters_on_verify_and_the_accounting(case, data, validate):
+    """``ReleaseDistanceClusters`` (ties, zeros, windows clipped or empty, ids at the bound) on
+    the engine's verify, with and without a support, and on the accounting's support of q:
+    gsd_core's result and masses in every bit."""
+    p, q, drafts, u = case["p"], case["q"], case["drafts"], case["u"]
+    vocab = p.shape[-1]
+    rule = _release_rule(data.draw, vocab, data.draw(st.integers(1, vocab)))
+    want = gsd_core.verify(p, q, drafts, rule, uniforms=u)
+    support = _support(p, q.shape[-2], 0) if q.shape[-2] else None
+    for ids in (None, support):
+        assert_same(verify(p, q, drafts, rule, uniforms=u, validate=validate, support=ids), want)
+    rows_p, rows_q = p.reshape(-1, vocab), p.reshape(-1, vocab).roll(1, 0)
+    tokens = torch.topk(rows_q, vocab, dim=-1).indices
+    masses = rule.masses(rows_p, rows_q, torch.arange(vocab).expand(rows_p.shape))
+    got = support_masses(rule, rows_p, rows_q, tokens, chunk_elements=16)
+    assert all(torch.equal(g, m.gather(-1, tokens)) for g, m in zip(got, masses))
+    exact = accept_probability(rows_p, rows_q, torch.arange(vocab), rule)
+    assert torch.equal(support_accept(rule, rows_p, rows_q), torch.where(rows_q > 0, exact, 0.0))
 
 
 def _sparse_window(gen, vocab, window, support_size, levels, batch=(), bonus=True, zero_drafts=False):

@@ -49,7 +49,7 @@ def test_the_distance_table_is_the_releases_bf16_expression(model):
 
 def test_release_clusters_filter_as_the_release_loop():
     generator = torch.Generator().manual_seed(0)
-    vocab, rows = 40, 30
+    vocab = rows = 40  # the table holds every id (the release's: 10000 of 65,536, below)
     p = softmax(3 * torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
     q = softmax(torch.randn(vocab, generator=generator, dtype=torch.float64), -1)
     table = torch.rand(rows, rows, generator=generator) < 0.5
@@ -60,15 +60,19 @@ def test_release_clusters_filter_as_the_release_loop():
     x = token.item()
     assert x in members and len(window) == 8
     for y in window - {x}:
-        expected = abs(p[y] - p[x]) < 0.15 and (bool(table[x, y]) if max(window) < rows else True)
+        expected = abs(p[y] - p[x]) < 0.15 and bool(table[x, y])
         assert (y in members) == expected, y
     credited, charged = rule.masses(p, q, token)
     assert credited.item() == pytest.approx(float(p[sorted(members)].sum()))
     assert charged.item() == pytest.approx(float(q[sorted(members)].sum()))
-    # A window reaching past the table's rows: no distance filter at all (the release's max() <= 10000).
-    far = ReleaseDistanceClusters(8, torch.zeros(5, 5, dtype=torch.bool), None)
-    index, keep = far.members(p, q, token)
-    assert bool(keep[index != x].all())
+    # A window past the table's rows: no distance filter where it holds an id above the bound
+    # (the release's max() <= 10000), the plain ratio, C(x) = {x}, where its ids stop at the
+    # bound or below (the release's IndexError).
+    table = torch.zeros(5, 5, dtype=torch.bool)
+    index, keep = ReleaseDistanceClusters(8, table, None, id_bound=5).members(p, q, token)
+    assert max(window) > 5 and bool(keep[index != x].all())
+    index, keep = ReleaseDistanceClusters(8, table, None).members(p, q, token)
+    assert index[0][keep[0]].tolist() == [x]
 
 
 def _release_schedule(accepted: list[int], num_tokens: int) -> list[int]:

@@ -9,8 +9,9 @@ frontier decoded them in batches of 8; ``--check`` re-decodes MC-SJD alone on th
 stops if an NFE differs, so the pairing is the same image). Block verification is decoded here,
 one image at a time (``generate``), with the exact per-token distortion recorded.
 
-Per configuration: mean NFE (SE), mean distortion (the exact per-token TV, 0 for lossless rules up
-to rounding), accepted drafts per forward (sum(accepted) / NFE), tokens processed per forward (the
+Per configuration: mean NFE (SE), mean distortion (SD's exact per-token TV formula, 0 up to
+rounding by construction for every rule here, the lossy coupled block combination included: not
+evidence of losslessness, which proofs/14 and tests/lab/test_decode_laws_exact.py give), accepted drafts per forward (sum(accepted) / NFE), tokens processed per forward (the
 window's inputs, L + 1: the last committed token and L drafts; the prefill's prompt left out), and
 the cost model's GPU seconds: NFE x the measured 7B forward of a 16-token window
 (``benchmarks/results/gpu_lumina_shapes_h200.jsonl``, last line, ``forward_ms["16"]``; block and

@@ -9,8 +9,9 @@ MC-SJD (maximal drafts; decoded again here, its per-image NFE checked equal to t
 and MC-SJD with k candidates for each ``--candidates``. The stored MC-SJD and MC-GSD (G=50,
 maximal) per-image NFE pair with every configuration.
 
-Per configuration: NFE (mean, s.e.), exact distortion (``record_distortion``, mean per token),
-accepted tokens per forward (committed tokens / NFE), tokens processed per forward (the input
+Per configuration: NFE (mean, s.e.), exact distortion (``record_distortion``, mean per token: SD's
+TV formula per token, 0 by construction for this rule, so not evidence of losslessness; that is
+proofs/15 and tests/lab/test_decode_laws_exact.py), accepted tokens per forward (committed tokens / NFE), tokens processed per forward (the input
 tokens of each forward, the prompt included at the first), wall seconds per image (this CPU,
 shared: indicative only), and the paired differences with their standard errors and
 ``verdicts.verdict``:

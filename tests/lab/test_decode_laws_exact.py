@@ -97,10 +97,16 @@ def cells(breaks: list[list[float]]):
 
 def draws(row: torch.Tensor):
     """(token, probability) of ``gsd_core.draw(row, u)``, u uniform."""
+    return _draws(tuple(row.tolist()))
+
+
+@functools.lru_cache(maxsize=None)
+def _draws(values: Row):
+    row = torch.tensor(values, dtype=torch.float64)
     out = collections.Counter()
     for u, volume in cells([cdf_breaks(row)]):
         out[int(draw(row, u[None]).squeeze())] += volume
-    return out.items()
+    return tuple(out.items())
 
 
 def _key(*tensors: torch.Tensor) -> tuple:
@@ -169,16 +175,17 @@ def window_outcomes(p, q, drafts, verifier):
 
 
 def maximal_options(row, previous, previous_q):
-    """(new draft, probability) of the maximal coupling of ``previous`` ~ ``previous_q`` with
-    ``row`` (``decode.coupling.maximal_coupling``: ``verify`` with target row, draft
-    previous_q, no bonus row), over its 2 uniforms."""
+    """((new draft, kept), probability) of the maximal coupling of ``previous`` ~ ``previous_q``
+    with ``row`` (``decode.coupling.maximal_coupling``: ``verify`` with target row, draft
+    previous_q, no bonus row), over its 2 uniforms; kept: the old draft passed the test."""
     p, q, d = row[None], previous_q[None], torch.tensor([previous])
     probe = verify(p, q, d, uniforms=torch.zeros(2, dtype=torch.float64))
     breaks = [[float(probe.accept_probs[0])],
               sorted(set(cdf_breaks(token_residual(row, previous_q))))]
     out = collections.Counter()
     for u, volume in cells(breaks):
-        out[int(verify(p, q, d, uniforms=u).tokens[0])] += volume
+        result = verify(p, q, d, uniforms=u)
+        out[(int(result.tokens[0]), int(result.num_accepted) == 1)] += volume
     return out.items()
 
 
@@ -245,12 +252,14 @@ def _rrs_outcomes(p0, declared, candidates):
 # --- the whole decode -------------------------------------------------------------------------
 
 def decode_law(model, vocab, length, window, *, verifier="token", draft="independent",
-               candidates=1, declare_iid=False):
+               candidates=1, declare_iid=False, declare_previous=False):
     """The exact law {z: Pr[generate emits z]} of ``DecodingMethod("sjd", window=window,
     verifier=verifier, draft=draft, candidates=candidates)`` with random fresh drafts, N =
     ``length`` tokens over the table model (module docstring). ``declare_iid``: the control
     that declares every candidate with the row the first was drawn from (q_j = q_n) while
-    drawing them without replacement."""
+    drawing them without replacement. ``declare_previous``: the control that declares a draft the
+    maximal coupling kept with the row it was drawn from before (the q SCD's released code
+    stores), not with its law, the new row."""
     rows_of = {prefix: row for prefix, row in model.items()}
 
     def fresh_q(token: int) -> Row:
@@ -288,6 +297,17 @@ def decode_law(model, vocab, length, window, *, verifier="token", draft="indepen
         return [(c, tokens, p, a)
                 for a, tokens, c in window_outcomes(p, qq, torch.tensor(d), verifier)]
 
+    @functools.lru_cache(maxsize=None)
+    def declared_rows(values: Row, tup: tuple[int, ...], from_row: bool) -> torch.Tensor:
+        """``tree_step``'s declared rows of the candidates ``tup`` drawn from ``values``."""
+        source, cands = torch.tensor(values, dtype=torch.float64), torch.tensor(tup)
+        if declare_iid and from_row:
+            return source.expand(len(tup), vocab) / source.sum()
+        if from_row:
+            return without_replacement_rows(source, cands)
+        present = without_replacement_rows(source, cands).sum(-1, keepdim=True) > 0
+        return one_hot(cands, vocab) * present
+
     def tree_pass(committed, d, q, row_drafts, L):
         k, out = candidates, []
         if row_drafts > 0:
@@ -297,13 +317,7 @@ def decode_law(model, vocab, length, window, *, verifier="token", draft="indepen
         p0 = rows_of[committed]
         for tup, chance in _candidate_options(tuple(source.tolist()), d[0], k):
             cands = torch.tensor(tup)
-            if declare_iid and row_drafts > 0:
-                declared = source.expand(k, vocab) / source.sum()
-            elif row_drafts > 0:
-                declared = without_replacement_rows(source, cands)
-            else:
-                present = without_replacement_rows(source, cands).sum(-1, keepdim=True) > 0
-                declared = one_hot(cands, vocab) * present
+            declared = declared_rows(tuple(source.tolist()), tup, row_drafts > 0)
             branch_rows = [torch.stack([rows_of[committed + (c,) + d[1 : 1 + t]]
                                         for t in range(L)]) for c in tup]
             for J, y, c_rrs in rrs_outcomes(p0, declared, cands):
@@ -322,18 +336,18 @@ def decode_law(model, vocab, length, window, *, verifier="token", draft="indepen
         """((drafts, q, row_drafts), probability) after ``DraftChain.redraft``."""
         if accepted >= L:
             return [(((), (), 0), 1.0)]
-        rows = p[accepted + 1 :]
         options = []
-        for j, row in enumerate(rows):
-            position = accepted + 1 + j
+        for j, row in enumerate(p[accepted + 1 :]):
+            position, declared = accepted + 1 + j, tuple(row.tolist())
             if draft == "maximal" and position < L:
-                options.append(maximal_options(row, d[position],
-                                               torch.tensor(q[position], dtype=torch.float64)))
+                previous = torch.tensor(q[position], dtype=torch.float64)
+                options.append([((t, q[position] if kept and declare_previous else declared), c)
+                                for (t, kept), c in maximal_options(row, d[position], previous)])
             else:  # independent, or the position entering through the bonus row
-                options.append(draws(row))
-        new_q = tuple(tuple(row.tolist()) for row in rows)
-        return [((tuple(t for t, _ in combo), new_q, L - accepted),
-                 math.prod(c for _, c in combo)) for combo in itertools.product(*options)]
+                options.append([((t, declared), c) for t, c in draws(row)])
+        return [((tuple(t for (t, _), _ in combo), tuple(r for (_, r), _ in combo),
+                  L - accepted), math.prod(c for _, c in combo))
+                for combo in itertools.product(*options)]
 
     return law((), (), (), 0)
 
@@ -363,15 +377,15 @@ def test_control_block_verification_with_coupled_drafts_is_caught():
     assert deviation(decode_law(model, 3, 4, 2, verifier="block", draft="maximal"), joint) > 1e-3
 
 
-@pytest.mark.parametrize("candidates, vocab", [(2, 3), (3, 4)])
+@pytest.mark.parametrize("candidates, vocab, length", [(2, 3, 3), (2, 3, 4), (3, 4, 3)])
 @pytest.mark.parametrize("draft", ["independent", "maximal"])
-def test_multidraft_decode_is_the_ar_joint(candidates, vocab, draft):
-    """proofs/15: k = 2 over V = 3, k = 3 over V = 4 (rows of full support, so the candidates
-    never cover it), the first candidate drawn independently or maximal coupled, N = 3 tokens,
-    window 2."""
-    model = table_model(candidates, vocab, 3)
-    law = decode_law(model, vocab, 3, 2, draft=draft, candidates=candidates)
-    assert deviation(law, ar_joint(model, vocab, 3)) <= TOL
+def test_multidraft_decode_is_the_ar_joint(candidates, vocab, length, draft):
+    """proofs/15: k = 2 over V = 3 (N = 3, 4), k = 3 over V = 4 (N = 3), rows of full support, so
+    the candidates never cover it; the first candidate drawn independently or maximal coupled
+    (at N = 4 a model-row draft is coupled twice before it is a candidate); window 2."""
+    model = table_model(candidates, vocab, length)
+    law = decode_law(model, vocab, length, 2, draft=draft, candidates=candidates)
+    assert deviation(law, ar_joint(model, vocab, length)) <= TOL
 
 
 @pytest.mark.parametrize("candidates, vocab", [(2, 3), (3, 4)])
@@ -381,3 +395,13 @@ def test_control_candidates_declared_iid_are_caught(candidates, vocab):
     model = table_model(candidates, vocab, 3)
     law = decode_law(model, vocab, 3, 2, candidates=candidates, declare_iid=True)
     assert deviation(law, ar_joint(model, vocab, 3)) > 1e-3
+
+
+def test_control_a_kept_draft_declared_with_its_previous_row_is_caught():
+    """proofs/09, "What breaks it": a draft the maximal coupling kept, declared with the row it
+    was drawn from before (the q SCD's released code stores) instead of its law, the new row,
+    leaves the AR joint of the whole decode with k = 2 (V = 3, N = 4: a model-row draft is
+    coupled twice, where the control bites; a kept fresh draft's one-hot q is exact)."""
+    model = table_model(2, 3, 4)
+    law = decode_law(model, 3, 4, 2, draft="maximal", candidates=2, declare_previous=True)
+    assert deviation(law, ar_joint(model, 3, 4)) > 5e-4

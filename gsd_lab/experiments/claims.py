@@ -382,6 +382,10 @@ def _fewer_than_optimal(name: str) -> Callable[[Run], Evidence]:
 BENCHMARK_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 BLOCK_FILE = "lossless_beyond_standin.json"  # benchmarks/lossless_beyond.py
 BLOCK_LABEL = "SJD + block verification"
+# That these decoders are lossless rests on their proofs and on the exact law of whole decodes,
+# enumerated there; their benchmarks' per-token distortion is SD's TV formula per token, 0 by
+# construction for them (and for lossy block verification with coupled drafts too): no evidence.
+LOSSLESS_EVIDENCE = "tests/lab/test_decode_laws_exact.py"
 MULTIDRAFT_FILES = {  # candidates k -> the file of benchmarks/multidraft.py that measured it
     2: "multidraft_standin.json",
     4: "multidraft_standin.json",
@@ -411,6 +415,18 @@ def _from_file(
     outcome = verdict(diff.difference, diff.se, -1)
     note = f"{processed:.1f} tokens processed per forward ({_where(name)})"
     return Evidence(outcome, "difference", compared, diff.difference, diff.se, diff.n, note=note)
+
+
+def _modelled_time(row: dict[str, Any]) -> str:
+    """The note's cost-model clause: the row's modelled time per image on the benchmark's roofline
+    (weight-read times of a 7B forward), against MC-SJD's as decoded in the k = 2, 4 file (its
+    thirty images); empty where a file lacks it."""
+    base = ((committed(MULTIDRAFT_FILES[2]) or {}).get("rows") or {}).get("MC-SJD (decoded here)")
+    modelled = row.get("modelled_read_times")
+    if modelled is None or base is None or base.get("modelled_read_times") is None:
+        return ""
+    return (f"; modelled time {modelled:.1f} weight-read times per image against MC-SJD's "
+            f"{base['modelled_read_times']:.1f} (roofline cost model)")
 
 
 def _block_fewer_nfe_than_mc_sjd(_: Run) -> Evidence:
@@ -443,7 +459,8 @@ def _multidraft_fewer_nfe(k: int, against: str) -> Callable[[Run], Evidence]:
         diff = PairedDifference(found["difference"], found["se"], int(row.get("images",
                                                                               data["images"])))
         compared = f"{MC_MAXIMAL}, {k} candidates - {other}, NFE"
-        return _from_file(diff, compared, name, row["tokens_processed_per_forward"])
+        evidence = _from_file(diff, compared, name, row["tokens_processed_per_forward"])
+        return replace(evidence, note=evidence.note + _modelled_time(row))
 
     return judge
 
@@ -666,7 +683,7 @@ CLAIMS: tuple[Claim, ...] = (
         f"(not in the papers) {BLOCK_LABEL} (independent drafts, lossless) needs fewer forwards "
         f"than {MC_MAXIMAL}",
         "-",
-        f"{_where(BLOCK_FILE)}; proofs/14_block_verification.md",
+        f"{_where(BLOCK_FILE)}; proofs/14_block_verification.md; {LOSSLESS_EVIDENCE}",
         _block_fewer_nfe_than_mc_sjd,
     ),
     *(
@@ -676,7 +693,7 @@ CLAIMS: tuple[Claim, ...] = (
             f"fewer forwards than {'' if against == 'mc_sjd' else 'lossy '}"
             f"{MULTIDRAFT_AGAINST[against][1]}",
             "-",
-            f"{_where(MULTIDRAFT_FILES[k])}; proofs/15_multiple_drafts.md",
+            f"{_where(MULTIDRAFT_FILES[k])}; proofs/15_multiple_drafts.md; {LOSSLESS_EVIDENCE}",
             _multidraft_fewer_nfe(k, against),
         )
         for against in MULTIDRAFT_AGAINST

@@ -12,8 +12,9 @@
    candidate), independent and maximal drafts.
 3. Negative controls, each failing the same test (at 300 samples): the cache keeps branch 0
    whatever was accepted; the branches see each other (a plain causal mask). A wrongly declared
-   candidate row has no power over two tokens (the residual then holds one token); it is caught
-   by enumeration in ``tests/core/test_multidraft.py``.
+   candidate row, or a wrongly coupled first candidate, has no power over two tokens (k >= 2
+   candidates cover the support); they are caught by the exact law of the whole decode over
+   V = 3-4 in test_decode_laws_exact.py, and per position in ``tests/core/test_multidraft.py``.
 """
 
 from __future__ import annotations

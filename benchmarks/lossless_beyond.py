@@ -12,13 +12,14 @@ on the first images (``--check``) and must give the stored NFE, so the pairing i
 Every decode records the exact per-token distortion (0 for a lossless rule up to rounding).
 
 Block verification (``--out STEM``: STEM.json, STEM.txt): per configuration mean NFE (SE), mean
-distortion (SD's per-token TV formula: 0 by construction for every rule here, the lossy
-coupled block combination included, so not evidence of losslessness; proofs/14, proofs/15 and
-tests/lab/test_decode_laws_exact.py give that), accepted drafts per forward (sum(accepted) / NFE), tokens processed per forward (the
-window's inputs, L + 1: the last committed token and L drafts; the prefill's prompt left out),
-and the cost model's GPU seconds: NFE x the measured 7B forward of a 16-token window (``SHAPES``,
-last line, ``forward_ms["16"]``; block and token verification feed the same windows, so the
-model's cost per forward is the same; the verifiers' own O(L V) row operations are left out).
+distortion (SD's per-token TV formula: 0 by construction for every rule here, the lossy coupled
+block combination included, so not evidence of losslessness; proofs/14, proofs/15 and
+tests/lab/test_decode_laws_exact.py give that), accepted drafts per forward (sum(accepted) / NFE),
+tokens processed per forward (the window's inputs, L + 1: the last committed token and L drafts;
+the prefill's prompt left out), and the cost model's GPU seconds: NFE x the measured 7B forward of
+a 16-token window (``SHAPES``, last line, ``forward_ms["16"]``; block and token verification feed
+the same windows, so the model's cost per forward is the same; the verifiers' own O(L V) row
+operations are left out).
 Paired differences with their paired SE and ``verdicts.verdict`` (beyond 2 paired SE).
 
 Multiple drafts: MC-SJD (decoded on the ``--check`` images, all by default) and MC-SJD with k

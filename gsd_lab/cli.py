@@ -548,7 +548,7 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
     if _is_lumina(args):
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
-        from .models.lumina_mgpt import resolve_weights_dir
+        from .models.lumina_checkpoint import resolve_weights_dir
         from .models.lumina_tokenizer import find_tokenizer_file
 
         try:

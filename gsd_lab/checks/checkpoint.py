@@ -19,9 +19,9 @@ def size_text(num_bytes: int) -> str:
 
 def stored_shards(folder: Path) -> tuple[dict[str, Shape], dict[str, int], int]:
     """(shape of every stored tensor by name, tensors per shard file, the shards' bytes) of a
-    safetensors checkpoint folder (``models.lumina_mgpt.stored_tensors``: no tensor twice, the
+    safetensors checkpoint folder (``models.lumina_checkpoint.stored_tensors``: no tensor twice, the
     index agrees with the shards, every listed shard present)."""
-    from ..models.lumina_mgpt import stored_tensors
+    from ..models.lumina_checkpoint import stored_tensors
 
     shapes: dict[str, Shape] = {}
     shards: dict[str, int] = {}
@@ -64,8 +64,9 @@ def shape_mismatch(
 ) -> str | None:
     """None when ``stored`` (name -> shape as the model loads it) holds exactly the tensors of
     ``meta_model``'s state dict, a name of ``optional`` (a tied head) allowed absent; else what
-    differs (``models.lumina_mgpt.architecture_mismatch``: missing, unexpected, mis-shaped)."""
-    from ..models.lumina_mgpt import architecture_mismatch
+    differs (``models.lumina_checkpoint.architecture_mismatch``: missing, unexpected and
+    mis-shaped names)."""
+    from ..models.lumina_checkpoint import architecture_mismatch
 
     expected = {k: tuple(v.shape) for k, v in meta_model.state_dict().items()}
     for name in set(optional) - set(stored):
@@ -79,7 +80,7 @@ def chameleon_shapes(stored: dict[str, Shape], config: Any, *, expand: bool) -> 
     per-rank layout, refused with the reason when it is not the config's)."""
     import torch
 
-    from ..models.lumina_mgpt import IMAGE_ENCODER_PREFIX, expand_qk_norm, is_qk_norm
+    from ..models.lumina_checkpoint import IMAGE_ENCODER_PREFIX, expand_qk_norm, is_qk_norm
 
     shapes = {}
     for name, shape in stored.items():

@@ -75,7 +75,7 @@ class FamilyChecks:
 
             self.config = Emu3Config.from_pretrained(str(self.folder))
         else:
-            from ..models.lumina_mgpt import read_lumina_config
+            from ..models.lumina_checkpoint import read_lumina_config
 
             self.config = read_lumina_config(self.folder)
         self.shapes, outcome = files_outcome(self.folder)
@@ -89,7 +89,7 @@ class FamilyChecks:
             stored = {emu3_loaded_name(k): v for k, v in self.shapes.items()}
             optional = ("lm_head.weight",) if self.config.tie_word_embeddings else ()
         else:
-            from ..models.lumina_mgpt import meta_lumina_model
+            from ..models.lumina_checkpoint import meta_lumina_model
 
             meta = meta_lumina_model(self.config)  # without the image encoder
             stored = chameleon_shapes(self.shapes, self.config, expand=False)

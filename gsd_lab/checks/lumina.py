@@ -60,7 +60,7 @@ class LuminaChecks:
         self.pixels: Any = None
 
     def files(self) -> Outcome:
-        from ..models.lumina_mgpt import read_lumina_config, resolve_weights_dir
+        from ..models.lumina_checkpoint import read_lumina_config, resolve_weights_dir
 
         self.folder = resolve_weights_dir(self.weights, self.resolution)
         self.config = read_lumina_config(self.folder)
@@ -68,7 +68,7 @@ class LuminaChecks:
         return outcome
 
     def architecture(self) -> Outcome:
-        from ..models import lumina_mgpt as lumina
+        from ..models import lumina_checkpoint as lumina
 
         config = self.config
         architectures = getattr(config, "architectures", None)

@@ -52,14 +52,13 @@ from gsd_core import DynamicClusters
 from gsd_lab.engine import verify
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
-from gsd_lab.models.lumina_mgpt import (
+from gsd_lab.models.lumina_checkpoint import (
     IMAGE_ENCODER_PREFIX,
-    LuminaImageLayout,
-    LuminaMGPTAdapter,
     build_lumina_model,
     estimated_parameters,
     expand_qk_norm,
 )
+from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
 from gsd_lab.engine.profiling import ops_and_syncs
 
 

@@ -72,11 +72,8 @@ import torch
 
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings
-from gsd_lab.models.lumina_mgpt import (
-    LuminaImageLayout,
-    LuminaMGPTAdapter,
-    build_lumina_model,
-)
+from gsd_lab.models.lumina_checkpoint import build_lumina_model
+from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
 from gsd_lab.models.static import StaticEngine
 
 TV_TOLERANCE = 0.02  # static-eager against eager, bf16 (module docstring)

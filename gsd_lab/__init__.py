@@ -12,9 +12,8 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``experiments/``: the analyses behind the figures and notebooks;
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
 - ``io/``: provenance, figures and tables on disk, prompts, progress lines;
-- ``cli`` (``python -m gsd_lab``), ``figures``, ``evaluate`` (sharded runs), ``check_weights``
-  (Lumina-mGPT), ``check_weights_janus`` and ``family_checks`` (the families' weight checks), on
-  ``weight_checks`` (what they share).
+- ``checks/``: ``check-weights``, every family's download checked item by item;
+- ``cli`` (``python -m gsd_lab``), ``figures``, ``evaluate`` (sharded runs).
 
 The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
 ``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between

@@ -6,9 +6,8 @@ figures   every figure and results table into a folder (PNG + SVG + JSON sidecar
 evaluate  a prompt list sharded over processes (torchrun), resumable: a re-run into the same
           --out resumes the same run only (another configuration is refused, exit 2).
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``).
-check-weights  one verdict per item of a download, exit 1 when one failed: Lumina-mGPT
-          (``gsd_lab.check_weights``), a Janus-Pro folder (``gsd_lab.check_weights_janus``),
-          ``--model anole-7b|emu3-gen`` (``gsd_lab.family_checks``).
+check-weights  one verdict per item of a download, exit 1 when one failed (``gsd_lab.checks``):
+          Lumina-mGPT, a Janus-Pro folder, ``--model anole-7b|emu3-gen``.
 readme    the README's findings and every rendered value span from results.json.
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
@@ -356,9 +355,9 @@ def _add_check_weights_parser(sub: Any) -> None:
         "verdict per item",
         description="Check a download with the package's own code, one verdict per item (files, "
         "architecture, vocabulary, tokenizer, a short AR generation and its image); exit 1 when "
-        "an item failed. Lumina-mGPT (the default; gsd_lab.check_weights), Janus-Pro (detected "
-        "from config.json's model_type; gsd_lab.check_weights_janus), --model anole-7b | "
-        "emu3-gen (gsd_lab.family_checks; --resolution and --clip are Lumina-mGPT's only).",
+        "an item failed (gsd_lab.checks). Lumina-mGPT (the default), Janus-Pro (detected from "
+        "config.json's model_type), --model anole-7b | emu3-gen (--resolution and --clip are "
+        "Lumina-mGPT's only).",
     )
     chk.add_argument("weights", help="checkpoint folder (or Hugging Face cache entry)")
     chk.add_argument(
@@ -366,7 +365,7 @@ def _add_check_weights_parser(sub: Any) -> None:
         choices=("lumina-mgpt", *FAMILY_CHOICES),
         default="lumina-mgpt",
         help="the checkpoint's family (default lumina-mgpt, which also detects a Janus-Pro "
-        "folder; anole-7b and emu3-gen: gsd_lab.family_checks)",
+        "folder)",
     )
     chk.add_argument(
         "--resolution",
@@ -549,7 +548,7 @@ def _check_model_args(args: argparse.Namespace, fail: Fail) -> None:
     if _is_lumina(args):
         if not args.weights:
             fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
-        from .models.lumina_mgpt import resolve_weights_dir
+        from .models.lumina_checkpoint import resolve_weights_dir
         from .models.lumina_tokenizer import find_tokenizer_file
 
         try:
@@ -1115,11 +1114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-weights":
         if args.rows < 1:
             fail(f"--rows must be >= 1, got {args.rows}")
-        if args.model in FAMILY_CHOICES:
-            from .family_checks import main as family_checks_main
-
-            return family_checks_main(args)
-        from .check_weights import main as check_weights_main
+        from .checks.command import main as check_weights_main
 
         return check_weights_main(args)
     check_args(args, fail)

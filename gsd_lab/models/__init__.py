@@ -5,7 +5,8 @@
 - ``batched``: ``BatchRunner``, several images per forward (per-row cache lengths), and
   ``default_batch_size(device)``, the batch size when none is given; ``static_batched``:
   ``StaticBatchRunner``, the same on a static cache (per-row lengths, graphs per shape);
-- ``lumina_mgpt`` (with ``lumina_tokenizer``, ``chameleon_vqgan``): Lumina-mGPT;
+- ``lumina_mgpt`` (with ``lumina_checkpoint``, its shards read and the model built strictly,
+  ``lumina_tokenizer``, ``chameleon_vqgan``): Lumina-mGPT;
   ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights;
 - ``anole`` (Chameleon / Anole, ``anole-7b``) and ``emu3`` (``emu3-gen``), on ``grid_image``'s
   ``GridImageAdapter``;

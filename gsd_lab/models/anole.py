@@ -147,21 +147,22 @@ def load_anole(
     """Load a Chameleon-layout checkpoint in the stock transformers layout (``config.json`` with
     ``model_type`` "chameleon" and a ``vocabulary_map``, safetensors, ``tokenizer.json``) as an
     ``AnoleAdapter``; the image encoder ``model.vqmodel.*`` is not loaded. Strict: every text
-    tensor must match the config's architecture (``lumina_mgpt.build_lumina_model``; q/k-norms in
-    transformers' [heads, head_dim] layout when ``architectures`` names a stock class).
+    tensor must match the config's architecture (``lumina_checkpoint.build_lumina_model``;
+    q/k-norms in transformers' [heads, head_dim] layout when ``architectures`` names a stock
+    class).
 
     device: default cuda when available; dtype: default bfloat16 on GPU, float32 on CPU; models
     above 1e9 parameters are refused on the CPU unless ``force_cpu``. ``vqgan_dir``: the Chameleon
     VQGAN (optional; needed for pixels). ``tokenizer``: a folder or file (default the checkpoint's
     ``tokenizer.json``). latent_side: None reads it from the config (``vq_latent_side``).
     weights: the folder, or None for the Hugging Face cache (``loading.find_checkpoint``)."""
-    from .lumina_mgpt import (
-        CPU_PARAMETER_LIMIT,
+    from .lumina_checkpoint import (
         build_lumina_model,
         estimated_parameters,
         read_lumina_config,
         read_lumina_state_dict,
     )
+    from .lumina_mgpt import CPU_PARAMETER_LIMIT
     from .lumina_tokenizer import PromptTokenizer
 
     folder = find_checkpoint(weights, HF_REPO, "Anole")

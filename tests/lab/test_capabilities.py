@@ -150,11 +150,13 @@ def test_no_import_cycle_between_the_weight_checks_nor_back_from_the_engine():
         for path in (ROOT / "gsd_lab").rglob("*.py")
     }
     graph = {name: _imports(path) & set(modules) for name, path in modules.items()}
-    checks = ["gsd_lab.check_weights", "gsd_lab.check_weights_janus", "gsd_lab.family_checks"]
-    for name in checks:  # each reads the shared module, none another family's
-        assert "gsd_lab.weight_checks" in graph[name], name
-        assert not graph[name] & (set(checks) - {name, "gsd_lab.check_weights_janus"}), name
-    assert "gsd_lab.check_weights" not in graph["gsd_lab.check_weights_janus"]  # the old cycle
+    families = {f"gsd_lab.checks.{name}" for name in ("lumina", "janus", "families")}
+    for name in families:  # each reads the shared modules, none another family's
+        assert "gsd_lab.checks.verdicts" in graph[name], name
+        assert not graph[name] & families - {name}, name
+    assert families <= graph["gsd_lab.checks.command"]
+    checks = {name for name in modules if name.startswith("gsd_lab.checks")}
+    assert not any(graph[name] & {"gsd_lab.checks.command"} for name in checks)
     engine = {name for name in modules if name.startswith("gsd_lab.engine")}
     for name in engine:  # the capabilities' layer imports nothing above it
         assert not {m for m in graph[name] if not m.startswith("gsd_lab.engine")}, name

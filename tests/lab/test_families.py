@@ -397,7 +397,7 @@ def test_stock_chameleon_forward_masks_image_logits(tmp_path):
 
 def test_check_weights_non_finite_logits_is_a_fail_verdict(family, monkeypatch, capsys):
     """``generate`` raises FloatingPointError on non-finite logits: a FAIL verdict, no traceback
-    (the families run items through ``check_weights.ItemRunner``, as Lumina and Janus do)."""
+    (every family runs its items through ``checks.verdicts.run_items``)."""
     import gsd_lab.decode.loop as loop
 
     def non_finite(*args, **kwargs):

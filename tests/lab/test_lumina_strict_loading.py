@@ -13,12 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from gsd_lab.models.lumina_mgpt import (
-    UNCONDITIONAL_PROMPTS,
-    estimated_parameters,
-    load_lumina_mgpt,
-    read_lumina_config,
-)
+from gsd_lab.models.lumina_checkpoint import estimated_parameters, read_lumina_config
+from gsd_lab.models.lumina_mgpt import UNCONDITIONAL_PROMPTS, load_lumina_mgpt
 from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint
 
 RESOLUTION = 64  # a 4 x 4 latent: 20 image tokens

@@ -115,3 +115,15 @@ def test_a_bad_vqgan_fails_the_image_item_only(tiny_release_set, tmp_path, capsy
     code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(cut))
     assert code == 1 and verdicts["generation"]["status"] == "ok" and verdicts["image"]["status"] == "FAIL"
     assert f"{checkpoint} cannot be read as a torch checkpoint" in verdicts["image"]["detail"]
+
+
+def test_a_model_above_the_cpu_limit_skips_generation(tiny_release_set, capsys, monkeypatch, no_hf_cache):
+    """The loader's refusal on the CPU is the generation item's SKIP naming --force-cpu; what needs it
+    is skipped in turn."""
+    import gsd_lab.models.lumina_mgpt as lumina_mgpt
+
+    monkeypatch.setattr(lumina_mgpt, "CPU_PARAMETER_LIMIT", 0)
+    code, verdicts = _check(capsys, str(tiny_release_set.weights), "--vqgan", str(tiny_release_set.vqgan))
+    assert code == 0 and verdicts["generation"]["status"] == "skip"
+    assert "--force-cpu" in verdicts["generation"]["detail"]
+    assert verdicts["image"] == {"item": "image", "status": "skip", "detail": "needs generation"}

@@ -1,0 +1,13 @@
+"""``python -m gsd_lab check-weights``: a download checked with the package's own code, one
+verdict per item (files, architecture, vocabulary, tokenizer, a short AR generation, its image).
+
+- ``verdicts``: the verdicts, ``run_items`` (an item whose prerequisite failed is skipped,
+  naming it; an error an item raises is its FAIL) and the report (text or one JSON line);
+- ``checkpoint``: the shards and the one shape check, stored names and shapes against the stock
+  class built on the meta device (``shape_mismatch``);
+- ``generation``: the run's options, the model loaded as ``generate`` loads it, its AR rows;
+- ``lumina``, ``janus``, ``families`` (Anole, Emu3): each family's items;
+- ``command``: the ``check-weights`` command (the family by ``--model`` and config.json).
+
+Each family's module reads the shared three, none another family's.
+"""

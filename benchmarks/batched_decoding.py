@@ -47,9 +47,10 @@ result file's tokens and NFE those of batch 1. The exact accounting, whose work 
 not change, took 133 s against 91 s (35 s against 21 s) at batch 1 against batch B: either the
 batched runs saw less load or the accounting runs faster between batched forwards (not
 separated here), so part of the "paper" gain may be noise. On these cores the streamed runs
-are about 1.3-1.45x faster batched on one thread, short of a 1.8x target; batching pays on
-a CPU with the second core (``benchmarks/archive/main_job_batched.py``: the figures workload at
-batch 8 on every core against batch 1 on one thread).
+are about 1.3-1.45x faster batched on one thread, short of the 1.8x decode speed-up that
+``benchmarks/archive/main_job_batched.py`` takes as its target; batching pays on a CPU with the
+second core (that script: the figures workload at batch 8 on every core against batch 1 on one
+thread).
 
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]

@@ -39,6 +39,7 @@ import transformers
 
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map
 from gsd_lab.models.tiny_checkpoints import TEST_CONFIG_DIMS
 
 FAMILIES = ("anole", "emu3")
@@ -55,18 +56,6 @@ def _timed(fn: Any, device: torch.device) -> tuple[float, Any]:
     result = fn()
     _sync(device)
     return time.perf_counter() - start, result
-
-
-def _chameleon_names(vocab_size: int, num_codes: int) -> dict[str, int]:
-    """Chameleon's names at their real ids: <s> <pad> </s> <unk>, IMGIMG codes at 4 .. 4 + K - 1,
-    <eoss>, <racm3:break>, then <reservedNNNNN> = NNNNN + 4."""
-    names = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for code in range(num_codes):
-        names["IMGIMG" + "".join("ABCDEFGHIJ"[int(d)] for d in str(code)) + "Z"] = 4 + code
-    names["<eoss>"], names["<racm3:break>"] = 4 + num_codes, 5 + num_codes
-    for token in range(6 + num_codes, vocab_size):
-        names[f"<reserved{token - 4:05d}>"] = token
-    return names
 
 
 def _emu3_names(vocab_size: int, num_codes: int) -> dict[str, int]:
@@ -102,7 +91,7 @@ def build_anole(tiny: bool, device: torch.device, dtype: torch.dtype) -> Any:
         vq = VQGANConfig(embed_dim=8, n_embed=64, z_channels=8, ch=32, ch_mult=(1, 2),
                          num_res_blocks=1, resolution=32)
     else:
-        config = ChameleonConfig(vocabulary_map=_chameleon_names(65536, 8192))
+        config = ChameleonConfig(vocabulary_map=chameleon_vocabulary_map(65536, 8192))
         vq = VQGANConfig(embed_dim=256, n_embed=8192, z_channels=256, ch=128,
                          ch_mult=(1, 1, 2, 2, 4), num_res_blocks=2, resolution=512)
     with torch.device(device):

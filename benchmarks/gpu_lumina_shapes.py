@@ -55,25 +55,13 @@ from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMetho
 from gsd_lab.models.lumina_checkpoint import (
     IMAGE_ENCODER_PREFIX,
     build_lumina_model,
+    chameleon_vocabulary_map,
     estimated_parameters,
     expand_qk_norm,
 )
 from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
 from gsd_lab.engine.profiling import ops_and_syncs
-
-
-def chameleon_vocabulary_map(vocab_size: int, num_codes: int) -> dict[str, int]:
-    """Chameleon's token names at their real ids: <s> <pad> </s> <unk>, IMGIMG codes at 4 ..
-    4 + num_codes - 1 (code = id - 4 here), <eoss>, <racm3:break>, then <reservedNNNNN> = NNNNN + 4."""
-    names = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    digits = "ABCDEFGHIJ"
-    for code in range(num_codes):
-        names["IMGIMG" + "".join(digits[int(d)] for d in str(code)) + "Z"] = 4 + code
-    names["<eoss>"] = 4 + num_codes
-    names["<racm3:break>"] = 5 + num_codes
-    for token in range(6 + num_codes, vocab_size):
-        names[f"<reserved{token - 4:05d}>"] = token
-    return names
+from gsd_lab.io import provenance
 
 
 def model_config(tiny: bool):
@@ -145,18 +133,8 @@ def random_state(
 
 def git_commit() -> str | None:
     """HEAD of the repository this script runs from, with "-dirty" for local changes."""
-    import subprocess
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("-dirty" if dirty else "")
+    git = provenance.git_commit()
+    return None if git["commit"] is None else git["commit"] + ("-dirty" if git["dirty"] else "")
 
 
 def source_digest() -> str:

@@ -1,15 +1,16 @@
 """Lossless decoders beyond MC-SJD on the stand-in's frontier images, paired image by image with
-the committed frontier's records: block verification (default; ``DecodingMethod(verifier=
-"block")``, ``gsd_core.verify_block``, proofs/14) against SJD, MC-SJD (maximal) and MC-GSD (G = 50,
-maximal), or, with ``--candidates K ...``, multiple drafts (``DecodingMethod(candidates=k)``: k
-candidates at the first undecided position, recursive rejection sampling, one tree forward;
-proofs/15) against MC-SJD and MC-GSD.
+the committed frontier's records: block verification (default;
+``DecodingMethod(verifier="block")``, ``gsd_core.verify_block``, proofs/14) against SJD, MC-SJD
+(maximal) and MC-GSD (G = 50, maximal), or, with ``--candidates K ...``, multiple drafts
+(``DecodingMethod(candidates=k)``: k candidates at the first undecided position, recursive
+rejection sampling, one tree forward; proofs/15) against MC-SJD and MC-GSD.
 
 Images: the frontier's prompts x seeds (``figures/results.json``, ``tables.frontier``), class i of
-seed s decoded with generator seed ``generator_seed(s, i)`` as the frontier does, window 16, the
-figures' adapter settings. The stored rows are read from that file; MC-SJD is re-decoded alone
-on the first images (``--check``) and must give the stored NFE, so the pairing is the same image.
-Every decode records the exact per-token distortion (0 for a lossless rule up to rounding).
+seed s decoded with generator seed ``generator_seed(s, i)`` at the frontier's window, the figures'
+adapter settings. MC-SJD re-decoded on the first ``--check`` images pairs them with the stored
+rows if it gives their NFE: block mode stops unless it does; multiple drafts record whether it
+does (``mc_sjd_reproduced_image_by_image``). Every decode records the exact per-token distortion
+(0 for a lossless rule up to rounding).
 
 Block verification (``--out STEM``: STEM.json, STEM.txt): per configuration mean NFE (SE), mean
 distortion (SD's per-token TV formula: 0 by construction for every rule here, the lossy coupled
@@ -32,9 +33,8 @@ FLOPs (``PEAK_FLOPS``); its time is max(read, compute), flat up to W_ridge = rea
 PEAK_FLOPS / (4 P) tokens (P, the CFG batch and the measured forwards from ``SHAPES``); a
 decode's modelled time is the sum over forwards of max(1, W / W_ridge) read times.
 
-    nohup python benchmarks/lossless_beyond.py --out benchmarks/results/lossless_beyond_standin &
-    nice -n 10 python benchmarks/lossless_beyond.py --candidates 2 4 \
-        --out benchmarks/results/multidraft_standin
+    nohup python benchmarks/lossless_beyond.py &  # --out benchmarks/results/lossless_beyond_standin
+    nice -n 10 python benchmarks/lossless_beyond.py --candidates 2 4  # --out .../multidraft_standin
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.experiments.image_model import ImageModel, load_image_model
+from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 from gsd_lab.experiments.verdicts import POWER, minimum_detectable, paired_values, verdict, word
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +65,11 @@ SHAPES = ROOT / "benchmarks/results/gpu_lumina_shapes_h200.jsonl"
 BANDWIDTH = 4.8e12  # H200 HBM3e bytes / s (NVIDIA's data sheet)
 PEAK_FLOPS = 989e12  # H200 dense bf16 FLOP / s (NVIDIA's data sheet, without sparsity)
 BYTES_PER_PARAMETER = 2  # bf16
+
+
+def nan(se: float | None) -> float:
+    """An SE for printing: nan where there is none (one image)."""
+    return math.nan if se is None else se
 
 
 def said(v: dict, power: bool = True) -> str:
@@ -79,10 +87,12 @@ def paired_verdict(a: list[float], b: list[float], scale: float) -> dict:
     return {**paired.as_dict(), "verdict": verdict(paired.difference, paired.se, -1)}
 
 
-def block_mode(args, model, frontier, rows, images, nfe, results) -> dict:
-    """Block verification decoded here against the stored rows (module docstring)."""
-    from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
-
+def block_mode(
+    model: ImageModel, frontier: dict, rows: dict[str, dict], images: list[tuple[int, str]],
+    nfe: dict[str, list[float]], results: dict, checks: list[dict], threads: int,
+) -> dict:
+    """Block verification decoded here against the stored rows (module docstring); ``checks``:
+    the MC-SJD re-decodes' records, stored with the results."""
     shape = json.loads(SHAPES.read_text().splitlines()[-1])
     forward_ms = float(shape["forward_ms"]["16"])
     num_tokens, window = results["config"]["num_tokens"], results["config"]["sizes"]["window"]
@@ -129,12 +139,12 @@ def block_mode(args, model, frontier, rows, images, nfe, results) -> dict:
     out = {
         "benchmark": "lossless_beyond", "images": n, "prompts": frontier["prompts"],
         "seeds": frontier["seeds"], "num_tokens": num_tokens, "window": window,
-        "threads": args.threads,
+        "threads": threads,
         "stored_from": "figures/results.json tables.frontier (git " + str(results["git"]) + ")",
         "cost_model": {"forward_ms_16": forward_ms, "source": str(SHAPES.relative_to(ROOT)),
                        "source_commit": shape["git_commit"], "device": shape["device"],
                        "rule": "GPU seconds per image = NFE x forward_ms_16 / 1000"},
-        "mc_sjd_alone_check": args.checks, "summary": summary, "verdicts": verdicts,
+        "mc_sjd_alone_check": checks, "summary": summary, "verdicts": verdicts,
         "per_image": {"block": per_image, "stored_nfe": {k: nfe[k] for k in STORED}},
         "decode_seconds": seconds,
         "note": "block verification is offered with independent drafts only (proofs/14)",
@@ -142,13 +152,13 @@ def block_mode(args, model, frontier, rows, images, nfe, results) -> dict:
     lines = [f"{'configuration':28s} {'NFE':>7s} {'SE':>5s} {'distortion':>11s} "
              f"{'acc/fwd':>8s} {'tok/fwd':>8s} {'7B GPU s':>9s}"]
     for label, row in summary.items():
-        lines.append(f"{label:28s} {row['nfe']:7.2f} {row['nfe_se']:5.2f} "
+        lines.append(f"{label:28s} {row['nfe']:7.2f} {nan(row['nfe_se']):5.2f} "
                      f"{row['distortion']:11.2e} {row['accepted_per_forward']:8.3f} "
                      f"{row['tokens_per_forward']:8.3f} {row['gpu_seconds_7b']:9.3f}")
     lines.append(f"tokens processed per forward (block): "
                  f"{summary[BLOCK]['processed_per_forward']:.3f}")
     for v in verdicts:  # JSON keeps the verdict's key
-        diff = "-" if v["difference"] is None else f"{v['difference']:+.2f} (SE {v['se']:.2f})"
+        diff = "-" if v["difference"] is None else f"{v['difference']:+.2f} (SE {nan(v['se']):.2f})"
         lines.append(f"{v['claim']:55s} {diff:18s} {said(v)}")
     return {"json": out, "lines": lines,
             "ok": all(math.isfinite(s["nfe"]) for s in summary.values())}
@@ -167,16 +177,20 @@ def cost_model() -> dict:
     }
 
 
-def candidates_mode(args, model, nfe, images) -> dict:
-    """MC-SJD, then MC-SJD with k candidates for each ``--candidates`` (module docstring)."""
-    from gsd_lab.decode.loop import generate
-
+def candidates_mode(
+    model: ImageModel, nfe: dict[str, list[float]], images: list[tuple[int, str]],
+    candidates: list[int], check: int | None, window: int,
+) -> dict:
+    """MC-SJD on the first ``check`` images (None: all), then MC-SJD with k candidates for each
+    of ``candidates`` on all, at ``window`` (module docstring)."""
     n, costs = len(images), cost_model()
     ref = {"MC-SJD": nfe["MC-SJD (maximal)"], "MC-GSD": nfe["MC-GSD (G=50, maximal)"]}
-    configs = {"MC-SJD (decoded here)": DecodingMethod("sjd", draft="maximal")}
-    for k in args.candidates:
-        configs[f"MC-SJD, {k} candidates"] = DecodingMethod("sjd", draft="maximal", candidates=k)
-    check = n if args.check is None else min(args.check, n)
+    configs = {"MC-SJD (decoded here)": DecodingMethod("sjd", window=window, draft="maximal")}
+    for k in candidates:
+        configs[f"MC-SJD, {k} candidates"] = DecodingMethod(
+            "sjd", window=window, draft="maximal", candidates=k
+        )
+    check = n if check is None else min(check, n)
     rows = {}
     for label, method in configs.items():
         nfe_k, dist, acc, proc, wall, modelled = [], [], [], [], [], []
@@ -222,12 +236,13 @@ def candidates_mode(args, model, nfe, images) -> dict:
               for name, v in ref.items()}
     out = {
         "benchmark": "multidraft", "images": n, "check_images": check,
-        "num_tokens": model.num_tokens, "window": 16, "stored": stored,
+        "num_tokens": model.num_tokens, "window": window, "stored": stored,
         "mc_sjd_reproduced_image_by_image": same, "cost_model": costs, "rows": rows,
     }
     lines = [
-        f"multidraft on the stand-in: {n} images, window 16, {model.num_tokens} tokens; stored "
-        f"MC-SJD {stored['MC-SJD']['nfe']:.2f} NFE, MC-GSD (G=50) {stored['MC-GSD']['nfe']:.2f}; "
+        f"multidraft on the stand-in: {n} images, window {window}, {model.num_tokens} tokens; "
+        f"stored MC-SJD {stored['MC-SJD']['nfe']:.2f} NFE, MC-GSD (G=50) "
+        f"{stored['MC-GSD']['nfe']:.2f}; "
         f"MC-SJD re-decoded equal image by image ({check} images): {same}",
         f"cost model: weight read {costs['weight_read_ms']:.2f} ms, ridge "
         f"{costs['ridge_tokens']:.0f} tokens (measured forward ms {costs['measured_forward_ms']})",
@@ -235,21 +250,23 @@ def candidates_mode(args, model, nfe, images) -> dict:
     for label, row in rows.items():
         t, m = row["target"], row["moonshot"]
         lines.append(
-            f"{label}: NFE {row['nfe']:.2f} +- {row['nfe_sem']:.2f} "
+            f"{label}: NFE {row['nfe']:.2f} +- {nan(row['nfe_sem']):.2f} "
             f"({row['nfe_ratio_to_mc_sjd']:.3f}x MC-SJD), distortion {row['distortion']:.2e} "
             f"(max {row['distortion_max']:.2e}), accepted/forward "
             f"{row['accepted_per_forward']:.2f}, processed/forward "
             f"{row['tokens_processed_per_forward']:.1f}, modelled read times "
             f"{row['modelled_read_times']:.1f}, wall {row['wall_seconds']:.1f} s; target "
-            f"(< 0.9 MC-SJD) {t['difference']:+.2f} +- {t['se']:.2f}: {said(t, False)}; "
-            f"moonshot (<= MC-GSD) {m['difference']:+.2f} +- {m['se']:.2f}: {said(m, False)}"
+            f"(< 0.9 MC-SJD) {t['difference']:+.2f} +- {nan(t['se']):.2f}: {said(t, False)}; "
+            f"moonshot (<= MC-GSD) {m['difference']:+.2f} +- {nan(m['se']):.2f}: "
+            f"{said(m, False)}"
         )
     return {"json": out, "lines": lines, "ok": True}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="path stem: writes .json and .txt")
+    parser.add_argument("--out", help="path stem: writes .json and .txt (default: benchmarks/"
+                        "results/lossless_beyond_standin, --candidates: multidraft_standin)")
     parser.add_argument("--candidates", type=int, nargs="+", default=None,
                         help="multiple drafts with these k instead of block verification")
     parser.add_argument("--images", type=int, default=None, help="the first n images only")
@@ -258,10 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-
-    from gsd_lab.experiments.image_model import load_image_model
-    from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
-
     results = json.loads((ROOT / "figures/results.json").read_text())
     frontier = results["tables"]["frontier"]
     rows = {label: frontier["curves"][curve][index] for label, (curve, index) in STORED.items()}
@@ -276,22 +289,26 @@ def main(argv: list[str] | None = None) -> int:
         if row["per_image"]["seed"][:n] != [seed for seed, _ in images]:
             raise SystemExit(f"the stored {label}'s image order differs from prompts x seeds")
     nfe = {label: [float(v) for v in row["per_image"]["nfe"][:n]] for label, row in rows.items()}
+    window = results["config"]["sizes"]["window"]
     if args.candidates is not None:  # the quick stand-in: the same logits bit for bit
-        done = candidates_mode(args, load_image_model("standin", quick=True), nfe, images)
+        model = load_image_model("standin", quick=True)
+        done = candidates_mode(model, nfe, images, args.candidates, args.check, window)
     else:
         model = load_image_model("standin")
-        maximal = resolve_for(model, DecodingMethod("sjd", window=16, draft="maximal"))
-        args.checks = []
-        for seed, prompt in images[: 2 if args.check is None else args.check]:
+        maximal = resolve_for(model, DecodingMethod("sjd", window=window, draft="maximal"))
+        checks = []
+        for (seed, prompt), stored in zip(images[: 2 if args.check is None else args.check],
+                                          nfe["MC-SJD (maximal)"]):
             result, _ = generate_one(model, maximal, prompt, seed, Recording(images=False))
-            stored = int(nfe["MC-SJD (maximal)"][len(args.checks)])
-            args.checks.append({"prompt": prompt, "seed": seed, "nfe_alone": result.nfe,
-                                "nfe_stored": stored})
-            if result.nfe != stored:
-                raise SystemExit(f"MC-SJD re-decoded alone: NFE {result.nfe} != stored {stored}")
-        done = block_mode(args, model, frontier, rows, images, nfe, results)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(done["json"], indent=1) + "\n")
-    Path(args.out).with_suffix(".txt").write_text("\n".join(done["lines"]) + "\n")
+            checks.append({"prompt": prompt, "seed": seed, "nfe_alone": result.nfe,
+                           "nfe_stored": int(stored)})
+            if result.nfe != int(stored):
+                raise SystemExit(f"MC-SJD re-decoded: NFE {result.nfe} != {int(stored)} stored")
+        done = block_mode(model, frontier, rows, images, nfe, results, checks, args.threads)
+    stem = "multidraft_standin" if args.candidates is not None else "lossless_beyond_standin"
+    out = Path(args.out or ROOT / "benchmarks/results" / stem)
+    out.with_suffix(".json").write_text(json.dumps(done["json"], indent=1) + "\n")
+    out.with_suffix(".txt").write_text("\n".join(done["lines"]) + "\n")
     print("\n".join(done["lines"]))
     return 0 if done["ok"] else 1
 

@@ -47,7 +47,8 @@ from gsd_lab.accounting import transport
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, RunCache
 from gsd_lab.experiments.workers import usable_cores
-from main_job_batched import figure_specs, short_commit  # benchmarks/, the script's folder
+from gsd_lab.figures import guided_specs
+from gsd_lab.io.provenance import git_commit
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 LOAD = (
@@ -146,8 +147,8 @@ def main() -> None:
         raise SystemExit("--prompts, --batch, --repeats, --workers and --threads must be >= 1")
     model = load_image_model("standin")
     prompts = list(model.default_prompts[: args.prompts])
-    labels, specs = figure_specs(model, args.configs)
-    commit = short_commit()
+    labels = [label.strip() for label in args.configs.split(",")]
+    specs, commit = guided_specs(model, labels), (git_commit()["commit"] or "")[:7]
     header = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "usable_cores": usable_cores(), "load_average": os.getloadavg()[0],
               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}

@@ -184,20 +184,19 @@ def main(argv: list[str] | None = None) -> int:
         resolved = resolve_for(model, configs[label])
         resolve_seconds = time.perf_counter() - started
         split = Split()
-        results, seconds = [], []
+        results = []
         for seed in args.seeds:
             for index, prompt in enumerate(prompts):
-                started = time.perf_counter()
                 result, _ = generate_one(
                     model, resolved, prompt, generator_seed(seed, index), recording,
                     on_window=None if args.w1 else split,
                 )
-                seconds.append(time.perf_counter() - started)
                 results.append(result)
         n, n_se = mean_sem([r.nfe for r in results])
         tv = np.mean([float(r.distortion.mean()) for r in results])
-        if not args.w1:
+        if not args.w1:  # seconds: the decode's, its accounting and the hook included
             spent = np.mean([float(r.distortion.sum()) for r in results])
+            seconds = [r.wall_seconds + r.accounting_seconds for r in results]
             print(
                 f"{label:24s} NFE {n:6.1f} ({n_se:4.1f})  TV/token {tv:.4f}  TV/image "
                 f"{spent:6.2f}  {np.mean(seconds):5.1f} s/image\n{split.lines(images)}",

@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -58,15 +60,16 @@ def ratios(moved: np.ndarray, best: np.ndarray) -> str:
 
 
 def gap(
-    rows: Rows, p: torch.Tensor, q: torch.Tensor, hoods: dict, eps_values: list[float]
+    rows: Rows, p: torch.Tensor, q: torch.Tensor, hoods: dict, eps_values: list[float],
+    say: Callable[[str], None],
 ) -> None:
     """Per eps: the mean M of greedy and LP plans on each support, and their seconds per row."""
     totals = 0.5 * (p - q).abs().sum(-1)
-    print(
+    say(
         f"{p.shape[0]} rows of {len(rows.rows)} verified; mean T = TV(p, q) = "
         f"{totals.mean():.4f}; fresh one-hot drafts among them: {int((q.amax(-1) == 1).sum())}"
     )
-    print(
+    say(
         f"{'eps':>6s} "
         + " ".join(f"{'M ' + s + ' k=' + str(k):>16s}" for k in hoods for s in ("greedy", "lp"))
         + "   s/row (greedy, lp) per k"
@@ -79,11 +82,17 @@ def gap(
                 moved = [transport_plan(a, b, hood, eps, solver)[1] for a, b in zip(p, q)]
                 times.append((time.perf_counter() - started) / p.shape[0])
                 cells.append(np.mean(moved))
-        print(
+        say(
             f"{eps:6.3f} " + " ".join(f"{c:16.4f}" for c in cells) + "   "
-            + " ".join(f"{t:.2f}" for t in times),
-            flush=True,
+            + " ".join(f"{t:.2f}" for t in times)
         )
+
+
+def written(path: str | None, lines: list[str]) -> int:
+    """Write ``lines`` to ``path`` when given; 0 (the exit status)."""
+    if path:
+        Path(path).write_text("\n".join(lines) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,12 +103,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="default 3e-4 1e-3 3e-3 0.01 0.04; with --gap 0.01 0.04 0.1")
     parser.add_argument("--k", type=int, nargs="+", default=None,
                         help="default 16; with --gap 16 128 (the speed takes one)")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, help="ranked's timed runs (20); not with --gap")
     parser.add_argument("--out", help="also write the printed lines to this file")
     args = parser.parse_args(argv)
     ks = args.k or ([16, 128] if args.gap else [16])
     if not args.gap and len(ks) != 1:
         parser.error("the solvers' speed takes one --k")
+    if args.gap and args.repeats is not None:
+        parser.error("--gap times each solver once: --repeats is the speed's")
+    repeats = 20 if args.repeats is None else args.repeats
     eps_values = args.eps or ([0.01, 0.04, 0.1] if args.gap else [3e-4, 1e-3, 3e-3, 0.01, 0.04])
     torch.set_num_threads(1)
     lines: list[str] = []
@@ -132,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     content, tokens = adapter.code_content(), adapter.allowed_tokens
     hoods = {k: content_neighbours(content, tokens, adapter.vocab_size, k) for k in ks}
     if args.gap:
-        gap(rows, p, q, hoods, eps_values)
-        return 0
+        gap(rows, p, q, hoods, eps_values, say)
+        return written(args.out, lines)
     hood = hoods[ks[0]]
     _ = hood.level  # computed once per neighbour table, not per window
     totals = 0.5 * (p - q).abs().sum(-1)
@@ -149,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"window: {p.shape[0]} verified rows (fixed seed), mean T = TV(p, q) = "
         f"{totals.mean():.4f}; ms per window (ranked: median and fastest wall of "
-        f"{args.repeats} runs, median process CPU time); M / M_lp over its rows: median, worst"
+        f"{repeats} runs, median process CPU time); M / M_lp over its rows: median, worst"
     )
     say(
         f"{'eps':>7s} {'ranked ms':>10s} {'fastest':>8s} {'cpu ms':>8s} {'greedy ms':>10s} "
@@ -160,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         budgets = torch.full((p.shape[0],), eps, dtype=torch.float64)
         ranked_plans(p, q, hood, budgets)
         times, cpu = [], []
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             started, process = time.perf_counter(), time.process_time()
             _, moved, cost = ranked_plans(p, q, hood, budgets)
             times.append(time.perf_counter() - started)
@@ -197,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{np.quantile(times, 0.9):.1f} ms, fastest {times.min():.1f} ms per window; process "
             f"CPU median {np.median(cpu):.1f} ms; load average {os.getloadavg()[0]:.1f}"
         )
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write("\n".join(lines) + "\n")
-    return 0
+    return written(args.out, lines)
 
 
 if __name__ == "__main__":

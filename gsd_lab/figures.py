@@ -221,6 +221,20 @@ def decoding_configurations(
     return configurations
 
 
+def guided_specs(model: ImageModel, labels: list[str]) -> list[MethodSpec]:
+    """The specs of the figures' guided configurations (``decoding_configurations`` at
+    ``FigureSizes.default()``) with these labels, in their order; ValueError names any unknown."""
+    by_label = {
+        c.spec.label: c.spec
+        for c in decoding_configurations(FigureSizes.default(), model)
+        if c.guided
+    }
+    unknown = [label for label in labels if label not in by_label]
+    if unknown:
+        raise ValueError(f"unknown configurations {unknown}; known: {sorted(by_label)}")
+    return [by_label[label] for label in labels]
+
+
 def _affordable(sizes: FigureSizes, model: ImageModel) -> FigureSizes:
     if not tables.lantern_affordable(model.adapter.vocab_size, model.adapter.device):
         return replace(sizes, table1_lantern=(), pareto_lantern=())

@@ -133,8 +133,10 @@ class VerifiedWindow:
     emitted: ``start`` the first position it emits; p [L + 1, V] its rows (targets of positions
     start .. start + L); q [L, V] the window's draft laws (L = 0: an AR step); ``accepted`` the
     drafts accepted (accepted + 1 tokens emitted); tv [accepted + 1] their exact TVs with
-    ``record_distortion`` (``DistortionLog.add``), else None (None at L = 0 too). The tensors are
-    the loop's own: read or copy them, never write."""
+    ``record_distortion``, what ``DecodeResult.distortion`` holds for those tokens (forced
+    positions' correction included), else None (None at L = 0 too). The tensors are the loop's
+    own; it never writes them in place, so they stay valid after the call: read or keep them,
+    never write."""
 
     start: int
     p: Tensor
@@ -452,8 +454,9 @@ class DecodeLoop:
         return None if forced is None else forced >= 0
 
     def commit(self, p: Tensor, accepted: int, L: int, forced: Tensor | None) -> None:
-        """Record the step and crop the cache to the committed tokens (all but the last);
-        ``forced``: what ``emit`` returned beside the accepted count."""
+        """Record the step (top-1, the logs, then the ``on_window`` hook's call, timed) and crop
+        the cache to the committed tokens (all but the last); ``forced``: what ``emit`` returned
+        beside the accepted count."""
         if self.top1 is not None:
             self.top1[self.done : self.done + accepted + 1] = p[: accepted + 1].amax(-1)
         tv = None
@@ -626,8 +629,9 @@ def generate(
     its own seeded with ``generator.initial_seed()`` (``gsd_lab.accounting.transport``; no draw from
     ``generator``, so again the same tokens). on_window: called with each forward pass's
     ``VerifiedWindow`` after its tokens are emitted (L = 0 steps included), to measure what a
-    window held; it draws nothing, so the same tokens and NFE, and its time counts in
-    ``accounting_seconds``, not in wall_seconds. Batch size 1.
+    window held; the loop draws nothing for it, so the same tokens and NFE, and its time counts
+    in ``accounting_seconds``, not in wall_seconds (on a GPU only its host time: device work it
+    queues may be waited for later, inside wall_seconds). Batch size 1.
     """
     resolved = resolve_method(adapter, method)
     check_call(adapter, num_tokens, resolved, generator)

@@ -202,7 +202,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "section reference": r"\b(?:[Ss]ections?|[Ss]ec\.|[Tt]heorem|[Ll]emma|[Cc]laim|[Ss]tep|[Tt]able"
                          r"|[Ff]ig\.?|[Ff]igure|[Aa]lgorithm|[Ee]q\.?|[Pp]roof|[Cc]ells?"
                          r"|[Nn]otebooks?"
-                         r"|[Ii]ssue|C|paper\.md|proofs?)\s+\d+(?:\.\d+)*(?:\s*(?:and|,|-)\s*\d+)*",
+                         r"|C|paper\.md|proofs?)\s+\d+(?:\.\d+)*(?:\s*(?:and|,|-)\s*\d+)*",
 }
 PROOF_RULES = {  # in proofs/ only: "by 10", "(11, (i))", "12's" name proofs 10-13
     "proof number (10-13, in proofs/)": r"\b1[0-3]\b(?=[\s,.;:)'])",

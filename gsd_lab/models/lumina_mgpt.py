@@ -228,6 +228,18 @@ def image_token_table(vocabulary_map: dict[str, int], vocab_size: int) -> tuple[
     return ids, table
 
 
+def chameleon_vocabulary_map(vocab_size: int, num_codes: int) -> dict[str, int]:
+    """Chameleon's token names at their real ids (for a model built without its tokenizer):
+    <s> <pad> </s> <unk>, IMGIMG codes at 4 .. 4 + num_codes - 1 (code = id - 4, named as
+    ``image_token_table`` reads them), <eoss>, <racm3:break>, then <reservedNNNNN> = NNNNN + 4."""
+    names = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for code in range(num_codes):
+        names["IMGIMG" + "".join("ABCDEFGHIJ"[int(d)] for d in str(code)) + "Z"] = 4 + code
+    names["<eoss>"], names["<racm3:break>"] = 4 + num_codes, 5 + num_codes
+    for token in range(6 + num_codes, vocab_size):
+        names[f"<reserved{token - 4:05d}>"] = token
+    return names
+
 # ---- prompts -------------------------------------------------------------------------------------
 
 

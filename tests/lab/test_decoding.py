@@ -3,6 +3,8 @@ distributions are the sampled ones, repeat-row drafts, top-1 recording, bad inpu
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -431,8 +433,6 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
     assert any(asked)
 
 
-
-
 @pytest.mark.parametrize("kind", ["sjd", "gsd", "tree", "ar"])
 def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
     """The hook is called once per forward pass, in order, with the loop's rows, counts and
@@ -445,17 +445,35 @@ def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
     seen = []
     plain = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4), record_distortion=True)
     hooked = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4), record_distortion=True,
-                      on_window=seen.append)
+                      record_top1=True, on_window=seen.append)
     assert torch.equal(plain.tokens, hooked.tokens) and plain.nfe == hooked.nfe
     assert torch.equal(plain.distortion, hooked.distortion) and plain.accepted == hooked.accepted
     assert len(seen) == hooked.nfe
     assert [w.accepted for w in seen] == hooked.accepted
     assert [w.q.shape[0] for w in seen] == hooked.drafted
     assert [w.start for w in seen] == [sum(a + 1 for a in hooked.accepted[:i]) for i in range(len(seen))]
-    for window in seen:
+    for window in seen:  # kept past their calls: the loop never writes them in place
         assert window.p.shape == (window.q.shape[0] + 1, VOCAB)
+        emitted_rows = window.p[: window.accepted + 1]  # the emitted tokens' targets
+        assert torch.equal(emitted_rows.amax(-1),
+                           hooked.top1[window.start : window.start + window.accepted + 1])
         if window.q.shape[0] == 0:
             assert window.tv is None
         else:
             emitted = hooked.distortion[window.start : window.start + window.accepted + 1]
             assert torch.equal(window.tv, emitted)
+
+
+def test_on_window_time_counts_as_accounting_not_wall(model):
+    """A hook's time goes to accounting_seconds and is taken out of wall_seconds."""
+    adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
+    method = DecodingMethod("sjd", window=5)
+    plain = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4))
+    began = time.perf_counter()
+    hooked = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(4),
+                      on_window=lambda window: time.sleep(0.01))
+    elapsed = time.perf_counter() - began
+    assert plain.accounting_seconds == 0.0  # no logs recorded
+    assert hooked.accounting_seconds - plain.accounting_seconds >= 0.01 * hooked.nfe
+    # wall and accounting both fit in the call's time: the sleeps are not also in wall_seconds.
+    assert hooked.wall_seconds + hooked.accounting_seconds <= elapsed

@@ -493,3 +493,12 @@ def test_the_report_step_updates_what_the_readme_command_updates(tmp_path, monke
     monkeypatch.setattr(figures.prose, "update_documents", missing)
     figures.update_documents(path)
     assert "NOT updated" in capsys.readouterr().out
+
+
+def test_guided_specs_names_the_figures_configurations_in_order(tiny):
+    from gsd_lab.figures import guided_specs
+
+    specs = guided_specs(tiny, ["SJD", "AR"])
+    assert [s.label for s in specs] == ["SJD", "AR"] and specs[1].method.kind == "ar"
+    with pytest.raises(ValueError, match="unknown configurations"):
+        guided_specs(tiny, ["no such configuration"])

@@ -81,8 +81,9 @@ def test_the_check_flags_hand_written_numbers_and_allows_the_reviewed_kinds():
         "<!-- value: seconds -->1016<!-- /value -->",
         "<!-- paper: paper.md 1.2 -->50-95%<!-- /paper -->",
         "```", "python -c 'print(0.7)'", "```",
+        "As issue 27 asked.",  # an issue citation: flagged
     ])
-    assert [n.text for n in prose.unmarked(text)] == ["55.6", "12"]
+    assert [n.text for n in prose.unmarked(text)] == ["55.6", "12", "27"]
 
 
 def test_from_spans_are_found_in_their_files():

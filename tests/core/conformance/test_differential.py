@@ -34,7 +34,7 @@ WINDOWS, L, V = 20_000, 3, 12
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The first y with cdf(y) > u (float64 cumulative sum), clamped to V - 1. [B, V] -> [B]."""
     cdf = probs.double().cumsum(-1)
-    return torch.searchsorted(cdf, u.double().reshape(-1, 1), right=True).squeeze(-1).clamp(
+    return torch.searchsorted(cdf, u.double().reshape(-1, 1).contiguous(), right=True).squeeze(-1).clamp(
         max=probs.shape[-1] - 1)
 
 
@@ -105,7 +105,7 @@ def test_transformers_oracle_takes_the_same_decisions_and_tokens() -> None:
         p, q, drafts, generator = shared_window(seed)
         uniforms = torch.rand(WINDOWS, L + 1, generator=generator, dtype=torch.float64)
         n, token = hf_speculative_sampling(p, q, drafts, uniforms[:, :L], uniforms[:, L])
-        result = verify(p, q, drafts, uniforms=uniforms)
+        result = verify(p[0], q[0], drafts, uniforms=uniforms)  # rows broadcast over drafts
         assert torch.equal(result.num_accepted, n)
         expected = torch.where(torch.arange(L + 1) < n.unsqueeze(-1),
                                F.pad(drafts, (0, 1)), -1).scatter(-1, n.unsqueeze(-1),
@@ -122,7 +122,7 @@ def test_vllm_oracle_takes_the_same_decisions_and_samples_the_same_laws() -> Non
         p, q, drafts, generator = shared_window(seed)
         uniforms = torch.rand(WINDOWS, L + 1, generator=generator, dtype=torch.float64)
         count, token = vllm_rejection_sample(p, q, drafts, uniforms[:, :L], generator)
-        result = verify(p, q, drafts, uniforms=uniforms)
+        result = verify(p[0], q[0], drafts, uniforms=uniforms)
         assert torch.equal(result.num_accepted, count)
         run = torch.arange(L) < count.unsqueeze(-1)
         assert torch.equal(result.tokens[:, :L][run], drafts[run])

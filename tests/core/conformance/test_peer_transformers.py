@@ -54,8 +54,7 @@ def test_speculative_sampling_target_distribution() -> None:
     new_logits[0, 2, [1, 3, 7, 8]] = torch.tensor([2.0, 1.0, -0.01, 2.0])
     num_samples = 10_000
     drafts = CANDIDATE_IDS[:, -CANDIDATE_LENGTH:].expand(num_samples, -1)
-    p = new_logits.softmax(-1).expand(num_samples, -1, -1)
-    q = candidate_logits().softmax(-1).expand(num_samples, -1, -1)
+    p, q = new_logits.softmax(-1), candidate_logits().softmax(-1)  # broadcast over the drafts
     result = verify(p, q, drafts, generator=torch.Generator().manual_seed(0))
     assert bool((result.num_accepted == 2).all())
     assert bool((result.tokens[:, :2] == torch.tensor([1, 4])).all())

@@ -118,8 +118,8 @@ def test_rejection_sampling_approximates_target_distribution(
     for num_samples in [10, 100, 1_000, 10_000, 100_000]:
         drafts = torch.multinomial(draft_probs, num_samples, replacement=True,
                                    generator=generator).view(num_samples, 1)
-        p = target_probs.expand(num_samples, 2, vocab_size)  # with the (unused) bonus row
-        q = draft_probs.expand(num_samples, 1, vocab_size)
+        p = target_probs.expand(2, vocab_size)  # with the (unused) bonus row; broadcast
+        q = draft_probs.expand(1, vocab_size)
         tokens = verify(p, q, drafts, generator=generator).tokens[:, :-1].flatten()
         hist = torch.histogram(tokens.float(), bins=vocab_size, range=(0, vocab_size),
                                density=True).hist

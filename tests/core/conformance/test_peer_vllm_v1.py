@@ -81,8 +81,8 @@ def estimate_pdf(draft_probs: torch.Tensor, target_probs: torch.Tensor, k: int,
     vocab = draft_probs.numel()
     drafts = torch.multinomial(draft_probs, num_samples * k, replacement=True,
                                generator=generator).view(num_samples, k)
-    q = draft_probs.expand(num_samples, k, vocab)
-    p = target_probs.expand(num_samples, k, vocab)
+    q = draft_probs.expand(k, vocab)  # rows broadcast over the batch of drafts [N, k]
+    p = target_probs.expand(k, vocab)
     tokens = verify(p, q, drafts, generator=generator).tokens[:, :-1].flatten()
     return torch.histogram(tokens.float(), bins=vocab, range=(0, vocab), density=True).hist
 

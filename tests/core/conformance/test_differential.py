@@ -34,8 +34,8 @@ WINDOWS, L, V = 20_000, 3, 12
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The first y with cdf(y) > u (float64 cumulative sum), clamped to V - 1. [B, V] -> [B]."""
     cdf = probs.double().cumsum(-1)
-    return torch.searchsorted(cdf, u.double().reshape(-1, 1).contiguous(), right=True).squeeze(-1).clamp(
-        max=probs.shape[-1] - 1)
+    values = u.double().reshape(-1, 1).contiguous()
+    return torch.searchsorted(cdf, values, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def hf_speculative_sampling(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,

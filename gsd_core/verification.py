@@ -47,7 +47,7 @@ def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     float64 whatever the dtype of w: P(y) = (cdf(y) - cdf(y - 1)) / total = w(y) / sum(w) up to
     float64 rounding (a running sum in float32 would round each w(y) to its resolution). Always
     an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
-    cdf = weights.to(torch.float64).cumsum(-1)
+    cdf = weights.cumsum(-1, dtype=torch.float64)
     total = cdf[..., -1:]
     drawn = torch.searchsorted(cdf, uniform.to(torch.float64) * total, right=True)
     last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: weight > 0

@@ -3,8 +3,8 @@
 The law ``draw`` samples from, for a continuous uniform u, is P(y) = (cdf(y) - cdf(y - 1)) / total
 with cdf the float64 running sum of the weights. These tests compute that law, check that
 ``draw`` maps each token's midpoint uniform to that token, and compare the law with the exact
-w / sum(w) (float64 from the same low-precision values). The old float32 running sum is kept here
-as ``float32_cdf_draw``, the negative control that gives the tests their power.
+w / sum(w) (float64 from the same low-precision values). A draw with a float32 running sum,
+``float32_cdf_draw``, is the negative control that gives the tests their power.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def float32_cdf_draw(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
 
 
 def input_dtype_draw(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """``draw`` as it was before the float64 CDF: the running sum in the weights' dtype."""
+    """The inverse-CDF draw with the running sum, total and u * total in the weights' dtype."""
     cdf = weights.cumsum(-1)
     total = cdf[..., -1:]
     uniform = uniform if uniform.dtype == cdf.dtype else uniform.to(cdf.dtype)
@@ -90,8 +90,8 @@ def test_adversarial_row_bonus_draws_through_verify() -> None:
         for u in uniforms.split(chunk)
     ])
     assert low <= int(three_eighths[tokens].sum()) <= high
-    old = float32_cdf_draw(p, uniforms.squeeze(-1))  # the control, on the same uniforms
-    assert not low <= int(three_eighths[old].sum()) <= high
+    control = float32_cdf_draw(p, uniforms.squeeze(-1))  # on the same uniforms
+    assert not low <= int(three_eighths[control].sum()) <= high
 
 
 def test_float64_rows_draw_the_same_tokens_as_the_input_dtype_cdf() -> None:

@@ -84,11 +84,10 @@ def test_adversarial_row_bonus_draws_through_verify() -> None:
     low, high = mean - 5 * sd, mean + 5 * sd  # a 5 sd band: fails with probability < 1e-6
     uniforms = torch.rand(draws, 1, generator=torch.Generator().manual_seed(0),
                           dtype=torch.float64)
+    # L = 0: the bonus row p [1, V] broadcast over a chunk of windows (checked once)
     q, none = p.new_zeros(chunk, 0, vocab), torch.zeros(chunk, 0, dtype=torch.int64)
-    tokens = torch.cat([
-        verify(p.expand(chunk, 1, vocab), q, none, uniforms=u).tokens[:, 0]
-        for u in uniforms.split(chunk)
-    ])
+    tokens = torch.cat([verify(p.view(1, vocab), q, none, uniforms=u).tokens[:, 0]
+                        for u in uniforms.split(chunk)])
     assert low <= int(three_eighths[tokens].sum()) <= high
     control = float32_cdf_draw(p, uniforms.squeeze(-1))  # on the same uniforms
     assert not low <= int(three_eighths[control].sum()) <= high

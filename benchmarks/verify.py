@@ -31,7 +31,13 @@ drawn image token, so most drafts have p(x) = 0 after top-k) and "jacobi" (draft
 q = the previous iteration's top-k distribution, its logits perturbed by N(0, 1) noise, so
 p(x) > 0 mostly and windows accept anywhere from 0 to 16 drafts).
 
+``--draw`` times only gsd_core's inverse-CDF ``draw`` on float32 rows (softmax of N(0, 1)
+logits) at V = 65,536 and 151,936, one row and a window of L + 1 rows: its float64 running sum
+against a float32 running sum, side by side with the ratio, and the TV of each one's law
+(differences of the running sum over its total) from w / sum(w).
+
 Run: python benchmarks/verify.py [--dtype float64|float32] [--windows N] [--repeats R] [--threads T]
+[--draw]
 (one thread by default: timings on a shared machine are steadier, and both sides get the same).
 """
 
@@ -158,6 +164,40 @@ def interleaved_times(functions: dict[str, object], repeats: int, inner: int) ->
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def float32_cdf_draw(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``gsd_core.draw`` with its running sum, total and u * total in float32."""
+    cdf = weights.cumsum(-1)
+    total = cdf[..., -1:]
+    drawn = torch.searchsorted(cdf, uniform.float() * total, right=True)
+    last = torch.searchsorted(cdf, total.contiguous())
+    return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)
+
+
+def draw_costs(repeats: int, seed: int) -> None:
+    """Time ``draw`` (float64 CDF) against ``float32_cdf_draw`` on float32 rows; print the
+    ratio and the TV of each one's law from w / sum(w) (module docstring, ``--draw``)."""
+    gen = torch.Generator().manual_seed(seed)
+    print("float32 rows, ms per call (median, interleaved); TV of the law from w / sum(w)")
+    print(f"{'V':>7} {'rows':>4} {'float32 cdf':>11} {'float64 cdf':>11} {'ratio':>6} "
+          f"{'TV float32':>10} {'TV float64':>10}")
+    for vocab in (65536, 151936):
+        for rows in (1, WINDOW + 1):
+            weights = torch.softmax(torch.randn(rows, vocab, generator=gen), -1)
+            uniform = torch.rand(rows, 1, generator=gen, dtype=torch.float64)
+            times = interleaved_times({
+                "float32": lambda: float32_cdf_draw(weights, uniform),
+                "float64": lambda: gsd_core.draw(weights, uniform),
+            }, repeats, 20)
+            exact = weights.double() / weights.double().sum(-1, keepdim=True)
+            tvs = []
+            for cdf in (weights.cumsum(-1).double(), weights.double().cumsum(-1)):
+                law = torch.diff(cdf, prepend=cdf.new_zeros(rows, 1)) / cdf[:, -1:]
+                tvs.append(float((law - exact).abs().sum(-1).max() / 2))
+            print(f"{vocab:>7} {rows:>4} {times['float32'] * 1e3:>11.3f} "
+                  f"{times['float64'] * 1e3:>11.3f} {times['float64'] / times['float32']:>6.2f} "
+                  f"{tvs[0]:>10.2e} {tvs[1]:>10.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
@@ -165,8 +205,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per window (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--draw", action="store_true", help="time only draw's float64 CDF")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.draw:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+        return draw_costs(args.repeats, args.seed)
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator().manual_seed(args.seed)
     rule = DynamicClusters(GROUP_SIZE)

@@ -42,12 +42,14 @@ class VerifyResult:
 def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     """Inverse-CDF draw without checks: the first y with cdf(y) > u * total, and never past the
     first y whose cdf reaches the total (a positive weight: rounding in u * total cannot step
-    onto trailing zeros). weights [..., V] >= 0 (unnormalised); uniform [..., 1] (the shape of
-    the total). Always an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
-    cdf = weights.cumsum(-1)
+    onto trailing zeros). weights [..., V] >= 0 (unnormalised, any floating dtype); uniform
+    [..., 1] (the shape of the total). cdf(y) = sum_{z <= y} w(z), the total and u * total are
+    float64 whatever the dtype of w: P(y) = (cdf(y) - cdf(y - 1)) / total = w(y) / sum(w) up to
+    float64 rounding (a running sum in float32 would round each w(y) to its resolution). Always
+    an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
+    cdf = weights.cumsum(-1, dtype=torch.float64)
     total = cdf[..., -1:]
-    uniform = uniform if uniform.dtype == cdf.dtype else uniform.to(cdf.dtype)
-    drawn = torch.searchsorted(cdf, uniform * total, right=True)  # first y with cdf(y) > u * total
+    drawn = torch.searchsorted(cdf, uniform.to(torch.float64) * total, right=True)
     last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: weight > 0
     return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)  # the clamp: NaN rows
 

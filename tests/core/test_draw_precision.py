@@ -3,8 +3,9 @@
 The law ``draw`` samples from, for a continuous uniform u, is P(y) = (cdf(y) - cdf(y - 1)) / total
 with cdf the float64 running sum of the weights. These tests compute that law, check that
 ``draw`` maps each token's midpoint uniform to that token, and compare the law with the exact
-w / sum(w) (float64 from the same low-precision values). A draw with a float32 running sum,
-``float32_cdf_draw``, is the negative control that gives the tests their power.
+w / sum(w) (float64 from the same low-precision values). A draw with the running sum in the
+input's dtype or in float32 is the negative control that gives the tests their power: on the
+adversarial rows it never returns the tokens whose weight the running sum rounds away.
 """
 
 from __future__ import annotations
@@ -63,34 +64,49 @@ def test_draw_law_is_exact_for_low_precision_rows(vocab: int, dtype: torch.dtype
     assert tv(law_of(weights.float().cumsum(-1)), exact) > CONTROL_TV_FLOOR  # the control
 
 
-def adversarial_row(pairs: int = 100_000) -> torch.Tensor:
-    """One token of mass 0.6, then ``pairs`` pairs of weights 13/8 and 3/8 times 2^-24, then a
-    filler token to a total of 1 (float32). A float32 running sum from 0.6 (a step of 2^-24)
-    rounds 13/8 up to 2 steps and 3/8 down to 0."""
-    small = torch.tensor([13 / 8, 3 / 8], dtype=torch.float64).repeat(pairs) * 2.0**-24
-    head = torch.tensor([0.6], dtype=torch.float64)
+def adversarial_row(pairs: int, step: float, dtype: torch.dtype) -> torch.Tensor:
+    """One token of mass about 0.6, then ``pairs`` pairs of weights 13/8 and 3/8 times ``step``
+    (the spacing of ``dtype`` just above 0.6), then a filler token to a total of 1. A running sum
+    in ``dtype`` from 0.6 rounds 13/8 up to 2 steps and 3/8 down to 0: the 3/8 tokens vanish."""
+    small = torch.tensor([13 / 8, 3 / 8], dtype=torch.float64).repeat(pairs) * step
+    head = torch.tensor([0.6]).to(dtype).double()
     filler = 1 - head.sum() - small.sum()
-    return torch.cat([head, small, filler.view(1)]).float()
+    return torch.cat([head, small, filler.view(1)]).to(dtype)
 
 
-@pytest.mark.slow  # 20,000 rows of V = 200,002 through verify
-def test_adversarial_row_bonus_draws_through_verify() -> None:
-    p = adversarial_row()
-    vocab, draws, chunk = p.numel(), 20_000, 500
-    three_eighths = torch.zeros(vocab, dtype=torch.bool)
-    three_eighths[2:-1:2] = True
-    share = float(p.double()[three_eighths].sum() / p.double().sum())  # 0.2235%
-    mean, sd = draws * share, (draws * share * (1 - share)) ** 0.5  # binomial: 44.7 +- 6.7
+def three_eighths_of(row: torch.Tensor) -> torch.Tensor:
+    """The mask of the 3/8 tokens of ``adversarial_row``: ids 2, 4, .., V - 2."""
+    mask = torch.zeros(row.numel(), dtype=torch.bool)
+    mask[2:-1:2] = True
+    return mask
+
+
+def test_adversarial_float32_row_draws_every_token_at_its_share() -> None:
+    p = adversarial_row(100_000, 2.0**-24, torch.float32)  # V = 200,002
+    three_eighths = three_eighths_of(p)
+    assert 2.2e-3 < float(p.double()[three_eighths].sum()) < 2.3e-3  # their mass: 0.22%
+    cdf = p.double().cumsum(-1)
+    middle = ((cdf - p.double() / 2) / cdf[-1]).view(1, -1)  # each token's interval of u
+    assert torch.equal(draw(p.view(1, -1), middle)[0], torch.arange(p.numel()))
+    control = input_dtype_draw(p.view(1, -1), middle)[0]  # the float32 running sum
+    assert not bool((control == torch.arange(p.numel()))[three_eighths].any())
+
+
+def test_adversarial_bfloat16_row_bonus_draws_through_verify() -> None:
+    p = adversarial_row(40, 2.0**-8, torch.bfloat16)  # V = 82; the 3/8 tokens hold 5.86%
+    vocab, draws = p.numel(), 20_000
+    three_eighths = three_eighths_of(p)
+    share = float(p.double()[three_eighths].sum() / p.double().sum())
+    mean, sd = draws * share, (draws * share * (1 - share)) ** 0.5  # binomial: 1172 +- 33
     low, high = mean - 5 * sd, mean + 5 * sd  # a 5 sd band: fails with probability < 1e-6
     uniforms = torch.rand(draws, 1, generator=torch.Generator().manual_seed(0),
                           dtype=torch.float64)
-    # L = 0: the bonus row p [1, V] broadcast over a chunk of windows (checked once)
-    q, none = p.new_zeros(chunk, 0, vocab), torch.zeros(chunk, 0, dtype=torch.int64)
-    tokens = torch.cat([verify(p.view(1, vocab), q, none, uniforms=u).tokens[:, 0]
-                        for u in uniforms.split(chunk)])
+    # L = 0: every window is only the bonus row p [1, V], broadcast over the draws
+    q, none = p.new_zeros(draws, 0, vocab), torch.zeros(draws, 0, dtype=torch.int64)
+    tokens = verify(p.view(1, vocab), q, none, uniforms=uniforms).tokens[:, 0]
     assert low <= int(three_eighths[tokens].sum()) <= high
-    control = float32_cdf_draw(p, uniforms.squeeze(-1))  # on the same uniforms
-    assert not low <= int(three_eighths[control].sum()) <= high
+    control = input_dtype_draw(p.view(1, vocab), uniforms.view(1, draws))[0]  # same uniforms
+    assert int(three_eighths[control].sum()) == 0
 
 
 def test_float64_rows_draw_the_same_tokens_as_the_input_dtype_cdf() -> None:

@@ -15,8 +15,10 @@ and every notebook's header then prints ``dirty True``); a folder outside the ch
 warns. Every selected notebook is executed (into a scratch folder) before any is written, so
 that writing one does not dirty the tree under the next; in place (``--out notebooks``), a
 failure writes nothing. The kernel is ``python3`` and imports this checkout's
-``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Written notebooks are
-normalised: kernelspec ``python3``, no papermill or timing metadata.
+``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Each cell has a timeout
+(``CELL_TIMEOUT``, ``--timeout``): a cell that runs past it fails its notebook with the notebook
+and the cell named. Written notebooks are normalised: kernelspec ``python3``, no papermill or
+timing metadata.
 
 Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
 and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,

@@ -2,10 +2,10 @@
 headless by nbclient, the executor under papermill (``python -m gsd_lab notebooks``) and nbval.
 
 The stall this guards against: nbclient mirrors an Output widget by sending the kernel comm
-messages on the shell channel while it waits there for the cell's reply; now and then the reply
-never arrived and the execution hung with the kernel idle. The explorer draws into an Image widget
-instead, so its cell sends the kernel nothing: checked on every execution (the trigger, which the
-Output widget sends every time), and the executions themselves, each under a timeout (the stall).
+messages on the shell channel while it waits on that channel for the cell's reply, which can leave
+the reply undelivered and the execution waiting with the kernel idle. The explorer draws into an
+Image widget instead, so its cell makes the executor send the kernel nothing: checked on every
+execution (an Output widget sends on every one), and every execution runs under a timeout.
 
 Only the cells the explorer needs run (the parameters, the imports, then the explorer cell
 several times in the same kernel): the stall is in the explorer cell's own messages, and one

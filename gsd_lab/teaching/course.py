@@ -636,10 +636,10 @@ def tradeoff_sliders(ipywidgets: Any, group_sizes: Sequence[int], viables: Seque
     pair, redrawn whenever a slider moves.
 
     The figure is a widget's value, never cell output: ``ipywidgets.interactive`` displays into an
-    Output widget while the cell runs, and a headless executor (nbclient, under papermill and
-    nbval) mirrors that widget by sending the kernel comm messages on the shell channel while it
-    waits there for the cell's reply, a race that now and then loses the reply and stalls the
-    execution. Here the cell sends the kernel nothing back."""
+    Output widget while the cell runs, and nbclient (the executor under papermill) mirrors that
+    widget by sending the kernel comm messages on the shell channel while it waits on the same
+    channel for the cell's reply, traffic that can leave the reply undelivered and the execution
+    waiting with the kernel idle. With an Image widget the executor sends the kernel nothing."""
     from ..experiments.plots import png
 
     group = ipywidgets.SelectionSlider(

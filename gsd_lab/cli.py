@@ -30,6 +30,7 @@ from typing import Any, Callable, NoReturn
 
 from .decode.acceptance import DEFAULT_CLUSTERS, acceptance_from_flags, command_line_flags
 from .decode.methods import DRAFTS, KINDS, RESIDUALS, VERIFIERS, DecodingMethod
+from .teaching.notebooks import CELL_TIMEOUT as NOTEBOOK_CELL_TIMEOUT
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
 # gsd_lab.models.MODEL_NAMES + ("tiny-random",) and FAMILY_LOADERS, spelled out so that parsing
@@ -334,7 +335,11 @@ def _add_notebooks_parser(sub: Any) -> None:
         help="folder to write the executed notebooks to (default: notebooks/ in place)",
     )
     nb.add_argument(
-        "--timeout", type=int, default=None, help="per-cell timeout in seconds (default: none)"
+        "--timeout",
+        type=int,
+        default=None,
+        help="seconds each cell may run before its notebook fails naming the cell (default: "
+        f"{NOTEBOOK_CELL_TIMEOUT[None]}, {NOTEBOOK_CELL_TIMEOUT['tiny']} with --sizes tiny)",
     )
     nb.add_argument(
         "--allow-dirty",

@@ -1,4 +1,6 @@
-"""environment.yml and pyproject.toml must name the same dependencies with the same bounds."""
+"""environment.yml and pyproject.toml must name the same dependencies with the same bounds, and
+the lock file (constraints/lock.txt, with constraints/cpu.txt for torch) must pin every one of them
+inside those bounds."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 yaml = pytest.importorskip("yaml")
+specifiers = pytest.importorskip("packaging.specifiers")
 
 ROOT = Path(__file__).resolve().parents[1]
 # conda-forge spells a few packages differently from PyPI.
@@ -61,3 +64,81 @@ def test_environment_installs_the_package_itself() -> None:
 def test_cpu_torch_pinned_by_constraints_not_metadata() -> None:
     assert "torch==" not in (ROOT / "pyproject.toml").read_text()
     assert "torch==2.13.0" in (ROOT / "constraints" / "cpu.txt").read_text()
+
+
+# ---- the lock file -------------------------------------------------------------------------------
+
+LOCK = ROOT / "constraints" / "lock.txt"
+CPU = ROOT / "constraints" / "cpu.txt"
+PYPI_NAME = {conda: pypi for pypi, conda in CONDA_NAME.items()}
+
+
+def _normalise(name: str) -> str:
+    """PEP 503: pip treats ``scikit_image``, ``Scikit-Image`` and ``scikit.image`` as one name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> version of a constraints file's ``name==version`` lines (comments skipped);
+    fails on any other kind of line, which would not pin one version."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)==([A-Za-z0-9_.+!\-]+)", line)
+        assert match, f"{path.name}: not a name==version pin: {line!r}"
+        name = _normalise(match.group(1))
+        assert name not in out, f"{path.name}: {name} pinned twice"
+        out[name] = match.group(2)
+    return out
+
+
+def installed_pins() -> dict[str, str]:
+    """What set-up installs: the lock file, and torch from constraints/cpu.txt."""
+    return {**pins(LOCK), **pins(CPU)}
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    return specifiers.SpecifierSet(spec).contains(version, prereleases=True)
+
+
+def test_lock_pins_torch_only_through_cpu_constraints_and_not_gsd() -> None:
+    locked = pins(LOCK)
+    assert "torch" not in locked and "gsd" not in locked
+    assert set(pins(CPU)) == {"torch"}
+
+
+def test_every_pyproject_dependency_is_pinned() -> None:
+    wanted = {_normalise(PYPI_NAME.get(name, name)) for name in pyproject_requirements()}
+    assert sorted(wanted - set(installed_pins())) == []
+
+
+def test_pins_satisfy_pyproject_ranges() -> None:
+    locked = installed_pins()
+    outside = {
+        name: (locked[_normalise(PYPI_NAME.get(name, name))], spec)
+        for name, spec in pyproject_requirements().items()
+        if not _satisfies(locked.get(_normalise(PYPI_NAME.get(name, name)), "0"), spec)
+    }
+    assert outside == {}, "pinned version outside pyproject.toml's range: " + repr(outside)
+
+
+def test_pins_satisfy_environment_yml() -> None:
+    locked = installed_pins()
+    outside = {
+        name: spec
+        for name, spec in environment_requirements().items()
+        if not _satisfies(locked.get(_normalise(PYPI_NAME.get(name, name)), "0"), spec)
+    }
+    assert outside == {}, "environment.yml asks for other versions than the lock: " + repr(outside)
+
+
+def test_setup_installs_through_both_constraint_files() -> None:
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text()
+    assert "-c constraints/cpu.txt -c constraints/lock.txt" in setup
+
+
+def test_range_check_catches_a_pin_outside_the_range() -> None:
+    assert _satisfies("8.1.9", ">=8.1") and not _satisfies("8.0.7", ">=8.1")
+    assert not _satisfies("6.0.0", ">=5.0,<6") and _satisfies("0.9.7.post1", ">=0.9")

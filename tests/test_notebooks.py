@@ -139,6 +139,28 @@ def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     assert "x = 3" in text and re.search(r"provenance: commit [0-9a-f]{40} dirty (True|False)", text)
 
 
+@pytest.mark.timeout(240)
+def test_runner_fails_a_hanging_cell_within_its_timeout_naming_it(tmp_path):
+    """A cell that never finishes fails its notebook after the per-cell timeout (not at CI's own
+    limit), the error naming the notebook and the cell; nothing is written in place."""
+    import time
+
+    from gsd_lab.teaching.notebooks import CELL_TIMEOUT, SIZES, run_notebooks
+
+    assert set(CELL_TIMEOUT) == {None, *SIZES} and max(CELL_TIMEOUT.values()) <= 3600
+    src = tmp_path / "src"
+    src.mkdir()
+    _toy_notebook(src / "01_hangs.ipynb", "import time\n\ntime.sleep(3600)  # never finishes")
+    before = (src / "01_hangs.ipynb").read_bytes()
+    start = time.monotonic()
+    (run,) = run_notebooks(src, folder=src, timeout=5, log=lambda line: None)
+    assert time.monotonic() - start < 120, "the timeout did not stop the hanging cell"
+    cell_id = nbformat.read(src / "01_hangs.ipynb", as_version=4).cells[2].id
+    assert run.error == (f'CellTimeoutError: 01_hangs.ipynb, cell 3 (id {cell_id}, "import time"): '
+                         "not finished within 5 s")
+    assert (src / "01_hangs.ipynb").read_bytes() == before
+
+
 def test_notebook_04_defaults_are_the_figures_run_sizes():
     """Notebook 04 builds its tables from the figures run's per-image records
     (``figures/records.npz``): with other default sizes it would decode what the records lack."""

@@ -24,7 +24,7 @@ SHA = r"[0-9a-f]{40}"
 
 
 def _git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def committed_records() -> dict[str, tuple[str | None, object]]:

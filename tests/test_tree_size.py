@@ -19,7 +19,8 @@ def tracked_sizes(root: Path = ROOT) -> dict[str, int]:
     tracked files deleted there count 0). Skips the test outside a git checkout."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    done = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False)
+    done = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False,
+                          timeout=60)
     if done.returncode != 0:
         pytest.skip(f"not a git checkout: {done.stderr.decode(errors='replace').strip()}")
     names = [n for n in done.stdout.decode().split("\0") if n]
@@ -48,12 +49,12 @@ def test_the_limit_counts_tracked_files_only(tmp_path):
     and files under the limit do not count against it."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, timeout=60)
     (tmp_path / "small.txt").write_bytes(b"x" * 1000)
     (tmp_path / "untracked.bin").write_bytes(b"\0" * 5000)
-    subprocess.run(["git", "add", "small.txt"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "small.txt"], cwd=tmp_path, check=True, timeout=60)
     assert tracked_sizes(tmp_path) == {"small.txt": 1000}
     assert over_limit(tracked_sizes(tmp_path), 1024) is None
     (tmp_path / "big.bin").write_bytes(b"\0" * 100)
-    subprocess.run(["git", "add", "big.bin"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "big.bin"], cwd=tmp_path, check=True, timeout=60)
     assert "big.bin" in over_limit(tracked_sizes(tmp_path), 1024)

@@ -533,13 +533,18 @@ def pareto_line(sets: dict[str, dict[str, tuple[Any, Any]]]) -> Figure:
     return fig
 
 
-def show(fig: Figure, dpi: int = 100) -> None:
-    """Display ``fig`` in a notebook as a PNG only (no text repr such as ``<Figure size ...>``,
-    which changes between matplotlib versions and would break output checks)."""
+def png(fig: Figure, dpi: int = 100) -> bytes:
+    """``fig`` as PNG bytes, cropped to its content."""
     import io
-
-    from IPython.display import display
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    display({"image/png": buffer.getvalue()}, raw=True)
+    return buffer.getvalue()
+
+
+def show(fig: Figure, dpi: int = 100) -> None:
+    """Display ``fig`` in a notebook as a PNG only (no text repr such as ``<Figure size ...>``,
+    which changes between matplotlib versions and would break output checks)."""
+    from IPython.display import display
+
+    display({"image/png": png(fig, dpi)}, raw=True)

@@ -617,8 +617,8 @@ def tradeoff_explorer(
 ) -> Any:
     """The static figures first (the second and the last flatness of the range at the middle G:
     what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
-    tokens when ipywidgets (the ``notebooks`` extra) can be imported. Returns the sliders'
-    widget, or None without ipywidgets."""
+    tokens above the figure they select (``tradeoff_sliders``) when ipywidgets (the ``notebooks``
+    extra) can be imported. Returns the sliders' widget, or None without ipywidgets."""
     from ..experiments.plots import show
 
     for n in (viables[min(1, len(viables) - 1)], viables[-1]):
@@ -627,11 +627,36 @@ def tradeoff_explorer(
         import ipywidgets
     except ImportError:
         return None
-    return ipywidgets.interactive(
-        lambda group_size, viable: show(tradeoff_figure(group_size, viable)),
-        group_size=ipywidgets.SelectionSlider(options=list(group_sizes), value=group_sizes[-1]),
-        viable=ipywidgets.SelectionSlider(options=list(viables), value=viables[-1]),
+    return tradeoff_sliders(ipywidgets, group_sizes, viables)
+
+
+def tradeoff_sliders(ipywidgets: Any, group_sizes: Sequence[int], viables: Sequence[int]) -> Any:
+    """A VBox: a slider over G (``description`` group_size), one over the number of viable tokens
+    (viable), both at their last value, and an Image widget holding ``tradeoff_figure`` of the
+    pair, redrawn whenever a slider moves.
+
+    The figure is a widget's value, never cell output: ``ipywidgets.interactive`` displays into an
+    Output widget while the cell runs, and nbclient (the executor under papermill) mirrors that
+    widget by sending the kernel comm messages on the shell channel while it waits on the same
+    channel for the cell's reply, traffic that can leave the reply undelivered and the execution
+    waiting with the kernel idle. With an Image widget the executor sends the kernel nothing."""
+    from ..experiments.plots import png
+
+    group = ipywidgets.SelectionSlider(
+        options=list(group_sizes), value=group_sizes[-1], description="group_size"
     )
+    viable = ipywidgets.SelectionSlider(
+        options=list(viables), value=viables[-1], description="viable"
+    )
+    image = ipywidgets.Image(format="png")
+
+    def redraw(change: Any = None) -> None:
+        image.value = png(tradeoff_figure(group.value, viable.value))
+
+    redraw()
+    group.observe(redraw, names="value")
+    viable.observe(redraw, names="value")
+    return ipywidgets.VBox([group, viable, image])
 
 
 # ---- tables (notebook 04) ------------------------------------------------------------------------

@@ -15,8 +15,10 @@ and every notebook's header then prints ``dirty True``); a folder outside the ch
 warns. Every selected notebook is executed (into a scratch folder) before any is written, so
 that writing one does not dirty the tree under the next; in place (``--out notebooks``), a
 failure writes nothing. The kernel is ``python3`` and imports this checkout's
-``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Written notebooks are
-normalised: kernelspec ``python3``, no papermill or timing metadata.
+``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Each cell has a timeout
+(``CELL_TIMEOUT``, ``--timeout``): a cell that runs past it fails its notebook with the notebook
+and the cell named. Written notebooks are normalised: kernelspec ``python3``, no papermill or
+timing metadata.
 
 Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
 and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,
@@ -43,6 +45,10 @@ KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3
 # Per-cell metadata kept in written notebooks (papermill's and nbclient's timing records and
 # JupyterLab's view state are dropped).
 KEPT_CELL_METADATA = ("tags",)
+# Seconds one cell may run before its notebook fails with the cell named: a stalled kernel must
+# cost minutes, not hours. The notebooks' own sizes decode real images in one cell (minutes on
+# a GPU); tiny sizes take seconds per cell, and the tests run them on shared CPUs.
+CELL_TIMEOUT = {None: 3600, "tiny": 180}
 
 # Named parameter sets beside each notebook's own defaults (its parameters cell). Only the names
 # a notebook declares are injected into it.
@@ -159,14 +165,33 @@ def _kernel_environment() -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+def cell_label(cell: Any, source: Any) -> str:
+    """``cell N (id ..., "first line")``: N counts the cells of the committed notebook
+    ``source`` from 1, as JupyterLab shows them (papermill's injected parameters cell has none)."""
+    ids = [c.get("id") for c in source.cells]
+    number = f"cell {ids.index(cell.get('id')) + 1}" if cell.get("id") in ids else "injected cell"
+    first = next((line for line in cell.source.splitlines() if line.strip()), "")
+    return f'{number} (id {cell.get("id")}, "{first[:60]}")'
+
+
 def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> NotebookRun:
-    """Execute ``run.source`` with papermill into ``scratch``; fills ``notebook``, ``seconds``
-    and ``error`` (the failing cell's exception, the notebook then holds its traceback)."""
+    """Execute ``run.source`` with papermill into ``scratch``, each cell within ``timeout``
+    seconds (default ``CELL_TIMEOUT[None]``); fills ``notebook``, ``seconds`` and ``error``: the
+    failing cell's exception (the notebook then holds its traceback), or the notebook and the
+    cell that did not finish in time or whose kernel died."""
     import nbformat
     import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     _kernel_environment()
+    timeout = timeout or CELL_TIMEOUT[None]
     target = scratch / run.source.name
+    source = nbformat.read(run.source, as_version=4)
+    current: list[Any] = []  # the cell being executed
+
+    def started(cell: Any, cell_index: int) -> None:
+        current[:] = [cell]
+
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -179,11 +204,17 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
             progress_bar=False,
             execution_timeout=timeout,
             stderr_file=sys.stderr,
+            on_cell_start=started,  # nbclient's hook
         )  # progress lines and bars as they come (a log shows them)
     except papermill.PapermillExecutionError as error:
         run.error = f"{error.ename}: {error.evalue}"
+    except (CellTimeoutError, DeadKernelError) as error:
+        where = cell_label(current[0], source) if current else "before the first cell"
+        timed_out = isinstance(error, CellTimeoutError)
+        what = f"not finished within {timeout} s" if timed_out else "the kernel died"
+        run.error = f"{type(error).__name__}: {run.source.name}, {where}: {what}"
     run.seconds = time.perf_counter() - start
-    run.notebook = normalise(nbformat.read(target, as_version=4))
+    run.notebook = normalise(nbformat.read(target if target.exists() else run.source, 4))
     return run
 
 
@@ -202,8 +233,8 @@ def run_notebooks(
 
     Into the checkout, a dirty tree is refused (``DirtyTreeError``) unless ``allow_dirty``. In
     place (``out`` is ``folder``) a failed notebook writes nothing; elsewhere every notebook is
-    written, failed ones with their traceback. Every run is returned, ``error`` set on the
-    failed ones."""
+    written, failed ones with their traceback. Each cell has ``timeout`` seconds (default
+    ``CELL_TIMEOUT`` of ``sizes``). Every run is returned, ``error`` set on the failed ones."""
     from ..io.provenance import inside_repository, require_clean_tree
 
     require_clean_tree("notebook outputs", allow_dirty=allow_dirty or not inside_repository(out))
@@ -211,7 +242,7 @@ def run_notebooks(
     with tempfile.TemporaryDirectory(prefix="gsd-notebooks-") as scratch:
         for run in runs:
             log(f"{run.source.name}: parameters {run.parameters}")
-            execute(run, Path(scratch), timeout=timeout)
+            execute(run, Path(scratch), timeout=timeout or CELL_TIMEOUT[sizes])
             log(
                 f"{run.source.name}: {'FAILED ' + run.error if run.error else 'executed'} "
                 f"in {run.seconds:.0f} s"

@@ -150,8 +150,13 @@ def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
     shown = []
     monkeypatch.setattr("gsd_lab.experiments.plots.show", shown.append)
     sliders = course.tradeoff_explorer(group_sizes=(1, 5), viables=(1, 64))
-    assert len(shown) == 3  # the static fallback (always drawn), then the sliders' first figure
-    assert [w.description for w in sliders.children[:2]] == ["group_size", "viable"]
+    assert len(shown) == 2  # the static figures (always drawn); the sliders' figure is no output
+    group, viable, image = sliders.children
+    assert [w.description for w in (group, viable)] == ["group_size", "viable"]
+    assert (group.value, viable.value) == (5, 64) and bytes(image.value)[:4] == b"\x89PNG"
+    first = bytes(image.value)
+    group.value = 1  # G = 1 is SD: another title, another picture
+    assert bytes(image.value)[:4] == b"\x89PNG" and bytes(image.value) != first
     real_import = builtins.__import__
 
     def no_widgets(name, *args, **kwargs):
@@ -161,7 +166,7 @@ def test_tradeoff_explorer_draws_static_figures_and_sliders(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_widgets)
     assert course.tradeoff_explorer(group_sizes=(1, 5), viables=(1, 64)) is None
-    assert len(shown) == 5
+    assert len(shown) == 4
 
 
 def test_course_figures_hold_no_pyplot_state():

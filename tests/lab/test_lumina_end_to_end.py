@@ -40,6 +40,7 @@ MODEL_NOTEBOOKS = ["01_tv_toy_examples", "02_top1_probability_histograms", "03_t
 # the resume on 2 processes, torchrun ~15 s):
 # "slow" still runs in CI; the timeout leaves room for a machine shared with other jobs.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+SCRIPT_TIMEOUT = 900  # seconds for one run of the script
 
 
 def _write_prompts(path: Path) -> Path:
@@ -64,7 +65,17 @@ def _script_args(files, prompts: Path) -> list[str]:
 
 
 def _script(files, prompts: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(_script_args(files, prompts), capture_output=True, text=True, timeout=2000,
+    """The script, failing the test when it runs past ``SCRIPT_TIMEOUT`` (each notebook cell has
+    its own, shorter timeout: ``gsd_lab.teaching.notebooks.CELL_TIMEOUT``)."""
+    try:
+        return _run_script(files, prompts, **env)
+    except subprocess.TimeoutExpired as error:
+        tail = ((error.stdout or "") + (error.stderr or ""))[-3000:]
+        pytest.fail(f"{SCRIPT.name} did not finish within {SCRIPT_TIMEOUT} s; its output ended:\n{tail}")
+
+
+def _run_script(files, prompts: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_script_args(files, prompts), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT,
                           env=_env(**env), cwd=REPO)
 
 
@@ -92,7 +103,7 @@ def _kill_mid_way(files, prompts: Path, env: dict[str, str], out: Path, rows: in
             time.sleep(0.2)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        process.wait(timeout=60)
 
 
 def _dry_run(files, out: Path) -> str:
@@ -320,7 +331,7 @@ def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
 
 
 def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_path):
-    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], timeout=60).returncode == 0
     prompts = _write_prompts(tmp_path / "p.tsv")
     out = tmp_path / "never"
     # Paper sizes (the default): the notebooks get the model parameters only, figures --paper
@@ -339,7 +350,7 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert "--paper" in figures and f"--weights {tiny_release_set.weights}" in figures
     inside = _script(tiny_release_set, prompts, GSD_DRY_RUN="1", GSD_OUT=str(REPO / "runs" / "x"))
     assert inside.returncode == 2 and "inside the checkout" in inside.stderr
-    bad = subprocess.run(["bash", str(SCRIPT), "a", "b"], capture_output=True, text=True)
+    bad = subprocess.run(["bash", str(SCRIPT), "a", "b"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "WEIGHTS VQGAN CLIP PROMPTS" in bad.stderr
     missing = _script(tiny_release_set, tmp_path / "absent.tsv")
     assert missing.returncode == 2 and "PROMPTS is not a file" in missing.stderr
@@ -361,14 +372,15 @@ def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):
     (repo / "scripts" / SCRIPT.name).write_text(SCRIPT.read_text())
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "script"]):
-        subprocess.run([*git, *command], check=True, capture_output=True)
+        subprocess.run([*git, *command], check=True, capture_output=True, timeout=60)
     (repo / "notes.txt").write_text("uncommitted")
     prompts = _write_prompts(tmp_path / "p.tsv")
     args = ["bash", str(repo / "scripts" / SCRIPT.name), str(tiny_release_set.weights), str(tiny_release_set.vqgan),
             str(tiny_release_set.clip), str(prompts)]
     env = {k: v for k, v in _env(GSD_DRY_RUN="1", GSD_STEPS="figures", GSD_OUT=str(tmp_path / "out")).items()
            if k != "GSD_ALLOW_DIRTY"}
-    dirty = subprocess.run(args, capture_output=True, text=True, env=env)
+    dirty = subprocess.run(args, capture_output=True, text=True, env=env, timeout=SCRIPT_TIMEOUT)
     assert dirty.returncode == 2 and "uncommitted changes" in dirty.stderr and "notes.txt" in dirty.stderr
-    allowed = subprocess.run(args, capture_output=True, text=True, env={**env, "GSD_ALLOW_DIRTY": "1"})
+    allowed = subprocess.run(args, capture_output=True, text=True, env={**env, "GSD_ALLOW_DIRTY": "1"},
+                             timeout=SCRIPT_TIMEOUT)
     assert allowed.returncode == 0 and "dry run: nothing is executed" in allowed.stdout

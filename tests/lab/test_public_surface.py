@@ -27,5 +27,6 @@ def test_an_unknown_name_is_refused():
 
 def test_import_gsd_lab_loads_no_torch():
     code = "import sys, gsd_lab; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120)
     assert out.stdout.strip() == "False"

@@ -136,7 +136,8 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
         "print('\\n'.join(m.__file__ for n, m in sys.modules.items()\n"
         "      if n.split('.')[0] in ('gsd_core', 'gsd_lab') and getattr(m, '__file__', None)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         timeout=300)
     from pathlib import Path
 
     # Imported but not read by decoding: the table configurations (a changed spec is another

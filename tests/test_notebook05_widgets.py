@@ -1,0 +1,93 @@
+"""Notebook 05's explorer cell (``course.tradeoff_explorer()``, ipywidgets sliders) executed
+headless by nbclient, the executor under papermill (``python -m gsd_lab notebooks``) and nbval.
+
+The stall this guards against: nbclient mirrors an Output widget by sending the kernel comm
+messages on the shell channel while it waits on that channel for the cell's reply, which can leave
+the reply undelivered and the execution waiting with the kernel idle. The explorer draws into an
+Image widget instead, so its cell makes the executor send the kernel nothing: checked on every
+execution (an Output widget sends on every one), and every execution runs under a timeout.
+
+Only the cells the explorer needs run (the parameters, the imports, then the explorer cell
+several times in the same kernel): the stall is in the explorer cell's own messages, and one
+kernel start per run keeps the test cheap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipywidgets")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "05_speculative_decoding_tutorial.ipynb"
+EXPLORER = "course.tradeoff_explorer()"
+RUNS = 2  # kernels
+EXPLORER_CELLS = 5  # explorer executions per kernel
+CELL_TIMEOUT = 60  # seconds; the explorer cell draws three small figures
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# What nbclient itself sends on the shell channel: the cells, and kernel_info around them.
+OWN_REQUESTS = {"execute_request", "kernel_info_request"}
+
+
+def explorer_notebook(copies: int) -> Any:
+    """Notebook 05's parameters cell and import cell, then its explorer cell ``copies`` times."""
+    source = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in source.cells if cell.cell_type == "code"]
+    parameters = next(c for c in code if "parameters" in c.metadata.get("tags", []))
+    imports = code[code.index(parameters) + 1]
+    (explorer,) = [c for c in code if c.source.startswith(EXPLORER)]
+    assert "from gsd_lab.teaching import course" in imports.source
+    repeated = [nbformat.v4.new_code_cell(explorer.source) for _ in range(copies)]
+    cells = [parameters, imports, *repeated]
+    return nbformat.v4.new_notebook(cells=cells, metadata=source.metadata)
+
+
+def execute_recording(nb: Any) -> tuple[Any, list[str]]:
+    """Execute ``nb`` with nbclient, each cell within ``CELL_TIMEOUT``; returns the executed
+    notebook and the type of every message the executor sent on the shell channel once the
+    kernel was ready. A stalled cell fails the test naming the execution."""
+    sent: list[str] = []
+
+    def record(notebook: Any) -> None:
+        channel = client.kc.shell_channel
+        send = channel.send
+
+        def recording_send(msg: dict) -> None:
+            sent.append(msg["header"]["msg_type"])
+            send(msg)
+
+        channel.send = recording_send
+
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+        on_notebook_start=record,
+    )
+    try:
+        client.execute()
+    except nbclient.exceptions.CellTimeoutError as error:
+        done = sum(1 for m in sent if m == "execute_request") - 1
+        pytest.fail(f"cell {done + 1} of {len(nb.cells)} stalled: no reply within "
+                    f"{CELL_TIMEOUT} s ({str(error).splitlines()[0]})")
+    return nb, sent
+
+
+@pytest.mark.timeout(RUNS * (EXPLORER_CELLS + 2) * CELL_TIMEOUT)
+def test_explorer_cell_runs_headless_without_messages_back_to_the_kernel(monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # the kernel inherits it
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    for _ in range(RUNS):
+        nb, sent = execute_recording(explorer_notebook(EXPLORER_CELLS))
+        assert set(sent) <= OWN_REQUESTS, f"the executor sent the kernel {sorted(set(sent))}"
+        assert sent.count("execute_request") == len(nb.cells)
+        for cell in nb.cells[2:]:
+            kinds = [sorted(o.get("data", {})) for o in cell.outputs]
+            assert kinds[:2] == [["image/png"], ["image/png"]], kinds  # the static figures
+            assert WIDGET_VIEW in kinds[2], kinds  # the sliders
+        assert len(nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"])

@@ -229,7 +229,8 @@ class DynamicClusters:
     stays. rank_by="q" ranks by the draft (Table 2's ablation); the filters still use p. Token
     residual only. The release's ``logit_sort[idx-7 : idx+7]`` (ascending sort) is G = 14; it
     filters with strict ``<``, ranks ties the other way round, skips the distance filter for
-    ids above 10000 and takes the plain ratio at id 10000 (gsd_lab's ReleaseDistanceClusters).
+    ids above 10000, takes the plain ratio for the draft x = 10000 and aborts on its GPU where a
+    lower draft's window holds 10000 as its largest id (gsd_lab's ReleaseDistanceClusters).
 
     Ties: of tokens with equal p (q for rank_by="q") the smaller id ranks first, one stable
     descending sort (``probability_order``); the zeros follow the support in id order.

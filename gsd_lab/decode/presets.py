@@ -35,15 +35,27 @@ distance filter compares float64 squared distances ||e_y - e_x||^2 <= d of the i
   for no stability); the table |a|^2 + |b|^2 - 2 a.b over ``embed_tokens[:10000]`` in bfloat16,
   kept where < d (strict); the gap filter |p(y) - p(x)| < 0.15 (strict); no distance filter for a
   window holding an id above 10000 (the release's ``max() <= 10000`` test); and the plain ratio
-  p(x)/q(x) where the release's ``try`` fails and it falls back to that ratio: a window holding id
-  10000 (an IndexError: the table's rows are 0 .. 9999) or an empty one (x among the 7 tokens
-  lowest in the sort: the slice's start is negative);
+  p(x)/q(x) where the release's ``try`` fails and it falls back to that ratio: x itself in
+  [R, 10000], R = 10000 the table's rows, i.e. x = 10000 (``head_img_sims[cls_idx]`` indexes
+  with a 0-d tensor, a bounds check on the host: an IndexError, caught), or an empty window (x
+  among the 7 tokens lowest in the sort: the slice's start is negative);
 - CLIP on images resized to 299 x 299 (bilinear) first, as SJD's evaluation script does.
 
-Not reproduced: the release sorts its logits, this rule p = softmax(logits), so their orders
-differ where distinct logits round to equal p; and the release drops a drafted token from its
-own cluster when its bfloat16 self-distance |a|^2 + |a|^2 - 2 a.a rounds to >= d (here the token
-always stays in its cluster; the release's ratio then divides by q(C) = 0 where q is one-hot).
+Not reproduced: the release sorts its float32 logits (float32 classifier-free guidance), this
+rule the float64 p = softmax(l) of float64 guidance l = u + s (c - u) (``gsd_lab.models.adapter``),
+so their orders differ where float32 rounding ties or swaps values that float64 keeps apart; the
+release drops a drafted token from its own cluster when its bfloat16 self-distance
+|a|^2 + |a|^2 - 2 a.a rounds to >= d (here the token always stays in its cluster; the release's
+ratio then divides by q(C) = 0 where q is one-hot); and where x < R <= max W(x) <= 10000 (a
+window holding id 10000 around a lower x) the release's next step ``[logit_sort_idx]`` gathers
+past the table's row on its GPU, a device-side assert and no Python exception: the release
+aborts, with no output. This rule takes the plain ratio there, what the release computes on a
+CPU (where that gather raises an IndexError). Neither this nor the caught x = 10000 occurs in the
+release's image generation: its drafts are image codes (random ones from its image vocabulary) or
+its own samples at image positions, ids <= 8803, and its ``MultiTokensVLLogitsProcessor`` sets
+every id outside the image codes to -inf there (the row end's 8803 and the image end's 8196
+excepted where forced), so in the stable sort a window holds only ids <= 8809 or reaches into
+the top of the -inf run, 65535 downwards.
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ import torch
 from torch import Tensor
 
 from gsd_core import DynamicClusters, member_masses
+from gsd_core.checks import check_count
 
 from ..engine.capabilities import rows_of, shared_rows
 
@@ -126,9 +139,11 @@ class ReleaseDistanceClusters:
     Ties: of tokens with equal p the larger id ranks higher (``DynamicClusters``: the smaller).
     The distance filter applies where max W(x) < R (``adjacency`` [R, R]), none where
     max W(x) > ``id_bound`` (the release's ``max() <= 10000``; no table: none anywhere), and
-    C(x) = {x}, the plain ratio p(x) / q(x), where the release raises and falls back to it: W(x)
-    empty (``.max()`` of nothing), or R <= max W(x) <= id_bound (an IndexError: id 10000 exactly).
-    Members in slot order, ascending. V >= G (the release: 65,536 ids, G = 14).
+    C(x) = {x}, the plain ratio p(x) / q(x), where R <= max W(x) <= id_bound: the release raises
+    an IndexError and falls back to that ratio where R <= x (x = 10000 exactly), and aborts on its
+    GPU where x < R (module docstring, not reproduced); and where W(x) is empty (the release's
+    ``.max()`` of nothing raises). Members in slot order, ascending. V >= G (the release: 65,536
+    ids, G = 14).
 
     adjacency: ``release_distance_table(embed_tokens, d)``. A ``gsd_core`` rule (``masses``,
     ``residual_weights``: the token residual), token-dependent and overlapping like
@@ -139,13 +154,31 @@ class ReleaseDistanceClusters:
     max_prob_gap: float | None = 0.15
     id_bound: int = RELEASE_TABLE_ROWS
 
+    def __post_init__(self) -> None:
+        """G an int >= 1, ``adjacency`` a square bool tensor or None, ``id_bound`` an int."""
+        check_count(self.group_size, "group_size (G, tokens per cluster)")
+        table = self.adjacency
+        if table is not None and not (
+            isinstance(table, Tensor)
+            and table.dtype == torch.bool
+            and table.dim() == 2
+            and table.shape[0] == table.shape[1]
+        ):
+            tensor = isinstance(table, Tensor)
+            got = f"{table.dtype} {tuple(table.shape)}" if tensor else repr(table)
+            raise ValueError(f"adjacency must be a square bool tensor [R, R] or None, got {got}")
+        if isinstance(self.id_bound, bool) or not isinstance(self.id_bound, int):
+            raise ValueError(f"id_bound must be an int, got {self.id_bound!r}")
+
     def members(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
         """C(x) for tokens x [..., T]: ids [..., T, G] and keep [..., T, G]."""
         vocab, size = p.shape[-1], self.group_size
         if vocab < size:
             raise ValueError(f"the release's window needs V >= G, got V = {vocab}, G = {size}")
         ascending = torch.sort(p, dim=-1, stable=True).indices  # the release's logit_sort
-        start = ascending.argsort(-1).gather(-1, x) - size // 2  # [..., T]
+        ranks = torch.arange(vocab, device=p.device).expand_as(ascending)
+        rank = torch.empty_like(ascending).scatter_(-1, ascending, ranks)  # the inverse permutation
+        start = rank.gather(-1, x) - size // 2  # [..., T]
         slots = start.unsqueeze(-1) + torch.arange(size, device=p.device)  # [..., T, G]
         # A negative start wraps past the stop (V >= G): the release's slice is empty.
         in_slice = (start >= 0).unsqueeze(-1) & (slots < vocab)
@@ -161,7 +194,9 @@ class ReleaseDistanceClusters:
             rows = self.adjacency.shape[0]
             largest = torch.where(in_slice, index, -1).amax(-1, keepdim=True)
             filtered = largest <= self.id_bound
-            missing = filtered & (largest >= rows)  # the release's IndexError (x is in W(x))
+            # The release: an IndexError where x >= R, an abort on its GPU where x < R (the
+            # module docstring); the plain ratio in both.
+            missing = filtered & (largest >= rows)
             table = self.adjacency.to(p.device)
             near = table[token.clamp(max=rows - 1), index.clamp(max=rows - 1)]
             keep = torch.where(filtered & ~missing, keep & near, keep)

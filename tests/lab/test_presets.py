@@ -67,7 +67,7 @@ def test_release_clusters_filter_as_the_release_loop():
     assert charged.item() == pytest.approx(float(q[sorted(members)].sum()))
     # A window past the table's rows: no distance filter where it holds an id above the bound
     # (the release's max() <= 10000), the plain ratio, C(x) = {x}, where its ids stop at the
-    # bound or below (the release's IndexError).
+    # bound or below (the release: an IndexError where x >= R, an abort on its GPU where x < R).
     table = torch.zeros(5, 5, dtype=torch.bool)
     index, keep = ReleaseDistanceClusters(8, table, None, id_bound=5).members(p, q, token)
     assert max(window) > 5 and bool(keep[index != x].all())

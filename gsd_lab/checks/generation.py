@@ -43,13 +43,16 @@ class RunOptions:
 def load_timed(load: Callable[[], Any]) -> tuple[Any, str]:
     """(the adapter ``load()`` returns, "loaded in S s on DEVICE (DTYPE)"), or (None, why) when
     the loader refuses a model too large for the CPU (``loading.refuse_large_on_cpu``)."""
+    from ..models.loading import TooLargeForCPU
+
     started = time.perf_counter()
     try:
         adapter = load()
-    except ValueError as error:
-        if "force_cpu" not in str(error):
-            raise
-        return None, f"no GPU here (--device cuda; --force-cpu to insist): {error}"
+    except TooLargeForCPU as error:
+        return None, (
+            f"a {error.parameters / 1e9:.1f}B-parameter model on the CPU takes minutes per token "
+            "(--device cuda, or --force-cpu to insist)"
+        )
     seconds = time.perf_counter() - started
     dtype = next(adapter.model.parameters()).dtype
     return adapter, f"loaded in {seconds:.1f} s on {adapter.device} ({dtype})"

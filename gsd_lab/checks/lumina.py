@@ -35,7 +35,6 @@ RELEASE_IDS = {"bos": 0, "end_of_turn": 8710, "image_start": 8197, "image_end": 
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804
 META_VQGAN_MD5 = "1a559fb5dab4d351d19496ae89da1db1"  # Meta's checklist.chk for tokenizer/vqgan.ckpt
-LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"
 
 
 def resolution_from_name(folder: str | Path) -> int | None:
@@ -88,7 +87,8 @@ class LuminaChecks:
             f"expanded on load; {len(stored)} tensors match stock Chameleon; "
             f"{lumina.estimated_parameters(config):,} parameters as stored"
         )
-        if set(architectures or ()) & {LUMINA_ARCHITECTURE, *lumina.TRANSFORMERS_ARCHITECTURES}:
+        known = {lumina.LUMINA_ARCHITECTURE, *lumina.TRANSFORMERS_ARCHITECTURES}
+        if set(architectures or ()) & known:
             return OK, detail
         note = "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
         return WARN, detail + note

@@ -1,8 +1,9 @@
 """``check-weights --model anole-7b|emu3-gen`` items (Anole: Chameleon layout; Emu3-Gen):
 
 files          config.json (model_type chameleon / emu3, a vocabulary_map), the shards and index
-architecture   stored names and shapes against the stock class of config.json (Anole's image
-               encoder ``model.vqmodel.*`` may be absent, and a tied head)
+architecture   stored names and shapes, as the loader loads them, against the stock class of
+               config.json (Anole: the image encoder ``model.vqmodel.*`` may be absent, q/k-norms
+               expanded as ``load_anole`` expands them; Emu3: a tied head may be absent)
 vocabulary     image codes by name, the layout tokens, (Emu3) the codes against the codebook
 tokenizer      ``tokenizer.json``'s ids of the layout tokens against the vocabulary map
 generation     ``rows`` image rows by AR of the model ``load_model`` loads
@@ -92,7 +93,7 @@ class FamilyChecks:
             from ..models.lumina_checkpoint import meta_lumina_model
 
             meta = meta_lumina_model(self.config)  # without the image encoder
-            stored = chameleon_shapes(self.shapes, self.config, expand=False)
+            stored = chameleon_shapes(self.shapes, self.config)
             optional = ()
         problem = shape_mismatch(meta, stored, optional=optional)
         if problem:

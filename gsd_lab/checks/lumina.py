@@ -71,7 +71,7 @@ class LuminaChecks:
 
         config = self.config
         architectures = getattr(config, "architectures", None)
-        stored = chameleon_shapes(self.shapes, config, expand=True)
+        stored = chameleon_shapes(self.shapes, config)
         problem = shape_mismatch(lumina.meta_lumina_model(config), stored)
         if problem:
             return FAIL, f"architectures {architectures}: {problem}"

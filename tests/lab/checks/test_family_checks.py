@@ -70,3 +70,21 @@ def test_another_loader_error_naming_force_cpu_fails_generation(family_folder, c
     assert code == 1 and verdicts["generation"]["status"] == "FAIL"
     assert "/data/force_cpu_run/vqgan.ckpt" in verdicts["generation"]["detail"]
     assert verdicts["image"]["status"] == "skip"
+
+
+def test_anole_q_k_norms_are_checked_as_the_loader_expands_them(family_folder, tmp_path, check):
+    """Anole's stock [heads, head_dim] q/k-norms under Lumina's per-rank architectures: the shapes
+    match stock Chameleon as stored, but ``load_anole`` would expand them as Lumina's layout and
+    refuse; the architecture item fails naming that layout."""
+    if family_folder.name != "anole-7b":
+        pytest.skip("q/k-norm layouts are Chameleon's (Anole)")
+    from gsd_lab.models.lumina_checkpoint import LUMINA_ARCHITECTURE
+
+    broken = shutil.copytree(family_folder.folder, tmp_path / "lumina-architectures")
+    config = json.loads((broken / "config.json").read_text())
+    config["architectures"] = [LUMINA_ARCHITECTURE]
+    (broken / "config.json").write_text(json.dumps(config))
+    code, verdicts = check(str(broken), *family_folder.flags)
+    assert code == 1 and verdicts["architecture"]["status"] == "FAIL"
+    assert "norm" in verdicts["architecture"]["detail"]
+    assert verdicts["generation"]["status"] == "skip"

@@ -215,6 +215,18 @@ def test_family_check_weights_refuses_lumina_only_flags(capsys, tmp_path):
             assert f"{flags[0]} does not apply to --model {model}" in err
 
 
+def test_check_weights_families_are_the_cli_choices(capsys, monkeypatch, tmp_path):
+    """``--model``'s families are those ``checks.families`` checks; a family added to the CLI's
+    choices alone is a usage error, never Lumina-mGPT's checks."""
+    import gsd_lab.cli as cli
+    from gsd_lab.checks.families import MODEL_TYPES
+
+    assert cli.FAMILY_CHOICES == tuple(MODEL_TYPES)
+    monkeypatch.setattr(cli, "FAMILY_CHOICES", (*cli.FAMILY_CHOICES, "new-family-7b"))
+    err = _usage_error(capsys, ["check-weights", str(tmp_path), "--model", "new-family-7b"])
+    assert "check-weights has no checks for --model new-family-7b" in err
+
+
 def test_bad_flag_in_a_subprocess_exits_2_without_traceback():
     done = subprocess.run([sys.executable, "-m", "gsd_lab", "generate", "--group-size", "-1"],
                           capture_output=True, text=True, timeout=120)

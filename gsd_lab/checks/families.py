@@ -25,9 +25,14 @@ from .verdicts import FAIL, OK, SKIP, Outcome, Verdict, run_items
 MODEL_TYPES = {"anole-7b": "chameleon", "emu3-gen": "emu3"}
 LAYOUT_NAMES = {
     "anole-7b": ("<s>", "</s>", "<racm3:break>", "<eoss>"),
-    "emu3-gen": ("<|image start|>", "<|image end|>", "<|image token|>", "<|extra_200|>",
-                 "<|extra_201|>"),
-}  # fmt: skip
+    "emu3-gen": (
+        "<|image start|>",
+        "<|image end|>",
+        "<|image token|>",
+        "<|extra_200|>",
+        "<|extra_201|>",
+    ),
+}
 
 # transformers' checkpoint conversion for Emu3 (conversion_mapping "emu3" and "Emu3Model"): the
 # serialised names (as save_pretrained writes them and the Hub's Emu3-Gen-hf holds them) -> the
@@ -137,10 +142,18 @@ class FamilyChecks:
         from ..models import load_model
 
         run = self.run
-        self.adapter, outcome, self.codes = grid_generation(lambda: load_model(
-            self.model, weights=str(self.folder), device=run.device_or_default,
-            tokenizer=run.tokenizer, force_cpu=run.force_cpu, **self.vqgan_kwargs,
-        ), run)  # fmt: skip
+
+        def load() -> Any:
+            return load_model(
+                self.model,
+                weights=str(self.folder),
+                device=run.device_or_default,
+                tokenizer=run.tokenizer,
+                force_cpu=run.force_cpu,
+                **self.vqgan_kwargs,
+            )
+
+        self.adapter, outcome, self.codes = grid_generation(load, run)
         return outcome
 
     def image(self) -> Outcome:

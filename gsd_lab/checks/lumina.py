@@ -30,8 +30,13 @@ from .verdicts import FAIL, OK, SKIP, WARN, Item, Outcome, Verdict, run_items
 RELEASE_VOCAB_SIZE = 65536
 # The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5): size token
 # RELEASE_SIZE_OFFSET + cells, image codes RELEASE_CODES (8192 of them).
-RELEASE_IDS = {"bos": 0, "end_of_turn": 8710, "image_start": 8197, "image_end": 8196,
-               "row_end": 8803}  # fmt: skip
+RELEASE_IDS = {
+    "bos": 0,
+    "end_of_turn": 8710,
+    "image_start": 8197,
+    "image_end": 8196,
+    "row_end": 8803,
+}
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804
 META_VQGAN_MD5 = "1a559fb5dab4d351d19496ae89da1db1"  # Meta's checklist.chk for tokenizer/vqgan.ckpt
@@ -163,10 +168,17 @@ class LuminaChecks:
         from ..models.lumina_mgpt import load_lumina_mgpt
 
         run = self.run
-        self.adapter, outcome, self.indices = grid_generation(lambda: load_lumina_mgpt(
-            self.folder, resolution=self.resolution, device=run.device_or_default,
-            tokenizer=run.tokenizer, force_cpu=run.force_cpu,
-        ), run)  # fmt: skip
+
+        def load() -> Any:
+            return load_lumina_mgpt(
+                self.folder,
+                resolution=self.resolution,
+                device=run.device_or_default,
+                tokenizer=run.tokenizer,
+                force_cpu=run.force_cpu,
+            )
+
+        self.adapter, outcome, self.indices = grid_generation(load, run)
         return outcome
 
     def image(self, vqgan_dir: str) -> Outcome:

@@ -34,7 +34,8 @@ def test_a_wrong_shape_fails_the_architecture(janus_weights, tmp_path, check):
     save_file(state, str(broken / "model.safetensors"), metadata={"format": "pt"})
     code, verdicts = check(str(broken))
     assert code == 1
-    assert verdicts["architecture"]["status"] == "FAIL" and name in verdicts["architecture"]["detail"]
+    architecture = verdicts["architecture"]
+    assert architecture["status"] == "FAIL" and name in architecture["detail"]
     assert verdicts["generation"]["status"] == "skip"
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .verdicts import OK, Outcome
+from .items import OK, Outcome
 
 Shape = tuple[int, ...]
 

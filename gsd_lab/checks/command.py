@@ -11,7 +11,7 @@ from .families import MODEL_TYPES, check_family_weights
 from .generation import RunOptions
 from .janus import check_janus_weights, is_janus_folder
 from .lumina import check_lumina_weights
-from .verdicts import report
+from .items import report
 
 
 def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from .checkpoint import chameleon_shapes, files_outcome, on_meta, shape_mismatch, tokenizer_json
 from .generation import RunOptions, grid_generation, save_png
-from .verdicts import FAIL, OK, SKIP, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, Outcome, Verdict, run_items
 
 MODEL_TYPES = {"anole-7b": "chameleon", "emu3-gen": "emu3"}
 LAYOUT_NAMES = {

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from .verdicts import FAIL, OK, SKIP, Outcome
+from .items import FAIL, OK, SKIP, Outcome
 
 DEFAULT_PROMPT = "a lighthouse on a rocky coast at sunset"
 

@@ -22,7 +22,7 @@ import torch
 
 from .checkpoint import files_outcome, on_meta, shape_mismatch, tokenizer_json
 from .generation import RunOptions, ar_rows, load_timed, save_png
-from .verdicts import FAIL, OK, SKIP, WARN, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, WARN, Outcome, Verdict, run_items
 
 
 def is_janus_folder(weights: str | Path) -> bool:

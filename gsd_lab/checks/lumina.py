@@ -25,7 +25,7 @@ import torch
 
 from .checkpoint import chameleon_shapes, files_outcome, shape_mismatch
 from .generation import RunOptions, grid_generation, save_png
-from .verdicts import FAIL, OK, SKIP, WARN, Item, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, WARN, Item, Outcome, Verdict, run_items
 
 RELEASE_VOCAB_SIZE = 65536
 # The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5): size token

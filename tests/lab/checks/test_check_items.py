@@ -11,7 +11,7 @@ import torch
 
 from gsd_lab.checks.checkpoint import on_meta, shape_mismatch
 from gsd_lab.checks.generation import load_timed
-from gsd_lab.checks.verdicts import FAIL, OK, SKIP, WARN, Verdict, run_items
+from gsd_lab.checks.items import FAIL, OK, SKIP, WARN, Verdict, run_items
 from gsd_lab.models.loading import TooLargeForCPU
 
 

@@ -14,6 +14,7 @@ Shape = tuple[int, ...]
 
 
 def size_text(num_bytes: int) -> str:
+    """``num_bytes`` in GB (two decimals) from 0.1 GB on, else in MB."""
     return f"{num_bytes / 1e9:.2f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.2f} MB"
 
 
@@ -84,7 +85,7 @@ def chameleon_shapes(stored: dict[str, Shape], config: Any) -> dict[str, Shape]:
 
     from ..models.lumina_checkpoint import IMAGE_ENCODER_PREFIX, expand_qk_norm, is_qk_norm
 
-    shapes = {}
+    shapes: dict[str, Shape] = {}
     for name, shape in stored.items():
         if name.startswith(IMAGE_ENCODER_PREFIX):
             continue

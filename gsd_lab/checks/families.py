@@ -73,9 +73,11 @@ class FamilyChecks:
         raw = json.loads(path.read_text())
         expected = MODEL_TYPES[self.model]
         if raw.get("model_type") != expected:
-            raise ValueError(f"model_type {raw.get('model_type')!r}; {self.model} is {expected!r}")
+            raise ValueError(
+                f"{path} has model_type {raw.get('model_type')!r}; {self.model} is {expected!r}"
+            )
         if not raw.get("vocabulary_map"):
-            raise ValueError("config.json has no vocabulary_map (the image token ids)")
+            raise ValueError(f"{path} has no vocabulary_map (the image token ids)")
         if self.emu3:
             from transformers import Emu3Config
 

@@ -30,6 +30,7 @@ class RunOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> "RunOptions":
+        """The options of the parsed ``check-weights`` flags (``args``), by the fields' names."""
         return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
 
     @property

@@ -45,7 +45,7 @@ class JanusChecks:
         self.folder, self.run = Path(weights).expanduser(), run
         self.config: Any = None
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self.ids: tuple[int, int, int] = (0, 0, 0)
+        self.ids: tuple[int, int, int] | None = None  # BOS, pad, BOI: the generation cfg item
         self.adapter: Any = None
         self.tokens: torch.Tensor | None = None
 
@@ -104,6 +104,8 @@ class JanusChecks:
 
         path = tokenizer_json(self.run.tokenizer, self.folder)
         tokenizer = PromptTokenizer(path)
+        if self.ids is None:
+            raise RuntimeError("the tokenizer item runs after the generation cfg item")
         bos, pad, boi = self.ids
         names = {i: tokenizer.tokenizer.id_to_token(i) for i in (bos, pad, boi)}
         detail = f"{path}: BOS {names[bos]!r}, pad {names[pad]!r}, BOI {names[boi]!r}"

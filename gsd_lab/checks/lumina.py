@@ -8,8 +8,10 @@ vocabulary     image codes (by name), the layout and size tokens; on the 7B voca
 tokenizer      which tokenizer.json (the checkpoint's or the 768 repo's), its layout-token ids
 prompt ids     the package's prompt ids against ``tokenizers.Tokenizer.from_file`` of that file,
                decoding back to the prompt; transformers' classes reported (not used)
-generation     ``rows`` image rows by AR of the model loaded as ``generate`` loads it
-image          (--vqgan) the VQGAN (Meta's checksum, its codebook against the codes) decodes them
+generation     ``rows`` image rows by AR of the model loaded as ``generate`` loads it: the row
+               end at every row end, an image code at every code position
+image          (--vqgan) the VQGAN (Meta's checksum, its codebook against the codes) decodes them,
+               saved with --out
 clip           (--clip) the CLIP folder loads and scores that image against the prompt
 """
 
@@ -53,7 +55,7 @@ class LuminaChecks:
 
     def __init__(self, weights: str | Path, resolution: int, run: RunOptions) -> None:
         self.weights, self.resolution, self.run = weights, resolution, run
-        self.folder: Path = Path(weights)
+        self.folder: Path = Path(weights).expanduser()
         self.config: Any = None
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.layout: Any = None
@@ -239,6 +241,8 @@ def release_differences(layout: Any, ids: torch.Tensor, resolution: int) -> list
 
 
 def file_md5(path: Path) -> str:
+    """The hex MD5 of the file at ``path`` (as Meta's checklist.chk lists it), read in 4 MiB
+    blocks."""
     digest = hashlib.md5()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):

@@ -33,8 +33,9 @@ from .decode.methods import DRAFTS, KINDS, RESIDUALS, VERIFIERS, DecodingMethod
 from .teaching.notebooks import CELL_TIMEOUT as NOTEBOOK_CELL_TIMEOUT
 from .teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
-# gsd_lab.models.MODEL_NAMES + ("tiny-random",) and FAMILY_LOADERS, spelled out so that parsing
-# and checking the flags imports no torch. Tests keep them in sync.
+# gsd_lab.models.MODEL_NAMES + ("tiny-random",) and FAMILY_LOADERS (FAMILY_CHOICES: also the
+# families of gsd_lab.checks.families.MODEL_TYPES), spelled out so that parsing and checking the
+# flags imports no torch. Tests keep them in sync.
 FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",

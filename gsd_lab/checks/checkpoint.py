@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .verdicts import OK, Outcome
+from .items import OK, Outcome
 
 Shape = tuple[int, ...]
 
 
 def size_text(num_bytes: int) -> str:
+    """``num_bytes`` in GB (two decimals) from 0.1 GB on, else in MB."""
     return f"{num_bytes / 1e9:.2f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.2f} MB"
 
 
@@ -74,19 +75,21 @@ def shape_mismatch(
     return architecture_mismatch(expected, stored)
 
 
-def chameleon_shapes(stored: dict[str, Shape], config: Any, *, expand: bool) -> dict[str, Shape]:
-    """``stored`` without the image encoder ``model.vqmodel.*`` (Lumina-mGPT and Anole
-    generate without it), q/k-norms as loaded with ``expand`` (``expand_qk_norm``: Lumina's
-    per-rank layout, refused with the reason when it is not the config's)."""
+def chameleon_shapes(stored: dict[str, Shape], config: Any) -> dict[str, Shape]:
+    """``stored`` as Lumina-mGPT's and Anole's loaders (``read_lumina_state_dict``) load it:
+    without the image encoder ``model.vqmodel.*`` (they generate without it), q/k-norms
+    expanded (``expand_qk_norm``: Lumina's per-rank layout to [heads, head_dim], a stock
+    architecture's unchanged; ``ValueError`` with the reason when the layout is not the
+    config's)."""
     import torch
 
     from ..models.lumina_checkpoint import IMAGE_ENCODER_PREFIX, expand_qk_norm, is_qk_norm
 
-    shapes = {}
+    shapes: dict[str, Shape] = {}
     for name, shape in stored.items():
         if name.startswith(IMAGE_ENCODER_PREFIX):
             continue
-        if expand and is_qk_norm(name):
+        if is_qk_norm(name):
             shape = tuple(expand_qk_norm(name, torch.empty(shape, device="meta"), config).shape)
         shapes[name] = shape
     return shapes

@@ -11,7 +11,7 @@ from .families import MODEL_TYPES, check_family_weights
 from .generation import RunOptions
 from .janus import check_janus_weights, is_janus_folder
 from .lumina import check_lumina_weights
-from .verdicts import report
+from .items import report
 
 
 def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:
@@ -23,11 +23,17 @@ def refuse_flags(args: Any, flags: tuple[str, ...], where: str) -> None:
 
 
 def main(args: Any) -> int:
-    """Check ``args.weights``: ``--model anole-7b|emu3-gen`` (``checks.families``), a Janus
-    folder (``checks.janus``), else Lumina-mGPT (``checks.lumina``)."""
+    """Check ``args.weights``: ``--model anole-7b|emu3-gen`` (``checks.families``), else
+    (``--model lumina-mgpt``) a Janus folder (``checks.janus``) or Lumina-mGPT
+    (``checks.lumina``); another ``--model`` is a usage error (no family's checks for it)."""
     started = time.perf_counter()
     run = RunOptions.from_args(args)
-    if args.model in MODEL_TYPES:
+    if args.model != "lumina-mgpt":
+        if args.model not in MODEL_TYPES:
+            args.command_parser.error(
+                f"check-weights has no checks for --model {args.model} (it checks lumina-mgpt, "
+                f"{', '.join(MODEL_TYPES)})"
+            )
         refuse_flags(args, ("--clip", "--resolution"), f"--model {args.model} (Lumina-mGPT only)")
         try:
             verdicts = check_family_weights(args.model, args.weights, vqgan=args.vqgan, run=run)

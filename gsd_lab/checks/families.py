@@ -1,8 +1,9 @@
 """``check-weights --model anole-7b|emu3-gen`` items (Anole: Chameleon layout; Emu3-Gen):
 
 files          config.json (model_type chameleon / emu3, a vocabulary_map), the shards and index
-architecture   stored names and shapes against the stock class of config.json (Anole's image
-               encoder ``model.vqmodel.*`` may be absent, and a tied head)
+architecture   stored names and shapes, as the loader loads them, against the stock class of
+               config.json (Anole: the image encoder ``model.vqmodel.*`` may be absent, q/k-norms
+               expanded as ``load_anole`` expands them; Emu3: a tied head may be absent)
 vocabulary     image codes by name, the layout tokens, (Emu3) the codes against the codebook
 tokenizer      ``tokenizer.json``'s ids of the layout tokens against the vocabulary map
 generation     ``rows`` image rows by AR of the model ``load_model`` loads
@@ -19,14 +20,19 @@ import torch
 
 from .checkpoint import chameleon_shapes, files_outcome, on_meta, shape_mismatch, tokenizer_json
 from .generation import RunOptions, grid_generation, save_png
-from .verdicts import FAIL, OK, SKIP, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, Outcome, Verdict, run_items
 
 MODEL_TYPES = {"anole-7b": "chameleon", "emu3-gen": "emu3"}
 LAYOUT_NAMES = {
     "anole-7b": ("<s>", "</s>", "<racm3:break>", "<eoss>"),
-    "emu3-gen": ("<|image start|>", "<|image end|>", "<|image token|>", "<|extra_200|>",
-                 "<|extra_201|>"),
-}  # fmt: skip
+    "emu3-gen": (
+        "<|image start|>",
+        "<|image end|>",
+        "<|image token|>",
+        "<|extra_200|>",
+        "<|extra_201|>",
+    ),
+}
 
 # transformers' checkpoint conversion for Emu3 (conversion_mapping "emu3" and "Emu3Model"): the
 # serialised names (as save_pretrained writes them and the Hub's Emu3-Gen-hf holds them) -> the
@@ -67,9 +73,11 @@ class FamilyChecks:
         raw = json.loads(path.read_text())
         expected = MODEL_TYPES[self.model]
         if raw.get("model_type") != expected:
-            raise ValueError(f"model_type {raw.get('model_type')!r}; {self.model} is {expected!r}")
+            raise ValueError(
+                f"{path} has model_type {raw.get('model_type')!r}; {self.model} is {expected!r}"
+            )
         if not raw.get("vocabulary_map"):
-            raise ValueError("config.json has no vocabulary_map (the image token ids)")
+            raise ValueError(f"{path} has no vocabulary_map (the image token ids)")
         if self.emu3:
             from transformers import Emu3Config
 
@@ -92,7 +100,7 @@ class FamilyChecks:
             from ..models.lumina_checkpoint import meta_lumina_model
 
             meta = meta_lumina_model(self.config)  # without the image encoder
-            stored = chameleon_shapes(self.shapes, self.config, expand=False)
+            stored = chameleon_shapes(self.shapes, self.config)
             optional = ()
         problem = shape_mismatch(meta, stored, optional=optional)
         if problem:
@@ -136,10 +144,18 @@ class FamilyChecks:
         from ..models import load_model
 
         run = self.run
-        self.adapter, outcome, self.codes = grid_generation(lambda: load_model(
-            self.model, weights=str(self.folder), device=run.device_or_default,
-            tokenizer=run.tokenizer, force_cpu=run.force_cpu, **self.vqgan_kwargs,
-        ), run)  # fmt: skip
+
+        def load() -> Any:
+            return load_model(
+                self.model,
+                weights=str(self.folder),
+                device=run.device_or_default,
+                tokenizer=run.tokenizer,
+                force_cpu=run.force_cpu,
+                **self.vqgan_kwargs,
+            )
+
+        self.adapter, outcome, self.codes = grid_generation(load, run)
         return outcome
 
     def image(self) -> Outcome:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from .verdicts import FAIL, OK, SKIP, Outcome
+from .items import FAIL, OK, SKIP, Outcome
 
 DEFAULT_PROMPT = "a lighthouse on a rocky coast at sunset"
 
@@ -30,6 +30,7 @@ class RunOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> "RunOptions":
+        """The options of the parsed ``check-weights`` flags (``args``), by the fields' names."""
         return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
 
     @property
@@ -43,13 +44,16 @@ class RunOptions:
 def load_timed(load: Callable[[], Any]) -> tuple[Any, str]:
     """(the adapter ``load()`` returns, "loaded in S s on DEVICE (DTYPE)"), or (None, why) when
     the loader refuses a model too large for the CPU (``loading.refuse_large_on_cpu``)."""
+    from ..models.loading import TooLargeForCPU
+
     started = time.perf_counter()
     try:
         adapter = load()
-    except ValueError as error:
-        if "force_cpu" not in str(error):
-            raise
-        return None, f"no GPU here (--device cuda; --force-cpu to insist): {error}"
+    except TooLargeForCPU as error:
+        return None, (
+            f"a {error.parameters / 1e9:.1f}B-parameter model on the CPU takes minutes per token "
+            "(--device cuda, or --force-cpu to insist)"
+        )
     seconds = time.perf_counter() - started
     dtype = next(adapter.model.parameters()).dtype
     return adapter, f"loaded in {seconds:.1f} s on {adapter.device} ({dtype})"

@@ -22,7 +22,7 @@ import torch
 
 from .checkpoint import files_outcome, on_meta, shape_mismatch, tokenizer_json
 from .generation import RunOptions, ar_rows, load_timed, save_png
-from .verdicts import FAIL, OK, SKIP, WARN, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, WARN, Outcome, Verdict, run_items
 
 
 def is_janus_folder(weights: str | Path) -> bool:
@@ -45,7 +45,7 @@ class JanusChecks:
         self.folder, self.run = Path(weights).expanduser(), run
         self.config: Any = None
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self.ids: tuple[int, int, int] = (0, 0, 0)
+        self.ids: tuple[int, int, int] | None = None  # BOS, pad, BOI: the generation cfg item
         self.adapter: Any = None
         self.tokens: torch.Tensor | None = None
 
@@ -104,6 +104,8 @@ class JanusChecks:
 
         path = tokenizer_json(self.run.tokenizer, self.folder)
         tokenizer = PromptTokenizer(path)
+        if self.ids is None:
+            raise RuntimeError("the tokenizer item runs after the generation cfg item")
         bos, pad, boi = self.ids
         names = {i: tokenizer.tokenizer.id_to_token(i) for i in (bos, pad, boi)}
         detail = f"{path}: BOS {names[bos]!r}, pad {names[pad]!r}, BOI {names[boi]!r}"
@@ -115,10 +117,16 @@ class JanusChecks:
         from ..models.janus import load_janus
 
         run = self.run
-        adapter, loaded = load_timed(lambda: load_janus(
-            self.folder, device=run.device_or_default, tokenizer=run.tokenizer,
-            force_cpu=run.force_cpu,
-        ))  # fmt: skip
+
+        def load() -> Any:
+            return load_janus(
+                self.folder,
+                device=run.device_or_default,
+                tokenizer=run.tokenizer,
+                force_cpu=run.force_cpu,
+            )
+
+        adapter, loaded = load_timed(load)
         if adapter is None:
             return SKIP, loaded
         self.adapter = adapter

@@ -8,8 +8,10 @@ vocabulary     image codes (by name), the layout and size tokens; on the 7B voca
 tokenizer      which tokenizer.json (the checkpoint's or the 768 repo's), its layout-token ids
 prompt ids     the package's prompt ids against ``tokenizers.Tokenizer.from_file`` of that file,
                decoding back to the prompt; transformers' classes reported (not used)
-generation     ``rows`` image rows by AR of the model loaded as ``generate`` loads it
-image          (--vqgan) the VQGAN (Meta's checksum, its codebook against the codes) decodes them
+generation     ``rows`` image rows by AR of the model loaded as ``generate`` loads it: the row
+               end at every row end, an image code at every code position
+image          (--vqgan) the VQGAN (Meta's checksum, its codebook against the codes) decodes them,
+               saved with --out
 clip           (--clip) the CLIP folder loads and scores that image against the prompt
 """
 
@@ -25,17 +27,21 @@ import torch
 
 from .checkpoint import chameleon_shapes, files_outcome, shape_mismatch
 from .generation import RunOptions, grid_generation, save_png
-from .verdicts import FAIL, OK, SKIP, WARN, Item, Outcome, Verdict, run_items
+from .items import FAIL, OK, SKIP, WARN, Item, Outcome, Verdict, run_items
 
 RELEASE_VOCAB_SIZE = 65536
 # The 7B release's ids (Chameleon's vocabulary; docs/lumina-mgpt.md section 5): size token
 # RELEASE_SIZE_OFFSET + cells, image codes RELEASE_CODES (8192 of them).
-RELEASE_IDS = {"bos": 0, "end_of_turn": 8710, "image_start": 8197, "image_end": 8196,
-               "row_end": 8803}  # fmt: skip
+RELEASE_IDS = {
+    "bos": 0,
+    "end_of_turn": 8710,
+    "image_start": 8197,
+    "image_end": 8196,
+    "row_end": 8803,
+}
 RELEASE_CODES = (4, 8195)
 RELEASE_SIZE_OFFSET = 8804
 META_VQGAN_MD5 = "1a559fb5dab4d351d19496ae89da1db1"  # Meta's checklist.chk for tokenizer/vqgan.ckpt
-LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"
 
 
 def resolution_from_name(folder: str | Path) -> int | None:
@@ -49,7 +55,7 @@ class LuminaChecks:
 
     def __init__(self, weights: str | Path, resolution: int, run: RunOptions) -> None:
         self.weights, self.resolution, self.run = weights, resolution, run
-        self.folder: Path = Path(weights)
+        self.folder: Path = Path(weights).expanduser()
         self.config: Any = None
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.layout: Any = None
@@ -72,7 +78,7 @@ class LuminaChecks:
 
         config = self.config
         architectures = getattr(config, "architectures", None)
-        stored = chameleon_shapes(self.shapes, config, expand=True)
+        stored = chameleon_shapes(self.shapes, config)
         problem = shape_mismatch(lumina.meta_lumina_model(config), stored)
         if problem:
             return FAIL, f"architectures {architectures}: {problem}"
@@ -88,7 +94,8 @@ class LuminaChecks:
             f"expanded on load; {len(stored)} tensors match stock Chameleon; "
             f"{lumina.estimated_parameters(config):,} parameters as stored"
         )
-        if set(architectures or ()) & {LUMINA_ARCHITECTURE, *lumina.TRANSFORMERS_ARCHITECTURES}:
+        known = {lumina.LUMINA_ARCHITECTURE, *lumina.TRANSFORMERS_ARCHITECTURES}
+        if set(architectures or ()) & known:
             return OK, detail
         note = "; an unknown architectures value: the q/k-norm layout is read as Lumina's"
         return WARN, detail + note
@@ -163,10 +170,17 @@ class LuminaChecks:
         from ..models.lumina_mgpt import load_lumina_mgpt
 
         run = self.run
-        self.adapter, outcome, self.indices = grid_generation(lambda: load_lumina_mgpt(
-            self.folder, resolution=self.resolution, device=run.device_or_default,
-            tokenizer=run.tokenizer, force_cpu=run.force_cpu,
-        ), run)  # fmt: skip
+
+        def load() -> Any:
+            return load_lumina_mgpt(
+                self.folder,
+                resolution=self.resolution,
+                device=run.device_or_default,
+                tokenizer=run.tokenizer,
+                force_cpu=run.force_cpu,
+            )
+
+        self.adapter, outcome, self.indices = grid_generation(load, run)
         return outcome
 
     def image(self, vqgan_dir: str) -> Outcome:
@@ -227,6 +241,8 @@ def release_differences(layout: Any, ids: torch.Tensor, resolution: int) -> list
 
 
 def file_md5(path: Path) -> str:
+    """The hex MD5 of the file at ``path`` (as Meta's checklist.chk lists it), read in 4 MiB
+    blocks."""
     digest = hashlib.md5()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):

@@ -10,8 +10,9 @@ file, pick the device and dtype, and refuse a model too large for the CPU.
   tokenizer.json), else the checkpoint's ``tokenizer.json``;
 - ``device_and_dtype(device, dtype)``: default cuda when available, else cpu; default bfloat16
   on a GPU, float32 on the CPU;
-- ``refuse_large_on_cpu``: ``ValueError`` above a family's parameter limit on the CPU unless
-  ``force_cpu`` (such a model takes minutes per token there).
+- ``refuse_large_on_cpu``: ``TooLargeForCPU`` (a ``ValueError`` carrying the folder and the
+  parameter count) above a family's parameter limit on the CPU unless ``force_cpu`` (such a
+  model takes minutes per token there).
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def device_and_dtype(
     return device, dtype
 
 
+class TooLargeForCPU(ValueError):
+    """A model above its family's CPU parameter limit, refused on the CPU without ``force_cpu``:
+    ``folder`` holds it, ``parameters`` is its parameter count."""
+
+    def __init__(self, folder: Path, parameters: int) -> None:
+        self.folder, self.parameters = folder, parameters
+        super().__init__(
+            f"{folder} holds a {parameters / 1e9:.1f}B-parameter model; running it on the CPU "
+            "would take minutes per token and tens of GB of memory. Use a GPU (device='cuda'), "
+            "or pass force_cpu=True to insist."
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[Path, int]]:
+        """Pickled as (folder, parameters), what ``__init__`` takes."""
+        return type(self), (self.folder, self.parameters)
+
+
 def refuse_large_on_cpu(
     folder: Path,
     device: torch.device,
@@ -75,17 +93,13 @@ def refuse_large_on_cpu(
     limit: int,
     force_cpu: bool,
 ) -> None:
-    """``ValueError`` when ``device`` is the CPU, ``force_cpu`` is off and the model has more
-    than ``limit`` parameters (``parameters()``, only called then)."""
+    """``TooLargeForCPU`` when ``device`` is the CPU, ``force_cpu`` is off and the model has
+    more than ``limit`` parameters (``parameters()``, only called then)."""
     if device.type != "cpu" or force_cpu:
         return
     size = parameters()
     if size > limit:
-        raise ValueError(
-            f"{folder} holds a {size / 1e9:.1f}B-parameter model; running it on the CPU would "
-            "take minutes per token and tens of GB of memory. Use a GPU (device='cuda'), or "
-            "pass force_cpu=True to insist."
-        )
+        raise TooLargeForCPU(folder, size)
 
 
 def _default_device() -> str:

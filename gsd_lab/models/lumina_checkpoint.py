@@ -117,6 +117,8 @@ def read_lumina_config(folder: Path) -> Any:
 # Stock transformers classes: checkpoints saved from them (or by transformers' Chameleon
 # converter) hold q/k-norms already expanded to [heads, head_dim].
 TRANSFORMERS_ARCHITECTURES = ("ChameleonForConditionalGeneration", "ChameleonModel")
+# Lumina-mGPT's own class, as its releases' config.json names it: q/k-norms stored per rank.
+LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"
 
 
 def stores_expanded_qk_norms(config: Any) -> bool:
@@ -169,7 +171,7 @@ def expand_qk_norm(name: str, tensor: Tensor, config: Any) -> Tensor:
                 f"{name}: shape {tuple(tensor.shape)}; config.json's architectures "
                 f"{config.architectures} is stock transformers, whose layout [heads={heads}, "
                 f"head_dim={head_dim}] is expected (Lumina's per-rank q/k-norms need Lumina's "
-                "architectures, ChameleonXLLMXForConditionalGeneration)"
+                f"architectures, {LUMINA_ARCHITECTURE})"
             )
         return tensor
     ranks = _model_parallel_size(config)

@@ -208,11 +208,35 @@ def test_figures_threads_one_only_when_not_streamed(monkeypatch, tmp_path, paper
 
 
 def test_family_check_weights_refuses_lumina_only_flags(capsys, tmp_path):
+    """Flags that do not apply to the family are usage errors, never ignored: --clip and
+    --resolution for Anole and Emu3, --vqgan for Emu3 (its own VQ-VAE), --vqgan, --clip and
+    --resolution for a Janus folder."""
     for model in ("anole-7b", "emu3-gen"):
         for flags in (["--clip", str(tmp_path)], ["--resolution", "512"]):
             argv = ["check-weights", str(tmp_path), "--model", model, *flags]
             err = _usage_error(capsys, argv)
             assert f"{flags[0]} does not apply to --model {model}" in err
+    err = _usage_error(capsys, ["check-weights", str(tmp_path), "--model", "emu3-gen",
+                                "--vqgan", str(tmp_path)])
+    assert "--vqgan does not apply to emu3-gen" in err
+    janus = tmp_path / "janus"
+    janus.mkdir()
+    (janus / "config.json").write_text(json.dumps({"model_type": "janus"}))
+    for flags in (["--vqgan", str(tmp_path)], ["--clip", str(tmp_path)], ["--resolution", "512"]):
+        err = _usage_error(capsys, ["check-weights", str(janus), *flags])
+        assert f"{flags[0]} does not apply to a Janus checkpoint" in err
+
+
+def test_check_weights_families_are_the_cli_choices(capsys, monkeypatch, tmp_path):
+    """``--model``'s families are those ``checks.families`` checks; a family added to the CLI's
+    choices alone is a usage error, never Lumina-mGPT's checks."""
+    import gsd_lab.cli as cli
+    from gsd_lab.checks.families import MODEL_TYPES
+
+    assert cli.FAMILY_CHOICES == tuple(MODEL_TYPES)
+    monkeypatch.setattr(cli, "FAMILY_CHOICES", (*cli.FAMILY_CHOICES, "new-family-7b"))
+    err = _usage_error(capsys, ["check-weights", str(tmp_path), "--model", "new-family-7b"])
+    assert "check-weights has no checks for --model new-family-7b" in err
 
 
 def test_bad_flag_in_a_subprocess_exits_2_without_traceback():

@@ -49,7 +49,8 @@ def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
     cdf = weights.cumsum(-1, dtype=torch.float64)
     total = cdf[..., -1:]
-    drawn = torch.searchsorted(cdf, uniform.to(torch.float64) * total, right=True)
+    uniform = uniform if uniform.dtype == torch.float64 else uniform.to(torch.float64)
+    drawn = torch.searchsorted(cdf, uniform * total, right=True)  # first y with cdf(y) > u * total
     last = torch.searchsorted(cdf, total.contiguous())  # first y with cdf(y) = total: weight > 0
     return torch.minimum(drawn, last).clamp_(max=weights.shape[-1] - 1)  # the clamp: NaN rows
 

@@ -45,8 +45,9 @@ def draw(weights: Tensor, uniform: Tensor) -> Tensor:
     onto trailing zeros). weights [..., V] >= 0 (unnormalised, any floating dtype); uniform
     [..., 1] (the shape of the total). cdf(y) = sum_{z <= y} w(z), the total and u * total are
     float64 whatever the dtype of w: P(y) = (cdf(y) - cdf(y - 1)) / total = w(y) / sum(w) up to
-    float64 rounding (a running sum in float32 would round each w(y) to its resolution). Always
-    an id in [0, V), NaN rows included. Returns int64 [..., 1]."""
+    float64 rounding (a running sum in float32 would round each w(y) to its resolution), for a
+    float64 u (a float32 u lies on a grid of 2^-24). Always an id in [0, V), NaN rows included.
+    Returns int64 [..., 1]."""
     cdf = weights.cumsum(-1, dtype=torch.float64)
     total = cdf[..., -1:]
     uniform = uniform if uniform.dtype == torch.float64 else uniform.to(torch.float64)

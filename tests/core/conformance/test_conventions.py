@@ -28,11 +28,16 @@ def test_a_tie_u_equal_to_a_rejects() -> None:
 
 
 def test_p_equal_to_q_has_an_empty_residual_and_draws_from_p() -> None:
+    """p == q with a rejection forced anyway: the residual (p - q)+ is empty and the token is
+    drawn from p. p [2, 4] is p_0 and the bonus row, q [1, 4] = p_0; the draft 3 has q(3) = 0,
+    so a = 0 and u_0 = 0 rejects it; u_1 = 0.9 falls in token 2's interval [0.5, 1) of p's
+    CDF. vLLM v1 gives token 0 (its race over zeros), vLLM v0 the uniform law over V (token 3
+    by inverse CDF at this u), transformers NaN."""
     assert torch.equal(residual_distribution(P, P), P)
-    p = torch.tensor([[0.0, 0.0, 1.0, 0.0]], dtype=torch.float64)  # a forced rejection from p
-    result = verify(torch.cat([p, p]), torch.tensor([[0.0, 0.0, 0.5, 0.5]], dtype=torch.float64),
-                    torch.tensor([3]), uniforms=torch.tensor([0.0, 0.0], dtype=torch.float64))
-    assert result.tokens.tolist() == [2, -1]  # not token 0 (vLLM v1's empty race)
+    p = torch.tensor([[0.25, 0.25, 0.5, 0.0]] * 2, dtype=torch.float64)
+    q = p[:1]  # q == p_0
+    u = torch.tensor([0.0, 0.9], dtype=torch.float64)
+    assert verify(p, q, torch.tensor([3]), uniforms=u).tokens.tolist() == [2, -1]
 
 
 def test_a_placeholder_draft_raises() -> None:

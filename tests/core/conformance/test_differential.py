@@ -2,7 +2,8 @@
 algorithm, run on the same uniforms as ``gsd_core.verify``.
 
 - ``hf_speculative_sampling``: transformers ``src/transformers/generation/utils.py``,
-  ``_speculative_sampling`` (Leviathan et al., Alg. 1): accept while r_i <= p_i(x_i) / q_i(x_i);
+  ``_speculative_sampling`` (Leviathan et al., Alg. 1), its ``is_done_candidate=False`` path
+  (the last draft not an end-of-sequence token): accept while r_i <= p_i(x_i) / q_i(x_i);
   at the first rejection sample norm(clamp(p - q, min=0)), after L acceptances the bonus row. Its
   ``torch.multinomial`` is replaced by an inverse-CDF draw with the uniform u_L, so that it and
   gsd consume the same randomness: accepted counts and every emitted token must agree.

@@ -1,5 +1,5 @@
-"""Ports of Hugging Face transformers' ``tests/generation/test_utils.py``
-(``UtilsFunctionsTest``: ``test_speculative_sampling``,
+"""Ports of Hugging Face transformers' ``tests/generation/test_utils.py`` at commit
+cf63921b9648e760a9a72a3c84bf797f17d1e140 (``UtilsFunctionsTest``: ``test_speculative_sampling``,
 ``test_speculative_sampling_target_distribution``) to ``gsd_core.verify``.
 
 transformers' ``_speculative_sampling`` takes the assistant's logits (q = their softmax) and the
@@ -28,8 +28,8 @@ def candidate_logits() -> torch.Tensor:
 
 def test_speculative_sampling() -> None:
     """Port of UtilsFunctionsTest.test_speculative_sampling (transformers
-    tests/generation/test_utils.py): accepts 1 and 4, rejects 5 (target row one-hot on 8), emits
-    8; n_matches 2, validated tokens [1, 4, 8]."""
+    tests/generation/test_utils.py at cf63921b): accepts 1 and 4, rejects 5 (target row one-hot
+    on 8), emits 8; n_matches 2, validated tokens [1, 4, 8]."""
     new_logits = torch.full((1, 4, 10), -10.0)
     new_logits[0, 0, 1] = new_logits[0, 1, 4] = 10.0
     new_logits[0, 2] = -INF
@@ -43,12 +43,13 @@ def test_speculative_sampling() -> None:
 
 def test_speculative_sampling_target_distribution() -> None:
     """Port of UtilsFunctionsTest.test_speculative_sampling_target_distribution (transformers
-    tests/generation/test_utils.py): 10,000 windows; 1 and 4 always accepted, 5 always rejected
-    (the third target row has logits 2, 1, -0.01, 2 on tokens 1, 3, 7, 8 and -inf elsewhere), so
-    the third token is 1, 3, 7 or 8 with counts[1] > counts[3] > counts[7] > 0 and
-    counts[8] > counts[3]. transformers' fourth (bonus) row is all -inf: its softmax is NaN and
-    unused. gsd convention: verify checks every row it is given, so p has L = 3 rows here (no
-    bonus row), one fewer than transformers passes."""
+    tests/generation/test_utils.py at cf63921b): 10,000 windows; 1 and 4 always accepted, 5
+    always rejected (the third target row has logits 2, 1, -0.01, 2 on tokens 1, 3, 7, 8 and
+    -inf elsewhere), so the third token is 1, 3, 7 or 8 with counts[1] > counts[3] > counts[7]
+    > 0 and counts[8] > counts[3]. Two differences: transformers makes 10,000 separate calls,
+    here one batched call verifies the 10,000 windows [10000, 3] (the rows broadcast); and its
+    fourth (bonus) row, all -inf (softmax NaN, unused), is dropped, since verify checks every row
+    it is given: p [1, 3, 10] has L = 3 rows (no bonus row)."""
     new_logits = torch.full((1, 3, 10), -INF)
     new_logits[0, 0, 1] = new_logits[0, 1, 4] = 10.0
     new_logits[0, 2, [1, 3, 7, 8]] = torch.tensor([2.0, 1.0, -0.01, 2.0])

@@ -1,11 +1,12 @@
 """Ports of vllm-ascend's ``tests/ut/sample/test_rejection_sampler.py``
-(vllm-project/vllm-ascend, ``TestAscendRejectionSampler``) to ``gsd_core.verify`` and
-``gsd_core.verify_block``: same inputs, uniforms and assertions, adapted to gsd's API.
+(vllm-project/vllm-ascend at commit 05dd267b, ``TestAscendRejectionSampler``) to
+``gsd_core.verify`` and ``gsd_core.verify_block``: same inputs, uniforms and assertions, adapted to gsd's API.
 
 vllm-ascend passes recovered and bonus token ids in from outside; gsd draws them from the
 residual and the bonus row, so each port gives the bonus row one-hot on a bonus id inside the
 vocabulary. The reduce-sampling (candidate subset) and entropy-verify cases have no gsd
-counterpart and are not ported.
+counterpart and are not ported, nor is the test that the sampler keeps the placeholder
+distribution (a vllm-ascend buffer; gsd has none).
 """
 
 from __future__ import annotations
@@ -79,11 +80,15 @@ def test_rejection_random_sample_block_verify_pytorch_standard() -> None:
     tests/ut/sample/test_rejection_sampler.py) against ``verify_block``: request 0 drafts [1, 0]
     with uniforms 0.7, 0.6; request 1 draft [2] with uniform 0.5.
 
-    gsd convention: Sun et al.'s stop probabilities h_1 = 1, h_2 = w_2 = 0.5 (block_verification
-    docstring) tested by eta_i < h_i; vllm-ascend tests cumulative products of the ratios against
-    cumulative products of the uniforms (1 >= 0.7, 0.5 >= 0.42) and keeps both drafts. Here
-    eta_2 = 0.6 >= 0.5: tau = 1, and the token drawn is from norm((w_1 p_1 - q_1)+) = token 3
-    (vllm-ascend: 1, 0, bonus). Request 1 (L = 1, token-wise): 2, then the bonus."""
+    Subscripts as in block_verification's docstring: p_i, q_i are rows i = 0, 1, .. of p and q,
+    w_i the weight after i drafts (w_1 = min(1, 0.8 / 0.6) = 1, w_2 = min(1, w_1 0.1 / 0.2) =
+    0.5), h_i and eta_i 1-based (eta_1, eta_2 = 0.7, 0.6). gsd convention: Sun et al.'s stop
+    probabilities h_1 = 1 (w_1 = 1) and h_2 = w_2 = 0.5, tested by eta_i < h_i; vllm-ascend
+    tests cumulative products of the ratios against cumulative products of the uniforms
+    (1 >= 0.7, 0.5 >= 0.42) and keeps both drafts. Here eta_2 = 0.6 >= 0.5: tau = 1, and the
+    token is drawn from norm((w_1 p_1 - q_1)_+), one-hot on token 3 ((p_1 - q_1)_+ is 0.1 on
+    token 3, 0 elsewhere; vllm-ascend: 1, 0, bonus). Request 1 (L = 1, token-wise): 2, then
+    the bonus."""
     q = torch.tensor([[0.0, 0.6, 0.0, 0.4], [0.2, 0.0, 0.3, 0.5]])
     p = torch.tensor([[0.0, 0.8, 0.0, 0.2], [0.1, 0.0, 0.3, 0.6], [1.0, 0.0, 0.0, 0.0]])
     first = verify_block(p, q, torch.tensor([1, 0]), uniforms=torch.tensor([0.7, 0.6, 0.5]))

@@ -1,5 +1,8 @@
-"""Ports of vLLM's older ``tests/samplers/test_rejection_sampler.py`` (vllm-project/vllm, the v0
-``RejectionSampler``) to ``gsd_core``: same inputs, assertions and tolerances, adapted.
+"""Ports of vLLM's older ``tests/samplers/test_rejection_sampler.py`` (vllm-project/vllm at
+commit 055265e0, the v0 ``RejectionSampler``) to ``gsd_core``: same inputs, assertions and
+tolerances, adapted; a trimmed parametrisation is stated in its test's docstring. Not ported:
+the mixed-seeded batch test (gsd takes one generator per call) and the comparison with
+flashinfer's kernel.
 
 vLLM v0 takes recovered and bonus token ids from outside; gsd draws them from the residual and
 the bonus row, so these ports put p one-hot on the recovered ids (a residual with one token) and

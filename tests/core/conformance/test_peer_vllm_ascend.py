@@ -1,6 +1,7 @@
 """Ports of vllm-ascend's ``tests/ut/sample/test_rejection_sampler.py``
 (vllm-project/vllm-ascend at commit 05dd267b, ``TestAscendRejectionSampler``) to
-``gsd_core.verify`` and ``gsd_core.verify_block``: same inputs, uniforms and assertions, adapted to gsd's API.
+``gsd_core.verify`` and ``gsd_core.verify_block``: same inputs, uniforms and assertions,
+adapted to gsd's API.
 
 vllm-ascend passes recovered and bonus token ids in from outside; gsd draws them from the
 residual and the bonus row, so each port gives the bonus row one-hot on a bonus id inside the

@@ -70,13 +70,14 @@ def test_correct_output_format(which_tokens_accepted: str, seed: int) -> None:
         assert bool((out[subsequent] == -1).all())
 
 
-@pytest.mark.parametrize("k", list(range(1, 6)))
+@pytest.mark.parametrize("k", [1, 5])
 @pytest.mark.parametrize("vocab_size", [30_000, 50_000])
 @pytest.mark.parametrize("batch_size", [1, 31])
 def test_no_crash_with_varying_dims(k: int, vocab_size: int, batch_size: int) -> None:
     """Port of test_no_crash_with_varying_dims (vLLM tests/samplers/test_rejection_sampler.py),
-    batch sizes 1 and 31 (the ends of vLLM's 1 .. 31). vLLM passes torch.rand rows unnormalised;
-    gsd convention: rows must sum to 1 (checks.py), so they are normalised first."""
+    trimmed to the ends of vLLM's ranges: k 1 and 5 (of 1 .. 5), batch sizes 1 and 31 (of
+    1 .. 31). vLLM passes torch.rand rows unnormalised; gsd convention: rows must sum to 1
+    (checks.py), so they are normalised first."""
     generator = torch.Generator().manual_seed(k)
     draft_probs = torch.rand(batch_size, k, vocab_size, generator=generator)
     target_probs = torch.rand(batch_size, k + 1, vocab_size, generator=generator)
@@ -103,13 +104,14 @@ def test_raises_when_vocab_oob(above_or_below_vocab_range: str) -> None:
 
 
 @pytest.mark.parametrize("draft_and_target_probs_equal", [True, False])
-@pytest.mark.parametrize("seed", list(range(5)))
+@pytest.mark.parametrize("seed", [0, 1])
 def test_rejection_sampling_approximates_target_distribution(
         seed: int, draft_and_target_probs_equal: bool) -> None:
     """Port of test_rejection_sampling_approximates_target_distribution (vLLM
     tests/samplers/test_rejection_sampler.py): vocab 10, k = 1, draft and target softmax(rand)
     (or equal: no NaNs or exceptions), 100 reference laws, sample sizes 10 .. 100,000, the
-    distance to the target falls at least 20 times faster than to the references."""
+    distance to the target falls at least 20 times faster than to the references. Trimmed: seeds
+    0 and 1, not vLLM's five."""
     vocab_size = 10
     generator = torch.Generator().manual_seed(seed)
     draft_probs, target_probs = (F.softmax(torch.rand(vocab_size, generator=generator), -1)

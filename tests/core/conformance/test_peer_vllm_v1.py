@@ -52,8 +52,9 @@ def test_greedy_cases(spec_tokens: list[list[int]], output_tokens: list[list[int
 @pytest.mark.parametrize("batch_size", [1, 4, 8])
 def test_deterministic_when_seeded(k: int, batch_size: int) -> None:
     """Port of test_deterministic_when_seeded (vLLM tests/v1/sample/test_rejection_sampler.py):
-    vocab 1000, 20 repetitions, n-gram drafts (q one-hot), target softmax(rand)."""
-    vocab_size, n_rep = 1000, 20
+    vocab 1000, n-gram drafts (q one-hot), target softmax(rand). Trimmed: 2 repetitions, not
+    vLLM's 20 (a seeded call is a pure function of its inputs: two calls show it)."""
+    vocab_size, n_rep = 1000, 2
     setup = torch.Generator().manual_seed(0)
     target = F.softmax(torch.rand(batch_size, k, vocab_size, generator=setup), -1)
     drafts = torch.randint(0, vocab_size, (batch_size, k), generator=setup)
@@ -140,7 +141,7 @@ def test_top_p(top_p: float) -> None:
 
 
 @pytest.mark.parametrize("batch_size", [1, 100])
-@pytest.mark.parametrize("vocab_size", [100, 8192, 10000])
+@pytest.mark.parametrize("vocab_size", [100, 10000])
 @pytest.mark.parametrize("max_spec_len", [1, 3])
 @pytest.mark.parametrize("no_draft_probs", [True, False])
 def test_sample_recovered_tokens(batch_size: int, vocab_size: int, max_spec_len: int,
@@ -149,7 +150,9 @@ def test_sample_recovered_tokens(batch_size: int, vocab_size: int, max_spec_len:
     the token drawn at a rejection against a native reference on the same randomness. vLLM's
     reference is an exponential race over max(p - q, 0) (p with the draft zeroed without draft
     probs); gsd draws by inverse CDF, so the reference here is norm((p - q)+) by a float64
-    cumulative sum, and the rejection is forced with u = 1 - 2^-53 (rows with a(x) < 1)."""
+    cumulative sum, and the rejection is forced with u = 1 - 2^-53 (rows with a(x) < 1).
+    Trimmed: vocab sizes 100 and 10,000, without vLLM's 8192 (its Triton kernel's tile width;
+    gsd has no tiles)."""
     num_tokens = batch_size * max_spec_len
     generator = torch.Generator().manual_seed(vocab_size + batch_size)
     draft_probs = F.softmax(torch.rand(num_tokens, vocab_size, generator=generator), -1)

@@ -165,7 +165,9 @@ def interleaved_times(functions: dict[str, object], repeats: int, inner: int) ->
 
 
 def float32_cdf_draw(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """``gsd_core.draw`` with its running sum, total and u * total in float32."""
+    """``gsd_core.draw`` with its running sum stored in float32 (on CPU, torch's float32 cumsum
+    adds in double and stores each partial sum in float32), its total and u * total in float32.
+    weights [..., V] float32; uniform [..., 1]. Returns int64 [..., 1]."""
     cdf = weights.cumsum(-1)
     total = cdf[..., -1:]
     drawn = torch.searchsorted(cdf, uniform.float() * total, right=True)

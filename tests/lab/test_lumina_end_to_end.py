@@ -374,6 +374,11 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert release.returncode == 0 and "--preset release" in release.stdout
     wrong = _script(tiny_release_set, prompts, GSD_PRESET="paper", GSD_DRY_RUN="1")
     assert wrong.returncode == 2 and "GSD_PRESET must be default or release" in wrong.stderr
+    timed = _script(tiny_release_set, prompts, GSD_CELL_TIMEOUT="7200", GSD_DRY_RUN="1",
+                    GSD_STEPS="notebooks")
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    wrong = _script(tiny_release_set, prompts, GSD_CELL_TIMEOUT="0", GSD_DRY_RUN="1")
+    assert wrong.returncode == 2 and "GSD_CELL_TIMEOUT must be a positive integer" in wrong.stderr
 
 
 def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):

@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"default ISA, 1 thread": ("default", 1), "avx2, 1 thread": ("avx2", 1),
             "best ISA, 2 threads": (None, 2)}
 TOP1_RELATIVE_TOLERANCE = 1e-10
-# Seconds for one ISA_BATCH subprocess (the whole fixture takes about 70 s on 2 cores); the at
-# most two groups run one after the other well within pytest's 900 s timeout, so this one fires
-# first and kills the subprocess.
+# Seconds for one ISA_BATCH subprocess (the whole fixture, two groups of them, takes about 70 s
+# on 2 idle cores, 200 s on busy ones); the groups run one after the other within pytest's 900 s
+# timeout, so this one fires first and kills the subprocess.
 BATCH_TIMEOUT = 400
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),

@@ -74,9 +74,9 @@ CPU = ROOT / "constraints" / "cpu.txt"
 PYPI_NAME = {conda: pypi for pypi, conda in CONDA_NAME.items()}
 # How to refresh the pins; the checks below compare them with the declared ranges only, so a
 # conflict among transitive pins shows up when pip installs through the lock, not here.
-UPDATE = (f"Update {LOCK.name} as its header says: a fresh venv, pip install -c constraints/cpu.txt "
-          "-U -e '.[test]', the suite, then pip freeze --exclude-editable without torch and "
-          "taming-transformers-rom1504.")
+UPDATE = (f"Update {LOCK.name} as its header says: a fresh venv, pip install -c "
+          "constraints/cpu.txt -U -e '.[test]', the suite, then pip freeze --exclude-editable "
+          "without torch and taming-transformers-rom1504.")
 
 
 def _normalise(name: str) -> str:

@@ -294,6 +294,17 @@ def _add_evaluate_parser(sub: Any) -> None:
     ev.add_argument("--no-progress", action="store_true")
 
 
+def _positive_int(text: str) -> int:
+    """``text`` as an integer >= 1 (argparse's type: anything else exits 2 naming the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def _add_notebooks_parser(sub: Any) -> None:
     """``notebooks``: execute the notebooks with papermill."""
     nb = sub.add_parser(
@@ -337,7 +348,7 @@ def _add_notebooks_parser(sub: Any) -> None:
     )
     nb.add_argument(
         "--timeout",
-        type=int,
+        type=_positive_int,
         default=None,
         help="seconds each cell may run before its notebook fails naming the cell (default: "
         f"{NOTEBOOK_CELL_TIMEOUT[None]}, {NOTEBOOK_CELL_TIMEOUT['tiny']} with --sizes tiny)",

@@ -33,6 +33,8 @@
 #                    the tiny checkpoints of gsd_lab.models.tiny_checkpoints (the tests use it)
 #   GSD_MAX_PROMPTS  first N prompts only (default: all in paper sizes, 1 in tiny sizes)
 #   GSD_STEPS        "notebooks figures" (default), or one of them
+#   GSD_CELL_TIMEOUT seconds each notebook cell may run before its notebook fails naming the cell
+#                    (python -m gsd_lab notebooks --timeout; default: its own per size)
 #   GSD_PRESET       default (the package's exact variant) or release (the GSD release's window,
 #                    Jacobi interval, drafts, distance filter and CLIP resize) for figures --paper
 #   GSD_DRY_RUN=1    print the plan (parameters, commands) and stop before running anything
@@ -100,6 +102,11 @@ for step in $STEPS; do
 done
 if [ -n "$MAX_PROMPTS" ] && ! [[ "$MAX_PROMPTS" =~ ^[1-9][0-9]*$ ]]; then
     echo "error: GSD_MAX_PROMPTS must be a positive integer, got '$MAX_PROMPTS'" >&2
+    exit 2
+fi
+CELL_TIMEOUT=${GSD_CELL_TIMEOUT:-}
+if [ -n "$CELL_TIMEOUT" ] && ! [[ "$CELL_TIMEOUT" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: GSD_CELL_TIMEOUT must be a positive integer, got '$CELL_TIMEOUT'" >&2
     exit 2
 fi
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
@@ -190,6 +197,7 @@ if [[ " $STEPS " == *" notebooks "* ]]; then
     NOTEBOOKS_CMD=("$PYTHON" -m gsd_lab notebooks -r model_name "$MODEL" -r weights "$WEIGHTS"
                    -r vqgan "$VQGAN" -r clip "$CLIP" -r device "$DEVICE")
     if [ "$SIZES" = tiny ]; then NOTEBOOKS_CMD+=(--sizes tiny); fi
+    if [ -n "$CELL_TIMEOUT" ]; then NOTEBOOKS_CMD+=(--timeout "$CELL_TIMEOUT"); fi
     if [ "$DRY_RUN" = 1 ]; then NOTEBOOKS_CMD+=(--dry-run); else NOTEBOOKS_CMD+=(--out "$OUT/notebooks"); fi
     (cd "$REPO" && "${NOTEBOOKS_CMD[@]}") 2>&1 | log_to "$OUT/notebooks.log"
     code=${PIPESTATUS[0]}

@@ -180,3 +180,25 @@ def test_notebook_04_defaults_are_the_figures_run_sizes():
             value, expected = list(value), list(expected)
         assert value == expected, (name, value, expected)
     assert ast.literal_eval(declared["records_file"]) == "../figures/records.npz"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "ten"])
+def test_notebooks_timeout_must_be_a_positive_integer(capsys, value):
+    """``--timeout`` below 1 (which would mean the default) or not an integer exits 2 naming it."""
+    from gsd_lab.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["notebooks", "--dry-run", "--timeout", value])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "--timeout" in err and "must be a positive integer" in err
+
+
+def test_cell_label_without_cell_ids_counts_the_executed_cells():
+    """Notebooks older than nbformat 4.5 have no cell ids: the label counts by position."""
+    from gsd_lab.teaching.notebooks import cell_label
+
+    source = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("a = 1")])
+    cell = nbformat.v4.new_code_cell("\nprint(a)\n")
+    del cell["id"]
+    assert cell_label(cell, source, 2) == 'cell 3 of the executed notebook ("print(a)")'

@@ -624,22 +624,27 @@ def tradeoff_explorer(
     for n in (viables[min(1, len(viables) - 1)], viables[-1]):
         show(tradeoff_figure(group_sizes[len(group_sizes) // 2], n))
     try:
-        import ipywidgets
+        import ipywidgets  # noqa: F401  (the notebooks extra)
     except ImportError:
         return None
-    return tradeoff_sliders(ipywidgets, group_sizes, viables)
+    return tradeoff_sliders(group_sizes, viables)
 
 
-def tradeoff_sliders(ipywidgets: Any, group_sizes: Sequence[int], viables: Sequence[int]) -> Any:
+def tradeoff_sliders(group_sizes: Sequence[int], viables: Sequence[int]) -> Any:
     """A VBox: a slider over G (``description`` group_size), one over the number of viable tokens
     (viable), both at their last value, and an Image widget holding ``tradeoff_figure`` of the
-    pair, redrawn whenever a slider moves.
+    pair, redrawn whenever a slider moves. Needs ipywidgets; an exception raised while redrawing
+    after a slider move goes to JupyterLab's log console, not to the cell's output.
 
     The figure is a widget's value, never cell output: ``ipywidgets.interactive`` displays into an
     Output widget while the cell runs, and nbclient (the executor under papermill) mirrors that
     widget by sending the kernel comm messages on the shell channel while it waits on the same
     channel for the cell's reply, traffic that can leave the reply undelivered and the execution
-    waiting with the kernel idle. With an Image widget the executor sends the kernel nothing."""
+    waiting with the kernel idle (https://github.com/jupyter/nbclient/issues/312). With an Image
+    widget the executor sends the kernel nothing beyond the cells' execute requests (and
+    kernel_info)."""
+    import ipywidgets
+
     from ..experiments.plots import png
 
     group = ipywidgets.SelectionSlider(

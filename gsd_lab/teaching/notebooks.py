@@ -165,12 +165,17 @@ def _kernel_environment() -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
 
 
-def cell_label(cell: Any, source: Any) -> str:
+def cell_label(cell: Any, source: Any, index: int | None = None) -> str:
     """``cell N (id ..., "first line")``: N counts the cells of the committed notebook
-    ``source`` from 1, as JupyterLab shows them (papermill's injected parameters cell has none)."""
+    ``source`` from 1, as JupyterLab shows them (papermill's injected parameters cell has none).
+    Without cell ids (nbformat < 4.5) N is ``index``, the cell's 0-based position in the executed
+    notebook, counted from 1 (papermill's injected cell included)."""
+    first = next((line for line in cell.source.splitlines() if line.strip()), "")
+    if cell.get("id") is None:
+        number = "cell" if index is None else f"cell {index + 1} of the executed notebook"
+        return f'{number} ("{first[:60]}")'
     ids = [c.get("id") for c in source.cells]
     number = f"cell {ids.index(cell.get('id')) + 1}" if cell.get("id") in ids else "injected cell"
-    first = next((line for line in cell.source.splitlines() if line.strip()), "")
     return f'{number} (id {cell.get("id")}, "{first[:60]}")'
 
 
@@ -187,10 +192,10 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
     timeout = timeout or CELL_TIMEOUT[None]
     target = scratch / run.source.name
     source = nbformat.read(run.source, as_version=4)
-    current: list[Any] = []  # the cell being executed
+    current: list[Any] = []  # the cell being executed and its index
 
     def started(cell: Any, cell_index: int) -> None:
-        current[:] = [cell]
+        current[:] = [cell, cell_index]
 
     start = time.perf_counter()
     try:
@@ -209,7 +214,7 @@ def execute(run: NotebookRun, scratch: Path, *, timeout: int | None = None) -> N
     except papermill.PapermillExecutionError as error:
         run.error = f"{error.ename}: {error.evalue}"
     except (CellTimeoutError, DeadKernelError) as error:
-        where = cell_label(current[0], source) if current else "before the first cell"
+        where = cell_label(current[0], source, current[1]) if current else "before the first cell"
         timed_out = isinstance(error, CellTimeoutError)
         what = f"not finished within {timeout} s" if timed_out else "the kernel died"
         run.error = f"{type(error).__name__}: {run.source.name}, {where}: {what}"

@@ -41,6 +41,7 @@ MODEL_NOTEBOOKS = ["01_tv_toy_examples", "02_top1_probability_histograms", "03_t
 # "slow" still runs in CI; the timeout leaves room for a machine shared with other jobs.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 SCRIPT_TIMEOUT = 900  # seconds for one run of the script
+DRY_RUN_TIMEOUT = 120  # seconds for a dry run of it (nothing is executed)
 
 
 def _write_prompts(path: Path) -> Path:
@@ -66,17 +67,26 @@ def _script_args(files, prompts: Path) -> list[str]:
 
 def _script(files, prompts: Path, **env: str) -> subprocess.CompletedProcess:
     """The script, failing the test when it runs past ``SCRIPT_TIMEOUT`` (each notebook cell has
-    its own, shorter timeout: ``gsd_lab.teaching.notebooks.CELL_TIMEOUT``)."""
+    its own, shorter timeout: ``gsd_lab.teaching.notebooks.CELL_TIMEOUT``); on expiry its whole
+    process group is killed, so no child outlives the test."""
+    return _run_script(_script_args(files, prompts), _env(**env))
+
+
+def _run_script(args: list[str], env: dict[str, str], timeout: int = SCRIPT_TIMEOUT,
+                ) -> subprocess.CompletedProcess:
+    """``args`` run in a session of their own within ``timeout`` seconds, text output captured;
+    past it the session is killed (SIGKILL) and the test fails with the output's tail."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=REPO, start_new_session=True)
     try:
-        return _run_script(files, prompts, **env)
-    except subprocess.TimeoutExpired as error:
-        tail = ((error.stdout or "") + (error.stderr or ""))[-3000:]
-        pytest.fail(f"{SCRIPT.name} did not finish within {SCRIPT_TIMEOUT} s; its output ended:\n{tail}")
-
-
-def _run_script(files, prompts: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(_script_args(files, prompts), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT,
-                          env=_env(**env), cwd=REPO)
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        tail = ((stdout or "") + (stderr or ""))[-3000:]
+        pytest.fail(f"{Path(args[1]).name} did not finish within {timeout} s; "
+                    f"its output ended:\n{tail}")
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
 def _result_rows(out: Path) -> list[Path]:
@@ -350,7 +360,8 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert "--paper" in figures and f"--weights {tiny_release_set.weights}" in figures
     inside = _script(tiny_release_set, prompts, GSD_DRY_RUN="1", GSD_OUT=str(REPO / "runs" / "x"))
     assert inside.returncode == 2 and "inside the checkout" in inside.stderr
-    bad = subprocess.run(["bash", str(SCRIPT), "a", "b"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(["bash", str(SCRIPT), "a", "b"], capture_output=True, text=True,
+                         timeout=60)
     assert bad.returncode == 2 and "WEIGHTS VQGAN CLIP PROMPTS" in bad.stderr
     missing = _script(tiny_release_set, tmp_path / "absent.tsv")
     assert missing.returncode == 2 and "PROMPTS is not a file" in missing.stderr
@@ -363,6 +374,11 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert release.returncode == 0 and "--preset release" in release.stdout
     wrong = _script(tiny_release_set, prompts, GSD_PRESET="paper", GSD_DRY_RUN="1")
     assert wrong.returncode == 2 and "GSD_PRESET must be default or release" in wrong.stderr
+    timed = _script(tiny_release_set, prompts, GSD_CELL_TIMEOUT="7200", GSD_DRY_RUN="1",
+                    GSD_STEPS="notebooks")
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    wrong = _script(tiny_release_set, prompts, GSD_CELL_TIMEOUT="0", GSD_DRY_RUN="1")
+    assert wrong.returncode == 2 and "GSD_CELL_TIMEOUT must be a positive integer" in wrong.stderr
 
 
 def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):
@@ -379,8 +395,8 @@ def test_script_refuses_a_dirty_checkout(tiny_release_set, tmp_path):
             str(tiny_release_set.clip), str(prompts)]
     env = {k: v for k, v in _env(GSD_DRY_RUN="1", GSD_STEPS="figures", GSD_OUT=str(tmp_path / "out")).items()
            if k != "GSD_ALLOW_DIRTY"}
-    dirty = subprocess.run(args, capture_output=True, text=True, env=env, timeout=SCRIPT_TIMEOUT)
-    assert dirty.returncode == 2 and "uncommitted changes" in dirty.stderr and "notes.txt" in dirty.stderr
-    allowed = subprocess.run(args, capture_output=True, text=True, env={**env, "GSD_ALLOW_DIRTY": "1"},
-                             timeout=SCRIPT_TIMEOUT)
+    dirty = _run_script(args, env, timeout=DRY_RUN_TIMEOUT)
+    assert dirty.returncode == 2
+    assert "uncommitted changes" in dirty.stderr and "notes.txt" in dirty.stderr
+    allowed = _run_script(args, {**env, "GSD_ALLOW_DIRTY": "1"}, timeout=DRY_RUN_TIMEOUT)
     assert allowed.returncode == 0 and "dry run: nothing is executed" in allowed.stdout

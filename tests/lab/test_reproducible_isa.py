@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"default ISA, 1 thread": ("default", 1), "avx2, 1 thread": ("avx2", 1),
             "best ISA, 2 threads": (None, 2)}
 TOP1_RELATIVE_TOLERANCE = 1e-10
+# Seconds for one ISA_BATCH subprocess (the whole fixture, two groups of them, takes about 70 s
+# on 2 idle cores, 200 s on busy ones); the groups run one after the other within pytest's 900 s
+# timeout, so this one fires first and kills the subprocess.
+BATCH_TIMEOUT = 400
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="ATEN_CPU_CAPABILITY values are x86 instruction sets")
@@ -77,7 +82,13 @@ def run_isa_batches(settings: dict[str, tuple[str | None, int]], folder: Path) -
     results = {}
     for group in groups:
         started = {name: start_isa_batch(*settings[name], folder) for name in group}
-        results.update({name: finish_isa_batch(*started[name]) for name in group})
+        try:
+            results.update({name: finish_isa_batch(*started[name]) for name in group})
+        finally:
+            for process, _ in started.values():
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.communicate()
     return {name: results[name] for name in settings}
 
 
@@ -85,12 +96,20 @@ def start_isa_batch(capability: str | None, threads: int, folder: Path) -> tuple
     out = folder / f"{capability}_{threads}.json"
     cmd = [sys.executable, "-c", ISA_BATCH, str(folder / "rows.pt"), str(threads), str(out)]
     process = subprocess.Popen(cmd, env=subprocess_env(capability, threads), cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     return process, out
 
 
 def finish_isa_batch(process: subprocess.Popen, out: Path) -> dict:
-    _, stderr = process.communicate(timeout=1200)
+    """The batch's results, once its subprocess ends; past ``BATCH_TIMEOUT`` its session is
+    killed and the test fails with the end of its stderr."""
+    try:
+        _, stderr = process.communicate(timeout=BATCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        pytest.fail(f"an ISA batch ran past {BATCH_TIMEOUT} s; its stderr ended:\n{stderr[-3000:]}")
     assert process.returncode == 0, stderr[-3000:]
     return json.loads(out.read_text())
 

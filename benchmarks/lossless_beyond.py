@@ -9,7 +9,9 @@ Images: the frontier's prompts x seeds (``figures/results.json``, ``tables.front
 seed s decoded with generator seed ``generator_seed(s, i)`` as the frontier does, window 16, the
 figures' adapter settings. The stored rows are read from that file; MC-SJD is re-decoded alone
 on the first images (``--check``) and must give the stored NFE, so the pairing is the same image.
-Every decode records the exact per-token distortion (0 for a lossless rule up to rounding).
+Every decode records the per-token distortion log, SD's exact one-step TV formula per emitted
+token whatever the verifier: 0 up to rounding for these decoders by construction, so no evidence
+that they are lossless (proofs/14, 15 and the exact whole-decode enumerations are).
 
 Block verification (``--out STEM``: STEM.json, STEM.txt): per configuration mean NFE (SE), mean
 distortion (SD's per-token TV formula: 0 by construction for every rule here, the lossy coupled

@@ -186,7 +186,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     """The lossless decoders' rows read benchmarks/results/ (not results.json): block verification against
     MC-SJD paired image by image from lossless_beyond_standin.json, k candidates against MC-SJD
     and MC-GSD from the multidraft files' paired differences; each names its file and its tokens
-    processed per forward, the k rows their modelled time against MC-SJD's, and a changed copy of
+    processed per forward, the k rows their modelled time beside MC-SJD's, and a changed copy of
     a file changes its row."""
     rows = _beyond()
     assert [r["question"].split("? (")[1] for r in rows] == [
@@ -214,8 +214,9 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
                                                 f"[{found['difference'] - NOISE_Z * found['se']:+.1f}, "
                                                 f"{found['difference'] + NOISE_Z * found['se']:+.1f}]")
     modelled = k8["rows"]["MC-SJD, 8 candidates"]["modelled_read_times"]
-    assert rows[-1]["answer"].endswith(f"; modelled time {modelled:.1f} weight-read times per "
-                                       "image against MC-SJD's 58.1 (roofline cost model)")
+    assert rows[-1]["answer"].endswith(f"; its modelled time {modelled:.1f} weight-read times "
+                                       "per image, MC-SJD's (maximal, no candidates) 58.1 "
+                                       "(roofline cost model)")
     # Modified copies: block far below MC-SJD on every image, k = 2 far above MC-SJD.
     for name in {claims.BLOCK_FILE, *claims.MULTIDRAFT_FILES.values()}:
         shutil.copy(claims.BENCHMARK_RESULTS / name, tmp_path / name)
@@ -234,8 +235,9 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     modelled = two["rows"]["MC-SJD, 2 candidates"]["modelled_read_times"]
     assert changed[1]["answer"] == (
         "no: MC-SJD needs fewer; 31.2 tokens processed per forward "
-        f"(benchmarks/results/{claims.MULTIDRAFT_FILES[2]}); modelled time {modelled:.1f} "
-        f"weight-read times per image against MC-SJD's {base:.1f} (roofline cost model)"
+        f"(benchmarks/results/{claims.MULTIDRAFT_FILES[2]}); its modelled time {modelled:.1f} "
+        f"weight-read times per image, MC-SJD's (maximal, no candidates) {base:.1f} "
+        "(roofline cost model)"
     )
     assert changed[1]["A - B [+- 2 SE]"].endswith("NFE: +9.0 [+7.0, +11.0]")
     unchanged = (2, 3, 5, 6)  # k = 4 and 8 rows: unchanged numbers (k = 2's file changed)

@@ -22,9 +22,10 @@ records), and sums the weights per emitted sequence. So the loop's bookkeeping (
 refills, which rows are declared, re-drafts, the tree's branch choice, the cache) is the
 benchmarked code, not a transcription.
 
-Arithmetic: float64; the deviations of the exact decoders from the AR joint are measured and
-asserted below 1e-12 (rounding, a few 1e-17), while each control, a wrong piece of the real
-loop, leaves it by orders of magnitude more (the values are pinned).
+Arithmetic: float64. The exact decoders match the AR joint to 5.6e-17 at most (measured;
+``ROUNDING``, 1e-15, asserted); each control, a wrong piece of the real loop, leaves it by
+orders of magnitude more (i.i.d. candidate rows: 3.1e-3, pinned to 1e-12; coupled block
+verification: the 11/96 of the rational enumeration).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from test_multidraft_decoding import TreeTableLM  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOL = 1e-12
+ROUNDING = 1e-15  # asserted for the exact decoders; the measured maximum is 5.6e-17
 IID_DEVIATION = 0.0031158142269252787  # measured: the control's max |law - joint|
 PROMPT = torch.tensor([0, 0])
 
@@ -390,7 +392,7 @@ def test_the_real_loop_is_the_ar_joint(request, monkeypatch, case):
     adapter, joint = request.getfixturevalue(name)
     law, calls = run(monkeypatch, adapter, len(next(iter(joint))), **method)
     assert reached <= set(calls)
-    assert deviation(law, joint) <= TOL
+    assert deviation(law, joint) <= ROUNDING
 
 
 # --- controls: wrong pieces of the real loop --------------------------------------------------

@@ -20,7 +20,7 @@ Kinds of evidence and their rule:
 - "share": a run property inside the paper's range; "exact": proved in Fractions;
 - "none": not run here, with the reason.
 
-The lossless decoders beyond MC-SJD (block verification, multiple drafts; issue 39) were measured
+The lossless decoders beyond MC-SJD (block verification, multiple drafts) were measured
 by their own benchmarks, not by the figures run: their claims read the committed benchmark files
 (``committed``, under ``BENCHMARK_RESULTS``; "not run" when a file is absent) and are judged by
 the same ``verdicts.verdict``, whatever ``tables`` holds.
@@ -377,16 +377,18 @@ def _fewer_than_optimal(name: str) -> Callable[[Run], Evidence]:
     return judge
 
 
-# ---- claims read from committed benchmark files (issue 39) --------------------------------------
+# ---- claims read from committed benchmark files ------------------------------------------------
 
 BENCHMARK_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 BLOCK_FILE = "lossless_beyond_standin.json"  # benchmarks/lossless_beyond.py
 BLOCK_LABEL = "SJD + block verification"
-# That these decoders are lossless rests on their proofs and on the exact law of whole decodes,
-# enumerated there; their benchmarks' per-token distortion is SD's TV formula per token, 0 by
+# That these decoders are lossless rests on their proofs and on the exact law of whole decodes:
+# through ``generate`` itself, every random read enumerated (the first file), and through a
+# step-for-step transcription of the loop calling gsd_core's functions, on larger models (the
+# second). Their benchmarks' per-token distortion is SD's TV formula per token, 0 by
 # construction for them (and for lossy block verification with coupled drafts too): no evidence.
-LOSSLESS_EVIDENCE = "tests/lab/test_decode_laws_exact.py"
-MULTIDRAFT_FILES = {  # candidates k -> the file of benchmarks/multidraft.py that measured it
+LOSSLESS_EVIDENCE = "tests/lab/test_decode_loop_exact.py; tests/lab/test_decode_laws_exact.py"
+MULTIDRAFT_FILES = {  # candidates k -> the file of benchmarks/lossless_beyond.py --candidates
     2: "multidraft_standin.json",
     4: "multidraft_standin.json",
     8: "multidraft_standin_k8.json",
@@ -425,8 +427,8 @@ def _modelled_time(row: dict[str, Any]) -> str:
     modelled = row.get("modelled_read_times")
     if modelled is None or base is None or base.get("modelled_read_times") is None:
         return ""
-    return (f"; modelled time {modelled:.1f} weight-read times per image against MC-SJD's "
-            f"{base['modelled_read_times']:.1f} (roofline cost model)")
+    return (f"; its modelled time {modelled:.1f} weight-read times per image, MC-SJD's "
+            f"(maximal, no candidates) {base['modelled_read_times']:.1f} (roofline cost model)")
 
 
 def _block_fewer_nfe_than_mc_sjd(_: Run) -> Evidence:
@@ -452,7 +454,7 @@ def _multidraft_fewer_nfe(k: int, against: str) -> Callable[[Run], Evidence]:
         row = ((data or {}).get("rows") or {}).get(f"MC-SJD, {k} candidates")
         if row is None:
             return replace(NOT_RUN, note=f"{_where(name)} absent or without k = {k} "
-                           "(benchmarks/multidraft.py)")
+                           "(benchmarks/lossless_beyond.py --candidates)")
         found = row[key]
         if found.get("scale", 1.0) != 1.0 or not other.startswith(found.get("against", other)):
             raise ValueError(f"{_where(name)}: {key} is not a plain difference to {other}")

@@ -3,8 +3,9 @@ proofs/14): the exact law of the whole decode by enumeration (``decode_law``) is
 independent drafts, not with maximal or Gumbel coupled drafts, which are therefore refused. The
 recorded distortion is 0, as SD's per-token formula is for this rule by construction (it would be
 0 for the lossy coupled combination too): a check of the accounting, not of losslessness, which
-is this file's enumeration and test_decode_laws_exact.py's. (The chi-square against the exact AR joint through ``generate`` and its
-biased control are test_decoding_lossless.py's, parametrized by verifier.)"""
+is this file's enumeration, test_decode_laws_exact.py's and test_decode_loop_exact.py's. (The
+chi-square against the exact AR joint through ``generate`` and its biased control are
+test_decoding_lossless.py's, parametrized by verifier.)"""
 
 from __future__ import annotations
 

@@ -65,9 +65,11 @@ def test_a_noise_answer_names_what_the_run_could_have_detected():
     table1 = results["tables"]["table1"]
     gsd = next(r for r in table1 if r["method"] == "GSD (G=50)")
     mc = next(r for r in table1 if r["method"] == "MC-SJD (maximal)")
-    mc["per_image"]["nfe"] = [v + (1 if i % 2 else -1) for i, v in enumerate(gsd["per_image"]["nfe"])]
+    mc["per_image"]["nfe"] = [v + (1 if i % 2 else -1)
+                              for i, v in enumerate(gsd["per_image"]["nfe"])]
     diff = paired_difference(mc, gsd, "nfe")
-    row = next(r for r in findings.findings_rows(results) if r["question"].startswith("Does a lossless"))
+    row = next(r for r in findings.findings_rows(results)
+               if r["question"].startswith("Does a lossless"))
     assert row["answer"].startswith(f"no difference detected (the run could detect |d| >= "
                                     f"{minimum_detectable(diff.se):.1f})")
     assert "same" not in row["answer"] and "equal" not in row["answer"]
@@ -183,11 +185,11 @@ def _beyond(results=RESULTS):
 
 
 def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypatch):
-    """The lossless decoders' rows read benchmarks/results/ (not results.json): block verification against
-    MC-SJD paired image by image from lossless_beyond_standin.json, k candidates against MC-SJD
-    and MC-GSD from the multidraft files' paired differences; each names its file and its tokens
-    processed per forward, the k rows their modelled time against MC-SJD's, and a changed copy of
-    a file changes its row."""
+    """The lossless decoders' rows read benchmarks/results/ (not results.json): block verification
+    against MC-SJD paired image by image from lossless_beyond_standin.json, k candidates against
+    MC-SJD and MC-GSD from the multidraft files' paired differences; each names its file and its
+    tokens processed per forward, the k rows their modelled time beside MC-SJD's, and a changed
+    copy of a file changes its row."""
     rows = _beyond()
     assert [r["question"].split("? (")[1] for r in rows] == [
         "block verification vs MC-SJD)", "k = 2 drafts vs MC-SJD)", "k = 4 drafts vs MC-SJD)",
@@ -210,12 +212,13 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     )
     k8 = json.loads((claims.BENCHMARK_RESULTS / claims.MULTIDRAFT_FILES[8]).read_text())
     found = k8["rows"]["MC-SJD, 8 candidates"]["moonshot"]
-    assert rows[-1]["A - B [+- 2 SE]"].endswith(f"NFE: {found['difference']:+.1f} "
-                                                f"[{found['difference'] - NOISE_Z * found['se']:+.1f}, "
-                                                f"{found['difference'] + NOISE_Z * found['se']:+.1f}]")
+    low, high = (found["difference"] + z * NOISE_Z * found["se"] for z in (-1, 1))
+    assert rows[-1]["A - B [+- 2 SE]"].endswith(
+        f"NFE: {found['difference']:+.1f} [{low:+.1f}, {high:+.1f}]")
     modelled = k8["rows"]["MC-SJD, 8 candidates"]["modelled_read_times"]
-    assert rows[-1]["answer"].endswith(f"; modelled time {modelled:.1f} weight-read times per "
-                                       "image against MC-SJD's 58.1 (roofline cost model)")
+    assert rows[-1]["answer"].endswith(f"; its modelled time {modelled:.1f} weight-read times "
+                                       "per image, MC-SJD's (maximal, no candidates) 58.1 "
+                                       "(roofline cost model)")
     # Modified copies: block far below MC-SJD on every image, k = 2 far above MC-SJD.
     for name in {claims.BLOCK_FILE, *claims.MULTIDRAFT_FILES.values()}:
         shutil.copy(claims.BENCHMARK_RESULTS / name, tmp_path / name)
@@ -234,8 +237,9 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     modelled = two["rows"]["MC-SJD, 2 candidates"]["modelled_read_times"]
     assert changed[1]["answer"] == (
         "no: MC-SJD needs fewer; 31.2 tokens processed per forward "
-        f"(benchmarks/results/{claims.MULTIDRAFT_FILES[2]}); modelled time {modelled:.1f} "
-        f"weight-read times per image against MC-SJD's {base:.1f} (roofline cost model)"
+        f"(benchmarks/results/{claims.MULTIDRAFT_FILES[2]}); its modelled time {modelled:.1f} "
+        f"weight-read times per image, MC-SJD's (maximal, no candidates) {base:.1f} "
+        "(roofline cost model)"
     )
     assert changed[1]["A - B [+- 2 SE]"].endswith("NFE: +9.0 [+7.0, +11.0]")
     unchanged = (2, 3, 5, 6)  # k = 4 and 8 rows: unchanged numbers (k = 2's file changed)
@@ -249,7 +253,8 @@ def test_beyond_mc_sjd_rows_are_not_run_without_their_files(tmp_path, monkeypatc
     rows = _beyond()
     assert len(rows) == len(BEYOND_IDS)
     for row in rows:
-        assert row["answer"].startswith("not run; benchmarks/results/") and " absent" in row["answer"]
+        assert row["answer"].startswith("not run; benchmarks/results/")
+        assert " absent" in row["answer"]
         assert row["A - B [+- 2 SE]"] == "-" and row["n"] == "0"
     found = claims.of_results(RESULTS)
     assert {found[cid].outcome for cid in BEYOND_IDS} == {"not run"}

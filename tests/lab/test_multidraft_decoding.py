@@ -9,12 +9,14 @@
    and t-2, found among the keys the query may see), N = 4 tokens over two allowed tokens, the
    exact AR joint of the 16 sequences by enumeration against samples of ``generate`` (chi-square,
    significance 1e-3, fixed seeds), for k = 2 and 3 (3 > the allowed tokens: an absent
-   candidate), independent and maximal drafts.
+   candidate), independent, maximal and Gumbel drafts.
 3. Negative controls, each failing the same test (at 300 samples): the cache keeps branch 0
-   whatever was accepted; the branches see each other (a plain causal mask). A wrongly declared
-   candidate row, or a wrongly coupled first candidate, has no power over two tokens (k >= 2
-   candidates cover the support); they are caught by the exact law of the whole decode over
-   V = 3-4 in test_decode_laws_exact.py, and per position in ``tests/core/test_multidraft.py``.
+   whatever was accepted; the branches see each other (a plain causal mask). Over two tokens
+   k >= 2 candidates cover the support, so a wrongly declared row for c_2..c_k has no power here;
+   a wrongly coupled first candidate has (with k = 2 recursive rejection is SD on c_1 exactly),
+   but the exact laws catch both with more power: through ``generate`` itself in
+   test_decode_loop_exact.py, through a transcription of the loop over V = 3-4 in
+   test_decode_laws_exact.py, and per position in ``tests/core/test_multidraft.py``.
 """
 
 from __future__ import annotations
@@ -145,7 +147,8 @@ class TreeTableLM(TableLM):
         if attention_mask is not None and attention_mask.ndim == 4:
             visible = attention_mask[:, 0].to(torch.bool)
         else:
-            causal = torch.arange(length)[None, :] <= (length - width + torch.arange(width))[:, None]
+            queries = length - width + torch.arange(width)
+            causal = torch.arange(length)[None, :] <= queries[:, None]
             visible = causal.expand(batch, width, length)
         match = visible & (key_pos[:, None, :] == (position_ids - 1)[:, :, None])
         first = match.to(torch.float64).argmax(-1)  # the first matching key
@@ -191,7 +194,8 @@ def pvalue(table_adapter, candidates: int, draft: str, seed: int, samples: int =
 
 
 @pytest.mark.parametrize("candidates,draft,init", [
-    (2, "independent", "random"), (2, "maximal", "random"), (3, "independent", "repeat_row"),
+    (2, "independent", "random"), (2, "maximal", "random"), (2, "gumbel", "random"),
+    (3, "independent", "repeat_row"),
 ])
 def test_multidraft_decode_matches_the_exact_ar_joint(table_adapter, candidates, draft, init):
     assert pvalue(table_adapter, candidates, draft, seed=5, init=init) > SIGNIFICANCE

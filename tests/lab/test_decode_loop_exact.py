@@ -208,6 +208,14 @@ def draw_cells(real, rows):
 
 # --- the wrapped randomness -------------------------------------------------------------------
 
+# The functions the loop reads randomness through, as imported (a second ``Enumerated`` in one
+# test wraps these, not the first one's wrappers).
+REAL = {name: getattr(loop, name) for name in ("verify", "verify_block", "draw",
+                                               "draw_without_replacement",
+                                               "recursive_rejection")}
+REAL.update({"coupling.verify": coupling.verify, "coupling.draw": coupling.draw})
+
+
 class Enumerated:
     """The wrappers of one test, reading ``script``; ``calls`` counts them by name. Options are
     memoised per argument values (the loop calls the same functions on the same rows often)."""
@@ -215,10 +223,10 @@ class Enumerated:
     def __init__(self, monkeypatch, adapter, declare=None) -> None:
         self.script, self.calls, self._memo = Script(), collections.Counter(), {}
         self.adapter = adapter
-        real_verify, real_block = loop.verify, loop.verify_block
-        real_draw, real_wor, real_rrs = loop.draw, loop.draw_without_replacement, \
-            loop.recursive_rejection
-        real_cverify, real_cdraw = coupling.verify, coupling.draw
+        real_verify, real_block = REAL["verify"], REAL["verify_block"]
+        real_draw, real_wor = REAL["draw"], REAL["draw_without_replacement"]
+        real_rrs = REAL["recursive_rejection"]
+        real_cverify, real_cdraw = REAL["coupling.verify"], REAL["coupling.draw"]
 
         def options(name, build, *tensors):
             key = (name, *((t.dtype, tuple(t.shape), t.numpy().tobytes()) for t in tensors))
@@ -441,3 +449,4 @@ def test_control_coupled_block_verification_moves_a_96th(monkeypatch, verifier, 
                for z in itertools.product(range(2), repeat=4)) <= TOL
     first = sum(c for z, c in law.items() if z[:3] == (0, 0, 0))
     assert first == pytest.approx(11 / 96 if verifier == "block" else 12 / 96, abs=TOL)
+

@@ -55,11 +55,14 @@ from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMetho
 from gsd_lab.models.lumina_checkpoint import (
     IMAGE_ENCODER_PREFIX,
     build_lumina_model,
-    chameleon_vocabulary_map,
     estimated_parameters,
     expand_qk_norm,
 )
-from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
+from gsd_lab.models.lumina_mgpt import (
+    LuminaImageLayout,
+    LuminaMGPTAdapter,
+    chameleon_vocabulary_map,
+)
 from gsd_lab.engine.profiling import ops_and_syncs
 from gsd_lab.io import provenance
 

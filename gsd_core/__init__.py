@@ -18,14 +18,14 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
   (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
 - ``multidraft``: several candidates for one position, recursive rejection sampling (proofs/15);
 - ``checks``: the input checks (``check_window``, ``check_pair``, ``check_tokens``,
-  ``check_uniforms``; ``SUM_TOLERANCE``, ``working_dtype``).
+  ``check_uniforms``, ``check_count``; ``SUM_TOLERANCE``, ``working_dtype``).
 
 gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
 """
 
 from .block_verification import verify_block, window_law
-from .checks import (SUM_TOLERANCE, check_pair, check_tokens, check_uniforms, check_window,
-                     working_dtype)
+from .checks import (SUM_TOLERANCE, check_count, check_pair, check_tokens, check_uniforms,
+                     check_window, working_dtype)
 from .exact import (acceptance_rate, fixed_order_sum, output_distribution, output_law,
                     residual_distribution, tv_distance)
 from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
@@ -42,7 +42,7 @@ __all__ = [
     "SD", "SUM_TOLERANCE", "Amplify", "DynamicClusters", "FixedPartition", "Lantern",
     "LatentNeighbourhoods", "MultiDraftResult", "OptimalRelaxation", "Partition",
     "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability", "acceptance_rate",
-    "as_rule", "check_pair", "check_tokens", "check_uniforms", "check_window", "draw",
+    "as_rule", "check_count", "check_pair", "check_tokens", "check_uniforms", "check_window", "draw",
     "draw_without_replacement", "dynamic_cluster", "fixed_order_sum", "group_probs",
     "latent_neighbourhoods", "mass_ratio", "member_masses", "multidraft_law", "one_hot",
     "output_distribution", "output_law", "probability_ranks", "recursive_rejection",

@@ -65,8 +65,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gsd_core import DynamicClusters, member_masses
-from gsd_core.checks import check_count
+from gsd_core import DynamicClusters, check_count, member_masses
 
 from ..engine.capabilities import rows_of, shared_rows
 

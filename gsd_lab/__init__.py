@@ -23,7 +23,7 @@ versions.
   forward), ``DecodingMethod`` (what to run), ``DecodeResult`` (tokens, NFE, acceptance,
   distortion, times);
 - a new acceptance rule: its gsd_core-style rule plus one ``AcceptanceSpec`` registered with
-  ``register_acceptance`` (tests/lab/test_acceptance_extension.py);
+  ``register_acceptance`` (tests/lab/decode/test_acceptance_extension.py);
 - models: ``load_model`` (adapters by name), ``load_image_model`` (adapter, prompts, decoder
   and quality proxies), ``CausalLMAdapter`` (the interface a new model implements);
 - runs: ``RunCache`` (configurations x prompts x seeds, with worker processes) and its

@@ -33,11 +33,11 @@ if _workers:
 LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks, figures --quick
     "tests/lab/test_lumina_end_to_end.py",
     "notebooks/04_speedup_and_quality.ipynb",
-    "tests/lab/test_cli.py",
+    "tests/lab/cli/test_cli.py",
     "notebooks/03_top100_replacement.ipynb",
     "notebooks/02_top1_probability_histograms.ipynb",
-    "tests/lab/test_standin_training.py",
-    "tests/lab/test_reproducible_isa.py",
+    "tests/lab/standin/test_standin_training.py",
+    "tests/lab/experiments/test_reproducible_isa.py",
 )
 
 

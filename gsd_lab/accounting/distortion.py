@@ -27,7 +27,7 @@ Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core
 residual's normalisation, run over the vocabulary in one fixed pairwise order
 (``gsd_core.exact.fixed_order_sum``); a(x) is bit for bit the probability ``verify`` tests. On
 the same rows the results were the same bits under every CPU instruction set and thread count
-tested (tests/lab/test_reproducible_isa.py).
+tested (tests/lab/experiments/test_reproducible_isa.py).
 """
 
 from __future__ import annotations

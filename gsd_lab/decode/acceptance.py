@@ -23,10 +23,11 @@ budget*, transport_*), so that ``DecodingMethod.to_dict`` and every stored run k
 were; ``from_flat`` reads them back.
 
 How to add a rule: two places, its gsd_core-style rule (``masses``, ``residual_weights``) and one
-spec registered with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its
-methods are stored tagged, ``{"acceptance": {"rule": name, ...}}``. A rule holding tensors
-defines ``rows(index)``, the rule of some of its rows (the accounting reads rows in chunks), or
-registers ``engine.capabilities.rows_of`` for its class (the lab's own rules do).
+spec registered with ``register_acceptance``
+(``tests/lab/decode/test_acceptance_extension.py``); its methods are stored tagged,
+``{"acceptance": {"rule": name, ...}}``. A rule holding tensors defines ``rows(index)``, the
+rule of some of its rows (the accounting reads rows in chunks), or registers
+``engine.capabilities.rows_of`` for its class (the lab's own rules do).
 Fast paths, support masses and couplings are optional capabilities
 (``gsd_lab.engine.capabilities``); without them a rule takes the documented generic path. This
 module imports no torch until a rule is built.

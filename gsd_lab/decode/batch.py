@@ -16,7 +16,8 @@ the same generator, given the same distributions. The distributions are the adap
 processing of the model's logits; processing is per image and bit-exact, the batched model
 forward may differ from a batch-1 forward in the last bit (``gsd_lab.models.batched``), so a
 token could differ only where a uniform falls within ~1e-16 of a threshold
-(``tests/lab/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and measures).
+(``tests/lab/decode/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and
+measures).
 
 Acceptance is ragged: every image commits its own a_i + 1 tokens per step. An image that has
 its ``num_tokens`` leaves the batch (its cache rows are dropped at the next step); with

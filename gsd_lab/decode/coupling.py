@@ -49,8 +49,8 @@ Where this differs from SCD's code (lumina1/scheduler/, read at commit 7322379):
   the next pass verifies it against; here the kept draft is verified against q_new, its law.
   Declaring the previous q is exact only when it is one-hot and d was drawn independently of
   everything the verifier sees (the uniform random init); for a draft drawn from a model row it
-  is lossy (proofs/09, "What breaks it"; ``tests/lab/test_coupled_drafts_lossless.py`` rejects
-  it as a negative control).
+  is lossy (proofs/09, "What breaks it";
+  ``tests/lab/decode/test_coupled_drafts_lossless.py`` rejects it as a negative control).
 
 Randomness only from the explicit generator. On a CPU the tokens do not depend on the thread
 count; "gumbel" adds a float64 ``log`` over [V], whose last-ulp rounding may differ between

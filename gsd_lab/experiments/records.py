@@ -59,8 +59,9 @@ DISTORTION_ATOL = 1e-12
 # gsd_lab: the exact core, the engine, the decoding loop and its method spec, presets, coupling
 # and clustering, the model adapters, the stand-in's model and loading code, the distortion and
 # transport accounting, and the experiments code that decodes and stores the records. A folder
-# stands for every ``.py`` file below it. tests/lab/test_records.py checks that every gsd_core
-# or gsd_lab module that decoding a run imports is covered, and that a plotting edit is not.
+# stands for every ``.py`` file below it. tests/lab/experiments/test_records.py checks that
+# every gsd_core or gsd_lab module that decoding a run imports is covered, and that a plotting
+# edit is not.
 DECODING_SOURCES = (
     "gsd_core",
     "gsd_lab/engine",

@@ -26,8 +26,8 @@ taken in list order. Within a chunk the guided items are decoded first, then the
 (CFG is one setting per forward), so a run stopped early has its first chunks' prompts on every
 configuration, not an exact prefix of the list. Each result file is written as its image
 finishes. Every image's tokens, NFE and accepted counts are those of B = 1 (its generator is
-seeded the same; ``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors
-agree within 1e-12 (the batched forward may round the last bit), ``wall_seconds`` /
+seeded the same; ``tests/lab/experiments/test_batched_streams.py``), the exact distortion and
+top-1 vectors agree within 1e-12 (the batched forward may round the last bit), ``wall_seconds`` /
 ``model_seconds`` are the image's share of its batch's. The batch size is not part of a run's
 identity: a run started at one batch size resumes at another.
 

@@ -33,7 +33,7 @@ hashes, arXiv ids, years, versions, section, list and proof numbers, identifiers
 (W1, top-1, float16, 7B), settings written ``name = value`` (``G = 50``, ``k=2``), integer
 fractions and sets, tolerances (1e-12), single digits. Everything else is reported: a
 hand-written measured number is to be rendered, quoted from its file, or removed; the test
-(tests/lab/test_prose.py) allows none in any document.
+(tests/lab/io/test_prose.py) allows none in any document.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ are not guaranteed bit-identical to a batch-1 forward (more matmul rows, masked 
 exact zeros, another key length may round the last float64 bit differently), so tokens agree
 unless a uniform falls within rounding of a decision threshold (as between CPUs,
 ``gsd_lab.models.float64``); every token and NFE matched in the tests and benchmarks
-(``tests/lab/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path is
-added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
+(``tests/lab/decode/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path
+is added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
 many, so batch-1 decoding sees such differences between its 1- and 17-token windows. With no
 padding at all no mask is passed, as the adapter does.
 

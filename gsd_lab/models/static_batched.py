@@ -33,7 +33,8 @@ once and replayed from its input buffers; the processing runs eagerly after, per
 ("auto" on a CPU): static-eager.
 
 Arithmetic: as ``StaticEngine``'s; in float64 on a CPU the tokens and NFE are those of
-``generate(..., runner="static")`` for each image alone (``tests/lab/test_static_batched.py``).
+``generate(..., runner="static")`` for each image alone
+(``tests/lab/models/test_static_batched.py``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint
 
 RESOLUTION = 64  # a 4 x 4 latent: 20 image tokens
 HEADS, KV_HEADS, RANKS, HEAD_DIM = 4, 2, 2, 16
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "lumina-mgpt.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "lumina-mgpt.md"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ must each turn a printed verdict False (so nbval fails), while
 - another seed (another random stream)
 leaves every verdict True. A full nbval run of notebook 04 per mutant would decode the
 stand-in's tables each time (minutes), so the cell's check functions are run directly, as
-tests/lab/test_notebook_checks_power.py does for notebook 05. The other checked cells of 04
+tests/lab/teaching/test_notebook_checks_power.py does for notebook 05. The other checked cells of 04
 print exact invariants of the tables (AR's NFE, the acceptance measures' order, lossless rows
 at distortion and W1 zero, re-decoded records equal to the stored ones); they guard the
 accounting and the records, not the verification rule.

@@ -291,7 +291,7 @@ def test_shapes_benchmark_tiny_janus(capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_lumina_shapes.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_lumina_shapes.py"
     spec = importlib.util.spec_from_file_location("gpu_lumina_shapes", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

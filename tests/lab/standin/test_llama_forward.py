@@ -22,7 +22,7 @@ from gsd_lab.standin.llama_forward import KVCache, LlamaForward, LlamaShape
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_forward, load_ar_model
 from gsd_lab.standin.weights_io import WeightFileError, read_json
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,7 @@ def _imports(path) -> set[str]:
     return {name for name in found if name.startswith("gsd_lab")}
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
 def test_no_import_cycle_between_the_weight_checks_nor_back_from_the_engine():

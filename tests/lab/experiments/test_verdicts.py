@@ -138,7 +138,7 @@ def test_ledger_judges_top100_by_the_paired_change():
     from gsd_lab.experiments import claims, ledger
     from gsd_lab.experiments.verdicts import minimum_detectable
 
-    results = json.loads((Path(__file__).parents[2] / "figures" / "results.json").read_text())
+    results = json.loads((Path(__file__).parents[3] / "figures" / "results.json").read_text())
     replacement = copy.deepcopy(results["tables"]["replacement"])
     changes = {"difference": -3.2468, "se": 1.1, "n": 10}
     replacement["paired_changes"] = {"top-k": {"condition_score": changes}}

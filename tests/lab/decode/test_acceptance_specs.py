@@ -34,7 +34,7 @@ from gsd_lab.decode.acceptance import (
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.experiments.runs import MethodSpec
 
-FIGURES = Path(__file__).resolve().parents[2] / "figures"
+FIGURES = Path(__file__).resolve().parents[3] / "figures"
 SIDECARS = ("results.json", "frontier_nfe_vs_distortion.json", "distortion_vs_nfe.json",
             "table1_speed_quality.json", "fig10_nfe_vs_quality.json")
 

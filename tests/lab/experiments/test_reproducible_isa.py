@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = {"default ISA, 1 thread": ("default", 1), "avx2, 1 thread": ("avx2", 1),
             "best ISA, 2 threads": (None, 2)}
 TOP1_RELATIVE_TOLERANCE = 1e-10
@@ -221,7 +221,7 @@ def test_exact_distortion_does_not_depend_on_isa_or_threads(isa_batches):
 
 # Tests whose float32 (or float64 library) results depend on the kernels, run again under ATen's
 # scalar kernels: their tolerances must hold on every instruction set, not only this machine's.
-FLOAT_SENSITIVE_TESTS = ("tests/lab/test_clip_score.py", "tests/lab/test_metrics.py")
+FLOAT_SENSITIVE_TESTS = ("tests/lab/quality/test_clip_score.py", "tests/lab/quality/test_metrics.py")
 
 
 def test_float_sensitive_tests_pass_under_scalar_kernels():

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gsd_lab.cli import MODEL_CHOICES, main
+from gsd_lab.cli import main
+from gsd_lab.cli.common import MODEL_CHOICES
 
 
 def _never(*args, **kwargs):
@@ -185,12 +186,12 @@ def test_figures_threads_one_only_when_not_streamed(monkeypatch, tmp_path, paper
     # decode on one thread (experiments.workers), this process's own decodes too.
     import types
 
-    import gsd_lab.cli as cli
+    import gsd_lab.cli.figures as cli_figures
     import gsd_lab.figures as figures
 
     seen = []
     model = types.SimpleNamespace(adapter=types.SimpleNamespace(device="cpu"))
-    monkeypatch.setattr(cli, "_load", lambda args: model)
+    monkeypatch.setattr(cli_figures, "load_model", lambda args: model)
 
     def run_figures(out, **kwargs):
         seen.append(torch.get_num_threads())
@@ -230,11 +231,11 @@ def test_family_check_weights_refuses_lumina_only_flags(capsys, tmp_path):
 def test_check_weights_families_are_the_cli_choices(capsys, monkeypatch, tmp_path):
     """``--model``'s families are those ``checks.families`` checks; a family added to the CLI's
     choices alone is a usage error, never Lumina-mGPT's checks."""
-    import gsd_lab.cli as cli
+    import gsd_lab.cli.common as common
     from gsd_lab.checks.families import MODEL_TYPES
 
-    assert cli.FAMILY_CHOICES == tuple(MODEL_TYPES)
-    monkeypatch.setattr(cli, "FAMILY_CHOICES", (*cli.FAMILY_CHOICES, "new-family-7b"))
+    assert common.FAMILY_CHOICES == tuple(MODEL_TYPES)
+    monkeypatch.setattr(common, "FAMILY_CHOICES", (*common.FAMILY_CHOICES, "new-family-7b"))
     err = _usage_error(capsys, ["check-weights", str(tmp_path), "--model", "new-family-7b"])
     assert "check-weights has no checks for --model new-family-7b" in err
 

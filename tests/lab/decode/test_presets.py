@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.functional import softmax
 
-from gsd_lab.cli import PRESET_CHOICES, PRESET_WINDOWS
+from gsd_lab.cli.common import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table

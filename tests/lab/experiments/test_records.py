@@ -89,7 +89,7 @@ def _copy_sources(tmp_path):
     import gsd_core
 
     root = Path(gsd_core.__file__).resolve().parent.parent
-    extra = [root / "gsd_lab/experiments/plots.py", root / "gsd_lab/cli.py"]
+    extra = [root / "gsd_lab/experiments/plots.py", root / "gsd_lab/cli/generate.py"]
     for path in records.decoding_files(root) + extra:
         target = tmp_path / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def test_code_fingerprint_follows_decoding_sources_only(tmp_path):
     tree = _copy_sources(tmp_path)
     before = records.code_fingerprint(tree)
     assert before == records.code_fingerprint()  # the copy hashes as the package does
-    for outside in ("gsd_lab/experiments/plots.py", "gsd_lab/cli.py"):  # a plot label, a help text
+    for outside in ("gsd_lab/experiments/plots.py", "gsd_lab/cli/generate.py"):  # a plot label, a help text
         path = tree / outside
         path.write_text(path.read_text().replace("better", "Better") + "# an edit\n")
         assert records.code_fingerprint(tree) == before

@@ -13,7 +13,8 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
 - ``io/``: provenance, figures and tables on disk, prompts, progress lines;
 - ``checks/``: ``check-weights``, every family's download checked item by item;
-- ``cli`` (``python -m gsd_lab``), ``figures``, ``evaluate`` (sharded runs).
+- ``cli/``: ``python -m gsd_lab``, one module per command; ``figures``, ``evaluate`` (sharded
+  runs).
 
 The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
 ``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between

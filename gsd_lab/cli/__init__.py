@@ -1,21 +1,21 @@
 """Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights,
 readme}`` (also ``gsd-lab``); each command's ``--help`` describes its flags.
 
-generate  one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time (``--json``).
-figures   every figure and results table into a folder (PNG + SVG + JSON sidecars, results.md).
-evaluate  a prompt list sharded over processes (torchrun), resumable: a re-run into the same
-          --out resumes the same run only (another configuration is refused, exit 2).
-notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``).
-check-weights  one verdict per item of a download, exit 1 when one failed (``gsd_lab.checks``):
-          Lumina-mGPT, a Janus-Pro folder, ``--model anole-7b|emu3-gen``.
-readme    the README's findings and every rendered value span from results.json.
+One module per command, each with its parser, its checks and its run (``add_parser``,
+``check``, ``run``):
 
-One module per command (``add_parser``, ``check``, ``run``); the flag groups they share in
-``model_flags`` and ``decoding_flags``, the rest in ``common``. Every flag is checked before a
-model loads: a bad value, a flag that does not apply (e.g. ``--group-size`` without ``--method
-gsd``), a missing file or an output path that cannot be written ends with argparse's usage
-message, the flag named, and exit status 2, never a traceback. Errors found once the model is
-loaded (an unknown class, a bad checkpoint) exit 2 the same way, before anything is generated.
+- ``generate``: one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time;
+- ``figures``: every figure and results table into a folder (PNG + SVG + JSON, results.md);
+- ``evaluate``: a prompt list sharded over processes (torchrun), resumable into the same --out;
+- ``notebooks``: execute the notebooks with papermill (``teaching.notebooks``);
+- ``check_weights``: ``check-weights``, one verdict per item of a download (``gsd_lab.checks``);
+- ``readme``: the README's findings and every rendered value span from results.json;
+- ``model_flags``, ``decoding_flags``: the flag groups the commands share, with their checks;
+  ``common``: the model choices, output-path, prompt and batching checks.
+
+Every flag is checked before a model loads: a bad value, a flag that does not apply, a missing
+file or an output path that cannot be written ends with argparse's usage message, the flag
+named, and exit status 2, never a traceback; so do errors found once the model is loaded.
 """
 
 from __future__ import annotations

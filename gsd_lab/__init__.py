@@ -13,6 +13,8 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
 - ``io/``: provenance, figures and tables on disk, prompts, progress lines;
 - ``checks/``: ``check-weights``, every family's download checked item by item;
+- ``testing/``: tiny random checkpoints of every family in its release layout (tests, GPU
+  scripts' ``--tiny`` mode, and anyone testing an adapter of their own);
 - ``cli/``: ``python -m gsd_lab``, one module per command; ``figures``, ``evaluate`` (sharded
   runs).
 

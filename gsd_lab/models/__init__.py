@@ -16,10 +16,6 @@
   branch, for the multi-draft decoder;
 - ``loading``: what every family's loader does first (find the checkpoint folder and its
   tokenizer, pick device and dtype, refuse a model too large for the CPU);
-- ``tiny_checkpoints``: tiny random checkpoints of every family in its release file layout
-  (``write_tiny_release_set``, ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``),
-  so that the command line, ``check-weights`` and the GPU scripts' ``--tiny`` mode run without
-  downloading weights; the tests use them too.
 
 The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
 which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command

@@ -254,7 +254,7 @@ def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens
     from gsd_lab.decode.loop import generate
     from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
-    from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
+    from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
     weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
     vqgan = write_tiny_vqgan(tmp_path / "v", n_embed=64)
@@ -309,7 +309,7 @@ def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path)
     from gsd_lab.decode.loop import generate
     from gsd_lab.decode.methods import DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
-    from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
+    from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
     weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
     adapter = load_lumina_mgpt(weights, vqgan_dir=write_tiny_vqgan(tmp_path / "v", n_embed=64), resolution=64,

@@ -146,7 +146,7 @@ def test_generate_json_standin(capsys):
 def test_generate_lumina_layout_on_a_tiny_checkpoint(capsys, tmp_path):
     """The Lumina-mGPT path of the CLI (prompt template, row ends, VQGAN) on a tiny random
     checkpoint in the release layout, at the 512 layout (32 x 33 = 1056 tokens)."""
-    from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
+    from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
     weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
     vqgan = write_tiny_vqgan(tmp_path / "v", n_embed=64)

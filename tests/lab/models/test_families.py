@@ -1,5 +1,5 @@
 """Chameleon / Anole and Emu3 against their stock transformers models, on tiny random checkpoints
-in the release layouts (``gsd_lab.models.tiny_checkpoints``, written to tmp_path once per module).
+in the release layouts (``gsd_lab.testing.tiny_checkpoints``, written to tmp_path once per module).
 
 Per family:
 - fidelity: the adapter's rows for every position of a window equal the stock model's processed
@@ -70,7 +70,7 @@ def _anole(root: Path) -> Family:
     from transformers import ChameleonForConditionalGeneration
 
     from gsd_lab.models.anole import AnoleAdapter, load_anole
-    from gsd_lab.models.tiny_checkpoints import save_tiny_anole
+    from gsd_lab.testing.tiny_checkpoints import save_tiny_anole
 
     folder = save_tiny_anole(root / "anole")
     adapter = load_anole(folder, vqgan_dir=folder / "tokenizer", device="cpu", top_k=8)
@@ -100,7 +100,7 @@ def _emu3(root: Path) -> Family:
     from transformers import Emu3ForConditionalGeneration
 
     from gsd_lab.models.emu3 import Emu3Adapter, load_emu3
-    from gsd_lab.models.tiny_checkpoints import save_tiny_emu3
+    from gsd_lab.testing.tiny_checkpoints import save_tiny_emu3
 
     folder = save_tiny_emu3(root / "emu3")
     adapter = load_emu3(folder, device="cpu")
@@ -361,7 +361,7 @@ def test_stock_chameleon_forward_masks_image_logits(tmp_path):
     from transformers import ChameleonForConditionalGeneration
 
     from gsd_lab.models.anole import AnoleAdapter
-    from gsd_lab.models.tiny_checkpoints import save_tiny_anole
+    from gsd_lab.testing.tiny_checkpoints import save_tiny_anole
 
     folder = save_tiny_anole(tmp_path / "anole", with_vqgan=False)
     model = ChameleonForConditionalGeneration.from_pretrained(str(folder)).eval()

@@ -31,7 +31,7 @@ from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
 from gsd_lab.models.janus import JanusAdapter, load_janus  # noqa: E402
-from gsd_lab.models.tiny_checkpoints import save_tiny_janus  # noqa: E402
+from gsd_lab.testing.tiny_checkpoints import save_tiny_janus  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = "a red cat"

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from gsd_lab.models.lumina_checkpoint import resolve_weights_dir
 from gsd_lab.models.lumina_mgpt import PROMPT_TEMPLATE, LuminaMGPTAdapter, load_lumina_mgpt
-from gsd_lab.models.tiny_checkpoints import (
+from gsd_lab.testing.tiny_checkpoints import (
     tiny_vocabulary_map,
     write_tiny_lumina_checkpoint,
     write_tiny_vqgan,

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from gsd_lab.models.lumina_checkpoint import estimated_parameters, read_lumina_config
 from gsd_lab.models.lumina_mgpt import UNCONDITIONAL_PROMPTS, load_lumina_mgpt
-from gsd_lab.models.tiny_checkpoints import write_tiny_lumina_checkpoint
+from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint
 
 RESOLUTION = 64  # a 4 x 4 latent: 20 image tokens
 HEADS, KV_HEADS, RANKS, HEAD_DIM = 4, 2, 2, 16

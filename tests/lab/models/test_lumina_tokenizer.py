@@ -66,7 +66,7 @@ def test_the_tokenizer_is_searched_in_order_and_its_absence_names_the_download(t
 
 
 def test_a_tokenizer_of_other_weights_is_refused(tiny_release_set, tmp_path):
-    from gsd_lab.models.tiny_checkpoints import tiny_vocabulary_map, write_tiny_tokenizer
+    from gsd_lab.testing.tiny_checkpoints import tiny_vocabulary_map, write_tiny_tokenizer
 
     other = tiny_vocabulary_map(32)  # fewer image codes: every later id moves
     write_tiny_tokenizer(tmp_path / "other", other)

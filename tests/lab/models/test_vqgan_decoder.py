@@ -12,7 +12,7 @@ from gsd_lab.models.chameleon_vqgan import (
     find_vqgan_files,
     load_chameleon_vqgan,
 )
-from gsd_lab.models.tiny_checkpoints import write_tiny_vqgan
+from gsd_lab.testing.tiny_checkpoints import write_tiny_vqgan
 
 
 @pytest.fixture(scope="module")

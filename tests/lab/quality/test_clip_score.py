@@ -12,9 +12,9 @@ TEXTS = ["a red cat", "blue sky", "a dog on the grass", "cat", "sky with a red d
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory):
-    """A tiny random CLIP written with save_pretrained (gsd_lab.models.tiny_checkpoints), no
+    """A tiny random CLIP written with save_pretrained (gsd_lab.testing.tiny_checkpoints), no
     download."""
-    from gsd_lab.models.tiny_checkpoints import write_tiny_clip
+    from gsd_lab.testing.tiny_checkpoints import write_tiny_clip
 
     return write_tiny_clip(tmp_path_factory.mktemp("clip"))
 

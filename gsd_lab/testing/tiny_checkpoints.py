@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from .chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
+from ..models.chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
 
 # The text models' dimensions in transformers' own Chameleon and Emu3 test configurations.
 TEST_CONFIG_DIMS = {
@@ -614,7 +614,7 @@ def save_tiny_emu3(
 def tiny_janus_vocabulary() -> dict[str, int]:
     """Text vocabulary of the tiny checkpoints: Janus-Pro's special-token names (ids 0..5), <unk>,
     then the 256 characters of the byte-level alphabet."""
-    from .janus import BOI_NAME, BOS_NAME, EOI_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
+    from ..models.janus import BOI_NAME, BOS_NAME, EOI_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
 
     names = [BOS_NAME, EOS_NAME, PAD_NAME, BOI_NAME, EOI_NAME, IMAGE_PLACEHOLDER_NAME, "<unk>"]
     return _numbered(names + _byte_alphabet())
@@ -625,7 +625,7 @@ def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
     ``tiny_janus_vocabulary()``."""
     from transformers import JanusConfig
 
-    from .janus import BOS_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
+    from ..models.janus import BOS_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
 
     vocab = tiny_janus_vocabulary()
     hidden, patch = 32, 5
@@ -689,7 +689,7 @@ def save_tiny_janus(
     ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
-    from .janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE
+    from ..models.janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE
 
     folder = _new_folder(folder)
     vocab = tiny_janus_vocabulary()

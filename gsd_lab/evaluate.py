@@ -310,11 +310,11 @@ def run_shard(
 
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
     run on that many forked processes, one intra-op thread each; otherwise in this process, on
-    one intra-op thread too on a CPU (``experiments.workers.run_units``: the chunks, and so every
+    one intra-op thread too on a CPU (``workers.run_units``: the chunks, and so every
     result file, are the same for any number of workers)."""
     from tqdm.auto import tqdm
 
-    from .experiments.workers import run_units
+    from .workers import run_units
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")

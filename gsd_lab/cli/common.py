@@ -47,7 +47,7 @@ def add_batching_args(parser: argparse.ArgumentParser) -> None:
         help="processes the decoding is split over, one thread each (1: this process, one "
         "thread too), so that other jobs on the same cores slow it in proportion instead of "
         "stalling it; the same records for any number (default: the usable cores on a CPU, "
-        "shared among torchrun's ranks; 1 on a GPU: gsd_lab.experiments.workers; figures "
+        "shared among torchrun's ranks; 1 on a GPU: gsd_lab.workers; figures "
         "--paper: refused, torchrun shares its streamed run)",
     )
 

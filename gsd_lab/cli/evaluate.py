@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     """Check --out's run identity, load, then decode this rank's share of the prompts."""
     from ..evaluate import BatchedWork, check_run, evaluate, init_distributed
     from ..experiments.stream import CHUNK_BATCHES
-    from ..experiments.workers import default_workers
+    from ..workers import default_workers
     from ..models.batched import default_batch_size
 
     fail = args.command_parser.error

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is None and not sizes.streamed and str(model.adapter.device) == "cpu":
         import torch
 
-        # The workers decode with one thread each (experiments.workers; workers=1 in this
+        # The workers decode with one thread each (gsd_lab.workers; workers=1 in this
         # process on one thread too); this process's own decodes (the detail analyses) too, so
         # that a busy core does not stall a spinning team here either. A streamed run (--paper)
         # has no workers and keeps torch's thread count.

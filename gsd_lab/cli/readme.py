@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
         help="README's findings, docs/claims.md and every value span from results.json",
         description="Render the README's findings box and table, the claims "
         "ledger (docs/claims.md) and the value spans of README, docs, proofs and notebook "
-        "markdown (gsd_lab.io.prose) from a figures run's results.json; "
+        "markdown (gsd_lab.experiments.prose) from a figures run's results.json; "
         "--check exits 1 if any differs.",
     )
     rd.add_argument(
@@ -34,8 +34,7 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """README's findings block and docs/claims.md from results.json (``experiments.findings``)."""
-    from ..experiments import findings, ledger
-    from ..io import prose
+    from ..experiments import findings, ledger, prose
 
     results = ledger.load_results(args.results or ledger.RESULTS)
     if not args.check:

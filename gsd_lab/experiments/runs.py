@@ -45,12 +45,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..accounting.distortion import embedding_adjacency
 from ..decode.loop import DecodeResult, WindowHook, generate
 from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
+from ..engine.capabilities import embedding_filter
+from ..engine.windows import packed_adjacency
 from .image_model import ImageModel
 from .verdicts import interval, paired_values
-from .workers import check_workers, default_workers, plan_units, run_units, warm_caches
+from ..workers import check_workers, default_workers, plan_units, run_units
 
 
 @dataclass(frozen=True)
@@ -734,3 +737,18 @@ class RunCache:
                 )
             rows.append(row)
         return rows
+
+
+def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
+    """Build, in this process, the embedding filter's [V, V] table that each method's accounting
+    reads, and its packed bits (``engine.windows.packed_adjacency``, cached by the table's
+    identity), so that forked workers inherit both instead of building them each."""
+    for resolved in methods:
+        found = embedding_filter(resolved.rule)
+        if (
+            found is not None
+            and isinstance(vocab, int)
+            and vocab * vocab <= 1 << 27  # the CPU table's bound (support_output_laws)
+            and found[0].shape[0] >= vocab
+        ):
+            packed_adjacency(embedding_adjacency(*found, vocab))

@@ -64,7 +64,7 @@ def default_batch_size(device: torch.device | str) -> int:
     little more than one (``benchmarks/gpu_static_check.py``). On a CPU AR's 1-token forwards
     and the per-forward overhead are shared (``benchmarks/results/main_job_batched_standin.txt``);
     the figures job and ``evaluate`` split their images over one-thread worker processes by default
-    (``gsd_lab.experiments.workers``), so busy cores slow them in proportion. A batched image's
+    (``gsd_lab.workers``), so busy cores slow them in proportion. A batched image's
     ``wall_seconds`` is its share of its batch's forwards, not its own latency. Tokens and NFE
     do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested); on a GPU batched
     forwards round differently from batch 1, so ``evaluate`` keeps a GPU run's batch size and

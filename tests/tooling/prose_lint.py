@@ -1,7 +1,7 @@
 """The prose check (test tooling): every number a document shows is rendered, quoted with its
 source, or explained by a reviewed rule.
 
-Besides ``gsd_lab.io.prose``'s rendered value spans, two spans mark a number's source:
+Besides ``gsd_lab.experiments.prose``'s rendered value spans, two spans mark a number's source:
 
 - ``<!-- from: PATH -->TEXT<!-- /from -->``: numbers quoted from another committed file (a
   benchmark's text output, or the test that asserts an exact value). Every numeral in TEXT that
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gsd_lab.io import prose
-from gsd_lab.io.prose import VALUE, markdown_of
+from gsd_lab.experiments import prose
+from gsd_lab.experiments.prose import VALUE, markdown_of
 
 RENDERED_BLOCKS = (  # blocks rendered by ``experiments.findings`` (their own test)
     re.compile(r"<!-- findings:start.*?findings:end -->", re.S),

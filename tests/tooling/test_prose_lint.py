@@ -9,7 +9,7 @@ from pathlib import Path
 
 import prose_lint  # tests/tooling/prose_lint.py, beside this file
 
-from gsd_lab.io import prose
+from gsd_lab.experiments import prose
 
 
 def _name(path: Path) -> str:

@@ -183,7 +183,7 @@ def test_figures_paper_refuses_workers(capsys, no_model_load, tmp_path):
 @pytest.mark.parametrize("paper", [True, False])
 def test_figures_threads_one_only_when_not_streamed(monkeypatch, tmp_path, paper):
     # The streamed --paper run has no workers: it keeps torch's thread count; the other runs
-    # decode on one thread (experiments.workers), this process's own decodes too.
+    # decode on one thread (gsd_lab.workers), this process's own decodes too.
     import types
 
     import gsd_lab.cli.figures as cli_figures

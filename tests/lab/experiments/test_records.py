@@ -146,7 +146,7 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
     # number of workers: tests/lab/experiments/test_workers.py) and packages' docstring maps.
     not_decoding = {"gsd_lab/__init__.py", "gsd_lab/experiments/__init__.py",
                     "gsd_lab/experiments/tables.py", "gsd_lab/experiments/verdicts.py",
-                    "gsd_lab/experiments/workers.py",
+                    "gsd_lab/workers.py",
                     "gsd_lab/io/__init__.py", "gsd_lab/io/progress.py",
                     "gsd_lab/quality/__init__.py", "gsd_lab/quality/metrics.py"}
     covered = {path.resolve() for path in records.decoding_files()}

@@ -1,4 +1,4 @@
-"""gsd_lab.experiments.workers: a run's images split over worker processes give the records of
+"""gsd_lab.workers: a run's images split over worker processes give the records of
 the in-process run, bit for bit, for any number of workers."""
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Work split over worker processes, one intra-op thread each: a busy core slows the job in
-proportion instead of stalling it.
+proportion instead of stalling it (why processes, and why the results do not depend on their
+number: docs/worker-processes.md).
 
-Why processes: one OpenMP team over every core stalls at each barrier when another process
-takes one of its cores; independent one-thread processes share nothing per operation, so a
-worker that loses its core delays only its own images (``docs/benchmarks.md``, "The CPU thread
-pool" and "Worker processes").
-
-Units. ``run_units(task, count)`` runs ``task(0) .. task(count - 1)`` and returns their results
-in index order. The callers fix their units before any worker starts (``plan_units``: a run's
-images per configuration in units of at most ``UNIT_BATCHES`` x B, B the batch size; the
-figures' 10 or 30 images per configuration are one unit; ``evaluate``: its chunks), so what a
-unit computes, and with it the last bits of its batched forwards (the recorded TV and W1 of
-lossless rules are rounding, ~1e-17), depends on the plan alone, never on the number of
-workers or on which worker ran it. Tokens, NFE and acceptance depend on the batch only through
-those last bits: a uniform within ~1e-16 of an acceptance threshold could decide otherwise
-(the caveat ``gsd_lab.decode.batch`` documents), which the tests have not met.
-
-Processes are forked (the model, its resolved rules and the caches built so far are shared
-copy-on-write; nothing is loaded again), after ``prepare`` (e.g. ``warm_caches``: the
-embedding filter's table built once); each worker sets one intra-op
-thread and returns its unit's result by pickle. On a GPU, or with one worker, the units run in
-this process, in order; on a CPU with one intra-op thread too (the previous count restored
-afterwards), since float64 sums split over another number of threads can differ in the last
-bits: the same results for any number of workers, one included.
+- ``run_units(task, count, workers=...)``: ``[task(i) for i in range(count)]`` on forked
+  processes (one thread each), or in this process on one thread (a GPU, one worker);
+- ``plan_units``: a job's images in units of at most ``UNIT_BATCHES`` x B, fixed before any
+  worker starts, so that what a unit computes depends on the plan alone;
+- ``default_workers`` (the usable cores on a CPU, 1 on a GPU), ``check_workers``,
+  ``usable_cores``, ``one_thread``.
 """
 
 from __future__ import annotations
@@ -34,11 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
-
-from ..accounting.distortion import embedding_adjacency
-from ..decode.methods import ResolvedMethod
-from ..engine.capabilities import embedding_filter
-from ..engine.windows import packed_adjacency
 
 UNIT_BATCHES = 4  # a unit holds at most UNIT_BATCHES x batch_size images of one job
 
@@ -148,18 +128,3 @@ def run_units(
     finally:
         _TASK = None
     return done
-
-
-def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
-    """Build, in this process, the embedding filter's [V, V] table that each method's accounting
-    reads, and its packed bits (``engine.windows.packed_adjacency``, cached by the table's
-    identity), so that forked workers inherit both instead of building them each."""
-    for resolved in methods:
-        found = embedding_filter(resolved.rule)
-        if (
-            found is not None
-            and isinstance(vocab, int)
-            and vocab * vocab <= 1 << 27  # the CPU table's bound (support_output_laws)
-            and found[0].shape[0] >= vocab
-        ):
-            packed_adjacency(embedding_adjacency(*found, vocab))

@@ -40,21 +40,21 @@ def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
 
 
 def _paired(a: dict[str, Any], b: dict[str, Any], key: str):
-    from ..experiments.verdicts import paired_difference
+    from .verdicts import paired_difference
 
     return paired_difference(a, b, key)
 
 
 def _detectable(se: float) -> float:
     """``verdicts.minimum_detectable``: (NOISE_Z + z_power) x se at ``verdicts.POWER``."""
-    from ..experiments.verdicts import minimum_detectable
+    from .verdicts import minimum_detectable
 
     return minimum_detectable(se)
 
 
 def _word(outcome: str) -> str:
     """``verdicts.word``: a verdict's key as it reads ("noise": "no difference detected")."""
-    from ..experiments.verdicts import word
+    from .verdicts import word
 
     return word(outcome)
 

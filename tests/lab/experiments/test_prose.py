@@ -1,4 +1,4 @@
-"""Numbers in prose rendered (``gsd_lab.io.prose``): every rendered document equals its
+"""Numbers in prose rendered (``gsd_lab.experiments.prose``): every rendered document equals its
 rendering from the committed ``figures/results.json``; the expressions of value spans. The check
 for unmarked numerals: tests/tooling/test_prose_lint.py."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gsd_lab.io import prose
+from gsd_lab.experiments import prose
 
 RESULTS = {
     "tables": {"t": [{"method": "A", "nfe": 12.345}, {"method": "B", "nfe": 10.0}]},

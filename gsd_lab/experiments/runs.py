@@ -490,31 +490,16 @@ def summarize(
         raise ValueError("no records to summarize")
     nfe = float(np.mean([r.nfe for r in records]))
     wall = float(np.mean([r.wall_seconds for r in records]))
-    rates = [r.acceptance_rate for r in records if r.acceptance_rate is not None]
-    per_tested = [r.accepted_per_tested for r in records if r.accepted_per_tested is not None]
     row: dict[str, Any] = {
         "method": records[0].label,
         "images": len(records),
         "nfe": nfe,
         "wall_seconds": wall,
-        "acceptance_rate": float(np.mean(rates)) if rates else None,
-        "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
+        "acceptance_rate": _mean_of_known([r.acceptance_rate for r in records]),
+        "accepted_per_tested": _mean_of_known([r.accepted_per_tested for r in records]),
         "nfe_sem": _sem([r.nfe for r in records]),
     }
-    for key in ("distortion", "w1"):  # not "substitution": undefined for most lossy rules
-        values = [getattr(r, key) for r in records]
-        if any(v is None for v in values):
-            continue
-        row[key], row[f"{key}_sem"] = float(np.mean(values)), _sem(values)
-        if (
-            key != "distortion"
-        ):  # the estimator's share of that error: its within-image sampling noise
-            sampling = [getattr(r, f"{key}_sem") for r in records]
-            row[f"{key}_sampling_sem"] = (
-                None
-                if any(v is None for v in sampling)
-                else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling)
-            )
+    row.update(_distance_columns(records))
     row["per_image"] = {
         "prompt": [r.prompt for r in records],
         "seed": [r.seed for r in records],
@@ -530,6 +515,32 @@ def summarize(
         quality_row = quality_and_scores(model, images, prompts)[0]
     row.update(quality_row)
     return row
+
+
+def _mean_of_known(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None (None when none is)."""
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def _distance_columns(records: list[GenerationRecord]) -> dict[str, Any]:
+    """Mean and standard error over images of TV and W1 where every record has it (not
+    "substitution": undefined for most lossy rules); for W1 also the estimator's share of that
+    error, its within-image sampling noise (``w1_sampling_sem``)."""
+    columns: dict[str, Any] = {}
+    for key in ("distortion", "w1"):
+        values = [getattr(r, key) for r in records]
+        if any(v is None for v in values):
+            continue
+        columns[key], columns[f"{key}_sem"] = float(np.mean(values)), _sem(values)
+        if key != "distortion":
+            sampling = [getattr(r, f"{key}_sem") for r in records]
+            columns[f"{key}_sampling_sem"] = (
+                None
+                if any(v is None for v in sampling)
+                else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling)
+            )
+    return columns
 
 
 class RunCache:

@@ -246,7 +246,6 @@ def write_tiny_lumina_checkpoint(
     s = 0.1 and hidden_size = 32. ``with_tokenizer=False`` writes no tokenizer, as the 512 and
     1024 releases (``write_tiny_tokenizer`` writes one elsewhere).
     """
-    from safetensors.torch import save_file
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     folder = _new_folder(folder)
@@ -289,21 +288,53 @@ def write_tiny_lumina_checkpoint(
         **{k: v for k, v in config_dict.items() if k not in ("architectures", "model_type")}
     )
     model = _seeded(lambda: ChameleonForConditionalGeneration(config).eval(), seed)
-    generator = torch.Generator().manual_seed(seed)
+    state = _lumina_state(
+        model.state_dict(),
+        torch.Generator().manual_seed(seed),
+        (model_parallel_size, head_dim),
+        init_std,
+        embedding_spread,
+    )
+    _save_shards(state, folder, num_shards)
+    (folder / "config.json").write_text(json.dumps(config_dict, indent=1))
+    if with_tokenizer:
+        write_tiny_tokenizer(folder, vocabulary_map)
+    return folder
+
+
+def _lumina_state(
+    stock: dict[str, torch.Tensor],
+    generator: torch.Generator,
+    norm_shape: tuple[int, int],
+    init_std: float,
+    embedding_spread: float | None,
+) -> dict[str, torch.Tensor]:
+    """The stock state dict in the Lumina layout: no ``model.vqmodel.*``; q/k-norm weights and
+    biases redrawn as one row per model-parallel rank (``norm_shape``); embedding and head rows
+    redrawn with std ``init_std`` (or the embedding as a shared row plus ``embedding_spread``
+    noise)."""
     state = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in stock.items():
         if name.startswith("model.vqmodel."):
             continue
         if ".q_norm." in name or ".k_norm." in name:
             # One (weight, bias) row per model-parallel rank, as Lumina-mGPT stores it.
             base = 1.0 if name.endswith("weight") else 0.0
-            tensor = base + 0.3 * torch.randn(model_parallel_size, head_dim, generator=generator)
+            tensor = base + 0.3 * torch.randn(*norm_shape, generator=generator)
         elif name == "model.embed_tokens.weight" and embedding_spread is not None:
             shared = torch.randn(1, tensor.shape[1], generator=generator)
             tensor = shared + embedding_spread * torch.randn(tensor.shape, generator=generator)
         elif name in ("model.embed_tokens.weight", "lm_head.weight"):
             tensor = init_std * torch.randn(tensor.shape, generator=generator)
         state[name] = tensor.contiguous().clone()
+    return state
+
+
+def _save_shards(state: dict[str, torch.Tensor], folder: Path, num_shards: int) -> None:
+    """``state`` as ``num_shards`` safetensors files (names interleaved in sorted order) with
+    the index file, or one ``model.safetensors``."""
+    from safetensors.torch import save_file
+
     names = sorted(state)
     shards = [names[i::num_shards] for i in range(num_shards)] if num_shards > 1 else [names]
     weight_map = {}
@@ -320,10 +351,6 @@ def write_tiny_lumina_checkpoint(
         (folder / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
         )
-    (folder / "config.json").write_text(json.dumps(config_dict, indent=1))
-    if with_tokenizer:
-        write_tiny_tokenizer(folder, vocabulary_map)
-    return folder
 
 
 def write_tiny_vqgan(

@@ -233,6 +233,31 @@ class CausalLMAdapter:
         self.vocab_size = self._infer_vocab_size(model)
         V = self.vocab_size
 
+        self._set_allowed_tokens(allowed_tokens, V)
+
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+        if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
+            raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
+        finite = isinstance(cfg_scale, (int, float)) and math.isfinite(cfg_scale)
+        if cfg_scale is not None and not finite:
+            raise ValueError(f"cfg_scale must be a finite number or None, got {cfg_scale!r}")
+        self.temperature = float(temperature)
+        self.top_k = top_k
+        self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
+        self.row_length = row_length
+
+        self.cache: Any = None
+        self.num_forwards = 0
+        self.model_seconds = 0.0
+        self._prompt: Tensor | None = None
+        self._seq_len = 0
+
+    def _set_allowed_tokens(self, allowed_tokens: Tensor | list[int] | None, V: int) -> None:
+        """``allowed_tokens`` checked (1-D integer ids in [0, V)), sorted and deduplicated, the
+        mask of the others (None when every id is allowed) and their contiguous range if any."""
         if allowed_tokens is None:
             self.allowed_tokens = torch.arange(V, device=self.device)
             self._disallowed = None
@@ -257,26 +282,6 @@ class CausalLMAdapter:
         first, last = int(self.allowed_tokens[0]), int(self.allowed_tokens[-1])
         contiguous = last - first + 1 == self.allowed_tokens.numel()
         self._allowed_range = (first, last + 1) if contiguous else None
-
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-        if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
-            raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
-        finite = isinstance(cfg_scale, (int, float)) and math.isfinite(cfg_scale)
-        if cfg_scale is not None and not finite:
-            raise ValueError(f"cfg_scale must be a finite number or None, got {cfg_scale!r}")
-        self.temperature = float(temperature)
-        self.top_k = top_k
-        self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
-        self.row_length = row_length
-
-        self.cache: Any = None
-        self.num_forwards = 0
-        self.model_seconds = 0.0
-        self._prompt: Tensor | None = None
-        self._seq_len = 0
 
     def set_compute_dtype(self, dtype: torch.dtype) -> None:
         """Cast the model in place to the floating ``dtype`` (float64: ``cast_model_float64``).

@@ -217,12 +217,7 @@ class BatchRunner:
             for layer in layers:
                 layer.keys = _gather_rows(layer.keys, rows_index, slots)
                 layer.values = _gather_rows(layer.values, rows_index, slots)
-        new_count = len(rows) - len(old)
-        if new_count:
-            for layer in layers:
-                shape = (new_count,) + tuple(layer.keys.shape[1:])
-                layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)])
-                layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
+        _append_empty_rows(layers, len(rows) - len(old))
         for row in rows:
             row.end = length
         self._length, self._row_order = length, rows
@@ -353,6 +348,15 @@ class BatchRunner:
         sequence._seq_len += T
         generated = torch.arange(first, first + call.num_rows, device=self.device)
         return self.adapter._process(logits, generated, with_support=call.with_support)
+
+
+def _append_empty_rows(layers: list[Any], count: int) -> None:
+    """Append ``count`` zero rows (new images' empty slots) to every layer's keys and values."""
+    if count:
+        for layer in layers:
+            shape = (count,) + tuple(layer.keys.shape[1:])
+            layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)])
+            layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
 
 
 def _gather_rows(states: Tensor, rows: Tensor | None, slots: Tensor) -> Tensor:

@@ -641,7 +641,14 @@ def save_tiny_emu3(
 def tiny_janus_vocabulary() -> dict[str, int]:
     """Text vocabulary of the tiny checkpoints: Janus-Pro's special-token names (ids 0..5), <unk>,
     then the 256 characters of the byte-level alphabet."""
-    from ..models.janus import BOI_NAME, BOS_NAME, EOI_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
+    from ..models.janus import (
+        BOI_NAME,
+        BOS_NAME,
+        EOI_NAME,
+        EOS_NAME,
+        IMAGE_PLACEHOLDER_NAME,
+        PAD_NAME,
+    )
 
     names = [BOS_NAME, EOS_NAME, PAD_NAME, BOI_NAME, EOI_NAME, IMAGE_PLACEHOLDER_NAME, "<unk>"]
     return _numbered(names + _byte_alphabet())

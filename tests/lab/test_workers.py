@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.experiments import runs, workers
+from gsd_lab import workers
+from gsd_lab.experiments import runs
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.runs import MethodSpec, Recording, RunCache, resolve_for, run_items
 

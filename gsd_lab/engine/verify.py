@@ -1,13 +1,11 @@
 """``verify`` shaped for an accelerator: gsd_core's rule, a fixed number of ops, host syncs counted.
 
 The result is gsd_core.verify's bit for bit, given the same uniforms
-(tests/lab/engine/test_engine.py):
-the accept probabilities come from the same ops (gsd_core's own rules, or a rule's registered
-fast path, ``capabilities.window_masses``: ``ranking.dynamic_masses`` for dynamic clusters
-ranked by p), and the stop row, residual and draw are
-gsd_core's ``resolve_window``. What differs is the cost, measured in
-tests/lab/engine/test_engine_costs.py
-(top-level aten ops and host syncs on a window of the decoding loop's shape):
+(tests/lab/engine/test_engine.py): the accept probabilities come from the same ops (gsd_core's
+own rules, or a rule's registered fast path, ``capabilities.window_masses``:
+``ranking.dynamic_masses`` for dynamic clusters ranked by p), and the stop row, residual and
+draw are gsd_core's ``resolve_window``. What differs is the cost (top-level aten ops and host
+syncs on a window of the decoding loop's shape, tests/lab/engine/test_engine_costs.py):
 
 - ``validate=True``: the values of every argument are reduced on the device and read back in
   one host sync (reference: a few syncs per argument); ``validate=False`` skips them, for a

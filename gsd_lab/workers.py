@@ -53,8 +53,8 @@ class Unit:
 
 
 def plan_units(images_per_job: list[int], batch_size: int) -> list[Unit]:
-    """Each job's images in units of at most ``UNIT_BATCHES * batch_size`` (module docstring):
-    the plan depends on the jobs' sizes and the batch size only."""
+    """Each job's images in units of at most ``UNIT_BATCHES * batch_size``: the plan depends on
+    the jobs' sizes and the batch size only (docs/worker-processes.md)."""
     size = UNIT_BATCHES * batch_size
     return [
         Unit(job, start, min(start + size, count))
@@ -100,8 +100,8 @@ def run_units(
     prepare: Callable[[], None] | None = None,
 ) -> list[Any]:
     """``[task(i, bar) for i in range(count)]``, on ``workers`` forked processes (None:
-    ``default_workers``; module docstring). In this process ``bar`` is ``progress`` (the task
-    advances it as it goes); in a worker it is None and ``progress`` is advanced by
+    ``default_workers``; docs/worker-processes.md). In this process ``bar`` is ``progress`` (the
+    task advances it as it goes); in a worker it is None and ``progress`` is advanced by
     ``size(result)`` as each unit comes back. ``prepare``: called once before forking."""
     global _TASK
     check_workers(workers)

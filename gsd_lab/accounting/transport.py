@@ -150,8 +150,8 @@ def w1_distortion(
 
 
 def substitution_defined(rule: object) -> bool:
-    """Whether the rule's own randomness couples the emitted token with a Y ~ p (module docstring):
-    SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN): the
+    """Whether the rule's own randomness couples the emitted token with a Y ~ p
+    (docs/w1-accounting.md): SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN): the
     rules with a ``gsd_lab.engine.capabilities.coupling``."""
     return coupling(as_rule(rule)) is not None
 
@@ -160,8 +160,8 @@ def substitution_cost(
     p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None
 ) -> Tensor:
     """S_i = sum_C min(q'(C), p'(C)) W1(q_i(. | C), p_i(. | C)) for rows p, q [L, V] -> float64 [L]:
-    E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p (module docstring),
-    each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
+    E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p
+    (docs/w1-accounting.md), each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
     if not substitution_defined(rule):
         raise ValueError(
             "the substitution cost is defined for SD or a partition with the cluster-exact "
@@ -223,7 +223,7 @@ class W1Estimate:
     """One image's similarity-aware distortion (``W1Log.finish``).
 
     mean: the mean W1 per emitted token (exact when ``draws`` is None, else the PPS estimate of
-    the module docstring); sem: its sampling standard error (0 when exact; None with one draw);
+    docs/w1-accounting.md); sem: its sampling standard error (0 when exact; None with one draw);
     draws: n (None: exact for every token); rows: distinct rows whose W1 was solved; tokens:
     [N] per-token W1 when exact, else None; substitution / substitution_sem: the same for the
     rule's own coupling where defined (else None); seconds: the time this took."""
@@ -320,7 +320,7 @@ class W1Log:
                 self.held[j] = (start + i, weight, p[i].clone(), q[i].clone(), rows_of(rule, [i]))
 
     def finish(self, num_tokens: int) -> W1Estimate:
-        """The image's estimate over its ``num_tokens`` emitted tokens (module docstring)."""
+        """The image's estimate over its ``num_tokens`` emitted tokens (docs/w1-accounting.md)."""
         began = time.perf_counter()
         if self.draws is None:
             tokens = self.exact[:num_tokens].clone()

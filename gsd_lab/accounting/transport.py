@@ -151,8 +151,8 @@ def w1_distortion(
 
 def substitution_defined(rule: object) -> bool:
     """Whether the rule's own randomness couples the emitted token with a Y ~ p
-    (docs/w1-accounting.md): SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN): the
-    rules with a ``gsd_lab.engine.capabilities.coupling``."""
+    (docs/w1-accounting.md): SD, or a partition with the cluster-exact residual (not under
+    ``Amplify``, not LANTERN): the rules with a ``gsd_lab.engine.capabilities.coupling``."""
     return coupling(as_rule(rule)) is not None
 
 
@@ -161,7 +161,8 @@ def substitution_cost(
 ) -> Tensor:
     """S_i = sum_C min(q'(C), p'(C)) W1(q_i(. | C), p_i(. | C)) for rows p, q [L, V] -> float64 [L]:
     E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p
-    (docs/w1-accounting.md), each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
+    (docs/w1-accounting.md), each W1 exact (POT). ValueError where it is not defined
+    (``substitution_defined``)."""
     if not substitution_defined(rule):
         raise ValueError(
             "the substitution cost is defined for SD or a partition with the cluster-exact "

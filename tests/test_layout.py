@@ -42,7 +42,7 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/models/batched.py", "gsd_lab/models/emu3.py", "gsd_lab/models/janus.py",
     "gsd_lab/models/lumina_mgpt.py", "gsd_lab/models/static.py",
     "gsd_lab/models/static_batched.py", "gsd_lab/models/tree.py",
-    "gsd_lab/standin/llama_forward.py", "gsd_lab/teaching/notebooks.py",
+    "gsd_lab/standin/llama_forward.py",
     "gsd_lab/testing/tiny_checkpoints.py",
 }
 

@@ -35,7 +35,7 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/decode/budget.py", "gsd_lab/decode/loop.py",
     "gsd_lab/decode/methods.py", "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
     "gsd_lab/engine/capabilities.py", "gsd_lab/experiments/__init__.py",
-    "gsd_lab/experiments/claims.py", "gsd_lab/experiments/frontier.py",
+    "gsd_lab/experiments/claims.py",
     "gsd_lab/experiments/lossless.py", "gsd_lab/experiments/matched.py",
     "gsd_lab/experiments/replacement.py", "gsd_lab/experiments/runs.py",
     "gsd_lab/experiments/verdicts.py", "gsd_lab/models/anole.py",

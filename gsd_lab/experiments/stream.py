@@ -88,7 +88,7 @@ def context_from_environment() -> DistributedContext:
 
 
 class StreamedRunCache(RunCache):
-    """``RunCache`` whose records come from result files (module docstring). ``plan`` the
+    """``RunCache`` whose records come from result files (docs/paper-run.md). ``plan`` the
     configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
     then use it as a ``RunCache`` for the tables."""
 

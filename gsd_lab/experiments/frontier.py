@@ -225,8 +225,8 @@ def matched_distortion(
     resamples: int = 2000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """NFE at matched distortion (docs/frontier-analysis.md): one row per reference configuration and
-    curve of ``pairs`` whose rows carry ``measure``'s per-image values ("distortion": TV, "w1"):
+    """NFE at matched distortion (docs/frontier-analysis.md): one row per reference configuration
+    and curve of ``pairs`` whose rows carry ``measure``'s per-image values ("distortion": TV, "w1"):
     measure, reference, other, distortion (the reference's), reference_nfe, other_nfe (the curve
     read there), difference, se, low, high, n, inside, verdict. Rows of other images raise."""
     check_matching(measure, resamples)

@@ -61,7 +61,8 @@ def full_softmax(model: ImageModel) -> Iterator[ImageModel]:
 def token_log_likelihoods(model: ImageModel, prompt: str, tokens: Tensor) -> Tensor:
     """log p_full(x_i | prompt, x_<i) for every position of ``tokens`` [N]
     (docs/replacement-study.md): float64 [N], teacher-forced on ``tokens`` itself, one forward
-    pass. Forced positions score 0 (their row is one-hot). Raises ValueError for a token the model cannot emit (p = 0)."""
+    pass. Forced positions score 0 (their row is one-hot). Raises ValueError for a token the
+    model cannot emit (p = 0)."""
     with full_softmax(model):
         p = target_distributions(model, prompt, tokens).cpu()
     chosen = p.gather(-1, tokens.cpu().long().unsqueeze(-1)).squeeze(-1)

@@ -36,7 +36,7 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/decode/methods.py", "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
     "gsd_lab/engine/capabilities.py", "gsd_lab/experiments/__init__.py",
     "gsd_lab/experiments/claims.py",
-    "gsd_lab/experiments/lossless.py", "gsd_lab/experiments/matched.py",
+    "gsd_lab/experiments/lossless.py",
     "gsd_lab/experiments/runs.py",
     "gsd_lab/experiments/verdicts.py", "gsd_lab/models/anole.py",
     "gsd_lab/models/batched.py", "gsd_lab/models/emu3.py", "gsd_lab/models/janus.py",

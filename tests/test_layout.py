@@ -34,7 +34,7 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/accounting/distortion.py", "gsd_lab/decode/acceptance.py", "gsd_lab/decode/batch.py",
     "gsd_lab/decode/loop.py",
     "gsd_lab/decode/methods.py", "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
-    "gsd_lab/engine/capabilities.py", "gsd_lab/experiments/__init__.py",
+    "gsd_lab/engine/capabilities.py",
     "gsd_lab/experiments/claims.py",
     "gsd_lab/experiments/lossless.py",
     "gsd_lab/experiments/runs.py",

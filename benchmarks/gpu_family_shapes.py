@@ -40,7 +40,7 @@ import transformers
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map
-from gsd_lab.models.tiny_checkpoints import TEST_CONFIG_DIMS
+from gsd_lab.testing.tiny_checkpoints import TEST_CONFIG_DIMS
 
 FAMILIES = ("anole", "emu3")
 
@@ -83,7 +83,7 @@ def build_anole(tiny: bool, device: torch.device, dtype: torch.dtype) -> Any:
     from gsd_lab.models.chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
 
     if tiny:
-        from gsd_lab.models.tiny_checkpoints import tiny_vocabulary_map
+        from gsd_lab.testing.tiny_checkpoints import tiny_vocabulary_map
 
         vocab = tiny_vocabulary_map(64)
         config = ChameleonConfig(vocab_size=len(vocab), **TEST_CONFIG_DIMS, vocabulary_map=vocab,

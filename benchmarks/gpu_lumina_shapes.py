@@ -468,7 +468,7 @@ def run_janus(
     ``decode_tokens`` codes: nfe, wall and model seconds) and ``vq_decode`` (one image of 576
     codes, or the tiny grid, through ``JanusVQVAE.decode``: its pixel shape and seconds)."""
     from gsd_lab.models.janus import JanusAdapter, estimated_parameters, release_config
-    from gsd_lab.models.tiny_checkpoints import tiny_janus_config
+    from gsd_lab.testing.tiny_checkpoints import tiny_janus_config
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
     total_start = time.perf_counter()

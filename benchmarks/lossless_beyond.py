@@ -15,7 +15,7 @@ does (``mc_sjd_reproduced_image_by_image``). Every decode records the exact per-
 Block verification (``--out STEM``: STEM.json, STEM.txt): per configuration mean NFE (SE), mean
 distortion (SD's per-token TV formula: 0 by construction for every rule here, the lossy coupled
 block combination included, so not evidence of losslessness; proofs/14, proofs/15 and
-tests/lab/test_decode_laws_exact.py give that), accepted drafts per forward (sum(accepted) / NFE),
+tests/lab/decode/test_decode_laws_exact.py give that), accepted drafts per forward (sum(accepted) / NFE),
 tokens processed per forward (the window's inputs, L + 1: the last committed token and L drafts;
 the prefill's prompt left out), and the cost model's GPU seconds: NFE x the measured 7B forward of
 a 16-token window (``SHAPES``, last line, ``forward_ms["16"]``; block and token verification feed

@@ -6,7 +6,7 @@ Cells (each a fresh ``RunCache`` that ``prefetch``es every configuration, then r
 - ``old``: the previous default, one process, batch B, torch's intra-op threads on every usable
   core (``--threads``), ``workers=1``;
 - ``new``: the new default, ``--workers`` processes (default: the usable cores) with one intra-op
-  thread each, batch B (``gsd_lab.experiments.workers``);
+  thread each, batch B (``gsd_lab.workers``);
 
 each run ``alone`` and ``loaded``: beside a competing process this script starts (a float64
 matmul loop on ``--load-threads`` threads, default 2, stopped when the cell ends), on the same
@@ -46,7 +46,7 @@ import torch
 from gsd_lab.accounting import transport
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, RunCache
-from gsd_lab.experiments.workers import usable_cores
+from gsd_lab.workers import usable_cores
 from gsd_lab.figures import guided_specs
 from gsd_lab.io.provenance import git_commit
 

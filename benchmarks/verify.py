@@ -21,7 +21,7 @@ so the speed-up of a window grows with its accepted count.
 Before timing, it counts per window kind what a GPU pays per call: top-level aten ops (each a
 kernel launch or a view; torch.profiler) and host syncs (``aten::_local_scalar_dense`` from
 item/int/bool, ``nonzero``, and ``Tensor.tolist`` calls), for the default call and without
-validation (tests/lab/test_engine_costs.py pins every rule's ops and syncs). After timing, it prints where the
+validation (tests/lab/engine/test_engine_costs.py pins every rule's ops and syncs). After timing, it prints where the
 default call's time goes (self CPU time per aten op, torch.profiler) beside the time per window
 that a 20x speed-up over all windows together would allow, so the gap can be read op by op on
 any CPU, and the costs of the other ways to find or order the support (``selection_costs``).
@@ -226,7 +226,7 @@ def main() -> None:
         "support-nv": {"support": None, "validate": False},
     }
     counts_gen = torch.Generator().manual_seed(args.seed + 1)
-    print("per window, one call: top-level aten ops / host syncs (pinned per rule by tests/lab/test_engine_costs.py)")
+    print("per window, one call: top-level aten ops / host syncs (pinned per rule by tests/lab/engine/test_engine_costs.py)")
     for scenario in ("random-init", "jacobi"):
         p, q, drafts, uniforms, support = make_case(scenario, dtype, counts_gen)
         row = []

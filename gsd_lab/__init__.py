@@ -13,7 +13,10 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
 - ``io/``: provenance, figures and tables on disk, prompts, progress lines;
 - ``checks/``: ``check-weights``, every family's download checked item by item;
-- ``cli`` (``python -m gsd_lab``), ``figures``, ``evaluate`` (sharded runs).
+- ``testing/``: tiny random checkpoints of every family in its release layout (tests, GPU
+  scripts' ``--tiny`` mode, and anyone testing an adapter of their own);
+- ``cli/``: ``python -m gsd_lab``, one module per command; ``figures``, ``evaluate`` (sharded
+  runs); ``workers``: work split over worker processes, one intra-op thread each.
 
 The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
 ``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between
@@ -23,7 +26,7 @@ versions.
   forward), ``DecodingMethod`` (what to run), ``DecodeResult`` (tokens, NFE, acceptance,
   distortion, times);
 - a new acceptance rule: its gsd_core-style rule plus one ``AcceptanceSpec`` registered with
-  ``register_acceptance`` (tests/lab/test_acceptance_extension.py);
+  ``register_acceptance`` (tests/lab/decode/test_acceptance_extension.py);
 - models: ``load_model`` (adapters by name), ``load_image_model`` (adapter, prompts, decoder
   and quality proxies), ``CausalLMAdapter`` (the interface a new model implements);
 - runs: ``RunCache`` (configurations x prompts x seeds, with worker processes) and its

@@ -7,8 +7,7 @@ JSON file ``results/{i:06d}.json`` (and its image), written atomically (temporar
 os.replace): a crash loses at most the prompts in flight. Work is one prompt at a time (a
 callable ``work(index, prompt) -> row``) or several together (``BatchedWork``: e.g. batched
 decoding, each row written as soon as its prompt is done). After a barrier, rank 0 merges all
-results into ``results.jsonl`` and ``summary.json``. Backend: NCCL when each rank has a GPU,
-gloo otherwise (CPU).
+results into ``results.jsonl`` and ``summary.json`` (NCCL when each rank has a GPU, else gloo).
 
 A run never mixes configurations. Its identity is a JSON dict from the caller (for the CLI: model
 name, a fingerprint of the weights, the full decoding spec, the base seed) plus the prompt list;
@@ -16,9 +15,8 @@ name, a fingerprint of the weights, the full decoding spec, the base seed) plus 
 every result row records ``run_id``, the identity, its index and its prompt text. A re-run into
 the same folder resumes only when identity and prompt list are equal; otherwise it is refused
 with ``RunMismatch`` naming what differs (reordered, edited, added or removed prompts included):
-use another folder for another configuration. The number of processes is not part of the
-identity (results do not depend on it). A row counts as finished only when it matches the run;
-``summary.json`` says ``complete: true`` only when every prompt has such a row.
+use another folder for another configuration (the number of processes is not part of it). A
+row counts as finished only when it matches the run; ``complete: true`` when every prompt has one.
 """
 
 from __future__ import annotations
@@ -310,11 +308,11 @@ def run_shard(
 
     workers > 1 (on a CPU): the chunks (a ``BatchedWork``'s ``chunk`` prompts, else one prompt)
     run on that many forked processes, one intra-op thread each; otherwise in this process, on
-    one intra-op thread too on a CPU (``experiments.workers.run_units``: the chunks, and so every
+    one intra-op thread too on a CPU (``workers.run_units``: the chunks, and so every
     result file, are the same for any number of workers)."""
     from tqdm.auto import tqdm
 
-    from .experiments.workers import run_units
+    from .workers import run_units
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")

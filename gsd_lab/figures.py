@@ -30,7 +30,7 @@ from .experiments.runs import FilterSettings, MethodSpec, Recording, RunCache, r
 from .experiments.stream import Configuration, StreamedRunCache, gpu_hours, measure_forward_seconds
 from .experiments.top1 import top1_stats
 from .models.batched import default_batch_size
-from .io import prose
+from .experiments import prose
 from .io.figure_io import markdown_table, save_figure, write_results_markdown
 from .decode.presets import preset as preset_settings
 from .io.progress import duration

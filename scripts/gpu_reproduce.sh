@@ -30,7 +30,7 @@
 #   GSD_ALLOW_DIRTY=1  run from a checkout with uncommitted changes (outputs then say dirty)
 #   GSD_SIZES        paper (default): the notebooks' own sizes (the paper's configurations) and
 #                    figures --paper on every prompt; tiny: small sizes for a CPU smoke test on
-#                    the tiny checkpoints of gsd_lab.models.tiny_checkpoints (the tests use it)
+#                    the tiny checkpoints of gsd_lab.testing.tiny_checkpoints (the tests use it)
 #   GSD_MAX_PROMPTS  first N prompts only (default: all in paper sizes, 1 in tiny sizes)
 #   GSD_STEPS        "notebooks figures" (default), or one of them
 #   GSD_CELL_TIMEOUT seconds each notebook cell may run before its notebook fails naming the cell

@@ -18,6 +18,7 @@ last long file (xdist's ``--dist loadfile`` hands out files in collection order)
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -33,11 +34,11 @@ if _workers:
 LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks, figures --quick
     "tests/lab/test_lumina_end_to_end.py",
     "notebooks/04_speedup_and_quality.ipynb",
-    "tests/lab/test_cli.py",
+    "tests/lab/cli/test_cli.py",
     "notebooks/03_top100_replacement.ipynb",
     "notebooks/02_top1_probability_histograms.ipynb",
-    "tests/lab/test_standin_training.py",
-    "tests/lab/test_reproducible_isa.py",
+    "tests/lab/standin/test_standin_training.py",
+    "tests/lab/experiments/test_reproducible_isa.py",
 )
 
 
@@ -59,3 +60,14 @@ if _profile:
 elif not os.environ.get("CI"):
     settings.load_profile("dev")
 # With CI set and no override, Hypothesis has already loaded its built-in "ci" profile.
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Many tiny forward passes: extra intra-op threads only add contention. Restores the count."""
+    import torch  # here, not at the top: the thread count above is set before torch loads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -27,7 +27,7 @@ Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core
 residual's normalisation, run over the vocabulary in one fixed pairwise order
 (``gsd_core.exact.fixed_order_sum``); a(x) is bit for bit the probability ``verify`` tests. On
 the same rows the results were the same bits under every CPU instruction set and thread count
-tested (tests/lab/test_reproducible_isa.py).
+tested (tests/lab/experiments/test_reproducible_isa.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _check_rows(p: object, q: object) -> tuple[Tensor, Tensor]:
 #
 # The embedding filter ||e_y - e_x||^2 <= d of dynamic clusters depends on the pair alone, so it
 # is read from a [V, V] bool table built once per (embeddings, d) instead of gathering [K, M, D]
-# embedding differences per row (about 1 s a row at V = 8203, G = 50, D = 256).
+# embedding differences per row (the gather dominates the row's cost at V = 8203).
 
 # (embeddings as passed, their float64 copy, d, table); at most 2 entries (~67 MB each at V = 8192)
 _ADJACENCY_CACHE: list[tuple[Tensor, Tensor, float, Tensor]] = []
@@ -175,7 +175,7 @@ def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) 
     count, and each term is settled as soon as the walk through B_k(x) has credited
     m >= q(x) - p(x) or passed the budget delta; so the neighbourhoods (k = 1001 in the figures)
     are walked in blocks of ``block`` neighbours, settled entries dropped after each block,
-    instead of gathering all k per token (20 s of accounting per stand-in image otherwise). The
+    instead of gathering all k per token (the accounting's main cost otherwise). The
     running sums are continued with the same left-to-right additions as one cumsum over the
     whole neighbourhood (the block's cumsum starts from the previous total), so on a CPU (a
     sequential cumsum) the budget test S_j <= delta sees gsd_core's S_j bit for bit; on a GPU a

@@ -1,79 +1,16 @@
 """Similarity-aware distortion: W1(one-step output law, p) with the distance between the codes'
-decoded content as the ground cost, beside ``gsd_lab.accounting.distortion``'s TV.
+decoded content as the ground cost, beside ``gsd_lab.accounting.distortion``'s TV (the why, the
+estimator's derivation and the substitution cost: docs/w1-accounting.md).
 
-Why. TV(out, p) charges a unit of probability moved between two near-identical codes as much
-as one moved from black to red. GSD's premise is that the tokens it groups are interchangeable;
-the Wasserstein-1 distance with a content ground cost charges a move by how much it changes the
-picture, so it is the distortion that can see that premise.
-
-Ground cost. Image code y decodes to content c_y in R^D (the adapter's ``code_content()``, row i
-for token ``allowed_tokens[i]``: the stand-in's decoded patch, pixel values in [-1, 1]; Lumina-
-mGPT's VQGAN codebook vector; the tiny model's colour block). The distance is the root mean
-square difference per coordinate,
-
-    d(x, y) = ||c_x - c_y||_2 / sqrt(D),
-
-on the stand-in the RMS pixel difference between the two decoded patches on the [-1, 1] scale
-(d in [0, 2]; x 127.5 reads it in 8-bit grey levels); on Lumina-mGPT in VQGAN latent units. It is
-a metric on codes (a pseudometric where two codes decode alike).
-
-W1. W1(out, p) = min over couplings pi of (out, p) of E_pi[d(X, Y)]: the expected content change
-of the cheapest way to turn a draw from p into a draw from out. For a metric it depends on
-delta = out - p alone (Kantorovich-Rubinstein): with m = sum delta+ = TV(out, p),
-
-    W1(out, p) = m * W1(delta+ / m, delta- / m),
-
-a transport from the tokens where out exceeds p to those where p exceeds out, so
-d_min TV <= W1 <= d_max TV (the smallest and largest distance between those two sets), and
-W1 = 0 exactly when out = p (AR steps, bonus tokens, SJD). ``w1_from_laws`` solves it exactly:
-POT's network simplex (``ot.emd2``) on that support, costs in float64 by the Gram expansion
-(``content_distances``: off by at most ~1e-7 of the content's scale per pair, so W1 by at most
-~1e-7 TV), rejected unless POT reports an optimal solution. Measured on stand-in v2 (8x8-px patches,
-D = 192; not re-measured on v3's 16x16-px patches): 0.1-0.2 s of CPU a row at the
-stand-in's top-k 2000 (supports of some 200-1000 x 1000-1800 tokens); 95-230 s for the ~255
-verified rows of one image on a shared core (``benchmarks/w1_accounting.py``), hence the
-estimator below for decoding runs.
-
-Estimator (``W1Log(draws=n)``). An image's mean W1 per emitted token, Wbar = (1/N) sum_t W1_t, is
-estimated from n rows drawn with replacement with probability proportional to their exact TV
-D_t (known for every token, ``gsd_lab.accounting.distortion``): J_1..J_n iid, P(J = t) = D_t / T,
-T = sum_t D_t, and
-
-    What = (T / N) * (1/n) sum_j W1_{J_j} / D_{J_j},
-    SE = (T / N) * sd_j(W1_J / D_J) / sqrt(n),
-
-unbiased (E[W1_J / D_J] = sum_t W1_t / T: Hansen-Hurwitz), each W1_{J_j} exact. Its error is that
-of a mean of n ratios "W1 per unit of moved mass" (a transport distance, between d_min and
-d_max), which vary about half as much as W1 itself (coefficient of variation ~0.4 against ~0.8
-over a stand-in image's rows). Measured against the exact mean of every token on stand-in v2 images
-(``pps_error``, ``benchmarks/w1_accounting.py``): at n = 4 its RMS error is 15-29% of one image's
-mean W1 (GSD G = 10, Amplify k = 2, LANTERN), and the SE it reports matches that error; a table
-row averages 10 images, so the estimator adds ~5-9% of the row's W1 to its standard error. The draws
-are n independent weighted reservoirs of size one filled as tokens are emitted (token t replaces a
-reservoir's row with probability D_t / T_t, T_t the running total), so memory stays O(n V) and no
-row is revisited. Rows with D_t <= ``ROUNDING_FLOOR`` are not drawn (SJD's rows: its TV is float64
-rounding of out = p): they would add at most d_max x that TV each. The reservoirs' uniforms come
-from their own generator,
-seeded by the caller, never from decoding's: the tokens are the same with or without accounting.
-
-Substitution cost (``substitution_cost``). E[d(emitted, Y)] with Y ~ p coupled to the emitted
-token through the rule's own randomness is defined when that randomness decides which p-mass the
-emitted token stands for: for a partition with the cluster-exact residual at acceptance scale 1
-(rank bins "cluster"; SD, whose clusters are single tokens, gives 0). The rule decides at the
-level of clusters: it accepts in cluster C with probability min(q'(C), p'(C)), and a rejection
-emits X ~ p(. | C) from a cluster C ~ norm((p' - q')+), which carries the rest of p'(C)
-(proofs/03). Pairing a rejection's X with Y = X, and an accepted draft X ~ q(. | C) with a
-Y ~ p(. | C) of its own cluster (optimally: the rule leaves the pairing inside C open), gives
-Y ~ p and
-
-    S = sum_C min(q'(C), p'(C)) W1(q(. | C), p(. | C))  >=  W1(out, p),
-
-the content change of the substitutions inside clusters that the cluster-level decision forces
-(0 when q(. | C) = p(. | C): the draft already has p's law inside its cluster). Elsewhere it is not
-defined: with the token residual (GSD, rank bins "token", Amplify) a rejection draws from
-norm((p - q)+), which does not complete any cluster's p-mass, so no Y ~ p comes with the rule;
-GSD's dynamic windows overlap, so "its cluster" has no p-consistent law; an acceptance scale
-k > 1 or LANTERN's credit accept more than p'(C) in a cluster. There only W1 is reported.
+- ground cost: d(x, y) = ||c_x - c_y||_2 / sqrt(D), c_y in R^D the content code y decodes to
+  (the adapter's ``code_content()``); ``content_distances``;
+- ``w1_from_laws``: W1(out, p) = m W1(delta+ / m, delta- / m), delta = out - p, m = TV(out, p),
+  solved exactly by POT's network simplex on that support;
+- ``W1Log(draws=n)``: an image's mean W1 per token, estimated from n rows drawn with probability
+  proportional to their exact TV D_t (Hansen-Hurwitz: What = (T / N) mean_j W1_J / D_J, with its
+  SE), by weighted reservoirs filled as tokens are emitted, from a generator of its own;
+- ``substitution_cost``: S = sum_C min(q'(C), p'(C)) W1(q(. | C), p(. | C)) >= W1(out, p), for a
+  partition with the cluster-exact residual at acceptance scale 1 only.
 """
 
 from __future__ import annotations
@@ -100,7 +37,7 @@ _MAX_ITERATIONS = 10**9  # network simplex pivots; POT stops at optimality long 
 
 # (content, tokens, vocab, float64 content, index) as last checked; at most 2 entries. A decoding
 # run solves a few rows per image against one content table: checking it (finite, distinct ids)
-# and copying it to float64 again for every row cost ~50 ms a row, a fifth of the solve.
+# and copying it to float64 again for every row costs a sizeable share of the solve.
 _CONTENT_CACHE: list[tuple[Tensor, Tensor, int, Tensor, Tensor]] = []
 
 
@@ -213,9 +150,9 @@ def w1_distortion(
 
 
 def substitution_defined(rule: object) -> bool:
-    """Whether the rule's own randomness couples the emitted token with a Y ~ p (module docstring):
-    SD, or a partition with the cluster-exact residual (not under ``Amplify``, not LANTERN): the
-    rules with a ``gsd_lab.engine.capabilities.coupling``."""
+    """Whether the rule's own randomness couples the emitted token with a Y ~ p
+    (docs/w1-accounting.md): SD, or a partition with the cluster-exact residual (not under
+    ``Amplify``, not LANTERN): the rules with a ``gsd_lab.engine.capabilities.coupling``."""
     return coupling(as_rule(rule)) is not None
 
 
@@ -223,8 +160,9 @@ def substitution_cost(
     p: Tensor, q: Tensor, content: Tensor, tokens: Tensor, rule: object = None
 ) -> Tensor:
     """S_i = sum_C min(q'(C), p'(C)) W1(q_i(. | C), p_i(. | C)) for rows p, q [L, V] -> float64 [L]:
-    E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p (module docstring),
-    each W1 exact (POT). ValueError where it is not defined (``substitution_defined``)."""
+    E[d(emitted, Y)] under the rule's own cluster-level coupling with Y ~ p
+    (docs/w1-accounting.md), each W1 exact (POT). ValueError where it is not defined
+    (``substitution_defined``)."""
     if not substitution_defined(rule):
         raise ValueError(
             "the substitution cost is defined for SD or a partition with the cluster-exact "
@@ -286,7 +224,7 @@ class W1Estimate:
     """One image's similarity-aware distortion (``W1Log.finish``).
 
     mean: the mean W1 per emitted token (exact when ``draws`` is None, else the PPS estimate of
-    the module docstring); sem: its sampling standard error (0 when exact; None with one draw);
+    docs/w1-accounting.md); sem: its sampling standard error (0 when exact; None with one draw);
     draws: n (None: exact for every token); rows: distinct rows whose W1 was solved; tokens:
     [N] per-token W1 when exact, else None; substitution / substitution_sem: the same for the
     rule's own coupling where defined (else None); seconds: the time this took."""
@@ -383,7 +321,7 @@ class W1Log:
                 self.held[j] = (start + i, weight, p[i].clone(), q[i].clone(), rows_of(rule, [i]))
 
     def finish(self, num_tokens: int) -> W1Estimate:
-        """The image's estimate over its ``num_tokens`` emitted tokens (module docstring)."""
+        """The image's estimate over its ``num_tokens`` emitted tokens (docs/w1-accounting.md)."""
         began = time.perf_counter()
         if self.draws is None:
             tokens = self.exact[:num_tokens].clone()

@@ -14,8 +14,6 @@
 - ``budget``: the certified dial (a total TV or W1 budget, ``BudgetDial``);
 - ``planned``: a window's transported targets as a rule (``PlannedTargets``), verified as SD;
 - ``loop``: ``generate``, the one AR / SJD / GSD loop (``DecodeLoop``) over a ``CausalLMAdapter``;
-- ``batch``: ``generate_batch``, several images per forward, each decoded as alone.
-
-    from gsd_lab.decode.loop import generate
-    from gsd_lab.decode.methods import DecodingMethod
+- ``batch``: ``generate_batch``, several images per forward, each decoded as alone
+  (``from gsd_lab.decode.loop import generate``).
 """

@@ -23,10 +23,11 @@ budget*, transport_*), so that ``DecodingMethod.to_dict`` and every stored run k
 were; ``from_flat`` reads them back.
 
 How to add a rule: two places, its gsd_core-style rule (``masses``, ``residual_weights``) and one
-spec registered with ``register_acceptance`` (``tests/lab/test_acceptance_extension.py``); its
-methods are stored tagged, ``{"acceptance": {"rule": name, ...}}``. A rule holding tensors
-defines ``rows(index)``, the rule of some of its rows (the accounting reads rows in chunks), or
-registers ``engine.capabilities.rows_of`` for its class (the lab's own rules do).
+spec registered with ``register_acceptance``
+(``tests/lab/decode/test_acceptance_extension.py``); its methods are stored tagged,
+``{"acceptance": {"rule": name, ...}}``. A rule holding tensors defines ``rows(index)``, the
+rule of some of its rows (the accounting reads rows in chunks), or registers
+``engine.capabilities.rows_of`` for its class (the lab's own rules do).
 Fast paths, support masses and couplings are optional capabilities
 (``gsd_lab.engine.capabilities``); without them a rule takes the documented generic path. This
 module imports no torch until a rule is built.
@@ -724,6 +725,13 @@ def from_flat(flat: dict[str, Any], kind: str) -> AcceptanceSpec:
         raise ValueError(f"unknown acceptance fields {unknown}")
     v = {**FLAT_FIELDS, **flat}
     given = {name for name, default in FLAT_FIELDS.items() if _given(v[name], default)}
+    relaxations = _flat_relaxations(v, given, kind)
+    return _flat_rule(v, given, relaxations)
+
+
+def _flat_relaxations(v: dict[str, Any], given: set[str], kind: str) -> list[str]:
+    """The relaxation fields given (at most one), after refusing the combinations of flat
+    fields that belong to no one rule (``from_flat``)."""
     if kind != "gsd" and given & {"clusters", "group_size"}:
         raise _token_by_token(kind, v["clusters"], v["group_size"])
     if given & {"budget_measure", "budget_policy", "budget_cap"} and "budget" not in given:
@@ -745,6 +753,12 @@ def from_flat(flat: dict[str, Any], kind: str) -> AcceptanceSpec:
             "transport_k belongs to the transport relaxation: set transport_eps, or a budget "
             "with budget_measure='w1'"
         )
+    return relaxations
+
+
+def _flat_rule(v: dict[str, Any], given: set[str], relaxations: list[str]) -> AcceptanceSpec:
+    """The rule of checked flat fields: clusters, LANTERN or a relaxation in place of SJD's
+    test, then Amplify's scale around it."""
     rule: AcceptanceSpec = SDAcceptance()
     if given & {"clusters", "group_size"}:
         rule = ClusterAcceptance(v["clusters"], v["group_size"])

@@ -16,7 +16,8 @@ the same generator, given the same distributions. The distributions are the adap
 processing of the model's logits; processing is per image and bit-exact, the batched model
 forward may differ from a batch-1 forward in the last bit (``gsd_lab.models.batched``), so a
 token could differ only where a uniform falls within ~1e-16 of a threshold
-(``tests/lab/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and measures).
+(``tests/lab/decode/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and
+measures).
 
 Acceptance is ragged: every image commits its own a_i + 1 tokens per step. An image that has
 its ``num_tokens`` leaves the batch (its cache rows are dropped at the next step); with
@@ -120,34 +121,7 @@ def generate_batch(
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise ValueError(f"batch_size must be an int >= 1 or None, got {batch_size!r}")
-    resolved, memo = [], {}  # one ResolvedMethod per distinct DecodingMethod (LANTERN's table)
-    for i, request in enumerate(requests):
-        if not isinstance(request, DecodeRequest):
-            raise ValueError(f"requests[{i}] must be a DecodeRequest, got {type(request).__name__}")
-        if isinstance(request.method, DecodingMethod):
-            if request.method not in memo:
-                memo[request.method] = resolve_method(adapter, request.method)
-            method = memo[request.method]
-        else:
-            method = resolve_method(adapter, request.method)
-        check_call(adapter, request.num_tokens, method, request.generator)
-        if method.method.verifier != "token":
-            raise ValueError(
-                f"requests[{i}]: verifier {method.method.verifier!r} is decoded one image at a "
-                "time (gsd_lab.decode.loop.generate); generate_batch verifies token by token only"
-            )
-        if method.method.candidates > 1:
-            raise ValueError(
-                f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
-                "runs in generate (eager) only; the batched runners have no tree forward"
-            )
-        resolved.append(method)
-    generators = [id(r.generator) for r in requests if r.generator is not None]
-    if len(set(generators)) < len(generators):
-        raise ValueError(
-            "two requests share one generator: the images would draw from it in turn, "
-            "not as each decoded alone; give each request its own torch.Generator"
-        )
+    resolved = _resolve_requests(adapter, requests)
     content = adapter.code_content() if record_w1 else None
     if record_w1:
         check_w1(record_distortion, content)
@@ -179,34 +153,88 @@ def generate_batch(
             )
         accounting = [image.accounting() for image in active]
         model_before = runner.model_seconds
-        calls = [_window_call(image) for image in active]
-        outputs = runner.forward(calls)
-        for image, output in zip(active, outputs):
-            p, support = output if isinstance(output, tuple) else (output, None)
-            loop, L = image.loop, image.window
-            accepted, forced = loop.emit(p, support, L)
-            loop.commit(p, accepted, L, forced)
-            loop.redraft(p, accepted, L)
+        _step(runner, active)
         spent = sum(image.accounting() - before for image, before in zip(active, accounting))
         share = (time.perf_counter() - began - spent) / len(active)
         model_share = (runner.model_seconds - model_before) / len(active)
-        still = []
-        for image in active:
-            image.wall += share
-            image.model += model_share
-            if image.loop.done >= image.loop.num_tokens:
-                runner.remove(image.sequence)
-                results[image.index] = _result(image)
-                if on_result is not None:
-                    on_result(image.index, results[image.index])
-                if bar is not None:
-                    bar.update(1)
-            else:
-                still.append(image)
-        active = still
+        active = _settle(runner, active, (share, model_share), results, on_result, bar)
     if progress is True:
         bar.close()
     return results
+
+
+def _resolve_requests(
+    adapter: CausalLMAdapter, requests: list[DecodeRequest]
+) -> list[ResolvedMethod]:
+    """Each request's method resolved (once per distinct ``DecodingMethod``: LANTERN's table)
+    and checked: token-by-token verification, one candidate, a generator of its own."""
+    resolved, memo = [], {}  # one ResolvedMethod per distinct DecodingMethod (LANTERN's table)
+    for i, request in enumerate(requests):
+        if not isinstance(request, DecodeRequest):
+            raise ValueError(f"requests[{i}] must be a DecodeRequest, got {type(request).__name__}")
+        if isinstance(request.method, DecodingMethod):
+            if request.method not in memo:
+                memo[request.method] = resolve_method(adapter, request.method)
+            method = memo[request.method]
+        else:
+            method = resolve_method(adapter, request.method)
+        check_call(adapter, request.num_tokens, method, request.generator)
+        if method.method.verifier != "token":
+            raise ValueError(
+                f"requests[{i}]: verifier {method.method.verifier!r} is decoded one image at a "
+                "time (gsd_lab.decode.loop.generate); generate_batch verifies token by token only"
+            )
+        if method.method.candidates > 1:
+            raise ValueError(
+                f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
+                "runs in generate (eager) only; the batched runners have no tree forward"
+            )
+        resolved.append(method)
+    generators = [id(r.generator) for r in requests if r.generator is not None]
+    if len(set(generators)) < len(generators):
+        raise ValueError(
+            "two requests share one generator: the images would draw from it in turn, "
+            "not as each decoded alone; give each request its own torch.Generator"
+        )
+    return resolved
+
+
+def _step(runner: Any, active: list[_Image]) -> None:
+    """One forward for every active image, then each image's emit, commit and re-draft."""
+    outputs = runner.forward([_window_call(image) for image in active])
+    for image, output in zip(active, outputs):
+        p, support = output if isinstance(output, tuple) else (output, None)
+        loop, L = image.loop, image.window
+        accepted, forced = loop.emit(p, support, L)
+        loop.commit(p, accepted, L, forced)
+        loop.redraft(p, accepted, L)
+
+
+def _settle(
+    runner: Any,
+    active: list[_Image],
+    shares: tuple[float, float],
+    results: list[DecodeResult | None],
+    on_result: Callable[[int, DecodeResult], None] | None,
+    bar: Any,
+) -> list[_Image]:
+    """Add this step's (wall, model) time shares to every active image; finish the images whose
+    tokens are all decoded (removed from the runner, result stored, ``on_result`` called, bar
+    advanced); return the images still decoding, in order."""
+    still = []
+    for image in active:
+        image.wall += shares[0]
+        image.model += shares[1]
+        if image.loop.done >= image.loop.num_tokens:
+            runner.remove(image.sequence)
+            results[image.index] = _result(image)
+            if on_result is not None:
+                on_result(image.index, results[image.index])
+            if bar is not None:
+                bar.update(1)
+        else:
+            still.append(image)
+    return still
 
 
 def _batch_runner(

@@ -1,52 +1,20 @@
 """The certified dial: a total distortion budget B spent through the TV-optimal relaxation
-(measure "tv") or the transport relaxation (measure "w1").
+(measure "tv") or the transport relaxation (measure "w1"); the allowances, forced positions and
+what "w1" certifies in full: docs/certified-dial.md.
 
-A Jacobi window verifies drafts d_0 .. d_{L-1} against rows p_i, q_i (gsd_lab.decode.loop). Before
-the test, each position i gets an allowance delta_i from what is known before its own test
-(B, what the path spent so far, T_j = TV(p_j, q_j) and the allowances for j <= i), and is
-verified by ``gsd_core.OptimalRelaxation(delta)``, which emits a token whose law is within
-
-    s_i = min(delta_i, T_i)                                            (proofs/10)
-
-of p_i in TV. With R_i = B - spent - (s_0 + .. + s_{i-1}) (what is left if the positions before
-i are emitted), the policies are
+Before its test, window position i gets an allowance from B, what the path spent so far and
+T_j = TV(p_j, q_j); it is verified by ``gsd_core.OptimalRelaxation(delta_i)`` (law within
+s_i = min(delta_i, T_i) of p_i, proofs/10) or by the transport relaxation with budget eps_i
+(plan cost s_i, W1(r_i, p_i) <= s_i, proofs/12). With R_i = B - spent - (s_0 + .. + s_{i-1}) and
+c = ``budget_cap``:
 
     "cap":   delta_i = min(c, R_i)
     "sure":  delta_i = T_i if T_i <= min(c, R_i) else 0     (spend only for a certain acceptance)
 
-(c = ``budget_cap``). The window emits positions 0 .. n (n the first rejection; the bonus row,
-a draw from p, spends 0); the path is charged s_0 + .. + s_n, and the positions after n release
-what they were allotted. By construction every path's charges sum to at most B, so the law of
-the whole sequence is within B of the model's in TV (the chain-rule coupling, proofs/11). Once
-R = 0 every allowance is 0 and the rest is decoded losslessly (SD; with coupled drafts when the
-method's ``draft`` says so).
-
-A position whose token the adapter forces (a row end; known before the test, a function of the
-position) gets delta_i = 0 and spends 0: p_i is a point mass and the forced token is emitted
-whatever the rule does (with random drafts there, ``forced_drafts=False``, the loop overrules an
-accepted draft), so its law is p_i and there is no distortion to spend on. (With forced drafts
-T_i = 0 there already.)
-
-Measure "w1" (B and c in the content distance's units, ``gsd_lab.accounting.transport``): each
-position's allowance eps_i is verified by the transport relaxation with budget eps_i
-(``gsd_lab.decode.relaxation_w1``, proofs/12), whose plan f_i (a function of p_i, q_i and eps_i,
-computed before the test) has cost s_i = sum f_i d <= eps_i and moves mass M_i <= T_i; the token
-it emits has law r_i with W1(r_i, p_i) <= s_i. With R_i as above (s the plans' costs),
-
-    "cap":   eps_i = min(c, R_i)
-    "sure":  eps_i = min(c, R_i) if the plan within min(c, R_i) moves all of T_i (M_i >= T_i -
-             1e-12: r_i = q_i, the acceptance is certain), else 0
-
-and the path is charged s_0 + .. + s_n as for TV. Every path's charges sum to at most B and bound
-each emitted token's W1(r_i, p_i). What that certifies (proofs/13): the expected total content
-change of the step-by-step substitution along the decoder's path (Y_t ~ p(. | X_<t)) is at most
-B, and the joint law is within B / d_min in TV; the joint law's W1 for the additive per-position
-cost is NOT bounded by B in general (an exact counterexample: a model that copies its first
-token), only under a Lipschitz condition on the model.
-
-The plans of a window are solved at once at min(c, R_0) (the most any position may get), by
-``relaxation_w1.TRANSPORT_SOLVER`` ("ranked"); a position whose R_i fell below that is solved
-again at its own allowance.
+The path is charged s_0 + .. + s_n (n the first rejection), so every path's charges sum to at
+most B: the joint law is within B of the model's in TV (proofs/11); for "w1" the step-by-step
+substitution's expected content change is at most B (proofs/13, not the joint law's W1). Forced
+positions get 0 and spend 0.
 """
 
 from __future__ import annotations
@@ -78,8 +46,8 @@ def allowances(
     forced: list[bool] | None = None,
 ) -> tuple[list[float], list[float]]:
     """(delta_i, s_i) for every position of a window from T_i (``totals``), the budget ``left``
-    before the window, the policy and the per-token cap (module docstring). ``forced``: the
-    positions whose token is forced (module docstring): delta_i = s_i = 0 there."""
+    before the window, the policy and the per-token cap (docs/certified-dial.md). ``forced``: the
+    positions whose token is forced (docs/certified-dial.md): delta_i = s_i = 0 there."""
     _check_policy(policy)
     deltas, spends = [], []
     for i, total in enumerate(totals):
@@ -172,8 +140,8 @@ class BudgetDial:
     ) -> OptimalRelaxation | PlannedTargets:
         """The rule of one window: p [L (+1), V] target rows, q [L, V] draft rows, ``forced``
         bool [L] (or None) the positions whose token is forced whatever the rule does (their
-        allowance is 0: module docstring). TV: the allowances [L] in float64 on p's device (one
-        host read of the L totals and flags); W1: the window's planned targets
+        allowance is 0: docs/certified-dial.md). TV: the allowances [L] in float64 on p's device
+        (one host read of the L totals and flags); W1: the window's planned targets
         (``PlannedTargets``: verify ``verify_rows(p)`` with SD)."""
         window = q.shape[0]
         rows = p[:window].to(torch.float64)

@@ -1,60 +1,18 @@
 """Coupled Jacobi drafts: MC-SJD, published as Speculative Coupled Decoding (SCD; So, Kook, Jang,
-Park, ICML 2026, arXiv 2510.24211; code junhyukso/SCD).
+Park, ICML 2026, arXiv 2510.24211; code junhyukso/SCD). A coupled re-draft keeps the new draft's
+law exactly the row q_new = p_j (verification stays exact: proofs/09_coupled_drafts.md) while
+making it equal the previous draft as often as possible (the window's edges, fresh drafts and
+where this differs from SCD's code: docs/coupled-drafts.md). ``draft=`` of ``DecodingMethod``:
 
-SJD re-drafts every position left in the window after a rejection from this pass's row p_j,
-independently of the draft d it held, so consecutive drafts of a position rarely agree even when
-its distribution barely moved. A *coupled* re-draft keeps the new draft's law exactly the row
-q_new = p_j (so verification, which is given q_new, stays exact: proofs/09_coupled_drafts.md)
-while making it equal the previous draft as often as possible. ``draft=`` of
-``gsd_lab.decode.methods.DecodingMethod`` (``DRAFTS``; ``generate`` runs it):
+- "independent" (SJD, GSD): d' = inverse-CDF draw from q_new with a fresh uniform;
+- "maximal": the maximal coupling of q_old and q_new: keep d with probability
+  min(1, q_new(d) / q_old(d)), else draw from norm((q_new - q_old)+): ``gsd_core.verify`` on
+  windows of one draft (``maximal_coupling``), P(d' = y) = q_new(y), P(d' = d) = 1 - TV;
+- "gumbel": one Gumbel vector g_k [V] per generated position k, kept until k is committed; every
+  draft of k is argmax_y log q(y) + g_k(y) over q(y) > 0 (law q, Gumbel-max).
 
-- "independent" (SJD, GSD): d' = inverse-CDF draw from q_new with a fresh uniform.
-- "maximal": the maximal coupling of q_old (the law d was drawn from) and q_new: keep d with
-  probability min(1, q_new(d) / q_old(d)), else draw from norm((q_new - q_old)+). That is one
-  step of speculative sampling with target q_new and draft q_old, so it is ``gsd_core.verify`` on
-  windows of one draft (``maximal_coupling``): P(d' = y) = q_new(y) (proofs/02), and
-  P(d' = d) = 1 - TV(q_old, q_new), the most any coupling achieves.
-- "gumbel": one standard Gumbel vector g_k [V] per generated position k, drawn when k enters the
-  window and kept until k is committed; every draft of k is argmax_y log q(y) + g_k(y) over
-  q(y) > 0, which has law q (Gumbel-max) whatever q is, and stays put while the argmax does.
-
-What the couplings do at the window's edges:
-- The position that enters at the window's end through the bonus row p_L has no previous draft:
-  "maximal" draws it from p_L (the step with q_old = 0: never kept, residual (p_L - 0)+ = p_L);
-  "gumbel" draws its noise vector there and takes the argmax.
-- Fresh drafts (``init``: uniform over the allowed tokens, or the token one image row up) are
-  not coupled: they are drawn as for "independent" and verified with a one-hot q = e_d, which
-  is exact whatever d is (the verifier may condition on d). Their first re-draft: "maximal"
-  couples e_d with p_j, so it keeps d with probability p_j(d) and otherwise draws from p_j with
-  d removed and renormalised ((p_j - e_d)+); "gumbel" uses the position's noise vector, drawn
-  when the fresh draft entered the window (after the fresh tokens themselves).
-- When the window shrinks, the positions beyond it are dropped with their drafts and noise. Near
-  the end of the generation that is only the last token's position, never verified; under the
-  release preset the Jacobi interval also shrinks the window to 0 near the end, dropping
-  positions that were verified. A dropped position that re-enters is a fresh draft (uncoupled,
-  one-hot q, new noise): exact, as every fresh draft is.
-
-Where this differs from SCD's code (lumina1/scheduler/, read at commit 7322379):
-- Gumbel noise: SCD keeps a [1, 64, 65536] float32 table of uniforms, one row per window slot,
-  shifts it by the number of committed tokens after each pass and refills the freed rows with
-  fresh uniforms (``jacobi_iteration_lumina_mgpt_GS.py``); that is one noise vector per
-  generated position, as here. SCD computes g = -log(-log(u + 1e-9) + 1e-9) in float32 from the
-  global torch RNG; here g = -log(-log1p(-u)) in float64 from the explicit generator (u in
-  [0, 1), so g is +inf only at u = 0, probability 2^-53 per entry), and only over q > 0.
-- SCD draws every output row by Gumbel-max, including the rows of accepted and rejected
-  positions (then overwritten); here only the re-drafted rows.
-- Maximal coupling: SCD's ``SpeculativeSampler.__call__`` (``..._SCDMC.py``) keeps verifying
-  past the first rejection, which for the positions after it is the maximal-coupling step with a
-  fresh uniform, as here. For a kept draft it stores the *previous* q (``draft_prob``) as the q
-  the next pass verifies it against; here the kept draft is verified against q_new, its law.
-  Declaring the previous q is exact only when it is one-hot and d was drawn independently of
-  everything the verifier sees (the uniform random init); for a draft drawn from a model row it
-  is lossy (proofs/09, "What breaks it"; ``tests/lab/test_coupled_drafts_lossless.py`` rejects
-  it as a negative control).
-
-Randomness only from the explicit generator. On a CPU the tokens do not depend on the thread
-count; "gumbel" adds a float64 ``log`` over [V], whose last-ulp rounding may differ between
-instruction sets as the model's float64 forward does (a draft flips only at an exact near-tie).
+Randomness only from the explicit generator; on a CPU the tokens do not depend on the thread
+count ("gumbel"'s float64 ``log`` may round differently between instruction sets).
 """
 
 from __future__ import annotations
@@ -103,7 +61,7 @@ def gumbel_argmax(q: Tensor, noise: Tensor) -> Tensor:
 
 
 class DraftChain:
-    """The drafting of ``generate``'s window under one scheme (module docstring): how the
+    """The drafting of ``generate``'s window under one scheme (docs/coupled-drafts.md): how the
     positions left after a pass are re-drafted, and for "gumbel" the noise vector [V] of every
     position in the window (row i: window position i)."""
 

@@ -32,7 +32,7 @@ All randomness comes from ``generator`` (on the adapter's device). Host syncs: o
 per forward (the accepted count and sum(p); a non-finite p raises ``FloatingPointError`` naming
 the forward and positions). verify adds one per step only for ``DynamicClusters`` ranking by p
 without the adapter's support of p (CPU adapters give one): the widest support it ranks
-(``gsd_lab.engine``; tests/lab/test_engine_costs.py). Rules fixed per step add their own: a
+(``gsd_lab.engine``; tests/lab/engine/test_engine_costs.py). Rules fixed per step add their own: a
 budget reads the window's L totals (and its forced positions), the transport relaxation and
 the W1 dial plan on the CPU (p and q copied to the host each step).
 

@@ -14,8 +14,8 @@
   rule's class;
 - ``profiling``: ops and host syncs a call costs, and where its CPU time goes (imported apart).
 
-Costs (ops, syncs) are pinned by tests/lab/test_engine_costs.py; equality with gsd_core by
-tests/lab/test_engine.py.
+Costs (ops, syncs) are pinned by tests/lab/engine/test_engine_costs.py; equality with gsd_core by
+tests/lab/engine/test_engine.py.
 """
 
 from gsd_core import draw

@@ -22,7 +22,7 @@ answer, scaled where masses are concerned), so no caller unwraps it.
 
 A rule holding tensors says how its rows slice. ``rows_of`` first asks the rule itself: a class
 that defines a method ``rows(index)`` answers (duck-typed, so an outside rule needs nothing
-besides its gsd_core rule and its spec: tests/lab/test_acceptance_extension.py); then the
+besides its gsd_core rule and its spec: tests/lab/decode/test_acceptance_extension.py); then the
 registry: ``slice_rows`` for a dataclass whose tensor fields run over its rows (every such field
 sliced, a new one included), ``shared_rows`` for tensors every row shares. gsd_core's rules are
 registered here (they hold no lab method); a lab rule may register next to its rule and spec

@@ -3,7 +3,7 @@ read no value and run no aten op (``window_shapes``, ``check_token_tensor``,
 ``check_uniform_tensor``, ``check_randomness``; where one fails, gsd_core's own check runs and
 names the problem), then verdicts on the few scalars the sync reads back (``judge_*``: row-sum
 extrema and minima, id and uniform ranges). They refuse what ``gsd_core.check_window`` refuses,
-with its messages (tests/lab/test_engine_checks.py)."""
+with its messages (tests/lab/engine/test_engine_checks.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ kernel launch each on a GPU) and host syncs (device-to-host reads that stall the
 where a call's CPU time goes, op by op.
 
 Counts from ``torch.profiler`` on CPU are deterministic, unlike times, so tests can bound them
-(``tests/lab/test_engine_costs.py``) and benchmarks can print them (``benchmarks/verify.py``).
+(``tests/lab/engine/test_engine_costs.py``) and benchmarks can print them
+(``benchmarks/verify.py``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ token ranks after it, in id order. ``SupportRanking`` sorts only the K = max_i S
 entries of each row (or the caller's ``support`` ids, or K read by the engine's validation),
 and finds the ranks of zeros by counting. The window members, slot by slot, are the tokens
 gsd_core's ``DynamicClusters.members`` puts there, and their masses are summed by the same
-ops, so P and Q are the reference's bit for bit (tests/lab/test_engine.py).
+ops, so P and Q are the reference's bit for bit (tests/lab/engine/test_engine.py).
 """
 
 from __future__ import annotations

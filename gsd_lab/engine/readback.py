@@ -1,7 +1,7 @@
 """The engine's value checks, fused into one host sync: every argument is reduced on its device to
 a few scalars (row-sum extrema, minima, id ranges), and those travel to the host together.
 The verdicts are ``checks.judge_*``: the engine refuses what gsd_core refuses, with its messages
-(tests/lab/test_engine_checks.py)."""
+(tests/lab/engine/test_engine_checks.py)."""
 
 from __future__ import annotations
 

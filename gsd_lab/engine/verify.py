@@ -1,11 +1,11 @@
 """``verify`` shaped for an accelerator: gsd_core's rule, a fixed number of ops, host syncs counted.
 
-The result is gsd_core.verify's bit for bit, given the same uniforms (tests/lab/test_engine.py):
-the accept probabilities come from the same ops (gsd_core's own rules, or a rule's registered
-fast path, ``capabilities.window_masses``: ``ranking.dynamic_masses`` for dynamic clusters
-ranked by p), and the stop row, residual and draw are
-gsd_core's ``resolve_window``. What differs is the cost, measured in tests/lab/test_engine_costs.py
-(top-level aten ops and host syncs on a window of the decoding loop's shape):
+The result is gsd_core.verify's bit for bit, given the same uniforms
+(tests/lab/engine/test_engine.py): the accept probabilities come from the same ops (gsd_core's
+own rules, or a rule's registered fast path, ``capabilities.window_masses``:
+``ranking.dynamic_masses`` for dynamic clusters ranked by p), and the stop row, residual and
+draw are gsd_core's ``resolve_window``. What differs is the cost (top-level aten ops and host
+syncs on a window of the decoding loop's shape, tests/lab/engine/test_engine_costs.py):
 
 - ``validate=True``: the values of every argument are reduced on the device and read back in
   one host sync (reference: a few syncs per argument); ``validate=False`` skips them, for a
@@ -19,6 +19,8 @@ gsd_core's ``resolve_window``. What differs is the cost, measured in tests/lab/t
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -95,25 +97,7 @@ def verify(
     q = q if q.shape[:-2] == batch else q.expand(*batch, window, vocab)
     draft_rows = p[..., :window, :]
     if validate:
-        parts = probability_parts(given_p) + probability_parts(given_q) + [flat(draft_tokens)]
-        sizes = None
-        if support is not None:
-            parts += support_parts(draft_rows, support)
-        elif window > 0 and uses_support(rule):  # the support sizes travel with the checks
-            sizes = (draft_rows > 0).sum(-1, dtype=torch.int32)
-            parts.append(flat(sizes))
-        ranges = host_ranges(parts + ([] if uniforms is None else [flat(uniforms)]))  # the one sync
-        for name, x, (sums, minima) in (("p", given_p, ranges[0:2]), ("q", given_q, ranges[2:4])):
-            if sums is not None:
-                judge_probabilities(name, x.dtype, *sums, minima[0])
-        if ranges[4] is not None:
-            judge_tokens("draft_tokens", vocab, *ranges[4])
-        if support is not None:
-            judge_support(ranges[5:8], vocab)
-        elif sizes is not None:
-            support = SupportSize(sizes, int(ranges[5][1]) if ranges[5] is not None else 0)
-        if uniforms is not None and ranges[-1] is not None:
-            judge_uniforms(*ranges[-1])
+        support = _validate(given_p, given_q, draft_tokens, draft_rows, support, uniforms, rule)
     draft_tokens = draft_tokens if draft_tokens.dtype == torch.int64 else draft_tokens.long()
     draft_tokens = (
         draft_tokens if draft_tokens.shape[:-1] == batch else draft_tokens.expand(*batch, window)
@@ -128,3 +112,38 @@ def verify(
         accept = mass_ratio(*window_masses(rule, draft_rows, q, draft_tokens, support))
         accept = accept if accept.ndim == draft_tokens.ndim else accept.squeeze(-1)
     return resolve_window(p, q, draft_tokens, accept, uniforms, rule)
+
+
+def _validate(
+    given_p: Tensor,
+    given_q: Tensor,
+    draft_tokens: Tensor,
+    draft_rows: Tensor,
+    support: Tensor | None,
+    uniforms: Tensor | None,
+    rule: object,
+) -> Any:
+    """The window's checks with one host sync (``host_ranges``): p and q are distributions, the
+    drafts and ``support`` ids in range, the uniforms in [0, 1). Returns ``support``, or where
+    the rule uses support sizes and none was given, the ``SupportSize`` measured with them."""
+    window, vocab = draft_rows.shape[-2], draft_rows.shape[-1]
+    parts = probability_parts(given_p) + probability_parts(given_q) + [flat(draft_tokens)]
+    sizes = None
+    if support is not None:
+        parts += support_parts(draft_rows, support)
+    elif window > 0 and uses_support(rule):  # the support sizes travel with the checks
+        sizes = (draft_rows > 0).sum(-1, dtype=torch.int32)
+        parts.append(flat(sizes))
+    ranges = host_ranges(parts + ([] if uniforms is None else [flat(uniforms)]))  # the one sync
+    for name, x, (sums, minima) in (("p", given_p, ranges[0:2]), ("q", given_q, ranges[2:4])):
+        if sums is not None:
+            judge_probabilities(name, x.dtype, *sums, minima[0])
+    if ranges[4] is not None:
+        judge_tokens("draft_tokens", vocab, *ranges[4])
+    if support is not None:
+        judge_support(ranges[5:8], vocab)
+    elif sizes is not None:
+        support = SupportSize(sizes, int(ranges[5][1]) if ranges[5] is not None else 0)
+    if uniforms is not None and ranges[-1] is not None:
+        judge_uniforms(*ranges[-1])
+    return support

@@ -1,6 +1,6 @@
 """A fixed batch of generations whose tokens and NFE must not depend on the CPU's instruction
-set or thread count (``tests/lab/test_reproducible_isa.py`` runs it in subprocesses under
-different ``ATEN_CPU_CAPABILITY`` / thread settings and compares the outputs exactly).
+set or thread count (``tests/lab/experiments/test_reproducible_isa.py`` runs it in subprocesses
+under different ``ATEN_CPU_CAPABILITY`` / thread settings and compares the outputs exactly).
 
     python -m gsd_lab.experiments.determinism --model tiny-random --threads 1 --out batch.json
 

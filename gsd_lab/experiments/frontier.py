@@ -1,37 +1,15 @@
 """The frontier: NFE against distortion (TV and W1) for GSD, the lossless coupled drafts, the
-naive lossy rivals and the optimal lossy rules, and the one-step Pareto line they all
-sit under.
+naive lossy rivals and the optimal lossy rules, and the one-step Pareto line they all sit under
+(the configurations, runs, matching and error bars in full: docs/frontier-analysis.md).
 
-**Configurations** (``frontier_curves``: a new rule is one more entry): the points MC-SJD
-(maximal), GSD (G), MC-GSD (G, maximal), the ``rivals`` Amplify (k = 2) and LANTERN
-(delta = 0.1); the curves of the optimal rules from their lossless end: the TV-optimal relaxation
-(``relaxation_delta``) from SJD and, with maximal drafts, from MC-SJD; the certified TV dial
-(``budget``, policy "sure"), the W1 transport relaxation (``transport_eps``, k = 16 content
-neighbours) and the W1 dial (``budget_measure="w1"``, policy "cap", cap ``W1_DIAL_CAP``), all
-with maximal drafts from MC-SJD. Every configuration decodes the same images, the run's
-prompts x ``seeds``.
-
-**Runs** (``FrontierRuns``): a configuration's key (``MethodSpec.key``) is the one of the
-figures' ``RunCache``, so the images of its seeds are read from that cache and only the other
-seeds (and new configurations) are decoded, in caches of their own. Every row records TV and W1
-(the W1 log keeps each row's own rule, dials and transport included).
-
-**Matched distortion** (``matched_distortion``): at the reference point's mean distortion (GSD
-G = 50's TV, then its W1), each optimal rule's curve is read by linear interpolation in the
-distortion between its two neighbouring configurations (points sorted by mean distortion), and
-
-    difference = the reference's NFE - the curve's NFE at that distortion   (< 0: GSD fewer).
-
-Error bars: a paired bootstrap over images, as ``experiments.matched`` (every configuration's
-means recomputed on the same resampled images, then the reference's distortion, the
-interpolation and the difference); a reference outside the curve's distortion range reads the
-curve's nearest end (``inside`` is then False: the comparison is not at matched distortion).
-Verdicts: ``verdicts.verdict`` for the claim "GSD needs fewer forwards" (expected sign -1).
-
-**The one-step Pareto line** (``one_step_points``, ``line_violations``): for rows p, q with
-T = TV(p, q), any rule whose output law r has TV(r, p) = t accepts with probability at most
-1 - T + t (proofs/10); every rule's exact (TV(out, p), acceptance) from ``gsd_core``'s
-``output_distribution`` and ``acceptance_rate``; the TV-optimal relaxation lies on the line.
+- ``frontier_curves``: the configurations (a new rule is one more entry), every one decoding
+  the run's prompts x ``seeds``; ``FrontierRuns``: their records, shared with the figures'
+  ``RunCache`` where the keys agree;
+- ``matched_distortion``: at the reference's mean distortion (GSD G = 50's TV, then its W1),
+  difference = reference NFE - the curve's NFE there (linear interpolation between neighbouring
+  configurations; < 0: GSD fewer), a paired bootstrap over images, ``verdicts.verdict``;
+- ``one_step_points``, ``line_violations``: with T = TV(p, q), any rule whose output law r has
+  TV(r, p) = t accepts with probability at most 1 - T + t (proofs/10).
 """
 
 from __future__ import annotations
@@ -247,8 +225,8 @@ def matched_distortion(
     resamples: int = 2000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """NFE at matched distortion (module docstring): one row per reference configuration and
-    curve of ``pairs`` whose rows carry ``measure``'s per-image values ("distortion": TV, "w1"):
+    """NFE at matched distortion (docs/frontier-analysis.md): one row per reference configuration
+    and curve of ``pairs`` whose rows carry ``measure``'s per-image values ("distortion": TV, "w1"):
     measure, reference, other, distortion (the reference's), reference_nfe, other_nfe (the curve
     read there), difference, se, low, high, n, inside, verdict. Rows of other images raise."""
     check_matching(measure, resamples)

@@ -10,10 +10,8 @@ Models:
   quality: CLIP score when a CLIP model is available.
 - ``anole-7b`` (Chameleon / Anole, pixels with ``vqgan``) and ``emu3-gen`` (pixels through its
   own VQ-VAE): text prompts as Lumina-mGPT (``gsd_lab.models.anole``, ``gsd_lab.models.emu3``).
-- ``janus-pro-{1b,7b}``: Janus-Pro weights (the transformers conversion) from ``weights``; a
-  prompt is text; no quality proxy yet.
-- ``tiny-random``: a randomly initialised tiny Llama over 8x8 codes with a fixed colour per code,
-  for tests and development only (its numbers mean nothing).
+- ``janus-pro-{1b,7b}``: Janus-Pro (the transformers conversion), text prompts, no quality proxy;
+- ``tiny-random``: a random tiny Llama over 8x8 codes, a fixed colour per code (tests only).
 
 On CPU the forward runs in float64 (``CausalLMAdapter.set_compute_dtype``), so tokens, NFE and
 every table are the same on any x86 instruction set and thread count; ``float64_on_cpu=False``

@@ -16,7 +16,7 @@ A lossy rule has no such joint law to test against, but its first token has one:
 forward verifies a uniformly random one-hot draft against p(. | prompt) before anything else is
 decided, so that token's law is one exact verification step averaged over the draft
 (``first_token_law``, ``check_first_token``). A wrong credited cluster mass or an off-by-one
-accepted count in the loop moves it (tests/lab/test_notebook04_checks_power.py).
+accepted count in the loop moves it (tests/lab/teaching/test_notebook04_checks_power.py).
 
 Which drafts a check uses decides which bugs it can see. With uniformly random drafts (one-hot
 q = e_x, x uniform over the K allowed tokens), resampling from p instead of the residual
@@ -24,7 +24,7 @@ norm((p - q)+) is still lossless on average over x (the emitted law is p(y)/K + 
 = p(y)), so that classic bug shows only at Jacobi re-drafts and passes checks of a few thousand
 decodes. Drafts that repeat the previous token (``init="repeat_row"`` with ``ROW_LENGTH`` = 1
 token per row) have a non-uniform draft law, where the same bug fails the check
-(tests/lab/test_notebook_checks_power.py).
+(tests/lab/teaching/test_notebook_checks_power.py).
 """
 
 from __future__ import annotations

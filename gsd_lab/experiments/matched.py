@@ -1,28 +1,14 @@
 """Distortion at matched NFE: GSD's curve against another rule's, on TV and on W1, with paired
-error bars over images.
+error bars over images (the matching and the bootstrap in full: docs/matched-distortion.md).
 
-Each rule traces a curve of configurations (GSD over G, Amplify over k, LANTERN over delta),
-each configuration a point (mean NFE, mean distortion) over the same images (prompts and
-generator seeds). The curves are compared at every configuration of either one whose NFE lies
-inside the other curve's NFE range (the "anchor"): there both curves are read by linear
-interpolation in NFE between their two neighbouring configurations (a curve passes through its
-own points; configurations tied in NFE are averaged), and
-
-    difference = GSD's distortion - the other's distortion at that NFE   (< 0: GSD lower).
-
-Error bars: a paired bootstrap over images. One resample draws image indices with replacement
-and recomputes every configuration's mean NFE and mean distortion from the same images (the
-images are paired across configurations, so their shared variation cancels), then the anchor's
-NFE, both interpolations and the difference; the standard error is the spread of the resampled
-differences, the interval (low, high) the verdict's own, difference +- ``NOISE_Z`` SE. Where a
-per-image distortion is itself estimated (W1 from a few rows, ``accounting.transport``), its
-sampling noise is inside the per-image values and so inside these error bars. A resample whose
-anchor leaves a curve's range reads that curve's nearest end (``np.interp``), so points near the
-ends lean toward them.
-
-Verdicts follow ``verdicts.verdict`` for the claim "GSD distorts less than the other rule"
-(expected sign -1): "yes", "no", or "noise" (within two standard errors; shown "no difference
-detected", ``verdicts.WORDS``).
+- a curve: one configuration per point (mean NFE, mean distortion) over the same images (GSD
+  over G, Amplify over k, LANTERN over delta);
+- at every configuration of either curve whose NFE lies inside the other's range, both are read
+  by linear interpolation in NFE, and difference = GSD's distortion - the other's at that NFE
+  (< 0: GSD lower);
+- error bars: a paired bootstrap over images (every configuration's means recomputed on the
+  same resampled images); the verdict ``verdicts.verdict`` for "GSD distorts less" (expected
+  sign -1), difference +- ``NOISE_Z`` SE.
 """
 
 from __future__ import annotations

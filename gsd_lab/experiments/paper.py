@@ -149,7 +149,7 @@ def frontier_comparison(table1: list[dict[str, Any]]) -> list[dict[str, str]]:
     NFE speed-up and fewer forwards than lossy GSD (its G = 10 on COCO; ours: GSD G = 50 with the
     paper's filters); each coupling is judged on its own (picking the faster one on the same
     images would bias "yes"). SJD-PAC reports 4.51x, but its released verification is not
-    lossless (tests/lab/test_sjd_pac.py), so it is not run here."""
+    lossless (tests/lab/decode/test_sjd_pac.py), so it is not run here."""
     return _rows(claims.evaluate({"table1": table1}), FRONTIER)
 
 

@@ -325,69 +325,98 @@ def pareto(
     (``better``: a metric without one raises ValueError). ``references``: named rows without an
     NFE (real images, AR on other seeds), horizontal lines. The legend sits right of each row of
     panels."""
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
     zoom = _zoom_range(points)
     fig, axes = _figure(2 if zoom else 1, len(metrics), size=(4.6, 3.4))
-    markers = {"AR": "s", "SJD": "D", "MC-SJD (maximal)": "^", "MC-SJD (Gumbel)": "v"}
     labels: list[tuple[Any, str, float, float, str]] = []
     for row_axes, (key, label) in zip(axes, metrics):
         direction = better(key)
         for ax, zoomed in zip(row_axes, (False, True)):
-            shown: list[dict[str, Any]] = []
-            for index, (name, rows) in enumerate(points.items()):
-                rows = [r for r in rows if r.get(key) is not None]
-                if not rows:
-                    continue
-                x = [r["nfe"] for r in rows]
-                y = [r[key] for r in rows]
-                err = (
-                    [r.get(f"{key}_sem") or 0.0 for r in rows]
-                    if any(r.get(f"{key}_sem") for r in rows)
-                    else None
-                )
-                style = (
-                    dict(fmt=markers.get(name, "o"), ms=7, zorder=3)
-                    if len(rows) == 1
-                    else dict(fmt="-o")
-                )
-                ax.errorbar(x, y, yerr=err, capsize=3, color=f"C{index}", label=name, **style)
-                in_zoom = [zoom is not None and zoom[0] <= xi <= zoom[1] for xi in x]
-                shown += [r for r, inside in zip(rows, in_zoom) if inside == zoomed or not zoom]
-                if len(rows) > 1:
-                    labels += [
-                        (ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
-                        for r, xi, yi, inside in zip(rows, x, y, in_zoom)
-                        if zoomed == inside
-                    ]
+            shown = _pareto_curves(ax, points, key, zoom, zoomed, labels)
             for j, (name, row) in enumerate((references or {}).items()):
                 if row is not None and row.get(key) is not None:
                     ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
             ax.set_ylabel(label)
             if zoomed:
-                ax.set_xlim(*zoom)
-                span = _value_range(shown, key)
-                if span is not None:
-                    pad = 0.08 * (span[1] - span[0]) or 0.05 * abs(span[1]) or 0.01
-                    ax.set_ylim(span[0] - pad, span[1] + pad)
-                ax.set_xlabel("NFE, zoom on GSD's range")
-                ax.set_title("zoom (linear NFE and the points' range)", fontsize=9)
+                _pareto_zoom_axes(ax, zoom, shown, key)
             else:
-                ax.set_xscale("log")
-                ax.xaxis.set_major_formatter(ScalarFormatter())
-                ax.xaxis.set_minor_formatter(NullFormatter())
-                low, high = ax.get_xlim()
-                ax.set_xticks(_log_ticks(low, high))
-                ax.set_xlim(low, high)
-                ax.set_xlabel("NFE (forward passes per image, log scale)")
-                corner = "down" if direction == "lower" else "up"
-                ax.set_title(f"better: {corner}-left (fewer forwards, {direction})", fontsize=9)
+                _pareto_log_axes(ax, direction)
             if not zoom or zoomed:
                 ax.legend(
                     fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0
                 )
     _place_labels(fig, labels)
     return fig
+
+
+_PARETO_MARKERS = {"AR": "s", "SJD": "D", "MC-SJD (maximal)": "^", "MC-SJD (Gumbel)": "v"}
+
+
+def _pareto_curves(
+    ax: Any,
+    points: dict[str, list[dict[str, Any]]],
+    key: str,
+    zoom: tuple[float, float] | None,
+    zoomed: bool,
+    labels: list[tuple[Any, str, float, float, str]],
+) -> list[dict[str, Any]]:
+    """Draw each curve's points of ``key`` on ``ax`` (one marker for a single row, a line
+    otherwise; error bars from ``{key}_sem``); append the point labels of this panel to
+    ``labels``; return the rows shown in this panel (the zoom's range, or all)."""
+    shown: list[dict[str, Any]] = []
+    for index, (name, rows) in enumerate(points.items()):
+        rows = [r for r in rows if r.get(key) is not None]
+        if not rows:
+            continue
+        x = [r["nfe"] for r in rows]
+        y = [r[key] for r in rows]
+        err = (
+            [r.get(f"{key}_sem") or 0.0 for r in rows]
+            if any(r.get(f"{key}_sem") for r in rows)
+            else None
+        )
+        style = (
+            dict(fmt=_PARETO_MARKERS.get(name, "o"), ms=7, zorder=3)
+            if len(rows) == 1
+            else dict(fmt="-o")
+        )
+        ax.errorbar(x, y, yerr=err, capsize=3, color=f"C{index}", label=name, **style)
+        in_zoom = [zoom is not None and zoom[0] <= xi <= zoom[1] for xi in x]
+        shown += [r for r, inside in zip(rows, in_zoom) if inside == zoomed or not zoom]
+        if len(rows) > 1:
+            labels += [
+                (ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
+                for r, xi, yi, inside in zip(rows, x, y, in_zoom)
+                if zoomed == inside
+            ]
+    return shown
+
+
+def _pareto_zoom_axes(
+    ax: Any, zoom: tuple[float, float], shown: list[dict[str, Any]], key: str
+) -> None:
+    """The zoom panel: linear NFE over ``zoom``, the metric's range over the points shown."""
+    ax.set_xlim(*zoom)
+    span = _value_range(shown, key)
+    if span is not None:
+        pad = 0.08 * (span[1] - span[0]) or 0.05 * abs(span[1]) or 0.01
+        ax.set_ylim(span[0] - pad, span[1] + pad)
+    ax.set_xlabel("NFE, zoom on GSD's range")
+    ax.set_title("zoom (linear NFE and the points' range)", fontsize=9)
+
+
+def _pareto_log_axes(ax: Any, direction: str) -> None:
+    """The whole-range panel: log NFE with plain tick labels, titled with its better corner."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    low, high = ax.get_xlim()
+    ax.set_xticks(_log_ticks(low, high))
+    ax.set_xlim(low, high)
+    ax.set_xlabel("NFE (forward passes per image, log scale)")
+    corner = "down" if direction == "lower" else "up"
+    ax.set_title(f"better: {corner}-left (fewer forwards, {direction})", fontsize=9)
 
 
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:

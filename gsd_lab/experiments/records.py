@@ -8,12 +8,11 @@ are decoded from the stored tokens, so the quality proxies are recomputed), and 
 re-decodes the first images of a few configurations and compares them with the stored records:
 tokens, NFE and acceptance identically, the distortion within ``DISTORTION_RTOL`` relative or
 ``DISTORTION_ATOL`` absolute (float64 sums may differ in the last ulp between CPU kernels and
-batch sizes: README, "Reproducibility"). A stored file
-made by other decoding code (``code_fingerprint``: any change to a source file that decoding
-reads, ``DECODING_SOURCES``, so that no configuration's table can be stale, live-checked or
-not; a plot, a CLI help text or a notebook helper can change without it), weights, settings,
-prompts or seeds is not loaded (``load`` says why, and everything is decoded), and a change of
-the decoding that alters any token of a live-checked configuration fails the live check.
+batch sizes: README, "Reproducibility"). A stored file made by other decoding code
+(``code_fingerprint``: any change to a source file that decoding reads, ``DECODING_SOURCES``,
+so that no table can be stale; a plot or a CLI help text can change without it), weights,
+settings, prompts or seeds is not loaded (``load`` says why, and everything is decoded), and a
+decoding change that alters any token of a live-checked configuration fails the live check.
 
 File: one ``numpy.savez_compressed`` archive: ``tokens`` int32 [R, N], float64 columns
 ``FIELDS`` [R] (nan for None), and ``index``, a JSON string: the identity, the git state of the
@@ -59,8 +58,9 @@ DISTORTION_ATOL = 1e-12
 # gsd_lab: the exact core, the engine, the decoding loop and its method spec, presets, coupling
 # and clustering, the model adapters, the stand-in's model and loading code, the distortion and
 # transport accounting, and the experiments code that decodes and stores the records. A folder
-# stands for every ``.py`` file below it. tests/lab/test_records.py checks that every gsd_core
-# or gsd_lab module that decoding a run imports is covered, and that a plotting edit is not.
+# stands for every ``.py`` file below it. tests/lab/experiments/test_records.py checks that
+# every gsd_core or gsd_lab module that decoding a run imports is covered, and that a plotting
+# edit is not.
 DECODING_SOURCES = (
     "gsd_core",
     "gsd_lab/engine",

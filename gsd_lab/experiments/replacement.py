@@ -1,36 +1,17 @@
 """The paper's Fig. 4 study: replace a random share of a generated image's tokens, decode, and
-ask how much the image changed, against the unmodified AR images.
+ask how much the image changed, against the unmodified AR images (the variants and measures in
+full: docs/replacement-study.md).
 
-Variants (``VARIANTS``), each replacing round(fraction x free positions) random positions:
-
-- "top-k": a uniform draw among the top-k tokens (p > 0) of the target row the original token
-  was sampled from, p(. | prompt, x_<i), teacher-forced on the original sequence (the paper's
-  top-100; its exact draw was not found, this is our reading);
-- "same-cluster" (ours): a uniform draw among the members (p > 0) of GSD's dynamic cluster C(x_i)
-  around the original token in that row (the rank window of G tokens with the model's filters,
-  ``DecodingMethod("gsd", "dynamic", G)``): the substitutions GSD's verification may make;
-- "uniform": a uniform draw over the image vocabulary (the control).
-
-A replacement may coincide with the original token; forced positions (end-of-row) are kept.
-
-Per image and variant x' of the original x (N tokens), three measures:
-
-- its own log-likelihood per token, teacher-forced on x' itself with a full softmax:
-
-      ell(x') = (1/N) sum_i log p_full(x'_i | prompt, x'_<i),
-
-  p_full the model's sampling law (guidance, temperature, allowed image codes) without the
-  top-k truncation, so every image code has p > 0 and no floor enters; the rows are x''s own
-  (a token that fits the original context but not its new neighbours scores low);
-- the content distance from the original: the RMS difference of the codes' decoded content
-  (``adapter.code_content()``: the stand-in's patches in [-1, 1], Lumina-mGPT's VQGAN vectors),
-  D(x, x') = sqrt((1/N) sum_i d(x_i, x'_i)^2) with d(a, b) = ||c_a - c_b|| / sqrt(dim) the
-  per-code cost of ``gsd_lab.accounting.transport`` (so D is the RMS pixel difference of the tiled
-  patches);
-- the model's quality proxy (condition score, CLIP).
-
-Each change against the original is a paired difference over images
-(``verdicts.paired_values``: image i of every variant comes from AR image i).
+- ``VARIANTS``: round(fraction x free positions) random positions redrawn uniformly among the
+  top-k tokens of the original row ("top-k", the paper's top-100), among the members of GSD's
+  dynamic cluster C(x_i) ("same-cluster", ours), or over the image vocabulary ("uniform");
+  forced positions are kept;
+- measures per image and variant x' of x (N tokens): ell(x') = (1/N) sum_i log p_full(x'_i |
+  prompt, x'_<i) teacher-forced on x' itself (no top-k, so p_full > 0); the content distance
+  D(x, x') = sqrt((1/N) sum_i d(x_i, x'_i)^2), d the per-code cost of
+  ``gsd_lab.accounting.transport``; the model's quality proxy;
+- ``replacement_study``: each change against the original as a paired difference over images
+  (``verdicts.paired_values``: image i of every variant comes from AR image i).
 """
 
 from __future__ import annotations
@@ -78,9 +59,10 @@ def full_softmax(model: ImageModel) -> Iterator[ImageModel]:
 
 
 def token_log_likelihoods(model: ImageModel, prompt: str, tokens: Tensor) -> Tensor:
-    """log p_full(x_i | prompt, x_<i) for every position of ``tokens`` [N] (module docstring):
-    float64 [N], teacher-forced on ``tokens`` itself, one forward pass. Forced positions score
-    0 (their row is one-hot). Raises ValueError for a token the model cannot emit (p = 0)."""
+    """log p_full(x_i | prompt, x_<i) for every position of ``tokens`` [N]
+    (docs/replacement-study.md): float64 [N], teacher-forced on ``tokens`` itself, one forward
+    pass. Forced positions score 0 (their row is one-hot). Raises ValueError for a token the
+    model cannot emit (p = 0)."""
     with full_softmax(model):
         p = target_distributions(model, prompt, tokens).cpu()
     chosen = p.gather(-1, tokens.cpu().long().unsqueeze(-1)).squeeze(-1)
@@ -94,9 +76,9 @@ def token_log_likelihoods(model: ImageModel, prompt: str, tokens: Tensor) -> Ten
 
 
 def content_distance(model: ImageModel, a: Tensor, b: Tensor) -> float | None:
-    """D(a, b) = sqrt(mean_i d(a_i, b_i)^2) for two token sequences [N] (module docstring); None
-    when the adapter has no code content. Positions whose tokens are not image codes (forced
-    end-of-row tokens) must agree and count 0."""
+    """D(a, b) = sqrt(mean_i d(a_i, b_i)^2) for two token sequences [N]
+    (docs/replacement-study.md); None when the adapter has no code content. Positions whose
+    tokens are not image codes (forced end-of-row tokens) must agree and count 0."""
     content = model.adapter.code_content()
     if content is None:
         return None

@@ -45,12 +45,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..accounting.distortion import embedding_adjacency
 from ..decode.loop import DecodeResult, WindowHook, generate
 from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
+from ..engine.capabilities import embedding_filter
+from ..engine.windows import packed_adjacency
 from .image_model import ImageModel
 from .verdicts import interval, paired_values
-from .workers import check_workers, default_workers, plan_units, run_units, warm_caches
+from ..workers import check_workers, default_workers, plan_units, run_units
 
 
 @dataclass(frozen=True)
@@ -487,31 +490,16 @@ def summarize(
         raise ValueError("no records to summarize")
     nfe = float(np.mean([r.nfe for r in records]))
     wall = float(np.mean([r.wall_seconds for r in records]))
-    rates = [r.acceptance_rate for r in records if r.acceptance_rate is not None]
-    per_tested = [r.accepted_per_tested for r in records if r.accepted_per_tested is not None]
     row: dict[str, Any] = {
         "method": records[0].label,
         "images": len(records),
         "nfe": nfe,
         "wall_seconds": wall,
-        "acceptance_rate": float(np.mean(rates)) if rates else None,
-        "accepted_per_tested": float(np.mean(per_tested)) if per_tested else None,
+        "acceptance_rate": _mean_of_known([r.acceptance_rate for r in records]),
+        "accepted_per_tested": _mean_of_known([r.accepted_per_tested for r in records]),
         "nfe_sem": _sem([r.nfe for r in records]),
     }
-    for key in ("distortion", "w1"):  # not "substitution": undefined for most lossy rules
-        values = [getattr(r, key) for r in records]
-        if any(v is None for v in values):
-            continue
-        row[key], row[f"{key}_sem"] = float(np.mean(values)), _sem(values)
-        if (
-            key != "distortion"
-        ):  # the estimator's share of that error: its within-image sampling noise
-            sampling = [getattr(r, f"{key}_sem") for r in records]
-            row[f"{key}_sampling_sem"] = (
-                None
-                if any(v is None for v in sampling)
-                else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling)
-            )
+    row.update(_distance_columns(records))
     row["per_image"] = {
         "prompt": [r.prompt for r in records],
         "seed": [r.seed for r in records],
@@ -527,6 +515,32 @@ def summarize(
         quality_row = quality_and_scores(model, images, prompts)[0]
     row.update(quality_row)
     return row
+
+
+def _mean_of_known(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None (None when none is)."""
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def _distance_columns(records: list[GenerationRecord]) -> dict[str, Any]:
+    """Mean and standard error over images of TV and W1 where every record has it (not
+    "substitution": undefined for most lossy rules); for W1 also the estimator's share of that
+    error, its within-image sampling noise (``w1_sampling_sem``)."""
+    columns: dict[str, Any] = {}
+    for key in ("distortion", "w1"):
+        values = [getattr(r, key) for r in records]
+        if any(v is None for v in values):
+            continue
+        columns[key], columns[f"{key}_sem"] = float(np.mean(values)), _sem(values)
+        if key != "distortion":
+            sampling = [getattr(r, f"{key}_sem") for r in records]
+            columns[f"{key}_sampling_sem"] = (
+                None
+                if any(v is None for v in sampling)
+                else float(np.sqrt(np.sum(np.square(sampling)))) / len(sampling)
+            )
+    return columns
 
 
 class RunCache:
@@ -734,3 +748,18 @@ class RunCache:
                 )
             rows.append(row)
         return rows
+
+
+def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
+    """Build, in this process, the embedding filter's [V, V] table that each method's accounting
+    reads, and its packed bits (``engine.windows.packed_adjacency``, cached by the table's
+    identity), so that forked workers inherit both instead of building them each."""
+    for resolved in methods:
+        found = embedding_filter(resolved.rule)
+        if (
+            found is not None
+            and isinstance(vocab, int)
+            and vocab * vocab <= 1 << 27  # the CPU table's bound (support_output_laws)
+            and found[0].shape[0] >= vocab
+        ):
+            packed_adjacency(embedding_adjacency(*found, vocab))

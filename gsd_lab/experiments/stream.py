@@ -1,39 +1,14 @@
 """The decoding runs of ``figures --paper`` on disk: one result file per (configuration, seed,
-prompt) as soon as it is decoded, resumable, sharded over processes, bounded host memory.
+prompt) as soon as it is decoded, resumable, sharded over processes, bounded host memory (the
+layout, the order and sharding, batching and memory: docs/paper-run.md).
 
-Layout under the figures folder::
-
-    decoding/<configuration>/seed-<s>/run.json             the run's identity and prompt list
-    decoding/<configuration>/seed-<s>/results/000123.json  prompt 123: NFE, acceptance, distortion,
-                                                            CLIP score, tokens, top-1 (AR), rank
-    decoding/<configuration>/seed-<s>/images/000123.png    with --save-images
-
-Each (configuration, seed) is one run of ``gsd_lab.evaluate``: same identity rules (model,
-weights fingerprint, decoding spec as resolved, seed; the prompt list), same atomic result
-files, same refusal of a folder holding another run (``RunMismatch`` naming what differs). A
-re-run skips every result already on disk, so a crash costs at most the images in flight and
-nothing is counted twice: the tables read exactly one row per (configuration, seed, prompt).
-
-Order and sharding: the work items are listed prompt-major (prompt, then configuration, then
-seed); process r of N (torchrun's RANK / WORLD_SIZE) takes items r, r + N, ... of that list. No
-collective is used: ranks other than 0 exit when their items are done, rank 0 then waits for the
-result files of the others and writes the tables (torchrun stops every process when one fails).
-
-Batches: a rank decodes its unfinished items through the one run path (``runs.decode_items``,
-``Recording.batch_size`` B images per forward: ``figures --paper --batch-size``; default per
-device, ``gsd_lab.models.batched.default_batch_size``) in chunks of ``CHUNK_BATCHES`` x B items
-taken in list order. Within a chunk the guided items are decoded first, then the unguided ones
-(CFG is one setting per forward), so a run stopped early has its first chunks' prompts on every
-configuration, not an exact prefix of the list. Each result file is written as its image
-finishes. Every image's tokens, NFE and accepted counts are those of B = 1 (its generator is
-seeded the same; ``tests/lab/test_batched_streams.py``), the exact distortion and top-1 vectors
-agree within 1e-12 (the batched forward may round the last bit), ``wall_seconds`` /
-``model_seconds`` are the image's share of its batch's. The batch size is not part of a run's
-identity: a run started at one batch size resumes at another.
-
-Memory: the tables hold, per row, the scalars of a ``GenerationRecord`` (no tokens, images or
-top-1 vectors); tokens are read back, and decoded to pixels, only for the detail analyses, which
-use at most ``FigureSizes.detail_images`` prompts.
+- each (configuration, seed) is one run of ``gsd_lab.evaluate`` under
+  ``decoding/<configuration>/seed-<s>/``: the same identity rules, atomic result files and
+  refusal of another run's folder (``RunMismatch``); a re-run skips what is on disk;
+- ``StreamedRunCache``: the tables' rows read from those files, one per (configuration, seed,
+  prompt); process r of N decodes items r, r + N, ... of the prompt-major list, in chunks of
+  ``CHUNK_BATCHES`` x B through ``runs.decode_items``; rank 0 writes the tables;
+- ``Configuration``, ``context_from_environment``, ``gpu_hours``, ``measure_forward_seconds``.
 """
 
 from __future__ import annotations
@@ -113,7 +88,7 @@ def context_from_environment() -> DistributedContext:
 
 
 class StreamedRunCache(RunCache):
-    """``RunCache`` whose records come from result files (module docstring). ``plan`` the
+    """``RunCache`` whose records come from result files (docs/paper-run.md). ``plan`` the
     configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
     then use it as a ``RunCache`` for the tables."""
 

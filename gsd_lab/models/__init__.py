@@ -2,28 +2,20 @@
 
 - ``adapter``: ``CausalLMAdapter``, what ``generate`` needs from a model (processed rows p);
 - ``float64``: float64 forwards for exact tests; ``static``: the static-cache runner;
-- ``batched``: ``BatchRunner``, several images per forward (per-row cache lengths), and
-  ``default_batch_size(device)``, the batch size when none is given; ``static_batched``:
-  ``StaticBatchRunner``, the same on a static cache (per-row lengths, graphs per shape);
+  ``batched``: ``BatchRunner``, several images per forward (per-row cache lengths; the batch
+  size ``default_batch_size``); ``static_batched``: the same on a static cache;
 - ``lumina_mgpt`` (with ``lumina_checkpoint``, its shards read and the model built strictly,
-  ``lumina_tokenizer``, ``chameleon_vqgan``): Lumina-mGPT;
-  ``load_model("lumina-mgpt-7b-768", weights=DIR, vqgan=DIR)`` loads its weights;
+  ``lumina_tokenizer``, ``chameleon_vqgan``): Lumina-mGPT (``lumina-mgpt-7b-768``, ...);
 - ``anole`` (Chameleon / Anole, ``anole-7b``) and ``emu3`` (``emu3-gen``), on ``grid_image``'s
   ``GridImageAdapter``;
-- ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``load_model("janus-pro-1b",
-  weights=DIR)``;
+- ``janus``: Janus-Pro (stock ``JanusForConditionalGeneration``), ``janus-pro-1b``;
 - ``tree``: one forward over a token tree (k candidate branches) and the cache rollback to one
   branch, for the multi-draft decoder;
 - ``loading``: what every family's loader does first (find the checkpoint folder and its
-  tokenizer, pick device and dtype, refuse a model too large for the CPU);
-- ``tiny_checkpoints``: tiny random checkpoints of every family in its release file layout
-  (``write_tiny_release_set``, ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``),
-  so that the command line, ``check-weights`` and the GPU scripts' ``--tiny`` mode run without
-  downloading weights; the tests use them too.
+  tokenizer, pick device and dtype, refuse a model too large for the CPU).
 
-The embedded stand-in is a model of its own package (``gsd_lab.standin.adapter.load_standin``),
-which builds on this one, never the other way round. ``MODEL_NAMES`` lists every name the command
-line takes; ``experiments.image_model.load_image_model`` loads any of them.
+The stand-in is a package of its own (``gsd_lab.standin``) that builds on this one, never the
+other way round. ``MODEL_NAMES``: every name the command line takes (``load_image_model``).
 """
 
 from __future__ import annotations

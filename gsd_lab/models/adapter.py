@@ -1,76 +1,19 @@
 """``CausalLMAdapter``: next-token distributions from a Hugging Face causal LM, with a KV cache
 that can be rolled back, classifier-free guidance, and the logits processing that turns
-logits into the distribution tokens are sampled from.
+logits into the distribution tokens are sampled from (the full contract, which
+``gsd_lab.decode.loop.generate`` relies on: docs/adapter-contract.md).
 
-Contract (``gsd_lab.decode.loop.generate`` relies on it; the stand-in and Lumina-mGPT adapters
-subclass it). Batch size 1; V = ``vocab_size`` (the model's output vocabulary).
-
-Sequence. ``start(prompt_ids, uncond_prompt_ids=None)`` resets the cache (a fresh
-``DynamicCache``, or ``model.new_cache()`` where the model brings one with
-``get_seq_length()`` and ``crop(-n)``, as ``gsd_lab.standin.llama_forward``) and remembers the
-prompt (P = ``prompt_len`` tokens). The *logical sequence* is the prompt then the generated
-tokens; ``seq_len`` counts those in the cache; logical position P + g is *generated position* g.
-
-``forward(input_ids [T], num_rows=None, *, with_support=False) -> probs [R, V]`` (float64,
-R = num_rows or T; with ``with_support`` the pair (probs, support)): appends ``input_ids`` at
-logical positions seq_len .. seq_len + T - 1 (the first call after ``start`` begins with the
-whole prompt, so prefill and first window share one forward) and returns, for the last R input
-positions j, the distribution of the token at j + 1 after all processing: *exactly* the one
-tokens are sampled from and verified against (a mismatch makes SJD silently lossy; cf. Hugging
-Face #32867, #47932). One call is one forward (``num_forwards``; a CFG pair is one batched
-pass), its model part timed in ``model_seconds`` (CUDA-synchronised on GPU).
-``crop(length)``: keep the first ``length`` logical positions (P <= length <= seq_len), so
-rejected drafts are rolled back without recomputing the prefix.
-
-Classifier-free guidance (``cfg_scale`` not None): conditional and unconditional rows run as one
-forward of batch 2, sharing every generated token; ``uncond_prompt_ids`` (required) may have
-another length: the shorter prompt is left-padded, the padding masked out of attention and
-position ids count only real tokens (both rows see the generated tokens at the same relative
-offsets; the cache then holds seq_len plus the padding). The stand-in passes [null class
-token]. For Lumina-mGPT the GSD release (junhyukso/GSD, from SJD) masks the text prompt except
-its last token ``<reserved08706>``, the same computation as ``uncond_prompt_ids =
-prompt_ids[-1:]`` (RoPE sees only relative positions); Alpha-VLLM's ``inference_solver.py``
-starts the unconditional row at the image start
-(``LuminaMGPTAdapter(unconditional_prompt="gsd-release" | "alpha-vllm")``).
-
-Processing (``_process``), per row; the hooks ``combine_guidance``, ``process_logits`` and
-``forced_tokens`` take the rows' generated positions [R] and may be overridden (call
-``super()`` to keep the default steps):
-  1. logits -> float64; with CFG l = u + s (c - u) (``combine_guidance``);
-  2. ``process_logits``: -inf outside ``allowed_tokens``; top-k (the k largest allowed logits
-     kept, ties with the k-th kept, as Hugging Face's TopKLogitsWarper); divide by
-     ``temperature``;
-  3. softmax (float64);
-  4. rows whose generated position has a forced token (``forced_tokens`` [R] -> ids, -1 where
-     free; e.g. Lumina's end-of-row token, which need not be allowed) become one-hot.
-Steps 1-2 work in place on one fresh float64 tensor; on CPU the top-k threshold and mask use
-numpy's selection and a branch-free mask (``kth_largest``, ``mask_below_``), the same
-probabilities bit for bit as the plain formula (tested).
-
-Support (``with_support=True``, for ``gsd_core.verify(support=)``): ids [R, K] int64, every id
-with p > 0 listed exactly once (ids with p = 0 may be added or repeated): the ids whose
-processed logit is not -inf (softmax is exactly 0 there), ascending, padded to the widest row
-with one of the row's -inf ids; forced rows list the forced id, then (forced + 1) mod V. Under
-top-k, K is about k (ties widen a row). None on non-CPU devices (the widest row would need a
-host sync) and when a row keeps all V ids.
-
-``random_tokens(generated_positions [T], generator) -> [T]``: uniform over ``allowed_tokens``,
-the forced token where one is forced (random Jacobi initialisation, with one-hot q).
-
-``compute_dtype`` (``set_compute_dtype``): None runs the model as given; torch.float64 casts it
-in place without the float32 steps of Llama-family modules (``gsd_lab.models.float64``), so that
-CPU tokens and NFE depend neither on the instruction set nor on the thread count (the
-experiments' CPU models).
-
-``embeddings`` [V_in, D]: the input-embedding rows (GSD's distance filter); ``code_content()``
-[K, D] or None: what each allowed code decodes to (``gsd_lab.accounting.transport``'s ground
-space); ``row_length``: tokens per image row (end-of-row token included) or None; ``device``
-(where a ``generate`` generator lives).
-
-Subclasses that compute logits differently (Lumina-mGPT: from the backbone's hidden states)
-override ``compute_logits(input_ids [B, W], attention_mask [B, cache + W] or None,
-position_ids [B, W], num_rows) -> logits [B, num_rows, V]``, which must extend ``self.cache``
-by W positions (a model that ignores the cache raises ``ValueError``).
+- ``start(prompt_ids, uncond_prompt_ids=None)``: a fresh cache and the prompt (P tokens);
+- ``forward(input_ids [T], num_rows=None, *, with_support=False) -> probs [R, V]`` float64: the
+  processed distribution of the token after each of the last R input positions, exactly the one
+  tokens are sampled from and verified against (with ``with_support``: also ids [R, K] holding
+  every id with p > 0); one call is one forward (``num_forwards``, ``model_seconds``);
+- ``crop(length)``: roll back rejected drafts without recomputing the prefix;
+- processing (``_process``): l = u + s (c - u) with CFG (``combine_guidance``), -inf outside
+  ``allowed_tokens``, top-k, / temperature (``process_logits``), softmax, forced rows one-hot
+  (``forced_tokens``);
+- ``random_tokens``, ``embeddings``, ``code_content()``, ``row_length``, ``compute_dtype``;
+  subclasses override ``compute_logits`` (Lumina-mGPT: from the backbone's hidden states).
 """
 
 from __future__ import annotations
@@ -198,14 +141,14 @@ def cache_kwarg(module: torch.nn.Module) -> str:
 
 
 class CausalLMAdapter:
-    """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see the module docstring.
+    """Wrap a ``transformers`` causal LM (e.g. ``LlamaForCausalLM``); see docs/adapter-contract.md.
 
     model: the causal LM, in eval mode on its device. allowed_tokens: ids [A] that may be
     sampled (an image vocabulary), None for all. temperature > 0; top_k >= 1 or None;
     cfg_scale: guidance scale s (None: no CFG; s = 1 gives the conditional logits but still
     runs both rows). row_length: tokens per image row, for ``init="repeat_row"``.
     compute_dtype: None (the model's own dtype) or a floating dtype to cast the model to in
-    place (torch.float64: the whole forward in float64, see the module docstring).
+    place (torch.float64: the whole forward in float64, see docs/adapter-contract.md).
     """
 
     def __init__(
@@ -233,6 +176,31 @@ class CausalLMAdapter:
         self.vocab_size = self._infer_vocab_size(model)
         V = self.vocab_size
 
+        self._set_allowed_tokens(allowed_tokens, V)
+
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+        if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
+            raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
+        finite = isinstance(cfg_scale, (int, float)) and math.isfinite(cfg_scale)
+        if cfg_scale is not None and not finite:
+            raise ValueError(f"cfg_scale must be a finite number or None, got {cfg_scale!r}")
+        self.temperature = float(temperature)
+        self.top_k = top_k
+        self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
+        self.row_length = row_length
+
+        self.cache: Any = None
+        self.num_forwards = 0
+        self.model_seconds = 0.0
+        self._prompt: Tensor | None = None
+        self._seq_len = 0
+
+    def _set_allowed_tokens(self, allowed_tokens: Tensor | list[int] | None, V: int) -> None:
+        """``allowed_tokens`` checked (1-D integer ids in [0, V)), sorted and deduplicated, the
+        mask of the others (None when every id is allowed) and their contiguous range if any."""
         if allowed_tokens is None:
             self.allowed_tokens = torch.arange(V, device=self.device)
             self._disallowed = None
@@ -257,26 +225,6 @@ class CausalLMAdapter:
         first, last = int(self.allowed_tokens[0]), int(self.allowed_tokens[-1])
         contiguous = last - first + 1 == self.allowed_tokens.numel()
         self._allowed_range = (first, last + 1) if contiguous else None
-
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-        if row_length is not None and (not isinstance(row_length, int) or row_length < 1):
-            raise ValueError(f"row_length must be an int >= 1 or None, got {row_length!r}")
-        finite = isinstance(cfg_scale, (int, float)) and math.isfinite(cfg_scale)
-        if cfg_scale is not None and not finite:
-            raise ValueError(f"cfg_scale must be a finite number or None, got {cfg_scale!r}")
-        self.temperature = float(temperature)
-        self.top_k = top_k
-        self.cfg_scale = None if cfg_scale is None else float(cfg_scale)
-        self.row_length = row_length
-
-        self.cache: Any = None
-        self.num_forwards = 0
-        self.model_seconds = 0.0
-        self._prompt: Tensor | None = None
-        self._seq_len = 0
 
     def set_compute_dtype(self, dtype: torch.dtype) -> None:
         """Cast the model in place to the floating ``dtype`` (float64: ``cast_model_float64``).
@@ -448,7 +396,7 @@ class CausalLMAdapter:
         self, input_ids: Tensor, num_rows: int | None = None, *, with_support: bool = False
     ) -> Tensor | tuple[Tensor, Tensor | None]:
         """Append ``input_ids`` [T] and return the processed next-token distributions [R, V]
-        (float64) of its last R = ``num_rows`` (default T) positions. See the module docstring.
+        (float64) of its last R = ``num_rows`` (default T) positions. See docs/adapter-contract.md.
 
         with_support: return (probs, support) instead, support [R, K] int64 holding every id
         with p > 0 of its row once (``kept_ids``, ``forced_support``), or None (non-CPU device,
@@ -568,7 +516,7 @@ class CausalLMAdapter:
         with_support: bool = False,
         sync_free: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor | None]:
-        """Logits [B, R, V] -> probs [R, V] (module docstring, steps 1-4); with
+        """Logits [B, R, V] -> probs [R, V] (docs/adapter-contract.md, Processing, steps 1-4); with
         ``with_support``, (probs, support [R, K] or None) as in ``forward``.
 
         sync_free: no host read (for a captured or compiled forward, ``gsd_lab.models.static``):

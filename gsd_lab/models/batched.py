@@ -31,8 +31,8 @@ are not guaranteed bit-identical to a batch-1 forward (more matmul rows, masked 
 exact zeros, another key length may round the last float64 bit differently), so tokens agree
 unless a uniform falls within rounding of a decision threshold (as between CPUs,
 ``gsd_lab.models.float64``); every token and NFE matched in the tests and benchmarks
-(``tests/lab/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path is
-added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
+(``tests/lab/decode/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path
+is added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
 many, so batch-1 decoding sees such differences between its 1- and 17-token windows. With no
 padding at all no mask is passed, as the adapter does.
 
@@ -64,7 +64,7 @@ def default_batch_size(device: torch.device | str) -> int:
     little more than one (``benchmarks/gpu_static_check.py``). On a CPU AR's 1-token forwards
     and the per-forward overhead are shared (``benchmarks/results/main_job_batched_standin.txt``);
     the figures job and ``evaluate`` split their images over one-thread worker processes by default
-    (``gsd_lab.experiments.workers``), so busy cores slow them in proportion. A batched image's
+    (``gsd_lab.workers``), so busy cores slow them in proportion. A batched image's
     ``wall_seconds`` is its share of its batch's forwards, not its own latency. Tokens and NFE
     do not depend on it on a CPU in float64 (``gsd_lab.decode.batch``, tested); on a GPU batched
     forwards round differently from batch 1, so ``evaluate`` keeps a GPU run's batch size and
@@ -217,12 +217,7 @@ class BatchRunner:
             for layer in layers:
                 layer.keys = _gather_rows(layer.keys, rows_index, slots)
                 layer.values = _gather_rows(layer.values, rows_index, slots)
-        new_count = len(rows) - len(old)
-        if new_count:
-            for layer in layers:
-                shape = (new_count,) + tuple(layer.keys.shape[1:])
-                layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)])
-                layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
+        _append_empty_rows(layers, len(rows) - len(old))
         for row in rows:
             row.end = length
         self._length, self._row_order = length, rows
@@ -353,6 +348,15 @@ class BatchRunner:
         sequence._seq_len += T
         generated = torch.arange(first, first + call.num_rows, device=self.device)
         return self.adapter._process(logits, generated, with_support=call.with_support)
+
+
+def _append_empty_rows(layers: list[Any], count: int) -> None:
+    """Append ``count`` zero rows (new images' empty slots) to every layer's keys and values."""
+    if count:
+        for layer in layers:
+            shape = (count,) + tuple(layer.keys.shape[1:])
+            layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(shape)])
+            layer.values = torch.cat([layer.values, layer.values.new_zeros(shape)])
 
 
 def _gather_rows(states: Tensor, rows: Tensor | None, slots: Tensor) -> Tensor:

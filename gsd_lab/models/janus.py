@@ -1,6 +1,6 @@
 """Janus / Janus-Pro (DeepSeek) text-to-image on stock ``transformers`` classes, as a decoding
 adapter (``JanusAdapter``), its loader (``load_janus``) and the released sizes
-(``release_config``; tiny checkpoints: ``tiny_checkpoints.save_tiny_janus``).
+(``release_config``; tiny checkpoints: ``gsd_lab.testing.tiny_checkpoints.save_tiny_janus``).
 
 Weights: the transformers conversions ``deepseek-community/Janus-Pro-1B`` and
 ``deepseek-community/Janus-Pro-7B`` (``config.json`` with ``model_type`` "janus",

@@ -385,13 +385,7 @@ class StaticEngine:
         bucket = self.capacity if step is None else -(-filled // step) * step
         self._length[0] = min(self.capacity, bucket)
         if width is not None:
-            buffer = self._input_buffer(width)
-            if width > T:  # the tail: padded at its end with its last token
-                input_ids = torch.cat([input_ids, input_ids[-1:].expand(width - T)])
-            buffer.copy_(input_ids.expand(batch, -1))
-            self.last_key = (width, self._length[0])
-            if self.capture != "none" and self.last_key not in self._graphs:
-                self._prepare(width)
+            self._fill_window(input_ids, width, batch)
         timer = self._begin()
         if width is None:
             with torch.no_grad():
@@ -409,6 +403,18 @@ class StaticEngine:
         self.num_forwards += 1
         self._slots += real
         return (probs, support) if with_support else probs
+
+    def _fill_window(self, input_ids: Tensor, width: int, batch: int) -> None:
+        """Copy the T new tokens into the input buffer of ``width`` (a tail padded at its end
+        with its last token) and capture that shape's graph if it is new."""
+        buffer = self._input_buffer(width)
+        T = input_ids.numel()
+        if width > T:  # the tail: padded at its end with its last token
+            input_ids = torch.cat([input_ids, input_ids[-1:].expand(width - T)])
+        buffer.copy_(input_ids.expand(batch, -1))
+        self.last_key = (width, self._length[0])
+        if self.capture != "none" and self.last_key not in self._graphs:
+            self._prepare(width)
 
     # ---- the step (captured) -----------------------------------------------------------
 

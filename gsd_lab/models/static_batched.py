@@ -33,7 +33,8 @@ once and replayed from its input buffers; the processing runs eagerly after, per
 ("auto" on a CPU): static-eager.
 
 Arithmetic: as ``StaticEngine``'s; in float64 on a CPU the tokens and NFE are those of
-``generate(..., runner="static")`` for each image alone (``tests/lab/test_static_batched.py``).
+``generate(..., runner="static")`` for each image alone
+(``tests/lab/models/test_static_batched.py``).
 """
 
 from __future__ import annotations
@@ -184,15 +185,10 @@ class StaticBatchRunner(BatchRunner):
 
     # ---- the forward ----------------------------------------------------------------------
 
-    def _run(self, inputs: list[Tensor], starts: list[int]) -> tuple[Tensor, int]:
-        """The model on the [R_b, width] block (module docstring): logits [R, K, V] of each
-        row's input columns width - K .. width - 1 (rows in ``self._sequences`` order, right-
-        padded as ``BatchRunner``'s), and width - K."""
-        device = self.device
-        rows = [row for s in self._sequences for row in s.rows]
-        physical = self._physical_rows()
-        counts = [ids.numel() for ids in inputs]
-        longest = max(counts)
+    def _block_shape(self, longest: int) -> tuple[int, int]:
+        """(width, R) of the block: width 1 for single tokens, the window width for windows,
+        else the longest input (a prefill, eager at its own width); R the rows of the images up
+        to the highest slot in use, rounded up to a power of two (at most every image)."""
         if longest == 1:
             width = 1
         elif longest <= self.window_width:
@@ -203,7 +199,17 @@ class StaticBatchRunner(BatchRunner):
         bucket = 1
         while bucket < highest:
             bucket *= 2
-        R = self.rows_per_image * min(bucket, self.images)
+        return width, self.rows_per_image * min(bucket, self.images)
+
+    def _run(self, inputs: list[Tensor], starts: list[int]) -> tuple[Tensor, int]:
+        """The model on the [R_b, width] block (module docstring): logits [R, K, V] of each
+        row's input columns width - K .. width - 1 (rows in ``self._sequences`` order, right-
+        padded as ``BatchRunner``'s), and width - K."""
+        device = self.device
+        rows = [row for s in self._sequences for row in s.rows]
+        physical = self._physical_rows()
+        counts = [ids.numel() for ids in inputs]
+        width, R = self._block_shape(max(counts))
         held = [row.held for row in rows]
         filled = max(held) + width
         if filled > self.capacity:

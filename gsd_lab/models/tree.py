@@ -12,7 +12,7 @@ position; all branches share positions) and attends to the cache, the head and b
 tokens 0..t only: the 4-D boolean mask ``tree_mask`` [B, 1, W, S], S = cache + W (key s visible
 to query i; AND the CFG padding of the cached prompt). Every row is then exactly the row a plain
 forward of that branch's own prefix computes (the same keys, values and positions; tested to
-float64 rounding in ``tests/lab/test_multidraft_decoding.py``).
+float64 rounding in ``tests/lab/decode/test_multidraft_decoding.py``).
 
 Rows returned: p_0 [V], the head's last row (the law of position n, shared by all branches),
 and rows [k, L, V], row (j, t) the law of position n + 1 + t after branch j's tokens 0..t (row

@@ -1,8 +1,8 @@
 """The stand-in's Llama forward in float64 without ``transformers``: the same ops, in the same
 order and dtypes, as ``LlamaForCausalLM`` (sdpa attention, ``DynamicCache``) after
 ``gsd_lab.models.float64.cast_model_float64``, so the logits are equal bit for bit (tested in
-``tests/lab/test_llama_forward.py``). It exists for start-up time: importing the ``transformers``
-Llama model costs seconds, more than a stand-in image takes to decode.
+``tests/lab/standin/test_llama_forward.py``). It exists for start-up time: importing the
+``transformers`` Llama model costs seconds, more than a stand-in image takes to decode.
 
 Shapes: B batch rows (2 for a CFG pair), W new tokens, S = cache + W key positions, D hidden
 size, H heads of size d (H d = D), F the MLP width, V the vocabulary.

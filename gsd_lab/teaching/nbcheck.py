@@ -10,10 +10,8 @@ algorithm changes a verdict.
   the exact law ``output_distribution`` and the exact ``acceptance_rate``: every token's
   frequency and the acceptance frequency within ``z`` = 4 standard errors, SE = sqrt(f (1 - f) / n)
   at the exact value f (a token of exact probability 0 must never be emitted).
-- ``nfe_invariants``: decoding tables: AR takes exactly one forward per token. (That SJD and
-  GSD take fewer is a measured result, printed with its paired standard error in unchecked
-  cells: it depends on the random stream; ``experiments.paper.nfe_below_sjd`` judges GSD
-  against SJD with the one verdict rule.)
+- ``nfe_invariants``: decoding tables: AR takes exactly one forward per token (that SJD and
+  GSD take fewer is measured, in unchecked cells: ``experiments.paper.nfe_below_sjd``).
 - ``w1_lines``: the W1 column is exactly 0 on lossless rows and >= 0 everywhere.
 - ``experiments.lossless.check_joint``: SJD through ``generate`` against AR's exact joint law
   on a tiny model (notebook 04's decoder-level check).

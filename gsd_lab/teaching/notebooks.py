@@ -1,31 +1,13 @@
-"""Execute the notebooks top to bottom with papermill: ``python -m gsd_lab notebooks``.
+"""Execute the notebooks top to bottom with papermill: ``python -m gsd_lab notebooks`` (the
+rules and the notebooks' conventions: docs/notebook-runner.md).
 
-Each notebook's source is its own committed ``notebooks/NN_*.ipynb``, edited in JupyterLab and
-stored with the outputs of its last execution. Its one cell tagged ``parameters`` holds the
-defaults; ``-p name value`` overrides them through papermill, which inserts a cell tagged
-``injected-parameters`` after it (only in the notebooks that declare that name).
-
-    python -m gsd_lab notebooks                                    # every notebook, in place
-    python -m gsd_lab notebooks --only 02 -p model_name tiny-random --out /tmp/nb
-    python -m gsd_lab notebooks --sizes tiny --out /tmp/nb         # seconds per notebook
-
-Rules (as for ``figures``): committed outputs come from a clean checkout of a commit, so
-writing into the checkout refuses a dirty tree (``--allow-dirty`` for development: it warns,
-and every notebook's header then prints ``dirty True``); a folder outside the checkout only
-warns. Every selected notebook is executed (into a scratch folder) before any is written, so
-that writing one does not dirty the tree under the next; in place (``--out notebooks``), a
-failure writes nothing. The kernel is ``python3`` and imports this checkout's
-``gsd_core`` / ``gsd_lab`` (its root is put first on ``PYTHONPATH``). Each cell has a timeout
-(``CELL_TIMEOUT``, ``--timeout``): a cell that runs past it fails its notebook with the notebook
-and the cell named. Written notebooks are normalised: kernelspec ``python3``, no papermill or
-timing metadata.
-
-Conventions the notebooks follow (``tests/test_notebooks.py`` checks them): cells hold narrative
-and calls into ``gsd_core`` / ``gsd_lab`` only (the analyses live in ``gsd_lab.experiments``,
-the checks in ``gsd_lab.teaching.nbcheck``); the first code cell after the parameters prints the
-provenance (commit, dirty flag, package versions); ``# NBVAL_CHECK_OUTPUT`` cells (compared by
-``pytest --nbval-lax notebooks/``) print exact quantities or verdicts with stated tolerances,
-never sampled numbers; text that states a measured result is printed from the outputs.
+- ``notebook_paths``, ``plan``: the selected ``notebooks/NN_*.ipynb`` and each one's
+  parameters (its cell tagged ``parameters``; ``-p name value`` overrides the notebooks that
+  declare the name; ``SIZES``: ``--sizes tiny``);
+- ``run_notebooks``: every selected notebook executed into a scratch folder before any is
+  written (writing into the checkout refuses a dirty tree), each cell within ``CELL_TIMEOUT``,
+  the written notebooks normalised (kernelspec ``python3``, no papermill or timing metadata);
+- ``main``: the command (``gsd_lab.cli.notebooks``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""gsd_lab.experiments.workers: a run's images split over worker processes give the records of
+"""gsd_lab.workers: a run's images split over worker processes give the records of
 the in-process run, bit for bit, for any number of workers."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.experiments import runs, workers
+from gsd_lab import workers
+from gsd_lab.experiments import runs
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.runs import MethodSpec, Recording, RunCache, resolve_for, run_items
 

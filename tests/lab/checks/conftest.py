@@ -31,7 +31,7 @@ def check(capsys) -> Callable[..., tuple[int, Verdicts]]:
 @pytest.fixture(scope="module")
 def janus_weights(tmp_path_factory) -> Path:
     """A tiny Janus-Pro checkpoint (``save_tiny_janus``)."""
-    from gsd_lab.models.tiny_checkpoints import save_tiny_janus
+    from gsd_lab.testing.tiny_checkpoints import save_tiny_janus
 
     return save_tiny_janus(tmp_path_factory.mktemp("janus-tiny"))
 
@@ -50,7 +50,7 @@ class FamilyFolder:
 @pytest.fixture(scope="module", params=["anole-7b", "emu3-gen"])
 def family_folder(request, tmp_path_factory) -> FamilyFolder:
     """Anole (with its Chameleon VQGAN as --vqgan) or Emu3-Gen, tiny, in the release layout."""
-    from gsd_lab.models.tiny_checkpoints import save_tiny_anole, save_tiny_emu3
+    from gsd_lab.testing.tiny_checkpoints import save_tiny_anole, save_tiny_emu3
 
     root = tmp_path_factory.mktemp(request.param)
     if request.param == "anole-7b":

@@ -99,7 +99,7 @@ def test_broken_downloads_fail_at_the_right_item(tiny_release_set, tmp_path, che
 
 def test_a_bad_vqgan_fails_the_image_item_only(tiny_release_set, tmp_path, check, no_hf_cache):
     """Another model's VQGAN, a truncated one: the model's items pass, the image item names it."""
-    from gsd_lab.models.tiny_checkpoints import write_tiny_vqgan
+    from gsd_lab.testing.tiny_checkpoints import write_tiny_vqgan
 
     small_folder = tmp_path / "small-vqgan" / "ckpts" / "chameleon" / "tokenizer"
     small = write_tiny_vqgan(small_folder, n_embed=32)

@@ -1,0 +1,204 @@
+"""Numbers in prose rendered from committed outputs: value spans in the documents.
+
+Markdown (README.md, docs/*.md, proofs/*.md, the notebooks' markdown cells, the stand-in's
+weights README) shows a measured number as a *rendered* value span,
+``<!-- value: EXPR fmt=SPEC -->TEXT<!-- /value -->``. EXPR is read from
+``figures/results.json`` (its top-level keys are names: ``tables``, ``config``, ``seconds``,
+``git``, ...), e.g. ``row(tables.table1, "SJD").nfe``, with ``+ - * /``, one comparison (a
+bool, rendered yes / no), numbers and ``FUNCTIONS``: ``row``, ``paired``, ``short``,
+``detectable``, ``word``, ``load`` (another committed JSON output). SPEC is a Python format spec
+(default ``.3g``). ``render`` replaces TEXT by ``format(value, SPEC)``; ``python -m gsd_lab
+readme`` writes every document (``update_documents``). The other spans (``from``, ``paper``)
+and the check that no document holds an unmarked number are test tooling
+(tests/tooling/prose_lint.py; the syntax: docs/reproducibility.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "figures" / "results.json"
+
+VALUE = re.compile(
+    r"<!-- value: (?P<expr>.+?)(?: fmt=(?P<fmt>\S+))? -->(?P<text>.*?)<!-- /value -->", re.S
+)
+
+# -- evaluation -----------------------------------------------------------------------------
+
+
+def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
+    found = [r for r in rows if r.get("method") == method]
+    if len(found) != 1:
+        raise KeyError(f"{len(found)} rows of method {method!r}")
+    return found[0]
+
+
+def _paired(a: dict[str, Any], b: dict[str, Any], key: str):
+    from .verdicts import paired_difference
+
+    return paired_difference(a, b, key)
+
+
+def _detectable(se: float) -> float:
+    """``verdicts.minimum_detectable``: (NOISE_Z + z_power) x se at ``verdicts.POWER``."""
+    from .verdicts import minimum_detectable
+
+    return minimum_detectable(se)
+
+
+def _word(outcome: str) -> str:
+    """``verdicts.word``: a verdict's key as it reads ("noise": "no difference detected")."""
+    from .verdicts import word
+
+    return word(outcome)
+
+
+def _load(path: str) -> Any:
+    """A committed JSON output (``.json``), or a JSON-lines log (``.jsonl``: the list of its
+    records, e.g. ``load("...train_log.jsonl")[-1]``, its last record)."""
+    target = (REPO / path).resolve()
+    if REPO not in target.parents or target.suffix not in (".json", ".jsonl"):
+        raise ValueError(f"load() reads a committed JSON file in the repository, got {path!r}")
+    text = target.read_text(encoding="utf-8")
+    if target.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text)
+
+
+FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,
+             "detectable": _detectable, "word": _word, "load": _load, "abs": abs, "min": min,
+             "max": max, "len": len, "sqrt": math.sqrt}
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+        ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_COMPARISONS = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+                ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+
+
+def evaluate(expr: str, names: dict[str, Any]) -> Any:
+    """EXPR over ``names`` (results.json's top level): attribute access reads a dict's key (or a
+    public field of a result object), subscripts index lists and dicts, calls only ``FUNCTIONS``.
+    Anything else is refused (ValueError)."""
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in names:
+                return names[node.id]
+            raise ValueError(f"unknown name {node.id!r} in {expr!r}")
+        if isinstance(node, ast.Attribute):
+            base = ev(node.value)
+            if isinstance(base, dict):
+                return base[node.attr]
+            if node.attr.startswith("_"):
+                raise ValueError(f"private attribute in {expr!r}")
+            return getattr(base, node.attr)
+        if isinstance(node, ast.Subscript):
+            return ev(node.value)[ev(node.slice)]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            value = ev(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and (
+            type(node.ops[0]) in _COMPARISONS
+        ):
+            return _COMPARISONS[type(node.ops[0])](ev(node.left), ev(node.comparators[0]))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            if node.func.id not in FUNCTIONS:
+                raise ValueError(f"unknown function {node.func.id!r} in {expr!r}")
+            return FUNCTIONS[node.func.id](*(ev(a) for a in node.args))
+        raise ValueError(f"not allowed in a value span: {ast.dump(node)[:60]} in {expr!r}")
+
+    return ev(ast.parse(expr.strip(), mode="eval"))
+
+
+def format_value(value: Any, fmt: str | None) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, (int, float, str)):
+        raise ValueError(f"a value span must give a number, a bool or a string, got {value!r}")
+    if isinstance(value, str):
+        return value
+    return format(value, fmt or ".3g")
+
+
+def render(text: str, results: dict[str, Any]) -> str:
+    """``text`` with every value span's TEXT replaced by its rendering."""
+
+    def one(match: re.Match) -> str:
+        shown = format_value(evaluate(match["expr"], results), match["fmt"])
+        fmt = f" fmt={match['fmt']}" if match["fmt"] else ""
+        return f"<!-- value: {match['expr']}{fmt} -->{shown}<!-- /value -->"
+
+    return VALUE.sub(one, text)
+
+
+# -- documents ------------------------------------------------------------------------------
+
+DOCUMENTS = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb",
+             "gsd_lab/standin/weights/README.md")
+
+
+RENDERED_WHOLE = ("docs/claims.md",)  # rendered entirely by ``experiments.ledger`` (its own test)
+
+
+def documents(root: Path = REPO) -> list[Path]:
+    """The documents that may hold value spans (``DOCUMENTS``, less those rendered whole)."""
+    found = {p for pattern in DOCUMENTS for p in root.glob(pattern)}
+    return sorted(p for p in found if p.relative_to(root).as_posix() not in RENDERED_WHOLE)
+
+
+def markdown_of(path: Path) -> str:
+    """The prose of a document: a notebook's markdown cells, joined by blank lines."""
+    if path.suffix != ".ipynb":
+        return path.read_text(encoding="utf-8")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def rendered_document(path: Path, results: dict[str, Any]) -> str:
+    """The file's text with its value spans rendered (a notebook: in its markdown cells, the
+    JSON written back as Jupyter writes it: indent 1, non-ASCII kept, a final newline)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".ipynb":
+        try:
+            return render(text, results)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error!r}") from error
+    if "<!-- value:" not in text:
+        return text
+    notebook = json.loads(text)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = render("".join(cell["source"]), results)
+            cell["source"] = source.splitlines(keepends=True)
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+def load_results(path: Path = RESULTS) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def stale_documents(results: dict[str, Any] | None = None, root: Path = REPO) -> list[Path]:
+    """Documents that differ from their rendering."""
+    results = load_results() if results is None else results
+    return [p for p in documents(root) if rendered_document(p, results) != p.read_text("utf-8")]
+
+
+def update_documents(results: dict[str, Any] | None = None, root: Path = REPO) -> list[Path]:
+    """Render every document's value spans in place; the paths written."""
+    results = load_results() if results is None else results
+    written = []
+    for path in stale_documents(results, root):
+        path.write_text(rendered_document(path, results), encoding="utf-8")
+        written.append(path)
+    return written

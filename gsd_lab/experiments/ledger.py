@@ -74,7 +74,8 @@ def ledger_markdown(results: dict[str, Any]) -> str:
         "",
         "",
     ]
-    return "\n".join(head) + markdown_table(rows, COLUMNS) + "\n"
+    anchored = [{**r, "id": f'<a id="{r["id"]}"></a>{r["id"]}'} for r in rows]  # README links
+    return "\n".join(head) + markdown_table(anchored, COLUMNS) + "\n"
 
 
 def write_claims(results: dict[str, Any], path: str | Path = CLAIMS_MD) -> Path:

@@ -100,6 +100,7 @@ def stage(into: Path, repo: Path = REPO) -> Path:
             target.write_text(_rewrite(source.read_text(encoding="utf-8"), name, pages, anchors))
         elif name.endswith(".ipynb"):
             notebook = json.loads(source.read_text(encoding="utf-8"))
+            notebook["metadata"].pop("widgets", None)  # a widget's state needs a live kernel
             for cell in notebook["cells"]:
                 if cell["cell_type"] == "markdown":
                     text = "".join(cell["source"])
@@ -108,6 +109,7 @@ def stage(into: Path, repo: Path = REPO) -> Path:
         else:
             shutil.copyfile(source, target)
     shutil.copyfile(SITE / "conf.py", into / "conf.py")
+    shutil.copytree(SITE / "_static", into / "_static")
     return into
 
 

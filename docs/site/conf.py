@@ -48,6 +48,8 @@ html_theme_options = {
     "home_page_in_toc": True,
     "navigation_with_keys": False,
 }
+html_static_path = ["_static"]
+html_css_files = ["site.css"]
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
@@ -125,3 +127,4 @@ def _process(app, what, name, obj, options, lines):  # noqa: ANN001 - Sphinx's s
 
 def setup(app):  # noqa: ANN001
     app.connect("autodoc-process-docstring", _process)
+    app.set_html_assets_policy("always")  # MathJax on every page: the navigation holds math too

@@ -618,7 +618,9 @@ def tradeoff_explorer(
     """The static figures first (the second and the last flatness of the range at the middle G:
     what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
     tokens above the figure they select (``tradeoff_sliders``) when ipywidgets (the ``notebooks``
-    extra) can be imported. Returns the sliders' widget, or None without ipywidgets."""
+    extra) can be imported, displayed with ``SLIDERS_TEXT`` as their text form: what a notebook
+    stores and shows before its kernel runs. Returns the sliders' widget, or None without
+    ipywidgets."""
     from ..experiments.plots import show
 
     for n in (viables[min(1, len(viables) - 1)], viables[-1]):
@@ -626,8 +628,21 @@ def tradeoff_explorer(
     try:
         import ipywidgets  # noqa: F401  (the notebooks extra)
     except ImportError:
+        print(SLIDERS_TEXT.replace("run this cell", "install ipywidgets and run this cell"))
         return None
-    return tradeoff_sliders(group_sizes, viables)
+    from IPython.display import display
+
+    sliders = tradeoff_sliders(group_sizes, viables)
+    bundle = sliders._repr_mimebundle_()
+    bundle["text/plain"] = SLIDERS_TEXT  # not the widget's repr
+    display(bundle, raw=True)
+    return sliders
+
+
+SLIDERS_TEXT = (
+    "Sliders over G and the number of viable tokens: run this cell in a live kernel (JupyterLab) "
+    "to move them."
+)
 
 
 def tradeoff_sliders(group_sizes: Sequence[int], viables: Sequence[int]) -> Any:

@@ -22,7 +22,8 @@ from .verdicts import per_image, word
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
 TABLE_START, TABLE_END = "<!-- table1:start (python -m gsd_lab readme) -->", "<!-- table1:end -->"
-ANSWER_START, ANSWER_END = "<!-- answer:start (python -m gsd_lab readme) -->", "<!-- answer:end -->"
+ANSWER_START = "<!-- answer:start (python -m gsd_lab readme) -->"
+ANSWER_END = "<!-- answer:end -->"
 README = ledger.REPO / "README.md"
 FINDINGS_MD = ledger.REPO / "docs" / "findings.md"
 ANSWER_COLUMNS = ["question (its entry in the ledger)", "answer: A - B [+- 2 SE]", "n"]
@@ -221,7 +222,9 @@ def _entry(question: str, ids: list[str], ledger_path: str) -> str:
     return f"[{question}]({ledger_path}#{first})" + more
 
 
-def answer_rows(results: dict[str, Any], ledger_path: str = "docs/claims.md") -> list[dict[str, str]]:
+def answer_rows(
+    results: dict[str, Any], ledger_path: str = "docs/claims.md"
+) -> list[dict[str, str]]:
     """README's answer: one row per finding (a finding's several comparisons, such as k = 2, 4, 8
     drafts against MC-SJD and MC-GSD, inside one answer), each the verdict's word with its number
     and interval, the question linked to its ledger entries (the anchors of docs/claims.md)."""
@@ -264,7 +267,8 @@ def answer_rows(results: dict[str, Any], ledger_path: str = "docs/claims.md") ->
         ["coupled_gsd_fewer_nfe_than_mc_sjd"],
         f"{_short(coupled)} NFE" + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""), coupled.n)
     block = found["block_verification_fewer_nfe_than_mc_sjd"]
-    ids, parts = ["block_verification_fewer_nfe_than_mc_sjd"], [f"block verification: {_short(block)}"]
+    ids = ["block_verification_fewer_nfe_than_mc_sjd"]
+    parts = [f"block verification: {_short(block)}"]
     for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
         cids = [f"multidraft_k{k}_fewer_nfe_than_{against}" for k in claims.MULTIDRAFT_FILES]
         ids += cids

@@ -57,6 +57,7 @@ PAPER = re.compile(r"<!-- paper: (?P<source>[^>]*?\S[^>]*?) -->(?P<text>.*?)<!--
 RENDERED_BLOCKS = (  # blocks rendered by ``experiments.findings`` (their own test)
     re.compile(r"<!-- findings:start.*?findings:end -->", re.S),
     re.compile(r"<!-- table1:start.*?<!-- table1:end -->", re.S),
+    re.compile(r"<!-- answer:start.*?<!-- answer:end -->", re.S),
 )
 
 # -- evaluation -----------------------------------------------------------------------------

@@ -97,7 +97,10 @@ def stage(into: Path, repo: Path = REPO) -> Path:
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if name.endswith(".md"):
-            target.write_text(_rewrite(source.read_text(encoding="utf-8"), name, pages, anchors))
+            text = _rewrite(source.read_text(encoding="utf-8"), name, pages, anchors)
+            if name == "README.md":  # the site's own title is the landing page's
+                text = re.sub(r"\A# .*", "# The README: the question, the answer, the quick start", text)
+            target.write_text(text)
         elif name.endswith(".ipynb"):
             notebook = json.loads(source.read_text(encoding="utf-8"))
             notebook["metadata"].pop("widgets", None)  # a widget's state needs a live kernel

@@ -35,7 +35,7 @@ SITE = REPO / "docs" / "site"
 OUT = SITE / "_build" / "html"
 PAGES = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb")
 SITE_PAGES = ("index.md", "api/*.md")
-IMAGES = ("figures/*.png", "figures/*.svg")
+IMAGES = ("figures/*.png", "figures/*.svg", "docs/site/screenshots/*.png")
 LINK = re.compile(r"(?<!!)\[(?P<text>(?:[^\[\]]|\[[^\]]*\])*)\]\((?P<target>[^)\s]+)\)")
 
 

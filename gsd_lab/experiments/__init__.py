@@ -21,7 +21,7 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``paper_values``: the paper's numbers with their sources; ``paper``: the "paper against here"
   tables of notebooks 02-04 (rows of ``claims``).
 - ``ledger``: every claim in one table (docs/claims.md, results.md's claims section);
-  ``findings``: README's findings table and Table 1.
+  ``findings``: README's answer (one row per finding), docs/findings.md's full table and Table 1.
 - ``lossless``: a decoder's emitted joint law against AR's, exactly enumerated on a tiny model.
 - ``determinism``: a fixed batch whose tokens and NFE must not depend on ISA or threads.
 - ``records``: a figures run's per-image records on disk, reused by notebook 04.

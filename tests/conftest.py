@@ -38,6 +38,7 @@ LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks
     "notebooks/02_top1_probability_histograms.ipynb",
     "tests/lab/test_standin_training.py",
     "tests/lab/test_reproducible_isa.py",
+    "tests/test_site.py",  # the documentation site's Sphinx build
 )
 
 

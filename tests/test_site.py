@@ -45,6 +45,7 @@ def test_the_site_has_every_part(built):
     course = (out / "notebooks" / "05_speculative_decoding_tutorial.html").read_text()
     assert "output_area" in course or "cell_output" in course  # stored outputs rendered
     assert "application/vnd.jupyter.widget" not in course  # no widget needing a live kernel
+    assert 'alt="Bar charts of the worked example' in course  # a figure's alt text
 
 
 def test_the_readme_answer_links_into_the_ledger_on_the_site(built):

@@ -55,7 +55,7 @@ LANGUAGE_INFO = {
 }
 # Per-cell metadata kept in written notebooks (papermill's and nbclient's timing records and
 # JupyterLab's view state are dropped): tags, and a figure cell's alt text for the site
-# (``mystnb: render_image_options: alt``).
+# (``mystnb: image: alt``, read by MyST-NB).
 KEPT_CELL_METADATA = ("tags", "mystnb")
 # Seconds one cell may run before its notebook fails with the cell named: a stalled kernel must
 # cost minutes, not hours. The notebooks' own sizes decode real images in one cell (minutes on

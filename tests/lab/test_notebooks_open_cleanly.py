@@ -57,7 +57,7 @@ def test_every_figure_has_alt_text(path):
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and any("image/png" in o.get("data", {}) for o in cell.outputs):
-            alt = cell.metadata.get("mystnb", {}).get("render_image_options", {}).get("alt", "")
+            alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
             assert len(alt) > 20, f"{path.stem}: figure cell without alt text: {cell.source[:60]!r}"
 
 

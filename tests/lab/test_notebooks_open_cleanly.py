@@ -96,3 +96,41 @@ def test_the_output_checks_catch_what_they_name():
         nbformat.v4.new_output("display_data", data={"text/plain": SLIDERS_TEXT}),
     ])
     assert stored_output_problems(nbformat.v4.new_notebook(cells=[ok])) == []
+
+
+PROVENANCE = re.compile(r"provenance: commit ([0-9a-f]{40}) dirty (?:True|False)")
+
+
+def _code_sources(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_code_cells_are_those_of_the_commit_the_outputs_name(path):
+    """The stored outputs name a commit (the provenance line); the code cells must be that
+    commit's, or the outputs shown were produced by other code than the reader sees."""
+    import subprocess
+
+    nb = nbformat.read(path, as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    match = PROVENANCE.search(text)
+    assert match, "the stored outputs name no commit (no provenance line)"
+    root = path.parents[1]
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+    try:
+        if git("rev-parse", "--is-inside-work-tree").returncode != 0:
+            pytest.skip("not a git checkout: the named commit cannot be read")
+    except (FileNotFoundError, subprocess.TimeoutExpired) as error:
+        pytest.skip(f"git unavailable: {error}")
+    commit = match.group(1)
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        pytest.skip(f"commit {commit[:12]} not in this history (a shallow clone?)")
+    shown = git("show", f"{commit}:notebooks/{path.name}")
+    assert shown.returncode == 0, f"{path.name} is not in commit {commit[:12]}"
+    then = nbformat.reads(shown.stdout, as_version=4)
+    assert _code_sources(nb) == _code_sources(then), (
+        f"code cells differ from those at {commit[:12]}, whose run the outputs show: re-execute")

@@ -9,9 +9,11 @@ Nothing is executed: the notebooks' stored outputs are rendered (MyST-NB, ``nb_e
 "off"``). Sphinx runs with ``-W --keep-going`` (every warning fails the build) on a staged copy of
 the sources (``stage``): README, docs/, proofs/, notebooks/, the figures they show and the pages
 of ``docs/site/`` (the landing page, the API reference), where a link to a file the site does not
-hold (a source file, a folder) becomes its text. ``check_site`` then reads every built page:
-every internal link, anchor and image resolves, and no page loads a script or stylesheet over
-http(s). Screenshots of the landing page, the course and an API page (headless Chromium):
+hold but the repository does (a source file, a folder) becomes its text, and a link to nothing
+fails the build. ``check_site`` then reads every built page: every internal link, anchor and
+image resolves inside the output folder, and nothing (script, any ``<link>``, frame, media
+source, image, the stylesheets' ``url()`` and ``@import``) is loaded over http(s).
+Screenshots of the landing page, the course and an API page (headless Chromium):
 
     chromium --headless=new --no-sandbox --screenshot=index.png --window-size=1280,2000 \\
         file://$PWD/docs/site/_build/html/index.html
@@ -61,10 +63,12 @@ def _normal(path: Path) -> str:
     return "/".join(parts)
 
 
-def _rewrite(text: str, name: str, pages: set[str], anchors: dict[str, str]) -> str:
+def _rewrite(text: str, name: str, pages: set[str], anchors: dict[str, str],
+             repo: Path = REPO, broken: list[str] | None = None) -> str:
     """``text`` of the staged page ``name`` with every relative link to something the site does
-    not hold (a source file, a folder) replaced by its text; a folder with a staged README.md
-    links to it."""
+    not hold but ``repo`` does (a source file, a folder) replaced by its text; a folder with a
+    staged README.md links to it. A link to nothing in ``repo`` is broken: appended to ``broken``
+    as "name: link to missing target", or a ValueError when ``broken`` is None."""
     here = Path(name).parent
 
     def one(match: re.Match) -> str:
@@ -83,41 +87,56 @@ def _rewrite(text: str, name: str, pages: set[str], anchors: dict[str, str]) -> 
         if f"{key}/README.md" in pages:
             tail = path.rstrip("/") + "/README.md" + (f"#{fragment}" if fragment else "")
             return f"[{match.group('text')}]({tail})"
-        return match.group("text")
+        if (repo / key).exists():
+            return match.group("text")
+        problem = f"{name}: link to missing {target}"
+        if broken is None:
+            raise ValueError(problem)
+        broken.append(problem)
+        return match.group(0)
 
     return LINK.sub(one, text)
 
 
 def stage(into: Path, repo: Path = REPO) -> Path:
-    """Copy the site's sources into ``into`` (conf.py included) with ``_rewrite``'s links."""
+    """Copy the site's sources into ``into`` (conf.py included) with ``_rewrite``'s links;
+    a RuntimeError listing every link to a file the repository does not have."""
     sources = staged_sources(repo)
+    broken: list[str] = []
     pages = {k for k in sources if k.endswith((".md", ".ipynb"))}
     anchors = {k: sources[k].read_text(encoding="utf-8") for k in pages if k.endswith(".md")}
     for name, source in sources.items():
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if name.endswith(".md"):
-            text = _rewrite(source.read_text(encoding="utf-8"), name, pages, anchors)
+            text = _rewrite(source.read_text(encoding="utf-8"), name, pages, anchors, repo,
+                            broken)
             if name == "README.md":  # the site's own title is the landing page's
                 text = re.sub(r"\A# .*", "# The README: the question, the answer, the quick start", text)
-            target.write_text(text)
+            target.write_text(text, encoding="utf-8")
         elif name.endswith(".ipynb"):
             notebook = json.loads(source.read_text(encoding="utf-8"))
             notebook["metadata"].pop("widgets", None)  # a widget's state needs a live kernel
             for cell in notebook["cells"]:
                 if cell["cell_type"] == "markdown":
                     text = "".join(cell["source"])
-                    cell["source"] = _rewrite(text, name, pages, anchors)
-            target.write_text(json.dumps(notebook, indent=1))
+                    cell["source"] = _rewrite(text, name, pages, anchors, repo, broken)
+            target.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
         else:
             shutil.copyfile(source, target)
+    if broken:
+        raise RuntimeError("broken links:\n" + "\n".join(broken))
     shutil.copyfile(SITE / "conf.py", into / "conf.py")
     shutil.copytree(SITE / "_static", into / "_static")
     return into
 
 
+REMOTE = ("http:", "https:", "//")
+CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""")
+
+
 class _Page(html.parser.HTMLParser):
-    """The ids, links, images and external scripts / stylesheets of one HTML page."""
+    """The ids, links, images and resources loaded over the network of one HTML page."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -135,36 +154,54 @@ class _Page(html.parser.HTMLParser):
             self.links.append(a["href"])
         if tag == "img" and "src" in a:
             self.images.append(a["src"])
-        if tag == "script" and a.get("src", "").startswith(("http:", "https:", "//")):
-            self.remote.append(a["src"])
-        if tag == "link" and "stylesheet" in a.get("rel", "") and a.get("href", "").startswith(
-                ("http:", "https:", "//")):
-            self.remote.append(a["href"])
+        # what the browser fetches by itself: scripts, every <link> (stylesheet, preload,
+        # icon), frames, media sources
+        loaded = [a.get("src", "")] if tag in ("script", "iframe", "source", "img") else []
+        loaded += [a.get("href", "")] if tag == "link" else []
+        loaded += [c.split()[0] for c in a.get("srcset", "").split(",") if c.strip()]
+        self.remote += [u for u in loaded if u.startswith(REMOTE)]
+
+
+def _css_remote(out: Path) -> list[str]:
+    """``url(...)`` and ``@import`` over http(s) in the site's own stylesheets."""
+    problems = []
+    for css in sorted((out / "_static").glob("*.css")):
+        for match in CSS_URL.finditer(css.read_text(encoding="utf-8", errors="replace")):
+            url = match.group(1) or match.group(2)
+            if url.startswith(REMOTE):
+                problems.append(f"_static/{css.name}: loads {url} over the network")
+    return problems
 
 
 def check_site(out: Path) -> list[str]:
     """What a reader would find broken in the built site ``out``: a link to a missing page or
-    anchor, a missing image, a script or stylesheet loaded over the network."""
+    anchor or to a file outside ``out``, a missing image, anything loaded over the network."""
+    root = out.resolve()
     parsed: dict[Path, _Page] = {}
     for page in sorted(out.rglob("*.html")):
         parser = _Page()
         parser.feed(page.read_text(encoding="utf-8"))
         parsed[page.resolve()] = parser
-    problems = []
+    problems = _css_remote(out)
     for page, found in parsed.items():
-        name = page.relative_to(out.resolve()).as_posix()
+        name = page.relative_to(root).as_posix()
         problems += [f"{name}: loads {src} over the network" for src in found.remote]
         for src in found.images:
-            if urlsplit(src).scheme in ("http", "https"):
-                problems.append(f"{name}: image {src} over the network")
-            elif not urlsplit(src).scheme and not (page.parent / unquote(urlsplit(src).path)).exists():
+            if src.startswith(REMOTE) or urlsplit(src).scheme:
+                continue  # remote ones are reported with the other remote loads; data: is inline
+            target = (page.parent / unquote(urlsplit(src).path)).resolve()
+            if not target.is_relative_to(root):
+                problems.append(f"{name}: image {src} outside the site")
+            elif not target.exists():
                 problems.append(f"{name}: missing image {src}")
         for href in found.links:
             split = urlsplit(href)
             if split.scheme or href.startswith("//"):
                 continue
             target = page if not split.path else (page.parent / unquote(split.path)).resolve()
-            if not target.exists():
+            if not target.is_relative_to(root):
+                problems.append(f"{name}: link to {href} outside the site")
+            elif not target.exists():
                 problems.append(f"{name}: link to missing {href}")
             elif split.fragment and target.suffix == ".html":
                 ids = parsed[target].ids if target in parsed else set()

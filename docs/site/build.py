@@ -112,7 +112,8 @@ def stage(into: Path, repo: Path = REPO) -> Path:
             text = _rewrite(source.read_text(encoding="utf-8"), name, pages, anchors, repo,
                             broken)
             if name == "README.md":  # the site's own title is the landing page's
-                text = re.sub(r"\A# .*", "# The README: the question, the answer, the quick start", text)
+                title = "# The README: the question, the answer, the quick start"
+                text = re.sub(r"\A# .*", title, text)
             target.write_text(text, encoding="utf-8")
         elif name.endswith(".ipynb"):
             notebook = json.loads(source.read_text(encoding="utf-8"))

@@ -211,8 +211,13 @@ def render_findings(results: dict[str, Any], ledger_path: str = "docs/claims.md"
 
 
 def _short(found: Evidence) -> str:
-    """ "yes, -18.4 [-27.3, -9.5]": the verdict's word and the interval it was decided on."""
-    return word(found.outcome) if found.value is None else f"{word(found.outcome)}, {found.span()}"
+    """ "yes, -18.4 [-27.3, -9.5]": the verdict's word and the interval it was decided on; for
+    "no difference detected", the smallest |d| the run could have detected at 80% power."""
+    if found.value is None:
+        return word(found.outcome)
+    size = None if found.outcome != "noise" or found.se is None else minimum_detectable(found.se)
+    detect = "" if size is None else f" (detectable: |d| >= {size:.{found.digits}f})"
+    return f"{word(found.outcome)}, {found.span()}{detect}"
 
 
 def _entry(question: str, ids: list[str], ledger_path: str) -> str:
@@ -236,25 +241,24 @@ def answer_rows(
         rows.append({ANSWER_COLUMNS[0]: _entry(question, ids, ledger_path),
                      ANSWER_COLUMNS[1]: text, ANSWER_COLUMNS[2]: str(n)})
 
-    fewer, over = found["gsd_fewer_nfe_than_sjd"], found["gsd_speedup_over_sjd"]
+    fewer = found["gsd_fewer_nfe_than_sjd"]
     text = f"{_short(fewer)} NFE"
-    if over.value is not None:
-        text += f"; SJD / GSD = {over.span()}, the paper's {over.paper_value:.2f}x: " + word(
-            over.outcome)
+    for cid, base in (("gsd_speedup_over_sjd", "SJD"), ("gsd_speedup_over_ar", "AR")):
+        over = found[cid]
+        if over.value is not None:
+            text += f"; {base} / GSD = {over.span()}, the paper's {over.paper_value:.2f}x: " + word(
+                over.outcome)
     add("Does GSD (G = 50) need fewer forwards than SJD?",
-        ["gsd_fewer_nfe_than_sjd", "gsd_speedup_over_sjd"], text, fewer.n)
+        ["gsd_fewer_nfe_than_sjd", "gsd_speedup_over_sjd", "gsd_speedup_over_ar"], text, fewer.n)
     kept = found["gsd_keeps_ar_quality"]
-    size = None if kept.se is None else minimum_detectable(kept.se)
-    detect = "" if kept.outcome != "noise" or size is None else (
-        f" (detectable: |d| >= {size:.{kept.digits}f})")
     add("Does GSD keep AR's quality (condition score)?", ["gsd_keeps_ar_quality"],
-        f"{_short(kept)}{detect}", kept.n)
+        _short(kept), kept.n)
     tv, quality = found["gsd_distorts_less_than_amplify_tv"], found["gsd_quality_above_amplify"]
     beyond = [p for p in tv.parts if p.outcome != "noise"]
     text = f"exact TV at matched NFE: {word(tv.outcome)}"
     if tv.parts:
-        text += f" ({len(beyond)} of {len(tv.parts)} matched points beyond the noise" + "".join(
-            f"; {p.span()} at {p.at:.1f} NFE" for p in beyond) + ")"
+        spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
+        text += f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE{spans})"
     text += f"; condition score against k = 3: {_short(quality)}"
     add("Does GSD beat the naive relaxation Amplify?",
         ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], text, tv.n or quality.n)
@@ -302,7 +306,8 @@ def render_answer(results: dict[str, Any]) -> str:
     return (
         _caveat(results, "docs/claims.md") + " A is the decoder a question names first, B the "
         "second; negative NFE: A needs fewer forwards. A verdict "
-        "is decided on d +- 2 paired SE (no difference detected: the interval holds 0, never "
+        "is decided on d +- 2 SE paired by image (a paired bootstrap SE over images for the "
+        "matched-NFE and matched-TV curves; no difference detected: the interval holds 0, never "
         "equality). One row per compared pair: [docs/findings.md](docs/findings.md).\n\n"
         + markdown_table(answer_rows(results), ANSWER_COLUMNS)
     )

@@ -1,5 +1,5 @@
 """The notebooks greet a student without friction: a short opening paragraph (what you will learn,
-how long it takes) with a first code cell inside JupyterLab's first screen, the metadata JupyterLab
+what it runs, described by its workload rather than a hand-written time) with a first code cell inside JupyterLab's first screen, the metadata JupyterLab
 itself writes (opening and saving without edits changes nothing), alt text on every figure, and
 stored outputs without machine paths, stray progress bars or a widget's repr."""
 
@@ -32,7 +32,8 @@ def test_a_short_opening_then_code_within_the_first_screen(path):
     nb = nbformat.read(path, as_version=4)
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
-    assert "What you will learn" in first.source and "How long" in first.source
+    assert "What you will learn" in first.source and "What it runs" in first.source
+    assert not re.search(r"\b(?:minutes?|seconds?|hours?)\b", first.source), "a hand-written time"
     assert "docs/glossary.md" in first.source  # the words and notation
     assert "NBVAL" not in first.source
     code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")

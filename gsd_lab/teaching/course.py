@@ -630,12 +630,19 @@ def tradeoff_explorer(
     except ImportError:
         print(SLIDERS_TEXT.replace("run this cell", "install ipywidgets and run this cell"))
         return None
+    from IPython import get_ipython
     from IPython.display import display
 
     sliders = tradeoff_sliders(group_sizes, viables)
-    bundle = sliders._repr_mimebundle_()
-    bundle["text/plain"] = SLIDERS_TEXT  # not the widget's repr
-    display(bundle, raw=True)
+    shell = get_ipython()
+    if shell is None:  # no front end to draw them in
+        print(SLIDERS_TEXT)
+        return sliders
+    # the shell's public formatter gives the widget's own bundle (its view for a live kernel);
+    # only its text form is replaced, which a stored notebook would otherwise show as the repr
+    bundle, metadata = shell.display_formatter.format(sliders)
+    bundle["text/plain"] = SLIDERS_TEXT
+    display(bundle, metadata=metadata, raw=True)
     return sliders
 
 

@@ -8,7 +8,7 @@ evaluate  a prompt list sharded over processes (torchrun), resumable: a re-run i
 notebooks execute the notebooks top to bottom with papermill (``teaching.notebooks``).
 check-weights  one verdict per item of a download, exit 1 when one failed (``gsd_lab.checks``):
           Lumina-mGPT, a Janus-Pro folder, ``--model anole-7b|emu3-gen``.
-readme    the README's findings and every rendered value span from results.json.
+readme    the README's answer, docs/findings.md and every value span from results.json.
 
 Every flag is checked before a model loads (``check_args``): a bad value, a flag that does not
 apply (e.g. ``--group-size`` without ``--method gsd``), a missing file or an output path that
@@ -408,11 +408,12 @@ def _add_check_weights_parser(sub: Any) -> None:
 
 
 def _add_readme_parser(sub: Any) -> None:
-    """``readme``: the README's findings from results.json."""
+    """``readme``: the README's answer and docs/findings.md from results.json."""
     rd = sub.add_parser(
         "readme",
-        help="README's findings, docs/claims.md and every value span from results.json",
-        description="Render the README's findings box and table, the claims "
+        help="README's answer, docs/findings.md, docs/claims.md and every value span",
+        description="Render the README's answer, docs/findings.md (the full table and Table 1), "
+        "the claims "
         "ledger (docs/claims.md) and the value spans of README, docs, proofs and notebook "
         "markdown (gsd_lab.io.prose) from a figures run's results.json; "
         "--check exits 1 if any differs.",
@@ -1094,7 +1095,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_readme(args: argparse.Namespace) -> int:
-    """README's findings block and docs/claims.md from results.json (``experiments.findings``)."""
+    """README's answer, docs/findings.md and docs/claims.md from results.json
+    (``experiments.findings``)."""
     from .experiments import findings, ledger
 
     from .io import prose

@@ -99,7 +99,7 @@ def _rewrite(text: str, name: str, pages: set[str], anchors: dict[str, str],
 
 
 def stage(into: Path, repo: Path = REPO) -> Path:
-    """Copy the site's sources into ``into`` (conf.py included) with ``_rewrite``'s links;
+    """Copy the site's sources into ``into`` (conf.py and its docstrings.py included) with ``_rewrite``'s links;
     a RuntimeError listing every link to a file the repository does not have."""
     sources = staged_sources(repo)
     broken: list[str] = []
@@ -127,7 +127,8 @@ def stage(into: Path, repo: Path = REPO) -> Path:
             shutil.copyfile(source, target)
     if broken:
         raise RuntimeError("broken links:\n" + "\n".join(broken))
-    shutil.copyfile(SITE / "conf.py", into / "conf.py")
+    for name in ("conf.py", "docstrings.py"):
+        shutil.copyfile(SITE / name, into / name)
     shutil.copytree(SITE / "_static", into / "_static")
     return into
 

@@ -258,7 +258,8 @@ def answer_rows(
     text = f"exact TV at matched NFE: {word(tv.outcome)}"
     if tv.parts:
         spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
-        text += f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE{spans})"
+        text += (f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE"
+                 f"{spans})")
     text += f"; condition score against k = 3: {_short(quality)}"
     add("Does GSD beat the naive relaxation Amplify?",
         ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], text, tv.n or quality.n)

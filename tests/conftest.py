@@ -39,6 +39,7 @@ LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks
     "notebooks/02_top1_probability_histograms.ipynb",
     "tests/lab/standin/test_standin_training.py",
     "tests/lab/experiments/test_reproducible_isa.py",
+    "tests/test_site.py",  # the documentation site's Sphinx build
 )
 
 

@@ -41,8 +41,11 @@ def environment_requirements() -> dict[str, str]:
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     out = {}
     for item in env["dependencies"]:
-        if isinstance(item, str):
-            name, spec = _split(item)
+        # conda packages, then those only PyPI has (the pip section; "-e ." is the package)
+        for entry in [item] if isinstance(item, str) else item.get("pip", []):
+            if entry.startswith("-"):
+                continue
+            name, spec = _split(entry)
             if name not in NOT_PACKAGES:
                 out[name] = spec
     return out

@@ -24,9 +24,11 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipywidgets")
 
+from gsd_lab.teaching.course import SLIDERS_TEXT  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "05_speculative_decoding_tutorial.ipynb"
-EXPLORER = "course.tradeoff_explorer()"
+EXPLORER = "explorer = course.tradeoff_explorer()"
 RUNS = 1  # kernels
 EXPLORER_CELLS = 2  # explorer executions per kernel
 CELL_TIMEOUT = 60  # seconds; the explorer cell draws three small figures
@@ -95,7 +97,8 @@ def test_explorer_cell_runs_headless_without_messages_back_to_the_kernel(monkeyp
                       and "image/png" in o.get("data", {})]
             views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
             assert len(images) == 2, cell.outputs  # the static figures
-            assert len(views) == 1 and views[0].output_type == "execute_result", cell.outputs
+            assert len(views) == 1 and views[0].output_type == "display_data", cell.outputs
+            assert views[0].data["text/plain"] == SLIDERS_TEXT  # what shows before a kernel runs
         state = nb.metadata["widgets"][WIDGET_STATE]["state"]
         models = [model["model_name"] for model in state.values()]
         assert "OutputModel" not in models, models

@@ -67,12 +67,16 @@ def _read(name):
 def test_committed_notebook_is_normalised(name):
     """What ``gsd_lab.teaching.notebooks.normalise`` writes: a JupyterLab save that adds a kernel of its
     own, timing or papermill metadata is caught here (run ``python -m gsd_lab notebooks``)."""
+    from gsd_lab.teaching.notebooks import KERNELSPEC, LANGUAGE_INFO
+
     nb = _read(name)
-    metadata = {k: v for k, v in nb.metadata.items() if k != "widgets"}  # saved widget state may stay
-    assert metadata == {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                        "language_info": {"name": "python"}}
+    assert set(nb.metadata) == {"kernelspec", "language_info"}  # no saved widget state
+    assert nb.metadata["kernelspec"] == KERNELSPEC
+    info = dict(nb.metadata["language_info"])
+    assert info.pop("version").startswith("3.")
+    assert info == {k: v for k, v in LANGUAGE_INFO.items() if k != "version"}
     for cell in nb.cells:
-        assert set(cell.metadata) <= {"tags"}, (name, cell.source[:60], dict(cell.metadata))
+        assert set(cell.metadata) <= {"tags", "mystnb"}, (name, cell.source[:60], dict(cell.metadata))
         assert "injected-parameters" not in cell.metadata.get("tags", []), "committed with injected parameters"
 
 

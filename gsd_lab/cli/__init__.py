@@ -9,7 +9,7 @@ One module per command, each with its parser, its checks and its run (``add_pars
 - ``evaluate``: a prompt list sharded over processes (torchrun), resumable into the same --out;
 - ``notebooks``: execute the notebooks with papermill (``teaching.notebooks``);
 - ``check_weights``: ``check-weights``, one verdict per item of a download (``gsd_lab.checks``);
-- ``readme``: the README's findings and every rendered value span from results.json;
+- ``readme``: the README's answer, docs/findings.md and every value span from results.json;
 - ``model_flags``, ``decoding_flags``: the flag groups the commands share, with their checks;
   ``common``: the model choices, output-path, prompt and batching checks.
 

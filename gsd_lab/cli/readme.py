@@ -1,5 +1,5 @@
-"""``readme``: the README's findings, docs/claims.md and every rendered value span from a
-figures run's results.json; ``--check`` compares only (exit 1 if any differs)."""
+"""``readme``: the README's answer, docs/findings.md, docs/claims.md and every rendered value
+span from a figures run's results.json; ``--check`` compares only (exit 1 if any differs)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ USAGE_ERRORS = ()
 
 
 def add_parser(sub: Any) -> None:
-    """``readme``: the README's findings from results.json."""
+    """``readme``: the README's answer and docs/findings.md from results.json."""
     rd = sub.add_parser(
         "readme",
-        help="README's findings, docs/claims.md and every value span from results.json",
-        description="Render the README's findings box and table, the claims "
+        help="README's answer, docs/findings.md, docs/claims.md and every value span",
+        description="Render the README's answer, docs/findings.md (the full table and Table 1), "
+        "the claims "
         "ledger (docs/claims.md) and the value spans of README, docs, proofs and notebook "
         "markdown (gsd_lab.experiments.prose) from a figures run's results.json; "
         "--check exits 1 if any differs.",
@@ -33,7 +34,8 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """README's findings block and docs/claims.md from results.json (``experiments.findings``)."""
+    """README's answer, docs/findings.md and docs/claims.md from results.json
+    (``experiments.findings``)."""
     from ..experiments import findings, ledger, prose
 
     results = ledger.load_results(args.results or ledger.RESULTS)

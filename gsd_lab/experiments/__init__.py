@@ -6,7 +6,8 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``runs``: labelled decoding methods (``MethodSpec``), runs over prompts x seeds, table rows;
 - ``verdicts``: the one verdict rule and the paired differences and ratios it judges;
 - ``claims``: every claim by a stable id, its paper value, source and evidence; ``ledger``
-  (docs/claims.md), ``findings`` (README) and ``paper`` (notebooks 02-04) render from it;
+  (docs/claims.md), ``findings`` (README's answer, docs/findings.md) and ``paper`` (notebooks
+  02-04) render from it;
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables;
 - ``matched``: distortion at matched NFE; ``frontier``: NFE against TV and W1 for every rule,
   at matched distortion, and the one-step Pareto line;

@@ -1,7 +1,10 @@
-"""The README's findings box, rendered from a figures run's ``results.json`` so that no number in
-it is typed by hand: ``render_findings(results)`` is the block, ``update_readme`` writes it
-between the markers, ``python -m gsd_lab readme`` (and the figures job, writing into the
-repository's ``figures/``) rewrites it together with the claims ledger (docs/claims.md).
+"""The README's answer and the findings page, rendered from a figures run's ``results.json`` so
+that no number in them is typed by hand. ``render_answer(results)`` is README's table (one row per
+finding, at most eight, each linking to its entries of the claims ledger); ``render_findings`` the
+full table of docs/findings.md (one row per compared pair) and ``render_table1`` its Table 1.
+``update_readme`` writes every block between its markers; ``python -m gsd_lab readme`` (and the
+figures job, writing into the repository's ``figures/``) rewrites them together with the claims
+ledger (docs/claims.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from .verdicts import per_image, word
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
 TABLE_START, TABLE_END = "<!-- table1:start (python -m gsd_lab readme) -->", "<!-- table1:end -->"
+ANSWER_START = "<!-- answer:start (python -m gsd_lab readme) -->"
+ANSWER_END = "<!-- answer:end -->"
 README = ledger.REPO / "README.md"
+FINDINGS_MD = ledger.REPO / "docs" / "findings.md"
+ANSWER_COLUMNS = ["question (its entry in the ledger)", "answer: A - B [+- 2 SE]", "n"]
 COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
 
 
@@ -187,17 +194,124 @@ def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def render_findings(results: dict[str, Any]) -> str:
+def _caveat(results: dict[str, Any], ledger_path: str) -> str:
+    commit = str(results["git"]["commit"])[:7]
+    return (
+        f"All on the **stand-in** (`{results.get('model')}`, commit `{commit}`), a small model "
+        "trained here: Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
+        f"[{ledger_path}]({ledger_path})."
+    )
+
+
+def render_findings(results: dict[str, Any], ledger_path: str = "docs/claims.md") -> str:
     """The findings block: the stand-in caveat first, then the table of ``findings_rows``."""
     from ..io.figure_io import markdown_table
 
-    commit = str(results["git"]["commit"])[:7]
-    caveat = (
-        f"All on the **stand-in** (`{results.get('model')}`, commit `{commit}`), a small model "
-        "trained here: Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
-        "[docs/claims.md](docs/claims.md)."
+    return _caveat(results, ledger_path) + "\n\n" + markdown_table(findings_rows(results), COLUMNS)
+
+
+def _short(found: Evidence) -> str:
+    """ "yes, -18.4 [-27.3, -9.5]": the verdict's word and the interval it was decided on; for
+    "no difference detected", the smallest |d| the run could have detected at 80% power."""
+    if found.value is None:
+        return word(found.outcome)
+    size = None if found.outcome != "noise" or found.se is None else minimum_detectable(found.se)
+    detect = "" if size is None else f" (detectable: |d| >= {size:.{found.digits}f})"
+    return f"{word(found.outcome)}, {found.span()}{detect}"
+
+
+def _entry(question: str, ids: list[str], ledger_path: str) -> str:
+    """The question linked to its first ledger entry, the others numbered after it."""
+    first, *rest = ids
+    more = "".join(f" [{i}]({ledger_path}#{cid})" for i, cid in enumerate(rest, 2))
+    return f"[{question}]({ledger_path}#{first})" + more
+
+
+def answer_rows(
+    results: dict[str, Any], ledger_path: str = "docs/claims.md"
+) -> list[dict[str, str]]:
+    """README's answer: one row per finding (a finding's several comparisons, such as k = 2, 4, 8
+    drafts against MC-SJD and MC-GSD, inside one answer), each the verdict's word with its number
+    and interval, the question linked to its ledger entries (the anchors of docs/claims.md)."""
+    found = claims.of_results(results)
+    gsd_tv, mc_gsd_tv = _distortion(results, claims.GSD50), _distortion(results, claims.MC_GSD50)
+    rows: list[dict[str, str]] = []
+
+    def add(question: str, ids: list[str], text: str, n: int | str) -> None:
+        rows.append({ANSWER_COLUMNS[0]: _entry(question, ids, ledger_path),
+                     ANSWER_COLUMNS[1]: text, ANSWER_COLUMNS[2]: str(n)})
+
+    fewer = found["gsd_fewer_nfe_than_sjd"]
+    text = f"{_short(fewer)} NFE"
+    for cid, base in (("gsd_speedup_over_sjd", "SJD"), ("gsd_speedup_over_ar", "AR")):
+        over = found[cid]
+        if over.value is not None:
+            text += f"; {base} / GSD = {over.span()}, the paper's {over.paper_value:.2f}x: " + word(
+                over.outcome)
+    add("Does GSD (G = 50) need fewer forwards than SJD?",
+        ["gsd_fewer_nfe_than_sjd", "gsd_speedup_over_sjd", "gsd_speedup_over_ar"], text, fewer.n)
+    kept = found["gsd_keeps_ar_quality"]
+    add("Does GSD keep AR's quality (condition score)?", ["gsd_keeps_ar_quality"],
+        _short(kept), kept.n)
+    tv, quality = found["gsd_distorts_less_than_amplify_tv"], found["gsd_quality_above_amplify"]
+    beyond = [p for p in tv.parts if p.outcome != "noise"]
+    text = f"exact TV at matched NFE: {word(tv.outcome)}"
+    if tv.parts:
+        spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
+        text += (f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE"
+                 f"{spans})")
+    text += f"; condition score against k = 3: {_short(quality)}"
+    add("Does GSD beat the naive relaxation Amplify?",
+        ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], text, tv.n or quality.n)
+    mc = found["mc_sjd_maximal_fewer_nfe_than_gsd"]
+    add("Does lossless MC-SJD (coupled drafts) need fewer forwards than GSD?",
+        ["mc_sjd_maximal_fewer_nfe_than_gsd"],
+        f"{_short(mc)} NFE" + (f"; GSD distorts {gsd_tv}" if gsd_tv else ""), mc.n)
+    coupled = found["coupled_gsd_fewer_nfe_than_mc_sjd"]
+    add("Do coupled drafts make GSD faster than MC-SJD (MC-GSD)?",
+        ["coupled_gsd_fewer_nfe_than_mc_sjd"],
+        f"{_short(coupled)} NFE" + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""), coupled.n)
+    block = found["block_verification_fewer_nfe_than_mc_sjd"]
+    ids = ["block_verification_fewer_nfe_than_mc_sjd"]
+    parts = [f"block verification: {_short(block)}"]
+    for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
+        cids = [f"multidraft_k{k}_fewer_nfe_than_{against}" for k in claims.MULTIDRAFT_FILES]
+        ids += cids
+        lossy = "" if other == claims.MC_MAXIMAL else " (lossy)"
+        parts.append(f"k drafts against {other.split(' ')[0]}{lossy}: " + "; ".join(
+            f"k = {k}: {_short(found[cid])}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
+    add("Does a lossless decoder beyond MC-SJD need fewer forwards than MC-SJD (and MC-GSD)?",
+        ids, "; ".join(parts), block.n)
+    rules = [(slug, other) for slug, other in claims.OPTIMAL_RULES.items()
+             if found[f"gsd_fewer_nfe_than_{slug}"].value is not None]
+    if rules:
+        first = found[f"gsd_fewer_nfe_than_{rules[0][0]}"]
+        add(f"At GSD's TV ({first.at:.3f}), does GSD need fewer forwards than the optimal lossy "
+            "rules?", [f"gsd_fewer_nfe_than_{slug}" for slug, _ in rules],
+            "; ".join(f"{other}: {_short(found[f'gsd_fewer_nfe_than_{slug}'])}"
+                      for slug, other in rules), first.n)
+    top1 = found["top1_share_below_5pct"]
+    if top1.value is not None:
+        low, high = (bound.value for bound in TOP1_SHARE_RANGE)
+        add("Are image tokens flat (top-1 probability below 0.05)?", ["top1_share_below_5pct"],
+            f"{word(top1.outcome)}: {top1.value:.1%} of AR's tokens (the paper: "
+            f"{low:.0%}-{high:.0%})", "-")
+    return rows
+
+
+def render_answer(results: dict[str, Any]) -> str:
+    """README's answer block: the stand-in caveat first, then ``answer_rows`` and where the full
+    table lies."""
+    from ..io.figure_io import markdown_table
+
+    return (
+        _caveat(results, "docs/claims.md") + " A is the decoder a question names first, B the "
+        "second; negative NFE: A needs fewer forwards. A verdict "
+        "is decided on d +- 2 SE paired by image (a paired bootstrap SE over images for the "
+        "matched-NFE and matched-TV curves; no difference detected: the interval holds 0, never "
+        "equality). One row per compared pair: [docs/findings.md](docs/findings.md).\n\n"
+        + markdown_table(answer_rows(results), ANSWER_COLUMNS)
     )
-    return caveat + "\n\n" + markdown_table(findings_rows(results), COLUMNS)
 
 
 TABLE1_LABELS = {tables.AR_SEED_NOISE.label: "AR, other seeds (noise)"}  # shorter in README
@@ -313,22 +427,28 @@ def committed_block(text: str, start: str = START, end: str = END) -> str:
     return match.group(1)
 
 
-def rendered_blocks(results: dict[str, Any]) -> dict[tuple[str, str], str]:
-    """Every README block rendered from ``results``, by its markers."""
+def rendered_blocks(results: dict[str, Any]) -> dict[Path, dict[tuple[str, str], str]]:
+    """Every rendered block from ``results``, by document and markers: README's answer,
+    docs/findings.md's full findings table and Table 1."""
     return {
-        (START, END): render_findings(results),
-        (TABLE_START, TABLE_END): render_table1(results),
+        README: {(ANSWER_START, ANSWER_END): render_answer(results)},
+        FINDINGS_MD: {
+            (START, END): render_findings(results, ledger_path="claims.md"),
+            (TABLE_START, TABLE_END): render_table1(results),
+        },
     }
 
 
-def update_readme(results: dict[str, Any], readme: str | Path = README) -> Path:
-    """Rewrite the rendered blocks of ``readme`` from ``results``."""
-    readme = Path(readme)
-    text = readme.read_text()
-    for (start, end), block in rendered_blocks(results).items():
-        text = replace_block(text, block, start, end)
-    readme.write_text(text)
-    return readme
+def update_readme(results: dict[str, Any]) -> list[Path]:
+    """Rewrite the rendered blocks of README and docs/findings.md from ``results``."""
+    written = []
+    for path, blocks in rendered_blocks(results).items():
+        text = path.read_text()
+        for (start, end), block in blocks.items():
+            text = replace_block(text, block, start, end)
+        path.write_text(text)
+        written.append(path)
+    return written
 
 
 def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
@@ -336,7 +456,7 @@ def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
     ``results`` (default: figures/results.json)."""
     results = results if results is not None else ledger.load_results()
     return [
-        update_readme(results),
+        *update_readme(results),
         ledger.write_claims(results),
         ledger.write_results_claims(results),
     ]
@@ -344,16 +464,16 @@ def update_repository(results: dict[str, Any] | None = None) -> list[Path]:
 
 def stale_outputs(
     results: dict[str, Any],
-    readme: str | Path = README,
     claims: str | Path = ledger.CLAIMS_MD,
     results_md: str | Path = ledger.RESULTS_MD,
 ) -> list[str]:
-    """Which of README's blocks, docs/claims.md and results.md's claims section differ from
-    ``results``' rendering."""
-    stale, text = [], Path(readme).read_text()
-    blocks = rendered_blocks(results).items()
-    if any(committed_block(text, *markers) != block for markers, block in blocks):
-        stale.append(str(readme))
+    """Which of README's and docs/findings.md's blocks, docs/claims.md and results.md's claims
+    section differ from ``results``' rendering."""
+    stale = []
+    for path, blocks in rendered_blocks(results).items():
+        text = path.read_text()
+        if any(committed_block(text, *markers) != block for markers, block in blocks.items()):
+            stale.append(str(path))
     if not Path(claims).exists() or Path(claims).read_text() != ledger.ledger_markdown(results):
         stale.append(str(claims))
     page = Path(results_md).read_text()

@@ -74,7 +74,8 @@ def ledger_markdown(results: dict[str, Any]) -> str:
         "",
         "",
     ]
-    return "\n".join(head) + markdown_table(rows, COLUMNS) + "\n"
+    anchored = [{**r, "id": f'<a id="{r["id"]}"></a>{r["id"]}'} for r in rows]  # README links
+    return "\n".join(head) + markdown_table(anchored, COLUMNS) + "\n"
 
 
 def write_claims(results: dict[str, Any], path: str | Path = CLAIMS_MD) -> Path:
@@ -119,12 +120,18 @@ def write_results_claims(results: dict[str, Any], path: str | Path = RESULTS_MD)
     return path
 
 
-def show_ledger(results: dict[str, Any] | None = None) -> None:
-    """Display the ledger (in a notebook as markdown, else printed); default: the repository's
-    run."""
+def show_ledger(
+    results: dict[str, Any] | None = None, columns: list[str] | tuple[str, ...] = tuple(COLUMNS)
+) -> None:
+    """Display the ledger's ``columns`` (in a notebook as markdown, else printed); default: every
+    column of the repository's run."""
     from ..io.figure_io import markdown_table
 
-    text = markdown_table(ledger(results if results is not None else load_results()), COLUMNS)
+    unknown = sorted(set(columns) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"the ledger has no columns {unknown}; it has {COLUMNS}")
+    rows = ledger(results if results is not None else load_results())
+    text = markdown_table(rows, list(columns))
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display

@@ -222,8 +222,10 @@ _LABEL_FONTSIZE = 7
 
 
 def _zoom_range(points: dict[str, list[dict[str, Any]]]) -> tuple[float, float] | None:
-    """The NFE range where the speculative rows crowd: GSD's curve to SJD's point, widened by 5%."""
-    crowded = [r["nfe"] for name in ("GSD", "SJD") for r in points.get(name, [])]
+    """The NFE range where the speculative rows crowd: GSD's and MC-GSD's curves to SJD's point,
+    widened by 5% (their labels would overlap on the whole range)."""
+    crowded = [r["nfe"] for name, rows in points.items() if name == "SJD"
+               or name.split(" ")[0] in ("GSD", "MC-GSD") for r in rows]
     if len(crowded) < 2:
         return None
     return min(crowded) / 1.05, max(crowded) * 1.05
@@ -384,7 +386,8 @@ def _pareto_curves(
         shown += [r for r, inside in zip(rows, in_zoom) if inside == zoomed or not zoom]
         if len(rows) > 1:
             labels += [
-                (ax, r["method"].split("(")[-1].rstrip(")"), xi, yi, f"C{index}")
+                # "G=50": the legend names the curve (", maximal")
+                (ax, r["method"].split("(")[-1].rstrip(")").split(",")[0], xi, yi, f"C{index}")
                 for r, xi, yi, inside in zip(rows, x, y, in_zoom)
                 if zoomed == inside
             ]

@@ -618,7 +618,9 @@ def tradeoff_explorer(
     """The static figures first (the second and the last flatness of the range at the middle G:
     what a rendered notebook shows and nbval executes), then sliders over G and the number of viable
     tokens above the figure they select (``tradeoff_sliders``) when ipywidgets (the ``notebooks``
-    extra) can be imported. Returns the sliders' widget, or None without ipywidgets."""
+    extra) can be imported, displayed with ``SLIDERS_TEXT`` as their text form: what a notebook
+    stores and shows before its kernel runs. Returns the sliders' widget, or None without
+    ipywidgets."""
     from ..experiments.plots import show
 
     for n in (viables[min(1, len(viables) - 1)], viables[-1]):
@@ -626,8 +628,28 @@ def tradeoff_explorer(
     try:
         import ipywidgets  # noqa: F401  (the notebooks extra)
     except ImportError:
+        print(SLIDERS_TEXT.replace("run this cell", "install ipywidgets and run this cell"))
         return None
-    return tradeoff_sliders(group_sizes, viables)
+    from IPython import get_ipython
+    from IPython.display import display
+
+    sliders = tradeoff_sliders(group_sizes, viables)
+    shell = get_ipython()
+    if shell is None:  # no front end to draw them in
+        print(SLIDERS_TEXT)
+        return sliders
+    # the shell's public formatter gives the widget's own bundle (its view for a live kernel);
+    # only its text form is replaced, which a stored notebook would otherwise show as the repr
+    bundle, metadata = shell.display_formatter.format(sliders)
+    bundle["text/plain"] = SLIDERS_TEXT
+    display(bundle, metadata=metadata, raw=True)
+    return sliders
+
+
+SLIDERS_TEXT = (
+    "Sliders over G and the number of viable tokens: run this cell in a live kernel (JupyterLab) "
+    "to move them."
+)
 
 
 def tradeoff_sliders(group_sizes: Sequence[int], viables: Sequence[int]) -> Any:
@@ -685,16 +707,43 @@ def present_columns(rows: list[dict[str, Any]], exclude: Sequence[str] = WALL_CO
     ]
 
 
+# The parts a wide table is shown in, one narrow table each (method first): a column goes to the
+# first part one of whose prefixes it starts with, else to the last.
+TABLE_PARTS = {
+    "forward passes and acceptance": ("nfe", "speedup", "accepted", "acceptance"),
+    "exact distortion": ("distortion", "w1"),
+    "quality": (),
+}
+
+
+def table_parts(columns: list[str]) -> dict[str, list[str]]:
+    """``columns`` (``method`` first) split into ``TABLE_PARTS``, each with ``method`` and at
+    least one other column; a table of at most five columns stays whole."""
+    if len(columns) <= 5:
+        return {"": columns}
+    key, rest = columns[0], columns[1:]
+    parts: dict[str, list[str]] = {name: [key] for name in TABLE_PARTS}
+    for column in rest:
+        name = next((n for n, prefixes in TABLE_PARTS.items()
+                     if any(column.startswith(p) for p in prefixes)), "quality")
+        parts[name].append(column)
+    return {name: cols for name, cols in parts.items() if len(cols) > 1}
+
+
 def show_tables(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
     """Display a sampled decoding table (``columns`` where present, default every present column
-    but wall time), then the CPU wall time separately (noise on a shared CPU)."""
+    but wall time) in the narrow parts of ``table_parts``, then the CPU wall time separately
+    (noise on a shared CPU)."""
     from IPython.display import Markdown, display
 
     from ..io.figure_io import markdown_table
 
     present = present_columns(rows)
     shown = present if columns is None else [c for c in columns if c in present]
-    display(Markdown(markdown_table(rows, shown)))
+    for name, part in table_parts(shown).items():
+        head = f"**{name}**\n\n" if name else ""
+        display(Markdown(head + markdown_table([r for r in rows if any(
+            r.get(c) is not None for c in part[1:])] or rows, part)))
     wall = ["method", *[c for c in WALL_COLUMNS if any(r.get(c) is not None for r in rows)]]
     if len(wall) > 1:
         display(Markdown("CPU wall time (noise, see above):\n\n" + markdown_table(rows, wall)))

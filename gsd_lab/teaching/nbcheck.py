@@ -36,6 +36,25 @@ from ..io.provenance import provenance_line
 Z_TOLERANCE = 4.0
 
 
+def weights_line(info: dict[str, Any]) -> str:
+    """``weights: {...}`` as a notebook prints it: a path inside the repository relative to it,
+    one under the home folder from ``~``, so no stored output names the machine it ran on."""
+    from pathlib import Path
+
+    repo, home = Path(__file__).resolve().parents[2], Path.home()
+
+    def shown(value: Any) -> Any:
+        if not isinstance(value, str) or not value.startswith("/"):
+            return value
+        path = Path(value)
+        for root, prefix in ((repo, ""), (home, "~/")):
+            if path.is_relative_to(root):
+                return prefix + path.relative_to(root).as_posix()
+        return path.name
+
+    return "weights: " + str({k: shown(v) for k, v in info.items()})
+
+
 def provenance_header() -> None:
     """Print the notebook's provenance line (commit, dirty flag, versions); not a checked cell."""
     print(provenance_line())

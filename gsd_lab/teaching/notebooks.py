@@ -23,10 +23,22 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
-KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+# The kernelspec and language_info as JupyterLab writes them for ipykernel's python3 kernel, so
+# that opening and saving a committed notebook without edits changes nothing.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+    "version": ".".join(str(v) for v in sys.version_info[:3]),  # the kernel's Python
+}
 # Per-cell metadata kept in written notebooks (papermill's and nbclient's timing records and
-# JupyterLab's view state are dropped).
-KEPT_CELL_METADATA = ("tags",)
+# JupyterLab's view state are dropped): tags, and a figure cell's alt text for the site
+# (``mystnb: image: alt``, read by MyST-NB).
+KEPT_CELL_METADATA = ("tags", "mystnb")
 # Seconds one cell may run before its notebook fails with the cell named: a stalled kernel must
 # cost minutes, not hours. The notebooks' own sizes decode real images in one cell (minutes on
 # a GPU); tiny sizes take seconds per cell, and the tests run them on shared CPUs.
@@ -128,12 +140,13 @@ def plan(
 
 
 def normalise(nb: Any) -> Any:
-    """Committed form: kernelspec python3, no papermill / nbclient / JupyterLab metadata; the
-    widgets' saved state is kept (it lets a rendered notebook show notebook 05's sliders)."""
-    widgets = nb.metadata.get("widgets")
-    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
-    if widgets:
-        nb.metadata["widgets"] = widgets
+    """Committed form: ``KERNELSPEC`` and ``LANGUAGE_INFO`` (as JupyterLab saves them; the
+    executing kernel's language_info where it reported one), no papermill / nbclient /
+    JupyterLab metadata, no saved widget state (a widget needs a live kernel: the cell's stored
+    text says to run it)."""
+    reported = dict(nb.metadata.get("language_info") or {})
+    info = reported if set(reported) == set(LANGUAGE_INFO) else dict(LANGUAGE_INFO)
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": info}
     for cell in nb.cells:
         kept = {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA and v}
         cell.metadata = type(cell.metadata)(kept)

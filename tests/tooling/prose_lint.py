@@ -28,6 +28,7 @@ from gsd_lab.experiments.prose import VALUE, markdown_of
 RENDERED_BLOCKS = (  # blocks rendered by ``experiments.findings`` (their own test)
     re.compile(r"<!-- findings:start.*?findings:end -->", re.S),
     re.compile(r"<!-- table1:start.*?<!-- table1:end -->", re.S),
+    re.compile(r"<!-- answer:start.*?<!-- answer:end -->", re.S),
 )
 
 PAPER = re.compile(r"<!-- paper: (?P<source>[^>]*?\S[^>]*?) -->(?P<text>.*?)<!-- /paper -->", re.S)

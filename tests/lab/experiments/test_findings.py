@@ -17,9 +17,79 @@ RESULTS = ledger.load_results()
 
 
 def test_committed_readme_blocks_equal_the_rendering_of_committed_results():
-    text = findings.README.read_text()
-    for (start, end), block in findings.rendered_blocks(RESULTS).items():
-        assert findings.committed_block(text, start, end) == block, "run python -m gsd_lab readme"
+    documents = findings.rendered_blocks(RESULTS)
+    assert set(documents) == {findings.README, findings.FINDINGS_MD}
+    for path, blocks in documents.items():
+        text = path.read_text()
+        for (start, end), block in blocks.items():
+            assert findings.committed_block(text, start, end) == block, (
+                f"{path.name}: run python -m gsd_lab readme")
+
+
+def _ids_findings_rows_reads() -> set[str]:
+    """The claim ids the full findings table reads (every ``found[cid]`` of ``findings_rows``)."""
+    from unittest import mock
+
+    read: set[str] = set()
+
+    class Recording(dict):
+        def __getitem__(self, cid):
+            read.add(cid)
+            return super().__getitem__(cid)
+
+    real = findings.claims.of_results
+    with mock.patch.object(findings.claims, "of_results", lambda r: Recording(real(r))):
+        findings.findings_rows(RESULTS)
+    return read
+
+
+def test_readme_answer_is_one_row_per_finding_linked_to_the_ledger():
+    """README's answer: the caveat first, at most eight rows, each opening with a word of the one
+    vocabulary and linking to ledger ids that exist as anchors of docs/claims.md; every claim of
+    the full findings table is in one of them (grouped, not dropped)."""
+    import re
+
+    block = findings.render_answer(RESULTS)
+    first, rest = block.split("\n\n", 1)
+    assert "stand-in" in first and "have not run" in first
+    rows = findings.answer_rows(RESULTS)
+    assert 0 < len(rows) <= 8 and len(rest.splitlines()) == len(rows) + 2
+    anchors = set(re.findall(r'<a id="([a-z0-9_]+)"></a>', ledger.CLAIMS_MD.read_text()))
+    ids = {r["id"] for r in ledger.ledger(RESULTS)}
+    assert anchors == ids
+    linked = []
+    for row in rows:
+        answer = row[findings.ANSWER_COLUMNS[1]]
+        parts = [p.split(": ", 1)[-1] for p in answer.split("; ")]
+        assert any(answer.startswith(w) or any(p.startswith(w) for p in parts)
+                   for w in WORDS.values()), answer
+        found = re.findall(r"\(docs/claims\.md#([a-z0-9_]+)\)", row[findings.ANSWER_COLUMNS[0]])
+        assert found and set(found) <= anchors, row
+        linked += found
+    used = _ids_findings_rows_reads()
+    assert len(findings.findings_rows(RESULTS)) > len(rows)  # one row per compared pair
+    assert set(BEYOND_IDS) <= used  # the k = 2, 4, 8 drafts against MC-SJD and MC-GSD: one row
+    assert used <= set(linked), f"claims of the full table missing from README's answer: " \
+        f"{sorted(used - set(linked))}"
+    assert len({r[findings.ANSWER_COLUMNS[0]] for r in rows}) == len(rows)
+
+
+def test_readme_answer_follows_the_numbers():
+    results = copy.deepcopy(RESULTS)
+    mc = next(r for r in results["tables"]["table1"] if r["method"] == "MC-SJD (maximal)")
+    gsd = next(r for r in results["tables"]["table1"] if r["method"] == "GSD (G=50)")
+    mc["per_image"]["nfe"] = [v - 30 - i % 2 for i, v in enumerate(gsd["per_image"]["nfe"])]
+    row = next(r for r in findings.answer_rows(results)
+               if "mc_sjd_maximal_fewer_nfe_than_gsd" in r[findings.ANSWER_COLUMNS[0]])
+    assert row[findings.ANSWER_COLUMNS[1]].startswith("yes, -30.5 [")
+
+
+def test_readme_is_a_front_door():
+    """At most 150 lines, the answer's table within its first screen (50 rows)."""
+    lines = findings.README.read_text().splitlines()
+    assert len(lines) <= 150
+    head = "| " + " | ".join(findings.ANSWER_COLUMNS) + " |"
+    assert head in lines[:50]
 
 
 def test_committed_claims_page_equals_the_ledger_of_committed_results():

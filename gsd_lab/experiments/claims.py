@@ -387,7 +387,9 @@ BLOCK_LABEL = "SJD + block verification"
 # step-for-step transcription of the loop calling gsd_core's functions, on larger models (the
 # second). Their benchmarks' per-token distortion is SD's TV formula per token, 0 by
 # construction for them (and for lossy block verification with coupled drafts too): no evidence.
-LOSSLESS_EVIDENCE = "tests/lab/test_decode_loop_exact.py; tests/lab/test_decode_laws_exact.py"
+LOSSLESS_EVIDENCE = (
+    "tests/lab/decode/test_decode_loop_exact.py; tests/lab/decode/test_decode_laws_exact.py"
+)
 MULTIDRAFT_FILES = {  # candidates k -> the file of benchmarks/lossless_beyond.py --candidates
     2: "multidraft_standin.json",
     4: "multidraft_standin.json",
@@ -732,8 +734,8 @@ CLAIMS: tuple[Claim, ...] = (
         paper_values.SJD_PAC_STEP.source,
         _not_run(
             "its released tree verification is not lossless (an exact transcription, "
-            "tests/lab/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive Continuation on "
-            "the chain is the maximal coupling, run as MC-SJD (maximal)"
+            "tests/lab/decode/test_sjd_pac.py; docs/lossless-frontier.md); its Adaptive "
+            "Continuation on the chain is the maximal coupling, run as MC-SJD (maximal)"
         ),
     ),
     *(

@@ -227,6 +227,43 @@ def _entry(question: str, ids: list[str], ledger_path: str) -> str:
     return f"[{question}]({ledger_path}#{first})" + more
 
 
+def _speed_answer(found: dict[str, Any]) -> str:
+    """GSD against SJD in NFE, then its speed-ups over SJD and AR beside the paper's."""
+    text = f"{_short(found['gsd_fewer_nfe_than_sjd'])} NFE"
+    for cid, base in (("gsd_speedup_over_sjd", "SJD"), ("gsd_speedup_over_ar", "AR")):
+        over = found[cid]
+        if over.value is not None:
+            text += f"; {base} / GSD = {over.span()}, the paper's {over.paper_value:.2f}x: " + word(
+                over.outcome)
+    return text
+
+
+def _amplify_answer(found: dict[str, Any]) -> str:
+    """GSD against Amplify: exact TV at matched NFE (the points beyond the noise), then quality."""
+    tv, quality = found["gsd_distorts_less_than_amplify_tv"], found["gsd_quality_above_amplify"]
+    beyond = [p for p in tv.parts if p.outcome != "noise"]
+    text = f"exact TV at matched NFE: {word(tv.outcome)}"
+    if tv.parts:
+        spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
+        text += (f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE"
+                 f"{spans})")
+    return text + f"; condition score against k = 3: {_short(quality)}"
+
+
+def _beyond_answer(found: dict[str, Any]) -> tuple[list[str], str]:
+    """The lossless decoders beyond MC-SJD: block verification, then k drafts against MC-SJD and
+    MC-GSD, one answer; (claim ids, text)."""
+    ids = ["block_verification_fewer_nfe_than_mc_sjd"]
+    parts = [f"block verification: {_short(found[ids[0]])}"]
+    for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
+        cids = [f"multidraft_k{k}_fewer_nfe_than_{against}" for k in claims.MULTIDRAFT_FILES]
+        ids += cids
+        lossy = "" if other == claims.MC_MAXIMAL else " (lossy)"
+        parts.append(f"k drafts against {other.split(' ')[0]}{lossy}: " + "; ".join(
+            f"k = {k}: {_short(found[cid])}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
+    return ids, "; ".join(parts)
+
+
 def answer_rows(
     results: dict[str, Any], ledger_path: str = "docs/claims.md"
 ) -> list[dict[str, str]]:
@@ -241,28 +278,16 @@ def answer_rows(
         rows.append({ANSWER_COLUMNS[0]: _entry(question, ids, ledger_path),
                      ANSWER_COLUMNS[1]: text, ANSWER_COLUMNS[2]: str(n)})
 
-    fewer = found["gsd_fewer_nfe_than_sjd"]
-    text = f"{_short(fewer)} NFE"
-    for cid, base in (("gsd_speedup_over_sjd", "SJD"), ("gsd_speedup_over_ar", "AR")):
-        over = found[cid]
-        if over.value is not None:
-            text += f"; {base} / GSD = {over.span()}, the paper's {over.paper_value:.2f}x: " + word(
-                over.outcome)
     add("Does GSD (G = 50) need fewer forwards than SJD?",
-        ["gsd_fewer_nfe_than_sjd", "gsd_speedup_over_sjd", "gsd_speedup_over_ar"], text, fewer.n)
+        ["gsd_fewer_nfe_than_sjd", "gsd_speedup_over_sjd", "gsd_speedup_over_ar"],
+        _speed_answer(found), found["gsd_fewer_nfe_than_sjd"].n)
     kept = found["gsd_keeps_ar_quality"]
     add("Does GSD keep AR's quality (condition score)?", ["gsd_keeps_ar_quality"],
         _short(kept), kept.n)
     tv, quality = found["gsd_distorts_less_than_amplify_tv"], found["gsd_quality_above_amplify"]
-    beyond = [p for p in tv.parts if p.outcome != "noise"]
-    text = f"exact TV at matched NFE: {word(tv.outcome)}"
-    if tv.parts:
-        spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
-        text += (f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE"
-                 f"{spans})")
-    text += f"; condition score against k = 3: {_short(quality)}"
     add("Does GSD beat the naive relaxation Amplify?",
-        ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], text, tv.n or quality.n)
+        ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], _amplify_answer(found),
+        tv.n or quality.n)
     mc = found["mc_sjd_maximal_fewer_nfe_than_gsd"]
     add("Does lossless MC-SJD (coupled drafts) need fewer forwards than GSD?",
         ["mc_sjd_maximal_fewer_nfe_than_gsd"],
@@ -271,17 +296,9 @@ def answer_rows(
     add("Do coupled drafts make GSD faster than MC-SJD (MC-GSD)?",
         ["coupled_gsd_fewer_nfe_than_mc_sjd"],
         f"{_short(coupled)} NFE" + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""), coupled.n)
-    block = found["block_verification_fewer_nfe_than_mc_sjd"]
-    ids = ["block_verification_fewer_nfe_than_mc_sjd"]
-    parts = [f"block verification: {_short(block)}"]
-    for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
-        cids = [f"multidraft_k{k}_fewer_nfe_than_{against}" for k in claims.MULTIDRAFT_FILES]
-        ids += cids
-        lossy = "" if other == claims.MC_MAXIMAL else " (lossy)"
-        parts.append(f"k drafts against {other.split(' ')[0]}{lossy}: " + "; ".join(
-            f"k = {k}: {_short(found[cid])}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
+    ids, text = _beyond_answer(found)
     add("Does a lossless decoder beyond MC-SJD need fewer forwards than MC-SJD (and MC-GSD)?",
-        ids, "; ".join(parts), block.n)
+        ids, text, found[ids[0]].n)
     rules = [(slug, other) for slug, other in claims.OPTIMAL_RULES.items()
              if found[f"gsd_fewer_nfe_than_{slug}"].value is not None]
     if rules:

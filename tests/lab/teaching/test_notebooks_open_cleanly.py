@@ -15,7 +15,7 @@ nbformat = pytest.importorskip("nbformat")
 from gsd_lab.teaching.course import SLIDERS_TEXT  # noqa: E402
 from gsd_lab.teaching.notebooks import KERNELSPEC, LANGUAGE_INFO, normalise  # noqa: E402
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[3] / "notebooks").glob("*.ipynb"))
 FIRST_SCREEN = 30  # rows of a laptop's JupyterLab before the first code cell must start
 MACHINE_PATH = re.compile(r"(?<![\w.])(?:/(?:work|home|Users|root|tmp|mnt|data|opt|var|scratch)/"
                           r"|[A-Z]:\\)")

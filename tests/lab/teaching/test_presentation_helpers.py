@@ -13,7 +13,7 @@ import pytest
 from gsd_lab.experiments import ledger, plots
 from gsd_lab.teaching import course, nbcheck
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ---- nbcheck.weights_line --------------------------------------------------------------------

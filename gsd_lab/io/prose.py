@@ -276,7 +276,7 @@ def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
 # -- documents ------------------------------------------------------------------------------
 
 DOCUMENTS = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb",
-             "gsd_lab/standin/weights/README.md")
+             "gsd_lab/standin/weights/README.md", "gsd_lab/digits/weights/README.md")
 
 
 RENDERED_WHOLE = ("docs/claims.md",)  # rendered entirely by ``experiments.ledger`` (its own test)

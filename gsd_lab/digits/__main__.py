@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--hidden", type=int, default=128)
     tr.add_argument("--layers", type=int, default=3)
     tr.add_argument("--intermediate", type=int, default=320)
-    tr.add_argument("--max-epochs", type=int, default=12, help="AR epoch cap")
+    tr.add_argument("--max-epochs", type=int, default=8, help="AR epoch cap")
     tr.add_argument("--patience", type=int, default=2, help="AR evaluations without improvement")
     tr.add_argument(
         "--deadline", default=None, help="AR wall-clock stop, UTC ISO time (e.g. 2026-12-07T02:03)"

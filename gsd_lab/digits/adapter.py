@@ -7,7 +7,7 @@ and the tokenizer's tiles to turn 196 codes into a 28 x 28 image (grey, in three
 Prompts are the digits "0" .. "9" (or their indices).
 
 Defaults: cfg_scale 3.0 (the stand-in's), no top-k (1024 codes: the whole law is sampled),
-temperature 1.0.
+temperature 1.0 (the stand-in's).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..standin.adapter import StandinAdapter, load_standin
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TOP_K: int | None = None
-DEFAULT_TEMPERATURE = 1.0
 
 
 def load_digits(
@@ -30,19 +29,10 @@ def load_digits(
     weights_dir: str | Path | None = None,
     cfg_scale: float | None = DEFAULT_CFG_SCALE,
     top_k: int | None = DEFAULT_TOP_K,
-    temperature: float = DEFAULT_TEMPERATURE,
-    compute_dtype: torch.dtype | None = None,
-    fast_forward: bool = False,
-    lazy_tokenizer: bool = False,
+    **options,
 ) -> StandinAdapter:
-    """The shipped digits model's adapter; arguments as ``load_standin``'s."""
-    return load_standin(
-        device,
-        weights_dir=WEIGHTS_DIR if weights_dir is None else weights_dir,
-        cfg_scale=cfg_scale,
-        top_k=top_k,
-        temperature=temperature,
-        compute_dtype=compute_dtype,
-        fast_forward=fast_forward,
-        lazy_tokenizer=lazy_tokenizer,
-    )
+    """The shipped digits model's adapter: ``load_standin`` on ``weights_dir`` (default the
+    shipped ``WEIGHTS_DIR``) with the digits' defaults; ``options`` are ``load_standin``'s
+    (temperature, compute_dtype, fast_forward, lazy_tokenizer)."""
+    directory = WEIGHTS_DIR if weights_dir is None else weights_dir
+    return load_standin(device, weights_dir=directory, cfg_scale=cfg_scale, top_k=top_k, **options)

@@ -4,8 +4,8 @@ tests/lab/test_reproducible_isa.py), and the tokens the export recorded."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -42,18 +42,18 @@ pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "am
                                 reason="ATEN_CPU_CAPABILITY values are x86 instruction sets")
 
 
-def environment(capability: str | None, threads: int) -> dict[str, str]:
-    unset = ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    if capability is not None:
-        env["ATEN_CPU_CAPABILITY"] = capability
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
+def isa_test_module():
+    """The stand-in's ISA test (wherever tests/ keeps it), for its ``subprocess_env``."""
+    path = next(ROOT.glob("tests/**/test_reproducible_isa.py"))
+    spec = importlib.util.spec_from_file_location("reproducible_isa_for_digits", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def batches() -> dict[str, dict]:
+    environment = isa_test_module().subprocess_env
     started = {
         name: subprocess.Popen([sys.executable, "-c", BATCH, str(threads)],
                                env=environment(capability, threads), cwd=ROOT,
@@ -77,5 +77,6 @@ def test_generate_is_the_same_twice_and_on_every_isa_and_thread_count(batches):
         for method in ("ar", "gsd"):
             assert batch[method] == first[method], (name, method)
     assert first["gsd"]["nfe"] < first["ar"]["nfe"] == 196
-    threads = {b["threads"] for b in batches.values()}
-    assert threads == {1, 2}
+    assert batches["default ISA, 1 thread"]["capability"] == "DEFAULT"
+    assert batches["avx2, 1 thread"]["capability"] == "AVX2"
+    assert {b["threads"] for b in batches.values()} == {1, 2}

@@ -1,6 +1,6 @@
-"""The digits adapter's ``generate`` gives the same tokens twice, with 1 and 2 threads and under
-ATen's scalar, AVX2 and the machine's best kernels (float64 forward, as the stand-in's
-tests/lab/test_reproducible_isa.py), and the tokens the export recorded."""
+"""The digits adapter's ``generate`` gives the same tokens in every fresh process: with 1 and 2
+threads and under ATen's scalar, AVX2 and the machine's best kernels (float64 forward, as the
+stand-in's tests/lab/test_reproducible_isa.py), and the tokens the export recorded."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gsd_lab.digits.export import REFERENCE_CLASS, REFERENCE_SEED
 torch.set_num_threads(int(sys.argv[1]))
 adapter = load_digits(fast_forward=True)
 out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
-methods = {"ar": DecodingMethod("ar"), "ar again": DecodingMethod("ar"),
+methods = {"ar": DecodingMethod("ar"),
            "gsd": DecodingMethod("gsd", clusters="dynamic", group_size=10)}
 for name, method in methods.items():
     result = generate(adapter, adapter.prompt_ids(REFERENCE_CLASS), method,
@@ -73,7 +73,6 @@ def test_generate_is_the_same_twice_and_on_every_isa_and_thread_count(batches):
     first = next(iter(batches.values()))
     assert first["ar"]["tokens"] == reference["generate_ar_tokens"]
     for name, batch in batches.items():
-        assert batch["ar again"] == batch["ar"], name
         for method in ("ar", "gsd"):
             assert batch[method] == first[method], (name, method)
     assert first["gsd"]["nfe"] < first["ar"]["nfe"] == 196

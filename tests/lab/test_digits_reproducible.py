@@ -68,7 +68,7 @@ def batches() -> dict[str, dict]:
     return out
 
 
-def test_generate_is_the_same_twice_and_on_every_isa_and_thread_count(batches):
+def test_generate_is_the_same_in_every_process_isa_and_thread_count(batches):
     reference = json.loads((ROOT / "gsd_lab/digits/weights/reference_outputs.json").read_text())
     first = next(iter(batches.values()))
     assert first["ar"]["tokens"] == reference["generate_ar_tokens"]

@@ -7,7 +7,8 @@ A map, in reading order (each package's ``__init__`` maps its files):
   and the rules' optional capabilities (``engine.capabilities``);
 - ``accounting/``: the exact distortion (TV) and transport (W1) of every verified position;
 - ``models/``: the adapter interface, Lumina-mGPT and the families Anole (Chameleon), Emu3 and
-  Janus; ``standin/``: the embedded stand-in model;
+  Janus; ``standin/``: the embedded stand-in model; ``digits/``: a second embedded model
+  (MNIST digits) on the stand-in's pipeline, with a classifier-based quality measure;
 - ``quality/``: image quality proxies and CLIP score;
 - ``experiments/``: the analyses behind the figures and notebooks;
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;

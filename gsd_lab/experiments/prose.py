@@ -145,7 +145,8 @@ def render(text: str, results: dict[str, Any]) -> str:
 # -- documents ------------------------------------------------------------------------------
 
 DOCUMENTS = ("README.md", "docs/*.md", "proofs/*.md", "notebooks/*.ipynb",
-             "gsd_lab/standin/weights/README.md", "docs/site/*.md", "docs/site/api/*.md")
+             "gsd_lab/standin/weights/README.md", "gsd_lab/digits/weights/README.md",
+             "docs/site/*.md", "docs/site/api/*.md")
 
 
 RENDERED_WHOLE = ("docs/claims.md",)  # rendered entirely by ``experiments.ledger`` (its own test)

@@ -44,11 +44,13 @@ from .verification import draw
 class TreeResult:
     """path [a] int64: the accepted nodes, root to leaf-ward; tokens [a + 1] int64: their tokens
     and the emitted one; stop int: the node whose children were all rejected, or the leaf
-    reached (-1: the root)."""
+    reached (-1: the root); branch: the path, then the stop's first child, its first child, ..
+    down to a leaf (the branch whose rows follow the stop)."""
 
     path: Tensor
     tokens: Tensor
     stop: int
+    branch: list[int]
 
 
 def children_of(parent: Tensor) -> dict[int, list[int]]:
@@ -136,6 +138,8 @@ def verify_tree(
     ...                   torch.tensor([0.5, 0.7, 0.9], dtype=torch.float64))
     >>> out.path.tolist(), out.tokens.tolist(), out.stop  # 0.5 < 0.3/0.3; 0.7 < 0.8/1; bonus
     ([0, 1], [1, 2, 2], 1)
+    >>> out.branch
+    [0, 1]
     """
     count = tokens.numel()
     if p.shape[0] != count + 1 or q.shape[0] != count or parent.numel() != count:
@@ -165,7 +169,7 @@ def verify_tree(
         path.append(node)
     path_t = torch.tensor(path, dtype=torch.long, device=tokens.device)
     emitted = torch.cat([tokens[path_t], token.reshape(1).to(tokens.dtype)])
-    return TreeResult(path_t, emitted, node)
+    return TreeResult(path_t, emitted, node, path + first_child_chain(children, node))
 
 
 def tree_law(p: Tensor, q: Tensor, tokens: Tensor, parent: Tensor) -> dict[tuple[int, ...], float]:

@@ -338,7 +338,8 @@ def stored_lossless(n: int) -> dict:
         for label, row in json.loads(path.read_text())["rows"].items():
             if "candidates" in label:
                 rows[label] = {"file": f"benchmarks/results/{name}",
-                               "images": row["images"], "nfe": row["nfe"],
+                               "images": row.get("images", len(row["per_image"]["nfe"])),
+                               "nfe": row["nfe"],
                                "nfe_first_n": float(np.mean(row["per_image"]["nfe"][:n])),
                                "tokens_processed_per_forward":
                                    row["tokens_processed_per_forward"],
@@ -423,7 +424,8 @@ def trees_mode(
         lines.append(f"  depth {t + 1}: " + " ".join("-" if v != v else f"{v:.3f}" for v in r))
     lines.append("best shapes by modelled read times per committed token (model):")
     for s in ranked[:8]:
-        lines.append(f"  {s.shape} window {s.window}: {s.tokens} tokens, E {s.expected_committed:.2f}"
+        lines.append(f"  {s.shape} window {s.window}: {s.tokens} tokens, "
+                     f"E {s.expected_committed:.2f}"
                      f" committed, {s.cost_per_token:.4f} read times per token")
     for label, row in rows.items():
         text = (f"{label} ({row['images']} images): NFE {row['nfe']:.2f}, tokens/forward "

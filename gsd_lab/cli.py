@@ -138,6 +138,14 @@ def _add_method_args(parser: argparse.ArgumentParser) -> None:
         "sampling in one tree forward (--method sjd, eager runner, batch size 1; lossless, "
         "proofs/15)",
     )
+    group.add_argument(
+        "--tree",
+        type=int,
+        nargs="+",
+        default=None,
+        help="a token tree: K1 K2 ... candidates per depth of the window, verified by recursive "
+        "rejection at every node (--method sjd, eager runner, batch size 1; lossless, proofs/16)",
+    )
 
 
 def _add_batching_args(parser: argparse.ArgumentParser) -> None:
@@ -647,6 +655,7 @@ def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
         for flag, given in (
             ("--verifier block", getattr(args, "verifier", "token") != "token"),
             (f"--candidates {getattr(args, 'candidates', 1)}", getattr(args, "candidates", 1) > 1),
+            ("--tree", getattr(args, "tree", None) is not None),
         )
         if given
     ]
@@ -659,6 +668,8 @@ def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
         )
     if getattr(args, "candidates", 1) > 1 and getattr(args, "runner", "eager") != "eager":
         fail(f"--candidates {args.candidates} runs on --runner eager only (no tree forward)")
+    if getattr(args, "tree", None) is not None and getattr(args, "runner", "eager") != "eager":
+        fail("--tree runs on --runner eager only (no tree forward)")
 
 
 def check_args(args: argparse.Namespace, fail: Fail) -> None:
@@ -781,6 +792,7 @@ def _method(args: argparse.Namespace) -> DecodingMethod:
         preset=args.preset,
         acceptance=args.acceptance,
         candidates=args.candidates,
+        tree=getattr(args, "tree", None),
     ).for_model(args.model)
 
 
@@ -890,6 +902,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         report["relaxation_delta"] = method.relaxation_delta
     if method.candidates > 1:
         report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
+    if method.tree is not None:
+        report.update(tree=list(method.tree), tokens_processed=result.tokens_processed)
     if method.transport_eps is not None:
         report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
     if method.budget is not None:

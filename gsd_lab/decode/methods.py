@@ -308,7 +308,9 @@ class DecodingMethod:
                 f"({self.candidates},)); got tree={self.tree!r}"
             )
         if self.tree is not None and all(k == 1 for k in self.tree):
-            raise ValueError(f"tree {self.tree!r} has one branch: that is plain SJD, leave it unset")
+            raise ValueError(
+                f"tree {self.tree!r} has one branch: that is plain SJD, leave it unset"
+            )
         plain = (
             self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
         )

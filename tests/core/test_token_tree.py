@@ -1,6 +1,5 @@
-"""A token tree verified by recursive rejection at every node is lossless (proofs/16_token_trees.md):
-the exact law of the Jacobi tree's output, every candidate draw enumerated, against the target's
-joint; the sampler against the exact law; negative controls the same test catches.
+"""A token tree verified by recursive rejection at every node is lossless (proofs/16): the exact
+law of the Jacobi tree's output, every candidate draw enumerated, against the target's joint; the sampler against the exact law; negative controls the same test catches.
 
 The setting: V = 3, a target of full support whose row depends on the whole prefix; the tree
 ``level_tree((2, 2), 1)`` (two candidates at each of two depths, one shared set per depth, then a
@@ -36,7 +35,8 @@ def rows_by_prefix(seed: int) -> dict[tuple[int, ...], torch.Tensor]:
 
 
 TARGET = rows_by_prefix(0)
-SOURCES = [normalised(torch.tensor(w, dtype=torch.float64)) for w in ([1, 2, 4], [3, 1, 1], [2, 2, 1])]
+SOURCES = [normalised(torch.tensor(w, dtype=torch.float64))
+           for w in ([1, 2, 4], [3, 1, 1], [2, 2, 1])]  # the draft rows of depths 1, 2, the tail
 
 
 def ar_joint(length: int) -> dict[tuple[int, ...], float]:

@@ -82,3 +82,40 @@ def test_tree_option():
         DecodingMethod("sjd", tree=(2, 0))
     with pytest.raises(ValueError, match="candidates"):
         DecodingMethod("gsd", clusters="dynamic", group_size=2, tree=(2, 2))
+
+
+def test_command_line_generate_with_a_tree(capsys):
+    import json
+
+    from gsd_lab.cli import main
+
+    args = ["generate", "--model", "tiny-random", "--class", "1", "--seed", "3", "--method", "sjd",
+            "--tree", "2", "2", "--json", "--threads", "1"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tree"] == [2, 2] and len(report["tokens"]) == 64
+    assert len(report["tokens_processed"]) == report["nfe"]
+    with pytest.raises(SystemExit) as caught:
+        main(["generate", "--model", "tiny-random", "--method", "gsd", "--tree", "2", "2"])
+    assert caught.value.code == 2 and "candidates" in capsys.readouterr().err
+
+
+def test_shape_model_counts_and_ranks():
+    """E(shape, L) by hand; positional acceptance from walks; the ranking keeps the budget."""
+    from gsd_lab.accounting.roofline import Roofline
+    from gsd_lab.decode.tree_shapes import (expected_committed, positional_acceptance,
+                                            ranked_shapes, tree_tokens)
+
+    acceptance = torch.tensor([[0.5, 0.75], [0.4, 0.6], [0.2, 0.2]], dtype=torch.float64)
+    assert expected_committed((2,), 3, acceptance) == pytest.approx(
+        1 + 0.75 + 0.75 * 0.4 + 0.75 * 0.4 * 0.2)
+    assert expected_committed((1, 2), 2, acceptance) == pytest.approx(1 + 0.5 + 0.5 * 0.6)
+    assert tree_tokens((2, 2), 3) == 1 + 2 + 4 + 4 and tree_tokens((4,), 1) == 5
+    walks = [([2, 1], [1, None]), ([2], [None]), ([2, 1, 1], [0, 0, None])]
+    measured = positional_acceptance(walks, 3, 2)
+    assert measured[0].tolist() == [1 / 3, 2 / 3] and measured[1, 0] == 0.5
+    assert torch.isnan(measured[1, 1])
+    roofline = Roofline(parameters=7_013_158_912, cfg_batch=2)
+    ranked = ranked_shapes(acceptance[:, :2], roofline, [2, 3], budget=8, max_depth=2)
+    assert ranked and all(s.tokens <= 8 for s in ranked)
+    assert [s.cost_per_token for s in ranked] == sorted(s.cost_per_token for s in ranked)

@@ -62,7 +62,8 @@ from gsd_lab.accounting.roofline import Roofline
 import gsd_lab.decode.loop as decode_loop
 from gsd_core.token_tree import children_of
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.tree_shapes import positional_acceptance, ranked_shapes
+from gsd_lab.decode.tree_shapes import (ScoredShape, positional_acceptance, ranked_shapes,
+                                        tree_tokens)
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.experiments.image_model import ImageModel, load_image_model
 from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
@@ -350,22 +351,30 @@ def stored_lossless(n: int) -> dict:
 def trees_mode(
     model: ImageModel, nfe: dict[str, list[float]], images: list[tuple[int, str]],
     window: int, measure: int, measure_shape: tuple[int, ...], top: int, check: int,
+    given: tuple[tuple[int, ...], int] | None = None,
 ) -> dict:
-    """Token trees (module docstring): measure, rank, decode the best ``top``, pair."""
+    """Token trees (module docstring): measure, rank, decode the best ``top``, pair; with
+    ``given`` (shape, window), that shape alone, unmeasured and unranked."""
     n, costs = len(images), cost_model()
     roofline = Roofline(costs["parameters"], costs["cfg_batch"])
     walks: list = []
-    original = record_walks(walks)
-    try:
-        wide = DecodingMethod("sjd", window=window, draft="maximal", tree=measure_shape)
-        measured = decode_row(model, wide, images[:measure], costs, f"measure {measure_shape}")
-    finally:
-        decode_loop.verify_tree = original
+    measured = None
+    if given is None:
+        original = record_walks(walks)
+        try:
+            wide = DecodingMethod("sjd", window=window, draft="maximal", tree=measure_shape)
+            measured = decode_row(model, wide, images[:measure], costs,
+                                  f"measure {measure_shape}")
+        finally:
+            decode_loop.verify_tree = original
     width = max(measure_shape)
     acceptance = positional_acceptance(walks, window, width)
     ranked = ranked_shapes(acceptance, roofline, list(range(8, window + 1, 2)),
                            budget=costs["ridge_tokens"], max_depth=3)
     chosen = ranked[:top]
+    if given is not None:
+        shape, at = given
+        chosen = [ScoredShape(shape, at, tree_tokens(shape, at), math.nan, math.nan)]
     rows = {"MC-SJD (decoded here)": decode_row(
         model, DecodingMethod("sjd", window=window, draft="maximal"), images[:check], costs,
         "MC-SJD")}
@@ -373,7 +382,8 @@ def trees_mode(
         label = f"MC-SJD, tree {scored.shape}, window {scored.window}"
         method = DecodingMethod("sjd", window=scored.window, draft="maximal", tree=scored.shape)
         rows[label] = decode_row(model, method, images, costs, label)
-        rows[label]["expected_committed_model"] = scored.expected_committed
+        rows[label]["expected_committed_model"] = (
+            None if math.isnan(scored.expected_committed) else scored.expected_committed)
     ref = {"MC-SJD": nfe["MC-SJD (maximal)"], "MC-GSD": nfe["MC-GSD (G=50, maximal)"]}
     mc_check = rows["MC-SJD (decoded here)"]["per_image"]
     modelled_is_nfe = all(abs(m - v) < 1e-9 for m, v in zip(mc_check["modelled_read_times"],
@@ -399,7 +409,9 @@ def trees_mode(
     out = {
         "benchmark": "token_trees", "images": n, "window": window,
         "num_tokens": model.num_tokens, "cost_model": costs,
-        "measure": {"images": measure, "shape": list(measure_shape), "walks": len(walks),
+        "given_shape": None if given is None else {"shape": list(given[0]), "window": given[1]},
+        "measure": {"images": 0 if given else measure, "shape": list(measure_shape),
+                    "walks": len(walks),
                     "acceptance": [[None if v != v else v for v in r] for r in
                                    acceptance.tolist()], "row": measured},
         "ranked": [{"shape": list(s.shape), "window": s.window, "tokens": s.tokens,
@@ -458,6 +470,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="--trees: images measuring the positional acceptance")
     parser.add_argument("--measure-shape", type=int, nargs="+", default=[8, 3])
     parser.add_argument("--top", type=int, default=2, help="--trees: shapes decoded")
+    parser.add_argument("--tree-shape", type=int, nargs="+", default=None,
+                        help="--trees: decode this shape alone (no measurement, no ranking)")
+    parser.add_argument("--tree-window", type=int, default=None,
+                        help="--tree-shape's window (default: the frontier's)")
     parser.add_argument("--images", type=int, default=None, help="the first n images only")
     parser.add_argument("--check", type=int, default=None,
                         help="MC-SJD images re-decoded alone (2; with --candidates all)")
@@ -482,7 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.trees:
         model = load_image_model("standin", quick=True)
         done = trees_mode(model, nfe, images, window, args.measure, tuple(args.measure_shape),
-                          args.top, 2 if args.check is None else args.check)
+                          args.top, 2 if args.check is None else args.check,
+                          None if args.tree_shape is None else
+                          (tuple(args.tree_shape), args.tree_window or window))
     elif args.candidates is not None:  # the quick stand-in: the same logits bit for bit
         model = load_image_model("standin", quick=True)
         done = candidates_mode(model, nfe, images, args.candidates, args.check, window)

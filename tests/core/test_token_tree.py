@@ -1,5 +1,6 @@
 """A token tree verified by recursive rejection at every node is lossless (proofs/16): the exact
-law of the Jacobi tree's output, every candidate draw enumerated, against the target's joint; the sampler against the exact law; negative controls the same test catches.
+law of the Jacobi tree's output, every candidate draw enumerated, against the target's joint;
+the sampler against the exact law; negative controls the same test catches.
 
 The setting: V = 3, a target of full support whose row depends on the whole prefix; the tree
 ``level_tree((2, 2), 1)`` (two candidates at each of two depths, one shared set per depth, then a

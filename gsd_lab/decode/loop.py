@@ -36,6 +36,10 @@ without the adapter's support of p (CPU adapters give one): the widest support i
 budget reads the window's L totals (and its forced positions), the transport relaxation and
 the W1 dial plan on the CPU (p and q copied to the host each step).
 
+A token tree (``DecodingMethod.tree_shape``: ``candidates=k`` or ``tree=(k_1, ..)``) replaces
+the forward and the verification of a pass by ``tree_step``: candidates at the window's first
+depths, one forward over the tree, ``gsd_core.verify_tree``'s walk (proofs/15, 16).
+
 ``runner="static"`` runs the loop on ``models.static.StaticEngine`` (a static KV cache rolled
 back by position, fixed window shapes, a CUDA graph on a GPU): same draws, same tokens where the
 arithmetic is the same, and the status read stays its only sync for the fixed rules, GSD's

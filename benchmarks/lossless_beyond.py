@@ -31,7 +31,17 @@ model for a 7B model on an H200 (stated, not measured): a forward over W input t
 pair reads the weights once (2 bytes x P parameters at ``BANDWIDTH``) and computes 2 x 2 P W
 FLOPs (``PEAK_FLOPS``); its time is max(read, compute), flat up to W_ridge = read time x
 PEAK_FLOPS / (4 P) tokens (P, the CFG batch and the measured forwards from ``SHAPES``); a
-decode's modelled time is the sum over forwards of max(1, W / W_ridge) read times.
+decode's modelled time is the sum over forwards of max(1, W / W_ridge) read times
+(``gsd_lab.accounting.roofline``, where the model is stated).
+
+Token trees (``--trees``; ``DecodingMethod(tree=...)``, proofs/16): positional acceptance measured
+on the first ``--measure`` images with a wide tree (``--measure-shape``), the shapes ranked by
+modelled time per committed token under the ridge (``gsd_lab.decode.tree_shapes``), the best
+``--top`` decoded on the images, each with NFE, tokens per forward and modelled time, paired
+against the stored MC-SJD and MC-GSD (whose forwards, 17 tokens and the prompt at the first, sit
+below the ridge: their modelled time is their NFE, checked on the MC-SJD images re-decoded) by
+``verdicts.verdict``: target modelled time <= 0.85 x MC-SJD's, moonshot < MC-GSD's. The stored
+multiple-draft files' rows are listed beside them.
 
     nohup python benchmarks/lossless_beyond.py &  # --out benchmarks/results/lossless_beyond_standin
     nice -n 10 python benchmarks/lossless_beyond.py --candidates 2 4  # --out .../multidraft_standin
@@ -48,7 +58,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gsd_lab.accounting.roofline import Roofline
+import gsd_lab.decode.loop as decode_loop
+from gsd_core.token_tree import children_of
 from gsd_lab.decode.loop import generate
+from gsd_lab.decode.tree_shapes import (ScoredShape, positional_acceptance, ranked_shapes,
+                                        tree_tokens)
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.experiments.image_model import ImageModel, load_image_model
 from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
@@ -62,9 +77,6 @@ STORED = {  # label here: (frontier curve, index of the configuration on it)
 }
 BLOCK = "SJD + block verification"
 SHAPES = ROOT / "benchmarks/results/gpu_lumina_shapes_h200.jsonl"
-BANDWIDTH = 4.8e12  # H200 HBM3e bytes / s (NVIDIA's data sheet)
-PEAK_FLOPS = 989e12  # H200 dense bf16 FLOP / s (NVIDIA's data sheet, without sparsity)
-BYTES_PER_PARAMETER = 2  # bf16
 
 
 def nan(se: float | None) -> float:
@@ -167,12 +179,11 @@ def block_mode(
 def cost_model() -> dict:
     """The roofline numbers (module docstring) from the stored H200 shapes run."""
     record = json.loads(SHAPES.read_text().splitlines()[-1])
-    params, cfg = record["parameters"], record["cfg_batch"]
-    read_s = BYTES_PER_PARAMETER * params / BANDWIDTH
+    model = Roofline.from_record(record)
     return {
-        "parameters": params, "cfg_batch": cfg, "bandwidth_bytes_per_s": BANDWIDTH,
-        "peak_flops": PEAK_FLOPS, "weight_read_ms": 1e3 * read_s,
-        "ridge_tokens": read_s * PEAK_FLOPS / (2 * cfg * params),
+        "parameters": model.parameters, "cfg_batch": model.cfg_batch,
+        "bandwidth_bytes_per_s": model.bandwidth, "peak_flops": model.peak_flops,
+        "weight_read_ms": 1e3 * model.weight_read_seconds, "ridge_tokens": model.ridge_tokens,
         "measured_forward_ms": record["forward_ms"], "measured_commit": record["git_commit"],
     }
 
@@ -263,12 +274,206 @@ def candidates_mode(
     return {"json": out, "lines": lines, "ok": True}
 
 
+def record_walks(walks: list) -> object:
+    """Wrap the loop's ``verify_tree`` to append each walk as (widths of the depths visited,
+    the rank accepted at each or None): instrumentation for ``positional_acceptance``. Returns
+    the original, for restoring."""
+    original = decode_loop.verify_tree
+
+    def recording(p, q, tokens, parent, uniforms):
+        walk = original(p, q, tokens, parent, uniforms)
+        children = children_of(parent)
+        widths, ranks, node = [], [], -1
+        for accepted in walk.path.tolist() + [None]:
+            kids = children[node]
+            if not kids:
+                break
+            widths.append(len(kids))
+            ranks.append(None if accepted is None else kids.index(accepted))
+            node = accepted
+        walks.append((widths, ranks))
+        return walk
+
+    decode_loop.verify_tree = recording
+    return original
+
+
+def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int, str]],
+               costs: dict, label: str) -> dict:
+    """Decode ``images`` with ``method``: per image NFE, tokens per forward and modelled time."""
+    roofline = Roofline(costs["parameters"], costs["cfg_batch"])
+    nfe, proc, modelled, dist, wall = [], [], [], [], []
+    for seed, prompt in images:
+        ids, uncond = model.encode(prompt)
+        start = time.perf_counter()
+        result = generate(model.adapter, ids, method, num_tokens=model.num_tokens,
+                          generator=torch.Generator().manual_seed(seed),
+                          uncond_prompt_ids=uncond, record_distortion=True)
+        wall.append(time.perf_counter() - start)
+        processed = result.tokens_processed or [
+            d + (ids.numel() if f == 0 else 1) for f, d in enumerate(result.drafted)
+        ]
+        nfe.append(result.nfe)
+        proc.append(sum(processed) / result.nfe)
+        modelled.append(roofline.decode_cost(processed))
+        dist.append(float(result.distortion.mean()))
+        print(f"{label} {prompt} seed {seed}: nfe {result.nfe}", flush=True)
+    return {
+        "images": len(images), "nfe": float(np.mean(nfe)),
+        "tokens_processed_per_forward": float(np.mean(proc)),
+        "modelled_read_times": float(np.mean(modelled)),
+        "distortion_max": float(np.max(dist)), "wall_seconds": float(np.mean(wall)),
+        "per_image": {"nfe": nfe, "modelled_read_times": modelled,
+                      "seed": [s for s, _ in images]},
+    }
+
+
+def stored_lossless(n: int) -> dict:
+    """The stored multiple-draft rows (k = 2, 4, 8): NFE, tokens per forward, modelled time on
+    their first ``n`` images where they hold them per image (modelled: mean over all images)."""
+    rows = {}
+    for name in ("multidraft_standin.json", "multidraft_standin_k8.json"):
+        path = ROOT / "benchmarks/results" / name
+        if not path.exists():
+            continue
+        for label, row in json.loads(path.read_text())["rows"].items():
+            if "candidates" in label:
+                rows[label] = {"file": f"benchmarks/results/{name}",
+                               "images": row.get("images", len(row["per_image"]["nfe"])),
+                               "nfe": row["nfe"],
+                               "nfe_first_n": float(np.mean(row["per_image"]["nfe"][:n])),
+                               "tokens_processed_per_forward":
+                                   row["tokens_processed_per_forward"],
+                               "modelled_read_times": row["modelled_read_times"]}
+    return rows
+
+
+def trees_mode(
+    model: ImageModel, nfe: dict[str, list[float]], images: list[tuple[int, str]],
+    window: int, measure: int, measure_shape: tuple[int, ...], top: int, check: int,
+    given: tuple[tuple[int, ...], int] | None = None,
+) -> dict:
+    """Token trees (module docstring): measure, rank, decode the best ``top``, pair; with
+    ``given`` (shape, window), that shape alone, unmeasured and unranked."""
+    n, costs = len(images), cost_model()
+    roofline = Roofline(costs["parameters"], costs["cfg_batch"])
+    walks: list = []
+    measured = None
+    if given is None:
+        original = record_walks(walks)
+        try:
+            wide = DecodingMethod("sjd", window=window, draft="maximal", tree=measure_shape)
+            measured = decode_row(model, wide, images[:measure], costs,
+                                  f"measure {measure_shape}")
+        finally:
+            decode_loop.verify_tree = original
+    width = max(measure_shape)
+    acceptance = positional_acceptance(walks, window, width)
+    ranked = ranked_shapes(acceptance, roofline, list(range(8, window + 1, 2)),
+                           budget=costs["ridge_tokens"], max_depth=3)
+    chosen = ranked[:top]
+    if given is not None:
+        shape, at = given
+        chosen = [ScoredShape(shape, at, tree_tokens(shape, at), math.nan, math.nan)]
+    rows = {"MC-SJD (decoded here)": decode_row(
+        model, DecodingMethod("sjd", window=window, draft="maximal"), images[:check], costs,
+        "MC-SJD")}
+    for scored in chosen:
+        label = f"MC-SJD, tree {scored.shape}, window {scored.window}"
+        method = DecodingMethod("sjd", window=scored.window, draft="maximal", tree=scored.shape)
+        rows[label] = decode_row(model, method, images, costs, label)
+        rows[label]["expected_committed_model"] = (
+            None if math.isnan(scored.expected_committed) else scored.expected_committed)
+    ref = {"MC-SJD": nfe["MC-SJD (maximal)"], "MC-GSD": nfe["MC-GSD (G=50, maximal)"]}
+    mc_check = rows["MC-SJD (decoded here)"]["per_image"]
+    modelled_is_nfe = all(abs(m - v) < 1e-9 for m, v in zip(mc_check["modelled_read_times"],
+                                                            mc_check["nfe"]))
+    reproduced = [int(v) for v in mc_check["nfe"]] == [int(v) for v in ref["MC-SJD"][:check]]
+    for label, row in rows.items():
+        if label == "MC-SJD (decoded here)":
+            continue
+        mine = row["per_image"]["modelled_read_times"]
+        for key, name, scale, on in (("target", "MC-SJD", 0.85, "modelled"),
+                                     ("moonshot", "MC-GSD", 1.0, "modelled"),
+                                     ("nfe_vs_mc_sjd", "MC-SJD", 1.0, "nfe"),
+                                     ("nfe_vs_mc_gsd", "MC-GSD", 1.0, "nfe")):
+            a = mine if on == "modelled" else row["per_image"]["nfe"]
+            found = paired_verdict([float(v) for v in a], ref[name][:n], scale)
+            row[key] = {"against": name, "scale": scale, "on": on,
+                        "difference": found["difference"], "se": found["se"],
+                        "verdict": found["verdict"]}
+        row["modelled_ratio_to_mc_sjd"] = float(np.mean(mine) / np.mean(ref["MC-SJD"][:n]))
+        row["modelled_ratio_to_mc_gsd"] = float(np.mean(mine) / np.mean(ref["MC-GSD"][:n]))
+    stored = {name: {"nfe": float(np.mean(v[:n])), "modelled_read_times": float(np.mean(v[:n]))}
+              for name, v in ref.items()}
+    out = {
+        "benchmark": "token_trees", "images": n, "window": window,
+        "num_tokens": model.num_tokens, "cost_model": costs,
+        "given_shape": None if given is None else {"shape": list(given[0]), "window": given[1]},
+        "measure": {"images": 0 if given else measure, "shape": list(measure_shape),
+                    "walks": len(walks),
+                    "acceptance": [[None if v != v else v for v in r] for r in
+                                   acceptance.tolist()], "row": measured},
+        "ranked": [{"shape": list(s.shape), "window": s.window, "tokens": s.tokens,
+                    "expected_committed": s.expected_committed,
+                    "cost_per_token": s.cost_per_token} for s in ranked[:12]],
+        "stored": stored, "mc_sjd_check_images": check,
+        "mc_sjd_reproduced_image_by_image": reproduced,
+        "mc_sjd_modelled_equals_nfe": modelled_is_nfe,
+        "rows": rows, "stored_lossless": stored_lossless(n),
+    }
+    lines = [
+        f"token trees on the stand-in: {n} images, window {window}, {model.num_tokens} tokens; "
+        f"stored MC-SJD {stored['MC-SJD']['nfe']:.2f} NFE, MC-GSD (G=50) "
+        f"{stored['MC-GSD']['nfe']:.2f} on these images (below the ridge: modelled = NFE; "
+        f"checked on {check} MC-SJD images: {modelled_is_nfe}, reproduced: {reproduced})",
+        f"cost model: weight read {costs['weight_read_ms']:.2f} ms, ridge "
+        f"{costs['ridge_tokens']:.1f} tokens",
+        f"positional acceptance from {len(walks)} walks of tree {measure_shape} on {measure} "
+        "images (depth: A[1 .. width]):",
+    ]
+    for t, r in enumerate(acceptance.tolist()[:6]):
+        lines.append(f"  depth {t + 1}: " + " ".join("-" if v != v else f"{v:.3f}" for v in r))
+    lines.append("best shapes by modelled read times per committed token (model):")
+    for s in ranked[:8]:
+        lines.append(f"  {s.shape} window {s.window}: {s.tokens} tokens, "
+                     f"E {s.expected_committed:.2f}"
+                     f" committed, {s.cost_per_token:.4f} read times per token")
+    for label, row in rows.items():
+        text = (f"{label} ({row['images']} images): NFE {row['nfe']:.2f}, tokens/forward "
+                f"{row['tokens_processed_per_forward']:.1f}, modelled read times "
+                f"{row['modelled_read_times']:.1f}, max distortion {row['distortion_max']:.1e}, "
+                f"wall {row['wall_seconds']:.1f} s")
+        if "target" in row:
+            t, m = row["target"], row["moonshot"]
+            text += (f"; {row['modelled_ratio_to_mc_sjd']:.3f}x MC-SJD's modelled time, "
+                     f"{row['modelled_ratio_to_mc_gsd']:.3f}x MC-GSD's; target (<= 0.85 MC-SJD) "
+                     f"{t['difference']:+.2f} +- {nan(t['se']):.2f}: {said(t, False)}; moonshot "
+                     f"(< MC-GSD) {m['difference']:+.2f} +- {nan(m['se']):.2f}: {said(m, False)}")
+        lines.append(text)
+    for label, row in out["stored_lossless"].items():
+        lines.append(f"stored {label} ({row['images']} images, {row['file']}): NFE "
+                     f"{row['nfe']:.2f}, tokens/forward {row['tokens_processed_per_forward']:.1f}, "
+                     f"modelled read times {row['modelled_read_times']:.1f}")
+    return {"json": out, "lines": lines, "ok": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="path stem: writes .json and .txt (default: benchmarks/"
                         "results/lossless_beyond_standin, --candidates: multidraft_standin)")
     parser.add_argument("--candidates", type=int, nargs="+", default=None,
                         help="multiple drafts with these k instead of block verification")
+    parser.add_argument("--trees", action="store_true",
+                        help="token trees: shapes chosen for the forward's cost")
+    parser.add_argument("--measure", type=int, default=3,
+                        help="--trees: images measuring the positional acceptance")
+    parser.add_argument("--measure-shape", type=int, nargs="+", default=[8, 3])
+    parser.add_argument("--top", type=int, default=2, help="--trees: shapes decoded")
+    parser.add_argument("--tree-shape", type=int, nargs="+", default=None,
+                        help="--trees: decode this shape alone (no measurement, no ranking)")
+    parser.add_argument("--tree-window", type=int, default=None,
+                        help="--tree-shape's window (default: the frontier's)")
     parser.add_argument("--images", type=int, default=None, help="the first n images only")
     parser.add_argument("--check", type=int, default=None,
                         help="MC-SJD images re-decoded alone (2; with --candidates all)")
@@ -290,7 +495,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the stored {label}'s image order differs from prompts x seeds")
     nfe = {label: [float(v) for v in row["per_image"]["nfe"][:n]] for label, row in rows.items()}
     window = results["config"]["sizes"]["window"]
-    if args.candidates is not None:  # the quick stand-in: the same logits bit for bit
+    if args.trees:
+        model = load_image_model("standin", quick=True)
+        done = trees_mode(model, nfe, images, window, args.measure, tuple(args.measure_shape),
+                          args.top, 2 if args.check is None else args.check,
+                          None if args.tree_shape is None else
+                          (tuple(args.tree_shape), args.tree_window or window))
+    elif args.candidates is not None:  # the quick stand-in: the same logits bit for bit
         model = load_image_model("standin", quick=True)
         done = candidates_mode(model, nfe, images, args.candidates, args.check, window)
     else:
@@ -305,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
             if result.nfe != int(stored):
                 raise SystemExit(f"MC-SJD re-decoded: NFE {result.nfe} != {int(stored)} stored")
         done = block_mode(model, frontier, rows, images, nfe, results, checks, args.threads)
-    stem = "multidraft_standin" if args.candidates is not None else "lossless_beyond_standin"
+    stem = ("token_trees_standin" if args.trees else "multidraft_standin"
+            if args.candidates is not None else "lossless_beyond_standin")
     out = Path(args.out or ROOT / "benchmarks/results" / stem)
     out.with_suffix(".json").write_text(json.dumps(done["json"], indent=1) + "\n")
     out.with_suffix(".txt").write_text("\n".join(done["lines"]) + "\n")

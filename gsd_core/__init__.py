@@ -17,6 +17,8 @@ Probabilities in, probabilities out: p is the target, q the draft distribution, 
 - ``block_verification``: ``verify_block``, the window's accepted prefix decided jointly
   (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
 - ``multidraft``: several candidates for one position, recursive rejection sampling (proofs/15);
+- ``token_tree``: a token tree (candidates at several depths) verified top-down by recursive
+  rejection at every node (``verify_tree``, ``level_tree``, its exact law ``tree_law``; proofs/16);
 - ``checks``: the input checks (``check_window``, ``check_pair``, ``check_tokens``,
   ``check_uniforms``, ``check_count``; ``SUM_TOLERANCE``, ``working_dtype``).
 
@@ -32,6 +34,7 @@ from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
 from .multidraft import (MultiDraftResult, draw_without_replacement, multidraft_law, one_hot,
                          recursive_rejection, without_replacement_rows)
 from .relaxation import OptimalRelaxation
+from .token_tree import TreeResult, level_tree, tree_law, tree_size, verify_tree
 from .rules import (SD, Amplify, DynamicClusters, FixedPartition, Partition, RankBinnedClusters,
                     Rule, as_rule, dynamic_cluster, group_probs, mass_ratio, member_masses,
                     probability_ranks, token_residual, window_rule)
@@ -41,12 +44,12 @@ from .verification import (VerifyResult, accept_probability, draw, resolve_windo
 __all__ = [
     "SD", "SUM_TOLERANCE", "Amplify", "DynamicClusters", "FixedPartition", "Lantern",
     "LatentNeighbourhoods", "MultiDraftResult", "OptimalRelaxation", "Partition",
-    "RankBinnedClusters", "Rule", "VerifyResult", "accept_probability", "acceptance_rate",
-    "as_rule", "check_count", "check_pair", "check_tokens", "check_uniforms", "check_window",
-    "draw", "draw_without_replacement", "dynamic_cluster", "fixed_order_sum", "group_probs",
-    "latent_neighbourhoods", "mass_ratio", "member_masses", "multidraft_law", "one_hot",
-    "output_distribution", "output_law", "probability_ranks", "recursive_rejection",
-    "residual_distribution", "resolve_window", "sample_categorical", "token_residual",
-    "tv_distance", "verify", "verify_block", "window_law", "window_rule",
-    "without_replacement_rows", "working_dtype"
+    "RankBinnedClusters", "Rule", "TreeResult", "VerifyResult", "accept_probability",
+    "acceptance_rate", "as_rule", "check_count", "check_pair", "check_tokens", "check_uniforms",
+    "check_window", "draw", "draw_without_replacement", "dynamic_cluster", "fixed_order_sum",
+    "group_probs", "latent_neighbourhoods", "level_tree", "mass_ratio", "member_masses",
+    "multidraft_law", "one_hot", "output_distribution", "output_law", "probability_ranks",
+    "recursive_rejection", "residual_distribution", "resolve_window", "sample_categorical",
+    "token_residual", "tree_law", "tree_size", "tv_distance", "verify", "verify_block",
+    "verify_tree", "window_law", "window_rule", "without_replacement_rows", "working_dtype"
 ]

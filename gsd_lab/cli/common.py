@@ -94,9 +94,9 @@ def check_output_folder(path: Path, fail: Fail) -> None:
 
 
 def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
-    """``--verifier block`` and ``--candidates k > 1`` are decoded one image at a time by
-    ``decode.loop.generate`` (``decode.batch.generate_batch`` refuses both; candidates > 1 on
-    the eager runner only): refused here, before the model loads. ``evaluate`` decodes with
+    """``--verifier block``, ``--candidates k > 1`` and ``--tree`` are decoded one image at a
+    time by ``decode.loop.generate`` (``decode.batch.generate_batch`` refuses them; trees on the
+    eager runner only): refused here, before the model loads. ``evaluate`` decodes with
     ``generate`` only at ``--batch-size 1`` (its default is batched:
     ``models.batched.default_batch_size``); ``figures`` has no such flags."""
     one_at_a_time = [
@@ -104,6 +104,7 @@ def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
         for flag, given in (
             ("--verifier block", getattr(args, "verifier", "token") != "token"),
             (f"--candidates {getattr(args, 'candidates', 1)}", getattr(args, "candidates", 1) > 1),
+            ("--tree", getattr(args, "tree", None) is not None),
         )
         if given
     ]
@@ -116,6 +117,8 @@ def _check_one_image_at_a_time(args: argparse.Namespace, fail: Fail) -> None:
         )
     if getattr(args, "candidates", 1) > 1 and getattr(args, "runner", "eager") != "eager":
         fail(f"--candidates {args.candidates} runs on --runner eager only (no tree forward)")
+    if getattr(args, "tree", None) is not None and getattr(args, "runner", "eager") != "eager":
+        fail("--tree runs on --runner eager only (no tree forward)")
 
 
 def check_batching(args: argparse.Namespace, fail: Fail) -> None:

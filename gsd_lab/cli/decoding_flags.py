@@ -57,6 +57,14 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
         "sampling in one tree forward (--method sjd, eager runner, batch size 1; lossless, "
         "proofs/15)",
     )
+    group.add_argument(
+        "--tree",
+        type=int,
+        nargs="+",
+        default=None,
+        help="a token tree: K1 K2 ... candidates per depth of the window, verified by recursive "
+        "rejection at every node (--method sjd, eager runner, batch size 1; lossless, proofs/16)",
+    )
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -140,6 +148,7 @@ def decoding_method(args: argparse.Namespace) -> DecodingMethod:
         preset=args.preset,
         acceptance=args.acceptance,
         candidates=args.candidates,
+        tree=getattr(args, "tree", None),
     ).for_model(args.model)
 
 

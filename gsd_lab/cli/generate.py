@@ -130,6 +130,8 @@ def _report(args: argparse.Namespace, name: str, method: Any, prompt: str, resul
         report["relaxation_delta"] = method.relaxation_delta
     if method.candidates > 1:
         report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
+    if method.tree is not None:
+        report.update(tree=list(method.tree), tokens_processed=result.tokens_processed)
     if method.transport_eps is not None:
         report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
     if method.budget is not None:

@@ -13,6 +13,7 @@
 - ``relaxation_w1``: the transport relaxation (a W1 budget per token on content neighbours);
 - ``budget``: the certified dial (a total TV or W1 budget, ``BudgetDial``);
 - ``planned``: a window's transported targets as a rule (``PlannedTargets``), verified as SD;
+- ``tree_shapes``: token-tree shapes ranked by modelled time (positional acceptance, roofline);
 - ``loop``: ``generate``, the one AR / SJD / GSD loop (``DecodeLoop``) over a ``CausalLMAdapter``;
 - ``batch``: ``generate_batch``, several images per forward, each decoded as alone
   (``from gsd_lab.decode.loop import generate``).

@@ -184,9 +184,9 @@ def _resolve_requests(
                 f"requests[{i}]: verifier {method.method.verifier!r} is decoded one image at a "
                 "time (gsd_lab.decode.loop.generate); generate_batch verifies token by token only"
             )
-        if method.method.candidates > 1:
+        if method.method.branching:
             raise ValueError(
-                f"requests[{i}]: candidates > 1 (multiple drafts, a token tree per forward) "
+                f"requests[{i}]: candidates > 1 or a tree (a token tree per forward) "
                 "runs in generate (eager) only; the batched runners have no tree forward"
             )
         resolved.append(method)

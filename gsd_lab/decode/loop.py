@@ -36,6 +36,10 @@ without the adapter's support of p (CPU adapters give one): the widest support i
 budget reads the window's L totals (and its forced positions), the transport relaxation and
 the W1 dial plan on the CPU (p and q copied to the host each step).
 
+A token tree (``DecodingMethod.tree_shape``: ``candidates=k`` or ``tree=(k_1, ..)``) replaces
+the forward and the verification of a pass by ``tree_step``: candidates at the window's first
+depths, one forward over the tree, ``gsd_core.verify_tree``'s walk (proofs/15, 16).
+
 ``runner="static"`` runs the loop on ``models.static.StaticEngine`` (a static KV cache rolled
 back by position, fixed window shapes, a CUDA graph on a GPU): same draws, same tokens where the
 arithmetic is the same, and the status read stays its only sync for the fixed rules, GSD's
@@ -52,7 +56,7 @@ import torch
 from torch import Tensor
 
 from gsd_core import (
-    SD, draw_without_replacement, one_hot, recursive_rejection, verify_block,
+    draw_without_replacement, level_tree, one_hot, verify_block, verify_tree,
     without_replacement_rows,
 )
 
@@ -63,7 +67,7 @@ from ..engine.capabilities import rows_of
 from ..models.adapter import CausalLMAdapter
 from ..models.adapter import one_hot_rows as _one_hot
 from ..models.static import StaticEngine, runner_for
-from ..models.tree import check_tree_adapter, forward_tree, keep_branch
+from ..models.tree import check_tree_adapter, forward_nodes, keep_nodes
 from .coupling import DraftChain
 from .methods import DecodingMethod, ResolvedMethod
 from .presets import preset
@@ -89,8 +93,9 @@ class DecodeResult:
     ``record_w1``; accounting_seconds: the time both took (and an ``on_window`` hook's), excluded
     from wall_seconds (a measurement, not part of the method). budget_spent: with a budget
     (``gsd_lab.decode.budget``), the sum of the emitted tokens' certified charges (at most the
-    budget). tokens_processed: with candidates > 1, the input tokens of each forward pass (a tree
-    forward reads 1 + k L, the first the prompt instead of 1); None otherwise (there it is
+    budget). tokens_processed: with a token tree (candidates > 1 or ``tree``), the input tokens of
+    each forward pass (1 + the tree's nodes, k L for k candidates; the first the prompt instead of
+    1); None otherwise (there it is
     drafted + 1, the first forward drafted + the prompt). verifier: the method's ("token", or
     "block": a prefix decided jointly).
     """
@@ -325,9 +330,9 @@ class DecodeLoop:
         self.accepted: list[int] = []
         self.drafted: list[int] = []
         self.done = 0
-        # Multiple drafts (``DecodingMethod.candidates``, ``tree_step``): how many of the window's
+        # A token tree (``DecodingMethod.tree_shape``, ``tree_step``): how many of the window's
         # leading drafts were drawn from a model row (the rest are fresh, one-hot q).
-        self.candidates = method.candidates
+        self.shape, self.branching = method.tree_shape, method.branching
         self.row_drafts = 0
         self.processed: list[int] = []
 
@@ -521,7 +526,7 @@ class DecodeLoop:
             verifier=self.method.verifier,
             w1=w1,
             budget_spent=self.windows.spent if self.windows is not None else None,
-            tokens_processed=self.processed if self.candidates > 1 else None,
+            tokens_processed=self.processed if self.branching else None,
         )
 
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
@@ -539,59 +544,74 @@ class DecodeLoop:
             self.row_drafts = 0
 
     def tree_step(self, L: int) -> tuple[Tensor, int]:
-        """One forward with k = ``candidates`` candidates for the first undecided position n
-        (L >= 1), proofs/15. Candidate x_1 is the window's draft d_0; x_2 .. x_k are drawn
-        without replacement from the row d_0 was drawn from (q_j = that row with x_1 .. x_{j-1}
-        removed, renormalised), or, for a fresh d_0 (one-hot q), uniformly without replacement
-        from the allowed tokens and declared one-hot (given candidates). Branch j is
-        [x_j, d_1, .., d_{L-1}]; all k branches run in one tree forward
-        (``gsd_lab.models.tree``). Position n: recursive rejection sampling of the candidates
-        against p_0 (``gsd_core.multidraft``); if x_j is accepted, d_1 .. d_{L-1} are verified
-        along branch j's rows (SD, the bonus row last); else the token drawn from the last
-        residual stops the step (branch 0's rows re-draft the positions after it). The cache
-        keeps the chosen branch. Writes the emitted tokens; returns (p [L + 1, V]: p_0 and the
-        chosen branch's rows, for ``commit`` and ``redraft``; the accepted count, candidate
-        included). Two host reads: the candidate's verdict, then the branch's count."""
-        k, done, gen = self.candidates, self.done, self.generator
-        first = self.drafts[0]
-        extra = torch.rand(k - 1, generator=gen, dtype=torch.float64, device=self.device)
-        if self.row_drafts > 0:
-            source = self.q[0]
-            candidates = draw_without_replacement(source, first, k, extra)
-            declared = without_replacement_rows(source, candidates)
-        else:
-            source = torch.zeros(self.vocab, dtype=torch.float64, device=self.device)
-            source[self.adapter.allowed_tokens] = 1.0
-            candidates = draw_without_replacement(source, first, k, extra)
-            # Given candidates: one-hot q_j; an absent one (allowed tokens exhausted) q_j = 0.
-            present = without_replacement_rows(source, candidates).sum(-1, keepdim=True) > 0
-            declared = one_hot(candidates, self.vocab) * present
-        branches = torch.cat([candidates.unsqueeze(-1), self.drafts[1:].expand(k, -1)], -1)
+        """One forward over a token tree (L >= 1), proofs/16: shape (k_1 .. k_D) =
+        ``tree_shape`` cut to L depths. Depth d's candidates (position n + d - 1): x_1 the
+        window's draft d_{d-1}; x_2 .. x_k drawn without replacement from the row d_{d-1} was
+        drawn from (declared: that row with x_1 .. x_{j-1} removed, renormalised) or, for a fresh
+        d_{d-1} (one-hot q), uniformly without replacement from the allowed tokens and declared
+        one-hot (given candidates); the same set under every node of depth d - 1
+        (``gsd_core.level_tree``). Under every deepest node, the window's other drafts with their
+        q. One forward over the tree (``gsd_lab.models.tree.forward_nodes``), then
+        ``gsd_core.verify_tree``: recursive rejection at every node from the root, the bonus row
+        at a leaf. The cache keeps the walk's branch (its path, then first children: the
+        window's drafts), whose rows re-draft the positions after the stop. Writes the emitted
+        tokens; returns (p [L + 1, V]: p_0 and the branch's rows, for ``commit`` and
+        ``redraft``; the accepted count). Host reads: the rows' status, then one per node the
+        walk visits."""
+        shape, gen = self.shape[:L], self.generator
+        depth_count = len(shape)
+        allowed = None
+        level_tokens, level_rows = [], []
+        for d, k in enumerate(shape):
+            first = self.drafts[d]
+            extra = torch.rand(k - 1, generator=gen, dtype=torch.float64, device=self.device)
+            if d < self.row_drafts:
+                source = self.q[d]
+                candidates = draw_without_replacement(source, first, k, extra)
+                declared = without_replacement_rows(source, candidates)
+            else:
+                if allowed is None:
+                    allowed = torch.zeros(self.vocab, dtype=torch.float64, device=self.device)
+                    allowed[self.adapter.allowed_tokens] = 1.0
+                candidates = draw_without_replacement(allowed, first, k, extra)
+                # Given candidates: one-hot q_j; an absent one (allowed tokens exhausted) q_j = 0.
+                present = without_replacement_rows(allowed, candidates).sum(-1, keepdim=True) > 0
+                declared = one_hot(candidates, self.vocab) * present
+            level_tokens.append(candidates)
+            level_rows.append(declared)
+        level_tokens.append(self.drafts[depth_count:])
+        level_rows.append(self.q[depth_count:])
+        parent, depth, rank = level_tree(shape, L - depth_count)
+        widths = torch.tensor([*shape, 1])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), widths.cumsum(0)[:-1]])
+        # Tail nodes (depth > D) index the window's drafts after the tree's levels.
+        slot = torch.where(
+            depth <= depth_count, offsets[(depth - 1).clamp(max=depth_count)] + rank,
+            offsets[depth_count] + depth - 1 - depth_count,
+        ).to(self.device)
+        tokens = torch.cat(level_tokens)[slot]
+        declared = torch.cat(level_rows)[slot]
+        parent = parent.to(self.device)
+        done = self.done
         head = self.adapter.prompt if done == 0 else self.out[done - 1 : done]
-        p0, rows = forward_tree(self.adapter, head, branches)
-        self.processed.append(head.numel() + k * L)
-        uniforms = torch.rand(k + 1, generator=gen, dtype=torch.float64, device=self.device)
-        verdict = recursive_rejection(p0, declared, candidates, uniforms)
-        status = torch.stack([p0.sum() + rows.sum(), verdict.accepted.to(torch.float64)])
-        total, index = status.tolist()
+        p0, rows = forward_nodes(self.adapter, head, tokens, parent)
+        self.processed.append(head.numel() + tokens.numel())
+        total = float(p0.sum() + rows.sum())
         if not math.isfinite(total):
+            keep_nodes(self.adapter, [])
             raise FloatingPointError(
                 "the model's next-token distributions are not finite (NaN or inf) at forward pass "
                 f"{len(self.accepted) + 1} of this call, generated positions {done}..{done + L}"
             )
-        index = int(index)
-        branch = index if index < k else 0
-        keep_branch(self.adapter, branch)
-        p = torch.cat([p0.unsqueeze(0), rows[branch]])
-        self.out[done : done + 1] = verdict.token
-        if index == k:
-            return p, 0
-        result = verify(
-            rows[branch], self.q[1:], self.drafts[1:], SD(), generator=gen, validate=False
+        targets = torch.cat([p0.unsqueeze(0), rows])
+        uniforms = torch.rand(
+            tokens.numel() + 1, generator=gen, dtype=torch.float64, device=self.device
         )
-        accepted = int(result.num_accepted)
-        self.out[done + 1 : done + accepted + 2] = result.tokens[: accepted + 1]
-        return p, accepted + 1
+        walk = verify_tree(targets, declared, tokens, parent, uniforms)
+        keep_nodes(self.adapter, walk.branch)
+        accepted = walk.path.numel()
+        self.out[done : done + accepted + 1] = walk.tokens
+        return torch.cat([p0.unsqueeze(0), rows[walk.branch]]), accepted
 
 
 def generate(
@@ -645,11 +665,11 @@ def generate(
         w1_log = w1_log_for(
             content, adapter, num_tokens, resolved, record_distortion, w1_draws, generator
         )
-    if resolved.method.candidates > 1:
+    if resolved.method.branching:
         if runner != "eager":
             raise ValueError(
-                "candidates > 1 (a token tree per forward) runs on the eager runner only; the "
-                f"static runner has fixed window shapes (got runner={runner!r})"
+                "candidates > 1 or a tree (a token tree per forward) runs on the eager runner "
+                f"only; the static runner has fixed window shapes (got runner={runner!r})"
             )
         check_tree_adapter(adapter)
     # Where the forwards run: the adapter itself, or a StaticEngine standing in for it.
@@ -667,12 +687,12 @@ def generate(
     while loop.done < num_tokens:
         L = loop.window_size()
         loop.refill(L)
-        if loop.candidates > 1 and L > 0:
+        if loop.branching and L > 0:
             (p, accepted), forced = loop.tree_step(L), None
         else:
             p, support = loop.forward(L)
             accepted, forced = loop.emit(p, support, L)
-            if loop.candidates > 1:  # an AR step (L = 0): the head alone
+            if loop.branching:  # an AR step (L = 0): the head alone
                 loop.processed.append(adapter.prompt.numel() if loop.done == 0 else 1)
         loop.commit(p, accepted, L, forced)
         loop.redraft(p, accepted, L)

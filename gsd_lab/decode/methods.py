@@ -28,6 +28,12 @@ identity of ``evaluate`` share. Its fields:
   each followed by the window's other drafts, verified in one tree forward by recursive rejection
   sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); kind "sjd"
   with the SD rule (any ``draft``), the eager runner only; stored by ``to_dict`` only when > 1;
+- ``tree`` (k_1, .., k_D) (None: ``(candidates,)``): a token tree, k_d candidates for position
+  n + d - 1 under every node of depth d - 1 (one candidate set per depth, its first the window's
+  draft), then the window's other drafts under every deepest node; verified top-down by recursive
+  rejection at every node (``gsd_core.token_tree``; lossless, proofs/16); the same kinds and
+  runner as ``candidates``, which it replaces (``candidates=k`` is the shape (k,));
+  ``tree_shape`` reads either; stored by ``to_dict`` only when set;
 - preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
   Jacobi interval, random drafts at forced positions and bf16 distance filter;
   ``gsd_lab.decode.presets``).
@@ -69,6 +75,16 @@ from .rule_parts import method_rule  # noqa: F401 (re-exported: callers import i
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shape(tree: object) -> tuple[int, ...]:
+    """A tree shape as a tuple of ints >= 1 (ValueError naming the problem otherwise)."""
+    if isinstance(tree, (str, bytes)) or not hasattr(tree, "__iter__"):
+        raise ValueError(f"tree must be a sequence of ints >= 1 (children per depth), got {tree!r}")
+    shape = tuple(tree)
+    if not shape or not all(_is_int(k) and k >= 1 for k in shape):
+        raise ValueError(f"tree must be a sequence of ints >= 1 (children per depth), got {tree!r}")
+    return shape
 
 
 def _is_number(value: object) -> bool:
@@ -209,6 +225,7 @@ class DecodingMethod:
     acceptance: AcceptanceSpec
     verifier: str
     candidates: int
+    tree: tuple[int, ...] | None
 
     def __init__(
         self,
@@ -235,6 +252,7 @@ class DecodingMethod:
         acceptance: AcceptanceSpec | None = None,
         verifier: str = "token",
         candidates: int = 1,
+        tree: tuple[int, ...] | list[int] | None = None,
     ) -> None:
         flat = dict(
             acceptance_scale=acceptance_scale,
@@ -258,6 +276,7 @@ class DecodingMethod:
         object.__setattr__(self, "acceptance", self._acceptance(acceptance, flat))
         object.__setattr__(self, "verifier", verifier)
         object.__setattr__(self, "candidates", candidates)
+        object.__setattr__(self, "tree", None if tree is None else _shape(tree))
         self._check()
         self._check_verifier()
         self._check_candidates()
@@ -283,15 +302,24 @@ class DecodingMethod:
         sampling in one tree forward (``gsd_lab.decode.loop``, proofs/15): plain SJD only."""
         if not (_is_int(self.candidates) and self.candidates >= 1):
             raise ValueError(f"candidates must be an int >= 1, got {self.candidates!r}")
+        if self.tree is not None and self.candidates != 1:
+            raise ValueError(
+                f"give tree or candidates, not both (candidates={self.candidates} is the tree "
+                f"({self.candidates},)); got tree={self.tree!r}"
+            )
+        if self.tree is not None and all(k == 1 for k in self.tree):
+            raise ValueError(
+                f"tree {self.tree!r} has one branch: that is plain SJD, leave it unset"
+            )
         plain = (
             self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
         )
-        if self.candidates > 1 and self.verifier != "token":
+        if self.branching and self.verifier != "token":
             raise ValueError(
                 "candidates > 1 verifies the chosen branch token by token; verifier "
                 f"{self.verifier!r} with multiple candidates is not built (nor proved)"
             )
-        if self.candidates > 1 and not plain:
+        if self.branching and not plain:
             raise ValueError(
                 "candidates > 1 (multiple drafts, recursive rejection sampling) is exact for "
                 "plain SJD only: kind 'sjd' with the SD acceptance rule (no Amplify, LANTERN, "
@@ -408,6 +436,8 @@ class DecodingMethod:
             data["verifier"] = self.verifier
         if self.candidates != 1:  # stored only when set: the keys of earlier methods stay
             data["candidates"] = self.candidates
+        if self.tree is not None:
+            data["tree"] = list(self.tree)
         flat = self.acceptance.legacy_fields()
         if flat is None:
             return {**data, "acceptance": self.acceptance.to_dict()}
@@ -434,6 +464,16 @@ class DecodingMethod:
         if "acceptance" in data:
             data["acceptance"] = acceptance_from_dict(data["acceptance"])
         return cls(**data, filters=filters)
+
+    @property
+    def tree_shape(self) -> tuple[int, ...]:
+        """The token tree's children per depth: ``tree``, or ``(candidates,)``."""
+        return self.tree if self.tree is not None else (self.candidates,)
+
+    @property
+    def branching(self) -> bool:
+        """Whether a forward verifies a token tree (more than one candidate somewhere)."""
+        return any(k > 1 for k in self.tree_shape)
 
     @property
     def key(self) -> str:
@@ -475,7 +515,7 @@ class DecodingMethod:
 
 _METHOD_FIELDS = {
     "kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance", "verifier",
-    "candidates",
+    "candidates", "tree",
 }
 
 

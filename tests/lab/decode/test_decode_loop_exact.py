@@ -8,7 +8,8 @@ support (weights 1..4), N = 4, and V = 3 likewise, N = 3; their AR joints are th
 
 How the decode is enumerated. ``generate`` runs unchanged; the names through which it reads
 randomness are wrapped: ``loop.verify``, ``loop.verify_block``, ``loop.draw`` (the AR step),
-``loop.draw_without_replacement`` and ``loop.recursive_rejection`` (the tree pass),
+``loop.draw_without_replacement`` (the tree pass's candidates), ``token_tree.recursive_rejection``
+and ``token_tree.draw`` (the tree's walk: every node's test, the bonus at a leaf),
 ``coupling.verify`` (maximal coupling) and ``coupling.draw`` (independent re-drafts), and the
 adapter's ``random_tokens`` (fresh drafts). Each wrapper enumerates its call's outcomes: the
 cells of its uniforms cut at the function's own thresholds (the tests' acceptance
@@ -39,6 +40,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+import gsd_core.token_tree as token_tree  # noqa: E402
 import gsd_lab.decode.coupling as coupling  # noqa: E402
 import gsd_lab.decode.loop as loop  # noqa: E402
 from gsd_core import SD  # noqa: E402
@@ -211,9 +213,10 @@ def draw_cells(real, rows):
 # The functions the loop reads randomness through, as imported (a second ``Enumerated`` in one
 # test wraps these, not the first one's wrappers).
 REAL = {name: getattr(loop, name) for name in ("verify", "verify_block", "draw",
-                                               "draw_without_replacement",
-                                               "recursive_rejection")}
-REAL.update({"coupling.verify": coupling.verify, "coupling.draw": coupling.draw})
+                                               "draw_without_replacement")}
+REAL.update({"coupling.verify": coupling.verify, "coupling.draw": coupling.draw,
+             "recursive_rejection": token_tree.recursive_rejection,
+             "tree.draw": token_tree.draw})
 
 
 class Enumerated:
@@ -225,7 +228,7 @@ class Enumerated:
         self.adapter = adapter
         real_verify, real_block = REAL["verify"], REAL["verify_block"]
         real_draw, real_wor = REAL["draw"], REAL["draw_without_replacement"]
-        real_rrs = REAL["recursive_rejection"]
+        real_rrs, real_tree_draw = REAL["recursive_rejection"], REAL["tree.draw"]
         real_cverify, real_cdraw = REAL["coupling.verify"], REAL["coupling.draw"]
 
         def options(name, build, *tensors):
@@ -283,7 +286,8 @@ class Enumerated:
                     return out
                 return _grouped((tuple(real_wor(source, first, k, u).tolist()), u, v)
                                 for u, v in extend(torch.zeros(0, dtype=torch.float64), 1.0))
-            u = self.script.choose(options("without_replacement", build, source, first))
+            u = self.script.choose(options("without_replacement", build, source, first,
+                                           torch.tensor(k)))
             return real_wor(source, first, k, u)
 
         def recursive_rejection(p0, declared, candidates, uniforms):
@@ -321,7 +325,8 @@ class Enumerated:
         monkeypatch.setattr(loop, "verify_block", verify_block)
         monkeypatch.setattr(loop, "draw", draw_with(real_draw, "draw"))
         monkeypatch.setattr(loop, "draw_without_replacement", draw_without_replacement)
-        monkeypatch.setattr(loop, "recursive_rejection", recursive_rejection)
+        monkeypatch.setattr(token_tree, "recursive_rejection", recursive_rejection)
+        monkeypatch.setattr(token_tree, "draw", draw_with(real_tree_draw, "bonus"))
         monkeypatch.setattr(coupling, "verify", coupled_verify)
         monkeypatch.setattr(coupling, "draw", draw_with(real_cdraw, "redraft"))
         monkeypatch.setattr(adapter, "random_tokens", random_tokens)
@@ -383,10 +388,16 @@ CASES = {  # (model, method, the wrapped names it must reach)
     "V = 2, token-wise, maximal": ("two", dict(window=2, draft="maximal"),
                                    {"verify", "coupling", "random_tokens", "draw"}),
     "V = 2, k = 2, maximal": ("two", dict(window=2, candidates=2, draft="maximal"),
-                              {"without_replacement", "recursive_rejection", "verify",
+                              {"without_replacement", "recursive_rejection", "bonus",
                                "coupling"}),
     "V = 3, k = 2, independent": ("three", dict(window=1, candidates=2),
                                   {"without_replacement", "recursive_rejection", "redraft"}),
+    "V = 3, tree (2, 2), independent": ("three", dict(window=2, tree=(2, 2)),
+                                        {"without_replacement", "recursive_rejection", "bonus",
+                                         "redraft"}),
+    "V = 3, tree (1, 2), maximal": ("three", dict(window=2, tree=(1, 2), draft="maximal"),
+                                    {"without_replacement", "recursive_rejection", "bonus",
+                                     "coupling"}),
 }
 
 
@@ -417,6 +428,24 @@ def test_control_candidates_declared_iid_are_caught(three, monkeypatch):
     monkeypatch.setattr(loop, "without_replacement_rows", iid_rows)
     law, _ = run(monkeypatch, adapter, 3, window=1, candidates=2)
     assert deviation(law, joint) == pytest.approx(IID_DEVIATION, abs=1e-12)
+
+
+def test_control_deeper_candidates_declared_with_their_source_are_caught(three, monkeypatch):
+    """A token tree whose only second candidate is at depth 2 (``tree=(1, 2)``, window 2,
+    V = 3): the given (fresh) candidates declared with the uniform row they were drawn from
+    instead of one-hot (``loop.one_hot`` replaced), right for a lone first candidate, wrong for
+    the second, drawn without the first: the wrongly declared deeper level is seen."""
+    adapter, joint = three
+    allowed = adapter.allowed_tokens
+
+    def source_rows(candidates, vocab):
+        row = torch.zeros(vocab, dtype=torch.float64)
+        row[allowed] = 1.0 / allowed.numel()
+        return row.expand(candidates.numel(), vocab)
+
+    monkeypatch.setattr(loop, "one_hot", source_rows)
+    law, _ = run(monkeypatch, adapter, 3, window=2, tree=(1, 2))
+    assert deviation(law, joint) > 1e-4
 
 
 def counterexample_adapter() -> TableAdapter:

@@ -181,12 +181,13 @@ def table_adapter():
 
 
 def pvalue(table_adapter, candidates: int, draft: str, seed: int, samples: int = 1000,
-           init: str = "random") -> float:
+           init: str = "random", tree: tuple[int, ...] | None = None) -> float:
     adapter, joint = table_adapter
     generator = torch.Generator().manual_seed(seed)
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     counts = np.zeros(len(SEQUENCES))
-    method = DecodingMethod("sjd", window=3, init=init, draft=draft, candidates=candidates)
+    method = DecodingMethod("sjd", window=3, init=init, draft=draft, candidates=candidates,
+                            tree=tree)
     for _ in range(samples):
         result = generate(adapter, PROMPT, method, num_tokens=NUM_TOKENS, generator=generator)
         counts[index[tuple(result.tokens.tolist())]] += 1
@@ -199,6 +200,15 @@ def pvalue(table_adapter, candidates: int, draft: str, seed: int, samples: int =
 ])
 def test_multidraft_decode_matches_the_exact_ar_joint(table_adapter, candidates, draft, init):
     assert pvalue(table_adapter, candidates, draft, seed=5, init=init) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("tree_shape,draft,init", [
+    ((2, 2), "independent", "random"), ((2, 2), "maximal", "random"),
+    ((1, 2), "gumbel", "random"), ((2, 2, 2), "maximal", "repeat_row"),
+])
+def test_token_tree_decode_matches_the_exact_ar_joint(table_adapter, tree_shape, draft, init):
+    """Token trees (proofs/16) through ``generate``, against the exact AR joint (chi-square)."""
+    assert pvalue(table_adapter, 1, draft, seed=5, init=init, tree=tree_shape) > SIGNIFICANCE
 
 
 def test_the_tree_is_used_and_accepts_more(table_adapter):
@@ -217,29 +227,40 @@ def test_the_tree_is_used_and_accepts_more(table_adapter):
 
 # --- 3. negative controls ---------------------------------------------------------------------
 
-_ORIGINAL_KEEP = tree.keep_branch
+_ORIGINAL_KEEP = tree.keep_nodes
 
 
-def _keep_branch_zero(adapter, branch):
-    _ORIGINAL_KEEP(adapter, 0)
+def _keep_branch_zero(adapter, nodes):
+    """The first chain of the tree (its first children down to a leaf) whatever the walk chose."""
+    first = [0]
+    parent = adapter._tree[5].tolist()
+    while True:
+        kids = [i for i, up in enumerate(parent) if up == first[-1]]
+        if not kids:
+            break
+        first.append(kids[0])
+    _ORIGINAL_KEEP(adapter, first[: len(nodes)])
 
 
-def _causal_tree_mask(past, head, branches, depth, device):
-    width = head + branches * depth
-    return torch.ones(width, past + width, dtype=torch.bool, device=device).tril(past)
+def _causal_node_mask(past, head, parent):
+    width = head + parent.numel()
+    return torch.ones(width, past + width, dtype=torch.bool, device=parent.device).tril(past)
 
 
 WRONG = {
-    "cache keeps branch 0": (loop_module, "keep_branch", _keep_branch_zero),
-    "branches see each other": (tree, "tree_mask", _causal_tree_mask),
+    "cache keeps branch 0": (loop_module, "keep_nodes", _keep_branch_zero),
+    "branches see each other": (tree, "node_mask", _causal_node_mask),
 }
 
 
+@pytest.mark.parametrize("tree_shape", [None, (2, 2)])
 @pytest.mark.parametrize("name", list(WRONG))
-def test_negative_controls_fail_the_same_test(table_adapter, monkeypatch, name):
+def test_negative_controls_fail_the_same_test(table_adapter, monkeypatch, name, tree_shape):
     module, attribute, wrong = WRONG[name]
     monkeypatch.setattr(module, attribute, wrong)
-    assert pvalue(table_adapter, 2, "independent", seed=5, samples=300) < SIGNIFICANCE
+    candidates = 2 if tree_shape is None else 1
+    assert pvalue(table_adapter, candidates, "independent", seed=5, samples=300,
+                  tree=tree_shape) < SIGNIFICANCE
 
 
 # --- 4. what refuses the option ---------------------------------------------------------------

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from textwrap import indent
 
-import pytest
+from radon.complexity import cc_visit
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gsd_core", "gsd_lab")
@@ -158,11 +159,22 @@ def _functions(tree: ast.AST, prefix: str = ""):
             yield from _functions(child, prefix + child.name + ".")
 
 
+def _blocks(blocks: list, prefix: str = ""):
+    """(qualified name, block) of every function radon measured: top-level functions, methods,
+    closures (``Function.closures``) and methods of nested classes (``Class.inner_classes``), at
+    any depth."""
+    for block in blocks:
+        if type(block).__name__ == "Function":
+            yield prefix + block.name, block
+            yield from _blocks(block.closures, prefix + block.name + ".")
+        else:
+            yield from _blocks(block.methods, prefix + block.name + ".")
+            yield from _blocks(block.inner_classes, prefix + block.name + ".")
+
+
 def offenders(paths: list[Path], root: Path) -> dict[str, str]:
     """``path::name`` of every function over ``MAX_LINES`` lines (its ``def`` to its last line)
     or over ``MAX_COMPLEXITY`` (radon's ``cc_visit``), with what it measures."""
-    from radon.complexity import cc_visit
-
     found: dict[str, str] = {}
     for path in paths:
         text = path.read_text(encoding="utf-8")
@@ -170,10 +182,8 @@ def offenders(paths: list[Path], root: Path) -> dict[str, str]:
             lines = node.end_lineno - node.lineno + 1
             if lines > MAX_LINES:
                 found[f"{_name(path, root)}::{name}"] = f"{lines} lines"
-        blocks = cc_visit(text)
-        for block in blocks + [m for b in blocks for m in getattr(b, "methods", [])]:
-            if type(block).__name__ == "Function" and block.complexity > MAX_COMPLEXITY:
-                name = f"{block.classname}.{block.name}" if block.classname else block.name
+        for name, block in _blocks(cc_visit(text)):
+            if block.complexity > MAX_COMPLEXITY:
                 key = f"{_name(path, root)}::{name}"
                 measured = [found.get(key), f"complexity {block.complexity}"]
                 found[key] = ", ".join(filter(None, measured))
@@ -181,7 +191,6 @@ def offenders(paths: list[Path], root: Path) -> dict[str, str]:
 
 
 def test_functions_are_short_and_simple():
-    pytest.importorskip("radon")
     found = offenders(sources(), ROOT)
     assert {k: v for k, v in found.items() if k not in LONG_OR_COMPLEX} == {}, (
         "split these into named helpers (or name the exception, with its reason)"
@@ -190,16 +199,21 @@ def test_functions_are_short_and_simple():
 
 
 def test_a_long_or_branchy_function_is_found(tmp_path):
-    pytest.importorskip("radon")
     branches = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(MAX_COMPLEXITY))
     long_body = "".join(f"    y = {i}\n" for i in range(MAX_LINES))
     (tmp_path / "m.py").write_text(
         f"def branchy(x):\n{branches}    return -1\n\n\ndef long():\n{long_body}    return y\n\n\n"
-        "class C:\n    def fine(self):\n        return 1\n"
+        "class C:\n    def fine(self):\n        return 1\n\n"
+        f"    class Inner:\n        def branchy(self, x):\n{indent(branches, '    ' * 2)}"
+        "            return -1\n\n\n"
+        f"def outer():\n    def branchy(x):\n{indent(branches, '    ')}        return -1\n\n"
+        "    return branchy\n"
     )
     assert offenders([tmp_path / "m.py"], tmp_path) == {
         "m.py::branchy": f"complexity {MAX_COMPLEXITY + 1}",
         "m.py::long": f"{MAX_LINES + 2} lines",
+        "m.py::C.Inner.branchy": f"complexity {MAX_COMPLEXITY + 1}",
+        "m.py::outer.branchy": f"complexity {MAX_COMPLEXITY + 1}",
     }
 
 

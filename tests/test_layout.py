@@ -7,6 +7,7 @@ the packages' code. Each check has a negative control on a tree it must reject."
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 from textwrap import indent
@@ -285,3 +286,69 @@ def test_history_and_timings_are_found(tmp_path):
     paths = [tmp_path / "m.py"]
     assert history_in(paths, tmp_path, ISSUE) == ["m.py:1: issue 27"]
     assert history_in(paths, tmp_path, TIMING) == ["m.py:3: 0.2 s", "m.py:3: 95-230 s"]
+
+
+# -- paths named in prose ------------------------------------------------------------------
+
+# A repository path of a module or a test: not inside a longer path (``benchmarks/tests/x.py``).
+MENTIONED_PATH = re.compile(r"(?<![\w/.-])((?:tests|gsd_lab|gsd_core)/[\w/.-]*\.py)\b")
+
+
+def _docstrings(path: Path) -> list[str]:
+    nodes = ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [doc for n in nodes if isinstance(n, kinds) and (doc := ast.get_docstring(n))]
+
+
+def prose_texts(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(file, text) of the hand-written prose: README.md, docs/**/*.md, proofs/*.md, the
+    notebooks' markdown cells and the packages' docstrings (figures/, results.json and the
+    notebooks' stored outputs are regenerated, not read)."""
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    pages += sorted((root / "proofs").glob("*.md"))
+    out = [(_name(p, root), p.read_text(encoding="utf-8")) for p in pages if p.exists()]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        out += [(_name(notebook, root), "".join(c["source"])) for c in cells
+                if c["cell_type"] == "markdown"]
+    for path in sources(root):
+        out += [(_name(path, root), doc) for doc in _docstrings(path)]
+    return out
+
+
+def missing_paths(root: Path = ROOT) -> list[str]:
+    return [
+        f"{where}: {match[1]}"
+        for where, text in prose_texts(root)
+        for match in MENTIONED_PATH.finditer(text)
+        if not (root / match[1]).exists()
+    ]
+
+
+def test_paths_named_in_prose_exist():
+    assert len([m for _, t in prose_texts() for m in MENTIONED_PATH.finditer(t)]) > 100
+    assert missing_paths() == [], "a moved or renamed file: name its path now"
+
+
+def test_a_stale_path_in_prose_is_found(tmp_path):
+    for name, text in {
+        "gsd_core/__init__.py": '"""See gsd_core/gone.py and gsd_core/__init__.py."""\n',
+        "gsd_lab/__init__.py": "",
+        "tests/test_a.py": "",
+        "README.md": "`tests/test_a.py::test_x`, `tests/lab/old.py`, benchmarks/tests/x.py\n",
+        "docs/sub/page.md": "moved: gsd_lab/io/prose.py\n",
+        "proofs/01.md": "gsd_lab/cli.py\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cells = [{"cell_type": "markdown", "source": ["see tests/", "gone.py"]},
+             {"cell_type": "code", "source": ["# tests/code.py"], "outputs": []}]
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": cells}))
+    assert missing_paths(tmp_path) == [
+        "README.md: tests/lab/old.py",
+        "docs/sub/page.md: gsd_lab/io/prose.py",
+        "proofs/01.md: gsd_lab/cli.py",
+        "notebooks/n.ipynb: tests/gone.py",
+        "gsd_core/__init__.py: gsd_core/gone.py",
+    ]

@@ -43,6 +43,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "html comment": r"<!--.*?-->",
     "link target": r"\]\([^)]*\)",
     "url": r"https?://\S+",
+    "another project's issue (owner/repo#N, repo#N)": r"\b[\w.-]+(?:/[\w.-]+)?#\d+\b",
     "path or file name": r"[\w.-]*[/\\][\w./\\-]*|\b[\w-]+\.(?:py|md|json|txt|npz|png|svg|ipynb|cff"
                          r"|toml|yml|sh|safetensors|csv)\b",
     "arXiv id": r"\b\d{4}\.\d{4,5}(?:v\d+)?\b",

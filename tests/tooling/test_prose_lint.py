@@ -25,8 +25,9 @@ def test_the_check_flags_hand_written_numbers_and_allows_the_reviewed_kinds():
         "<!-- paper: paper.md 1.2 -->50-95%<!-- /paper -->",
         "```", "python -c 'print(0.7)'", "```",
         "As issue 27 asked.",  # an issue citation: flagged
+        "Cf. transformers#32867 and owner/repo#47932; a bare #28 is flagged.",
     ])
-    assert [n.text for n in prose_lint.unmarked(text)] == ["55.6", "12", "27"]
+    assert [n.text for n in prose_lint.unmarked(text)] == ["55.6", "12", "27", "28"]
 
 
 def test_from_spans_are_found_in_their_files():

@@ -33,6 +33,8 @@ RENDERED_BLOCKS = (  # blocks rendered by ``experiments.findings`` (their own te
 
 PAPER = re.compile(r"<!-- paper: (?P<source>[^>]*?\S[^>]*?) -->(?P<text>.*?)<!-- /paper -->", re.S)
 FROM = re.compile(r"<!-- from: (?P<path>\S+) -->(?P<text>.*?)<!-- /from -->", re.S)
+
+
 # -- the numeral check ----------------------------------------------------------------------
 
 NUMERAL = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?")
@@ -133,8 +135,6 @@ def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
         line = text.count("\n", 0, match.start()) + 1
         out.append(Numeral(line, match.group(0), lines[line - 1].strip()[:100]))
     return out
-
-
 
 
 def unmarked_in(path: Path) -> list[Numeral]:

@@ -4,12 +4,20 @@ numerals occur in its file, every ``paper`` span names a public source."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
-import prose_lint  # tests/tooling/prose_lint.py, beside this file
-
 from gsd_lab.experiments import prose
+
+# tests/tooling/prose_lint.py, beside this file, loaded by its path (whatever the import mode)
+SPEC = importlib.util.spec_from_file_location(
+    "prose_lint", Path(__file__).with_name("prose_lint.py")
+)
+prose_lint = importlib.util.module_from_spec(SPEC)
+sys.modules[SPEC.name] = prose_lint  # its frozen dataclass looks its module up there
+SPEC.loader.exec_module(prose_lint)
 
 
 def _name(path: Path) -> str:

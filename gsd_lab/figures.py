@@ -408,7 +408,7 @@ def run_figures(
     ``RunCache``); 1 decodes one image at a time, the papers' latency setting; None: the
     device's default (``gsd_lab.models.batched.default_batch_size``: 8 on a CPU and on a GPU);
     with ``sizes.streamed`` too (``StreamedRunCache``). workers: processes the tables' and the
-    frontier's decoding is split over, one thread each (``experiments.workers``: the same
+    frontier's decoding is split over, one thread each (``gsd_lab.workers``: the same
     records for any number; None: the usable cores on a CPU; not with ``sizes.streamed``).
     Returns {"figures": [names], "results": path, "seconds": wall time, "tables": rows}."""
     if batch_size is not None and (

@@ -7,10 +7,12 @@ the packages' code. Each check has a negative control on a tree it must reject."
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
+from textwrap import indent
 
-import pytest
+from radon.complexity import cc_visit
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gsd_core", "gsd_lab")
@@ -158,11 +160,22 @@ def _functions(tree: ast.AST, prefix: str = ""):
             yield from _functions(child, prefix + child.name + ".")
 
 
+def _blocks(blocks: list, prefix: str = ""):
+    """(qualified name, block) of every function radon measured: top-level functions, methods,
+    closures (``Function.closures``) and methods of nested classes (``Class.inner_classes``), at
+    any depth."""
+    for block in blocks:
+        if type(block).__name__ == "Function":
+            yield prefix + block.name, block
+            yield from _blocks(block.closures, prefix + block.name + ".")
+        else:
+            yield from _blocks(block.methods, prefix + block.name + ".")
+            yield from _blocks(block.inner_classes, prefix + block.name + ".")
+
+
 def offenders(paths: list[Path], root: Path) -> dict[str, str]:
     """``path::name`` of every function over ``MAX_LINES`` lines (its ``def`` to its last line)
     or over ``MAX_COMPLEXITY`` (radon's ``cc_visit``), with what it measures."""
-    from radon.complexity import cc_visit
-
     found: dict[str, str] = {}
     for path in paths:
         text = path.read_text(encoding="utf-8")
@@ -170,10 +183,8 @@ def offenders(paths: list[Path], root: Path) -> dict[str, str]:
             lines = node.end_lineno - node.lineno + 1
             if lines > MAX_LINES:
                 found[f"{_name(path, root)}::{name}"] = f"{lines} lines"
-        blocks = cc_visit(text)
-        for block in blocks + [m for b in blocks for m in getattr(b, "methods", [])]:
-            if type(block).__name__ == "Function" and block.complexity > MAX_COMPLEXITY:
-                name = f"{block.classname}.{block.name}" if block.classname else block.name
+        for name, block in _blocks(cc_visit(text)):
+            if block.complexity > MAX_COMPLEXITY:
                 key = f"{_name(path, root)}::{name}"
                 measured = [found.get(key), f"complexity {block.complexity}"]
                 found[key] = ", ".join(filter(None, measured))
@@ -181,7 +192,6 @@ def offenders(paths: list[Path], root: Path) -> dict[str, str]:
 
 
 def test_functions_are_short_and_simple():
-    pytest.importorskip("radon")
     found = offenders(sources(), ROOT)
     assert {k: v for k, v in found.items() if k not in LONG_OR_COMPLEX} == {}, (
         "split these into named helpers (or name the exception, with its reason)"
@@ -190,16 +200,21 @@ def test_functions_are_short_and_simple():
 
 
 def test_a_long_or_branchy_function_is_found(tmp_path):
-    pytest.importorskip("radon")
     branches = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(MAX_COMPLEXITY))
     long_body = "".join(f"    y = {i}\n" for i in range(MAX_LINES))
     (tmp_path / "m.py").write_text(
         f"def branchy(x):\n{branches}    return -1\n\n\ndef long():\n{long_body}    return y\n\n\n"
-        "class C:\n    def fine(self):\n        return 1\n"
+        "class C:\n    def fine(self):\n        return 1\n\n"
+        f"    class Inner:\n        def branchy(self, x):\n{indent(branches, '    ' * 2)}"
+        "            return -1\n\n\n"
+        f"def outer():\n    def branchy(x):\n{indent(branches, '    ')}        return -1\n\n"
+        "    return branchy\n"
     )
     assert offenders([tmp_path / "m.py"], tmp_path) == {
         "m.py::branchy": f"complexity {MAX_COMPLEXITY + 1}",
         "m.py::long": f"{MAX_LINES + 2} lines",
+        "m.py::C.Inner.branchy": f"complexity {MAX_COMPLEXITY + 1}",
+        "m.py::outer.branchy": f"complexity {MAX_COMPLEXITY + 1}",
     }
 
 
@@ -237,7 +252,9 @@ def _prose(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-ISSUE = re.compile(r"\bissues?\s*#?\d+", re.I)
+# This project's own issue numbers: "issue 27", "issues #3", a bare "#12". Another project's
+# issue is a citation and allowed: qualified by its name ("owner/repo#N", "repo#N") or a URL.
+ISSUE = re.compile(r"\bissues?\s*#?\d+|(?<![\w/.#-])#\d+\b", re.I)
 # A measured duration: "0.2 s", "50 ms", "95-230 s", "3 minutes" (not "2 s.e.", "O(n) ms").
 TIMING = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:ms|s|seconds|minutes|min|hours)\b"
                     r"(?!\.\w)")
@@ -256,6 +273,9 @@ def history_in(paths: list[Path], root: Path, pattern: re.Pattern) -> list[str]:
 
 
 def test_no_issue_numbers_in_the_packages():
+    """No issue number of this project (history); citing another project's issue, qualified
+    by its name (``huggingface/transformers#45488``, ``transformers#45488``) or as a full URL,
+    is allowed."""
     assert history_in(sources(), ROOT, ISSUE) == []
 
 
@@ -267,7 +287,75 @@ def test_no_timings_in_the_packages():
 def test_history_and_timings_are_found(tmp_path):
     (tmp_path / "m.py").write_text(
         '"""As issue 27 asked."""\n\n# costs about 0.2 s a row; 95-230 s in all\nx = "issue 3"\n'
+        "# cf. huggingface/transformers#45488, transformers#48206, #12 and\n"
+        "# https://github.com/huggingface/transformers/issues/32867\n"
     )
     paths = [tmp_path / "m.py"]
-    assert history_in(paths, tmp_path, ISSUE) == ["m.py:1: issue 27"]
+    assert history_in(paths, tmp_path, ISSUE) == ["m.py:5: #12", "m.py:1: issue 27"]
     assert history_in(paths, tmp_path, TIMING) == ["m.py:3: 0.2 s", "m.py:3: 95-230 s"]
+
+
+# -- paths named in prose ------------------------------------------------------------------
+
+# A repository path of a module or a test: not inside a longer path (``benchmarks/tests/x.py``).
+MENTIONED_PATH = re.compile(r"(?<![\w/.-])((?:tests|gsd_lab|gsd_core)/[\w/.-]*\.py)\b")
+
+
+def _docstrings(path: Path) -> list[str]:
+    nodes = ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [doc for n in nodes if isinstance(n, kinds) and (doc := ast.get_docstring(n))]
+
+
+def prose_texts(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(file, text) of the hand-written prose: README.md, docs/**/*.md, proofs/*.md, the
+    notebooks' markdown cells and the packages' docstrings (figures/, results.json and the
+    notebooks' stored outputs are regenerated, not read)."""
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    pages += sorted((root / "proofs").glob("*.md"))
+    out = [(_name(p, root), p.read_text(encoding="utf-8")) for p in pages if p.exists()]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        out += [(_name(notebook, root), "".join(c["source"])) for c in cells
+                if c["cell_type"] == "markdown"]
+    for path in sources(root):
+        out += [(_name(path, root), doc) for doc in _docstrings(path)]
+    return out
+
+
+def missing_paths(root: Path = ROOT) -> list[str]:
+    return [
+        f"{where}: {match[1]}"
+        for where, text in prose_texts(root)
+        for match in MENTIONED_PATH.finditer(text)
+        if not (root / match[1]).exists()
+    ]
+
+
+def test_paths_named_in_prose_exist():
+    assert len([m for _, t in prose_texts() for m in MENTIONED_PATH.finditer(t)]) > 100
+    assert missing_paths() == [], "a moved or renamed file: name its path now"
+
+
+def test_a_stale_path_in_prose_is_found(tmp_path):
+    for name, text in {
+        "gsd_core/__init__.py": '"""See gsd_core/gone.py and gsd_core/__init__.py."""\n',
+        "gsd_lab/__init__.py": "",
+        "tests/test_a.py": "",
+        "README.md": "`tests/test_a.py::test_x`, `tests/lab/old.py`, benchmarks/tests/x.py\n",
+        "docs/sub/page.md": "moved: gsd_lab/io/prose.py\n",
+        "proofs/01.md": "gsd_lab/cli.py\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cells = [{"cell_type": "markdown", "source": ["see tests/", "gone.py"]},
+             {"cell_type": "code", "source": ["# tests/code.py"], "outputs": []}]
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": cells}))
+    assert missing_paths(tmp_path) == [
+        "README.md: tests/lab/old.py",
+        "docs/sub/page.md: gsd_lab/io/prose.py",
+        "proofs/01.md: gsd_lab/cli.py",
+        "notebooks/n.ipynb: tests/gone.py",
+        "gsd_core/__init__.py: gsd_core/gone.py",
+    ]

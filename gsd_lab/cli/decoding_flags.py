@@ -153,7 +153,7 @@ def decoding_method(args: argparse.Namespace) -> DecodingMethod:
 
 
 def method_spec(args: argparse.Namespace):
-    """The ``MethodSpec`` of checked arguments (``check_args`` ran)."""
+    """The ``MethodSpec`` of checked arguments (``check_decoding`` ran)."""
     from ..experiments.runs import MethodSpec
 
     method = args.decoding_method

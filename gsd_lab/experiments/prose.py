@@ -20,7 +20,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "figures" / "results.json"
@@ -80,43 +80,83 @@ _COMPARISONS = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
                 ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 
 
+def _refused(node: ast.AST, expr: str) -> ValueError:
+    return ValueError(f"not allowed in a value span: {ast.dump(node)[:60]} in {expr!r}")
+
+
+Ev = Callable[[ast.AST], Any]
+
+
+def _constant(node: ast.Constant, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if isinstance(node.value, (int, float, str)):
+        return node.value
+    raise _refused(node, expr)
+
+
+def _name(node: ast.Name, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if node.id in names:
+        return names[node.id]
+    raise ValueError(f"unknown name {node.id!r} in {expr!r}")
+
+
+def _attribute(node: ast.Attribute, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    base = ev(node.value)
+    if isinstance(base, dict):
+        return base[node.attr]
+    if node.attr.startswith("_"):
+        raise ValueError(f"private attribute in {expr!r}")
+    return getattr(base, node.attr)
+
+
+def _unary(node: ast.UnaryOp, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if not isinstance(node.op, (ast.USub, ast.UAdd)):
+        raise _refused(node, expr)
+    value = ev(node.operand)
+    return -value if isinstance(node.op, ast.USub) else value
+
+
+def _binary(node: ast.BinOp, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if type(node.op) not in _OPS:
+        raise _refused(node, expr)
+    return _OPS[type(node.op)](ev(node.left), ev(node.right))
+
+
+def _compare(node: ast.Compare, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARISONS:
+        raise _refused(node, expr)
+    return _COMPARISONS[type(node.ops[0])](ev(node.left), ev(node.comparators[0]))
+
+
+def _call(node: ast.Call, ev: Ev, names: dict[str, Any], expr: str) -> Any:
+    if not isinstance(node.func, ast.Name) or node.keywords:
+        raise _refused(node, expr)
+    if node.func.id not in FUNCTIONS:
+        raise ValueError(f"unknown function {node.func.id!r} in {expr!r}")
+    return FUNCTIONS[node.func.id](*(ev(a) for a in node.args))
+
+
+_NODES: dict[type, Callable[[Any, Ev, dict[str, Any], str], Any]] = {
+    ast.Expression: lambda node, ev, names, expr: ev(node.body),
+    ast.Constant: _constant,
+    ast.Name: _name,
+    ast.Attribute: _attribute,
+    ast.Subscript: lambda node, ev, names, expr: ev(node.value)[ev(node.slice)],
+    ast.UnaryOp: _unary,
+    ast.BinOp: _binary,
+    ast.Compare: _compare,
+    ast.Call: _call,
+}
+
+
 def evaluate(expr: str, names: dict[str, Any]) -> Any:
     """EXPR over ``names`` (results.json's top level): attribute access reads a dict's key (or a
     public field of a result object), subscripts index lists and dicts, calls only ``FUNCTIONS``.
     Anything else is refused (ValueError)."""
 
     def ev(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id in names:
-                return names[node.id]
-            raise ValueError(f"unknown name {node.id!r} in {expr!r}")
-        if isinstance(node, ast.Attribute):
-            base = ev(node.value)
-            if isinstance(base, dict):
-                return base[node.attr]
-            if node.attr.startswith("_"):
-                raise ValueError(f"private attribute in {expr!r}")
-            return getattr(base, node.attr)
-        if isinstance(node, ast.Subscript):
-            return ev(node.value)[ev(node.slice)]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            value = ev(node.operand)
-            return -value if isinstance(node.op, ast.USub) else value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.Compare) and len(node.ops) == 1 and (
-            type(node.ops[0]) in _COMPARISONS
-        ):
-            return _COMPARISONS[type(node.ops[0])](ev(node.left), ev(node.comparators[0]))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-            if node.func.id not in FUNCTIONS:
-                raise ValueError(f"unknown function {node.func.id!r} in {expr!r}")
-            return FUNCTIONS[node.func.id](*(ev(a) for a in node.args))
-        raise ValueError(f"not allowed in a value span: {ast.dump(node)[:60]} in {expr!r}")
+        if type(node) not in _NODES:
+            raise _refused(node, expr)
+        return _NODES[type(node)](node, ev, names, expr)
 
     return ev(ast.parse(expr.strip(), mode="eval"))
 

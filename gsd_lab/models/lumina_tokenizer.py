@@ -1,11 +1,11 @@
 """Lumina-mGPT's prompt tokenizer, read as ``tokenizer.json`` is written.
 
 The release tokenises prompts with the ``tokenizer.json`` of ``Alpha-VLLM/Lumina-mGPT-7B-768``
-(every resolution: Lumina-mGPT's ``FlexARItemProcessor`` defaults its tokenizer to that repo,
-and the 512 and 1024 repos ship none) through transformers 4.x, which ran the file's own
-pipeline: a byte-level BPE. transformers 5.x may not: its ``LlamaTokenizerFast`` (the class
-the file's ``tokenizer_config.json`` names) rebuilds the pipeline with a Metaspace
-pre-tokenizer and drops the spaces (huggingface/transformers#45488, #48206; measured on 5.24, where
+(every resolution: Lumina-mGPT's ``FlexARItemProcessor`` defaults its tokenizer to that repo, and
+the 512 and 1024 repos ship none) through transformers 4.x, which ran the file's own pipeline: a
+byte-level BPE. transformers 5.x may not: its ``LlamaTokenizerFast`` (the class the file's
+``tokenizer_config.json`` names) rebuilds the pipeline with a Metaspace pre-tokenizer and drops the
+spaces (huggingface/transformers#45488, huggingface/transformers#48206; measured on 5.24, where
 ``AutoTokenizer`` happens to route the file to the generic backend). So the prompt ids here come
 from ``tokenizers.Tokenizer.from_file`` alone: the file's normaliser, pre-tokenizer and model,
 whatever class the config names and whatever transformers version is installed.

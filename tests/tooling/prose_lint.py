@@ -33,6 +33,8 @@ RENDERED_BLOCKS = (  # blocks rendered by ``experiments.findings`` (their own te
 
 PAPER = re.compile(r"<!-- paper: (?P<source>[^>]*?\S[^>]*?) -->(?P<text>.*?)<!-- /paper -->", re.S)
 FROM = re.compile(r"<!-- from: (?P<path>\S+) -->(?P<text>.*?)<!-- /from -->", re.S)
+
+
 # -- the numeral check ----------------------------------------------------------------------
 
 NUMERAL = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?")
@@ -43,6 +45,7 @@ ALLOWED = {  # reviewed rules: (name, pattern) blanked out before numerals are c
     "html comment": r"<!--.*?-->",
     "link target": r"\]\([^)]*\)",
     "url": r"https?://\S+",
+    "another project's issue (owner/repo#N, repo#N)": r"\b[\w.-]+(?:/[\w.-]+)?#\d+\b",
     "path or file name": r"[\w.-]*[/\\][\w./\\-]*|\b[\w-]+\.(?:py|md|json|txt|npz|png|svg|ipynb|cff"
                          r"|toml|yml|sh|safetensors|csv)\b",
     "arXiv id": r"\b\d{4}\.\d{4,5}(?:v\d+)?\b",
@@ -132,8 +135,6 @@ def unmarked(text: str, proofs: bool = False) -> list[Numeral]:
         line = text.count("\n", 0, match.start()) + 1
         out.append(Numeral(line, match.group(0), lines[line - 1].strip()[:100]))
     return out
-
-
 
 
 def unmarked_in(path: Path) -> list[Numeral]:

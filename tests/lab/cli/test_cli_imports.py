@@ -43,3 +43,18 @@ def test_generate_modules_import_torch_only():
     # torch present: the probe sees a real import (negative control for the empty set above);
     # transformers only when the stand-in loads (load_ar_model), the rest never on this path.
     assert imported_after(generate_modules) == {"torch"}
+
+
+
+def _run_module(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                          check=False, text=True, cwd=ROOT, timeout=300)
+
+
+def test_the_cli_package_runs_as_a_module():
+    """``python -m gsd_lab.cli`` is ``python -m gsd_lab``: the same commands, the same exit."""
+    package, cli = _run_module("gsd_lab", "--help"), _run_module("gsd_lab.cli", "--help")
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert cli.stdout == package.stdout and "generate" in cli.stdout
+    bad = _run_module("gsd_lab.cli", "no-such-command")
+    assert bad.returncode == 2 and "no-such-command" in bad.stderr

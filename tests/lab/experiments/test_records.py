@@ -143,7 +143,7 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
     # Imported but not read by decoding: the table configurations (a changed spec is another
     # record key) and rows, the verdict arithmetic, progress lines, the quality proxies
     # (recomputed from the stored tokens), the worker scheduling (records equal for any
-    # number of workers: tests/lab/experiments/test_workers.py) and packages' docstring maps.
+    # number of workers: tests/lab/test_workers.py) and packages' docstring maps.
     not_decoding = {"gsd_lab/__init__.py", "gsd_lab/experiments/__init__.py",
                     "gsd_lab/experiments/tables.py", "gsd_lab/experiments/verdicts.py",
                     "gsd_lab/workers.py",

@@ -1,6 +1,7 @@
 """A token tree's forward (``gsd_lab.models.tree.forward_nodes``): every node's row equals a plain
 forward of its path, and the cache kept for a path (``keep_nodes``) is a plain forward's
-(proofs/16, causality); the method's tree option and its refusals."""
+(proofs/16, causality); the method's tree option and its refusals; ``tree_step``'s candidates and
+declared rows at every depth (the model's forward stubbed), depth >= 2 and the tail included."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import torch
 
 pytest.importorskip("transformers")
 
+import gsd_lab.decode.loop as loop  # noqa: E402
 from gsd_core import level_tree  # noqa: E402
+from gsd_core.multidraft import one_hot, without_replacement_rows  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import tree  # noqa: E402
 from gsd_lab.models.adapter import CausalLMAdapter  # noqa: E402
@@ -45,7 +48,7 @@ def test_node_rows_and_rollback_equal_plain_forwards(cfg):
         plain = fresh().forward(torch.cat([prompt, tokens[path]]), num_rows=len(path) + 1)
         assert (plain[0] - p0).abs().max() <= TOL
         assert (plain[-1] - rows[node]).abs().max() <= TOL
-    kept = path_of(parent, 7)  # the second candidate, then its first child, then the tail
+    kept = path_of(parent, 7)  # [0, 3, 7]: depth 1's first, depth 2's second, then the tail
     tree.keep_nodes(adapter, kept)
     ref = fresh()
     ref.forward(torch.cat([prompt, tokens[kept]]))
@@ -119,3 +122,147 @@ def test_shape_model_counts_and_ranks():
     ranked = ranked_shapes(acceptance[:, :2], roofline, [2, 3], budget=8, max_depth=2)
     assert ranked and all(s.tokens <= 8 for s in ranked)
     assert [s.cost_per_token for s in ranked] == sorted(s.cost_per_token for s in ranked)
+
+
+# --- tree_step's candidates and declared rows, the model stubbed ------------------------------
+
+V = 4
+Q = torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], [0.5, 0.0, 0.5, 0.0],
+                  [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+# (shape, L, row_drafts, allowed tokens, drafts): three model-row depths (depth 3's row has two
+# tokens: its third candidate is exhausted) and a tail; one model-row depth, then given
+# candidates from two allowed tokens (the third exhausted) and a tail.
+PASSES = {"model rows at depths 1-3": ((2, 3, 3), 4, 3, [0, 1, 2, 3], [0, 3, 2, 1]),
+          "given candidates at depth >= 2": ((2, 3), 3, 1, [1, 3], [1, 3, 1])}
+
+
+class _Stub:
+    """The adapter as ``tree_step`` reads it; ``forward_nodes`` is stubbed beside it."""
+
+    def __init__(self, allowed):
+        self.allowed_tokens = torch.tensor(allowed)
+        self.prompt = torch.tensor([0])
+
+
+def _pass_loop(shape, L, row_drafts, allowed, drafts, seed):
+    """A DecodeLoop holding one pass's window (drafts, q, row_drafts), nothing else."""
+    state = object.__new__(loop.DecodeLoop)
+    state.shape, state.vocab, state.device = shape, V, torch.device("cpu")
+    state.generator = torch.Generator().manual_seed(seed)
+    state.adapter = _Stub(allowed)
+    state.drafts = torch.tensor(drafts)
+    given = one_hot(state.drafts, V)  # the fresh drafts' one-hot q
+    state.q = torch.where(torch.arange(L).unsqueeze(-1) < row_drafts, Q[:L], given)
+    state.row_drafts, state.done, state.accepted, state.processed = row_drafts, 0, [], []
+    state.out = torch.zeros(16, dtype=torch.long)
+    return state
+
+
+def _run_pass(monkeypatch, case, seed):
+    """Run ``tree_step`` with fixed model rows; return (loop, tokens, declared, parent) as
+    ``verify_tree`` received them."""
+    state = _pass_loop(*PASSES[case], seed)
+    seen = {}
+    real_verify = loop.verify_tree
+
+    def verify(targets, declared, tokens, parent, uniforms):
+        seen.update(declared=declared, tokens=tokens, parent=parent)
+        return real_verify(targets, declared, tokens, parent, uniforms)
+
+    def forward_nodes(adapter, head, tokens, parent):
+        rows = torch.arange(1.0, V + 1, dtype=torch.float64)
+        return rows / rows.sum(), (rows.flip(0) / rows.sum()).expand(tokens.numel(), V)
+
+    monkeypatch.setattr(loop, "forward_nodes", forward_nodes)
+    monkeypatch.setattr(loop, "keep_nodes", lambda adapter, nodes: None)
+    monkeypatch.setattr(loop, "verify_tree", verify)
+    state.tree_step(state.drafts.numel())
+    return state, seen["tokens"], seen["declared"], seen["parent"]
+
+
+def _levels(state, tokens, declared, parent):
+    """Per depth d <= D: (candidates [k_d], declared [k_d, V]), the same under every node of
+    depth d - 1 (asserted); then the tail nodes' (token, row) per depth."""
+    shape, L = state.shape, state.drafts.numel()
+    ref_parent, depth, rank = level_tree(shape, L - len(shape))
+    assert torch.equal(parent, ref_parent)
+    levels = []
+    for d, k in enumerate(shape, start=1):
+        groups = {}
+        for node in torch.nonzero(depth == d).flatten().tolist():
+            groups.setdefault(int(parent[node]), []).append(node)
+        sets = [(tokens[g], declared[g]) for g in groups.values()]
+        assert all(len(g) == k for g in groups.values())
+        for tok, rows in sets[1:]:
+            assert torch.equal(tok, sets[0][0]) and torch.equal(rows, sets[0][1])
+        levels.append(sets[0])
+    tail = [(tokens[depth == d], declared[depth == d]) for d in range(len(shape) + 1, L + 1)]
+    return levels, tail
+
+
+def check_pass(state, tokens, declared, parent):
+    """Each depth's candidates and declared rows against what the draw uses: a model-row depth
+    (d <= row_drafts) ``without_replacement_rows(q[d], candidates)``, a given one one-hot rows
+    (zero for an exhausted candidate), the tail the window's drafts with their q."""
+    levels, tail = _levels(state, tokens, declared, parent)
+    allowed = state.adapter.allowed_tokens.tolist()
+    for d, (cands, rows) in enumerate(levels):
+        assert cands[0] == state.drafts[d]  # x_1: the window's draft
+        if d < state.row_drafts:
+            support = torch.nonzero(state.q[d] > 0).flatten().tolist()
+            expected = without_replacement_rows(state.q[d], cands)
+        else:
+            support = allowed
+            present = (torch.arange(cands.numel()) < len(allowed)).to(torch.float64)
+            expected = one_hot(cands, V) * present.unsqueeze(-1)
+        live = min(cands.numel(), len(support))
+        assert set(cands[:live].tolist()) <= set(support)
+        assert len(set(cands[:live].tolist())) == live  # without replacement
+        assert torch.equal(cands[live:], cands[:1].expand(cands.numel() - live))  # placeholders
+        assert (rows[live:] == 0).all()  # exhausted: zero rows
+        assert (rows - expected).abs().max() <= 1e-15
+    for t, (tok, rows) in enumerate(tail, start=len(levels)):
+        assert (tok == state.drafts[t]).all() and (rows == state.q[t]).all()
+
+
+def check_frequencies(monkeypatch, case, runs=600):
+    """The declared rows are the draw's law: at each model-row depth, candidate j's frequency
+    over seeds equals the mean of its declared row (row j is its law given x_1 .. x_{j-1}), for
+    j >= 2 (x_1, the window's draft, is fixed here)."""
+    counts, means = {}, {}
+    for seed in range(runs):
+        state, tokens, declared, parent = _run_pass(monkeypatch, case, seed)
+        levels, _ = _levels(state, tokens, declared, parent)
+        for d, (cands, rows) in enumerate(levels[: state.row_drafts]):
+            live = int((rows.sum(-1) > 0).sum())
+            counts[d] = counts.get(d, 0) + one_hot(cands[1:live], V) / runs
+            means[d] = means.get(d, 0) + rows[1:live] / runs
+    for d in counts:  # binomial sd <= 0.5 / sqrt(runs) = 0.02
+        assert (counts[d] - means[d]).abs().max() <= 0.08, d
+
+
+@pytest.mark.parametrize("case", list(PASSES))
+def test_tree_step_declares_the_rows_it_draws_from(monkeypatch, case):
+    for seed in range(20):
+        check_pass(*_run_pass(monkeypatch, case, seed))
+    check_frequencies(monkeypatch, case)
+
+
+def test_control_depth_two_declared_iid_is_caught(monkeypatch):
+    """``tree_step`` declaring depth 2's model-row candidates i.i.d. (every row the source
+    row): both checks fail."""
+    real = loop.without_replacement_rows
+    calls = []
+
+    def rows(source, candidates):
+        calls.append(1)
+        if len(calls) % 3 == 2:  # the second model-row depth of each pass
+            return (source / source.sum()).expand(candidates.numel(), source.numel())
+        return real(source, candidates)
+
+    monkeypatch.setattr(loop, "without_replacement_rows", rows)
+    with pytest.raises(AssertionError):
+        check_pass(*_run_pass(monkeypatch, "model rows at depths 1-3", 0))
+    calls.clear()
+    with pytest.raises(AssertionError):
+        check_frequencies(monkeypatch, "model rows at depths 1-3")

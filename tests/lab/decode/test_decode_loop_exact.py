@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import os
 
 import pytest
 import torch
@@ -428,6 +429,22 @@ def test_control_candidates_declared_iid_are_caught(three, monkeypatch):
     monkeypatch.setattr(loop, "without_replacement_rows", iid_rows)
     law, _ = run(monkeypatch, adapter, 3, window=1, candidates=2)
     assert deviation(law, joint) == pytest.approx(IID_DEVIATION, abs=1e-12)
+
+
+@pytest.mark.skipif(os.environ.get("GSD_SLOW_EXACT") != "1",
+                    reason="a manual check: about 244 s on one core; run with GSD_SLOW_EXACT=1")
+def test_slow_model_row_candidates_at_depth_two_are_exact(monkeypatch):
+    """The reviewer's manual check, the only enumeration where a model-row candidate reaches
+    depth 2: V = 3, N = 4, window 2, ``tree=(1, 2)``, maximal drafts (the depth-2 draft is drawn
+    from a model row, its second candidate without replacement from that row). Measured:
+    2.5e-16 from the AR joint in 244 s; with depth 2's rows declared i.i.d.
+    (``loop.without_replacement_rows`` replaced as in the control above) 4.9e-4 (237 s).
+    ``GSD_SLOW_EXACT=1 pytest tests/lab/decode/test_decode_loop_exact.py -k slow``. The suite's
+    cheap counterpart, every depth's declared rows with the model stubbed:
+    test_token_tree_decoding.py::test_tree_step_declares_the_rows_it_draws_from."""
+    adapter = adapter_of(table(0, 3), (1, 2, 3))
+    law, _ = run(monkeypatch, adapter, 4, window=2, tree=(1, 2), draft="maximal")
+    assert deviation(law, exact(adapter, 4)) <= ROUNDING
 
 
 def test_control_deeper_candidates_declared_with_their_source_are_caught(three, monkeypatch):

@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("transformers")
 
 import gsd_lab.decode.loop as loop  # noqa: E402
-from gsd_core import level_tree  # noqa: E402
+from gsd_core import level_tree, verify_tree  # noqa: E402
 from gsd_core.multidraft import one_hot, without_replacement_rows  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
 from gsd_lab.models import tree  # noqa: E402
@@ -163,11 +163,10 @@ def _run_pass(monkeypatch, case, seed):
     ``verify_tree`` received them."""
     state = _pass_loop(*PASSES[case], seed)
     seen = {}
-    real_verify = loop.verify_tree
 
     def verify(targets, declared, tokens, parent, uniforms):
         seen.update(declared=declared, tokens=tokens, parent=parent)
-        return real_verify(targets, declared, tokens, parent, uniforms)
+        return verify_tree(targets, declared, tokens, parent, uniforms)
 
     def forward_nodes(adapter, head, tokens, parent):
         rows = torch.arange(1.0, V + 1, dtype=torch.float64)

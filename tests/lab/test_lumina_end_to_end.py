@@ -163,16 +163,21 @@ def _outputs(nb) -> tuple[str, list[str], list]:
 
 
 def _markdown_rows(nb) -> list[dict[str, str]]:
-    """Rows of every markdown table a notebook displayed (``figure_io.markdown_table``), as dicts."""
+    """Rows of every markdown table a notebook displayed (``figure_io.markdown_table``), as dicts;
+    the narrow parts one cell shows of one table (``course.show_tables``) joined on their first
+    column."""
     rows = []
     for cell in nb.cells:
+        joined: dict[tuple[str, str], dict[str, str]] = {}
         for out in cell.get("outputs", []):
             lines = [ln for ln in out.get("data", {}).get("text/markdown", "").splitlines() if ln.startswith("|")]
             if len(lines) < 3:
                 continue
             cells = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", ln.strip().strip("|"))]
                      for ln in lines]
-            rows += [dict(zip(cells[0], row)) for row in cells[2:]]
+            for row in cells[2:]:
+                joined.setdefault((cells[0][0], row[0]), {}).update(zip(cells[0], row))
+        rows += list(joined.values())
     return rows
 
 

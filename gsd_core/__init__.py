@@ -4,25 +4,19 @@ arXiv 2508.07747).
 Probabilities in, probabilities out: p is the target, q the draft distribution, both [..., V]
 (the last dimension the vocabulary, leading dimensions batch). Read in this order:
 
-- ``rules``: what each rule credits a drafted token, a(x) = min(1, P(x) / Q(x)) (``mass_ratio``),
-  and its residual (``token_residual``: norm((p - q)+)): SD, GSD's clusters and partitions
-  (``Partition``), Amplify; ``as_rule`` reads None / labels / a rule;
+- ``rules``: a(x) = min(1, P(x) / Q(x)) (``mass_ratio``) and the residual (``token_residual``)
+  of SD, GSD's clusters and partitions (``Partition``), Amplify; ``as_rule``;
 - ``lantern``: LANTERN's latent neighbourhoods and its rule;
 - ``relaxation``: the TV-optimal relaxation, the most accepting rule within a TV budget;
-- ``verification``: ``verify``, a whole window of drafts left to right (``resolve_window``: its
-  stop and draw given every a_i; ``draw``: the inverse-CDF draw);
-- ``exact``: the acceptance rate alpha and the law of the emitted token, by enumeration
-  (``output_law``), summed in one fixed order (``fixed_order_sum``) so the bits do not depend
-  on the CPU or thread count;
-- ``block_verification``: ``verify_block``, the window's accepted prefix decided jointly
-  (Sun et al., arXiv 2403.10444; lossless, proofs/14), and its exact window law;
+- ``verification``: ``verify``, a whole window of drafts left to right (``resolve_window``);
+- ``exact``: alpha and the emitted token's law by enumeration (``output_law``);
+- ``block_verification``: ``verify_block``, the accepted prefix decided jointly (proofs/14);
 - ``multidraft``: several candidates for one position, recursive rejection sampling (proofs/15);
-- ``token_tree``: a token tree (candidates at several depths) verified top-down by recursive
-  rejection at every node (``verify_tree``, ``level_tree``, its exact law ``tree_law``; proofs/16);
-- ``checks``: the input checks (``check_window``, ``check_pair``, ``check_tokens``,
-  ``check_uniforms``, ``check_count``; ``SUM_TOLERANCE``, ``working_dtype``).
+- ``token_tree``: a token tree verified top-down (``verify_tree``, ``tree_law``; proofs/16);
+- ``checks``: the input checks (``check_window``, ``SUM_TOLERANCE``, ``working_dtype``).
 
-gsd_lab.engine is a GPU-shaped implementation of ``verify``, tested bit for bit against this one.
+Each module's longer map (and gsd_lab.engine, tested bit for bit against ``verify``):
+docs/core.md.
 """
 
 from .block_verification import verify_block, window_law

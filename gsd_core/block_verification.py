@@ -1,10 +1,7 @@
 """Block verification of a window of drafts (Sun et al., arXiv 2403.10444, Algorithm 2).
 
-``verify`` (token-wise) stops at the first rejected draft. Block verification decides the
-accepted prefix of the whole window jointly: a rejection at position i no longer ends the
-window if a later prefix still passes. Window of L drafts x_0 .. x_{L-1}, x_i drawn from the
-draft row q_i (which may depend on x_{<i}); target rows p_0 .. p_L along the drafts (p_i is the
-target's law of position i given x_{<i}; p_L the bonus row). Then, with (t)_+ = max(t, 0):
+Window of L drafts x_0 .. x_{L-1}, x_i drawn from the draft row q_i (which may depend on
+x_{<i}); target rows p_0 .. p_L along the drafts (p_L the bonus row). With (t)_+ = max(t, 0):
 
 1. weights: w_0 = 1, w_{i+1} = min(1, w_i p_i(x_i) / q_i(x_i))  (0 where q_i(x_i) = 0);
 2. residual masses: rho_i = sum_y (w_i p_i(y) - q_i(y))_+ for i < L;
@@ -15,19 +12,10 @@ target's law of position i given x_{<i}; p_L the bonus row). Then, with (t)_+ = 
    residual; q_L = 0, so at tau = L it is p_L itself);
 6. emitted: x_0 .. x_{tau-1}, then y.
 
-Why it is exact (proofs/14_block_verification.md): averaged over the drafts after a prefix s of
-length i, Pr[tau >= i | s] = w_i(s) (h_i is the one value that makes this hold), so
-Pr[tau > i, x_i = y | s] = min(q_i(y), w_i p_i(y)) and Pr[tau = i, emitted y | s] =
-(w_i p_i(y) - q_i(y))_+: their sum is w_i p_i(y), the target's law times Pr[tau >= i | s].
-The drafts' joint law must be the product of the declared rows, prod_i q_i(x_i | x_{<i}), and the
-uniforms fresh: not the case for coupled Jacobi drafts (proofs/14). With L = 1 this is ``verify``
-exactly (h_1 = w_1 = min(1, p_0(x_0) / q_0(x_0))). For the same draft laws it accepts at least
-i drafts at least as often as token-wise verification, for every i (w_i >= prod_{j<i} a_j on every
-path; proofs/14, claim 3), so its expected accepted length is at least as large; not draft by
-draft.
-
-``window_law`` gives the exact law of one window (both verifiers) by enumerating every draft
-path of a tree model, for tests.
+``verify_block`` runs it; ``window_law`` gives the exact law of one window (both verifiers) by
+enumerating every draft path of a tree model, for tests. With L = 1 this is ``verify`` exactly.
+Why it is exact, what the drafts' joint law must be and why it accepts at least as many drafts
+as ``verify``: docs/core.md and proofs/14_block_verification.md.
 """
 
 from __future__ import annotations

@@ -6,22 +6,14 @@ is credited to x while the cumulative mass stays within the total-variation budg
 
     m(x) = max { S_j : S_j <= delta, j = 0 .. k - 1 },   S_j = p(y_1) + ... + p(y_j),   S_0 = 0,
 
-and a(x) = min(1, (p(x) + m(x)) / q(x)) (LANTERN's row in the table of ``rules``). Moving
-A(x) = {y_1 .. y_j}'s mass onto x changes p by TV = m(x) <= delta (the paper's bound, per
-drafted token). The exact law (proofs/08) has TV(out, p) = alpha - alpha_SD =
+and a(x) = min(1, (p(x) + m(x)) / q(x)) (LANTERN's row in the table of ``rules``), residual
+norm((p - q)+). Moving A(x) = {y_1 .. y_j}'s mass onto x changes p by TV = m(x) <= delta (the
+paper's bound, per drafted token). The exact law (proofs/08) has TV(out, p) = alpha - alpha_SD =
 sum_x min((q(x) - p(x))+, m(x)): at most TV(p, q), but *not* at most delta (delta = 1/4, TV = 1).
 
-Readings of the paper (and its released code):
-1. k counts x itself: B_k(x) = {x} + (k - 1) others, so k = 1 is SD (the release's
-   ``lantern_k`` counts only the others).
-2. Euclidean distance between embedding rows (the release: L2 between VQ latents); ties by the
-   smaller id; ``max_distance`` (ours) is an optional limit.
-3. The budget test S_j <= delta is inclusive, on a prefix of B_k(x): the walk stops at the first
-   neighbour that would exceed delta. delta in [0, 1]; LANTERN++'s relative budget (the
-   release's delta > 1) is refused.
-4. Neighbours are credited whatever their draft probability; q(x) alone is the denominator.
-5. Residual norm((p - q)+) with the unmodified q (the release's tree verifier zeroes q on the
-   neighbourhood, which belongs to its multi-candidate walk and would make r depend on x).
+k counts x itself (k = 1 is SD); distances are Euclidean between embedding rows, ties by the
+smaller id; delta in [0, 1]. The five readings of the paper and its released code behind these
+choices: docs/core.md.
 """
 
 from __future__ import annotations

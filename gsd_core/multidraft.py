@@ -1,37 +1,22 @@
 """Several candidates for one position: recursive rejection sampling (RRS).
 
-Speculative sampling verifies one draft x ~ q against the target p. With k candidates
-x_1 .. x_k for the same position, x_j drawn from a row q_j that may depend on the candidates
-before it, RRS (the multi-draft verifier of SpecTr, arXiv 2310.15141, Sec. 4, and of recursive
-speculative decoding, Jeon et al., arXiv 2402.14160) tests them in turn, each against the
-residual the previous rejections left:
+With k candidates x_1 .. x_k for the same position, x_j drawn from a row q_j that may depend on
+the candidates before it, RRS (the multi-draft verifier of SpecTr, arXiv 2310.15141, Sec. 4, and
+of recursive speculative decoding, Jeon et al., arXiv 2402.14160) tests them in turn, each
+against the residual the previous rejections left:
 
     r_1 = p
     stage j = 1 .. k:  accept x_j iff u_j < a_j = min(1, r_j(x_j) / q_j(x_j))   (0 if q_j(x_j) = 0)
                        else r_{j+1} = norm((r_j - q_j)+)
     all k rejected:    emit a draw from r_{k+1} (inverse CDF with u_{k+1})
 
-Exactness (proofs/15_multiple_drafts.md): if q_j is the law of x_j given everything the stages
-before j saw (the history, x_1 .. x_{j-1}, u_1 .. u_{j-1}) and the uniforms are fresh, then stage j
-emits a token of law r_j (speculative sampling with target r_j, proofs/02), so the output's law is
-r_1 = p. Three draft schemes fit that condition and are used here:
+The output's law is p when q_j is the law of x_j given everything the stages before j saw and
+the uniforms are fresh (proofs/15_multiple_drafts.md). Draft schemes that fit: i.i.d. (q_j = q),
+without replacement (``without_replacement_rows``), given candidates (``one_hot`` rows); each is
+explained in docs/core.md. k = 1 is ``gsd_core.verify`` on a window of one draft, bit for bit.
+``multidraft_law``: the exact output law and acceptance probability by enumeration (small V).
 
-- i.i.d. (with replacement): q_j = q for every j. The residual must then be updated with q
-  itself, r_{j+1} = norm((r_j - q)+); a rejected token can come back as a later candidate.
-- without replacement (``without_replacement_rows``): x_j ~ q_j = norm(q with x_1 .. x_{j-1}
-  set to 0). A rejected x_j has (r_j - q_j)+(x_j) = 0 (it was rejected, so r_j(x_j) < q_j(x_j)),
-  and every later residual keeps it at 0: the candidates are distinct, never wasted on a
-  token already turned down. If q has fewer than j tokens, q_j = 0: x_j is *absent* (a_j = 0,
-  r_{j+1} = r_j; its id is a placeholder).
-- given candidates (``one_hot`` rows, q_j = e_{x_j}): candidates the verifier conditions on, e.g.
-  k distinct fresh tokens; stage j accepts x_j with probability r_j(x_j) and otherwise removes it.
-
-k = 1 is standard speculative sampling bit for bit (``gsd_core.verify`` on a window of one draft,
-the same uniforms). ``multidraft_law`` gives the exact output law and acceptance probability by
-enumeration of the candidate tuples (small V).
-
-Shapes: p [..., V]; q rows [..., k, V]; candidates [..., k]; uniforms [..., k + 1]. The stages are
-a loop over k (a handful), vectorised over the batch dimensions and the vocabulary.
+Shapes: p [..., V]; q rows [..., k, V]; candidates [..., k]; uniforms [..., k + 1].
 """
 
 from __future__ import annotations

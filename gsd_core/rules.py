@@ -14,11 +14,9 @@ and after a rejection a token is drawn from the rule's residual r:
     LANTERN (lantern.py)          p(x) + m(x)     q(x)          norm((p - q)+)
 
 with p(C) = sum_{y in C} p(y). A rule is any object with the two methods of ``Rule``. Shapes:
-p, q [..., V] (leading dimensions batch), drafted tokens x [..., T] int64. GSD's clusters hold
-G tokens (``group_size``) of the probability ranking: the vocabulary by p descending, ties by
-the smaller id (one stable sort); rank(y) = #tokens before y. ``DynamicClusters(G)`` (the paper's
-Algorithm 3) is token-dependent and overlapping: no partition, no Theorem 1 (proofs/04);
-``RankBinnedClusters(G)`` (proofs/05) and ``FixedPartition`` (proofs/01) are partitions.
+p, q [..., V] (leading dimensions batch), drafted tokens x [..., T] int64. GSD's clusters, from
+the probability ranking (docs/core.md): ``DynamicClusters(G)`` (Algorithm 3; overlapping, so no
+Theorem 1: proofs/04), the partitions ``RankBinnedClusters(G)`` (proofs/05), ``FixedPartition``.
 """
 
 from __future__ import annotations

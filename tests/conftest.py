@@ -37,7 +37,7 @@ LONGEST_FIRST = (  # minutes each on 2 cores: a Lumina end-to-end run, notebooks
     "tests/lab/cli/test_cli.py",
     "notebooks/03_top100_replacement.ipynb",
     "notebooks/02_top1_probability_histograms.ipynb",
-    "tests/lab/standin/test_standin_training.py",
+    "tests/train/standin/test_standin_training.py",
     "tests/lab/experiments/test_reproducible_isa.py",
     "tests/test_site.py",  # the documentation site's Sphinx build
 )

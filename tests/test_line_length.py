@@ -1,4 +1,4 @@
-"""Lines of gsd_core and gsd_lab are at most 100 characters (pyproject's ``[tool.ruff]``)."""
+"""Lines of gsd_core, gsd_lab and gsd_train are at most 100 characters (pyproject's ``[tool.ruff]``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _sources(package: str) -> list[Path]:
 
 @pytest.mark.parametrize(
     "path",
-    _sources("gsd_core") + _sources("gsd_lab"),
+    _sources("gsd_core") + _sources("gsd_lab") + _sources("gsd_train"),
     ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_lines_fit(path):

@@ -15,19 +15,7 @@ None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or clu
 ``Amplify(k, rule)``, ``Lantern``, or any rule: what a rule's class registers in
 ``gsd_lab.engine.capabilities`` picks the path below, else gsd_core's enumeration of the law.
 
-Cost: dynamic clusters O(V log V + K G) per row (one full ranking, then G slots per token:
-``gsd_lab.engine.windows.ranked_window_masses``) and LANTERN O(K k), K the support of q (one
-token for fresh one-hot drafts, the top-k for Jacobi re-drafts: ``gsd_lab.engine.support_accept``),
-after a one-off [V, V] bool table of the embedding filter; partitions O(V log V) (gsd_core's own
-law); LANTERN's distortion alone by proofs/08's identity (``lantern_distortion``). Rows go through
-in chunks of at most ``max_elements`` // V rows; member tables of at most ``chunk_elements``
-(2^24) entries.
-
-Sums: the renormalisation, the TV sums, LANTERN's identity here, and in gsd_core alpha and the
-residual's normalisation, run over the vocabulary in one fixed pairwise order
-(``gsd_core.exact.fixed_order_sum``); a(x) is bit for bit the probability ``verify`` tests. On
-the same rows the results were the same bits under every CPU instruction set and thread count
-tested (tests/lab/experiments/test_reproducible_isa.py).
+Cost per rule and the fixed summation order: docs/decoding.md.
 """
 
 from __future__ import annotations

@@ -10,31 +10,13 @@ redraft) with its own generator, rule and stopping; only the forward is shared. 
         on ``gsd_lab.models.batched.BatchRunner`` (per-row cache lengths, rollback, padding);
     for each image i: verify / sample (draws from generator i), commit (crop its rows), redraft.
 
-Each generator is drawn from in the order ``generate`` draws from it, so an image's tokens, NFE
-(the forwards it took part in), accepted counts and distortions are those of ``generate`` with
-the same generator, given the same distributions. The distributions are the adapter's
-processing of the model's logits; processing is per image and bit-exact, the batched model
-forward may differ from a batch-1 forward in the last bit (``gsd_lab.models.batched``), so a
-token could differ only where a uniform falls within ~1e-16 of a threshold
-(``tests/lab/decode/test_decoding_batch.py`` compares tokens and NFE of mixed batches, and
-measures).
-
 Acceptance is ragged: every image commits its own a_i + 1 tokens per step. An image that has
 its ``num_tokens`` leaves the batch (its cache rows are dropped at the next step); with
 ``batch_size`` set, the next waiting request takes its place in the same step (continuous
 batching: it prefills while the others decode). Methods may differ between images (AR, SJD,
 GSD, LANTERN, coupled drafts, the release preset); windows and prompt lengths may too.
 
-Timing: per step, the wall time (minus the exact-distortion accounting) and the model's time
-are split equally between the images in the step, so each ``DecodeResult.wall_seconds`` is its
-share and their sum is the batch's decoding time; ``accounting_seconds`` is the image's own.
-Forwards on the eager adapter (``runner="eager"``: ``BatchRunner``) or on a static cache
-(``runner="static"``: ``gsd_lab.models.static_batched.StaticBatchRunner``, per-row lengths, CUDA
-graphs per (rows, width, length) on a GPU; each image then gets the tokens and NFE of
-``generate(..., runner="static")``). A non-finite distribution raises
-``FloatingPointError`` for the whole call, naming the image's forward and positions. Used by
-``figures`` (``RunCache``), ``figures --paper`` (``experiments.stream``) and ``evaluate``
-(``on_result`` writes each image's result file as it finishes).
+Why the tokens are those of ``generate``, timing, runners and callers: docs/decoding.md.
 """
 
 from __future__ import annotations

@@ -7,43 +7,12 @@ is one ``decode.methods.DecodingMethod``. State: the committed tokens x_0..x_{n-
 holds the prompt and all but the last) and a window of L drafts d_0..d_{L-1} for positions
 n..n+L-1, each with the law q_i it was drawn from.
 
-Each iteration is one forward over [x_{n-1}, d_0, ..., d_{L-1}] (the first feeds the prompt:
-the prefill is counted in nfe); its rows p_0..p_L are the targets of positions n..n+L.
-``engine.verify(p, q, d, rule)`` (gsd_core.verify's result, bit for bit; the rule is
-``ResolvedMethod.rule``) accepts a prefix d_0..d_{a-1} (position i with probability
-min(1, p_i(C)/q_i(C)), C = {d_i} for SJD, the GSD cluster otherwise) and emits one more token:
-from the residual of row a at a rejection, or from the bonus row p_L. So every forward commits
-a + 1 >= 1 tokens; the cache is cropped to them. Positions j = a+1..L are re-drafted from this
-pass's p_j, which becomes their q (p_L drafts position n+L): independently (SJD) or coupled to
-the draft held (``draft`` "maximal" / "gumbel", MC-SJD / SCD: ``decode.coupling``; the law is
-still p_j). Fresh drafts refill the window with one-hot q: uniform over the allowed tokens
-(``init="random"``) or the token one image row up (``init="repeat_row"``; random without a row
-above). ``verifier="block"`` verifies with ``gsd_core.verify_block`` (Sun et al.: the last
-passing prefix, then the modified residual; lossless with independent drafts, proofs/14; its
-input checks read the rows on the host).
-
-SJD is exact (each token an exact draw from the AR law: a draft's q is its law given everything
-verification conditions on, and drafts are independent of the iteration's uniforms; coupled
-drafts too, proofs/09); GSD's dynamic clusters are lossy by design. AR is the loop with L = 0.
-The window is capped at the tokens still needed minus one (the bonus row gives the last), so
-L = 0 steps occur at the end of SJD/GSD too.
-
-All randomness comes from ``generator`` (on the adapter's device). Host syncs: one status read
-per forward (the accepted count and sum(p); a non-finite p raises ``FloatingPointError`` naming
-the forward and positions). verify adds one per step only for ``DynamicClusters`` ranking by p
-without the adapter's support of p (CPU adapters give one): the widest support it ranks
-(``gsd_lab.engine``; tests/lab/engine/test_engine_costs.py). Rules fixed per step add their own: a
-budget reads the window's L totals (and its forced positions), the transport relaxation and
-the W1 dial plan on the CPU (p and q copied to the host each step).
-
-A token tree (``DecodingMethod.tree_shape``: ``candidates=k`` or ``tree=(k_1, ..)``) replaces
-the forward and the verification of a pass by ``tree_step``: candidates at the window's first
-depths, one forward over the tree, ``gsd_core.verify_tree``'s walk (proofs/15, 16).
-
-``runner="static"`` runs the loop on ``models.static.StaticEngine`` (a static KV cache rolled
-back by position, fixed window shapes, a CUDA graph on a GPU): same draws, same tokens where the
-arithmetic is the same, and the status read stays its only sync for the fixed rules, GSD's
-``DynamicClusters`` included.
+Each iteration is one forward over [x_{n-1}, d_0, ..., d_{L-1}], rows p_0..p_L; ``engine.verify``
+accepts a prefix d_0..d_{a-1} (position i with probability min(1, p_i(C)/q_i(C)), C = {d_i} for
+SJD, the GSD cluster otherwise) and emits one more token (residual of row a, or bonus row p_L):
+a + 1 >= 1 tokens a forward. Positions a+1..L are re-drafted from this pass's p_j. AR is L = 0.
+The iteration in full, drafting, exactness, host syncs, token trees (``tree_step``) and
+``runner="static"``: docs/decoding.md.
 """
 from __future__ import annotations
 

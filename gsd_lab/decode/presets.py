@@ -7,55 +7,11 @@ take the forced token where the adapter forces one (row ends: always accepted), 
 distance filter compares float64 squared distances ||e_y - e_x||^2 <= d of the input embeddings
 (``gsd_core.DynamicClusters``); CLIP scores the image as decoded.
 
-``release`` (junhyukso/GSD ``test_GSD.py`` with its Jacobi sampler, and SJD's evaluation):
-
-- window: ``max_num_new_tokens = 16`` input tokens, i.e. 15 drafts after the last committed one;
-- Jacobi only between generated positions ``jacobi_loop_interval_l = 3`` and
-  ``jacobi_loop_interval_r = side^2 + side - 10`` (768 px: 2342), counted from the first
-  generated token of the release, which samples the image start and both size tokens itself
-  (here they are in the prompt): here E = N - 13 for N image tokens. The release sizes each
-  forward's input from ``cur_len`` *before the previous forward* (``_sample`` sets
-  ``output_token_num = min(16, r - cur_len)`` after a forward and updates ``cur_len`` only at
-  the end of the loop body), so with n' the position committed before the previous forward
-  (-1 before the first): drafts = min(15, E - n' - 1) while 0 <= n' < E, else none. Hence the
-  first code comes from the prefill alone (AR), drafting starts one forward later, goes on for
-  one forward past E, and that last window may reach past E; the last tokens are AR. Windows
-  are also capped at the image's last token (the release's, rarely, would reach the image end).
-  The release also spends forwards on the image start, the two size tokens, the image end and
-  the end of turn: its NFE is this preset's plus 5 (``RELEASE_EXTRA_FORWARDS``; 4 when its last
-  window reached the image end);
-- random drafts uniform over the image codes at every position, row ends included (there the
-  release's rule finds p(C) = 0 and rejects; a rule that would accept a p = 0 draft at a forced
-  position, one without the gap filter, is overruled the same way: ``generate``'s
-  ``forced_drafts=False``);
-- GSD's window and filters as the release computes them (``ReleaseDistanceClusters``): the 14
-  ids around x in one ascending stable sort of p, so that of tied tokens the larger id ranks
-  higher (PyTorch's CUDA sort is stable for rows of more than 4096 entries, its
-  ``should_use_small_sort``, as the release's 65,536 logits, although its ``sort(dim=-1)`` asks
-  for no stability); the table |a|^2 + |b|^2 - 2 a.b over ``embed_tokens[:10000]`` in bfloat16,
-  kept where < d (strict); the gap filter |p(y) - p(x)| < 0.15 (strict); no distance filter for a
-  window holding an id above 10000 (the release's ``max() <= 10000`` test); and the plain ratio
-  p(x)/q(x) where the release's ``try`` fails and it falls back to that ratio: x itself in
-  [R, 10000], R = 10000 the table's rows, i.e. x = 10000 (``head_img_sims[cls_idx]`` indexes
-  with a 0-d tensor, a bounds check on the host: an IndexError, caught), or an empty window (x
-  among the 7 tokens lowest in the sort: the slice's start is negative);
-- CLIP on images resized to 299 x 299 (bilinear) first, as SJD's evaluation script does.
-
-Not reproduced: the release sorts its float32 logits (float32 classifier-free guidance), this
-rule the float64 p = softmax(l) of float64 guidance l = u + s (c - u) (``gsd_lab.models.adapter``),
-so their orders differ where float32 rounding ties or swaps values that float64 keeps apart; the
-release drops a drafted token from its own cluster when its bfloat16 self-distance
-|a|^2 + |a|^2 - 2 a.a rounds to >= d (here the token always stays in its cluster; the release's
-ratio then divides by q(C) = 0 where q is one-hot); and where x < R <= max W(x) <= 10000 (a
-window holding id 10000 around a lower x) the release's next step ``[logit_sort_idx]`` gathers
-past the table's row on its GPU, a device-side assert and no Python exception: the release
-aborts, with no output. This rule takes the plain ratio there, what the release computes on a
-CPU (where that gather raises an IndexError). Neither this nor the caught x = 10000 occurs in the
-release's image generation: its drafts are image codes (random ones from its image vocabulary) or
-its own samples at image positions, ids <= 8803, and its ``MultiTokensVLLogitsProcessor`` sets
-every id outside the image codes to -inf there (the row end's 8803 and the image end's 8196
-excepted where forced), so in the stable sort a window holds only ids <= 8809 or reaches into
-the top of the -inf run, 65535 downwards.
+``release`` follows junhyukso/GSD's ``test_GSD.py`` with its Jacobi sampler, and SJD's evaluation:
+its window, its Jacobi interval (``RELEASE_EXTRA_FORWARDS``: the forwards the release spends
+outside it), random drafts over the image codes at every position, GSD's window and filters as the
+release computes them (``ReleaseDistanceClusters``) and CLIP on resized images; each setting,
+and what is not reproduced, in docs/lumina-mgpt.md, section 8.
 """
 
 from __future__ import annotations

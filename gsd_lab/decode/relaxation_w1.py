@@ -13,29 +13,8 @@ speculative sampling toward r (accept min(1, r(x)/q(x)), residual norm((r - q)+)
 acceptance alpha = 1 - TV(q, r) = 1 - T + M, M = sum f (the moved mass). Any feasible plan gives
 these three facts; the solvers differ only in how much mass they move. Solvers for the plan:
 
-- "ranked" (the default, for decoding): every row of a window at once, in torch (``ranked_plans``):
-  the live edges by cost level, cheapest first (``COST_LEVELS`` quantiles of the neighbour
-  table's costs); within a level every edge proposes min(remaining excess, remaining deficit),
-  scaled down where a token's proposals exceed its capacity and where the level's cost exceeds the
-  row's remaining budget. Feasible, deterministic (the same bits under any thread count, and a
-  row's plan does not depend on the other rows), not optimal: its gap to "lp" and its time per
-  window are measured (``benchmarks/transport_solver_speed.py``);
-- "lp": the largest M (a linear programme on the allowed edges, scipy's HiGHS): no verifier whose
-  output law is reachable from p by a plan on these edges within eps accepts more (proofs/12);
-- "greedy": edges by cost ascending (ties: y, then x), each filled as far as its two capacities
-  and the remaining budget allow. Feasible, not optimal in general: its gap to "lp" is measured
-  (``benchmarks/transport_solver_speed.py --gap``).
-
-"lp" and "greedy" solve one row at a time in float64 numpy: for exact one-step laws and
-measurements. "ranked" plans a whole window, faster than either (measured side by side in
-``benchmarks/results/transport_solver_speed_standin.txt``). It plans on the CPU in float64
-whatever the rows' device, so the bits do not depend on the device.
-
-A decoding-ready rule: ``TransportRelaxation(neighbours, eps)`` takes eps as a float or one budget
-per row, like ``gsd_core.OptimalRelaxation``'s delta; a row with eps = 0 is SD bit for bit. A
-window with per-row budgets is verified as plain SD on ``window_target(p, q)`` (one plan per
-row, computed once); the decoding loop does the same through ``gsd_lab.decode.planned``
-(``PlannedTargets.verify_rows``, which also keeps each row's plan for the accounting).
+Solvers (``ranked_plans``: "ranked", "lp", "greedy") and the rule ``TransportRelaxation``:
+docs/decoding.md.
 """
 
 from __future__ import annotations

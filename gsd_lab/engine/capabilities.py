@@ -2,12 +2,6 @@
 capabilities, one generic function each, dispatched on the rule's class
 (``functools.singledispatch``; a subclass gets its base's registration).
 
-A rule that registers none of them still verifies, decodes and is accounted for exactly, by the
-generic path each documents (gsd_core's own ``masses``, gsd_core's enumeration of the law), or is
-refused with a ValueError naming what it lacks (``cluster_residual``); none answers silently for
-a rule it does not know. Amplify's scaling is one registration per capability (its rule's
-answer, scaled where masses are concerned), so no caller unwraps it.
-
     unscaled(rule)              the rule under Amplify's scaling        generic: the rule itself
     uses_support(rule)          verify reads ``support=`` ids           generic: False
     window_masses(...)          (P, Q) of verify's drafts               generic: rule.masses
@@ -20,16 +14,8 @@ answer, scaled where masses are concerned), so no caller unwraps it.
     coupling(rule)              the clusters coupling the emitted token with a Y ~ p
                                                                         generic: None (undefined)
 
-A rule holding tensors says how its rows slice. ``rows_of`` first asks the rule itself: a class
-that defines a method ``rows(index)`` answers (duck-typed, so an outside rule needs nothing
-besides its gsd_core rule and its spec: tests/lab/decode/test_acceptance_extension.py); then the
-registry: ``slice_rows`` for a dataclass whose tensor fields run over its rows (every such field
-sliced, a new one included), ``shared_rows`` for tensors every row shares. gsd_core's rules are
-registered here (they hold no lab method); a lab rule may register next to its rule and spec
-(``decode.planned``, ``decode.relaxation_w1``):
-
-    class MyRule:
-        def rows(self, index): return MyRule(self.weight[index])
+The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
+``slice_rows``, ``shared_rows``): docs/decoding.md.
 """
 
 from __future__ import annotations

@@ -12,19 +12,8 @@ cluster holding the three tokens: every draft accepted) must fail. The test is e
 side and sampled on the decoder side: a lossless decoder fails it with probability 1e-3 whatever
 the seed, and a wrong one passes it only if its law is within the test's power of AR's.
 
-A lossy rule has no such joint law to test against, but its first token has one: the first
-forward verifies a uniformly random one-hot draft against p(. | prompt) before anything else is
-decided, so that token's law is one exact verification step averaged over the draft
-(``first_token_law``, ``check_first_token``). A wrong credited cluster mass or an off-by-one
-accepted count in the loop moves it (tests/lab/teaching/test_notebook04_checks_power.py).
-
-Which drafts a check uses decides which bugs it can see. With uniformly random drafts (one-hot
-q = e_x, x uniform over the K allowed tokens), resampling from p instead of the residual
-norm((p - q)+) is still lossless on average over x (the emitted law is p(y)/K + (1 - 1/K) p(y)
-= p(y)), so that classic bug shows only at Jacobi re-drafts and passes checks of a few thousand
-decodes. Drafts that repeat the previous token (``init="repeat_row"`` with ``ROW_LENGTH`` = 1
-token per row) have a non-uniform draft law, where the same bug fails the check
-(tests/lab/teaching/test_notebook_checks_power.py).
+The first-token law of a lossy rule (``first_token_law``, ``check_first_token``) and which drafts
+see which bugs: docs/decoding.md.
 """
 
 from __future__ import annotations

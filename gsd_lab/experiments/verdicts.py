@@ -1,12 +1,5 @@
 """One rule for every "reproduces / does not / noise" verdict, and the paired differences it judges.
 
-A claim here is a signed difference between two measurements over the same images (the same
-prompts and generator seeds): GSD's NFE minus SJD's, a method's quality minus AR's, GSD's
-distortion minus Amplify's at matched NFE. Its standard error is the *paired* one: the
-spread of the per-image differences d_i = a_i - b_i, SE = sd(d) / sqrt(n) (ddof 1), or a
-bootstrap standard deviation where the statistic is not a plain mean (an interpolated curve,
-``matched``). Pairing removes the prompt-to-prompt variation both sides share.
-
 ``verdict(difference, se, expected_sign, size_ok)``, used everywhere (``paper``, ``matched``):
 
 - "not run": the difference is missing (NaN: a row was not in this run);
@@ -20,17 +13,9 @@ bootstrap standard deviation where the statistic is not a plain mean (an interpo
 So a verdict is never "yes" or "no" on a difference the run cannot resolve, and a difference
 of exactly 0 with SE 0 is "noise" (the two sides are equal: neither is smaller).
 
-One vocabulary and one interval everywhere a verdict is shown (README, claims.md, notebooks,
-results.md): ``WORDS[v]`` ("noise" reads "no difference detected", never "same" or "equal"),
-printed with the interval it was decided on, d +- ``NOISE_Z`` SE (``interval``), and for
-"noise" the smallest difference the run could have detected, ``minimum_detectable(se)``:
-(``NOISE_Z`` + z_power) SE, the true |d| at which the test above fires with probability
-``POWER`` (normal approximation, the far tail ignored). ``Decision.text`` writes all three.
-
-A claim about a size (a speed-up, a ratio of NFE) is judged as a ratio against the paper's ratio
-(``ratio_verdict``): the ratio of the two means R = mean(a) / mean(b) with its paired
-delta-method SE, SE(R) = sd(a_i - R b_i) / (sqrt(n) mean(b)); "yes" when R is beyond the noise
-on the paper's side of 1 and the paper's ratio lies inside R +- ``NOISE_Z`` SE(R).
+What a claim is and its paired standard error, the words and intervals shown (``WORDS``,
+``interval``, ``minimum_detectable``, ``Decision.text``), and ratio claims (``ratio_verdict``):
+docs/verdicts.md.
 """
 
 from __future__ import annotations

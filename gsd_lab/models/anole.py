@@ -6,25 +6,8 @@ is Chameleon 7B fine-tuned to emit image tokens; Meta's Chameleon release has th
 architecture and vocabulary but was not trained to (its image-output head is suppressed), so only
 Anole weights make images worth looking at. Both load here the same way.
 
-Quirks of the family (what this adapter does about them):
-
-- The stock ``forward`` sets every image-token logit to the dtype minimum (no config switch):
-  logits are ``lm_head(model.model(...).last_hidden_state)``, as for Lumina-mGPT, which shares
-  the layout. Non-image logits are identical to the stock forward's.
-- No VQ decoder in the class (``model.vqmodel`` is the image *encoder*, never loaded here): pixels
-  come from the Chameleon VQGAN (``chameleon_vqgan``, ``--vqgan DIR``: ``vqgan.yaml`` +
-  ``vqgan.ckpt``, the file Meta's release and Anole ship).
-- Image codes are the ids named ``IMGIMG...`` (``ChameleonImageVocabularyMapping.image_tokens``);
-  the VQ index is read from the name (``bpe2img``), never from an offset.
-- Layout: no end-of-row token. prompt = <s> + text ids + <racm3:break> (image start); the image
-  is ``latent_side``^2 codes, then <eoss> (image end) and </s>, both forced. ``latent_side``
-  defaults to the checkpoint's own image tokenizer: vq_config ``resolution`` / 2^(len(
-  ``channel_multiplier``) - 1), the size ``ChameleonVQVAE`` encodes images at (512 / 16 = 32 for
-  Chameleon and Anole: 1024 codes for a 512 x 512 image).
-- CFG: one scale s on logits, l = u + s (c - u), with the unconditional prompt <s> <racm3:break>
-  (the text dropped). Anole's own sampler (Meta's ``chameleon`` inference code) mixes two guidance
-  scales (text and image) and samples with top-p; neither is reproduced: the defaults here are the
-  GSD paper's Lumina-mGPT settings (s = 3.0, top-k 2000, temperature 1.0), named as such.
+Quirks of the family (what this adapter does differently from the stock model):
+docs/family-chameleon.md, section 3.
 """
 
 from __future__ import annotations

@@ -5,31 +5,8 @@ Weights: ``BAAI/Emu3-Gen-hf`` (the transformers-layout conversion of ``BAAI/Emu3
 parameters with its VQ-VAE). Loaded with the stock ``Emu3ForConditionalGeneration.from_pretrained``
 (text model, ``lm_head`` and the VQ-VAE whose decoder makes the pixels).
 
-Quirks of the family (what this adapter does about them):
-
-- The stock forward's logits cover the whole vocabulary, unmasked: the adapter uses them as they
-  are (``CausalLMAdapter.compute_logits``).
-- Image codes are the ids named ``<|visual token NNNNNN|>`` (``Emu3ImageVocabularyMapping``; the
-  VQ index is read from the name, ``img2bpe``).
-- Layout (``Emu3Processor(..., return_for_image_generation=True)``): prompt = BOS + text +
-  <|image start|> + the text "{h}*{w}" + <|image token|>, with (h, w) latent rows and columns from
-  the processor's ``calculate_generate_size`` (ratio 1:1: h = w = round(sqrt(image_area) / f), f
-  the VQ-VAE's spatial factor; the processor's default area 518400 gives 90 x 90 at f = 8). The
-  image is h rows of w codes each followed by the end-of-line token <|extra_200|>, then
-  <|extra_201|> (end of frame), <|image end|>, EOS, then padding: all forced, as the stock
-  ``prefix_allowed_tokens_fn`` of transformers' Emu3 documentation forces them
-  (``(offset) % (w + 1) == 0`` counted from <|image token|>).
-- CFG with a negative prompt: stock ``generate(negative_prompt_ids=...)`` runs
-  ``UnbatchedClassifierFreeGuidanceLogitsProcessor``, which scores only the last position with
-  its own unconditional cache. A Jacobi window needs every position's unconditional row, so the
-  adapter runs the negative prompt as the second row of its CFG batch (shared generated tokens,
-  left padding masked). The stock processor mixes log-softmaxes,
-  s (log p_c - log p_u) + log p_u; the adapter mixes logits, u + s (c - u): the two differ by a
-  constant per row, which softmax, top-k and temperature ignore (equal distributions to float
-  precision, tested).
-- Sampling settings come from the checkpoint's ``generation_config.json`` where it sets them
-  (``guidance_scale``, ``top_k``, ``temperature``), else BAAI's Emu3 README values: guidance 3.0,
-  top-k 2048, temperature 1.0. The negative prompt defaults to the README's.
+Quirks of the family (what this adapter does differently from the stock model): docs/family-emu3.md,
+section 3.
 """
 
 from __future__ import annotations

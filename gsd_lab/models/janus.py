@@ -9,40 +9,8 @@ Weights: the transformers conversions ``deepseek-community/Janus-Pro-1B`` and
 (``deepseek-ai/Janus-Pro-*``, ``model_type`` "multi_modality") need DeepSeek's code and are
 refused with a message naming the conversion.
 
-How stock ``JanusForConditionalGeneration.generate(generation_mode="image")`` makes an image
-(transformers 5.24, read from its source), and what the adapter does the same way:
-
-- Two vocabularies. The prompt is text ids (the language model's ``embed_tokens``); generated
-  tokens are VQ codebook indices 0..K-1 (K = ``vq_config.num_embeddings``, 16384 for Janus-Pro),
-  read back through ``generation_aligner(generation_embeddings(code))`` (``prepare_embeddings_
-  for_image_generation``). So the adapter's vocabulary V is K, every code is allowed, and a
-  window's columns are embedded by their logical position: positions < P (the prompt length)
-  through ``embed_tokens``, the others through the generation embeddings. Logits are
-  ``model.model.generation_head(h)`` [.., K] of the language model's last hidden states h, not
-  ``lm_head``.
-- Prompt: <BOS> + the templated text + <begin_of_image> (the processor appends the BOI token in
-  image mode). ``prompt_ids(text)`` writes DeepSeek's SFT template
-  ``"<|User|>: {text}\\n\\n<|Assistant|>:"`` (Janus-Pro's README), tokenised by the checkpoint's
-  ``tokenizer.json`` read with ``tokenizers`` alone.
-- CFG: a doubled batch; the unconditional row is the *same length* as the prompt, every id other
-  than BOS and BOI replaced by the pad id (all attended: the attention mask is all ones). Scores
-  l = u + s (c - u) with s = ``guidance_scale`` (the stock default 5 when the generation config
-  has none); the stock adds the guidance processor only when s > 1.
-- Processing, after the guidance: temperature, then top-k (``TemperatureLogitsWarper``,
-  ``TopKLogitsWarper``; transformers' default top-k 50 applies when the generation config sets
-  none, as ``generate`` does with ``do_sample=True``), softmax, multinomial. The adapter masks
-  top-k before dividing by the temperature: the same kept set and values bit for bit. DeepSeek's
-  own sampling code has no top-k: pass ``top_k=None`` for it. top-p, min-p, typical-p or a
-  repetition penalty in the generation config are refused (the adapter does not reproduce them).
-- 576 tokens (24 x 24 codes) for 384 x 384 pixels (``vision_config.num_image_tokens``); no row-end
-  tokens (``row_length`` = 24 is for ``init="repeat_row"`` drafts only), nothing forced.
-- Pixels: ``JanusVQVAE.decode`` (VQ-16: L2-normalised codebook rows, post-quant conv, decoder),
-  values in [-1, 1] mapped to uint8 as DeepSeek's README does: clip((x + 1) / 2 * 255), truncated.
-
-The KV cache is a ``DynamicCache`` of the language model (rolled back by ``crop(-n)``); the stock
-loop's static cache is not used. Runners: ``generate`` and ``generate_batch`` with the eager
-``BatchRunner`` (which tells the adapter each row's prompt length); the static-cache runners are
-refused (``require_transformers_cache``).
+How stock ``JanusForConditionalGeneration`` generates, what this adapter does instead, and its
+KV cache: docs/family-janus.md, "The adapter's quirks".
 """
 
 from __future__ import annotations

@@ -3,13 +3,10 @@ as a decoding adapter.
 
 Loading (``load_lumina_mgpt``): the checkpoint read and checked by ``lumina_checkpoint``.
 
-Logits: stock ``ChameleonForConditionalGeneration.forward`` sets every image-token logit to the
-dtype minimum, so logits are computed as ``lm_head(model.model(...).last_hidden_state)``.
-
 Image layout (Lumina-mGPT ``FlexARItemProcessor``; ids of the 7B release in brackets, read here
 from ``config.vocabulary_map`` by token name):
 
-    prompt:  <s> "Generate an image of {W}x{H} according to the following prompt:\\n{caption}"
+    prompt:  <s> "Generate an image of {W}x{H} according to the following prompt:\n{caption}"
              <reserved08706>[8710] <racm3:break>[8197] <reserved{8800+g}>[h] <reserved{8800+g}>[w]
     image:   (w codes IMGIMG..Z [4..8195], <reserved08799>[8803]) x h, then <eoss>[8196]
 
@@ -17,21 +14,8 @@ with g = side / 32 grid cells and h = w = 2 g latent rows/columns (the VQGAN dow
 768 x 768 gives 48 x 48 codes + 48 row ends = 2352 generated tokens. The image start and size
 tokens, which the model would emit itself, are part of the prompt, so the image size is fixed.
 
-Sampling (GSD's reference settings): classifier-free guidance l = u + s (c - u) with s = 3.0; only
-image codes allowed; top-k 2000; temperature 1.0; the row-end token forced at the end of every row.
-All of it happens in the adapter, so verification sees exactly the distribution tokens are sampled
-from. The unconditional row's prompt comes in two named variants (``UNCONDITIONAL_PROMPTS``):
-
-    "gsd-release" (default)  <reserved08706> <racm3:break> h w   the GSD release (junhyukso/GSD,
-                             whose Jacobi sampler comes from SJD) zeroes the attention mask over the
-                             text prompt except its last token, <reserved08706>: use it to reproduce
-                             the GSD paper's numbers;
-    "alpha-vllm"             <racm3:break> h w                   Alpha-VLLM's Lumina-mGPT
-                             ``inference_solver.py`` runs the unconditional sequence from the last
-                             image start (its CFG logits processor slices ``input_ids[:, BOI:]``).
-
-Neither is "the" Lumina-mGPT reference: the first is the GSD fork's choice, the second the model
-authors' own inference code.
+Logits, sampling and the unconditional prompts (``UNCONDITIONAL_PROMPTS``): docs/lumina-mgpt.md,
+sections 4 and 5.
 """
 
 from __future__ import annotations

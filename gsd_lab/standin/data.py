@@ -14,7 +14,7 @@ A *view* rescales an image by one of ``SCALES`` (and may mirror it); a training 
 held-out pixel, a held-out crop lies wholly inside a held-out cell, so the two never share a
 pixel. A 256-pixel window is larger than a cell: held-out *token* statistics of the AR model
 are taken on windows that overlap held-out cells, counting only the tokens wholly inside them
-(``gsd_lab.standin.ar.TokenMapDataset``). Images are float tensors in [-1, 1], shape [3, H, W]
+(``gsd_train.standin.ar.TokenMapDataset``). Images are float tensors in [-1, 1], shape [3, H, W]
 (gray sources repeated to RGB).
 """
 

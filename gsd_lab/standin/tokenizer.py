@@ -7,14 +7,14 @@ decode: codes -> the code's patch c_k, tiled (``decode_tiles``) -> optionally a 
     convolutional ``SeamDecoder`` that blends the tiles across their seams -> image [B, 3, H, W].
 
 The codebook {c_k} is trained by Lloyd's k-means with dead-code restarts
-(``gsd_lab.standin.train_tokenizer``), i.e. the fixed point of an EMA-updated VQ codebook with
+(``gsd_train.standin.train_tokenizer``), i.e. the fixed point of an EMA-updated VQ codebook with
 an identity encoder and decoder. We choose this over a convolutional VQ/FSQ because the latent
 space *is* pixel space: two codes whose vectors are close decode to patches that are close by
 exactly that distance. That is the property GSD's clusters rely on (interchangeable tokens), and
 with K = 8192 codes for 16 x 16 patches (Lumina-mGPT's granularity: one token per 16 x 16
 pixels from 8192 codes) the codebook has many such near-duplicates. The price is visible seams
 between tiles, which the optional ``SeamDecoder`` (a residual 3-layer convolution trained on
-(tiles, image) pairs, ``gsd_lab.standin.train_tokenizer.train_decoder``) removes; it never
+(tiles, image) pairs, ``gsd_train.standin.train_tokenizer.train_decoder``) removes; it never
 changes ``codebook``, so ``codebook`` stays each code's decoded patch in pixel space.
 """
 

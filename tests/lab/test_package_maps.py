@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = sorted(p.parent for p in (ROOT / "gsd_lab").rglob("__init__.py")) + [ROOT / "gsd_core"]
+PACKAGES = sorted(
+    p.parent for name in ("gsd_lab", "gsd_train") for p in (ROOT / name).rglob("__init__.py")
+) + [ROOT / "gsd_core"]
 
 
 def unmapped(package: Path) -> list[str]:

@@ -10,7 +10,7 @@ import torch
 
 from gsd_lab.digits import data
 from gsd_lab.digits.adapter import WEIGHTS_DIR
-from gsd_lab.digits.train import evaluate_tokenizer
+from gsd_train.digits.train import evaluate_tokenizer
 from gsd_lab.standin.loading import load_ar_model, load_classifier, load_tokenizer
 from gsd_lab.standin.sampling import logits_checksum, sample_tokens
 

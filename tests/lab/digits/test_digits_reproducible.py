@@ -22,7 +22,7 @@ import torch
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.digits.adapter import load_digits
-from gsd_lab.digits.export import REFERENCE_CLASS, REFERENCE_SEED
+from gsd_train.digits.export import REFERENCE_CLASS, REFERENCE_SEED
 
 torch.set_num_threads(int(sys.argv[1]))
 adapter = load_digits(fast_forward=True)

@@ -14,7 +14,7 @@ from gsd_lab.standin import data
 from gsd_lab.standin.classifier import accuracy, heldout_set
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_model, load_classifier, load_tokenizer
 from gsd_lab.standin.sampling import logits_checksum, process_logits, sample_tokens
-from gsd_lab.standin.train_tokenizer import evaluate_tokenizer
+from gsd_train.standin.train_tokenizer import evaluate_tokenizer
 from gsd_lab.standin.weights_io import STORAGE_DTYPE, WeightFileError, load_state, save_module
 
 # Floors the stand-in must meet (measured values are in weights/*_config.json).

@@ -1,4 +1,4 @@
-"""``python -m gsd_lab.standin train --out DIR [--steps N] ...``: reproducible training
+"""``python -m gsd_train.standin train --out DIR [--steps N] ...``: reproducible training
 of the stand-in."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gsd_lab.standin")
+    parser = argparse.ArgumentParser(prog="python -m gsd_train.standin")
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train tokenizer, classifier and AR model into --out")
     tr.add_argument("--out", type=Path, required=True)

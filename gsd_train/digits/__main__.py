@@ -1,4 +1,4 @@
-"""``python -m gsd_lab.digits train --out DIR [--stages ...]``: reproducible training of the
+"""``python -m gsd_train.digits train --out DIR [--stages ...]``: reproducible training of the
 digits model (stages in order; each reads the previous stages' files from --out)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gsd_lab.digits")
+    parser = argparse.ArgumentParser(prog="python -m gsd_train.digits")
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train tokenizer, classifier and AR model into --out")
     tr.add_argument("--out", type=Path, required=True)
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if not set(stages) <= set(known):
         raise ValueError(f"unknown stages {sorted(set(stages) - set(known))}; known: {known}")
     from . import train
-    from ..standin.loading import load_tokenizer
+    from gsd_lab.standin.loading import load_tokenizer
 
     if "tokenizer" in stages:
         train.train_tokenizer(args.out, seed=args.seed, log=log)

@@ -18,15 +18,15 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from . import data
-from .tokenizer import (
+from gsd_lab.standin import data
+from gsd_lab.standin.tokenizer import (
     PatchVQTokenizer,
     SeamDecoder,
     TokenizerConfig,
     image_to_patches,
     nearest_code,
 )
-from .weights_io import read_json, save_module, write_json
+from gsd_lab.standin.weights_io import read_json, save_module, write_json
 
 
 def cosine_lr(step: int, steps: int, peak: float, warmup: int) -> float:

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import torch
 
-from ..standin.data import to_uint8
+from gsd_lab.digits import data
+from gsd_lab.digits.adapter import DEFAULT_CFG_SCALE, DEFAULT_TOP_K
+from gsd_lab.digits.quality import features, kid, prompted_scores
+from gsd_lab.standin.data import to_uint8
+from gsd_lab.standin.loading import load_ar_model, load_classifier, load_tokenizer
+from gsd_lab.standin.sampling import logits_checksum, sample_tokens
+from gsd_lab.standin.weights_io import read_json, write_json
+
 from ..standin.export import distance_quantiles, flatness, save_grid
-from ..standin.loading import load_ar_model, load_classifier, load_tokenizer
-from ..standin.sampling import logits_checksum, sample_tokens
-from ..standin.weights_io import read_json, write_json
-from . import data
-from .adapter import DEFAULT_CFG_SCALE, DEFAULT_TOP_K
-from .quality import features, kid, prompted_scores
 
 REFERENCE_CLASS = 7
 REFERENCE_SEED = 0
@@ -29,8 +30,8 @@ def reference_outputs(directory: Path) -> dict:
     """Fixed-seed generation (digit 7, the adapter's defaults, seed 0) through the reference
     sampler and through ``gsd_lab.decode.loop.generate`` (AR, eager runner, the float64
     ``LlamaForward``), with checksums of logits, decoded pixels and classifier logits."""
-    from ..decode.loop import generate
-    from ..decode.methods import DecodingMethod
+    from gsd_lab.decode.loop import generate
+    from gsd_lab.decode.methods import DecodingMethod
     from .adapter import load_digits
 
     model, layout, _ = load_ar_model(directory, dtype=torch.float64)

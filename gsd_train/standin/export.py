@@ -11,12 +11,13 @@ from pathlib import Path
 
 import torch
 
-from . import data
+from gsd_lab.standin import data
+from gsd_lab.standin.classifier import heldout_set
+from gsd_lab.standin.loading import load_ar_model, load_classifier, load_tokenizer
+from gsd_lab.standin.sampling import logits_checksum, sample_tokens
+from gsd_lab.standin.weights_io import read_json, write_json
+
 from .ar import TokenMapDataset, encode_maps, make_batch, teacher_forced_statistics
-from .classifier import heldout_set
-from .loading import load_ar_model, load_classifier, load_tokenizer
-from .sampling import logits_checksum, sample_tokens
-from .weights_io import read_json, write_json
 
 REFERENCE_CLASS = 0
 REFERENCE_SEED = 0
@@ -63,7 +64,7 @@ def distance_quantiles(directory: Path) -> list[dict]:
     squared distances between image-code input embeddings, 10^6 random pairs, seed 0), as
     ``gsd_lab.decode.methods.distance_quantile_entry`` records: a constant of the weights, stored in
     the manifest so that a decode need not recompute it (seconds) on every load."""
-    from ..decode.methods import FilterSettings, distance_quantile_entry
+    from gsd_lab.decode.methods import FilterSettings, distance_quantile_entry
     from .adapter import load_standin
 
     adapter = load_standin(weights_dir=directory)
@@ -121,7 +122,7 @@ def generation_statistics(
     """For every seed, sample ``per_class`` images per class (one batch, one generator seeded
     with the seed); flatness pooled, per image and per class, and quality proxies against the
     held-out crops. Returns (statistics, images [n, 3, 256, 256], classes [n])."""
-    from ..quality.metrics import classifier_frechet_distance, condition_consistency
+    from gsd_lab.quality.metrics import classifier_frechet_distance, condition_consistency
 
     model, layout, _ = load_ar_model(directory, dtype=torch.float64)
     tokenizer = load_tokenizer(directory)
@@ -202,20 +203,9 @@ def heldout_teacher_forced(directory: Path, windows: int, seed: int) -> dict:
     return out
 
 
-def export(
-    out: Path,
-    *,
-    seed: int = 0,
-    num_samples: int = 4,
-    num_seeds: int = 3,
-    teacher_windows: int = 200,
-    log=print,
-) -> dict:
-    """Write the manifest, reference outputs, statistics and sample grid for the files in
-    ``out``; generation: ``num_samples`` images per class for each of ``num_seeds`` seeds."""
-    from ..quality.metrics import classifier_frechet_distance, condition_consistency
-
-    out = Path(out)
+def _write_manifest(out: Path, seed: int) -> None:
+    """manifest.json: the data manifest, the stages' training settings, the held-out sets and
+    the tokenizer's distance quantiles."""
     tok_cfg = read_json(out / "tokenizer_config.json")
     cls_cfg = read_json(out / "classifier_config.json")
     ar_cfg = read_json(out / "ar_config.json")
@@ -253,9 +243,13 @@ def export(
     )
     manifest = read_json(out / "manifest.json")
     write_json(out / "manifest.json", {**manifest, "distance_quantiles": distance_quantiles(out)})
-    reference = reference_outputs(out)
-    write_json(out / "reference_outputs.json", reference)
-    log({"stage": "export", "reference_tokens_head": reference["tokens"][:8]})
+
+
+def _baselines(out: Path, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """(the real-image baselines of the quality proxies, the training-region real crops
+    [40 per class, 3, H, W] and their labels): held-out accuracy per class, condition
+    consistency and Frechet distances of real, reconstructed and training-region crops."""
+    from gsd_lab.quality.metrics import classifier_frechet_distance, condition_consistency
 
     classifier = load_classifier(out)
     real, real_labels = heldout_set()
@@ -286,6 +280,26 @@ def export(
         ),
         "frechet_reconstructed_vs_heldout": classifier_frechet_distance(classifier, recon, real),
     }
+    return baselines, train_real, train_labels
+
+
+def export(
+    out: Path,
+    *,
+    seed: int = 0,
+    num_samples: int = 4,
+    num_seeds: int = 3,
+    teacher_windows: int = 200,
+    log=print,
+) -> dict:
+    """Write the manifest, reference outputs, statistics and sample grid for the files in
+    ``out``; generation: ``num_samples`` images per class for each of ``num_seeds`` seeds."""
+    out = Path(out)
+    _write_manifest(out, seed)
+    reference = reference_outputs(out)
+    write_json(out / "reference_outputs.json", reference)
+    log({"stage": "export", "reference_tokens_head": reference["tokens"][:8]})
+    baselines, train_real, train_labels = _baselines(out, seed)
     log({"stage": "export", "baselines": baselines})
     teacher = heldout_teacher_forced(out, windows=teacher_windows, seed=seed + 600)
     log({"stage": "export", "heldout_teacher_forced": teacher})

@@ -8,7 +8,7 @@ import torch
 
 from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin import data
-from gsd_lab.standin.__main__ import main
+from gsd_train.standin.__main__ import main
 
 # One thread: beside another xdist worker, a 2-thread pool stalls (and the setting outlives main).
 TINY = ["--tiny", "--threads", "1", "--tokenizer-iterations", "2", "--tokenizer-patches", "3000",
@@ -118,7 +118,7 @@ def test_window_counts_match_brute_force():
 def test_token_windows_respect_the_split():
     """Training windows hold no token that touches a held-out pixel; held-out windows score
     exactly their tokens inside held-out pixels, at least ``min_scored`` of them."""
-    from gsd_lab.standin.ar import TokenMap, TokenMapDataset
+    from gsd_train.standin.ar import TokenMap, TokenMapDataset
 
     g = torch.Generator().manual_seed(0)
     inside = torch.zeros(24, 30, dtype=torch.bool)
@@ -140,7 +140,7 @@ def test_token_windows_respect_the_split():
 def test_heldout_windows_follow_the_training_views():
     """With ``like``, held-out windows come only from maps (views) that have training windows,
     in proportion to their training window counts."""
-    from gsd_lab.standin.ar import TokenMap, TokenMapDataset
+    from gsd_train.standin.ar import TokenMap, TokenMapDataset
 
     inside = torch.zeros(12, 12, dtype=torch.bool)
     inside[:4, :4] = True
@@ -179,7 +179,8 @@ def test_code_embeddings_start_at_the_codebooks_principal_components():
     codebook, at the initializer's scale; with a codebook of rank <= hidden the projection keeps
     every pairwise distance up to one factor (close patches, close embeddings); the class and
     null rows are left as they were; a codebook narrower than the hidden size is refused."""
-    from gsd_lab.standin.ar import TokenLayout, build_model, init_code_embeddings, llama_config
+    from gsd_lab.standin.ar import TokenLayout
+    from gsd_train.standin.ar import build_model, init_code_embeddings, llama_config
 
     layout = TokenLayout(codebook_size=12, num_classes=2, grid=2)
     model = build_model(llama_config(layout, hidden=8, layers=1, heads=2, intermediate=16))
@@ -202,7 +203,7 @@ def test_early_stopping_ranks_evaluations_after_warm_up_within_the_gap():
     """selection_key: evaluations before warm-up are not ranked (an untrained model's gap is ~0,
     so it would always be 'within'); within the gap the lowest held-out NLL wins, and an
     evaluation within the gap beats every one outside it; outside, the smallest gap wins."""
-    from gsd_lab.standin.ar import selection_key
+    from gsd_train.standin.ar import selection_key
 
     assert selection_key(0, 9.0, 9.0, 0.9, warmup=13) is None
     evaluations = {20: (7.0, 7.7), 40: (6.0, 6.8), 60: (5.0, 6.1), 80: (4.5, 6.0)}  # step: (train, held-out)

@@ -1,4 +1,5 @@
-"""Stages of ``python -m gsd_lab.standin train``; each reads the previous stages' files from --out.
+"""Stages of ``python -m gsd_train.standin train``; each reads the previous stages' files from
+--out.
 
 tokenizer -> tokenizer.safetensors, tokenizer_config.json (k-means patch VQ, 16 x 16 pixels)
 decoder -> the same files with the seam decoder added (needs the tokenizer)
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tokenizer import TokenizerConfig
+from gsd_lab.standin.tokenizer import TokenizerConfig
 
 TINY_TOKENIZER = TokenizerConfig(patch=16, codebook_size=64)
 TINY_AR = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64}
@@ -42,7 +43,7 @@ def run_stages(args, log) -> None:
             **(TINY_EVAL if args.tiny else {}),
         )
     if "decoder" in stages:
-        from .loading import load_tokenizer
+        from gsd_lab.standin.loading import load_tokenizer
         from .train_tokenizer import train_decoder
 
         sizes = (
@@ -53,7 +54,7 @@ def run_stages(args, log) -> None:
         train_decoder(out, load_tokenizer(out), seed=args.seed, log=log, **sizes)
     if "classifier" in stages:
         from .classifier import train_classifier
-        from .loading import load_tokenizer
+        from gsd_lab.standin.loading import load_tokenizer
 
         train_classifier(
             out,
@@ -65,7 +66,7 @@ def run_stages(args, log) -> None:
         )
     if "ar" in stages:
         from .ar import train_ar
-        from .loading import load_tokenizer
+        from gsd_lab.standin.loading import load_tokenizer
 
         sizes = TINY_AR if args.tiny else {}
         train_ar(

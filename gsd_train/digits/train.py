@@ -23,8 +23,13 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from gsd_lab.digits import data
+from gsd_lab.standin.ar import TokenLayout
+from gsd_lab.standin.classifier import CropClassifier, accuracy
+from gsd_lab.standin.tokenizer import PatchVQTokenizer, TokenizerConfig, image_to_patches
+from gsd_lab.standin.weights_io import save_module, write_json
+
 from ..standin.ar import (
-    TokenLayout,
     _initial_model,
     _optimizer,
     _step,
@@ -33,11 +38,7 @@ from ..standin.ar import (
     make_batch,
     teacher_forced_statistics,
 )
-from ..standin.classifier import CropClassifier, accuracy
-from ..standin.tokenizer import PatchVQTokenizer, TokenizerConfig, image_to_patches
 from ..standin.train_tokenizer import kmeans
-from ..standin.weights_io import save_module, write_json
-from . import data
 
 TOKENIZER = TokenizerConfig(patch=2, codebook_size=1024)
 

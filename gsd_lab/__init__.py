@@ -1,37 +1,20 @@
 """gsd_lab: experiments for Grouped Speculative Decoding over Hugging Face causal LMs.
 
-A map, in reading order (each package's ``__init__`` maps its files):
+Subpackages, in reading order (each ``__init__`` maps its files; the map at length:
+docs/lab.md): ``decode/`` (``generate``, the AR / SJD / GSD loop), ``engine/`` (gsd_core's
+verification for an accelerator, ``engine.capabilities``), ``accounting/`` (exact TV and W1),
+``models/`` (adapters), ``standin/`` and ``digits/`` (the embedded models), ``quality/``,
+``experiments/``, ``teaching/``, ``io/``, ``checks/``, ``testing/`` (tiny checkpoints) and
+``cli/``; modules ``figures``, ``evaluate`` (sharded runs) and ``workers``.
 
-- ``decode/``: ``generate``, the AR / SJD / GSD loop, and the method spec it runs;
-- ``engine/``: gsd_core's verification shaped for an accelerator (and op / sync profiling),
-  and the rules' optional capabilities (``engine.capabilities``);
-- ``accounting/``: the exact distortion (TV) and transport (W1) of every verified position;
-- ``models/``: the adapter interface, Lumina-mGPT and the families Anole (Chameleon), Emu3 and
-  Janus; ``standin/``: the embedded stand-in model; ``digits/``: a second embedded model
-  (MNIST digits) on the stand-in's pipeline, with a classifier-based quality measure;
-- ``quality/``: image quality proxies and CLIP score;
-- ``experiments/``: the analyses behind the figures and notebooks;
-- ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
-- ``io/``: provenance, figures and tables on disk, prompts, progress lines;
-- ``checks/``: ``check-weights``, every family's download checked item by item;
-- ``testing/``: tiny random checkpoints of every family in its release layout (tests, GPU
-  scripts' ``--tiny`` mode, and anyone testing an adapter of their own);
-- ``cli/``: ``python -m gsd_lab``, one module per command; ``figures``, ``evaluate`` (sharded
-  runs); ``workers``: work split over worker processes, one intra-op thread each.
+The public surface, importable from ``gsd_lab`` itself (loaded on first use); everything else is
+the lab's own and may change between versions:
 
-The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
-``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between
-versions.
-
-- decoding: ``generate`` (one image), ``generate_batch`` with ``DecodeRequest`` (several per
-  forward), ``DecodingMethod`` (what to run), ``DecodeResult`` (tokens, NFE, acceptance,
-  distortion, times);
-- a new acceptance rule: its gsd_core-style rule plus one ``AcceptanceSpec`` registered with
-  ``register_acceptance`` (tests/lab/decode/test_acceptance_extension.py);
-- models: ``load_model`` (adapters by name), ``load_image_model`` (adapter, prompts, decoder
-  and quality proxies), ``CausalLMAdapter`` (the interface a new model implements);
-- runs: ``RunCache`` (configurations x prompts x seeds, with worker processes) and its
-  ``Recording`` settings;
+- decoding: ``generate``, ``generate_batch`` with ``DecodeRequest``, ``DecodingMethod``,
+  ``DecodeResult``;
+- a new acceptance rule: an ``AcceptanceSpec`` registered with ``register_acceptance``;
+- models: ``load_model``, ``load_image_model``, ``CausalLMAdapter``;
+- runs: ``RunCache`` and its ``Recording`` settings;
 - the engine's ``verify``: gsd_core's ``verify``, bit for bit, with one host sync.
 """
 

@@ -12,33 +12,8 @@ for that image alone, up to the rounding of the model's batched arithmetic (belo
 Model rows. An image is 1 model row, or 2 with CFG (conditional, unconditional; their prompts
 may differ in length). The cache holds every active image's rows, [R, H, S, D] per layer.
 
-Layout (between forwards): each row's n_r held positions are contiguous and end at the physical
-end S of the cache (rows are left-padded; S = max n_r). A forward appends a [R, W] block,
-W = max T_r: row r's T_r tokens first, then padding (its last id repeated), so after the
-forward row r's positions lie at slots [S - n_r, S + T_r). The attention mask [R, S + W] is 1
-exactly on those slots, so padding is never attended by a real token; position ids count each
-row's real tokens (n_r + j for its j-th new token), as the adapter's for a padded CFG prompt.
-Only the last ``num_rows`` real positions of each row are read (``logits_to_keep``: the widest
-need). ``crop`` (an image's rollback) drops the tail of its rows; finished images are
-``remove``d; new images may be ``add``ed at any step (their rows join empty and prefill with the
-next forward: continuous batching). All of it is applied lazily before the next forward by one
-``index_select`` per layer that restores the layout (rows kept, their held slots right-aligned),
-or a slice when every row ends at the same slot.
-
-Arithmetic. The processing (``adapter._process``) is row-wise on each image's own logits and
-support: the single-image values bit for bit given the same logits. The model's batched logits
-are not guaranteed bit-identical to a batch-1 forward (more matmul rows, masked slots giving
-exact zeros, another key length may round the last float64 bit differently), so tokens agree
-unless a uniform falls within rounding of a decision threshold (as between CPUs,
-``gsd_lab.models.float64``); every token and NFE matched in the tests and benchmarks
-(``tests/lab/decode/test_decoding_batch.py``, ``benchmarks/batched_decoding.py``). No row-wise path
-is added: torch's float64 CPU ``linear`` already rounds a row differently for a few rows than for
-many, so batch-1 decoding sees such differences between its 1- and 17-token windows. With no
-padding at all no mask is passed, as the adapter does.
-
-Costs: one copy of the cache per layer per step when rows end at different slots
-(``_gather_rows``); padding rows compute but are dropped. ``num_forwards`` and
-``model_seconds`` count the runner's own batched forwards.
+The cache layout between forwards (left-padded rows, lazy ``crop`` / ``remove`` / ``add``), why
+the batched arithmetic may differ in the last bit, and the costs: docs/runtimes.md.
 """
 
 from __future__ import annotations

@@ -8,42 +8,7 @@ launches (docs/lumina-mgpt.md, section 5); on a CPU it serves the tests.
 for the rest) with the same results: ``forward`` returns ``adapter.forward``'s distributions
 (``adapter._process``), ``crop`` rolls back.
 
-Cache. One ``StaticLayer`` per decoder layer, keys and values [B, H, C, D] (B = 2 for a CFG
-pair), C = the batch prompt's width + the tokens ``reserve``d, rounded up to ``capacity_step``;
-allocated at the first prefill and kept across ``start`` calls (a captured graph holds their
-addresses). ``SlotLayer`` writes a forward's T keys at slots start .. start + T - 1, ``start`` a
-0-d device tensor shared by all layers (gpt-fast's ``input_pos``; the stock layer keeps its own
-counter and cannot be cropped). Rollback moves a host integer; the next forward overwrites the
-stale slots, which are never read: the mask is a fixed [B, C] buffer of key slots (False at a
-CFG row's left padding) combined with causality over slots (k visible to s iff k <= s), passed
-as a prepared 4-D mask (bool for sdpa, additive for eager); position ids are slot minus the
-row's padding. Attention reads the first L slots: the slots in use rounded up to ``length_step``.
-
-Shapes. The prefill (prompt + first window) runs eagerly. After it a forward of T tokens runs at
-width 1 (AR steps, the last SJD/GSD steps) or W = window + 1; a shorter window is padded at its
-end with its last token (causal: the padded rows, dropped, cannot change the rows before them;
-their keys land in stale slots). A wider T runs eagerly at its own width.
-
-Capture. "graph" (CUDA; "auto" there): each (width, L)'s forward recorded once as a
-``torch.cuda.CUDAGraph`` (warmed up on a side stream) and replayed, its kernels the eager ones;
-"compile": ``torch.compile(fullgraph=True, dynamic=False)`` per (width, L),
-``mode="reduce-overhead"`` on CUDA (``compile_options`` overrides); "none" ("auto" on a CPU): the
-same static shapes run eagerly (static-eager). The captured region is the model and the logits
-processing (``adapter._process(..., sync_free=True)``, top-k by ``torch.topk``: the values of the
-CPU's numpy selection; with ``capture_processing=False`` the model only) and the support for
-``verify``: the allowed ids of each row's K = top-k + room-for-ties largest entries
-(``engine.ranking.top_k_support``; extra ids have p = 0, so verify's result does not depend on
-them), forced rows as ``forced_support``, found without a host read. ``support_overflow`` flags a
-row keeping more than K ids (ties at the k-th value); the loop reads it with its status and verifies
-again on whole rows with the same uniforms. Static-eager on a CPU hands over the adapter's exact
-kept ids. No host sync per forward: ``verify`` and the draws queue behind the replay, and the loop's
-one status read per step is the only sync (CUDA model time from events, read once per call).
-
-Arithmetic. Static-eager computes what the dynamic-cache path computes, except that attention
-runs over L slots (masked ones contribute exact zeros) and the padded tail's matmuls have more
-rows: in float64 on a CPU the same tokens for AR, SJD, GSD (tested). "graph" replays
-static-eager's kernels (the same bits on the same device); "compile" runs inductor's fused
-kernels, whose bf16 rounding on a GPU can change tokens (as any two kernel choices can).
+Its cache (``StaticLayer``), shapes, capture modes and arithmetic: docs/runtimes.md.
 """
 
 from __future__ import annotations

@@ -7,34 +7,8 @@ attended length) on a GPU; on a CPU the same static shapes run eagerly (static-e
 processing (``adapter._process``) and the bookkeeping of images (``add``, ``remove``, ``crop``
 through ``ImageSequence``) are ``BatchRunner``'s. What differs is where the keys live:
 
-Cache. One ``RowSlotLayer`` per decoder layer, [R_max, H, C, D] keys and values: R_max = rows per
-image (2 under CFG) x ``images``, C slots per row (``capacity``: the longest prompt row + the new
-tokens + two windows + the longest prefill, rounded up to ``capacity_step``). An image takes the
-lowest free image slot when it joins and gives it back when it leaves: no data moves. Row r
-holds its n_r positions at slots 0 .. n_r - 1 (left-aligned: a CFG pair's prompts of other
-lengths need no padding), so rollback is free (``crop`` lowers n_r). A forward writes row r's
-new keys at slots n_r .. n_r + W - 1 (a scatter from the per-row ``start`` [R_max], one device
-buffer set before each forward).
-
-Mask and positions. Query j of row r (slot n_r + j) sees key slot k iff k <= n_r + j, so stale
-slots and the padding after a row's real tokens are never seen by a real query (causal).
-Position ids are n_r + j, as the adapter's. Attention reads the first L slots (the largest
-n_r + W, rounded up to ``length_step``). Rows of free image slots compute on token 0 at n = 0
-and are dropped.
-
-Shapes. A forward runs on the first R_b = rows per image x b rows, b the smallest power of two
-(at most ``images``) covering the highest image slot in use, at width 1 (AR steps, SJD/GSD tails
-of one) or W = window + 1 (shorter windows padded at their end with their last token, computed
-and dropped); a wider step (a prefill) runs eagerly. The captured forwards are keyed
-(R_b, width, L): at most log2(images) + 1 row buckets x 2 widths x C / length_step lengths.
-
-Capture: "graph" on CUDA ("auto" there): the model part of each (R_b, width, L) forward recorded
-once and replayed from its input buffers; the processing runs eagerly after, per image. "none"
-("auto" on a CPU): static-eager.
-
-Arithmetic: as ``StaticEngine``'s; in float64 on a CPU the tokens and NFE are those of
-``generate(..., runner="static")`` for each image alone
-(``tests/lab/models/test_static_batched.py``).
+Its cache (``RowSlotLayer``), mask and positions, shapes, capture and arithmetic:
+docs/runtimes.md.
 """
 
 from __future__ import annotations

@@ -14,21 +14,8 @@ to query i; AND the CFG padding of the cached prompt). Every row is then exactly
 forward of that branch's own prefix computes (the same keys, values and positions; tested to
 float64 rounding in ``tests/lab/decode/test_multidraft_decoding.py``).
 
-Rows returned: p_0 [V], the head's last row (the law of position n, shared by all branches),
-and rows [k, L, V], row (j, t) the law of position n + 1 + t after branch j's tokens 0..t (row
-(j, L-1) is branch j's bonus row). ``keep_branch(adapter, j)`` then rolls the cache back to
-[cache, head, branch j]: branch j's L entries are copied onto branch 0's slots in every layer (in
-place, non-overlapping for j > 0) and the other (k - 1) L entries are cropped, so the cache holds
-exactly what a plain forward over [head, branch j] leaves; the decoder's usual ``crop`` then keeps
-the accepted part. Cost: one forward over T0 + k L tokens (``tokens processed``) and a copy of L
-entries per layer.
-
-Models: any whose forward takes a 4-D boolean ``attention_mask`` as given (transformers' Llama
-family does: ``masking_utils`` returns a 4-D mask as is; the stand-in's
-``gsd_lab.standin.llama_forward`` does) and whose cache is ``transformers.DynamicCache`` (layers
-with ``keys`` / ``values``) or the stand-in's ``KVCache``. Subclasses that override
-``compute_logits`` (Lumina-mGPT) are not covered: ``forward_tree`` refuses them. The batched and
-static runners have fixed-shape caches and no tree forward (``generate`` refuses the option).
+The rows returned, the rollback ``keep_branch``, its cost, and the models ``forward_tree`` covers:
+docs/runtimes.md.
 """
 
 from __future__ import annotations

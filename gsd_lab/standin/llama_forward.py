@@ -1,8 +1,6 @@
 """The stand-in's Llama forward in float64 without ``transformers``: the same ops, in the same
 order and dtypes, as ``LlamaForCausalLM`` (sdpa attention, ``DynamicCache``) after
-``gsd_lab.models.float64.cast_model_float64``, so the logits are equal bit for bit (tested in
-``tests/lab/standin/test_llama_forward.py``). It exists for start-up time: importing the
-``transformers`` Llama model costs seconds, more than a stand-in image takes to decode.
+``gsd_lab.models.float64.cast_model_float64``, so the logits are equal bit for bit.
 
 Shapes: B batch rows (2 for a CFG pair), W new tokens, S = cache + W key positions, D hidden
 size, H heads of size d (H d = D), F the MLP width, V the vocabulary.
@@ -17,15 +15,8 @@ size, H heads of size d (H d = D), F the MLP width, V the vocabulary.
                   cos/sin of position * inv_freq (twice), inv_freq_i = 1 / theta^(2i / d)
     attention   = softmax(q k^T / sqrt(d) + mask) v   (F.scaled_dot_product_attention)
 
-The mask is transformers' sdpa mask for a dynamic cache: none (``is_causal`` = W > 1) when every
-key position is real and either W = 1 or the cache was empty; otherwise a boolean [B, 1, W, S]
-mask, key j visible to query i iff j <= cache + i and j is not padding (``attention_mask``).
-``KVCache`` grows by concatenation and crops by slicing, as ``DynamicLayer`` does, so the
-attention kernel sees tensors of the same shapes and layouts.
-
-Scope (anything else raises ``ValueError`` at load): float64, multi-head attention
-(``num_key_value_heads == num_attention_heads``), the default RoPE, SiLU, no biases, an untied
-``lm_head``. Parameter names are ``LlamaForCausalLM``'s, so the same safetensors file loads.
+Why it exists, its mask, ``KVCache`` and its scope (anything else raises ``ValueError`` at load;
+the same safetensors file as ``LlamaForCausalLM``): docs/runtimes.md.
 """
 
 from __future__ import annotations

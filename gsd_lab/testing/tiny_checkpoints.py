@@ -1,13 +1,6 @@
 """Tiny random checkpoints in each family's release file layout: Lumina-mGPT (with the Chameleon
 VQGAN and a CLIP), Chameleon / Anole, Emu3 and Janus-Pro.
 
-What they are for: running every path that reads released weights without downloading them:
-``python -m gsd_lab generate --model NAME --weights DIR`` and ``check-weights DIR`` read these
-folders exactly as they read the releases (``write_tiny_release_set`` passes every
-``check-weights`` item), the GPU scripts' ``--tiny`` mode builds its models from the
-configurations here, and the tests compare the adapters with stock transformers on them. Their
-images mean nothing.
-
 - ``write_tiny_lumina_checkpoint``, ``write_tiny_tokenizer``, ``write_tiny_vqgan``,
   ``write_tiny_clip``, ``write_tiny_release_set``: Lumina-mGPT (``config.json`` with
   ``model_type`` "chameleon", the Lumina extra keys and a Chameleon-named ``vocabulary_map``;
@@ -20,10 +13,8 @@ images mean nothing.
   where the release ships them, generation and processor configs. The text models have the
   dimensions of transformers' own test configurations (``TEST_CONFIG_DIMS``).
 
-Every vocabulary holds the family's real token names, with the image codes at shuffled ids
-where the family reads the VQ index from the name (so that a map by offset would be wrong), and
-the embedding and head rows are redrawn from a seeded generator (std ``init_std``) so that the
-distributions are peaked. The same arguments write the same bytes.
+What they are for (every path that reads released weights, without a download), and how their
+vocabularies and weights are built: docs/adapter-contract.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def reference_outputs(directory: Path) -> dict:
     ``LlamaForward``), with checksums of logits, decoded pixels and classifier logits."""
     from gsd_lab.decode.loop import generate
     from gsd_lab.decode.methods import DecodingMethod
-    from .adapter import load_digits
+    from gsd_lab.digits.adapter import load_digits
 
     model, layout, _ = load_ar_model(directory, dtype=torch.float64)
     tokenizer, classifier = load_tokenizer(directory), load_classifier(directory)

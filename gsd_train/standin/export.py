@@ -65,7 +65,7 @@ def distance_quantiles(directory: Path) -> list[dict]:
     ``gsd_lab.decode.methods.distance_quantile_entry`` records: a constant of the weights, stored in
     the manifest so that a decode need not recompute it (seconds) on every load."""
     from gsd_lab.decode.methods import FilterSettings, distance_quantile_entry
-    from .adapter import load_standin
+    from gsd_lab.standin.adapter import load_standin
 
     adapter = load_standin(weights_dir=directory)
     return [

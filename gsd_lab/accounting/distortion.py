@@ -13,7 +13,7 @@ float32 softmax (~1e-8 a row) is not counted as distortion. The method is a gsd_
 ``verify`` takes it (``decode.methods.ResolvedMethod.rule`` builds it from a decoding method):
 None (SD / SJD), ``DynamicClusters`` (GSD), ``RankBinnedClusters`` (token or cluster residual),
 ``Amplify(k, rule)``, ``Lantern``, or any rule: what a rule's class registers in
-``gsd_lab.engine.capabilities`` picks the path below, else gsd_core's enumeration of the law.
+``gsd_lab.engine.capabilities`` picks the path, else gsd_core's enumeration of the law.
 
 Cost per rule and the fixed summation order: docs/decoding.md.
 """

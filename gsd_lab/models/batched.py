@@ -7,7 +7,7 @@ the adapter contract that ``gsd_lab.decode.loop``'s loop uses (``prompt``, ``cro
 meaning as for the adapter alone; its forward is collective: ``runner.forward(calls)`` takes
 one window per image (``input_ids`` [T_i], ``num_rows`` R_i, ``with_support``) and returns each
 image's processed distributions [R_i, V] (and support), exactly what ``adapter.forward`` returns
-for that image alone, up to the rounding of the model's batched arithmetic (below).
+for that image alone, up to the rounding of the model's batched arithmetic (docs/runtimes.md).
 
 Model rows. An image is 1 model row, or 2 with CFG (conditional, unconditional; their prompts
 may differ in length). The cache holds every active image's rows, [R, H, S, D] per layer.

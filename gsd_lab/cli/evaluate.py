@@ -1,6 +1,6 @@
 """``evaluate``: a prompt list sharded over processes (torchrun), resumable: a re-run into the
 same --out resumes the same run only (another configuration is refused, exit 2). Prompt i runs
-on rank i mod N with seed + i; rank 0 merges summary.json (``gsd_lab.evaluate``)."""
+on rank i mod N with seed + i; rank 0 merges summary.json (``gsd_lab.runs.shards``)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check --out's run identity, load, then decode this rank's share of the prompts."""
-    from ..evaluate import BatchedWork, check_run, evaluate, init_distributed
+    from ..runs.ranks import init_distributed
+    from ..runs.shards import BatchedWork, evaluate
+    from ..runs.store import check_run
     from ..experiments.stream import CHUNK_BATCHES
     from ..workers import default_workers
     from ..models.batched import default_batch_size
@@ -126,7 +128,7 @@ def _work(
         return row
 
     def work(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
-        # prompt i's generator is seeded seed + i (the module docstring of evaluate)
+        # prompt i's generator is seeded seed + i (docs/run-store.md)
         runs = [RunItem(spec.label, resolved, prompt, args.seed + i) for i, prompt in items]
 
         def finished(position: int, record: Any) -> None:
@@ -183,10 +185,10 @@ def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, Any]:
     """What an evaluation's results depend on besides the prompts: the model name, a
-    fingerprint of its weights (``gsd_lab.evaluate.weights_fingerprint``), the full decoding
+    fingerprint of its weights (``gsd_lab.runs.identity.weights_fingerprint``), the full decoding
     spec (method, clusters, G, residual, acceptance scale, window; the adapter's CFG scale,
     top-k and temperature as resolved; GSD's filter settings) and the base seed."""
-    from ..evaluate import weights_fingerprint
+    from ..runs.identity import weights_fingerprint
     from ..experiments.runs import decoding_identity
 
     identity = {

@@ -17,8 +17,8 @@ A map, in reading order (each package's ``__init__`` maps its files):
 - ``checks/``: ``check-weights``, every family's download checked item by item;
 - ``testing/``: tiny random checkpoints of every family in its release layout (tests, GPU
   scripts' ``--tiny`` mode, and anyone testing an adapter of their own);
-- ``cli/``: ``python -m gsd_lab``, one module per command; ``workers``: work split over worker
-  processes, one intra-op thread each.
+- ``cli/``: ``python -m gsd_lab``, one module per command (``figures``: the figures run);
+  ``workers``: work split over worker processes, one intra-op thread each.
 
 The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
 ``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between

@@ -39,7 +39,6 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/engine/capabilities.py",
     "gsd_lab/experiments/claims.py",
     "gsd_lab/experiments/lossless.py",
-    "gsd_lab/experiments/runs.py",
     "gsd_lab/experiments/verdicts.py", "gsd_lab/models/anole.py",
     "gsd_lab/models/batched.py", "gsd_lab/models/emu3.py", "gsd_lab/models/janus.py",
     "gsd_lab/models/lumina_mgpt.py", "gsd_lab/models/static.py",

@@ -102,8 +102,10 @@ def _work(
     args: argparse.Namespace, model: Any, spec: Any, device: Any, batch_size: int
 ) -> Callable[[list[tuple[int, str]], Callable[[int, dict], None]], None]:
     """``work(items, write)`` for ``BatchedWork``: decode (index, prompt) items, each written as
-    its row (tokens, counts, times, condition score, image file) as soon as it is decoded."""
+    its row (``stream.record_row``, the seed, condition score, image file) as soon as it is
+    decoded."""
     from ..experiments.runs import Recording, RunItem, decode_items, resolve_for
+    from ..experiments.stream import record_row
     from ..io.figure_io import save_image_atomic
 
     resolved = resolve_for(model, spec.method)
@@ -111,15 +113,7 @@ def _work(
     recording = Recording(batch_size=batch_size, runner=args.runner)
 
     def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "seed": args.seed + index,
-            "nfe": record.nfe,
-            "acceptance_rate": record.acceptance_rate,
-            "wall_seconds": record.wall_seconds,
-            "model_seconds": record.model_seconds,
-            "tokens": record.tokens.tolist(),
-            "device": str(device),
-        }
+        row = {**record_row(record), "seed": args.seed + index, "device": str(device)}
         if record.image is not None:
             if model.condition_scores is not None:
                 row["condition_score"] = float(model.condition_scores([record.image], [prompt])[0])

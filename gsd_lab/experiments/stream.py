@@ -8,6 +8,7 @@ layout, the order and sharding, batching and memory: docs/paper-run.md).
 - ``StreamedRunCache``: the tables' rows read from those files, one per (configuration, seed,
   prompt); process r of N decodes items r, r + N, ... of the prompt-major list, in chunks of
   ``CHUNK_BATCHES`` x B through ``runs.decode_items``; rank 0 writes the tables;
+- ``record_row`` / ``row_record``: a ``GenerationRecord`` as its result row and back;
 - ``Configuration``, ``gpu_hours``, ``measure_forward_seconds``.
 """
 
@@ -29,9 +30,7 @@ from ..runs.ranks import DistributedContext, context_from_environment, shard_ind
 from ..runs.store import (
     check_run,
     finished_row,
-    record_row,
     result_path,
-    row_record,
     rows,
     start_run,
     write_result,
@@ -56,6 +55,47 @@ from .runs import (
 
 STREAM_DIR = "decoding"
 CHUNK_BATCHES = 16  # batched runs: the items given to one generate_batch call, in batches
+
+
+SCALARS = (
+    "nfe",
+    "acceptance_rate",
+    "accepted_per_tested",
+    "wall_seconds",
+    "model_seconds",
+    "accounting_seconds",
+    "distortion",
+)
+W1_FIELDS = ("w1", "w1_sem", "w1_seconds", "substitution", "substitution_sem")
+
+
+def record_row(record: GenerationRecord) -> dict[str, Any]:
+    """The JSON row of a decoded image: its label, generator seed, ``SCALARS``, the W1 fields
+    where recorded, tokens and (when recorded) top-1 vectors."""
+    row: dict[str, Any] = {"label": record.label, "generator_seed": record.seed}
+    row.update({name: getattr(record, name) for name in SCALARS})
+    if record.w1 is not None:
+        row.update({name: getattr(record, name) for name in W1_FIELDS})
+    row["tokens"] = record.tokens.tolist()
+    if record.top1 is not None:
+        row["top1"] = record.top1.tolist()
+    return row
+
+
+def row_record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
+    """The ``GenerationRecord`` of a ``record_row`` row (with its prompt), without pixels;
+    ``full``: with its tokens and top-1 vectors (else scalars only: host memory)."""
+    return GenerationRecord(
+        label=row["label"],
+        prompt=row["prompt"],
+        seed=row["generator_seed"],
+        tokens=torch.tensor(row["tokens"]) if full else None,
+        image=None,
+        top1=torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
+        **{name: row[name] for name in SCALARS},
+        **{name: row.get(name) for name in W1_FIELDS if name != "w1_seconds"},
+        w1_seconds=row.get("w1_seconds", 0.0),
+    )
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 ``run.json`` holds the ``RunIdentity`` (identity, prompts, run_id); ``results/{i:06d}.json`` is
 item i's row with the run's fields, so a row of another run is never counted (``finished_row``,
 ``RunMismatch``). ``start_run`` checks a folder before writing into it (``check_run`` names every
-difference); ``merge_results`` collects the rows; ``record_row`` / ``row_record`` convert a
-``GenerationRecord`` to the row every run path writes and back (docs/run-store.md).
+difference); ``rows`` reads a run's rows back, ``merge_results`` collects them
+(docs/run-store.md).
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import torch
-
-from ..experiments.runs import GenerationRecord
 from ..io.provenance import atomic_write_json, atomic_write_text
 from .identity import RunIdentity, RunMismatch, identity_differences, prompt_differences
 from .ranks import DistributedContext, barrier
@@ -162,7 +159,7 @@ def _means(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
             for k, v in row.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        - {"index", "rank", "seed"}
+        - {"index", "rank", "seed", "generator_seed"}
     )
     return {
         k: sum(row[k] for row in rows if k in row) / max(1, sum(k in row for row in rows))
@@ -227,44 +224,3 @@ def rows(run: RunIdentity, out_dir: str | Path, *, missing_ok: bool = False) -> 
                 "complete (run it again to resume it)"
             )
         yield row
-
-
-SCALARS = (
-    "nfe",
-    "acceptance_rate",
-    "accepted_per_tested",
-    "wall_seconds",
-    "model_seconds",
-    "accounting_seconds",
-    "distortion",
-)
-W1_FIELDS = ("w1", "w1_sem", "w1_seconds", "substitution", "substitution_sem")
-
-
-def record_row(record: GenerationRecord) -> dict[str, Any]:
-    """The JSON row of a decoded image: its label, generator seed, ``SCALARS``, the W1 fields
-    where recorded, tokens and (when recorded) top-1 vectors."""
-    row: dict[str, Any] = {"label": record.label, "generator_seed": record.seed}
-    row.update({name: getattr(record, name) for name in SCALARS})
-    if record.w1 is not None:
-        row.update({name: getattr(record, name) for name in W1_FIELDS})
-    row["tokens"] = record.tokens.tolist()
-    if record.top1 is not None:
-        row["top1"] = record.top1.tolist()
-    return row
-
-
-def row_record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
-    """The ``GenerationRecord`` of a ``record_row`` row (with its prompt), without pixels;
-    ``full``: with its tokens and top-1 vectors (else scalars only: host memory)."""
-    return GenerationRecord(
-        label=row["label"],
-        prompt=row["prompt"],
-        seed=row["generator_seed"],
-        tokens=torch.tensor(row["tokens"]) if full else None,
-        image=None,
-        top1=torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
-        **{name: row[name] for name in SCALARS},
-        **{name: row.get(name) for name in W1_FIELDS if name != "w1_seconds"},
-        w1_seconds=row.get("w1_seconds", 0.0),
-    )

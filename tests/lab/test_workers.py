@@ -135,11 +135,8 @@ def _shard_rows(out, workers_count: int) -> tuple[dict[int, dict], set[int]]:
     import os
 
     from gsd_lab.runs.identity import RunIdentity
-
     from gsd_lab.runs.ranks import DistributedContext
-
     from gsd_lab.runs.shards import BatchedWork, run_shard
-
     from gsd_lab.runs.store import start_run
 
     run = RunIdentity({"model": "test"}, [f"p{i}" for i in range(7)])

@@ -10,11 +10,8 @@ import pytest
 import torch
 
 from gsd_lab.runs.identity import RunIdentity, RunMismatch, folder_fingerprint, parameters_fingerprint, weights_fingerprint
-
 from gsd_lab.runs.ranks import DistributedContext
-
 from gsd_lab.runs.shards import evaluate
-
 from gsd_lab.runs.store import RUN_FILE, check_run, load_result, merge_results, read_run, result_path
 
 PROMPTS = ["astronaut", "flower", "lighthouse", "cat"]

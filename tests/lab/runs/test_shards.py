@@ -15,11 +15,8 @@ import pytest
 import torch.multiprocessing as mp
 
 from gsd_lab.runs.identity import RunMismatch
-
 from gsd_lab.runs.ranks import DistributedContext, init_distributed, shard_indices
-
 from gsd_lab.runs.shards import evaluate
-
 from gsd_lab.runs.store import load_result, merge_results, result_path
 
 PROMPTS = [f"prompt {i}" for i in range(7)]

@@ -102,32 +102,26 @@ def _work(
     args: argparse.Namespace, model: Any, spec: Any, device: Any, batch_size: int
 ) -> Callable[[list[tuple[int, str]], Callable[[int, dict], None]], None]:
     """``work(items, write)`` for ``BatchedWork``: decode (index, prompt) items, each written as
-    its row (``stream.record_row``, the seed, condition score, image file) as soon as it is
-    decoded."""
+    its row (``stream.record_row``: counts, times, tokens, condition score, image file; the
+    seed) as soon as it is decoded."""
     from ..experiments.runs import Recording, RunItem, decode_items, resolve_for
     from ..experiments.stream import record_row
-    from ..io.figure_io import save_image_atomic
 
     resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
     recording = Recording(batch_size=batch_size, runner=args.runner)
 
-    def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
-        row = {**record_row(record), "seed": args.seed + index, "device": str(device)}
-        if record.image is not None:
-            if model.condition_scores is not None:
-                row["condition_score"] = float(model.condition_scores([record.image], [prompt])[0])
-            if not args.no_images:
-                row["image"] = save_image_atomic(record.image, image_dir / f"{index:06d}.png")
-        return row
+    def row_of(index: int, record: Any) -> dict[str, Any]:
+        image_file = None if args.no_images else image_dir / f"{index:06d}.png"
+        row = record_row(record, model, image_file)
+        return {**row, "seed": args.seed + index, "device": str(device)}
 
     def work(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
         # prompt i's generator is seeded seed + i (docs/run-store.md)
         runs = [RunItem(spec.label, resolved, prompt, args.seed + i) for i, prompt in items]
 
         def finished(position: int, record: Any) -> None:
-            index, prompt = items[position]
-            write(index, row_of(index, prompt, record))
+            write(items[position][0], row_of(items[position][0], record))
             record.image = None  # host memory: pixels only until the row is written
 
         decode_items(model, runs, recording, on_record=finished)

@@ -38,6 +38,7 @@ from ..runs.store import (
 from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
 from .image_model import ImageModel, guidance_scale
+from .records import FIELDS
 from ..decode.methods import DecodingMethod
 from .runs import (
     FilterSettings,
@@ -57,21 +58,16 @@ STREAM_DIR = "decoding"
 CHUNK_BATCHES = 16  # batched runs: the items given to one generate_batch call, in batches
 
 
-SCALARS = (
-    "nfe",
-    "acceptance_rate",
-    "accepted_per_tested",
-    "wall_seconds",
-    "model_seconds",
-    "accounting_seconds",
-    "distortion",
-)
 W1_FIELDS = ("w1", "w1_sem", "w1_seconds", "substitution", "substitution_sem")
+SCALARS = tuple(name for name in FIELDS if name not in W1_FIELDS)  # records.npz's columns
 
 
-def record_row(record: GenerationRecord) -> dict[str, Any]:
+def record_row(
+    record: GenerationRecord, model: ImageModel | None = None, image_file: Path | None = None
+) -> dict[str, Any]:
     """The JSON row of a decoded image: its label, generator seed, ``SCALARS``, the W1 fields
-    where recorded, tokens and (when recorded) top-1 vectors."""
+    where recorded, tokens and (when recorded) top-1 vectors; with ``model`` its device and the
+    condition score of the record's pixels; ``image_file``: the pixels saved there (PNG)."""
     row: dict[str, Any] = {"label": record.label, "generator_seed": record.seed}
     row.update({name: getattr(record, name) for name in SCALARS})
     if record.w1 is not None:
@@ -79,6 +75,13 @@ def record_row(record: GenerationRecord) -> dict[str, Any]:
     row["tokens"] = record.tokens.tolist()
     if record.top1 is not None:
         row["top1"] = record.top1.tolist()
+    image = record.image
+    if model is not None:
+        row["device"] = str(model.adapter.device)
+        if image is not None and model.condition_scores is not None:
+            row["condition_score"] = float(model.condition_scores([image], [record.prompt])[0])
+    if image is not None and image_file is not None:
+        row["image"] = save_image_atomic(image, image_file)
     return row
 
 
@@ -349,16 +352,8 @@ class StreamedRunCache(RunCache):
         record: GenerationRecord,
     ) -> dict[str, Any]:
         """The result file's content for ``item`` decoded as ``record``."""
-        prompt, image = self.prompts[index], record.image
-        row = record_row(record)
-        row["device"] = str(self.model.adapter.device)
-        if image is not None and self.model.condition_scores is not None:
-            row["condition_score"] = float(self.model.condition_scores([image], [prompt])[0])
-        if image is not None and self.save_images:
-            row["image"] = save_image_atomic(
-                image, self.folder(config, seed) / "images" / f"{index:06d}.png"
-            )
-        return row
+        image_file = self.folder(config, seed) / "images" / f"{index:06d}.png"
+        return record_row(record, self.model, image_file if self.save_images else None)
 
     # ---- reading back ----
 
@@ -366,7 +361,8 @@ class StreamedRunCache(RunCache):
         """The result rows of ``config``, seed by seed, prompt by prompt
         (``run_method``'s order)."""
         for seed in self.seeds:
-            yield from rows(self._runs[(config, seed)], self.folder(config, seed), missing_ok=missing_ok)
+            run, folder = self._runs[(config, seed)], self.folder(config, seed)
+            yield from rows(run, folder, missing_ok=missing_ok)
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         key = self._concrete(spec).key

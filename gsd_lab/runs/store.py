@@ -140,10 +140,14 @@ def is_done(run: RunIdentity, out_dir: str | Path, index: int) -> bool:
 
 
 def write_result(
-    run: RunIdentity, out_dir: str | Path, index: int, result: dict[str, Any], context: DistributedContext
+    run: RunIdentity,
+    out_dir: str | Path,
+    index: int,
+    result: dict[str, Any],
+    context: DistributedContext,
 ) -> dict[str, Any]:
-    """Write prompt ``index``'s ``result`` atomically with the run's fields (``RunIdentity.row_fields``)
-    and the rank; returns the row written."""
+    """Write prompt ``index``'s ``result`` atomically with the run's fields
+    (``RunIdentity.row_fields``) and the rank; returns the row written."""
     row = dict(result)
     row.update(run.row_fields(index), rank=context.rank)
     atomic_write_json(result_path(out_dir, index), row)
@@ -211,7 +215,9 @@ def merge_results(
     return summary
 
 
-def rows(run: RunIdentity, out_dir: str | Path, *, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
+def rows(
+    run: RunIdentity, out_dir: str | Path, *, missing_ok: bool = False
+) -> Iterator[dict[str, Any]]:
     """The result rows of ``run`` in ``out_dir``, in index order; a missing row or one of
     another run raises ``ValueError`` (``missing_ok``: skipped)."""
     for index in range(len(run.prompts)):

@@ -113,7 +113,7 @@ def evaluate(
     progress: bool = True,
     workers: int = 1,
 ) -> dict[str, Any] | None:
-    """Check or record the run (``identity`` + ``prompts``, see the module docstring), run this
+    """Check or record the run (``identity`` + ``prompts``: docs/run-store.md), run this
     rank's shard (``work``: ``run_shard``'s), wait for all ranks, merge on rank 0 (returns the
     summary there, None on other ranks). Raises ``RunMismatch`` when ``out_dir`` holds another run.
 

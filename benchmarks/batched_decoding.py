@@ -131,7 +131,7 @@ class _count_runner_forwards:
 
 def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: int) -> dict:
     """images/s of the streamed runs at batch 1 and ``batch`` (module docstring, ``--stream``)."""
-    from gsd_lab.evaluate import DistributedContext
+    from gsd_lab.runs.ranks import DistributedContext
     from gsd_lab.experiments.runs import FilterSettings, MethodSpec, Recording
     from gsd_lab.experiments.stream import Configuration, StreamedRunCache
 

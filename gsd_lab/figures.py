@@ -21,7 +21,7 @@ import torch
 
 from gsd_core import tv_distance
 
-from .evaluate import weights_fingerprint
+from .runs.identity import weights_fingerprint
 from .experiments import claims, findings, frontier, ledger, matched, plots, records, tables
 from .experiments import toy, verdicts
 from .experiments.image_model import ImageModel, load_image_model

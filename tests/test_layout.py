@@ -31,7 +31,6 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/decode/acceptance.py",
     "gsd_lab/decode/methods.py",
     "gsd_lab/experiments/claims.py",
-    "gsd_lab/experiments/runs.py",
 }
 
 

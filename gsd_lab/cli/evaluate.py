@@ -1,6 +1,6 @@
 """``evaluate``: a prompt list sharded over processes (torchrun), resumable: a re-run into the
 same --out resumes the same run only (another configuration is refused, exit 2). Prompt i runs
-on rank i mod N with seed + i; rank 0 merges summary.json (``gsd_lab.evaluate``)."""
+on rank i mod N with seed + i; rank 0 merges summary.json (``gsd_lab.runs.shards``)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check --out's run identity, load, then decode this rank's share of the prompts."""
-    from ..evaluate import BatchedWork, check_run, evaluate, init_distributed
+    from ..runs.ranks import init_distributed
+    from ..runs.shards import BatchedWork, evaluate
+    from ..runs.store import check_run
     from ..experiments.stream import CHUNK_BATCHES
     from ..workers import default_workers
     from ..models.batched import default_batch_size
@@ -100,38 +102,26 @@ def _work(
     args: argparse.Namespace, model: Any, spec: Any, device: Any, batch_size: int
 ) -> Callable[[list[tuple[int, str]], Callable[[int, dict], None]], None]:
     """``work(items, write)`` for ``BatchedWork``: decode (index, prompt) items, each written as
-    its row (tokens, counts, times, condition score, image file) as soon as it is decoded."""
+    its row (``stream.record_row``: counts, times, tokens, condition score, image file; the
+    seed) as soon as it is decoded."""
     from ..experiments.runs import Recording, RunItem, decode_items, resolve_for
-    from ..io.figure_io import save_image_atomic
+    from ..experiments.stream import record_row
 
     resolved = resolve_for(model, spec.method)
     image_dir = args.out / "images"
     recording = Recording(batch_size=batch_size, runner=args.runner)
 
-    def row_of(index: int, prompt: str, record: Any) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "seed": args.seed + index,
-            "nfe": record.nfe,
-            "acceptance_rate": record.acceptance_rate,
-            "wall_seconds": record.wall_seconds,
-            "model_seconds": record.model_seconds,
-            "tokens": record.tokens.tolist(),
-            "device": str(device),
-        }
-        if record.image is not None:
-            if model.condition_scores is not None:
-                row["condition_score"] = float(model.condition_scores([record.image], [prompt])[0])
-            if not args.no_images:
-                row["image"] = save_image_atomic(record.image, image_dir / f"{index:06d}.png")
-        return row
+    def row_of(index: int, record: Any) -> dict[str, Any]:
+        image_file = None if args.no_images else image_dir / f"{index:06d}.png"
+        row = record_row(record, model, image_file)
+        return {**row, "seed": args.seed + index, "device": str(device)}
 
     def work(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
-        # prompt i's generator is seeded seed + i (the module docstring of evaluate)
+        # prompt i's generator is seeded seed + i (docs/run-store.md)
         runs = [RunItem(spec.label, resolved, prompt, args.seed + i) for i, prompt in items]
 
         def finished(position: int, record: Any) -> None:
-            index, prompt = items[position]
-            write(index, row_of(index, prompt, record))
+            write(items[position][0], row_of(items[position][0], record))
             record.image = None  # host memory: pixels only until the row is written
 
         decode_items(model, runs, recording, on_record=finished)
@@ -183,10 +173,10 @@ def _partial_identity(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_identity(args: argparse.Namespace, model: Any, spec: Any) -> dict[str, Any]:
     """What an evaluation's results depend on besides the prompts: the model name, a
-    fingerprint of its weights (``gsd_lab.evaluate.weights_fingerprint``), the full decoding
+    fingerprint of its weights (``gsd_lab.runs.identity.weights_fingerprint``), the full decoding
     spec (method, clusters, G, residual, acceptance scale, window; the adapter's CFG scale,
     top-k and temperature as resolved; GSD's filter settings) and the base seed."""
-    from ..evaluate import weights_fingerprint
+    from ..runs.identity import weights_fingerprint
     from ..experiments.runs import decoding_identity
 
     identity = {

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _device_of_this_rank(args: argparse.Namespace) -> None:
     """One device per torchrun process (LOCAL_RANK), as evaluate does."""
-    from ..experiments.stream import context_from_environment
+    from ..runs.ranks import context_from_environment
 
     context = context_from_environment()
     if context.world_size > 1:

@@ -1,39 +1,18 @@
 """Decoding runs over prompts x seeds and their summaries: the rows of the speed/quality tables.
 
-A ``MethodSpec`` labels one ``decode.methods.DecodingMethod`` (AR, SJD, GSD, LANTERN, and the
-naive lossy "Amplify": SJD accepting with min(1, k p(x)/q(x)), k > 1, our definition: the
-paper's was not found). One run path decodes every image: ``decode_items`` turns (label,
-method, prompt, generator seed) items into records as one frozen ``Recording`` says (what to
-record, batch size), for ``run_method``, ``RunCache`` (here or over ``workers``), ``stream`` and
-``evaluate``; a (prompt, seed)'s generator seed is the same for every method. ``summarize``
-makes a table row: mean NFE and its speed-up over AR, mean wall time and its speed-up (CPU wall
-time is noise-dominated: quote NFE), the two acceptance measures, the distortions, quality
-proxies, and ``per_image`` values (prompt, seed, nfe, distortion, w1, condition score) for the
-paired comparisons (``verdicts``, ``matched``).
+- ``MethodSpec``: one table row's ``decode.methods.DecodingMethod`` with a label and a seed offset;
+  ``decoding_identity``: what a decoded image depends on besides weights, prompt and seed;
+- the one run path: ``decode_items`` turns ``RunItem`` (label, method, prompt, generator seed)
+  into ``GenerationRecord`` as one frozen ``Recording`` says (what to record, batch size), for
+  ``run_method``, ``RunCache`` (here or over ``workers``: ``decode_jobs``), the streamed runs and
+  ``evaluate``; a (prompt, seed)'s ``generator_seed`` is the same for every method;
+- ``summarize``: a table row (mean NFE and speed-up over AR, wall time, the two acceptance
+  measures, TV and W1 distortions with standard errors, quality proxies, ``per_image`` values);
+- ``RunCache``: records per configuration, decoded once; ``table``: rows with paired error bars
+  against AR (``verdicts.interval``); ``real_image_baseline``: real crops' quality proxies.
 
-Distortions, per image the mean over its tokens, then the mean over images with its standard
-error (``_sem``); the accounting's time is kept out of ``wall_seconds``:
-- ``distortion``: TV(one-step output law, p) (``accounting.distortion``; 0 for AR and SJD), exact
-  and noise-free given the tokens: what a lossy rule trades for speed;
-- ``w1`` (where the model knows its codes' content): W1(one-step output law, p), ground cost the
-  RMS difference per coordinate of the decoded content (``accounting.transport``; on the
-  stand-in pixels in [-1, 1]), estimated from ``w1_draws`` rows per image drawn in proportion to
-  their TV (exact when None); ``w1_sem`` includes the estimator's noise, ``w1_sampling_sem`` is
-  that part alone. The records keep ``substitution`` (``transport.substitution_cost``), the tables
-  do not: it is undefined for GSD's dynamic rule, Amplify and LANTERN, the rows it was meant for.
-
-Error bars against AR (``RunCache.table``): for a per-image proxy (the condition score) the
-difference of means to AR on the same prompts and seeds, ``{metric}_diff_ar``, with the interval
-every verdict decides on, d +- 2 paired SE (``_low`` / ``_high``; ``verdicts.interval``). The
-seed noise is the same difference for AR on another seed set (``MethodSpec.seed_offset``);
-``real_image_baseline`` scores real held-out crops.
-
-Two acceptance measures (per image, then averaged over images):
-- ``acceptance_rate`` = accepted / drafted, counting the never-tested positions after a window's
-  first rejection (``DecodeResult.acceptance_rate``): a throughput measure, not 1 - TV;
-- ``accepted_per_tested`` = accepted / tested, tested = accepted + one per window that rejected:
-  the empirical E[min(1, p(C)/q(C))] (= 1 - TV for singletons) of notebooks 01 and 05. None for
-  block verification (it decides a window's prefix jointly, not draft by draft).
+The measures (acceptance_rate against accepted_per_tested, the distortions, the error bars)
+and how the run paths share one store: docs/run-store.md.
 """
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 prompt) as soon as it is decoded, resumable, sharded over processes, bounded host memory (the
 layout, the order and sharding, batching and memory: docs/paper-run.md).
 
-- each (configuration, seed) is one run of ``gsd_lab.evaluate`` under
-  ``decoding/<configuration>/seed-<s>/``: the same identity rules, atomic result files and
-  refusal of another run's folder (``RunMismatch``); a re-run skips what is on disk;
+- each (configuration, seed) is one run of the run store (``gsd_lab.runs.store``) under
+  ``decoding/<configuration>/seed-<s>/``: the same identity, atomic result files and refusal
+  of another run's folder (``RunMismatch``) as ``evaluate``; a re-run skips what is on disk;
 - ``StreamedRunCache``: the tables' rows read from those files, one per (configuration, seed,
   prompt); process r of N decodes items r, r + N, ... of the prompt-major list, in chunks of
   ``CHUNK_BATCHES`` x B through ``runs.decode_items``; rank 0 writes the tables;
-- ``Configuration``, ``context_from_environment``, ``gpu_hours``, ``measure_forward_seconds``.
+- ``record_row`` / ``row_record``: a ``GenerationRecord`` as its result row and back;
+- ``Configuration``, ``gpu_hours``, ``measure_forward_seconds``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,20 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..evaluate import (
-    DistributedContext,
-    Run,
+from ..runs.identity import RunIdentity
+from ..runs.ranks import DistributedContext, context_from_environment, shard_indices
+from ..runs.store import (
     check_run,
     finished_row,
-    load_result,
     result_path,
-    shard_indices,
+    rows,
     start_run,
     write_result,
 )
 from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
 from .image_model import ImageModel, guidance_scale
+from .records import FIELDS
 from ..decode.methods import DecodingMethod
 from .runs import (
     FilterSettings,
@@ -57,6 +58,49 @@ STREAM_DIR = "decoding"
 CHUNK_BATCHES = 16  # batched runs: the items given to one generate_batch call, in batches
 
 
+W1_FIELDS = ("w1", "w1_sem", "w1_seconds", "substitution", "substitution_sem")
+SCALARS = tuple(name for name in FIELDS if name not in W1_FIELDS)  # records.npz's columns
+
+
+def record_row(
+    record: GenerationRecord, model: ImageModel | None = None, image_file: Path | None = None
+) -> dict[str, Any]:
+    """The JSON row of a decoded image: its label, generator seed, ``SCALARS``, the W1 fields
+    where recorded, tokens and (when recorded) top-1 vectors; with ``model`` its device and the
+    condition score of the record's pixels; ``image_file``: the pixels saved there (PNG)."""
+    row: dict[str, Any] = {"label": record.label, "generator_seed": record.seed}
+    row.update({name: getattr(record, name) for name in SCALARS})
+    if record.w1 is not None:
+        row.update({name: getattr(record, name) for name in W1_FIELDS})
+    row["tokens"] = record.tokens.tolist()
+    if record.top1 is not None:
+        row["top1"] = record.top1.tolist()
+    image = record.image
+    if model is not None:
+        row["device"] = str(model.adapter.device)
+        if image is not None and model.condition_scores is not None:
+            row["condition_score"] = float(model.condition_scores([image], [record.prompt])[0])
+    if image is not None and image_file is not None:
+        row["image"] = save_image_atomic(image, image_file)
+    return row
+
+
+def row_record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
+    """The ``GenerationRecord`` of a ``record_row`` row (with its prompt), without pixels;
+    ``full``: with its tokens and top-1 vectors (else scalars only: host memory)."""
+    return GenerationRecord(
+        label=row["label"],
+        prompt=row["prompt"],
+        seed=row["generator_seed"],
+        tokens=torch.tensor(row["tokens"]) if full else None,
+        image=None,
+        top1=torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
+        **{name: row[name] for name in SCALARS},
+        **{name: row.get(name) for name in W1_FIELDS if name != "w1_seconds"},
+        w1_seconds=row.get("w1_seconds", 0.0),
+    )
+
+
 @dataclass(frozen=True)
 class Configuration:
     """One decoding configuration of the paper run: ``spec``, with classifier-free guidance as
@@ -74,17 +118,6 @@ class Configuration:
         return (
             f"{slug}{'' if self.guided else '-no-guidance'}-{hashlib.sha256(key).hexdigest()[:8]}"
         )
-
-
-def context_from_environment() -> DistributedContext:
-    """This process's rank among torchrun's (RANK, WORLD_SIZE, LOCAL_RANK), no process group."""
-    import os
-
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK {rank} is not in 0..WORLD_SIZE-1 = {world - 1}")
-    return DistributedContext(rank, world, local, "")
 
 
 class StreamedRunCache(RunCache):
@@ -113,7 +146,7 @@ class StreamedRunCache(RunCache):
         self._left = 0.0
         self.configurations: list[Configuration] = []
         self.items: list[tuple[int, Configuration, int]] = []
-        self._runs: dict[tuple[Configuration, int], Run] = {}
+        self._runs: dict[tuple[Configuration, int], RunIdentity] = {}
         self._nfe: dict[Configuration, list[int]] = {}
         self._done: set[tuple[int, Configuration, int]] = set()
 
@@ -123,7 +156,7 @@ class StreamedRunCache(RunCache):
         return self.root / config.name / f"seed-{seed}"
 
     def identity(self, config: Configuration, seed: int) -> dict[str, Any]:
-        """What every row of (config, seed) depends on besides its prompt (``evaluate.Run``)."""
+        """What every row of (config, seed) depends on besides its prompt (``RunIdentity``)."""
         with self._guidance(config):
             decoding = decoding_identity(self.model, config.spec)
         return {
@@ -149,7 +182,7 @@ class StreamedRunCache(RunCache):
         for config in self.configurations:
             prompts = self.prompts[: config.max_prompts]
             for seed in self.seeds:
-                run = Run(self.identity(config, seed), prompts)
+                run = RunIdentity(self.identity(config, seed), prompts)
                 if dry:
                     check_run(self.folder(config, seed), run.identity, run.prompts)
                 else:
@@ -319,40 +352,8 @@ class StreamedRunCache(RunCache):
         record: GenerationRecord,
     ) -> dict[str, Any]:
         """The result file's content for ``item`` decoded as ``record``."""
-        prompt, image = self.prompts[index], record.image
-        row: dict[str, Any] = {
-            "label": config.spec.label,
-            "generator_seed": record.seed,
-            "nfe": record.nfe,
-            "acceptance_rate": record.acceptance_rate,
-            "accepted_per_tested": record.accepted_per_tested,
-            "wall_seconds": record.wall_seconds,
-            "model_seconds": record.model_seconds,
-            "accounting_seconds": record.accounting_seconds,
-            "distortion": record.distortion,
-            **(
-                {}
-                if record.w1 is None
-                else {
-                    "w1": record.w1,
-                    "w1_sem": record.w1_sem,
-                    "w1_seconds": record.w1_seconds,
-                    "substitution": record.substitution,
-                    "substitution_sem": record.substitution_sem,
-                }
-            ),
-            "tokens": record.tokens.tolist(),
-            "device": str(self.model.adapter.device),
-        }
-        if record.top1 is not None:
-            row["top1"] = record.top1.tolist()
-        if image is not None and self.model.condition_scores is not None:
-            row["condition_score"] = float(self.model.condition_scores([image], [prompt])[0])
-        if image is not None and self.save_images:
-            row["image"] = save_image_atomic(
-                image, self.folder(config, seed) / "images" / f"{index:06d}.png"
-            )
-        return row
+        image_file = self.folder(config, seed) / "images" / f"{index:06d}.png"
+        return record_row(record, self.model, image_file if self.save_images else None)
 
     # ---- reading back ----
 
@@ -361,16 +362,7 @@ class StreamedRunCache(RunCache):
         (``run_method``'s order)."""
         for seed in self.seeds:
             run, folder = self._runs[(config, seed)], self.folder(config, seed)
-            for index in range(len(run.prompts)):
-                row = load_result(folder, index)
-                if row is None or not run.row_matches(row, index):
-                    if missing_ok:
-                        continue
-                    raise ValueError(
-                        f"{result_path(folder, index)} is missing or not of this run: "
-                        "the paper run is not complete (run figures --paper again to resume it)"
-                    )
-                yield row
+            yield from rows(run, folder, missing_ok=missing_ok)
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         key = self._concrete(spec).key
@@ -385,33 +377,10 @@ class StreamedRunCache(RunCache):
             )
         return found[0]
 
-    @staticmethod
-    def _record(row: dict[str, Any], *, full: bool) -> GenerationRecord:
-        return GenerationRecord(
-            row["label"],
-            row["prompt"],
-            row["generator_seed"],
-            row["nfe"],
-            row["acceptance_rate"],
-            row["accepted_per_tested"],
-            row["wall_seconds"],
-            row["model_seconds"],
-            torch.tensor(row["tokens"]) if full else None,
-            None,
-            torch.tensor(row["top1"], dtype=torch.float64) if full and "top1" in row else None,
-            row["distortion"],
-            row["accounting_seconds"],
-            w1=row.get("w1"),
-            w1_sem=row.get("w1_sem"),
-            substitution=row.get("substitution"),
-            substitution_sem=row.get("substitution_sem"),
-            w1_seconds=row.get("w1_seconds", 0.0),
-        )
-
     def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
         """Scalar records of ``spec`` read from its result files (no tokens, images or top-1
         vectors): ``RunCache.records`` serves them."""
-        return [self._record(row, full=False) for row in self._rows(self._config(spec))]
+        return [row_record(row, full=False) for row in self._rows(self._config(spec))]
 
     def detail_records(
         self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
@@ -423,7 +392,7 @@ class StreamedRunCache(RunCache):
         for row in rows:
             if limit is not None and len(records) >= limit:
                 break
-            record = self._record(row, full=True)
+            record = row_record(row, full=True)
             record.label = spec.label
             if self.model.decode is not None:
                 record.image = self.model.decode(record.tokens)

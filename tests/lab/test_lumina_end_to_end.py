@@ -304,7 +304,7 @@ def test_evaluate_under_torchrun_two_processes(tiny_release_set, tmp_path):
     from PIL import Image
 
     from gsd_lab.quality.clip_score import clip_scores, load_clip
-    from gsd_lab.evaluate import result_path
+    from gsd_lab.runs.store import result_path
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
 
     files = tiny_release_set

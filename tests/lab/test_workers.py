@@ -134,9 +134,12 @@ def _shard_rows(out, workers_count: int) -> tuple[dict[int, dict], set[int]]:
     import json
     import os
 
-    from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard, start_run
+    from gsd_lab.runs.identity import RunIdentity
+    from gsd_lab.runs.ranks import DistributedContext
+    from gsd_lab.runs.shards import BatchedWork, run_shard
+    from gsd_lab.runs.store import start_run
 
-    run = Run({"model": "test"}, [f"p{i}" for i in range(7)])
+    run = RunIdentity({"model": "test"}, [f"p{i}" for i in range(7)])
     context = DistributedContext(0, 1, 0, "cpu")
     start_run(out, run, context)
 
@@ -167,9 +170,12 @@ def test_evaluate_shard_on_workers_writes_the_rows_of_one_process(tmp_path):
 def test_evaluate_shard_in_process_runs_on_one_thread(tmp_path):
     # workers=1 on a CPU: the chunks run in this process on one thread, as a forked worker
     # does, and the thread count is restored afterwards.
-    from gsd_lab.evaluate import DistributedContext, Run, run_shard, start_run
+    from gsd_lab.runs.identity import RunIdentity
+    from gsd_lab.runs.ranks import DistributedContext
+    from gsd_lab.runs.shards import run_shard
+    from gsd_lab.runs.store import start_run
 
-    run = Run({"model": "test"}, ["p0", "p1"])
+    run = RunIdentity({"model": "test"}, ["p0", "p1"])
     context = DistributedContext(0, 1, 0, "cpu")
     start_run(tmp_path, run, context)
     seen: list[int] = []

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard
+from gsd_lab.runs.identity import RunIdentity
+from gsd_lab.runs.ranks import DistributedContext
+from gsd_lab.runs.shards import BatchedWork, run_shard
 from gsd_lab.experiments import stream
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.runs import FilterSettings, MethodSpec, Recording
@@ -148,9 +150,9 @@ def test_a_batched_shard_decodes_the_items_of_the_same_shard(model, tmp_path):
 
 
 def test_batched_work_writes_every_item_and_a_missing_one_raises(tmp_path):
-    run = Run({"model": "test"}, [f"p{i}" for i in range(5)])
+    run = RunIdentity({"model": "test"}, [f"p{i}" for i in range(5)])
     context = DistributedContext(0, 1, 0, "cpu")
-    from gsd_lab.evaluate import start_run
+    from gsd_lab.runs.store import start_run
 
     start_run(tmp_path, run, context)
     calls = []

@@ -1,4 +1,4 @@
-"""gsd_lab.evaluate never mixes runs: a re-run into the same folder with another configuration
+"""The run identity (gsd_lab.runs) never mixes runs: a re-run into the same folder with another configuration
 or a changed prompt list is refused (naming what differs) before any work; rows record their
 run; the summary is complete only when every row belongs to the run; weights fingerprints."""
 
@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
-from gsd_lab.evaluate import (RUN_FILE, DistributedContext, Run, RunMismatch, check_run, evaluate,
-                              folder_fingerprint, load_result, merge_results, parameters_fingerprint, read_run,
-                              result_path, weights_fingerprint)
+from gsd_lab.runs.identity import RunIdentity, RunMismatch, folder_fingerprint, parameters_fingerprint, weights_fingerprint
+from gsd_lab.runs.ranks import DistributedContext
+from gsd_lab.runs.shards import evaluate
+from gsd_lab.runs.store import RUN_FILE, check_run, load_result, merge_results, read_run, result_path
 
 PROMPTS = ["astronaut", "flower", "lighthouse", "cat"]
 SJD = {"model": "m", "weights": {"parameters_sha256": "abc"}, "decoding": {"method": "sjd", "group_size": 0},
@@ -40,7 +41,7 @@ def _run(out, prompts=PROMPTS, identity=SJD) -> tuple[dict, Recorder]:
 def test_rows_record_the_run_and_their_prompt(tmp_path):
     summary, work = _run(tmp_path)
     assert summary["complete"] and work.calls == list(enumerate(PROMPTS))
-    run = Run(SJD, PROMPTS)
+    run = RunIdentity(SJD, PROMPTS)
     assert summary["run_id"] == run.run_id and summary["identity"] == SJD
     recorded = json.loads((tmp_path / RUN_FILE).read_text())
     assert recorded["prompts"] == PROMPTS and recorded["identity"] == SJD and recorded["run_id"] == run.run_id
@@ -149,7 +150,7 @@ def test_folder_fingerprint_follows_content_not_place(tmp_path):
 
 
 def test_large_files_are_fingerprinted_by_size_and_ends(tmp_path, monkeypatch):
-    import gsd_lab.evaluate as evaluate_module
+    import gsd_lab.runs.identity as evaluate_module
 
     monkeypatch.setattr(evaluate_module, "_FULL_HASH_LIMIT", 1024)
     monkeypatch.setattr(evaluate_module, "_EDGE_BYTES", 100)

@@ -1,6 +1,6 @@
-"""gsd_lab.evaluate: prompts sharded over 2 gloo processes, atomic per-prompt results, merge,
+"""gsd_lab.runs.shards.evaluate: prompts sharded over 2 gloo processes, atomic per-prompt results, merge,
 and re-runs that skip finished prompts (also after a crash), plus the torchrun CLI end to end.
-Run identity (refusing mixed runs): tests/lab/test_evaluate_identity.py."""
+Run identity (refusing mixed runs): tests/lab/runs/test_identity.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from gsd_lab.evaluate import (DistributedContext, RunMismatch, evaluate, init_distributed, load_result,
-                              merge_results, result_path, shard_indices)
+from gsd_lab.runs.identity import RunMismatch
+from gsd_lab.runs.ranks import DistributedContext, init_distributed, shard_indices
+from gsd_lab.runs.shards import evaluate
+from gsd_lab.runs.store import load_result, merge_results, result_path
 
 PROMPTS = [f"prompt {i}" for i in range(7)]
 IDENTITY = {"model": "test", "decoding": {"method": "sjd", "window": 4}, "seed": 0}

@@ -25,6 +25,7 @@ from torch import Tensor
 from gsd_core import acceptance_rate, output_distribution, tv_distance
 
 from ..decode.methods import DecodingMethod
+from ..decode.methods import BudgetAcceptance, RelaxationAcceptance, TransportAcceptance
 from . import tables
 from .matched import MEASURES, _interpolate, check_matching, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
@@ -51,7 +52,7 @@ def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
     """SJD with the TV-optimal relaxation at per-token budget ``delta`` (delta = 0: SJD's key)."""
     return MethodSpec(
         f"relaxation (delta={delta:g}{_drafts(draft)})",
-        DecodingMethod("sjd", relaxation_delta=float(delta), draft=draft),
+        DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=float(delta)), draft=draft),
     )
 
 
@@ -64,8 +65,7 @@ def dial(budget: float, draft: str = "maximal") -> MethodSpec:
 def _dial(name: str, measure: str, policy: str, cap: float, budget: float, draft: str
           ) -> MethodSpec:
     """SJD with the certified dial: budget B in ``measure``, ``policy`` and per-token ``cap``."""
-    method = DecodingMethod("sjd", budget=float(budget), budget_measure=measure,
-                            budget_policy=policy, budget_cap=cap, draft=draft)
+    method = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=float(budget), measure=measure, policy=policy, cap=cap), draft=draft)
     return MethodSpec(f"{name} (B={budget:g}{_drafts(draft)})", method)
 
 
@@ -74,7 +74,7 @@ def transport(eps: float, draft: str = "maximal") -> MethodSpec:
     units; k = 16 neighbours), drafts ``draft``."""
     return MethodSpec(
         f"transport (eps={eps:g}{_drafts(draft)})",
-        DecodingMethod("sjd", transport_eps=float(eps), draft=draft),
+        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=float(eps)), draft=draft),
     )
 
 

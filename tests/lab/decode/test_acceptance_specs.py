@@ -116,9 +116,9 @@ def test_each_spec_round_trips_tagged_and_flat(spec):
 
 
 def test_flat_fields_and_specs_are_one_method():
-    assert DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1) == DecodingMethod(
+    assert DecodingMethod("sjd", acceptance=LanternAcceptance(k=5, delta=0.1)) == DecodingMethod(
         "sjd", acceptance=LanternAcceptance(5, 0.1))
-    amplified = DecodingMethod("gsd", clusters="dynamic", group_size=10, acceptance_scale=2)
+    amplified = DecodingMethod("gsd", acceptance=AmplifyAcceptance(scale=2, inner=ClusterAcceptance(group_size=10)))
     assert amplified.acceptance == AmplifyAcceptance(2.0, ClusterAcceptance("dynamic", 10))
     assert (amplified.acceptance_scale, amplified.group_size, amplified.budget) == (2.0, 10, None)
     # dataclasses.replace with a flat field changes the spec, also back to a default

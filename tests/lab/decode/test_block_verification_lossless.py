@@ -21,6 +21,7 @@ from gsd_core.block_verification import block_accepted_law, block_weights, token
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import ClusterAcceptance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,7 +49,7 @@ def test_block_verifier_is_refused_where_it_is_not_proved(adapter):
         with pytest.raises(ValueError, match="block"):
             DecodingMethod("sjd", verifier="block", **kwargs)
     with pytest.raises(ValueError, match="block"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=3, verifier="block")
+        DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=3), verifier="block")
     with pytest.raises(ValueError, match="verifier"):
         DecodingMethod("sjd", verifier="joint")
     request = DecodeRequest(torch.tensor([1, 2]), DecodingMethod("sjd", verifier="block"), 3)

@@ -14,6 +14,7 @@ import torch
 
 from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
 from gsd_lab.decode.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
 from gsd_lab.decode.presets import ReleaseDistanceClusters
 
 GSD = dict(kind="gsd", clusters="dynamic", group_size=25)
@@ -73,13 +74,13 @@ def test_bad_filter_settings_are_refused(fields, message):
 VALID = [
     DecodingMethod("ar"),
     DecodingMethod("sjd", window=8, init="repeat_row"),
-    DecodingMethod("sjd", acceptance_scale=3),
-    DecodingMethod("sjd", lantern_k=1001, lantern_delta=0.1),
-    DecodingMethod("gsd", clusters="dynamic", group_size=25, filters=FilterSettings(max_embedding_distance=0.5)),
-    DecodingMethod("gsd", clusters="dynamic-gap", group_size=10),
-    DecodingMethod("gsd", clusters="rank-binned", group_size=50, residual="cluster", acceptance_scale=1.5),
-    DecodingMethod("gsd", clusters="static", group_size=8, draft=DRAFTS[0]),
-    DecodingMethod("gsd", clusters="dynamic", group_size=14, window=15, preset="release"),
+    DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=3)),
+    DecodingMethod("sjd", acceptance=LanternAcceptance(k=1001, delta=0.1)),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25), filters=FilterSettings(max_embedding_distance=0.5)),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="dynamic-gap", group_size=10)),
+    DecodingMethod("gsd", acceptance=AmplifyAcceptance(scale=1.5, inner=ClusterAcceptance(clusters="rank-binned", group_size=50)), residual="cluster"),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="static", group_size=8), draft=DRAFTS[0]),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=14), window=15, preset="release"),
     DecodingMethod("ar", preset="release"),  # AR keeps any window
 ]
 
@@ -101,25 +102,25 @@ def test_from_dict_refuses_unknown_fields_and_validates():
 
 def test_the_key_is_stable_and_follows_every_field():
     # Pinned: a change here changes every recorded run identity (evaluate refuses old runs).
-    paper = DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("lumina-mgpt-7b-768")
+    paper = DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25)).for_model("lumina-mgpt-7b-768")
     assert paper.key == (
         '{"acceptance_scale":1.0,"clusters":"dynamic","draft":"independent","filters":{"distance_quantile":0.9,'
         '"max_embedding_distance":0.5,"max_prob_gap":0.15},"group_size":25,"init":"random","kind":"gsd",'
         '"lantern_delta":0.0,"lantern_k":0,"preset":"default","residual":"token","window":16}')
     # Numbers are normalised: an int scale and its float are one method.
-    assert DecodingMethod("sjd", acceptance_scale=2).key == DecodingMethod("sjd", acceptance_scale=2.0).key
+    assert DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2)).key == DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0)).key
     keys = {m.key for m in VALID} | {m.key for m in (DecodingMethod("sjd", window=15), DecodingMethod("sjd"))}
     assert len(keys) == len(VALID) + 2
 
 
 def test_filters_default_to_the_model_s():
-    gsd = DecodingMethod("gsd", clusters="dynamic", group_size=25)
+    gsd = DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25))
     assert gsd.filters is None
     assert gsd.for_model("lumina-mgpt-7b-512").filters == FilterSettings(max_embedding_distance=0.5)
     assert gsd.for_model("standin").filters == FilterSettings()
     own = FilterSettings(max_prob_gap=0.05)
     assert DecodingMethod(**GSD, filters=own).for_model("lumina-mgpt-7b-512").filters == own
-    rank = DecodingMethod("gsd", clusters="rank-binned", group_size=5)
+    rank = DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=5))
     assert rank.for_model("lumina-mgpt-7b-512") == rank  # no filters to fill
 
 
@@ -169,30 +170,30 @@ def test_the_resolved_rule_is_the_one_verify_takes(adapter):
 
 def test_resolve_builds_lantern_s_table_once_per_k(adapter):
     cache: dict = {}
-    first = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter, cache=cache)
-    second = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.3).resolve(adapter, cache=cache)
+    first = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter, cache=cache)
+    second = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.3)).resolve(adapter, cache=cache)
     assert isinstance(first.lantern, Lantern) and (first.lantern.delta, second.lantern.delta) == (0.1, 0.3)
     assert first.lantern.neighbourhoods is second.lantern.neighbourhoods
     assert first.lantern.neighbourhoods.k == 4
-    uncached = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter)
+    uncached = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter)
     assert torch.equal(uncached.lantern.neighbourhoods.index, first.lantern.neighbourhoods.index)
     other = torch.randn(12, 3, generator=torch.Generator().manual_seed(1))
-    moved = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter, embeddings=other)
+    moved = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter, embeddings=other)
     assert not torch.equal(moved.lantern.neighbourhoods.index, first.lantern.neighbourhoods.index)
 
 
 def test_a_resolved_method_must_match_its_spec(adapter):
-    lantern = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter).lantern
+    lantern = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter).lantern
     with pytest.raises(ValueError, match="clusters must be given exactly for method 'gsd'"):
-        ResolvedMethod(DecodingMethod("gsd", clusters="dynamic", group_size=3))
+        ResolvedMethod(DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=3)))
     with pytest.raises(ValueError, match="clusters must be given exactly"):
         ResolvedMethod(DecodingMethod("sjd"), clusters=DynamicClusters(3))
     with pytest.raises(ValueError, match="lantern must be given exactly when lantern_k > 0"):
         ResolvedMethod(DecodingMethod("sjd"), lantern=lantern)
     with pytest.raises(ValueError, match="not the method's"):
-        ResolvedMethod(DecodingMethod("sjd", lantern_k=4, lantern_delta=0.2), lantern=lantern)
+        ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.2)), lantern=lantern)
     with pytest.raises(ValueError, match="not the method's"):
-        ResolvedMethod(DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1), lantern=lantern)
+        ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=5, delta=0.1)), lantern=lantern)
     with pytest.raises(ValueError, match="DecodingMethod"):
         ResolvedMethod("sjd")
 

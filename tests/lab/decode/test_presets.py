@@ -12,6 +12,7 @@ from torch.nn.functional import softmax
 from gsd_lab.cli.common import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
@@ -26,7 +27,7 @@ def model(tiny_release_set):
 
 
 def _method(kind: str, preset: str, clusters: str | None = None, group_size: int = 0) -> DecodingMethod:
-    return DecodingMethod(kind, clusters=clusters, group_size=group_size, window=PRESETS[preset].window or 16,
+    return DecodingMethod(kind, acceptance=ClusterAcceptance(clusters=clusters, group_size=group_size), window=PRESETS[preset].window or 16,
                           preset=preset)
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard
 from gsd_lab.experiments import stream
 from gsd_lab.experiments.image_model import tiny_random_model
@@ -24,7 +25,7 @@ PROMPTS = ["0", "1", "2", "3"]
 SPECS = [
     MethodSpec("AR", DecodingMethod("ar")),
     MethodSpec("SJD", DecodingMethod("sjd", window=4)),
-    MethodSpec("GSD", DecodingMethod("gsd", window=4, clusters="dynamic", group_size=3)),
+    MethodSpec("GSD", DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(group_size=3))),
 ]
 # Guided configurations and one without guidance (its own group within a chunk).
 CONFIGURATIONS = [Configuration(s) for s in SPECS] + [

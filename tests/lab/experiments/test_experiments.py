@@ -11,6 +11,7 @@ import torch
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
 from gsd_lab.decode.clustering import embedding_partition, kmeans
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
@@ -98,7 +99,7 @@ def test_distortion_zero_for_sd_and_positive_for_groups():
 def test_runs_tables_and_top1(tiny):
     cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
     ar, sjd = MethodSpec("AR", DecodingMethod("ar")), MethodSpec("SJD", DecodingMethod("sjd"))
-    gsd = MethodSpec("GSD", DecodingMethod("gsd", clusters="dynamic", group_size=10))
+    gsd = MethodSpec("GSD", DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=10)))
     rows = cache.table([ar, sjd, gsd], ar)
     assert rows[0]["nfe"] == tiny.num_tokens and rows[0]["speedup_nfe"] == 1.0
     assert all(r["nfe"] <= tiny.num_tokens for r in rows) and rows[1]["acceptance_rate"] is not None
@@ -165,9 +166,9 @@ def test_resolve_cluster_kinds(tiny):
     assert float(below.double().mean()) == pytest.approx(filters.distance_quantile, abs=0.01)
     for kind in ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
                  "static"):
-        rule = resolve_for(tiny, DecodingMethod("gsd", clusters=kind, group_size=8)).clusters
+        rule = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters=kind, group_size=8))).clusters
         assert rule is not None
-    static = resolve_for(tiny, DecodingMethod("gsd", clusters="static", group_size=8)).clusters
+    static = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="static", group_size=8))).clusters
     assert static.labels.shape == (tiny.adapter.vocab_size,)
     with pytest.raises(ValueError):
         DecodingMethod("gsd")  # gsd without clusters

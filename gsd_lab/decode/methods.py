@@ -449,7 +449,7 @@ def _unknown_fields(unknown: dict[str, Any]) -> str:
     """The message for fields a ``DecodingMethod`` does not have; a rule's field is named with
     the spec that holds it (``acceptance=ClusterAcceptance(group_size=50)``)."""
     specs: dict[str, list[str]] = {}
-    for name in sorted(set(unknown) & set(_SPEC_OF)):
+    for name in (name for name in _SPEC_OF if name in unknown):
         spec, field = _SPEC_OF[name]
         specs.setdefault(spec, []).append(f"{field}={unknown[name]!r}")
     hints = [f"write acceptance={spec}({', '.join(args)})" for spec, args in specs.items()]

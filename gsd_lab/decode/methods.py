@@ -181,8 +181,8 @@ def distance_quantile_entry(
 
 # The fields methods had before the acceptance spec: the spec and its field that hold each now.
 _SPEC_OF = {
-    "group_size": ("ClusterAcceptance", "group_size"),
     "clusters": ("ClusterAcceptance", "clusters"),
+    "group_size": ("ClusterAcceptance", "group_size"),
     "acceptance_scale": ("AmplifyAcceptance", "scale"),
     "lantern_k": ("LanternAcceptance", "k"),
     "lantern_delta": ("LanternAcceptance", "delta"),

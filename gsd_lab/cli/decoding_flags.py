@@ -1,7 +1,7 @@
 """The decoding flags (``--method``, ``--window``, ``--preset``, ``--residual``, ``--draft``,
 ``--verifier``, every acceptance rule's flags, ``--candidates``, ``--runner``) of ``generate``
-and ``evaluate``, their checks, and the ``DecodingMethod`` / ``MethodSpec`` they name: the
-rule's flags become one acceptance spec in one place (``decode.acceptance.acceptance_from_flags``)."""
+and evaluate``, their checks, and the ``DecodingMethod`` / ``MethodSpec`` they name (the
+rule's flags become one acceptance spec in one place: ``acceptance.acceptance_from_flags``)."""
 
 from __future__ import annotations
 

@@ -330,7 +330,9 @@ class DecodingMethod:
                     f"filters must be a FilterSettings or None, got {type(self.filters).__name__}"
                 )
             if not rule.uses_filters:
-                raise ValueError(f"filters apply to clusters {FILTER_KINDS} only, got rule {rule!r}")
+                raise ValueError(
+                    f"filters apply to clusters {FILTER_KINDS} only, got rule {rule!r}"
+                )
 
     def _check_preset(self) -> None:
         if self.preset == "default":

@@ -65,7 +65,8 @@ def dial(budget: float, draft: str = "maximal") -> MethodSpec:
 def _dial(name: str, measure: str, policy: str, cap: float, budget: float, draft: str
           ) -> MethodSpec:
     """SJD with the certified dial: budget B in ``measure``, ``policy`` and per-token ``cap``."""
-    method = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=float(budget), measure=measure, policy=policy, cap=cap), draft=draft)
+    dial = BudgetAcceptance(budget=float(budget), measure=measure, policy=policy, cap=cap)
+    method = DecodingMethod("sjd", acceptance=dial, draft=draft)
     return MethodSpec(f"{name} (B={budget:g}{_drafts(draft)})", method)
 
 

@@ -25,8 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..decode.methods import DecodingMethod
-from ..decode.methods import ClusterAcceptance
+from ..decode.methods import DecodingMethod, ClusterAcceptance
 from .image_model import ImageModel
 from .runs import GenerationRecord, quality_and_scores, resolve_for
 from .verdicts import NOISE_Z, NOT_RUN, PairedDifference, paired_values, verdict

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..decode.methods import DecodingMethod
-from ..decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
+from ..decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
 from .runs import MethodSpec, RunCache
 from . import verdicts
 
@@ -53,13 +52,17 @@ def gsd(
         )
         label = f"GSD{kind} (G={group_size})"
     return MethodSpec(
-        label, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters=clusters, group_size=group_size), residual=residual)
+        label,
+        DecodingMethod(
+            "gsd", acceptance=ClusterAcceptance(clusters, group_size), residual=residual
+        ),
     )
 
 
 def amplify(k: float) -> MethodSpec:
     """The naive lossy relaxation (our definition): SJD accepting with min(1, k p(x)/q(x))."""
-    return MethodSpec(f"Amplify (k={k:g})", DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=float(k))))
+    method = DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=float(k)))
+    return MethodSpec(f"Amplify (k={k:g})", method)
 
 
 def lantern(delta: float, k: int = LANTERN_K) -> MethodSpec:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance
 from gsd_lab import workers
 from gsd_lab.experiments import runs
 from gsd_lab.experiments.image_model import tiny_random_model

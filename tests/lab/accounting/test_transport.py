@@ -186,8 +186,7 @@ def test_exact_mode_and_lossless_rows():
 def test_accounting_keeps_the_tokens_and_records_on_the_tiny_model():
     from gsd_lab.decode.loop import generate
     from gsd_lab.experiments.image_model import tiny_random_model
-    from gsd_lab.decode.methods import DecodingMethod
-    from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance
+    from gsd_lab.decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance
 
     torch.set_num_threads(1)
     model = tiny_random_model(0)

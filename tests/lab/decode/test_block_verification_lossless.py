@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from gsd_core.block_verification import block_accepted_law, block_weights, token_accepted_law
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

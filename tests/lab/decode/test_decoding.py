@@ -221,9 +221,7 @@ def test_bad_input(model):
     with pytest.raises(ValueError, match="method"):
         generate(adapter, PROMPT, DecodingMethod("beam"), num_tokens=4)
     with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, DecodingMethod("gsd"), num_tokens=4)
-    with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, DecodingMethod("sjd", clusters="dynamic-nofilter", group_size=3), num_tokens=4)
+        generate(adapter, PROMPT, DecodingMethod("sjd", acceptance=ClusterAcceptance("dynamic-nofilter", 3)), num_tokens=4)
     with pytest.raises(ValueError, match="row_length"):
         generate(adapter, PROMPT, DecodingMethod("sjd", init="repeat_row"), num_tokens=4)
     with pytest.raises(ValueError, match="init"):
@@ -259,9 +257,9 @@ class NaNAtForwardAdapter(CausalLMAdapter):
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, value):
     adapter = NaNAtForwardAdapter(model, ALLOWED, bad_forward=3, value=value)
-    clusters = dict(clusters="dynamic-nofilter", group_size=4) if method == "gsd" else {}
+    rule = ClusterAcceptance("dynamic-nofilter", 4) if method == "gsd" else None
     with pytest.raises(FloatingPointError, match="forward pass 3 of this call"):
-        generate(adapter, PROMPT, DecodingMethod(method, window=4, **clusters), num_tokens=30, generator=gen(0))
+        generate(adapter, PROMPT, DecodingMethod(method, window=4, acceptance=rule), num_tokens=30, generator=gen(0))
     assert adapter.num_forwards == 3  # raised right after the bad forward, not later
 
 
@@ -270,7 +268,7 @@ def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, v
 def _lantern(adapter: CausalLMAdapter, k: int, delta: float, seed: int = 0, **method) -> ResolvedMethod:
     """SJD with LANTERN's rule over random embeddings (k tokens per neighbourhood, budget delta)."""
     embeddings = torch.randn(VOCAB, 3, generator=gen(seed), dtype=torch.float64)
-    return DecodingMethod("sjd", lantern_k=k, lantern_delta=delta, **method).resolve(adapter, embeddings=embeddings)
+    return DecodingMethod("sjd", acceptance=LanternAcceptance(k, delta), **method).resolve(adapter, embeddings=embeddings)
 
 
 @pytest.mark.parametrize("window", [1, 4, 16])

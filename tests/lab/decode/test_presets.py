@@ -11,8 +11,7 @@ from torch.nn.functional import softmax
 
 from gsd_lab.cli.common import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image

@@ -33,8 +33,7 @@ from test_budget_dial import (
 
 from gsd_lab.decode import budget
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import BudgetAcceptance, TransportAcceptance
+from gsd_lab.decode.methods import DecodingMethod, BudgetAcceptance, TransportAcceptance
 from gsd_lab.experiments.lossless import exact_joint
 
 D_12 = 0.7
@@ -184,16 +183,12 @@ def test_a_wrong_allowance_rule_fails(models, monkeypatch):
 def test_method_validation_and_keys():
     with pytest.raises(ValueError, match="transport_eps"):
         DecodingMethod("sjd", acceptance=TransportAcceptance(eps=-1.0))
-    with pytest.raises(ValueError, match="give one"):
-        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.1))
-    with pytest.raises(ValueError, match="give one"):
-        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0))
     with pytest.raises(ValueError, match="replaces SJD"):
         DecodingMethod("gsd", acceptance=TransportAcceptance(eps=0.1))
     with pytest.raises(ValueError, match="replaces SJD"):
-        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.1))
-    with pytest.raises(ValueError, match="transport_k"):
-        DecodingMethod("sjd", transport_k=4)
+        DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, TransportAcceptance(eps=0.1)))
+    with pytest.raises(ValueError, match="transport neighbours"):
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, k=4))
     with pytest.raises(ValueError, match="transport_k"):
         DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.1, k=0))
     with pytest.raises(ValueError, match="budget_cap"):
@@ -203,10 +198,9 @@ def test_method_validation_and_keys():
     w1 = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=2.0, measure="w1", cap=1.5, k=8))
     assert DecodingMethod.from_dict(w1.to_dict()) == w1
     transport = DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0), draft="maximal")
-    assert transport.transport_eps == 0.0 and transport.to_dict()["transport_eps"] == 0.0
+    assert transport.acceptance.eps == 0.0 and transport.to_dict()["acceptance"]["eps"] == 0.0
     assert DecodingMethod.from_dict(transport.to_dict()) == transport
-    plain = DecodingMethod("sjd").to_dict()
-    assert "transport_eps" not in plain and "transport_k" not in plain
+    assert DecodingMethod("sjd").to_dict()["acceptance"] == {"rule": "sd"}
 
 
 def test_w1_allowances_by_hand(models):

@@ -20,8 +20,7 @@ BATCH = r"""
 import hashlib, json, sys
 import torch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.digits.adapter import load_digits
 from gsd_lab.digits.export import REFERENCE_CLASS, REFERENCE_SEED
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.evaluate import BatchedWork, DistributedContext, Run, run_shard
 from gsd_lab.experiments import stream
 from gsd_lab.experiments.image_model import tiny_random_model

@@ -10,8 +10,7 @@ import torch
 
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
 from gsd_lab.decode.clustering import embedding_partition, kmeans
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions

@@ -15,8 +15,7 @@ from gsd_lab.experiments.replacement import (VARIANTS, content_distance, full_so
                                              target_distributions, token_log_likelihoods)
 from gsd_lab.experiments.runs import MethodSpec, resolve_for, run_method
 from gsd_lab.experiments.verdicts import paired_values
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
 AR = MethodSpec("AR", DecodingMethod("ar"))
 

@@ -16,8 +16,7 @@ import pytest
 import torch
 
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance, RelaxationAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance, RelaxationAcceptance
 from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin.llama_forward import KVCache, LlamaForward, LlamaShape
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_forward, load_ar_model

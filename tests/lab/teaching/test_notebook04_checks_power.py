@@ -28,8 +28,7 @@ import torch
 from gsd_core import VerifyResult
 from gsd_core.rules import window_rule
 from gsd_lab.experiments import lossless
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
 SAMPLES, SEED = 1000, 0  # notebook 04's decoder_check_samples and decoder_check_seed
 

@@ -220,8 +220,7 @@ DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
 def joint_verdicts(which=("sjd", "sjd_repeat", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
     """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
     from gsd_lab.experiments import lossless
-    from gsd_lab.decode.methods import DecodingMethod
-    from gsd_lab.decode.methods import ClusterAcceptance
+    from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
     out = {}
     if "sjd" in which:

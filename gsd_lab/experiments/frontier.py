@@ -24,8 +24,13 @@ from torch import Tensor
 
 from gsd_core import acceptance_rate, output_distribution, tv_distance
 
-from ..decode.methods import DecodingMethod
-from ..decode.methods import BudgetAcceptance, RelaxationAcceptance, TransportAcceptance
+from ..decode.methods import (
+    BudgetAcceptance,
+    DecodingMethod,
+    RelaxationAcceptance,
+    SDAcceptance,
+    TransportAcceptance,
+)
 from . import tables
 from .matched import MEASURES, _interpolate, check_matching, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
@@ -434,20 +439,16 @@ def invariant_lines(front: dict[str, Any], num_tokens: int) -> list[str]:
     lossless, relaxed, certified, unchecked = [], [], [], 0
     for name, rows in front["curves"].items():
         for row, spec in zip(rows, front["specs"][name]):
-            method = spec["method"]
+            method = DecodingMethod.from_dict(spec["method"])
+            rule = method.acceptance
             tv = np.asarray(row["per_image"]["distortion"], dtype=np.float64)
-            w1_budget = method["budget"] is not None and method.get("budget_measure") == "w1"
-            if method.get("transport_eps") is not None or w1_budget:
+            if rule.uses_transport:
                 unchecked += 1
-            elif method["budget"] is not None:
-                certified.append(bool((tv * num_tokens <= method["budget"] + 1e-9).all()))
-            elif method["relaxation_delta"]:
-                relaxed.append(bool((tv <= method["relaxation_delta"] + 1e-12).all()))
-            elif (
-                method["kind"] == "sjd"
-                and method["acceptance_scale"] == 1
-                and not (method["lantern_k"])
-            ):
+            elif isinstance(rule, BudgetAcceptance):
+                certified.append(bool((tv * num_tokens <= rule.budget + 1e-9).all()))
+            elif isinstance(rule, RelaxationAcceptance):
+                relaxed.append(bool((tv <= rule.delta + 1e-12).all()))
+            elif method.kind == "sjd" and rule == SDAcceptance():
                 lossless.append(bool((tv <= 1e-12).all()))
     judged = [
         r["verdict"] == verdict(r["difference"], r["se"], expected_sign=-1)

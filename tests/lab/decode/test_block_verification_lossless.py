@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from gsd_core.block_verification import block_accepted_law, block_weights, token_accepted_law
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, DecodingMethod, RelaxationAcceptance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,8 +43,9 @@ def test_block_records_zero_distortion_and_at_least_one_token_per_forward(adapte
 
 
 def test_block_verifier_is_refused_where_it_is_not_proved(adapter):
-    for kwargs in (dict(draft="maximal"), dict(draft="gumbel"), dict(acceptance_scale=2.0),
-                   dict(relaxation_delta=0.1)):
+    for kwargs in (dict(draft="maximal"), dict(draft="gumbel"),
+                   dict(acceptance=AmplifyAcceptance(2.0)),
+                   dict(acceptance=RelaxationAcceptance(0.1))):
         with pytest.raises(ValueError, match="block"):
             DecodingMethod("sjd", verifier="block", **kwargs)
     with pytest.raises(ValueError, match="block"):

@@ -410,8 +410,8 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
     assert (positives == 1).any() and (positives < widths.max()).any()  # forced rows, padding
 
 
-@pytest.mark.parametrize("clusters", [{}, dict(clusters="rank-binned", group_size=4),
-                                      dict(clusters="dynamic-q", group_size=3)],
+@pytest.mark.parametrize("clusters", [{}, dict(acceptance=ClusterAcceptance("rank-binned", 4)),
+                                      dict(acceptance=ClusterAcceptance("dynamic-q", 3))],
                          ids=["sjd", "rank-binned", "rank-by-q"])
 def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, monkeypatch, clusters):
     adapter = CausalLMAdapter(model, ALLOWED, top_k=4)

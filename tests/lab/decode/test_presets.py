@@ -26,8 +26,8 @@ def model(tiny_release_set):
 
 
 def _method(kind: str, preset: str, clusters: str | None = None, group_size: int = 0) -> DecodingMethod:
-    return DecodingMethod(kind, acceptance=ClusterAcceptance(clusters=clusters, group_size=group_size), window=PRESETS[preset].window or 16,
-                          preset=preset)
+    rule = None if clusters is None else ClusterAcceptance(clusters, group_size)
+    return DecodingMethod(kind, acceptance=rule, window=PRESETS[preset].window or 16, preset=preset)
 
 
 def test_the_cli_spells_the_presets_as_the_module():

@@ -463,8 +463,8 @@ def test_results_md_template_numbers_come_from_the_run():
     assert "17-token" in figures.fill("batch_many", batch=8, batched_how="x", window_tokens=17)
     assert "5 random pairs" in figures.fill("toy", table="", violation="0", trials=5)
     specs = {figures.frontier.TRANSPORT: [
-        {"method": {"transport_eps": None, "transport_k": 99}},
-        {"method": {"transport_eps": 0.1, "transport_k": 8}},
+        {"method": {"kind": "sjd"}},
+        {"method": {"kind": "sjd", "acceptance": {"rule": "transport", "eps": 0.1, "k": 8}}},
     ]}
     assert "k = 8 content" in figures._curve_texts(specs)[figures.frontier.TRANSPORT]
     text = figures.TEMPLATE.read_text()

@@ -33,9 +33,9 @@ LONG_OR_COMPLEX = {
 LONG_DOCSTRINGS_PENDING = {
     "gsd_core/__init__.py", "gsd_core/block_verification.py", "gsd_core/lantern.py",
     "gsd_core/multidraft.py", "gsd_core/rules.py", "gsd_lab/__init__.py",
-    "gsd_lab/accounting/distortion.py", "gsd_lab/decode/acceptance.py", "gsd_lab/decode/batch.py",
+    "gsd_lab/accounting/distortion.py", "gsd_lab/decode/batch.py",
     "gsd_lab/decode/loop.py",
-    "gsd_lab/decode/methods.py", "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
+    "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
     "gsd_lab/engine/capabilities.py",
     "gsd_lab/experiments/claims.py",
     "gsd_lab/experiments/lossless.py",

@@ -313,11 +313,9 @@ def test_cli_budget_flags(capsys):
     ]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (
-        report["budget"] == 0.5
-        and report["budget_policy"] == "sure"
-        and report["budget_cap"] == 0.2
-    )
+    assert report["acceptance"] == {
+        "rule": "budget", "budget": 0.5, "measure": "tv", "policy": "sure", "cap": 0.2, "k": 16
+    }
     assert 0 < report["budget_spent"] <= 0.5
     with pytest.raises(SystemExit):
         main(

@@ -314,11 +314,11 @@ def test_cli_transport_and_w1_dial_flags(capsys):
     base += ["--threads", "1", "--method", "sjd", "--transport-k", "4"]
     assert main([*base, "--budget", "0.3", "--budget-measure", "w1", "--budget-cap", "0.1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["budget_measure"] == "w1" and report["transport_k"] == 4
+    assert report["acceptance"]["measure"] == "w1" and report["acceptance"]["k"] == 4
     assert 0 < report["budget_spent"] <= 0.3
     assert main([*base, "--transport-eps", "0.05"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["transport_eps"] == 0.05 and report["transport_k"] == 4
+    assert report["acceptance"] == {"rule": "transport", "eps": 0.05, "k": 4}
     with pytest.raises(SystemExit):
         main(
             ["generate", "--model", "tiny-random", "--class", "1", "--method", "gsd"]

@@ -269,7 +269,7 @@ def test_method_spec_lantern_and_seed_offset_validation():
         MethodSpec("x", DecodingMethod("ar"), seed_offset=1.5)
     with pytest.raises(ValueError, match="DecodingMethod"):
         MethodSpec("x", "ar")
-    assert tables.lantern(0.1).method.lantern_k == tables.LANTERN_K == 1001
+    assert tables.lantern(0.1).method.acceptance.k == tables.LANTERN_K == 1001
     assert tables.AR_SEED_NOISE.key != tables.AR.key
     # Defaults keep the notebooks' tables as they were; figures opt in.
     assert [s.label for s in tables.table1_specs((3,), (2.0,))] == ["AR", "SJD", "GSD (G=3)", "Amplify (k=2)"]
@@ -285,11 +285,11 @@ def test_method_spec_lantern_and_seed_offset_validation():
                                                    coupled_groups=(50,))]
     assert labels == ["AR", "SJD", "MC-SJD (maximal)", "MC-SJD (Gumbel)", "GSD (G=50)", "MC-GSD (G=50, maximal)"]
     coupled_gsd = tables.coupled("maximal", 50).method
-    assert (coupled_gsd.draft, coupled_gsd.clusters, coupled_gsd.group_size) == ("maximal", "dynamic", 50)
+    assert (coupled_gsd.draft, coupled_gsd.acceptance) == ("maximal", ClusterAcceptance("dynamic", 50))
     assert coupled_gsd.key != tables.gsd(50).method.key and tables.coupled("gumbel").method.draft == "gumbel"
     curves = tables.distortion_specs((3,), (), (), (), coupled_drafts=("maximal",), coupled_groups=(10, 50))
     assert [s.label for s in curves["MC-SJD (maximal)"]] == ["MC-SJD (maximal)"]
-    assert [s.method.group_size for s in curves["MC-GSD (maximal)"]] == [10, 50]
+    assert [s.method.acceptance.group_size for s in curves["MC-GSD (maximal)"]] == [10, 50]
     assert "MC-GSD (maximal)" in tables.pareto_specs(coupled_groups=(50,))
 
 

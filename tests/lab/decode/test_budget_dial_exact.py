@@ -90,9 +90,8 @@ def models():
 def test_maximal_coupled_sjd_enumerates_to_the_ar_joint(models, monkeypatch, model):
     """The harness with the coupling walked: MC-SJD (and the dial at B = 0) give the AR joint."""
     adapter, joint, init, window = models[model]
-    for budget_value in (None, 0.0):
-        method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
-                                acceptance=BudgetAcceptance(budget=budget_value))
+    for rule in (None, BudgetAcceptance(budget=0.0)):
+        method = DecodingMethod("sjd", window=window, init=init, draft="maximal", acceptance=rule)
         law, _books = enumerate_coupled(monkeypatch, adapter, method)
         assert dial.tv(law, joint) < TOL
 

@@ -147,7 +147,8 @@ def expected_nfe(monkeypatch, budget_value):
         adapter, "random_tokens",
         lambda positions, generator, *, respect_forced=True: first.repeat(positions.numel()),
     )
-    method = DecodingMethod("sjd", window=3, acceptance=BudgetAcceptance(budget=budget_value))
+    rule = None if budget_value is None else BudgetAcceptance(budget=budget_value)
+    method = DecodingMethod("sjd", window=3, acceptance=rule)
     mean, total, spends = 0.0, 0.0, []
     while True:
         result = generate(adapter, dial.PROMPT, method, num_tokens=COPY_TOKENS,

@@ -309,9 +309,9 @@ class AmplifyAcceptance(AcceptanceSpec):
 
     def __post_init__(self) -> None:
         if not (_is_number(self.scale) and self.scale > 0):
-            raise ValueError(f"acceptance_scale must be a finite number > 0, got {self.scale!r}")
+            raise ValueError(f"Amplify's scale must be a finite number > 0, got {self.scale!r}")
         if self.scale == 1:
-            raise ValueError("acceptance_scale 1 is the rule itself: give the rule, not Amplify")
+            raise ValueError("Amplify's scale 1 is the rule itself: give the rule, not Amplify")
         if not isinstance(self.inner, AcceptanceSpec):
             raise ValueError(f"Amplify wraps an acceptance spec, got {self.inner!r}")
         object.__setattr__(self, "scale", float(self.scale))
@@ -319,7 +319,7 @@ class AmplifyAcceptance(AcceptanceSpec):
     def check(self, kind: str, residual: str) -> None:
         if kind == "ar":
             raise ValueError(
-                "acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
+                "Amplify applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
             )
         if not self.inner.amplifiable:
             raise _replaces_sjd(f"rule {self.inner.name!r}", "it amplified")
@@ -371,14 +371,12 @@ class LanternAcceptance(AcceptanceSpec):
     name: ClassVar[str] = "lantern"
 
     def __post_init__(self) -> None:
-        if not (_is_int(self.k) and self.k >= 0):
-            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.k!r}")
-        if not (_is_number(self.delta) and 0 <= self.delta <= 1):
-            raise ValueError(f"lantern_delta must be a number in [0, 1], got {self.delta!r}")
-        if self.k == 0:
+        if not (_is_int(self.k) and self.k >= 1):
             raise ValueError(
-                f"lantern_delta {self.delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)"
+                f"LANTERN's k (tokens per neighbourhood) must be an int >= 1, got {self.k!r}"
             )
+        if not (_is_number(self.delta) and 0 <= self.delta <= 1):
+            raise ValueError(f"LANTERN's delta must be a number in [0, 1], got {self.delta!r}")
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:
@@ -410,7 +408,7 @@ class LanternAcceptance(AcceptanceSpec):
         if lantern.delta != self.delta or hood.k != min(self.k, hood.vocab_size):
             raise ValueError(
                 f"the Lantern rule (k {hood.k}, delta {lantern.delta}) is not the "
-                f"method's (lantern_k {self.k}, lantern_delta {self.delta})"
+                f"method's (k {self.k}, delta {self.delta})"
             )
 
 
@@ -436,12 +434,12 @@ class RelaxationAcceptance(AcceptanceSpec):
     def __post_init__(self) -> None:
         if not (_is_number(self.delta) and 0 < self.delta <= 1):
             raise ValueError(
-                f"relaxation_delta must be a number in (0, 1] (0 is SD), got {self.delta!r}"
+                f"the relaxation's delta must be a number in (0, 1] (0 is SD), got {self.delta!r}"
             )
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:
-        _check_sjd_only("the TV-optimal relaxation (relaxation_delta)", kind, residual)
+        _check_sjd_only("the TV-optimal relaxation", kind, residual)
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "RelaxationAcceptance | None":
@@ -455,7 +453,7 @@ class RelaxationAcceptance(AcceptanceSpec):
 
 def _check_transport_k(k: object) -> None:
     if not (_is_int(k) and k >= 1):
-        raise ValueError(f"transport_k (neighbours per code) must be an int >= 1, got {k!r}")
+        raise ValueError(f"the transport's k (neighbours per code) must be an int >= 1, got {k!r}")
 
 
 TRANSPORT_K_FLAG = Flag(
@@ -491,14 +489,14 @@ class TransportAcceptance(AcceptanceSpec):
     def __post_init__(self) -> None:
         if not (_is_number(self.eps) and self.eps >= 0):
             raise ValueError(
-                "transport_eps (a W1 budget per token) must be a finite number >= 0 or None, "
+                "the transport's eps (a W1 budget per token) must be a finite number >= 0, "
                 f"got {self.eps!r}"
             )
         _check_transport_k(self.k)
         object.__setattr__(self, "eps", float(self.eps))
 
     def check(self, kind: str, residual: str) -> None:
-        _check_sjd_only("the transport relaxation (transport_eps)", kind, residual)
+        _check_sjd_only("the transport relaxation", kind, residual)
 
     @property
     def uses_transport(self) -> bool:
@@ -566,15 +564,15 @@ class BudgetAcceptance(AcceptanceSpec):
 
     def __post_init__(self) -> None:
         if not (_is_number(self.budget) and self.budget >= 0):
-            raise ValueError(f"budget must be a finite number >= 0 or None, got {self.budget!r}")
+            raise ValueError(f"budget must be a finite number >= 0, got {self.budget!r}")
         choice("budget measure", self.measure, BUDGET_MEASURES)
         choice("budget policy", self.policy, BUDGET_POLICIES)
         cap = self.cap
         if self.measure == "tv" and not (_is_number(cap) and 0 < cap <= 1):
-            raise ValueError(f"budget_cap (TV) must be a number in (0, 1], got {cap!r}")
+            raise ValueError(f"the budget's cap (TV) must be a number in (0, 1], got {cap!r}")
         if self.measure == "w1" and not (_is_number(cap) and cap > 0):
             raise ValueError(
-                f"budget_cap (W1, the content distance's units) must be a finite number > 0, "
+                f"the budget's cap (W1, the content distance's units) must be a finite number > 0, "
                 f"got {cap!r}"
             )
         _check_transport_k(self.k)

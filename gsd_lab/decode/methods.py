@@ -348,8 +348,8 @@ class DecodingMethod:
 
     @property
     def uses_transport(self) -> bool:
-        """Whether this method verifies by the transport relaxation (``transport_eps``, or the W1
-        dial): it needs the codes' content neighbours (``resolve``)."""
+        """Whether this method verifies by the transport relaxation (``TransportAcceptance``, or
+        the W1 dial): it needs the codes' content neighbours (``resolve``)."""
         return self.acceptance.uses_transport
 
     @property
@@ -425,10 +425,10 @@ class DecodingMethod:
         """The runtime rule of this method for ``adapter`` (a ``CausalLMAdapter``): its
         acceptance spec's ``build``.
 
-        GSD: the gsd_core rule of ``clusters`` (``DynamicClusters``, ``RankBinnedClusters`` or a
+        GSD: the gsd_core rule of its cluster kind (``DynamicClusters``, ``RankBinnedClusters`` or a
         ``FixedPartition`` from k-means, seed 0) with filters ``self.filters`` or, when None,
         ``FilterSettings.for_model(model_name)``. LANTERN: ``gsd_core.Lantern`` with neighbourhoods
-        of ``lantern_k`` tokens by Euclidean distance between embedding rows (the paper uses VQ
+        of k tokens by Euclidean distance between embedding rows (the paper uses VQ
         codebook latents; the input embeddings are what every model here exposes, and what GSD's
         distance filter uses). ``embeddings`` [V, D]: the rows that define distances (default
         ``adapter.embeddings``). ``cache``: a dict kept by the caller for one adapter and one set

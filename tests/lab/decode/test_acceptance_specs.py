@@ -134,11 +134,11 @@ def test_a_method_is_its_spec():
 
 
 def test_specs_refuse_what_their_rule_cannot_do():
-    with pytest.raises(ValueError, match="acceptance_scale 1 is the rule itself"):
+    with pytest.raises(ValueError, match="Amplify's scale 1 is the rule itself"):
         AmplifyAcceptance(1.0)
     with pytest.raises(ValueError, match="replaces SJD"):
         DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, RelaxationAcceptance(0.1)))
-    with pytest.raises(ValueError, match="relaxation_delta must be a number in"):
+    with pytest.raises(ValueError, match="the relaxation's delta must be a number in"):
         RelaxationAcceptance(0.0)  # 0 is SD: SDAcceptance()
     with pytest.raises(ValueError, match="transport neighbours"):
         BudgetAcceptance(1.0, k=4)

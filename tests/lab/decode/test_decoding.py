@@ -226,7 +226,7 @@ def test_bad_input(model):
         generate(adapter, PROMPT, DecodingMethod("sjd", init="repeat_row"), num_tokens=4)
     with pytest.raises(ValueError, match="init"):
         generate(adapter, PROMPT, DecodingMethod("sjd", init="zeros"), num_tokens=4)
-    with pytest.raises(ValueError, match="acceptance_scale"):
+    with pytest.raises(ValueError, match="Amplify's scale"):
         generate(adapter, PROMPT, DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=0.0)), num_tokens=4)
     with pytest.raises(ValueError, match="CausalLMAdapter"):
         generate(model, PROMPT, DecodingMethod("ar"), num_tokens=4)

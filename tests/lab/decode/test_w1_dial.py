@@ -181,7 +181,7 @@ def test_a_wrong_allowance_rule_fails(models, monkeypatch):
 
 
 def test_method_validation_and_keys():
-    with pytest.raises(ValueError, match="transport_eps"):
+    with pytest.raises(ValueError, match="the transport's eps"):
         DecodingMethod("sjd", acceptance=TransportAcceptance(eps=-1.0))
     with pytest.raises(ValueError, match="replaces SJD"):
         DecodingMethod("gsd", acceptance=TransportAcceptance(eps=0.1))
@@ -189,11 +189,11 @@ def test_method_validation_and_keys():
         DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, TransportAcceptance(eps=0.1)))
     with pytest.raises(ValueError, match="transport neighbours"):
         DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, k=4))
-    with pytest.raises(ValueError, match="transport_k"):
+    with pytest.raises(ValueError, match="the transport's k"):
         DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.1, k=0))
-    with pytest.raises(ValueError, match="budget_cap"):
+    with pytest.raises(ValueError, match="the budget's cap"):
         DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, cap=2.0))  # TV: at most 1
-    with pytest.raises(ValueError, match="budget_cap"):
+    with pytest.raises(ValueError, match="the budget's cap"):
         DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, measure="w1", cap=float("inf")))
     w1 = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=2.0, measure="w1", cap=1.5, k=8))
     assert DecodingMethod.from_dict(w1.to_dict()) == w1

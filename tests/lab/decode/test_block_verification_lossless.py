@@ -57,8 +57,8 @@ def test_block_verifier_is_refused_where_it_is_not_proved(adapter):
         generate_batch(adapter, [request])
 
 
-def test_the_token_verifier_keeps_the_method_key():
-    assert "verifier" not in DecodingMethod("sjd").to_dict()
+def test_the_verifier_is_part_of_the_method_key():
+    assert DecodingMethod("sjd").to_dict()["verifier"] == "token"
     block = DecodingMethod("sjd", verifier="block")
     assert DecodingMethod.from_dict(block.to_dict()) == block
 

@@ -33,7 +33,7 @@ from test_budget_dial import (
 
 from gsd_lab.decode import budget
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod, BudgetAcceptance, TransportAcceptance
+from gsd_lab.decode.methods import AmplifyAcceptance, BudgetAcceptance, DecodingMethod, TransportAcceptance
 from gsd_lab.experiments.lossless import exact_joint
 
 D_12 = 0.7

@@ -179,7 +179,7 @@ def distance_quantile_entry(
     }
 
 
-# The fields methods had before the acceptance spec: the spec and its field that hold each now.
+# A rule's fields, by the spec and field that hold them: a method given one names its spec.
 _SPEC_OF = {
     "clusters": ("ClusterAcceptance", "clusters"),
     "group_size": ("ClusterAcceptance", "group_size"),
@@ -203,7 +203,7 @@ def default_acceptance(kind: str) -> AcceptanceSpec:
 
 @dataclass(frozen=True, init=False)
 class DecodingMethod:
-    """A decoding method (module docstring): ``kind``, its ``acceptance`` rule (a spec of
+    """A decoding method (docs/methods.md): ``kind``, its ``acceptance`` rule (a spec of
     ``gsd_lab.decode.acceptance``; None: ``default_acceptance(kind)``) and the keyword-only
     drafting and verification fields. Invalid combinations raise ``ValueError`` naming the
     field, an unknown field ``TypeError``; numbers are normalised, so equal methods have equal

@@ -252,7 +252,7 @@ def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
 
 def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
     from gsd_lab.decode.loop import generate
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import AmplifyAcceptance, DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
@@ -307,7 +307,7 @@ def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path)
     forced token, p's only token there: distortion 0 at every row end, and W1 (which has no
     content for the row-end token) is solved without error."""
     from gsd_lab.decode.loop import generate
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 

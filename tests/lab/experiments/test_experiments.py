@@ -10,7 +10,7 @@ import torch
 
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
 from gsd_lab.decode.clustering import embedding_partition, kmeans
-from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
+from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod, SDAcceptance
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
@@ -169,8 +169,8 @@ def test_resolve_cluster_kinds(tiny):
         assert rule is not None
     static = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="static", group_size=8))).clusters
     assert static.labels.shape == (tiny.adapter.vocab_size,)
-    with pytest.raises(ValueError):
-        DecodingMethod("gsd")  # gsd without clusters
+    with pytest.raises(ValueError, match="method 'gsd' verifies clusters"):
+        DecodingMethod("gsd", acceptance=SDAcceptance())  # gsd without clusters
 
 
 def test_replacement_replaces_half_with_top_k_candidates(tiny):

@@ -55,9 +55,10 @@ def _drafts(draft: str) -> str:
 
 def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
     """SJD with the TV-optimal relaxation at per-token budget ``delta`` (delta = 0: SJD's key)."""
+    rule = RelaxationAcceptance(delta=float(delta)) if delta else None
     return MethodSpec(
         f"relaxation (delta={delta:g}{_drafts(draft)})",
-        DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=float(delta)), draft=draft),
+        DecodingMethod("sjd", acceptance=rule, draft=draft),
     )
 
 

@@ -32,6 +32,7 @@ from .experiments.top1 import top1_stats
 from .models.batched import default_batch_size
 from .experiments import prose
 from .io.figure_io import markdown_table, save_figure, write_results_markdown
+from .decode.methods import DecodingMethod, TransportAcceptance
 from .decode.presets import preset as preset_settings
 from .io.progress import duration
 from .io.provenance import atomic_write_json, inside_repository, provenance, require_clean_tree
@@ -950,13 +951,11 @@ def _frontier(
 
 
 def _transport_k(specs: dict[str, list[dict[str, Any]]]) -> str:
-    """The neighbours per code (``transport_k``) of the transport curve's relaxed configurations,
-    as recorded in the frontier's ``specs`` ("?" where none is recorded)."""
-    ks = sorted({
-        s["method"]["transport_k"]
-        for s in specs.get(frontier.TRANSPORT, [])
-        if s["method"].get("transport_eps") is not None
-    })
+    """The neighbours per code (``TransportAcceptance.k``) of the transport curve's relaxed
+    configurations, as recorded in the frontier's ``specs`` ("?" where none is recorded)."""
+    rules = [DecodingMethod.from_dict(s["method"]).acceptance
+             for s in specs.get(frontier.TRANSPORT, [])]
+    ks = sorted({rule.k for rule in rules if isinstance(rule, TransportAcceptance)})
     return ", ".join(map(str, ks)) or "?"
 
 

@@ -1,6 +1,7 @@
 """The decoding flags (``--method``, ``--window``, ``--preset``, ``--residual``, ``--draft``,
 ``--verifier``, every acceptance rule's flags, ``--candidates``, ``--runner``) of ``generate``
-and ``evaluate``, their checks, and the ``DecodingMethod`` / ``MethodSpec`` they name."""
+and evaluate``, their checks, and the ``DecodingMethod`` / ``MethodSpec`` they name (the
+rule's flags become one acceptance spec in one place: ``acceptance.acceptance_from_flags``)."""
 
 from __future__ import annotations
 
@@ -157,8 +158,9 @@ def method_spec(args: argparse.Namespace):
     from ..experiments.runs import MethodSpec
 
     method = args.decoding_method
+    clusters = getattr(method.acceptance, "inner", method.acceptance)  # inside any Amplify
     label = (
-        f"GSD ({method.clusters}, G={method.group_size})"
+        f"GSD ({clusters.clusters}, G={clusters.group_size})"
         if method.kind == "gsd"
         else method.kind.upper()
     )

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..decode.acceptance import BudgetAcceptance
 from .common import Fail, check_output_file, check_prompt
 from .decoding_flags import add_decoding_args, check_decoding, method_spec
 from .model_flags import check_model_args, is_lumina, load_model, takes_text
@@ -100,18 +101,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, name: str, method: Any, prompt: str, result: Any) -> dict:
-    """The ``--json`` object: the method's fields, the run's counts and times, the tokens; a
-    field of a rule, a dial or multiple candidates only where it applies."""
+    """The ``--json`` object: the method's kind, acceptance rule (tagged,
+    ``AcceptanceSpec.to_dict``) and fields, the run's counts and times, the tokens; the budget
+    spent and the tokens processed only where they apply."""
     report = {
         "model": name,
         "method": method.kind,
         "prompt": prompt,
         "seed": args.seed,
-        "group_size": method.group_size if method.kind == "gsd" else None,
-        "clusters": method.clusters,
+        "acceptance": method.acceptance.to_dict(),
         "residual": method.residual,
         "window": method.window,
-        "acceptance_scale": method.acceptance_scale,
         "draft": method.draft,
         "preset": method.preset,
         **({} if method.verifier == "token" else {"verifier": method.verifier}),
@@ -124,26 +124,12 @@ def _report(args: argparse.Namespace, name: str, method: Any, prompt: str, resul
         "tokens": result.tokens.tolist(),
         "image": None if args.out is None else str(args.out),
     }
-    if method.acceptance.legacy_fields() is None:  # a rule with no flat fields: its spec
-        report["acceptance"] = method.acceptance.to_dict()
-    if method.relaxation_delta:
-        report["relaxation_delta"] = method.relaxation_delta
     if method.candidates > 1:
         report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
     if method.tree is not None:
         report.update(tree=list(method.tree), tokens_processed=result.tokens_processed)
-    if method.transport_eps is not None:
-        report.update(transport_eps=method.transport_eps, transport_k=method.transport_k)
-    if method.budget is not None:
-        if method.budget_measure == "w1":
-            report["transport_k"] = method.transport_k
-        report.update(
-            budget=method.budget,
-            budget_measure=method.budget_measure,
-            budget_policy=method.budget_policy,
-            budget_cap=method.budget_cap,
-            budget_spent=result.budget_spent,
-        )
+    if isinstance(method.acceptance, BudgetAcceptance):
+        report["budget_spent"] = result.budget_spent
     return report
 
 
@@ -153,13 +139,13 @@ def _summary_line(
     """The text report: tokens, NFE, acceptance rate, wall time (the certified budget spent and
     the image file where they apply)."""
     rate = "n/a (AR)" if result.acceptance_rate is None else f"{result.acceptance_rate:.3f}"
+    dial = method.acceptance
     return (
         f"{name} {label}: {num_tokens} tokens, nfe {result.nfe}, "
         f"acceptance rate {rate}, wall {result.wall_seconds:.2f} s"
         + (
-            f", certified {method.budget_measure.upper()} {result.budget_spent:.4f} of "
-            f"{method.budget:g}"
-            if method.budget is not None
+            f", certified {dial.measure.upper()} {result.budget_spent:.4f} of {dial.budget:g}"
+            if isinstance(dial, BudgetAcceptance)
             else ""
         )
         + (f", image {args.out}" if args.out else "")

@@ -3,34 +3,18 @@
 A ``DecodingMethod`` (``gsd_lab.decode.methods``) names its acceptance rule by one spec:
 
 - ``SDAcceptance()``: speculative sampling, min(1, p(x)/q(x)) (SJD; AR verifies nothing);
-- ``AmplifyAcceptance(scale, rule)``: min(1, k p(C)/q(C)) around SD or clusters (lossy k > 1);
-- ``ClusterAcceptance(clusters, group_size)``: GSD's clusters (``CLUSTER_KINDS``), G tokens;
+- ``ClusterAcceptance(clusters="dynamic", group_size=25)``: GSD's clusters, G tokens;
+- ``AmplifyAcceptance(scale, inner)``: min(1, k p(C)/q(C)) around SD or clusters;
 - ``LanternAcceptance(k, delta)``: LANTERN's neighbourhoods of k tokens, budget delta;
 - ``RelaxationAcceptance(delta)``: the TV-optimal relaxation (``gsd_core.OptimalRelaxation``);
 - ``TransportAcceptance(eps, k)``: the transport relaxation, a W1 budget eps per token;
 - ``BudgetAcceptance(budget, measure, policy, cap, k)``: the certified dial (``decode.budget``).
 
-Each spec checks its own fields on construction and its fit to the method (``check``),
-serialises itself (``to_dict``, tagged by ``name``; ``from_dict``), declares its command-line
-flags (``flags``, read back by ``from_flags``) and builds the gsd_core rule ``verify`` takes
-(``build(adapter, cache, method=..., embeddings=...)``). A rule whose targets change per window
-(the transport relaxation, the dial) gives the decoding loop one object per decode
-(``windows(resolved)``) whose ``for_window(p, q, forced)`` is the window's rule.
-
-The specs of the package also give the flat fields earlier methods were stored with
-(``legacy_fields``: acceptance_scale, clusters, group_size, lantern_*, relaxation_delta,
-budget*, transport_*), so that ``DecodingMethod.to_dict`` and every stored run key stay as they
-were; ``from_flat`` reads them back.
-
-How to add a rule: two places, its gsd_core-style rule (``masses``, ``residual_weights``) and one
-spec registered with ``register_acceptance``
-(``tests/lab/decode/test_acceptance_extension.py``); its methods are stored tagged,
-``{"acceptance": {"rule": name, ...}}``. A rule holding tensors defines ``rows(index)``, the
-rule of some of its rows (the accounting reads rows in chunks), or registers
-``engine.capabilities.rows_of`` for its class (the lab's own rules do).
-Fast paths, support masses and couplings are optional capabilities
-(``gsd_lab.engine.capabilities``); without them a rule takes the documented generic path. This
-module imports no torch until a rule is built.
+Each spec checks its fields and its fit to the method (``check``), serialises itself
+(``to_dict``, tagged; ``from_dict``), declares its command-line flags (``flags``,
+``from_flags``; ``acceptance_from_flags`` reads them all) and builds the gsd_core rule
+(``build``); a rule whose targets change per window gives the loop ``windows(resolved)``.
+Adding a rule: ``register_acceptance`` (docs/methods.md). No torch until a rule is built.
 """
 
 from __future__ import annotations
@@ -50,23 +34,6 @@ from .choices import (
 from .rule_parts import cached, cluster_rule, content_neighbours_of, method_rule
 
 DEFAULT_TRANSPORT_K = 16
-# The flat fields of earlier methods and their defaults: the first five are always stored, the
-# others only when set (so that the keys of methods older than them stay).
-FLAT_FIELDS: dict[str, Any] = {
-    "acceptance_scale": 1.0,
-    "clusters": None,
-    "group_size": 0,
-    "lantern_k": 0,
-    "lantern_delta": 0.0,
-    "relaxation_delta": 0.0,
-    "budget": None,
-    "budget_measure": "tv",
-    "budget_policy": "cap",
-    "budget_cap": 1.0,
-    "transport_eps": None,
-    "transport_k": DEFAULT_TRANSPORT_K,
-}
-ALWAYS_STORED = ("acceptance_scale", "clusters", "group_size", "lantern_k", "lantern_delta")
 
 
 def _is_int(value: object) -> bool:
@@ -136,11 +103,6 @@ class AcceptanceSpec:
         data = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
         return {"rule": self.name, **{k: _json(v) for k, v in data.items()}}
 
-    def legacy_fields(self) -> dict[str, Any] | None:
-        """The flat fields earlier methods stored this rule as (``FLAT_FIELDS``), or None for a
-        rule that has none (stored tagged)."""
-        return None
-
     @classmethod
     def from_fields(cls, data: dict[str, Any]) -> "AcceptanceSpec":
         """The spec of ``to_dict``'s fields (without the tag)."""
@@ -207,15 +169,15 @@ def from_dict(data: dict[str, Any]) -> AcceptanceSpec:
 
 def _replaces_sjd(rule: str, got: str) -> ValueError:
     return ValueError(
-        f"{rule} replaces SJD's acceptance test: use method 'sjd' with no LANTERN, no clusters, "
-        f"acceptance_scale 1 and residual 'token' (got {got})"
+        f"{rule} replaces SJD's acceptance test: use method 'sjd' with residual 'token', not "
+        f"around clusters, LANTERN or Amplify (got {got})"
     )
 
 
 def _token_by_token(kind: str, clusters: object, group_size: object) -> ValueError:
     return ValueError(
-        f"method {kind!r} verifies token by token: clusters and group_size belong "
-        f"to method 'gsd' (got clusters {clusters!r}, group_size {group_size!r})"
+        f"method {kind!r} verifies token by token: ClusterAcceptance belongs to method 'gsd' "
+        f"(got clusters {clusters!r}, group_size {group_size!r})"
     )
 
 
@@ -235,10 +197,10 @@ class SDAcceptance(AcceptanceSpec):
 
     def check(self, kind: str, residual: str) -> None:
         if kind == "gsd":
-            raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
-
-    def legacy_fields(self) -> dict[str, Any]:
-        return {}
+            raise ValueError(
+                "method 'gsd' verifies clusters: give acceptance=ClusterAcceptance(...) "
+                f"(clusters one of {CLUSTER_KINDS}), or none for GSD's default"
+            )
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> None:
@@ -248,7 +210,7 @@ class SDAcceptance(AcceptanceSpec):
         return method_rule(None, method.residual)
 
 
-# The command line's GSD defaults (--method gsd without --group-size / --clusters).
+# GSD's defaults (``ClusterAcceptance()``, --method gsd without --group-size / --clusters).
 DEFAULT_GROUP_SIZE = 25
 DEFAULT_CLUSTERS = "dynamic"
 MIN_GSD_GROUP_SIZE = 2
@@ -260,8 +222,8 @@ class ClusterAcceptance(AcceptanceSpec):
     """GSD: accept min(1, p(C)/q(C)) for the draft's cluster C, ``clusters`` one of
     ``CLUSTER_KINDS`` with G = ``group_size`` tokens (``resolve``: the gsd_core rule)."""
 
-    clusters: str | None
-    group_size: int
+    clusters: str = DEFAULT_CLUSTERS
+    group_size: int = DEFAULT_GROUP_SIZE
 
     name: ClassVar[str] = "clusters"
     kinds: ClassVar[tuple[str, ...]] = ("gsd",)
@@ -285,8 +247,6 @@ class ClusterAcceptance(AcceptanceSpec):
     )
 
     def __post_init__(self) -> None:
-        if self.clusters is None:
-            raise ValueError(f"method 'gsd' needs clusters, one of {CLUSTER_KINDS}")
         choice("clusters", self.clusters, CLUSTER_KINDS)
         if not (_is_int(self.group_size) and self.group_size >= 1):
             raise ValueError(
@@ -305,9 +265,6 @@ class ClusterAcceptance(AcceptanceSpec):
     @property
     def uses_filters(self) -> bool:
         return self.clusters in FILTER_KINDS
-
-    def legacy_fields(self) -> dict[str, Any]:
-        return {"clusters": self.clusters, "group_size": self.group_size}
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "ClusterAcceptance | None":
@@ -352,9 +309,9 @@ class AmplifyAcceptance(AcceptanceSpec):
 
     def __post_init__(self) -> None:
         if not (_is_number(self.scale) and self.scale > 0):
-            raise ValueError(f"acceptance_scale must be a finite number > 0, got {self.scale!r}")
+            raise ValueError(f"Amplify's scale must be a finite number > 0, got {self.scale!r}")
         if self.scale == 1:
-            raise ValueError("acceptance_scale 1 is the rule itself: give the rule, not Amplify")
+            raise ValueError("Amplify's scale 1 is the rule itself: give the rule, not Amplify")
         if not isinstance(self.inner, AcceptanceSpec):
             raise ValueError(f"Amplify wraps an acceptance spec, got {self.inner!r}")
         object.__setattr__(self, "scale", float(self.scale))
@@ -362,7 +319,7 @@ class AmplifyAcceptance(AcceptanceSpec):
     def check(self, kind: str, residual: str) -> None:
         if kind == "ar":
             raise ValueError(
-                "acceptance_scale applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
+                "Amplify applies to methods 'sjd' and 'gsd' (AR has no acceptance test)"
             )
         if not self.inner.amplifiable:
             raise _replaces_sjd(f"rule {self.inner.name!r}", "it amplified")
@@ -375,10 +332,6 @@ class AmplifyAcceptance(AcceptanceSpec):
     @property
     def uses_filters(self) -> bool:
         return self.inner.uses_filters
-
-    def legacy_fields(self) -> dict[str, Any] | None:
-        inner = self.inner.legacy_fields()
-        return None if inner is None else {"acceptance_scale": self.scale, **inner}
 
     @classmethod
     def from_fields(cls, data: dict[str, Any]) -> "AmplifyAcceptance":
@@ -418,26 +371,20 @@ class LanternAcceptance(AcceptanceSpec):
     name: ClassVar[str] = "lantern"
 
     def __post_init__(self) -> None:
-        if not (_is_int(self.k) and self.k >= 0):
-            raise ValueError(f"lantern_k must be an int >= 0 (0: no LANTERN), got {self.k!r}")
-        if not (_is_number(self.delta) and 0 <= self.delta <= 1):
-            raise ValueError(f"lantern_delta must be a number in [0, 1], got {self.delta!r}")
-        if self.k == 0:
+        if not (_is_int(self.k) and self.k >= 1):
             raise ValueError(
-                f"lantern_delta {self.delta!r} needs lantern_k > 0 (LANTERN's neighbourhoods)"
+                f"LANTERN's k (tokens per neighbourhood) must be an int >= 1, got {self.k!r}"
             )
+        if not (_is_number(self.delta) and 0 <= self.delta <= 1):
+            raise ValueError(f"LANTERN's delta must be a number in [0, 1], got {self.delta!r}")
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:
         if kind != "sjd" or residual != "token":
             raise ValueError(
-                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with "
-                f"residual 'token' and acceptance_scale 1 (got method {kind!r}, residual "
-                f"{residual!r})"
+                "LANTERN replaces SJD's acceptance test: use method 'sjd' with residual "
+                f"'token' (got method {kind!r}, residual {residual!r})"
             )
-
-    def legacy_fields(self) -> dict[str, Any]:
-        return {"lantern_k": self.k, "lantern_delta": self.delta}
 
     def build(self, adapter: Any, cache: dict, *, method: Any, embeddings: Any) -> Any:
         import torch
@@ -461,7 +408,7 @@ class LanternAcceptance(AcceptanceSpec):
         if lantern.delta != self.delta or hood.k != min(self.k, hood.vocab_size):
             raise ValueError(
                 f"the Lantern rule (k {hood.k}, delta {lantern.delta}) is not the "
-                f"method's (lantern_k {self.k}, lantern_delta {self.delta})"
+                f"method's (k {self.k}, delta {self.delta})"
             )
 
 
@@ -487,15 +434,12 @@ class RelaxationAcceptance(AcceptanceSpec):
     def __post_init__(self) -> None:
         if not (_is_number(self.delta) and 0 < self.delta <= 1):
             raise ValueError(
-                f"relaxation_delta must be a number in (0, 1] (0 is SD), got {self.delta!r}"
+                f"the relaxation's delta must be a number in (0, 1] (0 is SD), got {self.delta!r}"
             )
         object.__setattr__(self, "delta", float(self.delta))
 
     def check(self, kind: str, residual: str) -> None:
-        _check_sjd_only("the TV-optimal relaxation (relaxation_delta)", kind, residual)
-
-    def legacy_fields(self) -> dict[str, Any]:
-        return {"relaxation_delta": self.delta}
+        _check_sjd_only("the TV-optimal relaxation", kind, residual)
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "RelaxationAcceptance | None":
@@ -509,7 +453,7 @@ class RelaxationAcceptance(AcceptanceSpec):
 
 def _check_transport_k(k: object) -> None:
     if not (_is_int(k) and k >= 1):
-        raise ValueError(f"transport_k (neighbours per code) must be an int >= 1, got {k!r}")
+        raise ValueError(f"the transport's k (neighbours per code) must be an int >= 1, got {k!r}")
 
 
 TRANSPORT_K_FLAG = Flag(
@@ -545,22 +489,18 @@ class TransportAcceptance(AcceptanceSpec):
     def __post_init__(self) -> None:
         if not (_is_number(self.eps) and self.eps >= 0):
             raise ValueError(
-                "transport_eps (a W1 budget per token) must be a finite number >= 0 or None, "
+                "the transport's eps (a W1 budget per token) must be a finite number >= 0, "
                 f"got {self.eps!r}"
             )
         _check_transport_k(self.k)
         object.__setattr__(self, "eps", float(self.eps))
 
     def check(self, kind: str, residual: str) -> None:
-        _check_sjd_only("the transport relaxation (transport_eps)", kind, residual)
+        _check_sjd_only("the transport relaxation", kind, residual)
 
     @property
     def uses_transport(self) -> bool:
         return True
-
-    def legacy_fields(self) -> dict[str, Any]:
-        k = {} if self.k == DEFAULT_TRANSPORT_K else {"transport_k": self.k}
-        return {"transport_eps": self.eps, **k}
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "TransportAcceptance | None":
@@ -624,22 +564,22 @@ class BudgetAcceptance(AcceptanceSpec):
 
     def __post_init__(self) -> None:
         if not (_is_number(self.budget) and self.budget >= 0):
-            raise ValueError(f"budget must be a finite number >= 0 or None, got {self.budget!r}")
+            raise ValueError(f"budget must be a finite number >= 0, got {self.budget!r}")
         choice("budget measure", self.measure, BUDGET_MEASURES)
         choice("budget policy", self.policy, BUDGET_POLICIES)
         cap = self.cap
         if self.measure == "tv" and not (_is_number(cap) and 0 < cap <= 1):
-            raise ValueError(f"budget_cap (TV) must be a number in (0, 1], got {cap!r}")
+            raise ValueError(f"the budget's cap (TV) must be a number in (0, 1], got {cap!r}")
         if self.measure == "w1" and not (_is_number(cap) and cap > 0):
             raise ValueError(
-                f"budget_cap (W1, the content distance's units) must be a finite number > 0, "
+                f"the budget's cap (W1, the content distance's units) must be a finite number > 0, "
                 f"got {cap!r}"
             )
         _check_transport_k(self.k)
         if self.k != DEFAULT_TRANSPORT_K and self.measure != "w1":
             raise ValueError(
-                "transport_k belongs to the transport relaxation: set transport_eps, or a budget "
-                "with budget_measure='w1'"
+                "the budget's k (transport neighbours) belongs to measure 'w1' (or to "
+                "TransportAcceptance)"
             )
         object.__setattr__(self, "budget", float(self.budget))
         object.__setattr__(self, "cap", float(cap))
@@ -650,18 +590,6 @@ class BudgetAcceptance(AcceptanceSpec):
     @property
     def uses_transport(self) -> bool:
         return self.measure == "w1"
-
-    def legacy_fields(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"budget": self.budget}
-        for name, value in (
-            ("budget_measure", self.measure),
-            ("budget_policy", self.policy),
-            ("budget_cap", self.cap),
-            ("transport_k", self.k),
-        ):
-            if value != FLAT_FIELDS[name]:
-                data[name] = value
-        return data
 
     @classmethod
     def from_flags(cls, values: dict[str, Any], kind: str) -> "BudgetAcceptance | None":
@@ -697,103 +625,6 @@ class BudgetAcceptance(AcceptanceSpec):
             neighbours=neighbours,
             solver=TRANSPORT_SOLVER,
         )
-
-
-# --- The flat fields of earlier methods ---------------------------------------------------------
-
-
-def _given(value: Any, default: Any) -> bool:
-    """Whether a flat field is set: not its default (a bool is never a number's default)."""
-    if default is None:
-        return value is not None
-    return isinstance(value, bool) or value != default
-
-
-_RELAXATION_NAMES = {
-    "relaxation_delta": "the TV-optimal relaxation (relaxation_delta)",
-    "budget": "the TV-optimal relaxation (a budget)",
-    "transport_eps": "the transport relaxation (transport_eps)",
-}
-
-
-def from_flat(flat: dict[str, Any], kind: str) -> AcceptanceSpec:
-    """The spec of the flat fields (``FLAT_FIELDS``; missing ones take their defaults) of a
-    method of ``kind``, as earlier methods gave them; refuses fields of two rules, or fields
-    that belong to no rule given, naming them."""
-    unknown = sorted(set(flat) - set(FLAT_FIELDS))
-    if unknown:
-        raise ValueError(f"unknown acceptance fields {unknown}")
-    v = {**FLAT_FIELDS, **flat}
-    given = {name for name, default in FLAT_FIELDS.items() if _given(v[name], default)}
-    relaxations = _flat_relaxations(v, given, kind)
-    return _flat_rule(v, given, relaxations)
-
-
-def _flat_relaxations(v: dict[str, Any], given: set[str], kind: str) -> list[str]:
-    """The relaxation fields given (at most one), after refusing the combinations of flat
-    fields that belong to no one rule (``from_flat``)."""
-    if kind != "gsd" and given & {"clusters", "group_size"}:
-        raise _token_by_token(kind, v["clusters"], v["group_size"])
-    if given & {"budget_measure", "budget_policy", "budget_cap"} and "budget" not in given:
-        raise ValueError(
-            "budget_measure, budget_policy and budget_cap belong to a budget: set budget=B"
-        )
-    relaxations = sorted(given & set(_RELAXATION_NAMES))
-    if "transport_eps" in relaxations and len(relaxations) > 1:
-        raise ValueError(
-            "transport_eps, relaxation_delta and budget are ways to relax: give one "
-            "(the W1 dial is budget_measure='w1', with transport_k neighbours)"
-        )
-    if len(relaxations) > 1:
-        raise ValueError("relaxation_delta and budget are two ways to relax: give one")
-    transports = "transport_eps" in given or ("budget" in given and v["budget_measure"] == "w1")
-    if "transport_k" in given and not transports:
-        _check_transport_k(v["transport_k"])
-        raise ValueError(
-            "transport_k belongs to the transport relaxation: set transport_eps, or a budget "
-            "with budget_measure='w1'"
-        )
-    return relaxations
-
-
-def _flat_rule(v: dict[str, Any], given: set[str], relaxations: list[str]) -> AcceptanceSpec:
-    """The rule of checked flat fields: clusters, LANTERN or a relaxation in place of SJD's
-    test, then Amplify's scale around it."""
-    rule: AcceptanceSpec = SDAcceptance()
-    if given & {"clusters", "group_size"}:
-        rule = ClusterAcceptance(v["clusters"], v["group_size"])
-    replaced = f"clusters {v['clusters']!r}, acceptance_scale {v['acceptance_scale']!r}"
-    if given & {"lantern_k", "lantern_delta"}:
-        if not (_is_int(v["lantern_k"]) and v["lantern_k"] >= 0):
-            LanternAcceptance(v["lantern_k"])  # the count's own message
-        if relaxations:
-            raise _replaces_sjd(_RELAXATION_NAMES[relaxations[0]], "LANTERN")
-        if rule != SDAcceptance() or "acceptance_scale" in given:
-            raise ValueError(
-                "LANTERN (lantern_k > 0) replaces SJD's acceptance test: use method 'sjd' with "
-                f"residual 'token' and acceptance_scale 1 (got {replaced})"
-            )
-        rule = LanternAcceptance(v["lantern_k"], v["lantern_delta"])
-    if relaxations:
-        if rule != SDAcceptance() or "acceptance_scale" in given:
-            raise _replaces_sjd(_RELAXATION_NAMES[relaxations[0]], replaced)
-        rule = {
-            "relaxation_delta": lambda: RelaxationAcceptance(v["relaxation_delta"]),
-            "transport_eps": lambda: TransportAcceptance(v["transport_eps"], v["transport_k"]),
-            "budget": lambda: BudgetAcceptance(
-                v["budget"], v["budget_measure"], v["budget_policy"], v["budget_cap"],
-                v["transport_k"],
-            ),
-        }[relaxations[0]]()
-    if "acceptance_scale" in given:
-        rule = AmplifyAcceptance(v["acceptance_scale"], rule)
-    return rule
-
-
-def flat_fields(spec: AcceptanceSpec) -> dict[str, Any]:
-    """Every flat field of ``spec`` (``FLAT_FIELDS``, defaults where the rule sets none; all
-    defaults for a rule stored tagged)."""
-    return {**FLAT_FIELDS, **(spec.legacy_fields() or {})}
 
 
 # --- The command line ---------------------------------------------------------------------------

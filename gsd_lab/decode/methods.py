@@ -1,50 +1,19 @@
 """One description of a decoding method: what AR, SJD, GSD, Amplify and LANTERN differ by.
 
-``DecodingMethod`` is a frozen, JSON-able spec that ``gsd_lab.decode.loop.generate``, the command
-line, the experiments (``experiments.runs.MethodSpec``: a spec with a label) and the run
-identity of ``evaluate`` share. Its fields:
+``DecodingMethod(kind, acceptance=..., window=..., ...)`` is a frozen, JSON-able spec shared by
+``decode.loop.generate``, the command line, the experiments (``experiments.runs.MethodSpec``)
+and ``evaluate``'s run identity. ``kind`` is "ar", "sjd" or "gsd"; ``acceptance`` is one spec
+of ``gsd_lab.decode.acceptance`` (re-exported here), by default ``SDAcceptance()`` for "ar"
+and "sjd" and GSD's clusters ``ClusterAcceptance()`` (dynamic, G = 25) for "gsd"; the other
+fields (``window``, ``init``, ``draft``, ``residual``, ``filters``, ``preset``, ``verifier``,
+``candidates``, ``tree``) are keyword-only and their values listed in ``decode.choices``.
 
-- kind: "ar" (one token per forward), "sjd" (verify token by token) or "gsd" (verify clusters);
-- ``acceptance``: the acceptance rule, one spec of ``gsd_lab.decode.acceptance`` (SD, Amplify k,
-  GSD's clusters, LANTERN, the TV-optimal relaxation, the transport relaxation, the certified
-  dial; each spec's docstring states its rule). It is also given and read by the flat fields
-  of earlier methods (``acceptance_scale``, ``clusters``, ``group_size``, ``lantern_k``,
-  ``lantern_delta``, ``relaxation_delta``, ``budget``, ``budget_measure``, ``budget_policy``,
-  ``budget_cap``, ``transport_eps``, ``transport_k``: ``acceptance.from_flat``), which are
-  also what ``to_dict`` stores for the package's rules, so every earlier key stays;
-- filters: GSD's filters of the dynamic kinds (``FILTER_KINDS``; None: the model's default,
-  ``FilterSettings.for_model``);
-- residual: "token" (norm((p - q)+)) or "cluster" (cluster-exact; partitions only);
-- drafting: ``draft`` (``DRAFTS``: how a position left after a pass is re-drafted from the pass's
-  row: "independent", each drawn on its own (SJD, GSD); "maximal" or "gumbel", coupled to the
-  draft it held (MC-SJD / SCD, ``decode.coupling``; lossless for SJD, proofs/09); kinds "sjd"
-  and "gsd") and ``init`` (fresh drafts: "random", uniform over the allowed tokens;
-  "repeat_row": the token one image row up);
-- ``verifier`` (``VERIFIERS``): "token" (``gsd_core.verify``, left to right) or "block"
-  (``gsd_core.verify_block``, Sun et al.'s block verification; kind "sjd" with independent
-  drafts and no relaxation only: with coupled drafts it is not lossless, proofs/14);
-- window: drafts L per forward (ignored by AR);
-- ``candidates`` k (1: one draft per position): k candidates for the first undecided position,
-  each followed by the window's other drafts, verified in one tree forward by recursive rejection
-  sampling (``gsd_core.multidraft``, ``gsd_lab.models.tree``; lossless, proofs/15); kind "sjd"
-  with the SD rule (any ``draft``), the eager runner only; stored by ``to_dict`` only when > 1;
-- ``tree`` (k_1, .., k_D) (None: ``(candidates,)``): a token tree, k_d candidates for position
-  n + d - 1 under every node of depth d - 1 (one candidate set per depth, its first the window's
-  draft), then the window's other drafts under every deepest node; verified top-down by recursive
-  rejection at every node (``gsd_core.token_tree``; lossless, proofs/16); the same kinds and
-  runner as ``candidates``, which it replaces (``candidates=k`` is the shape (k,));
-  ``tree_shape`` reads either; stored by ``to_dict`` only when set;
-- preset: "default" (the package's own exact variant) or "release" (the GSD release's window,
-  Jacobi interval, random drafts at forced positions and bf16 distance filter;
-  ``gsd_lab.decode.presets``).
+- ``DecodingMethod``: the spec; ``to_dict`` / ``from_dict`` / ``key`` (canonical JSON);
+- ``ResolvedMethod``: a method with its gsd_core rule (``DecodingMethod.resolve``);
+- ``FilterSettings``: GSD's cluster filters, and the distance quantile they default to.
 
-Adding a value (a drafting scheme, a cluster kind) is one entry in its tuple in
-``gsd_lab.decode.choices`` (validation, JSON and the command line's choices follow) plus its
-behaviour where it acts; adding an acceptance rule is its gsd_core rule plus one registered spec
-(``gsd_lab.decode.acceptance``). ``resolve`` builds the one rule ``verify`` takes for one model
-(``ResolvedMethod.rule``: the spec's ``build``; the LANTERN table, O(V^2 log V), and the
-distance threshold cached). This module imports no torch until ``resolve`` runs (or a preset
-other than "default" is named), so the command line checks a spec without importing torch.
+Field by field, with the checks and what each value means: docs/methods.md. This module
+imports no torch until ``resolve`` runs (or a preset other than "default" is named).
 """
 
 from __future__ import annotations
@@ -54,9 +23,17 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .acceptance import (ALWAYS_STORED, AcceptanceSpec, SDAcceptance, choice, flat_fields,
-                         from_flat)
-from .acceptance import FLAT_FIELDS as FLAT_DEFAULTS
+from .acceptance import (  # noqa: F401 (re-exported: a method's call site names its rule)
+    AcceptanceSpec,
+    AmplifyAcceptance,
+    BudgetAcceptance,
+    ClusterAcceptance,
+    LanternAcceptance,
+    RelaxationAcceptance,
+    SDAcceptance,
+    TransportAcceptance,
+    choice,
+)
 from .acceptance import from_dict as acceptance_from_dict
 from .choices import (  # noqa: F401 (re-exported: the names callers import from here)
     BUDGET_MEASURES,
@@ -202,27 +179,44 @@ def distance_quantile_entry(
     }
 
 
+# A rule's fields, by the spec and field that hold them: a method given one names its spec.
+_SPEC_OF = {
+    "clusters": ("ClusterAcceptance", "clusters"),
+    "group_size": ("ClusterAcceptance", "group_size"),
+    "acceptance_scale": ("AmplifyAcceptance", "scale"),
+    "lantern_k": ("LanternAcceptance", "k"),
+    "lantern_delta": ("LanternAcceptance", "delta"),
+    "relaxation_delta": ("RelaxationAcceptance", "delta"),
+    "transport_eps": ("TransportAcceptance", "eps"),
+    "transport_k": ("TransportAcceptance", "k"),
+    "budget": ("BudgetAcceptance", "budget"),
+    "budget_measure": ("BudgetAcceptance", "measure"),
+    "budget_policy": ("BudgetAcceptance", "policy"),
+    "budget_cap": ("BudgetAcceptance", "cap"),
+}
+
+
+def default_acceptance(kind: str) -> AcceptanceSpec:
+    """The rule of a method that names none: GSD's clusters for "gsd", SD otherwise."""
+    return ClusterAcceptance() if kind == "gsd" else SDAcceptance()
+
+
 @dataclass(frozen=True, init=False)
 class DecodingMethod:
-    """A decoding method (module docstring): ``kind``, ``window``, ``init``, ``draft``,
-    ``residual``, ``filters``, ``preset`` and the ``acceptance`` rule, one spec of
-    ``gsd_lab.decode.acceptance``. Invalid combinations raise ``ValueError`` naming the field;
-    numbers are normalised (``acceptance_scale=2`` equals ``2.0``), so equal methods have equal
-    ``key``s.
-
-    The acceptance rule is given as a spec (``acceptance=LanternAcceptance(1001, 0.1)``) or by
-    the flat fields earlier methods had (``lantern_k=1001, lantern_delta=0.1``;
-    ``acceptance.FLAT_FIELDS``), which are read into the spec and read back from it as
-    attributes (``method.lantern_k``). ``dataclasses.replace`` takes either."""
+    """A decoding method (docs/methods.md): ``kind``, its ``acceptance`` rule (a spec of
+    ``gsd_lab.decode.acceptance``; None: ``default_acceptance(kind)``) and the keyword-only
+    drafting and verification fields. Invalid combinations raise ``ValueError`` naming the
+    field, an unknown field ``TypeError``; numbers are normalised, so equal methods have equal
+    ``key``s."""
 
     kind: str
+    acceptance: AcceptanceSpec
     window: int
     init: str
     draft: str
     residual: str
     filters: FilterSettings | None
     preset: str
-    acceptance: AcceptanceSpec
     verifier: str
     candidates: int
     tree: tuple[int, ...] | None
@@ -230,51 +224,34 @@ class DecodingMethod:
     def __init__(
         self,
         kind: str,
+        *,
+        acceptance: AcceptanceSpec | None = None,
         window: int = 16,
         init: str = "random",
         draft: str = "independent",
-        acceptance_scale: float = FLAT_DEFAULTS["acceptance_scale"],
-        clusters: str | None = None,
-        group_size: int = 0,
         residual: str = "token",
-        lantern_k: int = 0,
-        lantern_delta: float = FLAT_DEFAULTS["lantern_delta"],
         filters: FilterSettings | None = None,
         preset: str = "default",
-        relaxation_delta: float = FLAT_DEFAULTS["relaxation_delta"],
-        budget: float | None = None,
-        budget_measure: str = "tv",
-        budget_policy: str = "cap",
-        budget_cap: float = FLAT_DEFAULTS["budget_cap"],
-        transport_eps: float | None = None,
-        transport_k: int = FLAT_DEFAULTS["transport_k"],
-        *,
-        acceptance: AcceptanceSpec | None = None,
         verifier: str = "token",
         candidates: int = 1,
         tree: tuple[int, ...] | list[int] | None = None,
+        **unknown: Any,
     ) -> None:
-        flat = dict(
-            acceptance_scale=acceptance_scale,
-            clusters=clusters,
-            group_size=group_size,
-            lantern_k=lantern_k,
-            lantern_delta=lantern_delta,
-            relaxation_delta=relaxation_delta,
-            budget=budget,
-            budget_measure=budget_measure,
-            budget_policy=budget_policy,
-            budget_cap=budget_cap,
-            transport_eps=transport_eps,
-            transport_k=transport_k,
-        )
-        for name, value in (("kind", kind), ("window", window), ("init", init)):
+        if unknown:
+            raise TypeError(_unknown_fields(unknown))
+        if acceptance is None:
+            acceptance = default_acceptance(kind)
+        if not isinstance(acceptance, AcceptanceSpec):
+            raise ValueError(
+                "acceptance must be a gsd_lab.decode.acceptance spec (AcceptanceSpec), got "
+                f"{type(acceptance).__name__}"
+            )
+        for name, value in (("kind", kind), ("acceptance", acceptance), ("window", window)):
             object.__setattr__(self, name, value)
-        for name, value in (("draft", draft), ("residual", residual), ("filters", filters)):
+        for name, value in (("init", init), ("draft", draft), ("residual", residual)):
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "preset", preset)
-        object.__setattr__(self, "acceptance", self._acceptance(acceptance, flat))
-        object.__setattr__(self, "verifier", verifier)
+        for name, value in (("filters", filters), ("preset", preset), ("verifier", verifier)):
+            object.__setattr__(self, name, value)
         object.__setattr__(self, "candidates", candidates)
         object.__setattr__(self, "tree", None if tree is None else _shape(tree))
         self._check()
@@ -327,29 +304,6 @@ class DecodingMethod:
                 f"acceptance {self.acceptance.name!r}, preset {self.preset!r}"
             )
 
-    def _acceptance(
-        self, acceptance: AcceptanceSpec | None, flat: dict[str, Any]
-    ) -> AcceptanceSpec:
-        """The spec given, or the one of the flat fields; both: the spec's flat fields with the
-        ones given changed (``dataclasses.replace`` with a flat field; a flat field left out is
-        its default object itself, so one given equal to its default still counts)."""
-        changed = {k: v for k, v in flat.items() if v is not FLAT_DEFAULTS[k]}
-        if acceptance is None:
-            return from_flat(changed, self.kind)
-        if not isinstance(acceptance, AcceptanceSpec):
-            raise ValueError(
-                "acceptance must be a gsd_lab.decode.acceptance spec (AcceptanceSpec), got "
-                f"{type(acceptance).__name__}"
-            )
-        if not changed:
-            return acceptance
-        if acceptance.legacy_fields() is None:
-            raise ValueError(
-                f"the flat fields {sorted(changed)} do not apply to acceptance rule "
-                f"{acceptance.name!r}: give its spec"
-            )
-        return from_flat({**acceptance.legacy_fields(), **changed}, self.kind)
-
     def _check(self) -> None:
         choice("method kind", self.kind, KINDS)
         if not (_is_int(self.window) and self.window >= 1):
@@ -368,7 +322,7 @@ class DecodingMethod:
         if self.residual == "cluster" and not rule.is_partition:
             raise ValueError(
                 f"residual 'cluster' needs a partition (method 'gsd' with clusters one of "
-                f"{PARTITION_KINDS}), got method {self.kind!r} with clusters {self.clusters!r}"
+                f"{PARTITION_KINDS}), got method {self.kind!r} with rule {rule!r}"
             )
         if self.filters is not None:
             if not isinstance(self.filters, FilterSettings):
@@ -377,7 +331,7 @@ class DecodingMethod:
                 )
             if not rule.uses_filters:
                 raise ValueError(
-                    f"filters apply to clusters {FILTER_KINDS} only, got clusters {self.clusters!r}"
+                    f"filters apply to clusters {FILTER_KINDS} only, got rule {rule!r}"
                 )
 
     def _check_preset(self) -> None:
@@ -392,16 +346,10 @@ class DecodingMethod:
                 f"{fixed} drafts, got window={self.window}"
             )
 
-    def __getattr__(self, name: str) -> Any:
-        """The flat fields of earlier methods (``acceptance.FLAT_FIELDS``), read from the spec."""
-        if name in FLAT_DEFAULTS:
-            return flat_fields(self.acceptance)[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     @property
     def uses_transport(self) -> bool:
-        """Whether this method verifies by the transport relaxation (``transport_eps``, or the W1
-        dial): it needs the codes' content neighbours (``resolve``)."""
+        """Whether this method verifies by the transport relaxation (``TransportAcceptance``, or
+        the W1 dial): it needs the codes' content neighbours (``resolve``)."""
         return self.acceptance.uses_transport
 
     @property
@@ -419,51 +367,36 @@ class DecodingMethod:
         return self.with_filters(FilterSettings.for_model(model_name))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the method's fields (``filters``: a dict or None) and its acceptance rule,
-        as the flat fields earlier methods stored (``acceptance.ALWAYS_STORED`` always, the
-        others when set: the keys of earlier methods stay) or, for a rule with none, tagged
-        ({"acceptance": {"rule": name, ...}})."""
-        data: dict[str, Any] = {
+        """JSON-ready: every field, the rule tagged (``AcceptanceSpec.to_dict``), ``filters`` a
+        dict or None, ``tree`` a list or None."""
+        return {
             "kind": self.kind,
+            "acceptance": self.acceptance.to_dict(),
             "window": self.window,
             "init": self.init,
             "draft": self.draft,
             "residual": self.residual,
             "filters": None if self.filters is None else asdict(self.filters),
             "preset": self.preset,
+            "verifier": self.verifier,
+            "candidates": self.candidates,
+            "tree": None if self.tree is None else list(self.tree),
         }
-        if self.verifier != "token":  # only when set: the keys of earlier methods stay
-            data["verifier"] = self.verifier
-        if self.candidates != 1:  # stored only when set: the keys of earlier methods stay
-            data["candidates"] = self.candidates
-        if self.tree is not None:
-            data["tree"] = list(self.tree)
-        flat = self.acceptance.legacy_fields()
-        if flat is None:
-            return {**data, "acceptance": self.acceptance.to_dict()}
-        stored = {name: FLAT_DEFAULTS[name] for name in ALWAYS_STORED}
-        return {**data, **stored, **flat}
-
-    def all_fields(self) -> dict[str, Any]:
-        """Every field with every flat field (``acceptance.FLAT_FIELDS``, defaults included),
-        as the figures' JSON sidecars list a method (and "acceptance", tagged, for a rule with
-        no flat fields)."""
-        return {**self.to_dict(), **flat_fields(self.acceptance)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DecodingMethod":
         """The inverse of ``to_dict`` (missing fields take their defaults; unknown ones raise)."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a decoding method is a dict, got {type(data).__name__}")
-        unknown = sorted(set(data) - _METHOD_FIELDS - set(FLAT_DEFAULTS))
-        if unknown:
-            raise ValueError(f"unknown decoding method fields {unknown}")
+        if not isinstance(data, dict) or "kind" not in data:
+            raise ValueError(f"a decoding method is a dict with a 'kind', got {data!r}")
         data = dict(data)
         filters = data.pop("filters", None)
         filters = None if filters is None else FilterSettings(**filters)
         if "acceptance" in data:
             data["acceptance"] = acceptance_from_dict(data["acceptance"])
-        return cls(**data, filters=filters)
+        try:
+            return cls(**data, filters=filters)
+        except TypeError as error:  # an unknown field
+            raise ValueError(str(error)) from None
 
     @property
     def tree_shape(self) -> tuple[int, ...]:
@@ -492,10 +425,10 @@ class DecodingMethod:
         """The runtime rule of this method for ``adapter`` (a ``CausalLMAdapter``): its
         acceptance spec's ``build``.
 
-        GSD: the gsd_core rule of ``clusters`` (``DynamicClusters``, ``RankBinnedClusters`` or a
+        GSD: the gsd_core rule of its cluster kind (``DynamicClusters``, ``RankBinnedClusters`` or a
         ``FixedPartition`` from k-means, seed 0) with filters ``self.filters`` or, when None,
         ``FilterSettings.for_model(model_name)``. LANTERN: ``gsd_core.Lantern`` with neighbourhoods
-        of ``lantern_k`` tokens by Euclidean distance between embedding rows (the paper uses VQ
+        of k tokens by Euclidean distance between embedding rows (the paper uses VQ
         codebook latents; the input embeddings are what every model here exposes, and what GSD's
         distance filter uses). ``embeddings`` [V, D]: the rows that define distances (default
         ``adapter.embeddings``). ``cache``: a dict kept by the caller for one adapter and one set
@@ -509,26 +442,33 @@ class DecodingMethod:
         if method.uses_transport:
             from .rule_parts import content_neighbours_of
 
-            neighbours = content_neighbours_of(adapter, method.transport_k)
+            neighbours = content_neighbours_of(adapter, method.acceptance.k)
         return ResolvedMethod(method, rule=rule, neighbours=neighbours)
 
 
-_METHOD_FIELDS = {
-    "kind", "window", "init", "draft", "residual", "filters", "preset", "acceptance", "verifier",
-    "candidates", "tree",
-}
+
+def _unknown_fields(unknown: dict[str, Any]) -> str:
+    """The message for fields a ``DecodingMethod`` does not have; a rule's field is named with
+    the spec that holds it (``acceptance=ClusterAcceptance(group_size=50)``)."""
+    specs: dict[str, list[str]] = {}
+    for name in (name for name in _SPEC_OF if name in unknown):
+        spec, field = _SPEC_OF[name]
+        specs.setdefault(spec, []).append(f"{field}={unknown[name]!r}")
+    hints = [f"write acceptance={spec}({', '.join(args)})" for spec, args in specs.items()]
+    message = f"DecodingMethod got unknown fields {sorted(unknown)}"
+    return "; ".join([message, *hints]) + (" (gsd_lab.decode.acceptance)" if hints else "")
 
 
 @dataclass(frozen=True, init=False)
 class ResolvedMethod:
     """A ``DecodingMethod`` with its runtime ``rule``: the one gsd_core rule ``verify`` and
-    ``accounting.distortion`` take (``OptimalRelaxation(relaxation_delta)`` for the relaxation;
-    with a budget SD, which ``decode.budget.BudgetDial`` replaces window by window). Build it
-    with ``DecodingMethod.resolve``, or from the parts of the package's rules: ``clusters`` (a
+    ``accounting.distortion`` take (``OptimalRelaxation(delta)`` for the relaxation; with a
+    budget SD, which ``decode.budget.BudgetDial`` replaces window by window). Build it with
+    ``DecodingMethod.resolve``, or from the parts of the package's rules: ``clusters`` (a
     gsd_core rule or partition; exactly for kind "gsd"), ``lantern`` (a ``gsd_core.Lantern``;
-    exactly when ``method.lantern_k`` > 0, with its budget) and ``neighbours`` (a
-    ``ContentNeighbours``; exactly when the method transports: ``transport_eps`` or the W1
-    dial), which are also read back as attributes."""
+    exactly for a ``LanternAcceptance``) and ``neighbours`` (a ``ContentNeighbours``; exactly
+    when the method transports: ``TransportAcceptance`` or the W1 dial), which are also read
+    back as attributes."""
 
     method: DecodingMethod
     rule: Any
@@ -548,8 +488,8 @@ class ResolvedMethod:
         if (neighbours is not None) != method.uses_transport:
             raise ValueError(
                 "neighbours (a ContentNeighbours) must be given exactly when the method "
-                f"transports (transport_eps {method.transport_eps}, budget_measure "
-                f"{method.budget_measure!r})"
+                f"transports (TransportAcceptance, or BudgetAcceptance with measure 'w1'; "
+                f"got {method.acceptance!r})"
             )
         if rule is None:
             rule = _rule_of_parts(method, clusters, lantern, neighbours)
@@ -571,34 +511,35 @@ class ResolvedMethod:
     @property
     def lantern(self) -> Any:
         """The ``gsd_core.Lantern`` of a LANTERN method, else None."""
-        return self.rule if self.method.lantern_k else None
+        return self.rule if isinstance(self.method.acceptance, LanternAcceptance) else None
 
 
 def _rule_of_parts(method: DecodingMethod, clusters: Any, lantern: Any, neighbours: Any) -> Any:
     """The rule of the package's specs from given parts (``ResolvedMethod``), each checked."""
+    spec = method.acceptance
     if (clusters is not None) != (method.kind == "gsd"):
         raise ValueError(
             f"clusters must be given exactly for method 'gsd' (method {method.kind!r}, "
             f"clusters {type(clusters).__name__})"
         )
-    if (lantern is not None) != bool(method.lantern_k):
+    if (lantern is not None) != isinstance(spec, LanternAcceptance):
         raise ValueError(
-            f"lantern must be given exactly when lantern_k > 0 (lantern_k {method.lantern_k})"
+            f"lantern must be given exactly for a LanternAcceptance (the method's rule: {spec!r})"
         )
-    spec = method.acceptance
     if lantern is not None:
         spec.check_rule(lantern)
         return lantern
-    if spec.legacy_fields() is None:
+    if isinstance(spec, TransportAcceptance):
+        from .relaxation_w1 import TRANSPORT_SOLVER, TransportRelaxation
+
+        return TransportRelaxation(neighbours, spec.eps, TRANSPORT_SOLVER)
+    if isinstance(spec, RelaxationAcceptance):
+        from gsd_core import OptimalRelaxation
+
+        return OptimalRelaxation(spec.delta)
+    scale, inner = (spec.scale, spec.inner) if isinstance(spec, AmplifyAcceptance) else (1.0, spec)
+    if not isinstance(inner, (SDAcceptance, ClusterAcceptance, BudgetAcceptance)):
         raise ValueError(
             f"acceptance rule {spec.name!r} has no parts: resolve the method, or give its rule"
         )
-    if method.transport_eps is not None:
-        from .relaxation_w1 import TRANSPORT_SOLVER, TransportRelaxation
-
-        return TransportRelaxation(neighbours, method.transport_eps, TRANSPORT_SOLVER)
-    if method.relaxation_delta:
-        from gsd_core import OptimalRelaxation
-
-        return OptimalRelaxation(method.relaxation_delta)
-    return method_rule(clusters, method.residual, method.acceptance_scale)
+    return method_rule(clusters, method.residual, scale)

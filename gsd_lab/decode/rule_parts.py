@@ -88,8 +88,8 @@ def content_neighbours_of(adapter: Any, k: int) -> Any:
     content = adapter.code_content()
     if content is None:
         raise ValueError(
-            "the transport relaxation (transport_eps, or budget_measure 'w1') needs an adapter "
-            "whose code_content() gives its codes' decoded content"
+            "the transport relaxation (TransportAcceptance, or a budget of measure 'w1') needs an "
+            "adapter whose code_content() gives its codes' decoded content"
         )
     tokens = adapter.allowed_tokens.detach().cpu().long()
     rows = content.detach().to("cpu", torch.float64).contiguous()

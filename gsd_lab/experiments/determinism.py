@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from ..decode.methods import DecodingMethod
+from ..decode.methods import DecodingMethod, ClusterAcceptance
 from .image_model import load_image_model
 from .runs import Recording, generate_one, resolve_for
 
 METHODS = {
     "SJD": DecodingMethod("sjd"),
-    "GSD G=3": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3),
-    "GSD G=50": DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=50),
+    "GSD G=3": DecodingMethod("gsd", acceptance=ClusterAcceptance("dynamic-nofilter", 3)),
+    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance("dynamic-nofilter", 50)),
 }
 
 

@@ -24,7 +24,13 @@ from torch import Tensor
 
 from gsd_core import acceptance_rate, output_distribution, tv_distance
 
-from ..decode.methods import DecodingMethod
+from ..decode.methods import (
+    BudgetAcceptance,
+    DecodingMethod,
+    RelaxationAcceptance,
+    SDAcceptance,
+    TransportAcceptance,
+)
 from . import tables
 from .matched import MEASURES, _interpolate, check_matching, paired_curves
 from .runs import GenerationRecord, MethodSpec, RunCache, summarize
@@ -49,9 +55,10 @@ def _drafts(draft: str) -> str:
 
 def relaxation(delta: float, draft: str = "independent") -> MethodSpec:
     """SJD with the TV-optimal relaxation at per-token budget ``delta`` (delta = 0: SJD's key)."""
+    rule = RelaxationAcceptance(delta=float(delta)) if delta else None
     return MethodSpec(
         f"relaxation (delta={delta:g}{_drafts(draft)})",
-        DecodingMethod("sjd", relaxation_delta=float(delta), draft=draft),
+        DecodingMethod("sjd", acceptance=rule, draft=draft),
     )
 
 
@@ -64,8 +71,8 @@ def dial(budget: float, draft: str = "maximal") -> MethodSpec:
 def _dial(name: str, measure: str, policy: str, cap: float, budget: float, draft: str
           ) -> MethodSpec:
     """SJD with the certified dial: budget B in ``measure``, ``policy`` and per-token ``cap``."""
-    method = DecodingMethod("sjd", budget=float(budget), budget_measure=measure,
-                            budget_policy=policy, budget_cap=cap, draft=draft)
+    dial = BudgetAcceptance(budget=float(budget), measure=measure, policy=policy, cap=cap)
+    method = DecodingMethod("sjd", acceptance=dial, draft=draft)
     return MethodSpec(f"{name} (B={budget:g}{_drafts(draft)})", method)
 
 
@@ -74,7 +81,7 @@ def transport(eps: float, draft: str = "maximal") -> MethodSpec:
     units; k = 16 neighbours), drafts ``draft``."""
     return MethodSpec(
         f"transport (eps={eps:g}{_drafts(draft)})",
-        DecodingMethod("sjd", transport_eps=float(eps), draft=draft),
+        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=float(eps)), draft=draft),
     )
 
 
@@ -433,20 +440,16 @@ def invariant_lines(front: dict[str, Any], num_tokens: int) -> list[str]:
     lossless, relaxed, certified, unchecked = [], [], [], 0
     for name, rows in front["curves"].items():
         for row, spec in zip(rows, front["specs"][name]):
-            method = spec["method"]
+            method = DecodingMethod.from_dict(spec["method"])
+            rule = method.acceptance
             tv = np.asarray(row["per_image"]["distortion"], dtype=np.float64)
-            w1_budget = method["budget"] is not None and method.get("budget_measure") == "w1"
-            if method.get("transport_eps") is not None or w1_budget:
+            if rule.uses_transport:
                 unchecked += 1
-            elif method["budget"] is not None:
-                certified.append(bool((tv * num_tokens <= method["budget"] + 1e-9).all()))
-            elif method["relaxation_delta"]:
-                relaxed.append(bool((tv <= method["relaxation_delta"] + 1e-12).all()))
-            elif (
-                method["kind"] == "sjd"
-                and method["acceptance_scale"] == 1
-                and not (method["lantern_k"])
-            ):
+            elif isinstance(rule, BudgetAcceptance):
+                certified.append(bool((tv * num_tokens <= rule.budget + 1e-9).all()))
+            elif isinstance(rule, RelaxationAcceptance):
+                relaxed.append(bool((tv <= rule.delta + 1e-12).all()))
+            elif method.kind == "sjd" and rule == SDAcceptance():
                 lossless.append(bool((tv <= 1e-12).all()))
     judged = [
         r["verdict"] == verdict(r["difference"], r["se"], expected_sign=-1)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..decode.methods import DecodingMethod
+from ..decode.methods import DecodingMethod, ClusterAcceptance
 from .image_model import ImageModel
 from .runs import GenerationRecord, quality_and_scores, resolve_for
 from .verdicts import NOISE_Z, NOT_RUN, PairedDifference, paired_values, verdict
@@ -251,7 +251,7 @@ def replacement_study(
     """Run the study on AR ``records`` (the unmodified images); ``cluster_size``: G of the
     same-cluster variant's GSD clusters (the paper's G = 50). One generator drives every draw."""
     generator = torch.Generator().manual_seed(seed)
-    method = DecodingMethod("gsd", clusters="dynamic", group_size=cluster_size)
+    method = DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=cluster_size))
     clusters = resolve_for(model, method).clusters
     images: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
     log_likelihood: dict[str, list[float]] = {v: [] for v in VARIANTS}

@@ -60,11 +60,11 @@ class MethodSpec:
         return self.method.key, self.seed_offset
 
     def to_record(self) -> dict[str, Any]:
-        """JSON-ready: the label, every field of the method (``DecodingMethod.all_fields``) and
+        """JSON-ready: the label, every field of the method (``DecodingMethod.to_dict``) and
         the seed offset (the figures' sidecars)."""
         return {
             "label": self.label,
-            "method": self.method.all_fields(),
+            "method": self.method.to_dict(),
             "seed_offset": self.seed_offset,
         }
 

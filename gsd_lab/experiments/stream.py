@@ -39,7 +39,7 @@ from ..io.figure_io import save_image_atomic
 from ..io.progress import ProgressLog, duration
 from .image_model import ImageModel, guidance_scale
 from .records import FIELDS
-from ..decode.methods import DecodingMethod
+from ..decode.methods import DecodingMethod, ClusterAcceptance
 from .runs import (
     FilterSettings,
     GenerationRecord,
@@ -450,7 +450,9 @@ def measure_forward_seconds(
     methods = {
         "ar": DecodingMethod("ar"),
         "sjd": DecodingMethod("sjd", window=window),
-        "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=group_size),
+        "gsd": DecodingMethod(
+            "gsd", window=window, acceptance=ClusterAcceptance(group_size=group_size)
+        ),
     }
     prompt_ids, uncond_ids = model.encode(model.default_prompts[0])
     count = min(tokens, model.num_tokens)

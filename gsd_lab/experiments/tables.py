@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..decode.methods import DecodingMethod
+from ..decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
 from .runs import MethodSpec, RunCache
 from . import verdicts
 
@@ -52,19 +52,23 @@ def gsd(
         )
         label = f"GSD{kind} (G={group_size})"
     return MethodSpec(
-        label, DecodingMethod("gsd", clusters=clusters, group_size=group_size, residual=residual)
+        label,
+        DecodingMethod(
+            "gsd", acceptance=ClusterAcceptance(clusters, group_size), residual=residual
+        ),
     )
 
 
 def amplify(k: float) -> MethodSpec:
     """The naive lossy relaxation (our definition): SJD accepting with min(1, k p(x)/q(x))."""
-    return MethodSpec(f"Amplify (k={k:g})", DecodingMethod("sjd", acceptance_scale=float(k)))
+    method = DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=float(k)))
+    return MethodSpec(f"Amplify (k={k:g})", method)
 
 
 def lantern(delta: float, k: int = LANTERN_K) -> MethodSpec:
     """LANTERN's relaxed acceptance (SJD's drafts and residual) with budget delta, k tokens per
     neighbourhood (module docstring)."""
-    method = DecodingMethod("sjd", lantern_k=k, lantern_delta=float(delta))
+    method = DecodingMethod("sjd", acceptance=LanternAcceptance(k=k, delta=float(delta)))
     return MethodSpec(f"LANTERN k={k} (delta={delta:g})", method)
 
 
@@ -77,7 +81,7 @@ def coupled(draft: str, group_size: int | None = None) -> MethodSpec:
         return MethodSpec(f"MC-SJD ({name})", DecodingMethod("sjd", draft=draft))
     return MethodSpec(
         f"MC-GSD (G={group_size}, {name})",
-        DecodingMethod("gsd", clusters="dynamic", group_size=group_size, draft=draft),
+        DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=group_size), draft=draft),
     )
 
 

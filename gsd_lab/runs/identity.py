@@ -86,7 +86,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 def identity_differences(
     stored: dict[str, Any], current: dict[str, Any], *, partial: bool = False
 ) -> list[str]:
-    """One line per differing field ("decoding.group_size: 0 in the existing run, 50 now").
+    """One line per differing field ("decoding.method.window: 16 in the existing run, 8 now").
     partial: compare only the fields ``current`` has (a check before the model is loaded)."""
     old, new = _flatten(json.loads(canonical(stored))), _flatten(json.loads(canonical(current)))
     keys = sorted(new) if partial else sorted(set(old) | set(new))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance
 from gsd_lab import workers
 from gsd_lab.experiments import runs
 from gsd_lab.experiments.image_model import tiny_random_model
@@ -16,8 +16,8 @@ PROMPTS = ["0", "1", "2", "3"]
 SPECS = [
     MethodSpec("AR", DecodingMethod("ar")),
     MethodSpec("SJD", DecodingMethod("sjd", window=4)),
-    MethodSpec("GSD", DecodingMethod("gsd", window=4, clusters="dynamic", group_size=3)),
-    MethodSpec("Amplify", DecodingMethod("sjd", window=4, acceptance_scale=2.0)),
+    MethodSpec("GSD", DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(group_size=3))),
+    MethodSpec("Amplify", DecodingMethod("sjd", window=4, acceptance=AmplifyAcceptance(scale=2.0))),
 ]
 # Everything a record holds that does not time the run: compared bit for bit.
 EXACT = (

@@ -186,7 +186,7 @@ def test_exact_mode_and_lossless_rows():
 def test_accounting_keeps_the_tokens_and_records_on_the_tiny_model():
     from gsd_lab.decode.loop import generate
     from gsd_lab.experiments.image_model import tiny_random_model
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod, AmplifyAcceptance, ClusterAcceptance
 
     torch.set_num_threads(1)
     model = tiny_random_model(0)
@@ -196,8 +196,8 @@ def test_accounting_keeps_the_tokens_and_records_on_the_tiny_model():
         return generate(model.adapter, prompt, method, num_tokens=24, uncond_prompt_ids=uncond,
                         generator=torch.Generator().manual_seed(3), **kwargs)
 
-    for method in (DecodingMethod("sjd", acceptance_scale=2.0),
-                   DecodingMethod("gsd", clusters="rank-binned", group_size=4, residual="cluster")):
+    for method in (DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0)),
+                   DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=4), residual="cluster")):
         plain = run(method)
         exact = run(method, record_distortion=True, record_w1=True, w1_draws=None)
         sampled = run(method, record_distortion=True, record_w1=True, w1_draws=2)
@@ -252,7 +252,7 @@ def test_code_content_of_the_standin_is_each_code_s_decoded_patch():
 
 def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens(tmp_path):
     from gsd_lab.decode.loop import generate
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import AmplifyAcceptance, DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
@@ -266,7 +266,7 @@ def test_code_content_of_lumina_is_the_vqgan_codebook_and_w1_skips_forced_tokens
     tokens = torch.cat([grid, torch.full((4, 1), adapter.layout.row_end)], 1).reshape(-1)
     z = adapter.vqgan.quantize.embedding(adapter.image_codes(tokens))[0]  # what the decoder receives
     assert torch.equal(z.reshape(16, -1), content[torch.searchsorted(allowed, grid.reshape(-1))])
-    method = DecodingMethod("sjd", window=4, acceptance_scale=2.0)
+    method = DecodingMethod("sjd", window=4, acceptance=AmplifyAcceptance(scale=2.0))
     prompt = adapter.text_ids_to_prompt([5, 6])
     plain = generate(adapter, prompt, method, num_tokens=adapter.num_image_tokens,
                      generator=torch.Generator().manual_seed(1))
@@ -307,14 +307,14 @@ def test_release_preset_rows_with_a_forced_token_are_exact_and_w1_runs(tmp_path)
     forced token, p's only token there: distortion 0 at every row end, and W1 (which has no
     content for the row-end token) is solved without error."""
     from gsd_lab.decode.loop import generate
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod
     from gsd_lab.models.lumina_mgpt import load_lumina_mgpt
     from gsd_lab.testing.tiny_checkpoints import write_tiny_lumina_checkpoint, write_tiny_vqgan
 
     weights = write_tiny_lumina_checkpoint(tmp_path / "w", num_layers=1, num_shards=1)
     adapter = load_lumina_mgpt(weights, vqgan_dir=write_tiny_vqgan(tmp_path / "v", n_embed=64), resolution=64,
                                device="cpu")
-    method = DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=20000, window=15, preset="release")
+    method = DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=20000), window=15, preset="release")
     result = generate(adapter, adapter.text_ids_to_prompt([5, 6]), method, num_tokens=adapter.num_image_tokens,
                       generator=torch.Generator().manual_seed(1), record_distortion=True, record_w1=True, w1_draws=None)
     row_ends = (torch.arange(adapter.num_image_tokens) + 1) % adapter.layout.row_length == 0

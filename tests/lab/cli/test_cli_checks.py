@@ -265,7 +265,7 @@ def test_evaluate_refuses_another_run_before_loading(capsys, monkeypatch, tmp_pa
     monkeypatch.setattr(image_model, "load_image_model", _never)
     err = _usage_error(capsys, [*base, "--method", "gsd", "--group-size", "50"])
     assert "decoding.method.kind: \"sjd\" in the existing run, \"gsd\" now" in err and "new --out" in err
-    assert "decoding.method.group_size: 0 in the existing run, 50 now" in err
+    assert 'decoding.method.acceptance.group_size: "(absent)" in the existing run, 50 now' in err
     assert "decoding.top_k" not in err  # only what differs is named
     assert "decoding.top_k: null in the existing run, 5 now" in _usage_error(capsys, [*base, "--method", "sjd",
                                                                                       "--top-k", "5"])

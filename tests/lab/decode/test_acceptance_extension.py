@@ -23,7 +23,7 @@ from gsd_lab.decode import acceptance
 from gsd_lab.decode.acceptance import AcceptanceSpec, Flag, register_acceptance
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import AmplifyAcceptance, DecodingMethod
 
 NUM_TOKENS = 24
 
@@ -112,16 +112,14 @@ def test_a_new_rule_serialises_tagged_and_checks_itself(registered):
     method = DecodingMethod("sjd", acceptance=ShiftedAcceptance(0.25))
     data = json.loads(json.dumps(method.to_dict()))
     assert data["acceptance"] == {"rule": "test-shifted", "shift": 0.25}
-    assert "acceptance_scale" not in data  # no flat fields of the package's rules
     again = DecodingMethod.from_dict(data)
     assert again == method and again.key == method.key
-    assert method.lantern_k == 0 and method.budget is None  # the flat fields read as defaults
     with pytest.raises(ValueError, match="shift must lie in"):
         ShiftedAcceptance(2.0)
     with pytest.raises(ValueError, match="verifies methods"):
         DecodingMethod("gsd", acceptance=ShiftedAcceptance(0.25))
-    with pytest.raises(ValueError, match="do not apply to acceptance rule 'test-shifted'"):
-        DecodingMethod("sjd", acceptance=ShiftedAcceptance(0.25), lantern_k=3)
+    with pytest.raises(ValueError, match="replaces SJD's acceptance test"):
+        DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, ShiftedAcceptance(0.25)))
 
 
 def test_an_unregistered_rule_is_unknown():

@@ -1,9 +1,9 @@
-"""gsd_lab.decode.acceptance: the package's rules as specs keep every stored run key.
+"""gsd_lab.decode.acceptance: the package's rules as specs, and every stored run key.
 
-Every configuration key of the committed ``figures/records.npz`` (computed by the flat
-``DecodingMethod`` before the specs existed) and every method listed in the figures' JSON
-sidecars reads back into a spec and serialises to the same bytes; the flat keyword arguments and
-the specs are one method; each spec round-trips tagged; the command line's flags are the specs'.
+Every configuration key of the committed ``figures/records.npz`` and every method listed in the
+figures' JSON sidecars reads back into a spec and serialises to the same bytes; each spec
+round-trips tagged; a method is its spec (no flat fields); the command line's flags are the
+specs'.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def test_every_stored_record_key_is_computed_again_from_its_spec():
         kinds.add(type(method.acceptance).__name__)
         again = MethodSpec("any label", method, seed_offset)
         assert repr(again.key) == stored
-        rebuilt = DecodingMethod(method.kind, method.window, method.init, method.draft,
-                                 residual=method.residual, filters=method.filters,
-                                 preset=method.preset, acceptance=method.acceptance)
+        rebuilt = DecodingMethod(method.kind, acceptance=method.acceptance, window=method.window,
+                                 init=method.init, draft=method.draft, residual=method.residual,
+                                 filters=method.filters, preset=method.preset)
         assert rebuilt.key == method_key
     # The stored configurations exercise every rule of the package but LANTERN (quick sizes).
     assert {"SDAcceptance", "AmplifyAcceptance", "ClusterAcceptance", "RelaxationAcceptance",
@@ -106,39 +106,41 @@ SPECS = [
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=repr)
-def test_each_spec_round_trips_tagged_and_flat(spec):
+def test_each_spec_round_trips_tagged(spec):
     assert acceptance.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     kind = "gsd" if spec.is_partition or spec.uses_filters else "sjd"
-    assert acceptance.from_flat(spec.legacy_fields(), kind) == spec
     method = DecodingMethod(kind, acceptance=spec)
-    assert DecodingMethod(kind, **spec.legacy_fields()) == method
+    assert method.to_dict()["acceptance"] == spec.to_dict()
     assert DecodingMethod.from_dict(json.loads(json.dumps(method.to_dict()))) == method
 
 
-def test_flat_fields_and_specs_are_one_method():
-    assert DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1) == DecodingMethod(
+def test_a_method_is_its_spec():
+    assert DecodingMethod("sjd", acceptance=LanternAcceptance(k=5, delta=0.1)) == DecodingMethod(
         "sjd", acceptance=LanternAcceptance(5, 0.1))
-    amplified = DecodingMethod("gsd", clusters="dynamic", group_size=10, acceptance_scale=2)
+    amplified = DecodingMethod("gsd", acceptance=AmplifyAcceptance(2, ClusterAcceptance(group_size=10)))
     assert amplified.acceptance == AmplifyAcceptance(2.0, ClusterAcceptance("dynamic", 10))
-    assert (amplified.acceptance_scale, amplified.group_size, amplified.budget) == (2.0, 10, None)
-    # dataclasses.replace with a flat field changes the spec, also back to a default
-    assert replace(amplified, acceptance_scale=1.0).acceptance == ClusterAcceptance("dynamic", 10)
-    assert replace(DecodingMethod("sjd"), budget=0.5).acceptance == BudgetAcceptance(0.5)
+    assert amplified.acceptance.inner.group_size == 10
+    # dataclasses.replace changes the spec as a whole
+    assert replace(amplified, acceptance=ClusterAcceptance()).acceptance == ClusterAcceptance()
+    assert replace(DecodingMethod("sjd"), acceptance=BudgetAcceptance(0.5)).acceptance == BudgetAcceptance(0.5)
+    with pytest.raises(TypeError, match=r"acceptance=BudgetAcceptance\(budget=0.5\)"):
+        replace(DecodingMethod("sjd"), budget=0.5)
     assert pickle.loads(pickle.dumps(amplified)) == amplified  # workers receive methods pickled
     with pytest.raises(ValueError, match="acceptance must be a gsd_lab.decode.acceptance spec"):
         DecodingMethod("sjd", acceptance="lantern")
-    with pytest.raises(AttributeError, match="no attribute 'lantern'"):
-        DecodingMethod("sjd").lantern
+    for name in ("group_size", "clusters", "acceptance_scale", "lantern_k", "budget"):
+        with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+            getattr(amplified, name)  # the rule's fields live on the spec only
 
 
 def test_specs_refuse_what_their_rule_cannot_do():
-    with pytest.raises(ValueError, match="acceptance_scale 1 is the rule itself"):
+    with pytest.raises(ValueError, match="Amplify's scale 1 is the rule itself"):
         AmplifyAcceptance(1.0)
     with pytest.raises(ValueError, match="replaces SJD"):
         DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, RelaxationAcceptance(0.1)))
-    with pytest.raises(ValueError, match="relaxation_delta must be a number in"):
+    with pytest.raises(ValueError, match="the relaxation's delta must be a number in"):
         RelaxationAcceptance(0.0)  # 0 is SD: SDAcceptance()
-    with pytest.raises(ValueError, match="transport_k belongs"):
+    with pytest.raises(ValueError, match="transport neighbours"):
         BudgetAcceptance(1.0, k=4)
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from gsd_core.block_verification import block_accepted_law, block_weights, token_accepted_law
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, DecodingMethod, RelaxationAcceptance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,12 +43,13 @@ def test_block_records_zero_distortion_and_at_least_one_token_per_forward(adapte
 
 
 def test_block_verifier_is_refused_where_it_is_not_proved(adapter):
-    for kwargs in (dict(draft="maximal"), dict(draft="gumbel"), dict(acceptance_scale=2.0),
-                   dict(relaxation_delta=0.1)):
+    for kwargs in (dict(draft="maximal"), dict(draft="gumbel"),
+                   dict(acceptance=AmplifyAcceptance(2.0)),
+                   dict(acceptance=RelaxationAcceptance(0.1))):
         with pytest.raises(ValueError, match="block"):
             DecodingMethod("sjd", verifier="block", **kwargs)
     with pytest.raises(ValueError, match="block"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=3, verifier="block")
+        DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=3), verifier="block")
     with pytest.raises(ValueError, match="verifier"):
         DecodingMethod("sjd", verifier="joint")
     request = DecodeRequest(torch.tensor([1, 2]), DecodingMethod("sjd", verifier="block"), 3)
@@ -56,8 +57,8 @@ def test_block_verifier_is_refused_where_it_is_not_proved(adapter):
         generate_batch(adapter, [request])
 
 
-def test_the_token_verifier_keeps_the_method_key():
-    assert "verifier" not in DecodingMethod("sjd").to_dict()
+def test_the_verifier_is_part_of_the_method_key():
+    assert DecodingMethod("sjd").to_dict()["verifier"] == "token"
     block = DecodingMethod("sjd", verifier="block")
     assert DecodingMethod.from_dict(block.to_dict()) == block
 

@@ -27,7 +27,7 @@ from gsd_core.rules import mass_ratio
 from gsd_lab.decode import budget, coupling
 from gsd_lab.decode import loop as decoding
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, BudgetAcceptance, RelaxationAcceptance
 from gsd_lab.experiments.lossless import exact_joint
 
 ALLOWED = (1, 2)
@@ -167,7 +167,7 @@ def tv(a: np.ndarray, b: np.ndarray) -> float:
 def test_the_enumeration_gives_sjd_s_joint_law_exactly(models, monkeypatch):
     """The harness itself: SJD (and the dial at B = 0) reproduce the AR joint to 1e-12."""
     adapter, joint = models["context"]
-    for method in (DecodingMethod("sjd", window=2), DecodingMethod("sjd", window=2, budget=0.0)):
+    for method in (DecodingMethod("sjd", window=2), DecodingMethod("sjd", window=2, acceptance=BudgetAcceptance(budget=0.0))):
         law, _books = enumerate_law(monkeypatch, adapter, method)
         assert tv(law, joint) < TOL
 
@@ -182,8 +182,7 @@ def test_joint_law_within_the_budget_and_every_path_within_it(
 ):
     adapter, joint = models[model]
     method = DecodingMethod(
-        "sjd", window=2, budget=budget_value, budget_policy=policy, budget_cap=cap
-    )
+        "sjd", window=2, acceptance=BudgetAcceptance(budget=budget_value, policy=policy, cap=cap))
     law, books = enumerate_law(monkeypatch, adapter, method)
     check_within_budget(law, joint, books, budget_value)
 
@@ -204,7 +203,7 @@ def test_the_budget_buys_distortion_where_plain_relaxation_exceeds_it(models, mo
     path (its distortions add up along the sequence), which the dial never does."""
     adapter, _joint = models["context"]
     _law, books = enumerate_law(
-        monkeypatch, adapter, DecodingMethod("sjd", window=2, relaxation_delta=0.1)
+        monkeypatch, adapter, DecodingMethod("sjd", window=2, acceptance=RelaxationAcceptance(delta=0.1))
     )
     assert max(distortion for _, distortion in books) > 0.1 + 1e-3
 
@@ -248,7 +247,7 @@ def test_wrong_allowance_rules_fail_the_same_checks(models, monkeypatch, mutant,
             "charge",
             _not_releasing if mutant == "not releasing" else _rejection_free,
         )
-    method = DecodingMethod("sjd", window=2, budget=0.3, budget_policy="cap", budget_cap=cap)
+    method = DecodingMethod("sjd", window=2, acceptance=BudgetAcceptance(budget=0.3, policy="cap", cap=cap))
     _law, books = enumerate_law(monkeypatch, adapter, method)
     within = all(
         spent <= 0.3 + TOL and spent == pytest.approx(d, abs=1e-12) and d <= 0.3 + TOL
@@ -259,18 +258,14 @@ def test_wrong_allowance_rules_fail_the_same_checks(models, monkeypatch, mutant,
 
 def test_budget_validation():
     with pytest.raises(ValueError, match="budget"):
-        DecodingMethod("sjd", budget=-1.0)
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=-1.0))
     with pytest.raises(ValueError, match="budget measure"):
-        DecodingMethod("sjd", budget=1.0, budget_measure="kl")
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, measure="kl"))
     with pytest.raises(ValueError, match="replaces SJD"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=3, budget=1.0)
-    with pytest.raises(ValueError, match="set budget"):
-        DecodingMethod("sjd", budget_policy="sure")
-    with pytest.raises(ValueError, match="give one"):
-        DecodingMethod("sjd", relaxation_delta=0.1, budget=1.0)
-    method = DecodingMethod("sjd", budget=2, budget_policy="sure")
+        DecodingMethod("gsd", acceptance=BudgetAcceptance(budget=1.0))
+    method = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=2, policy="sure"))
     assert DecodingMethod.from_dict(method.to_dict()) == method
-    assert "budget" not in DecodingMethod("sjd").to_dict()  # earlier methods keep their keys
+    assert DecodingMethod("sjd").to_dict()["acceptance"] == {"rule": "sd"}
 
 
 def test_allowances_by_hand():
@@ -318,11 +313,9 @@ def test_cli_budget_flags(capsys):
     ]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (
-        report["budget"] == 0.5
-        and report["budget_policy"] == "sure"
-        and report["budget_cap"] == 0.2
-    )
+    assert report["acceptance"] == {
+        "rule": "budget", "budget": 0.5, "measure": "tv", "policy": "sure", "cap": 0.2, "k": 16
+    }
     assert 0 < report["budget_spent"] <= 0.5
     with pytest.raises(SystemExit):
         main(
@@ -367,7 +360,7 @@ def test_a_forced_position_spends_nothing_under_the_release_preset(monkeypatch):
     spends exactly its recorded distortion. Negative control: allotting forced positions as any
     other (the former rule) charges more than the emitted tokens' distortion."""
     adapter = _row_end_model()
-    method = DecodingMethod("sjd", window=15, preset="release", budget=6.0, budget_cap=1.0)
+    method = DecodingMethod("sjd", window=15, preset="release", acceptance=BudgetAcceptance(budget=6.0, cap=1.0))
 
     def books() -> list[tuple[float, float]]:
         out = []

@@ -27,6 +27,7 @@ import test_budget_dial as dial  # noqa: E402
 from gsd_lab.decode import coupling  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import BudgetAcceptance
 from gsd_lab.experiments.lossless import exact_joint  # noqa: E402
 
 TOL = 1e-12
@@ -89,9 +90,8 @@ def models():
 def test_maximal_coupled_sjd_enumerates_to_the_ar_joint(models, monkeypatch, model):
     """The harness with the coupling walked: MC-SJD (and the dial at B = 0) give the AR joint."""
     adapter, joint, init, window = models[model]
-    for budget_value in (None, 0.0):
-        method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
-                                budget=budget_value)
+    for rule in (None, BudgetAcceptance(budget=0.0)):
+        method = DecodingMethod("sjd", window=window, init=init, draft="maximal", acceptance=rule)
         law, _books = enumerate_coupled(monkeypatch, adapter, method)
         assert dial.tv(law, joint) < TOL
 
@@ -103,7 +103,7 @@ def test_coupled_dial_joint_law_within_the_budget_and_every_path_within_it(
 ):
     adapter, joint, init, window = models[model]
     method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
-                            budget=budget_value, budget_policy=policy, budget_cap=cap)
+                            acceptance=BudgetAcceptance(budget=budget_value, policy=policy, cap=cap))
     law, books = enumerate_coupled(monkeypatch, adapter, method)
     dial.check_within_budget(law, joint, books, budget_value)
 
@@ -115,7 +115,7 @@ def test_a_coupling_that_breaks_c1_fails_the_joint_check(models, monkeypatch):
     adapter, joint, init, window = models["context-free"]
     for budget_value in (0.0, 0.05):
         method = DecodingMethod("sjd", window=window, init=init, draft="maximal",
-                                budget=budget_value)
+                                acceptance=BudgetAcceptance(budget=budget_value))
         law, books = enumerate_coupled(monkeypatch, adapter, method, wrong=True)
         assert dial.tv(law, joint) > budget_value + 1e-3
         assert all(spent <= budget_value + TOL for spent, _ in books)
@@ -147,7 +147,8 @@ def expected_nfe(monkeypatch, budget_value):
         adapter, "random_tokens",
         lambda positions, generator, *, respect_forced=True: first.repeat(positions.numel()),
     )
-    method = DecodingMethod("sjd", window=3, budget=budget_value)
+    rule = None if budget_value is None else BudgetAcceptance(budget=budget_value)
+    method = DecodingMethod("sjd", window=3, acceptance=rule)
     mean, total, spends = 0.0, 0.0, []
     while True:
         result = generate(adapter, dial.PROMPT, method, num_tokens=COPY_TOKENS,

@@ -20,7 +20,7 @@ scipy_stats = pytest.importorskip("scipy.stats")
 import gsd_lab.decode.coupling as coupling  # noqa: E402
 from gsd_core import sample_categorical, tv_distance  # noqa: E402
 from gsd_lab.decode.coupling import DraftChain, gumbel_argmax, gumbel_noise, maximal_coupling  # noqa: E402
-from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod  # noqa: E402
 
 ROWS = 200_000
 SIGNIFICANCE = 1e-3
@@ -183,7 +183,7 @@ def adapter():
 def test_generate_runs_every_scheme_deterministically(adapter, draft, kind):
     from gsd_lab.decode.loop import generate
 
-    clusters = dict(clusters="dynamic-nofilter", group_size=3) if kind == "gsd" else {}
+    clusters = dict(acceptance=ClusterAcceptance("dynamic-nofilter", 3)) if kind == "gsd" else {}
     method = DecodingMethod(kind, window=5, draft=draft, init="repeat_row", **clusters)
     first = generate(adapter, torch.tensor([0, 15]), method, num_tokens=24, generator=torch.Generator().manual_seed(6))
     again = generate(adapter, torch.tensor([0, 15]), method, num_tokens=24, generator=torch.Generator().manual_seed(6))

@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 import gsd_lab.decode.loop as decoding  # noqa: E402
 from gsd_lab.decode.loop import _repeat_row_drafts, generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod  # noqa: E402
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 
 VOCAB = 16
@@ -101,7 +102,7 @@ def test_gsd_group_size_one_equals_sjd(model, init):
     adapter = CausalLMAdapter(model, ALLOWED, cfg_scale=2.0, top_k=6, temperature=0.9, row_length=5)
     kwargs = dict(num_tokens=30, uncond_prompt_ids=torch.tensor([14]))
     sjd = generate(adapter, PROMPT, DecodingMethod("sjd", window=6, init=init), generator=gen(7), **kwargs)
-    gsd_method = DecodingMethod("gsd", window=6, init=init, clusters="dynamic-nofilter", group_size=1)
+    gsd_method = DecodingMethod("gsd", window=6, init=init, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=1))
     gsd = generate(adapter, PROMPT, gsd_method, generator=gen(7), **kwargs)
     assert torch.equal(sjd.tokens, gsd.tokens)
     assert sjd.nfe == gsd.nfe and sjd.accepted == gsd.accepted
@@ -115,7 +116,7 @@ def test_gsd_accepts_at_least_as_often_in_expectation(model):
     for seed in range(3):
         sjd_rates.append(generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40,
                                   generator=gen(seed)).acceptance_rate)
-        rank_bins = DecodingMethod("gsd", window=8, clusters="rank-binned", group_size=6, residual="cluster")
+        rank_bins = DecodingMethod("gsd", window=8, acceptance=ClusterAcceptance(clusters="rank-binned", group_size=6), residual="cluster")
         gsd = generate(adapter, PROMPT, rank_bins, num_tokens=40, generator=gen(seed))
         gsd_rates.append(gsd.acceptance_rate)
     assert sum(gsd_rates) > sum(sjd_rates)
@@ -126,7 +127,7 @@ def test_acceptance_scale_relaxes_acceptance(model):
     probability is accepted, so windows stop only at drafts outside the top-k."""
     adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
     exact = generate(adapter, PROMPT, DecodingMethod("sjd", window=8), num_tokens=40, generator=gen(1))
-    relaxed = generate(adapter, PROMPT, DecodingMethod("sjd", window=8, acceptance_scale=1e9), num_tokens=40,
+    relaxed = generate(adapter, PROMPT, DecodingMethod("sjd", window=8, acceptance=AmplifyAcceptance(scale=1e9)), num_tokens=40,
                        generator=gen(1))
     assert relaxed.acceptance_rate > exact.acceptance_rate and relaxed.nfe < exact.nfe
 
@@ -220,21 +221,19 @@ def test_bad_input(model):
     with pytest.raises(ValueError, match="method"):
         generate(adapter, PROMPT, DecodingMethod("beam"), num_tokens=4)
     with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, DecodingMethod("gsd"), num_tokens=4)
-    with pytest.raises(ValueError, match="clusters"):
-        generate(adapter, PROMPT, DecodingMethod("sjd", clusters="dynamic-nofilter", group_size=3), num_tokens=4)
+        generate(adapter, PROMPT, DecodingMethod("sjd", acceptance=ClusterAcceptance("dynamic-nofilter", 3)), num_tokens=4)
     with pytest.raises(ValueError, match="row_length"):
         generate(adapter, PROMPT, DecodingMethod("sjd", init="repeat_row"), num_tokens=4)
     with pytest.raises(ValueError, match="init"):
         generate(adapter, PROMPT, DecodingMethod("sjd", init="zeros"), num_tokens=4)
-    with pytest.raises(ValueError, match="acceptance_scale"):
-        generate(adapter, PROMPT, DecodingMethod("sjd", acceptance_scale=0.0), num_tokens=4)
+    with pytest.raises(ValueError, match="Amplify's scale"):
+        generate(adapter, PROMPT, DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=0.0)), num_tokens=4)
     with pytest.raises(ValueError, match="CausalLMAdapter"):
         generate(model, PROMPT, DecodingMethod("ar"), num_tokens=4)
     with pytest.raises(ValueError, match="DecodingMethod or ResolvedMethod, got 'sjd'"):
         generate(adapter, PROMPT, "sjd", num_tokens=4)
     with pytest.raises(ValueError, match="residual"):
-        generate(adapter, PROMPT, DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3, residual="bogus"),
+        generate(adapter, PROMPT, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=3), residual="bogus"),
                  num_tokens=8)
 
 
@@ -258,9 +257,9 @@ class NaNAtForwardAdapter(CausalLMAdapter):
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, value):
     adapter = NaNAtForwardAdapter(model, ALLOWED, bad_forward=3, value=value)
-    clusters = dict(clusters="dynamic-nofilter", group_size=4) if method == "gsd" else {}
+    rule = ClusterAcceptance("dynamic-nofilter", 4) if method == "gsd" else None
     with pytest.raises(FloatingPointError, match="forward pass 3 of this call"):
-        generate(adapter, PROMPT, DecodingMethod(method, window=4, **clusters), num_tokens=30, generator=gen(0))
+        generate(adapter, PROMPT, DecodingMethod(method, window=4, acceptance=rule), num_tokens=30, generator=gen(0))
     assert adapter.num_forwards == 3  # raised right after the bad forward, not later
 
 
@@ -269,7 +268,7 @@ def test_non_finite_model_outputs_raise_at_the_step_they_appear(model, method, v
 def _lantern(adapter: CausalLMAdapter, k: int, delta: float, seed: int = 0, **method) -> ResolvedMethod:
     """SJD with LANTERN's rule over random embeddings (k tokens per neighbourhood, budget delta)."""
     embeddings = torch.randn(VOCAB, 3, generator=gen(seed), dtype=torch.float64)
-    return DecodingMethod("sjd", lantern_k=k, lantern_delta=delta, **method).resolve(adapter, embeddings=embeddings)
+    return DecodingMethod("sjd", acceptance=LanternAcceptance(k, delta), **method).resolve(adapter, embeddings=embeddings)
 
 
 @pytest.mark.parametrize("window", [1, 4, 16])
@@ -292,9 +291,9 @@ def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, mon
     from gsd_lab.accounting.distortion import exact_distortion
 
     adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
-    method = {"gsd": DecodingMethod("gsd", window=6, clusters="dynamic-nofilter", group_size=4),
-              "rank_cluster": DecodingMethod("gsd", window=6, clusters="rank-binned", group_size=3, residual="cluster"),
-              "amplify": DecodingMethod("sjd", window=6, acceptance_scale=3.0),
+    method = {"gsd": DecodingMethod("gsd", window=6, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=4)),
+              "rank_cluster": DecodingMethod("gsd", window=6, acceptance=ClusterAcceptance(clusters="rank-binned", group_size=3), residual="cluster"),
+              "amplify": DecodingMethod("sjd", window=6, acceptance=AmplifyAcceptance(scale=3.0)),
               "lantern": _lantern(adapter, 5, 0.3, window=6)}[kind]
     resolved = method if isinstance(method, ResolvedMethod) else method.resolve(adapter)
     windows = []
@@ -325,7 +324,7 @@ def test_recorded_distortion_is_exact_distortion_of_the_verified_rows(model, mon
 @pytest.mark.parametrize("kind", ["gsd", "lantern"])
 def test_record_distortion_draws_no_randomness(model, kind):
     adapter = CausalLMAdapter(model, ALLOWED, row_length=5)
-    method = (DecodingMethod("gsd", window=6, init="repeat_row", clusters="dynamic-nofilter", group_size=5)
+    method = (DecodingMethod("gsd", window=6, init="repeat_row", acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=5))
               if kind == "gsd" else _lantern(adapter, 4, 0.2, window=6, init="repeat_row"))
     plain = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(9))
     logged = generate(adapter, PROMPT, method, num_tokens=30, generator=gen(9), record_distortion=True)
@@ -352,16 +351,16 @@ def test_lantern_bad_arguments(model):
     adapter = CausalLMAdapter(model, ALLOWED)
     kwargs = dict(num_tokens=5, generator=gen(0))
     with pytest.raises(ValueError, match="method 'sjd'"):
-        DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=3, lantern_k=3, lantern_delta=0.1)
+        DecodingMethod("gsd", acceptance=LanternAcceptance(k=3, delta=0.1))
     with pytest.raises(ValueError, match="method 'sjd'"):
-        DecodingMethod("sjd", acceptance_scale=2.0, lantern_k=3, lantern_delta=0.1)
+        DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0, inner=LanternAcceptance(k=3, delta=0.1)))
     with pytest.raises(ValueError, match="gsd_core.Lantern"):
-        ResolvedMethod(DecodingMethod("sjd", lantern_k=3, lantern_delta=0.1), lantern="lantern")
+        ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=3, delta=0.1)), lantern="lantern")
     from gsd_core import Lantern, latent_neighbourhoods
 
     small = Lantern(latent_neighbourhoods(torch.randn(VOCAB - 1, 2, dtype=torch.float64), 2), 0.1)
     with pytest.raises(ValueError, match="vocabulary"):
-        generate(adapter, PROMPT, ResolvedMethod(DecodingMethod("sjd", lantern_k=2, lantern_delta=0.1), lantern=small),
+        generate(adapter, PROMPT, ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=2, delta=0.1)), lantern=small),
                  **kwargs)
 
 
@@ -384,7 +383,7 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
     tokens, NFE and accepted counts as verify finding the support itself, with tied k-th
     values and forced rows; every support passed is valid (checked by verify's validation)."""
     adapter = TiedForcedAdapter(model, ALLOWED, cfg_scale=2.0, top_k=4, row_length=5)
-    method = DecodingMethod("gsd", window=6, clusters="dynamic-nofilter", group_size=3, init=init)
+    method = DecodingMethod("gsd", window=6, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=3), init=init)
     kwargs = dict(num_tokens=60, uncond_prompt_ids=torch.tensor([14]))
     real_verify = decoding.verify
     seen = []
@@ -411,8 +410,8 @@ def test_gsd_with_the_adapters_support_decodes_the_same_tokens(model, monkeypatc
     assert (positives == 1).any() and (positives < widths.max()).any()  # forced rows, padding
 
 
-@pytest.mark.parametrize("clusters", [{}, dict(clusters="rank-binned", group_size=4),
-                                      dict(clusters="dynamic-q", group_size=3)],
+@pytest.mark.parametrize("clusters", [{}, dict(acceptance=ClusterAcceptance("rank-binned", 4)),
+                                      dict(acceptance=ClusterAcceptance("dynamic-q", 3))],
                          ids=["sjd", "rank-binned", "rank-by-q"])
 def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, monkeypatch, clusters):
     adapter = CausalLMAdapter(model, ALLOWED, top_k=4)
@@ -428,7 +427,7 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
     generate(adapter, PROMPT, DecodingMethod(method, window=4, **clusters), num_tokens=20, generator=gen(0))
     assert asked and not any(asked)
     asked.clear()
-    generate(adapter, PROMPT, DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=3),
+    generate(adapter, PROMPT, DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=3)),
              num_tokens=20, generator=gen(0))
     assert any(asked)
 
@@ -439,7 +438,7 @@ def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
     TVs; with and without it the same tokens, NFE and distortions."""
     adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
     method = {"sjd": DecodingMethod("sjd", window=5),
-              "gsd": DecodingMethod("gsd", window=5, clusters="dynamic-nofilter", group_size=4),
+              "gsd": DecodingMethod("gsd", window=5, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=4)),
               "tree": DecodingMethod("sjd", window=4, draft="maximal", candidates=3),
               "ar": DecodingMethod("ar")}[kind]
     seen = []

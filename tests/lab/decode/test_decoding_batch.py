@@ -25,6 +25,7 @@ import gsd_lab.models.batched as batched  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.batch import DecodeRequest, generate_batch  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings  # noqa: E402
+from gsd_lab.decode.methods import AmplifyAcceptance, BudgetAcceptance, ClusterAcceptance, LanternAcceptance, RelaxationAcceptance, TransportAcceptance
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.batched import BatchRunner, ForwardCall  # noqa: E402
 
@@ -64,20 +65,20 @@ METHODS = {
     "ar": DecodingMethod("ar"),
     "sjd": DecodingMethod("sjd", window=4),
     "sjd-repeat-row": DecodingMethod("sjd", window=5, init="repeat_row"),
-    "gsd-dynamic": DecodingMethod("gsd", window=6, clusters="dynamic", group_size=3,
+    "gsd-dynamic": DecodingMethod("gsd", window=6, acceptance=ClusterAcceptance(group_size=3),
                                   filters=FILTERS),
-    "gsd-rank-binned": DecodingMethod("gsd", window=3, clusters="rank-binned", group_size=4,
+    "gsd-rank-binned": DecodingMethod("gsd", window=3, acceptance=ClusterAcceptance(clusters="rank-binned", group_size=4),
                                       residual="cluster"),
-    "amplify": DecodingMethod("sjd", window=4, acceptance_scale=2.0),
-    "lantern": DecodingMethod("sjd", window=4, lantern_k=3, lantern_delta=0.2),
+    "amplify": DecodingMethod("sjd", window=4, acceptance=AmplifyAcceptance(scale=2.0)),
+    "lantern": DecodingMethod("sjd", window=4, acceptance=LanternAcceptance(k=3, delta=0.2)),
     "maximal": DecodingMethod("sjd", window=3, draft="maximal"),
     "gumbel": DecodingMethod("gsd", window=5, draft="gumbel", init="repeat_row",
-                             clusters="dynamic-nofilter", group_size=2),
+                             acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=2)),
     "release-sjd": DecodingMethod("sjd", window=15, preset="release"),
-    "release-gsd": DecodingMethod("gsd", window=15, clusters="dynamic", group_size=3,
+    "release-gsd": DecodingMethod("gsd", window=15, acceptance=ClusterAcceptance(group_size=3),
                                   filters=FILTERS, preset="release"),
-    "relaxation": DecodingMethod("sjd", window=4, relaxation_delta=0.1),
-    "dial": DecodingMethod("sjd", window=5, budget=0.5, budget_policy="sure", budget_cap=0.3),
+    "relaxation": DecodingMethod("sjd", window=4, acceptance=RelaxationAcceptance(delta=0.1)),
+    "dial": DecodingMethod("sjd", window=5, acceptance=BudgetAcceptance(budget=0.5, policy="sure", cap=0.3)),
 }
 LENGTHS = (9, 23, 31, 40)
 
@@ -283,15 +284,13 @@ def test_w1_accounting_is_the_same_batched(draws):
 
     model = tiny_random_model(top_k=20)
     adapter = model.adapter
-    methods = [DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=4),
-               DecodingMethod("sjd", window=4, acceptance_scale=3.0), DecodingMethod("ar"),
-               DecodingMethod("sjd", window=4, budget=0.5, budget_cap=0.2),
-               DecodingMethod("sjd", window=5, transport_eps=0.05, transport_k=4),
-               DecodingMethod("sjd", window=4, transport_eps=0.05, transport_k=4, draft="maximal"),
-               DecodingMethod("sjd", window=4, budget=0.4, budget_measure="w1", budget_cap=0.1,
-                              transport_k=4),
-               DecodingMethod("sjd", window=5, budget=0.4, budget_measure="w1",
-                              budget_policy="sure", transport_k=4, draft="maximal")]
+    methods = [DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=4)),
+               DecodingMethod("sjd", window=4, acceptance=AmplifyAcceptance(scale=3.0)), DecodingMethod("ar"),
+               DecodingMethod("sjd", window=4, acceptance=BudgetAcceptance(budget=0.5, cap=0.2)),
+               DecodingMethod("sjd", window=5, acceptance=TransportAcceptance(eps=0.05, k=4)),
+               DecodingMethod("sjd", window=4, acceptance=TransportAcceptance(eps=0.05, k=4), draft="maximal"),
+               DecodingMethod("sjd", window=4, acceptance=BudgetAcceptance(budget=0.4, measure="w1", cap=0.1, k=4)),
+               DecodingMethod("sjd", window=5, acceptance=BudgetAcceptance(budget=0.4, measure="w1", policy="sure", k=4), draft="maximal")]
     batch = []
     for i in range(2 * len(methods)):
         prompt, uncond = model.encode(str(i % 4))
@@ -303,13 +302,14 @@ def test_w1_accounting_is_the_same_batched(draws):
         single = alone(adapter, request, i, record_distortion=True, record_w1=True, w1_draws=draws)
         assert torch.equal(result.tokens, single.tokens) and result.nfe == single.nfe
         assert result.budget_spent == single.budget_spent
-        if request.method.budget is not None:
-            assert result.budget_spent <= request.method.budget + 1e-12
+        if isinstance(request.method.acceptance, BudgetAcceptance):
+            assert result.budget_spent <= request.method.acceptance.budget + 1e-12
         for field in ("mean", "sem", "substitution", "substitution_sem"):
             a, b = getattr(result.w1, field), getattr(single.w1, field)
             assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-12), field
     assert any(r.w1.mean > 0 for r in results)
-    assert any(r.budget_spent for r, q in zip(results, batch) if q.method.budget_measure == "w1")
+    w1_dial = [getattr(q.method.acceptance, "measure", None) == "w1" for q in batch]
+    assert any(r.budget_spent for r, dial in zip(results, w1_dial) if dial)
 
 
 def test_lumina_prompts_of_other_lengths_and_forced_row_ends(tiny_release_set):
@@ -323,7 +323,7 @@ def test_lumina_prompts_of_other_lengths_and_forced_row_ends(tiny_release_set):
                              vqgan=str(tiny_release_set.vqgan), device="cpu")
     adapter = model.adapter
     texts = ["a red brick wall", "cat", "a very small house beside a long winding river at dusk"]
-    methods = [DecodingMethod("gsd", window=15, clusters="dynamic", group_size=5, preset="release"),
+    methods = [DecodingMethod("gsd", window=15, acceptance=ClusterAcceptance(group_size=5), preset="release"),
                DecodingMethod("sjd", window=16), DecodingMethod("sjd", window=15, preset="release")]
     batch = []
     for i, text in enumerate(texts * 2):
@@ -353,8 +353,8 @@ def test_run_cache_batched_keeps_every_configurations_records(monkeypatch):
 
     model = tiny_random_model(top_k=20)
     specs = [MethodSpec("AR other seeds", DecodingMethod("ar"), seed_offset=100),
-             MethodSpec("GSD", DecodingMethod("gsd", clusters="dynamic", group_size=10)),
-             MethodSpec("LANTERN", DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1)),
+             MethodSpec("GSD", DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=10))),
+             MethodSpec("LANTERN", DecodingMethod("sjd", acceptance=LanternAcceptance(k=5, delta=0.1))),
              MethodSpec("MC-SJD", DecodingMethod("sjd", draft="maximal"))]
     # W1 is checked in test_w1_accounting_is_the_same_batched.
     prompts = ["0", "1", "2", "3"]

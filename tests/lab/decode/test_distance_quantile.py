@@ -73,10 +73,10 @@ def test_generate_gives_the_same_tokens_with_the_stored_quantile(standin):
 
     from gsd_lab.experiments.image_model import standin_image_model
     from gsd_lab.experiments.runs import generate_one
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
     model = replace(standin_image_model(standin, with_metrics=False), num_tokens=64, decode=None)
-    method = DecodingMethod("gsd", clusters="dynamic", group_size=25)
+    method = DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25))
     stored = standin.distance_quantiles
     quick = method.resolve(standin, model_name="standin")
     try:

@@ -14,49 +14,76 @@ import torch
 
 from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
 from gsd_lab.decode.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance, SDAcceptance
 from gsd_lab.decode.presets import ReleaseDistanceClusters
 
-GSD = dict(kind="gsd", clusters="dynamic", group_size=25)
+M = DecodingMethod
+A, C, L = AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
+GSD = dict(kind="gsd", acceptance=C())
 
 BAD = {
-    "unknown kind": (dict(kind="beam"), "unknown method kind 'beam'"),
-    "window 0": (dict(kind="sjd", window=0), "window must be an int >= 1"),
-    "window bool": (dict(kind="sjd", window=True), "window must be an int >= 1"),
-    "window float": (dict(kind="sjd", window=4.0), "window must be an int >= 1"),
-    "unknown init": (dict(kind="sjd", init="zeros"), "unknown init 'zeros'"),
-    "unknown draft": (dict(kind="sjd", draft="telepathic"), "unknown draft 'telepathic'"),
-    "unknown residual": (dict(kind="sjd", residual="bogus"), "unknown residual 'bogus'"),
-    "scale 0": (dict(kind="sjd", acceptance_scale=0.0), "acceptance_scale must be a finite number > 0"),
-    "scale inf": (dict(kind="sjd", acceptance_scale=float("inf")), "acceptance_scale must be a finite number"),
-    "scale nan": (dict(kind="sjd", acceptance_scale=float("nan")), "acceptance_scale must be a finite number"),
-    "scale for AR": (dict(kind="ar", acceptance_scale=2.0), "AR has no acceptance test"),
-    "clusters for SJD": (dict(kind="sjd", clusters="dynamic"), "belong to method 'gsd'"),
-    "group size for AR": (dict(kind="ar", group_size=3), "belong to method 'gsd'"),
-    "GSD without clusters": (dict(kind="gsd", group_size=3), "method 'gsd' needs clusters"),
-    "unknown clusters": (dict(GSD, clusters="kmeans"), "unknown clusters 'kmeans'"),
-    "G 0": (dict(GSD, group_size=0), "group_size (G, tokens per cluster) must be an int >= 1"),
-    "float G": (dict(GSD, group_size=2.5), "group_size (G, tokens per cluster) must be an int >= 1"),
-    "cluster residual, dynamic": (dict(GSD, residual="cluster"), "residual 'cluster' needs a partition"),
-    "cluster residual, SJD": (dict(kind="sjd", residual="cluster"), "residual 'cluster' needs a partition"),
-    "filters without a filter": (dict(GSD, clusters="rank-binned", filters=FilterSettings()),
+    "unknown kind": (lambda: M("beam"), "unknown method kind 'beam'"),
+    "window 0": (lambda: M("sjd", window=0), "window must be an int >= 1"),
+    "window bool": (lambda: M("sjd", window=True), "window must be an int >= 1"),
+    "window float": (lambda: M("sjd", window=4.0), "window must be an int >= 1"),
+    "unknown init": (lambda: M("sjd", init="zeros"), "unknown init 'zeros'"),
+    "unknown draft": (lambda: M("sjd", draft="telepathic"), "unknown draft 'telepathic'"),
+    "unknown residual": (lambda: M("sjd", residual="bogus"), "unknown residual 'bogus'"),
+    "scale 0": (lambda: M("sjd", acceptance=A(0.0)), "Amplify's scale must be a finite number > 0"),
+    "scale inf": (lambda: M("sjd", acceptance=A(float("inf"))), "Amplify's scale must be a finite number"),
+    "scale nan": (lambda: M("sjd", acceptance=A(float("nan"))), "Amplify's scale must be a finite number"),
+    "scale 1": (lambda: M("sjd", acceptance=A(1.0)), "Amplify's scale 1 is the rule itself"),
+    "scale for AR": (lambda: M("ar", acceptance=A(2.0)), "AR has no acceptance test"),
+    "clusters for SJD": (lambda: M("sjd", acceptance=C()), "ClusterAcceptance belongs to method 'gsd'"),
+    "clusters for AR": (lambda: M("ar", acceptance=C(group_size=3)), "belongs to method 'gsd'"),
+    "GSD with SD": (lambda: M("gsd", acceptance=SDAcceptance()), "method 'gsd' verifies clusters"),
+    "unknown clusters": (lambda: M("gsd", acceptance=C("kmeans")), "unknown clusters 'kmeans'"),
+    "G 0": (lambda: M("gsd", acceptance=C(group_size=0)), "group_size (G, tokens per cluster) must be an int >= 1"),
+    "float G": (lambda: M("gsd", acceptance=C(group_size=2.5)), "group_size (G, tokens per cluster) must be an int >= 1"),
+    "cluster residual, dynamic": (lambda: M(**GSD, residual="cluster"), "residual 'cluster' needs a partition"),
+    "cluster residual, SJD": (lambda: M("sjd", residual="cluster"), "residual 'cluster' needs a partition"),
+    "filters without a filter": (lambda: M("gsd", acceptance=C("rank-binned"), filters=FilterSettings()),
                                  "filters apply to clusters"),
-    "filters not settings": (dict(GSD, filters={"max_prob_gap": 0.1}), "filters must be a FilterSettings"),
-    "negative lantern_k": (dict(kind="sjd", lantern_k=-1), "lantern_k must be an int >= 0"),
-    "delta above 1": (dict(kind="sjd", lantern_k=5, lantern_delta=1.5), "lantern_delta must be a number in"),
-    "delta without k": (dict(kind="sjd", lantern_delta=0.1), "needs lantern_k > 0"),
-    "LANTERN on GSD": (dict(GSD, lantern_k=5, lantern_delta=0.1), "use method 'sjd'"),
-    "LANTERN amplified": (dict(kind="sjd", acceptance_scale=2.0, lantern_k=5), "use method 'sjd'"),
-    "LANTERN on AR": (dict(kind="ar", lantern_k=5), "use method 'sjd'"),
-    "unknown preset": (dict(kind="sjd", preset="fast"), "unknown preset 'fast'"),
-    "release window": (dict(kind="sjd", window=16, preset="release"), "preset 'release' fixes the window at 15"),
+    "filters not settings": (lambda: M(**GSD, filters={"max_prob_gap": 0.1}), "filters must be a FilterSettings"),
+    "acceptance not a spec": (lambda: M("sjd", acceptance="sd"), "acceptance must be a gsd_lab.decode.acceptance spec"),
+    "negative lantern k": (lambda: M("sjd", acceptance=L(-1)), "LANTERN's k (tokens per neighbourhood) must be an int >= 1"),
+    "delta above 1": (lambda: M("sjd", acceptance=L(5, 1.5)), "LANTERN's delta must be a number in"),
+    "k 0": (lambda: M("sjd", acceptance=L(0, 0.1)), "LANTERN's k (tokens per neighbourhood) must be an int >= 1"),
+    "LANTERN on AR": (lambda: M("ar", acceptance=L(5)), "use method 'sjd'"),
+    "LANTERN amplified": (lambda: M("sjd", acceptance=A(2.0, L(5))), "replaces SJD's acceptance test"),
+    "unknown preset": (lambda: M("sjd", preset="fast"), "unknown preset 'fast'"),
+    "release window": (lambda: M("sjd", window=16, preset="release"), "preset 'release' fixes the window at 15"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_every_bad_combination_is_refused_by_name(case):
-    fields, message = BAD[case]
+    build, message = BAD[case]
     with pytest.raises(ValueError, match=re.escape(message)):
-        DecodingMethod(**fields)
+        build()
+
+
+@pytest.mark.parametrize("fields, spec", [
+    (dict(group_size=50), "acceptance=ClusterAcceptance(group_size=50)"),
+    (dict(clusters="static", group_size=8), "acceptance=ClusterAcceptance(clusters='static', group_size=8)"),
+    (dict(lantern_k=1001, lantern_delta=0.1), "acceptance=LanternAcceptance(k=1001, delta=0.1)"),
+    (dict(acceptance_scale=2.0), "acceptance=AmplifyAcceptance(scale=2.0)"),
+    (dict(budget=0.5, budget_measure="w1"), "acceptance=BudgetAcceptance(budget=0.5, measure='w1')"),
+])
+def test_a_rule_s_field_given_to_the_method_names_its_spec(fields, spec):
+    with pytest.raises(TypeError, match=re.escape(spec)):
+        DecodingMethod("gsd", **fields)
+
+
+def test_an_unknown_field_is_named():
+    with pytest.raises(TypeError, match=re.escape("unknown fields ['beta']")):
+        DecodingMethod("sjd", beta=1)
+
+
+def test_each_kind_has_its_default_rule():
+    assert DecodingMethod("gsd").acceptance == ClusterAcceptance("dynamic", 25)
+    assert DecodingMethod("sjd").acceptance == DecodingMethod("ar").acceptance == SDAcceptance()
+    assert DecodingMethod("gsd") == DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25))
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -73,13 +100,13 @@ def test_bad_filter_settings_are_refused(fields, message):
 VALID = [
     DecodingMethod("ar"),
     DecodingMethod("sjd", window=8, init="repeat_row"),
-    DecodingMethod("sjd", acceptance_scale=3),
-    DecodingMethod("sjd", lantern_k=1001, lantern_delta=0.1),
-    DecodingMethod("gsd", clusters="dynamic", group_size=25, filters=FilterSettings(max_embedding_distance=0.5)),
-    DecodingMethod("gsd", clusters="dynamic-gap", group_size=10),
-    DecodingMethod("gsd", clusters="rank-binned", group_size=50, residual="cluster", acceptance_scale=1.5),
-    DecodingMethod("gsd", clusters="static", group_size=8, draft=DRAFTS[0]),
-    DecodingMethod("gsd", clusters="dynamic", group_size=14, window=15, preset="release"),
+    DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=3)),
+    DecodingMethod("sjd", acceptance=LanternAcceptance(k=1001, delta=0.1)),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25), filters=FilterSettings(max_embedding_distance=0.5)),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="dynamic-gap", group_size=10)),
+    DecodingMethod("gsd", acceptance=AmplifyAcceptance(scale=1.5, inner=ClusterAcceptance(clusters="rank-binned", group_size=50)), residual="cluster"),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="static", group_size=8), draft=DRAFTS[0]),
+    DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=14), window=15, preset="release"),
     DecodingMethod("ar", preset="release"),  # AR keeps any window
 ]
 
@@ -92,34 +119,37 @@ def test_json_round_trip(method):
 
 
 def test_from_dict_refuses_unknown_fields_and_validates():
-    with pytest.raises(ValueError, match=r"unknown decoding method fields \['beta'\]"):
+    with pytest.raises(ValueError, match=re.escape("unknown fields ['beta']")):
         DecodingMethod.from_dict({"kind": "sjd", "beta": 1})
     with pytest.raises(ValueError, match="window"):
         DecodingMethod.from_dict({"kind": "sjd", "window": 0})
+    with pytest.raises(ValueError, match="a dict with a 'kind'"):
+        DecodingMethod.from_dict({"window": 4})
     assert DecodingMethod.from_dict({"kind": "sjd"}) == DecodingMethod("sjd")
 
 
 def test_the_key_is_stable_and_follows_every_field():
     # Pinned: a change here changes every recorded run identity (evaluate refuses old runs).
-    paper = DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("lumina-mgpt-7b-768")
+    paper = DecodingMethod("gsd").for_model("lumina-mgpt-7b-768")
     assert paper.key == (
-        '{"acceptance_scale":1.0,"clusters":"dynamic","draft":"independent","filters":{"distance_quantile":0.9,'
-        '"max_embedding_distance":0.5,"max_prob_gap":0.15},"group_size":25,"init":"random","kind":"gsd",'
-        '"lantern_delta":0.0,"lantern_k":0,"preset":"default","residual":"token","window":16}')
+        '{"acceptance":{"clusters":"dynamic","group_size":25,"rule":"clusters"},"candidates":1,'
+        '"draft":"independent","filters":{"distance_quantile":0.9,"max_embedding_distance":0.5,'
+        '"max_prob_gap":0.15},"init":"random","kind":"gsd","preset":"default","residual":"token",'
+        '"tree":null,"verifier":"token","window":16}')
     # Numbers are normalised: an int scale and its float are one method.
-    assert DecodingMethod("sjd", acceptance_scale=2).key == DecodingMethod("sjd", acceptance_scale=2.0).key
+    assert DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2)).key == DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0)).key
     keys = {m.key for m in VALID} | {m.key for m in (DecodingMethod("sjd", window=15), DecodingMethod("sjd"))}
     assert len(keys) == len(VALID) + 2
 
 
 def test_filters_default_to_the_model_s():
-    gsd = DecodingMethod("gsd", clusters="dynamic", group_size=25)
+    gsd = DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25))
     assert gsd.filters is None
     assert gsd.for_model("lumina-mgpt-7b-512").filters == FilterSettings(max_embedding_distance=0.5)
     assert gsd.for_model("standin").filters == FilterSettings()
     own = FilterSettings(max_prob_gap=0.05)
     assert DecodingMethod(**GSD, filters=own).for_model("lumina-mgpt-7b-512").filters == own
-    rank = DecodingMethod("gsd", clusters="rank-binned", group_size=5)
+    rank = DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=5))
     assert rank.for_model("lumina-mgpt-7b-512") == rank  # no filters to fill
 
 
@@ -132,10 +162,11 @@ def adapter():
 
 
 def test_resolve_builds_each_kind_s_rule(adapter):
-    def rule(**fields):
-        return DecodingMethod("gsd", group_size=4, **fields).resolve(adapter).clusters
+    def rule(clusters="dynamic", **fields):
+        method = DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters, 4), **fields)
+        return method.resolve(adapter).clusters
 
-    paper = rule(clusters="dynamic", filters=FilterSettings(max_prob_gap=0.1, max_embedding_distance=2.0))
+    paper = rule(filters=FilterSettings(max_prob_gap=0.1, max_embedding_distance=2.0))
     assert isinstance(paper, DynamicClusters) and (paper.group_size, paper.max_prob_gap) == (4, 0.1)
     assert paper.max_embedding_distance == 2.0 and paper.embeddings is adapter.embeddings
     quantile = rule(clusters="dynamic-distance")
@@ -155,44 +186,44 @@ def test_resolve_builds_each_kind_s_rule(adapter):
 
 
 def test_the_resolved_rule_is_the_one_verify_takes(adapter):
-    def rule(kind="gsd", **fields):
-        return DecodingMethod(kind, **fields).resolve(adapter).rule
+    def rule(kind="gsd", acceptance=None, **fields):
+        return DecodingMethod(kind, acceptance=acceptance, **fields).resolve(adapter).rule
 
     assert rule("sjd") == SD() and rule("ar") == SD()
-    assert rule("sjd", acceptance_scale=2) == Amplify(2.0, SD())
-    assert rule(clusters="rank-binned", group_size=3) == RankBinnedClusters(3)
-    assert rule(clusters="rank-binned", group_size=3, residual="cluster") == RankBinnedClusters(3, "cluster")
-    amplified = rule(clusters="dynamic-nofilter", group_size=3, acceptance_scale=1.5)
+    assert rule("sjd", A(2)) == Amplify(2.0, SD())
+    assert rule(acceptance=C("rank-binned", 3)) == RankBinnedClusters(3)
+    assert rule(acceptance=C("rank-binned", 3), residual="cluster") == RankBinnedClusters(3, "cluster")
+    amplified = rule(acceptance=A(1.5, C("dynamic-nofilter", 3)))
     assert amplified == Amplify(1.5, DynamicClusters(3))
-    assert isinstance(rule("sjd", lantern_k=3, lantern_delta=0.2), Lantern)
+    assert isinstance(rule("sjd", L(3, 0.2)), Lantern)
 
 
 def test_resolve_builds_lantern_s_table_once_per_k(adapter):
     cache: dict = {}
-    first = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter, cache=cache)
-    second = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.3).resolve(adapter, cache=cache)
+    first = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter, cache=cache)
+    second = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.3)).resolve(adapter, cache=cache)
     assert isinstance(first.lantern, Lantern) and (first.lantern.delta, second.lantern.delta) == (0.1, 0.3)
     assert first.lantern.neighbourhoods is second.lantern.neighbourhoods
     assert first.lantern.neighbourhoods.k == 4
-    uncached = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter)
+    uncached = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter)
     assert torch.equal(uncached.lantern.neighbourhoods.index, first.lantern.neighbourhoods.index)
     other = torch.randn(12, 3, generator=torch.Generator().manual_seed(1))
-    moved = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter, embeddings=other)
+    moved = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter, embeddings=other)
     assert not torch.equal(moved.lantern.neighbourhoods.index, first.lantern.neighbourhoods.index)
 
 
 def test_a_resolved_method_must_match_its_spec(adapter):
-    lantern = DecodingMethod("sjd", lantern_k=4, lantern_delta=0.1).resolve(adapter).lantern
+    lantern = DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.1)).resolve(adapter).lantern
     with pytest.raises(ValueError, match="clusters must be given exactly for method 'gsd'"):
-        ResolvedMethod(DecodingMethod("gsd", clusters="dynamic", group_size=3))
+        ResolvedMethod(DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=3)))
     with pytest.raises(ValueError, match="clusters must be given exactly"):
         ResolvedMethod(DecodingMethod("sjd"), clusters=DynamicClusters(3))
-    with pytest.raises(ValueError, match="lantern must be given exactly when lantern_k > 0"):
+    with pytest.raises(ValueError, match="lantern must be given exactly for a LanternAcceptance"):
         ResolvedMethod(DecodingMethod("sjd"), lantern=lantern)
     with pytest.raises(ValueError, match="not the method's"):
-        ResolvedMethod(DecodingMethod("sjd", lantern_k=4, lantern_delta=0.2), lantern=lantern)
+        ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=4, delta=0.2)), lantern=lantern)
     with pytest.raises(ValueError, match="not the method's"):
-        ResolvedMethod(DecodingMethod("sjd", lantern_k=5, lantern_delta=0.1), lantern=lantern)
+        ResolvedMethod(DecodingMethod("sjd", acceptance=LanternAcceptance(k=5, delta=0.1)), lantern=lantern)
     with pytest.raises(ValueError, match="DecodingMethod"):
         ResolvedMethod("sjd")
 

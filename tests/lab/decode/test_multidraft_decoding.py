@@ -36,6 +36,7 @@ import gsd_lab.models.tree as tree  # noqa: E402
 from gsd_lab.decode.batch import DecodeRequest, generate_batch  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from test_coupled_drafts_lossless import TableAdapter, TableLM, _Output  # noqa: E402
@@ -268,9 +269,9 @@ def test_negative_controls_fail_the_same_test(table_adapter, monkeypatch, name, 
 def test_refusals(table_adapter):
     adapter, _ = table_adapter
     with pytest.raises(ValueError, match="candidates"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=2, candidates=2)
+        DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=2), candidates=2)
     with pytest.raises(ValueError, match="candidates"):
-        DecodingMethod("sjd", acceptance_scale=2.0, candidates=2)
+        DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0), candidates=2)
     with pytest.raises(ValueError, match="candidates must be"):
         DecodingMethod("sjd", candidates=0)
     method = DecodingMethod("sjd", window=3, candidates=2)
@@ -285,7 +286,7 @@ def test_refusals(table_adapter):
     own_logits = type("OwnLogits", (TableAdapter,), {"compute_logits": compute_logits})
     with pytest.raises(ValueError, match="compute_logits"):
         generate(own_logits(adapter.model, ALLOWED), PROMPT, method, num_tokens=NUM_TOKENS)
-    assert "candidates" not in DecodingMethod("sjd").to_dict()  # earlier keys unchanged
+    assert DecodingMethod("sjd").to_dict()["candidates"] == 1
     assert DecodingMethod.from_dict(method.to_dict()) == method
 
 

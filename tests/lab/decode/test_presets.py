@@ -11,7 +11,7 @@ from torch.nn.functional import softmax
 
 from gsd_lab.cli.common import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
@@ -26,8 +26,8 @@ def model(tiny_release_set):
 
 
 def _method(kind: str, preset: str, clusters: str | None = None, group_size: int = 0) -> DecodingMethod:
-    return DecodingMethod(kind, clusters=clusters, group_size=group_size, window=PRESETS[preset].window or 16,
-                          preset=preset)
+    rule = None if clusters is None else ClusterAcceptance(clusters, group_size)
+    return DecodingMethod(kind, acceptance=rule, window=PRESETS[preset].window or 16, preset=preset)
 
 
 def test_the_cli_spells_the_presets_as_the_module():

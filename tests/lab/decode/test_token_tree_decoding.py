@@ -14,6 +14,7 @@ import gsd_lab.decode.loop as loop  # noqa: E402
 from gsd_core import level_tree, verify_tree  # noqa: E402
 from gsd_core.multidraft import one_hot, without_replacement_rows  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.models import tree  # noqa: E402
 from gsd_lab.models.adapter import CausalLMAdapter  # noqa: E402
 from test_multidraft_decoding import TOL, _keys, tiny_llama  # noqa: E402
@@ -76,7 +77,7 @@ def test_tree_option():
     assert DecodingMethod("sjd", candidates=3).tree_shape == (3,)
     assert not DecodingMethod("sjd").branching
     assert DecodingMethod.from_dict(method.to_dict()) == method
-    assert "tree" not in DecodingMethod("sjd").to_dict()  # earlier keys unchanged
+    assert DecodingMethod("sjd").to_dict()["tree"] is None
     with pytest.raises(ValueError, match="not both"):
         DecodingMethod("sjd", candidates=2, tree=(2, 2))
     with pytest.raises(ValueError, match="one branch"):
@@ -84,7 +85,7 @@ def test_tree_option():
     with pytest.raises(ValueError, match="tree must be"):
         DecodingMethod("sjd", tree=(2, 0))
     with pytest.raises(ValueError, match="candidates"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=2, tree=(2, 2))
+        DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=2), tree=(2, 2))
 
 
 def test_command_line_generate_with_a_tree(capsys):

@@ -33,7 +33,7 @@ from test_budget_dial import (
 
 from gsd_lab.decode import budget
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import AmplifyAcceptance, BudgetAcceptance, DecodingMethod, TransportAcceptance
 from gsd_lab.experiments.lossless import exact_joint
 
 D_12 = 0.7
@@ -102,11 +102,7 @@ def test_w1_dial_joint_law_within_the_budget(models, monkeypatch, model, budget_
     method = DecodingMethod(
         "sjd",
         window=2,
-        budget=budget_value,
-        budget_measure="w1",
-        budget_policy=policy,
-        budget_cap=cap,
-        transport_k=1,
+        acceptance=BudgetAcceptance(budget=budget_value, measure="w1", policy=policy, cap=cap, k=1),
     )
     law, books = enumerate_w1(monkeypatch, adapter, method)
     # a measured fact of this model (proofs/13 Claim 2: not implied in general); the per-path
@@ -125,8 +121,8 @@ def test_w1_dial_joint_law_within_the_budget(models, monkeypatch, model, budget_
 def test_w1_dial_at_zero_is_sjd_and_lossless(models, monkeypatch):
     adapter, joint = models["context"]
     for method in (
-        DecodingMethod("sjd", window=2, budget=0.0, budget_measure="w1", transport_k=1),
-        DecodingMethod("sjd", window=2, transport_eps=0.0, transport_k=1),
+        DecodingMethod("sjd", window=2, acceptance=BudgetAcceptance(budget=0.0, measure="w1", k=1)),
+        DecodingMethod("sjd", window=2, acceptance=TransportAcceptance(eps=0.0, k=1)),
     ):
         law, books = enumerate_w1(monkeypatch, adapter, method)
         assert joint_w1(law, joint) < 1e-12
@@ -140,7 +136,7 @@ def test_transport_relaxation_law_moves_and_accounts_exactly(models, monkeypatch
     adapter, joint = models["context"]
     eps = 0.05
     law, books = enumerate_w1(
-        monkeypatch, adapter, DecodingMethod("sjd", window=2, transport_eps=eps, transport_k=1)
+        monkeypatch, adapter, DecodingMethod("sjd", window=2, acceptance=TransportAcceptance(eps=eps, k=1))
     )
     for spent, w1, tv in books:
         assert spent is None and w1 <= NUM_TOKENS * eps + TOL
@@ -152,7 +148,7 @@ def test_tv_dial_w1_is_recorded_exactly(models, monkeypatch):
     """record_w1 with the TV dial (a rule that changes every step): each token's W1 is D_12
     times its exact TV, the direct computation on two codes."""
     adapter, _joint = models["context"]
-    method = DecodingMethod("sjd", window=2, budget=0.3, budget_policy="cap", budget_cap=0.1)
+    method = DecodingMethod("sjd", window=2, acceptance=BudgetAcceptance(budget=0.3, policy="cap", cap=0.1))
     _law, books = enumerate_w1(monkeypatch, adapter, method)
     assert any(tv > 0 for _, _, tv in books)
     for spent, w1, tv in books:
@@ -178,39 +174,33 @@ def test_a_wrong_allowance_rule_fails(models, monkeypatch):
     adapter, _joint = models["context"]
     monkeypatch.setattr(budget, "transport_allowances", _overspending)
     method = DecodingMethod(
-        "sjd", window=2, budget=0.2, budget_measure="w1", budget_cap=1.0, transport_k=1
-    )
+        "sjd", window=2, acceptance=BudgetAcceptance(budget=0.2, measure="w1", cap=1.0, k=1))
     _law, books = enumerate_w1(monkeypatch, adapter, method)
     assert max(spent for spent, _, _ in books) > 0.2 + 1e-3
     assert max(w1 for _, w1, _ in books) > 0.2 + 1e-3
 
 
 def test_method_validation_and_keys():
-    with pytest.raises(ValueError, match="transport_eps"):
-        DecodingMethod("sjd", transport_eps=-1.0)
-    with pytest.raises(ValueError, match="give one"):
-        DecodingMethod("sjd", transport_eps=0.1, relaxation_delta=0.1)
-    with pytest.raises(ValueError, match="give one"):
-        DecodingMethod("sjd", transport_eps=0.1, budget=1.0)
+    with pytest.raises(ValueError, match="the transport's eps"):
+        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=-1.0))
     with pytest.raises(ValueError, match="replaces SJD"):
-        DecodingMethod("gsd", clusters="dynamic", group_size=3, transport_eps=0.1)
+        DecodingMethod("gsd", acceptance=TransportAcceptance(eps=0.1))
     with pytest.raises(ValueError, match="replaces SJD"):
-        DecodingMethod("sjd", lantern_k=3, transport_eps=0.1)
-    with pytest.raises(ValueError, match="transport_k"):
-        DecodingMethod("sjd", transport_k=4)
-    with pytest.raises(ValueError, match="transport_k"):
-        DecodingMethod("sjd", transport_eps=0.1, transport_k=0)
-    with pytest.raises(ValueError, match="budget_cap"):
-        DecodingMethod("sjd", budget=1.0, budget_cap=2.0)  # TV: at most 1
-    with pytest.raises(ValueError, match="budget_cap"):
-        DecodingMethod("sjd", budget=1.0, budget_measure="w1", budget_cap=float("inf"))
-    w1 = DecodingMethod("sjd", budget=2.0, budget_measure="w1", budget_cap=1.5, transport_k=8)
+        DecodingMethod("sjd", acceptance=AmplifyAcceptance(2.0, TransportAcceptance(eps=0.1)))
+    with pytest.raises(ValueError, match="transport neighbours"):
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, k=4))
+    with pytest.raises(ValueError, match="the transport's k"):
+        DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.1, k=0))
+    with pytest.raises(ValueError, match="the budget's cap"):
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, cap=2.0))  # TV: at most 1
+    with pytest.raises(ValueError, match="the budget's cap"):
+        DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=1.0, measure="w1", cap=float("inf")))
+    w1 = DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=2.0, measure="w1", cap=1.5, k=8))
     assert DecodingMethod.from_dict(w1.to_dict()) == w1
-    transport = DecodingMethod("sjd", transport_eps=0, draft="maximal")
-    assert transport.transport_eps == 0.0 and transport.to_dict()["transport_eps"] == 0.0
+    transport = DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0), draft="maximal")
+    assert transport.acceptance.eps == 0.0 and transport.to_dict()["acceptance"]["eps"] == 0.0
     assert DecodingMethod.from_dict(transport.to_dict()) == transport
-    plain = DecodingMethod("sjd").to_dict()
-    assert "transport_eps" not in plain and "transport_k" not in plain
+    assert DecodingMethod("sjd").to_dict()["acceptance"] == {"rule": "sd"}
 
 
 def test_w1_allowances_by_hand(models):
@@ -249,10 +239,9 @@ def test_zero_budgets_are_sjd_through_generate(draft):
     prompt, uncond = model.encode("2")
     methods = [
         DecodingMethod("sjd", window=6, draft=draft),
-        DecodingMethod("sjd", window=6, draft=draft, transport_eps=0.0, transport_k=4),
+        DecodingMethod("sjd", window=6, draft=draft, acceptance=TransportAcceptance(eps=0.0, k=4)),
         DecodingMethod(
-            "sjd", window=6, draft=draft, budget=0.0, budget_measure="w1", transport_k=4
-        ),
+            "sjd", window=6, draft=draft, acceptance=BudgetAcceptance(budget=0.0, measure="w1", k=4)),
     ]
     results = [
         generate(
@@ -275,7 +264,7 @@ def test_zero_budgets_are_sjd_through_generate(draft):
     moved = generate(
         model.adapter,
         prompt,
-        DecodingMethod("sjd", window=6, draft=draft, transport_eps=0.2, transport_k=4),
+        DecodingMethod("sjd", window=6, draft=draft, acceptance=TransportAcceptance(eps=0.2, k=4)),
         num_tokens=40,
         uncond_prompt_ids=uncond,
         generator=torch.Generator().manual_seed(5),
@@ -307,8 +296,7 @@ def test_per_path_w1_budgets_do_not_bound_the_joint_w1_in_general(monkeypatch):
     adapter = ContentTableAdapter(TableLM(copy_table()), ALLOWED, row_length=1)
     joint = exact_joint(adapter, prompt=tuple(PROMPT.tolist()), sequences=SEQUENCES)
     method = DecodingMethod(
-        "sjd", window=2, budget=0.35, budget_measure="w1", budget_cap=1.0, transport_k=1
-    )
+        "sjd", window=2, acceptance=BudgetAcceptance(budget=0.35, measure="w1", cap=1.0, k=1))
     law, books = enumerate_w1(monkeypatch, adapter, method)
     assert all(spent <= 0.35 + TOL and w1 <= spent + 1e-12 for spent, w1, _ in books)
     assert joint_w1(law, joint) > 0.35 + 0.01
@@ -326,11 +314,11 @@ def test_cli_transport_and_w1_dial_flags(capsys):
     base += ["--threads", "1", "--method", "sjd", "--transport-k", "4"]
     assert main([*base, "--budget", "0.3", "--budget-measure", "w1", "--budget-cap", "0.1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["budget_measure"] == "w1" and report["transport_k"] == 4
+    assert report["acceptance"]["measure"] == "w1" and report["acceptance"]["k"] == 4
     assert 0 < report["budget_spent"] <= 0.3
     assert main([*base, "--transport-eps", "0.05"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["transport_eps"] == 0.05 and report["transport_k"] == 4
+    assert report["acceptance"] == {"rule": "transport", "eps": 0.05, "k": 4}
     with pytest.raises(SystemExit):
         main(
             ["generate", "--model", "tiny-random", "--class", "1", "--method", "gsd"]
@@ -364,11 +352,7 @@ def test_w1_dial_recorded_w1_is_exact_on_the_tiny_model(monkeypatch, policy):
     method = DecodingMethod(
         "sjd",
         window=5,
-        budget=0.6,
-        budget_measure="w1",
-        budget_policy=policy,
-        budget_cap=0.08 if policy == "cap" else 0.5,
-        transport_k=6 if policy == "cap" else 64,  # "sure" needs plans that move all of T
+        acceptance=BudgetAcceptance(budget=0.6, measure="w1", policy=policy, cap=0.08 if policy == "cap" else 0.5, k=6 if policy == "cap" else 64),  # "sure" needs plans that move all of T
     )
     result = generate(
         adapter,

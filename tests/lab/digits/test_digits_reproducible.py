@@ -20,7 +20,7 @@ BATCH = r"""
 import hashlib, json, sys
 import torch
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.digits.adapter import load_digits
 from gsd_train.digits.export import REFERENCE_CLASS, REFERENCE_SEED
 
@@ -28,7 +28,7 @@ torch.set_num_threads(int(sys.argv[1]))
 adapter = load_digits(fast_forward=True)
 out = {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads()}
 methods = {"ar": DecodingMethod("ar"),
-           "gsd": DecodingMethod("gsd", clusters="dynamic", group_size=10)}
+           "gsd": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=10))}
 for name, method in methods.items():
     result = generate(adapter, adapter.prompt_ids(REFERENCE_CLASS), method,
                       num_tokens=adapter.num_image_tokens,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.runs.identity import RunIdentity
 from gsd_lab.runs.ranks import DistributedContext
 from gsd_lab.runs.shards import BatchedWork, run_shard
@@ -26,7 +26,7 @@ PROMPTS = ["0", "1", "2", "3"]
 SPECS = [
     MethodSpec("AR", DecodingMethod("ar")),
     MethodSpec("SJD", DecodingMethod("sjd", window=4)),
-    MethodSpec("GSD", DecodingMethod("gsd", window=4, clusters="dynamic", group_size=3)),
+    MethodSpec("GSD", DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(group_size=3))),
 ]
 # Guided configurations and one without guidance (its own group within a chunk).
 CONFIGURATIONS = [Configuration(s) for s in SPECS] + [

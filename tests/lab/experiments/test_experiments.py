@@ -10,7 +10,7 @@ import torch
 
 from gsd_core import FixedPartition, acceptance_rate, output_distribution, tv_distance
 from gsd_lab.decode.clustering import embedding_partition, kmeans
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod, SDAcceptance
 from gsd_lab.experiments import toy
 from gsd_lab.experiments.image_model import tiny_random_model
 from gsd_lab.experiments.replacement import replace_tokens, replacement_study, target_distributions
@@ -98,7 +98,7 @@ def test_distortion_zero_for_sd_and_positive_for_groups():
 def test_runs_tables_and_top1(tiny):
     cache = RunCache(tiny, ["0", "1"], [0], FilterSettings())
     ar, sjd = MethodSpec("AR", DecodingMethod("ar")), MethodSpec("SJD", DecodingMethod("sjd"))
-    gsd = MethodSpec("GSD", DecodingMethod("gsd", clusters="dynamic", group_size=10))
+    gsd = MethodSpec("GSD", DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=10)))
     rows = cache.table([ar, sjd, gsd], ar)
     assert rows[0]["nfe"] == tiny.num_tokens and rows[0]["speedup_nfe"] == 1.0
     assert all(r["nfe"] <= tiny.num_tokens for r in rows) and rows[1]["acceptance_rate"] is not None
@@ -165,12 +165,12 @@ def test_resolve_cluster_kinds(tiny):
     assert float(below.double().mean()) == pytest.approx(filters.distance_quantile, abs=0.01)
     for kind in ("dynamic", "dynamic-gap", "dynamic-distance", "dynamic-nofilter", "dynamic-q", "rank-binned",
                  "static"):
-        rule = resolve_for(tiny, DecodingMethod("gsd", clusters=kind, group_size=8)).clusters
+        rule = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters=kind, group_size=8))).clusters
         assert rule is not None
-    static = resolve_for(tiny, DecodingMethod("gsd", clusters="static", group_size=8)).clusters
+    static = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="static", group_size=8))).clusters
     assert static.labels.shape == (tiny.adapter.vocab_size,)
-    with pytest.raises(ValueError):
-        DecodingMethod("gsd")  # gsd without clusters
+    with pytest.raises(ValueError, match="method 'gsd' verifies clusters"):
+        DecodingMethod("gsd", acceptance=SDAcceptance())  # gsd without clusters
 
 
 def test_replacement_replaces_half_with_top_k_candidates(tiny):
@@ -269,7 +269,7 @@ def test_method_spec_lantern_and_seed_offset_validation():
         MethodSpec("x", DecodingMethod("ar"), seed_offset=1.5)
     with pytest.raises(ValueError, match="DecodingMethod"):
         MethodSpec("x", "ar")
-    assert tables.lantern(0.1).method.lantern_k == tables.LANTERN_K == 1001
+    assert tables.lantern(0.1).method.acceptance.k == tables.LANTERN_K == 1001
     assert tables.AR_SEED_NOISE.key != tables.AR.key
     # Defaults keep the notebooks' tables as they were; figures opt in.
     assert [s.label for s in tables.table1_specs((3,), (2.0,))] == ["AR", "SJD", "GSD (G=3)", "Amplify (k=2)"]
@@ -285,11 +285,11 @@ def test_method_spec_lantern_and_seed_offset_validation():
                                                    coupled_groups=(50,))]
     assert labels == ["AR", "SJD", "MC-SJD (maximal)", "MC-SJD (Gumbel)", "GSD (G=50)", "MC-GSD (G=50, maximal)"]
     coupled_gsd = tables.coupled("maximal", 50).method
-    assert (coupled_gsd.draft, coupled_gsd.clusters, coupled_gsd.group_size) == ("maximal", "dynamic", 50)
+    assert (coupled_gsd.draft, coupled_gsd.acceptance) == ("maximal", ClusterAcceptance("dynamic", 50))
     assert coupled_gsd.key != tables.gsd(50).method.key and tables.coupled("gumbel").method.draft == "gumbel"
     curves = tables.distortion_specs((3,), (), (), (), coupled_drafts=("maximal",), coupled_groups=(10, 50))
     assert [s.label for s in curves["MC-SJD (maximal)"]] == ["MC-SJD (maximal)"]
-    assert [s.method.group_size for s in curves["MC-GSD (maximal)"]] == [10, 50]
+    assert [s.method.acceptance.group_size for s in curves["MC-GSD (maximal)"]] == [10, 50]
     assert "MC-GSD (maximal)" in tables.pareto_specs(coupled_groups=(50,))
 
 
@@ -463,8 +463,8 @@ def test_results_md_template_numbers_come_from_the_run():
     assert "17-token" in figures.fill("batch_many", batch=8, batched_how="x", window_tokens=17)
     assert "5 random pairs" in figures.fill("toy", table="", violation="0", trials=5)
     specs = {figures.frontier.TRANSPORT: [
-        {"method": {"transport_eps": None, "transport_k": 99}},
-        {"method": {"transport_eps": 0.1, "transport_k": 8}},
+        {"method": {"kind": "sjd"}},
+        {"method": {"kind": "sjd", "acceptance": {"rule": "transport", "eps": 0.1, "k": 8}}},
     ]}
     assert "k = 8 content" in figures._curve_texts(specs)[figures.frontier.TRANSPORT]
     text = figures.TEMPLATE.read_text()

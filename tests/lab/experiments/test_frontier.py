@@ -141,12 +141,12 @@ def test_frontier_configurations_share_the_tables_keys():
         sizes.frontier_w1_budgets,
         rivals=(),
     )
-    assert [s.method.transport_eps for s in w1_curves[frontier.TRANSPORT][1:]] == list(
+    assert [s.method.acceptance.eps for s in w1_curves[frontier.TRANSPORT][1:]] == list(
         sizes.frontier_transport_eps
     )
     assert all(s.method.draft == "maximal" for s in w1_curves[frontier.TRANSPORT])
     dial_methods = [s.method for s in w1_curves[frontier.W1_DIAL][1:]]
-    assert [(m.budget, m.budget_measure) for m in dial_methods] == [
+    assert [(m.acceptance.budget, m.acceptance.measure) for m in dial_methods] == [
         (b, "w1") for b in sizes.frontier_w1_budgets
     ]
     quick = FigureSizes.quick()

@@ -15,7 +15,7 @@ from gsd_lab.experiments.replacement import (VARIANTS, content_distance, full_so
                                              target_distributions, token_log_likelihoods)
 from gsd_lab.experiments.runs import MethodSpec, resolve_for, run_method
 from gsd_lab.experiments.verdicts import paired_values
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
 AR = MethodSpec("AR", DecodingMethod("ar"))
 
@@ -86,7 +86,7 @@ def test_replacements_come_from_their_candidate_sets(tiny, records):
     new, mask = replace_tokens(tokens, p, tiny, mode="top-k", fraction=0.5, top_k=3, generator=g)
     assert int(mask.sum()) == tokens.numel() // 2 and torch.equal(new[~mask], tokens[~mask])
     assert bool((torch.topk(p, 3).indices[mask] == new[mask].unsqueeze(-1)).any(-1).all())
-    rule = resolve_for(tiny, DecodingMethod("gsd", clusters="dynamic", group_size=7)).clusters
+    rule = resolve_for(tiny, DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=7))).clusters
     new, mask = replace_tokens(tokens, p, tiny, mode="same-cluster", fraction=1.0, generator=g,
                                clusters=rule)
     index, keep = rule.members(p, p, tokens.unsqueeze(-1))

@@ -146,6 +146,7 @@ from gsd_lab.experiments.determinism import generation_batch
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, generate_one
 from gsd_lab.decode.methods import DecodingMethod, FilterSettings
+from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
 
 rows_path, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(threads)
@@ -167,11 +168,11 @@ for name, rule in fixed.items():
 model = load_image_model("tiny-random")
 model = replace(model, num_tokens=48, decode=None)
 model_emb = model.embeddings.detach().to(torch.float64)
-decoding = {"gsd": DecodingMethod("gsd", clusters="dynamic", group_size=50,
+decoding = {"gsd": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50),
                                   filters=FilterSettings(max_prob_gap=0.05, max_embedding_distance=1e9)),
-            "rank_bins": DecodingMethod("gsd", clusters="rank-binned", group_size=50),
-            "amplify": DecodingMethod("sjd", acceptance_scale=2.0),
-            "lantern": DecodingMethod("sjd", lantern_k=20, lantern_delta=0.1)}
+            "rank_bins": DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=50)),
+            "amplify": DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0)),
+            "lantern": DecodingMethod("sjd", acceptance=LanternAcceptance(k=20, delta=0.1))}
 for name, method in decoding.items():
     resolved = method.resolve(model.adapter, embeddings=model_emb)
     result, _ = generate_one(model, resolved, model.default_prompts[0], 7, Recording(distortion=True))

@@ -43,6 +43,7 @@ pytest.importorskip("transformers")
 from gsd_lab.cli import main  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.experiments.lossless import chi_square_pvalue  # noqa: E402
 from gsd_lab.models.float64 import cast_model_float64  # noqa: E402
 
@@ -329,7 +330,7 @@ def test_generate_batch_matches_generate_alone(family):
     from gsd_lab.decode.batch import DecodeRequest, generate_batch
 
     adapter = family.adapter
-    method = DecodingMethod("gsd", window=6, clusters="dynamic", group_size=3).for_model("family")
+    method = DecodingMethod("gsd", window=6, acceptance=ClusterAcceptance(group_size=3)).for_model("family")
     prompts = [adapter.prompt_ids("a red cat"), adapter.prompt_ids("a blue sky on a dog")]
     count = adapter.num_image_tokens
     alone = [

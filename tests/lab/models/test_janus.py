@@ -29,6 +29,7 @@ pytest.importorskip("transformers")
 from gsd_core.verification import draw  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.experiments.lossless import chi_square_pvalue, exact_joint  # noqa: E402
 from gsd_lab.models.janus import JanusAdapter, load_janus  # noqa: E402
 from gsd_lab.testing.tiny_checkpoints import save_tiny_janus  # noqa: E402
@@ -229,7 +230,7 @@ def test_gsd_end_to_end_decodes_to_an_image(weights):
     assert isinstance(model.adapter, JanusAdapter)
     assert model.adapter.compute_dtype == torch.float64
     assert model.embeddings.shape == (64, 32) and model.adapter.code_content().shape == (64, 12)
-    method = DecodingMethod("gsd", window=8, group_size=3, clusters="dynamic")
+    method = DecodingMethod("gsd", window=8, acceptance=ClusterAcceptance(group_size=3))
     result, image = generate_one(
         model, resolve_for(model, method), PROMPT, 0, progress=False
     )

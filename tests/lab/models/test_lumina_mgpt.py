@@ -283,10 +283,11 @@ def test_image_codes_use_the_name_based_map(adapter):
 @pytest.mark.parametrize("method", ["ar", "sjd", "gsd"])
 def test_generates_and_decodes_an_image(adapter, method):
     decoding = pytest.importorskip("gsd_lab.decode.loop")
-    from gsd_lab.decode.methods import DecodingMethod, FilterSettings
+    from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod, FilterSettings
 
     clusters = (
-        dict(clusters="dynamic-distance", group_size=3, filters=FilterSettings(max_embedding_distance=1e9))
+        dict(acceptance=ClusterAcceptance("dynamic-distance", 3),
+             filters=FilterSettings(max_embedding_distance=1e9))
         if method == "gsd"
         else {}
     )

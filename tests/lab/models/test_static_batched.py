@@ -16,6 +16,7 @@ import gsd_lab.models.static_batched as static_batched  # noqa: E402
 from gsd_lab.decode.batch import DecodeRequest, generate_batch  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static_batched import StaticBatchRunner  # noqa: E402
 
@@ -47,8 +48,8 @@ def adapter() -> RowEndAdapter:
 METHODS = [
     DecodingMethod("ar"),
     DecodingMethod("sjd", window=4),
-    DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=5),
-    DecodingMethod("gsd", window=7, clusters="dynamic-nofilter", group_size=5, init="repeat_row"),
+    DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=5)),
+    DecodingMethod("gsd", window=7, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=5), init="repeat_row"),
 ]
 # Prompts of other lengths; the unconditional row shorter or longer than the conditional one.
 PROMPTS = [

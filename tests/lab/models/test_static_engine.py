@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 import gsd_lab.models.adapter as adapter_module  # noqa: E402
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.models import CausalLMAdapter  # noqa: E402
 from gsd_lab.models.static import StaticEngine, static_engine  # noqa: E402
 from gsd_lab.engine.profiling import ops_and_syncs  # noqa: E402
@@ -52,8 +53,8 @@ def make_adapter(model, cfg_scale: float | None = 2.0) -> RowEndAdapter:
 METHODS = {
     "ar": DecodingMethod("ar"),
     "sjd": DecodingMethod("sjd", window=4),
-    "gsd": DecodingMethod("gsd", window=4, clusters="dynamic-nofilter", group_size=5),
-    "gsd-repeat-row": DecodingMethod("gsd", window=7, clusters="dynamic-nofilter", group_size=5, init="repeat_row"),
+    "gsd": DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=5)),
+    "gsd-repeat-row": DecodingMethod("gsd", window=7, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=5), init="repeat_row"),
 }
 # The shorter CFG prompt is left-padded: the unconditional row here, the conditional row there.
 UNCONDITIONAL = {"uncond-padded": torch.tensor([1]), "cond-padded": torch.tensor([1, 2, 3, 4, 5])}

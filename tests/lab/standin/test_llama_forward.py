@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance, RelaxationAcceptance
 from gsd_lab.standin.adapter import load_standin
 from gsd_lab.standin.llama_forward import KVCache, LlamaForward, LlamaShape
 from gsd_lab.standin.loading import WEIGHTS_DIR, load_ar_forward, load_ar_model
@@ -166,8 +166,8 @@ def test_adapters_give_the_same_rows_for_a_padded_cfg_pair_with_a_crop(adapters)
 METHODS = {
     "ar": DecodingMethod("ar"),
     "sjd": DecodingMethod("sjd"),
-    "gsd": DecodingMethod("gsd", clusters="dynamic", group_size=25),
-    "sjd-relaxed": DecodingMethod("sjd", relaxation_delta=0.2),
+    "gsd": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25)),
+    "sjd-relaxed": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.2)),
 }
 
 

@@ -28,7 +28,7 @@ import torch
 from gsd_core import VerifyResult
 from gsd_core.rules import window_rule
 from gsd_lab.experiments import lossless
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
 SAMPLES, SEED = 1000, 0  # notebook 04's decoder_check_samples and decoder_check_seed
 
@@ -45,13 +45,13 @@ def cell_verdicts(which: tuple[str, ...], seed: int = SEED) -> dict[str, bool]:
             method=DecodingMethod("sjd", window=2, init="repeat_row")),
         "gsd_control": lambda: lossless.check_joint(
             "GSD, one rank bin of the 3 tokens (lossy)", SAMPLES, seed + 1, lossless_expected=False,
-            method=DecodingMethod("gsd", clusters="rank-binned", group_size=3, window=2)),
+            method=DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=3), window=2)),
         "gsd_window": lambda: lossless.check_first_token(
             "GSD, dynamic window of 2 ranks (no filters)", SAMPLES, seed + 3,
-            method=DecodingMethod("gsd", clusters="dynamic-nofilter", group_size=2, window=2)),
+            method=DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=2), window=2)),
         "gsd_bins_cluster": lambda: lossless.check_first_token(
             "GSD, rank bins of 2, cluster-exact residual", SAMPLES, seed + 4,
-            method=DecodingMethod("gsd", clusters="rank-binned", group_size=2, window=2,
+            method=DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=2), window=2,
                                   residual="cluster")),
     }
     return {name: calls[name]().passed for name in which}

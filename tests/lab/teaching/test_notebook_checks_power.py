@@ -220,7 +220,7 @@ DECODER_SAMPLES, DECODER_SEED = 1000, 0  # notebook 04's parameters
 def joint_verdicts(which=("sjd", "sjd_repeat", "gsd"), seed: int = DECODER_SEED) -> dict[str, bool]:
     """The verdicts of notebook 04's exact-joint cell (the same calls, the same parameters)."""
     from gsd_lab.experiments import lossless
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 
     out = {}
     if "sjd" in which:
@@ -233,7 +233,7 @@ def joint_verdicts(which=("sjd", "sjd_repeat", "gsd"), seed: int = DECODER_SEED)
     if "gsd" in which:
         out["gsd"] = lossless.check_joint("GSD, one rank bin of the 3 tokens (lossy)", DECODER_SAMPLES, seed + 1,
                                           lossless_expected=False,
-                                          method=DecodingMethod("gsd", clusters="rank-binned", group_size=3,
+                                          method=DecodingMethod("gsd", acceptance=ClusterAcceptance(clusters="rank-binned", group_size=3),
                                                                 window=2)).passed
     return out
 

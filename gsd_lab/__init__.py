@@ -11,13 +11,14 @@ A map, in reading order (each package's ``__init__`` maps its files):
   (MNIST digits) on the stand-in's pipeline, with a classifier-based quality measure;
 - ``quality/``: image quality proxies and CLIP score;
 - ``experiments/``: the analyses behind the figures and notebooks;
+- ``paper/``: the paper job (``python -m gsd_lab figures``): plan, decode, tables, render;
 - ``teaching/``: the notebooks' helpers and checked cells, and the notebook runner;
 - ``io/``: provenance, figures and tables on disk, prompts, progress lines;
 - ``checks/``: ``check-weights``, every family's download checked item by item;
 - ``testing/``: tiny random checkpoints of every family in its release layout (tests, GPU
   scripts' ``--tiny`` mode, and anyone testing an adapter of their own);
-- ``cli/``: ``python -m gsd_lab``, one module per command; ``figures``, ``evaluate`` (sharded
-  runs); ``workers``: work split over worker processes, one intra-op thread each.
+- ``cli/``: ``python -m gsd_lab``, one module per command; ``evaluate`` (sharded runs);
+  ``workers``: work split over worker processes, one intra-op thread each.
 
 The public surface: the names below, importable from ``gsd_lab`` itself (loaded on first use, so
 ``import gsd_lab`` stays cheap). Everything else is the lab's own and may change between

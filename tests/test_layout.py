@@ -37,7 +37,6 @@ LONG_DOCSTRINGS_PENDING = {
     "gsd_lab/decode/loop.py",
     "gsd_lab/decode/methods.py", "gsd_lab/decode/presets.py", "gsd_lab/decode/relaxation_w1.py",
     "gsd_lab/engine/capabilities.py",
-    "gsd_lab/experiments/claims.py",
     "gsd_lab/experiments/lossless.py",
     "gsd_lab/experiments/runs.py",
     "gsd_lab/experiments/verdicts.py", "gsd_lab/models/anole.py",

@@ -69,6 +69,27 @@ class Evidence:
             return Decision(self.outcome, self.diff).span(self.digits)
         return "-"
 
+    def detectable(self) -> float | None:
+        """On "no difference detected", the smallest |d| the run could have detected at 80%
+        power (``verdicts.minimum_detectable`` of its SE); None otherwise."""
+        return minimum_detectable(self.se) if self.outcome == "noise" else None
+
+    def short(self) -> str:
+        """ "yes, -18.4 [-27.3, -9.5]": the verdict's word and the interval it was decided on,
+        with the detectable size on "no difference detected" (README's answer)."""
+        if self.value is None:
+            return word(self.outcome)
+        size = self.detectable()
+        detect = "" if size is None else f" (detectable: |d| >= {size:.{self.digits}f})"
+        return f"{word(self.outcome)}, {self.span()}{detect}"
+
+    def cell(self) -> str:
+        """ "A - B, NFE: -18.4 [-27.3, -9.5]": what was compared and the interval ("-" when not
+        run; a "points" claim: every point, ``measured``)."""
+        if self.kind == "points":
+            return self.measured()
+        return "-" if self.value is None else f"{self.compared}: {self.span()}"
+
     def measured(self) -> str:
         """The numbers the verdict was decided on, without the verdict (the ledger's "here")."""
         if self.outcome == "not run" and self.kind != "exact":
@@ -98,7 +119,7 @@ class Evidence:
             "n": self.n,
             "low": None if bounds is None else bounds[0],
             "high": None if bounds is None else bounds[1],
-            "detectable": minimum_detectable(self.se) if self.outcome == "noise" else None,
+            "detectable": self.detectable(),
             "paper_value": self.paper_value,
             "at": self.at,
             "parts": [p.as_dict() for p in self.parts],

@@ -47,7 +47,7 @@ from gsd_lab.accounting import transport
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, RunCache
 from gsd_lab.workers import usable_cores
-from gsd_lab.figures import guided_specs
+from gsd_lab.paper import guided_specs
 from gsd_lab.io.provenance import git_commit
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"

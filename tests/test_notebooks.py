@@ -170,7 +170,7 @@ def test_notebook_04_defaults_are_the_figures_run_sizes():
     (``figures/records.npz``): with other default sizes it would decode what the records lack."""
     import ast
 
-    from gsd_lab.figures import FigureSizes
+    from gsd_lab.paper import FigureSizes
     from gsd_lab.teaching.notebooks import declared_parameters
 
     declared = declared_parameters(NOTEBOOK_DIR / "04_speedup_and_quality.ipynb")

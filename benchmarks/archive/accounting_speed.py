@@ -41,7 +41,7 @@ import torch
 from gsd_lab.accounting import distortion as new_distortion
 from gsd_lab.accounting import transport as new_transport
 from gsd_lab.decode import loop as decoding
-from gsd_lab.figures import FigureSizes, decoding_configurations
+from gsd_lab.paper import FigureSizes, decoding_configurations
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIGS = (

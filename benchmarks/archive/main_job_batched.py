@@ -2,7 +2,7 @@
 side by side: (batch 1, 1 thread) against (batch B, all cores), and the two mixed cells.
 
 Workload: a figures-like ``RunCache`` on the embedded stand-in (float64, CPU): the figures run's
-configurations (``gsd_lab.figures.decoding_configurations(FigureSizes.default())``, the guided
+configurations (``gsd_lab.paper.decoding_configurations(FigureSizes.default())``, the guided
 ones; ``--configs`` picks them by label, default AR, SJD, GSD (G=25), Amplify (k=2): the main
 kinds of window, the 30 configurations of the full run are mostly SJD / GSD variants) on the
 first ``--prompts`` prompts (the figures run: 10), seed 0, the exact TV and W1 recorded as in
@@ -51,7 +51,7 @@ import torch
 
 from gsd_lab.experiments.image_model import load_image_model
 from gsd_lab.experiments.runs import Recording, RunCache
-from gsd_lab.figures import FigureSizes, decoding_configurations
+from gsd_lab.paper import FigureSizes, decoding_configurations
 
 DEFAULT_CONFIGS = "AR,SJD,GSD (G=25),Amplify (k=2)"
 

@@ -92,7 +92,7 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, check the prompts, then the plan (--dry-run) or the figures run."""
-    from ..figures import FigureSizes, run_figures
+    from ..paper import FigureSizes, run_figures
 
     sizes = (
         FigureSizes.quick()
@@ -156,7 +156,7 @@ def _device_of_this_rank(args: argparse.Namespace) -> None:
 
 def _dry_run(args: argparse.Namespace, model: Any, sizes: Any) -> int:
     """Print the paper run's plan (what is left, device-hours) and decode nothing."""
-    from ..figures import paper_plan
+    from ..paper import paper_plan
 
     prompts = (args.prompt_list or model.default_prompts)[: sizes.max_prompts]
     forward = (

@@ -5,9 +5,9 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``toy``: exact TV examples (Fig. 6), Theorem 1, the dynamic-cluster counterexample;
 - ``runs``: labelled decoding methods (``MethodSpec``), runs over prompts x seeds, table rows;
 - ``verdicts``: the one verdict rule and the paired differences and ratios it judges;
-- ``claims``: every claim by a stable id, its paper value, source and evidence; ``ledger``
-  (docs/claims.md), ``findings`` (README's answer, docs/findings.md) and ``paper`` (notebooks
-  02-04) render from it;
+- ``claims``: every claim as data (id, paper value, source, evidence paths, verdict rule: the
+  declarative comparisons of ``evidence`` or the named ``judges``); ``ledger`` (docs/claims.md),
+  ``findings`` (README's answer, docs/findings.md) and ``paper`` (notebooks 02-04) render it;
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables;
 - ``matched``: distortion at matched NFE; ``frontier``: NFE against TV and W1 for every rule,
   at matched distortion, and the one-step Pareto line; ``paper_values``: the paper's numbers;

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from . import claims, ledger, tables
-from .claims import Evidence
+from .evidence import Evidence
 from .paper_values import QUALITY, TOP1_SHARE_RANGE
-from .verdicts import NOT_RUN, Decision, PairedDifference, minimum_detectable, paired_values
+from .verdicts import NOT_RUN, Decision, PairedDifference, paired_values
 from .verdicts import per_image, word
 
 START, END = "<!-- findings:start (python -m gsd_lab readme) -->", "<!-- findings:end -->"
@@ -53,7 +53,7 @@ def answer(found: Evidence, yes: str, no: str) -> str:
     """The answer cell: the verdict's words, what "yes" / "no" mean here and, for "no difference
     detected", the smallest difference the run could have detected at 80% power."""
     if found.outcome == "noise":
-        size = minimum_detectable(found.se)
+        size = found.detectable()
         if size is None:
             return word("noise")
         return word("noise") + f" (the run could detect |d| >= {size:.{found.digits}f})"
@@ -62,11 +62,8 @@ def answer(found: Evidence, yes: str, no: str) -> str:
 
 def line(question: str, answer_text: str, found: Evidence) -> dict[str, str]:
     """A findings row: the question, the answer, A - B with its interval, n."""
-    measured = found.measured()
-    cell = measured if found.kind == "points" else (
-        "-" if found.value is None else f"{found.compared}: {found.span()}"
-    )
-    return {"question": question, "answer": answer_text, "A - B [+- 2 SE]": cell, "n": str(found.n)}
+    return {"question": question, "answer": answer_text, "A - B [+- 2 SE]": found.cell(),
+            "n": str(found.n)}
 
 
 def _points_answer(found: Evidence) -> str:
@@ -210,16 +207,6 @@ def render_findings(results: dict[str, Any], ledger_path: str = "docs/claims.md"
     return _caveat(results, ledger_path) + "\n\n" + markdown_table(findings_rows(results), COLUMNS)
 
 
-def _short(found: Evidence) -> str:
-    """ "yes, -18.4 [-27.3, -9.5]": the verdict's word and the interval it was decided on; for
-    "no difference detected", the smallest |d| the run could have detected at 80% power."""
-    if found.value is None:
-        return word(found.outcome)
-    size = None if found.outcome != "noise" or found.se is None else minimum_detectable(found.se)
-    detect = "" if size is None else f" (detectable: |d| >= {size:.{found.digits}f})"
-    return f"{word(found.outcome)}, {found.span()}{detect}"
-
-
 def _entry(question: str, ids: list[str], ledger_path: str) -> str:
     """The question linked to its first ledger entry, the others numbered after it."""
     first, *rest = ids
@@ -229,7 +216,7 @@ def _entry(question: str, ids: list[str], ledger_path: str) -> str:
 
 def _speed_answer(found: dict[str, Any]) -> str:
     """GSD against SJD in NFE, then its speed-ups over SJD and AR beside the paper's."""
-    text = f"{_short(found['gsd_fewer_nfe_than_sjd'])} NFE"
+    text = f"{found['gsd_fewer_nfe_than_sjd'].short()} NFE"
     for cid, base in (("gsd_speedup_over_sjd", "SJD"), ("gsd_speedup_over_ar", "AR")):
         over = found[cid]
         if over.value is not None:
@@ -247,20 +234,20 @@ def _amplify_answer(found: dict[str, Any]) -> str:
         spans = "".join(f"; {p.span()} at {p.at:.1f} NFE" for p in beyond)
         text += (f" ({len(beyond)} of {len(tv.parts)} matched points beyond +- 2 bootstrap SE"
                  f"{spans})")
-    return text + f"; condition score against k = 3: {_short(quality)}"
+    return text + f"; condition score against k = 3: {quality.short()}"
 
 
 def _beyond_answer(found: dict[str, Any]) -> tuple[list[str], str]:
     """The lossless decoders beyond MC-SJD: block verification, then k drafts against MC-SJD and
     MC-GSD, one answer; (claim ids, text)."""
     ids = ["block_verification_fewer_nfe_than_mc_sjd"]
-    parts = [f"block verification: {_short(found[ids[0]])}"]
+    parts = [f"block verification: {found[ids[0]].short()}"]
     for against, (_, other) in claims.MULTIDRAFT_AGAINST.items():
         cids = [f"multidraft_k{k}_fewer_nfe_than_{against}" for k in claims.MULTIDRAFT_FILES]
         ids += cids
         lossy = "" if other == claims.MC_MAXIMAL else " (lossy)"
         parts.append(f"k drafts against {other.split(' ')[0]}{lossy}: " + "; ".join(
-            f"k = {k}: {_short(found[cid])}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
+            f"k = {k}: {found[cid].short()}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
     return ids, "; ".join(parts)
 
 
@@ -283,7 +270,7 @@ def answer_rows(
         _speed_answer(found), found["gsd_fewer_nfe_than_sjd"].n)
     kept = found["gsd_keeps_ar_quality"]
     add("Does GSD keep AR's quality (condition score)?", ["gsd_keeps_ar_quality"],
-        _short(kept), kept.n)
+        kept.short(), kept.n)
     tv, quality = found["gsd_distorts_less_than_amplify_tv"], found["gsd_quality_above_amplify"]
     add("Does GSD beat the naive relaxation Amplify?",
         ["gsd_distorts_less_than_amplify_tv", "gsd_quality_above_amplify"], _amplify_answer(found),
@@ -291,11 +278,11 @@ def answer_rows(
     mc = found["mc_sjd_maximal_fewer_nfe_than_gsd"]
     add("Does lossless MC-SJD (coupled drafts) need fewer forwards than GSD?",
         ["mc_sjd_maximal_fewer_nfe_than_gsd"],
-        f"{_short(mc)} NFE" + (f"; GSD distorts {gsd_tv}" if gsd_tv else ""), mc.n)
+        f"{mc.short()} NFE" + (f"; GSD distorts {gsd_tv}" if gsd_tv else ""), mc.n)
     coupled = found["coupled_gsd_fewer_nfe_than_mc_sjd"]
     add("Do coupled drafts make GSD faster than MC-SJD (MC-GSD)?",
         ["coupled_gsd_fewer_nfe_than_mc_sjd"],
-        f"{_short(coupled)} NFE" + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""), coupled.n)
+        f"{coupled.short()} NFE" + (f", at {mc_gsd_tv}" if mc_gsd_tv else ""), coupled.n)
     ids, text = _beyond_answer(found)
     add("Does a lossless decoder beyond MC-SJD need fewer forwards than MC-SJD (and MC-GSD)?",
         ids, text, found[ids[0]].n)
@@ -305,7 +292,7 @@ def answer_rows(
         first = found[f"gsd_fewer_nfe_than_{rules[0][0]}"]
         add(f"At GSD's TV ({first.at:.3f}), does GSD need fewer forwards than the optimal lossy "
             "rules?", [f"gsd_fewer_nfe_than_{slug}" for slug, _ in rules],
-            "; ".join(f"{other}: {_short(found[f'gsd_fewer_nfe_than_{slug}'])}"
+            "; ".join(f"{other}: {found[f'gsd_fewer_nfe_than_{slug}'].short()}"
                       for slug, other in rules), first.n)
     top1 = found["top1_share_below_5pct"]
     if top1.value is not None:

@@ -218,7 +218,7 @@ def test_every_notebook_runs_on_the_lumina_checkpoint(reproduce_run, tiny_releas
 def test_figures_paper_writes_tables_images_and_clip_scores(reproduce_run):
     from PIL import Image
 
-    from gsd_lab.figures import FigureSizes
+    from gsd_lab.paper import FigureSizes
 
     figures = reproduce_run.out / "figures"
     record = json.loads((figures / "results.json").read_text())
@@ -260,7 +260,7 @@ def test_figures_paper_resumed_after_a_kill_without_recomputing(reproduce_run, t
     from gsd_lab.experiments.image_model import load_image_model
     from gsd_lab.experiments.runs import generate_one, generator_seed
     from gsd_lab.decode.methods import DecodingMethod
-    from gsd_lab.figures import FigureSizes, decoding_configurations
+    from gsd_lab.paper import FigureSizes, decoding_configurations
 
     out, before = reproduce_run.out, reproduce_run.before_resume
     model = load_image_model(MODEL, weights=str(tiny_release_set.weights), device="cpu")

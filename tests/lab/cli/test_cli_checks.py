@@ -187,7 +187,7 @@ def test_figures_threads_one_only_when_not_streamed(monkeypatch, tmp_path, paper
     import types
 
     import gsd_lab.cli.figures as cli_figures
-    import gsd_lab.figures as figures
+    import gsd_lab.paper as figures
 
     seen = []
     model = types.SimpleNamespace(adapter=types.SimpleNamespace(device="cpu"))

@@ -441,8 +441,9 @@ def test_lantern_affordable_on_gpu_or_small_cpu_vocabularies():
 def test_results_md_tables_show_the_verdict_vocabulary_and_the_detectable_size():
     """matched-NFE and frontier rows keep the verdict's key in results.json; results.md shows
     ``verdicts.WORDS`` and, on a "no difference detected" row, ``minimum_detectable(se)``."""
-    from gsd_lab import figures
     from gsd_lab.experiments.verdicts import minimum_detectable
+    from gsd_lab.io.figure_io import markdown_table
+    from gsd_lab.paper import render as figures
 
     rows = [{"verdict": "noise", "se": 2.0}, {"verdict": "yes", "se": 1.0},
             {"verdict": "noise", "se": None}]
@@ -451,23 +452,23 @@ def test_results_md_tables_show_the_verdict_vocabulary_and_the_detectable_size()
                                              "no difference detected"]
     assert [r["detectable"] for r in shown] == [minimum_detectable(2.0), None, None]
     assert rows[0]["verdict"] == "noise"  # the stored rows are not changed
-    table = figures.markdown_table(shown, ["verdict", "detectable"])
+    table = markdown_table(shown, ["verdict", "detectable"])
     assert "noise" not in table and "detectable" in figures.MATCHED_COLUMNS
 
 
 def test_results_md_template_numbers_come_from_the_run():
     """The template's sizes are placeholders: window width, the transport curve's k, the toy's
     Theorem 1 trials."""
-    from gsd_lab import figures
+    from gsd_lab.paper import render as figures, template
 
-    assert "17-token" in figures.fill("batch_many", batch=8, batched_how="x", window_tokens=17)
-    assert "5 random pairs" in figures.fill("toy", table="", violation="0", trials=5)
+    assert "17-token" in template.fill("batch_many", batch=8, batched_how="x", window_tokens=17)
+    assert "5 random pairs" in template.fill("toy", table="", violation="0", trials=5)
     specs = {figures.frontier.TRANSPORT: [
         {"method": {"kind": "sjd"}},
         {"method": {"kind": "sjd", "acceptance": {"rule": "transport", "eps": 0.1, "k": 8}}},
     ]}
     assert "k = 8 content" in figures._curve_texts(specs)[figures.frontier.TRANSPORT]
-    text = figures.TEMPLATE.read_text()
+    text = template.TEMPLATE.read_text()
     assert "2000" not in text and "k = 16" not in text and "17-token" not in text
 
 
@@ -475,7 +476,7 @@ def test_the_report_step_updates_what_the_readme_command_updates(tmp_path, monke
     """figures' report step calls both updates of ``python -m gsd_lab readme`` (findings and
     ledger, then prose value spans) with the run's results.json; a span the run cannot render
     leaves the documents as they were and says so."""
-    from gsd_lab import figures
+    from gsd_lab.paper import render as figures
 
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"tables": {}}))
@@ -496,7 +497,7 @@ def test_the_report_step_updates_what_the_readme_command_updates(tmp_path, monke
 
 
 def test_guided_specs_names_the_figures_configurations_in_order(tiny):
-    from gsd_lab.figures import guided_specs
+    from gsd_lab.paper import guided_specs
 
     specs = guided_specs(tiny, ["SJD", "AR"])
     assert [s.label for s in specs] == ["SJD", "AR"] and specs[1].method.kind == "ar"

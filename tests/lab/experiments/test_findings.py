@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from gsd_lab.cli import main
-from gsd_lab.experiments import claims, findings, ledger, paper
+from gsd_lab.experiments import claims, findings, judges, ledger, paper
 from gsd_lab.experiments.verdicts import NOISE_Z, WORDS, minimum_detectable, paired_difference
 
 RESULTS = ledger.load_results()
@@ -205,7 +205,7 @@ def test_ledger_has_every_claim_headline_first_with_known_verdicts():
 
 
 def test_ledger_without_a_run_is_not_run_except_the_exact_counterexample(tmp_path, monkeypatch):
-    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)  # no committed benchmark files
+    monkeypatch.setattr(judges, "BENCHMARK_RESULTS", tmp_path)  # no committed benchmark files
     rows = ledger.ledger({"tables": {}})
     assert {r["verdict"] for r in rows if r["id"] != "theorem1_dynamic_clusters"} == {"not run"}
 
@@ -266,7 +266,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
         "k = 8 drafts vs MC-SJD)", "k = 2 drafts vs MC-GSD, lossy)",
         "k = 4 drafts vs MC-GSD, lossy)", "k = 8 drafts vs MC-GSD, lossy)",
     ]
-    block = json.loads((claims.BENCHMARK_RESULTS / claims.BLOCK_FILE).read_text())
+    block = json.loads((judges.BENCHMARK_RESULTS / claims.BLOCK_FILE).read_text())
     mine = {"nfe": [r["nfe"] for r in block["per_image"]["block"]], "prompt": None, "seed": None}
     theirs = {"nfe": block["per_image"]["stored_nfe"][claims.MC_MAXIMAL], "prompt": None,
               "seed": None}
@@ -280,7 +280,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     assert rows[0]["answer"].endswith(
         f"; {processed:.1f} tokens processed per forward (benchmarks/results/{claims.BLOCK_FILE})"
     )
-    k8 = json.loads((claims.BENCHMARK_RESULTS / claims.MULTIDRAFT_FILES[8]).read_text())
+    k8 = json.loads((judges.BENCHMARK_RESULTS / claims.MULTIDRAFT_FILES[8]).read_text())
     found = k8["rows"]["MC-SJD, 8 candidates"]["moonshot"]
     low, high = (found["difference"] + z * NOISE_Z * found["se"] for z in (-1, 1))
     assert rows[-1]["A - B [+- 2 SE]"].endswith(
@@ -291,7 +291,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
                                        "(roofline cost model)")
     # Modified copies: block far below MC-SJD on every image, k = 2 far above MC-SJD.
     for name in {claims.BLOCK_FILE, *claims.MULTIDRAFT_FILES.values()}:
-        shutil.copy(claims.BENCHMARK_RESULTS / name, tmp_path / name)
+        shutil.copy(judges.BENCHMARK_RESULTS / name, tmp_path / name)
     for i, (r, v) in enumerate(zip(block["per_image"]["block"], theirs["nfe"])):
         r["nfe"] = v - 30 - i % 2
     (tmp_path / claims.BLOCK_FILE).write_text(json.dumps(block))
@@ -299,7 +299,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
     two["rows"]["MC-SJD, 2 candidates"]["difference_to_mc_sjd"] = {"difference": 9.0, "se": 1.0}
     two["rows"]["MC-SJD, 2 candidates"]["tokens_processed_per_forward"] = 31.25
     (tmp_path / claims.MULTIDRAFT_FILES[2]).write_text(json.dumps(two))
-    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)
+    monkeypatch.setattr(judges, "BENCHMARK_RESULTS", tmp_path)
     changed = _beyond()
     assert changed[0]["answer"].startswith("yes: block verification needs fewer")
     assert changed[0]["A - B [+- 2 SE]"].endswith("NFE: -30.5 [-30.7, -30.3]")
@@ -319,7 +319,7 @@ def test_beyond_mc_sjd_rows_are_the_committed_benchmark_files(tmp_path, monkeypa
 
 
 def test_beyond_mc_sjd_rows_are_not_run_without_their_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(claims, "BENCHMARK_RESULTS", tmp_path)
+    monkeypatch.setattr(judges, "BENCHMARK_RESULTS", tmp_path)
     rows = _beyond()
     assert len(rows) == len(BEYOND_IDS)
     for row in rows:
@@ -334,4 +334,4 @@ def test_beyond_mc_sjd_rows_are_not_run_without_their_files(tmp_path, monkeypatc
     assert run == ["multidraft_k8_fewer_nfe_than_mc_sjd", "multidraft_k8_fewer_nfe_than_mc_gsd"]
 
 
-RESULTS_DIR = claims.BENCHMARK_RESULTS
+RESULTS_DIR = judges.BENCHMARK_RESULTS

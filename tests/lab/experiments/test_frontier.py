@@ -102,17 +102,17 @@ def test_w1_matching_skips_curves_without_w1_and_other_images_raise():
 def test_frontier_configurations_share_the_tables_keys():
     """Seed 0 of the frontier's GSD, MC-SJD, MC-GSD, Amplify, LANTERN and SJD is the tables'
     decode: the same ``MethodSpec.key`` once both pass through the preset."""
-    from gsd_lab.figures import FigureSizes, _specs, _with_preset
+    from gsd_lab.paper.plan import FigureSizes, table_specs, with_preset
 
     sizes = FigureSizes.default()
-    t1, t2, pareto, distortion = _specs(sizes)
+    t1, t2, pareto, distortion = table_specs(sizes)
     table_keys = {
         s.key for s in t1 + t2 + [s for c in (pareto, distortion) for v in c.values() for s in v]
     }
     curves = frontier.frontier_curves(
         sizes.frontier_group, sizes.frontier_deltas, sizes.frontier_budgets, rivals=frontier.RIVALS
     )
-    specs = {s.key: s for v in curves.values() for s in _with_preset(v, sizes, "default")}
+    specs = {s.key: s for v in curves.values() for s in with_preset(v, sizes, "default")}
     shared = {s.label for k, s in specs.items() if k in table_keys}
     assert shared == {
         "GSD (G=50)",

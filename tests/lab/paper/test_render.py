@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gsd_lab import figures
+from gsd_lab.io.figure_io import markdown_table
+from gsd_lab.paper import figures, render
 from gsd_lab.experiments import plots
 from gsd_lab.experiments.verdicts import WORDS
 
@@ -38,8 +39,8 @@ def test_frontier_and_matched_sections_print_the_one_vocabulary():
     rows = [_row("noise", 0.02), _row("yes", 0.001), _row("no", 0.001)]
     results = {"shared_seeds": [], "prompts": ["a"], "seeds": [0], "seconds": 1.0, "specs": {},
                "curves": {}, "matched": rows}
-    frontier_text = figures._frontier_text(results)
-    matched_text = figures._matched_text(SimpleNamespace(matched_rows=rows))
+    frontier_text = render._frontier_text(results)
+    matched_text = render._matched_text(SimpleNamespace(matched_rows=rows))
     for text in (frontier_text, matched_text):
         cells = _verdict_cells(text)
         assert cells == [WORDS["noise"], WORDS["yes"], WORDS["no"]], text
@@ -49,7 +50,7 @@ def test_frontier_and_matched_sections_print_the_one_vocabulary():
 
 def test_the_renderer_would_show_a_raw_key_without_the_vocabulary():
     """Negative control: the check above reads the table's verdict column."""
-    table = figures.markdown_table([_row("noise", 0.02)], figures.MATCHED_COLUMNS)
+    table = markdown_table([_row("noise", 0.02)], render.MATCHED_COLUMNS)
     assert _verdict_cells(table) == ["noise"]
 
 

@@ -154,14 +154,16 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def run_header(name: str, tiny: bool, device: torch.device) -> dict[str, object]:
-    """The fields that open a benchmark's JSON record: its name, when and where it ran, the
-    versions, and the code measured (``git_commit``, ``source_sha256``)."""
+def run_header(name: str, tiny: bool, device: torch.device,
+               gpu_mode: str = "7b-gpu") -> dict[str, object]:
+    """The fields that open a GPU benchmark's JSON record (the three ``gpu_*`` scripts share
+    them): its name, when and where it ran (``mode`` "tiny-cpu" or ``gpu_mode``), the versions,
+    and the code measured (``git_commit``, ``source_sha256``)."""
     return {
         "benchmark": name,
         "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
-        "mode": "tiny-cpu" if tiny else "7b-gpu",
+        "mode": "tiny-cpu" if tiny else gpu_mode,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "git_commit": git_commit(),

@@ -70,6 +70,7 @@ import torch
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
 from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.models.batched import BatchRunner
 
 METHODS = ("ar", "sjd", "gsd")
 
@@ -96,37 +97,10 @@ def decode(adapter, requests: list[DecodeRequest], batch: int) -> tuple[float, l
                    for r in requests]
         seconds = time.perf_counter() - began
         return seconds, results, sum(r.nfe for r in results), sum(r.model_seconds for r in results)
-    runner_forwards = _count_runner_forwards()
-    try:
-        results = generate_batch(adapter, requests, batch_size=batch)
-        seconds = time.perf_counter() - began
-    finally:
-        counts = runner_forwards.close()
-    return seconds, results, counts["forwards"], counts["model"]
-
-
-class _count_runner_forwards:
-    """Counts ``BatchRunner``'s batched forwards and their model seconds until ``close``."""
-
-    def __init__(self) -> None:
-        from gsd_lab.models import batched
-
-        self.module, self.original = batched, batched.BatchRunner._run
-        self.counts = {"forwards": 0, "model": 0.0}
-        counts, original = self.counts, self.original
-
-        def counted(runner, *args):
-            before = runner.model_seconds
-            out = original(runner, *args)
-            counts["forwards"] += 1
-            counts["model"] += runner.model_seconds - before
-            return out
-
-        batched.BatchRunner._run = counted
-
-    def close(self) -> dict:
-        self.module.BatchRunner._run = self.original
-        return self.counts
+    runner = BatchRunner(adapter)  # its counters: the batched forwards and their model time
+    results = generate_batch(adapter, requests, batch_size=batch, runner=runner)
+    seconds = time.perf_counter() - began
+    return seconds, results, runner.num_forwards, runner.model_seconds
 
 
 def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: int) -> dict:

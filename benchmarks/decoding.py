@@ -18,9 +18,11 @@ two must emit the same tokens (printed) and differ only in verify's time.
 Target: at most 10% of the wall time outside the model for each method. Overhead per
 forward is split into the adapter's processing (``_process``: the CFG mix, the allowed-token
 mask / top-k / temperature, the support's ids for GSD, softmax and the rest, printed on their
-own line), ``gsd_core.verify``, the loop's draws (``sample_categorical``: AR's token and the
-Jacobi re-drafts) and the rest of the loop (input and position ids, random drafts, cache
-crop, status read, bookkeeping), timed with ``time.perf_counter`` around those calls.
+own line), ``gsd_core.verify``, the loop's draws (gsd_core's ``draw``: AR's token;
+``DraftChain.redraft``: the Jacobi re-drafts) and the rest of the loop (input and position ids,
+random drafts, cache crop, status read, bookkeeping): cumulative times (``PARTS``) from one more
+decode of the first image under cProfile, so cProfile's cost per Python call is in them; the
+other columns come from the unprofiled decodes.
 
 Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread): a 17-token
 forward is about 12-13 ms, so 10% allows about 1.4 ms per forward outside it, while the
@@ -40,16 +42,17 @@ more than a 1-token one on a CPU (printed), and the overhead per forward is larg
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
-import time
+import pstats
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Iterator
 
 import torch
 
 import gsd_lab.decode.loop as decoding
-import gsd_lab.models.adapter as adapter_module
 from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod
 from gsd_lab.models import CausalLMAdapter
 from gsd_lab.models.static import runner_for
@@ -89,39 +92,34 @@ def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, Resolved
     return adapter, resolve_for(model, gsd), prompts
 
 
-@contextmanager
-def timed_parts(adapter: CausalLMAdapter) -> Iterator[dict[str, float]]:
-    """Accumulate seconds spent while inside: in the adapter's processing ("process") and its
-    parts (the CFG mix "cfg"; allowed-token mask, top-k and temperature "topk"; the support's
-    ids "support"), in ``verify`` and in the loop's draws (``sample_categorical``: AR's token,
-    the Jacobi re-drafts, "sample")."""
+# part: the (file, function) whose cumulative time it is, counting only calls from ``caller``
+# (a file) where one is named.
+PARTS = {
+    "process": [("gsd_lab/models/adapter.py", "_process", None)],
+    "cfg": [("gsd_lab/models/adapter.py", "combine_guidance", None)],
+    "topk": [("gsd_lab/models/adapter.py", "process_logits", None)],
+    "support": [("gsd_lab/models/adapter.py", "kept_ids", None)],
+    "verify": [("gsd_lab/engine/verify.py", "verify", "gsd_lab/decode/loop.py"),
+               ("benchmarks/decoding.py", "verify_without_support", "gsd_lab/decode/loop.py")],
+    "sample": [("gsd_core/verification.py", "draw", "gsd_lab/decode/loop.py"),
+               ("gsd_lab/decode/coupling.py", "redraft", "gsd_lab/decode/loop.py")],
+}
+
+
+def profiled_parts(decode: Callable[[], object]) -> tuple[object, dict[str, float]]:
+    """``decode()``'s result and the seconds inside each of ``PARTS`` during it (cProfile's
+    cumulative times, Python functions only; cProfile's own cost per call is in them)."""
+    profile = cProfile.Profile(builtins=False)
+    result = profile.runcall(decode)
     seconds: dict[str, float] = defaultdict(float)
-    original_verify, original_process = decoding.verify, adapter._process
-    original_sample, original_kept = decoding.sample_categorical, adapter_module.kept_ids
-
-    def timer(function, name):
-        def wrapped(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[name] += time.perf_counter() - start
-        return wrapped
-
-    decoding.verify = timer(original_verify, "verify")
-    decoding.sample_categorical = timer(original_sample, "sample")
-    adapter_module.kept_ids = timer(original_kept, "support")
-    adapter._process = timer(original_process, "process")
-    adapter.combine_guidance = timer(adapter.combine_guidance, "cfg")
-    adapter.process_logits = timer(adapter.process_logits, "topk")
-    try:
-        yield seconds
-    finally:
-        decoding.verify = original_verify
-        decoding.sample_categorical = original_sample
-        adapter_module.kept_ids = original_kept
-        for name in ("_process", "combine_guidance", "process_logits"):
-            delattr(adapter, name)  # back to the class's methods
+    for (path, _, name), (_, _, _, cumulative, callers) in pstats.Stats(profile).stats.items():
+        for part, functions in PARTS.items():
+            for file, function, caller in functions:
+                if path.endswith(file) and name == function:
+                    seconds[part] += cumulative if caller is None else sum(
+                        times[3] for (source, _, _), times in callers.items()
+                        if source.endswith(caller))
+    return result, seconds
 
 
 @contextmanager
@@ -167,33 +165,32 @@ def run_method(adapter, prompts, tokens: int, method: DecodingMethod | ResolvedM
     decoding.generate(adapter, prompt, method, num_tokens=16, generator=torch.Generator().manual_seed(99),
                       uncond_prompt_ids=uncond, runner=engine)
     nfe = wall = model = accepted = drafted = 0
-    with timed_parts(adapter) as parts:
-        for seed, (prompt, uncond) in enumerate(prompts):
-            generator = torch.Generator().manual_seed(seed)
-            result = decoding.generate(adapter, prompt, method, num_tokens=tokens, generator=generator,
-                                       uncond_prompt_ids=uncond, runner=engine)
-            outputs.append(result.tokens)
-            nfe += result.nfe
-            wall += result.wall_seconds
-            model += result.model_seconds
-            accepted += sum(result.accepted)
-            drafted += sum(result.drafted)
+
+    def decode(seed: int, prompt, uncond):
+        return decoding.generate(adapter, prompt, method, num_tokens=tokens, runner=engine,
+                                 generator=torch.Generator().manual_seed(seed),
+                                 uncond_prompt_ids=uncond)
+
+    for seed, (prompt, uncond) in enumerate(prompts):
+        result = decode(seed, prompt, uncond)
+        outputs.append(result.tokens)
+        nfe += result.nfe
+        wall += result.wall_seconds
+        model += result.model_seconds
+        accepted += sum(result.accepted)
+        drafted += sum(result.drafted)
     n = len(prompts)
     overhead = wall - model
-    outside = overhead - parts["process"] - parts["verify"] - parts["sample"]
-    softmax = parts["process"] - parts["cfg"] - parts["topk"] - parts["support"]
     totals = dict(nfe=nfe / n, wall_seconds=wall / n, model_seconds=model / n,
                   overhead_share=overhead / wall,
                   acceptance_rate=accepted / drafted if drafted else None,
-                  ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe,
-                  process_ms_per_forward=1000 * parts["process"] / nfe,
-                  verify_ms_per_forward=1000 * parts["verify"] / nfe,
-                  sample_ms_per_forward=1000 * parts["sample"] / nfe,
-                  loop_ms_per_forward=1000 * outside / nfe,
-                  cfg_ms_per_forward=1000 * parts["cfg"] / nfe,
-                  topk_ms_per_forward=1000 * parts["topk"] / nfe,
-                  support_ms_per_forward=1000 * parts["support"] / nfe,
-                  softmax_ms_per_forward=1000 * softmax / nfe)
+                  ms_per_forward=1000 * wall / nfe, overhead_ms_per_forward=1000 * overhead / nfe)
+    profiled, parts = profiled_parts(lambda: decode(0, *prompts[0]))
+    parts["loop"] = (profiled.wall_seconds - profiled.model_seconds - parts["process"]
+                     - parts["verify"] - parts["sample"])
+    parts["softmax"] = parts["process"] - parts["cfg"] - parts["topk"] - parts["support"]
+    totals.update({f"{part}_ms_per_forward": 1000 * seconds / profiled.nfe
+                   for part, seconds in parts.items()})
     return outputs, totals
 
 

@@ -15,7 +15,8 @@ Per family (``--family anole``, ``emu3`` or ``all``):
 
 Measured (CUDA-synchronised, median of ``--repeats``): ``forward_ms[T]``, one adapter forward
 of T = 1 and T = ``--window`` tokens after a CFG prefill of the prompt plus ``--context`` image
-tokens (the cache cropped back after each); ``decode``: ``generate`` with SJD and GSD over
+tokens (the cache cropped back after each; ``model_ms[T]`` its model part; as
+``gpu_lumina_shapes.window_medians`` times them); ``decode``: ``generate`` with SJD and GSD over
 ``--decode-tokens`` tokens (nfe, wall seconds; random weights: acceptance is not a real model's);
 ``pixels``: the VQ decoder on one full image (its shape and time); ``peak_gib``: peak GPU memory.
 One JSON line. ``--tiny``: the tiny test checkpoints' configurations on the CPU (the tests).
@@ -27,35 +28,22 @@ One JSON line. ``--tiny``: the tiny test checkpoints' configurations on the CPU 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import statistics
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
 
-from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod
-from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map
-from gsd_lab.testing.tiny_checkpoints import TEST_CONFIG_DIMS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_lumina_shapes as shapes  # noqa: E402 (the GPU scripts' shared timing and header)
+
+from gsd_lab.decode.loop import generate  # noqa: E402
+from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map  # noqa: E402
+from gsd_lab.testing.tiny_checkpoints import TEST_CONFIG_DIMS  # noqa: E402
 
 FAMILIES = ("anole", "emu3")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn: Any, device: torch.device) -> tuple[float, Any]:
-    _sync(device)
-    start = time.perf_counter()
-    result = fn()
-    _sync(device)
-    return time.perf_counter() - start, result
 
 
 def _emu3_names(vocab_size: int, num_codes: int) -> dict[str, int]:
@@ -137,28 +125,21 @@ def measure(adapter: Any, *, window: int, context: int, repeats: int, decode_tok
     tokens = adapter.random_tokens(torch.arange(context + window, device=device), generator)
     adapter.start(prompt)
     adapter.forward(torch.cat([prompt, tokens[:context]]), num_rows=1)
-    kept = adapter.seq_len
-    forward_ms: dict[str, float] = {}
-    for size in (1, window):
-        times = []
-        for _ in range(repeats):
-            seconds, _ = _timed(lambda: adapter.forward(tokens[context: context + size]), device)
-            adapter.crop(kept)
-            times.append(seconds)
-        forward_ms[str(size)] = 1e3 * statistics.median(times)
+    forward_ms, model_ms = shapes.window_medians(adapter, tokens[context:], window, repeats,
+                                                 device)
     decode = {}
     for name, method in {
         "sjd": DecodingMethod("sjd", window=window),
         "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=25),
     }.items():
-        seconds, result = _timed(lambda m=method: generate(
+        seconds, result = shapes._timed(lambda m=method: generate(
             adapter, prompt, m.for_model("family"), num_tokens=decode_tokens,
             generator=torch.Generator(device=device).manual_seed(seed + 1)), device)
         decode[name] = {"nfe": result.nfe, "tokens": int(result.tokens.numel()),
                         "wall_s": round(seconds, 3)}
     image_tokens = adapter.random_tokens(torch.arange(adapter.num_image_tokens, device=device),
                                          generator)
-    seconds, pixels = _timed(lambda: adapter.decode_images(image_tokens), device)
+    seconds, pixels = shapes._timed(lambda: adapter.decode_images(image_tokens), device)
     return {
         "latent": [adapter.layout.height, adapter.layout.width],
         "num_image_tokens": adapter.num_image_tokens,
@@ -166,7 +147,8 @@ def measure(adapter: Any, *, window: int, context: int, repeats: int, decode_tok
         "context_tokens": int(prompt.numel()) + context,
         "cfg_batch": 2 if adapter.uses_cfg else 1,
         "parameters": sum(p.numel() for p in adapter.model.parameters()),
-        "forward_ms": forward_ms,
+        "forward_ms": {str(k): v for k, v in forward_ms.items()},
+        "model_ms": {str(k): v for k, v in model_ms.items()},
         "decode": decode,
         "pixels": {"shape": list(pixels.shape), "dtype": str(pixels.dtype),
                    "ms": round(1e3 * seconds, 2)},
@@ -178,18 +160,14 @@ def run(*, families: tuple[str, ...], tiny: bool, window: int, context: int, rep
     device = torch.device("cpu" if tiny else "cuda")
     dtype = torch.float32 if tiny else torch.bfloat16
     record: dict[str, Any] = {
-        "benchmark": "gpu_family_shapes",
-        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "mode": "tiny-cpu" if tiny else "real-size-gpu",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        **shapes.run_header("gpu_family_shapes", tiny, device, gpu_mode="real-size-gpu"),
         "weights": "random (shapes and costs only; no released weights)",
     }
     builders = {"anole": build_anole, "emu3": build_emu3}
     for family in families:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            seconds, adapter = _timed(lambda f=family: builders[f](tiny, device, dtype), device)
+            seconds, adapter = shapes._timed(lambda f=family: builders[f](tiny, device, dtype), device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         result = measure(adapter, window=window, context=context, repeats=repeats,

@@ -154,14 +154,16 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def run_header(name: str, tiny: bool, device: torch.device) -> dict[str, object]:
-    """The fields that open a benchmark's JSON record: its name, when and where it ran, the
-    versions, and the code measured (``git_commit``, ``source_sha256``)."""
+def run_header(name: str, tiny: bool, device: torch.device,
+               gpu_mode: str = "7b-gpu") -> dict[str, object]:
+    """The fields that open a GPU benchmark's JSON record (the three ``gpu_*`` scripts share
+    them): its name, when and where it ran (``mode`` "tiny-cpu" or ``gpu_mode``), the versions,
+    and the code measured (``git_commit``, ``source_sha256``)."""
     return {
         "benchmark": name,
         "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
-        "mode": "tiny-cpu" if tiny else "7b-gpu",
+        "mode": "tiny-cpu" if tiny else gpu_mode,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "git_commit": git_commit(),
@@ -195,21 +197,17 @@ def _model_time(adapter: LuminaMGPTAdapter, input_ids: torch.Tensor) -> float:
     return adapter.model_seconds - before
 
 
-def _recording_forwards(adapter: LuminaMGPTAdapter) -> list[float]:
-    """Record the model seconds of each ``adapter.forward`` call from now on (the adapter's own
-    CUDA-synchronised model timer, read per call) by shadowing the method on the instance
-    (``del adapter.forward`` restores it). Returns the live list."""
-    calls: list[float] = []
-    forward = adapter.forward
+class ForwardTimes:
+    """The model seconds of each forward pass of one ``generate`` call: an ``on_window`` hook
+    (called once per pass) reading the adapter's own CUDA-synchronised model timer."""
 
-    def recording(*args: object, **kwargs: object) -> object:
-        before = adapter.model_seconds
-        out = forward(*args, **kwargs)
-        calls.append(adapter.model_seconds - before)
-        return out
+    def __init__(self, adapter: LuminaMGPTAdapter) -> None:
+        self.adapter, self.mark, self.seconds = adapter, adapter.model_seconds, []
 
-    adapter.forward = recording
-    return calls
+    def __call__(self, window: object) -> None:
+        now = self.adapter.model_seconds
+        self.seconds.append(now - self.mark)
+        self.mark = now
 
 
 def _ms_summary(seconds: list[float]) -> dict[str, float | int]:
@@ -290,19 +288,15 @@ def decode_overhead(
     window_forwards: dict[str, list[float]] = {name: [] for name in methods}
     by_place: dict[str, dict[int, list[float]]] = {name: {} for name in methods}
     names = list(methods)
-    calls = _recording_forwards(adapter)
-    try:
-        for r in range(rounds):  # methods interleaved, so that host-side noise hits each alike
-            order = names[r % len(names):] + names[: r % len(names)]
-            for place, name in enumerate(order):
-                calls.clear()
-                runs[name].append(generate(adapter, prompt, methods[name], num_tokens=num_tokens,
-                                           generator=generator))
-                after_prompt = calls[1:]  # every forward after the prompt's (AR's: 1 token)
-                window_forwards[name] += after_prompt
-                by_place[name].setdefault(place, []).extend(after_prompt)
-    finally:
-        del adapter.forward  # back to the class's method
+    for r in range(rounds):  # methods interleaved, so that host-side noise hits each alike
+        order = names[r % len(names):] + names[: r % len(names)]
+        for place, name in enumerate(order):
+            calls = ForwardTimes(adapter)
+            runs[name].append(generate(adapter, prompt, methods[name], num_tokens=num_tokens,
+                                       generator=generator, on_window=calls))
+            after_prompt = calls.seconds[1:]  # every forward after the prompt's (AR's: 1 token)
+            window_forwards[name] += after_prompt
+            by_place[name].setdefault(place, []).extend(after_prompt)
     rows = {}
     for name, results in runs.items():
         wall = sum(r.wall_seconds for r in results)

@@ -72,15 +72,15 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from gsd_lab.accounting.roofline import Roofline
-import gsd_lab.decode.loop as decode_loop
 from gsd_core.token_tree import children_of
-from gsd_lab.decode.loop import generate
+from gsd_lab.decode.loop import VerifiedWindow, generate
 from gsd_lab.decode.tree_shapes import (ScoredShape, positional_acceptance, ranked_shapes,
                                         tree_tokens)
 from gsd_lab.decode.methods import DecodingMethod
@@ -293,17 +293,16 @@ def candidates_mode(
     return {"json": out, "lines": lines, "ok": True}
 
 
-def record_walks(walks: list) -> object:
-    """Wrap the loop's ``verify_tree`` to append each walk as (widths of the depths visited,
-    the rank accepted at each or None): instrumentation for ``positional_acceptance``. Returns
-    the original, for restoring."""
-    original = decode_loop.verify_tree
+def walk_recorder(walks: list) -> Callable[[VerifiedWindow], None]:
+    """An ``on_window`` hook appending each token-tree pass's walk as (widths of the depths
+    visited, the rank accepted at each or None): what ``positional_acceptance`` reads."""
 
-    def recording(p, q, tokens, parent, uniforms):
-        walk = original(p, q, tokens, parent, uniforms)
-        children = children_of(parent)
+    def record(window: VerifiedWindow) -> None:
+        if window.parent is None:  # not a tree pass
+            return
+        children = children_of(window.parent)
         widths, ranks, node = [], [], -1
-        for accepted in walk.path.tolist() + [None]:
+        for accepted in window.path.tolist() + [None]:
             kids = children[node]
             if not kids:
                 break
@@ -311,15 +310,14 @@ def record_walks(walks: list) -> object:
             ranks.append(None if accepted is None else kids.index(accepted))
             node = accepted
         walks.append((widths, ranks))
-        return walk
 
-    decode_loop.verify_tree = recording
-    return original
+    return record
 
 
 def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int, str]],
-               costs: dict, label: str) -> dict:
-    """Decode ``images`` with ``method``: per image NFE, tokens per forward and modelled time."""
+               costs: dict, label: str, on_window: Callable | None = None) -> dict:
+    """Decode ``images`` with ``method``: per image NFE, tokens per forward and modelled time
+    (``on_window``: ``generate``'s hook)."""
     roofline = Roofline(costs["parameters"], costs["cfg_batch"])
     nfe, proc, modelled, dist, wall = [], [], [], [], []
     for seed, prompt in images:
@@ -327,7 +325,8 @@ def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int
         start = time.perf_counter()
         result = generate(model.adapter, ids, method, num_tokens=model.num_tokens,
                           generator=torch.Generator().manual_seed(seed),
-                          uncond_prompt_ids=uncond, record_distortion=True)
+                          uncond_prompt_ids=uncond, record_distortion=True,
+                          on_window=on_window)
         wall.append(time.perf_counter() - start)
         processed = result.tokens_processed or [
             d + (ids.numel() if f == 0 else 1) for f, d in enumerate(result.drafted)
@@ -379,13 +378,9 @@ def trees_mode(
     walks: list = []
     measured = None
     if given is None:
-        original = record_walks(walks)
-        try:
-            wide = DecodingMethod("sjd", window=window, draft="maximal", tree=measure_shape)
-            measured = decode_row(model, wide, images[:measure], costs,
-                                  f"measure {measure_shape}")
-        finally:
-            decode_loop.verify_tree = original
+        wide = DecodingMethod("sjd", window=window, draft="maximal", tree=measure_shape)
+        measured = decode_row(model, wide, images[:measure], costs, f"measure {measure_shape}",
+                              walk_recorder(walks))
     width = max(measure_shape)
     acceptance = positional_acceptance(walks, window, width)
     ranked = ranked_shapes(acceptance, roofline, list(range(8, window + 1, 2)),

@@ -82,7 +82,7 @@ def generate_batch(
     w1_draws: int | None = DEFAULT_DRAWS,
     progress: Any = False,
     on_result: Callable[[int, DecodeResult], None] | None = None,
-    runner: str = "eager",
+    runner: str | BatchRunner = "eager",
 ) -> list[DecodeResult]:
     """Decode every request (module docstring); returns their ``DecodeResult``s in order. A
     ``DecodingMethod`` is resolved once for all the requests naming it (``generate`` resolves
@@ -95,7 +95,9 @@ def generate_batch(
     on_result: called as ``on_result(request index, result)`` as each image finishes (e.g. to
     write it to disk at once: ``gsd_lab.experiments.stream``). runner: "eager" (``BatchRunner``,
     a dynamic cache) or "static" (``gsd_lab.models.static_batched.StaticBatchRunner``: a static
-    cache, CUDA graphs per (rows, width, length) on a GPU, static-eager on a CPU). Either runner
+    cache, CUDA graphs per (rows, width, length) on a GPU, static-eager on a CPU), or a
+    ``BatchRunner`` of ``adapter`` (its ``num_forwards`` and ``model_seconds`` then count the
+    batched forwards for the caller). Either runner
     checks each image's prompt with ``adapter.start`` and runs its forwards on its own cache, so
     the adapter is left started at the last image's prompt with an empty cache."""
     requests = list(requests)
@@ -221,13 +223,18 @@ def _settle(
 
 def _batch_runner(
     adapter: CausalLMAdapter,
-    kind: str,
+    kind: str | BatchRunner,
     requests: list[DecodeRequest],
     resolved: list[ResolvedMethod],
     images: int,
 ) -> BatchRunner:
     """The batched forwards ``runner`` names: "eager" or "static" (sized for these requests:
-    their longest prompt row as ``adapter.start`` completes it, tokens and window)."""
+    their longest prompt row as ``adapter.start`` completes it, tokens and window), or the
+    ``BatchRunner`` given."""
+    if isinstance(kind, BatchRunner):
+        if kind.adapter is not adapter:
+            raise ValueError("the BatchRunner given runs another adapter than the one given")
+        return kind
     if kind == "eager":
         return BatchRunner(adapter)
     if kind != "static":

@@ -108,15 +108,19 @@ class VerifiedWindow:
     start .. start + L); q [L, V] the window's draft laws (L = 0: an AR step); ``accepted`` the
     drafts accepted (accepted + 1 tokens emitted); tv [accepted + 1] their exact TVs with
     ``record_distortion``, what ``DecodeResult.distortion`` holds for those tokens (forced
-    positions' correction included), else None (None at L = 0 too). The tensors are the loop's
-    own; it never writes them in place, so they stay valid after the call: read or keep them,
-    never write."""
+    positions' correction included), else None (None at L = 0 too). A token-tree pass
+    (``tree_step``) adds its tree, ``parent`` [N] (-1: a child of the root), and the walk's
+    ``path``: the nodes accepted, root first (``accepted`` of them); both None otherwise. The
+    tensors are the loop's own; it never writes them in place, so they stay valid after the
+    call: read or keep them, never write."""
 
     start: int
     p: Tensor
     q: Tensor
     accepted: int
     tv: Tensor | None
+    parent: Tensor | None = None
+    path: Tensor | None = None
 
 
 WindowHook = Callable[[VerifiedWindow], None]
@@ -304,6 +308,7 @@ class DecodeLoop:
         self.shape, self.branching = method.tree_shape, method.branching
         self.row_drafts = 0
         self.processed: list[int] = []
+        self.walk: tuple[Tensor, Tensor] | None = None  # this pass's (parent, path), a tree's
 
     def window_size(self) -> int:
         """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
@@ -445,8 +450,9 @@ class DecodeLoop:
                 self.w1_log.add(self.done, p, self.q, tv, rule)
         if self.on_window is not None:
             began = time.perf_counter()
-            self.on_window(VerifiedWindow(self.done, p, self.q, accepted, tv))
+            self.on_window(VerifiedWindow(self.done, p, self.q, accepted, tv, *(self.walk or ())))
             self.hook_seconds += time.perf_counter() - began
+        self.walk = None
         self.accepted.append(accepted)
         self.drafted.append(L)
         self.previous_done = self.done
@@ -578,6 +584,7 @@ class DecodeLoop:
         )
         walk = verify_tree(targets, declared, tokens, parent, uniforms)
         keep_nodes(self.adapter, walk.branch)
+        self.walk = (parent, walk.path)
         accepted = walk.path.numel()
         self.out[done : done + accepted + 1] = walk.tokens
         return torch.cat([p0.unsqueeze(0), rows[walk.branch]]), accepted

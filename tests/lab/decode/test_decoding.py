@@ -434,8 +434,8 @@ def test_the_support_is_computed_only_for_dynamic_clusters_ranked_by_p(model, mo
 
 @pytest.mark.parametrize("kind", ["sjd", "gsd", "tree", "ar"])
 def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
-    """The hook is called once per forward pass, in order, with the loop's rows, counts and
-    TVs; with and without it the same tokens, NFE and distortions."""
+    """The hook is called once per forward pass, in order, with the loop's rows, counts, TVs
+    and a tree's walk; with and without it the same tokens, NFE and distortions."""
     adapter = CausalLMAdapter(model, ALLOWED, top_k=8)
     method = {"sjd": DecodingMethod("sjd", window=5),
               "gsd": DecodingMethod("gsd", window=5, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=4)),
@@ -461,6 +461,12 @@ def test_on_window_sees_every_forward_and_changes_nothing(model, kind):
         else:
             emitted = hooked.distortion[window.start : window.start + window.accepted + 1]
             assert torch.equal(window.tv, emitted)
+        if kind == "tree" and window.q.shape[0] > 0:  # the walk: a chain from the root
+            path = window.path.tolist()
+            assert len(path) == window.accepted
+            assert [int(window.parent[node]) for node in path] == [-1, *path][: len(path)]
+        else:
+            assert window.parent is None and window.path is None
 
 
 def test_on_window_time_counts_as_accounting_not_wall(model):

@@ -192,6 +192,27 @@ def test_finished_images_leave_the_forward(adapter, monkeypatch):
     assert len(widths) == max(results[0].nfe + results[2].nfe, results[1].nfe)
 
 
+def test_a_runner_given_counts_the_batched_forwards(adapter):
+    """``runner=BatchRunner(adapter)``: the same results as "eager"; its counters hold the
+    batched forwards (one per image's forward at batch 1, fewer at batch 3) and the model
+    time the results share out."""
+    for size in (1, 3):
+        runner = BatchRunner(adapter)
+        given = generate_batch(adapter, requests(4, seed=7), batch_size=size, runner=runner)
+        named = generate_batch(adapter, requests(4, seed=7), batch_size=size)
+        assert [(r.tokens.tolist(), r.nfe) for r in given] == [
+            (r.tokens.tolist(), r.nfe) for r in named]
+        nfe = [r.nfe for r in given]
+        if size == 1:
+            assert runner.num_forwards == sum(nfe)
+        else:
+            assert max(nfe) <= runner.num_forwards < sum(nfe)
+        assert runner.model_seconds == pytest.approx(sum(r.model_seconds for r in given))
+    other = CausalLMAdapter(tiny_llama(1), ALLOWED, top_k=8)
+    with pytest.raises(ValueError, match="another adapter"):
+        generate_batch(adapter, requests(1), runner=BatchRunner(other))
+
+
 def test_batched_decoding_is_lossless_on_the_exact_joint(monkeypatch):
     """SJD decoded in batches (independent, maximal and gumbel drafts, random and repeat-row
     init, windows 1-3, mixed in every batch; CFG with prompts of two lengths) against AR's exact

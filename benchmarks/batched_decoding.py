@@ -69,7 +69,7 @@ import torch
 
 from gsd_lab.decode.loop import generate
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.models.batched import BatchRunner
 
 METHODS = ("ar", "sjd", "gsd")
@@ -77,7 +77,7 @@ METHODS = ("ar", "sjd", "gsd")
 
 def methods_for(names: list[str], group_size: int) -> dict[str, DecodingMethod]:
     table = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd"),
-             "gsd": DecodingMethod("gsd", clusters="dynamic", group_size=group_size)}
+             "gsd": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=group_size))}
     return {name: table[name] for name in names}
 
 

@@ -107,7 +107,7 @@ def child(threads: int) -> None:
 
     mark(STAGES[0])
     import gsd_lab.cli  # noqa: F401
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
     from gsd_lab.experiments.image_model import load_image_model
     from gsd_lab.experiments.runs import Recording, generate_one, resolve_for
 
@@ -116,7 +116,7 @@ def child(threads: int) -> None:
     model = load_image_model("standin", quick=True)
     mark(STAGES[2])
     resolved = resolve_for(
-        model, DecodingMethod("gsd", clusters="dynamic", group_size=25).for_model("standin")
+        model, DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=25)).for_model("standin")
     )
     mark(STAGES[3])
     result, _ = generate_one(model, resolved, "brick", 0, Recording(images=False))

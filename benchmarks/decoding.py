@@ -53,7 +53,7 @@ from typing import Iterator
 import torch
 
 import gsd_lab.decode.loop as decoding
-from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod
+from gsd_lab.decode.methods import DecodingMethod, ResolvedMethod, ClusterAcceptance
 from gsd_lab.models import CausalLMAdapter
 from gsd_lab.models.static import runner_for
 
@@ -74,7 +74,7 @@ def random_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, ResolvedM
                               cfg_scale=3.0, row_length=16)
     null_class = torch.tensor([IMAGE_TOKENS])
     prompts = [(torch.tensor([IMAGE_TOKENS + 3 + i % 8]), null_class) for i in range(args.images)]
-    gsd = DecodingMethod("gsd", window=args.window, clusters="dynamic-nofilter", group_size=args.group_size)
+    gsd = DecodingMethod("gsd", window=args.window, acceptance=ClusterAcceptance(clusters="dynamic-nofilter", group_size=args.group_size))
     return adapter, gsd.resolve(adapter), prompts
 
 
@@ -86,7 +86,7 @@ def standin_adapter(args: argparse.Namespace) -> tuple[CausalLMAdapter, Resolved
 
     adapter = load_standin()
     model = standin_image_model(adapter, with_metrics=False)
-    gsd = DecodingMethod("gsd", window=args.window, clusters="dynamic", group_size=args.group_size)
+    gsd = DecodingMethod("gsd", window=args.window, acceptance=ClusterAcceptance(group_size=args.group_size))
     prompts = [(adapter.prompt_ids(i % adapter.num_classes), adapter.uncond_prompt_ids())
                for i in range(args.images)]
     return adapter, resolve_for(model, gsd), prompts

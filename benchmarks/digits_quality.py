@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from gsd_lab.decode.batch import DecodeRequest, generate_batch
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.digits import data
 from gsd_lab.digits.adapter import WEIGHTS_DIR, load_digits
 from gsd_lab.digits.quality import features, kid, paired_kid_difference, prompted_scores
@@ -51,8 +51,7 @@ def methods(groups: list[int], window: int) -> dict[str, DecodingMethod]:
     out = {"AR": DecodingMethod("ar"), "SJD": DecodingMethod("sjd", window=window)}
     for g in groups:
         out[f"GSD (G={g})"] = DecodingMethod(
-            "gsd", window=window, clusters="dynamic", group_size=g
-        )
+            "gsd", window=window, acceptance=ClusterAcceptance(group_size=g))
     return out
 
 

@@ -40,6 +40,7 @@ import gpu_lumina_shapes as shapes  # noqa: E402 (the GPU scripts' shared timing
 
 from gsd_lab.decode.loop import generate  # noqa: E402
 from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
+from gsd_lab.decode.methods import ClusterAcceptance
 from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map  # noqa: E402
 from gsd_lab.testing.tiny_checkpoints import TEST_CONFIG_DIMS  # noqa: E402
 
@@ -130,7 +131,7 @@ def measure(adapter: Any, *, window: int, context: int, repeats: int, decode_tok
     decode = {}
     for name, method in {
         "sjd": DecodingMethod("sjd", window=window),
-        "gsd": DecodingMethod("gsd", window=window, clusters="dynamic", group_size=25),
+        "gsd": DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=25)),
     }.items():
         seconds, result = shapes._timed(lambda m=method: generate(
             adapter, prompt, m.for_model("family"), num_tokens=decode_tokens,

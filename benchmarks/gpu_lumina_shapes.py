@@ -51,7 +51,7 @@ import transformers
 from gsd_core import DynamicClusters
 from gsd_lab.engine import verify
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
+from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ResolvedMethod, ClusterAcceptance
 from gsd_lab.models.lumina_checkpoint import (
     IMAGE_ENCODER_PREFIX,
     build_lumina_model,
@@ -272,7 +272,7 @@ def decode_overhead(
     generator = torch.Generator(device=device).manual_seed(seed + 1)
     prompt = _text_prompt(layout, config.vocab_size, 16, generator, device)
     # gsd_rule is the paper's rule with the released filters (d = 0.5, gap 0.15), as specified.
-    gsd = DecodingMethod("gsd", window=window, clusters="dynamic", group_size=gsd_rule.group_size,
+    gsd = DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=gsd_rule.group_size),
                          filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5))
     methods = {
         "ar": DecodingMethod("ar"),
@@ -505,7 +505,7 @@ def run_janus(
     forward_ms, model_ms = window_medians(adapter, codes[context_codes:], window, repeats, device)
     decoding = {}
     tokens = min(decode_tokens, n)
-    gsd = DecodingMethod("gsd", window=window, group_size=10, clusters="dynamic")
+    gsd = DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=10))
     for method in (DecodingMethod("ar"), DecodingMethod("sjd", window=window), gsd):
         forwards, model_before = adapter.num_forwards, adapter.model_seconds
         seconds, out = _timed(

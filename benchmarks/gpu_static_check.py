@@ -71,7 +71,7 @@ import gpu_lumina_shapes as shapes
 import torch
 
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod, FilterSettings
+from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ClusterAcceptance
 from gsd_lab.models.lumina_checkpoint import build_lumina_model
 from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
 from gsd_lab.models.static import StaticEngine
@@ -183,8 +183,7 @@ class Check:
             "gsd": DecodingMethod(
                 "gsd",
                 window=W - 1,
-                clusters="dynamic",
-                group_size=14,
+                acceptance=ClusterAcceptance(group_size=14),
                 filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5),
             ).resolve(adapter),
         }

@@ -91,11 +91,11 @@ def w1_rows(model, rows: int) -> tuple[float, float, bool]:
     Amplify k = 2) with the content check per row (as before) and cached, interleaved row by
     row; and whether the values agree bit for bit."""
     from gsd_lab.accounting.transport import w1_distortion
-    from gsd_lab.decode.methods import DecodingMethod
+    from gsd_lab.decode.methods import DecodingMethod, AmplifyAcceptance
 
     adapter = model.adapter
     content, tokens = adapter.code_content(), adapter.allowed_tokens
-    rule = DecodingMethod("sjd", acceptance_scale=2.0).resolve(adapter, model_name=model.name).rule
+    rule = DecodingMethod("sjd", acceptance=AmplifyAcceptance(scale=2.0)).resolve(adapter, model_name=model.name).rule
     g = torch.Generator().manual_seed(0)
     before = after = 0.0
     same = True

@@ -44,45 +44,54 @@ import numpy as np
 import torch
 
 from gsd_lab.decode.loop import VerifiedWindow
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import (BudgetAcceptance, ClusterAcceptance, DecodingMethod,
+                                    RelaxationAcceptance, TransportAcceptance)
 from gsd_lab.decode.relaxation_w1 import TRANSPORT_SOLVER
 from gsd_lab.experiments.runs import mean_sem
 
 TV_CONFIGS = {
     "SJD": DecodingMethod("sjd"),
     "SJD + max (MC-SJD)": DecodingMethod("sjd", draft="maximal"),
-    "GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50),
-    "relax d=0.05": DecodingMethod("sjd", relaxation_delta=0.05),
-    "relax d=0.15": DecodingMethod("sjd", relaxation_delta=0.15),
-    "relax d=0.3": DecodingMethod("sjd", relaxation_delta=0.3),
-    "relax d=0.05 + max": DecodingMethod("sjd", relaxation_delta=0.05, draft="maximal"),
-    "relax d=0.15 + max": DecodingMethod("sjd", relaxation_delta=0.15, draft="maximal"),
-    "dial B=8 cap .15": DecodingMethod("sjd", budget=8.0, budget_cap=0.15),
-    "dial B=32 cap .15": DecodingMethod("sjd", budget=32.0, budget_cap=0.15),
-    "dial B=32 sure .5": DecodingMethod("sjd", budget=32.0, budget_policy="sure", budget_cap=0.5),
+    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50)),
+    "relax d=0.05": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.05)),
+    "relax d=0.15": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.15)),
+    "relax d=0.3": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.3)),
+    "relax d=0.05 + max": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.05), draft="maximal"),
+    "relax d=0.15 + max": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.15), draft="maximal"),
+    "dial B=8 cap .15": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=8.0, cap=0.15)),
+    "dial B=32 cap .15": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=32.0, cap=0.15)),
+    "dial B=32 sure .5": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=32.0, policy="sure", cap=0.5)),
     "dial B=32 sure .5 + max": DecodingMethod(
-        "sjd", budget=32.0, budget_policy="sure", budget_cap=0.5, draft="maximal"
+        "sjd", acceptance=BudgetAcceptance(budget=32.0, policy="sure", cap=0.5), draft="maximal"
     ),
 }
 K = 16
-MAX = {"transport_k": K, "draft": "maximal"}
-W1_DIAL = {"budget_measure": "w1", **MAX}
 W1_CONFIGS = {
     "SJD": DecodingMethod("sjd"),
     "MC-SJD": DecodingMethod("sjd", draft="maximal"),
-    "GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50),
-    "MC-GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50, draft="maximal"),
-    "transport e=0.01": DecodingMethod("sjd", transport_eps=0.01, transport_k=K),
-    "transport e=0.04": DecodingMethod("sjd", transport_eps=0.04, transport_k=K),
-    "transport e=0.01 + max": DecodingMethod("sjd", transport_eps=0.01, **MAX),
-    "transport e=0.04 + max": DecodingMethod("sjd", transport_eps=0.04, **MAX),
-    "transport e=0.04 k=128 + max": DecodingMethod(
-        "sjd", transport_eps=0.04, transport_k=128, draft="maximal"
+    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50)),
+    "MC-GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50), draft="maximal"),
+    "transport e=0.01": DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.01, k=K)),
+    "transport e=0.04": DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.04, k=K)),
+    "transport e=0.01 + max": DecodingMethod(
+        "sjd", acceptance=TransportAcceptance(eps=0.01, k=K), draft="maximal"
     ),
-    "W1 dial B=1 cap .04 + max": DecodingMethod("sjd", budget=1.0, budget_cap=0.04, **W1_DIAL),
-    "W1 dial B=4 cap .04 + max": DecodingMethod("sjd", budget=4.0, budget_cap=0.04, **W1_DIAL),
+    "transport e=0.04 + max": DecodingMethod(
+        "sjd", acceptance=TransportAcceptance(eps=0.04, k=K), draft="maximal"
+    ),
+    "transport e=0.04 k=128 + max": DecodingMethod(
+        "sjd", acceptance=TransportAcceptance(eps=0.04, k=128), draft="maximal"
+    ),
+    "W1 dial B=1 cap .04 + max": DecodingMethod(
+        "sjd", acceptance=BudgetAcceptance(budget=1.0, measure="w1", cap=0.04), draft="maximal"
+    ),
+    "W1 dial B=4 cap .04 + max": DecodingMethod(
+        "sjd", acceptance=BudgetAcceptance(budget=4.0, measure="w1", cap=0.04), draft="maximal"
+    ),
     "W1 dial B=4 sure .1 + max": DecodingMethod(
-        "sjd", budget=4.0, budget_policy="sure", budget_cap=0.1, **W1_DIAL
+        "sjd",
+        acceptance=BudgetAcceptance(budget=4.0, measure="w1", policy="sure", cap=0.1),
+        draft="maximal",
     ),
 }
 KEYS = ("fresh", "redraft", "accepted", "stop", "pos 0-3", "pos 4-7", "pos 8-15", "T<.15", "T>=.15")
@@ -92,7 +101,7 @@ def wide_configs(k: int, eps_values: list[float]) -> dict[str, DecodingMethod]:
     """The transport relaxation with maximal drafts on ``k`` content neighbours, one per eps."""
     return {
         f"transport e={eps:g} k={k} + max": DecodingMethod(
-            "sjd", transport_eps=eps, transport_k=k, draft="maximal"
+            "sjd", acceptance=TransportAcceptance(eps=eps, k=k), draft="maximal"
         )
         for eps in eps_values
     }

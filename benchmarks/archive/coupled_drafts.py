@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
 from gsd_lab.experiments.runs import mean_sem
 
 CONFIGS = {  # label: the decoding method (its window set by --window)
@@ -33,8 +33,8 @@ CONFIGS = {  # label: the decoding method (its window set by --window)
     "SJD": DecodingMethod("sjd"),
     "SJD + maximal": DecodingMethod("sjd", draft="maximal"),
     "SJD + gumbel": DecodingMethod("sjd", draft="gumbel"),
-    "GSD G=50": DecodingMethod("gsd", clusters="dynamic", group_size=50),
-    "GSD G=50 + maximal": DecodingMethod("gsd", clusters="dynamic", group_size=50, draft="maximal"),
+    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50)),
+    "GSD G=50 + maximal": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50), draft="maximal"),
 }
 PAIRS = [("SJD + maximal", "SJD"), ("SJD + gumbel", "SJD"), ("SJD + maximal", "SJD + gumbel"),
          ("SJD + maximal", "GSD G=50"), ("SJD + gumbel", "GSD G=50"), ("GSD G=50 + maximal", "GSD G=50")]

@@ -288,6 +288,11 @@ class DecodingMethod:
             raise ValueError(
                 f"tree {self.tree!r} has one branch: that is plain SJD, leave it unset"
             )
+        if self.tree is not None and len(self.tree) > self.window:
+            raise ValueError(
+                f"tree {self.tree!r} is {len(self.tree)} levels deep, deeper than the window "
+                f"({self.window}): a pass verifies at most window positions"
+            )
         plain = (
             self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
         )

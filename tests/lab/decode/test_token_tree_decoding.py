@@ -82,6 +82,9 @@ def test_tree_option():
         DecodingMethod("sjd", candidates=2, tree=(2, 2))
     with pytest.raises(ValueError, match="one branch"):
         DecodingMethod("sjd", tree=(1, 1))
+    with pytest.raises(ValueError, match="deeper than the window"):
+        DecodingMethod("sjd", window=2, tree=(2, 2, 2))
+    assert DecodingMethod("sjd", window=3, tree=(2, 2, 2)).tree_shape == (2, 2, 2)
     with pytest.raises(ValueError, match="tree must be"):
         DecodingMethod("sjd", tree=(2, 0))
     with pytest.raises(ValueError, match="candidates"):

@@ -15,21 +15,7 @@ each image's [L + 1, V] rows (CFG mix, top-k, softmax: ~1.4 ms per forward at L 
 core), verify and the draws, the exact accounting when recorded; batching shares the model's
 weight reads and the per-forward Python overhead of transformers.
 
-Measured 2026-12-01 (8 images x 256 tokens, batch 8, 1 thread, on 2 CPU cores shared with other
-jobs, load average ~11, so absolute times are inflated and noisy; ratios are what to read):
-AR 1.87x, SJD 1.36x, GSD (G=10) 1.20x, the three mixed 1.25x images per second over batch 1,
-tokens and NFE the same for every image. Where it goes: the float64 forward is compute-bound on
-a CPU (8 images' 272 window rows cost ~3.4x the 34 rows of one), and the per-image work
-(processing ~1.4 ms, verify, GSD's clusters) is not shared: at batch 8 the model is ~70% (SJD)
-and ~53% (GSD) of the time, against 84% / 68% at batch 1. A second run (10 images, batch 10,
-load falling from ~12 to ~6 during it, so biased towards batch 10): AR 4.6x, SJD 1.18x, GSD
-1.11x, mixed 2.0x; with as many images as the batch holds, the batch empties as images finish
-(SJD's NFE ranges over ~60-100), so its last forwards run nearly alone. A figures-like stream
-(30 stand-in images, SJD / GSD G=25 / Amplify 2, exact TV and W1 recorded, ``RunCache.prefetch``
-at batch 10 against batch 1) showed no gain under the same load noise (summed decoding wall time
-53.2 s against 51.7 s; the unbatched accounting itself took 48.8 s against 36.1 s, i.e. the
-batched run saw ~35% more load): on 2 shared cores the speed-up of SJD / GSD is within the
-noise; AR, whose 1-token forwards are overhead-bound, gains most.
+What it measured on the stand-in, and under which load: docs/benchmarks.md.
 
 ``--stream``: the streamed runs instead (``figures --paper`` and ``evaluate``: result files on
 disk, ``gsd_lab.experiments.stream.StreamedRunCache``): the methods' configurations on the first
@@ -39,18 +25,7 @@ rows: "paper" records the exact TV and W1 per token (as ``figures --paper``), "e
 nothing (as ``evaluate``, whose rows are NFE, acceptance and tokens). "same" compares every
 result file's tokens and NFE with batch 1's.
 
-Measured 2026-12-01 (``--stream``, AR / SJD / GSD G=10, 1 thread, 2 CPU cores shared with four
-other jobs, load average 9-12; saved in ``benchmarks/results/batched_streams_standin.txt``):
-``--images 8 --batch 8`` (24 images per run): "paper" 0.043 -> 0.056 images/s (1.30x),
-"evaluate" 0.109 -> 0.147 (1.34x); ``--images 4 --batch 4`` (12 images): 1.33x and 1.45x; every
-result file's tokens and NFE those of batch 1. The exact accounting, whose work batching does
-not change, took 133 s against 91 s (35 s against 21 s) at batch 1 against batch B: either the
-batched runs saw less load or the accounting runs faster between batched forwards (not
-separated here), so part of the "paper" gain may be noise. On these cores the streamed runs
-are about 1.3-1.45x faster batched on one thread, short of the 1.8x decode speed-up that
-``benchmarks/archive/main_job_batched.py`` takes as its target; batching pays on a CPU with the
-second core (that script: the figures workload at batch 8 on every core against batch 1 on one
-thread).
+``--stream``'s saved output: ``benchmarks/results/batched_streams_standin.txt``.
 
     python benchmarks/batched_decoding.py [--images 16] [--batch 8] [--threads 1]
                                           [--methods ar,sjd,gsd] [--group-size 10] [--json]

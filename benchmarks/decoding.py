@@ -24,14 +24,11 @@ random drafts, cache crop, status read, bookkeeping): cumulative times (``PARTS`
 decode of the first image under cProfile, so cProfile's cost per Python call is in them; the
 other columns come from the unprofiled decodes.
 
-Why SJD/GSD stay above 10% on the stand-in on CPU (measured 2026-11-30, 1 thread): a 17-token
-forward is about 12-13 ms, so 10% allows about 1.4 ms per forward outside it, while the
-adapter's bit-exact float64 processing of the 17 x 8203 rows alone takes about 1.4 ms in the
-loop (CFG mix 0.3, top-k selection and mask 0.8, softmax 0.3; about 1.0 ms in isolation, the
-rest is cold caches after the forward), before verify (0.6 ms SJD) and the Jacobi re-drafts
-(0.2 ms). Each of those steps is a full pass over [17, 8203] float64; exp/softmax over the
-kept 2000 entries alone is not bit-identical to torch.softmax over the row (its sum runs in
-vector lanes by column position), so it cannot replace it. Wall-clock speed-up = NFE speed-up x
+Why SJD/GSD's overhead stays high on a CPU: the adapter's bit-exact float64 processing of the
+window's [L + 1, V] rows (CFG mix, top-k selection and mask, softmax: each a full pass over the
+rows) costs about as much as a small forward, before verify and the Jacobi re-drafts; exp/softmax
+over the kept top-k entries alone is not bit-identical to torch.softmax over the row (its sum runs
+in vector lanes by column position), so it cannot replace it. Wall-clock speed-up = NFE speed-up x
 (AR's ms per forward / the method's ms per forward): a forward over a 17-token window costs
 more than a 1-token one on a CPU (printed), and the overhead per forward is larger too.
 

@@ -39,8 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_lumina_shapes as shapes  # noqa: E402 (the GPU scripts' shared timing and header)
 
 from gsd_lab.decode.loop import generate  # noqa: E402
-from gsd_lab.decode.methods import DecodingMethod  # noqa: E402
-from gsd_lab.decode.methods import ClusterAcceptance
+from gsd_lab.decode.methods import ClusterAcceptance, DecodingMethod  # noqa: E402
 from gsd_lab.models.lumina_mgpt import chameleon_vocabulary_map  # noqa: E402
 from gsd_lab.testing.tiny_checkpoints import TEST_CONFIG_DIMS  # noqa: E402
 
@@ -133,14 +132,14 @@ def measure(adapter: Any, *, window: int, context: int, repeats: int, decode_tok
         "sjd": DecodingMethod("sjd", window=window),
         "gsd": DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=25)),
     }.items():
-        seconds, result = shapes._timed(lambda m=method: generate(
+        seconds, result = shapes.timed(lambda m=method: generate(
             adapter, prompt, m.for_model("family"), num_tokens=decode_tokens,
             generator=torch.Generator(device=device).manual_seed(seed + 1)), device)
         decode[name] = {"nfe": result.nfe, "tokens": int(result.tokens.numel()),
                         "wall_s": round(seconds, 3)}
     image_tokens = adapter.random_tokens(torch.arange(adapter.num_image_tokens, device=device),
                                          generator)
-    seconds, pixels = shapes._timed(lambda: adapter.decode_images(image_tokens), device)
+    seconds, pixels = shapes.timed(lambda: adapter.decode_images(image_tokens), device)
     return {
         "latent": [adapter.layout.height, adapter.layout.width],
         "num_image_tokens": adapter.num_image_tokens,
@@ -168,7 +167,7 @@ def run(*, families: tuple[str, ...], tiny: bool, window: int, context: int, rep
     for family in families:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            seconds, adapter = shapes._timed(lambda f=family: builders[f](tiny, device, dtype), device)
+            seconds, adapter = shapes.timed(lambda f=family: builders[f](tiny, device, dtype), device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         result = measure(adapter, window=window, context=context, repeats=repeats,

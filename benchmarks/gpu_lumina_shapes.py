@@ -171,7 +171,7 @@ def run_header(name: str, tiny: bool, device: torch.device,
     }
 
 
-def _timed(fn, device: torch.device) -> tuple[float, object]:
+def timed(fn, device: torch.device) -> tuple[float, object]:
     """(seconds, result) of ``fn()``, CUDA-synchronised before and after."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -225,13 +225,15 @@ def window_medians(adapter, tokens: torch.Tensor, window: int, repeats: int,
     cache holds (cropped back after each): wall (``forward_ms``) and the model part (``model_ms``),
     over ``repeats`` rounds after a warm-up. Sizes interleaved (1, window, 1, window, ...):
     host-side noise hits both alike."""
+    if window < 2:
+        raise ValueError(f"window must be >= 2 to time it beside one token, got {window}")
     kept = adapter.seq_len
     wall: dict[int, list[float]] = {1: [], window: []}
     inner: dict[int, list[float]] = {1: [], window: []}
     for attempt in range(repeats + 1):  # the first round is a warm-up
         for size in (1, window):
             before = adapter.model_seconds
-            seconds, _ = _timed(functools.partial(adapter.forward, tokens[:size]), device)
+            seconds, _ = timed(functools.partial(adapter.forward, tokens[:size]), device)
             adapter.crop(kept)
             if attempt:
                 wall[size].append(seconds)
@@ -367,7 +369,7 @@ def run(
     resolution = 128 if tiny else 768
     layout = LuminaImageLayout.from_vocabulary(config.vocabulary_map, resolution)
     adapter = LuminaMGPTAdapter(model, layout, top_k=2000, temperature=1.0, cfg_scale=3.0)
-    build_seconds = _timed(lambda: None, device)[0] + time.perf_counter() - build_start
+    build_seconds = timed(lambda: None, device)[0] + time.perf_counter() - build_start
 
     generator = torch.Generator(device=device).manual_seed(seed)
     prompt = _text_prompt(layout, config.vocab_size, 32, generator, device)
@@ -381,7 +383,7 @@ def run(
     )
     adapter.start(prompt)
     prefill_input = torch.cat([prompt, tokens[:generated_count]])
-    prefill_seconds, _ = _timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
+    prefill_seconds, _ = timed(lambda: adapter.forward(prefill_input, num_rows=1), device)
     kept = adapter.seq_len
 
     forward_ms, model_ms = window_medians(
@@ -414,7 +416,7 @@ def run(
         call = functools.partial(verify, p, q, drafts, generator=generator, **kwargs)
         times = []
         for attempt in range(repeats + 1):
-            seconds, _ = _timed(call, device)
+            seconds, _ = timed(call, device)
             if attempt:
                 times.append(seconds)
         verify_ms[name] = 1e3 * statistics.median(times)
@@ -487,7 +489,7 @@ def run_janus(
         generation_kwargs={"boi_token_id": boi}, guidance_scale=5.0,
     )
     adapter = JanusAdapter(model)
-    build_seconds = _timed(lambda: None, device)[0] + time.perf_counter() - build_start
+    build_seconds = timed(lambda: None, device)[0] + time.perf_counter() - build_start
     generator = torch.Generator(device=device).manual_seed(seed)
     low = 7 if tiny else 1000  # ordinary text ids (random weights: which ones does not matter)
     body = torch.randint(low, text.vocab_size if tiny else 90000, (30,), generator=generator,
@@ -498,7 +500,7 @@ def run_janus(
     context_codes = max(1, min(n - window - 1, n // 2 if tiny else 500))
     codes = adapter.random_tokens(torch.arange(context_codes + window, device=device), generator)
     adapter.start(prompt)
-    prefill_seconds, _ = _timed(
+    prefill_seconds, _ = timed(
         lambda: adapter.forward(torch.cat([prompt, codes[:context_codes]]), num_rows=1), device
     )
     kept = adapter.seq_len
@@ -508,7 +510,7 @@ def run_janus(
     gsd = DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=10))
     for method in (DecodingMethod("ar"), DecodingMethod("sjd", window=window), gsd):
         forwards, model_before = adapter.num_forwards, adapter.model_seconds
-        seconds, out = _timed(
+        seconds, out = timed(
             lambda: generate(adapter, prompt, method, num_tokens=tokens,
                              generator=torch.Generator(device=device).manual_seed(seed)),
             device,
@@ -519,7 +521,7 @@ def run_janus(
             "model_seconds": round(adapter.model_seconds - model_before, 3),
         }
     image_codes = adapter.random_tokens(torch.arange(n, device=device), generator)
-    vq_seconds, pixels = _timed(lambda: adapter.decode_images(image_codes), device)
+    vq_seconds, pixels = timed(lambda: adapter.decode_images(image_codes), device)
     return {
         **run_header("gpu_lumina_shapes", tiny, device),
         "model": name,

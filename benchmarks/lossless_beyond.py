@@ -83,7 +83,7 @@ from gsd_core.token_tree import children_of
 from gsd_lab.decode.loop import VerifiedWindow, generate
 from gsd_lab.decode.tree_shapes import (ScoredShape, positional_acceptance, ranked_shapes,
                                         tree_tokens)
-from gsd_lab.decode.methods import DecodingMethod
+from gsd_lab.decode.methods import DecodingMethod, SDAcceptance
 from gsd_lab.experiments.image_model import ImageModel, load_image_model
 from gsd_lab.experiments.runs import Recording, generate_one, generator_seed, resolve_for
 from gsd_lab.experiments.verdicts import POWER, minimum_detectable, paired_values, verdict, word
@@ -502,9 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads((ROOT / "figures/results.json").read_text())
     frontier = results["tables"]["frontier"]
     rows = {label: frontier["curves"][curve][index] for label, (curve, index) in STORED.items()}
-    spec = frontier["specs"]["TV-optimal relaxation"][0]["method"]
-    assert spec["kind"] == "sjd" and spec["relaxation_delta"] == 0.0
-    assert spec["draft"] == "independent" and spec["acceptance_scale"] == 1.0
+    stored = DecodingMethod.from_dict(frontier["specs"]["TV-optimal relaxation"][0]["method"])
+    assert stored.kind == "sjd" and stored.draft == "independent"  # the frontier's SJD point
+    assert stored.acceptance == SDAcceptance(), stored.acceptance  # delta = 0: SJD's key
     images = [(generator_seed(s, i), prompt)
               for s in frontier["seeds"] for i, prompt in enumerate(frontier["prompts"])]
     images = images[: args.images] if args.images else images

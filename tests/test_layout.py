@@ -21,7 +21,7 @@ MAX_LINES = 100
 MAX_COMPLEXITY = 20
 MAX_DOCSTRING_LINES = 20
 
-# Named exceptions, each with its reason (none now).
+# Named exceptions, each with its reason.
 LONG_OR_COMPLEX: dict[str, str] = {}
 
 # Module docstrings still longer than a map: each is to move its explanation to a docs/ page

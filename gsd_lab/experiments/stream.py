@@ -362,7 +362,8 @@ class StreamedRunCache(RunCache):
         (``run_method``'s order)."""
         for seed in self.seeds:
             run, folder = self._runs[(config, seed)], self.folder(config, seed)
-            yield from rows(run, folder, missing_ok=missing_ok)
+            yield from rows(run, folder, missing_ok=missing_ok,
+                            resume="run figures --paper")
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         key = self._concrete(spec).key

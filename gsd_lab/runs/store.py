@@ -216,10 +216,12 @@ def merge_results(
 
 
 def rows(
-    run: RunIdentity, out_dir: str | Path, *, missing_ok: bool = False
+    run: RunIdentity, out_dir: str | Path, *, missing_ok: bool = False,
+    resume: str = "run the same command",
 ) -> Iterator[dict[str, Any]]:
     """The result rows of ``run`` in ``out_dir``, in index order; a missing row or one of
-    another run raises ``ValueError`` (``missing_ok``: skipped)."""
+    another run raises ``ValueError`` naming ``resume``, the command that resumes the run
+    (``missing_ok``: skipped)."""
     for index in range(len(run.prompts)):
         row = load_result(out_dir, index)
         if row is None or not run.row_matches(row, index):
@@ -227,6 +229,6 @@ def rows(
                 continue
             raise ValueError(
                 f"{result_path(out_dir, index)} is missing or not of this run: the run is not "
-                "complete (run it again to resume it)"
+                f"complete ({resume} again to resume it)"
             )
         yield row

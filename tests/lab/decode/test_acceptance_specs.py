@@ -83,7 +83,7 @@ def _records(x):
             yield from _records(value)
 
 
-def test_every_sidecar_method_is_listed_as_before():
+def test_every_sidecar_method_reads_back_as_its_record():
     listed = [r for name in SIDECARS for r in _records(json.loads((FIGURES / name).read_text()))]
     assert len(listed) > 50
     for record in listed:

@@ -14,7 +14,7 @@ JSON):
   estimator's RMS error over 20,000 simulated draws from the exact per-token values;
 - distortion against NFE on both measures, and ``matched.matched_nfe`` rows with the summary.
 
-Run: nice -n 10 python benchmarks/w1_accounting.py [--seeds 0] [--draws 4] [--exact-images 1]
+Run: nice -n 10 python benchmarks/archive/w1_accounting.py [--seeds 0] [--draws 4] [--exact-images 1]
 (one thread; several minutes on a quiet core).
 """
 

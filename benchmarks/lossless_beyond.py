@@ -502,9 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads((ROOT / "figures/results.json").read_text())
     frontier = results["tables"]["frontier"]
     rows = {label: frontier["curves"][curve][index] for label, (curve, index) in STORED.items()}
-    stored = DecodingMethod.from_dict(frontier["specs"]["TV-optimal relaxation"][0]["method"])
-    assert stored.kind == "sjd" and stored.draft == "independent"  # the frontier's SJD point
-    assert stored.acceptance == SDAcceptance(), stored.acceptance  # delta = 0: SJD's key
+    sjd_spec = DecodingMethod.from_dict(frontier["specs"]["TV-optimal relaxation"][0]["method"])
+    if not (sjd_spec.kind == "sjd" and sjd_spec.draft == "independent"
+            and sjd_spec.acceptance == SDAcceptance()):  # delta = 0: SJD's key
+        raise SystemExit(f"the stored frontier's SJD point is not plain SJD: {sjd_spec!r}")
     images = [(generator_seed(s, i), prompt)
               for s in frontier["seeds"] for i, prompt in enumerate(frontier["prompts"])]
     images = images[: args.images] if args.images else images

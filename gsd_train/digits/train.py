@@ -37,6 +37,7 @@ from ..standin.ar import (
     lr_at,
     make_batch,
     teacher_forced_statistics,
+    write_ar_config,
 )
 from ..standin.train_tokenizer import kmeans
 
@@ -196,19 +197,6 @@ def _curve(history: list[dict]) -> list[dict]:
     ]
 
 
-def _write_ar_config(out: Path, config, layout: TokenLayout, training: dict) -> None:
-    """``ar_config.json``: the Llama config, token layout, class names and training record."""
-    write_json(
-        out / "ar_config.json",
-        {
-            "llama": config.to_dict(),
-            "layout": layout.to_dict(),
-            "class_names": list(data.CLASS_NAMES),
-            "training": training,
-        },
-    )
-
-
 def train_ar(
     out: Path,
     tokenizer: PatchVQTokenizer,
@@ -305,7 +293,7 @@ def train_ar(
         "epochs_run": len(history), "saved_epoch": best[1],
         "codebook_init": False, "curve": _curve(history), "final_eval": history[best[1]],
     }
-    _write_ar_config(out, config, layout, training)
+    write_ar_config(out, config, layout, training, data.CLASS_NAMES)
     log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_epoch": best[1],
          "stopped_by": stop})
     return model, layout

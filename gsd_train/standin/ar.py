@@ -524,14 +524,21 @@ def train_ar(
         "heldout_windows": heldout.num_windows, "code_unigram_entropy": probe.entropy,
         "final_eval": final,
     }
+    write_ar_config(out, config, layout, training, data.CLASS_NAMES)
+    log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_step": saved_step})
+    return model, layout
+
+
+def write_ar_config(
+    out: Path, config, layout: TokenLayout, training: dict, class_names
+) -> None:
+    """``ar_config.json``: the Llama config, token layout, class names and training record."""
     write_json(
         out / "ar_config.json",
         {
             "llama": config.to_dict(),
             "layout": layout.to_dict(),
-            "class_names": list(data.CLASS_NAMES),
+            "class_names": list(class_names),
             "training": training,
         },
     )
-    log({"stage": "ar", "done": True, "wall_seconds": wall, "saved_step": saved_step})
-    return model, layout

@@ -78,7 +78,11 @@ def scored(classifier, images: torch.Tensor, prompted: torch.Tensor, real_featur
 
 @torch.no_grad()
 def generation_statistics(
-    directory: Path, per_class: int, seeds: tuple[int, ...], cfg_scale: float | None
+    directory: Path,
+    per_class: int,
+    seeds: tuple[int, ...],
+    cfg_scale: float | None,
+    top_k: int | None = DEFAULT_TOP_K,
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """``per_class`` samples per digit for every seed (one batch per seed, one generator seeded
     with the seed): flatness and the quality measure. Returns (stats, images, prompted)."""
@@ -90,7 +94,7 @@ def generation_statistics(
     for seed in seeds:
         classes = torch.arange(layout.num_classes).repeat_interleave(per_class)
         tokens, top1 = sample_tokens(
-            model, layout, classes, cfg_scale=cfg_scale, top_k=DEFAULT_TOP_K,
+            model, layout, classes, cfg_scale=cfg_scale, top_k=top_k,
             generator=torch.Generator().manual_seed(seed),
         )
         all_tokens.append(tokens), all_top1.append(top1), all_classes.append(classes)
@@ -99,7 +103,7 @@ def generation_statistics(
     _, correct = prompted_scores(classifier, images, classes)
     stats = {
         "cfg_scale": cfg_scale,
-        "top_k": DEFAULT_TOP_K,
+        "top_k": top_k,
         "temperature": 1.0,
         "seeds": list(seeds),
         "per_class_per_seed": per_class,

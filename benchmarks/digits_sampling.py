@@ -7,7 +7,8 @@ model, one generator per seed, the same seeds for every setting), scored by the 
 classifier: accuracy (argmax = prompted digit), mean log p(prompted digit), KID against the
 held-out digits, the flat-token share. The selection is the largest accuracy; its number on
 these seeds is the selected maximum, biased upwards, so the selected setting is measured again on
-fresh seeds (``--confirm-seeds``, disjoint from the selection's): the number to report.
+fresh seeds (``--confirm-seeds``, disjoint from the selection's): the number to report, beside
+the adapter's defaults on the same seeds.
 
     nice -n 5 python benchmarks/digits_sampling.py  # --out benchmarks/results/digits_sampling
 """
@@ -27,7 +28,7 @@ KEEP = ("cfg_scale", "top_k", "seeds", "per_class_per_seed", "images", "accuracy
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gsd_lab.digits.adapter import WEIGHTS_DIR
+    from gsd_lab.digits.adapter import DEFAULT_CFG_SCALE, DEFAULT_TOP_K, WEIGHTS_DIR
     from gsd_train.digits.export import generation_statistics
 
     parser = argparse.ArgumentParser()
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     best = max(rows, key=lambda r: r["accuracy"])
     confirmed, _, _ = generation_statistics(
         args.weights, args.per_class, tuple(args.confirm_seeds), best["cfg_scale"], best["top_k"])
+    defaults, _, _ = generation_statistics(
+        args.weights, args.per_class, tuple(args.confirm_seeds), DEFAULT_CFG_SCALE, DEFAULT_TOP_K)
     result = {
         "command": " ".join(["python benchmarks/digits_sampling.py",
                              *(sys.argv[1:] if argv is None else argv)]),
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "selected": {"cfg_scale": best["cfg_scale"], "top_k": best["top_k"],
                      "accuracy_on_selection_seeds": best["accuracy"]},
         "confirmed": {key: confirmed[key] for key in KEEP},
+        "defaults_on_confirmation_seeds": {key: defaults[key] for key in KEEP},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -76,3 +76,12 @@ def test_code_logp_is_the_log_softmax_over_image_codes():
 def test_sweep_refuses_overlapping_confirmation_seeds():
     with pytest.raises(ValueError, match="overlap"):
         benchmark("digits_sampling").main(["--seeds", "7", "--confirm-seeds", "7", "8"])
+
+
+def test_sweep_compares_its_confirmation_with_the_adapters_defaults_on_the_same_seeds():
+    from gsd_lab.digits.adapter import DEFAULT_CFG_SCALE, DEFAULT_TOP_K
+
+    sweep = stored("digits_sampling")
+    defaults, confirmed = sweep["defaults_on_confirmation_seeds"], sweep["confirmed"]
+    assert (defaults["cfg_scale"], defaults["top_k"]) == (DEFAULT_CFG_SCALE, DEFAULT_TOP_K)
+    assert (defaults["seeds"], defaults["images"]) == (confirmed["seeds"], confirmed["images"])

@@ -59,7 +59,7 @@ def test_the_readme_answer_links_into_the_ledger_on_the_site(built):
 
 def test_the_check_finds_what_a_reader_would(tmp_path):
     """Negative control: a missing page, a missing anchor, a missing image, a link outside the
-    site and everything loaded over the network (script, stylesheet, preload, icon, frame,
+    site, a Markdown table left as text and everything loaded over the network (script, stylesheet, preload, icon, frame,
     media source, image, a stylesheet's url() and @import) are each reported."""
     (tmp_path / "_static" / "mathjax").mkdir(parents=True)
     (tmp_path / "_static" / "mathjax" / "tex-chtml.js").write_text("")
@@ -72,12 +72,14 @@ def test_the_check_finds_what_a_reader_would(tmp_path):
         '<iframe src="https://x.org/v"></iframe><video><source src="http://x.org/v.mp4"></video>'
         '<img src="https://x.org/i.png"><a href="../../outside.html">o</a>'
         '<img src="data:image/png;base64,AAAA"><link rel="stylesheet" href="_static/s.css">'
+        '<p>| method | nfe | |\u2014|\u2014| | AR | 256 |</p><pre>| a |\n|---|</pre>'
     )
     (tmp_path / "_static" / "s.css").write_text(
         '@import "https://fonts.example/a.css";\nbody { background: url("https://x.org/b.png") }\n'
         'p { background: url(local.png) }')
     problems = site.check_site(tmp_path)
-    assert len(problems) == 13, problems
+    assert len(problems) == 14, problems
+    assert any("a Markdown table shown as text" in p for p in problems)  # not the one in <pre>
     assert any("missing anchor other.html#gone" in p for p in problems)
     assert any("link to missing none.html" in p for p in problems)
     assert any("missing image" in p for p in problems)

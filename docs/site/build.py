@@ -134,11 +134,15 @@ def stage(into: Path, repo: Path = REPO) -> Path:
 
 
 REMOTE = ("http:", "https:", "//")
+# A Markdown table's rule row (|---|---|, or its dashes typeset as em dashes) in a page's text.
+RAW_TABLE_RULE = re.compile(r"\|\s*:?(?:-{3,}|\u2014+):?\s*\|")
+CODE_TAGS = ("pre", "code", "script", "style", "textarea")
 CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""")
 
 
 class _Page(html.parser.HTMLParser):
-    """The ids, links, images and resources loaded over the network of one HTML page."""
+    """The ids, links, images and resources loaded over the network of one HTML page, and the
+    rows of Markdown tables left as text (outside code: a table the renderer did not parse)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -146,8 +150,18 @@ class _Page(html.parser.HTMLParser):
         self.links: list[str] = []
         self.images: list[str] = []
         self.remote: list[str] = []
+        self.raw_tables: list[str] = []
+        self._in_code = 0
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_code -= tag in CODE_TAGS and self._in_code > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._in_code and (match := RAW_TABLE_RULE.search(data)):
+            self.raw_tables.append(data[max(0, match.start() - 40):match.end()].strip())
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._in_code += tag in CODE_TAGS
         a = {k: v or "" for k, v in attrs}
         for key in ("id", "name"):
             if a.get(key) and (key == "id" or tag == "a"):
@@ -188,6 +202,7 @@ def check_site(out: Path) -> list[str]:
     for page, found in parsed.items():
         name = page.relative_to(root).as_posix()
         problems += [f"{name}: loads {src} over the network" for src in found.remote]
+        problems += [f"{name}: a Markdown table shown as text: {row!r}" for row in found.raw_tables]
         for src in found.images:
             if src.startswith(REMOTE) or urlsplit(src).scheme:
                 continue  # remote ones are reported with the other remote loads; data: is inline

@@ -32,6 +32,8 @@ nb_mime_priority_overrides = [
     ("html", "application/vnd.jupyter.widget-state+json", None),
 ]
 nb_merge_streams = True
+# Markdown outputs (the notebooks' tables) parsed as the pages are: CommonMark, the default, has no tables.
+nb_render_markdown_format = "myst"
 
 # The API reference: signatures with their type hints, members in source order.
 autodoc_member_order = "bysource"

@@ -7,8 +7,9 @@ report what the save changed: nothing, when the committed metadata is what Jupyt
 Needs `jupyterlab` and `websocket-client` in this Python and the Debian package `chromium`.
 JupyterLab runs on the clone with its app object exposed; Chromium is driven through its DevTools
 protocol: each notebook is opened, waited on until its kernel is ready, and saved through the
-document's context (what ``docmanager:save`` calls). Exit status 1 when `git diff` of the clone is
-not empty, 2 when a notebook did not open within the time limit.
+document's context (what ``docmanager:save`` calls). Exit status 1 when `git status` of the clone
+is not clean, 2 when the check itself failed (a notebook not open within the time limit, a server
+not answering, a browser error; the server log's tail is printed).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class Page:
 
     def __init__(self) -> None:
         targets = json.loads(_wait_for(f"http://localhost:{DEVTOOLS_PORT}/json", START_SECONDS))
-        url = next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
+        pages = [t for t in targets if t["type"] == "page"]
+        if not pages:
+            raise RuntimeError("Chromium lists no page to drive")
+        url = pages[0]["webSocketDebuggerUrl"]
         self.socket, self.calls = websocket.create_connection(url, timeout=60), 0
 
     def call(self, method: str, **params) -> dict:
@@ -61,6 +65,8 @@ class Page:
 
     def evaluate(self, expression: str):
         reply = self.call("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+        if "error" in reply:
+            raise RuntimeError(f"DevTools: {reply['error']}")
         if "exceptionDetails" in reply.get("result", {}):
             raise RuntimeError(reply["result"]["exceptionDetails"]["exception"]["description"])
         return reply["result"]["result"].get("value")
@@ -88,29 +94,35 @@ def open_and_save(page: Page, path: str) -> bool:
 
 
 def check(clone: Path, notebooks: list[str]) -> str:
-    """Open and save each notebook in ``clone``; the clone's ``git diff --stat`` afterwards."""
+    """Open and save each notebook in ``clone``; the clone's ``git status --porcelain`` afterwards."""
     env = dict(os.environ, PYTHONPATH=str(clone))
     log = open(clone / ".jupyterlab-save-check.log", "w")
-    lab = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={LAB_PORT}",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={clone}",
-         "--LabApp.expose_app_in_browser=True"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    chrome = subprocess.Popen(
-        ["chromium", "--headless=new", "--no-sandbox", f"--remote-debugging-port={DEVTOOLS_PORT}",
-         "--remote-allow-origins=*", "--window-size=1280,1000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    processes: list[subprocess.Popen] = []
     try:
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={LAB_PORT}",
+             f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={clone}",
+             "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        processes.append(subprocess.Popen(
+            ["chromium", "--headless=new", "--no-sandbox", f"--remote-debugging-port={DEVTOOLS_PORT}",
+             "--remote-allow-origins=*", "--window-size=1280,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         _wait_for(f"http://localhost:{LAB_PORT}/api/status?token={TOKEN}", START_SECONDS)
         page = Page()
         for path in notebooks:
             dirty = open_and_save(page, path)
             print(f"{path}: opened, kernel ready, saved; modified on opening: {'yes' if dirty else 'no'}")
     finally:
-        for process in (chrome, lab):
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-    return subprocess.run(["git", "-C", str(clone), "diff", "--stat"], capture_output=True,
+        for process in reversed(processes):  # SIGTERM first: the server shuts its kernels down
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+        log.close()
+    return subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True,
                           text=True, check=True).stdout
 
 
@@ -124,13 +136,16 @@ def main() -> int:
     notebooks = sorted(p.relative_to(clone).as_posix() for p in (clone / "notebooks").glob("*.ipynb"))
     try:
         diff = check(clone, notebooks)
-    except TimeoutError as error:
-        print(error)
+    except Exception as error:  # the check failed, not the notebooks: say why, with the log
+        print(f"the check failed: {type(error).__name__}: {error}")
+        log = clone / ".jupyterlab-save-check.log"
+        if log.exists():
+            print("JupyterLab's log ends:\n" + log.read_text(errors="replace")[-2000:])
         return 2
     finally:
         if not args.keep:
             shutil.rmtree(clone.parent, ignore_errors=True)
-    print(f"git diff after saving {len(notebooks)} notebooks: " + (diff.strip() or "none"))
+    print(f"git status after saving {len(notebooks)} notebooks: " + (diff.strip() or "clean"))
     if args.keep:
         print(f"clone kept at {clone}")
     return 1 if diff.strip() else 0

@@ -122,12 +122,12 @@ def _toy_notebook(path, body: str) -> None:
 def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     """Two toy notebooks through ``run_notebooks`` (three kernel starts): in place, one failing
     notebook writes nothing; into another folder, the parameter is injected and the written
-    notebook is normalised, with the provenance header and the outputs."""
+    notebook is normalised, with the provenance header and the outputs, and no progress bar."""
     from gsd_lab.teaching.notebooks import run_notebooks
 
     src = tmp_path / "src"
     src.mkdir()
-    _toy_notebook(src / "01_ok.ipynb", "print(f'x = {x}')")
+    _toy_notebook(src / "01_ok.ipynb", "from tqdm import tqdm\n\nfor _ in tqdm(range(3)):\n    pass\nprint(f'x = {x}')")
     _toy_notebook(src / "02_fails.ipynb", "raise RuntimeError('boom')")
     before = {p.name: p.read_bytes() for p in src.iterdir()}
     runs = run_notebooks(src, folder=src, log=lambda line: None)
@@ -141,6 +141,8 @@ def test_runner_executes_with_papermill_and_writes_only_when_all_ran(tmp_path):
     assert nb.cells[1].metadata == {"tags": ["injected-parameters"]} and "x = 3" in nb.cells[1].source
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "x = 3" in text and re.search(r"provenance: commit [0-9a-f]{40} dirty (True|False)", text)
+    # Progress bars (their timings change every run) are not stored.
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.get("name") == "stderr"]
 
 
 @pytest.mark.timeout(240)

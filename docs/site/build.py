@@ -134,8 +134,8 @@ def stage(into: Path, repo: Path = REPO) -> Path:
 
 
 REMOTE = ("http:", "https:", "//")
-# A Markdown table's rule row (|---|---|, or its dashes typeset as em dashes) in a page's text.
-RAW_TABLE_RULE = re.compile(r"\|\s*:?(?:-{3,}|\u2014+):?\s*\|")
+# A Markdown table's rule row (|---|---|, or its dashes typeset as en or em dashes) in a page's text.
+RAW_TABLE_RULE = re.compile(r"\|\s*:?(?:-{3,}|[\u2013\u2014]+):?\s*\|")
 CODE_TAGS = ("pre", "code", "script", "style", "textarea")
 CSS_URL = re.compile(r"""url\(\s*['"]?([^'")\s]+)|@import\s+['"]([^'"]+)""")
 

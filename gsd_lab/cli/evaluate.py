@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     for index, prompt in enumerate(prompts):
         check_prompt(model, prompt, f"--prompts {args.prompts}: prompt {index}", fail)
     batch_size = args.batch_size or default_batch_size(context.device)
-    work = _work(args, model, spec, context.device, batch_size)
+    work = _work(args, model, spec, batch_size)
     identity = run_identity(args, model, spec)
     if model.adapter.device.type != "cpu":
         # On a GPU, batched and static forwards round differently from batch 1 eager, so the
@@ -99,11 +99,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _work(
-    args: argparse.Namespace, model: Any, spec: Any, device: Any, batch_size: int
+    args: argparse.Namespace, model: Any, spec: Any, batch_size: int
 ) -> Callable[[list[tuple[int, str]], Callable[[int, dict], None]], None]:
     """``work(items, write)`` for ``BatchedWork``: decode (index, prompt) items, each written as
-    its row (``stream.record_row``: counts, times, tokens, condition score, image file; the
-    seed) as soon as it is decoded."""
+    its row (``stream.record_row``: label, generator seed, counts, times, tokens, device,
+    condition score, image file) as soon as it is decoded."""
     from ..experiments.runs import Recording, RunItem, decode_items, resolve_for
     from ..experiments.stream import record_row
 
@@ -113,8 +113,7 @@ def _work(
 
     def row_of(index: int, record: Any) -> dict[str, Any]:
         image_file = None if args.no_images else image_dir / f"{index:06d}.png"
-        row = record_row(record, model, image_file)
-        return {**row, "seed": args.seed + index, "device": str(device)}
+        return record_row(record, model, image_file)  # label, generator_seed, device: once
 
     def work(items: list[tuple[int, str]], write: Callable[[int, dict], None]) -> None:
         # prompt i's generator is seeded seed + i (docs/run-store.md)

@@ -154,10 +154,12 @@ def normalise(nb: Any) -> Any:
 
 
 def _kernel_environment() -> None:
-    """The kernel (a child process) inherits this: this checkout first on the path, no GUI."""
+    """The kernel (a child process) inherits this: this checkout first on the path, no GUI, no
+    tqdm progress bars (their timings would make every stored output differ)."""
     path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *([path] if path else [])])
     os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["TQDM_DISABLE"] = "1"
 
 
 def cell_label(cell: Any, source: Any, index: int | None = None) -> str:

@@ -192,7 +192,7 @@ def test_cli_evaluate_batched_gives_the_rows_of_batch_1_and_resumes(tmp_path, ca
     batched = _evaluate(tmp_path / "three", prompts, "--batch-size", "3")
     assert sorted(single) == sorted(batched) == list(range(7))
     for index in single:
-        for key in ("nfe", "tokens", "acceptance_rate", "seed", "prompt"):
+        for key in ("nfe", "tokens", "acceptance_rate", "generator_seed", "prompt"):
             assert batched[index][key] == single[index][key], (index, key)
     summary = json.loads((tmp_path / "three" / "summary.json").read_text())
     assert summary["complete"] and summary["config"]["batch_size"] == 3

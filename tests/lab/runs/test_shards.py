@@ -123,7 +123,8 @@ def test_cli_evaluate_with_torchrun_two_processes(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["config"]["world_size"] == 2
     row = json.loads(result_path(out, 2).read_text())
-    assert row["seed"] == 2 and len(row["tokens"]) == 64 and Path(row["image"]).is_file()
+    assert row["generator_seed"] == 2 and "seed" not in row and row["label"] == "SJD"  # each once
+    assert len(row["tokens"]) == 64 and Path(row["image"]).is_file()
     assert 1 <= row["nfe"] <= 64
     assert row["prompt"] == "2" and row["run"]["decoding"]["method"]["kind"] == "sjd" and row["run"]["seed"] == 0
     assert row["run"]["model"] == "tiny-random" and row["run"]["weights"]["parameters_sha256"]

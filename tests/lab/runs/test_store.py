@@ -1,5 +1,6 @@
-"""The run store reads a run's rows back in index order, refusing a missing or foreign row, and
-a decoded image's record survives its row (``stream.record_row`` / ``row_record``)."""
+"""The run store reads a run's rows back in index order, refusing a missing or foreign row with
+the command that resumes the run, and a decoded image's record survives its row
+(``stream.record_row`` / ``row_record``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ def test_rows_come_back_in_index_order_and_a_gap_is_refused(tmp_path):
     start_run(tmp_path, run, CONTEXT)
     for index in (2, 0):
         write_result(run, tmp_path, index, {"nfe": index}, CONTEXT)
-    with pytest.raises(ValueError, match="000001.json is missing or not of this run"):
+    with pytest.raises(ValueError, match="000001.json is missing or not of this run") as refused:
         list(rows(run, tmp_path))
+    assert "(run the same command again to resume it)" in str(refused.value)  # the default
+    with pytest.raises(ValueError, match=r"\(run figures --paper again to resume it\)$"):
+        list(rows(run, tmp_path, resume="run figures --paper"))  # the streamed run's command
     assert [row["nfe"] for row in rows(run, tmp_path, missing_ok=True)] == [0, 2]
     other = RunIdentity({"model": "other"}, ["a", "b", "c"])
     write_result(other, tmp_path, 1, {"nfe": 1}, CONTEXT)  # a foreign row is never counted

@@ -5,6 +5,7 @@ stored outputs without machine paths, stray progress bars or a widget's repr."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -51,6 +52,29 @@ def test_metadata_is_what_jupyterlab_saves(path):
     assert "widgets" not in nb.metadata
     again = normalise(nbformat.from_dict(nb))
     assert again.metadata == nb.metadata
+
+
+# What JupyterLab wrote when it saved, without edits, a notebook committed with ``saved_from``'s
+# metadata (recorded once with scripts/jupyterlab_save_check.py; the real check in a browser).
+JUPYTERLAB_SAVE = Path(__file__).with_name("jupyterlab_saved_metadata.json")
+
+
+def test_the_runner_writes_what_jupyterlab_saves():
+    """``normalise`` of an executed notebook (papermill's kernelspec, nbclient's and papermill's
+    metadata) gives the metadata and format version JupyterLab saved, but for the Python version,
+    which is the executing kernel's."""
+    recorded = json.loads(JUPYTERLAB_SAVE.read_text())
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={
+        "execution": {"iopub.status.busy": "2026-01-01"}, "papermill": {"duration": 1.0}})])
+    nb.metadata = {**recorded["saved_from"], "papermill": {"duration": 3.0}}
+    written = json.loads(nbformat.writes(normalise(nb)))
+    saved = recorded["metadata"]
+    assert written["metadata"]["kernelspec"] == saved["kernelspec"]
+    assert (written["nbformat"], written["nbformat_minor"]) == (recorded["nbformat"], recorded["nbformat_minor"])
+    assert {k: v for k, v in written["metadata"]["language_info"].items() if k != "version"} == \
+        {k: v for k, v in saved["language_info"].items() if k != "version"}
+    assert set(written["metadata"]) == set(saved) and written["cells"][0]["metadata"] == {}
+    assert "id" in written["cells"][0]  # nbformat 4.5 cell ids, which JupyterLab keeps
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)

@@ -1,11 +1,13 @@
-"""Where the digits model's AR samples go wrong: does every position use the class token, and
-which digits do the samples become?
+"""Where the digits model's AR samples go wrong: where conditioning on the digit helps, and
+which digits the samples become.
 
-Class information per position (held-out digits x with label c, teacher-forced, float64 model,
+Conditioning gain per position (held-out digits x with label c, teacher-forced, float64 model,
 the law restricted to image codes as in sampling):
     gain_t = E[ log p(x_t | c, x_<t) - log p(x_t | null, x_<t) ]   (nats),
-reported per raster row of the 14 x 14 grid (the sum over its 14 positions): a class token that
-later positions ignore shows as a gain that falls to 0 along the rows. Also the conditional
+reported per raster row of the 14 x 14 grid (the sum over its 14 positions). It is a
+log-likelihood ratio against the null (unconditional) branch, not the label's mutual information
+(at most ln 10 per image): part of it is the null branch fitting worse. Stored under the keys
+``class_information_*``. Also the conditional
 NLL per row. Confusion: the digits classifier's argmax on AR samples (``--per-class`` per digit,
 generator seed ``--seed``, the adapter's cfg_scale and top-k unless given), rows the prompted
 digit.

@@ -154,14 +154,16 @@ class _Page(html.parser.HTMLParser):
         self._in_code = 0
 
     def handle_endtag(self, tag: str) -> None:
-        self._in_code -= tag in CODE_TAGS and self._in_code > 0
+        if tag in CODE_TAGS and self._in_code:
+            self._in_code -= 1
 
     def handle_data(self, data: str) -> None:
         if not self._in_code and (match := RAW_TABLE_RULE.search(data)):
             self.raw_tables.append(data[max(0, match.start() - 40):match.end()].strip())
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._in_code += tag in CODE_TAGS
+        if tag in CODE_TAGS:
+            self._in_code += 1
         a = {k: v or "" for k, v in attrs}
         for key in ("id", "name"):
             if a.get(key) and (key == "id" or tag == "a"):

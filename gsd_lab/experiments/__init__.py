@@ -10,7 +10,8 @@ the tests (no analysis lives only in a notebook cell). In reading order:
   ``findings`` (README's answer, docs/findings.md) and ``paper`` (notebooks 02-04) render it;
 - ``tables``: Table 1 / Table 2 / Fig. 10 configurations and their tables;
 - ``matched``: distortion at matched NFE; ``frontier``: NFE against TV and W1 for every rule,
-  at matched distortion, and the one-step Pareto line; ``paper_values``: the paper's numbers;
+  at matched distortion, and the one-step Pareto line; ``lossless_frontier``: the committed
+  lossless decoders beyond MC-SJD paired on it; ``paper_values``: the paper's numbers;
 - ``top1``: top-1 probability statistics; ``replacement``: the replacement study (Fig. 4);
 - ``prose``: the value spans of the documents rendered from results.json;
 - ``lossless``: a decoder's emitted joint law against AR's, exactly enumerated on a tiny model;

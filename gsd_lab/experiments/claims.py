@@ -39,6 +39,7 @@ from .judges import (  # the benchmark files' names: findings reads them here
     MULTIDRAFT_AGAINST,
     MULTIDRAFT_FILES,
     FewerThanOptimal,
+    LosslessTime,
     MatchedPoints,
     Multidraft,
     Table2Ordering,
@@ -325,6 +326,19 @@ CLAIMS: tuple[Claim, ...] = (
         )
         for against in MULTIDRAFT_AGAINST
         for k in MULTIDRAFT_FILES
+    ),
+    *(
+        Claim(
+            f"lossless_less_time_than_{slug}",
+            f"(not in the papers) a lossless decoder beyond {MC_MAXIMAL} (the one with the least "
+            f"modelled time on the frontier) needs less modelled GPU time than "
+            f"{'' if slug == 'mc_sjd' else 'lossy '}{label}",
+            "-",
+            "gsd_lab.experiments.lossless_frontier; gsd_lab.accounting.roofline; "
+            f"docs/lossless-frontier.md; {LOSSLESS_EVIDENCE}",
+            LosslessTime(name),
+        )
+        for slug, name, label in (("mc_sjd", "MC-SJD", MC_MAXIMAL), ("mc_gsd", "MC-GSD", MC_GSD50))
     ),
     *(
         Claim(

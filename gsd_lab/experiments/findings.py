@@ -117,6 +117,7 @@ QUESTIONS = (  # (claim id, the README's question, what "yes" means there, what 
 
 
 BEYOND = "Does a lossless decoder beyond MC-SJD need fewer forwards?"
+BEYOND_TIME = "Does a lossless decoder beyond MC-SJD need less modelled GPU time?"
 
 
 def beyond_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
@@ -133,11 +134,16 @@ def beyond_lines(found: dict[str, Evidence]) -> list[dict[str, str]]:
              f"k = {k} needs fewer", f"{other.split(' ')[0]} needs fewer")
             for k in claims.MULTIDRAFT_FILES
         ]
+    asked = [(BEYOND, *ask) for ask in asked] + [
+        (BEYOND_TIME, f"lossless_less_time_than_{slug}", f"vs {short}",
+         "the lossless decoder needs less", f"{short.split(',')[0]} needs less")
+        for slug, short in (("mc_sjd", "MC-SJD"), ("mc_gsd", "MC-GSD, lossy"))
+    ]
     out = []
-    for cid, what, yes, no in asked:
+    for question, cid, what, yes, no in asked:
         evidence = found[cid]
         tail = f"; {evidence.note}" if evidence.note else ""
-        out.append(line(f"{BEYOND} ({what})", answer(evidence, yes, no) + tail, evidence))
+        out.append(line(f"{question} ({what})", answer(evidence, yes, no) + tail, evidence))
     return out
 
 
@@ -248,6 +254,10 @@ def _beyond_answer(found: dict[str, Any]) -> tuple[list[str], str]:
         lossy = "" if other == claims.MC_MAXIMAL else " (lossy)"
         parts.append(f"k drafts against {other.split(' ')[0]}{lossy}: " + "; ".join(
             f"k = {k}: {found[cid].short()}" for k, cid in zip(claims.MULTIDRAFT_FILES, cids)))
+    timed = [f"lossless_less_time_than_{slug}" for slug in ("mc_sjd", "mc_gsd")]
+    ids += timed
+    parts.append("in modelled GPU time, the fastest lossless decoder against MC-SJD: "
+                 f"{found[timed[0]].short()}, against MC-GSD (lossy): {found[timed[1]].short()}")
     return ids, "; ".join(parts)
 
 

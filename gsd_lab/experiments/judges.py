@@ -220,6 +220,38 @@ def _modelled_time(row: dict[str, Any]) -> str:
             f"(maximal, no candidates) {base['modelled_read_times']:.1f} (roofline cost model)")
 
 
+@dataclass(frozen=True)
+class LosslessTime:
+    """The lossless decoder beyond MC-SJD with the least mean modelled GPU time among the
+    frontier's (``tables.frontier.lossless``, ``experiments.lossless_frontier``) minus MC-SJD or
+    MC-GSD (``against``), modelled time, image by image, judged for "less time" (-1). The note
+    says it is a selected minimum and of how many."""
+
+    against: str
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return ("tables.frontier.lossless.rows",)
+
+    def __call__(self, run: Run) -> Evidence:
+        lossless = (run.tables.get("frontier") or {}).get("lossless") or {}
+        timed = [r for r in lossless.get("rows", [])
+                 if r["versus"][self.against]["modelled"]["difference"] is not None]
+        if not timed:
+            return replace(NOT_RUN, note="no lossless decoder with per-image modelled time on "
+                           "this run's frontier (gsd_lab.experiments.lossless_frontier)")
+        best = min(timed, key=lambda r: r["modelled"])
+        found = best["versus"][self.against]
+        diff = PairedDifference.from_dict(found["modelled"])
+        note = (f"the least modelled time of {len(timed)} lossless decoders with per-image times "
+                f"(a selected minimum): {best['method']}, {best['modelled']:.1f} weight-read "
+                f"times per image, {best['tokens_per_forward']:.1f} tokens per forward, "
+                f"{found['modelled_ratio']['text']} {self.against}'s time ({best['file']})")
+        compared = f"{best['method']} - {lossless['references'][self.against]}, modelled time"
+        return Evidence(verdict(diff.difference, diff.se, -1), "difference", compared,
+                        diff.difference, diff.se, diff.n, note=note)
+
+
 def block_fewer_nfe_than_mc_sjd(_: Run) -> Evidence:
     """Block verification (independent drafts) minus MC-SJD (maximal), NFE, image by image: the
     file's block decodes against the stored MC-SJD records it was paired with."""

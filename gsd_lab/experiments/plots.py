@@ -494,11 +494,16 @@ def distortion_vs_nfe(points: dict[str, list[dict[str, Any]]], w1_label: str = W
     return pareto(points, metrics)
 
 
-def frontier(curves: dict[str, list[dict[str, Any]]]) -> Figure:
+LOSSLESS_MARKERS = ("*", "P", "X", "D", "h", "^", "v", "p")  # one per lossless decoder, in grey
+
+
+def frontier(curves: dict[str, list[dict[str, Any]]],
+             lossless: list[dict[str, Any]] = ()) -> Figure:
     """The frontier (``experiments.frontier``): NFE (y) against the mean TV per token (left)
     and the mean W1 per token (right, rows that carry it), one line per rule's curve, a marker
     per single configuration; error bars +- one standard error over images on both axes. Lower
-    is better on both axes: the better corner is down-left."""
+    is better on both axes: the better corner is down-left. ``lossless``: rows of
+    ``experiments.lossless_frontier`` (no W1 measured), stars at their largest measured TV."""
     fig, axes = _figure(2, size=(5.0, 3.8))
     panels = [
         ("distortion", "mean TV(output law, p) per token"),
@@ -520,6 +525,10 @@ def frontier(curves: dict[str, list[dict[str, Any]]]) -> Figure:
                 color=f"C{index % 10}",
                 label=name,
             )
+        for index, row in enumerate(lossless if key == "distortion" else ()):
+            marker = LOSSLESS_MARKERS[index % len(LOSSLESS_MARKERS)]
+            ax.plot([row["distortion_max"]], [row["nfe"]], marker, ms=8, color="0.2",
+                    fillstyle="none", label=f"{row['method']} (lossless)")
         # two lines: side by side, the panels' one-line labels overlapped
         ax.set_xlabel(f"{label}\n({better(key)} better)", fontsize=9)
         ax.set_ylabel(f"NFE per image ({better('nfe')} better)")

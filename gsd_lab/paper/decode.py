@@ -15,7 +15,7 @@ import torch
 from gsd_core import tv_distance
 
 from ..runs.identity import weights_fingerprint
-from ..experiments import frontier, matched, tables, toy
+from ..experiments import frontier, lossless_frontier, matched, tables, toy
 from ..experiments.image_model import ImageModel
 from ..experiments.replacement import replacement_study
 from ..experiments.runs import FilterSettings, MethodSpec, Recording, RunCache, real_image_baseline
@@ -334,5 +334,6 @@ def _frontier(
         bar.refresh()
     out = frontier.frontier_results(runs, curves, sizes.frontier_group)
     out["specs"] = {name: [s.to_record() for s in specs] for name, specs in curves.items()}
+    out["lossless"] = lossless_frontier.lossless_results(out, cache.model.name)
     out["seconds"] = time.perf_counter() - started
     return out

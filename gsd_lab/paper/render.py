@@ -89,6 +89,29 @@ def _frontier_text(results: dict[str, Any]) -> str:
         matched="\n\n" + markdown_table(_worded(rows), FRONTIER_COLUMNS)
         if rows
         else fill("frontier_unmatched"),
+    ) + _lossless_text(results.get("lossless"))
+
+
+LOSSLESS_COLUMNS = ["method", "images", "nfe", "tokens_per_forward", "modelled", "distortion_max"]
+
+
+def _lossless_text(lossless: dict[str, Any] | None) -> str:
+    """results.md's lossless decoders beyond MC-SJD (``experiments.lossless_frontier``): their
+    rows, then each against MC-SJD and MC-GSD on NFE and modelled time; "" without them."""
+    if not lossless or not (lossless["rows"] or lossless["left_out"]):
+        return ""
+    versus = [
+        {"method": row["method"], "against": name, "nfe": v["nfe"]["text"],
+         "modelled": v["modelled"]["text"], "modelled_ratio": v["modelled_ratio"]["text"]}
+        for row in lossless["rows"] for name, v in row["versus"].items()
+    ]
+    left = "".join(f"\n- {r['method']} ({r['file']}): {r['reason']}" for r in lossless["left_out"])
+    return "\n\n" + fill(
+        "frontier_lossless",
+        files=", ".join(sorted({f"`{r['file']}`" for r in lossless["rows"]})) or "none",
+        rows=markdown_table(lossless["rows"], LOSSLESS_COLUMNS),
+        versus=markdown_table(versus, ["method", "against", "nfe", "modelled", "modelled_ratio"]),
+        left_out=f"\n\nLeft out:{left}" if left else "",
     )
 
 

@@ -12,8 +12,7 @@ the tests (no analysis lives only in a notebook cell). In reading order:
 - ``matched``: distortion at matched NFE; ``frontier``: NFE against TV and W1 for every rule,
   at matched distortion, and the one-step Pareto line; ``lossless_frontier``: the committed
   lossless decoders beyond MC-SJD paired on it; ``paper_values``: the paper's numbers;
-- ``top1``: top-1 probability statistics; ``replacement``: the replacement study (Fig. 4);
-- ``prose``: the value spans of the documents rendered from results.json;
+- ``top1``: top-1 statistics; ``replacement``: Fig. 4; ``prose``: the documents' value spans;
 - ``lossless``: a decoder's emitted joint law against AR's, exactly enumerated on a tiny model;
 - ``determinism``: a fixed batch whose tokens and NFE must not depend on ISA or threads;
 - ``records``: a figures run's per-image records on disk; ``stream``: the runs of ``--paper``;

@@ -16,6 +16,7 @@ from typing import Any, Callable, NoReturn
 FAMILY_CHOICES = ("anole-7b", "emu3-gen")
 MODEL_CHOICES = (
     "standin",
+    "digits",
     "lumina-mgpt-7b-512",
     "lumina-mgpt-7b-768",
     "lumina-mgpt-7b-1024",

@@ -165,10 +165,10 @@ def check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         if value is not None:
             fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
     if args.weights is not None:
-        if args.model != "standin":
+        if args.model not in ("standin", "digits"):
             fail(f"--weights does not apply to --model {args.model}")
         if not Path(args.weights).expanduser().is_dir():
-            fail(f"--weights {args.weights} is not a folder (the stand-in's weights folder)")
+            fail(f"--weights {args.weights} is not a folder (the {args.model}'s weights folder)")
 
 
 def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:

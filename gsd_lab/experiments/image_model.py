@@ -33,6 +33,7 @@ from torch import Tensor
 from ..models.adapter import CausalLMAdapter
 
 TINY_RANDOM = "tiny-random"
+DIGITS = "digits"  # gsd_lab.digits: the embedded model with object structure
 
 
 @dataclass
@@ -263,6 +264,8 @@ def _load_image_model(
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}; expected one of {MODEL_NAMES + (TINY_RANDOM,)}")
     overrides = {k: v for k, v in (("cfg_scale", cfg_scale), ("top_k", top_k)) if v is not None}
+    if name == DIGITS:
+        return _digits_model(device or "cpu", weights, overrides)
     if name == "standin":
         from ..standin.adapter import load_standin
 
@@ -398,11 +401,32 @@ def _clip_scorer(
     return scores
 
 
+def _digits_model(device: str, weights: str | None, overrides: dict[str, Any]) -> ImageModel:
+    """The digits model (``gsd_lab.digits``) on the stand-in's pipeline: prompts "0".."9", its
+    own classifier's condition score and Frechet distance against the held-out digits."""
+    from ..digits import data
+    from ..digits.adapter import WEIGHTS_DIR, load_digits
+
+    directory = Path(weights) if weights else WEIGHTS_DIR
+    adapter = load_digits(device, weights_dir=directory, **overrides)
+    model = standin_image_model(adapter, weights_dir=directory, name=DIGITS,
+                                heldout=lambda: data.digits("heldout")[0])
+    model.weights_info = weights_info(directory, "ar_model.safetensors")
+    return model
+
+
 def standin_image_model(
-    adapter: Any, *, with_metrics: bool = True, weights_dir: Any = None
+    adapter: Any,
+    *,
+    with_metrics: bool = True,
+    weights_dir: Any = None,
+    name: str = "standin",
+    heldout: Callable[[], Tensor] | None = None,
 ) -> ImageModel:
-    """``ImageModel`` of a ``StandinAdapter``: prompts are class names (or indices), quality is
-    the stand-in's condition-consistency score (x100) and Frechet distance (``quality.metrics``)."""
+    """``ImageModel`` of a ``StandinAdapter`` (the stand-in, or ``name`` "digits"): prompts are
+    class names (or indices), quality is the condition-consistency score (x100) and Frechet
+    distance (``quality.metrics``) of the classifier in ``weights_dir``, against ``heldout()``'s
+    real images (uint8 [N, H, W, 3] or float [N, 3, H, W]; default: the stand-in's crops)."""
 
     def encode(prompt: str) -> tuple[Tensor, Tensor | None]:
         label = int(prompt) if str(prompt).isdigit() else prompt
@@ -414,9 +438,9 @@ def standin_image_model(
 
     scores = frechet = None
     if with_metrics:
-        scores, frechet = _standin_metrics(adapter, weights_dir)
+        scores, frechet = _standin_metrics(adapter, weights_dir, heldout)
     return ImageModel(
-        "standin",
+        name,
         adapter,
         adapter.num_image_tokens,
         encode,
@@ -431,10 +455,11 @@ def standin_image_model(
     )
 
 
-def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
-    """(condition_scores, frechet_distance) from the stand-in's shipped classifier; the Frechet
-    reference is the classifier's features of the fixed held-out real crops (computed once, at
-    the first Frechet distance)."""
+def _standin_metrics(adapter: Any, weights_dir: Any = None,
+                     heldout: Callable[[], Tensor] | None = None) -> tuple[Any, Any]:
+    """(condition_scores, frechet_distance) from the classifier in ``weights_dir`` (default the
+    stand-in's); the Frechet reference is its features of ``heldout()``'s real images (default
+    the stand-in's fixed held-out crops; computed once, at the first Frechet distance)."""
     from ..quality.metrics import (
         classifier_features,
         condition_consistency,
@@ -450,7 +475,7 @@ def _standin_metrics(adapter: Any, weights_dir: Any = None) -> tuple[Any, Any]:
         """Built on first use: the held-out crops take seconds to prepare
         (a generate needs none)."""
         if "features" not in cached:
-            reference_images, _ = heldout_set()
+            reference_images = heldout() if heldout is not None else heldout_set()[0]
             cached["features"] = classifier_features(classifier, reference_images)
         return cached["features"]
 

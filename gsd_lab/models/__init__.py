@@ -24,7 +24,7 @@ from typing import Any
 
 from .adapter import CausalLMAdapter
 
-MODEL_NAMES = ("standin", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
+MODEL_NAMES = ("standin", "digits", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
 # Families of stock transformers classes: name -> loader (module, function).
 FAMILY_LOADERS = {"anole-7b": ("anole", "load_anole"), "emu3-gen": ("emu3", "load_emu3")}
 MODEL_NAMES += tuple(FAMILY_LOADERS)
@@ -45,10 +45,11 @@ def load_model(
     the Chameleon VQGAN folder), "emu3-gen" (``vqgan`` must be None: Emu3 decodes with its own
     VQ-VAE) or "janus-pro-{1b,7b}" (``janus.load_janus``: ``vqgan`` does not apply, Janus decodes
     with its own VQ model)."""
-    if name == "standin":
+    if name in ("standin", "digits"):
         raise ValueError(
-            "the stand-in loads with gsd_lab.standin.adapter.load_standin (or "
-            "experiments.image_model.load_image_model('standin'))"
+            f"{name} loads with gsd_lab.standin.adapter.load_standin or "
+            f"gsd_lab.digits.adapter.load_digits (or "
+            f"experiments.image_model.load_image_model({name!r}))"
         )
     if name in FAMILY_LOADERS:
         import importlib

@@ -5,9 +5,10 @@ layout, the order and sharding, batching and memory: docs/paper-run.md).
 - each (configuration, seed) is one run of the run store (``gsd_lab.runs.store``) under
   ``decoding/<configuration>/seed-<s>/``: the same identity, atomic result files and refusal
   of another run's folder (``RunMismatch``) as ``evaluate``; a re-run skips what is on disk;
-- ``StreamedRunCache``: the tables' rows read from those files, one per (configuration, seed,
-  prompt); process r of N decodes items r, r + N, ... of the prompt-major list, in chunks of
-  ``CHUNK_BATCHES`` x B through ``runs.decode_items``; rank 0 writes the tables;
+- ``FolderRuns``: a ``runs.RunStore``'s storage in those files (``StreamedRunCache``), its
+  table rows read back one per (configuration, seed, prompt); process r of N decodes items
+  r, r + N, ... of the prompt-major list, in chunks of ``CHUNK_BATCHES`` x B through
+  ``runs.decode_items``; rank 0 writes the tables;
 - ``record_row`` / ``row_record``: a ``GenerationRecord`` as its result row and back;
 - ``Configuration``, ``gpu_hours``, ``measure_forward_seconds``.
 """
@@ -45,13 +46,13 @@ from .runs import (
     GenerationRecord,
     MethodSpec,
     Recording,
-    RunCache,
     RunItem,
+    RunStore,
     decode_items,
     decoding_identity,
     generator_seed,
     resolve_for,
-    score_summary,
+    quality_of,
 )
 
 STREAM_DIR = "decoding"
@@ -120,26 +121,23 @@ class Configuration:
         )
 
 
-class StreamedRunCache(RunCache):
-    """``RunCache`` whose records come from result files (docs/paper-run.md). ``plan`` the
-    configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
-    then use it as a ``RunCache`` for the tables."""
+class FolderRuns:
+    """A ``RunStore``'s records in the run store's files (docs/paper-run.md): ``plan`` the
+    configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items; the
+    store's tables then read the rows back."""
 
     def __init__(
         self,
-        model: ImageModel,
-        prompts: list[str],
-        seeds: list[int],
-        filters: FilterSettings,
+        store: RunStore,
         out_dir: str | Path,
         *,
         weights: dict[str, str],
         context: DistributedContext | None = None,
         save_images: bool = False,
-        recording: Recording = Recording(distortion=True, w1=None),
         progress: bool = True,
     ) -> None:
-        super().__init__(model, prompts, seeds, filters, recording=recording)
+        self.store, self.model = store, store.model
+        self.prompts, self.seeds, self.recording = store.prompts, store.seeds, store.recording
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
@@ -204,7 +202,7 @@ class StreamedRunCache(RunCache):
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
         """A no-op for the planned configurations: ``plan`` and ``run`` decode them into result
-        files, which ``records`` reads (``RunCache.prefetch`` would decode them again in memory,
+        files, which ``records`` reads (``MemoryRuns.prefetch`` would decode them again in memory,
         beside the files). A spec that is no guided configuration of the plan is refused."""
         for spec in specs:
             self._config(spec)
@@ -292,7 +290,7 @@ class StreamedRunCache(RunCache):
                 items = [
                     RunItem(
                         config.spec.label,
-                        self._rule(config.spec),
+                        self.store._rule(config.spec),
                         self.prompts[index],
                         generator_seed(seed + config.spec.seed_offset, index),
                     )
@@ -366,11 +364,11 @@ class StreamedRunCache(RunCache):
                             resume="run figures --paper")
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
-        key = self._concrete(spec).key
+        key = self.store._concrete(spec).key
         found = [
             c
             for c in self.configurations
-            if self._concrete(c.spec).key == key and c.guided == guided
+            if self.store._concrete(c.spec).key == key and c.guided == guided
         ]
         if not found:
             raise ValueError(
@@ -378,19 +376,18 @@ class StreamedRunCache(RunCache):
             )
         return found[0]
 
-    def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """Scalar records of ``spec`` read from its result files (no tokens, images or top-1
-        vectors): ``RunCache.records`` serves them."""
+        vectors: host memory)."""
         return [row_record(row, full=False) for row in self._rows(self._config(spec))]
 
     def detail_records(
-        self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
+        self, spec: MethodSpec, limit: int | None, *, guided: bool
     ) -> list[GenerationRecord]:
         """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded
         from the tokens."""
-        rows = self._rows(self._config(spec, guided))
         records = []
-        for row in rows:
+        for row in self._rows(self._config(spec, guided)):
             if limit is not None and len(records) >= limit:
                 break
             record = row_record(row, full=True)
@@ -400,42 +397,46 @@ class StreamedRunCache(RunCache):
             records.append(record)
         return records
 
-    def accounting_seconds(self) -> list[float]:
-        """Distortion accounting time per image, every planned configuration (guided or not),
-        read from the result rows: not only the configurations the tables have read so far."""
-        return [row["accounting_seconds"] for c in self.configurations for row in self._rows(c)]
+    def timed(self) -> Iterator[GenerationRecord]:
+        """Scalar records of every planned configuration (guided or not), not only those the
+        tables have read so far."""
+        for config in self.configurations:
+            yield from (row_record(row, full=False) for row in self._rows(config))
 
-    def w1_seconds(self) -> list[float]:
-        """The W1 part of ``accounting_seconds``, per image, every planned configuration."""
-        return [row.get("w1_seconds", 0.0) for c in self.configurations for row in self._rows(c)]
+    def quality(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        """``quality_of`` the per-image scores in the rows and (the Frechet distance, a set
+        statistic of the stand-in) the images decoded again from the tokens."""
+        config = self._config(spec)
+        # One score per row kept, not the rows (their tokens are large in Python).
+        per_row = [row.get("condition_score") for row in self._rows(config)]
+        scores = None
+        if per_row and all(score is not None for score in per_row):
+            scores = np.array(per_row, dtype=np.float64)
 
-    def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
-        """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
-        distance, a set statistic of the stand-in, from images decoded again from the tokens)."""
-        if spec.key not in self._quality:
-            config = self._config(spec)
-            # One score per row kept, not the rows (their tokens are large in Python).
-            per_row = [row.get("condition_score") for row in self._rows(config)]
-            out: dict[str, Any] = {}
-            scores = None
-            if per_row and all(score is not None for score in per_row):
-                scores = np.array(per_row, dtype=np.float64)
-                out.update(score_summary(scores))
-            if (
-                self.model.frechet_distance is not None
-                and self.model.decode is not None
-                and per_row
-            ):
-                out["frechet_distance"] = float(
-                    self.model.frechet_distance(
-                        [
-                            self.model.decode(torch.tensor(row["tokens"]))
-                            for row in self._rows(config)
-                        ]
-                    )
-                )
-            self._quality[spec.key] = (out, scores)
-        return self._quality[spec.key]
+        def images() -> list[np.ndarray]:
+            return [self.model.decode(torch.tensor(row["tokens"])) for row in self._rows(config)]
+
+        decodable = per_row and self.model.decode is not None
+        return quality_of(self.model, scores, images if decodable else None)
+
+
+class StreamedRunCache(RunStore):
+    """A ``RunStore`` over the run store's files (``FolderRuns``, reached as ``storage``):
+    ``RunStore``'s ``recording`` and ``FolderRuns``' other arguments."""
+
+    def __init__(
+        self,
+        model: ImageModel,
+        prompts: list[str],
+        seeds: list[int],
+        filters: FilterSettings,
+        out_dir: str | Path,
+        *,
+        recording: Recording = Recording(distortion=True, w1=None),
+        **folder: Any,
+    ) -> None:
+        super().__init__(model, prompts, seeds, filters, recording=recording)
+        self.storage = FolderRuns(self, out_dir, **folder)
 
 
 def measure_forward_seconds(
@@ -474,7 +475,7 @@ def measure_forward_seconds(
     return out
 
 
-def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) -> dict[str, Any]:
+def gpu_hours(cache: FolderRuns, seconds_per_forward: dict[str, float]) -> dict[str, Any]:
     """The remaining work of ``cache``'s plan in forwards and device hours: per item the
     configuration's forwards (measured rows, else the token count) times the per-forward time of
     its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""

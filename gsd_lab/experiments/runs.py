@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import astuple, dataclass, replace
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -531,6 +531,23 @@ def _distance_columns(records: list[GenerationRecord]) -> dict[str, Any]:
     return columns
 
 
+class Storage(Protocol):
+    """Where a ``RunStore``'s records are: ``MemoryRuns`` or ``stream.FolderRuns`` (each given
+    concrete specs: the store's filters filled in)."""
+
+    def prefetch(self, specs: list[MethodSpec]) -> None: ...
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]: ...
+
+    def detail_records(
+        self, spec: MethodSpec, limit: int | None, *, guided: bool
+    ) -> list[GenerationRecord]: ...
+
+    def timed(self) -> Iterable[GenerationRecord]: ...
+
+    def quality(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]: ...
+
+
 class RunStore:
     """Records per ``MethodSpec.key``, decoded once, and the tables on them, over one storage:
     ``MemoryRuns`` (``RunCache``: decoded in this process or over ``workers``, kept in memory)
@@ -552,7 +569,7 @@ class RunStore:
     intra-op thread each (``decode_jobs``: the same records for any number; None: the usable
     cores on a CPU); 1 (default) decodes in this process."""
 
-    storage: "MemoryRuns"  # or stream.FolderRuns: set by the constructor (RunCache, ...)
+    storage: Storage  # set by the constructors (RunCache, stream.StreamedRunCache)
 
     def __init__(
         self,

@@ -535,7 +535,7 @@ class Storage(Protocol):
     """Where a ``RunStore``'s records are: ``MemoryRuns`` or ``stream.FolderRuns`` (each given
     concrete specs: the store's filters filled in)."""
 
-    def prefetch(self, specs: list[MethodSpec]) -> None: ...
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]: ...
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]: ...
 
@@ -627,9 +627,15 @@ class RunStore:
         return run_items(self.model, spec, self._rule(spec), prompts, self.seeds)
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
-        """Get every configuration of ``specs`` ready for ``records`` (the storage's
-        ``prefetch``: decoded in batches, or checked against the folder's plan)."""
-        self.storage.prefetch(specs)
+        """Get every configuration of ``specs`` not read (or preloaded) yet ready for
+        ``records``: the storage's ``prefetch`` decodes them in batches (and returns their
+        records), or checks them against the folder's plan."""
+        todo: dict[tuple, MethodSpec] = {}
+        for spec in map(self._concrete, specs):
+            self._check_offset(spec)
+            if spec.key not in self._records and repr(spec.key) not in self._stored:
+                todo.setdefault(spec.key, spec)
+        self._records.update(self.storage.prefetch(list(todo.values())))
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """``spec``'s records (from the storage once per key, or preloaded), labelled as
@@ -716,22 +722,15 @@ class MemoryRuns:
     def __init__(self, store: RunStore) -> None:
         self.store = store
 
-    def prefetch(self, specs: list[MethodSpec]) -> None:
-        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched: its
-        images in units over ``workers`` processes (``decode_jobs``), or all in one stream with
-        ``mix_configurations`` (``RunStore``); then ``records`` serves them. Nothing to do at
-        batch size 1 with one worker (``records`` decodes as asked)."""
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration of ``specs`` decoded, batched: its images in units over
+        ``workers`` processes (``decode_jobs``), or all in one stream with
+        ``mix_configurations`` (``RunStore``). Nothing at batch size 1 with one worker
+        (``records`` decodes as asked)."""
         store = self.store
-        if store.recording.batch_size == 1 and store.workers == 1:
-            return
-        todo: dict[tuple, MethodSpec] = {}
-        for spec in map(store._concrete, specs):
-            store._check_offset(spec)
-            if spec.key not in store._records and repr(spec.key) not in store._stored:
-                todo.setdefault(spec.key, spec)
-        if not todo:
-            return
-        jobs = [store._items(spec) for spec in todo.values()]
+        if not specs or (store.recording.batch_size == 1 and store.workers == 1):
+            return {}
+        jobs = [store._items(spec) for spec in specs]
         if store.mix_configurations:
             mixed = [item for job in jobs for item in job]
             progress = store.progress
@@ -741,7 +740,7 @@ class MemoryRuns:
             decoded = decode_jobs(
                 store.model, jobs, store.recording, workers=store.workers, progress=store.progress
             )
-        store._records.update(zip(todo, decoded))
+        return {spec.key: records for spec, records in zip(specs, decoded)}
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """The records of (concrete) ``spec``, decoded now."""

@@ -200,12 +200,13 @@ class FolderRuns:
                 self._done.add((index, config, seed))
                 self._nfe[config].append(row["nfe"])
 
-    def prefetch(self, specs: list[MethodSpec]) -> None:
-        """A no-op for the planned configurations: ``plan`` and ``run`` decode them into result
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]:
+        """Nothing for the planned configurations: ``plan`` and ``run`` decode them into result
         files, which ``records`` reads (``MemoryRuns.prefetch`` would decode them again in memory,
         beside the files). A spec that is no guided configuration of the plan is refused."""
         for spec in specs:
             self._config(spec)
+        return {}
 
     def done(self, item: tuple[int, Configuration, int]) -> bool:
         return item in self._done
@@ -255,12 +256,13 @@ class FolderRuns:
     def _finish(
         self, item: tuple[int, Configuration, int], record: GenerationRecord, progress: ProgressLog
     ) -> None:
-        """Write ``item``'s result file (its row, ``_row``) and count it as done."""
+        """Write ``item``'s result file (its ``record_row``, the pixels saved beside it with
+        ``save_images``) and count it as done."""
         index, config, seed = item
-        row = self._row(index, config, seed, record)
-        write_result(
-            self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
-        )
+        folder = self.folder(config, seed)
+        image_file = folder / "images" / f"{index:06d}.png" if self.save_images else None
+        row = record_row(record, self.model, image_file)
+        write_result(self._runs[(config, seed)], folder, index, row, self.context)
         self._done.add(item)
         self._left -= self.estimated_forwards(config)
         self._nfe[config].append(row["nfe"])
@@ -312,7 +314,8 @@ class FolderRuns:
         """Rank 0: return when every item has its result file (the other ranks' included)."""
         started, last = time.perf_counter(), 0.0
         while True:
-            missing = [item for item in self.items if not self._result_file(item).is_file()]
+            missing = [(i, c, s) for i, c, s in self.items
+                       if not result_path(self.folder(c, s), i).is_file()]
             if not missing:
                 return
             waited = time.perf_counter() - started
@@ -327,10 +330,6 @@ class FolderRuns:
                 )
             time.sleep(poll_seconds)
 
-    def _result_file(self, item: tuple[int, Configuration, int]) -> Path:
-        index, config, seed = item
-        return result_path(self.folder(config, seed), index)
-
     @contextlib.contextmanager
     def _guidance(self, config: Configuration) -> Iterator[None]:
         if config.guided or not self.model.adapter.uses_cfg:
@@ -342,26 +341,14 @@ class FolderRuns:
     def _records_top1(self, config: Configuration) -> bool:
         return config.spec.method.kind == "ar"  # top-1 statistics are read from AR tokens only
 
-    def _row(
-        self,
-        index: int,
-        config: Configuration,
-        seed: int,
-        record: GenerationRecord,
-    ) -> dict[str, Any]:
-        """The result file's content for ``item`` decoded as ``record``."""
-        image_file = self.folder(config, seed) / "images" / f"{index:06d}.png"
-        return record_row(record, self.model, image_file if self.save_images else None)
-
     # ---- reading back ----
 
-    def _rows(self, config: Configuration, *, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
+    def _rows(self, config: Configuration) -> Iterator[dict[str, Any]]:
         """The result rows of ``config``, seed by seed, prompt by prompt
         (``run_method``'s order)."""
         for seed in self.seeds:
             run, folder = self._runs[(config, seed)], self.folder(config, seed)
-            yield from rows(run, folder, missing_ok=missing_ok,
-                            resume="run figures --paper")
+            yield from rows(run, folder, resume="run figures --paper")
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
         key = self.store._concrete(spec).key

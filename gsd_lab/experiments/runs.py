@@ -391,10 +391,10 @@ def quality_of(
     model: ImageModel,
     scores: np.ndarray | None,
     images: Callable[[], list[np.ndarray]] | None,
-) -> tuple[dict[str, float], np.ndarray | None]:
+) -> tuple[dict[str, Any], np.ndarray | None]:
     """condition_score (mean of the per-image ``scores`` [N]) with its standard error, and
     frechet_distance (set level) of ``images()`` where the model has one; and ``scores``."""
-    out: dict[str, float] = {} if scores is None else dict(score_summary(scores))
+    out: dict[str, Any] = {} if scores is None else score_summary(scores)
     if images is not None and model.frechet_distance is not None:
         out["frechet_distance"] = float(model.frechet_distance(images()))
     return out, scores

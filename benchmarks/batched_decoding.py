@@ -96,9 +96,9 @@ def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: i
                                          context=DistributedContext(0, 1, 0, "cpu"),
                                          progress=False, recording=Recording(
                                              distortion=record, w1=None, batch_size=size))
-                cache.plan(configurations)
+                cache.storage.plan(configurations)
                 began = time.perf_counter()
-                count = cache.run()
+                count = cache.storage.run()
                 seconds = time.perf_counter() - began
                 files = {str(p.relative_to(out)): json.loads(p.read_text())
                          for p in sorted(Path(out).rglob("results/*.json"))}

@@ -180,7 +180,7 @@ class Loaded:
         return (
             f"{self.configurations} configurations x {self.images} images loaded from {self.path} "
             f"(the figures run at commit {commit}, dirty {self.git.get('dirty')}, with the "
-            "same gsd_core / gsd_lab sources as this checkout); the others are decoded here"
+            "same decoding sources, DECODING_SOURCES, as this checkout); the others are decoded here"
         )
 
 
@@ -201,7 +201,7 @@ def load(cache: RunCache, path: str | Path | None) -> Loaded:
                 0,
                 git,
                 f"made by other code: the figures run at commit {commit}, dirty "
-                f"{git.get('dirty')}, had other gsd_core / gsd_lab sources than "
+                f"{git.get('dirty')}, had other decoding sources (DECODING_SOURCES) than "
                 "this checkout",
             )
         if differs:

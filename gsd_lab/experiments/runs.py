@@ -4,12 +4,13 @@
   ``decoding_identity``: what a decoded image depends on besides weights, prompt and seed;
 - the one run path: ``decode_items`` turns ``RunItem`` (label, method, prompt, generator seed)
   into ``GenerationRecord`` as one frozen ``Recording`` says (what to record, batch size), for
-  ``run_method``, ``RunCache`` (here or over ``workers``: ``decode_jobs``), the streamed runs and
+  ``run_method``, ``RunStore`` (here or over ``workers``: ``decode_jobs``), the streamed runs and
   ``evaluate``; a (prompt, seed)'s ``generator_seed`` is the same for every method;
 - ``summarize``: a table row (mean NFE and speed-up over AR, wall time, the two acceptance
   measures, TV and W1 distortions with standard errors, quality proxies, ``per_image`` values);
-- ``RunCache``: records per configuration, decoded once; ``table``: rows with paired error bars
-  against AR (``verdicts.interval``); ``real_image_baseline``: real crops' quality proxies.
+- ``RunStore``: records per configuration, read once from its storage (``MemoryRuns``, decoded
+  here: ``RunCache``; or the run store's files: ``stream.StreamedRunCache``); ``table``: rows
+  with paired error bars against AR (``verdicts.interval``); ``real_image_baseline``.
 
 The measures (acceptance_rate against accepted_per_tested, the distortions, the error bars)
 and how the run paths share one store: docs/run-store.md.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import astuple, dataclass, replace
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -376,18 +377,26 @@ def decode_jobs(
 def quality_and_scores(
     model: ImageModel, images: list[np.ndarray], prompts: list[str]
 ) -> tuple[dict[str, float], np.ndarray | None]:
-    """The model's quality proxies over a set of images (empty when the model has none):
-    condition_score (mean over images) with its standard error, frechet_distance (set level);
-    and the per-image condition scores [N] averaged (None without them)."""
-    out: dict[str, float] = {}
-    scores = None
+    """The model's quality proxies over a set of images (empty when the model has none or an
+    image is missing): ``quality_of`` their condition scores and the images."""
     if not images or any(image is None for image in images):
-        return out, scores
+        return {}, None
+    scores = None
     if model.condition_scores is not None:
         scores = np.asarray(model.condition_scores(images, prompts), dtype=np.float64)
-        out.update(score_summary(scores))
-    if model.frechet_distance is not None:
-        out["frechet_distance"] = float(model.frechet_distance(images))
+    return quality_of(model, scores, lambda: images)
+
+
+def quality_of(
+    model: ImageModel,
+    scores: np.ndarray | None,
+    images: Callable[[], list[np.ndarray]] | None,
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """condition_score (mean of the per-image ``scores`` [N]) with its standard error, and
+    frechet_distance (set level) of ``images()`` where the model has one; and ``scores``."""
+    out: dict[str, Any] = {} if scores is None else score_summary(scores)
+    if images is not None and model.frechet_distance is not None:
+        out["frechet_distance"] = float(model.frechet_distance(images()))
     return out, scores
 
 
@@ -522,8 +531,27 @@ def _distance_columns(records: list[GenerationRecord]) -> dict[str, Any]:
     return columns
 
 
-class RunCache:
-    """Records per ``MethodSpec.key`` so that tables sharing a configuration decode it once.
+class Storage(Protocol):
+    """Where a ``RunStore``'s records are: ``MemoryRuns`` or ``stream.FolderRuns`` (each given
+    concrete specs: the store's filters filled in)."""
+
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]: ...
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]: ...
+
+    def detail_records(
+        self, spec: MethodSpec, limit: int | None, *, guided: bool
+    ) -> list[GenerationRecord]: ...
+
+    def timed(self) -> Iterable[GenerationRecord]: ...
+
+    def quality(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]: ...
+
+
+class RunStore:
+    """Records per ``MethodSpec.key``, decoded once, and the tables on them, over one storage:
+    ``MemoryRuns`` (``RunCache``: decoded in this process or over ``workers``, kept in memory)
+    or a folder of the run store's per-item files (``stream.FolderRuns``, ``StreamedRunCache``).
     ``filters``: GSD's filters for the specs that name none (default: the model's,
     ``FilterSettings.for_model``).
 
@@ -540,6 +568,8 @@ class RunCache:
     methods). workers: processes that ``prefetch`` splits the configurations' images over, one
     intra-op thread each (``decode_jobs``: the same records for any number; None: the usable
     cores on a CPU); 1 (default) decodes in this process."""
+
+    storage: Storage  # set by the constructors (RunCache, stream.StreamedRunCache)
 
     def __init__(
         self,
@@ -584,61 +614,43 @@ class RunCache:
             )
 
     def _rule(self, spec: MethodSpec) -> ResolvedMethod:
-        """``spec``'s method with this cache's filters, resolved once."""
+        """``spec``'s method with this store's filters, resolved once."""
         method = self._concrete(spec).method
         if method.key not in self._rules:
             self._rules[method.key] = resolve_for(self.model, method, self._resolved)
         return self._rules[method.key]
 
     def _items(self, spec: MethodSpec, prompts: list[str] | None = None) -> list[RunItem]:
-        """The images of (concrete) ``spec`` on this cache's seeds and ``prompts`` (default:
+        """The images of (concrete) ``spec`` on this store's seeds and ``prompts`` (default:
         all)."""
         prompts = self.prompts if prompts is None else prompts
         return run_items(self.model, spec, self._rule(spec), prompts, self.seeds)
 
     def prefetch(self, specs: list[MethodSpec]) -> None:
-        """Decode every configuration of ``specs`` not decoded (or preloaded) yet, batched: its
-        images in units over ``workers`` processes (``decode_jobs``), or all in one stream with
-        ``mix_configurations`` (class docstring); then ``records`` serves them. Nothing to do at
-        batch size 1 with one worker (``records`` decodes as asked)."""
-        if self.recording.batch_size == 1 and self.workers == 1:
-            return
+        """Get every configuration of ``specs`` not read (or preloaded) yet ready for
+        ``records``: the storage's ``prefetch`` decodes them in batches (and returns their
+        records), or checks them against the folder's plan."""
         todo: dict[tuple, MethodSpec] = {}
         for spec in map(self._concrete, specs):
             self._check_offset(spec)
             if spec.key not in self._records and repr(spec.key) not in self._stored:
                 todo.setdefault(spec.key, spec)
-        if not todo:
-            return
-        jobs = [self._items(spec) for spec in todo.values()]
-        if self.mix_configurations:
-            mixed = [item for job in jobs for item in job]
-            records = iter(decode_items(self.model, mixed, self.recording, progress=self.progress))
-            decoded = [[next(records) for _ in job] for job in jobs]
-        else:
-            decoded = decode_jobs(
-                self.model, jobs, self.recording, workers=self.workers, progress=self.progress
-            )
-        self._records.update(zip(todo, decoded))
-
-    def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
-        """The records of (concrete) ``spec`` when neither decoded nor preloaded yet."""
-        progress = self._progress(spec.label)
-        return decode_items(self.model, self._items(spec), self.recording, progress=progress)
+        self._records.update(self.storage.prefetch(list(todo.values())))
 
     def records(self, spec: MethodSpec) -> list[GenerationRecord]:
-        """``spec``'s records (decoded once per key, or preloaded), labelled as ``spec``."""
+        """``spec``'s records (from the storage once per key, or preloaded), labelled as
+        ``spec``."""
         spec = self._concrete(spec)
         self._check_offset(spec)
         if spec.key not in self._records:
             stored = self._stored.get(repr(spec.key))
-            self._records[spec.key] = self._decode(spec) if stored is None else stored
+            self._records[spec.key] = self.storage.records(spec) if stored is None else stored
         return [
             GenerationRecord(**{**r.__dict__, "label": spec.label}) for r in self._records[spec.key]
         ]
 
     def decoded(self) -> dict[tuple, list[GenerationRecord]]:
-        """Every configuration decoded (or preloaded) so far: key -> its records."""
+        """Every configuration read (decoded, or preloaded) so far: key -> its records."""
         return dict(self._records)
 
     def preload(self, key: str, records: list[GenerationRecord]) -> None:
@@ -649,50 +661,24 @@ class RunCache:
     def detail_records(
         self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
     ) -> list[GenerationRecord]:
-        """Records with tokens, top-1 vectors and images for the detail analyses (top-1
-        statistics, the replacement study, sample grids): the first ``limit`` of ``records(spec)``;
-        ``guided=False``: ``spec`` decoded again with classifier-free guidance off, on the first
-        ``limit`` prompts (every seed), with top-1 vectors only."""
-        if guided:
-            return self.records(spec)[:limit]
-        from .image_model import guidance_scale
-
-        spec, prompts = self._concrete(spec), self.prompts[:limit]
-        recording = Recording(top1=True, batch_size=self.recording.batch_size)
-        with guidance_scale(self.model, None):
-            progress = self._progress(f"{spec.label} without guidance", prompts)
-            items = self._items(spec, prompts)
-            return decode_items(self.model, items, recording, progress=progress)
-
-    def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
-        """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
-        from ..io.progress import ProgressLog, ProgressTee
-
-        images = len(self.prompts if prompts is None else prompts) * len(self.seeds)
-        log = ProgressLog(
-            images,
-            desc=f"{self.model.name}, {label} ({len(self._records)} configurations decoded "
-            "before it)",
-            enabled=self.progress_lines,
-        )
-        return ProgressTee(self.progress, log)
+        """The first ``limit`` records of ``spec`` with tokens, top-1 vectors (where recorded)
+        and images, for the detail analyses (top-1 statistics, the replacement study, sample
+        grids); ``guided=False``: ``spec`` with classifier-free guidance off, on the first
+        ``limit`` prompts (every seed)."""
+        return self.storage.detail_records(self._concrete(spec), limit, guided=guided)
 
     def accounting_seconds(self) -> list[float]:
-        """Time spent on distortion accounting (TV and W1), per decoded image (all
-        configurations)."""
-        return [r.accounting_seconds for records in self._records.values() for r in records]
+        """Time spent on distortion accounting (TV and W1), per image the storage holds."""
+        return [r.accounting_seconds for r in self.storage.timed()]
 
     def w1_seconds(self) -> list[float]:
-        """The W1 part of ``accounting_seconds``, per decoded image."""
-        return [r.w1_seconds for records in self._records.values() for r in records]
+        """The W1 part of ``accounting_seconds``, per image."""
+        return [r.w1_seconds for r in self.storage.timed()]
 
     def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
         spec = self._concrete(spec)
         if spec.key not in self._quality:
-            records = self.records(spec)
-            self._quality[spec.key] = quality_and_scores(
-                self.model, [r.image for r in records], [r.prompt for r in records]
-            )
+            self._quality[spec.key] = self.storage.quality(spec)
         return self._quality[spec.key]
 
     def table(self, specs: list[MethodSpec], baseline: MethodSpec) -> list[dict[str, Any]]:
@@ -727,6 +713,90 @@ class RunCache:
                 )
             rows.append(row)
         return rows
+
+
+class MemoryRuns:
+    """A ``RunStore``'s records decoded in this process (or over its ``workers``) and kept in
+    memory with their pixels."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]:
+        """Every configuration of ``specs`` decoded, batched: its images in units over
+        ``workers`` processes (``decode_jobs``), or all in one stream with
+        ``mix_configurations`` (``RunStore``). Nothing at batch size 1 with one worker
+        (``records`` decodes as asked)."""
+        store = self.store
+        if not specs or (store.recording.batch_size == 1 and store.workers == 1):
+            return {}
+        jobs = [store._items(spec) for spec in specs]
+        if store.mix_configurations:
+            mixed = [item for job in jobs for item in job]
+            progress = store.progress
+            records = iter(decode_items(store.model, mixed, store.recording, progress=progress))
+            decoded = [[next(records) for _ in job] for job in jobs]
+        else:
+            decoded = decode_jobs(
+                store.model, jobs, store.recording, workers=store.workers, progress=store.progress
+            )
+        return {spec.key: records for spec, records in zip(specs, decoded)}
+
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
+        """The records of (concrete) ``spec``, decoded now."""
+        store = self.store
+        progress = self._progress(spec.label)
+        return decode_items(store.model, store._items(spec), store.recording, progress=progress)
+
+    def detail_records(
+        self, spec: MethodSpec, limit: int | None, *, guided: bool
+    ) -> list[GenerationRecord]:
+        """Guided: the first ``limit`` of ``records(spec)``; else (concrete) ``spec`` decoded
+        again with guidance off, top-1 vectors only."""
+        store = self.store
+        if guided:
+            return store.records(spec)[:limit]
+        from .image_model import guidance_scale
+
+        prompts = store.prompts[:limit]
+        recording = Recording(top1=True, batch_size=store.recording.batch_size)
+        with guidance_scale(store.model, None):
+            progress = self._progress(f"{spec.label} without guidance", prompts)
+            items = store._items(spec, prompts)
+            return decode_items(store.model, items, recording, progress=progress)
+
+    def _progress(self, label: str, prompts: list[str] | None = None) -> Any:
+        """The bar and, with ``progress_lines``, a ``ProgressLog`` for one configuration."""
+        from ..io.progress import ProgressLog, ProgressTee
+
+        store = self.store
+        images = len(store.prompts if prompts is None else prompts) * len(store.seeds)
+        log = ProgressLog(
+            images,
+            desc=f"{store.model.name}, {label} ({len(store._records)} configurations decoded "
+            "before it)",
+            enabled=store.progress_lines,
+        )
+        return ProgressTee(store.progress, log)
+
+    def timed(self) -> list[GenerationRecord]:
+        """Every record decoded (or preloaded) so far."""
+        return [r for records in self.store._records.values() for r in records]
+
+    def quality(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        """``quality_and_scores`` of ``spec``'s images."""
+        records = self.store.records(spec)
+        model = self.store.model
+        return quality_and_scores(model, [r.image for r in records], [r.prompt for r in records])
+
+
+class RunCache(RunStore):
+    """A ``RunStore`` in memory (``MemoryRuns``); the arguments are ``RunStore``'s."""
+
+    def __init__(self, model: ImageModel, prompts: list[str], seeds: list[int],
+                 filters: FilterSettings | None = None, **settings: Any) -> None:
+        super().__init__(model, prompts, seeds, filters, **settings)
+        self.storage = MemoryRuns(self)
 
 
 def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:

@@ -5,9 +5,10 @@ layout, the order and sharding, batching and memory: docs/paper-run.md).
 - each (configuration, seed) is one run of the run store (``gsd_lab.runs.store``) under
   ``decoding/<configuration>/seed-<s>/``: the same identity, atomic result files and refusal
   of another run's folder (``RunMismatch``) as ``evaluate``; a re-run skips what is on disk;
-- ``StreamedRunCache``: the tables' rows read from those files, one per (configuration, seed,
-  prompt); process r of N decodes items r, r + N, ... of the prompt-major list, in chunks of
-  ``CHUNK_BATCHES`` x B through ``runs.decode_items``; rank 0 writes the tables;
+- ``FolderRuns``: a ``runs.RunStore``'s storage in those files (``StreamedRunCache``), its
+  table rows read back one per (configuration, seed, prompt); process r of N decodes items
+  r, r + N, ... of the prompt-major list, in chunks of ``CHUNK_BATCHES`` x B through
+  ``runs.decode_items``; rank 0 writes the tables;
 - ``record_row`` / ``row_record``: a ``GenerationRecord`` as its result row and back;
 - ``Configuration``, ``gpu_hours``, ``measure_forward_seconds``.
 """
@@ -45,13 +46,13 @@ from .runs import (
     GenerationRecord,
     MethodSpec,
     Recording,
-    RunCache,
     RunItem,
+    RunStore,
     decode_items,
     decoding_identity,
     generator_seed,
     resolve_for,
-    score_summary,
+    quality_of,
 )
 
 STREAM_DIR = "decoding"
@@ -120,26 +121,23 @@ class Configuration:
         )
 
 
-class StreamedRunCache(RunCache):
-    """``RunCache`` whose records come from result files (docs/paper-run.md). ``plan`` the
-    configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items,
-    then use it as a ``RunCache`` for the tables."""
+class FolderRuns:
+    """A ``RunStore``'s records in the run store's files (docs/paper-run.md): ``plan`` the
+    configurations, ``run`` this process's items, ``wait`` (rank 0) for the others' items; the
+    store's tables then read the rows back."""
 
     def __init__(
         self,
-        model: ImageModel,
-        prompts: list[str],
-        seeds: list[int],
-        filters: FilterSettings,
+        store: RunStore,
         out_dir: str | Path,
         *,
         weights: dict[str, str],
         context: DistributedContext | None = None,
         save_images: bool = False,
-        recording: Recording = Recording(distortion=True, w1=None),
         progress: bool = True,
     ) -> None:
-        super().__init__(model, prompts, seeds, filters, recording=recording)
+        self.store, self.model = store, store.model
+        self.prompts, self.seeds, self.recording = store.prompts, store.seeds, store.recording
         self.root = Path(out_dir) / STREAM_DIR
         self.weights, self.save_images, self.show_progress = weights, save_images, progress
         self.context = context or context_from_environment()
@@ -202,12 +200,13 @@ class StreamedRunCache(RunCache):
                 self._done.add((index, config, seed))
                 self._nfe[config].append(row["nfe"])
 
-    def prefetch(self, specs: list[MethodSpec]) -> None:
-        """A no-op for the planned configurations: ``plan`` and ``run`` decode them into result
-        files, which ``records`` reads (``RunCache.prefetch`` would decode them again in memory,
+    def prefetch(self, specs: list[MethodSpec]) -> dict[tuple, list[GenerationRecord]]:
+        """Nothing for the planned configurations: ``plan`` and ``run`` decode them into result
+        files, which ``records`` reads (``MemoryRuns.prefetch`` would decode them again in memory,
         beside the files). A spec that is no guided configuration of the plan is refused."""
         for spec in specs:
             self._config(spec)
+        return {}
 
     def done(self, item: tuple[int, Configuration, int]) -> bool:
         return item in self._done
@@ -257,12 +256,13 @@ class StreamedRunCache(RunCache):
     def _finish(
         self, item: tuple[int, Configuration, int], record: GenerationRecord, progress: ProgressLog
     ) -> None:
-        """Write ``item``'s result file (its row, ``_row``) and count it as done."""
+        """Write ``item``'s result file (its ``record_row``, the pixels saved beside it with
+        ``save_images``) and count it as done."""
         index, config, seed = item
-        row = self._row(index, config, seed, record)
-        write_result(
-            self._runs[(config, seed)], self.folder(config, seed), index, row, self.context
-        )
+        folder = self.folder(config, seed)
+        image_file = folder / "images" / f"{index:06d}.png" if self.save_images else None
+        row = record_row(record, self.model, image_file)
+        write_result(self._runs[(config, seed)], folder, index, row, self.context)
         self._done.add(item)
         self._left -= self.estimated_forwards(config)
         self._nfe[config].append(row["nfe"])
@@ -292,7 +292,7 @@ class StreamedRunCache(RunCache):
                 items = [
                     RunItem(
                         config.spec.label,
-                        self._rule(config.spec),
+                        self.store._rule(config.spec),
                         self.prompts[index],
                         generator_seed(seed + config.spec.seed_offset, index),
                     )
@@ -314,7 +314,8 @@ class StreamedRunCache(RunCache):
         """Rank 0: return when every item has its result file (the other ranks' included)."""
         started, last = time.perf_counter(), 0.0
         while True:
-            missing = [item for item in self.items if not self._result_file(item).is_file()]
+            missing = [(i, c, s) for i, c, s in self.items
+                       if not result_path(self.folder(c, s), i).is_file()]
             if not missing:
                 return
             waited = time.perf_counter() - started
@@ -329,10 +330,6 @@ class StreamedRunCache(RunCache):
                 )
             time.sleep(poll_seconds)
 
-    def _result_file(self, item: tuple[int, Configuration, int]) -> Path:
-        index, config, seed = item
-        return result_path(self.folder(config, seed), index)
-
     @contextlib.contextmanager
     def _guidance(self, config: Configuration) -> Iterator[None]:
         if config.guided or not self.model.adapter.uses_cfg:
@@ -344,33 +341,21 @@ class StreamedRunCache(RunCache):
     def _records_top1(self, config: Configuration) -> bool:
         return config.spec.method.kind == "ar"  # top-1 statistics are read from AR tokens only
 
-    def _row(
-        self,
-        index: int,
-        config: Configuration,
-        seed: int,
-        record: GenerationRecord,
-    ) -> dict[str, Any]:
-        """The result file's content for ``item`` decoded as ``record``."""
-        image_file = self.folder(config, seed) / "images" / f"{index:06d}.png"
-        return record_row(record, self.model, image_file if self.save_images else None)
-
     # ---- reading back ----
 
-    def _rows(self, config: Configuration, *, missing_ok: bool = False) -> Iterator[dict[str, Any]]:
+    def _rows(self, config: Configuration) -> Iterator[dict[str, Any]]:
         """The result rows of ``config``, seed by seed, prompt by prompt
         (``run_method``'s order)."""
         for seed in self.seeds:
             run, folder = self._runs[(config, seed)], self.folder(config, seed)
-            yield from rows(run, folder, missing_ok=missing_ok,
-                            resume="run figures --paper")
+            yield from rows(run, folder, resume="run figures --paper")
 
     def _config(self, spec: MethodSpec, guided: bool = True) -> Configuration:
-        key = self._concrete(spec).key
+        key = self.store._concrete(spec).key
         found = [
             c
             for c in self.configurations
-            if self._concrete(c.spec).key == key and c.guided == guided
+            if self.store._concrete(c.spec).key == key and c.guided == guided
         ]
         if not found:
             raise ValueError(
@@ -378,19 +363,18 @@ class StreamedRunCache(RunCache):
             )
         return found[0]
 
-    def _decode(self, spec: MethodSpec) -> list[GenerationRecord]:
+    def records(self, spec: MethodSpec) -> list[GenerationRecord]:
         """Scalar records of ``spec`` read from its result files (no tokens, images or top-1
-        vectors): ``RunCache.records`` serves them."""
+        vectors: host memory)."""
         return [row_record(row, full=False) for row in self._rows(self._config(spec))]
 
     def detail_records(
-        self, spec: MethodSpec, limit: int | None = None, *, guided: bool = True
+        self, spec: MethodSpec, limit: int | None, *, guided: bool
     ) -> list[GenerationRecord]:
         """The first ``limit`` records with tokens, top-1 vectors (AR) and images decoded
         from the tokens."""
-        rows = self._rows(self._config(spec, guided))
         records = []
-        for row in rows:
+        for row in self._rows(self._config(spec, guided)):
             if limit is not None and len(records) >= limit:
                 break
             record = row_record(row, full=True)
@@ -400,42 +384,46 @@ class StreamedRunCache(RunCache):
             records.append(record)
         return records
 
-    def accounting_seconds(self) -> list[float]:
-        """Distortion accounting time per image, every planned configuration (guided or not),
-        read from the result rows: not only the configurations the tables have read so far."""
-        return [row["accounting_seconds"] for c in self.configurations for row in self._rows(c)]
+    def timed(self) -> Iterator[GenerationRecord]:
+        """Scalar records of every planned configuration (guided or not), not only those the
+        tables have read so far."""
+        for config in self.configurations:
+            yield from (row_record(row, full=False) for row in self._rows(config))
 
-    def w1_seconds(self) -> list[float]:
-        """The W1 part of ``accounting_seconds``, per image, every planned configuration."""
-        return [row.get("w1_seconds", 0.0) for c in self.configurations for row in self._rows(c)]
+    def quality(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
+        """``quality_of`` the per-image scores in the rows and (the Frechet distance, a set
+        statistic of the stand-in) the images decoded again from the tokens."""
+        config = self._config(spec)
+        # One score per row kept, not the rows (their tokens are large in Python).
+        per_row = [row.get("condition_score") for row in self._rows(config)]
+        scores = None
+        if per_row and all(score is not None for score in per_row):
+            scores = np.array(per_row, dtype=np.float64)
 
-    def _scored(self, spec: MethodSpec) -> tuple[dict[str, Any], np.ndarray | None]:
-        """The quality of ``spec``'s images from the per-image scores in the rows (the Frechet
-        distance, a set statistic of the stand-in, from images decoded again from the tokens)."""
-        if spec.key not in self._quality:
-            config = self._config(spec)
-            # One score per row kept, not the rows (their tokens are large in Python).
-            per_row = [row.get("condition_score") for row in self._rows(config)]
-            out: dict[str, Any] = {}
-            scores = None
-            if per_row and all(score is not None for score in per_row):
-                scores = np.array(per_row, dtype=np.float64)
-                out.update(score_summary(scores))
-            if (
-                self.model.frechet_distance is not None
-                and self.model.decode is not None
-                and per_row
-            ):
-                out["frechet_distance"] = float(
-                    self.model.frechet_distance(
-                        [
-                            self.model.decode(torch.tensor(row["tokens"]))
-                            for row in self._rows(config)
-                        ]
-                    )
-                )
-            self._quality[spec.key] = (out, scores)
-        return self._quality[spec.key]
+        def images() -> list[np.ndarray]:
+            return [self.model.decode(torch.tensor(row["tokens"])) for row in self._rows(config)]
+
+        decodable = per_row and self.model.decode is not None
+        return quality_of(self.model, scores, images if decodable else None)
+
+
+class StreamedRunCache(RunStore):
+    """A ``RunStore`` over the run store's files (``FolderRuns``, reached as ``storage``):
+    ``RunStore``'s ``recording`` and ``FolderRuns``' other arguments."""
+
+    def __init__(
+        self,
+        model: ImageModel,
+        prompts: list[str],
+        seeds: list[int],
+        filters: FilterSettings,
+        out_dir: str | Path,
+        *,
+        recording: Recording = Recording(distortion=True, w1=None),
+        **folder: Any,
+    ) -> None:
+        super().__init__(model, prompts, seeds, filters, recording=recording)
+        self.storage = FolderRuns(self, out_dir, **folder)
 
 
 def measure_forward_seconds(
@@ -474,7 +462,7 @@ def measure_forward_seconds(
     return out
 
 
-def gpu_hours(cache: StreamedRunCache, seconds_per_forward: dict[str, float]) -> dict[str, Any]:
+def gpu_hours(cache: FolderRuns, seconds_per_forward: dict[str, float]) -> dict[str, Any]:
     """The remaining work of ``cache``'s plan in forwards and device hours: per item the
     configuration's forwards (measured rows, else the token count) times the per-forward time of
     its method (``seconds_per_forward`` keys "ar", "sjd", "gsd")."""

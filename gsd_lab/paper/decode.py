@@ -119,11 +119,12 @@ def decoding_cache(
             ),
             progress=progress,
         )
-        cache.plan(configurations)
-        decoded = cache.run()
-        if not cache.context.is_main:
-            return {"rank": cache.context.rank, "decoded": decoded}, None
-        cache.wait()
+        files = cache.storage
+        files.plan(configurations)
+        decoded = files.run()
+        if not files.context.is_main:
+            return {"rank": files.context.rank, "decoded": decoded}, None
+        files.wait()
         return cache, None
     guided = 2 if model.adapter.uses_cfg else 1
     extra = images_per_method * guided  # replacement (+ AR without CFG)

@@ -241,14 +241,14 @@ def paper_plan(
         weights=weights_fingerprint(model.weights_info, model.adapter.model),
         progress=False,
     )
-    cache.plan(configurations, dry=True)
+    cache.storage.plan(configurations, dry=True)
     source = "given"
     if forward_seconds is None:
         forward_seconds, source = (
             measure_forward_seconds(model),
             f"measured now on {model.adapter.device}",
         )
-    estimate = gpu_hours(cache, forward_seconds)
+    estimate = gpu_hours(cache.storage, forward_seconds)
     seconds = estimate["device_hours"] * 3600
     cfg = model.adapter.uses_cfg
     per_forward = {k.upper(): f"{1000 * v:.1f} ms" for k, v in forward_seconds.items()}
@@ -279,7 +279,7 @@ def paper_plan(
         measured=estimate["configurations_with_measured_nfe"],
         per_configuration="\n".join(
             f"    {c.spec.label}{'' if c.guided else ' (no guidance)'}: "
-            f"{cache.estimated_forwards(c):,.0f} forwards per image"
+            f"{cache.storage.estimated_forwards(c):,.0f} forwards per image"
             for c in configurations
         ),
     )

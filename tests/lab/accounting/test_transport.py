@@ -289,8 +289,8 @@ def test_streamed_paper_runs_record_w1_in_their_result_rows(tmp_path):
     cache = StreamedRunCache(model, ["0", "1"], [0], FilterSettings(), tmp_path, weights={"test": "tiny"},
                              progress=False,
                              recording=Recording(distortion=True, w1=None, w1_draws=2))
-    cache.plan([Configuration(spec) for spec in specs])
-    assert cache.run() == 4
+    cache.storage.plan([Configuration(spec) for spec in specs])
+    assert cache.storage.run() == 4
     rows = {r["method"]: r for r in cache.table(specs, tables.AR)}
     assert rows["AR"]["w1"] == 0.0 and rows["Amplify (k=2)"]["w1"] > 0
     # The substitution cost stays in the records (defined for SD: 0) but not in the tables: it is

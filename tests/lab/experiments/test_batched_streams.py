@@ -52,7 +52,7 @@ def _cache(model, out: Path, batch_size: int, rank: int = 0, world: int = 1) -> 
         progress=False,
         recording=Recording(distortion=True, w1=None, w1_draws=4, batch_size=batch_size),
     )
-    cache.plan(CONFIGURATIONS)
+    cache.storage.plan(CONFIGURATIONS)
     return cache
 
 
@@ -80,12 +80,12 @@ def _assert_same_rows(rows: dict[str, dict], reference: dict[str, dict]) -> None
 def test_a_batched_paper_stream_writes_the_files_of_batch_1_and_resumes(model, tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_BATCHES", 2)  # several chunks, each split by guidance
     one, three = tmp_path / "one", tmp_path / "three"
-    assert _cache(model, one, 1).run() == 14
+    assert _cache(model, one, 1).storage.run() == 14
     reference = _rows(one)
     assert len(reference) == 14  # 3 configurations x 4 prompts + 2 without guidance
     assert sum("top1" in row for row in reference.values()) == 6  # AR rows only
     cache = _cache(model, three, 3)
-    assert cache.run() == 14
+    assert cache.storage.run() == 14
     _assert_same_rows(_rows(three), reference)
     # the batched rows' times are shares of their batches; the single rows' are their own
     assert all(row["wall_seconds"] > 0 for row in _rows(three).values())
@@ -96,13 +96,13 @@ def test_a_batched_paper_stream_writes_the_files_of_batch_1_and_resumes(model, t
     for name in removed:
         (three / name).unlink()
     again = _cache(model, three, 3)
-    assert len(again.remaining()) == len(removed)
-    assert again.run() == len(removed)
+    assert len(again.storage.remaining()) == len(removed)
+    assert again.storage.run() == len(removed)
     rows = _rows(three)
     _assert_same_rows(rows, reference)
     kept = [name for name in rows if name not in removed]
     assert all((three / name).stat().st_mtime_ns == stamps[name] for name in kept)
-    assert _cache(model, three, 3).run() == 0
+    assert _cache(model, three, 3).storage.run() == 0
     # The tables read the batched run as the single one.
     for spec in SPECS:
         assert [r.nfe for r in again.records(spec)] == [r.nfe for r in _cache(model, one, 1).records(spec)]
@@ -118,7 +118,7 @@ def test_a_streamed_run_records_what_the_in_process_cache_records(model, tmp_pat
     from gsd_lab.experiments.runs import RunCache
 
     streamed = _cache(model, tmp_path, batch_size)
-    assert streamed.run() == 14
+    assert streamed.storage.run() == 14
     # every planned row's accounting time, before the tables read any configuration
     assert len(streamed.accounting_seconds()) == len(streamed.w1_seconds()) == 14
     cache = RunCache(model, PROMPTS, [0], streamed.filters, recording=streamed.recording)
@@ -142,11 +142,12 @@ def test_a_streamed_run_records_what_the_in_process_cache_records(model, tmp_pat
 def test_a_batched_shard_decodes_the_items_of_the_same_shard(model, tmp_path):
     single, batched = tmp_path / "single", tmp_path / "batched"
     for out, size in ((single, 1), (batched, 4)):
-        assert _cache(model, out, size, rank=1, world=2).run() == 7
+        assert _cache(model, out, size, rank=1, world=2).storage.run() == 7
     assert _rows(batched).keys() == _rows(single).keys()
     _assert_same_rows(_rows(batched), _rows(single))
     cache = _cache(model, batched, 4, rank=1, world=2)
-    assert all(cache.done(cache.items[i]) == (i % 2 == 1) for i in range(len(cache.items)))
+    assert all(cache.storage.done(cache.storage.items[i]) == (i % 2 == 1)
+               for i in range(len(cache.storage.items)))
 
 
 def test_batched_work_writes_every_item_and_a_missing_one_raises(tmp_path):

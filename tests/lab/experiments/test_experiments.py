@@ -431,6 +431,32 @@ def test_seed_noise_row_refuses_seeds_that_repeat_the_cache_s_own():
     assert len(cache.records(replace(tables.AR_SEED_NOISE, seed_offset=5000))) == 2
 
 
+def test_one_run_store_hands_its_storage_only_configurations_not_read_yet(tiny, tmp_path):
+    """``RunCache`` and ``StreamedRunCache`` are the one ``RunStore`` over its two storages;
+    ``prefetch`` keeps the memo in the store: a configuration read once (or preloaded) is not
+    asked of the storage again, and seed offsets are checked there for either storage."""
+    from gsd_lab.experiments import tables
+    from gsd_lab.experiments.runs import MemoryRuns, Recording, RunStore
+    from gsd_lab.experiments.stream import FolderRuns, StreamedRunCache
+
+    folder = StreamedRunCache(tiny, ["0"], [0], FilterSettings(), tmp_path, weights={"t": "t"},
+                              progress=False)
+    cache = RunCache(tiny, ["0", "1"], [0, 1000], FilterSettings(),
+                     recording=Recording(batch_size=2))
+    assert isinstance(cache.storage, MemoryRuns) and isinstance(folder.storage, FolderRuns)
+    assert isinstance(cache, RunStore) and isinstance(folder, RunStore)
+    cache.prefetch([tables.AR])
+    decoded = cache.decoded()
+    asked = []
+    cache.storage.prefetch = lambda specs: asked.append([s.label for s in specs]) or {}
+    cache.preload(repr(cache._concrete(tables.SJD).key), decoded[cache._concrete(tables.AR).key])
+    gsd = MethodSpec("GSD-3", DecodingMethod("gsd", window=4, acceptance=ClusterAcceptance(group_size=3)))
+    cache.prefetch([tables.AR, tables.SJD, gsd])
+    assert asked == [["GSD-3"]] and cache.decoded().keys() == decoded.keys()
+    with pytest.raises(ValueError, match="seed_offset 1000 maps seeds"):
+        cache.prefetch([tables.AR_SEED_NOISE])
+
+
 def test_lantern_affordable_on_gpu_or_small_cpu_vocabularies():
     from gsd_lab.experiments import tables
 

@@ -34,6 +34,7 @@ def test_round_trip_gives_the_same_rows(model, tmp_path):
     loaded = records.load(loaded_cache, path)
     assert (loaded.configurations, loaded.images, loaded.reason) == (3, 2, None)
     assert "3 configurations x 2 images" in loaded.line() and "commit 000000000000" in loaded.line()
+    assert "same decoding sources, DECODING_SOURCES, as this checkout" in loaded.line()
     reloaded = loaded_cache.table(SPECS, tables.AR)
     for a, b in zip(decoded, reloaded):
         assert a.keys() == b.keys()
@@ -65,6 +66,7 @@ def test_records_of_other_code_are_refused(model, tmp_path, monkeypatch):
     refused = records.load(_cache(model), path)
     assert refused.configurations == 0 and refused.reason.startswith("made by other code")
     assert "aaaaaaaaaaaa" in refused.line() and "decoded here" in refused.line()
+    assert "had other decoding sources (DECODING_SOURCES)" in refused.reason
     monkeypatch.undo()
     assert records.code_fingerprint() == fingerprint and len(fingerprint) == 64
 

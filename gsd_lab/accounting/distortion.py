@@ -29,6 +29,7 @@ from gsd_core import (
     Lantern, Rule, as_rule, check_pair, fixed_order_sum, output_distribution, output_law,
 )
 
+from .. import rules  # noqa: F401 (the rules' accounting paths, registered on import)
 from ..engine import support_accept
 from ..engine.capabilities import direct_tv, embedding_filter, member_slots, rows_of
 

@@ -344,7 +344,7 @@ class DecodingMethod:
     def _check_preset(self) -> None:
         if self.preset == "default":
             return
-        from .presets import preset  # the named presets (imports torch)
+        from .presets import preset  # the named presets
 
         fixed = preset(self.preset).window  # raises for an unknown preset
         if fixed is not None and self.kind != "ar" and self.window != fixed:

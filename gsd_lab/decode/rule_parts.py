@@ -35,7 +35,8 @@ def cluster_rule(spec: Any, method: Any, adapter: Any, embeddings: Any, cache: d
         )
         gap = filters.max_prob_gap if kind == "dynamic" else None
         if method.preset != "default":
-            from .presets import ReleaseDistanceClusters, preset, release_distance_table
+            from ..rules.clusters import ReleaseDistanceClusters, release_distance_table
+            from .presets import preset
 
             if preset(method.preset).release_distance:
                 table = cached(
@@ -110,6 +111,7 @@ def method_rule(clusters: object = None, residual: str = "token", amplify: float
     from gsd_core import Amplify
     from gsd_core import as_rule
 
+    from .. import rules  # noqa: F401 (the partitions' cluster-exact residual)
     from ..engine.capabilities import cluster_residual
 
     if residual not in RESIDUALS:

@@ -8,7 +8,7 @@
 - ``checks``: the input checks split for that one host sync (shapes first, then verdicts on the
   values read back; ``readback``: the fused read);
 - ``support_accept``: a(x) on the support of q, what the exact distortion accounting needs
-  (``accounting``; dynamic clusters' masses there from one full ranking per row: ``windows``);
+  (``accounting``);
 - ``capabilities``: what the lab asks of a rule beyond gsd_core's (fast paths, support
   masses, row slicing, residuals, couplings), one generic function each, dispatched on the
   rule's class;

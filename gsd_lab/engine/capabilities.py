@@ -15,7 +15,8 @@ capabilities, one generic function each, dispatched on the rule's class
                                                                         generic: None (undefined)
 
 The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
-``slice_rows``, ``shared_rows``): docs/decoding.md.
+``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
+module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded with that package.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, OptimalRelaxation
-from gsd_core import Partition
+from gsd_core import SD, Amplify, Lantern, OptimalRelaxation
 
-from .ranking import SupportSize, dynamic_masses
-from .windows import Masses, ranked_window_masses
+from .ranking import SupportSize
+
+Masses = tuple[Tensor, Tensor]  # (P, Q) [..., T]: p(C(x)) and q(C(x)) of tokens x
 
 
 # --- Amplify's scaling ---------------------------------------------------------------------------
@@ -56,7 +57,6 @@ def uses_support(rule: object) -> bool:
     return False
 
 
-uses_support.register(DynamicClusters, lambda rule: rule.rank_by == "p")
 uses_support.register(Amplify, lambda rule: uses_support(rule.rule))
 
 
@@ -67,13 +67,6 @@ def window_masses(
     """(P, Q) of the drafts [..., L] against rows p, q [..., L, V], bit for bit the rule's own
     ``masses``: [..., L, 1] (``masses`` of ``drafts.unsqueeze(-1)``, as gsd_core's ``verify``
     takes them), or [..., L] from a registered fast path. ``support``: ``uses_support``."""
-    return rule.masses(p, q, drafts.unsqueeze(-1))
-
-
-@window_masses.register
-def _(rule: DynamicClusters, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Masses:
-    if rule.rank_by == "p":  # ranked on the support of p (``ranking``)
-        return dynamic_masses(rule, p, q, drafts, support)
     return rule.masses(p, q, drafts.unsqueeze(-1))
 
 
@@ -113,10 +106,6 @@ def _no_adjacency(rule: object, adjacency: Tensor | None) -> None:
         )
 
 
-# The windows of every support token overlap: one full ranking per row serves them all.
-support_masses.register(DynamicClusters, ranked_window_masses)
-
-
 @support_masses.register
 def _(rule: Lantern, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
       chunk_elements: int = 1 << 24) -> Masses:
@@ -145,7 +134,6 @@ def member_slots(rule: object, vocab: int) -> int | None:
     return None
 
 
-member_slots.register(DynamicClusters, lambda rule, vocab: rule.offsets(vocab).numel())
 member_slots.register(Lantern, lambda rule, vocab: rule.neighbourhoods.k)
 member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
 
@@ -156,13 +144,6 @@ def embedding_filter(rule: object) -> tuple[Tensor, float] | None:
     the accounting from a one-off [V, V] table (``accounting.distortion.embedding_adjacency``,
     passed to ``support_masses`` as ``adjacency``); None: no such filter."""
     return None
-
-
-@embedding_filter.register
-def _(rule: DynamicClusters) -> tuple[Tensor, float] | None:
-    if rule.max_embedding_distance is None:
-        return None
-    return rule.embeddings, rule.max_embedding_distance
 
 
 embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
@@ -229,16 +210,6 @@ def slice_rows(rule: Any, index: slice | list[int]) -> Any:
 
 
 rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
-rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
-
-
-@rows_of.register
-def _(rule: FixedPartition, index: slice | list[int]) -> FixedPartition:
-    """labels [V] or [1, V]: every row's partition (broadcast), kept whole; [N, V], N > 1: one
-    partition per row, sliced."""
-    if rule.labels.ndim == 1 or rule.labels.shape[0] == 1:
-        return rule
-    return slice_rows(rule, index)
 
 
 @rows_of.register
@@ -261,7 +232,6 @@ def cluster_residual(rule: object) -> object:
 
 
 cluster_residual.register(SD, lambda rule: rule)
-cluster_residual.register(Partition, lambda rule: replace(rule, residual="cluster"))
 
 
 LabelsOf = Callable[[Tensor], "Tensor | None"]
@@ -278,6 +248,3 @@ def coupling(rule: object) -> LabelsOf | None:
 
 
 coupling.register(SD, lambda rule: lambda p: None)
-coupling.register(
-    Partition, lambda rule: rule.partition_labels if rule.residual == "cluster" else None
-)

@@ -15,7 +15,7 @@ import torch
 from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
 from gsd_lab.decode.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
 from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance, SDAcceptance
-from gsd_lab.decode.presets import ReleaseDistanceClusters
+from gsd_lab.rules.clusters import ReleaseDistanceClusters
 
 M = DecodingMethod
 A, C, L = AmplifyAcceptance, ClusterAcceptance, LanternAcceptance

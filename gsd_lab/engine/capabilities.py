@@ -25,10 +25,9 @@ from dataclasses import fields, replace
 from functools import singledispatch
 from typing import Any, Callable
 
-import torch
 from torch import Tensor
 
-from gsd_core import SD, Amplify, Lantern, OptimalRelaxation
+from gsd_core import SD, Amplify, OptimalRelaxation
 
 from .ranking import SupportSize
 
@@ -93,28 +92,17 @@ def support_masses(
     ``masses``, at most ``chunk_elements`` gathered entries at a time where the rule gathers
     members. ``adjacency``: the bool table [V, V] of ``embedding_filter``. Generic: the rule's
     ``masses`` of all tokens at once (a partition's cluster masses are O(V) per row)."""
-    _no_adjacency(rule, adjacency)
+    no_adjacency(rule, adjacency)
     if tokens.shape[-1] == 0:
         return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
     return rule.masses(p, q, tokens)
 
 
-def _no_adjacency(rule: object, adjacency: Tensor | None) -> None:
+def no_adjacency(rule: object, adjacency: Tensor | None) -> None:
     if adjacency is not None:
         raise ValueError(
             f"adjacency is the dynamic clusters' embedding filter; {type(rule).__name__} has none"
         )
-
-
-@support_masses.register
-def _(rule: Lantern, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
-      chunk_elements: int = 1 << 24) -> Masses:
-    _no_adjacency(rule, adjacency)
-    step = max(1, chunk_elements // max(1, p.shape[0] * rule.neighbourhoods.k))  # [N, T, k]
-    parts = [rule.masses(p, q, tokens[:, i : i + step]) for i in range(0, tokens.shape[-1], step)]
-    if not parts:
-        return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
-    return torch.cat([c for c, _ in parts], -1), torch.cat([m for _, m in parts], -1)
 
 
 @support_masses.register
@@ -134,7 +122,6 @@ def member_slots(rule: object, vocab: int) -> int | None:
     return None
 
 
-member_slots.register(Lantern, lambda rule, vocab: rule.neighbourhoods.k)
 member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
 
 
@@ -152,7 +139,7 @@ embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
 @singledispatch
 def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
     """TV(out_i, p_i) [N] for rows p, q [N, V] float64 without the law out_i, where a rule has an
-    identity for it (LANTERN: ``accounting.distortion.lantern_distortion``); None: TV of the law.
+    identity for it (LANTERN: ``rules.lantern.lantern_distortion``); None: TV of the law.
     Not through Amplify (the identities are the rule's own)."""
     return None
 

@@ -9,12 +9,14 @@ and ``decode.loop``.
 
 - ``clusters``: GSD's clusters (``DynamicClusters``, ``RankBinnedClusters``, ``FixedPartition``):
   ``dynamic_masses`` (verify), ``ranked_window_masses`` and ``packed_adjacency`` (accounting),
-  the release's ``ReleaseDistanceClusters``.
+  the release's ``ReleaseDistanceClusters``;
+- ``lantern``: LANTERN (``Lantern``): its support masses in chunks, members per token, and
+  ``lantern_distortion`` (TV without the law, proofs/08).
 
 Each family's tests (tests/lab/rules/) run every path on the same cases against gsd_core and
 name the path that diverges. Adding a family: docs/lab.md.
 """
 
-from . import clusters
+from . import clusters, lantern
 
-__all__ = ["clusters"]
+__all__ = ["clusters", "lantern"]

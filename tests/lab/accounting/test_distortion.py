@@ -195,7 +195,7 @@ def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
                                                     (12, 0.4, None), (12, 1.0, None), (8, 0.3, 1.5)])
 def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_distance):
     """proofs/08's identity, walked in blocks with early exits, equals TV(law, p) of the law."""
-    from gsd_lab.accounting.distortion import lantern_distortion
+    from gsd_lab.rules.lantern import lantern_distortion
 
     for seed, one_hot_q in ((4, False), (5, True)):
         p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)

@@ -5,7 +5,7 @@
 - ``lantern_distortion``: TV(out, p) without the law, by proofs/08's identity (``direct_tv``).
 
 The spec ``LanternAcceptance`` stays in ``decode.acceptance`` (torch-free, read by the command
-line; docs/lab.md). tests/lab/rules/test_lantern.py puts every path beside gsd_core's.
+line; docs/lab.md). tests/lab/rules/test_lantern_paths.py puts every path beside gsd_core's.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Subpackages, in reading order (each ``__init__`` maps its files; the map at length:
 docs/lab.md): ``decode/`` (``generate``, the AR / SJD / GSD loop), ``engine/`` (gsd_core's
-verification for an accelerator, ``engine.capabilities``), ``accounting/`` (exact TV and W1),
-``models/`` (adapters), ``standin/`` and ``digits/`` (the embedded models), ``quality/``,
-``experiments/``, ``paper/`` (the figures job: plan, decode, tables, render), ``teaching/``,
-``runs/`` (the run store: sharded, resumable runs), ``io/``, ``checks/``, ``testing/`` (tiny
-checkpoints) and ``cli/``; module ``workers``.
+verification for an accelerator, ``engine.capabilities``), ``rules/`` (each rule family's lab
+parts), ``accounting/`` (exact TV and W1), ``models/`` (adapters), ``standin/`` and
+``digits/`` (the embedded models), ``quality/``, ``experiments/``, ``paper/`` (the figures job:
+plan, decode, tables, render), ``teaching/``, ``runs/`` (the run store: sharded, resumable
+runs), ``io/``, ``checks/``, ``testing/`` (tiny checkpoints) and ``cli/``; module ``workers``.
 
 The public surface, importable from ``gsd_lab`` itself (loaded on first use); everything else is
 the lab's own and may change between versions:

@@ -25,10 +25,9 @@ import time
 import torch
 from torch import Tensor
 
-from gsd_core import (
-    Lantern, Rule, as_rule, check_pair, fixed_order_sum, output_distribution, output_law,
-)
+from gsd_core import Rule, as_rule, check_pair, fixed_order_sum, output_distribution, output_law
 
+from .. import rules  # noqa: F401 (the rules' accounting paths, registered on import)
 from ..engine import support_accept
 from ..engine.capabilities import direct_tv, embedding_filter, member_slots, rows_of
 
@@ -152,61 +151,6 @@ def support_output_laws(
             adjacency = embedding_adjacency(embeddings.to(p.device), max_distance, vocab)
     accept = support_accept(rule, p, q, adjacency=adjacency, chunk_elements=chunk_elements)
     return output_law(rule, p, q, accept)
-
-
-def lantern_distortion(p: Tensor, q: Tensor, rule: Lantern, *, block: int = 64) -> Tensor:
-    """TV(LANTERN's one-step law, p) for rows p, q [N, V] float64 -> [N], by proofs/08's identity
-
-        TV(out, p) = sum_x min((q(x) - p(x))+, m(x)),
-
-    m(x) the neighbour mass LANTERN credits (``gsd_core.lantern``). Only tokens with q(x) > p(x)
-    count, and each term is settled as soon as the walk through B_k(x) has credited
-    m >= q(x) - p(x) or passed the budget delta; so the neighbourhoods (k = 1001 in the figures)
-    are walked in blocks of ``block`` neighbours, settled entries dropped after each block,
-    instead of gathering all k per token (the accounting's main cost otherwise). The
-    running sums are continued with the same left-to-right additions as one cumsum over the
-    whole neighbourhood (the block's cumsum starts from the previous total), so on a CPU (a
-    sequential cumsum) the budget test S_j <= delta sees gsd_core's S_j bit for bit; on a GPU a
-    parallel scan may group the additions differently, so an S_j within an ulp of delta could be
-    decided differently from ``verify`` with the rule (not tested on a GPU here)."""
-    index, valid = rule.tables(p.shape[-1], p.device)
-    gap = q - p
-    carries = gap > 0  # the entries that can carry distortion
-    row, token = carries.nonzero(as_tuple=True)
-    need = gap[row, token]  # (q - p)+ > 0
-    credit = torch.zeros_like(need)  # m so far
-    total = torch.zeros_like(need)  # S_j so far
-    entry = torch.arange(need.numel(), device=p.device)
-    settled_value = torch.zeros_like(need)
-    for start in range(1, index.shape[1], block):
-        if entry.numel() == 0:
-            break
-        members = index[token, start : start + block]  # [E, B]
-        masses = torch.where(
-            valid[token, start : start + block], p[row.unsqueeze(-1), members], 0.0
-        )
-        sums = torch.cat([total.unsqueeze(-1), masses], -1).cumsum(-1)[
-            :, 1:
-        ]  # S_j, one sequential scan
-        credit = torch.maximum(credit, torch.where(sums <= rule.delta, sums, 0.0).amax(-1))
-        total = sums[:, -1]
-        open_ = (credit < need[entry]) & (total <= rule.delta)
-        settled_value[entry[~open_]] = credit[~open_]
-        entry, row, token, credit, total = (
-            entry[open_],
-            row[open_],
-            token[open_],
-            credit[open_],
-            total[open_],
-        )
-    settled_value[entry] = credit  # walks that reached the end of B_k(x) still open
-    terms = torch.zeros_like(gap).masked_scatter_(carries, torch.minimum(need, settled_value))
-    return fixed_order_sum(terms)
-
-
-@direct_tv.register
-def _(rule: Lantern, p: Tensor, q: Tensor) -> Tensor:
-    return lantern_distortion(p, q, rule)  # proofs/08's identity: no law needed
 
 
 def one_step_output_laws(p: Tensor, q: Tensor, rule: object = None) -> Tensor:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from gsd_core import as_rule
 
+from .. import rules  # noqa: F401 (the partitions' couplings, registered on import)
 from ..engine.capabilities import coupling, rows_of
 from .distortion import _check_rows, targets_and_laws
 

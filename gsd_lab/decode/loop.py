@@ -29,6 +29,7 @@ from gsd_core import (
     without_replacement_rows,
 )
 
+from .. import rules  # noqa: F401 (the rules' engine paths, registered on import)
 from ..accounting.distortion import DistortionLog
 from ..accounting.transport import DEFAULT_DRAWS, W1Estimate, W1Log
 from ..engine import draw, uses_support, verify

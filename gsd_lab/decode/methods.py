@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .acceptance import (  # noqa: F401 (re-exported: a method's call site names its rule)
+    DEFAULT_TRANSPORT_K,
     AcceptanceSpec,
     AmplifyAcceptance,
     BudgetAcceptance,
@@ -179,20 +180,21 @@ def distance_quantile_entry(
     }
 
 
-# A rule's fields, by the spec and field that hold them: a method given one names its spec.
+# The flat fields methods once held a rule's parameters in: the spec and field that hold each
+# now, and the flat form's default (a record stored them all, most at that default).
 _SPEC_OF = {
-    "clusters": ("ClusterAcceptance", "clusters"),
-    "group_size": ("ClusterAcceptance", "group_size"),
-    "acceptance_scale": ("AmplifyAcceptance", "scale"),
-    "lantern_k": ("LanternAcceptance", "k"),
-    "lantern_delta": ("LanternAcceptance", "delta"),
-    "relaxation_delta": ("RelaxationAcceptance", "delta"),
-    "transport_eps": ("TransportAcceptance", "eps"),
-    "transport_k": ("TransportAcceptance", "k"),
-    "budget": ("BudgetAcceptance", "budget"),
-    "budget_measure": ("BudgetAcceptance", "measure"),
-    "budget_policy": ("BudgetAcceptance", "policy"),
-    "budget_cap": ("BudgetAcceptance", "cap"),
+    "clusters": ("ClusterAcceptance", "clusters", None),
+    "group_size": ("ClusterAcceptance", "group_size", 0),
+    "acceptance_scale": ("AmplifyAcceptance", "scale", 1.0),
+    "lantern_k": ("LanternAcceptance", "k", 0),
+    "lantern_delta": ("LanternAcceptance", "delta", 0.0),
+    "relaxation_delta": ("RelaxationAcceptance", "delta", 0.0),
+    "transport_eps": ("TransportAcceptance", "eps", None),
+    "transport_k": ("TransportAcceptance", "k", DEFAULT_TRANSPORT_K),
+    "budget": ("BudgetAcceptance", "budget", None),
+    "budget_measure": ("BudgetAcceptance", "measure", "tv"),
+    "budget_policy": ("BudgetAcceptance", "policy", "cap"),
+    "budget_cap": ("BudgetAcceptance", "cap", 1.0),
 }
 
 
@@ -342,7 +344,7 @@ class DecodingMethod:
     def _check_preset(self) -> None:
         if self.preset == "default":
             return
-        from .presets import preset  # the named presets (imports torch)
+        from .presets import preset  # the named presets
 
         fixed = preset(self.preset).window  # raises for an unknown preset
         if fixed is not None and self.kind != "ar" and self.window != fixed:
@@ -451,17 +453,23 @@ class DecodingMethod:
         return ResolvedMethod(method, rule=rule, neighbours=neighbours)
 
 
-
 def _unknown_fields(unknown: dict[str, Any]) -> str:
-    """The message for fields a ``DecodingMethod`` does not have; a rule's field is named with
-    the spec that holds it (``acceptance=ClusterAcceptance(group_size=50)``)."""
+    """The message for fields a ``DecodingMethod`` does not have. Fields of the old flat form
+    (``_SPEC_OF``) say so, and those not at the flat form's default are named with the spec
+    that holds them now (``acceptance=ClusterAcceptance(group_size=50)``)."""
     specs: dict[str, list[str]] = {}
-    for name in (name for name in _SPEC_OF if name in unknown):
-        spec, field = _SPEC_OF[name]
-        specs.setdefault(spec, []).append(f"{field}={unknown[name]!r}")
-    hints = [f"write acceptance={spec}({', '.join(args)})" for spec, args in specs.items()]
+    flat = [name for name in unknown if name in _SPEC_OF]
+    for name in flat:
+        spec, field, default = _SPEC_OF[name]
+        if unknown[name] != default:
+            specs.setdefault(spec, []).append(f"{field}={unknown[name]!r}")
     message = f"DecodingMethod got unknown fields {sorted(unknown)}"
-    return "; ".join([message, *hints]) + (" (gsd_lab.decode.acceptance)" if hints else "")
+    if flat:
+        message += f" ({', '.join(sorted(flat))}: a rule's fields in the old flat form)"
+    hints = [f"write acceptance={spec}({', '.join(args)})" for spec, args in specs.items()]
+    if flat and not hints:
+        hints = ["at their defaults they say nothing: leave them out"]
+    return "; ".join([message, *hints]) + (" (gsd_lab.decode.acceptance)" if specs else "")
 
 
 @dataclass(frozen=True, init=False)

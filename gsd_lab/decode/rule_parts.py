@@ -35,7 +35,8 @@ def cluster_rule(spec: Any, method: Any, adapter: Any, embeddings: Any, cache: d
         )
         gap = filters.max_prob_gap if kind == "dynamic" else None
         if method.preset != "default":
-            from .presets import ReleaseDistanceClusters, preset, release_distance_table
+            from ..rules.clusters import ReleaseDistanceClusters, release_distance_table
+            from .presets import preset
 
             if preset(method.preset).release_distance:
                 table = cached(
@@ -102,20 +103,19 @@ def content_neighbours_of(adapter: Any, k: int) -> Any:
     return _NEIGHBOUR_CACHE[key]
 
 
-def method_rule(
-    clusters: object = None, residual: str = "token", acceptance_scale: float = 1.0
-) -> Any:
+def method_rule(clusters: object = None, residual: str = "token", amplify: float = 1.0) -> Any:
     """The gsd_core rule of a method's parts: ``clusters`` (None, partition labels [V] or a
     rule), with the cluster-exact residual for residual="cluster" (partitions only; SD's
     singletons keep the token residual, which is the same: ``capabilities.cluster_residual``),
-    wrapped in ``Amplify(acceptance_scale)`` when the scale is not 1."""
+    wrapped in ``Amplify(amplify)`` (k = ``amplify``, min(1, k P / Q)) when k is not 1."""
     from gsd_core import Amplify
     from gsd_core import as_rule
 
+    from .. import rules  # noqa: F401 (the partitions' cluster-exact residual)
     from ..engine.capabilities import cluster_residual
 
     if residual not in RESIDUALS:
         raise ValueError(f"unknown residual mode {residual!r}; expected one of {RESIDUALS}")
     rule = as_rule(clusters)
     rule = cluster_residual(rule) if residual == "cluster" else rule
-    return rule if acceptance_scale == 1.0 else Amplify(acceptance_scale, rule)
+    return rule if amplify == 1.0 else Amplify(amplify, rule)

@@ -4,7 +4,7 @@ out = q a + (1 - alpha) r needs a(x) only where q(x) > 0: one token for Jacobi's
 drafts, the top-k for re-drafted rows, instead of all V (gsd_core's enumeration: for dynamic
 clusters with the embedding filter [V, M, D] differences per row). The masses there are
 gsd_core's bit for bit, so the law is gsd_core's ``output_law`` of the probabilities ``verify``
-tests, by the rule's ``capabilities.support_masses`` (dynamic clusters: ``windows``, one
+tests, by the rule's ``capabilities.support_masses`` (dynamic clusters: ``rules.clusters``, one
 ranking per row; LANTERN's in chunks; any other rule its own ``masses``).
 """
 

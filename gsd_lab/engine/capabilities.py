@@ -15,7 +15,8 @@ capabilities, one generic function each, dispatched on the rule's class
                                                                         generic: None (undefined)
 
 The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
-``slice_rows``, ``shared_rows``): docs/decoding.md.
+``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
+module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded with that package.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from dataclasses import fields, replace
 from functools import singledispatch
 from typing import Any, Callable
 
-import torch
 from torch import Tensor
 
-from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, OptimalRelaxation
-from gsd_core import Partition
+from gsd_core import SD, Amplify, OptimalRelaxation
 
-from .ranking import SupportSize, dynamic_masses
-from .windows import Masses, ranked_window_masses
+from .ranking import SupportSize
+
+Masses = tuple[Tensor, Tensor]  # (P, Q) [..., T]: p(C(x)) and q(C(x)) of tokens x
 
 
 # --- Amplify's scaling ---------------------------------------------------------------------------
@@ -56,7 +56,6 @@ def uses_support(rule: object) -> bool:
     return False
 
 
-uses_support.register(DynamicClusters, lambda rule: rule.rank_by == "p")
 uses_support.register(Amplify, lambda rule: uses_support(rule.rule))
 
 
@@ -67,13 +66,6 @@ def window_masses(
     """(P, Q) of the drafts [..., L] against rows p, q [..., L, V], bit for bit the rule's own
     ``masses``: [..., L, 1] (``masses`` of ``drafts.unsqueeze(-1)``, as gsd_core's ``verify``
     takes them), or [..., L] from a registered fast path. ``support``: ``uses_support``."""
-    return rule.masses(p, q, drafts.unsqueeze(-1))
-
-
-@window_masses.register
-def _(rule: DynamicClusters, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Masses:
-    if rule.rank_by == "p":  # ranked on the support of p (``ranking``)
-        return dynamic_masses(rule, p, q, drafts, support)
     return rule.masses(p, q, drafts.unsqueeze(-1))
 
 
@@ -100,32 +92,17 @@ def support_masses(
     ``masses``, at most ``chunk_elements`` gathered entries at a time where the rule gathers
     members. ``adjacency``: the bool table [V, V] of ``embedding_filter``. Generic: the rule's
     ``masses`` of all tokens at once (a partition's cluster masses are O(V) per row)."""
-    _no_adjacency(rule, adjacency)
+    no_adjacency(rule, adjacency)
     if tokens.shape[-1] == 0:
         return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
     return rule.masses(p, q, tokens)
 
 
-def _no_adjacency(rule: object, adjacency: Tensor | None) -> None:
+def no_adjacency(rule: object, adjacency: Tensor | None) -> None:
     if adjacency is not None:
         raise ValueError(
             f"adjacency is the dynamic clusters' embedding filter; {type(rule).__name__} has none"
         )
-
-
-# The windows of every support token overlap: one full ranking per row serves them all.
-support_masses.register(DynamicClusters, ranked_window_masses)
-
-
-@support_masses.register
-def _(rule: Lantern, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = None,
-      chunk_elements: int = 1 << 24) -> Masses:
-    _no_adjacency(rule, adjacency)
-    step = max(1, chunk_elements // max(1, p.shape[0] * rule.neighbourhoods.k))  # [N, T, k]
-    parts = [rule.masses(p, q, tokens[:, i : i + step]) for i in range(0, tokens.shape[-1], step)]
-    if not parts:
-        return p.new_empty(tokens.shape), q.new_empty(tokens.shape)
-    return torch.cat([c for c, _ in parts], -1), torch.cat([m for _, m in parts], -1)
 
 
 @support_masses.register
@@ -145,8 +122,6 @@ def member_slots(rule: object, vocab: int) -> int | None:
     return None
 
 
-member_slots.register(DynamicClusters, lambda rule, vocab: rule.offsets(vocab).numel())
-member_slots.register(Lantern, lambda rule, vocab: rule.neighbourhoods.k)
 member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
 
 
@@ -158,20 +133,13 @@ def embedding_filter(rule: object) -> tuple[Tensor, float] | None:
     return None
 
 
-@embedding_filter.register
-def _(rule: DynamicClusters) -> tuple[Tensor, float] | None:
-    if rule.max_embedding_distance is None:
-        return None
-    return rule.embeddings, rule.max_embedding_distance
-
-
 embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
 
 
 @singledispatch
 def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
     """TV(out_i, p_i) [N] for rows p, q [N, V] float64 without the law out_i, where a rule has an
-    identity for it (LANTERN: ``accounting.distortion.lantern_distortion``); None: TV of the law.
+    identity for it (LANTERN: ``rules.lantern.lantern_distortion``); None: TV of the law.
     Not through Amplify (the identities are the rule's own)."""
     return None
 
@@ -229,16 +197,6 @@ def slice_rows(rule: Any, index: slice | list[int]) -> Any:
 
 
 rows_of.register(OptimalRelaxation, slice_rows)  # delta: a float, or one budget per row
-rows_of.register(DynamicClusters, shared_rows)  # embeddings [V, D]: the vocabulary's
-
-
-@rows_of.register
-def _(rule: FixedPartition, index: slice | list[int]) -> FixedPartition:
-    """labels [V] or [1, V]: every row's partition (broadcast), kept whole; [N, V], N > 1: one
-    partition per row, sliced."""
-    if rule.labels.ndim == 1 or rule.labels.shape[0] == 1:
-        return rule
-    return slice_rows(rule, index)
 
 
 @rows_of.register
@@ -261,7 +219,6 @@ def cluster_residual(rule: object) -> object:
 
 
 cluster_residual.register(SD, lambda rule: rule)
-cluster_residual.register(Partition, lambda rule: replace(rule, residual="cluster"))
 
 
 LabelsOf = Callable[[Tensor], "Tensor | None"]
@@ -278,6 +235,3 @@ def coupling(rule: object) -> LabelsOf | None:
 
 
 coupling.register(SD, lambda rule: lambda p: None)
-coupling.register(
-    Partition, lambda rule: rule.partition_labels if rule.residual == "cluster" else None
-)

@@ -4,9 +4,9 @@ gsd_core ranks whole rows (a stable sort of V entries). After top-k the support 
 #{y : p_i(y) > 0} is far smaller (Lumina-mGPT: 2000 of 65,536), and every zero-probability
 token ranks after it, in id order. ``SupportRanking`` sorts only the K = max_i S_i largest
 entries of each row (or the caller's ``support`` ids, or K read by the engine's validation),
-and finds the ranks of zeros by counting. The window members, slot by slot, are the tokens
-gsd_core's ``DynamicClusters.members`` puts there, and their masses are summed by the same
-ops, so P and Q are the reference's bit for bit (tests/lab/engine/test_engine.py).
+and finds the ranks of zeros by counting. ``rules.clusters.dynamic_masses`` reads verify's
+windows off it: slot by slot the tokens gsd_core's ``DynamicClusters.members`` puts there,
+their masses summed by the same ops, so P and Q are the reference's bit for bit.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from functools import lru_cache
 
 import torch
 from torch import Tensor
-
-from gsd_core import DynamicClusters
 
 
 @dataclass(frozen=True)
@@ -39,12 +37,6 @@ def _arange_rows(shape: torch.Size, device: torch.device) -> Tensor:
     """0 .. n - 1 along the last dimension of ``shape`` [..., n] (materialised: ``scatter_`` takes
     no broadcast source)."""
     return torch.arange(shape[-1], device=device).expand(shape).contiguous()
-
-
-@lru_cache(maxsize=64)
-def _offsets(group_size: int, vocab: int, device: torch.device) -> Tensor:
-    """``DynamicClusters(group_size).offsets``, made once per window shape."""
-    return DynamicClusters(group_size).offsets(vocab, device)
 
 
 class SupportRanking:
@@ -136,28 +128,3 @@ def top_k_support(p: Tensor, allowed: Tensor, width: int) -> tuple[Tensor, Tenso
     values = p.index_select(-1, allowed)
     top = torch.topk(values, width, dim=-1, sorted=False).indices
     return allowed[top], (values > 0).sum(-1) > width
-
-
-def dynamic_masses(
-    rule: DynamicClusters,
-    p: Tensor,
-    q: Tensor,
-    drafts: Tensor,
-    support: Tensor | SupportSize | None = None,
-) -> tuple[Tensor, Tensor]:
-    """(p(C(x_i)), q(C(x_i))) of ``DynamicClusters`` for one draft per row, the decoding loop's
-    window (draft x_i against row i): drafts [...] against rows p, q [..., V], [...] each, bit for
-    bit ``rule.masses``. One ranking per row (``support`` as in ``SupportRanking``, for rows
-    ranked by p), then the M members at ranks rank(x_i) + offsets (slots outside [0, V) dropped)."""
-    ranking_rows = q if rule.rank_by == "q" else p
-    ranking = SupportRanking(ranking_rows, support if rule.rank_by == "p" else None)
-    vocab = p.shape[-1]
-    x = drafts.unsqueeze(-1)  # [..., 1]
-    ranks = ranking.rank(ranking_rows, x) + _offsets(rule.group_size, vocab, p.device)  # [..., M]
-    clipped = ranks.clamp(0, vocab - 1)
-    members = ranking.tokens_at(clipped)
-    keep = clipped == ranks
-    if rule.max_prob_gap is not None or rule.max_embedding_distance is not None:
-        keep = rule.filter(p, x, members.unsqueeze(-2), keep.unsqueeze(-2)).squeeze(-2)
-    p_mass, q_mass = (torch.where(keep, rows.gather(-1, members), 0.0).sum(-1) for rows in (p, q))
-    return p_mass, q_mass

@@ -2,9 +2,9 @@
 
 The result is gsd_core.verify's bit for bit, given the same uniforms
 (tests/lab/engine/test_engine.py): the accept probabilities come from the same ops (gsd_core's
-own rules, or a rule's registered fast path, ``capabilities.window_masses``:
-``ranking.dynamic_masses`` for dynamic clusters ranked by p), and the stop row, residual and
-draw are gsd_core's ``resolve_window``. What differs is the cost (top-level aten ops and host
+own rules, or a rule's registered fast path, ``capabilities.window_masses``: for dynamic
+clusters ranked by p ``rules.clusters.dynamic_masses``), and the stop row, residual and draw
+are gsd_core's ``resolve_window``. What differs is the cost (top-level aten ops and host
 syncs on a window of the decoding loop's shape, tests/lab/engine/test_engine_costs.py):
 
 - ``validate=True``: the values of every argument are reduced on the device and read back in

@@ -67,6 +67,7 @@ DECODING_SOURCES = (
     "gsd_lab/decode",
     "gsd_lab/models",
     "gsd_lab/accounting",
+    "gsd_lab/rules",
     "gsd_lab/standin/adapter.py",
     "gsd_lab/standin/ar.py",
     "gsd_lab/standin/data.py",

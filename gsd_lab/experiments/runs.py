@@ -30,7 +30,7 @@ from ..decode.loop import DecodeResult, WindowHook, generate
 from ..accounting.transport import DEFAULT_DRAWS
 from ..decode.methods import DecodingMethod, FilterSettings, ResolvedMethod
 from ..engine.capabilities import embedding_filter
-from ..engine.windows import packed_adjacency
+from ..rules.clusters import packed_adjacency
 from .image_model import ImageModel
 from .verdicts import interval, paired_values
 from ..workers import check_workers, default_workers, plan_units, run_units
@@ -801,7 +801,7 @@ class RunCache(RunStore):
 
 def warm_caches(vocab: int | None, methods: list[ResolvedMethod]) -> None:
     """Build, in this process, the embedding filter's [V, V] table that each method's accounting
-    reads, and its packed bits (``engine.windows.packed_adjacency``, cached by the table's
+    reads, and its packed bits (``rules.clusters.packed_adjacency``, cached by the table's
     identity), so that forked workers inherit both instead of building them each."""
     for resolved in methods:
         found = embedding_filter(resolved.rule)

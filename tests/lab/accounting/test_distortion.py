@@ -195,7 +195,7 @@ def test_embedding_adjacency_recomputes_pairs_at_the_threshold():
                                                     (12, 0.4, None), (12, 1.0, None), (8, 0.3, 1.5)])
 def test_lantern_distortion_walks_blocks_to_the_exact_tv(block, k, delta, max_distance):
     """proofs/08's identity, walked in blocks with early exits, equals TV(law, p) of the law."""
-    from gsd_lab.accounting.distortion import lantern_distortion
+    from gsd_lab.rules.lantern import lantern_distortion
 
     for seed, one_hot_q in ((4, False), (5, True)):
         p, q, emb = _rows(seed, vocab=20, rows=10, one_hot_q=one_hot_q)
@@ -253,12 +253,12 @@ def test_exact_distortion_chunks_a_per_row_rule_by_its_rows():
 @pytest.mark.parametrize("filters", ["none", "gap", "distance", "both"])
 @pytest.mark.parametrize("rank_by", ["p", "q"])
 def test_ranked_window_masses_are_gsd_cores_masses(group_size, filters, rank_by):
-    """engine.windows' windows of one full ranking: DynamicClusters.masses bit for bit, with
+    """rules.clusters' windows of one full ranking: DynamicClusters.masses bit for bit, with
     windows wider than the vocabulary (G = 100 > V = 40: clipped at both ends), in chunks of a
     few tokens, with the distance filter tabled and not; a table that keeps nothing changes the
     masses (the filter is read), and a table of the wrong shape is refused."""
     from gsd_lab.accounting.distortion import embedding_adjacency
-    from gsd_lab.engine.windows import ranked_window_masses
+    from gsd_lab.rules.clusters import ranked_window_masses
 
     vocab = 40
     p, q, _ = _rows(7, vocab=vocab, rows=5)
@@ -290,7 +290,7 @@ def test_ranked_window_masses_are_gsd_cores_masses(group_size, filters, rank_by)
 def test_ranked_window_masses_keep_a_member_exactly_at_the_gap():
     """The gap filter keeps |p_y - p_x| <= gap, equality included (dyadic values: exact), as
     gsd_core does; a strict < would drop the member at the gap and change P."""
-    from gsd_lab.engine.windows import ranked_window_masses
+    from gsd_lab.rules.clusters import ranked_window_masses
 
     p = torch.tensor([[0.5, 0.25, 0.125, 0.125, 0.0, 0.0]], dtype=torch.float64)
     q = torch.full_like(p, 1 / 6)
@@ -313,9 +313,9 @@ def test_support_law_of_nested_amplify_is_gsd_cores():
 
 @pytest.mark.parametrize("vocab", [1, 8, 13])
 def test_packed_adjacency_holds_each_pair_in_its_bit(vocab):
-    """engine.windows.packed_adjacency: bit y % 8 of byte [x, y // 8] is table[x, y] (V not a
+    """rules.clusters.packed_adjacency: bit y % 8 of byte [x, y // 8] is table[x, y] (V not a
     multiple of 8 included); cached by the table's identity, a new table packed anew."""
-    from gsd_lab.engine.windows import packed_adjacency
+    from gsd_lab.rules.clusters import packed_adjacency
 
     table = torch.rand(vocab, vocab, generator=torch.Generator().manual_seed(vocab)) < 0.5
     bits = packed_adjacency(table, chunk_rows=3)

@@ -15,7 +15,7 @@ import torch
 from gsd_core import SD, Amplify, DynamicClusters, FixedPartition, Lantern, RankBinnedClusters
 from gsd_lab.decode.methods import DRAFTS, DecodingMethod, FilterSettings, ResolvedMethod
 from gsd_lab.decode.methods import AmplifyAcceptance, ClusterAcceptance, LanternAcceptance, SDAcceptance
-from gsd_lab.decode.presets import ReleaseDistanceClusters
+from gsd_lab.rules.clusters import ReleaseDistanceClusters
 
 M = DecodingMethod
 A, C, L = AmplifyAcceptance, ClusterAcceptance, LanternAcceptance
@@ -73,6 +73,19 @@ def test_every_bad_combination_is_refused_by_name(case):
 def test_a_rule_s_field_given_to_the_method_names_its_spec(fields, spec):
     with pytest.raises(TypeError, match=re.escape(spec)):
         DecodingMethod("gsd", **fields)
+
+
+def test_a_flat_record_at_its_defaults_is_told_to_leave_them_out():
+    """A record in the old flat form names the form, and hints only the fields not at its
+    defaults: AmplifyAcceptance(scale=1.0) or ClusterAcceptance(group_size=0) would be refused."""
+    with pytest.raises(TypeError) as error:
+        DecodingMethod("sjd", clusters=None, group_size=0, acceptance_scale=1.0, lantern_k=0)
+    assert "old flat form" in str(error.value) and "leave them out" in str(error.value)
+    assert "acceptance=" not in str(error.value)
+    with pytest.raises(ValueError) as error:
+        DecodingMethod.from_dict({"kind": "gsd", "group_size": 8, "acceptance_scale": 1.0})
+    assert "write acceptance=ClusterAcceptance(group_size=8)" in str(error.value)
+    assert "AmplifyAcceptance" not in str(error.value)
 
 
 def test_an_unknown_field_is_named():

@@ -12,7 +12,8 @@ from torch.nn.functional import softmax
 from gsd_lab.cli.common import PRESET_CHOICES, PRESET_WINDOWS
 from gsd_lab.experiments.runs import generate_one
 from gsd_lab.decode.methods import DecodingMethod, ClusterAcceptance
-from gsd_lab.decode.presets import PRESETS, ReleaseDistanceClusters, release_distance_table
+from gsd_lab.decode.presets import PRESETS
+from gsd_lab.rules.clusters import ReleaseDistanceClusters, release_distance_table
 
 MODEL = "lumina-mgpt-7b-512"  # 32 x 33 = 1056 tokens per image
 

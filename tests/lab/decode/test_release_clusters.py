@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from gsd_core import DynamicClusters, accept_probability
-from gsd_lab.decode.presets import ReleaseDistanceClusters
+from gsd_lab.rules.clusters import ReleaseDistanceClusters
 
 BRANCHES = ("normal", "empty", "index", "abort")
 

@@ -27,7 +27,7 @@ from gsd_core import (
     accept_probability,
     latent_neighbourhoods,
 )
-from gsd_lab.decode.presets import ReleaseDistanceClusters
+from gsd_lab.rules.clusters import ReleaseDistanceClusters
 from gsd_lab.engine import support_accept, support_masses, uses_support, verify
 from gsd_lab.engine.readback import host_ranges
 

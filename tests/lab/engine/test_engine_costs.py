@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from gsd_core import Amplify, DynamicClusters, FixedPartition, Lantern, LatentNeighbourhoods, RankBinnedClusters
+import gsd_lab.rules  # noqa: F401 (the clusters' registered paths, whose costs are pinned here)
 from gsd_lab.engine import uses_support, verify
 from gsd_lab.engine.profiling import ops_and_syncs
 

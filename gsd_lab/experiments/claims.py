@@ -387,10 +387,11 @@ IDS = tuple(c.id for c in CLAIMS)
 BY_ID = {c.id: c for c in CLAIMS}
 
 
-def evaluate(tables_: dict[str, Any], table2_group: int = PAPER_GROUP) -> dict[str, Evidence]:
-    """Every claim's evidence from a run's tables, by id (``IDS`` order); a claim's note is its
-    rule's, else its ``notes`` entry for the outcome."""
-    run = Run(tables_, table2_group)
+def evaluate(tables_: dict[str, Any], table2_group: int = PAPER_GROUP, model: str = "standin"
+             ) -> dict[str, Evidence]:
+    """Every claim's evidence from a run's tables on ``model``, by id (``IDS`` order); a claim's
+    note is its rule's, else its ``notes`` entry for the outcome."""
+    run = Run(tables_, table2_group, model)
     out = {}
     for claim in CLAIMS:
         found = claim.rule(run)
@@ -403,7 +404,8 @@ def evaluate(tables_: dict[str, Any], table2_group: int = PAPER_GROUP) -> dict[s
 def of_results(results: dict[str, Any]) -> dict[str, Evidence]:
     """``evaluate`` on a results.json dict (its Table 2 at the run's ``sizes.table2_group``)."""
     sizes = (results.get("config") or {}).get("sizes") or {}
-    return evaluate(results.get("tables") or {}, int(sizes.get("table2_group") or PAPER_GROUP))
+    return evaluate(results.get("tables") or {}, int(sizes.get("table2_group") or PAPER_GROUP),
+                    str(results.get("model") or "standin"))
 
 
 def as_json(evidence: dict[str, Evidence]) -> dict[str, dict[str, Any]]:

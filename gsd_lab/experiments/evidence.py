@@ -140,6 +140,7 @@ class Run:
 
     tables: dict[str, Any]
     table2_group: int = PAPER_GROUP
+    model: str = "standin"  # the run's model: a committed benchmark file speaks for its own only
 
     def row(self, label: str, table: str = "table1") -> dict[str, Any] | None:
         return next((r for r in self.tables.get(table) or [] if r["method"] == label), None)

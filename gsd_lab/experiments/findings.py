@@ -26,6 +26,7 @@ ANSWER_START = "<!-- answer:start (python -m gsd_lab readme) -->"
 ANSWER_END = "<!-- answer:end -->"
 README = ledger.REPO / "README.md"
 FINDINGS_MD = ledger.REPO / "docs" / "findings.md"
+MODEL_WORDS = {"standin": "stand-in", "digits": "digits model"}  # the caveat's name for a model
 ANSWER_COLUMNS = ["question (its entry in the ledger)", "answer: A - B [+- 2 SE]", "n"]
 COLUMNS = ["question", "answer", "A - B [+- 2 SE]", "n"]
 
@@ -199,8 +200,9 @@ def findings_rows(results: dict[str, Any]) -> list[dict[str, str]]:
 
 def _caveat(results: dict[str, Any], ledger_path: str) -> str:
     commit = str(results["git"]["commit"])[:7]
+    name = MODEL_WORDS.get(str(results.get("model")), "model")
     return (
-        f"All on the **stand-in** (`{results.get('model')}`, commit `{commit}`), a small model "
+        f"All on the **{name}** (`{results.get('model')}`, commit `{commit}`), a small model "
         "trained here: Lumina-mGPT's real weights have not run. Every paper claim, run or not: "
         f"[{ledger_path}]({ledger_path})."
     )

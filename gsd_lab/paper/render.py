@@ -337,7 +337,7 @@ def write_report(
     readme`` writes: README's findings block, docs/claims.md (``findings.update_repository``) and
     the value spans of README, docs, proofs and notebook markdown (``prose.update_documents``)."""
     all_tables = results_json.results_tables(run)
-    evidence = claims.evaluate(all_tables, run.sizes.table2_group)
+    evidence = claims.evaluate(all_tables, run.sizes.table2_group, run.model.name)
     results = {**record, "seconds": seconds, "stage_seconds": run.stage_seconds}
     results["tables"] = all_tables
     results["claims"] = claims.as_json(evidence)

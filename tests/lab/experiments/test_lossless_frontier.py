@@ -78,3 +78,20 @@ def test_results_md_shows_the_rows_and_the_verdicts(front):
     assert "**Lossless decoders beyond MC-SJD**" in text
     assert "| MC-SJD, tree (6,), window 16 | MC-SJD | yes:" in text
     assert render._lossless_text(None) == ""
+
+
+def test_benchmark_files_speak_for_their_own_model_only():
+    """The committed lossless benchmark files were decoded on the stand-in: a run on another
+    model (the digits) gets "not run" for every claim they decide, with the reason, and the
+    stand-in's run keeps its verdicts."""
+    from gsd_lab.experiments import claims
+
+    stored = json.loads((ROOT / "figures/results.json").read_text())
+    file_claims = ["block_verification_fewer_nfe_than_mc_sjd", "multidraft_k2_fewer_nfe_than_mc_sjd",
+                   "multidraft_k8_fewer_nfe_than_mc_gsd"]
+    here = claims.of_results(stored)
+    assert all(here[c].outcome != "not run" for c in file_claims)
+    elsewhere = claims.of_results({**stored, "model": "digits"})
+    for cid in file_claims:
+        assert elsewhere[cid].outcome == "not run"
+        assert "decoded on the standin, this run on digits" in elsewhere[cid].note

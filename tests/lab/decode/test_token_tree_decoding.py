@@ -126,6 +126,10 @@ def test_shape_model_counts_and_ranks():
     ranked = ranked_shapes(acceptance[:, :2], roofline, [2, 3], budget=8, max_depth=2)
     assert ranked and all(s.tokens <= 8 for s in ranked)
     assert [s.cost_per_token for s in ranked] == sorted(s.cost_per_token for s in ranked)
+    shallow = ranked_shapes(acceptance[:, :2], roofline, [1, 2], budget=8, max_depth=3)
+    assert shallow and all(len(s.shape) <= s.window for s in shallow)
+    assert len({(s.shape, s.window) for s in shallow}) == len(shallow)
+    assert {s.shape for s in shallow if s.window == 1} == {(2,)}
 
 
 # --- tree_step's candidates and declared rows, the model stubbed ------------------------------

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from gsd_core import (
-    draw_without_replacement, level_tree, one_hot, verify_block, verify_tree,
+    draw_without_replacement, level_tree, one_hot, spine_tree, verify_block, verify_tree,
     without_replacement_rows,
 )
 
@@ -530,9 +530,10 @@ class DecodeLoop:
         ``gsd_core.verify_tree``: recursive rejection at every node from the root, the bonus row
         at a leaf. The cache keeps the walk's branch (its path, then first children: the
         window's drafts), whose rows re-draft the positions after the stop. Writes the emitted
-        tokens; returns (p [L + 1, V]: p_0 and the branch's rows, for ``commit`` and
-        ``redraft``; the accepted count). Host reads: the rows' status, then one per node the
-        walk visits."""
+        tokens; returns (p [B + 1, V]: p_0 and the branch's B rows, for ``commit`` and
+        ``redraft``; the accepted count). With ``side_tail`` the tree is ``gsd_core.spine_tree``:
+        a side branch has B < L nodes, the window is cut to them and refills fresh past them.
+        Host reads: the rows' status, then one per node the walk visits."""
         shape, gen = self.shape[:L], self.generator
         depth_count = len(shape)
         allowed = None
@@ -556,7 +557,11 @@ class DecodeLoop:
             level_rows.append(declared)
         level_tokens.append(self.drafts[depth_count:])
         level_rows.append(self.q[depth_count:])
-        parent, depth, rank = level_tree(shape, L - depth_count)
+        side_tail = self.method.side_tail
+        parent, depth, rank = (
+            level_tree(shape, L - depth_count) if side_tail is None
+            else spine_tree(shape, L, side_tail)
+        )
         widths = torch.tensor([*shape, 1])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), widths.cumsum(0)[:-1]])
         # Tail nodes (depth > D) index the window's drafts after the tree's levels.
@@ -584,6 +589,10 @@ class DecodeLoop:
         )
         walk = verify_tree(targets, declared, tokens, parent, uniforms)
         keep_nodes(self.adapter, walk.branch)
+        if len(walk.branch) < L:  # a spine tree's side branch: the positions past it refill fresh
+            self.drafts, self.q = self.drafts[: len(walk.branch)], self.q[: len(walk.branch)]
+            self.chain.truncate(len(walk.branch))
+            self.row_drafts = min(self.row_drafts, len(walk.branch))
         self.walk = (parent, walk.path)
         accepted = walk.path.numel()
         self.out[done : done + accepted + 1] = walk.tokens
@@ -665,6 +674,7 @@ def generate(
         loop.refill(L)
         if loop.branching and L > 0:
             (p, accepted), forced = loop.tree_step(L), None
+            L = p.shape[0] - 1  # the branch's length: L, or less on a spine tree's side branch
         else:
             p, support = loop.forward(L)
             accepted, forced = loop.emit(p, support, L)

@@ -91,6 +91,17 @@ def test_tree_option():
         DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=2), tree=(2, 2))
 
 
+def test_side_tail_option():
+    """A spine tree's side tail: kept by to_dict / from_dict, absent from other methods' dicts
+    (their keys unchanged), refused without a tree or below 0."""
+    method = DecodingMethod("sjd", window=4, tree=(3, 2), side_tail=1)
+    assert DecodingMethod.from_dict(method.to_dict()) == method
+    assert "side_tail" not in DecodingMethod("sjd", tree=(2,)).to_dict()
+    for bad in (dict(side_tail=1), dict(tree=(2,), side_tail=-1), dict(tree=(2,), side_tail=1.5)):
+        with pytest.raises(ValueError, match="side_tail"):
+            DecodingMethod("sjd", **bad)
+
+
 def test_command_line_generate_with_a_tree(capsys):
     import json
 
@@ -102,6 +113,9 @@ def test_command_line_generate_with_a_tree(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["tree"] == [2, 2] and len(report["tokens"]) == 64
     assert len(report["tokens_processed"]) == report["nfe"]
+    assert main(args + ["--side-tail", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["side_tail"] == 1 and 23 in report["tokens_processed"]  # 1 + 16 + 2 * 2 + 2
     with pytest.raises(SystemExit) as caught:
         main(["generate", "--model", "tiny-random", "--method", "gsd", "--tree", "2", "2"])
     assert caught.value.code == 2 and "candidates" in capsys.readouterr().err

@@ -287,3 +287,32 @@ def test_control_depth_two_declared_iid_is_caught(monkeypatch):
     calls.clear()
     with pytest.raises(AssertionError):
         check_frequencies(monkeypatch, "model rows at depths 1-3")
+
+
+def test_a_side_branch_keeps_the_window_drafts_past_it(monkeypatch):
+    """A spine tree's walk ending on a side leaf at depth 1 (``verify_tree`` stubbed to accept
+    it): the pass returns the branch's rows only, and after ``redraft`` the window holds the
+    drafts of the positions past the branch as they were, their q and model-row count kept."""
+    from gsd_core import TreeResult
+    from gsd_lab.decode.coupling import DraftChain
+
+    state = _pass_loop((2,), 4, 3, [0, 1, 2, 3], [0, 3, 2, 1], seed=0)
+    state.method = DecodingMethod("sjd", window=4, tree=(2,), side_tail=0, draft="maximal")
+    state.chain = DraftChain("maximal", V, state.device, state.generator)
+    state.held, state.walk = None, None
+    before_drafts, before_q = state.drafts.clone(), state.q.clone()
+
+    def side_leaf(targets, declared, tokens, parent, uniforms):
+        assert parent.tolist() == [-1, -1, 0, 2, 3]  # spine_tree((2,), 4, 0)
+        return TreeResult(torch.tensor([1]), torch.stack([tokens[1], tokens[0]]), 1, [1])
+
+    rows = torch.full((V,), 1.0 / V, dtype=torch.float64)
+    monkeypatch.setattr(loop, "forward_nodes",
+                        lambda adapter, head, tokens, parent: (rows, rows.expand(5, V)))
+    monkeypatch.setattr(loop, "keep_nodes", lambda adapter, nodes: None)
+    monkeypatch.setattr(loop, "verify_tree", side_leaf)
+    p, accepted = state.tree_step(4)
+    assert p.shape == (2, V) and accepted == 1
+    state.redraft(p, accepted, p.shape[0] - 1)  # the whole side branch accepted
+    assert torch.equal(state.drafts, before_drafts[2:]) and torch.equal(state.q, before_q[2:])
+    assert state.row_drafts == 1 and state.held is None  # old model-row drafts 0..2: index 2

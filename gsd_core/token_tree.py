@@ -11,11 +11,9 @@ target row after node v's path (row 0 the root's, row i + 1 node i's). From v = 
 
 Output: the accepted path v_1 .. v_a and the tokens x_{v_1} .. x_{v_a}, y. With every q_i the
 law of x_i given what the walk has read and fresh uniforms, each step emits a token of law p_v
-(proofs/16_token_trees.md), so the output has the target's joint law. ``level_tree(shape,
-tail)``: the Jacobi loop's tree, (k_1 .. k_D) children per depth, then a chain of ``tail`` nodes;
-``spine_tree(shape, length, side_tail)``: a chain of ``length`` first candidates with k_d - 1 others
-beside its depth-d node, each over a chain of at most ``side_tail`` nodes; ``tree_law``: the exact law of the walk's output for given candidates.
-
+(proofs/16_token_trees.md): the output has the target's joint law. The Jacobi loop's trees:
+``level_tree`` (k_1 .. k_D children per depth, then a tail chain) and ``spine_tree`` (one chain,
+extra candidates beside it over short chains); ``tree_law``: the walk's exact law.
 Shapes: p [N + 1, V]; q [N, V]; tokens [N] int64; parent [N] int64; uniforms [N + 1] (u_i tests
 node i, u_N draws). The walk reads one host value per node it visits: it is the reference.
 """

@@ -176,6 +176,7 @@ def _pass_loop(shape, L, row_drafts, allowed, drafts, seed):
     given = one_hot(state.drafts, V)  # the fresh drafts' one-hot q
     state.q = torch.where(torch.arange(L).unsqueeze(-1) < row_drafts, Q[:L], given)
     state.row_drafts, state.done, state.accepted, state.processed = row_drafts, 0, [], []
+    state.method, state.held = DecodingMethod("sjd", window=L, tree=shape), None
     state.out = torch.zeros(16, dtype=torch.long)
     return state
 
@@ -299,7 +300,6 @@ def test_a_side_branch_keeps_the_window_drafts_past_it(monkeypatch):
     state = _pass_loop((2,), 4, 3, [0, 1, 2, 3], [0, 3, 2, 1], seed=0)
     state.method = DecodingMethod("sjd", window=4, tree=(2,), side_tail=0, draft="maximal")
     state.chain = DraftChain("maximal", V, state.device, state.generator)
-    state.held, state.walk = None, None
     before_drafts, before_q = state.drafts.clone(), state.q.clone()
 
     def side_leaf(targets, declared, tokens, parent, uniforms):

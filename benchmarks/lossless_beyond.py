@@ -51,12 +51,12 @@ is not the (p, q) pair verified where the path goes through an extra candidate, 
 formula is 0 by construction; the trees' law is checked by the exact tests instead (proofs/16).
 
 The committed token-tree files (their JSONs record no arguments; ``--top 1`` read from the single
-tree row of the first; ``--measure 3 --measure-shape 8 3 --check 2`` the defaults). Five tries in
+tree row of the first; ``--measure 3 --measure-shape 8 3 --check 2`` the defaults). Six tries in
 all: (8,) at window 12 first (the model's best), then (3, 2) and (6,) at window 16 chosen after it
 failed, then the spine tree (8, 4, 3, 2, 2) with side tail 5 (``--side-tail``, 101 tokens), twice:
 first with the drafts past a side branch refilled fresh (stopped after 14 images: its log and the
 JSON parsed from it, ``token_trees_standin_spine_dropped``), then with them kept (the loop as
-committed). The best of them is a selected maximum:
+committed), then the spine tree (6, 3) with side tail 10. The best of them is a selected maximum:
 
     nice -n 10 python benchmarks/lossless_beyond.py --trees --top 1 \
         --out benchmarks/results/token_trees_standin
@@ -66,6 +66,8 @@ committed). The best of them is a selected maximum:
         --out benchmarks/results/token_trees_standin_6
     timeout 1500 python benchmarks/lossless_beyond.py --trees --tree-shape 8 4 3 2 2 \
         --tree-window 16 --side-tail 5 --out benchmarks/results/token_trees_standin_spine
+    timeout 1500 python benchmarks/lossless_beyond.py --trees --tree-shape 6 3 \
+        --tree-window 16 --side-tail 10 --out benchmarks/results/token_trees_standin_spine_6x3
 
     nohup python benchmarks/lossless_beyond.py &  # --out benchmarks/results/lossless_beyond_standin
     nice -n 10 python benchmarks/lossless_beyond.py --candidates 2 4  # --out .../multidraft_standin

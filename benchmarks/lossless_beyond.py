@@ -51,9 +51,12 @@ is not the (p, q) pair verified where the path goes through an extra candidate, 
 formula is 0 by construction; the trees' law is checked by the exact tests instead (proofs/16).
 
 The committed token-tree files (their JSONs record no arguments; ``--top 1`` read from the single
-tree row of the first; ``--measure 3 --measure-shape 8 3 --check 2`` the defaults). Three tries in
+tree row of the first; ``--measure 3 --measure-shape 8 3 --check 2`` the defaults). Six tries in
 all: (8,) at window 12 first (the model's best), then (3, 2) and (6,) at window 16 chosen after it
-failed, so the best of them is a selected maximum:
+failed, then the spine tree (8, 4, 3, 2, 2) with side tail 5 (``--side-tail``, 101 tokens), twice:
+first with the drafts past a side branch refilled fresh (stopped after 14 images: its log and the
+JSON parsed from it, ``token_trees_standin_spine_dropped``), then with them kept (the loop as
+committed), then the spine tree (6, 3) with side tail 10. The best of them is a selected maximum:
 
     nice -n 10 python benchmarks/lossless_beyond.py --trees --top 1 \
         --out benchmarks/results/token_trees_standin
@@ -61,6 +64,10 @@ failed, so the best of them is a selected maximum:
         --out benchmarks/results/token_trees_standin_3x2
     nice -n 10 python benchmarks/lossless_beyond.py --trees --tree-shape 6 --tree-window 16 \
         --out benchmarks/results/token_trees_standin_6
+    timeout 1500 python benchmarks/lossless_beyond.py --trees --tree-shape 8 4 3 2 2 \
+        --tree-window 16 --side-tail 5 --out benchmarks/results/token_trees_standin_spine
+    timeout 1500 python benchmarks/lossless_beyond.py --trees --tree-shape 6 3 \
+        --tree-window 16 --side-tail 10 --out benchmarks/results/token_trees_standin_spine_6x3
 
     nohup python benchmarks/lossless_beyond.py &  # --out benchmarks/results/lossless_beyond_standin
     nice -n 10 python benchmarks/lossless_beyond.py --candidates 2 4  # --out .../multidraft_standin
@@ -79,7 +86,7 @@ import numpy as np
 import torch
 
 from gsd_lab.accounting.roofline import Roofline
-from gsd_core.token_tree import children_of
+from gsd_core.token_tree import children_of, spine_tree_size
 from gsd_lab.decode.loop import VerifiedWindow, generate
 from gsd_lab.decode.tree_shapes import (ScoredShape, positional_acceptance, ranked_shapes,
                                         tree_tokens)
@@ -369,10 +376,11 @@ def stored_lossless(n: int) -> dict:
 def trees_mode(
     model: ImageModel, nfe: dict[str, list[float]], images: list[tuple[int, str]],
     window: int, measure: int, measure_shape: tuple[int, ...], top: int, check: int,
-    given: tuple[tuple[int, ...], int] | None = None,
+    given: tuple[tuple[int, ...], int] | None = None, side_tail: int | None = None,
 ) -> dict:
     """Token trees (module docstring): measure, rank, decode the best ``top``, pair; with
-    ``given`` (shape, window), that shape alone, unmeasured and unranked."""
+    ``given`` (shape, window), that shape alone, unmeasured and unranked, as a spine tree with
+    ``side_tail`` when it is given (``gsd_core.spine_tree``)."""
     n, costs = len(images), cost_model()
     roofline = Roofline(costs["parameters"], costs["cfg_batch"])
     walks: list = []
@@ -388,13 +396,17 @@ def trees_mode(
     chosen = ranked[:top]
     if given is not None:
         shape, at = given
-        chosen = [ScoredShape(shape, at, tree_tokens(shape, at), math.nan, math.nan)]
+        tokens = (tree_tokens(shape, at) if side_tail is None
+                  else 1 + spine_tree_size(shape, at, side_tail))
+        chosen = [ScoredShape(shape, at, tokens, math.nan, math.nan)]
     rows = {"MC-SJD (decoded here)": decode_row(
         model, DecodingMethod("sjd", window=window, draft="maximal"), images[:check], costs,
         "MC-SJD")}
     for scored in chosen:
-        label = f"MC-SJD, tree {scored.shape}, window {scored.window}"
-        method = DecodingMethod("sjd", window=scored.window, draft="maximal", tree=scored.shape)
+        label = f"MC-SJD, tree {scored.shape}, window {scored.window}" + (
+            "" if side_tail is None else f", side tail {side_tail}")
+        method = DecodingMethod("sjd", window=scored.window, draft="maximal", tree=scored.shape,
+                                side_tail=side_tail)
         rows[label] = decode_row(model, method, images, costs, label)
         rows[label]["expected_committed_model"] = (
             None if math.isnan(scored.expected_committed) else scored.expected_committed)
@@ -491,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=2, help="--trees: shapes decoded")
     parser.add_argument("--tree-shape", type=int, nargs="+", default=None,
                         help="--trees: decode this shape alone (no measurement, no ranking)")
+    parser.add_argument("--side-tail", type=int, default=None,
+                        help="--tree-shape as a spine tree: the chain under each extra candidate")
     parser.add_argument("--tree-window", type=int, default=None,
                         help="--tree-shape's window (default: the frontier's)")
     parser.add_argument("--images", type=int, default=None, help="the first n images only")
@@ -520,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         done = trees_mode(model, nfe, images, window, args.measure, tuple(args.measure_shape),
                           args.top, 2 if args.check is None else args.check,
                           None if args.tree_shape is None else
-                          (tuple(args.tree_shape), args.tree_window or window))
+                          (tuple(args.tree_shape), args.tree_window or window),
+                          args.side_tail)
     elif args.candidates is not None:  # the quick stand-in: the same logits bit for bit
         model = load_image_model("standin", quick=True)
         done = candidates_mode(model, nfe, images, args.candidates, args.check, window)

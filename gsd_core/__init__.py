@@ -28,7 +28,9 @@ from .lantern import Lantern, LatentNeighbourhoods, latent_neighbourhoods
 from .multidraft import (MultiDraftResult, draw_without_replacement, multidraft_law, one_hot,
                          recursive_rejection, without_replacement_rows)
 from .relaxation import OptimalRelaxation
-from .token_tree import TreeResult, level_tree, tree_law, tree_size, verify_tree
+from .token_tree import (
+    TreeResult, level_tree, spine_tree, spine_tree_size, tree_law, tree_size, verify_tree,
+)
 from .rules import (SD, Amplify, DynamicClusters, FixedPartition, Partition, RankBinnedClusters,
                     Rule, as_rule, dynamic_cluster, group_probs, mass_ratio, member_masses,
                     probability_ranks, token_residual, window_rule)
@@ -44,6 +46,6 @@ __all__ = [
     "group_probs", "latent_neighbourhoods", "level_tree", "mass_ratio", "member_masses",
     "multidraft_law", "one_hot", "output_distribution", "output_law", "probability_ranks",
     "recursive_rejection", "residual_distribution", "resolve_window", "sample_categorical",
-    "token_residual", "tree_law", "tree_size", "tv_distance", "verify", "verify_block",
-    "verify_tree", "window_law", "window_rule", "without_replacement_rows", "working_dtype"
+    "spine_tree", "spine_tree_size", "token_residual", "tree_law", "tree_size", "tv_distance",
+    "verify", "verify_block", "verify_tree", "window_law", "window_rule", "without_replacement_rows", "working_dtype"
 ]

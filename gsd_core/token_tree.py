@@ -11,10 +11,9 @@ target row after node v's path (row 0 the root's, row i + 1 node i's). From v = 
 
 Output: the accepted path v_1 .. v_a and the tokens x_{v_1} .. x_{v_a}, y. With every q_i the
 law of x_i given what the walk has read and fresh uniforms, each step emits a token of law p_v
-(proofs/16_token_trees.md), so the output has the target's joint law. ``level_tree(shape,
-tail)``: the Jacobi loop's tree, (k_1 .. k_D) children per depth, then a chain of ``tail`` nodes;
-``tree_law``: the exact law of the walk's output for given candidates.
-
+(proofs/16_token_trees.md): the output has the target's joint law. The Jacobi loop's trees:
+``level_tree`` (k_1 .. k_D children per depth, then a tail chain) and ``spine_tree`` (one chain,
+extra candidates beside it over short chains); ``tree_law``: the walk's exact law.
 Shapes: p [N + 1, V]; q [N, V]; tokens [N] int64; parent [N] int64; uniforms [N + 1] (u_i tests
 node i, u_N draws). The walk reads one host value per node it visits: it is the reference.
 """
@@ -97,6 +96,48 @@ def level_tree(shape: tuple[int, ...], tail: int) -> tuple[Tensor, Tensor, Tenso
         level = nxt
     as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
     return as_long(parent), as_long(depth), as_long(rank)
+
+
+def spine_tree(
+    shape: tuple[int, ...], length: int, side_tail: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A general tree with short side tails: (parent [N], depth [N], rank [N]) of a spine of
+    ``length`` rank-0 nodes (the window's drafts), and beside the spine's node of depth d <= D
+    the candidates of rank 1 .. k_d - 1, each over a chain of min(side_tail, length - d) rank-0
+    nodes; listed depth by depth, the spine's node first at every depth. N = length +
+    sum_d (k_d - 1)(1 + min(side_tail, length - d)). With one depth and side_tail = length - 1
+    it is ``level_tree(shape, length - 1)``.
+
+    >>> parent, depth, rank = spine_tree((2, 2), 3, 1)
+    >>> parent.tolist(), depth.tolist(), rank.tolist()
+    ([-1, -1, 0, 0, 1, 2, 3], [1, 1, 2, 2, 2, 3, 3], [0, 1, 0, 1, 0, 0, 0])
+    """
+    if not shape or any(not isinstance(k, int) or k < 1 for k in shape):
+        raise ValueError(f"shape must be a non-empty tuple of ints >= 1, got {shape!r}")
+    if not isinstance(length, int) or length < len(shape):
+        raise ValueError(f"length must be an int >= the shape's {len(shape)} depths, got {length!r}")
+    if not isinstance(side_tail, int) or side_tail < 0:
+        raise ValueError(f"side_tail must be an int >= 0, got {side_tail!r}")
+    parent, depth, rank = [], [], []
+    spine, chains = -1, []  # the spine's node at the depth above; (last node, nodes left) per side
+    for d in range(1, length + 1):
+        k = shape[d - 1] if d <= len(shape) else 1
+        first = len(parent)
+        nodes = [(spine, j) for j in range(k)] + [(end, 0) for end, _ in chains]
+        for up, r in nodes:
+            parent.append(up), depth.append(d), rank.append(r)
+        grown = [(first + k + i, left - 1) for i, (_, left) in enumerate(chains)]
+        sides = [(first + j, min(side_tail, length - d)) for j in range(1, k)]
+        chains = [(end, left) for end, left in grown + sides if left > 0]
+        spine = first
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+    return as_long(parent), as_long(depth), as_long(rank)
+
+
+def spine_tree_size(shape: tuple[int, ...], length: int, side_tail: int) -> int:
+    """N of ``spine_tree(shape, length, side_tail)`` (its docstring's formula)."""
+    sides = sum((k - 1) * (1 + min(side_tail, length - d)) for d, k in enumerate(shape, 1))
+    return length + sides
 
 
 def tree_size(shape: tuple[int, ...], tail: int) -> int:

@@ -66,6 +66,13 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
         help="a token tree: K1 K2 ... candidates per depth of the window, verified by recursive "
         "rejection at every node (--method sjd, eager runner, batch size 1; lossless, proofs/16)",
     )
+    group.add_argument(
+        "--side-tail",
+        type=int,
+        default=None,
+        help="with --tree or --candidates: a spine tree, each extra candidate over a chain of at "
+        "most this many window drafts (default: the level tree; proofs/16)",
+    )
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +157,7 @@ def decoding_method(args: argparse.Namespace) -> DecodingMethod:
         acceptance=args.acceptance,
         candidates=args.candidates,
         tree=getattr(args, "tree", None),
+        side_tail=getattr(args, "side_tail", None),
     ).for_model(args.model)
 
 

@@ -128,6 +128,8 @@ def _report(args: argparse.Namespace, name: str, method: Any, prompt: str, resul
         report.update(candidates=method.candidates, tokens_processed=result.tokens_processed)
     if method.tree is not None:
         report.update(tree=list(method.tree), tokens_processed=result.tokens_processed)
+    if method.side_tail is not None:
+        report.update(side_tail=method.side_tail)
     if isinstance(method.acceptance, BudgetAcceptance):
         report["budget_spent"] = result.budget_spent
     return report

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from gsd_core import (
-    draw_without_replacement, level_tree, one_hot, verify_block, verify_tree,
+    draw_without_replacement, level_tree, one_hot, spine_tree, verify_block, verify_tree,
     without_replacement_rows,
 )
 
@@ -310,6 +310,7 @@ class DecodeLoop:
         self.row_drafts = 0
         self.processed: list[int] = []
         self.walk: tuple[Tensor, Tensor] | None = None  # this pass's (parent, path), a tree's
+        self.held: tuple[Tensor, Tensor, int] | None = None  # past a side branch: drafts, q, rows
 
     def window_size(self) -> int:
         """L: the window, capped at the tokens still needed minus one; with the preset's Jacobi
@@ -508,7 +509,8 @@ class DecodeLoop:
     def redraft(self, p: Tensor, accepted: int, L: int) -> None:
         """Jacobi re-drafts: rows a+1..L of this pass, each token's law its row (that row
         becomes its q), drawn as the method's ``draft`` says (``gsd_lab.decode.coupling``); nothing
-        left after a fully accepted window."""
+        left after a fully accepted window; then the drafts ``tree_step`` held past a side
+        branch, with their q (no test read them), and fresh Gumbel noise for them."""
         if accepted < L:
             self.drafts, self.q = self.chain.redraft(
                 self.drafts, self.q, p[accepted + 1 :], accepted
@@ -518,6 +520,12 @@ class DecodeLoop:
             self.drafts, self.q = self.drafts[:0], self.q[:0]
             self.chain.clear()
             self.row_drafts = 0
+        if self.held is not None:  # after a side branch: its unread drafts follow, as they were
+            drafts, q, rows = self.held
+            self.drafts, self.q = torch.cat([self.drafts, drafts]), torch.cat([self.q, q])
+            self.chain.extend(drafts.numel())
+            self.row_drafts += rows
+            self.held = None
 
     def tree_step(self, L: int) -> tuple[Tensor, int]:
         """One forward over a token tree (L >= 1), proofs/16: shape (k_1 .. k_D) =
@@ -531,9 +539,11 @@ class DecodeLoop:
         ``gsd_core.verify_tree``: recursive rejection at every node from the root, the bonus row
         at a leaf. The cache keeps the walk's branch (its path, then first children: the
         window's drafts), whose rows re-draft the positions after the stop. Writes the emitted
-        tokens; returns (p [L + 1, V]: p_0 and the branch's rows, for ``commit`` and
-        ``redraft``; the accepted count). Host reads: the rows' status, then one per node the
-        walk visits."""
+        tokens; returns (p [B + 1, V]: p_0 and the branch's B rows, for ``commit`` and
+        ``redraft``; the accepted count). With ``side_tail`` the tree is ``gsd_core.spine_tree``:
+        a side branch has B < L nodes; the window is cut to them, and the drafts of positions
+        B + 1 .. L - 1, which no test read, are held for ``redraft`` to put back.
+        Host reads: the rows' status, then one per node the walk visits."""
         shape, gen = self.shape[:L], self.generator
         depth_count = len(shape)
         allowed = None
@@ -557,7 +567,11 @@ class DecodeLoop:
             level_rows.append(declared)
         level_tokens.append(self.drafts[depth_count:])
         level_rows.append(self.q[depth_count:])
-        parent, depth, rank = level_tree(shape, L - depth_count)
+        side_tail = self.method.side_tail
+        parent, depth, rank = (
+            level_tree(shape, L - depth_count) if side_tail is None
+            else spine_tree(shape, L, side_tail)
+        )
         widths = torch.tensor([*shape, 1])
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), widths.cumsum(0)[:-1]])
         # Tail nodes (depth > D) index the window's drafts after the tree's levels.
@@ -585,6 +599,13 @@ class DecodeLoop:
         )
         walk = verify_tree(targets, declared, tokens, parent, uniforms)
         keep_nodes(self.adapter, walk.branch)
+        cut = len(walk.branch)
+        if cut < L:  # a spine tree's side branch: the drafts past its rows wait (``redraft``)
+            rows_held = max(0, self.row_drafts - cut - 1)
+            self.held = (self.drafts[cut + 1 :], self.q[cut + 1 :], rows_held)
+            self.drafts, self.q = self.drafts[:cut], self.q[:cut]
+            self.chain.truncate(cut)
+            self.row_drafts = min(self.row_drafts, cut)
         self.walk = (parent, walk.path)
         accepted = walk.path.numel()
         self.out[done : done + accepted + 1] = walk.tokens
@@ -666,6 +687,7 @@ def generate(
         loop.refill(L)
         if loop.branching and L > 0:
             (p, accepted), forced = loop.tree_step(L), None
+            L = p.shape[0] - 1  # the branch's length: L, or less on a spine tree's side branch
         else:
             p, support = loop.forward(L)
             accepted, forced = loop.emit(p, support, L)

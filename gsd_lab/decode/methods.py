@@ -6,7 +6,8 @@ and ``evaluate``'s run identity. ``kind`` is "ar", "sjd" or "gsd"; ``acceptance`
 of ``gsd_lab.decode.acceptance`` (re-exported here), by default ``SDAcceptance()`` for "ar"
 and "sjd" and GSD's clusters ``ClusterAcceptance()`` (dynamic, G = 25) for "gsd"; the other
 fields (``window``, ``init``, ``draft``, ``residual``, ``filters``, ``preset``, ``verifier``,
-``candidates``, ``tree``) are keyword-only and their values listed in ``decode.choices``.
+``candidates``, ``tree``, ``side_tail``) are keyword-only and their values listed in
+``decode.choices``.
 
 - ``DecodingMethod``: the spec; ``to_dict`` / ``from_dict`` / ``key`` (canonical JSON);
 - ``ResolvedMethod``: a method with its gsd_core rule (``DecodingMethod.resolve``);
@@ -222,6 +223,7 @@ class DecodingMethod:
     verifier: str
     candidates: int
     tree: tuple[int, ...] | None
+    side_tail: int | None
 
     def __init__(
         self,
@@ -237,6 +239,7 @@ class DecodingMethod:
         verifier: str = "token",
         candidates: int = 1,
         tree: tuple[int, ...] | list[int] | None = None,
+        side_tail: int | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -256,6 +259,7 @@ class DecodingMethod:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "candidates", candidates)
         object.__setattr__(self, "tree", None if tree is None else _shape(tree))
+        object.__setattr__(self, "side_tail", side_tail)
         self._check()
         self._check_verifier()
         self._check_candidates()
@@ -294,6 +298,13 @@ class DecodingMethod:
             raise ValueError(
                 f"tree {self.tree!r} is {len(self.tree)} levels deep, deeper than the window "
                 f"({self.window}): a pass verifies at most window positions"
+            )
+        if self.side_tail is not None and not (
+            _is_int(self.side_tail) and self.side_tail >= 0 and self.branching
+        ):
+            raise ValueError(
+                "side_tail (the chain under each extra candidate of a spine tree) must be an "
+                f"int >= 0 with a tree or candidates > 1, got side_tail={self.side_tail!r}"
             )
         plain = (
             self.kind == "sjd" and self.acceptance.name == "sd" and self.preset == "default"
@@ -375,7 +386,7 @@ class DecodingMethod:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, the rule tagged (``AcceptanceSpec.to_dict``), ``filters`` a
-        dict or None, ``tree`` a list or None."""
+        dict or None, ``tree`` a list or None, ``side_tail`` only when set."""
         return {
             "kind": self.kind,
             "acceptance": self.acceptance.to_dict(),
@@ -388,6 +399,8 @@ class DecodingMethod:
             "verifier": self.verifier,
             "candidates": self.candidates,
             "tree": None if self.tree is None else list(self.tree),
+            # Only when set: every other method keeps its key (run identities, caches).
+            **({} if self.side_tail is None else {"side_tail": self.side_tail}),
         }
 
     @classmethod

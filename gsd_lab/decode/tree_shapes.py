@@ -82,11 +82,12 @@ def ranked_shapes(
     max_depth: int = 3, max_width: int | None = None,
 ) -> list[ScoredShape]:
     """Every shape of depth <= ``max_depth`` and widths <= ``max_width`` (default: those measured)
-    at each window, feeding at most ``budget`` tokens, by modelled time per committed token."""
+    at each window, feeding at most ``budget`` tokens, by modelled time per committed token.
+    Shapes deeper than a window are skipped there (cut to the window they repeat a shorter one)."""
     width = acceptance.shape[1] if max_width is None else max_width
     out = []
     for window in windows:
-        for depth in range(1, max_depth + 1):
+        for depth in range(1, min(max_depth, window) + 1):
             for shape in itertools.product(range(1, width + 1), repeat=depth):
                 if shape[-1] == 1 and depth > 1:
                     continue  # the same tree as the shorter shape

@@ -16,7 +16,7 @@ import torch
 from scipy.stats import chisquare
 
 import gsd_core.token_tree as token_tree
-from gsd_core import level_tree, tree_law, tree_size, verify_tree
+from gsd_core import level_tree, spine_tree, spine_tree_size, tree_law, tree_size, verify_tree
 from gsd_core.multidraft import normalised, one_hot
 
 TOL = 1e-12
@@ -68,10 +68,13 @@ def without(row: torch.Tensor, removed: int) -> torch.Tensor:
     return normalised(rest)
 
 
-def tree_of(draws: tuple[int, ...], declare_iid: bool = False, shared_rows: bool = False):
+def tree_of(draws: tuple[int, ...], declare_iid: bool = False, shared_rows: bool = False,
+            side_tail: int | None = None):
     """(p, q, tokens, parent) of the tree whose depth-d candidates are draws[2d], draws[2d + 1]
-    (drawn from SOURCES[d] without replacement) and whose tail draft is draws[-1]."""
-    parent, depth, rank = level_tree(SHAPE, TAIL)
+    (drawn from SOURCES[d] without replacement) and whose tail draft is draws[-1]: the level
+    tree, or with ``side_tail`` the spine tree of the same drafts."""
+    parent, depth, rank = (level_tree(SHAPE, TAIL) if side_tail is None
+                           else spine_tree(SHAPE, len(SHAPE) + TAIL, side_tail))
     count = parent.numel()
     tokens = torch.empty(count, dtype=torch.long)
     q = torch.empty(count, V, dtype=torch.float64)
@@ -134,6 +137,34 @@ def test_the_tree_emits_the_target_joint():
     law = decode_law()
     assert abs(sum(law.values()) - 1) <= TOL
     assert deviation(law, joint) <= TOL
+
+
+def test_spine_tree_counts_its_nodes_and_extends_the_level_tree():
+    """N = spine_tree_size; one depth with full side tails is the level tree, node for node."""
+    for shape, length, side in [((2,), 1, 0), ((3, 2), 4, 1), ((8, 4, 3, 2, 2), 16, 5)]:
+        parent, depth, rank = spine_tree(shape, length, side)
+        assert parent.numel() == spine_tree_size(shape, length, side)
+        assert int(depth.max()) == length and int((rank == 0).sum()) == parent.numel() - sum(
+            k - 1 for k in shape)
+    for k, length in [(2, 1), (3, 4)]:
+        for got, want in zip(spine_tree((k,), length, length - 1), level_tree((k,), length - 1)):
+            assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="length"):
+        spine_tree((2, 2, 2), 2, 0)
+
+
+@pytest.mark.parametrize("side_tail", [0, 1])
+def test_spine_trees_emit_the_target_joint(side_tail):
+    """The spine tree of the same drafts (extra candidates as leaves, or over one tail draft):
+    every candidate draw and uniform integrated out, the target's joint to 1e-12."""
+    law = decode_law(side_tail=side_tail)
+    assert abs(sum(law.values()) - 1) <= TOL
+    assert deviation(law, ar_joint(HORIZON)) <= TOL
+
+
+def test_control_spine_candidates_declared_iid_are_caught():
+    """The spine tree's second candidates declared with the row they were drawn from."""
+    assert deviation(decode_law(declare_iid=True, side_tail=1), ar_joint(HORIZON)) > 1e-4
 
 
 def test_control_second_candidates_declared_iid_are_caught():

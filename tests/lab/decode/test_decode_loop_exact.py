@@ -399,6 +399,13 @@ CASES = {  # (model, method, the wrapped names it must reach)
     "V = 3, tree (1, 2), maximal": ("three", dict(window=2, tree=(1, 2), draft="maximal"),
                                     {"without_replacement", "recursive_rejection", "bonus",
                                      "coupling"}),
+    # Spine trees: the extra candidates are leaves, so a side branch is shorter than the window.
+    "V = 3, spine (2, 2), side tail 0, independent": (
+        "three", dict(window=2, tree=(2, 2), side_tail=0),
+        {"without_replacement", "recursive_rejection", "bonus", "redraft"}),
+    "V = 3, spine (2,), side tail 0, maximal": (
+        "three", dict(window=2, tree=(2,), side_tail=0, draft="maximal"),
+        {"without_replacement", "recursive_rejection", "bonus", "coupling"}),
 }
 
 
@@ -407,7 +414,8 @@ def test_the_real_loop_is_the_ar_joint(request, monkeypatch, case):
     """Block verification with independent drafts (proofs/14, claim 2), token-wise
     verification with maximal coupled drafts (proofs/09), k = 2 candidates with the first
     maximal coupled (V = 2, window 2: a model-row draft is coupled before it is a candidate)
-    and independent (V = 3, window 1: the candidates leave a token out): the exact AR joint."""
+    and independent (V = 3, window 1: the candidates leave a token out), level and spine
+    trees: the exact AR joint."""
     name, method, reached = CASES[case]
     adapter, joint = request.getfixturevalue(name)
     law, calls = run(monkeypatch, adapter, len(next(iter(joint))), **method)
@@ -444,6 +452,34 @@ def test_slow_model_row_candidates_at_depth_two_are_exact(monkeypatch):
     test_token_tree_decoding.py::test_tree_step_declares_the_rows_it_draws_from."""
     adapter = adapter_of(table(0, 3), (1, 2, 3))
     law, _ = run(monkeypatch, adapter, 4, window=2, tree=(1, 2), draft="maximal")
+    assert deviation(law, exact(adapter, 4)) <= ROUNDING
+
+
+def test_control_spine_candidates_declared_iid_are_caught(three, monkeypatch):
+    """A spine tree (``tree=(2, 2)``, ``side_tail=0``, window 2, V = 3) with every candidate
+    declared with the row the first was drawn from: the same loop, lossy."""
+    adapter, joint = three
+
+    def iid_rows(source, candidates):
+        return (source / source.sum()).expand(candidates.numel(), source.numel())
+
+    monkeypatch.setattr(loop, "without_replacement_rows", iid_rows)
+    law, _ = run(monkeypatch, adapter, 3, window=2, tree=(2, 2), side_tail=0)
+    assert deviation(law, joint) > 1e-4
+
+
+@pytest.mark.parametrize("vocab", [2, pytest.param(3, marks=pytest.mark.skipif(
+    os.environ.get("GSD_SLOW_EXACT") != "1",
+    reason="a manual check (over 15 minutes on one core); run with GSD_SLOW_EXACT=1"))])
+@pytest.mark.timeout(3600)
+def test_spine_tree_keeps_the_drafts_past_a_side_branch(monkeypatch, vocab):
+    """The only enumeration where a side branch holds drafts back (window 3, so a side leaf at
+    depth 1 leaves position n + 2's draft unread and kept): N = 4, ``tree=(2,)``, ``side_tail=0``,
+    maximal drafts, the exact AR joint; V = 2 in the suite, V = 3 a manual check
+    (``GSD_SLOW_EXACT=1 pytest tests/lab/decode/test_decode_loop_exact.py -k keeps_the``)."""
+    adapter = adapter_of(table(0, vocab), tuple(range(1, vocab + 1)))
+    law, calls = run(monkeypatch, adapter, 4, window=3, tree=(2,), side_tail=0, draft="maximal")
+    assert {"recursive_rejection", "coupling"} <= set(calls)
     assert deviation(law, exact(adapter, 4)) <= ROUNDING
 
 

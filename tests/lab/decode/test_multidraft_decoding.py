@@ -182,13 +182,14 @@ def table_adapter():
 
 
 def pvalue(table_adapter, candidates: int, draft: str, seed: int, samples: int = 1000,
-           init: str = "random", tree: tuple[int, ...] | None = None) -> float:
+           init: str = "random", tree: tuple[int, ...] | None = None,
+           side_tail: int | None = None) -> float:
     adapter, joint = table_adapter
     generator = torch.Generator().manual_seed(seed)
     index = {seq: i for i, seq in enumerate(SEQUENCES)}
     counts = np.zeros(len(SEQUENCES))
     method = DecodingMethod("sjd", window=3, init=init, draft=draft, candidates=candidates,
-                            tree=tree)
+                            tree=tree, side_tail=side_tail)
     for _ in range(samples):
         result = generate(adapter, PROMPT, method, num_tokens=NUM_TOKENS, generator=generator)
         counts[index[tuple(result.tokens.tolist())]] += 1
@@ -210,6 +211,16 @@ def test_multidraft_decode_matches_the_exact_ar_joint(table_adapter, candidates,
 def test_token_tree_decode_matches_the_exact_ar_joint(table_adapter, tree_shape, draft, init):
     """Token trees (proofs/16) through ``generate``, against the exact AR joint (chi-square)."""
     assert pvalue(table_adapter, 1, draft, seed=5, init=init, tree=tree_shape) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("tree_shape,side_tail,draft", [
+    ((2, 2), 0, "maximal"), ((3, 2), 1, "gumbel"), ((2,), 1, "independent"),
+])
+def test_spine_tree_decode_matches_the_exact_ar_joint(table_adapter, tree_shape, side_tail,
+                                                      draft):
+    """Spine trees (short side branches, the window cut to them) through ``generate``."""
+    assert pvalue(table_adapter, 1, draft, seed=5, tree=tree_shape,
+                  side_tail=side_tail) > SIGNIFICANCE
 
 
 def test_the_tree_is_used_and_accepts_more(table_adapter):

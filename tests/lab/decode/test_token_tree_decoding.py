@@ -91,6 +91,17 @@ def test_tree_option():
         DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=2), tree=(2, 2))
 
 
+def test_side_tail_option():
+    """A spine tree's side tail: kept by to_dict / from_dict, absent from other methods' dicts
+    (their keys unchanged), refused without a tree or below 0."""
+    method = DecodingMethod("sjd", window=4, tree=(3, 2), side_tail=1)
+    assert DecodingMethod.from_dict(method.to_dict()) == method
+    assert "side_tail" not in DecodingMethod("sjd", tree=(2,)).to_dict()
+    for bad in (dict(side_tail=1), dict(tree=(2,), side_tail=-1), dict(tree=(2,), side_tail=1.5)):
+        with pytest.raises(ValueError, match="side_tail"):
+            DecodingMethod("sjd", **bad)
+
+
 def test_command_line_generate_with_a_tree(capsys):
     import json
 
@@ -102,6 +113,9 @@ def test_command_line_generate_with_a_tree(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["tree"] == [2, 2] and len(report["tokens"]) == 64
     assert len(report["tokens_processed"]) == report["nfe"]
+    assert main(args + ["--side-tail", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["side_tail"] == 1 and 21 in report["tokens_processed"]  # 1 + 16 + 2 + 2
     with pytest.raises(SystemExit) as caught:
         main(["generate", "--model", "tiny-random", "--method", "gsd", "--tree", "2", "2"])
     assert caught.value.code == 2 and "candidates" in capsys.readouterr().err
@@ -126,6 +140,10 @@ def test_shape_model_counts_and_ranks():
     ranked = ranked_shapes(acceptance[:, :2], roofline, [2, 3], budget=8, max_depth=2)
     assert ranked and all(s.tokens <= 8 for s in ranked)
     assert [s.cost_per_token for s in ranked] == sorted(s.cost_per_token for s in ranked)
+    shallow = ranked_shapes(acceptance[:, :2], roofline, [1, 2], budget=8, max_depth=3)
+    assert shallow and all(len(s.shape) <= s.window for s in shallow)
+    assert len({(s.shape, s.window) for s in shallow}) == len(shallow)
+    assert {s.shape for s in shallow if s.window == 1} == {(2,)}
 
 
 # --- tree_step's candidates and declared rows, the model stubbed ------------------------------
@@ -158,6 +176,7 @@ def _pass_loop(shape, L, row_drafts, allowed, drafts, seed):
     given = one_hot(state.drafts, V)  # the fresh drafts' one-hot q
     state.q = torch.where(torch.arange(L).unsqueeze(-1) < row_drafts, Q[:L], given)
     state.row_drafts, state.done, state.accepted, state.processed = row_drafts, 0, [], []
+    state.method, state.held = DecodingMethod("sjd", window=L, tree=shape), None
     state.out = torch.zeros(16, dtype=torch.long)
     return state
 
@@ -269,3 +288,31 @@ def test_control_depth_two_declared_iid_is_caught(monkeypatch):
     calls.clear()
     with pytest.raises(AssertionError):
         check_frequencies(monkeypatch, "model rows at depths 1-3")
+
+
+def test_a_side_branch_keeps_the_window_drafts_past_it(monkeypatch):
+    """A spine tree's walk ending on a side leaf at depth 1 (``verify_tree`` stubbed to accept
+    it): the pass returns the branch's rows only, and after ``redraft`` the window holds the
+    drafts of the positions past the branch as they were, their q and model-row count kept."""
+    from gsd_core import TreeResult
+    from gsd_lab.decode.coupling import DraftChain
+
+    state = _pass_loop((2,), 4, 3, [0, 1, 2, 3], [0, 3, 2, 1], seed=0)
+    state.method = DecodingMethod("sjd", window=4, tree=(2,), side_tail=0, draft="maximal")
+    state.chain = DraftChain("maximal", V, state.device, state.generator)
+    before_drafts, before_q = state.drafts.clone(), state.q.clone()
+
+    def side_leaf(targets, declared, tokens, parent, uniforms):
+        assert parent.tolist() == [-1, -1, 0, 2, 3]  # spine_tree((2,), 4, 0)
+        return TreeResult(torch.tensor([1]), torch.stack([tokens[1], tokens[0]]), 1, [1])
+
+    rows = torch.full((V,), 1.0 / V, dtype=torch.float64)
+    monkeypatch.setattr(loop, "forward_nodes",
+                        lambda adapter, head, tokens, parent: (rows, rows.expand(5, V)))
+    monkeypatch.setattr(loop, "keep_nodes", lambda adapter, nodes: None)
+    monkeypatch.setattr(loop, "verify_tree", side_leaf)
+    p, accepted = state.tree_step(4)
+    assert p.shape == (2, V) and accepted == 1
+    state.redraft(p, accepted, p.shape[0] - 1)  # the whole side branch accepted
+    assert torch.equal(state.drafts, before_drafts[2:]) and torch.equal(state.q, before_q[2:])
+    assert state.row_drafts == 1 and state.held is None  # old model-row drafts 0..2: index 2

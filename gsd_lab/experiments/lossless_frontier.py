@@ -45,6 +45,10 @@ SOURCES = (
     LosslessSource("benchmarks/results/token_trees_standin_3x2.json",
                    "MC-SJD, tree (3, 2), window 16"),
     LosslessSource("benchmarks/results/token_trees_standin_6.json", "MC-SJD, tree (6,), window 16"),
+    LosslessSource("benchmarks/results/token_trees_standin_spine.json",
+                   "MC-SJD, tree (8, 4, 3, 2, 2), window 16, side tail 5"),
+    LosslessSource("benchmarks/results/token_trees_standin_spine_6x3.json",
+                   "MC-SJD, tree (6, 3), window 16, side tail 10"),
 )
 
 

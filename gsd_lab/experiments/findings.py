@@ -339,7 +339,7 @@ def _cell(value: Any, fmt: str) -> str:
 
 def _minus_ar(row: dict[str, Any], ar: dict[str, Any]) -> PairedDifference:
     """The row's quality minus AR's, image by image on the same prompts (the seed-noise row is AR
-    on other seeds, so seeds are not compared: runs.RunCache.table pairs the same way)."""
+    on other seeds, so seeds are not compared: runs.RunStore.table pairs the same way)."""
     x, y = per_image(row, QUALITY), per_image(ar, QUALITY)
     if x is None or y is None:
         return NOT_RUN

@@ -246,17 +246,22 @@ class LosslessTime:
         return ("tables.frontier.lossless.rows",)
 
     def __call__(self, run: Run) -> Evidence:
-        lossless = (run.tables.get("frontier") or {}).get("lossless") or {}
-        timed = [r for r in lossless.get("rows", [])
+        lossless = (run.tables.get("frontier") or {}).get("lossless")
+        if lossless is None:
+            return replace(NOT_RUN, note="this run's frontier has no lossless rows (no MC-SJD and "
+                           "MC-GSD curves, or a run before gsd_lab.experiments.lossless_frontier)")
+        timed = [r for r in lossless["rows"]
                  if r["versus"][self.against]["modelled"]["difference"] is not None]
         if not timed:
-            return replace(NOT_RUN, note="no lossless decoder with per-image modelled time on "
-                           "this run's frontier (gsd_lab.experiments.lossless_frontier)")
+            return replace(NOT_RUN, note=f"none of the {len(lossless['rows'])} paired lossless "
+                           f"rows has per-image modelled time ({len(lossless['left_out'])} "
+                           "sources left out: results.md says why)")
         best = min(timed, key=lambda r: r["modelled"])
         found = best["versus"][self.against]
         diff = PairedDifference.from_dict(found["modelled"])
-        note = (f"the least modelled time of {len(timed)} lossless decoders with per-image times "
-                f"(a selected minimum): {best['method']}, {best['modelled']:.1f} weight-read "
+        note = (f"the least modelled time of the {len(timed)} of {len(lossless['rows'])} paired "
+                f"lossless decoders with per-image times (a selected minimum; every "
+                f"configuration tried: docs/lossless-frontier.md): {best['method']}, {best['modelled']:.1f} weight-read "
                 f"times per image, {best['tokens_per_forward']:.1f} tokens per forward, "
                 f"{found['modelled_ratio']['text']} {self.against}'s time ({best['file']})")
         compared = f"{best['method']} - {lossless['references'][self.against]}, modelled time"

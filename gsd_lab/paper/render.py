@@ -100,15 +100,17 @@ def _lossless_text(lossless: dict[str, Any] | None) -> str:
     rows, then each against MC-SJD and MC-GSD on NFE and modelled time; "" without them."""
     if not lossless or not (lossless["rows"] or lossless["left_out"]):
         return ""
+    left = "".join(f"\n- {r['method']} ({r['file']}): {r['reason']}" for r in lossless["left_out"])
+    if not lossless["rows"]:
+        return "\n\n" + fill("frontier_lossless_none", left_out=left)
     versus = [
         {"method": row["method"], "against": name, "nfe": v["nfe"]["text"],
          "modelled": v["modelled"]["text"], "modelled_ratio": v["modelled_ratio"]["text"]}
         for row in lossless["rows"] for name, v in row["versus"].items()
     ]
-    left = "".join(f"\n- {r['method']} ({r['file']}): {r['reason']}" for r in lossless["left_out"])
     return "\n\n" + fill(
         "frontier_lossless",
-        files=", ".join(sorted({f"`{r['file']}`" for r in lossless["rows"]})) or "none",
+        files=", ".join(sorted({f"`{r['file']}`" for r in lossless["rows"]})),
         rows=markdown_table(lossless["rows"], LOSSLESS_COLUMNS),
         versus=markdown_table(versus, ["method", "against", "nfe", "modelled", "modelled_ratio"]),
         left_out=f"\n\nLeft out:{left}" if left else "",

@@ -78,6 +78,10 @@ def test_results_md_shows_the_rows_and_the_verdicts(front):
     assert "**Lossless decoders beyond MC-SJD**" in text
     assert "| MC-SJD, tree (6,), window 16 | MC-SJD | yes:" in text
     assert render._lossless_text(None) == ""
+    # On another model nothing pairs: one line and the reasons, no empty tables.
+    none = render._lossless_text(lf.lossless_results(front, "digits"))
+    assert "none of the committed" in none and "|---|" not in none
+    assert none.count("decoded on standin, this frontier on digits") == len(lf.SOURCES)
 
 
 def test_benchmark_files_speak_for_their_own_model_only():

@@ -46,9 +46,9 @@ def load_model(
     VQ-VAE) or "janus-pro-{1b,7b}" (``janus.load_janus``: ``vqgan`` does not apply, Janus decodes
     with its own VQ model)."""
     if name in ("standin", "digits"):
-        loader = {"standin": "standin.adapter.load_standin", "digits": "digits.adapter.load_digits"}
         raise ValueError(
-            f"{name} loads with gsd_lab.{loader[name]} (or "
+            f"{name} loads with gsd_lab.standin.adapter.load_standin or "
+            f"gsd_lab.digits.adapter.load_digits (or "
             f"experiments.image_model.load_image_model({name!r}))"
         )
     if name in FAMILY_LOADERS:

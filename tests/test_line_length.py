@@ -8,6 +8,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 100
+# Lines of decoding sources (``experiments.records.DECODING_SOURCES``) over the limit, left as they
+# are: their bytes fingerprint the committed records (figures/records.npz and
+# figures/digits/records.npz), so reflowing them means regenerating those; each entry must still
+# be too long (a fixed line is taken off), and no other line may be.
+PENDING = {
+    "gsd_core/__init__.py": [50],
+    "gsd_core/token_tree.py": [118],
+    "gsd_lab/experiments/records.py": [184],
+    "gsd_lab/models/__init__.py": [27],
+}
 
 
 def _long_lines(path: Path) -> list[int]:
@@ -25,7 +35,8 @@ def _sources(package: str) -> list[Path]:
     ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_lines_fit(path):
-    assert _long_lines(path) == [], f"{path.relative_to(ROOT)}: lines over {LIMIT} characters"
+    name = path.relative_to(ROOT).as_posix()
+    assert _long_lines(path) == PENDING.get(name, []), f"{name}: lines over {LIMIT} characters"
 
 
 def test_the_check_sees_both_packages():

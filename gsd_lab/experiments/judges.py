@@ -261,7 +261,8 @@ class LosslessTime:
         diff = PairedDifference.from_dict(found["modelled"])
         note = (f"the least modelled time of the {len(timed)} of {len(lossless['rows'])} paired "
                 f"lossless decoders with per-image times (a selected minimum; every "
-                f"configuration tried: docs/lossless-frontier.md): {best['method']}, {best['modelled']:.1f} weight-read "
+                f"configuration tried: docs/lossless-frontier.md): {best['method']}, "
+                f"{best['modelled']:.1f} weight-read "
                 f"times per image, {best['tokens_per_forward']:.1f} tokens per forward, "
                 f"{found['modelled_ratio']['text']} {self.against}'s time ({best['file']})")
         compared = f"{best['method']} - {lossless['references'][self.against]}, modelled time"

@@ -503,7 +503,8 @@ def frontier(curves: dict[str, list[dict[str, Any]]],
     and the mean W1 per token (right, rows that carry it), one line per rule's curve, a marker
     per single configuration; error bars +- one standard error over images on both axes. Lower
     is better on both axes: the better corner is down-left. ``lossless``: rows of
-    ``experiments.lossless_frontier`` (no W1 measured), grey markers at their largest measured TV."""
+    ``experiments.lossless_frontier`` (no W1 measured), grey markers at their largest measured
+    TV."""
     fig, axes = _figure(2, size=(5.0, 3.8))
     panels = [
         ("distortion", "mean TV(output law, p) per token"),

@@ -196,7 +196,9 @@ def _optional_figures(run: PaperRun) -> list[tuple]:
         front = run.frontier
         out.append(
             (
-                lambda: plots.frontier(front["curves"], (front.get("lossless") or {}).get("rows", ())),
+                lambda: plots.frontier(
+                    front["curves"], (front.get("lossless") or {}).get("rows", ())
+                ),
                 "frontier_nfe_vs_distortion",
                 {"frontier": front["specs"], "w1_draws": run.sizes.w1_draws},
                 {"curves": front["curves"], "matched": front["matched"]},

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,8 @@ from gsd_lab.accounting.distortion import embedding_adjacency
 from gsd_lab.engine import capabilities, support_accept, verify
 from gsd_lab.engine.ranking import SupportSize
 from gsd_lab.rules import clusters
+
+from rule_paths import Path_, divergences
 
 ROOT = Path(__file__).resolve().parents[3]
 CASES = 60
@@ -144,8 +145,7 @@ def _window_verify(case: Case, engine: bool) -> Tensor:
 
 
 REFERENCE = "gsd_core DynamicClusters.masses"
-Path_ = tuple[str, Callable[[Case], Tensor], str, Callable[[Case], Tensor]]
-PATHS: list[Path_] = [
+_EXACT_PATHS = [
     ("engine.capabilities.window_masses (rules.clusters.dynamic_masses), support counted",
      lambda c: _window(c, "counted"), REFERENCE, _reference_masses),
     ("engine.capabilities.window_masses (rules.clusters.dynamic_masses), a SupportSize",
@@ -167,18 +167,7 @@ PATHS: list[Path_] = [
     ("engine.verify", lambda c: _window_verify(c, True),
      "gsd_core.verify", lambda c: _window_verify(c, False)),
 ]
-
-
-def divergences(paths: list[Path_], cases: list[Case]) -> list[str]:
-    """Each path that is not its reference bit for bit, named with its first differing case."""
-    found = []
-    for name, path, reference_name, reference in paths:
-        for i, case in enumerate(cases):
-            got, want = path(case), reference(case)
-            if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
-                found.append(f"{name} differs from {reference_name} at case {i} ({case})")
-                break
-    return found
+PATHS: list[Path_] = [(*path, 0.0) for path in _EXACT_PATHS]  # bit for bit
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ control: a distortion scaled by 1 + 1e-9 is caught and named, and no other path 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,6 +24,8 @@ from gsd_core import Lantern, latent_neighbourhoods, mass_ratio, output_distribu
 from gsd_lab.accounting.distortion import exact_distortion
 from gsd_lab.engine import capabilities, support_accept, verify
 from gsd_lab.rules import lantern
+
+from rule_paths import Path_, divergences
 
 CASES = 40
 TV_TOLERANCE = 1e-14
@@ -86,7 +87,6 @@ def _tv_of_the_law(case: Case) -> Tensor:
 
 
 MASSES, TV = "gsd_core Lantern.masses", "TV(gsd_core output_distribution, p)"
-Path_ = tuple[str, Callable[[Case], Tensor], str, Callable[[Case], Tensor], float]
 PATHS: list[Path_] = [
     ("engine.capabilities.support_masses (rules.lantern), one chunk",
      lambda c: _support(c, 1 << 24), MASSES, lambda c: torch.stack(c.rule.masses(c.p, c.q, c.tokens)), 0.0),
@@ -101,23 +101,6 @@ PATHS: list[Path_] = [
     ("accounting.distortion.exact_distortion (direct_tv)",
      lambda c: exact_distortion(c.p, c.q, c.rule), TV, _tv_of_the_law, TV_TOLERANCE),
 ]
-
-
-def divergences(paths: list[Path_], cases: list[Case]) -> list[str]:
-    """Each path that is not its reference (bit for bit, or within its tolerance), named with
-    its first differing case."""
-    found = []
-    for name, path, reference_name, reference, tolerance in paths:
-        for i, case in enumerate(cases):
-            got, want = path(case), reference(case)
-            same = got.shape == want.shape and got.dtype == want.dtype and (
-                torch.equal(got, want) if tolerance == 0
-                else torch.allclose(got, want, rtol=0, atol=tolerance))
-            if not same:
-                within = "" if tolerance == 0 else f" by more than {tolerance}"
-                found.append(f"{name} differs from {reference_name}{within} at case {i} ({case})")
-                break
-    return found
 
 
 @pytest.fixture(scope="module")

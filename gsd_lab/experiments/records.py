@@ -183,7 +183,8 @@ class Loaded:
         return (
             f"{self.configurations} configurations x {self.images} images loaded from {self.path} "
             f"(the figures run at commit {commit}, dirty {self.git.get('dirty')}, with the "
-            "same decoding sources, DECODING_SOURCES, as this checkout); the others are decoded here"
+            "same decoding sources, DECODING_SOURCES, as this checkout); the others are decoded "
+            "here"
         )
 
 

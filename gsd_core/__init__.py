@@ -47,5 +47,6 @@ __all__ = [
     "multidraft_law", "one_hot", "output_distribution", "output_law", "probability_ranks",
     "recursive_rejection", "residual_distribution", "resolve_window", "sample_categorical",
     "spine_tree", "spine_tree_size", "token_residual", "tree_law", "tree_size", "tv_distance",
-    "verify", "verify_block", "verify_tree", "window_law", "window_rule", "without_replacement_rows", "working_dtype"
+    "verify", "verify_block", "verify_tree", "window_law", "window_rule",
+    "without_replacement_rows", "working_dtype"
 ]

@@ -115,7 +115,9 @@ def spine_tree(
     if not shape or any(not isinstance(k, int) or k < 1 for k in shape):
         raise ValueError(f"shape must be a non-empty tuple of ints >= 1, got {shape!r}")
     if not isinstance(length, int) or length < len(shape):
-        raise ValueError(f"length must be an int >= the shape's {len(shape)} depths, got {length!r}")
+        raise ValueError(
+            f"length must be an int >= the shape's {len(shape)} depths, got {length!r}"
+        )
     if not isinstance(side_tail, int) or side_tail < 0:
         raise ValueError(f"side_tail must be an int >= 0, got {side_tail!r}")
     parent, depth, rank = [], [], []

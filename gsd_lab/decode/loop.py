@@ -49,10 +49,12 @@ class DecodeResult:
 
     tokens: [num_tokens] generated ids (CPU, int64). nfe: forward passes (a CFG pair is one;
     the prefill is one). accepted / drafted: per forward pass, drafts accepted and drafts
-    verified (both 0 for AR steps). acceptance_rate = sum(accepted) / sum(drafted): the share
-    of verified drafts accepted (None when nothing was drafted, e.g. AR). Every forward commits
-    accepted + 1 tokens, so num_tokens = sum(accepted) + nfe. wall_seconds: whole call;
-    model_seconds: inside the model's forward
+    verified (both 0 for AR steps; on a token tree, the positions of the walk's branch: L, or
+    fewer on a spine tree's side branch, whose later drafts no test read).
+    acceptance_rate = sum(accepted) / sum(drafted): the share of verified drafts accepted (None
+    when nothing was drafted, e.g. AR). Every forward commits accepted + 1 tokens, so
+    num_tokens = sum(accepted) + nfe. wall_seconds: whole call; model_seconds: inside the
+    model's forward
     (``CausalLMAdapter.compute_logits``); everything else (logits processing, verification,
     bookkeeping) is overhead. top1: [num_tokens] float64 max_y p(y) of the row each token was
     emitted from (its target distribution), when ``record_top1``. distortion: [num_tokens]

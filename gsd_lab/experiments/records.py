@@ -56,11 +56,11 @@ DISTORTION_ATOL = 1e-12
 
 # What a stored record's numbers can depend on, relative to the folder holding gsd_core and
 # gsd_lab: the exact core, the engine, the decoding loop and its method spec, presets, coupling
-# and clustering, the model adapters, the stand-in's model and loading code, the distortion and
-# transport accounting, and the experiments code that decodes and stores the records. A folder
-# stands for every ``.py`` file below it. tests/lab/experiments/test_records.py checks that
-# every gsd_core or gsd_lab module that decoding a run imports is covered, and that a plotting
-# edit is not.
+# and clustering, the model adapters, the stand-in's and the digits model's model and loading
+# code, the distortion and transport accounting, and the experiments code that decodes and stores
+# the records. A folder stands for every ``.py`` file below it.
+# tests/lab/experiments/test_records.py checks that every gsd_core or gsd_lab module that
+# decoding a run imports is covered, and that a plotting edit is not.
 DECODING_SOURCES = (
     "gsd_core",
     "gsd_lab/engine",
@@ -68,6 +68,8 @@ DECODING_SOURCES = (
     "gsd_lab/models",
     "gsd_lab/accounting",
     "gsd_lab/rules",
+    "gsd_lab/digits/adapter.py",
+    "gsd_lab/digits/data.py",
     "gsd_lab/standin/adapter.py",
     "gsd_lab/standin/ar.py",
     "gsd_lab/standin/data.py",
@@ -181,7 +183,8 @@ class Loaded:
         return (
             f"{self.configurations} configurations x {self.images} images loaded from {self.path} "
             f"(the figures run at commit {commit}, dirty {self.git.get('dirty')}, with the "
-            "same decoding sources, DECODING_SOURCES, as this checkout); the others are decoded here"
+            "same decoding sources, DECODING_SOURCES, as this checkout); the others are decoded "
+            "here"
         )
 
 

@@ -24,7 +24,9 @@ from typing import Any
 
 from .adapter import CausalLMAdapter
 
-MODEL_NAMES = ("standin", "digits", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024")
+MODEL_NAMES = (
+    "standin", "digits", "lumina-mgpt-7b-512", "lumina-mgpt-7b-768", "lumina-mgpt-7b-1024"
+)
 # Families of stock transformers classes: name -> loader (module, function).
 FAMILY_LOADERS = {"anole-7b": ("anole", "load_anole"), "emu3-gen": ("emu3", "load_emu3")}
 MODEL_NAMES += tuple(FAMILY_LOADERS)

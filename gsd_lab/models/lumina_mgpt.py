@@ -294,11 +294,6 @@ class LuminaMGPTAdapter(GridImageAdapter):
         # compute_logits calls the backbone directly: its own cache keyword, checked once here.
         self._backbone_cache_kwarg = cache_kwarg(model.model)
 
-    @property
-    def vq_index_of_token(self) -> Tensor:
-        """int64 [V]: the VQ index of each image-code id, -1 elsewhere (``code_of_token``)."""
-        return self.code_of_token
-
     def attach_vqgan(self, vqgan: Any) -> None:
         """Decode images with ``vqgan`` (a ``ChameleonVQGANDecoder``; its codebook is
         ``code_content``'s); raises ``ValueError`` when its codebook is smaller than the

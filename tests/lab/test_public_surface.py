@@ -30,3 +30,14 @@ def test_import_gsd_lab_loads_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_the_lazy_verify_takes_the_rules_fast_paths():
+    code = (
+        "import gsd_lab; from gsd_core import DynamicClusters; "
+        "from gsd_lab.engine.capabilities import window_masses; gsd_lab.verify; "
+        "print(window_masses.dispatch(DynamicClusters) is not window_masses.dispatch(object))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120)
+    assert out.stdout.strip() == "True"

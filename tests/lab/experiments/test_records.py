@@ -121,7 +121,8 @@ def test_code_fingerprint_follows_decoding_sources_only(tmp_path):
         records.code_fingerprint(tree)
 
 
-def test_code_fingerprint_covers_every_module_decoding_imports():
+@pytest.mark.parametrize("name", ["tiny-random", "digits"])
+def test_code_fingerprint_covers_every_module_decoding_imports(name):
     """Decode a run the way figures does, in a fresh process: every gsd_core / gsd_lab module it
     imported is among the fingerprinted files (a new decoding dependency must be listed)."""
     import subprocess
@@ -132,8 +133,8 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
         "from gsd_lab.experiments import tables\n"
         "from gsd_lab.experiments.image_model import load_image_model\n"
         "from gsd_lab.experiments.runs import FilterSettings, RunCache\n"
-        "model = load_image_model('tiny-random')\n"
-        "cache = RunCache(model, model.default_prompts[:1], [0], FilterSettings.for_model(model.name))\n"
+        f"model = load_image_model({name!r})\n"
+        "cache = RunCache(model, model.default_prompts[:2], [0], FilterSettings.for_model(model.name))\n"
         "cache.table([tables.AR, tables.SJD, tables.gsd(3)], tables.AR)\n"
         "print('\\n'.join(m.__file__ for n, m in sys.modules.items()\n"
         "      if n.split('.')[0] in ('gsd_core', 'gsd_lab') and getattr(m, '__file__', None)))\n"
@@ -148,7 +149,8 @@ def test_code_fingerprint_covers_every_module_decoding_imports():
     # number of workers: tests/lab/test_workers.py) and packages' docstring maps.
     not_decoding = {"gsd_lab/__init__.py", "gsd_lab/experiments/__init__.py",
                     "gsd_lab/experiments/tables.py", "gsd_lab/experiments/verdicts.py",
-                    "gsd_lab/workers.py",
+                    "gsd_lab/workers.py", "gsd_lab/digits/__init__.py",
+                    "gsd_lab/standin/__init__.py", "gsd_lab/standin/classifier.py",
                     "gsd_lab/io/__init__.py", "gsd_lab/io/progress.py",
                     "gsd_lab/quality/__init__.py", "gsd_lab/quality/metrics.py"}
     covered = {path.resolve() for path in records.decoding_files()}

@@ -10,9 +10,6 @@ from typing import Any
 from . import common
 from .common import Fail
 
-USAGE_ERRORS = ()  # checks.command reports its own usage errors
-
-
 def add_parser(sub: Any) -> None:
     """``check-weights``: one verdict per item of a download."""
     chk = sub.add_parser(

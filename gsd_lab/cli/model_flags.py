@@ -8,7 +8,7 @@ import argparse
 import math
 from pathlib import Path
 
-from .common import FAMILY_CHOICES, MODEL_CHOICES, Fail
+from .common import FAMILY_CHOICES, MODEL_CHOICES, Fail, refuse_given
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -157,13 +157,9 @@ def check_model_args(args: argparse.Namespace, fail: Fail) -> None:
     if is_janus(args):
         _check_janus_args(args, fail)
         return
-    for flag, value in (
-        ("--vqgan", args.vqgan),
-        ("--clip", args.clip),
-        ("--tokenizer", args.tokenizer),
-    ):
-        if value is not None:
-            fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
+    only = f"applies to the Lumina-mGPT models only, not --model {args.model}"
+    given = {"--vqgan": args.vqgan, "--clip": args.clip, "--tokenizer": args.tokenizer}
+    refuse_given(given, only, fail)
     if args.weights is not None:
         if args.model not in ("standin", "digits"):
             fail(f"--weights does not apply to --model {args.model}")
@@ -182,9 +178,8 @@ def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
         resolve_janus_dir(args.weights, args.model)
     except FileNotFoundError as error:
         fail(f"--weights {args.weights}: {error}")
-    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
-        if value is not None:
-            fail(f"{flag} does not apply to --model {args.model} (its own VQ model decodes)")
+    why = f"does not apply to --model {args.model} (its own VQ model decodes)"
+    refuse_given({"--vqgan": args.vqgan, "--clip": args.clip}, why, fail)
 
 
 def _quick_generate(args: argparse.Namespace) -> bool:

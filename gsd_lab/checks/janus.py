@@ -117,16 +117,7 @@ class JanusChecks:
         from ..models.janus import load_janus
 
         run = self.run
-
-        def load() -> Any:
-            return load_janus(
-                self.folder,
-                device=run.device_or_default,
-                tokenizer=run.tokenizer,
-                force_cpu=run.force_cpu,
-            )
-
-        adapter, loaded = load_timed(load)
+        adapter, loaded = load_timed(lambda: load_janus(self.folder, **run.load_kwargs))
         if adapter is None:
             return SKIP, loaded
         self.adapter = adapter

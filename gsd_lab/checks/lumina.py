@@ -169,18 +169,10 @@ class LuminaChecks:
     def generation(self) -> Outcome:
         from ..models.lumina_mgpt import load_lumina_mgpt
 
-        run = self.run
-
         def load() -> Any:
-            return load_lumina_mgpt(
-                self.folder,
-                resolution=self.resolution,
-                device=run.device_or_default,
-                tokenizer=run.tokenizer,
-                force_cpu=run.force_cpu,
-            )
+            return load_lumina_mgpt(self.folder, resolution=self.resolution, **self.run.load_kwargs)
 
-        self.adapter, outcome, self.indices = grid_generation(load, run)
+        self.adapter, outcome, self.indices = grid_generation(load, self.run)
         return outcome
 
     def image(self, vqgan_dir: str) -> Outcome:

@@ -170,8 +170,6 @@ def tiny_vocabulary_map(num_codes: int, *, max_grid: int = 32) -> dict[str, int]
     <reserved08800+n> for grid sizes n = 0..max_grid, <image>; then the 256 characters of the
     byte-level alphabet and the pieces of ``TINY_MERGED_WORDS`` (the tokenizer's vocabulary:
     Chameleon's ``vocabulary_map`` is its tokenizer's vocabulary).
-    The image codes are assigned to ids in a *shuffled* order so that a mapping by offset
-    (id - 4) would be wrong: only the name-based map gives the right VQ index.
     """
     names = ["<s>", "<pad>", "</s>", "<unk>"]
     names += [_image_token_name(c) for c in _shuffled(num_codes, 1234)]
@@ -186,9 +184,7 @@ def write_tiny_tokenizer(folder: str | Path, vocabulary_map: dict[str, int]) -> 
     """Write a Chameleon-style byte-level BPE ``tokenizer.json`` over ``vocabulary_map`` (digits
     split one by one, then byte-level pre-tokenisation; merges of ``TINY_MERGED_WORDS``; a
     ``<s> $A`` post-processor) and a ``tokenizer_config.json`` labelled ``LlamaTokenizerFast``
-    as the release's is. transformers 5.x's ``LlamaTokenizerFast`` reads such a file with a
-    Metaspace pre-tokenizer and other ids (``gsd_lab.models.lumina_tokenizer``); the raw
-    ``tokenizers`` ids are the right ones."""
+    as the release's is (which transformers' class reads otherwise: docs/adapter-contract.md)."""
     config = {
         "tokenizer_class": "LlamaTokenizerFast",
         "bos_token": "<s>",
@@ -225,17 +221,11 @@ def write_tiny_lumina_checkpoint(
 ) -> Path:
     """Write a random tiny Lumina-mGPT-layout checkpoint to ``folder`` and return it.
 
-    The weights are those of a stock ``ChameleonForConditionalGeneration`` with q/k-norm weights
-    and biases randomised per *model-parallel rank* and saved as [model_parallel_size, head_dim]
-    (the Lumina layout); ``model.vqmodel.*`` is not saved. ``init_std`` sets the std of the
-    embedding / lm_head rows so the tiny model has peaked, non-uniform distributions.
-    ``embedding_spread`` s (optional): every input-embedding row is one shared random vector plus
-    s N(0, 1) instead. Such a model barely depends on which tokens it reads, so its next-token
-    distributions hardly change with the context: Jacobi drafts are accepted often (far fewer
-    forward passes than tokens: fast end-to-end tests), and the squared distances between
-    embeddings, about 2 hidden_size s^2, straddle the release's GSD filter value 0.5 when
-    s = 0.1 and hidden_size = 32. ``with_tokenizer=False`` writes no tokenizer, as the 512 and
-    1024 releases (``write_tiny_tokenizer`` writes one elsewhere).
+    A stock ``ChameleonForConditionalGeneration``'s weights with q/k-norms per model-parallel
+    rank, [model_parallel_size, head_dim], and no ``model.vqmodel.*``; ``init_std``: the std of
+    the embedding and head rows; ``embedding_spread`` s: every embedding row one shared random
+    vector plus s N(0, 1) (why: docs/adapter-contract.md); ``with_tokenizer=False``: no
+    tokenizer, as the 512 and 1024 releases.
     """
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
@@ -706,12 +696,9 @@ def save_tiny_janus(
     scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
     names.
 
-    The configuration (``tiny_janus_config``) is transformers' own test configuration
-    (tests/models/janus) with what image generation needs: the VQ ``projection_dim`` equals the
-    text hidden size (the aligner feeds the language model), ``num_image_tokens`` = grid^2
-    matches the VQ grid, and ``num_codes`` codebook entries. ``head_std``: the generation head's
-    output weights are redrawn N(0, head_std^2) so the distributions are far from uniform.
-    ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
+    ``tiny_janus_config``: transformers' own test configuration made to generate images
+    (docs/adapter-contract.md); ``head_std``: the generation head's output weights redrawn
+    N(0, head_std^2); ``generation``: extra generation-config fields (e.g. top_k)."""
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
     from ..models.janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE

@@ -37,6 +37,8 @@ TEST_CONFIG_DIMS = {
     "intermediate_size": 37,
 }
 ANOLE_TINY_CODES = 64
+CHAMELEON_SPECIALS = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}  # Lumina-mGPT, Anole
+EMU3_SPECIALS = {"pad": "<|endoftext|>", "bos": "<|extra_203|>", "eos": "<|extra_204|>"}
 
 
 # ---- shared pieces ----------------------------------------------------------------------------
@@ -84,6 +86,11 @@ def _redraw(model: torch.nn.Module, stds: dict[str, float], seed: int) -> None:
 def _numbered(names: list[str]) -> dict[str, int]:
     """{name: id}: the names in order, a repeated one kept at its first id."""
     return {name: i for i, name in enumerate(dict.fromkeys(names))}
+
+
+def _token_ids(vocabulary_map: dict[str, int], **names: str) -> dict[str, int]:
+    """``{ROLE_token_id: id}`` for each ``ROLE=name`` (e.g. bos="<s>"), in the order given."""
+    return {f"{role}_token_id": vocabulary_map[name] for role, name in names.items()}
 
 
 def _byte_alphabet() -> list[str]:
@@ -244,9 +251,7 @@ def write_tiny_lumina_checkpoint(
         "num_key_value_heads": num_kv_heads,
         "max_position_embeddings": max_position_embeddings,
         "rope_theta": 10000.0,
-        "bos_token_id": vocabulary_map["<s>"],
-        "eos_token_id": vocabulary_map["</s>"],
-        "pad_token_id": vocabulary_map["<pad>"],
+        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
         "tie_word_embeddings": False,
         "model_parallel_size": model_parallel_size,
         "swin_norm": False,
@@ -515,9 +520,7 @@ def save_tiny_anole(
         vocab_size=len(vocabulary_map),
         **TEST_CONFIG_DIMS,
         max_position_embeddings=2048,
-        bos_token_id=vocabulary_map["<s>"],
-        eos_token_id=vocabulary_map["</s>"],
-        pad_token_id=vocabulary_map["<pad>"],
+        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
         vocabulary_map=vocabulary_map,
         vq_config={
             "embed_dim": 5,
@@ -542,7 +545,7 @@ def _emu3_vocabulary(num_codes: int) -> dict[str, int]:
     """Emu3's token names at small scale: <|endoftext|> (pad), <|extra_203|> (BOS),
     <|extra_204|> (EOS), the image tokens, <|extra_200|> (end of line), <|extra_201|> (end of
     frame), <image>; ``num_codes`` visual tokens in shuffled id order; the byte alphabet."""
-    names = ["<|endoftext|>", "<|extra_203|>", "<|extra_204|>"]
+    names = list(EMU3_SPECIALS.values())
     names += ["<|image start|>", "<|image end|>", "<|image token|>"]
     names += ["<|extra_200|>", "<|extra_201|>", "<image>"]
     names += [f"<|visual token{c:06d}|>" for c in _shuffled(num_codes, 4321)]
@@ -579,9 +582,7 @@ def save_tiny_emu3(
         vocab_size=len(vocabulary_map),
         **TEST_CONFIG_DIMS,
         max_position_embeddings=512,
-        pad_token_id=vocabulary_map["<|endoftext|>"],
-        bos_token_id=vocabulary_map["<|extra_203|>"],
-        eos_token_id=vocabulary_map["<|extra_204|>"],
+        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
     )
     vq_config = {
         "codebook_size": num_codes,
@@ -596,21 +597,15 @@ def save_tiny_emu3(
     stds = dict.fromkeys(rows, init_std)
     _save_stock(folder, Emu3ForConditionalGeneration, config, stds, seed)
     GenerationConfig(
-        bos_token_id=text_config.bos_token_id,
-        eos_token_id=text_config.eos_token_id,
-        pad_token_id=text_config.pad_token_id,
+        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
         do_sample=True,
         guidance_scale=3.0,
         top_k=4,
         temperature=1.0,
     ).save_pretrained(folder)
     Emu3ImageProcessor().save_pretrained(folder)
-    tokenizer_config = {
-        "tokenizer_class": "GPT2TokenizerFast",
-        "bos_token": "<|extra_203|>",
-        "eos_token": "<|extra_204|>",
-        "pad_token": "<|endoftext|>",
-    }
+    tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast"}
+    tokenizer_config.update({f"{r}_token": EMU3_SPECIALS[r] for r in ("bos", "eos", "pad")})
     write_byte_tokenizer(folder, vocabulary_map, tokenizer_config)
     (folder / "processor_config.json").write_text(json.dumps({"image_area": image_area}))
     return folder
@@ -654,9 +649,7 @@ def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
             "intermediate_size": 37,
             "hidden_act": "gelu",
             "max_position_embeddings": 512,
-            "pad_token_id": vocab[PAD_NAME],
-            "bos_token_id": vocab[BOS_NAME],
-            "eos_token_id": vocab[EOS_NAME],
+            **_token_ids(vocab, pad=PAD_NAME, bos=BOS_NAME, eos=EOS_NAME),
         },
         vision_config={
             "image_size": grid * patch,
@@ -709,9 +702,7 @@ def save_tiny_janus(
     stds = {"model.generation_head.vision_head.weight": head_std}
     stds["model.generation_embeddings.weight"] = 1.0
     generation_config = GenerationConfig(
-        bos_token_id=vocab[BOS_NAME],
-        eos_token_id=vocab[EOS_NAME],
-        pad_token_id=vocab[PAD_NAME],
+        **_token_ids(vocab, bos=BOS_NAME, eos=EOS_NAME, pad=PAD_NAME),
         guidance_scale=STOCK_GUIDANCE_SCALE,
         generation_kwargs={"boi_token_id": vocab[BOI_NAME]},
         **(generation or {}),

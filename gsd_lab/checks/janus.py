@@ -1,5 +1,5 @@
 """``check-weights`` items of a Janus-Pro download (config.json's ``model_type`` "janus";
-``checks.command`` detects it):
+``cli.check_weights`` detects it):
 
 files          config.json ("janus"; DeepSeek's "multi_modality" refused, naming the transformers
                conversion), the safetensors shards and their index

@@ -1,4 +1,4 @@
-"""``check-weights`` items of a Lumina-mGPT download (``checks.command`` runs them):
+"""``check-weights`` items of a Lumina-mGPT download (``cli.check_weights`` runs them):
 
 files          config.json, the safetensors shards and their index (``checkpoint.files_outcome``)
 architecture   the q/k-norm layout ``architectures`` implies (Lumina's per rank or transformers'

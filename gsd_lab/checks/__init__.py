@@ -9,8 +9,10 @@ verdict per item (files, architecture, vocabulary, tokenizer, a short AR generat
   tokenizer.json to check);
 - ``generation``: the run's options, the model loaded as ``generate`` loads it (a model refused
   on the CPU a SKIP), its AR rows, and ``save_png`` (the PNG --out names);
-- ``lumina``, ``janus``, ``families`` (Anole, Emu3): each family's items;
-- ``command``: the ``check-weights`` command (the family by ``--model`` and config.json).
+- ``lumina``, ``janus``, ``families`` (Anole, Emu3): each family's items.
+
+The ``check-weights`` command (``gsd_lab.cli.check_weights``) picks the family by ``--model``
+and config.json.
 
 Each family's module reads the shared three, none another family's.
 """

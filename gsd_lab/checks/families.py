@@ -143,19 +143,11 @@ class FamilyChecks:
     def generation(self) -> Outcome:
         from ..models import load_model
 
-        run = self.run
-
         def load() -> Any:
-            return load_model(
-                self.model,
-                weights=str(self.folder),
-                device=run.device_or_default,
-                tokenizer=run.tokenizer,
-                force_cpu=run.force_cpu,
-                **self.vqgan_kwargs,
-            )
+            kwargs = {**self.run.load_kwargs, **self.vqgan_kwargs}
+            return load_model(self.model, weights=str(self.folder), **kwargs)
 
-        self.adapter, outcome, self.codes = grid_generation(load, run)
+        self.adapter, outcome, self.codes = grid_generation(load, self.run)
         return outcome
 
     def image(self) -> Outcome:

@@ -40,6 +40,12 @@ class RunOptions:
 
         return self.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
+    @property
+    def load_kwargs(self) -> dict[str, Any]:
+        """The loaders' device, tokenizer and force_cpu, as ``generate`` passes them."""
+        device, tokenizer, force_cpu = self.device_or_default, self.tokenizer, self.force_cpu
+        return {"device": device, "tokenizer": tokenizer, "force_cpu": force_cpu}
+
 
 def load_timed(load: Callable[[], Any]) -> tuple[Any, str]:
     """(the adapter ``load()`` returns, "loaded in S s on DEVICE (DTYPE)"), or (None, why) when

@@ -1,5 +1,5 @@
 """``check-weights`` items of a Janus-Pro download (config.json's ``model_type`` "janus";
-``checks.command`` detects it):
+``cli.check_weights`` detects it):
 
 files          config.json ("janus"; DeepSeek's "multi_modality" refused, naming the transformers
                conversion), the safetensors shards and their index
@@ -117,16 +117,7 @@ class JanusChecks:
         from ..models.janus import load_janus
 
         run = self.run
-
-        def load() -> Any:
-            return load_janus(
-                self.folder,
-                device=run.device_or_default,
-                tokenizer=run.tokenizer,
-                force_cpu=run.force_cpu,
-            )
-
-        adapter, loaded = load_timed(load)
+        adapter, loaded = load_timed(lambda: load_janus(self.folder, **run.load_kwargs))
         if adapter is None:
             return SKIP, loaded
         self.adapter = adapter

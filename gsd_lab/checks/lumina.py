@@ -1,4 +1,4 @@
-"""``check-weights`` items of a Lumina-mGPT download (``checks.command`` runs them):
+"""``check-weights`` items of a Lumina-mGPT download (``cli.check_weights`` runs them):
 
 files          config.json, the safetensors shards and their index (``checkpoint.files_outcome``)
 architecture   the q/k-norm layout ``architectures`` implies (Lumina's per rank or transformers'
@@ -169,18 +169,10 @@ class LuminaChecks:
     def generation(self) -> Outcome:
         from ..models.lumina_mgpt import load_lumina_mgpt
 
-        run = self.run
-
         def load() -> Any:
-            return load_lumina_mgpt(
-                self.folder,
-                resolution=self.resolution,
-                device=run.device_or_default,
-                tokenizer=run.tokenizer,
-                force_cpu=run.force_cpu,
-            )
+            return load_lumina_mgpt(self.folder, resolution=self.resolution, **self.run.load_kwargs)
 
-        self.adapter, outcome, self.indices = grid_generation(load, run)
+        self.adapter, outcome, self.indices = grid_generation(load, self.run)
         return outcome
 
     def image(self, vqgan_dir: str) -> Outcome:

@@ -1,8 +1,8 @@
 """Command line: ``python -m gsd_lab {generate, figures, evaluate, notebooks, check-weights,
 readme}`` (also ``gsd-lab``); each command's ``--help`` describes its flags.
 
-One module per command, each with its parser, its checks and its run (``add_parser``,
-``check``, ``run``):
+One module per command, each with its parser, its run and, where argparse's own checks are not
+enough, its checks (``add_parser``, ``run``, ``check``, ``USAGE_ERRORS``):
 
 - ``generate``: one image by AR, SJD or GSD; prints nfe, acceptance rate and wall time;
 - ``figures``: every figure and results table into a folder (PNG + SVG + JSON, results.md);
@@ -46,18 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, check every flag (the command's ``check``), then run the command. Usage errors and
-    bad input found later (the command's ``USAGE_ERRORS``: ValueError, FileNotFoundError,
-    ``RunMismatch``) exit 2 through argparse's ``error`` (usage line, message, no traceback)."""
+    """Parse, check every flag (the command's ``check``, where it has one), then run the command.
+    Usage errors and bad input found later (the command's ``USAGE_ERRORS``, none by default:
+    ValueError, FileNotFoundError) exit 2 through argparse's ``error`` (usage line, message, no
+    traceback)."""
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     command = COMMANDS[args.command]
-    command.check(args, fail)
+    if hasattr(command, "check"):
+        command.check(args, fail)
     if getattr(args, "threads", None):
         import torch
 
         torch.set_num_threads(args.threads)
     try:
         return command.run(args)
-    except command.USAGE_ERRORS as error:
+    except getattr(command, "USAGE_ERRORS", ()) as error:
         fail(str(error))

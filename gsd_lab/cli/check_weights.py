@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
 from . import common
-from .common import Fail
-
-USAGE_ERRORS = ()  # checks.command reports its own usage errors
-
+from .common import Fail, refuse_given
 
 def add_parser(sub: Any) -> None:
     """``check-weights``: one verdict per item of a download."""
@@ -57,12 +55,41 @@ def add_parser(sub: Any) -> None:
 
 
 def check(args: argparse.Namespace, fail: Fail) -> None:
-    """--rows >= 1; the family's own flags are checked by ``checks.command``."""
+    """--rows >= 1; the family's own flags are checked by ``run`` (a Janus folder is read)."""
     if args.rows < 1:
         fail(f"--rows must be >= 1, got {args.rows}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checks.command import main as check_weights_main
+    """Check ``args.weights``: ``--model anole-7b|emu3-gen`` (``checks.families``), else a Janus
+    folder (``checks.janus``) or Lumina-mGPT (``checks.lumina``); a flag that does not apply and
+    a ``--model`` no family checks are usage errors. Exit 1 when an item failed, else 0."""
+    from ..checks.families import MODEL_TYPES, check_family_weights
+    from ..checks.generation import RunOptions
+    from ..checks.items import report
+    from ..checks.janus import check_janus_weights, is_janus_folder
+    from ..checks.lumina import check_lumina_weights
 
-    return check_weights_main(args)
+    started, fail = time.perf_counter(), args.command_parser.error
+    options = RunOptions.from_args(args)
+    given = {"--vqgan": args.vqgan, "--clip": args.clip, "--resolution": args.resolution}
+    if args.model != "lumina-mgpt":
+        if args.model not in MODEL_TYPES:
+            fail(
+                f"check-weights has no checks for --model {args.model} (it checks lumina-mgpt, "
+                f"{', '.join(MODEL_TYPES)})"
+            )
+        del given["--vqgan"]
+        refuse_given(given, f"does not apply to --model {args.model} (Lumina-mGPT only)", fail)
+        try:
+            verdicts = check_family_weights(args.model, args.weights, vqgan=args.vqgan, run=options)
+        except ValueError as error:
+            fail(str(error))
+        return report(args, verdicts, started, model=args.model)
+    if is_janus_folder(args.weights):
+        refuse_given(given, "does not apply to a Janus checkpoint", fail)
+        return report(args, check_janus_weights(args.weights, options), started)
+    verdicts = check_lumina_weights(
+        args.weights, resolution=args.resolution, vqgan=args.vqgan, clip=args.clip, run=options
+    )
+    return report(args, verdicts, started)

@@ -1,5 +1,6 @@
 """What the commands share: the model choices (spelled out, so that parsing imports no torch),
-the ``Fail`` callback (argparse's ``parser.error``), the output-path and prompt checks, and the
+the ``Fail`` callback (argparse's ``parser.error``), ``refuse_given`` (flags that do not apply),
+the output-path and prompt checks, and the
 batching flags of ``figures`` and ``evaluate`` with their checks."""
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ PRESET_WINDOWS = {"release": 15}  # decode.presets.PRESETS[...].window (a test k
 PRESET_CHOICES = ("default", "release")  # decode.presets.PRESETS, spelled out (no torch import)
 
 Fail = Callable[[str], NoReturn]
+USAGE_ERRORS = (ValueError, FileNotFoundError)  # what the decoding commands report as usage
+
+
+def refuse_given(flags: dict[str, Any], why: str, fail: Fail) -> None:
+    """Usage error ``FLAG WHY`` for the first of ``flags`` (flag -> parsed value) that was given
+    (neither None nor False): a flag that does not apply is refused, not ignored."""
+    for flag, value in flags.items():
+        if value is not None and value is not False:
+            fail(f"{flag} {why}")
 
 
 def add_batching_args(parser: argparse.ArgumentParser) -> None:

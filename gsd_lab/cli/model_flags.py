@@ -8,7 +8,7 @@ import argparse
 import math
 from pathlib import Path
 
-from .common import FAMILY_CHOICES, MODEL_CHOICES, Fail
+from .common import FAMILY_CHOICES, MODEL_CHOICES, Fail, refuse_given
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -71,8 +71,6 @@ def takes_text(args: argparse.Namespace) -> bool:
 def _check_family_args(args: argparse.Namespace, fail: Fail) -> None:
     """--weights (a folder with config.json and tokenizer.json, or --tokenizer), --vqgan (Anole
     only: Emu3 decodes with its own VQ-VAE) and --clip of a FAMILY_CHOICES model."""
-    if not args.weights:
-        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
     folder = Path(args.weights).expanduser()
     if not (folder / "config.json").is_file():
         fail(f"--weights {args.weights}: no config.json there (docs/family-*.md: the download)")
@@ -135,12 +133,12 @@ def check_model_args(args: argparse.Namespace, fail: Fail) -> None:
         fail(f"--cfg must be a finite number, got {args.cfg}")
     if args.device is not None and (problem := _device_problem(args.device)):
         fail(problem)
+    if takes_text(args) and not args.weights:
+        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
     if args.model in FAMILY_CHOICES:
         _check_family_args(args, fail)
         return
     if is_lumina(args):
-        if not args.weights:
-            fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
         from ..models.lumina_checkpoint import resolve_weights_dir
         from ..models.lumina_tokenizer import find_tokenizer_file
 
@@ -157,13 +155,9 @@ def check_model_args(args: argparse.Namespace, fail: Fail) -> None:
     if is_janus(args):
         _check_janus_args(args, fail)
         return
-    for flag, value in (
-        ("--vqgan", args.vqgan),
-        ("--clip", args.clip),
-        ("--tokenizer", args.tokenizer),
-    ):
-        if value is not None:
-            fail(f"{flag} applies to the Lumina-mGPT models only, not --model {args.model}")
+    only = f"applies to the Lumina-mGPT models only, not --model {args.model}"
+    given = {"--vqgan": args.vqgan, "--clip": args.clip, "--tokenizer": args.tokenizer}
+    refuse_given(given, only, fail)
     if args.weights is not None:
         if args.model not in ("standin", "digits"):
             fail(f"--weights does not apply to --model {args.model}")
@@ -172,19 +166,16 @@ def check_model_args(args: argparse.Namespace, fail: Fail) -> None:
 
 
 def _check_janus_args(args: argparse.Namespace, fail: Fail) -> None:
-    """Janus-Pro: --weights (the transformers conversion's folder) needed; --tokenizer optional;
+    """Janus-Pro: --weights (given: the transformers conversion's folder); --tokenizer optional;
     --vqgan and --clip do not apply (pixels come from the checkpoint's own VQ model)."""
-    if not args.weights:
-        fail(f"--model {args.model} needs --weights DIR (the checkpoint folder)")
     from ..models.janus import resolve_janus_dir
 
     try:
         resolve_janus_dir(args.weights, args.model)
     except FileNotFoundError as error:
         fail(f"--weights {args.weights}: {error}")
-    for flag, value in (("--vqgan", args.vqgan), ("--clip", args.clip)):
-        if value is not None:
-            fail(f"{flag} does not apply to --model {args.model} (its own VQ model decodes)")
+    why = f"does not apply to --model {args.model} (its own VQ model decodes)"
+    refuse_given({"--vqgan": args.vqgan, "--clip": args.clip}, why, fail)
 
 
 def _quick_generate(args: argparse.Namespace) -> bool:

@@ -9,10 +9,6 @@ from typing import Any
 
 from ..teaching.notebooks import CELL_TIMEOUT as NOTEBOOK_CELL_TIMEOUT
 from ..teaching.notebooks import SIZES as NOTEBOOK_SIZES
-from .common import Fail
-
-USAGE_ERRORS = ()  # teaching.notebooks.main reports its own usage errors
-
 
 def _positive_int(text: str) -> int:
     """``text`` as an integer >= 1 (argparse's type: anything else exits 2 naming the flag)."""
@@ -82,10 +78,6 @@ def add_parser(sub: Any) -> None:
     nb.add_argument(
         "--dry-run", action="store_true", help="print each notebook's parameters and stop"
     )
-
-
-def check(args: argparse.Namespace, fail: Fail) -> None:
-    """Nothing beyond argparse's own checks: the parameters are the notebooks' to judge."""
 
 
 def run(args: argparse.Namespace) -> int:

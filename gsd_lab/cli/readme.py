@@ -7,10 +7,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import Fail
-
-USAGE_ERRORS = ()
-
 
 def add_parser(sub: Any) -> None:
     """``readme``: the README's answer and docs/findings.md from results.json."""
@@ -27,10 +23,6 @@ def add_parser(sub: Any) -> None:
         "--results", type=Path, default=None, help="default: the repository's figures/results.json"
     )
     rd.add_argument("--check", action="store_true", help="compare only; write nothing")
-
-
-def check(args: argparse.Namespace, fail: Fail) -> None:
-    """Nothing beyond argparse's own checks (the results file is read by ``run``)."""
 
 
 def run(args: argparse.Namespace) -> int:

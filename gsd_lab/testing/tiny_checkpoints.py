@@ -37,6 +37,8 @@ TEST_CONFIG_DIMS = {
     "intermediate_size": 37,
 }
 ANOLE_TINY_CODES = 64
+CHAMELEON_SPECIALS = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}  # Lumina-mGPT, Anole
+EMU3_SPECIALS = {"pad": "<|endoftext|>", "bos": "<|extra_203|>", "eos": "<|extra_204|>"}
 
 
 # ---- shared pieces ----------------------------------------------------------------------------
@@ -84,6 +86,11 @@ def _redraw(model: torch.nn.Module, stds: dict[str, float], seed: int) -> None:
 def _numbered(names: list[str]) -> dict[str, int]:
     """{name: id}: the names in order, a repeated one kept at its first id."""
     return {name: i for i, name in enumerate(dict.fromkeys(names))}
+
+
+def _token_ids(vocabulary_map: dict[str, int], **names: str) -> dict[str, int]:
+    """``{ROLE_token_id: id}`` for each ``ROLE=name`` (e.g. bos="<s>"), in the order given."""
+    return {f"{role}_token_id": vocabulary_map[name] for role, name in names.items()}
 
 
 def _byte_alphabet() -> list[str]:
@@ -170,8 +177,6 @@ def tiny_vocabulary_map(num_codes: int, *, max_grid: int = 32) -> dict[str, int]
     <reserved08800+n> for grid sizes n = 0..max_grid, <image>; then the 256 characters of the
     byte-level alphabet and the pieces of ``TINY_MERGED_WORDS`` (the tokenizer's vocabulary:
     Chameleon's ``vocabulary_map`` is its tokenizer's vocabulary).
-    The image codes are assigned to ids in a *shuffled* order so that a mapping by offset
-    (id - 4) would be wrong: only the name-based map gives the right VQ index.
     """
     names = ["<s>", "<pad>", "</s>", "<unk>"]
     names += [_image_token_name(c) for c in _shuffled(num_codes, 1234)]
@@ -186,9 +191,7 @@ def write_tiny_tokenizer(folder: str | Path, vocabulary_map: dict[str, int]) -> 
     """Write a Chameleon-style byte-level BPE ``tokenizer.json`` over ``vocabulary_map`` (digits
     split one by one, then byte-level pre-tokenisation; merges of ``TINY_MERGED_WORDS``; a
     ``<s> $A`` post-processor) and a ``tokenizer_config.json`` labelled ``LlamaTokenizerFast``
-    as the release's is. transformers 5.x's ``LlamaTokenizerFast`` reads such a file with a
-    Metaspace pre-tokenizer and other ids (``gsd_lab.models.lumina_tokenizer``); the raw
-    ``tokenizers`` ids are the right ones."""
+    as the release's is (which transformers' class reads otherwise: docs/adapter-contract.md)."""
     config = {
         "tokenizer_class": "LlamaTokenizerFast",
         "bos_token": "<s>",
@@ -225,17 +228,11 @@ def write_tiny_lumina_checkpoint(
 ) -> Path:
     """Write a random tiny Lumina-mGPT-layout checkpoint to ``folder`` and return it.
 
-    The weights are those of a stock ``ChameleonForConditionalGeneration`` with q/k-norm weights
-    and biases randomised per *model-parallel rank* and saved as [model_parallel_size, head_dim]
-    (the Lumina layout); ``model.vqmodel.*`` is not saved. ``init_std`` sets the std of the
-    embedding / lm_head rows so the tiny model has peaked, non-uniform distributions.
-    ``embedding_spread`` s (optional): every input-embedding row is one shared random vector plus
-    s N(0, 1) instead. Such a model barely depends on which tokens it reads, so its next-token
-    distributions hardly change with the context: Jacobi drafts are accepted often (far fewer
-    forward passes than tokens: fast end-to-end tests), and the squared distances between
-    embeddings, about 2 hidden_size s^2, straddle the release's GSD filter value 0.5 when
-    s = 0.1 and hidden_size = 32. ``with_tokenizer=False`` writes no tokenizer, as the 512 and
-    1024 releases (``write_tiny_tokenizer`` writes one elsewhere).
+    A stock ``ChameleonForConditionalGeneration``'s weights with q/k-norms per model-parallel
+    rank, [model_parallel_size, head_dim], and no ``model.vqmodel.*``; ``init_std``: the std of
+    the embedding and head rows; ``embedding_spread`` s: every embedding row one shared random
+    vector plus s N(0, 1) (why: docs/adapter-contract.md); ``with_tokenizer=False``: no
+    tokenizer, as the 512 and 1024 releases.
     """
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
@@ -254,9 +251,7 @@ def write_tiny_lumina_checkpoint(
         "num_key_value_heads": num_kv_heads,
         "max_position_embeddings": max_position_embeddings,
         "rope_theta": 10000.0,
-        "bos_token_id": vocabulary_map["<s>"],
-        "eos_token_id": vocabulary_map["</s>"],
-        "pad_token_id": vocabulary_map["<pad>"],
+        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
         "tie_word_embeddings": False,
         "model_parallel_size": model_parallel_size,
         "swin_norm": False,
@@ -525,9 +520,7 @@ def save_tiny_anole(
         vocab_size=len(vocabulary_map),
         **TEST_CONFIG_DIMS,
         max_position_embeddings=2048,
-        bos_token_id=vocabulary_map["<s>"],
-        eos_token_id=vocabulary_map["</s>"],
-        pad_token_id=vocabulary_map["<pad>"],
+        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
         vocabulary_map=vocabulary_map,
         vq_config={
             "embed_dim": 5,
@@ -552,7 +545,7 @@ def _emu3_vocabulary(num_codes: int) -> dict[str, int]:
     """Emu3's token names at small scale: <|endoftext|> (pad), <|extra_203|> (BOS),
     <|extra_204|> (EOS), the image tokens, <|extra_200|> (end of line), <|extra_201|> (end of
     frame), <image>; ``num_codes`` visual tokens in shuffled id order; the byte alphabet."""
-    names = ["<|endoftext|>", "<|extra_203|>", "<|extra_204|>"]
+    names = list(EMU3_SPECIALS.values())
     names += ["<|image start|>", "<|image end|>", "<|image token|>"]
     names += ["<|extra_200|>", "<|extra_201|>", "<image>"]
     names += [f"<|visual token{c:06d}|>" for c in _shuffled(num_codes, 4321)]
@@ -589,9 +582,7 @@ def save_tiny_emu3(
         vocab_size=len(vocabulary_map),
         **TEST_CONFIG_DIMS,
         max_position_embeddings=512,
-        pad_token_id=vocabulary_map["<|endoftext|>"],
-        bos_token_id=vocabulary_map["<|extra_203|>"],
-        eos_token_id=vocabulary_map["<|extra_204|>"],
+        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
     )
     vq_config = {
         "codebook_size": num_codes,
@@ -606,21 +597,15 @@ def save_tiny_emu3(
     stds = dict.fromkeys(rows, init_std)
     _save_stock(folder, Emu3ForConditionalGeneration, config, stds, seed)
     GenerationConfig(
-        bos_token_id=text_config.bos_token_id,
-        eos_token_id=text_config.eos_token_id,
-        pad_token_id=text_config.pad_token_id,
+        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
         do_sample=True,
         guidance_scale=3.0,
         top_k=4,
         temperature=1.0,
     ).save_pretrained(folder)
     Emu3ImageProcessor().save_pretrained(folder)
-    tokenizer_config = {
-        "tokenizer_class": "GPT2TokenizerFast",
-        "bos_token": "<|extra_203|>",
-        "eos_token": "<|extra_204|>",
-        "pad_token": "<|endoftext|>",
-    }
+    tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast"}
+    tokenizer_config.update({f"{r}_token": EMU3_SPECIALS[r] for r in ("bos", "eos", "pad")})
     write_byte_tokenizer(folder, vocabulary_map, tokenizer_config)
     (folder / "processor_config.json").write_text(json.dumps({"image_area": image_area}))
     return folder
@@ -664,9 +649,7 @@ def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
             "intermediate_size": 37,
             "hidden_act": "gelu",
             "max_position_embeddings": 512,
-            "pad_token_id": vocab[PAD_NAME],
-            "bos_token_id": vocab[BOS_NAME],
-            "eos_token_id": vocab[EOS_NAME],
+            **_token_ids(vocab, pad=PAD_NAME, bos=BOS_NAME, eos=EOS_NAME),
         },
         vision_config={
             "image_size": grid * patch,
@@ -706,12 +689,9 @@ def save_tiny_janus(
     scale 5 as the release) and a byte-level ``tokenizer.json`` with Janus-Pro's special-token
     names.
 
-    The configuration (``tiny_janus_config``) is transformers' own test configuration
-    (tests/models/janus) with what image generation needs: the VQ ``projection_dim`` equals the
-    text hidden size (the aligner feeds the language model), ``num_image_tokens`` = grid^2
-    matches the VQ grid, and ``num_codes`` codebook entries. ``head_std``: the generation head's
-    output weights are redrawn N(0, head_std^2) so the distributions are far from uniform.
-    ``generation``: extra generation-config fields (e.g. top_k, temperature)."""
+    ``tiny_janus_config``: transformers' own test configuration made to generate images
+    (docs/adapter-contract.md); ``head_std``: the generation head's output weights redrawn
+    N(0, head_std^2); ``generation``: extra generation-config fields (e.g. top_k)."""
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
     from ..models.janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE
@@ -722,9 +702,7 @@ def save_tiny_janus(
     stds = {"model.generation_head.vision_head.weight": head_std}
     stds["model.generation_embeddings.weight"] = 1.0
     generation_config = GenerationConfig(
-        bos_token_id=vocab[BOS_NAME],
-        eos_token_id=vocab[EOS_NAME],
-        pad_token_id=vocab[PAD_NAME],
+        **_token_ids(vocab, bos=BOS_NAME, eos=EOS_NAME, pad=PAD_NAME),
         guidance_scale=STOCK_GUIDANCE_SCALE,
         generation_kwargs={"boi_token_id": vocab[BOI_NAME]},
         **(generation or {}),

@@ -33,6 +33,7 @@
 #                    the tiny checkpoints of gsd_lab.testing.tiny_checkpoints (the tests use it)
 #   GSD_MAX_PROMPTS  first N prompts only (default: all in paper sizes, 1 in tiny sizes)
 #   GSD_STEPS        "notebooks figures" (default), or one of them
+#   GSD_NOTEBOOKS    notebook name prefixes to run, e.g. "02 04" (default: every notebook)
 #   GSD_CELL_TIMEOUT seconds each notebook cell may run before its notebook fails naming the cell
 #                    (python -m gsd_lab notebooks --timeout; default: its own per size)
 #   GSD_PRESET       default (the package's exact variant) or release (the GSD release's window,
@@ -197,6 +198,8 @@ if [[ " $STEPS " == *" notebooks "* ]]; then
     NOTEBOOKS_CMD=("$PYTHON" -m gsd_lab notebooks -r model_name "$MODEL" -r weights "$WEIGHTS"
                    -r vqgan "$VQGAN" -r clip "$CLIP" -r device "$DEVICE")
     if [ "$SIZES" = tiny ]; then NOTEBOOKS_CMD+=(--sizes tiny); fi
+    # GSD_NOTEBOOKS unquoted: its prefixes split on spaces, as GSD_STEPS
+    if [ -n "${GSD_NOTEBOOKS:-}" ]; then NOTEBOOKS_CMD+=(--only $GSD_NOTEBOOKS); fi
     if [ -n "$CELL_TIMEOUT" ]; then NOTEBOOKS_CMD+=(--timeout "$CELL_TIMEOUT"); fi
     if [ "$DRY_RUN" = 1 ]; then NOTEBOOKS_CMD+=(--dry-run); else NOTEBOOKS_CMD+=(--out "$OUT/notebooks"); fi
     (cd "$REPO" && "${NOTEBOOKS_CMD[@]}") 2>&1 | log_to "$OUT/notebooks.log"

@@ -466,6 +466,7 @@ def train_ar(
     keep_best: bool = True,
     max_gap: float | None = 0.9,
     codebook_init: bool = True,
+    shifts: tuple[tuple[int, int], ...] = CLASS_SHIFTS,
     log=print,
 ):
     """Train and save the AR model; every ``eval_every`` steps log the loss on fixed training
@@ -478,10 +479,11 @@ def train_ar(
     stopping on the held-out tokens, which no training window contains) among those after
     warm-up whose generalisation gap (held-out minus training NLL) is at most ``max_gap`` nats
     (None: any); when none is, the smallest gap (``selection_key``); when no evaluation comes
-    after warm-up, the last. ``codebook_init``: see ``init_code_embeddings``."""
+    after warm-up, the last. ``codebook_init``: see ``init_code_embeddings``. ``shifts``: the
+    class views' pixel shifts (``encode_maps``)."""
     out = Path(out)
     start = time.time()
-    maps = encode_maps(tokenizer, "classes")
+    maps = encode_maps(tokenizer, "classes", shifts)
     dataset = TokenMapDataset(maps=maps)
     heldout = TokenMapDataset(maps=maps, split="heldout", like=dataset)
     uncond = TokenMapDataset(maps=encode_maps(tokenizer, "extra")) if uncond_fraction > 0 else None

@@ -51,6 +51,9 @@ def isa_test_module():
     return module
 
 
+BATCH_TIMEOUT = 300  # seconds for one subprocess's batch
+
+
 @pytest.fixture(scope="module")
 def batches() -> dict[str, dict]:
     environment = isa_test_module().subprocess_env
@@ -61,10 +64,19 @@ def batches() -> dict[str, dict]:
         for name, (capability, threads) in SETTINGS.items()
     }
     out = {}
-    for name, process in started.items():
-        stdout, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-3000:]
-        out[name] = json.loads(stdout.strip().splitlines()[-1])
+    try:
+        for name, process in started.items():
+            try:
+                stdout, stderr = process.communicate(timeout=BATCH_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the {name} batch ran past {BATCH_TIMEOUT} s")
+            assert process.returncode == 0, stderr[-3000:]
+            out[name] = json.loads(stdout.strip().splitlines()[-1])
+    finally:
+        for process in started.values():  # none outlives the fixture
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
     return out
 
 

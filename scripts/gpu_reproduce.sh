@@ -95,6 +95,10 @@ case "$PRESET" in
     default | release) ;;
     *) fail "GSD_PRESET must be default or release, got '$PRESET'" ;;
 esac
+read -ra NOTEBOOKS <<< "${GSD_NOTEBOOKS:-}"  # prefixes split on spaces, never globbed
+for prefix in "${NOTEBOOKS[@]}"; do
+    [[ "$prefix" =~ ^[0-9A-Za-z_]+$ ]] || fail "GSD_NOTEBOOKS holds notebook name prefixes (letters, digits, _), got '$prefix'"
+done
 for step in $STEPS; do
     case "$step" in
         notebooks | figures) ;;
@@ -146,7 +150,7 @@ export MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export GSD_R_REPO="$REPO" GSD_R_OUT="$OUT" GSD_R_MODEL="$MODEL" GSD_R_DEVICE="$DEVICE"
 export GSD_R_SIZES="$SIZES" GSD_R_WEIGHTS="$WEIGHTS" GSD_R_VQGAN="$VQGAN" GSD_R_CLIP="$CLIP"
 export GSD_R_PROMPTS="$PROMPTS" GSD_R_MAX_PROMPTS="$MAX_PROMPTS" GSD_R_DRY_RUN="$DRY_RUN"
-export GSD_R_RESUME="$RESUME" GSD_R_PRESET="$PRESET"
+export GSD_R_RESUME="$RESUME" GSD_R_PRESET="$PRESET" GSD_R_NOTEBOOKS="${NOTEBOOKS[*]}"
 
 # 1. The prompt subset, and the plan (run.json). --------------------------------------------
 "$PYTHON" - <<'PY'
@@ -172,7 +176,8 @@ if env["resume"] == "1":  # the figures identity check refuses another model, we
 else:
     record = {"started": now, "argv": sys.argv, "git_commit": commit.stdout.strip() or None,
               "python": sys.executable,
-              **{k: env[k] for k in ("model", "device", "sizes", "preset", "weights", "vqgan", "clip", "prompts")},
+              **{k: env[k] for k in ("model", "device", "sizes", "preset", "weights", "vqgan", "clip", "prompts",
+                                    "notebooks")},
               "num_prompts": len(prompts), "steps": {}}
 with open(path, "w") as f:
     json.dump(record, f, indent=1)
@@ -198,8 +203,7 @@ if [[ " $STEPS " == *" notebooks "* ]]; then
     NOTEBOOKS_CMD=("$PYTHON" -m gsd_lab notebooks -r model_name "$MODEL" -r weights "$WEIGHTS"
                    -r vqgan "$VQGAN" -r clip "$CLIP" -r device "$DEVICE")
     if [ "$SIZES" = tiny ]; then NOTEBOOKS_CMD+=(--sizes tiny); fi
-    # GSD_NOTEBOOKS unquoted: its prefixes split on spaces, as GSD_STEPS
-    if [ -n "${GSD_NOTEBOOKS:-}" ]; then NOTEBOOKS_CMD+=(--only $GSD_NOTEBOOKS); fi
+    if [ "${#NOTEBOOKS[@]}" -gt 0 ]; then NOTEBOOKS_CMD+=(--only "${NOTEBOOKS[@]}"); fi
     if [ -n "$CELL_TIMEOUT" ]; then NOTEBOOKS_CMD+=(--timeout "$CELL_TIMEOUT"); fi
     if [ "$DRY_RUN" = 1 ]; then NOTEBOOKS_CMD+=(--dry-run); else NOTEBOOKS_CMD+=(--out "$OUT/notebooks"); fi
     (cd "$REPO" && "${NOTEBOOKS_CMD[@]}") 2>&1 | log_to "$OUT/notebooks.log"

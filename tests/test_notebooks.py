@@ -81,8 +81,10 @@ def test_committed_notebook_is_normalised(name):
 
 
 def test_model_notebooks_share_their_model_cells():
-    """01-04 declare the same model parameters with the same defaults and say which model
-    produced their outputs in the same words (one edit must reach all four)."""
+    """01-04 declare the same model parameters with the same defaults, load the model with the
+    same cell and say which model produced their outputs in the same words (one edit must reach
+    all four; only 04 runs on the Lumina-mGPT checkpoints in tests/lab/test_lumina_end_to_end.py,
+    so the others' loading is that cell)."""
     from gsd_lab.teaching.notebooks import declared_parameters
 
     model_names = ("model_name", "weights", "vqgan", "clip", "device", "threads")
@@ -91,6 +93,9 @@ def test_model_notebooks_share_their_model_cells():
     notes = {next(c.source for c in _read(name).cells if "Which model produced" in c.source)
              for name in MODEL_NOTEBOOKS}
     assert len(notes) == 1
+    loads = [[c.source for c in _read(name).cells if "load_image_model(" in c.source]
+             for name in MODEL_NOTEBOOKS]
+    assert all(len(cells) == 1 for cells in loads) and len({cells[0] for cells in loads}) == 1
 
 
 def test_plan_injects_only_declared_names():

@@ -42,7 +42,7 @@ class RunOptions:
 
     @property
     def load_kwargs(self) -> dict[str, Any]:
-        """The loaders' device, tokenizer and force_cpu, as ``generate`` passes them."""
+        """The loaders' keywords: device (``device_or_default``), tokenizer, force_cpu."""
         device, tokenizer, force_cpu = self.device_or_default, self.tokenizer, self.force_cpu
         return {"device": device, "tokenizer": tokenizer, "force_cpu": force_cpu}
 

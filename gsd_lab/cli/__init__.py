@@ -47,9 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, check every flag (the command's ``check``, where it has one), then run the command.
-    Usage errors and bad input found later (the command's ``USAGE_ERRORS``, none by default:
-    ValueError, FileNotFoundError) exit 2 through argparse's ``error`` (usage line, message, no
-    traceback)."""
+    Bad input found later exits 2 through argparse's ``error`` (usage line, message, no
+    traceback) where the command declares it: its ``USAGE_ERRORS`` (``common.USAGE_ERRORS``:
+    ValueError, RunMismatch among them, and FileNotFoundError, for generate, figures and
+    evaluate); the other commands declare none."""
     args = build_parser().parse_args(argv)
     fail = args.command_parser.error
     command = COMMANDS[args.command]

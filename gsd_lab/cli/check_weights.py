@@ -11,6 +11,7 @@ from typing import Any
 from . import common
 from .common import Fail, refuse_given
 
+
 def add_parser(sub: Any) -> None:
     """``check-weights``: one verdict per item of a download."""
     chk = sub.add_parser(

@@ -1,7 +1,7 @@
 """What the commands share: the model choices (spelled out, so that parsing imports no torch),
 the ``Fail`` callback (argparse's ``parser.error``), ``refuse_given`` (flags that do not apply),
-the output-path and prompt checks, and the
-batching flags of ``figures`` and ``evaluate`` with their checks."""
+the output-path and prompt checks, and the batching flags of ``figures`` and ``evaluate`` with
+their checks."""
 
 from __future__ import annotations
 

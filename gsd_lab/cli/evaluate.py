@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import USAGE_ERRORS, Fail, add_batching_args, check_batching, check_prompt
+from .common import USAGE_ERRORS  # noqa: F401 (cli.main reads it)
+from .common import Fail, add_batching_args, check_batching, check_prompt
 from .decoding_flags import add_decoding_args, check_decoding, method_spec
 from .model_flags import check_model_args, load_model, takes_text
+
 
 def add_parser(sub: Any) -> None:
     """``evaluate``: a sharded, resumable evaluation."""

@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .common import USAGE_ERRORS, Fail, add_batching_args, check_batching, check_prompt
-from .common import refuse_given
+from .common import USAGE_ERRORS  # noqa: F401 (cli.main reads it)
+from .common import Fail, add_batching_args, check_batching, check_prompt, refuse_given
 from .decoding_flags import add_preset_arg
 from .model_flags import add_model_args, check_model_args, load_model
+
 
 def add_parser(sub: Any) -> None:
     """``figures``: every figure and results.md."""
@@ -67,8 +68,8 @@ def check(args: argparse.Namespace, fail: Fail) -> None:
     if args.quick and args.paper:
         fail("--quick and --paper exclude each other")
     if not args.paper:
-        given = {"--save-images": args.save_images, "--dry-run": args.dry_run}
-        given["--forward-ms"] = args.forward_ms
+        given = {"--save-images": args.save_images, "--dry-run": args.dry_run,
+                 "--forward-ms": args.forward_ms}
         refuse_given(given, "applies to --paper only", fail)
     if args.forward_ms is not None and not (
         math.isfinite(args.forward_ms) and args.forward_ms > 0

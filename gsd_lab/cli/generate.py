@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ..decode.acceptance import BudgetAcceptance
-from .common import USAGE_ERRORS, Fail, check_output_file, check_prompt
+from .common import USAGE_ERRORS  # noqa: F401 (cli.main reads it)
+from .common import Fail, check_output_file, check_prompt
 from .decoding_flags import add_decoding_args, check_decoding, method_spec
 from .model_flags import check_model_args, is_lumina, load_model, takes_text
+
 
 def add_parser(sub: Any) -> None:
     """``generate``: one image, its NFE, acceptance and time."""

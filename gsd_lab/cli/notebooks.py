@@ -10,6 +10,7 @@ from typing import Any
 from ..teaching.notebooks import CELL_TIMEOUT as NOTEBOOK_CELL_TIMEOUT
 from ..teaching.notebooks import SIZES as NOTEBOOK_SIZES
 
+
 def _positive_int(text: str) -> int:
     """``text`` as an integer >= 1 (argparse's type: anything else exits 2 naming the flag)."""
     try:

@@ -521,7 +521,7 @@ def train_ar(
         "uncond_fraction": uncond_fraction, "bf16_autocast": bf16, "wall_seconds": wall,
         "threads": torch.get_num_threads(), "eval_every": eval_every,
         "eval_windows": eval_windows, "keep_best": keep_best, "max_gap": max_gap,
-        "codebook_init": codebook_init, "class_shifts": [list(x) for x in CLASS_SHIFTS],
+        "codebook_init": codebook_init, "class_shifts": [list(x) for x in shifts],
         "saved_step": saved_step, "train_windows": dataset.num_windows,
         "heldout_windows": heldout.num_windows, "code_unigram_entropy": probe.entropy,
         "final_eval": final,

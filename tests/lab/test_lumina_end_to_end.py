@@ -367,6 +367,8 @@ def test_script_checks_its_arguments_and_has_a_dry_run(tiny_release_set, tmp_pat
     assert one.returncode == 0, one.stderr[-2000:]
     assert [line.split(":", 1)[0] for line in one.stdout.splitlines() if ".ipynb:" in line] == [
         "02_top1_probability_histograms.ipynb", "04_speedup_and_quality.ipynb"]
+    globbed = _script(tiny_release_set, prompts, GSD_DRY_RUN="1", GSD_NOTEBOOKS="0*")
+    assert globbed.returncode == 2 and "GSD_NOTEBOOKS holds notebook name prefixes" in globbed.stderr
     figures = next(line for line in dry.stdout.splitlines() if line.startswith("figures:"))
     assert "--paper" in figures and f"--weights {tiny_release_set.weights}" in figures
     inside = _script(tiny_release_set, prompts, GSD_DRY_RUN="1", GSD_OUT=str(REPO / "runs" / "x"))

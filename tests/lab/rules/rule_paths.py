@@ -10,10 +10,10 @@ from torch import Tensor
 
 # (name, path, reference name, reference, tolerance): a path's output must equal its
 # reference's bit for bit (tolerance 0) or within ``tolerance`` absolute.
-Path_ = tuple[str, Callable[[Any], Tensor], str, Callable[[Any], Tensor], float]
+RulePath = tuple[str, Callable[[Any], Tensor], str, Callable[[Any], Tensor], float]
 
 
-def divergences(paths: Sequence[Path_], cases: Sequence[Any]) -> list[str]:
+def divergences(paths: Sequence[RulePath], cases: Sequence[Any]) -> list[str]:
     """Each path that is not its reference, named with its first differing case."""
     found = []
     for name, path, reference_name, reference, tolerance in paths:

@@ -29,7 +29,7 @@ from gsd_lab.engine import capabilities, support_accept, verify
 from gsd_lab.engine.ranking import SupportSize
 from gsd_lab.rules import clusters
 
-from rule_paths import Path_, divergences
+from rule_paths import RulePath, divergences
 
 ROOT = Path(__file__).resolve().parents[3]
 CASES = 60
@@ -167,7 +167,7 @@ _EXACT_PATHS = [
     ("engine.verify", lambda c: _window_verify(c, True),
      "gsd_core.verify", lambda c: _window_verify(c, False)),
 ]
-PATHS: list[Path_] = [(*path, 0.0) for path in _EXACT_PATHS]  # bit for bit
+PATHS: list[RulePath] = [(*path, 0.0) for path in _EXACT_PATHS]  # bit for bit
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ control: a distortion scaled by 1 + 1e-9 is caught and named, and no other path 
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch import Tensor
@@ -25,7 +24,7 @@ from gsd_lab.accounting.distortion import exact_distortion
 from gsd_lab.engine import capabilities, support_accept, verify
 from gsd_lab.rules import lantern
 
-from rule_paths import Path_, divergences
+from rule_paths import RulePath, divergences
 
 CASES = 40
 TV_TOLERANCE = 1e-14
@@ -87,7 +86,7 @@ def _tv_of_the_law(case: Case) -> Tensor:
 
 
 MASSES, TV = "gsd_core Lantern.masses", "TV(gsd_core output_distribution, p)"
-PATHS: list[Path_] = [
+PATHS: list[RulePath] = [
     ("engine.capabilities.support_masses (rules.lantern), one chunk",
      lambda c: _support(c, 1 << 24), MASSES, lambda c: torch.stack(c.rule.masses(c.p, c.q, c.tokens)), 0.0),
     ("engine.capabilities.support_masses (rules.lantern), one token a chunk",

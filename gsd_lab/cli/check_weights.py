@@ -73,21 +73,23 @@ def run(args: argparse.Namespace) -> int:
 
     started, fail = time.perf_counter(), args.command_parser.error
     options = RunOptions.from_args(args)
-    given = {"--vqgan": args.vqgan, "--clip": args.clip, "--resolution": args.resolution}
+    # Lumina-mGPT's flags that no other family takes (the families take --vqgan too).
+    lumina_only = {"--clip": args.clip, "--resolution": args.resolution}
     if args.model != "lumina-mgpt":
         if args.model not in MODEL_TYPES:
             fail(
                 f"check-weights has no checks for --model {args.model} (it checks lumina-mgpt, "
                 f"{', '.join(MODEL_TYPES)})"
             )
-        del given["--vqgan"]
-        refuse_given(given, f"does not apply to --model {args.model} (Lumina-mGPT only)", fail)
+        why = f"does not apply to --model {args.model} (Lumina-mGPT only)"
+        refuse_given(lumina_only, why, fail)
         try:
             verdicts = check_family_weights(args.model, args.weights, vqgan=args.vqgan, run=options)
         except ValueError as error:
             fail(str(error))
         return report(args, verdicts, started, model=args.model)
     if is_janus_folder(args.weights):
+        given = {"--vqgan": args.vqgan, **lumina_only}
         refuse_given(given, "does not apply to a Janus checkpoint", fail)
         return report(args, check_janus_weights(args.weights, options), started)
     verdicts = check_lumina_weights(

@@ -1,5 +1,5 @@
-"""benchmarks/digits_sampling.py and digits_diagnosis.py: their stored outputs agree with each
-other and with the training's record, the diagnosis's log-likelihood is the training's
+"""benchmarks/digits_sampling.py and archive/digits_diagnosis.py: their stored outputs agree
+with each other and with the training's record, the diagnosis's log-likelihood is the training's
 teacher-forced NLL, and the sweep refuses confirmation seeds that overlap the selection's."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ RESULTS = ROOT / "benchmarks/results"
 
 
 def benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"benchmarks/{name}.py")
+    spec = importlib.util.spec_from_file_location(Path(name).name, ROOT / f"benchmarks/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -67,7 +67,7 @@ def test_code_logp_is_the_log_softmax_over_image_codes():
             return type("Out", (), {"logits": logits.sin()})()
 
     ids = torch.tensor([[5, 0, 3, 1], [4, 2, 2, 0]])
-    got = benchmark("digits_diagnosis").code_logp(Tiny(), ids, 4)
+    got = benchmark("archive/digits_diagnosis").code_logp(Tiny(), ids, 4)
     logits = Tiny()(ids[:, :-1]).logits[..., :4].double()
     want = torch.log_softmax(logits, -1).gather(2, ids[:, 1:, None])[..., 0]
     assert torch.equal(got, want) and got.shape == (2, 3)

@@ -12,7 +12,7 @@ NLL per row. Confusion: the digits classifier's argmax on AR samples (``--per-cl
 generator seed ``--seed``, the adapter's cfg_scale and top-k unless given), rows the prompted
 digit.
 
-    nice -n 5 python benchmarks/digits_diagnosis.py  # --out benchmarks/results/digits_diagnosis
+    nice -n 5 python benchmarks/archive/digits_diagnosis.py  # --out benchmarks/results/digits_diagnosis
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ a Jacobi window of 16 drafts (17 input tokens) after a prefix of ``--prefix`` ca
 through the adapter (forward + float64 processing): median time per call in float32 and in
 float64, and a whole SJD generation of 256 tokens in both.
 
-    python benchmarks/float64_forward.py --threads 1
+    python benchmarks/archive/float64_forward.py --threads 1
 """
 
 from __future__ import annotations

@@ -21,6 +21,29 @@ def _figure(
     return fig, axes
 
 
+def _label(
+    ax: Any, xlabel: str, ylabel: str, title: str | None = None, *, title_size: float | None = None,
+    xscale: str | None = None, yscale: str | None = None, legend: float | None = None,
+) -> None:
+    """Name the axes of ``ax``; a title (at ``title_size`` points when given), log scales and a
+    legend (at ``legend`` points) where asked."""
+    for scale, set_scale in ((xscale, ax.set_xscale), (yscale, ax.set_yscale)):
+        if scale:
+            set_scale(scale)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title, **({} if title_size is None else {"fontsize": title_size}))
+    if legend is not None:
+        ax.legend(fontsize=legend)
+
+
+def _legend_right(fig: Figure, axes: Any) -> None:
+    """The first panel's legend, once, outside the panels on the right."""
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+
+
 def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) -> Figure:
     """The two Fig. 6 pairs: p and q per token (sorted by p, then by q), with their TV."""
     fig, axes = _figure(2)
@@ -29,11 +52,8 @@ def tv_flat_vs_peaked(pairs: dict[str, tuple[Any, Any]], tvs: dict[str, float]) 
         order = np.lexsort((-q, -p))
         ax.plot(p[order], label="target p", lw=1.5)
         ax.plot(q[order], label="draft q", lw=1.0, alpha=0.8)
-        ax.set_yscale("log")
-        ax.set_xlabel(f"token (sorted), V = {p.size}")
-        ax.set_ylabel("probability")
-        ax.set_title(f"{name}: TV = {tvs[name]:.3f}, acceptance = {1 - tvs[name]:.3f}")
-        ax.legend(fontsize=8)
+        title = f"{name}: TV = {tvs[name]:.3f}, acceptance = {1 - tvs[name]:.3f}"
+        _label(ax, f"token (sorted), V = {p.size}", "probability", title, yscale="log", legend=8)
     return fig
 
 
@@ -61,11 +81,8 @@ def tv_against_viable(
             marker="o",
             label=f"b(token 0) = {mass:g}, others (1 - {mass:g})/(n - 1)",
         )
-    ax.set_xscale("log")
-    ax.set_xlabel("viable tokens n shared by p and q")
-    ax.set_ylabel("TV(p, q) = 1 - acceptance")
-    ax.set_title(f"per-token noise {noise:g} (log-normal)")
-    ax.legend(fontsize=8)
+    _label(ax, "viable tokens n shared by p and q", "TV(p, q) = 1 - acceptance",
+           f"per-token noise {noise:g} (log-normal)", xscale="log", legend=8)
     return fig
 
 
@@ -88,24 +105,16 @@ def grouping_and_theorem1(
         color="C0",
         label="10%-90% of pairs",
     )
-    ax.set_xscale("log")
-    ax.set_xlabel("G: tokens per bin of the p-ranking")
-    ax.set_ylabel("TV(p', q') = 1 - acceptance")
-    ax.set_title("grouping shrinks TV")
-    ax.legend(fontsize=8)
+    _label(ax, "G: tokens per bin of the p-ranking", "TV(p', q') = 1 - acceptance",
+           "grouping shrinks TV", xscale="log", legend=8)
     ax = axes[0, 1]
     before, after = check.tv_tokens.numpy(), check.tv_clusters.numpy()
     ax.scatter(before, after, s=4, alpha=0.4)
     ax.plot([0, 1], [0, 1], color="k", lw=0.8, label="TV(p', q') = TV(p, q)")
-    ax.set_xlabel("TV(p, q): tokens")
-    ax.set_ylabel("TV(p', q'): clusters")
     # The excess TV(p', q') - TV(p, q) of a trial; Theorem 1 says it is <= 0 in every trial.
-    ax.set_title(
-        f"Theorem 1: max excess TV' - TV = {check.max_violation:.1e}\n"
-        f"over {before.size} random pairs and partitions (<= 0: holds)",
-        fontsize=9,
-    )
-    ax.legend(fontsize=8)
+    title = (f"Theorem 1: max excess TV' - TV = {check.max_violation:.1e}\n"
+             f"over {before.size} random pairs and partitions (<= 0: holds)")
+    _label(ax, "TV(p, q): tokens", "TV(p', q'): clusters", title, title_size=9, legend=8)
     return fig
 
 
@@ -140,13 +149,9 @@ def top1_histograms(stats: Top1Stats, labels: list[str]) -> Figure:
     for ax, (title, values, color) in zip(flat_axes, panels):
         ax.hist(values, bins=bins, color=color)
         ax.axvline(stats.threshold, color="C3", lw=1, label=f"threshold {stats.threshold:g}")
-        ax.set_xscale("log")
-        ax.set_title(
-            f"{_panel_title(title)}: {percent(float((values < stats.threshold).mean()))} below",
-            fontsize=9,
-        )
-        ax.set_xlabel("top-1 probability of p")
-        ax.set_ylabel("generated tokens")
+        below = percent(float((values < stats.threshold).mean()))
+        _label(ax, "top-1 probability of p", "generated tokens",
+               f"{_panel_title(title)}: {below} below", title_size=9, xscale="log")
     flat_axes[0].legend(fontsize=8)
     for ax in flat_axes[ncols:]:
         ax.set_axis_off()
@@ -337,11 +342,19 @@ def pareto(
             for j, (name, row) in enumerate((references or {}).items()):
                 if row is not None and row.get(key) is not None:
                     ax.axhline(row[key], color=f"C{7 + j % 3}", lw=1, ls="--", label=name)
-            ax.set_ylabel(label)
-            if zoomed:
-                _pareto_zoom_axes(ax, zoom, shown, key)
-            else:
-                _pareto_log_axes(ax, direction)
+            if zoomed:  # linear NFE over the zoom, the metric's range over the points shown
+                ax.set_xlim(*zoom)
+                span = _value_range(shown, key)
+                if span is not None:
+                    pad = 0.08 * (span[1] - span[0]) or 0.05 * abs(span[1]) or 0.01
+                    ax.set_ylim(span[0] - pad, span[1] + pad)
+                _label(ax, "NFE, zoom on GSD's range", label,
+                       "zoom (linear NFE and the points' range)", title_size=9)
+            else:  # log NFE with plain tick labels, titled with its better corner
+                _log_nfe_axis(ax)
+                corner = "down" if direction == "lower" else "up"
+                _label(ax, "NFE (forward passes per image, log scale)", label,
+                       f"better: {corner}-left (fewer forwards, {direction})", title_size=9)
             if not zoom or zoomed:
                 ax.legend(
                     fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0
@@ -394,21 +407,8 @@ def _pareto_curves(
     return shown
 
 
-def _pareto_zoom_axes(
-    ax: Any, zoom: tuple[float, float], shown: list[dict[str, Any]], key: str
-) -> None:
-    """The zoom panel: linear NFE over ``zoom``, the metric's range over the points shown."""
-    ax.set_xlim(*zoom)
-    span = _value_range(shown, key)
-    if span is not None:
-        pad = 0.08 * (span[1] - span[0]) or 0.05 * abs(span[1]) or 0.01
-        ax.set_ylim(span[0] - pad, span[1] + pad)
-    ax.set_xlabel("NFE, zoom on GSD's range")
-    ax.set_title("zoom (linear NFE and the points' range)", fontsize=9)
-
-
-def _pareto_log_axes(ax: Any, direction: str) -> None:
-    """The whole-range panel: log NFE with plain tick labels, titled with its better corner."""
+def _log_nfe_axis(ax: Any) -> None:
+    """A log x axis over the plotted range, with 1-2-5 ticks labelled as plain numbers."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     ax.set_xscale("log")
@@ -417,9 +417,6 @@ def _pareto_log_axes(ax: Any, direction: str) -> None:
     low, high = ax.get_xlim()
     ax.set_xticks(_log_ticks(low, high))
     ax.set_xlim(low, high)
-    ax.set_xlabel("NFE (forward passes per image, log scale)")
-    corner = "down" if direction == "lower" else "up"
-    ax.set_title(f"better: {corner}-left (fewer forwards, {direction})", fontsize=9)
 
 
 def bars(rows: list[dict[str, Any]], metrics: list[tuple[str, str]]) -> Figure:
@@ -473,9 +470,7 @@ def distortion(cluster_sizes: list[int], curves: dict[str, np.ndarray], ylabel: 
     ax = axes[0, 0]
     for name, values in curves.items():
         ax.plot(cluster_sizes, np.asarray(values), marker="o", label=name)
-    ax.set_xlabel("G: tokens per cluster (1 = plain SD)")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
+    _label(ax, "G: tokens per cluster (1 = plain SD)", ylabel, legend=8)
     return fig
 
 
@@ -534,8 +529,7 @@ def frontier(curves: dict[str, list[dict[str, Any]]],
         ax.set_xlabel(f"{label}\n({better(key)} better)", fontsize=9)
         ax.set_ylabel(f"NFE per image ({better('nfe')} better)")
         ax.set_title("better: down-left (fewer forwards, lower distortion)", fontsize=9)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    _legend_right(fig, axes)
     return fig
 
 
@@ -550,28 +544,14 @@ def pareto_line(sets: dict[str, dict[str, tuple[Any, Any]]]) -> Figure:
         for index, (name, (tv, gain)) in enumerate(points.items()):
             tv, gain = np.asarray(tv).ravel(), np.asarray(gain).ravel()
             top = max(top, float(tv.max(initial=0.0)), float(gain.max(initial=0.0)))
-            ax.scatter(
-                tv,
-                gain,
-                s=14,
-                marker=markers[index % len(markers)],
-                alpha=0.6,
-                color=f"C{index % 10}",
-                label=name,
-            )
-        ax.plot(
-            [0, top],
-            [0, top],
-            color="black",
-            lw=1,
-            ls="--",
-            label="the line: gain = TV (1 - T + TV)",
-        )
-        ax.set_xlabel(f"TV(output law, p) per step ({better('distortion')} better)")
-        ax.set_ylabel("acceptance - SD's (1 - T) (higher better)")
-        ax.set_title(f"{title}: above the line is impossible", fontsize=9)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+            ax.scatter(tv, gain, s=14, marker=markers[index % len(markers)], alpha=0.6,
+                       color=f"C{index % 10}", label=name)
+        ax.plot([0, top], [0, top], color="black", lw=1, ls="--",
+                label="the line: gain = TV (1 - T + TV)")
+        _label(ax, f"TV(output law, p) per step ({better('distortion')} better)",
+               "acceptance - SD's (1 - T) (higher better)",
+               f"{title}: above the line is impossible", title_size=9)
+    _legend_right(fig, axes)
     return fig
 
 

@@ -27,9 +27,10 @@ def _label(
 ) -> None:
     """Name the axes of ``ax``; a title (at ``title_size`` points when given), log scales and a
     legend (at ``legend`` points) where asked."""
-    for scale, set_scale in ((xscale, ax.set_xscale), (yscale, ax.set_yscale)):
-        if scale:
-            set_scale(scale)
+    if xscale:
+        ax.set_xscale(xscale)
+    if yscale:
+        ax.set_yscale(yscale)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title is not None:

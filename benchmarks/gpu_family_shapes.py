@@ -157,8 +157,7 @@ def measure(adapter: Any, *, window: int, context: int, repeats: int, decode_tok
 
 def run(*, families: tuple[str, ...], tiny: bool, window: int, context: int, repeats: int,
         decode_tokens: int, seed: int) -> dict[str, Any]:
-    device = torch.device("cpu" if tiny else "cuda")
-    dtype = torch.float32 if tiny else torch.bfloat16
+    device, dtype = shapes.device_and_dtype(tiny)
     record: dict[str, Any] = {
         **shapes.run_header("gpu_family_shapes", tiny, device, gpu_mode="real-size-gpu"),
         "weights": "random (shapes and costs only; no released weights)",
@@ -174,7 +173,7 @@ def run(*, families: tuple[str, ...], tiny: bool, window: int, context: int, rep
                          decode_tokens=decode_tokens, seed=seed)
         result["build_s"] = round(seconds, 2)
         if device.type == "cuda":
-            result["peak_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+            result["peak_gib"] = shapes.peak_gib(device)
         record[family] = result
         del adapter
         if device.type == "cuda":

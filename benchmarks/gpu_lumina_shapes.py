@@ -70,28 +70,10 @@ from gsd_lab.io import provenance
 def model_config(tiny: bool):
     from transformers import ChameleonConfig
 
-    if tiny:
-        dims = {
-            "vocab_size": 8900,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 4,
-            "max_position_embeddings": 512,
-        }
-        num_codes = 64
-    else:
-        dims = {
-            "vocab_size": 65536,
-            "hidden_size": 4096,
-            "intermediate_size": 11008,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 32,
-            "max_position_embeddings": 4096,
-        }
-        num_codes = 8192
+    names = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+             "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
+    sizes = (8900, 64, 128, 2, 4, 4, 512) if tiny else (65536, 4096, 11008, 32, 32, 32, 4096)
+    dims, num_codes = dict(zip(names, sizes)), 64 if tiny else 8192
     vocabulary_map = chameleon_vocabulary_map(dims["vocab_size"], num_codes)
     return ChameleonConfig(
         **dims,
@@ -180,6 +162,25 @@ def timed(fn, device: torch.device) -> tuple[float, object]:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start, result
+
+
+def median_ms(fn, repeats: int, device: torch.device) -> float:
+    """Median ms of ``repeats`` ``timed`` calls of ``fn`` after one warm-up call."""
+    return 1e3 * statistics.median([timed(fn, device)[0] for _ in range(repeats + 1)][1:])
+
+
+def device_and_dtype(tiny: bool) -> tuple[torch.device, torch.dtype]:
+    """The CPU and float32 for ``--tiny``, else the GPU and bfloat16 (refused without one)."""
+    if not tiny and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --tiny on the CPU")
+    return (torch.device("cpu"), torch.float32) if tiny else (torch.device("cuda"), torch.bfloat16)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    """Peak GPU memory allocated so far in GiB (2 decimals); None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
 
 
 def _text_prompt(layout: LuminaImageLayout, vocab_size: int, length: int,
@@ -357,10 +358,7 @@ def run(
     tiny: bool, context: int, window: int, repeats: int, seed: int, decode_tokens: int
 ) -> dict:
     total_start = time.perf_counter()
-    device = torch.device("cpu" if tiny else "cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run with --tiny on the CPU")
-    dtype = torch.float32 if tiny else torch.bfloat16
+    device, dtype = device_and_dtype(tiny)
     config = model_config(tiny)
     build_start = time.perf_counter()
     state = random_state(config, device=device, dtype=dtype, seed=seed)
@@ -414,12 +412,7 @@ def run(
     verify_ms, verify_cost = {}, {}
     for name, kwargs in variants.items():
         call = functools.partial(verify, p, q, drafts, generator=generator, **kwargs)
-        times = []
-        for attempt in range(repeats + 1):
-            seconds, _ = timed(call, device)
-            if attempt:
-                times.append(seconds)
-        verify_ms[name] = 1e3 * statistics.median(times)
+        verify_ms[name] = median_ms(call, repeats, device)
         ops, syncs = ops_and_syncs(call)
         verify_cost[name] = {"ops": ops, "syncs": syncs}
     del p, q
@@ -441,9 +434,7 @@ def run(
         "verify_cost": verify_cost,
         "decoding": decoding,
         "bare_forwards_ms": {"before_decoding": bare_before, "after_decoding": bare_after},
-        "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-        if device.type == "cuda"
-        else None,
+        "peak_memory_gb": peak_gib(device),
         "total_seconds": None,
     }
     result["total_seconds"] = round(time.perf_counter() - total_start, 2)
@@ -468,10 +459,7 @@ def run_janus(
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
     total_start = time.perf_counter()
-    device = torch.device("cpu" if tiny else "cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run with --tiny on the CPU")
-    dtype = torch.float32 if tiny else torch.bfloat16
+    device, dtype = device_and_dtype(tiny)
     config = tiny_janus_config() if tiny else release_config(name)
     build_start = time.perf_counter()
     previous = torch.get_default_dtype()
@@ -533,9 +521,7 @@ def run_janus(
                         model_ms),
         "decoding": {"tokens": tokens, "methods": decoding},
         "vq_decode": {"pixels": list(pixels.shape[1:]), "seconds": round(vq_seconds, 4)},
-        "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-        if device.type == "cuda"
-        else None,
+        "peak_memory_gb": peak_gib(device),
         "total_seconds": round(time.perf_counter() - total_start, 2),
     }
 

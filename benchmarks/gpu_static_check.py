@@ -80,6 +80,17 @@ TV_TOLERANCE = 0.02  # static-eager against eager, bf16 (module docstring)
 BATCH = 8  # the batch of the ``batch`` step (tiny: 3)
 BATCH_TARGET = 0.3  # per-image time per forward at BATCH over batch 1's, on a GPU
 W = 16  # the window forward's width (15 drafts + 1)
+SDP_FLAGS = ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "cudnn_sdp_enabled",
+             "math_sdp_enabled")
+STEPS = (  # (step, seconds of the budget it needs on a GPU), after build
+    ("limit", 0), ("correctness", 60), ("speed", 50), ("batch", 45), ("kernels", 15),
+    ("decode_equality", 60), ("decode_image", 70),
+)
+
+
+def tv_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Total variation 0.5 sum_v |a_v - b_v| per row."""
+    return 0.5 * (a - b).abs().sum(-1)
 
 
 class Check:
@@ -88,9 +99,7 @@ class Check:
     def __init__(self, args: argparse.Namespace) -> None:
         self.tiny = args.tiny
         self.args = args
-        self.device = torch.device("cpu" if self.tiny else "cuda")
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise SystemExit("no CUDA device: run with --tiny on a CPU")
+        self.device, self.dtype = shapes.device_and_dtype(self.tiny)
         self.cuda = self.device.type == "cuda"
         if self.tiny:
             torch.set_num_threads(1)  # a tiny model on shared cores: threads only contend
@@ -123,11 +132,8 @@ class Check:
             fn()
         except Exception as error:  # noqa: BLE001 (recorded; the next step runs)
             self.passes[step] = False
-            self.emit(
-                step,
-                error=f"{type(error).__name__}: {error}"[:1500],
-                trace=traceback.format_exc()[-2000:],
-            )
+            self.emit(step, error=f"{type(error).__name__}: {error}"[:1500],
+                      trace=traceback.format_exc()[-2000:])
 
     def sync(self) -> None:
         if self.cuda:
@@ -143,12 +149,25 @@ class Check:
         self.sync()
         return round(1e3 * (time.perf_counter() - begin) / n, 3)
 
+    def forward_ms(self, runner: Any, ids: torch.Tensor, context: int, n: int) -> float:
+        """``mean_ms`` of ``runner.forward(ids)`` at ``context`` cached tokens, cropped back."""
+
+        def forward() -> None:
+            runner.forward(ids)
+            runner.crop(context)
+
+        return self.mean_ms(forward, n)
+
+    def window(self, context: int, width: int = W) -> torch.Tensor:
+        """The ``width`` image tokens that follow ``context`` cached tokens."""
+        start = context - self.prompt.numel()
+        return self.image[start : start + width]
+
     # ---- steps -------------------------------------------------------------------------
 
     def build(self) -> None:
-        tiny, device = self.tiny, self.device
+        tiny, device, dtype = self.tiny, self.device, self.dtype
         config = shapes.model_config(tiny)
-        dtype = torch.float32 if tiny else torch.bfloat16
         model = build_lumina_model(
             config, shapes.random_state(config, device=device, dtype=dtype, seed=0), device=device
         )
@@ -177,40 +196,17 @@ class Check:
         self.static = self.engine("none")
         self.graph = self.engine(self.capture)
         self.model_only = self.engine(self.capture, capture_processing=False)
-        self.methods = {
-            "ar": DecodingMethod("ar"),
-            "sjd": DecodingMethod("sjd", window=W - 1),
-            "gsd": DecodingMethod(
-                "gsd",
-                window=W - 1,
-                acceptance=ClusterAcceptance(group_size=14),
-                filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5),
-            ).resolve(adapter),
-        }
-        sdp = (
-            {
-                name: getattr(torch.backends.cuda, name)()
-                for name in (
-                    "flash_sdp_enabled",
-                    "mem_efficient_sdp_enabled",
-                    "cudnn_sdp_enabled",
-                    "math_sdp_enabled",
-                )
-            }
-            if self.cuda
-            else None
-        )
+        gsd = DecodingMethod("gsd", window=W - 1, acceptance=ClusterAcceptance(group_size=14),
+                             filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5))
+        self.methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=W - 1),
+                        "gsd": gsd.resolve(adapter)}
+        cuda = torch.backends.cuda
+        sdp = {name: getattr(cuda, name)() for name in SDP_FLAGS} if self.cuda else None
         self.emit(
-            "build",
-            header=shapes.run_header("gpu_static_check", tiny, device),
-            attention=model.config._attn_implementation,
-            sdp=sdp,
-            dtype=str(dtype),
-            weight_gb=round(self.weight_bytes / 1e9, 3),
-            prompt_tokens=P,
-            positions=self.positions,
-            length_step=self.length_step,
-            capture=self.capture,
+            "build", header=shapes.run_header("gpu_static_check", tiny, device),
+            attention=model.config._attn_implementation, sdp=sdp, dtype=str(dtype),
+            weight_gb=round(self.weight_bytes / 1e9, 3), prompt_tokens=P,
+            positions=self.positions, length_step=self.length_step, capture=self.capture,
             tv_tolerance=TV_TOLERANCE,
         )
 
@@ -226,23 +222,19 @@ class Check:
         del data
         bandwidth = 2 * count / seconds
         self.limit_ms = 1e3 * self.weight_bytes / bandwidth
-        self.emit(
-            "limit",
-            bandwidth_tbs=round(bandwidth / 1e12, 3),
-            limit_ms=round(self.limit_ms, 3),
-            limit_ms_at_4_8_tbs=round(1e3 * self.weight_bytes / 4.8e12, 3),
-        )
+        self.emit("limit", bandwidth_tbs=round(bandwidth / 1e12, 3),
+                  limit_ms=round(self.limit_ms, 3),
+                  limit_ms_at_4_8_tbs=round(1e3 * self.weight_bytes / 4.8e12, 3))
 
     def prefill(self, runner: Any, context: int) -> None:
         """Start ``runner`` on the prompt and fill its cache to ``context`` tokens."""
-        P = self.prompt.numel()
         runner.start(self.prompt)
-        runner.forward(torch.cat([self.prompt, self.image[: context - P]]), num_rows=1)
+        runner.forward(torch.cat([self.prompt, self.image[: context - self.prompt.numel()]]),
+                       num_rows=1)
 
     def sequence(self, runner: Any, context: int) -> list[torch.Tensor]:
         """The same calls on every runner at ``context`` cached tokens (module docstring)."""
-        P = self.prompt.numel()
-        window = self.image[context - P : context - P + W + 1]
+        window = self.window(context, W + 1)
         self.prefill(runner, context)
         out = [runner.forward(window[:W])]
         runner.crop(context + 5)
@@ -256,128 +248,87 @@ class Check:
     def correctness(self) -> None:
         all_equal, all_close = True, True
         for context in self.positions:
-            runs = {
-                name: self.sequence(runner, context)
-                for name, runner in (
-                    ("eager", self.adapter),
-                    ("static", self.static),
-                    ("graph", self.graph),
-                )
-            }
+            runs = [self.sequence(runner, context)
+                    for runner in (self.adapter, self.static, self.graph)]
             rows = []
-            for call, (e, s, g) in enumerate(zip(runs["eager"], runs["static"], runs["graph"])):
-                tv = 0.5 * (s - e).abs().sum(-1)
+            for call, (e, s, g) in enumerate(zip(*runs)):
                 row = {
                     "call": call,
                     "graph_equals_static": bool(torch.equal(g, s)),
                     "graph_static_maxdiff": float((g - s).abs().max()),
                     "static_eager_maxdiff": float((s - e).abs().max()),
-                    "static_eager_tv_max": float(tv.max()),
+                    "static_eager_tv_max": float(tv_rows(s, e).max()),
                     "argmax_agree": float((s.argmax(-1) == e.argmax(-1)).double().mean()),
                     "finite": bool(torch.isfinite(g).all()),
                 }
                 all_equal &= row["graph_equals_static"] and row["finite"]
                 all_close &= row["static_eager_tv_max"] <= TV_TOLERANCE
                 rows.append(row)
-            self.emit(
-                "correctness",
-                context=context,
-                attended=self.graph.last_key,
-                rows=rows,
-                graphs=sorted(self.graph._graphs),
-                capture_seconds=round(self.graph.capture_seconds, 2),
-            )
+            self.emit("correctness", context=context, attended=self.graph.last_key, rows=rows,
+                      graphs=sorted(self.graph._graphs),
+                      capture_seconds=round(self.graph.capture_seconds, 2))
         self.passes["graph_equals_static"] = all_equal
         self.passes["static_eager_within_tolerance"] = all_close
 
     def speed(self) -> None:
         out: dict[str, Any] = {}
+        few = max(1, self.repeats // 6)  # the static-eager and eager forwards: slow, fewer calls
         for context in (self.positions[0], self.positions[-1]):
-            P = self.prompt.numel()
-            window = self.image[context - P : context - P + W]
-            for name, engine in (
-                ("graph", self.graph),
-                ("model_only", self.model_only),
-                ("static", self.static),
-            ):
-                self.prefill(engine, context)
+            window = self.window(context)
+            for name, runner in (("graph", self.graph), ("model_only", self.model_only),
+                                 ("static", self.static), ("eager", self.adapter)):
+                graphs = name in ("graph", "model_only")
+                self.prefill(runner, context)
                 for width in (1, W):
-                    ids = window[:width]
-
-                    def forward(
-                        engine: StaticEngine = engine,
-                        ids: torch.Tensor = ids,
-                        context: int = context,
-                    ) -> None:
-                        engine.forward(ids)
-                        engine.crop(context)
-
-                    repeats = self.repeats if name != "static" else max(1, self.repeats // 6)
-                    out[f"{name}_forward_ms_{width}_at_{context}"] = self.mean_ms(forward, repeats)
-                    if self.cuda and name != "static":
-                        graph = engine._graphs[engine.last_key][0]
+                    out[f"{name}_forward_ms_{width}_at_{context}"] = self.forward_ms(
+                        runner, window[:width], context, self.repeats if graphs else few)
+                    if self.cuda and graphs:
+                        graph = runner._graphs[runner.last_key][0]
                         out[f"{name}_replay_ms_{width}_at_{context}"] = self.mean_ms(
-                            graph.replay, self.repeats
-                        )
-            self.prefill(self.adapter, context)
-            for width in (1, W):
-
-                def forward(ids: torch.Tensor = window[:width], context: int = context) -> None:
-                    self.adapter.forward(ids)
-                    self.adapter.crop(context)
-
-                out[f"eager_forward_ms_{width}_at_{context}"] = self.mean_ms(
-                    forward, max(1, self.repeats // 6)
-                )
+                            graph.replay, self.repeats)
         last = self.positions[-1]
         window_ms = out.get(
             f"graph_replay_ms_{W}_at_{last}", out[f"graph_forward_ms_{W}_at_{last}"]
         )
         out["window_over_limit"] = round(window_ms / self.limit_ms, 3)
-        out["peak_gb"] = (
-            round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2) if self.cuda else None
-        )
+        out["peak_gb"] = shapes.peak_gib(self.device)
         if self.cuda:  # a CPU has no launch overhead to remove: the target is the GPU's
             self.passes["window_within_2x_limit"] = out["window_over_limit"] <= 2
         self.emit("speed", limit_ms=round(self.limit_ms, 3), **out)
 
-    def batch(self) -> None:
-        from gsd_lab.models.batched import BatchRunner, ForwardCall
+    def batch_runner(self, kind: str, images: int) -> Any:
+        """The ``kind`` ("eager" or "static") batch runner for ``images`` images."""
+        from gsd_lab.models.batched import BatchRunner
         from gsd_lab.models.static_batched import StaticBatchRunner
+
+        if kind == "eager":
+            return BatchRunner(self.adapter)
+        return StaticBatchRunner(
+            self.adapter, images=images, new_tokens=self.layout.num_image_tokens + 1,
+            window=W - 1, max_prompt=self.prompt.numel(), capture=self.capture,
+            length_step=self.length_step,
+        )
+
+    def batch(self) -> None:
+        from gsd_lab.models.batched import ForwardCall
 
         size = 3 if self.tiny else BATCH
         repeats = self.repeats if self.tiny else 10
         out: dict[str, Any] = {"batch": size}
-        P = self.prompt.numel()
-        tokens = self.layout.num_image_tokens
         for context in (self.positions[0], self.positions[-1]):
-            window = self.image[context - P : context - P + W]
+            window = self.window(context)
             probs: dict[str, torch.Tensor] = {}
             for kind in ("eager", "static"):
                 for images in (1, size):
-                    if kind == "eager":
-                        runner: Any = BatchRunner(self.adapter)
-                    else:
-                        runner = StaticBatchRunner(
-                            self.adapter,
-                            images=images,
-                            new_tokens=tokens + 1,
-                            window=W - 1,
-                            max_prompt=P,
-                            capture=self.capture,
-                            length_step=self.length_step,
-                        )
+                    runner = self.batch_runner(kind, images)
                     sequences = [runner.add(self.prompt) for _ in range(images)]
-                    prefill = torch.cat([self.prompt, self.image[: context - P]])
+                    prefill = torch.cat([self.prompt, self.image[: context - self.prompt.numel()]])
                     runner.forward([ForwardCall(s, prefill, 1) for s in sequences])
                     for width in (1, W):
-                        ids = window[:width]
 
                         def forward(
-                            runner: Any = runner,
-                            sequences: list[Any] = sequences,
-                            ids: torch.Tensor = ids,
-                            context: int = context,
+                            runner: Any = runner, sequences: list[Any] = sequences,
+                            ids: torch.Tensor = window[:width], context: int = context,
                         ) -> list[Any]:
                             got = runner.forward(
                                 [ForwardCall(s, ids, ids.numel()) for s in sequences]
@@ -400,8 +351,7 @@ class Check:
                     out[f"{kind}_per_image_ratio_{width}_at_{context}"] = round(many / one, 3)
             reference = probs["eager_batch1"]
             out[f"tv_max_vs_eager_batch1_at_{context}"] = {
-                name: round(float(0.5 * (p - reference).abs().sum(-1).max()), 6)
-                for name, p in probs.items()
+                name: round(float(tv_rows(p, reference).max()), 6) for name, p in probs.items()
             }
         last = self.positions[-1]
         for kind in ("eager", "static"):
@@ -412,18 +362,16 @@ class Check:
                 self.passes[f"{kind}_batch{size}_per_image_within_{BATCH_TARGET}x"] = (
                     out[f"{kind}_per_image_ratio_{W}_at_{last}"] <= BATCH_TARGET
                 )
-        out["peak_gb"] = (
-            round(torch.cuda.max_memory_allocated(self.device) / 2**30, 2) if self.cuda else None
-        )
+        out["peak_gb"] = shapes.peak_gib(self.device)
         self.emit("batch", target=BATCH_TARGET, **out)
 
     def kernels(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         context = self.positions[-1]
-        P = self.prompt.numel()
-        ids = self.image[context - P : context - P + W]
+        ids = self.window(context)
         activities = [ProfilerActivity.CUDA] if self.cuda else [ProfilerActivity.CPU]
+        key = "device_time_total" if self.cuda else "self_cpu_time_total"
         summary = {}
         runners = (("eager", self.adapter), ("static_eager", self.static), ("graph", self.graph))
         for name, engine in runners:
@@ -435,50 +383,31 @@ class Check:
                 engine.forward(ids)
                 self.sync()
             engine.crop(context)
-            events = prof.key_averages()
-            if self.cuda:
-                events = [e for e in events if e.device_time_total > 0]
-                total = sum(e.device_time_total for e in events)
-                key = "device_time_total"
-            else:
-                events = [e for e in events if e.key.startswith("aten::")]
-                total = sum(e.self_cpu_time_total for e in events)
-                key = "self_cpu_time_total"
+            events = [e for e in prof.key_averages()
+                      if (e.device_time_total > 0 if self.cuda else e.key.startswith("aten::"))]
             events = sorted(events, key=lambda e: -getattr(e, key))
             summary[name] = {
                 "count": sum(e.count for e in events),
-                "total_ms": round(total / 1e3, 3),
+                "total_ms": round(sum(getattr(e, key) for e in events) / 1e3, 3),
                 "top": [
                     (e.key[:80], e.count, round(getattr(e, key) / 1e3, 3)) for e in events[:12]
                 ],
             }
-        self.emit(
-            "kernels",
-            context=context,
-            width=W,
-            kind="cuda kernels" if self.cuda else "cpu aten ops",
-            **summary,
-        )
+        self.emit("kernels", context=context, width=W,
+                  kind="cuda kernels" if self.cuda else "cpu aten ops", **summary)
+
+    def decode(self, name: str, tokens: int, runner: Any, seed: int) -> Any:
+        """``generate`` of method ``name`` over ``tokens`` from the short prompt on ``runner``."""
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        return generate(self.adapter, self.short_prompt, self.methods[name], num_tokens=tokens,
+                        runner=runner, generator=generator)
 
     def decode_equality(self) -> None:
         tokens = 16 if self.tiny else 128
         rows, equal = {}, True
-        for name, method in self.methods.items():
-            results = {
-                label: generate(
-                    self.adapter,
-                    self.short_prompt,
-                    method,
-                    num_tokens=tokens,
-                    runner=runner,
-                    generator=torch.Generator(device=self.device).manual_seed(1),
-                )
-                for label, runner in (
-                    ("eager", "eager"),
-                    ("static", self.static),
-                    ("graph", self.graph),
-                )
-            }
+        for name in self.methods:
+            results = {label: self.decode(name, tokens, runner, 1) for label, runner in
+                       (("eager", "eager"), ("static", self.static), ("graph", self.graph))}
             s, g, e = results["static"], results["graph"], results["eager"]
             mismatch = (s.tokens != e.tokens).nonzero()
             rows[name] = {
@@ -498,14 +427,7 @@ class Check:
         tokens = self.layout.num_image_tokens // (4 if self.tiny else 1)  # tiny: two rows of 9
         rows = {}
         for name in ("ar", "gsd"):
-            r = generate(
-                self.adapter,
-                self.short_prompt,
-                self.methods[name],
-                num_tokens=tokens,
-                runner=self.graph,
-                generator=torch.Generator(device=self.device).manual_seed(2),
-            )
+            r = self.decode(name, tokens, self.graph, 2)
             rows[name] = {
                 "nfe": r.nfe,
                 "wall_s": round(r.wall_seconds, 2),
@@ -514,10 +436,7 @@ class Check:
                 "outside_ms_per_step": round(1e3 * (r.wall_seconds - r.model_seconds) / r.nfe, 3),
             }
         self.emit(
-            "decode_image",
-            tokens=tokens,
-            methods=rows,
-            capacity=self.graph.capacity,
+            "decode_image", tokens=tokens, methods=rows, capacity=self.graph.capacity,
             graphs=len(self.graph._graphs),
             # AR's wall time per forward over GSD's: GSD's wall-clock speed-up over its NFE
             # speed-up (target >= 0.85; random weights accept almost nothing, so measured so).
@@ -529,17 +448,9 @@ class Check:
     def compile(self) -> None:
         options = {"backend": "eager"} if self.tiny else None  # tiny: dynamo's trace only
         cache = self.args.compile_cache
-        engine = StaticEngine(
-            self.adapter,
-            capture="compile",
-            compile_options=options,
-            length_step=self.length_step,
-            compile_cache=cache,
-        )
-        engine.reserve(self.layout.num_image_tokens + 1, W - 1)
+        engine = self.engine("compile", compile_options=options, compile_cache=cache)
         context = self.positions[-1]
-        P = self.prompt.numel()
-        ids = self.image[context - P : context - P + W]
+        ids = self.window(context)
         self.prefill(engine, context)
         begin = time.perf_counter()
         probs = engine.forward(ids)  # compiles (W, L) only
@@ -548,20 +459,13 @@ class Check:
         self.prefill(self.static, context)
         reference = self.static.forward(ids)
         self.static.crop(context)
-
-        def forward() -> None:
-            engine.forward(ids)
-            engine.crop(context)
-
-        forward_ms = self.mean_ms(forward, self.repeats)
+        forward_ms = self.forward_ms(engine, ids, context, self.repeats)
         self.emit(
-            "compile",
-            compile_seconds=round(seconds, 1),
+            "compile", compile_seconds=round(seconds, 1),
             warm_cache_loaded=engine.compile_cache_loaded,
             cache_file=None if cache is None else str(cache),
             maxdiff_vs_static=float((probs - reference).abs().max()),
-            tv_vs_static=float(0.5 * (probs - reference).abs().sum(-1).max()),
-            forward_ms=forward_ms,
+            tv_vs_static=float(tv_rows(probs, reference).max()), forward_ms=forward_ms,
             forward_over_limit=round(forward_ms / self.limit_ms, 3),
         )
 
@@ -570,49 +474,31 @@ class Check:
         if not hasattr(self, "adapter"):
             return self.emit("done", passes=self.passes, seconds=round(self.elapsed(), 1))
         big = 0 if self.tiny else 1
-        self.guarded("limit", self.limit)
-        self.guarded("correctness", self.correctness, 60 * big)
-        self.guarded("speed", self.speed, 50 * big)
-        self.guarded("batch", self.batch, 45 * big)
-        self.guarded("kernels", self.kernels, 15 * big)
-        self.guarded("decode_equality", self.decode_equality, 60 * big)
-        self.guarded("decode_image", self.decode_image, 70 * big)
+        for step, needs_s in STEPS:
+            self.guarded(step, getattr(self, step), needs_s * big)
         if self.args.no_compile:
             self.emit("compile", skipped="--no-compile")
         else:
             self.guarded("compile", self.compile, 240 * big)
-        self.emit(
-            "done",
-            passes=self.passes,
-            all_passed=all(self.passes.values()),
-            seconds=round(self.elapsed(), 1),
-            log=str(self.log_path),
-        )
+        self.emit("done", passes=self.passes, all_passed=all(self.passes.values()),
+                  seconds=round(self.elapsed(), 1), log=str(self.log_path))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--tiny", action="store_true", help="tiny model on the CPU (the tests' dry run)"
-    )
-    parser.add_argument(
-        "--out", default=None, help="folder for static_check.jsonl (default: $OUT, else /tmp)"
-    )
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        default=360.0,
-        help="seconds for the whole run: later steps are skipped when they would not fit",
-    )
-    parser.add_argument(
-        "--length-step", type=int, default=256, help="StaticEngine's length_step (GPU run)"
-    )
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny model on the CPU (the tests' dry run)")
+    parser.add_argument("--out", default=None,
+                        help="folder for static_check.jsonl (default: $OUT, else /tmp)")
+    parser.add_argument("--budget-s", type=float, default=360.0,
+                        help="seconds for the whole run: later steps are skipped when they "
+                        "would not fit")
+    parser.add_argument("--length-step", type=int, default=256,
+                        help="StaticEngine's length_step (GPU run)")
     parser.add_argument("--no-compile", action="store_true", help="skip the inductor step")
-    parser.add_argument(
-        "--compile-cache",
-        default=None,
-        help="inductor artifacts file: loaded first if present, saved after compiling",
-    )
+    parser.add_argument("--compile-cache", default=None,
+                        help="inductor artifacts file: loaded first if present, saved after "
+                        "compiling")
     Check(parser.parse_args(argv)).run()
 
 

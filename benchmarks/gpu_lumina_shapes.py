@@ -249,15 +249,17 @@ def timing_fields(kept: int, window: int, repeats: int, build_seconds: float,
                   model_ms: dict[int, float]) -> dict[str, object]:
     """The record's shared timing fields (a CFG pair: ``cfg_batch`` 2), rounded."""
     return {
-        "context_tokens": kept,
-        "cfg_batch": 2,
-        "window": window,
-        "repeats": repeats,
-        "build_seconds": round(build_seconds, 3),
-        "prefill_seconds": round(prefill_seconds, 4),
+        "context_tokens": kept, "cfg_batch": 2, "window": window, "repeats": repeats,
+        "build_seconds": round(build_seconds, 3), "prefill_seconds": round(prefill_seconds, 4),
         "forward_ms": {str(k): round(v, 3) for k, v in forward_ms.items()},
         "model_ms": {str(k): round(v, 3) for k, v in model_ms.items()},
     }
+
+
+def released_gsd(window: int, group_size: int = 14) -> DecodingMethod:
+    """GSD with the released filters: max_prob_gap 0.15, max_embedding_distance 0.5."""
+    return DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=group_size),
+                          filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5))
 
 
 def decode_overhead(
@@ -275,13 +277,8 @@ def decode_overhead(
     generator = torch.Generator(device=device).manual_seed(seed + 1)
     prompt = _text_prompt(layout, config.vocab_size, 16, generator, device)
     # gsd_rule is the paper's rule with the released filters (d = 0.5, gap 0.15), as specified.
-    gsd = DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=gsd_rule.group_size),
-                         filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5))
-    methods = {
-        "ar": DecodingMethod("ar"),
-        "sjd": DecodingMethod("sjd", window=window),
-        "gsd": ResolvedMethod(gsd, clusters=gsd_rule),
-    }
+    gsd = ResolvedMethod(released_gsd(window, gsd_rule.group_size), clusters=gsd_rule)
+    methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=window), "gsd": gsd}
     # Warm-up over the full length: on the H200 the first forwards at new context lengths took
     # up to 1.1 s (one-time costs; the same forwards take ~30 ms afterwards), which would
     # otherwise fall on whichever method reaches those lengths first.
@@ -308,12 +305,8 @@ def decode_overhead(
         shares = [1 - r.model_seconds / r.wall_seconds for r in results]
         rows[name] = {
             "nfe": nfe / rounds,
-            "acceptance_rate": (
-                sum(map(sum, (r.accepted for r in results)))
-                / max(1, sum(map(sum, (r.drafted for r in results))))
-                if name != "ar"
-                else None
-            ),
+            "acceptance_rate": None if name == "ar" else sum(sum(r.accepted) for r in results)
+            / max(1, sum(sum(r.drafted) for r in results)),
             "wall_seconds": round(wall / rounds, 4),
             "model_seconds": round(model / rounds, 4),
             "overhead_share": round(1 - model / wall, 4),
@@ -488,9 +481,8 @@ def run_janus(
     context_codes = max(1, min(n - window - 1, n // 2 if tiny else 500))
     codes = adapter.random_tokens(torch.arange(context_codes + window, device=device), generator)
     adapter.start(prompt)
-    prefill_seconds, _ = timed(
-        lambda: adapter.forward(torch.cat([prompt, codes[:context_codes]]), num_rows=1), device
-    )
+    prefill = torch.cat([prompt, codes[:context_codes]])
+    prefill_seconds, _ = timed(lambda: adapter.forward(prefill, num_rows=1), device)
     kept = adapter.seq_len
     forward_ms, model_ms = window_medians(adapter, codes[context_codes:], window, repeats, device)
     decoding = {}
@@ -498,11 +490,9 @@ def run_janus(
     gsd = DecodingMethod("gsd", window=window, acceptance=ClusterAcceptance(group_size=10))
     for method in (DecodingMethod("ar"), DecodingMethod("sjd", window=window), gsd):
         forwards, model_before = adapter.num_forwards, adapter.model_seconds
-        seconds, out = timed(
-            lambda: generate(adapter, prompt, method, num_tokens=tokens,
-                             generator=torch.Generator(device=device).manual_seed(seed)),
-            device,
-        )
+        seconds, out = timed(lambda: generate(
+            adapter, prompt, method, num_tokens=tokens,
+            generator=torch.Generator(device=device).manual_seed(seed)), device)
         decoding[method.kind] = {
             "nfe": adapter.num_forwards - forwards,
             "wall_seconds": round(seconds, 3),
@@ -529,27 +519,16 @@ def run_janus(
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model on the CPU (smoke test)")
-    parser.add_argument(
-        "--context",
-        type=int,
-        default=None,
-        help="tokens in the cache before the window (default 2300; tiny 48)",
-    )
+    parser.add_argument("--context", type=int, default=None,
+                        help="tokens in the cache before the window (default 2300; tiny 48)")
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--decode-tokens",
-        type=int,
-        default=None,
-        help="tokens per generate call in the decoding part (default 128; tiny 12)",
-    )
-    parser.add_argument(
-        "--model",
-        choices=("lumina-mgpt-7b-768", *JANUS_MODELS),
-        default="lumina-mgpt-7b-768",
-        help="the family measured (default Lumina-mGPT; Janus-Pro: run_janus, --context unused)",
-    )
+    parser.add_argument("--decode-tokens", type=int, default=None,
+                        help="tokens per generate call in the decoding part (default 128; tiny 12)")
+    parser.add_argument("--model", choices=("lumina-mgpt-7b-768", *JANUS_MODELS),
+                        default="lumina-mgpt-7b-768", help="the family measured (default "
+                        "Lumina-mGPT; Janus-Pro: run_janus, --context unused)")
     args = parser.parse_args(argv)
     decode_tokens = args.decode_tokens or (12 if args.tiny else 128)
     if args.window < 1 or args.repeats < 1 or decode_tokens < 2:

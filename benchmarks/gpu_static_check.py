@@ -71,7 +71,7 @@ import gpu_lumina_shapes as shapes
 import torch
 
 from gsd_lab.decode.loop import generate
-from gsd_lab.decode.methods import DecodingMethod, FilterSettings, ClusterAcceptance
+from gsd_lab.decode.methods import DecodingMethod
 from gsd_lab.models.lumina_checkpoint import build_lumina_model
 from gsd_lab.models.lumina_mgpt import LuminaImageLayout, LuminaMGPTAdapter
 from gsd_lab.models.static import StaticEngine
@@ -196,10 +196,8 @@ class Check:
         self.static = self.engine("none")
         self.graph = self.engine(self.capture)
         self.model_only = self.engine(self.capture, capture_processing=False)
-        gsd = DecodingMethod("gsd", window=W - 1, acceptance=ClusterAcceptance(group_size=14),
-                             filters=FilterSettings(max_prob_gap=0.15, max_embedding_distance=0.5))
         self.methods = {"ar": DecodingMethod("ar"), "sjd": DecodingMethod("sjd", window=W - 1),
-                        "gsd": gsd.resolve(adapter)}
+                        "gsd": shapes.released_gsd(W - 1).resolve(adapter)}
         cuda = torch.backends.cuda
         sdp = {name: getattr(cuda, name)() for name in SDP_FLAGS} if self.cuda else None
         self.emit(

@@ -49,62 +49,56 @@ from gsd_lab.decode.methods import (BudgetAcceptance, ClusterAcceptance, Decodin
 from gsd_lab.decode.relaxation_w1 import TRANSPORT_SOLVER
 from gsd_lab.experiments.runs import mean_sem
 
+
+def sjd(acceptance: object = None, maximal: bool = False) -> DecodingMethod:
+    """SJD with ``acceptance`` (None: SD's), maximal-coupling drafts when ``maximal``."""
+    draft = "maximal" if maximal else "independent"
+    return DecodingMethod("sjd", acceptance=acceptance, draft=draft)
+
+
+def gsd(maximal: bool = False) -> DecodingMethod:
+    """GSD with G = 50, maximal-coupling drafts when ``maximal``."""
+    return DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50),
+                          draft="maximal" if maximal else "independent")
+
+
+def relax(delta: float) -> RelaxationAcceptance:
+    return RelaxationAcceptance(delta=delta)
+
+
+def dial(budget: float, cap: float, **kwargs: str) -> BudgetAcceptance:
+    return BudgetAcceptance(budget=budget, cap=cap, **kwargs)
+
+
+def transport(eps: float, k: int = 16) -> TransportAcceptance:
+    return TransportAcceptance(eps=eps, k=k)
+
+
 TV_CONFIGS = {
-    "SJD": DecodingMethod("sjd"),
-    "SJD + max (MC-SJD)": DecodingMethod("sjd", draft="maximal"),
-    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50)),
-    "relax d=0.05": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.05)),
-    "relax d=0.15": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.15)),
-    "relax d=0.3": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.3)),
-    "relax d=0.05 + max": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.05), draft="maximal"),
-    "relax d=0.15 + max": DecodingMethod("sjd", acceptance=RelaxationAcceptance(delta=0.15), draft="maximal"),
-    "dial B=8 cap .15": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=8.0, cap=0.15)),
-    "dial B=32 cap .15": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=32.0, cap=0.15)),
-    "dial B=32 sure .5": DecodingMethod("sjd", acceptance=BudgetAcceptance(budget=32.0, policy="sure", cap=0.5)),
-    "dial B=32 sure .5 + max": DecodingMethod(
-        "sjd", acceptance=BudgetAcceptance(budget=32.0, policy="sure", cap=0.5), draft="maximal"
-    ),
+    "SJD": sjd(), "SJD + max (MC-SJD)": sjd(maximal=True), "GSD G=50": gsd(),
+    "relax d=0.05": sjd(relax(0.05)), "relax d=0.15": sjd(relax(0.15)),
+    "relax d=0.3": sjd(relax(0.3)),
+    "relax d=0.05 + max": sjd(relax(0.05), True), "relax d=0.15 + max": sjd(relax(0.15), True),
+    "dial B=8 cap .15": sjd(dial(8.0, 0.15)), "dial B=32 cap .15": sjd(dial(32.0, 0.15)),
+    "dial B=32 sure .5": sjd(dial(32.0, 0.5, policy="sure")),
+    "dial B=32 sure .5 + max": sjd(dial(32.0, 0.5, policy="sure"), True),
 }
-K = 16
 W1_CONFIGS = {
-    "SJD": DecodingMethod("sjd"),
-    "MC-SJD": DecodingMethod("sjd", draft="maximal"),
-    "GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50)),
-    "MC-GSD G=50": DecodingMethod("gsd", acceptance=ClusterAcceptance(group_size=50), draft="maximal"),
-    "transport e=0.01": DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.01, k=K)),
-    "transport e=0.04": DecodingMethod("sjd", acceptance=TransportAcceptance(eps=0.04, k=K)),
-    "transport e=0.01 + max": DecodingMethod(
-        "sjd", acceptance=TransportAcceptance(eps=0.01, k=K), draft="maximal"
-    ),
-    "transport e=0.04 + max": DecodingMethod(
-        "sjd", acceptance=TransportAcceptance(eps=0.04, k=K), draft="maximal"
-    ),
-    "transport e=0.04 k=128 + max": DecodingMethod(
-        "sjd", acceptance=TransportAcceptance(eps=0.04, k=128), draft="maximal"
-    ),
-    "W1 dial B=1 cap .04 + max": DecodingMethod(
-        "sjd", acceptance=BudgetAcceptance(budget=1.0, measure="w1", cap=0.04), draft="maximal"
-    ),
-    "W1 dial B=4 cap .04 + max": DecodingMethod(
-        "sjd", acceptance=BudgetAcceptance(budget=4.0, measure="w1", cap=0.04), draft="maximal"
-    ),
-    "W1 dial B=4 sure .1 + max": DecodingMethod(
-        "sjd",
-        acceptance=BudgetAcceptance(budget=4.0, measure="w1", policy="sure", cap=0.1),
-        draft="maximal",
-    ),
+    "SJD": sjd(), "MC-SJD": sjd(maximal=True), "GSD G=50": gsd(), "MC-GSD G=50": gsd(True),
+    "transport e=0.01": sjd(transport(0.01)), "transport e=0.04": sjd(transport(0.04)),
+    "transport e=0.01 + max": sjd(transport(0.01), True),
+    "transport e=0.04 + max": sjd(transport(0.04), True),
+    "transport e=0.04 k=128 + max": sjd(transport(0.04, 128), True),
+    "W1 dial B=1 cap .04 + max": sjd(dial(1.0, 0.04, measure="w1"), True),
+    "W1 dial B=4 cap .04 + max": sjd(dial(4.0, 0.04, measure="w1"), True),
+    "W1 dial B=4 sure .1 + max": sjd(dial(4.0, 0.1, measure="w1", policy="sure"), True),
 }
 KEYS = ("fresh", "redraft", "accepted", "stop", "pos 0-3", "pos 4-7", "pos 8-15", "T<.15", "T>=.15")
 
 
 def wide_configs(k: int, eps_values: list[float]) -> dict[str, DecodingMethod]:
     """The transport relaxation with maximal drafts on ``k`` content neighbours, one per eps."""
-    return {
-        f"transport e={eps:g} k={k} + max": DecodingMethod(
-            "sjd", acceptance=TransportAcceptance(eps=eps, k=k), draft="maximal"
-        )
-        for eps in eps_values
-    }
+    return {f"transport e={eps:g} k={k} + max": sjd(transport(eps, k), True) for eps in eps_values}
 
 
 class Split:

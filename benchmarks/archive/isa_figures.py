@@ -17,7 +17,7 @@ own best kernels) and writes the comparison (``--out``, JSON):
 The two runs must come from the same decoding sources (``records.code_fingerprint``), else the
 comparison is refused. Wall-clock columns are never compared.
 
-    PYTHONPATH=. python benchmarks/isa_figures.py [--capability avx2] [--other DIR]
+    PYTHONPATH=. python benchmarks/archive/isa_figures.py [--capability avx2] [--other DIR]
         [--out benchmarks/results/isa_figures_standin.json]
 """
 
@@ -38,7 +38,7 @@ import numpy as np
 from gsd_lab.experiments.records import DISTORTION_ATOL as ATOL
 from gsd_lab.experiments.records import DISTORTION_RTOL as RTOL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXACT = ("nfe", "acceptance_rate", "accepted_per_tested")
 MEASURES = ("distortion", "w1", "w1_sem", "substitution", "substitution_sem")
 # results.json's timings and provenance, not results of the decoding: these top-level keys, and

@@ -125,6 +125,15 @@ def paired_verdict(a: list[float], b: list[float], scale: float) -> dict:
     return {**paired.as_dict(), "verdict": verdict(paired.difference, paired.se, -1)}
 
 
+def against(a: list[float], ref: dict[str, list[float]], name: str, scale: float,
+            **fields: str) -> dict:
+    """``paired_verdict`` of ``a`` against the first len(a) images of ``ref[name]``, as a row's
+    entry: the reference, the scale, ``fields``, the difference, its SE and the verdict."""
+    found = paired_verdict(a, ref[name][: len(a)], scale)
+    return {"against": name, "scale": scale, **fields, "difference": found["difference"],
+            "se": found["se"], "verdict": found["verdict"]}
+
+
 def block_mode(
     model: ImageModel, frontier: dict, rows: dict[str, dict], images: list[tuple[int, str]],
     nfe: dict[str, list[float]], results: dict, checks: list[dict], threads: int,
@@ -230,39 +239,22 @@ def candidates_mode(
     check = n if check is None else min(check, n)
     rows = {}
     for label, method in configs.items():
-        nfe_k, dist, acc, proc, wall, modelled = [], [], [], [], [], []
         count = check if method.candidates == 1 else n
-        for seed, prompt in images[:count]:
-            ids, uncond = model.encode(prompt)
-            start = time.perf_counter()
-            result = generate(model.adapter, ids, method, num_tokens=model.num_tokens,
-                              generator=torch.Generator().manual_seed(seed),
-                              uncond_prompt_ids=uncond, record_distortion=True)
-            wall.append(time.perf_counter() - start)
-            processed = result.tokens_processed or [
-                d + (ids.numel() if f == 0 else 1) for f, d in enumerate(result.drafted)
-            ]
-            nfe_k.append(result.nfe)
-            dist.append(float(result.distortion.mean()))
-            acc.append(result.tokens.numel() / result.nfe)
-            proc.append(sum(processed) / result.nfe)
-            modelled.append(sum(max(1.0, w / costs["ridge_tokens"]) for w in processed))
-            print(f"{label} {prompt} seed {seed}: nfe {result.nfe}", flush=True)
+        decoded = decode_images(model, method, images[:count], costs, label)
+        nfe_k, dist = decoded["nfe"], decoded["distortion"]
         row = {
             "images": count, "nfe": float(np.mean(nfe_k)),
             "nfe_sem": paired_values(nfe_k, [0.0] * count).se,
             "distortion": float(np.mean(dist)), "distortion_max": float(np.max(dist)),
-            "accepted_per_forward": float(np.mean(acc)),
-            "tokens_processed_per_forward": float(np.mean(proc)),
-            "modelled_read_times": float(np.mean(modelled)),
-            "wall_seconds": float(np.mean(wall)),
+            "accepted_per_forward": float(np.mean(decoded["committed"])),
+            "tokens_processed_per_forward": float(np.mean(decoded["processed"])),
+            "modelled_read_times": float(np.mean(decoded["modelled"])),
+            "wall_seconds": float(np.mean(decoded["wall"])),
             "per_image": {"nfe": nfe_k, "distortion": dist,
                           "seed": [s for s, _ in images[:count]]},
         }
         for name, scale, key in (("MC-SJD", 0.9, "target"), ("MC-GSD", 1.0, "moonshot")):
-            found = paired_verdict(nfe_k, ref[name][:count], scale)
-            row[key] = {"against": name, "scale": scale, "difference": found["difference"],
-                        "se": found["se"], "verdict": found["verdict"]}
+            row[key] = against(nfe_k, ref, name, scale)
         row["nfe_ratio_to_mc_sjd"] = float(np.mean(nfe_k) / np.mean(ref["MC-SJD"][:count]))
         diff = paired_values(nfe_k, ref["MC-SJD"][:count])
         row["difference_to_mc_sjd"] = {"difference": diff.difference, "se": diff.se}
@@ -321,12 +313,14 @@ def walk_recorder(walks: list) -> Callable[[VerifiedWindow], None]:
     return record
 
 
-def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int, str]],
-               costs: dict, label: str, on_window: Callable | None = None) -> dict:
-    """Decode ``images`` with ``method``: per image NFE, tokens per forward and modelled time
-    (``on_window``: ``generate``'s hook)."""
+def decode_images(model: ImageModel, method: DecodingMethod, images: list[tuple[int, str]],
+                  costs: dict, label: str, on_window: Callable | None = None) -> dict:
+    """Decode ``images`` with ``method`` (``on_window``: ``generate``'s hook); per image: NFE,
+    mean distortion per token, committed and processed tokens per forward (the prompt at the
+    first), modelled time (``Roofline.decode_cost``, in weight read times) and wall seconds."""
     roofline = Roofline(costs["parameters"], costs["cfg_batch"])
-    nfe, proc, modelled, dist, wall = [], [], [], [], []
+    out: dict[str, list] = {key: [] for key in
+                            ("nfe", "distortion", "committed", "processed", "modelled", "wall")}
     for seed, prompt in images:
         ids, uncond = model.encode(prompt)
         start = time.perf_counter()
@@ -334,21 +328,30 @@ def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int
                           generator=torch.Generator().manual_seed(seed),
                           uncond_prompt_ids=uncond, record_distortion=True,
                           on_window=on_window)
-        wall.append(time.perf_counter() - start)
+        out["wall"].append(time.perf_counter() - start)
         processed = result.tokens_processed or [
             d + (ids.numel() if f == 0 else 1) for f, d in enumerate(result.drafted)
         ]
-        nfe.append(result.nfe)
-        proc.append(sum(processed) / result.nfe)
-        modelled.append(roofline.decode_cost(processed))
-        dist.append(float(result.distortion.mean()))
+        out["nfe"].append(result.nfe)
+        out["distortion"].append(float(result.distortion.mean()))
+        out["committed"].append(result.tokens.numel() / result.nfe)
+        out["processed"].append(sum(processed) / result.nfe)
+        out["modelled"].append(roofline.decode_cost(processed))
         print(f"{label} {prompt} seed {seed}: nfe {result.nfe}", flush=True)
+    return out
+
+
+def decode_row(model: ImageModel, method: DecodingMethod, images: list[tuple[int, str]],
+               costs: dict, label: str, on_window: Callable | None = None) -> dict:
+    """``decode_images``' means: NFE, tokens per forward, modelled time, the largest distortion."""
+    decoded = decode_images(model, method, images, costs, label, on_window)
     return {
-        "images": len(images), "nfe": float(np.mean(nfe)),
-        "tokens_processed_per_forward": float(np.mean(proc)),
-        "modelled_read_times": float(np.mean(modelled)),
-        "distortion_max": float(np.max(dist)), "wall_seconds": float(np.mean(wall)),
-        "per_image": {"nfe": nfe, "modelled_read_times": modelled,
+        "images": len(images), "nfe": float(np.mean(decoded["nfe"])),
+        "tokens_processed_per_forward": float(np.mean(decoded["processed"])),
+        "modelled_read_times": float(np.mean(decoded["modelled"])),
+        "distortion_max": float(np.max(decoded["distortion"])),
+        "wall_seconds": float(np.mean(decoded["wall"])),
+        "per_image": {"nfe": decoded["nfe"], "modelled_read_times": decoded["modelled"],
                       "seed": [s for s, _ in images]},
     }
 
@@ -424,10 +427,7 @@ def trees_mode(
                                      ("nfe_vs_mc_sjd", "MC-SJD", 1.0, "nfe"),
                                      ("nfe_vs_mc_gsd", "MC-GSD", 1.0, "nfe")):
             a = mine if on == "modelled" else row["per_image"]["nfe"]
-            found = paired_verdict([float(v) for v in a], ref[name][:n], scale)
-            row[key] = {"against": name, "scale": scale, "on": on,
-                        "difference": found["difference"], "se": found["se"],
-                        "verdict": found["verdict"]}
+            row[key] = against([float(v) for v in a], ref, name, scale, on=on)
         row["modelled_ratio_to_mc_sjd"] = float(np.mean(mine) / np.mean(ref["MC-SJD"][:n]))
         row["modelled_ratio_to_mc_gsd"] = float(np.mean(mine) / np.mean(ref["MC-GSD"][:n]))
     stored = {name: {"nfe": float(np.mean(v[:n])), "modelled_read_times": float(np.mean(v[:n]))}

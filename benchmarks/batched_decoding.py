@@ -103,11 +103,8 @@ def stream_rows(model, methods: dict[str, DecodingMethod], images: int, batch: i
                 files = {str(p.relative_to(out)): json.loads(p.read_text())
                          for p in sorted(Path(out).rglob("results/*.json"))}
             got = {k: (v["tokens"], v["nfe"]) for k, v in files.items()}
-            same = None
-            if reference is None:
-                reference = got
-            else:
-                same = got == reference
+            reference = got if reference is None else reference
+            same = None if got is reference else got == reference
             row[size] = dict(images=count, seconds=seconds, images_per_second=count / seconds,
                              decoding_seconds=sum(v["wall_seconds"] for v in files.values()),
                              accounting_seconds=sum(v["accounting_seconds"]
@@ -183,12 +180,10 @@ def main() -> None:
                                    torch.Generator().manual_seed(i), r.uncond_prompt_ids)
                      for i, r in enumerate(requests)]
             seconds, results, forwards, model_seconds = decode(adapter, fresh, batch)
-            same = None
-            if reference is None:
-                reference = results
-            else:
-                same = all(torch.equal(a.tokens, b.tokens) and a.nfe == b.nfe
-                           for a, b in zip(reference, results))
+            reference = results if reference is None else reference
+            same = None if results is reference else all(
+                torch.equal(a.tokens, b.tokens) and a.nfe == b.nfe
+                for a, b in zip(reference, results))
             row[batch] = dict(images_per_second=len(results) / seconds, seconds=seconds,
                               model_share=model_seconds / seconds,
                               ms_per_forward=1000 * seconds / forwards,

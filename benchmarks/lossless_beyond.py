@@ -134,6 +134,21 @@ def against(a: list[float], ref: dict[str, list[float]], name: str, scale: float
             "se": found["se"], "verdict": found["verdict"]}
 
 
+def mc_sjd_checks(model: ImageModel, images: list[tuple[int, str]], stored_nfe: list[float],
+                  window: int) -> list[dict]:
+    """MC-SJD re-decoded on ``images``: per image its NFE beside the stored one; stops at the
+    first that differs."""
+    maximal = resolve_for(model, DecodingMethod("sjd", window=window, draft="maximal"))
+    checks = []
+    for (seed, prompt), stored in zip(images, stored_nfe):
+        result, _ = generate_one(model, maximal, prompt, seed, Recording(images=False))
+        checks.append({"prompt": prompt, "seed": seed, "nfe_alone": result.nfe,
+                       "nfe_stored": int(stored)})
+        if result.nfe != int(stored):
+            raise SystemExit(f"MC-SJD re-decoded: NFE {result.nfe} != {int(stored)} stored")
+    return checks
+
+
 def block_mode(
     model: ImageModel, frontier: dict, rows: dict[str, dict], images: list[tuple[int, str]],
     nfe: dict[str, list[float]], results: dict, checks: list[dict], threads: int,
@@ -376,6 +391,24 @@ def stored_lossless(n: int) -> dict:
     return rows
 
 
+def pair_trees(rows: dict[str, dict], ref: dict[str, list[float]], n: int) -> None:
+    """Add to each tree row of ``rows`` its paired verdicts (``against``) on modelled time and
+    NFE against the stored MC-SJD and MC-GSD (``ref``, first ``n`` images) and the ratios of its
+    mean modelled time to theirs."""
+    for label, row in rows.items():
+        if label == "MC-SJD (decoded here)":
+            continue
+        mine = row["per_image"]["modelled_read_times"]
+        for key, name, scale, on in (("target", "MC-SJD", 0.85, "modelled"),
+                                     ("moonshot", "MC-GSD", 1.0, "modelled"),
+                                     ("nfe_vs_mc_sjd", "MC-SJD", 1.0, "nfe"),
+                                     ("nfe_vs_mc_gsd", "MC-GSD", 1.0, "nfe")):
+            a = mine if on == "modelled" else row["per_image"]["nfe"]
+            row[key] = against([float(v) for v in a], ref, name, scale, on=on)
+        row["modelled_ratio_to_mc_sjd"] = float(np.mean(mine) / np.mean(ref["MC-SJD"][:n]))
+        row["modelled_ratio_to_mc_gsd"] = float(np.mean(mine) / np.mean(ref["MC-GSD"][:n]))
+
+
 def trees_mode(
     model: ImageModel, nfe: dict[str, list[float]], images: list[tuple[int, str]],
     window: int, measure: int, measure_shape: tuple[int, ...], top: int, check: int,
@@ -418,18 +451,7 @@ def trees_mode(
     modelled_is_nfe = all(abs(m - v) < 1e-9 for m, v in zip(mc_check["modelled_read_times"],
                                                             mc_check["nfe"]))
     reproduced = [int(v) for v in mc_check["nfe"]] == [int(v) for v in ref["MC-SJD"][:check]]
-    for label, row in rows.items():
-        if label == "MC-SJD (decoded here)":
-            continue
-        mine = row["per_image"]["modelled_read_times"]
-        for key, name, scale, on in (("target", "MC-SJD", 0.85, "modelled"),
-                                     ("moonshot", "MC-GSD", 1.0, "modelled"),
-                                     ("nfe_vs_mc_sjd", "MC-SJD", 1.0, "nfe"),
-                                     ("nfe_vs_mc_gsd", "MC-GSD", 1.0, "nfe")):
-            a = mine if on == "modelled" else row["per_image"]["nfe"]
-            row[key] = against([float(v) for v in a], ref, name, scale, on=on)
-        row["modelled_ratio_to_mc_sjd"] = float(np.mean(mine) / np.mean(ref["MC-SJD"][:n]))
-        row["modelled_ratio_to_mc_gsd"] = float(np.mean(mine) / np.mean(ref["MC-GSD"][:n]))
+    pair_trees(rows, ref, n)
     stored = {name: {"nfe": float(np.mean(v[:n])), "modelled_read_times": float(np.mean(v[:n]))}
               for name, v in ref.items()}
     out = {
@@ -448,20 +470,32 @@ def trees_mode(
         "mc_sjd_modelled_equals_nfe": modelled_is_nfe,
         "rows": rows, "stored_lossless": stored_lossless(n),
     }
+    lines = tree_lines(out, acceptance, ranked, measure_shape)
+    return {"json": out, "lines": lines, "ok": True}
+
+
+def tree_lines(out: dict, acceptance: torch.Tensor, ranked: list[ScoredShape],
+               measure_shape: tuple[int, ...]) -> list[str]:
+    """The printed lines of ``trees_mode``'s record ``out``: the setting, the measured
+    positional ``acceptance`` and the ``ranked`` shapes (when measured), then every row."""
+    stored, costs, n = out["stored"], out["cost_model"], out["images"]
     lines = [
-        f"token trees on the stand-in: {n} images, window {window}, {model.num_tokens} tokens; "
-        f"stored MC-SJD {stored['MC-SJD']['nfe']:.2f} NFE, MC-GSD (G=50) "
-        f"{stored['MC-GSD']['nfe']:.2f} on these images (below the ridge: modelled = NFE; "
-        f"checked on {check} MC-SJD images: {modelled_is_nfe}, reproduced: {reproduced})",
+        f"token trees on the stand-in: {n} images, window {out['window']}, "
+        f"{out['num_tokens']} tokens; stored MC-SJD {stored['MC-SJD']['nfe']:.2f} NFE, MC-GSD "
+        f"(G=50) {stored['MC-GSD']['nfe']:.2f} on these images (below the ridge: modelled = "
+        f"NFE; checked on {out['mc_sjd_check_images']} MC-SJD images: "
+        f"{out['mc_sjd_modelled_equals_nfe']}, reproduced: "
+        f"{out['mc_sjd_reproduced_image_by_image']})",
         f"cost model: weight read {costs['weight_read_ms']:.2f} ms, ridge "
         f"{costs['ridge_tokens']:.1f} tokens",
         "max distortion below: SD's per-token TV formula with the window drafts' q, 0 by "
         "construction and not the (p, q) verified through an extra candidate: no evidence about "
         "trees (their law: the exact tests, proofs/16)",
     ]
-    if given is None:  # with a given shape nothing was measured or ranked
-        lines.append(f"positional acceptance from {len(walks)} walks of tree {measure_shape} on "
-                     f"{measure} images, also among the {n} evaluated (depth: A[1 .. width]):")
+    if out["given_shape"] is None:  # with a given shape nothing was measured or ranked
+        lines.append(f"positional acceptance from {out['measure']['walks']} walks of tree "
+                     f"{measure_shape} on {out['measure']['images']} images, also among the {n} "
+                     "evaluated (depth: A[1 .. width]):")
         for t, r in enumerate(acceptance.tolist()[:6]):
             lines.append(f"  depth {t + 1}: "
                          + " ".join("-" if v != v else f"{v:.3f}" for v in r))
@@ -470,7 +504,7 @@ def trees_mode(
             lines.append(f"  {s.shape} window {s.window}: {s.tokens} tokens, "
                          f"E {s.expected_committed:.2f}"
                          f" committed, {s.cost_per_token:.4f} read times per token")
-    for label, row in rows.items():
+    for label, row in out["rows"].items():
         text = (f"{label} ({row['images']} images): NFE {row['nfe']:.2f}, tokens/forward "
                 f"{row['tokens_processed_per_forward']:.1f}, modelled read times "
                 f"{row['modelled_read_times']:.1f}, max distortion {row['distortion_max']:.1e}, "
@@ -486,7 +520,29 @@ def trees_mode(
         lines.append(f"stored {label} ({row['images']} images, {row['file']}): NFE "
                      f"{row['nfe']:.2f}, tokens/forward {row['tokens_processed_per_forward']:.1f}, "
                      f"modelled read times {row['modelled_read_times']:.1f}")
-    return {"json": out, "lines": lines, "ok": True}
+    return lines
+
+
+def stored_frontier(limit: int | None) -> tuple[dict, dict, list[tuple[int, str]], dict]:
+    """``figures/results.json``, the frontier's ``STORED`` rows, its images (generator seed,
+    prompt; the first ``limit``) and each row's NFE on them; stops unless the stored SJD point
+    is plain SJD and every row holds its images in that order."""
+    results = json.loads((ROOT / "figures/results.json").read_text())
+    frontier = results["tables"]["frontier"]
+    rows = {label: frontier["curves"][curve][index] for label, (curve, index) in STORED.items()}
+    sjd_spec = DecodingMethod.from_dict(frontier["specs"]["TV-optimal relaxation"][0]["method"])
+    if not (sjd_spec.kind == "sjd" and sjd_spec.draft == "independent"
+            and sjd_spec.acceptance == SDAcceptance()):  # delta = 0: SJD's key
+        raise SystemExit(f"the stored frontier's SJD point is not plain SJD: {sjd_spec!r}")
+    images = [(generator_seed(s, i), prompt)
+              for s in frontier["seeds"] for i, prompt in enumerate(frontier["prompts"])]
+    images = images[:limit] if limit else images
+    n = len(images)
+    for label, row in rows.items():
+        if row["per_image"]["seed"][:n] != [seed for seed, _ in images]:
+            raise SystemExit(f"the stored {label}'s image order differs from prompts x seeds")
+    nfe = {label: [float(v) for v in row["per_image"]["nfe"][:n]] for label, row in rows.items()}
+    return results, rows, images, nfe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,21 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    results = json.loads((ROOT / "figures/results.json").read_text())
+    results, rows, images, nfe = stored_frontier(args.images)
     frontier = results["tables"]["frontier"]
-    rows = {label: frontier["curves"][curve][index] for label, (curve, index) in STORED.items()}
-    sjd_spec = DecodingMethod.from_dict(frontier["specs"]["TV-optimal relaxation"][0]["method"])
-    if not (sjd_spec.kind == "sjd" and sjd_spec.draft == "independent"
-            and sjd_spec.acceptance == SDAcceptance()):  # delta = 0: SJD's key
-        raise SystemExit(f"the stored frontier's SJD point is not plain SJD: {sjd_spec!r}")
-    images = [(generator_seed(s, i), prompt)
-              for s in frontier["seeds"] for i, prompt in enumerate(frontier["prompts"])]
-    images = images[: args.images] if args.images else images
-    n = len(images)
-    for label, row in rows.items():
-        if row["per_image"]["seed"][:n] != [seed for seed, _ in images]:
-            raise SystemExit(f"the stored {label}'s image order differs from prompts x seeds")
-    nfe = {label: [float(v) for v in row["per_image"]["nfe"][:n]] for label, row in rows.items()}
     window = results["config"]["sizes"]["window"]
     if args.trees:
         model = load_image_model("standin", quick=True)
@@ -541,15 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         done = candidates_mode(model, nfe, images, args.candidates, args.check, window)
     else:
         model = load_image_model("standin")
-        maximal = resolve_for(model, DecodingMethod("sjd", window=window, draft="maximal"))
-        checks = []
-        for (seed, prompt), stored in zip(images[: 2 if args.check is None else args.check],
-                                          nfe["MC-SJD (maximal)"]):
-            result, _ = generate_one(model, maximal, prompt, seed, Recording(images=False))
-            checks.append({"prompt": prompt, "seed": seed, "nfe_alone": result.nfe,
-                           "nfe_stored": int(stored)})
-            if result.nfe != int(stored):
-                raise SystemExit(f"MC-SJD re-decoded: NFE {result.nfe} != {int(stored)} stored")
+        checks = mc_sjd_checks(model, images[: 2 if args.check is None else args.check],
+                               nfe["MC-SJD (maximal)"], window)
         done = block_mode(model, frontier, rows, images, nfe, results, checks, args.threads)
     stem = ("token_trees_standin" if args.trees else "multidraft_standin"
             if args.candidates is not None else "lossless_beyond_standin")

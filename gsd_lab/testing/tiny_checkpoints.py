@@ -8,9 +8,10 @@ VQGAN and a CLIP), Chameleon / Anole, Emu3 and Janus-Pro.
   a byte-level BPE ``tokenizer.json`` labelled ``LlamaTokenizerFast`` as the release's), a VQGAN
   in taming layout (``vqgan.yaml``, a Lightning-style ``vqgan.ckpt`` with encoder and loss
   keys) and a CLIP (``save_pretrained`` of model and processor);
-- ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``: ``save_pretrained`` of the
-  stock transformers class, a byte-level ``tokenizer.json`` over the family's token names and,
-  where the release ships them, generation and processor configs. The text models have the
+- ``save_tiny_anole``, ``save_tiny_emu3``, ``save_tiny_janus``: one builder (``_save_family``)
+  fed each family's parts: ``save_pretrained`` of the stock transformers class, a byte-level
+  ``tokenizer.json`` over the family's token names and, where the release ships them, generation
+  and processor configs. The text models have the
   dimensions of transformers' own test configurations (``TEST_CONFIG_DIMS``).
 
 What they are for (every path that reads released weights, without a download), and how their
@@ -26,19 +27,22 @@ from typing import Any, Callable
 
 import torch
 
+from ..models import janus
 from ..models.chameleon_vqgan import ChameleonVQGANDecoder, VQGANConfig
 
 # The text models' dimensions in transformers' own Chameleon and Emu3 test configurations.
-TEST_CONFIG_DIMS = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "intermediate_size": 37,
-}
+TEST_CONFIG_DIMS = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                    "num_key_value_heads": 2, "intermediate_size": 37}
 ANOLE_TINY_CODES = 64
 CHAMELEON_SPECIALS = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}  # Lumina-mGPT, Anole
 EMU3_SPECIALS = {"pad": "<|endoftext|>", "bos": "<|extra_203|>", "eos": "<|extra_204|>"}
+JANUS_SPECIALS = {"bos": janus.BOS_NAME, "eos": janus.EOS_NAME, "pad": janus.PAD_NAME}
+# Chameleon's tokenizer_config.json, labelled LlamaTokenizerFast as the release's is.
+CHAMELEON_TOKENIZER_CONFIG = {
+    "tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+    "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+    "model_max_length": 4096,
+}
 
 
 # ---- shared pieces ----------------------------------------------------------------------------
@@ -49,19 +53,6 @@ def _new_folder(folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _save_stock(
-    folder: Path, model_class: Any, config: Any, stds: dict[str, float], seed: int,
-    generation_config: Any = None,
-) -> None:
-    """Write ``model_class(config)`` (built seeded, eval mode) with the parameters ``stds``
-    redrawn (``_redraw``) and ``generation_config`` (when given) with ``save_pretrained``."""
-    model = _seeded(lambda: model_class(config).eval(), seed)
-    _redraw(model, stds, seed)
-    if generation_config is not None:
-        model.generation_config = generation_config
-    model.save_pretrained(str(folder))
 
 
 def _seeded(build: Callable[[], Any], seed: int) -> Any:
@@ -142,6 +133,29 @@ def write_byte_tokenizer(
     return folder / "tokenizer.json"
 
 
+def _save_family(
+    folder: str | Path,
+    model_class: Any,
+    config: Any,
+    stds: dict[str, float],
+    seed: int,
+    write_tokenizer: Callable[[Path], Any],
+    generation_config: Any = None,
+) -> Path:
+    """The one builder of the transformers-layout families: write ``model_class(config)`` (built
+    seeded, eval mode) with the parameters ``stds`` redrawn (``_redraw``) and
+    ``generation_config`` (when given) with ``save_pretrained`` to ``folder``, then its tokenizer
+    (``write_tokenizer(folder)``); return the folder."""
+    folder = _new_folder(folder)
+    model = _seeded(lambda: model_class(config).eval(), seed)
+    _redraw(model, stds, seed)
+    if generation_config is not None:
+        model.generation_config = generation_config
+    model.save_pretrained(str(folder))
+    write_tokenizer(folder)
+    return folder
+
+
 # ---- Lumina-mGPT (Chameleon vocabulary), its VQGAN and a CLIP ---------------------------------
 
 # Words the tiny byte-level BPE merges into one token each (the prompt template's and a few
@@ -190,40 +204,20 @@ def tiny_vocabulary_map(num_codes: int, *, max_grid: int = 32) -> dict[str, int]
 def write_tiny_tokenizer(folder: str | Path, vocabulary_map: dict[str, int]) -> Path:
     """Write a Chameleon-style byte-level BPE ``tokenizer.json`` over ``vocabulary_map`` (digits
     split one by one, then byte-level pre-tokenisation; merges of ``TINY_MERGED_WORDS``; a
-    ``<s> $A`` post-processor) and a ``tokenizer_config.json`` labelled ``LlamaTokenizerFast``
-    as the release's is (which transformers' class reads otherwise: docs/adapter-contract.md)."""
-    config = {
-        "tokenizer_class": "LlamaTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "pad_token": "<pad>",
-        "unk_token": "<unk>",
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "model_max_length": 4096,
-    }
+    ``<s> $A`` post-processor) and ``CHAMELEON_TOKENIZER_CONFIG`` as ``tokenizer_config.json``
+    (the release's label, which transformers' class reads otherwise: docs/adapter-contract.md)."""
     merges = [m for m in _word_merges(TINY_MERGED_WORDS) if "".join(m) in vocabulary_map]
     return write_byte_tokenizer(
-        folder, vocabulary_map, config, merges=merges, unk_token="<unk>", split_digits=True,
-        bos="<s>",
+        folder, vocabulary_map, CHAMELEON_TOKENIZER_CONFIG, merges=merges, unk_token="<unk>",
+        split_digits=True, bos="<s>",
     )
 
 
 def write_tiny_lumina_checkpoint(
-    folder: str | Path,
-    *,
-    num_codes: int = 64,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int | None = None,
-    model_parallel_size: int = 1,
-    intermediate_size: int = 128,
-    max_position_embeddings: int = 4608,
-    num_shards: int = 2,
-    seed: int = 0,
-    init_std: float = 0.5,
-    embedding_spread: float | None = None,
+    folder: str | Path, *, num_codes: int = 64, hidden_size: int = 64, num_layers: int = 2,
+    num_heads: int = 4, num_kv_heads: int | None = None, model_parallel_size: int = 1,
+    intermediate_size: int = 128, max_position_embeddings: int = 4608, num_shards: int = 2,
+    seed: int = 0, init_std: float = 0.5, embedding_spread: float | None = None,
     with_tokenizer: bool = True,
 ) -> Path:
     """Write a random tiny Lumina-mGPT-layout checkpoint to ``folder`` and return it.
@@ -238,49 +232,28 @@ def write_tiny_lumina_checkpoint(
 
     folder = _new_folder(folder)
     vocabulary_map = tiny_vocabulary_map(num_codes)
-    num_kv_heads = num_kv_heads or num_heads
-    head_dim = hidden_size // num_heads
     config_dict = {
-        "architectures": ["ChameleonXLLMXForConditionalGeneration"],
-        "model_type": "chameleon",
-        "vocab_size": len(vocabulary_map),
-        "hidden_size": hidden_size,
-        "intermediate_size": intermediate_size,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads,
-        "max_position_embeddings": max_position_embeddings,
-        "rope_theta": 10000.0,
+        "architectures": ["ChameleonXLLMXForConditionalGeneration"], "model_type": "chameleon",
+        "vocab_size": len(vocabulary_map), "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size, "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads, "num_key_value_heads": num_kv_heads or num_heads,
+        "max_position_embeddings": max_position_embeddings, "rope_theta": 10000.0,
         **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
-        "tie_word_embeddings": False,
-        "model_parallel_size": model_parallel_size,
-        "swin_norm": False,
-        "vocabulary_map": vocabulary_map,
-        "vq_config": {
-            "embed_dim": 32,
-            "num_embeddings": num_codes,
-            "latent_channels": 32,
-            "base_channels": 32,
-            "channel_multiplier": [1, 2],
-            "resolution": 32,
-        },
+        "tie_word_embeddings": False, "model_parallel_size": model_parallel_size,
+        "swin_norm": False, "vocabulary_map": vocabulary_map,
+        "vq_config": {"embed_dim": 32, "num_embeddings": num_codes, "latent_channels": 32,
+                      "base_channels": 32, "channel_multiplier": [1, 2], "resolution": 32},
         # Lumina-mGPT's own keys (kept by the stock config, unused by the stock model).
-        "z_loss_weight": 1e-5,
-        "mask_image_logits": False,
-        "dropout": 0.05,
+        "z_loss_weight": 1e-5, "mask_image_logits": False, "dropout": 0.05,
         "torch_dtype": "float32",
     }
     config = ChameleonConfig(
         **{k: v for k, v in config_dict.items() if k not in ("architectures", "model_type")}
     )
     model = _seeded(lambda: ChameleonForConditionalGeneration(config).eval(), seed)
-    state = _lumina_state(
-        model.state_dict(),
-        torch.Generator().manual_seed(seed),
-        (model_parallel_size, head_dim),
-        init_std,
-        embedding_spread,
-    )
+    generator = torch.Generator().manual_seed(seed)
+    norm_shape = (model_parallel_size, hidden_size // num_heads)
+    state = _lumina_state(model.state_dict(), generator, norm_shape, init_std, embedding_spread)
     _save_shards(state, folder, num_shards)
     (folder / "config.json").write_text(json.dumps(config_dict, indent=1))
     if with_tokenizer:
@@ -325,11 +298,8 @@ def _save_shards(state: dict[str, torch.Tensor], folder: Path, num_shards: int) 
     shards = [names[i::num_shards] for i in range(num_shards)] if num_shards > 1 else [names]
     weight_map = {}
     for index, shard in enumerate(shards):
-        file = (
-            f"model-{index + 1:05d}-of-{len(shards):05d}.safetensors"
-            if len(shards) > 1
-            else "model.safetensors"
-        )
+        file = f"model-{index + 1:05d}-of-{len(shards):05d}.safetensors"
+        file = file if len(shards) > 1 else "model.safetensors"
         save_file({k: state[k] for k in shard}, str(folder / file), metadata={"format": "pt"})
         weight_map.update({k: file for k in shard})
     if len(shards) > 1:
@@ -340,15 +310,8 @@ def _save_shards(state: dict[str, torch.Tensor], folder: Path, num_shards: int) 
 
 
 def write_tiny_vqgan(
-    folder: str | Path,
-    *,
-    n_embed: int = 64,
-    embed_dim: int = 8,
-    z_channels: int = 8,
-    ch: int = 32,
-    ch_mult: tuple[int, ...] = (1, 2),
-    num_res_blocks: int = 1,
-    seed: int = 0,
+    folder: str | Path, *, n_embed: int = 64, embed_dim: int = 8, z_channels: int = 8,
+    ch: int = 32, ch_mult: tuple[int, ...] = (1, 2), num_res_blocks: int = 1, seed: int = 0,
 ) -> Path:
     """Write a random tiny VQGAN in taming layout: ``vqgan.yaml`` + ``vqgan.ckpt`` holding
     ``{"state_dict": ...}`` with the decode path, a stand-in encoder / quant_conv and loss keys."""
@@ -356,13 +319,8 @@ def write_tiny_vqgan(
 
     folder = _new_folder(folder)
     config = VQGANConfig(
-        embed_dim=embed_dim,
-        n_embed=n_embed,
-        z_channels=z_channels,
-        ch=ch,
-        ch_mult=ch_mult,
-        num_res_blocks=num_res_blocks,
-        resolution=16 * 2 ** (len(ch_mult) - 1),
+        embed_dim=embed_dim, n_embed=n_embed, z_channels=z_channels, ch=ch, ch_mult=ch_mult,
+        num_res_blocks=num_res_blocks, resolution=16 * 2 ** (len(ch_mult) - 1),
     )
     decoder = _seeded(lambda: ChameleonVQGANDecoder(config), seed)
     generator = torch.Generator().manual_seed(seed)
@@ -374,30 +332,15 @@ def write_tiny_vqgan(
     state["quant_conv.bias"] = torch.zeros(embed_dim)
     state["loss.discriminator.main.0.weight"] = torch.randn(4, 3, 4, 4, generator=generator)
     torch.save({"state_dict": state, "global_step": 0}, folder / "vqgan.ckpt")
-    yaml_data = {
-        "model": {
-            "target": "taming.models.vqgan.VQModel",
-            "params": {
-                "embed_dim": embed_dim,
-                "n_embed": n_embed,
-                "ddconfig": {
-                    "double_z": False,
-                    "z_channels": z_channels,
-                    "resolution": config.resolution,
-                    "in_channels": 3,
-                    "out_ch": 3,
-                    "ch": ch,
-                    "ch_mult": list(ch_mult),
-                    "num_res_blocks": num_res_blocks,
-                    "attn_resolutions": [],
-                    "dropout": 0.0,
-                },
-                "lossconfig": {
-                    "target": "taming.modules.losses.vqperceptual.VQLPIPSWithDiscriminator"
-                },
-            },
-        }
+    ddconfig = {
+        "double_z": False, "z_channels": z_channels, "resolution": config.resolution,
+        "in_channels": 3, "out_ch": 3, "ch": ch, "ch_mult": list(ch_mult),
+        "num_res_blocks": num_res_blocks, "attn_resolutions": [], "dropout": 0.0,
     }
+    loss = {"target": "taming.modules.losses.vqperceptual.VQLPIPSWithDiscriminator"}
+    params = {"embed_dim": embed_dim, "n_embed": n_embed, "ddconfig": ddconfig,
+              "lossconfig": loss}
+    yaml_data = {"model": {"target": "taming.models.vqgan.VQModel", "params": params}}
     (folder / "vqgan.yaml").write_text(yaml.safe_dump(yaml_data))
     return folder
 
@@ -406,13 +349,8 @@ def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) 
     """Write a random tiny CLIP (``CLIPModel`` + ``CLIPProcessor``, ``save_pretrained`` layout) to
     ``folder``: a character-level BPE vocabulary (a..z, word-final forms, unknown characters map
     to <|endoftext|>), 77 text positions as the real CLIP, 2 layers of width 32, projection 16."""
-    from transformers import (
-        CLIPConfig,
-        CLIPImageProcessorPil,
-        CLIPModel,
-        CLIPProcessor,
-        CLIPTokenizer,
-    )
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
+    from transformers import CLIPTokenizer
 
     folder = _new_folder(folder)
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
@@ -426,24 +364,12 @@ def write_tiny_clip(folder: str | Path, *, seed: int = 0, image_size: int = 32) 
         ),
         tokenizer=CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77),
     )
-    small = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-    }
-    config = CLIPConfig(
-        text_config=dict(
-            vocab_size=len(vocab),
-            max_position_embeddings=77,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
-            **small,
-        ),
-        vision_config=dict(image_size=image_size, patch_size=8, **small),
-        projection_dim=16,
-    )
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2}
+    text = dict(vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=0,
+                eos_token_id=1, pad_token_id=1, **small)
+    vision = dict(image_size=image_size, patch_size=8, **small)
+    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)
     model = _seeded(lambda: CLIPModel(config).eval(), seed)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
@@ -472,18 +398,9 @@ def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet
     ``lumina-mgpt-7b-*`` name loads it."""
     root = Path(root)
     weights = write_tiny_lumina_checkpoint(
-        root / "lumina-mgpt-7b-512",
-        num_codes=64,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        model_parallel_size=2,
-        intermediate_size=64,
-        num_shards=2,
-        seed=seed,
-        embedding_spread=0.1,
-        with_tokenizer=False,
+        root / "lumina-mgpt-7b-512", num_codes=64, hidden_size=32, num_layers=2, num_heads=4,
+        num_kv_heads=2, model_parallel_size=2, intermediate_size=64, num_shards=2, seed=seed,
+        embedding_spread=0.1, with_tokenizer=False,
     )
     tokenizer = write_tiny_tokenizer(root / "lumina-mgpt-7b-768", tiny_vocabulary_map(64)).parent
     vqgan = write_tiny_vqgan(root / "chameleon-vqgan", n_embed=64, seed=seed)
@@ -491,16 +408,12 @@ def write_tiny_release_set(root: str | Path, *, seed: int = 0) -> TinyReleaseSet
     return TinyReleaseSet(weights=weights, tokenizer=tokenizer, vqgan=vqgan, clip=clip)
 
 
-# ---- Chameleon / Anole and Emu3 ---------------------------------------------------------------
+# ---- Chameleon / Anole, Emu3 and Janus-Pro: _save_family fed each family's parts -------------
 
 
 def save_tiny_anole(
-    folder: str | Path,
-    *,
-    num_codes: int = ANOLE_TINY_CODES,
-    seed: int = 0,
-    init_std: float = 0.5,
-    with_vqgan: bool = True,
+    folder: str | Path, *, num_codes: int = ANOLE_TINY_CODES, seed: int = 0,
+    init_std: float = 0.5, with_vqgan: bool = True,
 ) -> Path:
     """Write a tiny random Chameleon / Anole checkpoint to ``folder`` and return it.
 
@@ -514,28 +427,21 @@ def save_tiny_anole(
     vqgan.ckpt, where Meta's and GAIR's releases keep it)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
-    folder = _new_folder(folder)
     vocabulary_map = tiny_vocabulary_map(num_codes)
+    vq_config = {  # resolution 16: images of 8 x 8 codes (vq_latent_side), 64 image tokens
+        "embed_dim": 5, "num_embeddings": num_codes, "latent_channels": 5, "in_channels": 3,
+        "base_channels": 32, "channel_multiplier": [1, 2], "resolution": 16,
+    }
     config = ChameleonConfig(
-        vocab_size=len(vocabulary_map),
-        **TEST_CONFIG_DIMS,
-        max_position_embeddings=2048,
-        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS),
-        vocabulary_map=vocabulary_map,
-        vq_config={
-            "embed_dim": 5,
-            "num_embeddings": num_codes,
-            "latent_channels": 5,
-            "in_channels": 3,
-            "base_channels": 32,
-            "channel_multiplier": [1, 2],
-            "resolution": 16,  # images of 8 x 8 codes (vq_latent_side): 64 image tokens
-        },
+        vocab_size=len(vocabulary_map), **TEST_CONFIG_DIMS, max_position_embeddings=2048,
+        **_token_ids(vocabulary_map, **CHAMELEON_SPECIALS), vocabulary_map=vocabulary_map,
+        vq_config=vq_config,
     )
-    rows = ("model.embed_tokens.weight", "lm_head.weight")
-    stds = dict.fromkeys(rows, init_std)
-    _save_stock(folder, ChameleonForConditionalGeneration, config, stds, seed)
-    write_tiny_tokenizer(folder, vocabulary_map)
+    stds = dict.fromkeys(("model.embed_tokens.weight", "lm_head.weight"), init_std)
+    folder = _save_family(
+        folder, ChameleonForConditionalGeneration, config, stds, seed,
+        lambda f: write_tiny_tokenizer(f, vocabulary_map),
+    )
     if with_vqgan:
         write_tiny_vqgan(folder / "tokenizer", n_embed=num_codes, seed=seed)
     return folder
@@ -553,11 +459,7 @@ def _emu3_vocabulary(num_codes: int) -> dict[str, int]:
 
 
 def save_tiny_emu3(
-    folder: str | Path,
-    *,
-    num_codes: int = 20,
-    image_area: int = 256,
-    seed: int = 0,
+    folder: str | Path, *, num_codes: int = 20, image_area: int = 256, seed: int = 0,
     init_std: float = 0.5,
 ) -> Path:
     """Write a tiny random Emu3 checkpoint to ``folder`` and return it.
@@ -568,66 +470,39 @@ def save_tiny_emu3(
     ``tokenizer.json`` over Emu3's token names, and ``processor_config.json`` setting
     ``image_area`` (the default 256 pixels gives 4 x 4 latent codes, 20 image tokens: a fast
     image; the release's processor uses its default 518400)."""
-    from transformers import (
-        Emu3Config,
-        Emu3ForConditionalGeneration,
-        Emu3ImageProcessor,
-        Emu3TextConfig,
-        GenerationConfig,
-    )
+    from transformers import Emu3Config, Emu3ForConditionalGeneration, Emu3ImageProcessor
+    from transformers import Emu3TextConfig, GenerationConfig
 
-    folder = _new_folder(folder)
     vocabulary_map = _emu3_vocabulary(num_codes)
+    specials = _token_ids(vocabulary_map, **EMU3_SPECIALS)
     text_config = Emu3TextConfig(
-        vocab_size=len(vocabulary_map),
-        **TEST_CONFIG_DIMS,
-        max_position_embeddings=512,
-        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
+        vocab_size=len(vocabulary_map), **TEST_CONFIG_DIMS, max_position_embeddings=512,
+        **specials,
     )
-    vq_config = {
-        "codebook_size": num_codes,
-        "temporal_downsample_factor": 1,
-        "base_channels": 32,
-        "channel_multiplier": [1, 2, 1],
-        "hidden_size": 32,
-        "attn_resolutions": [],
-    }
+    vq_config = {"codebook_size": num_codes, "temporal_downsample_factor": 1,
+                 "base_channels": 32, "channel_multiplier": [1, 2, 1], "hidden_size": 32,
+                 "attn_resolutions": []}
     config = Emu3Config(text_config=text_config, vq_config=vq_config, vocabulary_map=vocabulary_map)
-    rows = ("model.text_model.embed_tokens.weight", "lm_head.weight")
-    stds = dict.fromkeys(rows, init_std)
-    _save_stock(folder, Emu3ForConditionalGeneration, config, stds, seed)
-    GenerationConfig(
-        **_token_ids(vocabulary_map, **EMU3_SPECIALS),
-        do_sample=True,
-        guidance_scale=3.0,
-        top_k=4,
-        temperature=1.0,
-    ).save_pretrained(folder)
-    Emu3ImageProcessor().save_pretrained(folder)
+    stds = dict.fromkeys(("model.text_model.embed_tokens.weight", "lm_head.weight"), init_std)
     tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast"}
     tokenizer_config.update({f"{r}_token": EMU3_SPECIALS[r] for r in ("bos", "eos", "pad")})
-    write_byte_tokenizer(folder, vocabulary_map, tokenizer_config)
+    folder = _save_family(
+        folder, Emu3ForConditionalGeneration, config, stds, seed,
+        lambda f: write_byte_tokenizer(f, vocabulary_map, tokenizer_config),
+    )
+    GenerationConfig(
+        **specials, do_sample=True, guidance_scale=3.0, top_k=4, temperature=1.0
+    ).save_pretrained(folder)
+    Emu3ImageProcessor().save_pretrained(folder)
     (folder / "processor_config.json").write_text(json.dumps({"image_area": image_area}))
     return folder
-
-
-# ---- Janus-Pro --------------------------------------------------------------------------------
 
 
 def tiny_janus_vocabulary() -> dict[str, int]:
     """Text vocabulary of the tiny checkpoints: Janus-Pro's special-token names (ids 0..5), <unk>,
     then the 256 characters of the byte-level alphabet."""
-    from ..models.janus import (
-        BOI_NAME,
-        BOS_NAME,
-        EOI_NAME,
-        EOS_NAME,
-        IMAGE_PLACEHOLDER_NAME,
-        PAD_NAME,
-    )
-
-    names = [BOS_NAME, EOS_NAME, PAD_NAME, BOI_NAME, EOI_NAME, IMAGE_PLACEHOLDER_NAME, "<unk>"]
-    return _numbered(names + _byte_alphabet())
+    names = [janus.BOS_NAME, janus.EOS_NAME, janus.PAD_NAME, janus.BOI_NAME, janus.EOI_NAME]
+    return _numbered(names + [janus.IMAGE_PLACEHOLDER_NAME, "<unk>"] + _byte_alphabet())
 
 
 def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
@@ -635,53 +510,32 @@ def tiny_janus_config(*, num_codes: int = 64, grid: int = 4) -> Any:
     ``tiny_janus_vocabulary()``."""
     from transformers import JanusConfig
 
-    from ..models.janus import BOS_NAME, EOS_NAME, IMAGE_PLACEHOLDER_NAME, PAD_NAME
-
     vocab = tiny_janus_vocabulary()
     hidden, patch = 32, 5
+    specials = _token_ids(vocab, pad=janus.PAD_NAME, bos=janus.BOS_NAME, eos=janus.EOS_NAME)
+    text_config = {
+        "model_type": "llama", "vocab_size": len(vocab), "hidden_size": hidden,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
+        "hidden_act": "gelu", "max_position_embeddings": 512, **specials,
+    }
+    vision_config = {
+        "image_size": grid * patch, "patch_size": patch, "num_image_tokens": grid * grid,
+        "hidden_size": hidden, "projection_dim": hidden, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "mlp_ratio": 2,
+    }
+    vq_config = {
+        "embed_dim": 12, "num_embeddings": num_codes, "latent_channels": 12, "base_channels": 32,
+        "channel_multiplier": [1, 1], "projection_dim": hidden, "image_token_embed_dim": hidden,
+    }
     return JanusConfig(
-        text_config={
-            "model_type": "llama",
-            "vocab_size": len(vocab),
-            "hidden_size": hidden,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "intermediate_size": 37,
-            "hidden_act": "gelu",
-            "max_position_embeddings": 512,
-            **_token_ids(vocab, pad=PAD_NAME, bos=BOS_NAME, eos=EOS_NAME),
-        },
-        vision_config={
-            "image_size": grid * patch,
-            "patch_size": patch,
-            "num_image_tokens": grid * grid,
-            "hidden_size": hidden,
-            "projection_dim": hidden,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "mlp_ratio": 2,
-        },
-        vq_config={
-            "embed_dim": 12,
-            "num_embeddings": num_codes,
-            "latent_channels": 12,
-            "base_channels": 32,
-            "channel_multiplier": [1, 1],
-            "projection_dim": hidden,
-            "image_token_embed_dim": hidden,
-        },
-        image_token_id=vocab[IMAGE_PLACEHOLDER_NAME],
+        text_config=text_config, vision_config=vision_config, vq_config=vq_config,
+        image_token_id=vocab[janus.IMAGE_PLACEHOLDER_NAME],
     )
 
 
 def save_tiny_janus(
-    folder: str | Path,
-    *,
-    num_codes: int = 64,
-    grid: int = 4,
-    seed: int = 0,
-    head_std: float = 0.5,
-    generation: dict[str, Any] | None = None,
+    folder: str | Path, *, num_codes: int = 64, grid: int = 4, seed: int = 0,
+    head_std: float = 0.5, generation: dict[str, Any] | None = None,
 ) -> Path:
     """Write a random tiny Janus checkpoint in the release layout to ``folder`` and return it:
     ``config.json`` + ``model.safetensors`` (``save_pretrained`` of a stock
@@ -694,21 +548,17 @@ def save_tiny_janus(
     N(0, head_std^2); ``generation``: extra generation-config fields (e.g. top_k)."""
     from transformers import GenerationConfig, JanusForConditionalGeneration
 
-    from ..models.janus import BOI_NAME, BOS_NAME, EOS_NAME, PAD_NAME, STOCK_GUIDANCE_SCALE
-
-    folder = _new_folder(folder)
     vocab = tiny_janus_vocabulary()
-    config = tiny_janus_config(num_codes=num_codes, grid=grid)
-    stds = {"model.generation_head.vision_head.weight": head_std}
-    stds["model.generation_embeddings.weight"] = 1.0
+    stds = {"model.generation_head.vision_head.weight": head_std,
+            "model.generation_embeddings.weight": 1.0}
     generation_config = GenerationConfig(
-        **_token_ids(vocab, bos=BOS_NAME, eos=EOS_NAME, pad=PAD_NAME),
-        guidance_scale=STOCK_GUIDANCE_SCALE,
-        generation_kwargs={"boi_token_id": vocab[BOI_NAME]},
-        **(generation or {}),
+        **_token_ids(vocab, **JANUS_SPECIALS), guidance_scale=janus.STOCK_GUIDANCE_SCALE,
+        generation_kwargs={"boi_token_id": vocab[janus.BOI_NAME]}, **(generation or {}),
     )
-    _save_stock(folder, JanusForConditionalGeneration, config, stds, seed, generation_config)
-    tokenizer_config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": BOS_NAME}
-    tokenizer_config["pad_token"] = PAD_NAME
-    write_byte_tokenizer(folder, vocab, tokenizer_config, unk_token="<unk>")
-    return folder
+    tokenizer_config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": janus.BOS_NAME,
+                        "pad_token": janus.PAD_NAME}
+    return _save_family(
+        folder, JanusForConditionalGeneration, tiny_janus_config(num_codes=num_codes, grid=grid),
+        stds, seed, lambda f: write_byte_tokenizer(f, vocab, tokenizer_config, unk_token="<unk>"),
+        generation_config,
+    )

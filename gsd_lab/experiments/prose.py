@@ -18,9 +18,12 @@ from __future__ import annotations
 import ast
 import json
 import math
+import operator
 import re
 from pathlib import Path
 from typing import Any, Callable
+
+from .verdicts import minimum_detectable, paired_difference, word
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "figures" / "results.json"
@@ -39,26 +42,6 @@ def _row(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
     return found[0]
 
 
-def _paired(a: dict[str, Any], b: dict[str, Any], key: str):
-    from .verdicts import paired_difference
-
-    return paired_difference(a, b, key)
-
-
-def _detectable(se: float) -> float:
-    """``verdicts.minimum_detectable``: (NOISE_Z + z_power) x se at ``verdicts.POWER``."""
-    from .verdicts import minimum_detectable
-
-    return minimum_detectable(se)
-
-
-def _word(outcome: str) -> str:
-    """``verdicts.word``: a verdict's key as it reads ("noise": "no difference detected")."""
-    from .verdicts import word
-
-    return word(outcome)
-
-
 def _load(path: str) -> Any:
     """A committed JSON output (``.json``), or a JSON-lines log (``.jsonl``: the list of its
     records, e.g. ``load("...train_log.jsonl")[-1]``, its last record)."""
@@ -71,13 +54,16 @@ def _load(path: str) -> Any:
     return json.loads(text)
 
 
-FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": _paired,
-             "detectable": _detectable, "word": _word, "load": _load, "abs": abs, "min": min,
-             "max": max, "len": len, "sqrt": math.sqrt}
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-        ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
-_COMPARISONS = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
-                ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+# ``paired``: verdicts.paired_difference; ``detectable``: verdicts.minimum_detectable,
+# (NOISE_Z + z_power) x se at verdicts.POWER; ``word``: a verdict's key as it reads ("noise":
+# "no difference detected").
+FUNCTIONS = {"row": _row, "short": lambda commit: commit[:7], "paired": paired_difference,
+             "detectable": minimum_detectable, "word": word, "load": _load, "abs": abs,
+             "min": min, "max": max, "len": len, "sqrt": math.sqrt}
+# The operators a value span may use, by their ast node: unary, binary and comparison.
+_OPS = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Add: operator.add,
+        ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
 def _refused(node: ast.AST, expr: str) -> ValueError:
@@ -85,6 +71,13 @@ def _refused(node: ast.AST, expr: str) -> ValueError:
 
 
 Ev = Callable[[ast.AST], Any]
+
+
+def _op(op: ast.AST, node: ast.AST, expr: str) -> Callable[..., Any]:
+    """The function of operator ``op`` (of ``node``) from ``_OPS``; refused if not there."""
+    if type(op) not in _OPS:
+        raise _refused(node, expr)
+    return _OPS[type(op)]
 
 
 def _constant(node: ast.Constant, ev: Ev, names: dict[str, Any], expr: str) -> Any:
@@ -108,23 +101,10 @@ def _attribute(node: ast.Attribute, ev: Ev, names: dict[str, Any], expr: str) ->
     return getattr(base, node.attr)
 
 
-def _unary(node: ast.UnaryOp, ev: Ev, names: dict[str, Any], expr: str) -> Any:
-    if not isinstance(node.op, (ast.USub, ast.UAdd)):
-        raise _refused(node, expr)
-    value = ev(node.operand)
-    return -value if isinstance(node.op, ast.USub) else value
-
-
-def _binary(node: ast.BinOp, ev: Ev, names: dict[str, Any], expr: str) -> Any:
-    if type(node.op) not in _OPS:
-        raise _refused(node, expr)
-    return _OPS[type(node.op)](ev(node.left), ev(node.right))
-
-
 def _compare(node: ast.Compare, ev: Ev, names: dict[str, Any], expr: str) -> Any:
-    if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARISONS:
+    if len(node.ops) != 1:
         raise _refused(node, expr)
-    return _COMPARISONS[type(node.ops[0])](ev(node.left), ev(node.comparators[0]))
+    return _op(node.ops[0], node, expr)(ev(node.left), ev(node.comparators[0]))
 
 
 def _call(node: ast.Call, ev: Ev, names: dict[str, Any], expr: str) -> Any:
@@ -141,8 +121,8 @@ _NODES: dict[type, Callable[[Any, Ev, dict[str, Any], str], Any]] = {
     ast.Name: _name,
     ast.Attribute: _attribute,
     ast.Subscript: lambda node, ev, names, expr: ev(node.value)[ev(node.slice)],
-    ast.UnaryOp: _unary,
-    ast.BinOp: _binary,
+    ast.UnaryOp: lambda node, ev, names, expr: _op(node.op, node, expr)(ev(node.operand)),
+    ast.BinOp: lambda node, ev, n, expr: _op(node.op, node, expr)(ev(node.left), ev(node.right)),
     ast.Compare: _compare,
     ast.Call: _call,
 }

@@ -7,8 +7,9 @@ and the tokenizer's tiles to turn 196 codes into a 28 x 28 image (grey, in three
 Prompts are the digits "0" .. "9" (or their indices).
 
 Defaults: cfg_scale 3.0 (the stand-in's), no top-k (1024 codes: the whole law is sampled),
-temperature 1.0 (the stand-in's); no CFG scale or top-k of ``benchmarks/digits_sampling.py``'s
-sweep reaches the digits' accuracy target (docs/standin.md), so none replaces them.
+temperature 1.0 (the stand-in's); no CFG scale or top-k of
+``benchmarks/archive/digits_sampling.py``'s sweep reaches the digits' accuracy target
+(docs/standin.md), so none replaces them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/digits_sampling.py and archive/digits_diagnosis.py: their stored outputs agree
+"""benchmarks/archive/digits_sampling.py and digits_diagnosis.py: their stored outputs agree
 with each other and with the training's record, the diagnosis's log-likelihood is the training's
 teacher-forced NLL, and the sweep refuses confirmation seeds that overlap the selection's."""
 
@@ -75,7 +75,7 @@ def test_code_logp_is_the_log_softmax_over_image_codes():
 
 def test_sweep_refuses_overlapping_confirmation_seeds():
     with pytest.raises(ValueError, match="overlap"):
-        benchmark("digits_sampling").main(["--seeds", "7", "--confirm-seeds", "7", "8"])
+        benchmark("archive/digits_sampling").main(["--seeds", "7", "--confirm-seeds", "7", "8"])
 
 
 def test_sweep_compares_its_confirmation_with_the_adapters_defaults_on_the_same_seeds():

@@ -10,7 +10,8 @@ these seeds is the selected maximum, biased upwards, so the selected setting is 
 fresh seeds (``--confirm-seeds``, disjoint from the selection's): the number to report, beside
 the adapter's defaults on the same seeds.
 
-    nice -n 5 python benchmarks/digits_sampling.py  # --out benchmarks/results/digits_sampling
+    nice -n 5 python benchmarks/archive/digits_sampling.py
+    # default --out benchmarks/results/digits_sampling
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEEP = ("cfg_scale", "top_k", "seeds", "per_class_per_seed", "images", "accuracy",
         "logp_prompted_mean", "kid_vs_heldout", "share_top1_below_5pct", "accuracy_per_digit")
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     defaults, _, _ = generation_statistics(
         args.weights, args.per_class, tuple(args.confirm_seeds), DEFAULT_CFG_SCALE, DEFAULT_TOP_K)
     result = {
-        "command": " ".join(["python benchmarks/digits_sampling.py",
+        "command": " ".join(["python benchmarks/archive/digits_sampling.py",
                              *(sys.argv[1:] if argv is None else argv)]),
         "selection_rule": "largest accuracy on the selection seeds",
         "settings": rows,

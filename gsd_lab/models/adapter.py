@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -138,6 +138,32 @@ def cache_kwarg(module: torch.nn.Module) -> str:
         f"{type(module).__name__}.forward takes no KV cache (no 'cache' or 'past_key_values' "
         "argument); decoding needs a causal LM with a KV cache"
     )
+
+
+def check_crop(length: Any, prompt_len: int, seq_len: int) -> None:
+    """Refuse a crop ``length`` unless it is an int in [P, seq_len] (``crop`` of the adapter and
+    of every runner)."""
+    if not isinstance(length, int) or not prompt_len <= length <= seq_len:
+        raise ValueError(
+            f"crop length must be an int in [prompt_len={prompt_len}, seq_len={seq_len}], "
+            f"got {length!r}"
+        )
+
+
+def timed(
+    device: torch.device, run: Callable[[], Any], no_grad: Callable[[], Any] = torch.inference_mode
+) -> tuple[Any, float]:
+    """``run()`` under ``no_grad()`` and its seconds (perf_counter; CUDA-synchronised before and
+    after on a GPU): one forward of the adapter or of a batch runner."""
+    sync = device.type == "cuda"
+    if sync:
+        torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    with no_grad():
+        out = run()
+    if sync:
+        torch.cuda.synchronize(device)
+    return out, time.perf_counter() - began
 
 
 class CausalLMAdapter:
@@ -377,11 +403,7 @@ class CausalLMAdapter:
         """Keep the first ``length`` logical positions in the cache (both CFG rows).
 
         P <= length <= seq_len."""
-        if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
-            raise ValueError(
-                f"crop length must be an int in [prompt_len={self.prompt_len}, "
-                f"seq_len={self._seq_len}], got {length!r}"
-            )
+        check_crop(length, self.prompt_len, self._seq_len)
         removed = self._seq_len - length
         if removed == 0:
             return
@@ -455,15 +477,10 @@ class CausalLMAdapter:
         (CUDA-synchronised), counted in ``num_forwards``; ValueError unless the cache grew by
         the batch's width W (batch_ids [B, W])."""
         cache_before, width = self._cache_length(), batch_ids.shape[1]
-        sync = self.device.type == "cuda"
-        if sync:
-            torch.cuda.synchronize(self.device)
-        start = time.perf_counter()
-        with torch.inference_mode():
-            logits = self.compute_logits(batch_ids, mask, positions, num_rows)
-        if sync:
-            torch.cuda.synchronize(self.device)
-        self.model_seconds += time.perf_counter() - start
+        logits, seconds = timed(
+            self.device, lambda: self.compute_logits(batch_ids, mask, positions, num_rows)
+        )
+        self.model_seconds += seconds
         self.num_forwards += 1
         if self._cache_length() != cache_before + width:
             raise ValueError(

@@ -18,14 +18,13 @@ the batched arithmetic may differ in the last bit, and the costs: docs/runtimes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .adapter import CausalLMAdapter
+from .adapter import CausalLMAdapter, check_crop, timed
 
 CPU_BATCH_SIZE = 8
 CUDA_BATCH_SIZE = 8
@@ -112,11 +111,7 @@ class ImageSequence:
     def crop(self, length: int) -> None:
         """Keep the first ``length`` logical positions (P <= length <= seq_len), as
         ``CausalLMAdapter.crop``; the cache follows before the next forward."""
-        if not isinstance(length, int) or not self.prompt_len <= length <= self._seq_len:
-            raise ValueError(
-                f"crop length must be an int in [prompt_len={self.prompt_len}, "
-                f"seq_len={self._seq_len}], got {length!r}"
-            )
+        check_crop(length, self.prompt_len, self._seq_len)
         removed = self._seq_len - length
         for row in self.rows:
             row.held -= removed
@@ -285,16 +280,12 @@ class BatchRunner:
         if lends_lengths:
             lengths = [row.prompt.numel() for row in rows]
             adapter.row_prompt_lengths = torch.tensor(lengths, device=self.device)
-        sync = self.device.type == "cuda"
         try:
-            if sync:
-                torch.cuda.synchronize(self.device)
-            began = time.perf_counter()
-            with torch.inference_mode():
-                logits = adapter.compute_logits(batch, mask, positions, width - first_column)
-            if sync:
-                torch.cuda.synchronize(self.device)
-            self.model_seconds += time.perf_counter() - began
+            kept = width - first_column
+            logits, seconds = timed(
+                self.device, lambda: adapter.compute_logits(batch, mask, positions, kept)
+            )
+            self.model_seconds += seconds
         finally:
             adapter.cache = saved
             if lends_lengths:

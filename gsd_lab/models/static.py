@@ -17,13 +17,13 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from ..engine.ranking import top_k_support, top_k_support_width
-from .adapter import CausalLMAdapter, forced_support
+from .adapter import CausalLMAdapter, check_crop, forced_support
 
 CAPTURES = ("auto", "none", "graph", "compile")
 _COMPILED_FRAMES = [0]  # (width, L) frames compiled in this process, by every engine
@@ -76,6 +76,34 @@ def static_settings(
     if kinds != {"full_attention"} or getattr(text, "sliding_window", None):
         raise ValueError(f"{what} needs full attention in every layer, got {sorted(kinds)}")
     return capture, attention, text
+
+
+def attended_length(capacity: int, step: int | None, filled: int) -> int:
+    """The slots L attention reads: ``filled`` rounded up to a multiple of ``step``, at most the
+    ``capacity`` C (step None: all C)."""
+    return min(capacity, capacity if step is None else -(-filled // step) * step)
+
+
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean attention mask as eager attention's additive one: 0 where attended, the
+    dtype's smallest value elsewhere."""
+    return torch.zeros((), dtype=dtype, device=mask.device).where(mask, torch.finfo(dtype).min)
+
+
+def record_graph(device: torch.device, run: Callable[[], Any]) -> tuple[Any, Any]:
+    """Three warm-up calls of ``run`` on a side stream (lazy library set-up), then ``run``
+    recorded as a CUDA graph (which runs nothing): (graph, its outputs)."""
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            run()
+    current.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        outputs = run()
+    return graph, outputs
 
 
 @functools.lru_cache(maxsize=None)
@@ -297,11 +325,7 @@ class StaticEngine:
     def crop(self, length: int) -> None:
         """Keep the first ``length`` logical positions (P <= length <= seq_len): the next forward
         writes from there."""
-        if not isinstance(length, int) or not self.prompt_len <= length <= self.seq_len:
-            raise ValueError(
-                f"crop length must be an int in [prompt_len={self.prompt_len}, "
-                f"seq_len={self.seq_len}], got {length!r}"
-            )
+        check_crop(length, self.prompt_len, self.seq_len)
         self._slots = length + self._padding
 
     @property
@@ -345,10 +369,7 @@ class StaticEngine:
             )
         adapter.cache = self._cache
         self._start.fill_(self._slots)
-        step = self._length_step
-        filled = self._slots + span
-        bucket = self.capacity if step is None else -(-filled // step) * step
-        self._length[0] = min(self.capacity, bucket)
+        self._length[0] = attended_length(self.capacity, self._length_step, self._slots + span)
         if width is not None:
             self._fill_window(input_ids, width, batch)
         timer = self._begin()
@@ -402,10 +423,7 @@ class StaticEngine:
         causal = self._slot_ids[:length].unsqueeze(0) <= slots.unsqueeze(1)  # [T, L]
         mask = (self._key_ok[:, :length].unsqueeze(1) & causal.unsqueeze(0)).unsqueeze(1)  # B,1,T,L
         if self._additive_mask:
-            dtype = self._layout[2]
-            mask = torch.zeros((), dtype=dtype, device=ids.device).where(
-                mask, torch.finfo(dtype).min
-            )
+            mask = additive_mask(mask, self._layout[2])
         logits = adapter.compute_logits(ids, mask, positions, num_rows)
         return logits, slots[T - num_rows :] + self._generated_offset
 
@@ -483,17 +501,8 @@ class StaticEngine:
                     self._run(width)
             self._save_compile_cache()
         else:
-            current = torch.cuda.current_stream(self.device)
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(current)
-            with torch.cuda.stream(side), torch.no_grad():
-                for _ in range(3):
-                    self._captured(buffer, width)
-            current.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), torch.no_grad():
-                outputs = self._captured(buffer, width)
-            self._graphs[(width, self._length[0])] = (graph, outputs)
+            graph = record_graph(self.device, lambda: self._captured(buffer, width))
+            self._graphs[(width, self._length[0])] = graph
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .adapter import CausalLMAdapter
+from .adapter import CausalLMAdapter, timed
 from .batched import BatchRunner, ImageSequence
-from .static import int_at_least, static_settings
+from .static import additive_mask, attended_length, int_at_least, record_graph, static_settings
 
 CAPTURES = ("auto", "none", "graph")
 
@@ -191,10 +191,7 @@ class StaticBatchRunner(BatchRunner):
                 f"the static batch cache holds {self.capacity} slots per row; this forward "
                 f"needs {filled}"
             )
-        step = self._length_step
-        self._attended[0] = min(
-            self.capacity, self.capacity if step is None else -(-filled // step) * step
-        )
+        self._attended[0] = attended_length(self.capacity, self._length_step, filled)
         start = torch.zeros(R, dtype=torch.long)
         block = torch.zeros(R, width, dtype=torch.long, device=device)
         for r, ids, count, n in zip(physical, inputs, counts, held):
@@ -207,26 +204,17 @@ class StaticBatchRunner(BatchRunner):
         self.last_key = key if fixed else None
         adapter = self.adapter
         saved, adapter.cache = adapter.cache, self.cache
-        sync = device.type == "cuda"
         try:
             if fixed:
                 buffer = self._input_buffer(R, width)
                 buffer.copy_(block)
                 if self.capture == "graph" and key not in self._graphs:
                     self._record(key, buffer)
-            if sync:
-                torch.cuda.synchronize(device)
-            began = time.perf_counter()
-            with torch.no_grad():
-                if fixed and self.capture == "graph":
-                    graph, outputs = self._graphs[key]
-                    graph.replay()
-                    logits = outputs.clone()
-                else:
-                    logits = self._model(buffer if fixed else block)
-            if sync:
-                torch.cuda.synchronize(device)
-            self.model_seconds += time.perf_counter() - began
+            logits, seconds = timed(
+                device, lambda: self._forward(key if fixed else None, buffer if fixed else block),
+                torch.no_grad,
+            )
+            self.model_seconds += seconds
         finally:
             adapter.cache = saved
         self.num_forwards += 1
@@ -237,6 +225,15 @@ class StaticBatchRunner(BatchRunner):
         index = torch.tensor(physical, device=device)
         return logits.index_select(0, index)[:, first_column:], first_column
 
+    def _forward(self, key: tuple[int, int, int] | None, ids: Tensor) -> Tensor:
+        """The block's logits: the graph of ``key`` replayed (its outputs copied) when one is
+        recorded, else the model on ``ids`` eagerly."""
+        if key is not None and self.capture == "graph":
+            graph, outputs = self._graphs[key]
+            graph.replay()
+            return outputs.clone()
+        return self._model(ids)
+
     def _model(self, ids: Tensor) -> Tensor:
         """Logits [R, T, V] of ``ids`` [R, T] written at the rows' ``start`` slots."""
         R, T = ids.shape
@@ -244,10 +241,7 @@ class StaticBatchRunner(BatchRunner):
         L = self._attended[0]
         mask = (self._slot_ids[:L].view(1, 1, L) <= slots.unsqueeze(2)).unsqueeze(1)  # R,1,T,L
         if self._additive:
-            dtype = self.adapter.compute_dtype
-            mask = torch.zeros((), dtype=dtype, device=ids.device).where(
-                mask, torch.finfo(dtype).min
-            )
+            mask = additive_mask(mask, self.adapter.compute_dtype)
         return self.adapter.compute_logits(ids, mask, slots, T)
 
     def _input_buffer(self, rows: int, width: int) -> Tensor:
@@ -260,16 +254,6 @@ class StaticBatchRunner(BatchRunner):
         """Record the model part of the forward ``key`` as a CUDA graph (warm-up runs on a side
         stream first; each writes only the slots this forward writes, with the same values)."""
         begin = time.perf_counter()
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(3):
-                self._model(buffer)
-        current.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.no_grad():
-            outputs = self._model(buffer)
-        self._graphs[key] = (graph, outputs)
+        self._graphs[key] = record_graph(self.device, lambda: self._model(buffer))
         torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin

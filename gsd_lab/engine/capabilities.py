@@ -16,13 +16,16 @@ capabilities, one generic function each, dispatched on the rule's class
 
 The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
 ``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
-module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded with that package.
+module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded with that package:
+``FAMILY_MODULES``, imported by name on the first dispatch that reaches a generic path, so the
+engine alone (``from gsd_lab.engine import verify``) takes the families' fast paths too.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import fields, replace
-from functools import singledispatch
 from typing import Any, Callable
 
 from torch import Tensor
@@ -33,11 +36,41 @@ from .ranking import SupportSize
 
 Masses = tuple[Tensor, Tensor]  # (P, Q) [..., T]: p(C(x)) and q(C(x)) of tokens x
 
+# The modules whose import registers the rule families' capabilities (the layer above the
+# engine, named, not imported: ``load_families``).
+FAMILY_MODULES = ("gsd_lab.rules",)
+_FAMILIES_LOADED = [False]
+
+
+def load_families() -> bool:
+    """Import ``FAMILY_MODULES`` once (their registrations); True on the call that did."""
+    if _FAMILIES_LOADED[0]:
+        return False
+    _FAMILIES_LOADED[0] = True
+    for name in FAMILY_MODULES:
+        importlib.import_module(name)
+    return True
+
+
+def dispatch(generic: Callable[..., Any]) -> Any:
+    """``functools.singledispatch`` on ``generic`` whose generic path first loads the families
+    (``load_families``, once) and then dispatches again: a family's registration answers even
+    where nothing imported its module before the first call."""
+
+    @functools.wraps(generic)
+    def first(*args: Any, **kwargs: Any) -> Any:
+        if load_families():
+            return function(*args, **kwargs)
+        return generic(*args, **kwargs)
+
+    function = functools.singledispatch(first)
+    return function
+
 
 # --- Amplify's scaling ---------------------------------------------------------------------------
 
 
-@singledispatch
+@dispatch
 def unscaled(rule: object) -> object:
     """The rule under any ``Amplify`` (GSD's clusters of an amplified method)."""
     return rule
@@ -49,7 +82,7 @@ unscaled.register(Amplify, lambda rule: unscaled(rule.rule))
 # --- verify's window -----------------------------------------------------------------------------
 
 
-@singledispatch
+@dispatch
 def uses_support(rule: object) -> bool:
     """Whether ``engine.verify(..., rule, support=ids)`` uses the ids (and may read a support
     size in its one host sync); other rules ignore them."""
@@ -59,7 +92,7 @@ def uses_support(rule: object) -> bool:
 uses_support.register(Amplify, lambda rule: uses_support(rule.rule))
 
 
-@singledispatch
+@dispatch
 def window_masses(
     rule: Any, p: Tensor, q: Tensor, drafts: Tensor, support: Tensor | SupportSize | None
 ) -> Masses:
@@ -78,15 +111,10 @@ def _(rule: Amplify, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Mass
 # --- a(x) on the support of q (the exact accounting) ---------------------------------------------
 
 
-@singledispatch
+@dispatch
 def support_masses(
-    rule: Any,
-    p: Tensor,
-    q: Tensor,
-    tokens: Tensor,
-    *,
-    adjacency: Tensor | None = None,
-    chunk_elements: int = 1 << 24,
+    rule: Any, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Tensor | None = None,
+    chunk_elements: int = 1 << 24
 ) -> Masses:
     """(P, Q) [N, T] of tokens [N, T] against rows p, q [N, V], bit for bit the rule's own
     ``masses``, at most ``chunk_elements`` gathered entries at a time where the rule gathers
@@ -114,7 +142,7 @@ def _(rule: Amplify, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Any = N
     return rule.scale * credited, charged
 
 
-@singledispatch
+@dispatch
 def member_slots(rule: object, vocab: int) -> int | None:
     """M, the members gathered per token (``support_masses``): a rule with M has its one-step
     law computed on the support of q (``accounting.distortion.support_output_laws``); None: by
@@ -125,7 +153,7 @@ def member_slots(rule: object, vocab: int) -> int | None:
 member_slots.register(Amplify, lambda rule, vocab: member_slots(rule.rule, vocab))
 
 
-@singledispatch
+@dispatch
 def embedding_filter(rule: object) -> tuple[Tensor, float] | None:
     """(embeddings [V', D], d): the rule keeps y in C(x) only where ||e_y - e_x||^2 <= d, read by
     the accounting from a one-off [V, V] table (``accounting.distortion.embedding_adjacency``,
@@ -136,7 +164,7 @@ def embedding_filter(rule: object) -> tuple[Tensor, float] | None:
 embedding_filter.register(Amplify, lambda rule: embedding_filter(rule.rule))
 
 
-@singledispatch
+@dispatch
 def direct_tv(rule: object, p: Tensor, q: Tensor) -> Tensor | None:
     """TV(out_i, p_i) [N] for rows p, q [N, V] float64 without the law out_i, where a rule has an
     identity for it (LANTERN: ``rules.lantern.lantern_distortion``); None: TV of the law.
@@ -159,7 +187,7 @@ def rows_of(rule: object, index: slice | list[int]) -> object:
     return _registered_rows(rule, index)
 
 
-@singledispatch
+@dispatch
 def _registered_rows(rule: object, index: slice | list[int]) -> object:
     held = sorted(
         name
@@ -208,7 +236,7 @@ def _(rule: Amplify, index: slice | list[int]) -> Amplify:
 # --- residuals and couplings ---------------------------------------------------------------------
 
 
-@singledispatch
+@dispatch
 def cluster_residual(rule: object) -> object:
     """The rule with the cluster-exact residual (proofs/05): a partition's clusters; SD's
     singletons keep the token residual, which is the same. Refused for any other rule."""
@@ -224,7 +252,7 @@ cluster_residual.register(SD, lambda rule: rule)
 LabelsOf = Callable[[Tensor], "Tensor | None"]
 
 
-@singledispatch
+@dispatch
 def coupling(rule: object) -> LabelsOf | None:
     """Where the rule's own randomness couples the emitted token with a Y ~ p
     (``accounting.transport``'s substitution cost): a function of the target rows p [..., V]

@@ -160,3 +160,24 @@ def test_no_import_cycle_between_the_weight_checks_nor_back_from_the_engine():
     engine = {name for name in modules if name.startswith("gsd_lab.engine")}
     for name in engine:  # the capabilities' layer imports nothing above it
         assert not {m for m in graph[name] if not m.startswith("gsd_lab.engine")}, name
+
+
+def test_the_engine_alone_takes_the_families_fast_paths_on_first_dispatch():
+    # A fresh process importing only the engine: the first verify of dynamic clusters ranked by
+    # p loads gsd_lab.rules and runs its registered window (SupportRanking), not rule.masses.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from gsd_core import DynamicClusters; "
+        "from gsd_lab.engine import verify; from gsd_lab.engine import capabilities as c; "
+        "assert 'gsd_lab.rules' not in sys.modules; "
+        "g = torch.Generator().manual_seed(0); "
+        "p, q = torch.rand(2, 4, 8, generator=g, dtype=torch.float64).softmax(-1); "
+        "verify(p, q[:3], torch.tensor([1, 2, 3]), DynamicClusters(3), generator=g); "
+        "print('gsd_lab.rules' in sys.modules, "
+        "c.window_masses.dispatch(DynamicClusters) is not c.window_masses.dispatch(object))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120, cwd=ROOT)
+    assert out.stdout.split() == ["True", "True"]

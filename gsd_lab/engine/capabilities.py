@@ -16,9 +16,7 @@ capabilities, one generic function each, dispatched on the rule's class
 
 The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
 ``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
-module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded with that package:
-``FAMILY_MODULES``, imported by name on the first dispatch that reaches a generic path, so the
-engine alone (``from gsd_lab.engine import verify``) takes the families' fast paths too.
+module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded on first dispatch.
 """
 
 from __future__ import annotations

@@ -42,15 +42,11 @@ PUBLIC = {  # name: the module that defines it
     "verify": "gsd_lab.engine",
 }
 __all__ = sorted(PUBLIC)
-# Loaded before a name's module: the rule families' engine fast paths register on import.
-PRELOAD = {"verify": "gsd_lab.rules"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in PUBLIC:
         raise AttributeError(f"module 'gsd_lab' has no attribute {name!r}")
-    if name in PRELOAD:
-        importlib.import_module(PRELOAD[name])
     return getattr(importlib.import_module(PUBLIC[name]), name)
 
 

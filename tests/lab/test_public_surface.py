@@ -34,8 +34,11 @@ def test_import_gsd_lab_loads_no_torch():
 
 def test_the_lazy_verify_takes_the_rules_fast_paths():
     code = (
-        "import gsd_lab; from gsd_core import DynamicClusters; "
-        "from gsd_lab.engine.capabilities import window_masses; gsd_lab.verify; "
+        "import gsd_lab, torch; from gsd_core import DynamicClusters; "
+        "from gsd_lab.engine.capabilities import window_masses; "
+        "p = torch.full((2, 4), 0.25, dtype=torch.float64); "
+        "gsd_lab.verify(p, p[:1], torch.tensor([1]), DynamicClusters(2), "
+        "generator=torch.Generator()); "
         "print(window_masses.dispatch(DynamicClusters) is not window_masses.dispatch(object))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -111,8 +111,13 @@ def _(rule: Amplify, p: Tensor, q: Tensor, drafts: Tensor, support: Any) -> Mass
 
 @dispatch
 def support_masses(
-    rule: Any, p: Tensor, q: Tensor, tokens: Tensor, *, adjacency: Tensor | None = None,
-    chunk_elements: int = 1 << 24
+    rule: Any,
+    p: Tensor,
+    q: Tensor,
+    tokens: Tensor,
+    *,
+    adjacency: Tensor | None = None,
+    chunk_elements: int = 1 << 24,
 ) -> Masses:
     """(P, Q) [N, T] of tokens [N, T] against rows p, q [N, V], bit for bit the rule's own
     ``masses``, at most ``chunk_elements`` gathered entries at a time where the rule gathers

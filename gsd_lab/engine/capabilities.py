@@ -16,13 +16,15 @@ capabilities, one generic function each, dispatched on the rule's class
 
 The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
 ``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
-module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded on first dispatch.
+module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded at the first dispatch
+that reaches a generic path.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import threading
 from dataclasses import fields, replace
 from typing import Any, Callable
 
@@ -35,19 +37,30 @@ from .ranking import SupportSize
 Masses = tuple[Tensor, Tensor]  # (P, Q) [..., T]: p(C(x)) and q(C(x)) of tokens x
 
 # The modules whose import registers the rule families' capabilities (the layer above the
-# engine, named, not imported: ``load_families``).
+# engine, named, imported at run time: ``load_families``).
 FAMILY_MODULES = ("gsd_lab.rules",)
-_FAMILIES_LOADED = [False]
+_LOADED = threading.Event()
+_LOCK = threading.RLock()
+_IMPORTING = [False]
 
 
 def load_families() -> bool:
-    """Import ``FAMILY_MODULES`` once (their registrations); True on the call that did."""
-    if _FAMILIES_LOADED[0]:
+    """Import ``FAMILY_MODULES`` (their registrations) unless done; True when this call found
+    them unloaded and left them loaded (its caller dispatches again). A re-entry from the
+    importing thread gets False (the generic path), a thread that waited for the import True;
+    a failed import raises and is tried again on the next call."""
+    if _LOADED.is_set():
         return False
-    _FAMILIES_LOADED[0] = True
-    for name in FAMILY_MODULES:
-        importlib.import_module(name)
-    return True
+    with _LOCK:
+        if not _LOADED.is_set() and not _IMPORTING[0]:
+            _IMPORTING[0] = True
+            try:
+                for name in FAMILY_MODULES:
+                    importlib.import_module(name)
+                _LOADED.set()
+            finally:
+                _IMPORTING[0] = False
+        return _LOADED.is_set()
 
 
 def dispatch(generic: Callable[..., Any]) -> Any:

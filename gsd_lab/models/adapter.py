@@ -151,15 +151,17 @@ def check_crop(length: Any, prompt_len: int, seq_len: int) -> None:
 
 
 def timed(
-    device: torch.device, run: Callable[[], Any], no_grad: Callable[[], Any] = torch.inference_mode
+    device: torch.device,
+    run: Callable[[], Any],
+    grad_mode: Callable[[], Any] = torch.inference_mode,
 ) -> tuple[Any, float]:
-    """``run()`` under ``no_grad()`` and its seconds (perf_counter; CUDA-synchronised before and
+    """``run()`` under ``grad_mode()`` and its seconds (perf_counter; CUDA-synchronised before and
     after on a GPU): one forward of the adapter or of a batch runner."""
     sync = device.type == "cuda"
     if sync:
         torch.cuda.synchronize(device)
     began = time.perf_counter()
-    with no_grad():
+    with grad_mode():
         out = run()
     if sync:
         torch.cuda.synchronize(device)

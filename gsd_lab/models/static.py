@@ -501,8 +501,8 @@ class StaticEngine:
                     self._run(width)
             self._save_compile_cache()
         else:
-            graph = record_graph(self.device, lambda: self._captured(buffer, width))
-            self._graphs[(width, self._length[0])] = graph
+            recorded = record_graph(self.device, lambda: self._captured(buffer, width))
+            self._graphs[(width, self._length[0])] = recorded
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - begin

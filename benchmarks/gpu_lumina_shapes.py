@@ -481,8 +481,9 @@ def run_janus(
     context_codes = max(1, min(n - window - 1, n // 2 if tiny else 500))
     codes = adapter.random_tokens(torch.arange(context_codes + window, device=device), generator)
     adapter.start(prompt)
-    prefill = torch.cat([prompt, codes[:context_codes]])
-    prefill_seconds, _ = timed(lambda: adapter.forward(prefill, num_rows=1), device)
+    prefill_seconds, _ = timed(
+        lambda: adapter.forward(torch.cat([prompt, codes[:context_codes]]), num_rows=1), device
+    )
     kept = adapter.seq_len
     forward_ms, model_ms = window_medians(adapter, codes[context_codes:], window, repeats, device)
     decoding = {}

@@ -14,10 +14,9 @@ capabilities, one generic function each, dispatched on the rule's class
     coupling(rule)              the clusters coupling the emitted token with a Y ~ p
                                                                         generic: None (undefined)
 
-The generic paths, Amplify, and how a rule holding tensors slices its rows (``rows_of``,
-``slice_rows``, ``shared_rows``): docs/decoding.md. A rule family's registrations live in its
-module of ``gsd_lab.rules`` (GSD's clusters: ``rules.clusters``), loaded at the first dispatch
-that reaches a generic path.
+Generic paths, Amplify, a rule's rows (``rows_of``, ``slice_rows``): docs/decoding.md. A rule
+family's registrations live in its module of ``gsd_lab.rules`` (GSD's clusters:
+``rules.clusters``), loaded by the first dispatch that reaches a generic path (docs/lab.md).
 """
 
 from __future__ import annotations

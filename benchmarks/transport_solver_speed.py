@@ -65,11 +65,15 @@ def gap(
 ) -> None:
     """Per eps: the mean M of greedy and LP plans on each support, and their seconds per row."""
     totals = 0.5 * (p - q).abs().sum(-1)
-    say(f"{p.shape[0]} rows of {len(rows.rows)} verified; mean T = TV(p, q) = "
-        f"{totals.mean():.4f}; fresh one-hot drafts among them: {int((q.amax(-1) == 1).sum())}")
-    say(f"{'eps':>6s} "
+    say(
+        f"{p.shape[0]} rows of {len(rows.rows)} verified; mean T = TV(p, q) = "
+        f"{totals.mean():.4f}; fresh one-hot drafts among them: {int((q.amax(-1) == 1).sum())}"
+    )
+    say(
+        f"{'eps':>6s} "
         + " ".join(f"{'M ' + s + ' k=' + str(k):>16s}" for k in hoods for s in ("greedy", "lp"))
-        + "   s/row (greedy, lp) per k")
+        + "   s/row (greedy, lp) per k"
+    )
     for eps in eps_values:
         cells, times = [], []
         for hood in hoods.values():
@@ -78,8 +82,10 @@ def gap(
                 moved = [transport_plan(a, b, hood, eps, solver)[1] for a, b in zip(p, q)]
                 times.append((time.perf_counter() - started) / p.shape[0])
                 cells.append(np.mean(moved))
-        say(f"{eps:6.3f} " + " ".join(f"{c:16.4f}" for c in cells) + "   "
-            + " ".join(f"{t:.2f}" for t in times))
+        say(
+            f"{eps:6.3f} " + " ".join(f"{c:16.4f}" for c in cells) + "   "
+            + " ".join(f"{t:.2f}" for t in times)
+        )
 
 
 def written(path: str | None, lines: list[str]) -> int:
@@ -143,18 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     hood = hoods[ks[0]]
     _ = hood.level  # computed once per neighbour table, not per window
     totals = 0.5 * (p - q).abs().sum(-1)
-    say(f"stand-in SJD decode (class 0, seed 0): {len(rows.rows)} verified rows, "
+    say(
+        f"stand-in SJD decode (class 0, seed 0): {len(rows.rows)} verified rows, "
         f"{len(rows.windows)} windows; V = {p.shape[-1]}, k = {ks[0]}, "
         f"{COST_LEVELS} cost levels, 1 thread; load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} cores")
-    say(f"the decode itself (model, drafting, SD verification): {decode_ms:.0f} ms per window "
-        "(wall)")
-    say(f"window: {p.shape[0]} verified rows (fixed seed), mean T = TV(p, q) = "
+        f"on {os.cpu_count()} cores"
+    )
+    say(
+        f"the decode itself (model, drafting, SD verification): {decode_ms:.0f} ms per window (wall)"
+    )
+    say(
+        f"window: {p.shape[0]} verified rows (fixed seed), mean T = TV(p, q) = "
         f"{totals.mean():.4f}; ms per window (ranked: median and fastest wall of "
-        f"{repeats} runs, median process CPU time); M / M_lp over its rows: median, worst")
-    say(f"{'eps':>7s} {'ranked ms':>10s} {'fastest':>8s} {'cpu ms':>8s} {'greedy ms':>10s} "
+        f"{repeats} runs, median process CPU time); M / M_lp over its rows: median, worst"
+    )
+    say(
+        f"{'eps':>7s} {'ranked ms':>10s} {'fastest':>8s} {'cpu ms':>8s} {'greedy ms':>10s} "
         f"{'lp ms':>9s}   "
-        f"{'ranked/lp med worst':>20s}   {'greedy/lp med worst':>20s}   {'mean M_lp':>9s}")
+        f"{'ranked/lp med worst':>20s}   {'greedy/lp med worst':>20s}   {'mean M_lp':>9s}"
+    )
     for eps in eps_values:
         budgets = torch.full((p.shape[0],), eps, dtype=torch.float64)
         ranked_plans(p, q, hood, budgets)
@@ -174,10 +187,12 @@ def main(argv: list[str] | None = None) -> int:
             cells[solver + " s"] = time.perf_counter() - started
         best = cells["lp"]
         assert bool((moved.numpy() <= best + 1e-9).all())
-        say(f"{eps:7.4f} {1e3 * np.median(times):10.1f} {1e3 * min(times):8.1f} "
+        say(
+            f"{eps:7.4f} {1e3 * np.median(times):10.1f} {1e3 * min(times):8.1f} "
             f"{1e3 * np.median(cpu):8.1f} {1e3 * cells['greedy s']:10.0f} "
             f"{1e3 * cells['lp s']:9.0f}   {ratios(moved.numpy(), best):>20s}   "
-            f"{ratios(cells['greedy'], best):>20s}   {best.mean():9.4f}")
+            f"{ratios(cells['greedy'], best):>20s}   {best.mean():9.4f}"
+        )
     for eps in (1e-3, 0.01):
         times, cpu = [], []
         for wp, wq in rows.windows:
@@ -188,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - started)
             cpu.append(time.process_time() - process)
         times, cpu = 1e3 * np.array(times), 1e3 * np.array(cpu)
-        say(f"ranked on all {len(times)} windows of the decode ({rows.windows[0][1].shape[0]} "
+        say(
+            f"ranked on all {len(times)} windows of the decode ({rows.windows[0][1].shape[0]} "
             f"rows each), eps = {eps}: wall median {np.median(times):.1f} ms, 90th percentile "
             f"{np.quantile(times, 0.9):.1f} ms, fastest {times.min():.1f} ms per window; process "
-            f"CPU median {np.median(cpu):.1f} ms; load average {os.getloadavg()[0]:.1f}")
+            f"CPU median {np.median(cpu):.1f} ms; load average {os.getloadavg()[0]:.1f}"
+        )
     return written(args.out, lines)
 
 

@@ -39,33 +39,31 @@ Masses = tuple[Tensor, Tensor]  # (P, Q) [..., T]: p(C(x)) and q(C(x)) of tokens
 # engine, named, imported at run time: ``load_families``).
 FAMILY_MODULES = ("gsd_lab.rules",)
 _LOADED = threading.Event()
-_LOCK = threading.RLock()
-_IMPORTING = [False]
+_IMPORTING = threading.local()
 
 
 def load_families() -> bool:
     """Import ``FAMILY_MODULES`` (their registrations) unless done; True when this call found
-    them unloaded and left them loaded (its caller dispatches again). A re-entry from the
-    importing thread gets False (the generic path), a thread that waited for the import True;
-    a failed import raises and is tried again on the next call."""
-    if _LOADED.is_set():
+    them unloaded and left them loaded (its caller dispatches again). A re-entry from the thread
+    importing them gets False (the generic path); another thread's concurrent call waits in the
+    import system's own module lock and gets True; a failed import raises and is tried again on
+    the next call. No lock of ours is held across the import."""
+    if _LOADED.is_set() or getattr(_IMPORTING, "active", False):
         return False
-    with _LOCK:
-        if not _LOADED.is_set() and not _IMPORTING[0]:
-            _IMPORTING[0] = True
-            try:
-                for name in FAMILY_MODULES:
-                    importlib.import_module(name)
-                _LOADED.set()
-            finally:
-                _IMPORTING[0] = False
-        return _LOADED.is_set()
+    _IMPORTING.active = True
+    try:
+        for name in FAMILY_MODULES:
+            importlib.import_module(name)
+    finally:
+        _IMPORTING.active = False
+    _LOADED.set()
+    return True
 
 
 def dispatch(generic: Callable[..., Any]) -> Any:
     """``functools.singledispatch`` on ``generic`` whose generic path first loads the families
-    (``load_families``, once) and then dispatches again: a family's registration answers even
-    where nothing imported its module before the first call."""
+    (``load_families``) and, where that call loaded them, dispatches again: a family's
+    registration answers even where nothing imported its module before the first call."""
 
     @functools.wraps(generic)
     def first(*args: Any, **kwargs: Any) -> Any:

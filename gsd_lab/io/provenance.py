@@ -134,6 +134,9 @@ def provenance(
             "system": platform.platform(),
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
+            # 1, 5 and 15-minute load averages as the record is written (the run's own
+            # processes included): how busy the cores were for a timing read from the record
+            "load_average": [round(load, 2) for load in os.getloadavg()],
             "argv": sys.argv[:],
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads(),

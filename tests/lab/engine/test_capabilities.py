@@ -178,6 +178,7 @@ def test_the_engine_alone_takes_the_families_fast_paths_on_first_dispatch():
         "print('gsd_lab.rules' in sys.modules, "
         "c.window_masses.dispatch(DynamicClusters) is not c.window_masses.dispatch(object))"
     )
+    # check=False: a failure shows the child's stderr (the assertion below)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -185,11 +186,58 @@ def test_the_engine_alone_takes_the_families_fast_paths_on_first_dispatch():
 
 
 def test_a_failed_family_import_is_tried_again(monkeypatch):
-    # A first import that fails must not leave the generic paths answering for good.
+    # A first import that fails must not leave the generic paths answering for good. The last
+    # call finds gsd_lab.rules already imported (its registrations stand), so it only sets the
+    # flag again.
     monkeypatch.setattr(capabilities, "_LOADED", threading.Event())
+    monkeypatch.setattr(capabilities, "_IMPORTING", threading.local())
     monkeypatch.setattr(capabilities, "FAMILY_MODULES", ("gsd_lab.no_such_family_module",))
     with pytest.raises(ModuleNotFoundError):
         capabilities.load_families()
     monkeypatch.setattr(capabilities, "FAMILY_MODULES", ("gsd_lab.rules",))
     assert capabilities.load_families() is True
     assert capabilities.load_families() is False
+
+
+def _family_module(tmp_path, monkeypatch, name: str, body: str) -> None:
+    """A stand-in family module ``name`` on sys.path; the loader's state fresh."""
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(capabilities, "_LOADED", threading.Event())
+    monkeypatch.setattr(capabilities, "_IMPORTING", threading.local())
+    monkeypatch.setattr(capabilities, "FAMILY_MODULES", (name,))
+
+
+def test_a_dispatch_while_the_families_import_takes_the_generic_path(tmp_path, monkeypatch):
+    # A family module that dispatches at import time re-enters the loader from the importing
+    # thread: it must get False (no second import of a half-loaded module), and the outer call
+    # True once the module is whole.
+    _family_module(tmp_path, monkeypatch, "gsd_family_reentrant", (
+        "from gsd_lab.engine import capabilities\n"
+        "INNER = capabilities.load_families()\n"
+    ))
+    assert capabilities.load_families() is True
+    assert sys.modules["gsd_family_reentrant"].INNER is False
+
+
+def test_concurrent_first_calls_import_the_families_once(tmp_path, monkeypatch):
+    # Two threads reach the loader while the family module is still importing: the second
+    # waits in the import system's module lock, both see the families loaded, and the module's
+    # body runs once.
+    runs = tmp_path / "runs.txt"
+    _family_module(tmp_path, monkeypatch, "gsd_family_slow", (
+        "import time\n"
+        f"open({str(runs)!r}, 'a').write('x')\n"
+        "time.sleep(0.5)\n"
+    ))
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda: results.append(capabilities.load_families()))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "the loader hung"
+    assert runs.read_text() == "x"
+    assert True in results and capabilities._LOADED.is_set()

@@ -219,7 +219,7 @@ def test_the_registrations_are_the_family_module_s():
 def test_decoding_and_accounting_load_the_registrations(entry):
     """A fresh interpreter that imports only ``entry`` dispatches dynamic clusters and
     partitions to this family's paths; importing the engine alone does not register them before
-a dispatch reaches a generic path (the control: ``dispatch`` lookups only)."""
+    a dispatch reaches a generic path (the control: ``dispatch`` lookups only)."""
     probe = (
         "import sys\nimport gsd_lab.engine.capabilities as c\n"
         "from gsd_core import DynamicClusters, RankBinnedClusters\n"
